@@ -1,0 +1,75 @@
+// Backend: the forward pass over a batch of sequences with paged KV.
+//
+// A step runs any mix of prefill chunks and decode tokens: each SeqStep gives
+// a sequence's new tokens, how many of its tokens are already in the KV cache
+// (start_pos), and one block table per cache group (ModelCacheSpec::groups).
+// Full-attention groups index the table by logical block; sliding groups are
+// rings indexed by logical block % RingBlocks. The backend writes the new
+// tokens' K and V into those blocks; the caller (scheduler / cache manager)
+// owns which blocks those are and must have made them exclusive (copy-on-write
+// done through CopyBlocks) before the step.
+//
+// Thread-safety: a backend is owned by one engine thread; no method may be
+// called concurrently.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "cache/model_cache_spec.h"
+#include "engine/model_config.h"
+#include "util/status.h"
+
+namespace agentkv {
+
+inline constexpr int kMaxCacheGroups = 4;
+
+struct SeqStep {
+  std::span<const int32_t> tokens;  // new tokens this step, at least one
+  int32_t start_pos = 0;            // tokens of this sequence already cached
+  std::array<std::span<const int32_t>, kMaxCacheGroups> block_tables{};
+  bool want_logits = false;  // logits of the last new token
+};
+
+struct BlockCopy {
+  int group = 0;
+  int32_t src = 0;
+  int32_t dst = 0;
+};
+
+struct KvLayout {
+  int block_size = 16;
+  std::array<int32_t, kMaxCacheGroups> blocks_per_group{};
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual const ModelConfig& config() const = 0;
+  virtual const ModelCacheSpec& cache_spec() const = 0;
+  virtual std::string name() const = 0;
+
+  // (Re)allocates the KV storage; all previous KV content is lost.
+  virtual Status AllocateKv(const KvLayout& layout) = 0;
+  virtual const KvLayout& kv_layout() const = 0;
+
+  // Copies whole blocks (every layer of the group), in order.
+  virtual Status CopyBlocks(std::span<const BlockCopy> copies) = 0;
+
+  // Runs one step. `logits` receives vocab_size floats for each SeqStep with
+  // want_logits, in batch order; it must hold at least that many.
+  virtual Status Forward(std::span<const SeqStep> batch, std::span<float> logits) = 0;
+
+  // Raw access to one whole block of group `group` (every layer of the group,
+  // ModelCacheSpec::BytesPerBlock bytes) for persistence and swapping. The
+  // byte layout is the backend's cache layout, identical across backends:
+  // for each layer of the group, K then V, each [block_size][kv_heads][head_dim]
+  // in the cache dtype.
+  virtual Status ReadBlock(int group, int32_t block, std::span<std::byte> out) = 0;
+  virtual Status WriteBlock(int group, int32_t block, std::span<const std::byte> in) = 0;
+};
+
+}  // namespace agentkv

@@ -1,0 +1,381 @@
+#include "engine/cpu_backend.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "engine/cpu_kernels.h"
+
+namespace agentkv {
+
+struct CpuBackend::Layer {
+  std::vector<float> in_norm, post_attn_norm, pre_ff_norm, post_ff_norm;
+  std::vector<float> wqkv, bqkv;  // [q | k | v] rows, fused into one GEMM
+  std::vector<float> q_norm, k_norm;
+  std::vector<float> wo;
+  std::vector<float> w_gate_up;  // [gate | up] rows, fused into one GEMM
+  std::vector<float> w_down;
+  AttentionKind kind = AttentionKind::kFull;
+  int window = 0;
+  int group = 0;
+  int index_in_group = 0;
+};
+
+namespace {
+
+Status Append(std::vector<float>& dst, const WeightSource& w, const std::string& name,
+              std::initializer_list<int64_t> shape) {
+  std::vector<int64_t> s(shape);
+  ASSIGN_OR_RETURN(std::vector<float> t, w.LoadF32(name, s));
+  dst.insert(dst.end(), t.begin(), t.end());
+  return Status::Ok();
+}
+
+}  // namespace
+
+CpuBackend::CpuBackend(const ModelConfig& config, const CpuBackendOptions& options)
+    : config_(config), options_(options) {}
+
+CpuBackend::~CpuBackend() = default;
+
+Result<std::unique_ptr<CpuBackend>> CpuBackend::Create(const ModelConfig& config,
+                                                       const WeightSource& weights,
+                                                       const CpuBackendOptions& options) {
+  if (config.num_layers <= 0 || config.hidden_size <= 0 || config.num_heads <= 0 ||
+      config.num_kv_heads <= 0 || config.head_dim <= 0 || config.vocab_size <= 0 ||
+      config.num_heads % config.num_kv_heads != 0 || config.head_dim % 2 != 0 ||
+      config.head_dim > 1024) {
+    return InvalidArgument("cpu backend: unsupported model shape");
+  }
+  std::unique_ptr<CpuBackend> b(new CpuBackend(config, options));
+  b->spec_ = config.CacheSpec(KvDtype::kF32);
+  if (static_cast<int>(b->spec_.groups.size()) > kMaxCacheGroups)
+    return InvalidArgument("cpu backend: too many cache groups");
+  RETURN_IF_ERROR(b->LoadWeights(weights));
+  b->inv_freq_global_ = kernels::RopeInvFreq(config.rope, config.head_dim);
+  b->inv_freq_local_ = kernels::RopeInvFreq(config.rope_local, config.head_dim);
+  int threads = options.threads > 0 ? options.threads : omp_get_num_procs();
+  b->options_.threads = threads;
+  b->scores_.resize(threads);
+  return b;
+}
+
+Status CpuBackend::LoadWeights(const WeightSource& w) {
+  const ModelConfig& c = config_;
+  const int64_t H = c.hidden_size, I = c.intermediate_size, D = c.head_dim;
+  const int64_t nq = c.num_heads * D, nkv = c.num_kv_heads * D;
+  RETURN_IF_ERROR(Append(embed_, w, "model.embed_tokens.weight", {c.vocab_size, H}));
+  RETURN_IF_ERROR(Append(final_norm_, w, "model.norm.weight", {H}));
+  if (!c.tie_word_embeddings) {
+    RETURN_IF_ERROR(Append(lm_head_, w, "lm_head.weight", {c.vocab_size, H}));
+  }
+  layers_.resize(c.num_layers);
+  for (int l = 0; l < c.num_layers; ++l) {
+    Layer& L = layers_[l];
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    RETURN_IF_ERROR(Append(L.in_norm, w, p + "input_layernorm.weight", {H}));
+    RETURN_IF_ERROR(Append(L.post_attn_norm, w, p + "post_attention_layernorm.weight", {H}));
+    if (c.sandwich_norm) {
+      RETURN_IF_ERROR(Append(L.pre_ff_norm, w, p + "pre_feedforward_layernorm.weight", {H}));
+      RETURN_IF_ERROR(Append(L.post_ff_norm, w, p + "post_feedforward_layernorm.weight", {H}));
+    }
+    RETURN_IF_ERROR(Append(L.wqkv, w, p + "self_attn.q_proj.weight", {nq, H}));
+    RETURN_IF_ERROR(Append(L.wqkv, w, p + "self_attn.k_proj.weight", {nkv, H}));
+    RETURN_IF_ERROR(Append(L.wqkv, w, p + "self_attn.v_proj.weight", {nkv, H}));
+    if (c.attention_bias) {
+      RETURN_IF_ERROR(Append(L.bqkv, w, p + "self_attn.q_proj.bias", {nq}));
+      RETURN_IF_ERROR(Append(L.bqkv, w, p + "self_attn.k_proj.bias", {nkv}));
+      RETURN_IF_ERROR(Append(L.bqkv, w, p + "self_attn.v_proj.bias", {nkv}));
+    }
+    if (c.qk_norm) {
+      RETURN_IF_ERROR(Append(L.q_norm, w, p + "self_attn.q_norm.weight", {D}));
+      RETURN_IF_ERROR(Append(L.k_norm, w, p + "self_attn.k_norm.weight", {D}));
+    }
+    RETURN_IF_ERROR(Append(L.wo, w, p + "self_attn.o_proj.weight", {H, nq}));
+    RETURN_IF_ERROR(Append(L.w_gate_up, w, p + "mlp.gate_proj.weight", {I, H}));
+    RETURN_IF_ERROR(Append(L.w_gate_up, w, p + "mlp.up_proj.weight", {I, H}));
+    RETURN_IF_ERROR(Append(L.w_down, w, p + "mlp.down_proj.weight", {H, I}));
+    L.kind = c.layer_kinds.at(l);
+    L.window = c.layer_windows.at(l);
+    L.group = spec_.GroupOf(l);
+    L.index_in_group = spec_.IndexInGroup(l);
+  }
+  return Status::Ok();
+}
+
+Status CpuBackend::AllocateKv(const KvLayout& layout) {
+  if (layout.block_size <= 0) return InvalidArgument("block_size must be positive");
+  layout_ = layout;
+  kv_.assign(spec_.groups.size(), {});
+  for (size_t g = 0; g < spec_.groups.size(); ++g) {
+    const size_t floats = spec_.BytesPerBlock(static_cast<int>(g), layout.block_size) / 4 *
+                          static_cast<size_t>(layout.blocks_per_group[g]);
+    kv_[g].assign(floats, 0.0f);
+  }
+  return Status::Ok();
+}
+
+float* CpuBackend::KvPtr(int group, int32_t block, int layer_in_group, int which,
+                         int offset) const {
+  const int64_t L = static_cast<int64_t>(spec_.groups[group].layers.size());
+  const int64_t row = static_cast<int64_t>(spec_.num_kv_heads) * spec_.head_dim;
+  const int64_t idx = (((static_cast<int64_t>(block) * L + layer_in_group) * 2 + which) *
+                           layout_.block_size +
+                       offset) *
+                      row;
+  return const_cast<float*>(kv_[group].data()) + idx;
+}
+
+Status CpuBackend::CopyBlocks(std::span<const BlockCopy> copies) {
+  for (const BlockCopy& c : copies) {
+    if (c.group < 0 || c.group >= static_cast<int>(kv_.size()) || c.src < 0 || c.dst < 0 ||
+        c.src >= layout_.blocks_per_group[c.group] || c.dst >= layout_.blocks_per_group[c.group])
+      return InvalidArgument("CopyBlocks: block out of range");
+    const size_t n = spec_.BytesPerBlock(c.group, layout_.block_size) / 4;
+    std::memcpy(KvPtr(c.group, c.dst, 0, 0, 0), KvPtr(c.group, c.src, 0, 0, 0), n * 4);
+  }
+  return Status::Ok();
+}
+
+Status CpuBackend::ReadBlock(int group, int32_t block, std::span<std::byte> out) {
+  if (group < 0 || group >= static_cast<int>(kv_.size()) || block < 0 ||
+      block >= layout_.blocks_per_group[group])
+    return InvalidArgument("ReadBlock: block out of range");
+  const size_t n = spec_.BytesPerBlock(group, layout_.block_size);
+  if (out.size() != n) return InvalidArgument("ReadBlock: buffer size mismatch");
+  std::memcpy(out.data(), KvPtr(group, block, 0, 0, 0), n);
+  return Status::Ok();
+}
+
+Status CpuBackend::WriteBlock(int group, int32_t block, std::span<const std::byte> in) {
+  if (group < 0 || group >= static_cast<int>(kv_.size()) || block < 0 ||
+      block >= layout_.blocks_per_group[group])
+    return InvalidArgument("WriteBlock: block out of range");
+  const size_t n = spec_.BytesPerBlock(group, layout_.block_size);
+  if (in.size() != n) return InvalidArgument("WriteBlock: buffer size mismatch");
+  std::memcpy(KvPtr(group, block, 0, 0, 0), in.data(), n);
+  return Status::Ok();
+}
+
+Status CpuBackend::CheckBatch(std::span<const SeqStep> batch) const {
+  const int bs = layout_.block_size;
+  if (kv_.empty()) return InvalidArgument("Forward: KV storage not allocated");
+  for (size_t s = 0; s < batch.size(); ++s) {
+    const SeqStep& st = batch[s];
+    if (st.tokens.empty() || st.start_pos < 0)
+      return InvalidArgument("Forward: sequence " + std::to_string(s) + " has no new tokens");
+    for (int32_t t : st.tokens)
+      if (t < 0 || t >= config_.vocab_size)
+        return InvalidArgument("Forward: token id " + std::to_string(t) + " out of range");
+    const int64_t end = static_cast<int64_t>(st.start_pos) + st.tokens.size();
+    for (size_t g = 0; g < spec_.groups.size(); ++g) {
+      const int ring = spec_.RingBlocks(static_cast<int>(g), bs);
+      const int64_t need = ring > 0 ? std::min<int64_t>(ring, (end + bs - 1) / bs)
+                                    : (end + bs - 1) / bs;
+      if (static_cast<int64_t>(st.block_tables[g].size()) < need)
+        return InvalidArgument("Forward: sequence " + std::to_string(s) + " block table of group " +
+                               std::to_string(g) + " holds " +
+                               std::to_string(st.block_tables[g].size()) + " blocks, needs " +
+                               std::to_string(need));
+      for (int64_t i = 0; i < need; ++i) {
+        const int32_t b = st.block_tables[g][i];
+        if (b < 0 || b >= layout_.blocks_per_group[g])
+          return InvalidArgument("Forward: block id " + std::to_string(b) + " out of range");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+void CpuBackend::EnsureScratch(int64_t tokens, int64_t max_keys) {
+  const ModelConfig& c = config_;
+  if (tokens > cap_tokens_) {
+    cap_tokens_ = std::max<int64_t>(tokens, 64);
+    const int64_t T = cap_tokens_, H = c.hidden_size, D = c.head_dim;
+    x_.resize(T * H);
+    h_.resize(T * H);
+    qkv_.resize(T * (c.num_heads + 2 * c.num_kv_heads) * D);
+    attn_.resize(T * c.num_heads * D);
+    o_.resize(T * H);
+    gu_.resize(T * 2 * c.intermediate_size);
+    act_.resize(T * c.intermediate_size);
+    last_.resize(T * H);
+    tok_seq_.resize(T);
+    tok_pos_.resize(T);
+  }
+  if (max_keys > cap_keys_) {
+    cap_keys_ = max_keys;
+    for (auto& s : scores_) s.resize(cap_keys_);
+  }
+}
+
+void CpuBackend::Attention(int layer, std::span<const SeqStep> batch) {
+  const ModelConfig& c = config_;
+  const Layer& L = layers_[layer];
+  const int D = c.head_dim, nh = c.num_heads, nkv = c.num_kv_heads;
+  const int group_size = nh / nkv;
+  const int64_t qkv_row = static_cast<int64_t>(nh + 2 * nkv) * D;
+  const float scale = c.AttentionScale();
+  const float softcap = c.attn_logit_softcap;
+  const int bs = layout_.block_size;
+  const int ring = spec_.RingBlocks(L.group, bs);
+  const int64_t T = seq_first_.back();
+
+  // One work item per (token, query head).
+  const int64_t items = T * nh;
+#pragma omp parallel for schedule(dynamic, 4) num_threads(options_.threads)
+  for (int64_t it = 0; it < items; ++it) {
+    const int64_t t = it / nh;
+    const int h = static_cast<int>(it % nh);
+    const int s = tok_seq_[t];
+    const SeqStep& st = batch[s];
+    const int32_t pos = tok_pos_[t];
+    const int32_t lo = L.window > 0 ? std::max(0, pos - L.window + 1) : 0;
+    const int n = pos - lo + 1;
+    const int kvh = h / group_size;
+    const int64_t first = seq_first_[s];
+    const std::span<const int32_t> table = st.block_tables[L.group];
+    auto key_at = [&](int which, int j) -> const float* {
+      const int32_t p = lo + j;
+      if (p >= st.start_pos) {  // computed this step
+        const int64_t row = first + (p - st.start_pos);
+        return qkv_.data() + row * qkv_row + static_cast<int64_t>(nh + which * nkv + kvh) * D;
+      }
+      const int32_t lb = p / bs;
+      const int32_t blk = table[ring > 0 ? lb % ring : lb];
+      return KvPtr(L.group, blk, L.index_in_group, which, p % bs) +
+             static_cast<int64_t>(kvh) * D;
+    };
+    const float* q = qkv_.data() + t * qkv_row + static_cast<int64_t>(h) * D;
+    float* out = attn_.data() + (t * nh + h) * D;
+    kernels::AttendOne(
+        q, n, D, scale, softcap, [&](int j) { return key_at(0, j); },
+        [&](int j) { return key_at(1, j); }, scores_[omp_get_thread_num()].data(), out);
+  }
+}
+
+void CpuBackend::WriteKv(int layer, std::span<const SeqStep> batch) {
+  const ModelConfig& c = config_;
+  const Layer& L = layers_[layer];
+  const int D = c.head_dim, nh = c.num_heads, nkv = c.num_kv_heads;
+  const int64_t qkv_row = static_cast<int64_t>(nh + 2 * nkv) * D;
+  const int bs = layout_.block_size;
+  const int ring = spec_.RingBlocks(L.group, bs);
+  const int64_t T = seq_first_.back();
+  for (int64_t t = 0; t < T; ++t) {
+    const SeqStep& st = batch[tok_seq_[t]];
+    const int32_t p = tok_pos_[t];
+    const int32_t lb = p / bs;
+    const int32_t blk = st.block_tables[L.group][ring > 0 ? lb % ring : lb];
+    for (int which = 0; which < 2; ++which) {
+      std::memcpy(KvPtr(L.group, blk, L.index_in_group, which, p % bs),
+                  qkv_.data() + t * qkv_row + static_cast<int64_t>(nh + which * nkv) * D,
+                  sizeof(float) * nkv * D);
+    }
+  }
+}
+
+Status CpuBackend::Forward(std::span<const SeqStep> batch, std::span<float> logits) {
+  RETURN_IF_ERROR(CheckBatch(batch));
+  const ModelConfig& c = config_;
+  const int64_t H = c.hidden_size, I = c.intermediate_size, D = c.head_dim;
+  const int nh = c.num_heads, nkv = c.num_kv_heads;
+  const int64_t qkv_row = static_cast<int64_t>(nh + 2 * nkv) * D;
+
+  int64_t T = 0, want = 0, max_keys = 1;
+  for (const SeqStep& st : batch) {
+    T += st.tokens.size();
+    want += st.want_logits ? 1 : 0;
+    max_keys = std::max<int64_t>(max_keys, st.start_pos + st.tokens.size());
+  }
+  if (static_cast<int64_t>(logits.size()) < want * c.vocab_size)
+    return InvalidArgument("Forward: logits buffer too small");
+  if (T == 0) return Status::Ok();
+  EnsureScratch(T, max_keys);
+  openblas_set_num_threads(options_.threads);
+
+  seq_first_.clear();
+  int64_t t = 0;
+  for (size_t s = 0; s < batch.size(); ++s) {
+    seq_first_.push_back(t);
+    for (size_t i = 0; i < batch[s].tokens.size(); ++i, ++t) {
+      tok_seq_[t] = static_cast<int32_t>(s);
+      tok_pos_[t] = batch[s].start_pos + static_cast<int32_t>(i);
+      std::memcpy(&x_[t * H], &embed_[static_cast<int64_t>(batch[s].tokens[i]) * H],
+                  sizeof(float) * H);
+    }
+  }
+  seq_first_.push_back(T);
+  if (c.embed_scale != 1.0f)
+    for (int64_t i = 0; i < T * H; ++i) x_[i] *= c.embed_scale;
+
+  const bool plus_one = c.gemma_norm;
+  for (int l = 0; l < c.num_layers; ++l) {
+    const Layer& L = layers_[l];
+    kernels::RmsNorm(x_.data(), L.in_norm.data(), h_.data(), T, H, c.rms_norm_eps, plus_one);
+    kernels::Linear(h_.data(), L.wqkv.data(), L.bqkv.empty() ? nullptr : L.bqkv.data(),
+                    qkv_.data(), T, qkv_row, H);
+    // Only Gemma 3 gives sliding layers their own rotary base.
+    const float* inv_freq = L.kind == AttentionKind::kSliding && c.arch == Architecture::kGemma3
+                                ? inv_freq_local_.data()
+                                : inv_freq_global_.data();
+#pragma omp parallel for num_threads(options_.threads)
+    for (int64_t i = 0; i < T; ++i) {
+      float* q = qkv_.data() + i * qkv_row;
+      float* k = q + static_cast<int64_t>(nh) * D;
+      if (c.qk_norm) {
+        kernels::RmsNorm(q, L.q_norm.data(), q, nh, static_cast<int>(D), c.rms_norm_eps,
+                         plus_one);
+        kernels::RmsNorm(k, L.k_norm.data(), k, nkv, static_cast<int>(D), c.rms_norm_eps,
+                         plus_one);
+      }
+      kernels::ApplyRope(q, nh, static_cast<int>(D), tok_pos_[i], inv_freq);
+      kernels::ApplyRope(k, nkv, static_cast<int>(D), tok_pos_[i], inv_freq);
+    }
+    Attention(l, batch);
+    WriteKv(l, batch);
+    kernels::Linear(attn_.data(), L.wo.data(), nullptr, o_.data(), T, H,
+                    static_cast<int64_t>(nh) * D);
+    if (c.sandwich_norm) {
+      kernels::RmsNorm(o_.data(), L.post_attn_norm.data(), o_.data(), T, H, c.rms_norm_eps,
+                       plus_one);
+      for (int64_t i = 0; i < T * H; ++i) x_[i] += o_[i];
+      kernels::RmsNorm(x_.data(), L.pre_ff_norm.data(), h_.data(), T, H, c.rms_norm_eps,
+                       plus_one);
+    } else {
+      for (int64_t i = 0; i < T * H; ++i) x_[i] += o_[i];
+      kernels::RmsNorm(x_.data(), L.post_attn_norm.data(), h_.data(), T, H, c.rms_norm_eps,
+                       plus_one);
+    }
+    kernels::Linear(h_.data(), L.w_gate_up.data(), nullptr, gu_.data(), T, 2 * I, H);
+    kernels::GatedActivation(gu_.data(), act_.data(), T, static_cast<int>(I), c.activation);
+    kernels::Linear(act_.data(), L.w_down.data(), nullptr, o_.data(), T, H, I);
+    if (c.sandwich_norm) {
+      kernels::RmsNorm(o_.data(), L.post_ff_norm.data(), o_.data(), T, H, c.rms_norm_eps,
+                       plus_one);
+    }
+    for (int64_t i = 0; i < T * H; ++i) x_[i] += o_[i];
+  }
+
+  if (want == 0) return Status::Ok();
+  int64_t r = 0;
+  for (size_t s = 0; s < batch.size(); ++s) {
+    if (!batch[s].want_logits) continue;
+    const int64_t row = seq_first_[s + 1] - 1;
+    kernels::RmsNorm(&x_[row * H], final_norm_.data(), &last_[r * H], 1, static_cast<int>(H),
+                     c.rms_norm_eps, plus_one);
+    ++r;
+  }
+  const float* head = c.tie_word_embeddings ? embed_.data() : lm_head_.data();
+  kernels::Linear(last_.data(), head, nullptr, logits.data(), want, c.vocab_size, H);
+  if (c.final_logit_softcap > 0.f) {
+    const float cap = c.final_logit_softcap;
+    for (int64_t i = 0; i < want * c.vocab_size; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
+  }
+  return Status::Ok();
+}
+
+}  // namespace agentkv

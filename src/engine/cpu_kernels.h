@@ -1,0 +1,65 @@
+// Plain C++ kernels of the forward pass. They are the CPU backend's building
+// blocks and the references the CUDA kernels are tested against. All take
+// fp32, row-major; none allocates; all are thread-safe on disjoint outputs.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "engine/model_config.h"
+
+namespace agentkv::kernels {
+
+// y[r] = x[r] / rms(x[r]) * w (or * (1 + w) for Gemma), per row of `dim`.
+// x and y may alias.
+void RmsNorm(const float* x, const float* w, float* y, int64_t rows, int dim, float eps,
+             bool plus_one);
+
+// Inverse frequencies of rotary embeddings (head_dim / 2 of them), with the
+// scaling of `rope` applied (linear, llama3).
+std::vector<float> RopeInvFreq(const RopeSpec& rope, int head_dim);
+
+// Rotates `heads` vectors of `head_dim` at `pos` in place, in the
+// rotate-half convention (pairs i and i + head_dim / 2).
+void ApplyRope(float* x, int heads, int head_dim, int32_t pos, const float* inv_freq);
+
+// x = act(gate) * up over n elements; gate_up holds [gate | up] rows of 2n.
+void GatedActivation(const float* gate_up, float* out, int64_t rows, int n, Activation act);
+
+// Softmax-weighted sum for one query head over `n` keys:
+//   out = sum_j softmax(scale * q.k_j (soft-capped))_j * v_j
+// key(j) / value(j) return pointers to head_dim floats. Uses a running max
+// (one pass, no score buffer larger than `scores`, which holds n floats).
+template <typename KeyFn, typename ValFn>
+inline void AttendOne(const float* q, int n, int head_dim, float scale, float softcap,
+                      KeyFn key, ValFn value, float* scores, float* out) {
+  float mx = -3.0e38f;
+  for (int j = 0; j < n; ++j) {
+    const float* k = key(j);
+    float s = 0.f;
+    for (int d = 0; d < head_dim; ++d) s += q[d] * k[d];
+    s *= scale;
+    if (softcap > 0.f) s = softcap * std::tanh(s / softcap);
+    scores[j] = s;
+    if (s > mx) mx = s;
+  }
+  float sum = 0.f;
+  for (int j = 0; j < n; ++j) {
+    scores[j] = std::exp(scores[j] - mx);
+    sum += scores[j];
+  }
+  for (int d = 0; d < head_dim; ++d) out[d] = 0.f;
+  const float inv = 1.f / sum;
+  for (int j = 0; j < n; ++j) {
+    const float p = scores[j] * inv;
+    const float* v = value(j);
+    for (int d = 0; d < head_dim; ++d) out[d] += p * v[d];
+  }
+}
+
+// out[r][c] = x[r] . w[c] (+ bias[c]): y = x W^T with W [n][k] row-major.
+void Linear(const float* x, const float* w, const float* bias, float* y, int64_t m, int64_t n,
+            int64_t k);
+
+}  // namespace agentkv::kernels
