@@ -1,0 +1,29 @@
+// SafetensorsWeights: a WeightSource over a checkpoint's safetensors files;
+// tensors are converted from bf16, fp16 or fp32 to fp32 on request.
+//
+// Thread-safety: LoadF32 may be called concurrently.
+#pragma once
+
+#include <filesystem>
+
+#include "engine/safetensors.h"
+#include "engine/weight_source.h"
+
+namespace agentkv {
+
+class SafetensorsWeights final : public WeightSource {
+ public:
+  // `path` as Safetensors::Open: a file, an index, or a checkpoint directory.
+  static Result<SafetensorsWeights> Open(const std::filesystem::path& path);
+
+  bool Has(const std::string& name) const override { return st_.Has(name); }
+  Result<std::vector<float>> LoadF32(const std::string& name,
+                                     std::span<const int64_t> shape) const override;
+  const Safetensors& safetensors() const { return st_; }
+
+ private:
+  explicit SafetensorsWeights(Safetensors st) : st_(std::move(st)) {}
+  Safetensors st_;
+};
+
+}  // namespace agentkv
