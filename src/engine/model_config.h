@@ -27,11 +27,15 @@ struct RopeSpec {
   float low_freq_factor = 1.0f;
   float high_freq_factor = 4.0f;
   int original_max_position = 8192;
+
+  bool operator==(const RopeSpec&) const = default;
 };
 
 struct ModelConfig {
   Architecture arch = Architecture::kLlama;
-  std::string arch_name;  // as in config.json "architectures"[0]
+  std::string arch_name;    // as in config.json "architectures"[0]
+  std::string model_type;   // config.json "model_type", e.g. "qwen3", "gemma3_text"
+  std::string torch_dtype;  // "torch_dtype" (or transformers-5 "dtype"); may be empty
   int vocab_size = 0;
   int hidden_size = 0;
   int intermediate_size = 0;
@@ -52,13 +56,14 @@ struct ModelConfig {
   std::vector<int> layer_windows;
 
   RopeSpec rope;        // full-attention layers (and all layers outside Gemma 3)
-  RopeSpec rope_local;  // Gemma 3 sliding layers (rope_local_base_freq)
+  RopeSpec rope_local;  // Gemma 3 sliding layers (rope_local_base_freq); equal to
+                        // `rope` for every other architecture
 
   // Gemma 3 specifics.
-  bool gemma_norm = false;     // RMSNorm multiplies by (1 + weight)
-  bool sandwich_norm = false;  // post-attention and pre/post-feedforward norms
-  float embed_scale = 1.0f;    // embeddings multiplied by sqrt(hidden_size)
-  float query_scale = 0.0f;    // attention scale; 0 means 1/sqrt(head_dim)
+  bool gemma_norm = false;           // RMSNorm multiplies by (1 + weight)
+  bool sandwich_norm = false;        // post-attention and pre/post-feedforward norms
+  float embed_scale = 1.0f;          // embeddings multiplied by sqrt(hidden_size)
+  float query_scale = 0.0f;          // attention scale; 0 means 1/sqrt(head_dim)
   float final_logit_softcap = 0.0f;  // 0 = none
   float attn_logit_softcap = 0.0f;   // 0 = none
 
@@ -69,11 +74,14 @@ struct ModelConfig {
   // Errors name the file and the field.
   static Result<ModelConfig> Load(const std::filesystem::path& dir);
   // Parses config.json text (generation config not applied).
-  static Result<ModelConfig> FromJsonText(const std::string& text,
-                                          const std::string& source_name);
+  static Result<ModelConfig> FromJsonText(const std::string& text, const std::string& source_name);
 
+  // query_scale if set, else 1/sqrt(head_dim).
   float AttentionScale() const;
+  // Layers, kv heads, head dim and per-layer kinds/windows, groups built.
   ModelCacheSpec CacheSpec(KvDtype kv_dtype) const;
+
+  bool operator==(const ModelConfig&) const = default;
 };
 
 }  // namespace agentkv

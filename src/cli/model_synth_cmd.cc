@@ -1,0 +1,104 @@
+// `agentkv model synth`: writes a checkpoint with a real architecture and
+// tokenizer and seeded random weights (see engine/model_synth.h).
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+
+#include "cli/command.h"
+#include "engine/model_synth.h"
+#include "engine/safetensors_file.h"
+
+namespace agentkv::cli {
+namespace {
+
+struct SynthFlags {
+  SynthOptions opts;
+  std::string dtype = "bf16";
+  bool tie = false;
+  bool no_tie = false;
+};
+
+int RunSynth(SynthFlags& f) {
+  if (f.tie && f.no_tie) {
+    std::fprintf(stderr, "error: --tie and --no-tie are mutually exclusive\n");
+    return 2;
+  }
+  if (f.tie) f.opts.tie = true;
+  if (f.no_tie) f.opts.tie = false;
+  if (f.dtype == "bf16") {
+    f.opts.dtype = TensorDtype::kBF16;
+  } else if (f.dtype == "f16") {
+    f.opts.dtype = TensorDtype::kF16;
+  } else {
+    f.opts.dtype = TensorDtype::kF32;
+  }
+
+  const bool tty = isatty(STDERR_FILENO) != 0;
+  auto last = std::chrono::steady_clock::now();
+  SynthProgress progress;
+  if (tty) {
+    progress = [&last](uint64_t done, uint64_t total) {
+      auto now = std::chrono::steady_clock::now();
+      if (done != total && now - last < std::chrono::milliseconds(200)) return;
+      last = now;
+      std::fprintf(stderr, "\rwriting weights: %llu / %llu MiB (%3.0f%%)",
+                   static_cast<unsigned long long>(done >> 20),
+                   static_cast<unsigned long long>(total >> 20),
+                   total ? 100.0 * static_cast<double>(done) / static_cast<double>(total) : 100.0);
+      if (done == total) std::fprintf(stderr, "\n");
+    };
+  }
+  Status st = SynthesizeModel(f.opts, progress);
+  if (!st.ok()) {
+    std::fprintf(stderr, "error: %s\n", st.ToString().c_str());
+    return 1;
+  }
+  std::printf("wrote %s\n", f.opts.out_dir.string().c_str());
+  return 0;
+}
+
+Registrar reg(
+    "model synth",
+    "Write a Hugging Face checkpoint with a real architecture and tokenizer and seeded random "
+    "weights",
+    [](CLI::App& app) -> Runner {
+      auto f = std::make_shared<SynthFlags>();
+      SynthOptions& o = f->opts;
+      app.add_option("--arch", o.arch, "Architecture")
+          ->required()
+          ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "mistral", "gemma3"}));
+      app.add_option("--tokenizer", o.tokenizer_dir,
+                     "Directory with tokenizer.json and tokenizer_config.json")
+          ->required();
+      app.add_option("--out", o.out_dir, "Output checkpoint directory")->required();
+      app.add_option("--layers", o.layers, "Decoder layers")->capture_default_str();
+      app.add_option("--hidden", o.hidden, "Hidden size")->capture_default_str();
+      app.add_option("--heads", o.heads, "Attention heads")->capture_default_str();
+      app.add_option("--kv-heads", o.kv_heads, "Key/value heads (GQA)")->capture_default_str();
+      app.add_option("--head-dim", o.head_dim, "Head dimension (0: hidden / heads)")
+          ->capture_default_str();
+      app.add_option("--intermediate", o.intermediate, "MLP intermediate size (0: 3 * hidden)")
+          ->capture_default_str();
+      app.add_option("--vocab", o.vocab,
+                     "Vocabulary size (0: the tokenizer's highest token id + 1)")
+          ->capture_default_str();
+      app.add_option("--max-position", o.max_position, "max_position_embeddings")
+          ->capture_default_str();
+      app.add_option("--sliding-window", o.sliding_window,
+                     "Sliding window (0: architecture default; gemma3 512, others none)")
+          ->capture_default_str();
+      app.add_option("--seed", o.seed, "Weight seed")->capture_default_str();
+      app.add_option("--dtype", f->dtype, "Weight dtype")
+          ->check(CLI::IsMember({"bf16", "f16", "f32"}))
+          ->capture_default_str();
+      app.add_flag("--tie", f->tie, "Tie lm_head to the embeddings (default except mistral)");
+      app.add_flag("--no-tie", f->no_tie, "Separate lm_head weights");
+      app.add_option("--rope-theta", o.rope_theta, "RoPE base (0: architecture default)")
+          ->capture_default_str();
+      return [f] { return RunSynth(*f); };
+    });
+
+}  // namespace
+}  // namespace agentkv::cli

@@ -1,0 +1,61 @@
+// Synthesizes a Hugging Face checkpoint with a real architecture, a real
+// tokenizer and seeded random weights (`agentkv model synth`): config.json
+// (top-level rope_theta convention), generation_config.json,
+// model.safetensors, and copies of tokenizer.json / tokenizer_config.json.
+//
+// Weights are a pure function of (seed, tensor name, dtype, shape): each run
+// on any machine produces the same bytes (own splitmix64 generator and
+// Box-Muller transform; no std:: distributions). Linear, bias and embedding
+// weights ~ N(0, 0.02); norm weights 1 + N(0, 0.1), or N(0, 0.1) for Gemma's
+// (1 + w) norms. Tensors are generated and written in chunks, so memory use
+// stays small whatever the model size.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/safetensors_file.h"
+#include "util/status.h"
+
+namespace agentkv {
+
+struct SynthOptions {
+  std::string arch;                     // "llama", "qwen2", "qwen3", "mistral" or "gemma3"
+  std::filesystem::path tokenizer_dir;  // holds tokenizer.json, tokenizer_config.json
+  std::filesystem::path out_dir;        // created if missing; files overwritten
+  int layers = 2;
+  int hidden = 128;
+  int heads = 4;
+  int kv_heads = 2;
+  int head_dim = 0;      // 0: hidden / heads
+  int intermediate = 0;  // 0: 3 * hidden
+  int vocab = 0;         // 0: the tokenizer's (highest id + 1)
+  int max_position = 32768;
+  int sliding_window = 0;  // 0: architecture default (Gemma 3: 512; others none)
+  uint64_t seed = 0;
+  TensorDtype dtype = TensorDtype::kBF16;
+  std::optional<bool> tie;  // default: untied for mistral, tied otherwise
+  double rope_theta = 0;    // 0: architecture default
+};
+
+// Called now and then while weights are written: bytes written, total bytes.
+using SynthProgress = std::function<void(uint64_t done, uint64_t total)>;
+
+// Errors: unknown arch, bad sizes, a vocab smaller than the tokenizer's,
+// unreadable tokenizer files, I/O errors; each names the option or file.
+Status SynthesizeModel(const SynthOptions& options, const SynthProgress& progress = nullptr);
+
+// Highest token id in tokenizer.json (model vocab and added_tokens) + 1.
+Result<int> TokenizerVocabSize(const std::filesystem::path& tokenizer_json);
+
+// Fills `out` with `count` N(mean, stddev) samples of `name`'s tensor starting
+// at element `first`, converted to `dtype` (little-endian). The result does
+// not depend on how a tensor is split into calls.
+void SynthFill(uint64_t seed, const std::string& name, TensorDtype dtype, double mean,
+               double stddev, uint64_t first, uint64_t count, void* out);
+
+}  // namespace agentkv

@@ -1,0 +1,53 @@
+#include "engine/weight_spec.h"
+
+namespace agentkv {
+
+std::vector<WeightSpec> ExpectedWeights(const ModelConfig& c) {
+  const int64_t h = c.hidden_size, v = c.vocab_size, inter = c.intermediate_size;
+  const int64_t q = static_cast<int64_t>(c.num_heads) * c.head_dim;
+  const int64_t kv = static_cast<int64_t>(c.num_kv_heads) * c.head_dim;
+  std::vector<WeightSpec> w;
+  w.push_back({"model.embed_tokens.weight", {v, h}, WeightRole::kEmbedding});
+  for (int i = 0; i < c.num_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    w.push_back({p + "input_layernorm.weight", {h}, WeightRole::kNorm});
+    w.push_back({p + "self_attn.q_proj.weight", {q, h}, WeightRole::kLinear});
+    w.push_back({p + "self_attn.k_proj.weight", {kv, h}, WeightRole::kLinear});
+    w.push_back({p + "self_attn.v_proj.weight", {kv, h}, WeightRole::kLinear});
+    if (c.attention_bias) {
+      w.push_back({p + "self_attn.q_proj.bias", {q}, WeightRole::kBias});
+      w.push_back({p + "self_attn.k_proj.bias", {kv}, WeightRole::kBias});
+      w.push_back({p + "self_attn.v_proj.bias", {kv}, WeightRole::kBias});
+    }
+    w.push_back({p + "self_attn.o_proj.weight", {h, q}, WeightRole::kLinear});
+    if (c.qk_norm) {
+      w.push_back({p + "self_attn.q_norm.weight", {c.head_dim}, WeightRole::kNorm});
+      w.push_back({p + "self_attn.k_norm.weight", {c.head_dim}, WeightRole::kNorm});
+    }
+    w.push_back({p + "post_attention_layernorm.weight", {h}, WeightRole::kNorm});
+    if (c.sandwich_norm) {
+      w.push_back({p + "pre_feedforward_layernorm.weight", {h}, WeightRole::kNorm});
+      w.push_back({p + "post_feedforward_layernorm.weight", {h}, WeightRole::kNorm});
+    }
+    w.push_back({p + "mlp.gate_proj.weight", {inter, h}, WeightRole::kLinear});
+    w.push_back({p + "mlp.up_proj.weight", {inter, h}, WeightRole::kLinear});
+    w.push_back({p + "mlp.down_proj.weight", {h, inter}, WeightRole::kLinear});
+  }
+  w.push_back({"model.norm.weight", {h}, WeightRole::kNorm});
+  if (!c.tie_word_embeddings) w.push_back({"lm_head.weight", {v, h}, WeightRole::kLinear});
+  return w;
+}
+
+Status ValidateWeights(const ModelConfig& config, const Safetensors& weights,
+                       std::optional<TensorDtype> dtype) {
+  for (const WeightSpec& spec : ExpectedWeights(config)) {
+    ASSIGN_OR_RETURN(TensorView t, weights.Get(spec.name, spec.shape));
+    if (dtype && t.dtype != *dtype)
+      return InvalidArgument(weights.FileOf(spec.name).string() + ": tensor " + spec.name +
+                             " has dtype " + std::string(TensorDtypeName(t.dtype)) + ", expected " +
+                             std::string(TensorDtypeName(*dtype)));
+  }
+  return Status::Ok();
+}
+
+}  // namespace agentkv
