@@ -92,10 +92,12 @@ std::vector<KvCacheManager::Fill> KvCacheManager::SlotsToFill(const Sequence& s,
     if (slot >= t.size()) {
       fills.push_back({slot, false});
     } else if (pool.RefCount(t.blocks()[slot]) > 1) {
-      // Only the block holding the last committed (partial) block's tokens has
-      // content this sequence still needs; others are about to be overwritten.
-      const bool holds_partial = l == first && have % block_size_ != 0;
-      fills.push_back({slot, holds_partial});
+      // Copy whatever holds committed tokens: the partial last block, and for a
+      // ring every written slot, since the step's attention reads the old
+      // window before the backend overwrites it. A slot first used by logical
+      // block `slot` holds committed tokens iff that block started before
+      // `have`; linear tables only reach here for blocks >= first.
+      fills.push_back({slot, static_cast<int64_t>(slot) * block_size_ < have});
     }
   }
   return fills;
@@ -108,7 +110,7 @@ int32_t KvCacheManager::NewBlocksNeeded(SeqId seq, int64_t num_tokens, int group
 }
 
 Status KvCacheManager::EnsureCapacity(SeqId seq, int64_t num_tokens,
-                                      std::vector<BlockCopy>* copies) {
+                                      std::vector<KvBlockCopy>* copies) {
   Sequence* s = Find(seq);
   if (!s) return NotFound("sequence " + std::to_string(seq));
   if (num_tokens < 0) return InvalidArgument("EnsureCapacity: negative token count");
@@ -156,7 +158,7 @@ Status KvCacheManager::EnsureCapacity(SeqId seq, int64_t num_tokens,
 }
 
 void KvCacheManager::CopiesDone() {
-  for (const BlockCopy& c : pending_copies_) pools_[c.group]->Release(c.src);
+  for (const KvBlockCopy& c : pending_copies_) pools_[c.group]->Release(c.src);
   pending_copies_.clear();
 }
 
@@ -297,7 +299,7 @@ Status KvCacheManager::CheckInvariants() const {
       }
     }
   }
-  for (const BlockCopy& c : pending_copies_) ++refs[c.group][c.src];
+  for (const KvBlockCopy& c : pending_copies_) ++refs[c.group][c.src];
   for (int g = 0; g < num_groups(); ++g)
     for (int32_t b = 0; b < pools_[g]->num_blocks(); ++b)
       if (refs[g][b] != pools_[g]->RefCount(b))

@@ -61,12 +61,13 @@ struct KvCacheConfig {
   bool enable_prefix_caching = true;      // forced off for models with sliding groups
 };
 
-// Copy the whole of block `src` to block `dst` in group `group`.
-struct BlockCopy {
+// Copy the whole of block `src` to block `dst` in group `group`. Same fields
+// as engine/backend.h's BlockCopy (which cache/ cannot include).
+struct KvBlockCopy {
   int32_t group = 0;
   int32_t src = -1;
   int32_t dst = -1;
-  bool operator==(const BlockCopy&) const = default;
+  bool operator==(const KvBlockCopy&) const = default;
 };
 
 // What a resident agent keeps of its KV between turns: weak pins on its
@@ -106,7 +107,7 @@ class KvCacheManager {
   // allocating blocks on demand and replacing shared blocks that the step will
   // write (copy-on-write); the copies the backend must do are appended to
   // `copies`. All-or-nothing.
-  Status EnsureCapacity(SeqId seq, int64_t num_tokens, std::vector<BlockCopy>* copies);
+  Status EnsureCapacity(SeqId seq, int64_t num_tokens, std::vector<KvBlockCopy>* copies);
   // Blocks EnsureCapacity(seq, num_tokens) would take from group g's pool.
   int32_t NewBlocksNeeded(SeqId seq, int64_t num_tokens, int group) const;
   // The backend has done every copy handed out so far.
@@ -167,7 +168,7 @@ class KvCacheManager {
   int prefix_group_ = -1;
   std::unique_ptr<PrefixCache> prefix_;
   std::unordered_map<SeqId, Sequence> seqs_;
-  std::vector<BlockCopy> pending_copies_;
+  std::vector<KvBlockCopy> pending_copies_;
 };
 
 }  // namespace agentkv

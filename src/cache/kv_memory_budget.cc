@@ -1,6 +1,7 @@
 #include "cache/kv_memory_budget.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 namespace agentkv {
@@ -9,7 +10,10 @@ uint64_t KvBudgetBytes(std::optional<uint64_t> kv_memory_bytes, uint64_t free_me
                        double fraction) {
   if (kv_memory_bytes) return *kv_memory_bytes;
   fraction = std::clamp(fraction, 0.0, 1.0);
-  return static_cast<uint64_t>(static_cast<long double>(free_memory_bytes) * fraction);
+  // Rounded, not truncated: 0.85 is not exact in binary and 1000 * 0.85 must
+  // not come out as 849.
+  const long double bytes = std::roundl(static_cast<long double>(free_memory_bytes) * fraction);
+  return std::min(free_memory_bytes, static_cast<uint64_t>(bytes));
 }
 
 Result<std::vector<int32_t>> BlocksForBudget(const ModelCacheSpec& spec, int block_size,
