@@ -1,0 +1,84 @@
+// Sampler: turns one sequence's final-position logits into its next token,
+// following that sequence's SamplingParams. Each sequence in a batch owns one
+// Sampler, so sequences sample independently with their own settings and RNG.
+//
+// Order of operations (as Hugging Face and vLLM): repetition penalty ->
+// presence/frequency penalties -> temperature -> top_k -> top_p -> min_p ->
+// draw. Greedy (temperature 0) is argmax after penalties, lowest id on ties.
+// Seeded sampling uses a private xoshiro256** generator, so the same seed and
+// logits give the same tokens on every run and machine.
+//
+// Thread-safety: none; one thread uses a Sampler at a time (the engine
+// thread). Sample() allocates nothing after the first call on a thread: the
+// candidate scratch is per thread and sized to the vocabulary once.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "engine/sampling_params.h"
+
+namespace agentkv {
+
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0.0f;
+};
+
+struct SampledToken {
+  int32_t token = 0;
+  // Log-probability of `token` under the model's raw distribution (before
+  // penalties and temperature); set only when params.logprobs is set.
+  std::optional<float> logprob;
+  // The params.logprobs most likely tokens, most likely first (lowest id on
+  // ties). Points into the Sampler; valid until its next Sample().
+  std::span<const TokenLogprob> top_logprobs;
+};
+
+class Sampler {
+ public:
+  // `params` must have passed Validate(). `vocab_size` is the logits' length.
+  Sampler(const SamplingParams& params, int32_t vocab_size);
+
+  // Records prompt tokens for the repetition penalty. Cheap no-op when no
+  // penalty is set. Ids outside the vocabulary are ignored.
+  void AddPrompt(std::span<const int32_t> tokens);
+  // Records an output token that this Sampler did not pick (output restored
+  // after a restart, forced tokens), so penalties see it.
+  void AddOutput(int32_t token);
+
+  // Picks the next token and records it as output. `logits` (vocab_size
+  // long) is used as scratch and left clobbered.
+  SampledToken Sample(std::span<float> logits);
+
+  // The penalty step of Sample(), in place. O(distinct tokens seen).
+  void ApplyPenalties(std::span<float> logits) const;
+
+  const SamplingParams& params() const { return params_; }
+  int32_t vocab_size() const { return vocab_size_; }
+  // The seed in use: params.seed, or the one drawn when it was unset.
+  uint64_t seed() const { return seed_; }
+
+ private:
+  int32_t SampleStochastic(std::span<float> logits);
+  void ComputeLogprobs(std::span<const float> raw);
+  double NextUniform();  // [0, 1), 53 random bits
+  uint64_t NextU64();
+
+  SamplingParams params_;
+  int32_t vocab_size_;
+  uint64_t seed_;
+  std::array<uint64_t, 4> rng_{};
+  // Per token id: bit 31 = seen in the prompt, bits 0..30 = output count.
+  // Empty when no penalty is set.
+  std::vector<uint32_t> counts_;
+  std::vector<int32_t> seen_ids_;  // ids with a non-zero counts_ entry
+  std::array<TokenLogprob, SamplingParams::kMaxLogprobs> top_{};
+  int32_t num_top_ = 0;
+  float sampled_logprob_ = 0.0f;
+};
+
+}  // namespace agentkv

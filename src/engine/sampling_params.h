@@ -1,0 +1,51 @@
+// SamplingParams: how one sequence picks its next token and when it stops.
+// Plain value type; copy freely. Ranges follow the OpenAI API (temperature
+// 0..2, penalties -2..2) and vLLM (top_k, min_p, repetition_penalty).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "util/status.h"
+
+namespace agentkv {
+
+struct SamplingParams {
+  // Most top logprobs a request may ask for (OpenAI's top_logprobs limit).
+  static constexpr int kMaxLogprobs = 20;
+
+  float temperature = 1.0f;  // 0 = greedy (argmax)
+  float top_p = 1.0f;        // (0, 1]; 1 = off
+  int32_t top_k = 0;         // 0 or -1 = off
+  float min_p = 0.0f;        // [0, 1]; 0 = off
+  // Unset: the sampler draws a seed of its own, so runs differ.
+  std::optional<uint64_t> seed;
+  // HF/vLLM: logits of tokens seen in prompt or output are divided (if
+  // positive) or multiplied (if negative) by this. 1 = off.
+  float repetition_penalty = 1.0f;
+  // OpenAI, over output tokens only: logit -= presence * (count > 0) +
+  // frequency * count.
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  // Unset: until the context is full (the caller clamps it to what is left).
+  std::optional<int32_t> max_tokens;
+  std::vector<std::string> stop;        // stop strings, excluded from the output
+  std::vector<int32_t> stop_token_ids;  // stop even when ignore_eos is set
+  bool ignore_eos = false;
+  // Unset: no logprobs. N: the sampled token's logprob plus the N most likely
+  // tokens' (0..kMaxLogprobs), from the model's raw distribution.
+  std::optional<int32_t> logprobs;
+
+  bool greedy() const { return temperature == 0.0f; }
+  bool top_k_enabled() const { return top_k > 0; }
+  bool has_penalties() const {
+    return repetition_penalty != 1.0f || presence_penalty != 0.0f || frequency_penalty != 0.0f;
+  }
+
+  // InvalidArgument naming the first field out of range; NaN is out of range.
+  Status Validate() const;
+};
+
+}  // namespace agentkv
