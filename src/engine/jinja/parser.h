@@ -1,0 +1,14 @@
+// Parser: tokens to AST, following jinja2's grammar and operator precedence.
+// Throws TemplateError (kSyntax) naming the line of the offending token.
+#pragma once
+
+#include <vector>
+
+#include "engine/jinja/ast.h"
+#include "engine/jinja/lexer.h"
+
+namespace agentkv::jinja {
+
+NodeList Parse(const std::vector<Token>& tokens);
+
+}  // namespace agentkv::jinja
