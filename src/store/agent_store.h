@@ -1,0 +1,195 @@
+// AgentStore: the persistent agent store (SPEC section 5). Agents' metadata
+// and history, per-agent KV chains, content-addressed KV blocks and model
+// fingerprints in one LMDB environment (docs/store-format.md).
+//
+// Durability: AppendTurn, PutAgentExtras, PutModel and RemoveAgent commit
+// and fsync before they return OK. KV writes are write-behind: PutKvBlocks
+// only enqueues; one writer thread compresses and group-commits; Flush()
+// waits for what was queued before it.
+//
+// Correctness of served KV: a block is only returned under the fingerprint
+// and chain hash it was written with, after its checksum, sizes and zstd
+// checksum pass. A record that fails is reported (Corruption naming its key)
+// and the prefix stops before it.
+//
+// Thread-safety: every method may be called from any thread. The store
+// knows nothing of its callers' threads; PutKvBlocks never does I/O.
+// Ownership: the destructor flushes pending KV writes and closes the
+// environment. Only one AgentStore per directory per process; never carry
+// one across fork().
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "cache/block_hash.h"
+#include "store/fingerprint.h"
+#include "store/kv_write_queue.h"
+#include "store/lmdb_env.h"
+#include "store/records.h"
+#include "util/status.h"
+
+namespace agentkv::store {
+
+class WorkerPool;
+
+struct StoreOptions {
+  uint64_t initial_map_bytes = 64ull << 20;
+  // The map doubles on MDB_MAP_FULL up to this; past it writes fail with
+  // ResourceExhausted.
+  uint64_t max_map_bytes = 1ull << 40;
+  // --store-max-bytes: 0 = unlimited; otherwise least-recently-used KV
+  // blocks are evicted after KV writes to keep used pages under it.
+  uint64_t max_bytes = 0;
+  size_t kv_queue_max_bytes = 512ull << 20;
+  size_t kv_batch_max_bytes = 32ull << 20;  // per group commit
+  int compression_level = 1;
+  int worker_threads = 4;                  // compression and decompression helpers
+  uint64_t max_block_bytes = 64ull << 20;  // bound on one block's size
+  bool sync = true;                        // false: no fsync (tests, scratch stores)
+  bool read_only = false;                  // inspection (ls/show/verify) beside a server
+  // Milliseconds since the epoch; tests inject a fake clock.
+  std::function<int64_t()> clock;
+};
+
+struct Turn {
+  uint32_t number = 0;        // 1-based
+  std::string messages_json;  // as given to AppendTurn
+};
+
+struct KvBlock {
+  BlockHash hash;
+  std::vector<int32_t> tokens;
+  std::string data;  // decompressed KV bytes
+};
+
+struct KvPrefix {
+  std::vector<KvBlock> blocks;  // the longest usable prefix, in order
+  // OK, or Corruption naming the record that ended the prefix.
+  Status problem;
+};
+
+struct KvFingerprintUsage {
+  ModelFingerprint fp;
+  uint64_t chain_blocks = 0;   // entries in the agent's chain
+  uint64_t stored_blocks = 0;  // of those, blocks present on disk
+  uint64_t stored_bytes = 0;   // their compressed record bytes
+};
+
+struct AgentSummary {
+  AgentMeta meta;
+  std::vector<KvFingerprintUsage> kv;
+};
+
+struct KvStoreStats {
+  KvWriteQueue::Stats queue;
+  uint64_t blocks_written = 0;
+  uint64_t bytes_written = 0;  // compressed record bytes
+  uint64_t blocks_evicted = 0;
+  uint64_t write_errors = 0;
+};
+
+struct VerifyReport {
+  uint64_t records = 0;
+  uint64_t kv_blocks = 0;
+  uint64_t kv_uncompressed_bytes = 0;
+  uint64_t kv_stored_bytes = 0;
+  std::vector<std::string> problems;  // one line per corrupt record
+  bool ok() const { return problems.empty(); }
+};
+
+class AgentStore {
+ public:
+  static Result<std::unique_ptr<AgentStore>> Open(const std::string& dir,
+                                                  StoreOptions options = {});
+  ~AgentStore();
+  AgentStore(const AgentStore&) = delete;
+  AgentStore& operator=(const AgentStore&) = delete;
+
+  // --- agents and history (synchronous, durable on OK) -------------------
+  // Appends one turn (the messages as JSON text) to `agent_id`'s history,
+  // creating the agent on its first turn; returns the turn number.
+  // `system_prompt_hash` is recorded when the agent is created.
+  Result<uint32_t> AppendTurn(std::string_view agent_id, std::string_view messages_json,
+                              std::string_view system_prompt_hash = {});
+  // Replaces the agent's caller-owned extras object.
+  Status PutAgentExtras(std::string_view agent_id, const nlohmann::json& extras);
+  Result<AgentMeta> GetAgent(std::string_view agent_id);
+  Result<std::vector<AgentMeta>> ListAgents();
+  Result<std::vector<Turn>> GetHistory(std::string_view agent_id);
+  // History, meta, chains and the KV blocks no other chain refers to.
+  // Flushes pending KV writes first; callers stop writing the agent's KV.
+  Status RemoveAgent(std::string_view agent_id);
+  Result<AgentSummary> Summarize(std::string_view agent_id);
+
+  // --- models ---------------------------------------------------------------
+  Status PutModel(const ModelFingerprint& fp, std::string_view description_json);
+  Result<std::string> GetModel(const ModelFingerprint& fp);
+
+  // --- KV (write-behind) ----------------------------------------------------
+  // Enqueues; returns at once. Dropped (and counted) under queue pressure.
+  void PutKvBlocks(KvChainWrite write);
+  // Waits until every KV write queued before the call is committed or
+  // dropped; returns the first write error since the previous Flush.
+  Status Flush();
+  // Longest stored prefix of `hashes` under `fp`. When `tokens` is given
+  // (the request's tokens, block i = tokens[i*bs, (i+1)*bs)), each block's
+  // stored tokens must equal them too. Decompresses on the worker pool.
+  // Fails only on I/O errors; corruption ends the prefix (see KvPrefix).
+  Result<KvPrefix> LoadKvPrefix(const ModelFingerprint& fp, std::span<const BlockHash> hashes,
+                                std::span<const int32_t> tokens = {}, int block_size = 0);
+  // Same, hashing the full blocks of `tokens` with cache/block_hash.h.
+  Result<KvPrefix> LoadKvPrefixForTokens(const ModelFingerprint& fp,
+                                         std::span<const int32_t> tokens, int block_size);
+  // The agent's chain under `fp` from block 0 up to the first gap.
+  Result<std::vector<ChainEntry>> GetKvChain(std::string_view agent_id, const ModelFingerprint& fp);
+  KvStoreStats kv_stats() const;
+
+  // --- maintenance ------------------------------------------------------------
+  // Checks every record (envelope, structure, KV decompression).
+  Result<VerifyReport> Verify();
+  // Pages in use by all sub-databases.
+  Result<uint64_t> UsedBytes();
+  // Evicts least-recently-used KV blocks until used pages are at most
+  // `target_bytes` or no stored block is left; returns blocks evicted.
+  Result<uint64_t> EvictKvTo(uint64_t target_bytes);
+  // Rewrites DIR's data file compactly (mdb_env_copy2 + MDB_CP_COMPACT) and
+  // swaps it in. No process may have the store open (checked by lock).
+  static Status Compact(const std::string& dir);
+
+  // The raw environment, for tools and tests that need to reach past the
+  // record layer (e.g. to corrupt a record on purpose).
+  LmdbEnv& env() { return *env_; }
+  const StoreOptions& options() const { return options_; }
+
+ private:
+  AgentStore() = default;
+  int64_t Now() const;
+  void WriterLoop();
+  Status WriteBatch(std::vector<KvChainWrite>& batch);
+  void RecordWriteError(const Status& s);
+  // Evicts at least `bytes` of stored KV (by record size), oldest access
+  // first, inside `txn`; returns blocks evicted.
+  Result<uint64_t> EvictInTxn(LmdbEnv::WriteTxn& txn, uint64_t bytes);
+  // The same in a transaction of its own; counts evictions.
+  Result<uint64_t> EvictLru(uint64_t bytes);
+
+  std::unique_ptr<LmdbEnv> env_;
+  StoreOptions options_;
+  std::unique_ptr<WorkerPool> pool_;
+  std::unique_ptr<KvWriteQueue> queue_;
+  std::thread writer_;
+  mutable std::mutex err_mu_;
+  Status first_error_;
+  std::atomic<uint64_t> blocks_written_{0}, bytes_written_{0}, blocks_evicted_{0}, write_errors_{0};
+};
+
+}  // namespace agentkv::store

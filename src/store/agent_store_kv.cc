@@ -1,0 +1,348 @@
+// AgentStore: KV blocks. Write-behind through KvWriteQueue and one writer
+// thread (group commit); resume lookups decompress on the worker pool;
+// least-recently-used eviction under max_bytes.
+#include <algorithm>
+#include <unordered_set>
+
+#include "store/agent_store.h"
+#include "store/kv_block_codec.h"
+#include "store/record_envelope.h"
+#include "store/worker_pool.h"
+
+namespace agentkv::store {
+namespace {
+
+KvBlockCodec& ThreadCodec(int level) {
+  thread_local KvBlockCodec codec;
+  codec.set_level(level);
+  return codec;
+}
+
+constexpr int kKvDb = static_cast<int>(Db::kKv);
+
+Result<KvMeta> LoadKvMeta(LmdbTxnBase& t, const std::string& key) {
+  ASSIGN_OR_RETURN(auto v, t.Get(Db::kKvMeta, key));
+  if (!v) return KvMeta{};
+  auto m = DecodeKvMeta(*v, DescribeKey(static_cast<int>(Db::kKvMeta), key));
+  // Bookkeeping that fails its checksum restarts from zero; it only steers
+  // eviction and sharing, never what is served.
+  if (!m.ok()) return KvMeta{};
+  return *m;
+}
+
+// Adds `delta` references to a block; a block with no references and no
+// stored record loses its meta.
+Status AddRef(LmdbEnv::WriteTxn& t, const std::string& key, int delta, int64_t now) {
+  ASSIGN_OR_RETURN(KvMeta m, LoadKvMeta(t, key));
+  if (delta > 0) {
+    m.refcount += static_cast<uint32_t>(delta);
+    m.last_access_ms = static_cast<uint64_t>(now);
+  } else {
+    m.refcount -= std::min<uint32_t>(m.refcount, static_cast<uint32_t>(-delta));
+  }
+  if (m.refcount == 0 && m.stored_bytes == 0) {
+    return t.Del(Db::kKvMeta, key).status();
+  }
+  return t.Put(Db::kKvMeta, key, EncodeKvMeta(m));
+}
+
+}  // namespace
+
+void AgentStore::PutKvBlocks(KvChainWrite write) {
+  if (!queue_) return;  // read-only
+  queue_->Push(std::move(write));
+}
+
+Status AgentStore::Flush() {
+  if (!queue_) return Status::Ok();
+  queue_->WaitResolved();
+  std::lock_guard lock(err_mu_);
+  Status s = first_error_;
+  first_error_ = Status::Ok();
+  return s;
+}
+
+KvStoreStats AgentStore::kv_stats() const {
+  KvStoreStats s;
+  if (queue_) s.queue = queue_->stats();
+  s.blocks_written = blocks_written_;
+  s.bytes_written = bytes_written_;
+  s.blocks_evicted = blocks_evicted_;
+  s.write_errors = write_errors_;
+  return s;
+}
+
+void AgentStore::RecordWriteError(const Status& s) {
+  ++write_errors_;
+  std::lock_guard lock(err_mu_);
+  if (first_error_.ok()) first_error_ = s;
+}
+
+void AgentStore::WriterLoop() {
+  std::vector<KvChainWrite> batch;
+  while (queue_->PopBatch(options_.kv_batch_max_bytes, &batch)) {
+    Status s = WriteBatch(batch);
+    if (s.code() == StatusCode::kResourceExhausted) {
+      // The map or the disk is full: older KV makes room for newer.
+      size_t bytes = 0;
+      for (const auto& w : batch) bytes += w.bytes();
+      auto evicted = EvictLru(2 * bytes);
+      if (evicted.ok() && *evicted > 0) s = WriteBatch(batch);
+    }
+    if (!s.ok()) RecordWriteError(s);
+    if (s.ok() && options_.max_bytes > 0) {
+      auto used = UsedBytes();
+      if (used.ok() && *used > options_.max_bytes) {
+        auto e = EvictKvTo(options_.max_bytes / 10 * 9);
+        if (!e.ok()) RecordWriteError(e.status());
+      }
+    }
+    batch.clear();
+    queue_->MarkDone();
+  }
+}
+
+Status AgentStore::WriteBatch(std::vector<KvChainWrite>& batch) {
+  struct Job {
+    const KvChainWrite* w;
+    const KvBlockWrite* b;
+    std::string key;
+    Result<std::string> value = Status(StatusCode::kInternal, "not encoded");
+  };
+  std::vector<Job> jobs;
+  {
+    // Encode only blocks that are not stored intact yet (shared prefixes are
+    // stored once); a damaged record is rewritten.
+    ASSIGN_OR_RETURN(auto r, env_->BeginRead());
+    std::unordered_set<std::string> seen;
+    for (const auto& w : batch) {
+      if (w.touch_only) continue;
+      for (const auto& b : w.blocks) {
+        if (b.data.empty()) continue;
+        std::string key = KvKey(w.fp, b.hash);
+        if (!seen.insert(key).second) continue;
+        ASSIGN_OR_RETURN(auto v, r.Get(Db::kKv, key));
+        if (v && OpenRecord(RecordType::kKvBlock, *v, "").ok()) continue;
+        jobs.push_back(Job{&w, &b, std::move(key)});
+      }
+    }
+  }
+  pool_->ParallelFor(jobs.size(), [&](size_t i) {
+    Job& j = jobs[i];
+    j.value = ThreadCodec(options_.compression_level)
+                  .Encode(j.w->fp, j.b->hash, j.b->tokens, j.b->data, j.w->element_size);
+  });
+  for (const auto& j : jobs) {
+    if (!j.value.ok()) return j.value.status();
+  }
+
+  uint64_t bytes = 0;
+  Status s = env_->Write([&](LmdbEnv::WriteTxn& t) -> Status {
+    const int64_t now = Now();
+    bytes = 0;
+    for (const auto& j : jobs) {
+      RETURN_IF_ERROR(t.Put(Db::kKv, j.key, *j.value));
+      ASSIGN_OR_RETURN(KvMeta m, LoadKvMeta(t, j.key));
+      m.stored_bytes = static_cast<uint32_t>(j.value->size());
+      m.last_access_ms = static_cast<uint64_t>(now);
+      RETURN_IF_ERROR(t.Put(Db::kKvMeta, j.key, EncodeKvMeta(m)));
+      bytes += j.value->size();
+    }
+    for (const auto& w : batch) {
+      if (w.touch_only) {
+        for (const auto& b : w.blocks) {
+          const std::string key = KvKey(w.fp, b.hash);
+          ASSIGN_OR_RETURN(auto v, t.Get(Db::kKvMeta, key));
+          if (!v) continue;
+          ASSIGN_OR_RETURN(KvMeta m, LoadKvMeta(t, key));
+          m.last_access_ms = static_cast<uint64_t>(now);
+          RETURN_IF_ERROR(t.Put(Db::kKvMeta, key, EncodeKvMeta(m)));
+        }
+        continue;
+      }
+      if (w.agent_id.empty() || !ValidateAgentId(w.agent_id).ok()) continue;
+      for (size_t i = 0; i < w.blocks.size(); ++i) {
+        const auto& b = w.blocks[i];
+        const std::string ck = ChainKey(w.agent_id, w.fp, w.first_index + static_cast<uint32_t>(i));
+        ASSIGN_OR_RETURN(auto old, t.Get(Db::kChains, ck));
+        if (old) {
+          auto e = DecodeChainEntry(*old, "");
+          if (e.ok() && e->hash == b.hash) continue;
+          if (e.ok()) RETURN_IF_ERROR(AddRef(t, KvKey(w.fp, e->hash), -1, now));
+        }
+        RETURN_IF_ERROR(t.Put(Db::kChains, ck, EncodeChainEntry(b.hash, b.tokens)));
+        RETURN_IF_ERROR(AddRef(t, KvKey(w.fp, b.hash), +1, now));
+      }
+      // Cut what followed the written blocks: it continued another history.
+      const std::string prefix = ChainPrefix(w.agent_id, w.fp);
+      const std::string from =
+          ChainKey(w.agent_id, w.fp, w.first_index + static_cast<uint32_t>(w.blocks.size()));
+      std::vector<std::pair<std::string, std::optional<BlockHash>>> cut;
+      RETURN_IF_ERROR(t.Scan(
+          Db::kChains, prefix,
+          [&](std::string_view k, std::string_view v) -> Result<bool> {
+            auto e = DecodeChainEntry(v, "");
+            cut.emplace_back(std::string(k),
+                             e.ok() ? std::optional<BlockHash>(e->hash) : std::nullopt);
+            return true;
+          },
+          from));
+      for (const auto& [k, h] : cut) {
+        RETURN_IF_ERROR(t.Del(Db::kChains, k).status());
+        if (h) RETURN_IF_ERROR(AddRef(t, KvKey(w.fp, *h), -1, now));
+      }
+    }
+    return Status::Ok();
+  });
+  if (!s.ok()) return s.WithContext("KV write-behind");
+  blocks_written_ += jobs.size();
+  bytes_written_ += bytes;
+  return Status::Ok();
+}
+
+Result<KvPrefix> AgentStore::LoadKvPrefix(const ModelFingerprint& fp,
+                                          std::span<const BlockHash> hashes,
+                                          std::span<const int32_t> tokens, int block_size) {
+  if (!tokens.empty() &&
+      (block_size <= 0 || tokens.size() < hashes.size() * static_cast<size_t>(block_size))) {
+    return InvalidArgument("LoadKvPrefix: tokens do not cover the hashed blocks");
+  }
+  KvPrefix out;
+  std::vector<std::string_view> values;
+  std::vector<Status> status;
+  {
+    ASSIGN_OR_RETURN(auto r, env_->BeginRead());
+    for (const auto& h : hashes) {
+      ASSIGN_OR_RETURN(auto v, r.Get(Db::kKv, KvKey(fp, h)));
+      if (!v) break;
+      values.push_back(*v);
+    }
+    out.blocks.resize(values.size());
+    status.resize(values.size());
+    // The views point into the map; the read transaction stays open until
+    // every worker is done with them.
+    pool_->ParallelFor(values.size(), [&](size_t i) {
+      const std::string where = DescribeKey(kKvDb, KvKey(fp, hashes[i]));
+      auto view = KvBlockCodec::Parse(values[i], fp, hashes[i], options_.max_block_bytes, where);
+      if (!view.ok()) {
+        status[i] = view.status();
+        return;
+      }
+      KvBlock& b = out.blocks[i];
+      b.hash = hashes[i];
+      b.tokens = view->Tokens();
+      if (!tokens.empty() &&
+          !std::equal(b.tokens.begin(), b.tokens.end(), tokens.begin() + i * block_size,
+                      tokens.begin() + (i + 1) * block_size)) {
+        status[i] = Corruption(where + ": stored tokens differ from the request's");
+        return;
+      }
+      status[i] = ThreadCodec(options_.compression_level).Decode(*view, &b.data, where);
+    });
+  }
+  size_t good = 0;
+  while (good < status.size() && status[good].ok()) ++good;
+  if (good < status.size()) out.problem = status[good];
+  out.blocks.resize(good);
+  if (queue_ && good > 0) {
+    KvChainWrite touch;
+    touch.fp = fp;
+    touch.touch_only = true;
+    for (const auto& b : out.blocks) touch.blocks.push_back(KvBlockWrite{b.hash, {}, {}});
+    queue_->Push(std::move(touch));
+  }
+  return out;
+}
+
+Result<KvPrefix> AgentStore::LoadKvPrefixForTokens(const ModelFingerprint& fp,
+                                                   std::span<const int32_t> tokens,
+                                                   int block_size) {
+  if (block_size <= 0) return InvalidArgument("block size must be positive");
+  const std::vector<BlockHash> hashes = HashFullBlocks(tokens, block_size);
+  return LoadKvPrefix(fp, hashes, tokens, block_size);
+}
+
+Result<std::vector<ChainEntry>> AgentStore::GetKvChain(std::string_view agent_id,
+                                                       const ModelFingerprint& fp) {
+  RETURN_IF_ERROR(ValidateAgentId(agent_id));
+  ASSIGN_OR_RETURN(auto r, env_->BeginRead());
+  std::vector<ChainEntry> out;
+  const std::string prefix = ChainPrefix(agent_id, fp);
+  RETURN_IF_ERROR(
+      r.Scan(Db::kChains, prefix, [&](std::string_view k, std::string_view v) -> Result<bool> {
+        ModelFingerprint kfp;
+        uint32_t index = 0;
+        if (!ParseChainKey(k, agent_id.size(), &kfp, &index) || index != out.size()) return false;
+        auto e = DecodeChainEntry(v, DescribeKey(static_cast<int>(Db::kChains), k));
+        if (!e.ok()) return false;  // the usable chain ends before a bad entry
+        out.push_back(std::move(*e));
+        return true;
+      }));
+  return out;
+}
+
+Result<uint64_t> AgentStore::EvictInTxn(LmdbEnv::WriteTxn& t, uint64_t bytes) {
+  struct Candidate {
+    uint64_t last_access;
+    std::string key;
+    KvMeta meta;
+  };
+  std::vector<Candidate> c;
+  RETURN_IF_ERROR(
+      t.Scan(Db::kKvMeta, {}, [&](std::string_view k, std::string_view v) -> Result<bool> {
+        auto m = DecodeKvMeta(v, "");
+        // Unreadable meta sorts first: its block is the first to go.
+        KvMeta meta = m.ok() ? *m : KvMeta{0, 0, 1};
+        if (meta.stored_bytes > 0) c.push_back({meta.last_access_ms, std::string(k), meta});
+        return true;
+      }));
+  std::sort(c.begin(), c.end(),
+            [](const Candidate& a, const Candidate& b) { return a.last_access < b.last_access; });
+  uint64_t freed = 0, n = 0;
+  for (auto& cand : c) {
+    if (freed >= bytes) break;
+    ASSIGN_OR_RETURN(bool existed, t.Del(Db::kKv, cand.key));
+    freed += cand.meta.stored_bytes;
+    n += existed ? 1 : 0;
+    if (cand.meta.refcount == 0) {
+      RETURN_IF_ERROR(t.Del(Db::kKvMeta, cand.key).status());
+    } else {
+      cand.meta.stored_bytes = 0;
+      RETURN_IF_ERROR(t.Put(Db::kKvMeta, cand.key, EncodeKvMeta(cand.meta)));
+    }
+  }
+  return n;
+}
+
+Result<uint64_t> AgentStore::EvictLru(uint64_t bytes) {
+  uint64_t n = 0;
+  RETURN_IF_ERROR(env_->Write([&](LmdbEnv::WriteTxn& t) -> Status {
+    ASSIGN_OR_RETURN(n, EvictInTxn(t, bytes));
+    return Status::Ok();
+  }));
+  blocks_evicted_ += n;
+  return n;
+}
+
+Result<uint64_t> AgentStore::EvictKvTo(uint64_t target_bytes) {
+  uint64_t total = 0;
+  // Page accounting after deletes is not exact, so re-measure a few times.
+  for (int round = 0; round < 8; ++round) {
+    uint64_t n = 0;
+    bool done = false;
+    RETURN_IF_ERROR(env_->Write([&](LmdbEnv::WriteTxn& t) -> Status {
+      ASSIGN_OR_RETURN(uint64_t used, t.UsedBytes());
+      done = used <= target_bytes;
+      n = 0;
+      if (done) return Status::Ok();
+      ASSIGN_OR_RETURN(n, EvictInTxn(t, used - target_bytes));
+      return Status::Ok();
+    }));
+    total += n;
+    blocks_evicted_ += n;
+    if (done || n == 0) break;
+  }
+  return total;
+}
+
+}  // namespace agentkv::store
