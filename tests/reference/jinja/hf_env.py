@@ -57,9 +57,19 @@ def special_tokens(config):
     return out
 
 
+_COMPILED = {}
+
+
+def _compile(env, source):
+    key = (id(env), source)
+    if key not in _COMPILED:
+        _COMPILED[key] = env.from_string(source)
+    return _COMPILED[key]
+
+
 def render(env, source, context):
     """Returns {"output": str} or {"error": "<Type>: <message>"}."""
     try:
-        return {"output": env.from_string(source).render(**context)}
+        return {"output": _compile(env, source).render(**context)}
     except Exception as e:  # any failure is an expected-error case
         return {"error": "%s: %s" % (type(e).__name__, e)}

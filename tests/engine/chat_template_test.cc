@@ -1,0 +1,145 @@
+// Chat templates of real models (Qwen3, Llama 3.1, Gemma 3, DeepSeek V3)
+// rendered by agentkv against Python jinja2 called as transformers calls it,
+// on seeded random conversations; plus the template loader's choices.
+#include "engine/chat_template.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "engine/jinja/reference_util.h"
+
+namespace agentkv {
+namespace {
+
+namespace jt = jinja::testing;
+constexpr int64_t kFixedTimestamp = 1722001506;  // hf_env.FIXED_TIMESTAMP
+
+jinja::RenderOptions FixedClock() {
+  jinja::RenderOptions o;
+  o.clock = [] { return std::chrono::system_clock::from_time_t(kFixedTimestamp); };
+  return o;
+}
+
+class ChatTemplateReferenceTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ChatTemplateReferenceTest, MatchesPythonOnSeededConversations) {
+  const std::string model = GetParam();
+  const std::string dir = std::string(AGENTKV_DATA_DIR) + "/tokenizers/" + model;
+  if (!std::filesystem::exists(dir + "/tokenizer_config.json"))
+    GTEST_SKIP() << dir << " is missing; run scripts/setup.sh";
+  if (!jt::HaveReferenceJinja()) GTEST_SKIP() << "python3-jinja2 is not installed";
+  std::string out =
+      jt::RunPython(std::string(AGENTKV_SOURCE_DIR) + "/tests/reference/jinja/gen_chat_cases.py " +
+                    AGENTKV_DATA_DIR + " --seed 1234 --count 220 --models " + model);
+  ASSERT_FALSE(out.empty()) << "gen_chat_cases.py failed";
+  auto cases = nlohmann::ordered_json::parse(out)["cases"];
+  ASSERT_GE(cases.size(), 200u);
+
+  auto tmpl = ChatTemplate::LoadFromModelDir(dir);
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status().ToString();
+  int failures = 0, errors_expected = 0, with_tools = 0, tool_calls = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const auto& c = cases[i];
+    ChatTemplate::Input in;
+    in.messages = c["messages"];
+    in.tools = c["tools"];
+    in.add_generation_prompt = c["add_generation_prompt"];
+    in.extra = c["extra"];
+    with_tools += !in.tools.is_null();
+    for (const auto& m : in.messages) tool_calls += m.contains("tool_calls");
+    auto got = tmpl->Render(in, FixedClock());
+    if (c.contains("error")) {
+      ++errors_expected;
+      if (got.ok()) {
+        ADD_FAILURE() << model << " case " << i << ": python failed ("
+                      << c["error"].get<std::string>() << ") but C++ rendered";
+        ++failures;
+      }
+      continue;
+    }
+    const std::string want = c["output"];
+    if (!got.ok()) {
+      ADD_FAILURE() << model << " case " << i << ": C++ failed: " << got.status().ToString()
+                    << "\nmessages: " << in.messages.dump();
+      ++failures;
+    } else if (*got != want) {
+      ADD_FAILURE() << model << " case " << i << ": " << jt::FirstDiff(want, *got)
+                    << "\nmessages: " << in.messages.dump().substr(0, 2000);
+      ++failures;
+    }
+    if (failures >= 5) break;  // enough to debug; keep the log readable
+  }
+  EXPECT_EQ(failures, 0);
+  // The generator must keep exercising what it claims to.
+  EXPECT_GT(with_tools, 50);
+  if (model != "gemma3") {
+    EXPECT_GT(tool_calls, 30);
+  }
+  std::cout << model << ": " << cases.size() << " conversations (" << errors_expected
+            << " expected errors, " << with_tools << " with tools)\n";
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ChatTemplateReferenceTest,
+                         ::testing::Values("qwen3", "llama3_1", "gemma3", "deepseek_v3"));
+
+class TempDir {
+ public:
+  TempDir() {
+    path_ = std::filesystem::temp_directory_path() /
+            ("agentkv_chat_template_" + std::to_string(::getpid()) + "_" + std::to_string(n_++));
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  void Write(const std::string& name, const std::string& text) {
+    std::ofstream(path_ / name) << text;
+  }
+  std::string path() const { return path_.string(); }
+
+ private:
+  static inline int n_ = 0;
+  std::filesystem::path path_;
+};
+
+TEST(ChatTemplateTest, NamedTemplatesPickDefaultOrToolUse) {
+  TempDir dir;
+  dir.Write("tokenizer_config.json", R"({"bos_token": "<s>", "chat_template": [
+      {"name": "default", "template": "D{{ bos_token }}{{ messages|length }}"},
+      {"name": "tool_use", "template": "T{{ tools|length }}"}]})");
+  auto t = ChatTemplate::LoadFromModelDir(dir.path());
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ChatTemplate::Input in;
+  in.messages = nlohmann::ordered_json::array({{{"role", "user"}, {"content", "x"}}});
+  EXPECT_EQ(*t->Render(in), "D<s>1");
+  in.tools = nlohmann::ordered_json::array({nlohmann::ordered_json::object()});
+  EXPECT_EQ(*t->Render(in), "T1");
+}
+
+TEST(ChatTemplateTest, JinjaFileWinsOverConfig) {
+  TempDir dir;
+  dir.Write("tokenizer_config.json",
+            R"({"eos_token": {"content": "</s>", "lstrip": false}, "chat_template": "config"})");
+  dir.Write("chat_template.jinja", "file{{ eos_token }}\n");
+  auto t = ChatTemplate::LoadFromModelDir(dir.path());
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(*t->Render({}), "file</s>");  // jinja2 drops the single trailing newline
+}
+
+TEST(ChatTemplateTest, MissingTemplateIsNotFound) {
+  TempDir dir;
+  dir.Write("tokenizer_config.json", R"({"bos_token": "<s>"})");
+  auto t = ChatTemplate::LoadFromModelDir(dir.path());
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kNotFound);
+}
+
+TEST(ChatTemplateTest, BrokenTemplateReportsLine) {
+  auto t = ChatTemplate::FromSource("ok\n{% for m in messages %}\n{{ m.content }", {});
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("line 3"), std::string::npos) << t.status().ToString();
+}
+
+}  // namespace
+}  // namespace agentkv
