@@ -394,7 +394,10 @@ void ToolCallParser::CompleteCall(std::vector<OutputEvent>* out) {
 }
 
 void ToolCallParser::FailCall(size_t search_from, std::vector<OutputEvent>* out) {
-  if (begun_) AppendMerged(out, CallEvent(Kind::kToolCallAbort, index_));
+  if (begun_) {
+    FlushArgs(out);  // what arrived before the break, whatever the split
+    AppendMerged(out, CallEvent(Kind::kToolCallAbort, index_));
+  }
   begun_ = false;
   args_unsent_.clear();
   args_open_ = false;
