@@ -1,11 +1,11 @@
 #include "engine/cpu_backend.h"
 
 #include <cblas.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <thread>
 
 #include "engine/cpu_kernels.h"
 
@@ -57,8 +57,11 @@ Result<std::unique_ptr<CpuBackend>> CpuBackend::Create(const ModelConfig& config
   RETURN_IF_ERROR(b->LoadWeights(weights));
   b->inv_freq_global_ = kernels::RopeInvFreq(config.rope, config.head_dim);
   b->inv_freq_local_ = kernels::RopeInvFreq(config.rope_local, config.head_dim);
-  int threads = options.threads > 0 ? options.threads : omp_get_num_procs();
+  const int threads = options.threads > 0
+                          ? options.threads
+                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   b->options_.threads = threads;
+  b->pool_ = std::make_unique<ThreadPool>(threads);
   b->scores_.resize(threads);
   return b;
 }
@@ -226,8 +229,7 @@ void CpuBackend::Attention(int layer, std::span<const SeqStep> batch) {
 
   // One work item per (token, query head).
   const int64_t items = T * nh;
-#pragma omp parallel for schedule(dynamic, 4) num_threads(options_.threads)
-  for (int64_t it = 0; it < items; ++it) {
+  pool_->ParallelFor(items, 4, [&](int64_t it, int thread) {
     const int64_t t = it / nh;
     const int h = static_cast<int>(it % nh);
     const int s = tok_seq_[t];
@@ -253,8 +255,8 @@ void CpuBackend::Attention(int layer, std::span<const SeqStep> batch) {
     float* out = attn_.data() + (t * nh + h) * D;
     kernels::AttendOne(
         q, n, D, scale, softcap, [&](int j) { return key_at(0, j); },
-        [&](int j) { return key_at(1, j); }, scores_[omp_get_thread_num()].data(), out);
-  }
+        [&](int j) { return key_at(1, j); }, scores_[thread].data(), out);
+  });
 }
 
 void CpuBackend::WriteKv(int layer, std::span<const SeqStep> batch) {
@@ -322,8 +324,7 @@ Status CpuBackend::Forward(std::span<const SeqStep> batch, std::span<float> logi
     const float* inv_freq = L.kind == AttentionKind::kSliding && c.arch == Architecture::kGemma3
                                 ? inv_freq_local_.data()
                                 : inv_freq_global_.data();
-#pragma omp parallel for num_threads(options_.threads)
-    for (int64_t i = 0; i < T; ++i) {
+    pool_->ParallelFor(T, 8, [&](int64_t i, int) {
       float* q = qkv_.data() + i * qkv_row;
       float* k = q + static_cast<int64_t>(nh) * D;
       if (c.qk_norm) {
@@ -334,7 +335,7 @@ Status CpuBackend::Forward(std::span<const SeqStep> batch, std::span<float> logi
       }
       kernels::ApplyRope(q, nh, static_cast<int>(D), tok_pos_[i], inv_freq);
       kernels::ApplyRope(k, nkv, static_cast<int>(D), tok_pos_[i], inv_freq);
-    }
+    });
     Attention(l, batch);
     WriteKv(l, batch);
     kernels::Linear(attn_.data(), L.wo.data(), nullptr, o_.data(), T, H,

@@ -1,6 +1,6 @@
 // CpuBackend: the reference forward pass, fp32 throughout, on the CPU.
 // GEMMs through OpenBLAS; attention, norms and rotary embeddings through
-// engine/cpu_kernels, parallel over (sequence, head, query) with OpenMP.
+// engine/cpu_kernels, parallel over (token, head) on a ThreadPool.
 // KV is cached in fp32 in per-group block arrays (see Backend).
 //
 // Thread-safety: as Backend; one engine thread calls it. Internally it uses
@@ -12,6 +12,7 @@
 
 #include "engine/backend.h"
 #include "engine/weight_source.h"
+#include "util/thread_pool.h"
 
 namespace agentkv {
 
@@ -63,6 +64,7 @@ class CpuBackend final : public Backend {
   std::vector<int32_t> tok_seq_, tok_pos_;
   std::vector<int64_t> seq_first_;
   std::vector<std::vector<float>> scores_;  // per thread
+  std::unique_ptr<ThreadPool> pool_;
 };
 
 }  // namespace agentkv

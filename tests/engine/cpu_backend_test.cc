@@ -11,97 +11,14 @@
 #include <map>
 #include <random>
 
+#include "test_model.h"
+
 namespace agentkv {
 namespace {
 
-class MapWeights : public WeightSource {
- public:
-  std::map<std::string, std::vector<float>> t;
-  bool Has(const std::string& name) const override { return t.count(name) > 0; }
-  Result<std::vector<float>> LoadF32(const std::string& name,
-                                     std::span<const int64_t> shape) const override {
-    auto it = t.find(name);
-    if (it == t.end()) return NotFound("no tensor " + name);
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    if (n != static_cast<int64_t>(it->second.size())) return InvalidArgument("shape " + name);
-    return it->second;
-  }
-};
-
-ModelConfig SmallConfig(Architecture arch) {
-  ModelConfig c;
-  c.arch = arch;
-  c.vocab_size = 97;
-  c.hidden_size = 48;
-  c.intermediate_size = 80;
-  c.num_layers = 3;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
-  c.head_dim = 16;
-  c.max_position_embeddings = 4096;
-  c.rms_norm_eps = 1e-6f;
-  c.rope.theta = 10000.f;
-  c.layer_kinds.assign(c.num_layers, AttentionKind::kFull);
-  c.layer_windows.assign(c.num_layers, 0);
-  if (arch == Architecture::kQwen3) c.qk_norm = true;
-  if (arch == Architecture::kQwen2) c.attention_bias = true;
-  if (arch == Architecture::kLlama) {
-    c.rope.type = "llama3";
-    c.rope.factor = 8.f;
-    c.rope.original_max_position = 64;
-  }
-  if (arch == Architecture::kGemma3) {
-    c.qk_norm = true;
-    c.gemma_norm = true;
-    c.sandwich_norm = true;
-    c.embed_scale = std::sqrt(48.f);
-    c.query_scale = 1.f / std::sqrt(24.f);
-    c.activation = Activation::kGeluTanh;
-    c.tie_word_embeddings = true;
-    c.rope.theta = 1000000.f;
-    c.rope_local.theta = 10000.f;
-    c.layer_kinds = {AttentionKind::kSliding, AttentionKind::kSliding, AttentionKind::kFull};
-    c.layer_windows = {7, 7, 0};
-  }
-  return c;
-}
-
-MapWeights RandomWeights(const ModelConfig& c, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.f, 0.2f);
-  MapWeights w;
-  auto add = [&](const std::string& name, int64_t n, float base) {
-    std::vector<float> v(n);
-    for (auto& x : v) x = base + nd(rng);
-    w.t[name] = v;
-  };
-  const int64_t H = c.hidden_size, I = c.intermediate_size, D = c.head_dim;
-  const float nb = c.gemma_norm ? 0.f : 1.f;
-  add("model.embed_tokens.weight", c.vocab_size * H, 0.f);
-  add("model.norm.weight", H, nb);
-  if (!c.tie_word_embeddings) add("lm_head.weight", c.vocab_size * H, 0.f);
-  for (int l = 0; l < c.num_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    add(p + "input_layernorm.weight", H, nb);
-    add(p + "post_attention_layernorm.weight", H, nb);
-    add(p + "pre_feedforward_layernorm.weight", H, nb);
-    add(p + "post_feedforward_layernorm.weight", H, nb);
-    add(p + "self_attn.q_proj.weight", c.num_heads * D * H, 0.f);
-    add(p + "self_attn.k_proj.weight", c.num_kv_heads * D * H, 0.f);
-    add(p + "self_attn.v_proj.weight", c.num_kv_heads * D * H, 0.f);
-    add(p + "self_attn.q_proj.bias", c.num_heads * D, 0.f);
-    add(p + "self_attn.k_proj.bias", c.num_kv_heads * D, 0.f);
-    add(p + "self_attn.v_proj.bias", c.num_kv_heads * D, 0.f);
-    add(p + "self_attn.q_norm.weight", D, nb);
-    add(p + "self_attn.k_norm.weight", D, nb);
-    add(p + "self_attn.o_proj.weight", H * c.num_heads * D, 0.f);
-    add(p + "mlp.gate_proj.weight", I * H, 0.f);
-    add(p + "mlp.up_proj.weight", I * H, 0.f);
-    add(p + "mlp.down_proj.weight", H * I, 0.f);
-  }
-  return w;
-}
+using testing::MapWeights;
+using testing::RandomWeights;
+using testing::SmallConfig;
 
 // Hands out blocks from a simple counter: each sequence gets its own.
 struct Tables {
@@ -141,8 +58,7 @@ double RelErr(std::span<const float> a, std::span<const float> b) {
   return std::sqrt(num / std::max(den, 1e-30));
 }
 
-std::unique_ptr<CpuBackend> Make(const ModelConfig& c, const MapWeights& w, int bs,
-                                 int blocks) {
+std::unique_ptr<CpuBackend> Make(const ModelConfig& c, const MapWeights& w, int bs, int blocks) {
   auto b = CpuBackend::Create(c, w, CpuBackendOptions{2});
   EXPECT_TRUE(b.ok()) << b.status().ToString();
   KvLayout layout;
@@ -155,8 +71,8 @@ std::unique_ptr<CpuBackend> Make(const ModelConfig& c, const MapWeights& w, int 
 // Prefill `prompt` in chunks of `chunk` then decode `decode` greedy tokens;
 // returns the logits after prefill and after every decode step.
 std::vector<std::vector<float>> RunAlone(const ModelConfig& c, const MapWeights& w,
-                                         const std::vector<int32_t>& prompt, int chunk,
-                                         int decode, int bs) {
+                                         const std::vector<int32_t>& prompt, int chunk, int decode,
+                                         int bs) {
   auto b = Make(c, w, bs, 4096 / bs + 64);
   Tables tab;
   std::vector<std::vector<float>> out;
@@ -226,8 +142,8 @@ TEST_P(CpuBackendArchTest, BatchOfEightMatchesAlone) {
       int n = pos[s] < static_cast<int>(prompts[s].size()) ? std::min(5, len - pos[s]) : 1;
       if (pos[s] >= static_cast<int>(prompts[s].size())) n = len - pos[s];
       tab.Ensure(b->cache_spec(), s, pos[s] + n, bs);
-      batch.push_back(tab.Step(s, std::span(seqs[s]).subspan(pos[s], n), pos[s],
-                               pos[s] + n == len));
+      batch.push_back(
+          tab.Step(s, std::span(seqs[s]).subspan(pos[s], n), pos[s], pos[s] + n == len));
       who.push_back(s);
       pos[s] += n;
     }

@@ -1,0 +1,323 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+
+#include "cache/kv_memory_budget.h"
+#include "engine/stream_detokenizer.h"
+#include "engine/tokenizer.h"
+
+namespace agentkv {
+
+Engine::Engine(std::unique_ptr<Backend> backend, const Tokenizer* tokenizer,
+               EngineOptions options)
+    : backend_(std::move(backend)), tokenizer_(tokenizer), options_(std::move(options)) {}
+
+Result<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Backend> backend,
+                                               const Tokenizer* tokenizer,
+                                               EngineOptions options) {
+  std::unique_ptr<Engine> e(new Engine(std::move(backend), tokenizer, std::move(options)));
+  const ModelConfig& cfg = e->backend_->config();
+  const ModelCacheSpec& spec = e->backend_->cache_spec();
+  e->max_context_ = e->options_.max_context > 0 ? e->options_.max_context
+                                                : std::max(cfg.max_position_embeddings, 1);
+  std::vector<int32_t> blocks = e->options_.blocks_per_group;
+  if (blocks.empty()) {
+    ASSIGN_OR_RETURN(blocks, BlocksForBudget(spec, e->options_.block_size,
+                                             e->options_.kv_memory_bytes,
+                                             e->options_.scheduler.max_batch));
+  }
+  if (blocks.size() != spec.groups.size())
+    return InvalidArgument("engine: blocks_per_group must have one entry per cache group");
+  KvLayout layout;
+  layout.block_size = e->options_.block_size;
+  for (size_t g = 0; g < blocks.size(); ++g) layout.blocks_per_group[g] = blocks[g];
+  RETURN_IF_ERROR(e->backend_->AllocateKv(layout));
+  KvCacheConfig kc;
+  kc.block_size = e->options_.block_size;
+  kc.blocks_per_group = blocks;
+  kc.enable_prefix_caching = e->options_.prefix_caching;
+  ASSIGN_OR_RETURN(e->kv_, KvCacheManager::Create(spec, kc));
+  e->scheduler_ = std::make_unique<Scheduler>(e->kv_.get(), e->options_.scheduler);
+  e->logits_.resize(static_cast<size_t>(e->options_.scheduler.max_batch) * cfg.vocab_size);
+  e->start_ = std::chrono::steady_clock::now();
+  e->PublishStats();
+  e->thread_ = std::thread([p = e.get()] { p->Loop(); });
+  return e;
+}
+
+Engine::~Engine() { Stop(); }
+
+double Engine::Now() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}
+
+Result<RequestHandle> Engine::Submit(EngineRequest request) {
+  RETURN_IF_ERROR(request.params.Validate());
+  const ModelConfig& cfg = backend_->config();
+  if (request.prompt.empty()) return InvalidArgument("the prompt is empty");
+  for (int32_t t : request.prompt)
+    if (t < 0 || t >= cfg.vocab_size)
+      return InvalidArgument("token id " + std::to_string(t) + " is outside the vocabulary");
+  if (static_cast<int64_t>(request.prompt.size()) >= max_context_)
+    return InvalidArgument("the prompt has " + std::to_string(request.prompt.size()) +
+                           " tokens; the context holds " + std::to_string(max_context_));
+  auto s = std::make_unique<Sequence>();
+  s->request = std::move(request);
+  s->tokens = s->request.prompt;
+  s->prompt_len = s->tokens.size();
+  const int32_t room = max_context_ - static_cast<int32_t>(s->prompt_len);
+  s->max_new_tokens = std::min(room, s->request.params.max_tokens.value_or(room));
+  s->sampler = std::make_unique<Sampler>(s->request.params, cfg.vocab_size);
+  s->sampler->AddPrompt(s->tokens);
+  SamplingParams stop_params = s->request.params;
+  stop_params.max_tokens = s->max_new_tokens;
+  s->stop = std::make_unique<StopChecker>(stop_params, cfg.eos_token_ids);
+  if (tokenizer_) s->detok = std::make_unique<StreamDetokenizer>(*tokenizer_);
+  s->stream = std::make_shared<TokenStream>();
+  s->submitted = std::chrono::steady_clock::now();
+  RequestHandle h;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (draining_ || stopping_) return Cancelled("the engine is draining; not accepting requests");
+    s->id = next_id_++;
+    h = RequestHandle{s->id, s->stream};
+    submitted_.push_back(std::move(s));
+    idle_ = false;
+  }
+  cv_.notify_one();
+  return h;
+}
+
+void Engine::Cancel(RequestId id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancelled_.push_back(id);
+  }
+  cv_.notify_one();
+}
+
+void Engine::DropAgent(const std::string& agent_key) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    dropped_agents_.push_back(agent_key);
+  }
+  cv_.notify_one();
+}
+
+void Engine::Drain() {
+  std::unique_lock<std::mutex> lock(mu_);
+  draining_ = true;
+  cv_.notify_one();
+  idle_cv_.wait(lock, [&] { return idle_ || stopping_; });
+}
+
+void Engine::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_ && !thread_.joinable()) return;
+    stopping_ = true;
+  }
+  cv_.notify_one();
+  if (thread_.joinable()) thread_.join();
+}
+
+EngineStats Engine::Stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void Engine::PublishStats() {
+  local_.waiting = static_cast<int64_t>(scheduler_->num_waiting());
+  local_.running = static_cast<int64_t>(scheduler_->num_running());
+  local_.preemptions = scheduler_->preemptions();
+  local_.resident_agents = static_cast<int64_t>(agents_.size());
+  local_.pools.clear();
+  for (int g = 0; g < kv_->num_groups(); ++g) local_.pools.push_back(kv_->Stats(g));
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_ = local_;
+}
+
+void Engine::Loop() {
+  while (true) {
+    std::deque<std::unique_ptr<Sequence>> submitted;
+    std::vector<RequestId> cancelled;
+    std::vector<std::string> dropped;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] {
+        return stopping_ || !submitted_.empty() || !cancelled_.empty() ||
+               !dropped_agents_.empty() || scheduler_->HasWork();
+      });
+      if (stopping_) break;
+      submitted.swap(submitted_);
+      cancelled.swap(cancelled_);
+      dropped.swap(dropped_agents_);
+    }
+    const double now = Now();
+    for (auto& s : submitted) scheduler_->Add(std::move(s), now);
+    for (RequestId id : cancelled) {
+      std::unique_ptr<Sequence> s = scheduler_->Remove(id);
+      if (!s) continue;
+      RequestOutput ev;
+      ev.kind = RequestOutput::Kind::kFinished;
+      ev.cancelled = true;
+      ev.prompt_tokens = static_cast<int64_t>(s->prompt_len);
+      ev.cached_tokens = s->cached_prompt_tokens;
+      ev.completion_tokens = s->output_len();
+      s->stream->Push(std::move(ev));
+    }
+    for (const std::string& a : dropped) {
+      auto it = agents_.find(a);
+      if (it != agents_.end()) {
+        kv_->ReleaseAgentCache(&it->second);
+        agents_.erase(it);
+      }
+    }
+    if (scheduler_->HasWork()) Step();
+    PublishStats();
+    if (!scheduler_->HasWork()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (submitted_.empty()) {
+        idle_ = true;
+        idle_cv_.notify_all();
+      }
+    }
+  }
+  // Stopping: everything still queued or running ends as cancelled.
+  std::deque<std::unique_ptr<Sequence>> rest;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    rest.swap(submitted_);
+  }
+  for (auto& s : rest) scheduler_->Add(std::move(s), Now());
+  std::vector<RequestId> ids;
+  for (Sequence* s : scheduler_->running()) ids.push_back(s->id);
+  while (Sequence* s = scheduler_->PeekWaiting()) {
+    ids.push_back(s->id);
+    std::unique_ptr<Sequence> gone = scheduler_->Remove(s->id);
+    Finish(gone.get(), FinishReason::kNone, true, "");
+  }
+  for (RequestId id : ids) {
+    if (std::unique_ptr<Sequence> s = scheduler_->Remove(id))
+      Finish(s.get(), FinishReason::kNone, true, "");
+  }
+  for (auto& [key, cache] : agents_) kv_->ReleaseAgentCache(&cache);
+  agents_.clear();
+  std::lock_guard<std::mutex> lock(mu_);
+  idle_ = true;
+  idle_cv_.notify_all();
+}
+
+void Engine::Finish(Sequence* s, FinishReason reason, bool cancelled, std::string tail) {
+  RequestOutput ev;
+  ev.kind = RequestOutput::Kind::kFinished;
+  ev.finish = reason;
+  ev.cancelled = cancelled;
+  ev.text = std::move(tail);
+  ev.prompt_tokens = static_cast<int64_t>(s->prompt_len);
+  ev.cached_tokens = s->cached_prompt_tokens;
+  ev.completion_tokens = s->output_len();
+  ev.ttft_s = s->ttft_s;
+  s->stream->Push(std::move(ev));
+}
+
+void Engine::Fail(Sequence* s, const Status& error) {
+  RequestOutput ev;
+  ev.kind = RequestOutput::Kind::kError;
+  ev.error = error;
+  s->stream->Push(std::move(ev));
+}
+
+void Engine::Step() {
+  bool stuck = false;
+  StepPlan plan = scheduler_->Schedule(&stuck);
+  if (stuck) {
+    // The head request cannot fit even in an empty pool: fail it.
+    Sequence* head = scheduler_->PeekWaiting();
+    std::unique_ptr<Sequence> s = scheduler_->Remove(head->id);
+    Fail(s.get(), ResourceExhausted("the request needs more KV blocks than the pool has"));
+    return;
+  }
+  if (plan.seqs.empty()) return;
+  const ModelConfig& cfg = backend_->config();
+  copies_buf_.clear();
+  for (const KvBlockCopy& c : plan.copies) copies_buf_.push_back(BlockCopy{c.group, c.src, c.dst});
+  Status st = backend_->CopyBlocks(copies_buf_);
+  kv_->CopiesDone();
+  steps_buf_.clear();
+  for (const ScheduledSeq& sc : plan.seqs) {
+    SeqStep step;
+    step.tokens = std::span<const int32_t>(sc.seq->tokens).subspan(sc.seq->computed, sc.num_tokens);
+    step.start_pos = static_cast<int32_t>(sc.seq->computed);
+    step.want_logits = sc.want_logits;
+    for (int g = 0; g < kv_->num_groups(); ++g) step.block_tables[g] = kv_->Table(sc.seq->id, g).blocks();
+    steps_buf_.push_back(step);
+  }
+  if (st.ok()) st = backend_->Forward(steps_buf_, logits_);
+  if (!st.ok()) {
+    for (const ScheduledSeq& sc : plan.seqs) {
+      std::unique_ptr<Sequence> s = scheduler_->Remove(sc.seq->id);
+      Fail(s.get(), st);
+    }
+    return;
+  }
+  ++local_.steps;
+  local_.last_batch_size = static_cast<int64_t>(plan.seqs.size());
+  local_.max_batch_size = std::max(local_.max_batch_size, local_.last_batch_size);
+  size_t row = 0;
+  std::vector<RequestId> done;
+  for (const ScheduledSeq& sc : plan.seqs) {
+    Sequence* s = sc.seq;
+    if (s->computed < static_cast<int64_t>(s->prompt_len))
+      local_.prompt_tokens += std::min<int64_t>(sc.num_tokens, s->prompt_len - s->computed);
+    if (Status c = scheduler_->Commit(sc); !c.ok()) {
+      Fail(s, c);
+      done.push_back(s->id);
+      continue;
+    }
+    if (!sc.want_logits) continue;
+    std::span<float> l(logits_.data() + row * cfg.vocab_size, cfg.vocab_size);
+    ++row;
+    const int32_t tok = s->sampler->Sample(l).token;
+    if (!s->first_token_sent) {
+      s->first_token_sent = true;
+      s->ttft_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - s->submitted)
+                      .count();
+    }
+    ++local_.generated_tokens;
+    std::string piece = s->detok ? s->detok->Push(tok) : std::string();
+    StopUpdate up = s->stop->Append(tok, piece);
+    const bool stop_token = up.finish == FinishReason::kStop && up.stop_token_id == tok;
+    if (!stop_token) s->tokens.push_back(tok);
+    RequestOutput ev;
+    ev.kind = RequestOutput::Kind::kDelta;
+    if (!stop_token) ev.tokens.push_back(tok);
+    ev.text = std::move(up.text);
+    const bool full = static_cast<int64_t>(s->tokens.size()) >= max_context_;
+    if (!ev.tokens.empty() || !ev.text.empty()) s->stream->Push(std::move(ev));
+    if (up.finish != FinishReason::kNone || full) {
+      std::string tail;
+      if (up.finish == FinishReason::kNone) {
+        if (s->detok) tail = s->detok->Flush();
+        tail = s->stop->Flush() + tail;
+      }
+      Finish(s, up.finish == FinishReason::kNone ? FinishReason::kLength : up.finish, false,
+             std::move(tail));
+      done.push_back(s->id);
+    }
+  }
+  for (RequestId id : done) {
+    Sequence* s = nullptr;
+    for (Sequence* r : scheduler_->running())
+      if (r->id == id) s = r;
+    if (s && !s->request.agent_key.empty() && s->computed > 0) {
+      AgentCache cache = kv_->PinForAgent(id);
+      auto it = agents_.find(s->request.agent_key);
+      if (it != agents_.end()) kv_->ReleaseAgentCache(&it->second);
+      agents_[s->request.agent_key] = std::move(cache);
+    }
+    scheduler_->Remove(id);
+  }
+}
+
+}  // namespace agentkv

@@ -1,0 +1,53 @@
+// What callers hand the engine and what comes back: a request carries prompt
+// tokens, sampling parameters, a priority and an optional agent key whose
+// resident KV it extends; its output comes back as RequestOutput events on a
+// TokenStream.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/sampling_params.h"
+#include "engine/stop_checker.h"
+#include "util/status.h"
+
+namespace agentkv {
+
+using RequestId = int64_t;
+
+// Lower is more urgent. Waiting requests age towards HIGH (SchedulerOptions).
+enum class Priority : int { kHigh = 0, kNormal = 1, kLow = 2 };
+
+// "high", "normal", "low" (any case); InvalidArgument otherwise.
+Result<Priority> ParsePriority(std::string_view text);
+std::string_view PriorityName(Priority p);
+
+struct EngineRequest {
+  std::vector<int32_t> prompt;  // at least one token
+  SamplingParams params;        // Validate()d by Engine::Submit
+  Priority priority = Priority::kNormal;
+  // Agent whose resident blocks this request extends, and who keeps this
+  // request's KV resident after it ends. Empty: none.
+  std::string agent_key;
+};
+
+struct RequestOutput {
+  enum class Kind { kDelta, kFinished, kError };
+  Kind kind = Kind::kDelta;
+  std::vector<int32_t> tokens;  // new output tokens (kDelta)
+  std::string text;             // new text, stop strings held back and cut (kDelta, kFinished)
+  // kFinished:
+  FinishReason finish = FinishReason::kNone;
+  bool cancelled = false;
+  int64_t prompt_tokens = 0;
+  int64_t cached_tokens = 0;  // prompt tokens whose KV was already resident
+  int64_t completion_tokens = 0;
+  double ttft_s = 0;  // submit to first token
+  // kError:
+  Status error;
+};
+
+}  // namespace agentkv

@@ -1,0 +1,10 @@
+#include "engine/sequence.h"
+
+#include "engine/stream_detokenizer.h"
+
+namespace agentkv {
+
+Sequence::Sequence() = default;
+Sequence::~Sequence() = default;
+
+}  // namespace agentkv

@@ -1,0 +1,50 @@
+// Sequence: one request's state inside the engine, from submission to its
+// last token. Owned by the Scheduler; touched only by the engine thread.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include "engine/request.h"
+#include "engine/sampler.h"
+#include "engine/stop_checker.h"
+#include "engine/token_stream.h"
+
+namespace agentkv {
+
+class StreamDetokenizer;
+
+struct Sequence {
+  Sequence();
+  ~Sequence();  // out of line: StreamDetokenizer is incomplete here
+
+  RequestId id = 0;
+  EngineRequest request;
+  std::shared_ptr<TokenStream> stream;
+
+  // Scheduling: the waiting-queue key (priority + aging * arrival), ties by
+  // arrival order.
+  double key = 0;
+  uint64_t arrival = 0;
+  std::chrono::steady_clock::time_point submitted;
+
+  std::vector<int32_t> tokens;  // prompt, then output
+  size_t prompt_len = 0;
+  int64_t computed = 0;  // leading tokens whose KV is in the cache
+  int64_t cached_prompt_tokens = 0;  // found in the cache at first admission
+  bool admitted_once = false;
+  int preemptions = 0;
+  int32_t max_new_tokens = 0;
+
+  std::unique_ptr<Sampler> sampler;
+  std::unique_ptr<StopChecker> stop;
+  std::unique_ptr<StreamDetokenizer> detok;  // null without a tokenizer
+  bool first_token_sent = false;
+  double ttft_s = 0;
+
+  int64_t pending() const { return static_cast<int64_t>(tokens.size()) - computed; }
+  int64_t output_len() const { return static_cast<int64_t>(tokens.size() - prompt_len); }
+};
+
+}  // namespace agentkv

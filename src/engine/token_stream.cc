@@ -1,0 +1,49 @@
+#include "engine/token_stream.h"
+
+namespace agentkv {
+
+void TokenStream::Push(RequestOutput event) {
+  std::function<void()> notify;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return;
+    if (event.kind != RequestOutput::Kind::kDelta) closed_ = true;
+    q_.push_back(std::move(event));
+    notify = notify_;
+  }
+  cv_.notify_all();
+  if (notify) notify();
+}
+
+bool TokenStream::TryPop(RequestOutput* out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (q_.empty()) return false;
+  *out = std::move(q_.front());
+  q_.pop_front();
+  return true;
+}
+
+RequestOutput TokenStream::Pop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return !q_.empty(); });
+  RequestOutput ev = std::move(q_.front());
+  q_.pop_front();
+  return ev;
+}
+
+void TokenStream::SetNotifier(std::function<void()> notify) {
+  bool pending;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    notify_ = notify;
+    pending = !q_.empty();
+  }
+  if (pending && notify) notify();
+}
+
+bool TokenStream::closed() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return closed_;
+}
+
+}  // namespace agentkv
