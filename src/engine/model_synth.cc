@@ -76,12 +76,24 @@ Status WriteText(const fs::path& p, const std::string& text) {
 // Token content -> id, from tokenizer.json's added_tokens and model vocab.
 struct TokenTable {
   std::map<std::string, int> ids;
-  std::set<std::string> added;
+  std::set<std::string> special;  // added tokens marked special
   int vocab_size = 0;
 };
 
 Result<TokenTable> ReadTokens(const fs::path& tokenizer_json) {
-  ASSIGN_OR_RETURN(json tj, ReadJson(tokenizer_json));
+  std::ifstream in(tokenizer_json, std::ios::binary);
+  if (!in) return NotFound(tokenizer_json.string() + ": cannot open");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  json tj;
+  try {
+    // The merges list is most of a BPE tokenizer.json and not needed here.
+    tj = json::parse(ss.str(), [](int depth, json::parse_event_t event, json& parsed) {
+      return !(depth == 2 && event == json::parse_event_t::key && parsed == "merges");
+    });
+  } catch (const json::exception& e) {
+    return InvalidArgument(tokenizer_json.string() + ": not valid JSON: " + e.what());
+  }
   TokenTable t;
   int max_id = -1;
   try {
@@ -106,7 +118,7 @@ Result<TokenTable> ReadTokens(const fs::path& tokenizer_json) {
         int id = a.at("id").get<int>();
         std::string content = a.at("content").get<std::string>();
         t.ids[content] = id;
-        t.added.insert(content);
+        if (a.value("special", false)) t.special.insert(content);
         max_id = std::max(max_id, id);
       }
     }
@@ -287,8 +299,8 @@ Status SynthesizeModel(const SynthOptions& o, const SynthProgress& progress) {
   if (int e = id_of(SpecialContent(tcfg, "eos_token")); e >= 0) eos.push_back(e);
   // Chat models stop on their end-of-turn token (the tokenizer's eos_token)
   // and also on the end-of-document token; list those the tokenizer has.
-  for (const char* extra : {"<|endoftext|>", "<|end_of_text|>", "<|eom_id|>", "<eos>", "</s>"}) {
-    int e = tokens.added.count(extra) ? id_of(extra) : -1;
+  for (const char* extra : {"<|endoftext|>", "<|end_of_text|>", "<|eom_id|>", "<eos>"}) {
+    int e = tokens.special.count(extra) ? id_of(extra) : -1;
     if (e >= 0 && std::find(eos.begin(), eos.end(), e) == eos.end()) eos.push_back(e);
   }
   if (eos.empty())
