@@ -1,0 +1,161 @@
+#include "engine/weight_spec.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "engine/safetensors_writer.h"
+
+namespace agentkv {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using json = nlohmann::json;
+
+ModelConfig Config(const std::string& arch, bool tie, json extra = json::object()) {
+  json j = {{"architectures", {arch}},   {"vocab_size", 50},       {"hidden_size", 16},
+            {"intermediate_size", 24},   {"num_hidden_layers", 2}, {"num_attention_heads", 4},
+            {"num_key_value_heads", 2},  {"head_dim", 8},          {"max_position_embeddings", 64},
+            {"tie_word_embeddings", tie}};
+  j.update(extra);
+  auto c = ModelConfig::FromJsonText(j.dump(), "config.json");
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  return *c;
+}
+
+std::set<std::string> Names(const ModelConfig& c) {
+  std::set<std::string> s;
+  for (const auto& w : ExpectedWeights(c)) s.insert(w.name);
+  return s;
+}
+
+TEST(WeightSpecTest, LlamaNamesAndShapes) {
+  ModelConfig c = Config("LlamaForCausalLM", false);
+  auto w = ExpectedWeights(c);
+  // embed + 9 per layer + final norm + lm_head
+  EXPECT_EQ(w.size(), 1u + 2 * 9 + 2);
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const auto& s : w) shapes[s.name] = s.shape;
+  EXPECT_EQ(shapes.at("model.embed_tokens.weight"), (std::vector<int64_t>{50, 16}));
+  EXPECT_EQ(shapes.at("model.layers.1.self_attn.q_proj.weight"), (std::vector<int64_t>{32, 16}));
+  EXPECT_EQ(shapes.at("model.layers.1.self_attn.k_proj.weight"), (std::vector<int64_t>{16, 16}));
+  EXPECT_EQ(shapes.at("model.layers.1.self_attn.o_proj.weight"), (std::vector<int64_t>{16, 32}));
+  EXPECT_EQ(shapes.at("model.layers.0.mlp.gate_proj.weight"), (std::vector<int64_t>{24, 16}));
+  EXPECT_EQ(shapes.at("model.layers.0.mlp.down_proj.weight"), (std::vector<int64_t>{16, 24}));
+  EXPECT_EQ(shapes.at("model.layers.0.post_attention_layernorm.weight"),
+            (std::vector<int64_t>{16}));
+  EXPECT_EQ(shapes.at("lm_head.weight"), (std::vector<int64_t>{50, 16}));
+  EXPECT_EQ(Names(Config("LlamaForCausalLM", true)).count("lm_head.weight"), 0u);
+}
+
+TEST(WeightSpecTest, ArchitectureExtras) {
+  auto qwen2 = Names(Config("Qwen2ForCausalLM", true));
+  EXPECT_TRUE(qwen2.count("model.layers.0.self_attn.q_proj.bias"));
+  EXPECT_TRUE(qwen2.count("model.layers.1.self_attn.v_proj.bias"));
+  EXPECT_FALSE(qwen2.count("model.layers.0.self_attn.o_proj.bias"));
+  auto qwen3 = Names(Config("Qwen3ForCausalLM", true));
+  EXPECT_TRUE(qwen3.count("model.layers.0.self_attn.q_norm.weight"));
+  EXPECT_TRUE(qwen3.count("model.layers.0.self_attn.k_norm.weight"));
+  EXPECT_FALSE(qwen3.count("model.layers.0.self_attn.q_proj.bias"));
+  auto gemma = Names(Config("Gemma3ForCausalLM", true));
+  EXPECT_TRUE(gemma.count("model.layers.1.pre_feedforward_layernorm.weight"));
+  EXPECT_TRUE(gemma.count("model.layers.1.post_feedforward_layernorm.weight"));
+  EXPECT_TRUE(gemma.count("model.layers.1.self_attn.k_norm.weight"));
+  auto llama = Names(Config("LlamaForCausalLM", true));
+  EXPECT_FALSE(llama.count("model.layers.0.self_attn.q_norm.weight"));
+  EXPECT_FALSE(llama.count("model.layers.0.pre_feedforward_layernorm.weight"));
+}
+
+class ValidateWeightsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path(::testing::TempDir()) /
+           ("weight_spec_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Writes the expected tensors of `c` (zeros), letting `edit` change them.
+  fs::path Write(const ModelConfig& c,
+                 const std::function<void(std::vector<SafetensorsWriter::Tensor>&)>& edit) {
+    std::vector<SafetensorsWriter::Tensor> ts;
+    for (const auto& w : ExpectedWeights(c)) {
+      ts.push_back(
+          {w.name, TensorDtype::kBF16, w.shape, std::string(NumElements(w.shape) * 2, '\0')});
+    }
+    edit(ts);
+    fs::path p = dir_ / "model.safetensors";
+    EXPECT_TRUE(SafetensorsWriter::WriteFile(p, ts).ok());
+    return p;
+  }
+  fs::path dir_;
+};
+
+TEST_F(ValidateWeightsTest, CompleteCheckpointPasses) {
+  ModelConfig c = Config("Qwen3ForCausalLM", false);
+  fs::path p = Write(c, [](auto&) {});
+  auto st = Safetensors::Open(p);
+  ASSERT_TRUE(st.ok());
+  EXPECT_TRUE(ValidateWeights(c, *st).ok());
+  EXPECT_TRUE(ValidateWeights(c, *st, TensorDtype::kBF16).ok());
+}
+
+TEST_F(ValidateWeightsTest, ExtraTensorsAreIgnored) {
+  ModelConfig c = Config("LlamaForCausalLM", true);
+  fs::path p = Write(c, [](auto& ts) {
+    ts.push_back({"lm_head.weight", TensorDtype::kBF16, {50, 16}, std::string(1600, '\0')});
+  });
+  EXPECT_TRUE(ValidateWeights(c, *Safetensors::Open(p)).ok());
+}
+
+TEST_F(ValidateWeightsTest, MissingTensorIsNamed) {
+  ModelConfig c = Config("Qwen3ForCausalLM", true);
+  fs::path p = Write(c, [](auto& ts) {
+    std::erase_if(ts,
+                  [](const auto& t) { return t.name == "model.layers.1.self_attn.k_norm.weight"; });
+  });
+  Status st = ValidateWeights(c, *Safetensors::Open(p));
+  EXPECT_EQ(st.code(), StatusCode::kNotFound);
+  EXPECT_THAT(st.message(), HasSubstr("model.layers.1.self_attn.k_norm.weight"));
+  EXPECT_THAT(st.message(), HasSubstr(p.string()));
+}
+
+TEST_F(ValidateWeightsTest, WrongShapeIsNamed) {
+  ModelConfig c = Config("LlamaForCausalLM", false);
+  fs::path p = Write(c, [](auto& ts) {
+    for (auto& t : ts)
+      if (t.name == "model.layers.0.mlp.up_proj.weight") t.shape = {16, 24};  // transposed
+  });
+  Status st = ValidateWeights(c, *Safetensors::Open(p));
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), HasSubstr("model.layers.0.mlp.up_proj.weight"));
+  EXPECT_THAT(st.message(), HasSubstr(p.string()));
+  EXPECT_THAT(st.message(), HasSubstr("[24, 16]"));
+}
+
+TEST_F(ValidateWeightsTest, WrongDtypeIsNamed) {
+  ModelConfig c = Config("LlamaForCausalLM", true);
+  fs::path p = Write(c, [](auto& ts) {
+    for (auto& t : ts)
+      if (t.name == "model.norm.weight") {
+        t.dtype = TensorDtype::kF32;
+        t.bytes.resize(t.bytes.size() * 2);
+      }
+  });
+  auto w = Safetensors::Open(p);
+  EXPECT_TRUE(ValidateWeights(c, *w).ok());  // any supported dtype
+  Status st = ValidateWeights(c, *w, TensorDtype::kBF16);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), HasSubstr("model.norm.weight"));
+  EXPECT_THAT(st.message(), HasSubstr(p.string()));
+  EXPECT_THAT(st.message(), HasSubstr("F32"));
+}
+
+}  // namespace
+}  // namespace agentkv
