@@ -1,6 +1,7 @@
 #include "cache/kv_cache_manager.h"
 
 #include <algorithm>
+#include <cassert>
 #include <string>
 
 namespace agentkv {
@@ -217,11 +218,17 @@ int64_t KvCacheManager::NumTokens(SeqId seq) const {
 }
 
 const BlockTable& KvCacheManager::Table(SeqId seq, int group) const {
-  return seqs_.at(seq).tables.at(group);
+  static const BlockTable kEmpty(1, 0);
+  const Sequence* s = Find(seq);
+  assert(s && group >= 0 && group < num_groups());
+  if (!s || group < 0 || group >= num_groups()) return kEmpty;
+  return s->tables[group];
 }
 
 const std::vector<BlockHash>& KvCacheManager::BlockHashes(SeqId seq) const {
-  return seqs_.at(seq).hashes;
+  static const std::vector<BlockHash> kEmpty;
+  const Sequence* s = Find(seq);
+  return s ? s->hashes : kEmpty;
 }
 
 AgentCache KvCacheManager::PinForAgent(SeqId seq) {

@@ -57,7 +57,7 @@ namespace agentkv {
 
 struct KvCacheConfig {
   int block_size = 16;
-  std::vector<int32_t> blocks_per_group;  // one per spec.groups; see KvMemoryBudget
+  std::vector<int32_t> blocks_per_group;  // per spec.groups; see BlocksForBudget
   bool enable_prefix_caching = true;      // forced off for models with sliding groups
 };
 
@@ -71,8 +71,8 @@ struct KvBlockCopy {
 };
 
 // What a resident agent keeps of its KV between turns: weak pins on its
-// prefix-cached blocks (full-attention group), first block first. Move-only
-// by convention; release with KvCacheManager::ReleaseAgentCache.
+// prefix-cached blocks (full-attention group), first block first. Copies
+// share the same pins: release exactly one with ReleaseAgentCache.
 struct AgentCache {
   std::vector<PinRef> pins;
   bool empty() const { return pins.empty(); }
@@ -123,9 +123,10 @@ class KvCacheManager {
   void FreeSequence(SeqId seq);
 
   int64_t NumTokens(SeqId seq) const;  // committed; 0 for an unknown id
-  // The sequence's table in group g. The sequence must exist.
+  // The sequence's table in group g (asserts; an empty table for a bad id).
   const BlockTable& Table(SeqId seq, int group) const;
-  // Chained hashes of the sequence's full blocks (prefix caching only).
+  // Chained hashes of the sequence's committed full blocks (kept for every
+  // model: the store can key persisted blocks by them). Empty for a bad id.
   const std::vector<BlockHash>& BlockHashes(SeqId seq) const;
 
   // Resident agent cache (see above).
