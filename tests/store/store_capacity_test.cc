@@ -149,7 +149,9 @@ TEST(StoreCapacityTest, MaxBytesEvictsLeastRecentlyUsedKvNeverHistory) {
     (*s)->PutKvBlocks(MakeChainWrite(id, Fp('1'), Tokens(64, a * 1000), 16, 65536, 0, a));
     ASSERT_TRUE((*s)->Flush().ok());
     // Agent 0 stays in use: read (touched) after every write.
-    if (a > 0) ASSERT_EQ(prefix(0), 4u) << a;
+    if (a > 0) {
+      ASSERT_EQ(prefix(0), 4u) << a;
+    }
     ASSERT_TRUE((*s)->Flush().ok());
     ASSERT_LE(*(*s)->UsedBytes(), o.max_bytes) << a;
   }
