@@ -651,6 +651,7 @@ std::shared_ptr<DictObj> DictFromArgs(CallArgs& a) {
 }  // namespace
 
 bool HasFilter(const std::string& name) { return Filters().count(name) > 0; }
+bool HasTest(const std::string& name) { return Tests().count(name) > 0; }
 
 Value ApplyFilter(Interpreter& in, const std::string& name, const Value& input, CallArgs& args) {
   auto it = Filters().find(name);

@@ -11,6 +11,7 @@ namespace agentkv::jinja {
 // Applies filter `name`; throws TemplateError for an unknown filter.
 Value ApplyFilter(Interpreter& in, const std::string& name, const Value& input, CallArgs& args);
 bool HasFilter(const std::string& name);
+bool HasTest(const std::string& name);
 // Evaluates test `name` ("defined", "string", "divisibleby", ...).
 bool ApplyTest(Interpreter& in, const std::string& name, const Value& v, CallArgs& args);
 // A bound method such as "abc".startswith, or Undefined when `obj` has no

@@ -209,6 +209,10 @@ void Interpreter::ExecFor(const Node& n, const Value& iterable, int depth, std::
   loop->depth = depth;
   if (n.flag) {
     loop->recurse = [&n, depth, this](Interpreter&, const Value& v) {
+      if (depth >= limits_.max_call_depth)
+        throw TemplateError(TemplateError::Kind::kLimit,
+                            "recursive loop nested deeper than " +
+                                std::to_string(limits_.max_call_depth) + "; endless recursion?");
       std::string buf;
       ExecFor(n, v, depth + 1, buf);
       return Value::Str(std::move(buf));

@@ -39,7 +39,8 @@ Value Repeat(const Value& seq, int64_t n) {
   return seq.is_list() ? Value::MakeList(std::move(out)) : Value::MakeTuple(std::move(out));
 }
 
-// printf-style "%s" % args, the subset templates use.
+// printf-style "%s" % args: flags, width and precision for s, r, d, i, f,
+// e, g, x, o and %%.
 Value PercentFormat(const std::string& fmt, const Value& arg) {
   ValueList args = arg.kind() == Value::Kind::kTuple ? arg.list() : ValueList{arg};
   std::string out;
@@ -49,7 +50,12 @@ Value PercentFormat(const std::string& fmt, const Value& arg) {
       out += fmt[i];
       continue;
     }
-    if (++i >= fmt.size()) ThrowRuntime("incomplete format");
+    size_t start = i++;
+    while (i < fmt.size() &&
+           std::string_view("-+ #0123456789.").find(fmt[i]) != std::string_view::npos)
+      ++i;
+    if (i >= fmt.size()) ThrowRuntime("incomplete format");
+    std::string spec = fmt.substr(start, i - start);
     char c = fmt[i];
     if (c == '%') {
       out += '%';
@@ -57,22 +63,32 @@ Value PercentFormat(const std::string& fmt, const Value& arg) {
     }
     if (ai >= args.size()) ThrowRuntime("not enough arguments for format string");
     const Value& v = args[ai++];
-    if (c == 's') {
-      v.AppendStr(out);
-    } else if (c == 'r') {
-      v.AppendRepr(out);
-    } else if (c == 'd' || c == 'i') {
-      if (!v.is_number()) ThrowRuntime("%d format: a real number is required");
-      out += std::to_string(v.is_float() ? static_cast<int64_t>(v.as_double()) : v.as_int());
-    } else if (c == 'f') {
-      char buf[64];
-      std::snprintf(buf, sizeof buf, "%f", v.as_double());
+    char buf[512];
+    if (c == 's' || c == 'r') {
+      std::string s;
+      if (c == 's')
+        v.AppendStr(s);
+      else
+        v.AppendRepr(s);
+      std::snprintf(buf, sizeof buf, (spec + "s").c_str(), s.c_str());
+      out += spec.size() > 1 ? std::string(buf) : s;
+    } else if (c == 'd' || c == 'i' || c == 'x' || c == 'X' || c == 'o') {
+      if (!v.is_number())
+        ThrowRuntime(std::string("%") + c + " format: a real number is required, not " +
+                     std::string(v.TypeName()));
+      long long x = v.is_float() ? static_cast<long long>(v.as_double()) : v.as_int();
+      std::snprintf(buf, sizeof buf, (spec + "ll" + (c == 'i' ? 'd' : c)).c_str(), x);
+      out += buf;
+    } else if (c == 'f' || c == 'F' || c == 'e' || c == 'E' || c == 'g' || c == 'G') {
+      if (!v.is_number()) ThrowRuntime("must be real number, not " + std::string(v.TypeName()));
+      std::snprintf(buf, sizeof buf, (spec + c).c_str(), v.as_double());
       out += buf;
     } else {
       ThrowRuntime(std::string("unsupported format character '") + c + "'");
     }
   }
-  if (ai < args.size()) ThrowRuntime("not all arguments converted during string formatting");
+  if (ai < args.size() && arg.kind() == Value::Kind::kTuple)
+    ThrowRuntime("not all arguments converted during string formatting");
   return Value::Str(std::move(out));
 }
 

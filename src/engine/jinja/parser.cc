@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <set>
 
+#include "engine/jinja/builtins.h"
 #include "engine/jinja/error.h"
 
 namespace agentkv::jinja {
@@ -138,6 +139,13 @@ class Parser {
     Next();  // if / elif
     n->a = ParseTupleExpr();
     ExpectBlockEnd();
+    // jinja2 checks filter and test names at compile time, except inside an
+    // if block, where the check waits until the node runs.
+    ++if_depth_;
+    struct Leave {
+      int* d;
+      ~Leave() { --*d; }
+    } leave{&if_depth_};
     n->body = ParseBody({"elif", "else", "endif"});
     if (IsName("elif")) {
       n->orelse.push_back(ParseIf());
@@ -620,6 +628,7 @@ class Parser {
       Next();
       n->name += "." + ExpectName();
     }
+    if (if_depth_ == 0 && !HasFilter(n->name)) Fail("No filter named '" + n->name + "'.");
     n->a = std::move(input);
     if (IsOp("(")) ParseArgs(*n);
     return n;
@@ -638,6 +647,7 @@ class Parser {
           Next();
           n->name += "." + ExpectName();
         }
+        if (if_depth_ == 0 && !HasTest(n->name)) Fail("No test named '" + n->name + "'.");
         n->a = std::move(node);
         if (IsOp("(")) {
           ParseArgs(*n);
@@ -660,6 +670,7 @@ class Parser {
   size_t p_ = 0;
   int depth_ = 0;
   int loop_depth_ = 0;
+  int if_depth_ = 0;
 };
 
 }  // namespace

@@ -151,6 +151,13 @@ SNIPPETS = [
     "{% set x.y = 1 %}",
     "{{ 'abc'.nomethod() }}",
     "{% break %}",
+    "{% if false %}{{ x|nosuch }}{% endif %}deferred",
+    "{% if false %}{{ x is nosuch }}{% endif %}deferred",
+    "{% for x in [] %}{{ x|nosuch }}{% endfor %}",
+    "{{ x is nosuch }}",
+    "{% for x in s recursive %}{{ loop(x) }}{% endfor %}",
+    "{% for x in nested recursive %}[{% if x is iterable %}{{ loop(x) }}{% else %}{{ x }}:{{ loop.depth }}{% endif %}]{% endfor %}",
+    "{{ '%.2f|%5d|%-4s|%x|%e'|format(1.5, 42, 'ab', 255, 12345.678) }} {{ '%s' % 5 }} {{ '%03d' % 7 }}",
 ]
 
 
