@@ -106,11 +106,39 @@ void WhatwgDecode(std::string_view bytes, Emit emit) {
 }  // namespace
 
 bool IsValidUtf8(std::string_view bytes) {
-  // The decoder reproduces every valid sequence and rewrites every invalid
-  // one, so validity is "decoding changes nothing".
-  bool changed = false;
-  SanitizeUtf8(bytes, &changed);
-  return !changed;
+  // Well-formed UTF-8 per Unicode table 3-7 (the sequences the WHATWG
+  // decoder accepts unchanged), scanned without allocating.
+  const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
+  const size_t n = bytes.size();
+  size_t i = 0;
+  while (i < n) {
+    if (p[i] < 0x80) {
+      ++i;
+      continue;
+    }
+    unsigned b = p[i];
+    unsigned lo = 0x80, hi = 0xBF;
+    int need;
+    if (b >= 0xC2 && b <= 0xDF) {
+      need = 1;
+    } else if (b >= 0xE0 && b <= 0xEF) {
+      need = 2;
+      if (b == 0xE0) lo = 0xA0;
+      if (b == 0xED) hi = 0x9F;
+    } else if (b >= 0xF0 && b <= 0xF4) {
+      need = 3;
+      if (b == 0xF0) lo = 0x90;
+      if (b == 0xF4) hi = 0x8F;
+    } else {
+      return false;
+    }
+    if (i + need >= n) return false;  // truncated sequence
+    if (p[i + 1] < lo || p[i + 1] > hi) return false;
+    for (int k = 2; k <= need; ++k)
+      if (p[i + k] < 0x80 || p[i + k] > 0xBF) return false;
+    i += need + 1;
+  }
+  return true;
 }
 
 std::string SanitizeUtf8(std::string_view bytes, bool* changed) {
