@@ -5,11 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <map>
 
-#include "engine/jinja/reference_util.h"
+#include "jinja/reference_util.h"
 
 namespace agentkv {
 namespace {
@@ -84,6 +85,51 @@ TEST_P(ChatTemplateReferenceTest, MatchesPythonOnSeededConversations) {
 
 INSTANTIATE_TEST_SUITE_P(Models, ChatTemplateReferenceTest,
                          ::testing::Values("qwen3", "llama3_1", "gemma3", "deepseek_v3"));
+
+std::string ReadAll(FILE* f) {
+  std::string out;
+  char buf[65536];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  return out;
+}
+
+class TempDir;
+
+// `agentkv template` prints exactly what Python renders, without a newline.
+TEST(ChatTemplateCliTest, PrintsPromptExactly) {
+  const std::string data = AGENTKV_DATA_DIR;
+  if (!std::filesystem::exists(data + "/tokenizers/qwen3/tokenizer_config.json"))
+    GTEST_SKIP() << "tokenizers missing; run scripts/setup.sh";
+  if (!jt::HaveReferenceJinja()) GTEST_SKIP() << "python3-jinja2 is not installed";
+  std::string out =
+      jt::RunPython(std::string(AGENTKV_SOURCE_DIR) + "/tests/reference/jinja/gen_chat_cases.py " +
+                    data + " --seed 77 --count 12 --models qwen3");
+  ASSERT_FALSE(out.empty());
+  auto cases = nlohmann::ordered_json::parse(out)["cases"];
+  int checked = 0;
+  const std::string tmp = std::filesystem::temp_directory_path() /
+                          ("agentkv_template_cli_" + std::to_string(::getpid()));
+  for (const auto& c : cases) {
+    if (!c.contains("output") || c["tools"].is_null() || c["extra"].size() != 0) continue;
+    std::ofstream(tmp + ".messages.json") << c["messages"].dump();
+    std::ofstream(tmp + ".tools.json") << c["tools"].dump();
+    std::string cmd = std::string(AGENTKV_BINARY) + " template --model " + data +
+                      "/tokenizers/qwen3 --messages-file " + tmp + ".messages.json --tools-file " +
+                      tmp + ".tools.json" +
+                      (c["add_generation_prompt"].get<bool>() ? "" : " --no-generation-prompt");
+    FILE* p = popen(cmd.c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    std::string got = ReadAll(p);
+    EXPECT_EQ(pclose(p), 0) << cmd;
+    const std::string want = c["output"];
+    EXPECT_EQ(got, want) << jt::FirstDiff(want, got);
+    ++checked;
+  }
+  std::filesystem::remove(tmp + ".messages.json");
+  std::filesystem::remove(tmp + ".tools.json");
+  EXPECT_GT(checked, 0);
+}
 
 class TempDir {
  public:

@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "engine/jinja/reference_util.h"
+#include "reference_util.h"
 
 namespace agentkv::jinja {
 namespace {

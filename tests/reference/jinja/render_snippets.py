@@ -53,6 +53,18 @@ SNIPPETS = [
     "{% raw %}{{ not rendered }}{% endraw %}",
     "line1\r\nline2\rline3\n",
     "  {% if t %}\n\tindented\n  {% endif %}\n",
+    "{{ n }}  {% if t %}x{% endif %}  \n  {% if t %}y{% endif %}\n",
+    "{% if t %}\n    {{ n }}\n{% endif %}\n    {# c #}\n  {{ n }}\n",
+    "a{%- if t %} b {% endif -%} c\n  {%- for i in lst %}\n  - {{ i }}\n  {%- endfor %}\n",
+    "{% if t +%}\nkeep newline{% endif %}|{% if t -%}\n   stripped{%- endif %}",
+    "  {#- lead -#}  x  {#+ keep +#}\n  y\n",
+    "\t{% set a = 1 %}\n\t{{ a }}\n \t {% if t %}\n in\n \t {% endif %}\nend",
+    "{{- n -}}\n\n{{- n }}\n\n{{ n -}}\n\n{{ n }}",
+    "{% macro m(x) %}\n  <{{ x }}>\n{% endmacro %}\n{{ m(1) }}{{ m(2) }}",
+    "{%- for m in msgs -%}\n{{- m.role | upper }}: {{ m.content | trim }}\n{%- if not loop.last %}\n---\n{% endif -%}\n{%- endfor -%}",
+    "{% set date_string = strftime_now('%d %b %Y') %}Today: {{ date_string }}\n{{- d | tojson(indent=4) }}",
+    "{% for k, v in d | items %}{{ k }}={{ v | tojson }}{% if not loop.last %}, {% endif %}{% endfor %}",
+    "{% for m in msgs %}{% if (m.role == 'user') != (loop.index0 % 2 == 1) %}{{ raise_exception('alternate!') }}{% endif %}{% endfor %}",
     # Loops.
     "{% for m in msgs %}{{ loop.index }}/{{ loop.index0 }}/{{ loop.revindex }}/{{ loop.revindex0 }}/"
     "{{ loop.first }}/{{ loop.last }}/{{ loop.length }}/{{ loop.previtem.role }}/{{ loop.nextitem.role }};"
