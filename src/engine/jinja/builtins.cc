@@ -157,8 +157,9 @@ Value F_default(Interpreter&, const Value& v, CallArgs& a) {
 
 Value F_list(Interpreter& in, const Value& v, CallArgs&) { return Value::MakeList(in.Iterate(v)); }
 
-Value F_map(Interpreter& in, const Value& v, CallArgs& a) {
+Value F_map_Eager(Interpreter& in, const Value& v, CallArgs& a) {
   ValueList out;
+  if (!v.Truthy()) return Value::MakeList({});  // jinja2: "if value: for item in value"
   Value attr = a.Get(99, "attribute");
   if (!attr.is_undefined()) {
     Value dflt = a.Get(99, "default");
@@ -179,6 +180,7 @@ Value F_map(Interpreter& in, const Value& v, CallArgs& a) {
 
 // select/reject/selectattr/rejectattr share this.
 Value SelectImpl(Interpreter& in, const Value& v, CallArgs& a, bool attr_mode, bool keep) {
+  if (!v.Truthy()) return Value::MakeList({});  // jinja2: "if value: for item in value"
   size_t off = 0;
   Value attr;
   if (attr_mode) {
@@ -199,20 +201,20 @@ Value SelectImpl(Interpreter& in, const Value& v, CallArgs& a, bool attr_mode, b
   }
   return Value::MakeList(std::move(out));
 }
-Value F_select(Interpreter& in, const Value& v, CallArgs& a) {
+Value F_select_Eager(Interpreter& in, const Value& v, CallArgs& a) {
   return SelectImpl(in, v, a, false, true);
 }
-Value F_reject(Interpreter& in, const Value& v, CallArgs& a) {
+Value F_reject_Eager(Interpreter& in, const Value& v, CallArgs& a) {
   return SelectImpl(in, v, a, false, false);
 }
-Value F_selectattr(Interpreter& in, const Value& v, CallArgs& a) {
+Value F_selectattr_Eager(Interpreter& in, const Value& v, CallArgs& a) {
   return SelectImpl(in, v, a, true, true);
 }
-Value F_rejectattr(Interpreter& in, const Value& v, CallArgs& a) {
+Value F_rejectattr_Eager(Interpreter& in, const Value& v, CallArgs& a) {
   return SelectImpl(in, v, a, true, false);
 }
 
-Value F_items(Interpreter&, const Value& v, CallArgs&) {
+Value F_items_Eager(Interpreter&, const Value& v, CallArgs&) {
   if (v.is_undefined()) return Value::MakeList({});
   if (!v.is_dict()) ThrowRuntime("Can only get item pairs from a mapping.");
   ValueList out;
@@ -251,7 +253,7 @@ Value F_sort(Interpreter& in, const Value& v, CallArgs& a) {
   return Value::MakeList(std::move(out));
 }
 
-Value F_unique(Interpreter& in, const Value& v, CallArgs& a) {
+Value F_unique_Eager(Interpreter& in, const Value& v, CallArgs& a) {
   bool cs = a.Get(0, "case_sensitive", Value::Bool(false)).Truthy();
   Value attr = a.Get(1, "attribute", Value::None());
   ValueList out, seen;
@@ -267,7 +269,7 @@ Value F_unique(Interpreter& in, const Value& v, CallArgs& a) {
   return Value::MakeList(std::move(out));
 }
 
-Value F_reverse(Interpreter& in, const Value& v, CallArgs&) {
+Value F_reverse_Eager(Interpreter& in, const Value& v, CallArgs&) {
   if (v.is_string()) {
     auto cps = SplitCodepoints(v.str());
     std::string out;
@@ -381,6 +383,10 @@ Value F_indent(Interpreter&, const Value& v, CallArgs& a) {
   bool first = a.Get(1, "first", Value::Bool(false)).Truthy();
   bool blank = a.Get(2, "blank", Value::Bool(false)).Truthy();
   std::string ind = w.is_string() ? w.str() : std::string(std::max<int64_t>(0, w.as_int()), ' ');
+  // jinja2 3.1 appends "\n" to the input and splits it, which fails for anything but a string.
+  if (!v.is_string())
+    ThrowRuntime("unsupported operand type(s) for +=: '" + std::string(v.TypeName()) +
+                 "' and 'str'");
   std::string s = SoftStr(v) + "\n";
   std::vector<std::string> lines;
   size_t pos = 0;
@@ -410,7 +416,7 @@ Value F_wordcount(Interpreter&, const Value& v, CallArgs&) {
   return Value::Int(n);
 }
 
-Value F_batch(Interpreter& in, const Value& v, CallArgs& a) {
+Value F_batch_Eager(Interpreter& in, const Value& v, CallArgs& a) {
   int64_t n = a.Get(0, "linecount").as_int();
   if (n <= 0) ThrowRuntime("batch size must be positive");
   Value fill = a.Get(1, "fill_with", Value::None());
@@ -446,6 +452,54 @@ Value F_center(Interpreter&, const Value& v, CallArgs& a) {
 Value F_format(Interpreter&, const Value& v, CallArgs& a) {
   Value args = a.args.size() == 1 ? a.args[0] : Value::MakeTuple(a.args);
   return BinaryOp("%", Value::Str(SoftStr(v)), args);
+}
+
+Value F_map(Interpreter& in, const Value& v, CallArgs& a) {
+  return Value::MakeGenerator([&in, v, a]() mutable { return F_map_Eager(in, v, a).list(); },
+                              "generator object sync_do_map");
+}
+
+Value F_select(Interpreter& in, const Value& v, CallArgs& a) {
+  return Value::MakeGenerator([&in, v, a]() mutable { return F_select_Eager(in, v, a).list(); },
+                              "generator object select_or_reject");
+}
+
+Value F_reject(Interpreter& in, const Value& v, CallArgs& a) {
+  return Value::MakeGenerator([&in, v, a]() mutable { return F_reject_Eager(in, v, a).list(); },
+                              "generator object select_or_reject");
+}
+
+Value F_selectattr(Interpreter& in, const Value& v, CallArgs& a) {
+  return Value::MakeGenerator([&in, v, a]() mutable { return F_selectattr_Eager(in, v, a).list(); },
+                              "generator object select_or_reject");
+}
+
+Value F_rejectattr(Interpreter& in, const Value& v, CallArgs& a) {
+  return Value::MakeGenerator([&in, v, a]() mutable { return F_rejectattr_Eager(in, v, a).list(); },
+                              "generator object select_or_reject");
+}
+
+Value F_batch(Interpreter& in, const Value& v, CallArgs& a) {
+  return Value::MakeGenerator([&in, v, a]() mutable { return F_batch_Eager(in, v, a).list(); },
+                              "generator object do_batch");
+}
+
+Value F_unique(Interpreter& in, const Value& v, CallArgs& a) {
+  return Value::MakeGenerator([&in, v, a]() mutable { return F_unique_Eager(in, v, a).list(); },
+                              "generator object do_unique");
+}
+
+// jinja2's items filter is a generator function: errors wait for iteration.
+Value F_items(Interpreter& in, const Value& v, CallArgs& a) {
+  return Value::MakeGenerator([&in, v, a]() mutable { return F_items_Eager(in, v, a).list(); },
+                              "generator object do_items");
+}
+
+// reversed() of a sequence is a lazy iterator; of a string, a string.
+Value F_reverse(Interpreter& in, const Value& v, CallArgs& a) {
+  Value items = F_reverse_Eager(in, v, a);  // non-iterables fail now, as in jinja2
+  if (v.is_string()) return items;
+  return Value::MakeGenerator([items] { return items.list(); }, "list_reverseiterator object");
 }
 
 const std::unordered_map<std::string, FilterFn>& Filters() {
@@ -511,7 +565,8 @@ bool T_number(Interpreter&, const Value& v, CallArgs&) { return v.is_number(); }
 bool T_string(Interpreter&, const Value& v, CallArgs&) { return v.is_string(); }
 bool T_mapping(Interpreter&, const Value& v, CallArgs&) { return v.is_dict(); }
 bool T_iterable(Interpreter&, const Value& v, CallArgs&) {
-  return v.is_string() || v.is_list_like() || v.is_dict() || v.is_undefined() || v.is_loop();
+  return v.is_generator() || v.is_string() || v.is_list_like() || v.is_dict() || v.is_undefined() ||
+         v.is_loop();
 }
 bool T_sequence(Interpreter&, const Value& v, CallArgs&) {
   return v.is_string() || v.is_list_like() || v.is_dict() || v.is_undefined();
@@ -543,20 +598,29 @@ int64_t IntOf(const Value& v) {
   if (!v.is_int() && !v.is_bool()) ThrowRuntime("expected an integer");
   return v.as_int();
 }
-bool T_odd(Interpreter&, const Value& v, CallArgs&) { return IntOf(v) % 2 != 0; }
-bool T_even(Interpreter&, const Value& v, CallArgs&) { return IntOf(v) % 2 == 0; }
-bool T_divisibleby(Interpreter&, const Value& v, CallArgs& a) {
-  int64_t d = IntOf(a.Get(0, "num"));
-  if (d == 0) ThrowRuntime("integer division or modulo by zero");
-  return IntOf(v) % d == 0;
+// value % n as Python computes it, floats included.
+Value Mod(const Value& v, const Value& n) {
+  if (v.is_undefined()) ThrowUndefinedValue(v);
+  if (n.is_undefined()) ThrowUndefinedValue(n);
+  return BinaryOp("%", v, n);
 }
+bool T_odd(Interpreter&, const Value& v, CallArgs&) {
+  return Mod(v, Value::Int(2)).Equals(Value::Int(1));
+}
+bool T_even(Interpreter&, const Value& v, CallArgs&) {
+  return Mod(v, Value::Int(2)).Equals(Value::Int(0));
+}
+bool T_divisibleby(Interpreter&, const Value& v, CallArgs& a) {
+  return Mod(v, a.Get(0, "num")).Equals(Value::Int(0));
+}
+// str.islower / str.isupper: at least one cased character, none of the other case.
 bool T_lower(Interpreter&, const Value& v, CallArgs&) {
   std::string s = v.ToStr();
-  return PyLower(s) == s;
+  return PyLower(s) == s && PyUpper(s) != s;
 }
 bool T_upper(Interpreter&, const Value& v, CallArgs&) {
   std::string s = v.ToStr();
-  return PyUpper(s) == s;
+  return PyUpper(s) == s && PyLower(s) != s;
 }
 bool T_filter(Interpreter&, const Value& v, CallArgs&) {
   return v.is_string() && HasFilter(v.str());

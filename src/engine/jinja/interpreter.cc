@@ -323,6 +323,8 @@ ValueList Interpreter::Iterate(const Value& v) {
     }
     case Value::Kind::kUndefined:
       return {};
+    case Value::Kind::kGenerator:
+      return v.Consume();
     default:
       ThrowRuntime("'" + std::string(v.TypeName()) + "' object is not iterable");
   }
@@ -503,7 +505,7 @@ Value Interpreter::Eval(const Node& n) {
           return Value::Str(std::move(s));
         }
         if (a.is_undefined()) ThrowUndefined(a);
-        if (b.is_undefined()) ThrowUndefined(b);
+        if (b.is_undefined() && !(n.name == "%" && a.is_string())) ThrowUndefined(b);
         return BinaryOp(n.name, a, b);
       }
       case Node::Kind::kAnd: {

@@ -87,7 +87,9 @@ Value PercentFormat(const std::string& fmt, const Value& arg) {
       ThrowRuntime(std::string("unsupported format character '") + c + "'");
     }
   }
-  if (ai < args.size() && arg.kind() == Value::Kind::kTuple)
+  // Python treats objects with __getitem__ (dicts, jinja2's Undefined) as
+  // mappings, which may go unused.
+  if (ai < args.size() && !arg.is_dict() && !arg.is_undefined())
     ThrowRuntime("not all arguments converted during string formatting");
   return Value::Str(std::move(out));
 }
@@ -194,6 +196,10 @@ bool Contains(const Value& c, const Value& item) {
     case Value::Kind::kDict:
       return c.dict().Find(item) != nullptr;
     case Value::Kind::kUndefined:
+      return false;
+    case Value::Kind::kGenerator:
+      for (const auto& v : c.Consume())
+        if (v.Equals(item)) return true;
       return false;
     default:
       ThrowRuntime("argument of type " + Quoted(c) + " is not iterable");

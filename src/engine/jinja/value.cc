@@ -60,6 +60,27 @@ Value Value::MakeCallable(std::string name, std::function<Value(Interpreter&, Ca
   v.p_ = std::make_shared<Callable>(Callable{std::move(name), std::move(fn)});
   return v;
 }
+namespace {
+struct GeneratorObj {
+  std::function<ValueList()> produce;
+  bool consumed = false;
+  std::string name;  // what Python's repr names, e.g. "generator object do_batch"
+};
+}  // namespace
+
+Value Value::MakeGenerator(std::function<ValueList()> produce, std::string name) {
+  Value v(Kind::kGenerator);
+  v.p_ = std::make_shared<GeneratorObj>(GeneratorObj{std::move(produce), false, std::move(name)});
+  return v;
+}
+
+ValueList Value::Consume() const {
+  auto& g = *std::static_pointer_cast<GeneratorObj>(p_);
+  if (g.consumed) return {};
+  g.consumed = true;
+  return g.produce();
+}
+
 Value Value::MakeLoop(std::shared_ptr<LoopState> loop) {
   Value v(Kind::kLoop);
   v.p_ = std::move(loop);
@@ -158,6 +179,8 @@ std::string_view Value::TypeName() const {
       return "function";
     case Kind::kLoop:
       return "LoopContext";
+    case Kind::kGenerator:
+      return "generator";
   }
   return "object";
 }
@@ -354,6 +377,10 @@ void Value::AppendStr(std::string& out) const {
       return;
     case Kind::kLoop:
       out += "<LoopContext>";
+      return;
+    case Kind::kGenerator:
+      // Python adds a memory address; a fixed one keeps the word shape.
+      out += "<" + std::static_pointer_cast<GeneratorObj>(p_)->name + " at 0x7f0000000000>";
       return;
   }
 }

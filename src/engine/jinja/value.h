@@ -51,6 +51,7 @@ class Value {
     kNamespace,
     kCallable,
     kLoop,
+    kGenerator,  // a lazy, single-use iterator (what map/select/... return)
   };
 
   Value() = default;  // Undefined with no hint
@@ -66,6 +67,9 @@ class Value {
   static Value MakeNamespace(std::shared_ptr<DictObj> dict);
   static Value MakeCallable(std::string name, std::function<Value(Interpreter&, CallArgs&)> fn);
   static Value MakeLoop(std::shared_ptr<LoopState> loop);
+  // A Python generator: `produce` runs on first iteration; later iterations
+  // see it exhausted, as in Python.
+  static Value MakeGenerator(std::function<ValueList()> produce, std::string name = "");
 
   // Converts parsed JSON (ordered_json keeps key order, which tojson needs for
   // byte-identical output; plain json sorts keys as Python would not).
@@ -89,6 +93,9 @@ class Value {
   bool is_namespace() const { return kind_ == Kind::kNamespace; }
   bool is_callable() const { return kind_ == Kind::kCallable; }
   bool is_loop() const { return kind_ == Kind::kLoop; }
+  bool is_generator() const { return kind_ == Kind::kGenerator; }
+  // Runs a generator (once; then it is empty).
+  ValueList Consume() const;
 
   bool as_bool() const { return b_; }
   int64_t as_int() const { return kind_ == Kind::kBool ? (b_ ? 1 : 0) : i_; }

@@ -17,15 +17,18 @@ RenderOptions FixedClock() {
   return o;
 }
 
-TEST(TemplateTest, SnippetsMatchPythonJinja2) {
+// Runs a reference script that prints [{template, context, output|error}] and
+// renders every case here; reports the first mismatches.
+void CompareWithReference(const std::string& script_and_args, size_t min_cases) {
   if (!testing::HaveReferenceJinja()) GTEST_SKIP() << "python3-jinja2 is not installed";
-  std::string out = testing::RunPython(std::string(AGENTKV_SOURCE_DIR) +
-                                       "/tests/reference/jinja/render_snippets.py");
-  ASSERT_FALSE(out.empty()) << "render_snippets.py failed";
+  std::string out = testing::RunPython(std::string(AGENTKV_SOURCE_DIR) + "/tests/reference/jinja/" +
+                                       script_and_args);
+  ASSERT_FALSE(out.empty()) << script_and_args << " failed";
   auto cases = nlohmann::ordered_json::parse(out);
-  ASSERT_GT(cases.size(), 50u);
+  ASSERT_GE(cases.size(), min_cases);
   int failures = 0;
   for (const auto& c : cases) {
+    if (failures >= 15) break;
     const std::string src = c["template"];
     Result<std::string> got = [&]() -> Result<std::string> {
       auto t = Template::Parse(src);
@@ -48,7 +51,13 @@ TEST(TemplateTest, SnippetsMatchPythonJinja2) {
       ++failures;
     }
   }
-  EXPECT_EQ(failures, 0) << "of " << cases.size() << " snippets";
+  EXPECT_EQ(failures, 0) << "of " << cases.size() << " cases";
+}
+
+TEST(TemplateTest, SnippetsMatchPythonJinja2) { CompareWithReference("render_snippets.py", 100); }
+
+TEST(TemplateTest, RandomExpressionsMatchPythonJinja2) {
+  CompareWithReference("random_expressions.py --seed 99 --count 1500", 1500);
 }
 
 Result<std::string> RenderSource(const std::string& src, const RenderOptions& opts = {}) {

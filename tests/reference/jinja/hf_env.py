@@ -7,6 +7,7 @@ ensure_ascii=False) and the raise_exception / strftime_now globals. The clock
 is fixed here so that strftime_now is deterministic; the C++ side injects the
 same instant.
 """
+import copy
 import datetime
 import json
 
@@ -70,6 +71,8 @@ def _compile(env, source):
 def render(env, source, context):
     """Returns {"output": str} or {"error": "<Type>: <message>"}."""
     try:
-        return {"output": _compile(env, source).render(**context)}
+        # A copy: some jinja2 filters mutate their input (indent on a list
+        # appends to it), and the case must record the context as given.
+        return {"output": _compile(env, source).render(**copy.deepcopy(context))}
     except Exception as e:  # any failure is an expected-error case
         return {"error": "%s: %s" % (type(e).__name__, e)}
