@@ -7,7 +7,8 @@
 // rings indexed by logical block % RingBlocks. The backend writes the new
 // tokens' K and V into those blocks; the caller (scheduler / cache manager)
 // owns which blocks those are and must have made them exclusive (copy-on-write
-// done through CopyBlocks) before the step.
+// done through CopyBlocks with the manager's KvBlockCopy list) before the
+// step.
 //
 // Thread-safety: a backend is owned by one engine thread; no method may be
 // called concurrently.
@@ -18,6 +19,7 @@
 #include <span>
 #include <string>
 
+#include "cache/kv_cache_manager.h"
 #include "cache/model_cache_spec.h"
 #include "engine/model_config.h"
 #include "util/status.h"
@@ -31,12 +33,6 @@ struct SeqStep {
   int32_t start_pos = 0;            // tokens of this sequence already cached
   std::array<std::span<const int32_t>, kMaxCacheGroups> block_tables{};
   bool want_logits = false;  // logits of the last new token
-};
-
-struct BlockCopy {
-  int group = 0;
-  int32_t src = 0;
-  int32_t dst = 0;
 };
 
 struct KvLayout {
@@ -57,7 +53,7 @@ class Backend {
   virtual const KvLayout& kv_layout() const = 0;
 
   // Copies whole blocks (every layer of the group), in order.
-  virtual Status CopyBlocks(std::span<const BlockCopy> copies) = 0;
+  virtual Status CopyBlocks(std::span<const KvBlockCopy> copies) = 0;
 
   // Runs one step. `logits` receives vocab_size floats for each SeqStep with
   // want_logits, in batch order; it must hold at least that many.

@@ -132,8 +132,8 @@ float* CpuBackend::KvPtr(int group, int32_t block, int layer_in_group, int which
   return const_cast<float*>(kv_[group].data()) + idx;
 }
 
-Status CpuBackend::CopyBlocks(std::span<const BlockCopy> copies) {
-  for (const BlockCopy& c : copies) {
+Status CpuBackend::CopyBlocks(std::span<const KvBlockCopy> copies) {
+  for (const KvBlockCopy& c : copies) {
     if (c.group < 0 || c.group >= static_cast<int>(kv_.size()) || c.src < 0 || c.dst < 0 ||
         c.src >= layout_.blocks_per_group[c.group] || c.dst >= layout_.blocks_per_group[c.group])
       return InvalidArgument("CopyBlocks: block out of range");

@@ -33,7 +33,7 @@ class CpuBackend final : public Backend {
 
   Status AllocateKv(const KvLayout& layout) override;
   const KvLayout& kv_layout() const override { return layout_; }
-  Status CopyBlocks(std::span<const BlockCopy> copies) override;
+  Status CopyBlocks(std::span<const KvBlockCopy> copies) override;
   Status Forward(std::span<const SeqStep> batch, std::span<float> logits) override;
   Status ReadBlock(int group, int32_t block, std::span<std::byte> out) override;
   Status WriteBlock(int group, int32_t block, std::span<const std::byte> in) override;

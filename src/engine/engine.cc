@@ -121,6 +121,11 @@ void Engine::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+std::unique_ptr<Backend> Engine::ReleaseBackend() {
+  Stop();
+  return std::move(backend_);
+}
+
 EngineStats Engine::Stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return stats_;
@@ -240,9 +245,7 @@ void Engine::Step() {
   }
   if (plan.seqs.empty()) return;
   const ModelConfig& cfg = backend_->config();
-  copies_buf_.clear();
-  for (const KvBlockCopy& c : plan.copies) copies_buf_.push_back(BlockCopy{c.group, c.src, c.dst});
-  Status st = backend_->CopyBlocks(copies_buf_);
+  Status st = backend_->CopyBlocks(plan.copies);
   kv_->CopiesDone();
   steps_buf_.clear();
   for (const ScheduledSeq& sc : plan.seqs) {

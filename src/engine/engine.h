@@ -82,12 +82,12 @@ class Engine {
   void Drain();
   // Cancels everything and joins the engine thread.
   void Stop();
+  // Stop()s and hands the backend back (to build another engine on it).
+  std::unique_ptr<Backend> ReleaseBackend();
 
   EngineStats Stats() const;
   const ModelConfig& config() const { return backend_->config(); }
   int32_t max_context() const { return max_context_; }
-  // Tokens of `agent_key`'s resident cache that prefix `tokens` (engine
-  // thread's last published view; an estimate for reporting).
   int block_size() const { return options_.block_size; }
 
  private:
@@ -123,7 +123,6 @@ class Engine {
   // Engine-thread state.
   std::unordered_map<std::string, AgentCache> agents_;
   std::vector<SeqStep> steps_buf_;
-  std::vector<BlockCopy> copies_buf_;
   std::vector<float> logits_;
   EngineStats local_;
   std::thread thread_;
