@@ -18,12 +18,16 @@ PKGS=(build-essential cmake ninja-build ccache pkg-config git
       libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev
       libpcre2-dev libutf8proc-dev libopenblas-dev libxxhash-dev
       liblmdb-dev lmdb-utils libzstd-dev libboost-dev libboost-system-dev libssl-dev
-      libspdlog-dev libfmt-dev
-      nodejs npm python3 python3-jinja2)
+      libspdlog-dev libfmt-dev xxhash
+      python3 python3-jinja2)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# Node.js may come from elsewhere than Debian (its npm conflicts with
+# Debian's); install Debian's only when there is none.
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 if [ ${#missing[@]} -gt 0 ]; then
   log "installing Debian packages: ${missing[*]}"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
