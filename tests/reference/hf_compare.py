@@ -76,9 +76,12 @@ def build_model(arch, out_dir, seed):
                 # Larger than the usual 0.02 so that logits are peaked and
                 # greedy continuations are not decided by rounding.
                 p.copy_(0.08 * torch.randn_like(p))
-    model = model.to(torch.bfloat16)
-    model.save_pretrained(out_dir, safe_serialization=True)
-    return model.to(torch.float32)
+    model.to(torch.bfloat16).save_pretrained(out_dir, safe_serialization=True)
+    # The reference is the saved checkpoint loaded back in float32: casting the
+    # in-memory model would also round its non-persistent buffers (rotary
+    # inverse frequencies, Gemma's embedding scale) to bf16, which a loaded
+    # checkpoint never has.
+    return cls.from_pretrained(out_dir, dtype=torch.float32, attn_implementation="eager")
 
 
 def ref_logits_and_greedy(model, ids, device):
