@@ -70,10 +70,19 @@ Status CpuBackend::LoadWeights(const WeightSource& w) {
   const ModelConfig& c = config_;
   const int64_t H = c.hidden_size, I = c.intermediate_size, D = c.head_dim;
   const int64_t nq = c.num_heads * D, nkv = c.num_kv_heads * D;
-  RETURN_IF_ERROR(Append(embed_, w, "model.embed_tokens.weight", {c.vocab_size, H}));
+  const std::vector<int64_t> vh = {c.vocab_size, H};
+  if (auto e = w.LoadBf16IfStored("model.embed_tokens.weight", vh); e.ok()) {
+    embed_bf16_ = std::move(e).value();
+  } else {
+    RETURN_IF_ERROR(Append(embed_, w, "model.embed_tokens.weight", {c.vocab_size, H}));
+  }
   RETURN_IF_ERROR(Append(final_norm_, w, "model.norm.weight", {H}));
   if (!c.tie_word_embeddings) {
-    RETURN_IF_ERROR(Append(lm_head_, w, "lm_head.weight", {c.vocab_size, H}));
+    if (auto e = w.LoadBf16IfStored("lm_head.weight", vh); e.ok()) {
+      lm_head_bf16_ = std::move(e).value();
+    } else {
+      RETURN_IF_ERROR(Append(lm_head_, w, "lm_head.weight", {c.vocab_size, H}));
+    }
   }
   layers_.resize(c.num_layers);
   for (int l = 0; l < c.num_layers; ++l) {
@@ -125,10 +134,10 @@ float* CpuBackend::KvPtr(int group, int32_t block, int layer_in_group, int which
                          int offset) const {
   const int64_t L = static_cast<int64_t>(spec_.groups[group].layers.size());
   const int64_t row = static_cast<int64_t>(spec_.num_kv_heads) * spec_.head_dim;
-  const int64_t idx = (((static_cast<int64_t>(block) * L + layer_in_group) * 2 + which) *
-                           layout_.block_size +
-                       offset) *
-                      row;
+  const int64_t idx =
+      (((static_cast<int64_t>(block) * L + layer_in_group) * 2 + which) * layout_.block_size +
+       offset) *
+      row;
   return const_cast<float*>(kv_[group].data()) + idx;
 }
 
@@ -176,8 +185,8 @@ Status CpuBackend::CheckBatch(std::span<const SeqStep> batch) const {
     const int64_t end = static_cast<int64_t>(st.start_pos) + st.tokens.size();
     for (size_t g = 0; g < spec_.groups.size(); ++g) {
       const int ring = spec_.RingBlocks(static_cast<int>(g), bs);
-      const int64_t need = ring > 0 ? std::min<int64_t>(ring, (end + bs - 1) / bs)
-                                    : (end + bs - 1) / bs;
+      const int64_t need =
+          ring > 0 ? std::min<int64_t>(ring, (end + bs - 1) / bs) : (end + bs - 1) / bs;
       if (static_cast<int64_t>(st.block_tables[g].size()) < need)
         return InvalidArgument("Forward: sequence " + std::to_string(s) + " block table of group " +
                                std::to_string(g) + " holds " +
@@ -248,8 +257,7 @@ void CpuBackend::Attention(int layer, std::span<const SeqStep> batch) {
       }
       const int32_t lb = p / bs;
       const int32_t blk = table[ring > 0 ? lb % ring : lb];
-      return KvPtr(L.group, blk, L.index_in_group, which, p % bs) +
-             static_cast<int64_t>(kvh) * D;
+      return KvPtr(L.group, blk, L.index_in_group, which, p % bs) + static_cast<int64_t>(kvh) * D;
     };
     const float* q = qkv_.data() + t * qkv_row + static_cast<int64_t>(h) * D;
     float* out = attn_.data() + (t * nh + h) * D;
@@ -306,8 +314,15 @@ Status CpuBackend::Forward(std::span<const SeqStep> batch, std::span<float> logi
     for (size_t i = 0; i < batch[s].tokens.size(); ++i, ++t) {
       tok_seq_[t] = static_cast<int32_t>(s);
       tok_pos_[t] = batch[s].start_pos + static_cast<int32_t>(i);
-      std::memcpy(&x_[t * H], &embed_[static_cast<int64_t>(batch[s].tokens[i]) * H],
-                  sizeof(float) * H);
+      const int64_t row = static_cast<int64_t>(batch[s].tokens[i]) * H;
+      if (embed_bf16_.empty()) {
+        std::memcpy(&x_[t * H], &embed_[row], sizeof(float) * H);
+      } else {
+        for (int64_t d = 0; d < H; ++d) {
+          const uint32_t u = static_cast<uint32_t>(embed_bf16_[row + d]) << 16;
+          std::memcpy(&x_[t * H + d], &u, 4);
+        }
+      }
     }
   }
   seq_first_.push_back(T);
@@ -318,8 +333,8 @@ Status CpuBackend::Forward(std::span<const SeqStep> batch, std::span<float> logi
   for (int l = 0; l < c.num_layers; ++l) {
     const Layer& L = layers_[l];
     kernels::RmsNorm(x_.data(), L.in_norm.data(), h_.data(), T, H, c.rms_norm_eps, plus_one);
-    kernels::Linear(h_.data(), L.wqkv.data(), L.bqkv.empty() ? nullptr : L.bqkv.data(),
-                    qkv_.data(), T, qkv_row, H);
+    kernels::Linear(h_.data(), L.wqkv.data(), L.bqkv.empty() ? nullptr : L.bqkv.data(), qkv_.data(),
+                    T, qkv_row, H, pool_.get());
     // Only Gemma 3 gives sliding layers their own rotary base.
     const float* inv_freq = L.kind == AttentionKind::kSliding && c.arch == Architecture::kGemma3
                                 ? inv_freq_local_.data()
@@ -328,10 +343,8 @@ Status CpuBackend::Forward(std::span<const SeqStep> batch, std::span<float> logi
       float* q = qkv_.data() + i * qkv_row;
       float* k = q + static_cast<int64_t>(nh) * D;
       if (c.qk_norm) {
-        kernels::RmsNorm(q, L.q_norm.data(), q, nh, static_cast<int>(D), c.rms_norm_eps,
-                         plus_one);
-        kernels::RmsNorm(k, L.k_norm.data(), k, nkv, static_cast<int>(D), c.rms_norm_eps,
-                         plus_one);
+        kernels::RmsNorm(q, L.q_norm.data(), q, nh, static_cast<int>(D), c.rms_norm_eps, plus_one);
+        kernels::RmsNorm(k, L.k_norm.data(), k, nkv, static_cast<int>(D), c.rms_norm_eps, plus_one);
       }
       kernels::ApplyRope(q, nh, static_cast<int>(D), tok_pos_[i], inv_freq);
       kernels::ApplyRope(k, nkv, static_cast<int>(D), tok_pos_[i], inv_freq);
@@ -339,24 +352,22 @@ Status CpuBackend::Forward(std::span<const SeqStep> batch, std::span<float> logi
     Attention(l, batch);
     WriteKv(l, batch);
     kernels::Linear(attn_.data(), L.wo.data(), nullptr, o_.data(), T, H,
-                    static_cast<int64_t>(nh) * D);
+                    static_cast<int64_t>(nh) * D, pool_.get());
     if (c.sandwich_norm) {
       kernels::RmsNorm(o_.data(), L.post_attn_norm.data(), o_.data(), T, H, c.rms_norm_eps,
                        plus_one);
       for (int64_t i = 0; i < T * H; ++i) x_[i] += o_[i];
-      kernels::RmsNorm(x_.data(), L.pre_ff_norm.data(), h_.data(), T, H, c.rms_norm_eps,
-                       plus_one);
+      kernels::RmsNorm(x_.data(), L.pre_ff_norm.data(), h_.data(), T, H, c.rms_norm_eps, plus_one);
     } else {
       for (int64_t i = 0; i < T * H; ++i) x_[i] += o_[i];
       kernels::RmsNorm(x_.data(), L.post_attn_norm.data(), h_.data(), T, H, c.rms_norm_eps,
                        plus_one);
     }
-    kernels::Linear(h_.data(), L.w_gate_up.data(), nullptr, gu_.data(), T, 2 * I, H);
+    kernels::Linear(h_.data(), L.w_gate_up.data(), nullptr, gu_.data(), T, 2 * I, H, pool_.get());
     kernels::GatedActivation(gu_.data(), act_.data(), T, static_cast<int>(I), c.activation);
-    kernels::Linear(act_.data(), L.w_down.data(), nullptr, o_.data(), T, H, I);
+    kernels::Linear(act_.data(), L.w_down.data(), nullptr, o_.data(), T, H, I, pool_.get());
     if (c.sandwich_norm) {
-      kernels::RmsNorm(o_.data(), L.post_ff_norm.data(), o_.data(), T, H, c.rms_norm_eps,
-                       plus_one);
+      kernels::RmsNorm(o_.data(), L.post_ff_norm.data(), o_.data(), T, H, c.rms_norm_eps, plus_one);
     }
     for (int64_t i = 0; i < T * H; ++i) x_[i] += o_[i];
   }
@@ -370,8 +381,15 @@ Status CpuBackend::Forward(std::span<const SeqStep> batch, std::span<float> logi
                      c.rms_norm_eps, plus_one);
     ++r;
   }
-  const float* head = c.tie_word_embeddings ? embed_.data() : lm_head_.data();
-  kernels::Linear(last_.data(), head, nullptr, logits.data(), want, c.vocab_size, H);
+  const std::vector<uint16_t>& head16 = c.tie_word_embeddings ? embed_bf16_ : lm_head_bf16_;
+  const std::vector<float>& head32 = c.tie_word_embeddings ? embed_ : lm_head_;
+  if (!head16.empty()) {
+    kernels::LinearBf16(last_.data(), head16.data(), logits.data(), want, c.vocab_size, H,
+                        pool_.get());
+  } else {
+    kernels::Linear(last_.data(), head32.data(), nullptr, logits.data(), want, c.vocab_size, H,
+                    pool_.get());
+  }
   if (c.final_logit_softcap > 0.f) {
     const float cap = c.final_logit_softcap;
     for (int64_t i = 0; i < want * c.vocab_size; ++i) logits[i] = cap * std::tanh(logits[i] / cap);

@@ -54,7 +54,10 @@ class CpuBackend final : public Backend {
   KvLayout layout_;
   std::vector<std::vector<float>> kv_;  // per group
 
+  // Embedding and LM head stay in bf16 when the checkpoint stores them so
+  // (exact, half the bytes of the largest matrices); else fp32.
   std::vector<float> embed_, final_norm_, lm_head_;
+  std::vector<uint16_t> embed_bf16_, lm_head_bf16_;
   std::vector<Layer> layers_;
   std::vector<float> inv_freq_global_, inv_freq_local_;
 

@@ -2,7 +2,11 @@
 
 #include <cblas.h>
 
+#include <immintrin.h>
+
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 
 namespace agentkv::kernels {
 
@@ -86,11 +90,110 @@ void GatedActivation(const float* gate_up, float* out, int64_t rows, int n, Acti
   }
 }
 
+namespace {
+
+inline float HorizontalSum(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+  lo = _mm_add_ps(lo, hi);
+  lo = _mm_hadd_ps(lo, lo);
+  lo = _mm_hadd_ps(lo, lo);
+  return _mm_cvtss_f32(lo);
+}
+
+inline __m256 LoadRow(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 LoadRow(const uint16_t* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+inline float Scalar(const float* p) { return *p; }
+inline float Scalar(const uint16_t* p) {
+  const uint32_t u = static_cast<uint32_t>(*p) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// y[r][j] = x[r] . w[j] for j in [j0, j1), up to 8 rows of x at a time so
+// that each weight row is read from memory once per 8 rows.
+template <typename W>
+void StreamRows(const float* x, const W* w, float* y, int64_t m, int64_t n, int64_t k, int64_t j0,
+                int64_t j1) {
+  const int64_t k8 = k & ~int64_t{7};
+  int64_t j = j0;
+  if (m <= 2) {
+    // Decode of one or two sequences: four weight rows at a time give the
+    // FMA units independent chains (one chain would be latency-bound).
+    for (; j + 4 <= j1; j += 4) {
+      const W* wr[4] = {w + j * k, w + (j + 1) * k, w + (j + 2) * k, w + (j + 3) * k};
+      __m256 acc[2][4];
+      for (int64_t r = 0; r < m; ++r)
+        for (int q = 0; q < 4; ++q) acc[r][q] = _mm256_setzero_ps();
+      for (int64_t i = 0; i < k8; i += 8) {
+        for (int q = 0; q < 4; ++q) {
+          const __m256 wv = LoadRow(wr[q] + i);
+          for (int64_t r = 0; r < m; ++r)
+            acc[r][q] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + r * k + i), acc[r][q]);
+        }
+      }
+      for (int64_t r = 0; r < m; ++r)
+        for (int q = 0; q < 4; ++q) {
+          float s = HorizontalSum(acc[r][q]);
+          for (int64_t i = k8; i < k; ++i) s += Scalar(wr[q] + i) * x[r * k + i];
+          y[r * n + j + q] = s;
+        }
+    }
+  }
+  for (; j < j1; ++j) {
+    const W* wr = w + j * k;
+    for (int64_t r0 = 0; r0 < m; r0 += 8) {
+      const int64_t rm = std::min<int64_t>(8, m - r0);
+      __m256 acc[8];
+      for (int64_t r = 0; r < rm; ++r) acc[r] = _mm256_setzero_ps();
+      for (int64_t i = 0; i < k8; i += 8) {
+        const __m256 wv = LoadRow(wr + i);
+        for (int64_t r = 0; r < rm; ++r)
+          acc[r] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + (r0 + r) * k + i), acc[r]);
+      }
+      for (int64_t r = 0; r < rm; ++r) {
+        float s = HorizontalSum(acc[r]);
+        for (int64_t i = k8; i < k; ++i) s += Scalar(wr + i) * x[(r0 + r) * k + i];
+        y[(r0 + r) * n + j] = s;
+      }
+    }
+  }
+}
+
+template <typename W>
+void StreamLinear(const float* x, const W* w, float* y, int64_t m, int64_t n, int64_t k,
+                  ThreadPool* pool) {
+  constexpr int64_t kRowsPerTask = 64;
+  const int64_t tasks = (n + kRowsPerTask - 1) / kRowsPerTask;
+  auto run = [&](int64_t t, int) {
+    StreamRows(x, w, y, m, n, k, t * kRowsPerTask, std::min(n, (t + 1) * kRowsPerTask));
+  };
+  if (pool) {
+    pool->ParallelFor(tasks, 4, run);
+  } else {
+    for (int64_t t = 0; t < tasks; ++t) run(t, 0);
+  }
+}
+
+}  // namespace
+
+void LinearBf16(const float* x, const uint16_t* w, float* y, int64_t m, int64_t n, int64_t k,
+                ThreadPool* pool) {
+  StreamLinear(x, w, y, m, n, k, pool);
+}
+
 void Linear(const float* x, const float* w, const float* bias, float* y, int64_t m, int64_t n,
-            int64_t k) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n),
-              static_cast<int>(k), 1.0f, x, static_cast<int>(k), w, static_cast<int>(k), 0.0f, y,
-              static_cast<int>(n));
+            int64_t k, ThreadPool* pool) {
+  if (m <= kSmallM) {
+    StreamLinear(x, w, y, m, n, k, pool);
+  } else {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n),
+                static_cast<int>(k), 1.0f, x, static_cast<int>(k), w, static_cast<int>(k), 0.0f, y,
+                static_cast<int>(n));
+  }
   if (bias) {
     for (int64_t r = 0; r < m; ++r)
       for (int64_t c = 0; c < n; ++c) y[r * n + c] += bias[c];

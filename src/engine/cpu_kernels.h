@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/model_config.h"
+#include "util/thread_pool.h"
 
 namespace agentkv::kernels {
 
@@ -32,8 +33,8 @@ void GatedActivation(const float* gate_up, float* out, int64_t rows, int n, Acti
 // key(j) / value(j) return pointers to head_dim floats. Uses a running max
 // (one pass, no score buffer larger than `scores`, which holds n floats).
 template <typename KeyFn, typename ValFn>
-inline void AttendOne(const float* q, int n, int head_dim, float scale, float softcap,
-                      KeyFn key, ValFn value, float* scores, float* out) {
+inline void AttendOne(const float* q, int n, int head_dim, float scale, float softcap, KeyFn key,
+                      ValFn value, float* scores, float* out) {
   float mx = -3.0e38f;
   for (int j = 0; j < n; ++j) {
     const float* k = key(j);
@@ -59,7 +60,16 @@ inline void AttendOne(const float* q, int n, int head_dim, float scale, float so
 }
 
 // out[r][c] = x[r] . w[c] (+ bias[c]): y = x W^T with W [n][k] row-major.
+// Few rows (decode steps) take a weight-streaming kernel that reads each
+// weight row once for all of x, split over `pool`'s threads; many rows go to
+// OpenBLAS sgemm, whose packing of W only pays off then.
 void Linear(const float* x, const float* w, const float* bias, float* y, int64_t m, int64_t n,
-            int64_t k);
+            int64_t k, ThreadPool* pool = nullptr);
+// The same with W in bf16 (exactly the checkpoint's values, half the bytes).
+void LinearBf16(const float* x, const uint16_t* w, float* y, int64_t m, int64_t n, int64_t k,
+                ThreadPool* pool = nullptr);
+
+// Rows up to which Linear streams weights instead of calling sgemm.
+inline constexpr int64_t kSmallM = 16;
 
 }  // namespace agentkv::kernels

@@ -12,7 +12,7 @@ Result<SafetensorsWeights> SafetensorsWeights::Open(const std::filesystem::path&
 }
 
 Result<std::vector<float>> SafetensorsWeights::LoadF32(const std::string& name,
-                                                      std::span<const int64_t> shape) const {
+                                                       std::span<const int64_t> shape) const {
   if (!st_.Has(name)) {
     return NotFound("tensor " + name + " is missing from the checkpoint");
   }
@@ -39,6 +39,16 @@ Result<std::vector<float>> SafetensorsWeights::LoadF32(const std::string& name,
       }
       break;
   }
+  return out;
+}
+
+Result<std::vector<uint16_t>> SafetensorsWeights::LoadBf16IfStored(
+    const std::string& name, std::span<const int64_t> shape) const {
+  if (!st_.Has(name)) return NotFound("tensor " + name + " is missing from the checkpoint");
+  ASSIGN_OR_RETURN(TensorView t, st_.Get(name, std::vector<int64_t>(shape.begin(), shape.end())));
+  if (t.dtype != TensorDtype::kBF16) return Unimplemented(name + " is not stored as bf16");
+  std::vector<uint16_t> out(t.numel());
+  std::memcpy(out.data(), t.data, out.size() * 2);
   return out;
 }
 

@@ -19,6 +19,8 @@ class SafetensorsWeights final : public WeightSource {
   bool Has(const std::string& name) const override { return st_.Has(name); }
   Result<std::vector<float>> LoadF32(const std::string& name,
                                      std::span<const int64_t> shape) const override;
+  Result<std::vector<uint16_t>> LoadBf16IfStored(const std::string& name,
+                                                 std::span<const int64_t> shape) const override;
   const Safetensors& safetensors() const { return st_; }
 
  private:

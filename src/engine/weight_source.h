@@ -20,6 +20,14 @@ class WeightSource {
   // dtype) name the file and the tensor.
   virtual Result<std::vector<float>> LoadF32(const std::string& name,
                                              std::span<const int64_t> shape) const = 0;
+  // The tensor's raw bf16 values if it is stored as bf16 (so keeping it in
+  // bf16 loses nothing); Unimplemented otherwise.
+  virtual Result<std::vector<uint16_t>> LoadBf16IfStored(const std::string& name,
+                                                         std::span<const int64_t> shape) const {
+    (void)name;
+    (void)shape;
+    return Unimplemented("bf16 storage not available");
+  }
 };
 
 }  // namespace agentkv
