@@ -20,20 +20,26 @@ KvBlockCodec& ThreadCodec(int level) {
 
 constexpr int kKvDb = static_cast<int>(Db::kKv);
 
-Result<KvMeta> LoadKvMeta(LmdbTxnBase& t, const std::string& key) {
+// The meta of `key` for a write that changes it anyway (a block stored, a
+// reference added or dropped). Bookkeeping that fails its checksum is
+// rebuilt: the stored size from the KV record itself (so the block stays
+// evictable), the reference count from zero; it only steers eviction and
+// sharing, never what is served.
+Result<KvMeta> LoadKvMetaForUpdate(LmdbTxnBase& t, const std::string& key) {
   ASSIGN_OR_RETURN(auto v, t.Get(Db::kKvMeta, key));
   if (!v) return KvMeta{};
   auto m = DecodeKvMeta(*v, DescribeKey(static_cast<int>(Db::kKvMeta), key));
-  // Bookkeeping that fails its checksum restarts from zero; it only steers
-  // eviction and sharing, never what is served.
-  if (!m.ok()) return KvMeta{};
-  return *m;
+  if (m.ok()) return *m;
+  KvMeta rebuilt;
+  ASSIGN_OR_RETURN(auto kv, t.Get(Db::kKv, key));
+  if (kv) rebuilt.stored_bytes = static_cast<uint32_t>(kv->size());
+  return rebuilt;
 }
 
 // Adds `delta` references to a block; a block with no references and no
 // stored record loses its meta.
 Status AddRef(LmdbEnv::WriteTxn& t, const std::string& key, int delta, int64_t now) {
-  ASSIGN_OR_RETURN(KvMeta m, LoadKvMeta(t, key));
+  ASSIGN_OR_RETURN(KvMeta m, LoadKvMetaForUpdate(t, key));
   if (delta > 0) {
     m.refcount += static_cast<uint32_t>(delta);
     m.last_access_ms = static_cast<uint64_t>(now);
@@ -142,7 +148,7 @@ Status AgentStore::WriteBatch(std::vector<KvChainWrite>& batch) {
     bytes = 0;
     for (const auto& j : jobs) {
       RETURN_IF_ERROR(t.Put(Db::kKv, j.key, *j.value));
-      ASSIGN_OR_RETURN(KvMeta m, LoadKvMeta(t, j.key));
+      ASSIGN_OR_RETURN(KvMeta m, LoadKvMetaForUpdate(t, j.key));
       m.stored_bytes = static_cast<uint32_t>(j.value->size());
       m.last_access_ms = static_cast<uint64_t>(now);
       RETURN_IF_ERROR(t.Put(Db::kKvMeta, j.key, EncodeKvMeta(m)));
@@ -154,9 +160,14 @@ Status AgentStore::WriteBatch(std::vector<KvChainWrite>& batch) {
           const std::string key = KvKey(w.fp, b.hash);
           ASSIGN_OR_RETURN(auto v, t.Get(Db::kKvMeta, key));
           if (!v) continue;
-          ASSIGN_OR_RETURN(KvMeta m, LoadKvMeta(t, key));
-          m.last_access_ms = static_cast<uint64_t>(now);
-          RETURN_IF_ERROR(t.Put(Db::kKvMeta, key, EncodeKvMeta(m)));
+          // A touch only refreshes the LRU time of a readable meta. An
+          // unreadable one is left as it is: Verify reports it and eviction
+          // takes its block first. Rewriting it here would hide the damage
+          // and invent a stored size of 0 (a block never evicted).
+          auto m = DecodeKvMeta(*v, "");
+          if (!m.ok()) continue;
+          m->last_access_ms = static_cast<uint64_t>(now);
+          RETURN_IF_ERROR(t.Put(Db::kKvMeta, key, EncodeKvMeta(*m)));
         }
         continue;
       }

@@ -9,6 +9,7 @@
 #include "store/agent_store.h"
 #include "store/kv_block_codec.h"
 #include "store/record_envelope.h"
+#include "store/records.h"
 #include "store_test_util.h"
 
 namespace agentkv::store {
@@ -161,6 +162,32 @@ TEST_F(StoreCorruptionTest, TenThousandRandomByteFlipsAreAllDetected) {
     PutRaw(t.db, t.key, t.good);
   }
   EXPECT_GT(served_checks, 500);
+  EXPECT_TRUE(store_->Verify()->ok());
+}
+
+TEST_F(StoreCorruptionTest, TouchLeavesADamagedKvMetaForVerify) {
+  // A resume read queues an LRU touch; the writer must not paper over a
+  // damaged meta (Verify would miss it and the block would lose its size).
+  const std::string key = KvKey(Fp('1'), hashes_[0]);
+  std::string bad = Raw(Db::kKvMeta, key);
+  bad[bad.size() - 4] ^= 0x01;  // the stored size
+  PutRaw(Db::kKvMeta, key, bad);
+  Status problem;
+  EXPECT_EQ(ServedBlocks(&problem), 4u);
+  ASSERT_TRUE(store_->Flush().ok());
+  EXPECT_EQ(Raw(Db::kKvMeta, key), bad);
+  auto v = store_->Verify();
+  ASSERT_TRUE(v.ok());
+  ASSERT_EQ(v->problems.size(), 1u);
+  EXPECT_NE(v->problems[0].find("kvmeta fp 1111"), std::string::npos) << v->problems[0];
+
+  // A write that changes the meta rebuilds it with the block's real size.
+  store_->PutKvBlocks(MakeChainWrite("b", Fp('1'), tokens_, kBlock, 3000));
+  ASSERT_TRUE(store_->Flush().ok());
+  auto m = DecodeKvMeta(Raw(Db::kKvMeta, key), "k");
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->stored_bytes, Raw(Db::kKv, key).size());
+  EXPECT_EQ(m->refcount, 1u);
   EXPECT_TRUE(store_->Verify()->ok());
 }
 
