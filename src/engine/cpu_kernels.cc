@@ -113,52 +113,77 @@ inline float Scalar(const uint16_t* p) {
   return f;
 }
 
-// y[r][j] = x[r] . w[j] for j in [j0, j1), up to 8 rows of x at a time so
-// that each weight row is read from memory once per 8 rows.
-template <typename W>
-void StreamRows(const float* x, const W* w, float* y, int64_t m, int64_t n, int64_t k, int64_t j0,
+// y[r][j] = x[r] . w[j] for the RM rows of x starting at x (row stride k,
+// output row stride n) and j in [j0, j1). RM and QR (weight rows at once)
+// are compile-time so the accumulators live in registers; several weight
+// rows at once give the FMA units independent chains when RM is small.
+template <int RM, int QR, typename W>
+void RowsKernel(const float* x, const W* w, float* y, int64_t n, int64_t k, int64_t j0,
                 int64_t j1) {
   const int64_t k8 = k & ~int64_t{7};
   int64_t j = j0;
-  if (m <= 2) {
-    // Decode of one or two sequences: four weight rows at a time give the
-    // FMA units independent chains (one chain would be latency-bound).
-    for (; j + 4 <= j1; j += 4) {
-      const W* wr[4] = {w + j * k, w + (j + 1) * k, w + (j + 2) * k, w + (j + 3) * k};
-      __m256 acc[2][4];
-      for (int64_t r = 0; r < m; ++r)
-        for (int q = 0; q < 4; ++q) acc[r][q] = _mm256_setzero_ps();
-      for (int64_t i = 0; i < k8; i += 8) {
-        for (int q = 0; q < 4; ++q) {
-          const __m256 wv = LoadRow(wr[q] + i);
-          for (int64_t r = 0; r < m; ++r)
+  for (; j + QR <= j1; j += QR) {
+    __m256 acc[RM][QR];
+    for (int r = 0; r < RM; ++r)
+      for (int q = 0; q < QR; ++q) acc[r][q] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < k8; i += 8) {
+      if constexpr (RM * QR + RM < 15) {
+        __m256 xv[RM];
+        for (int r = 0; r < RM; ++r) xv[r] = _mm256_loadu_ps(x + r * k + i);
+        for (int q = 0; q < QR; ++q) {
+          const __m256 wv = LoadRow(w + (j + q) * k + i);
+          for (int r = 0; r < RM; ++r) acc[r][q] = _mm256_fmadd_ps(wv, xv[r], acc[r][q]);
+        }
+      } else {
+        // Too many rows to keep x in registers too: x comes from L1.
+        for (int q = 0; q < QR; ++q) {
+          const __m256 wv = LoadRow(w + (j + q) * k + i);
+          for (int r = 0; r < RM; ++r)
             acc[r][q] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + r * k + i), acc[r][q]);
         }
       }
-      for (int64_t r = 0; r < m; ++r)
-        for (int q = 0; q < 4; ++q) {
-          float s = HorizontalSum(acc[r][q]);
-          for (int64_t i = k8; i < k; ++i) s += Scalar(wr[q] + i) * x[r * k + i];
-          y[r * n + j + q] = s;
-        }
     }
+    for (int r = 0; r < RM; ++r)
+      for (int q = 0; q < QR; ++q) {
+        float s = HorizontalSum(acc[r][q]);
+        for (int64_t i = k8; i < k; ++i) s += Scalar(w + (j + q) * k + i) * x[r * k + i];
+        y[r * n + j + q] = s;
+      }
   }
-  for (; j < j1; ++j) {
-    const W* wr = w + j * k;
-    for (int64_t r0 = 0; r0 < m; r0 += 8) {
-      const int64_t rm = std::min<int64_t>(8, m - r0);
-      __m256 acc[8];
-      for (int64_t r = 0; r < rm; ++r) acc[r] = _mm256_setzero_ps();
-      for (int64_t i = 0; i < k8; i += 8) {
-        const __m256 wv = LoadRow(wr + i);
-        for (int64_t r = 0; r < rm; ++r)
-          acc[r] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + (r0 + r) * k + i), acc[r]);
-      }
-      for (int64_t r = 0; r < rm; ++r) {
-        float s = HorizontalSum(acc[r]);
-        for (int64_t i = k8; i < k; ++i) s += Scalar(wr + i) * x[(r0 + r) * k + i];
-        y[(r0 + r) * n + j] = s;
-      }
+  if (j < j1) RowsKernel<RM, 1>(x, w, y, n, k, j, j1);
+}
+
+template <typename W>
+void StreamRows(const float* x, const W* w, float* y, int64_t m, int64_t n, int64_t k, int64_t j0,
+                int64_t j1) {
+  for (int64_t r0 = 0; r0 < m; r0 += 8) {
+    const float* xr = x + r0 * k;
+    float* yr = y + r0 * n;
+    switch (std::min<int64_t>(8, m - r0)) {
+      case 1:
+        RowsKernel<1, 4>(xr, w, yr, n, k, j0, j1);
+        break;
+      case 2:
+        RowsKernel<2, 4>(xr, w, yr, n, k, j0, j1);
+        break;
+      case 3:
+        RowsKernel<3, 2>(xr, w, yr, n, k, j0, j1);
+        break;
+      case 4:
+        RowsKernel<4, 2>(xr, w, yr, n, k, j0, j1);
+        break;
+      case 5:
+        RowsKernel<5, 2>(xr, w, yr, n, k, j0, j1);
+        break;
+      case 6:
+        RowsKernel<6, 2>(xr, w, yr, n, k, j0, j1);
+        break;
+      case 7:
+        RowsKernel<7, 1>(xr, w, yr, n, k, j0, j1);
+        break;
+      default:
+        RowsKernel<8, 1>(xr, w, yr, n, k, j0, j1);
+        break;
     }
   }
 }
