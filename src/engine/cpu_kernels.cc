@@ -124,26 +124,35 @@ void RowsKernel(const float* x, const W* w, float* y, int64_t n, int64_t k, int6
   int64_t j = j0;
   for (; j + QR <= j1; j += QR) {
     __m256 acc[RM][QR];
+#pragma GCC unroll 8
     for (int r = 0; r < RM; ++r)
+#pragma GCC unroll 8
       for (int q = 0; q < QR; ++q) acc[r][q] = _mm256_setzero_ps();
     for (int64_t i = 0; i < k8; i += 8) {
       if constexpr (RM * QR + RM < 15) {
         __m256 xv[RM];
+#pragma GCC unroll 8
         for (int r = 0; r < RM; ++r) xv[r] = _mm256_loadu_ps(x + r * k + i);
+#pragma GCC unroll 8
         for (int q = 0; q < QR; ++q) {
           const __m256 wv = LoadRow(w + (j + q) * k + i);
+#pragma GCC unroll 8
           for (int r = 0; r < RM; ++r) acc[r][q] = _mm256_fmadd_ps(wv, xv[r], acc[r][q]);
         }
       } else {
-        // Too many rows to keep x in registers too: x comes from L1.
+// Too many rows to keep x in registers too: x comes from L1.
+#pragma GCC unroll 8
         for (int q = 0; q < QR; ++q) {
           const __m256 wv = LoadRow(w + (j + q) * k + i);
+#pragma GCC unroll 8
           for (int r = 0; r < RM; ++r)
             acc[r][q] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + r * k + i), acc[r][q]);
         }
       }
     }
+#pragma GCC unroll 8
     for (int r = 0; r < RM; ++r)
+#pragma GCC unroll 8
       for (int q = 0; q < QR; ++q) {
         float s = HorizontalSum(acc[r][q]);
         for (int64_t i = k8; i < k; ++i) s += Scalar(w + (j + q) * k + i) * x[r * k + i];
