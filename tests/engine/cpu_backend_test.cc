@@ -5,6 +5,8 @@
 // machine.)
 #include "engine/cpu_backend.h"
 
+#include "cache/kv_cache_manager.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -208,6 +210,54 @@ TEST(CpuBackendTest, RejectsBadBatches) {
   auto r = CpuBackend::Create(c, missing, {});
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("model.layers.1.mlp.up_proj.weight"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace agentkv
+
+namespace agentkv {
+namespace {
+
+// Two sequences with a common 3-block prefix: the second attaches the first's
+// prefix-cached blocks (same physical blocks) and computes only its suffix;
+// its logits equal those of an unshared run.
+TEST(CpuBackendTest, SharedPrefixBlocksGiveSameLogitsAsUnshared) {
+  const ModelConfig c = SmallConfig(Architecture::kQwen3);
+  const MapWeights w = RandomWeights(c, 17);
+  const ModelCacheSpec spec = c.CacheSpec(KvDtype::kF32);
+  const int bs = 4;
+  KvCacheConfig kc;
+  kc.block_size = bs;
+  kc.blocks_per_group = {64};
+  auto kv = std::move(KvCacheManager::Create(spec, kc).value());
+  auto b = Make(c, w, bs, 64);
+  const std::vector<int32_t> prefix = Prompt(12, 40, c.vocab_size);
+  std::vector<int32_t> a = prefix, bseq = prefix;
+  for (int32_t t : Prompt(3, 41, c.vocab_size)) a.push_back(t);
+  for (int32_t t : Prompt(5, 42, c.vocab_size)) bseq.push_back(t);
+  std::vector<float> logits(c.vocab_size);
+  auto run = [&](KvCacheManager::SeqId id, const std::vector<int32_t>& toks) {
+    EXPECT_TRUE(kv->AddSequence(id).ok());
+    const int64_t cached = kv->AttachCachedPrefix(id, toks).value();
+    std::vector<KvBlockCopy> copies;
+    EXPECT_TRUE(kv->EnsureCapacity(id, toks.size(), &copies).ok());
+    EXPECT_TRUE(b->CopyBlocks(copies).ok());
+    kv->CopiesDone();
+    SeqStep st;
+    st.tokens = std::span(toks).subspan(cached);
+    st.start_pos = static_cast<int32_t>(cached);
+    st.want_logits = true;
+    st.block_tables[0] = kv->Table(id, 0).blocks();
+    EXPECT_TRUE(b->Forward({&st, 1}, logits).ok());
+    EXPECT_TRUE(kv->CommitTokens(id, st.tokens).ok());
+    return cached;
+  };
+  EXPECT_EQ(run(1, a), 0);
+  EXPECT_EQ(run(2, bseq), 12);  // three full blocks reused
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(kv->Table(1, 0).blocks()[i], kv->Table(2, 0).blocks()[i]);
+  const std::vector<float> shared = logits;
+  const auto alone = RunAlone(c, w, bseq, 1000, 0, bs);
+  EXPECT_LT(RelErr(shared, alone[0]), 1e-5);
 }
 
 }  // namespace
