@@ -6,6 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
+export CCACHE_BASEDIR=$ROOT CCACHE_NOHASHDIR=true
 
 run_tests() {  # build dir, test executables...
   local dir=$1; shift

@@ -57,7 +57,9 @@ for name in qwen3 llama3_1 gemma3 deepseek_v3; do
 done
 (cd data && sha256sum --quiet -c tokenizers.sha256)
 
-# 4. Build.
+# 4. Build. ccache keys on paths relative to the checkout, so clones in other
+#    folders (CI) reuse each other's objects.
+export CCACHE_BASEDIR=$ROOT CCACHE_NOHASHDIR=true
 log "building in $BUILD"
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=${AGENTKV_BUILD_TYPE:-RelWithDebInfo} \
   ${AGENTKV_CMAKE_FLAGS:-} >/dev/null
