@@ -1,0 +1,357 @@
+#include "api/http_server.h"
+
+#include <algorithm>
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <cctype>
+#include <exception>
+#include <optional>
+
+namespace agentkv::api {
+namespace {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+
+constexpr size_t kHeaderLimit = 256 << 10;
+
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string PlainError(const std::string& message) {
+  // A protocol-neutral error body; adapters produce their own shapes.
+  std::string escaped;
+  for (char c : message) {
+    if (c == '"' || c == '\\') escaped += '\\';
+    if (static_cast<unsigned char>(c) >= 0x20) escaped += c;
+  }
+  return R"({"error":{"message":")" + escaped + R"(","type":"invalid_request_error"}})";
+}
+
+}  // namespace
+
+struct HttpServer::Impl {
+  HttpServerOptions options;
+  Handler handler;
+  net::io_context ioc;
+  std::optional<tcp::acceptor> acceptor;
+  std::vector<std::thread> threads;
+  std::atomic<int> active{0};
+  std::atomic<bool> stopped{false};
+
+  Impl(HttpServerOptions o, Handler h) : options(std::move(o)), handler(std::move(h)) {}
+  void Accept();
+};
+
+namespace {
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(tcp::socket socket, HttpServer::Impl* server, bool reject)
+      : stream_(std::move(socket)), server_(server), reject_(reject) {
+    ++server_->active;
+  }
+  ~Session() { --server_->active; }
+
+  void Run() {
+    net::dispatch(stream_.get_executor(), [self = shared_from_this()] {
+      if (self->reject_) {
+        HttpResponse r;
+        r.status = 503;
+        r.body = PlainError("too many connections");
+        self->keep_alive_ = false;
+        self->WriteResponse(std::move(r));
+      } else {
+        self->DoRead();
+      }
+    });
+  }
+
+ private:
+  void DoRead() {
+    parser_.emplace();
+    parser_->body_limit(server_->options.body_limit);
+    parser_->header_limit(kHeaderLimit);
+    stream_.expires_after(std::chrono::seconds(server_->options.read_timeout_s));
+    http::async_read(
+        stream_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
+  }
+
+  void OnRead(beast::error_code ec) {
+    if (ec == http::error::end_of_stream || ec == beast::error::timeout ||
+        ec == net::error::operation_aborted || ec == net::error::connection_reset ||
+        ec == net::error::eof) {
+      return Close();
+    }
+    if (ec) {
+      HttpResponse r;
+      r.status = ec == http::error::body_limit ? 413 : 400;
+      r.body = PlainError(r.status == 413 ? "request body too large" : ec.message());
+      keep_alive_ = false;
+      return WriteResponse(std::move(r));
+    }
+    auto& msg = parser_->get();
+    keep_alive_ = msg.keep_alive();
+    version_ = msg.version();
+    HttpRequest req;
+    req.method = std::string(msg.method_string());
+    head_ = msg.method() == http::verb::head;
+    const std::string target(msg.target());
+    const size_t q = target.find('?');
+    req.path = target.substr(0, q);
+    if (q != std::string::npos) req.query = target.substr(q + 1);
+    for (const auto& f : msg) req.headers[Lower(std::string(f.name_string()))] = std::string(f.value());
+    req.body = std::move(msg.body());
+    parser_.reset();
+
+    Reply reply;
+    try {
+      reply = server_->handler(req);
+    } catch (const std::exception& e) {
+      HttpResponse r;
+      r.status = 500;
+      r.body = PlainError(std::string("internal error: ") + e.what());
+      reply = std::move(r);
+    } catch (...) {
+      HttpResponse r;
+      r.status = 500;
+      r.body = PlainError("internal error");
+      reply = std::move(r);
+    }
+    if (auto* r = std::get_if<HttpResponse>(&reply)) return WriteResponse(std::move(*r));
+    body_ = std::move(std::get<std::unique_ptr<AsyncBody>>(reply));
+    stream_.expires_never();
+    StartWatch();
+    if (body_->streaming()) {
+      auto res = std::make_shared<http::response<http::empty_body>>(http::status::ok, version_);
+      res->set(http::field::server, "agentkv");
+      res->set(http::field::content_type, "text/event-stream");
+      res->set(http::field::cache_control, "no-cache");
+      res->keep_alive(keep_alive_);
+      res->chunked(true);
+      auto sr = std::make_shared<http::response_serializer<http::empty_body>>(*res);
+      writing_ = true;
+      http::async_write_header(stream_, *sr,
+                               [self = shared_from_this(), res, sr](beast::error_code ec, size_t) {
+                                 self->OnBodyWrite(ec);
+                               });
+    }
+    std::weak_ptr<Session> weak = shared_from_this();
+    auto ex = stream_.get_executor();
+    try {
+      body_->Start([weak, ex] {
+        net::post(ex, [weak] {
+          if (auto s = weak.lock()) s->Pump();
+        });
+      });
+    } catch (...) {
+      // Start must not throw; if it does, the body is treated as cancelled.
+      body_->Cancel();
+      body_.reset();
+      return Close();
+    }
+  }
+
+  // Waits for the client to close while a body is being produced.
+  void StartWatch() {
+    watching_ = true;
+    stream_.socket().async_read_some(
+        buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, size_t n) {
+          self->watching_ = false;
+          if (!ec) {
+            self->buffer_.commit(n);  // a pipelined request; read it later
+            if (self->resume_after_watch_) self->AfterBody();
+            return;
+          }
+          if (self->resume_after_watch_ && ec == net::error::operation_aborted) {
+            return self->AfterBody();
+          }
+          self->ClientGone();
+        });
+  }
+
+  void ClientGone() {
+    if (body_) {
+      body_->Cancel();
+      body_.reset();
+    }
+    Close();
+  }
+
+  // Moves whatever the body has ready onto the wire.
+  void Pump() {
+    if (!body_ || writing_ || closed_) return;
+    bool done = false;
+    try {
+      done = body_->Poll(&pending_);
+    } catch (...) {
+      done = true;
+    }
+    if (body_->streaming()) {
+      if (!pending_.empty()) {
+        out_ = std::move(pending_);
+        pending_.clear();
+        writing_ = true;
+        body_done_ = done;
+        net::async_write(
+            stream_, http::make_chunk(net::buffer(out_)),
+            [self = shared_from_this()](beast::error_code ec, size_t) { self->OnBodyWrite(ec); });
+        return;
+      }
+      if (done) return FinishStream();
+      return;
+    }
+    if (!done) return;
+    HttpResponse r;
+    r.status = body_->status();
+    r.content_type = body_->content_type();
+    r.body = std::move(pending_);
+    pending_.clear();
+    body_.reset();
+    WriteResponse(std::move(r));
+  }
+
+  void OnBodyWrite(beast::error_code ec) {
+    writing_ = false;
+    if (ec) return ClientGone();
+    if (body_done_) return FinishStream();
+    Pump();
+  }
+
+  void FinishStream() {
+    body_.reset();
+    writing_ = true;
+    net::async_write(stream_, http::make_chunk_last(),
+                     [self = shared_from_this()](beast::error_code ec, size_t) {
+                       self->writing_ = false;
+                       if (ec) return self->Close();
+                       self->Resume();
+                     });
+  }
+
+  void WriteResponse(HttpResponse r) {
+    auto res = std::make_shared<http::response<http::string_body>>(
+        static_cast<http::status>(r.status), version_ ? version_ : 11);
+    res->set(http::field::server, "agentkv");
+    res->set(http::field::content_type, r.content_type);
+    for (const auto& [k, v] : r.headers) res->set(k, v);
+    res->keep_alive(keep_alive_);
+    if (head_) {
+      res->content_length(0);
+    } else {
+      res->body() = std::move(r.body);
+      res->prepare_payload();
+    }
+    writing_ = true;
+    http::async_write(stream_, *res,
+                      [self = shared_from_this(), res](beast::error_code ec, size_t) {
+                        self->writing_ = false;
+                        if (ec) return self->Close();
+                        self->Resume();
+                      });
+  }
+
+  // A response is complete: read the next request, or close.
+  void Resume() {
+    if (!keep_alive_ || server_->stopped) return Close();
+    if (watching_) {
+      resume_after_watch_ = true;
+      beast::error_code ignored;
+      stream_.socket().cancel(ignored);
+      return;
+    }
+    DoRead();
+  }
+
+  void AfterBody() {
+    resume_after_watch_ = false;
+    if (!keep_alive_ || server_->stopped) return Close();
+    DoRead();
+  }
+
+  void Close() {
+    if (closed_) return;
+    closed_ = true;
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    stream_.socket().close(ignored);
+  }
+
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  HttpServer::Impl* server_;
+  bool reject_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  std::unique_ptr<AsyncBody> body_;
+  std::string pending_, out_;
+  unsigned version_ = 11;
+  bool keep_alive_ = true, head_ = false;
+  bool writing_ = false, body_done_ = false, closed_ = false;
+  bool watching_ = false, resume_after_watch_ = false;
+};
+
+}  // namespace
+
+void HttpServer::Impl::Accept() {
+  acceptor->async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
+    if (ec) {
+      if (stopped || !acceptor->is_open()) return;
+      return Accept();
+    }
+    const bool reject = active.load() >= options.max_connections;
+    std::make_shared<Session>(std::move(socket), this, reject)->Run();
+    Accept();
+  });
+}
+
+HttpServer::HttpServer(HttpServerOptions options, Handler handler)
+    : impl_(std::make_unique<Impl>(std::move(options), std::move(handler))) {}
+
+HttpServer::~HttpServer() { Stop(); }
+
+Status HttpServer::Start() {
+  beast::error_code ec;
+  auto addr = net::ip::make_address(impl_->options.host, ec);
+  if (ec) return InvalidArgument("bad host '" + impl_->options.host + "': " + ec.message());
+  tcp::endpoint ep(addr, impl_->options.port);
+  auto& acc = impl_->acceptor.emplace(net::make_strand(impl_->ioc));
+  acc.open(ep.protocol(), ec);
+  if (!ec) acc.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) acc.bind(ep, ec);
+  if (!ec) acc.listen(net::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return IoError("cannot listen on " + impl_->options.host + ":" +
+                   std::to_string(impl_->options.port) + ": " + ec.message());
+  }
+  port_ = acc.local_endpoint().port();
+  impl_->Accept();
+  const int n = std::max(1, impl_->options.threads);
+  for (int i = 0; i < n; ++i) impl_->threads.emplace_back([this] { impl_->ioc.run(); });
+  return Status::Ok();
+}
+
+void HttpServer::StopAccepting() {
+  if (!impl_->acceptor) return;
+  net::post(impl_->acceptor->get_executor(), [this] {
+    beast::error_code ignored;
+    impl_->acceptor->close(ignored);
+  });
+}
+
+void HttpServer::Stop() {
+  if (!impl_ || impl_->stopped.exchange(true)) return;
+  impl_->ioc.stop();
+  for (auto& t : impl_->threads) t.join();
+  impl_->threads.clear();
+}
+
+int HttpServer::connections() const { return impl_->active.load(); }
+
+}  // namespace agentkv::api

@@ -1,0 +1,64 @@
+// HttpServer: a Boost.Beast HTTP/1.1 server. An acceptor hands each
+// connection to a Session that runs on its own strand of a shared
+// io_context served by a few threads: keep-alive, a read timeout for each
+// request (headers and body), a body size limit (413), a connection limit
+// (503 past it). Each request goes to the handler, which returns a complete
+// response or an AsyncBody; streaming bodies go out as chunked
+// Server-Sent-Events, and a client that disconnects meanwhile gets its
+// AsyncBody cancelled.
+//
+// Thread-safety: Start and Stop may be called from any thread; the handler
+// is called concurrently from the io threads and must be thread-safe and
+// must not throw (the server turns escaping exceptions into 500s anyway).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "api/http_types.h"
+#include "util/status.h"
+
+namespace agentkv::api {
+
+struct HttpServerOptions {
+  std::string host = "127.0.0.1";
+  uint16_t port = 8080;  // 0: any free port (see port())
+  int threads = 2;
+  uint64_t body_limit = 8ull << 20;
+  int max_connections = 256;
+  int read_timeout_s = 60;  // per request, headers and body
+};
+
+class HttpServer {
+ public:
+  using Handler = std::function<Reply(const HttpRequest&)>;
+
+  HttpServer(HttpServerOptions options, Handler handler);
+  ~HttpServer();  // Stop()s
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Binds, listens and starts the io threads.
+  Status Start();
+  // Stops accepting new connections; open ones carry on.
+  void StopAccepting();
+  // Stops everything and joins the io threads.
+  void Stop();
+
+  uint16_t port() const { return port_; }
+  // Connections open now.
+  int connections() const;
+
+  struct Impl;  // implementation detail, shared with the connections
+
+ private:
+  std::unique_ptr<Impl> impl_;
+  uint16_t port_ = 0;
+};
+
+}  // namespace agentkv::api

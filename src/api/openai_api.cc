@@ -1,0 +1,317 @@
+#include "api/openai_api.h"
+
+#include <atomic>
+#include <ctime>
+#include <nlohmann/json.hpp>
+
+#include "api/generation_job.h"
+
+namespace agentkv::api {
+namespace {
+
+using nlohmann::json;
+using nlohmann::ordered_json;
+
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string Sse(const json& j) { return "data: " + Dump(j) + "\n\n"; }
+
+std::string NewId(const char* prefix) {
+  static std::atomic<uint64_t> counter{0};
+  const uint64_t n = counter.fetch_add(1) + static_cast<uint64_t>(std::time(nullptr)) * 1000003ull;
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(n));
+  return std::string(prefix) + buf;
+}
+
+json Usage(const RequestOutput& f) {
+  return {{"prompt_tokens", f.prompt_tokens},
+          {"completion_tokens", f.completion_tokens},
+          {"total_tokens", f.prompt_tokens + f.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", f.cached_tokens}}}};
+}
+
+json ErrorBody(const std::string& message, const std::string& param, const std::string& code) {
+  return {{"error",
+           {{"message", message},
+            {"type", "invalid_request_error"},
+            {"param", param.empty() ? json(nullptr) : json(param)},
+            {"code", code.empty() ? json(nullptr) : json(code)}}}};
+}
+
+// Chat: collects or streams text, reasoning and tool calls.
+class ChatJob : public GenerationJob {
+ public:
+  ChatJob(Engine* engine, RequestHandle h, OutputParserOptions parser, bool stream,
+          int64_t prompt_tokens, std::string model, bool include_usage, bool chat)
+      : GenerationJob(engine, std::move(h), std::move(parser), stream, prompt_tokens),
+        model_(std::move(model)),
+        include_usage_(include_usage),
+        chat_(chat),
+        id_(NewId(chat ? "chatcmpl-" : "cmpl-")),
+        created_(std::time(nullptr)) {}
+
+ protected:
+  json Chunk(json delta_or_text, json finish) const {
+    json choice = {{"index", 0}};
+    if (chat_) {
+      choice["delta"] = std::move(delta_or_text);
+    } else {
+      choice["text"] = std::move(delta_or_text);
+      choice["logprobs"] = nullptr;
+    }
+    choice["finish_reason"] = std::move(finish);
+    return {{"id", id_},
+            {"object", chat_ ? "chat.completion.chunk" : "text_completion"},
+            {"created", created_},
+            {"model", model_},
+            {"choices", json::array({std::move(choice)})}};
+  }
+
+  void OnBegin(std::string* out) override {
+    if (stream_ && chat_) *out += Sse(Chunk({{"role", "assistant"}, {"content", ""}}, nullptr));
+  }
+
+  void OnEvents(const std::vector<OutputEvent>& events, std::string* out) override {
+    for (const OutputEvent& e : events) {
+      switch (e.kind) {
+        case OutputEvent::Kind::kText:
+          content_ += e.text;
+          if (stream_)
+            *out += Sse(Chunk(chat_ ? json{{"content", e.text}} : json(e.text), nullptr));
+          break;
+        case OutputEvent::Kind::kReasoning:
+          reasoning_ += e.text;
+          if (stream_) *out += Sse(Chunk({{"reasoning_content", e.text}}, nullptr));
+          break;
+        case OutputEvent::Kind::kToolCallBegin:
+          calls_[e.tool_index] = {e.id, e.name, ""};
+          if (stream_) {
+            json tc = {{"index", e.tool_index},
+                       {"id", e.id},
+                       {"type", "function"},
+                       {"function", {{"name", e.name}, {"arguments", ""}}}};
+            *out += Sse(Chunk({{"tool_calls", json::array({tc})}}, nullptr));
+          }
+          break;
+        case OutputEvent::Kind::kToolCallArgs:
+          calls_[e.tool_index].args += e.text;
+          if (stream_) {
+            json tc = {{"index", e.tool_index}, {"function", {{"arguments", e.text}}}};
+            *out += Sse(Chunk({{"tool_calls", json::array({tc})}}, nullptr));
+          }
+          break;
+        case OutputEvent::Kind::kToolCallEnd:
+          break;
+        case OutputEvent::Kind::kToolCallAbort:
+          calls_.erase(e.tool_index);
+          break;
+      }
+    }
+  }
+
+  void OnFinish(const RequestOutput& f, std::string* out) override {
+    std::string finish(FinishReasonName(f.finish));
+    if (finish.empty()) finish = "stop";
+    if (!calls_.empty()) finish = "tool_calls";
+    if (stream_) {
+      *out += Sse(Chunk(chat_ ? json::object() : json(""), finish));
+      if (include_usage_) {
+        json u = Chunk(json::object(), nullptr);
+        u["choices"] = json::array();
+        u["usage"] = Usage(f);
+        *out += Sse(u);
+      }
+      *out += "data: [DONE]\n\n";
+      return;
+    }
+    json choice = {{"index", 0}};
+    if (chat_) {
+      json msg = {
+          {"role", "assistant"},
+          {"content", content_.empty() && !calls_.empty() ? json(nullptr) : json(content_)}};
+      if (!reasoning_.empty()) msg["reasoning_content"] = reasoning_;
+      if (!calls_.empty()) {
+        json tcs = json::array();
+        for (const auto& [i, c] : calls_) {
+          tcs.push_back({{"id", c.id},
+                         {"type", "function"},
+                         {"function", {{"name", c.name}, {"arguments", c.args}}}});
+        }
+        msg["tool_calls"] = std::move(tcs);
+      }
+      choice["message"] = std::move(msg);
+      choice["logprobs"] = nullptr;
+    } else {
+      choice["text"] = content_;
+      choice["logprobs"] = nullptr;
+    }
+    choice["finish_reason"] = finish;
+    json reply = {{"id", id_},
+                  {"object", chat_ ? "chat.completion" : "text_completion"},
+                  {"created", created_},
+                  {"model", model_},
+                  {"choices", json::array({std::move(choice)})},
+                  {"usage", Usage(f)}};
+    *out = Dump(reply);
+  }
+
+  void OnError(const Status& error, std::string* out) override {
+    json body = ErrorBody(error.message(), "", "");
+    body["error"]["type"] = "server_error";
+    if (stream_) {
+      *out += Sse(body) + "data: [DONE]\n\n";
+    } else {
+      status_ = 500;
+      *out = Dump(body);
+    }
+  }
+
+ private:
+  struct Call {
+    std::string id, name, args;
+  };
+  std::string model_;
+  bool include_usage_;
+  bool chat_;
+  std::string id_;
+  int64_t created_;
+  std::string content_, reasoning_;
+  std::map<int32_t, Call> calls_;
+};
+
+// Flattens OpenAI content parts ([{type: text, text}]) to a string.
+Status NormalizeMessages(const json& in, ordered_json* out) {
+  if (!in.is_array() || in.empty()) {
+    return InvalidArgument("'messages' must be a non-empty array");
+  }
+  *out = ordered_json::array();
+  for (const json& m : in) {
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
+      return InvalidArgument("each message must be an object with a string 'role'");
+    }
+    ordered_json msg = ordered_json::parse(m.dump());
+    if (m.contains("content") && m["content"].is_array()) {
+      std::string text;
+      for (const json& part : m["content"]) {
+        if (part.is_string()) {
+          text += part.get<std::string>();
+        } else if (part.is_object() && part.contains("text") && part["text"].is_string()) {
+          text += part["text"].get<std::string>();
+        }
+      }
+      msg["content"] = text;
+    } else if (m.contains("content") && !m["content"].is_string() && !m["content"].is_null()) {
+      return InvalidArgument("message 'content' must be a string or a list of parts");
+    }
+    if (!msg.contains("content") || msg["content"].is_null()) msg["content"] = "";
+    out->push_back(std::move(msg));
+  }
+  return Status::Ok();
+}
+
+struct Common {
+  SamplingParams params;
+  Priority priority = Priority::kNormal;
+  bool stream = false;
+  bool include_usage = false;
+};
+
+Status ParseCommon(const HttpRequest& req, const json& body, Common* c) {
+  c->params.temperature = 1.0f;
+  RETURN_IF_ERROR(ParseSampling(body, "stop", &c->params));
+  std::optional<int64_t> max_tokens;
+  RETURN_IF_ERROR(GetOptionalInt(body, "max_tokens", &max_tokens));
+  RETURN_IF_ERROR(GetOptionalInt(body, "max_completion_tokens", &max_tokens));
+  if (max_tokens)
+    c->params.max_tokens = static_cast<int32_t>(std::min<int64_t>(*max_tokens, INT32_MAX));
+  if (body.contains("stream") && !body["stream"].is_null()) {
+    if (!body["stream"].is_boolean()) return InvalidArgument("'stream' must be a boolean");
+    c->stream = body["stream"].get<bool>();
+  }
+  if (body.contains("stream_options") && body["stream_options"].is_object()) {
+    const json& so = body["stream_options"];
+    c->include_usage = so.value("include_usage", false);
+  }
+  ASSIGN_OR_RETURN(c->priority, ServedModel::RequestPriority(req, body));
+  return Status::Ok();
+}
+
+HttpResponse FromStatus(const Status& s, const std::string& param = "") {
+  return OpenAiApi::Error(HttpStatusFor(s), s.message(), param);
+}
+
+}  // namespace
+
+HttpResponse OpenAiApi::Error(int status, const std::string& message, const std::string& param,
+                              const std::string& code) {
+  HttpResponse r;
+  r.status = status;
+  r.body = Dump(ErrorBody(message, param, code));
+  return r;
+}
+
+Reply OpenAiApi::ChatCompletions(const HttpRequest& req) const {
+  json body = json::parse(req.body, nullptr, false);
+  if (body.is_discarded()) return Error(400, "the request body is not valid JSON");
+  if (!body.is_object()) return Error(400, "the request body must be a JSON object");
+  if (!body.contains("messages")) return Error(400, "'messages' is required", "messages");
+  ordered_json messages;
+  if (Status s = NormalizeMessages(body["messages"], &messages); !s.ok()) {
+    return FromStatus(s, "messages");
+  }
+  ordered_json tools = nullptr;
+  if (body.contains("tools") && !body["tools"].is_null()) {
+    if (!body["tools"].is_array()) return Error(400, "'tools' must be an array", "tools");
+    tools = ordered_json::parse(body["tools"].dump());
+    if (body.contains("tool_choice") && body["tool_choice"] == "none") tools = nullptr;
+  }
+  Common c;
+  if (Status s = ParseCommon(req, body, &c); !s.ok()) return FromStatus(s);
+  auto prompt = model_->EncodeChat(messages, tools);
+  if (!prompt.ok()) return FromStatus(prompt.status(), "messages");
+  const int64_t n = static_cast<int64_t>(prompt->size());
+  auto h = model_->Submit(std::move(prompt).value(), c.params, c.priority);
+  if (!h.ok()) return FromStatus(h.status());
+  auto parser = OutputParserOptions::ForModelType(model_->model_type(), !tools.is_null(), false);
+  return std::unique_ptr<AsyncBody>(new ChatJob(&model_->engine(), std::move(h).value(), parser,
+                                                c.stream, n, model_->name(), c.include_usage,
+                                                /*chat=*/true));
+}
+
+Reply OpenAiApi::Completions(const HttpRequest& req) const {
+  json body = json::parse(req.body, nullptr, false);
+  if (body.is_discarded()) return Error(400, "the request body is not valid JSON");
+  if (!body.is_object()) return Error(400, "the request body must be a JSON object");
+  if (!body.contains("prompt")) return Error(400, "'prompt' is required", "prompt");
+  const json& p = body["prompt"];
+  std::vector<int32_t> prompt;
+  if (p.is_string()) {
+    prompt = model_->tokenizer().Encode(p.get<std::string>(), true);
+  } else if (p.is_array() && p.size() == 1 && p[0].is_string()) {
+    prompt = model_->tokenizer().Encode(p[0].get<std::string>(), true);
+  } else if (p.is_array() && !p.empty() && p[0].is_number_integer()) {
+    for (const json& t : p) {
+      if (!t.is_number_integer() || t.get<int64_t>() < 0 ||
+          t.get<int64_t>() >= model_->tokenizer().vocab_size()) {
+        return Error(400, "'prompt' token ids must be integers in the vocabulary", "prompt");
+      }
+      prompt.push_back(t.get<int32_t>());
+    }
+  } else {
+    return Error(400, "'prompt' must be a string, a list of one string, or a list of token ids",
+                 "prompt");
+  }
+  Common c;
+  c.params.max_tokens = 16;  // OpenAI's default for completions
+  if (Status s = ParseCommon(req, body, &c); !s.ok()) return FromStatus(s);
+  if (!body.contains("max_tokens") || body["max_tokens"].is_null()) c.params.max_tokens = 16;
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  auto h = model_->Submit(std::move(prompt), c.params, c.priority);
+  if (!h.ok()) return FromStatus(h.status(), "prompt");
+  auto parser = OutputParserOptions::ForModelType("", false, false);
+  return std::unique_ptr<AsyncBody>(new ChatJob(&model_->engine(), std::move(h).value(), parser,
+                                                c.stream, n, model_->name(), c.include_usage,
+                                                /*chat=*/false));
+}
+
+}  // namespace agentkv::api

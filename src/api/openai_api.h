@@ -1,0 +1,32 @@
+// OpenAiApi: the OpenAI-compatible endpoints, POST /v1/chat/completions and
+// POST /v1/completions, whole replies or `data:` SSE chunks ending with
+// `data: [DONE]`, with usage (prompt_tokens_details.cached_tokens), tool
+// calls through the model's output parser, and errors shaped
+// {"error": {"message", "type", "param", "code"}}.
+//
+// Thread-safety: stateless apart from the ServedModel it borrows (which must
+// outlive it and every reply it made); call from any thread.
+#pragma once
+
+#include <string>
+
+#include "api/http_types.h"
+#include "api/served_model.h"
+
+namespace agentkv::api {
+
+class OpenAiApi {
+ public:
+  explicit OpenAiApi(const ServedModel* model) : model_(model) {}
+
+  Reply ChatCompletions(const HttpRequest& req) const;
+  Reply Completions(const HttpRequest& req) const;
+
+  static HttpResponse Error(int status, const std::string& message, const std::string& param = "",
+                            const std::string& code = "");
+
+ private:
+  const ServedModel* model_;
+};
+
+}  // namespace agentkv::api

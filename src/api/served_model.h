@@ -1,0 +1,79 @@
+// ServedModel: what the protocol adapters need of the model being served:
+// its name, tokenizer, chat template and engine, loaded together from a
+// checkpoint directory. Also the request-level helpers every adapter shares
+// (rendering a chat, submitting with a priority, mapping engine errors).
+//
+// Thread-safety: after Load, every member is read-only except the engine,
+// whose public methods are thread-safe; share one ServedModel freely. The
+// ServedModel owns its tokenizer and engine.
+#pragma once
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "api/http_types.h"
+#include "engine/backend_factory.h"
+#include "engine/chat_template.h"
+#include "engine/engine.h"
+#include "engine/tokenizer.h"
+
+namespace agentkv::api {
+
+struct ServedModelOptions {
+  std::string model_dir;
+  BackendOptions backend;
+  int max_batch = 64;
+  uint64_t kv_memory_bytes = 0;  // 0: the engine's default
+};
+
+class ServedModel {
+ public:
+  static Result<std::unique_ptr<ServedModel>> Load(const ServedModelOptions& options);
+
+  const std::string& name() const { return name_; }
+  const std::string& model_type() const { return model_type_; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  Engine& engine() const { return *engine_; }
+  int32_t max_context() const { return engine_->max_context(); }
+
+  // Renders `messages` (OpenAI shape) with `tools` (OpenAI function schemas
+  // or null) and the generation prompt, and tokenizes the result.
+  Result<std::vector<int32_t>> EncodeChat(const nlohmann::ordered_json& messages,
+                                          const nlohmann::ordered_json& tools) const;
+
+  // Priority from the X-Priority header, else the body's "priority", else
+  // NORMAL. InvalidArgument for an unknown name.
+  static Result<Priority> RequestPriority(const HttpRequest& req, const nlohmann::json& body);
+
+  // Submits; InvalidArgument when the prompt leaves no room in the context.
+  Result<RequestHandle> Submit(std::vector<int32_t> prompt, SamplingParams params,
+                               Priority priority) const;
+
+ private:
+  ServedModel() = default;
+
+  std::string name_;
+  std::string model_type_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::optional<ChatTemplate> template_;
+  std::unique_ptr<Engine> engine_;
+};
+
+// HTTP status for an engine / request Status (400 for bad input, 413, 429,
+// 500 otherwise).
+int HttpStatusFor(const Status& s);
+
+// Reads the sampling fields both protocols share into `p`: temperature,
+// top_p, top_k, min_p, seed, presence_penalty, frequency_penalty,
+// repetition_penalty, and stop strings from `stop_key` (string or list).
+// InvalidArgument naming the field when one has the wrong type.
+Status ParseSampling(const nlohmann::json& body, const char* stop_key, SamplingParams* p);
+
+// Reads an optional non-negative integer field; InvalidArgument on a wrong
+// type.
+Status GetOptionalInt(const nlohmann::json& body, const char* key, std::optional<int64_t>* out);
+
+}  // namespace agentkv::api

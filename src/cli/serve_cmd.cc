@@ -1,0 +1,145 @@
+// agentkv serve [--model DIR] [--host H] [--port P] [--device cpu|cuda]
+//               [--threads N] [--max-batch N] [--kv-memory BYTES] [--api-key K]
+//
+// Loads the model, serves the HTTP API (OpenAI and Anthropic protocols) and
+// prints "listening on http://HOST:PORT" once it accepts connections. Every
+// flag may also come from AGENTKV_<FLAG> (flags win). SIGINT / SIGTERM stop
+// accepting, drain the engine and exit 0.
+#include <pthread.h>
+#include <signal.h>
+
+#include <chrono>
+#include <iostream>
+#include <thread>
+
+#include "api/api_service.h"
+#include "api/http_server.h"
+#include "api/served_model.h"
+#include "cli/command.h"
+#include "cli/model_options.h"
+
+namespace agentkv::cli {
+namespace {
+
+struct ServeArgs {
+  ModelOptions model;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  int max_batch = 64;
+  std::string kv_memory;
+  std::string api_key;
+  int http_threads = 2;
+};
+
+// "268435456", "256M", "1G", "512K" -> bytes; 0 on bad input.
+uint64_t ParseBytes(const std::string& s) {
+  if (s.empty()) return 0;
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (end == s.c_str() || v <= 0) return 0;
+  double mult = 1;
+  switch (*end) {
+    case 'k':
+    case 'K':
+      mult = 1024.0;
+      break;
+    case 'm':
+    case 'M':
+      mult = 1024.0 * 1024;
+      break;
+    case 'g':
+    case 'G':
+      mult = 1024.0 * 1024 * 1024;
+      break;
+    case '\0':
+      break;
+    default:
+      return 0;
+  }
+  return static_cast<uint64_t>(v * mult);
+}
+
+int RunServe(const ServeArgs& a) {
+  // Signals go to this thread only (sigwait below), never to workers.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  api::ServedModelOptions mo;
+  mo.model_dir = a.model.model_dir.empty() ? DefaultModelDir() : a.model.model_dir;
+  mo.backend = a.model.backend;
+  mo.max_batch = a.max_batch;
+  if (!a.kv_memory.empty()) {
+    mo.kv_memory_bytes = ParseBytes(a.kv_memory);
+    if (mo.kv_memory_bytes == 0) {
+      std::cerr << "error: bad --kv-memory '" << a.kv_memory << "'\n";
+      return 2;
+    }
+  }
+  auto model = api::ServedModel::Load(mo);
+  if (!model.ok()) {
+    std::cerr << "error: " << model.status().ToString() << "\n";
+    return 1;
+  }
+  api::ApiService service(model->get(), {a.api_key});
+  api::HttpServerOptions so;
+  so.host = a.host;
+  so.port = static_cast<uint16_t>(a.port);
+  so.threads = a.http_threads;
+  api::HttpServer server(so, [&service](const api::HttpRequest& r) { return service.Handle(r); });
+  if (Status s = server.Start(); !s.ok()) {
+    std::cerr << "error: " << s.ToString() << "\n";
+    return 1;
+  }
+  std::cout << "listening on http://" << a.host << ":" << server.port() << std::endl;
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  std::cerr << "signal " << sig << ": draining\n";
+  server.StopAccepting();
+  (*model)->engine().Drain();
+  // Let finished replies reach their clients.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (server.connections() > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  server.Stop();
+  (*model)->engine().Stop();
+  return 0;
+}
+
+Registrar reg("serve", "Serve the HTTP API (OpenAI and Anthropic protocols)",
+              [](CLI::App& app) -> Runner {
+                auto a = std::make_shared<ServeArgs>();
+                a->model.Add(app, /*model_required=*/false);
+                app.get_option("--model")->envname("AGENTKV_MODEL")->default_str(DefaultModelDir());
+                app.get_option("--device")->envname("AGENTKV_DEVICE");
+                app.get_option("--threads")->envname("AGENTKV_THREADS");
+                app.add_option("--host", a->host, "Address to listen on")
+                    ->capture_default_str()
+                    ->envname("AGENTKV_HOST");
+                app.add_option("--port", a->port, "Port to listen on (0 = any free port)")
+                    ->capture_default_str()
+                    ->check(CLI::Range(0, 65535))
+                    ->envname("AGENTKV_PORT");
+                app.add_option("--max-batch", a->max_batch, "Most sequences running in one step")
+                    ->capture_default_str()
+                    ->check(CLI::PositiveNumber)
+                    ->envname("AGENTKV_MAX_BATCH");
+                app.add_option("--kv-memory", a->kv_memory,
+                               "KV cache memory in bytes (K/M/G suffixes; default 256M)")
+                    ->envname("AGENTKV_KV_MEMORY");
+                app.add_option("--api-key", a->api_key,
+                               "Require this key (Authorization: Bearer or x-api-key)")
+                    ->envname("AGENTKV_API_KEY");
+                app.add_option("--http-threads", a->http_threads, "HTTP I/O threads")
+                    ->capture_default_str()
+                    ->check(CLI::Range(1, 64))
+                    ->envname("AGENTKV_HTTP_THREADS");
+                return [a] { return RunServe(*a); };
+              });
+
+}  // namespace
+}  // namespace agentkv::cli
