@@ -107,7 +107,8 @@ class Session : public std::enable_shared_from_this<Session> {
     const size_t q = target.find('?');
     req.path = target.substr(0, q);
     if (q != std::string::npos) req.query = target.substr(q + 1);
-    for (const auto& f : msg) req.headers[Lower(std::string(f.name_string()))] = std::string(f.value());
+    for (const auto& f : msg)
+      req.headers[Lower(std::string(f.name_string()))] = std::string(f.value());
     req.body = std::move(msg.body());
     parser_.reset();
 
@@ -127,6 +128,8 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     if (auto* r = std::get_if<HttpResponse>(&reply)) return WriteResponse(std::move(*r));
     body_ = std::move(std::get<std::unique_ptr<AsyncBody>>(reply));
+    body_done_ = false;
+    pending_.clear();
     stream_.expires_never();
     StartWatch();
     if (body_->streaming()) {
