@@ -1,0 +1,177 @@
+// HttpServer without a model: keep-alive, HEAD, body limit (413),
+// connection limit (503), handler exceptions (500), streaming bodies and
+// cancellation when the client disconnects.
+#include "api/http_server.h"
+
+#include <atomic>
+#include <boost/asio.hpp>
+#include <chrono>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+namespace agentkv::api {
+namespace {
+
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+
+// Streams "data: n\n\n" events whenever the test calls Emit; finishes on
+// Finish.
+class FakeStream : public AsyncBody {
+ public:
+  explicit FakeStream(std::atomic<int>* cancelled) : cancelled_(cancelled) {}
+  bool streaming() const override { return true; }
+  void Start(std::function<void()> wake) override {
+    std::lock_guard<std::mutex> l(mu_);
+    wake_ = std::move(wake);
+    // Emit one event right away.
+    pending_ += "data: first\n\n";
+    wake_();
+  }
+  bool Poll(std::string* out) override {
+    std::lock_guard<std::mutex> l(mu_);
+    *out += pending_;
+    pending_.clear();
+    return false;  // never finishes by itself
+  }
+  void Cancel() override { ++*cancelled_; }
+
+ private:
+  std::atomic<int>* cancelled_;
+  std::mutex mu_;
+  std::function<void()> wake_;
+  std::string pending_;
+};
+
+class Finite : public AsyncBody {
+ public:
+  explicit Finite(bool stream) : stream_(stream) {}
+  bool streaming() const override { return stream_; }
+  void Start(std::function<void()> wake) override { wake(); }
+  bool Poll(std::string* out) override {
+    *out += stream_ ? "data: one\n\ndata: [DONE]\n\n" : "{\"ok\":true}";
+    return true;
+  }
+  void Cancel() override {}
+
+ private:
+  bool stream_;
+};
+
+class HttpServerTest : public ::testing::Test {
+ protected:
+  void StartServer(int max_connections = 8) {
+    HttpServerOptions o;
+    o.port = 0;
+    o.max_connections = max_connections;
+    o.body_limit = 1024;
+    server_ = std::make_unique<HttpServer>(o, [this](const HttpRequest& r) -> Reply {
+      if (r.path == "/throw") throw std::runtime_error("boom");
+      if (r.path == "/stream") return std::unique_ptr<AsyncBody>(new FakeStream(&cancelled_));
+      if (r.path == "/finite") return std::unique_ptr<AsyncBody>(new Finite(true));
+      if (r.path == "/later") return std::unique_ptr<AsyncBody>(new Finite(false));
+      HttpResponse res;
+      res.body = "{\"path\":\"" + r.path + "\",\"query\":\"" + r.query +
+                 "\",\"len\":" + std::to_string(r.body.size()) + "}";
+      return res;
+    });
+    ASSERT_TRUE(server_->Start().ok());
+  }
+
+  tcp::socket Connect() {
+    tcp::socket s(io_);
+    s.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), server_->port()));
+    return s;
+  }
+
+  // Reads until `needle` is seen or the peer closes.
+  static std::string ReadUntil(tcp::socket& s, const std::string& needle) {
+    std::string got;
+    char buf[4096];
+    boost::system::error_code ec;
+    while (got.find(needle) == std::string::npos) {
+      const size_t n = s.read_some(net::buffer(buf), ec);
+      if (ec) break;
+      got.append(buf, n);
+    }
+    return got;
+  }
+
+  net::io_context io_;
+  std::unique_ptr<HttpServer> server_;
+  std::atomic<int> cancelled_{0};
+};
+
+TEST_F(HttpServerTest, KeepAliveServesSeveralRequests) {
+  StartServer();
+  tcp::socket s = Connect();
+  for (int i = 0; i < 3; ++i) {
+    net::write(s, net::buffer(std::string("GET /a?x=1 HTTP/1.1\r\nHost: h\r\n\r\n")));
+    const std::string r = ReadUntil(s, "}");
+    EXPECT_NE(r.find("200 OK"), std::string::npos) << r;
+    EXPECT_NE(r.find("\"query\":\"x=1\""), std::string::npos) << r;
+  }
+  net::write(s, net::buffer(std::string("HEAD / HTTP/1.1\r\nHost: h\r\n\r\n")));
+  const std::string head = ReadUntil(s, "\r\n\r\n");
+  EXPECT_NE(head.find("Content-Length: 0"), std::string::npos) << head;
+}
+
+TEST_F(HttpServerTest, BodyLimitIs413AndExceptionsAre500) {
+  StartServer();
+  {
+    tcp::socket s = Connect();
+    const std::string body(4096, 'x');
+    net::write(s,
+               net::buffer("POST /p HTTP/1.1\r\nHost: h\r\nContent-Length: 4096\r\n\r\n" + body));
+    EXPECT_NE(ReadUntil(s, "}}").find("413"), std::string::npos);
+  }
+  tcp::socket s = Connect();
+  net::write(s, net::buffer(std::string("GET /throw HTTP/1.1\r\nHost: h\r\n\r\n")));
+  const std::string r = ReadUntil(s, "}}");
+  EXPECT_NE(r.find("500"), std::string::npos) << r;
+  EXPECT_NE(r.find("boom"), std::string::npos) << r;
+}
+
+TEST_F(HttpServerTest, ConnectionLimitIs503) {
+  StartServer(/*max_connections=*/1);
+  tcp::socket first = Connect();
+  net::write(first, net::buffer(std::string("GET /a HTTP/1.1\r\nHost: h\r\n\r\n")));
+  ReadUntil(first, "}");  // the first connection is surely accepted now
+  tcp::socket second = Connect();
+  const std::string r = ReadUntil(second, "}}");
+  EXPECT_NE(r.find("503"), std::string::npos) << r;
+}
+
+TEST_F(HttpServerTest, StreamsAndFinishesAsyncBodies) {
+  StartServer();
+  tcp::socket s = Connect();
+  net::write(s, net::buffer(std::string("GET /finite HTTP/1.1\r\nHost: h\r\n\r\n")));
+  std::string r = ReadUntil(s, "0\r\n\r\n");
+  EXPECT_NE(r.find("text/event-stream"), std::string::npos) << r;
+  EXPECT_NE(r.find("data: [DONE]"), std::string::npos) << r;
+  // The connection stays usable after a stream.
+  net::write(s, net::buffer(std::string("GET /later HTTP/1.1\r\nHost: h\r\n\r\n")));
+  r = ReadUntil(s, "{\"ok\":true}");
+  EXPECT_NE(r.find("{\"ok\":true}"), std::string::npos) << r;
+}
+
+TEST_F(HttpServerTest, ClientDisconnectCancelsTheBody) {
+  StartServer();
+  {
+    tcp::socket s = Connect();
+    net::write(s, net::buffer(std::string("GET /stream HTTP/1.1\r\nHost: h\r\n\r\n")));
+    const std::string r = ReadUntil(s, "data: first");
+    ASSERT_NE(r.find("data: first"), std::string::npos) << r;
+  }  // closes the socket mid-stream
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (cancelled_.load() == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(cancelled_.load(), 1);
+}
+
+}  // namespace
+}  // namespace agentkv::api
