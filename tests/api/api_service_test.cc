@@ -1,0 +1,203 @@
+// ApiService on the default (random-weight) model, called directly: API key
+// checks, error shapes, request conversion (count_tokens), and whole and
+// streamed generations driven through the AsyncBody interface.
+#include "api/api_service.h"
+
+#include <chrono>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+namespace agentkv::api {
+namespace {
+
+using nlohmann::json;
+
+class ApiServiceTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const std::string dir = std::string(AGENTKV_DATA_DIR) + "/models/default";
+    if (!std::filesystem::exists(dir + "/config.json")) return;
+    ServedModelOptions o;
+    o.model_dir = dir;
+    o.backend.threads = 1;
+    o.max_batch = 4;
+    auto m = ServedModel::Load(o);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    model_ = std::move(m).value().release();
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    model_ = nullptr;
+  }
+  void SetUp() override {
+    if (!model_) GTEST_SKIP() << "default model missing (run setup)";
+  }
+
+  static HttpRequest Post(const std::string& path, const std::string& body) {
+    HttpRequest r;
+    r.method = "POST";
+    r.path = path;
+    r.body = body;
+    return r;
+  }
+
+  // Runs a reply to the end; returns {status, body}.
+  static std::pair<int, std::string> Drive(Reply reply) {
+    if (auto* r = std::get_if<HttpResponse>(&reply)) return {r->status, r->body};
+    auto& body = std::get<std::unique_ptr<AsyncBody>>(reply);
+    body->Start([] {});
+    std::string out;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!body->Poll(&out) && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    return {body->status(), out};
+  }
+
+  static ServedModel* model_;
+};
+
+ServedModel* ApiServiceTest::model_ = nullptr;
+
+TEST_F(ApiServiceTest, ApiKeyIsCheckedInEachProtocolsShape) {
+  ApiService svc(model_, {"secret"});
+  HttpRequest health;
+  health.method = "GET";
+  health.path = "/health";
+  EXPECT_EQ(Drive(svc.Handle(health)).first, 200);  // no key needed
+
+  auto [st, body] = Drive(svc.Handle(Post("/v1/chat/completions", "{}")));
+  EXPECT_EQ(st, 401);
+  EXPECT_TRUE(json::parse(body)["error"].contains("message"));
+  std::tie(st, body) = Drive(svc.Handle(Post("/v1/messages", "{}")));
+  EXPECT_EQ(st, 401);
+  EXPECT_EQ(json::parse(body)["type"], "error");
+  EXPECT_EQ(json::parse(body)["error"]["type"], "authentication_error");
+
+  HttpRequest ok =
+      Post("/v1/messages/count_tokens", R"({"messages":[{"role":"user","content":"hi"}]})");
+  ok.headers["x-api-key"] = "secret";
+  EXPECT_EQ(Drive(svc.Handle(ok)).first, 200);
+  ok.headers.clear();
+  ok.headers["authorization"] = "Bearer secret";
+  EXPECT_EQ(Drive(svc.Handle(ok)).first, 200);
+}
+
+TEST_F(ApiServiceTest, BadInputIs400) {
+  ApiService svc(model_, {});
+  const char* bad[] = {
+      R"({"messages":"hi"})",
+      R"({"messages":[{"content":"no role"}]})",
+      R"({"messages":[{"role":"user","content":"hi"}],"temperature":"hot"})",
+      R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":-1})",
+      R"({"messages":[{"role":"user","content":"hi"}],"stop":[1],"stop_sequences":[1]})",
+      R"({"messages":[{"role":"user","content":"hi"}],"stream":"yes"})",
+      R"({"messages":[{"role":"user","content":"hi"}],"priority":"urgent"})",
+      R"([1,2])",
+      R"({"messages":[{"role":"user","content":"hi"})",
+  };
+  for (const char* b : bad) {
+    auto [st, body] = Drive(svc.Handle(Post("/v1/chat/completions", b)));
+    EXPECT_EQ(st, 400) << b << " -> " << body;
+    EXPECT_EQ(json::parse(body)["error"]["type"], "invalid_request_error") << b;
+    std::tie(st, body) = Drive(svc.Handle(Post("/v1/messages", b)));
+    EXPECT_EQ(st, 400) << b << " -> " << body;
+    EXPECT_EQ(json::parse(body)["error"]["type"], "invalid_request_error") << b;
+  }
+  HttpRequest pri = Post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}]})");
+  pri.headers["x-priority"] = "sometimes";
+  EXPECT_EQ(Drive(svc.Handle(pri)).first, 400);
+  // A prompt longer than the context.
+  std::string huge;
+  for (int i = 0; i < 45000; ++i) huge += "word ";
+  json too_long = {{"messages", {{{"role", "user"}, {"content", huge}}}}, {"max_tokens", 1}};
+  auto [st, body] = Drive(svc.Handle(Post("/v1/chat/completions", too_long.dump())));
+  EXPECT_EQ(st, 400) << body;
+  EXPECT_NE(json::parse(body)["error"]["message"].get<std::string>().find("context"),
+            std::string::npos);
+}
+
+TEST_F(ApiServiceTest, AnthropicConversionCountsTokens) {
+  ApiService svc(model_, {});
+  auto count = [&](const json& body) {
+    auto [st, out] = Drive(svc.Handle(Post("/v1/messages/count_tokens", body.dump())));
+    EXPECT_EQ(st, 200) << out;
+    return json::parse(out)["input_tokens"].get<int>();
+  };
+  const json user = {{"role", "user"}, {"content", "What is the weather?"}};
+  const int plain = count({{"messages", {user}}});
+  EXPECT_GT(plain, 0);
+  // System as a string, as blocks, or as a role "system" entry: same prompt.
+  const int sys_str = count({{"system", "Be brief."}, {"messages", {user}}});
+  const int sys_blocks =
+      count({{"system", {{{"type", "text"}, {"text", "Be brief."}}}}, {"messages", {user}}});
+  const int sys_role =
+      count({{"messages", {{{"role", "system"}, {"content", "Be brief."}}, user}}});
+  EXPECT_GT(sys_str, plain);
+  EXPECT_EQ(sys_str, sys_blocks);
+  EXPECT_EQ(sys_str, sys_role);
+  // Tools and a tool_use / tool_result round trip make the prompt longer.
+  const json tools = json::parse(R"([{"name": "get_weather", "description": "Weather for a city",
+      "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}])");
+  const int with_tools = count({{"tools", tools}, {"messages", {user}}});
+  EXPECT_GT(with_tools, plain);
+  const json convo = {
+      user,
+      {{"role", "assistant"},
+       {"content",
+        {{{"type", "text"}, {"text", "Let me check."}},
+         {{"type", "tool_use"},
+          {"id", "toolu_1"},
+          {"name", "get_weather"},
+          {"input", {{"city", "Paris"}}}}}}},
+      {{"role", "user"},
+       {"content",
+        {{{"type", "tool_result"}, {"tool_use_id", "toolu_1"}, {"content", "Sunny, 21 C"}}}}}};
+  EXPECT_GT(count({{"tools", tools}, {"messages", convo}}), with_tools);
+}
+
+TEST_F(ApiServiceTest, GenerationsHaveUsageAndFinishReasons) {
+  ApiService svc(model_, {});
+  auto [st, body] = Drive(svc.Handle(Post(
+      "/v1/chat/completions",
+      R"({"messages":[{"role":"user","content":"hi"}],"max_completion_tokens":3,"temperature":0,"stop":["\n\n\n"]})")));
+  ASSERT_EQ(st, 200) << body;
+  json j = json::parse(body);
+  EXPECT_LE(j["usage"]["completion_tokens"].get<int>(), 3);
+  EXPECT_TRUE(j["choices"][0]["finish_reason"] == "length" ||
+              j["choices"][0]["finish_reason"] == "stop");
+
+  // Claude Code asks for 32000 tokens; it is clamped to the context left.
+  std::tie(st, body) = Drive(svc.Handle(Post(
+      "/v1/messages",
+      R"({"model":"claude-sonnet-4","max_tokens":32000,"temperature":0,"stop_sequences":["e"],"thinking":{"type":"enabled","budget_tokens":1024},"context_management":{},"messages":[{"role":"user","content":"hi"}]})")));
+  ASSERT_EQ(st, 200) << body;
+  j = json::parse(body);
+  EXPECT_EQ(j["model"], "claude-sonnet-4");
+  EXPECT_TRUE(j["usage"].contains("cache_read_input_tokens"));
+
+  // Repeating a long prompt hits the prefix cache.
+  std::string sys;
+  for (int i = 0; i < 40; ++i)
+    sys += "You are a careful assistant number " + std::to_string(i) + ". ";
+  json req = {{"system", sys},
+              {"max_tokens", 2},
+              {"temperature", 0},
+              {"messages", {{{"role", "user"}, {"content", "hi"}}}}};
+  Drive(svc.Handle(Post("/v1/messages", req.dump())));
+  std::tie(st, body) = Drive(svc.Handle(Post("/v1/messages", req.dump())));
+  j = json::parse(body);
+  EXPECT_GT(j["usage"]["cache_read_input_tokens"].get<int>(), 0) << body;
+
+  // Streamed completions end with [DONE].
+  std::tie(st, body) = Drive(
+      svc.Handle(Post("/v1/completions", R"({"prompt":[1,2,3],"max_tokens":2,"stream":true})")));
+  EXPECT_NE(body.find("\"text_completion\""), std::string::npos) << body;
+  EXPECT_EQ(body.substr(body.size() - 14), "data: [DONE]\n\n");
+}
+
+}  // namespace
+}  // namespace agentkv::api
