@@ -302,6 +302,11 @@ class MessagesJob : public GenerationJob {
 };
 
 HttpResponse FromStatus(const Status& s) {
+  if (s.code() == StatusCode::kResourceExhausted) {
+    HttpResponse r = AnthropicApi::Error(529, s.message(), "overloaded_error");
+    r.headers["retry-after"] = "1";
+    return r;
+  }
   return AnthropicApi::Error(HttpStatusFor(s), s.message());
 }
 

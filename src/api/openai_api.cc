@@ -232,12 +232,18 @@ Status ParseCommon(const HttpRequest& req, const json& body, Common* c) {
     const json& so = body["stream_options"];
     c->include_usage = so.value("include_usage", false);
   }
+  if (body.contains("n") && !body["n"].is_null() && body["n"] != 1) {
+    return InvalidArgument("'n' must be 1: one choice per request is supported");
+  }
   ASSIGN_OR_RETURN(c->priority, ServedModel::RequestPriority(req, body));
   return Status::Ok();
 }
 
 HttpResponse FromStatus(const Status& s, const std::string& param = "") {
-  return OpenAiApi::Error(HttpStatusFor(s), s.message(), param);
+  const int status = HttpStatusFor(s);
+  HttpResponse r = OpenAiApi::Error(status, s.message(), param);
+  if (status == 429) r.headers["retry-after"] = "1";
+  return r;
 }
 
 }  // namespace

@@ -17,6 +17,7 @@ Result<std::unique_ptr<ServedModel>> ServedModel::Load(const ServedModelOptions&
   if (tmpl.ok()) m->template_.emplace(std::move(tmpl).value());
   ASSIGN_OR_RETURN(auto backend, CreateBackend(dir, options.backend));
   m->model_type_ = backend->config().model_type;
+  m->max_waiting_ = options.max_waiting;
   EngineOptions eo;
   eo.scheduler.max_batch = options.max_batch;
   if (options.kv_memory_bytes > 0) eo.kv_memory_bytes = options.kv_memory_bytes;
@@ -57,6 +58,10 @@ Result<RequestHandle> ServedModel::Submit(std::vector<int32_t> prompt, SamplingP
   const int32_t left = static_cast<int32_t>(max_context() - n);
   if (!params.max_tokens || *params.max_tokens > left) params.max_tokens = left;
   RETURN_IF_ERROR(params.Validate());
+  if (max_waiting_ > 0 && engine_->Stats().waiting >= max_waiting_) {
+    return ResourceExhausted("the server is overloaded (" + std::to_string(max_waiting_) +
+                             " requests waiting); retry later");
+  }
   EngineRequest r;
   r.prompt = std::move(prompt);
   r.params = std::move(params);

@@ -27,6 +27,9 @@ struct ServedModelOptions {
   BackendOptions backend;
   int max_batch = 64;
   uint64_t kv_memory_bytes = 0;  // 0: the engine's default
+  // Requests waiting in the engine past which new ones are refused
+  // (ResourceExhausted: 429 / 529). 0: no limit.
+  int max_waiting = 512;
 };
 
 class ServedModel {
@@ -48,7 +51,8 @@ class ServedModel {
   // NORMAL. InvalidArgument for an unknown name.
   static Result<Priority> RequestPriority(const HttpRequest& req, const nlohmann::json& body);
 
-  // Submits; InvalidArgument when the prompt leaves no room in the context.
+  // Submits; InvalidArgument when the prompt leaves no room in the context,
+  // ResourceExhausted when too many requests are waiting already.
   Result<RequestHandle> Submit(std::vector<int32_t> prompt, SamplingParams params,
                                Priority priority) const;
 
@@ -60,6 +64,7 @@ class ServedModel {
   std::unique_ptr<Tokenizer> tokenizer_;
   std::optional<ChatTemplate> template_;
   std::unique_ptr<Engine> engine_;
+  int max_waiting_ = 0;
 };
 
 // HTTP status for an engine / request Status (400 for bad input, 413, 429,

@@ -29,6 +29,7 @@ struct ServeArgs {
   std::string kv_memory;
   std::string api_key;
   int http_threads = 2;
+  int max_queue = 512;
 };
 
 // "268435456", "256M", "1G", "512K" -> bytes; 0 on bad input.
@@ -71,6 +72,7 @@ int RunServe(const ServeArgs& a) {
   mo.model_dir = a.model.model_dir.empty() ? DefaultModelDir() : a.model.model_dir;
   mo.backend = a.model.backend;
   mo.max_batch = a.max_batch;
+  mo.max_waiting = a.max_queue;
   if (!a.kv_memory.empty()) {
     mo.kv_memory_bytes = ParseBytes(a.kv_memory);
     if (mo.kv_memory_bytes == 0) {
@@ -138,6 +140,11 @@ Registrar reg("serve", "Serve the HTTP API (OpenAI and Anthropic protocols)",
                     ->capture_default_str()
                     ->check(CLI::Range(1, 64))
                     ->envname("AGENTKV_HTTP_THREADS");
+                app.add_option("--max-queue", a->max_queue,
+                               "Waiting requests past which new ones get 429 / 529 (0 = no limit)")
+                    ->capture_default_str()
+                    ->check(CLI::NonNegativeNumber)
+                    ->envname("AGENTKV_MAX_QUEUE");
                 return [a] { return RunServe(*a); };
               });
 

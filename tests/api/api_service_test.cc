@@ -110,6 +110,10 @@ TEST_F(ApiServiceTest, BadInputIs400) {
   HttpRequest pri = Post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}]})");
   pri.headers["x-priority"] = "sometimes";
   EXPECT_EQ(Drive(svc.Handle(pri)).first, 400);
+  EXPECT_EQ(Drive(svc.Handle(Post("/v1/chat/completions",
+                                  R"({"messages":[{"role":"user","content":"x"}],"n":2})")))
+                .first,
+            400);
   // A prompt longer than the context.
   std::string huge;
   for (int i = 0; i < 45000; ++i) huge += "word ";
