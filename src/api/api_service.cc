@@ -61,6 +61,14 @@ Reply ApiService::Route(const HttpRequest& req) const {
               {"max_model_len", model_->max_context()}};
     return Json(200, {{"object", "list"}, {"data", json::array({m})}});
   }
+  if (p.rfind("/v1/models/", 0) == 0 && get) {
+    // Any id names the one model served (clients look up what they asked for).
+    return Json(200, {{"id", p.substr(11)},
+                      {"object", "model"},
+                      {"created", static_cast<int64_t>(std::time(nullptr))},
+                      {"owned_by", "agentkv"},
+                      {"max_model_len", model_->max_context()}});
+  }
   if (p == "/v1/chat/completions" && post) return openai_.ChatCompletions(req);
   if (p == "/v1/completions" && post) return openai_.Completions(req);
   if (p == "/v1/messages" && post) return anthropic_.Messages(req);
