@@ -48,6 +48,9 @@ std::string TextOf(const json& content) {
 struct Converted {
   ordered_json messages = ordered_json::array();
   ordered_json tools = nullptr;
+  // Template variables: enable_thinking follows the request's `thinking`
+  // (off unless {"type": "enabled"}), as Claude models only think when asked.
+  ordered_json extra = ordered_json::object();
 };
 
 Status Convert(const json& body, Converted* out) {
@@ -115,6 +118,8 @@ Status Convert(const json& body, Converted* out) {
     }
   }
   if (conv.empty()) return InvalidArgument("messages: at least one message is required");
+  const json thinking = body.value("thinking", json(nullptr));
+  out->extra["enable_thinking"] = thinking.is_object() && thinking.value("type", "") == "enabled";
   if (!system.empty()) out->messages.push_back({{"role", "system"}, {"content", system}});
   for (auto& m : conv) out->messages.push_back(std::move(m));
   if (body.contains("tools") && !body["tools"].is_null()) {
@@ -344,7 +349,7 @@ Reply AnthropicApi::Messages(const HttpRequest& req) const {
   }
   auto priority = ServedModel::RequestPriority(req, *body);
   if (!priority.ok()) return FromStatus(priority.status());
-  auto prompt = model_->EncodeChat(c.messages, c.tools);
+  auto prompt = model_->EncodeChat(c.messages, c.tools, c.extra);
   if (!prompt.ok()) return FromStatus(prompt.status());
   const int64_t n = static_cast<int64_t>(prompt->size());
   auto h = model_->Submit(std::move(prompt).value(), params, *priority);
@@ -361,7 +366,7 @@ Reply AnthropicApi::CountTokens(const HttpRequest& req) const {
   if (!body.ok()) return FromStatus(body.status());
   Converted c;
   if (Status s = Convert(*body, &c); !s.ok()) return FromStatus(s);
-  auto prompt = model_->EncodeChat(c.messages, c.tools);
+  auto prompt = model_->EncodeChat(c.messages, c.tools, c.extra);
   if (!prompt.ok()) return FromStatus(prompt.status());
   HttpResponse r;
   r.body = Dump({{"input_tokens", prompt->size()}});

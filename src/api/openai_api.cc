@@ -273,7 +273,14 @@ Reply OpenAiApi::ChatCompletions(const HttpRequest& req) const {
   }
   Common c;
   if (Status s = ParseCommon(req, body, &c); !s.ok()) return FromStatus(s);
-  auto prompt = model_->EncodeChat(messages, tools);
+  ordered_json extra = ordered_json::object();
+  if (body.contains("chat_template_kwargs") && !body["chat_template_kwargs"].is_null()) {
+    if (!body["chat_template_kwargs"].is_object()) {
+      return Error(400, "'chat_template_kwargs' must be an object", "chat_template_kwargs");
+    }
+    extra = ordered_json::parse(body["chat_template_kwargs"].dump());
+  }
+  auto prompt = model_->EncodeChat(messages, tools, extra);
   if (!prompt.ok()) return FromStatus(prompt.status(), "messages");
   const int64_t n = static_cast<int64_t>(prompt->size());
   auto h = model_->Submit(std::move(prompt).value(), c.params, c.priority);

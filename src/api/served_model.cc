@@ -26,12 +26,14 @@ Result<std::unique_ptr<ServedModel>> ServedModel::Load(const ServedModelOptions&
 }
 
 Result<std::vector<int32_t>> ServedModel::EncodeChat(const ordered_json& messages,
-                                                     const ordered_json& tools) const {
+                                                     const ordered_json& tools,
+                                                     const ordered_json& extra) const {
   if (!template_) return InvalidArgument("model " + name_ + " has no chat template");
   ChatTemplate::Input in;
   in.messages = messages;
   if (tools.is_array() && !tools.empty()) in.tools = tools;
   in.add_generation_prompt = true;
+  if (extra.is_object()) in.extra = extra;
   ASSIGN_OR_RETURN(std::string text, template_->Render(in));
   return tokenizer_->Encode(text, /*add_special_tokens=*/false);
 }

@@ -43,9 +43,11 @@ class ServedModel {
   int32_t max_context() const { return engine_->max_context(); }
 
   // Renders `messages` (OpenAI shape) with `tools` (OpenAI function schemas
-  // or null) and the generation prompt, and tokenizes the result.
-  Result<std::vector<int32_t>> EncodeChat(const nlohmann::ordered_json& messages,
-                                          const nlohmann::ordered_json& tools) const;
+  // or null) and the generation prompt, and tokenizes the result. `extra`:
+  // more template variables (e.g. {"enable_thinking": false}).
+  Result<std::vector<int32_t>> EncodeChat(
+      const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+      const nlohmann::ordered_json& extra = nlohmann::ordered_json::object()) const;
 
   // Priority from the X-Priority header, else the body's "priority", else
   // NORMAL. InvalidArgument for an unknown name.

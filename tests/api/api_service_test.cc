@@ -143,6 +143,10 @@ TEST_F(ApiServiceTest, AnthropicConversionCountsTokens) {
   EXPECT_GT(sys_str, plain);
   EXPECT_EQ(sys_str, sys_blocks);
   EXPECT_EQ(sys_str, sys_role);
+  // Without `thinking` the Qwen3 template closes an empty think block.
+  const int thinking =
+      count({{"thinking", {{"type", "enabled"}, {"budget_tokens", 1024}}}, {"messages", {user}}});
+  EXPECT_LT(thinking, plain);
   // Tools and a tool_use / tool_result round trip make the prompt longer.
   const json tools = json::parse(R"([{"name": "get_weather", "description": "Weather for a city",
       "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}])");
