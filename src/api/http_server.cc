@@ -37,13 +37,15 @@ std::string PlainError(const std::string& message) {
 }  // namespace
 
 struct HttpServer::Impl {
+  // Declared before ioc: sessions still queued in ioc touch them while ioc
+  // is destroyed.
   HttpServerOptions options;
   Handler handler;
+  std::atomic<int> active{0};
+  std::atomic<bool> stopped{false};
   net::io_context ioc;
   std::optional<tcp::acceptor> acceptor;
   std::vector<std::thread> threads;
-  std::atomic<int> active{0};
-  std::atomic<bool> stopped{false};
 
   Impl(HttpServerOptions o, Handler h) : options(std::move(o)), handler(std::move(h)) {}
   void Accept();
