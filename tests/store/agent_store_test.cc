@@ -220,15 +220,16 @@ TEST(AgentStoreTest, QueueOverBoundDropsOldestAndCounts) {
   o.kv_queue_max_bytes = 64 << 10;
   auto s = AgentStore::Open(dir.path(), o);
   ASSERT_TRUE(s.ok());
-  // 100 writes of ~32 KiB against a 64 KiB queue: the writer cannot keep
-  // up with a burst this fast, so some must be dropped, none block.
+  // 100 writes of ~32 KiB against a 64 KiB queue: whether the writer keeps
+  // up depends on timing (kv_write_queue_test checks the drops without a
+  // writer racing); here every write is either written or counted as
+  // dropped, none blocks, and the newest is never dropped.
   for (int i = 0; i < 100; ++i) {
     (*s)->PutKvBlocks(
         MakeChainWrite("a" + std::to_string(i), Fp('1'), Tokens(32, 1000 * i), 16, 16384, 0, i));
   }
   ASSERT_TRUE((*s)->Flush().ok());
   const auto st = (*s)->kv_stats();
-  EXPECT_GT(st.queue.dropped_writes, 0u);
   EXPECT_EQ(st.queue.pending_writes, 0u);
   EXPECT_EQ(st.blocks_written / 2 + st.queue.dropped_writes, 100u);
   // The last write is never the one dropped.
