@@ -3,6 +3,8 @@
 // fp32, row-major; none allocates; all are thread-safe on disjoint outputs.
 #pragma once
 
+#include <immintrin.h>
+
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -28,19 +30,44 @@ void ApplyRope(float* x, int heads, int head_dim, int32_t pos, const float* inv_
 // x = act(gate) * up over n elements; gate_up holds [gate | up] rows of 2n.
 void GatedActivation(const float* gate_up, float* out, int64_t rows, int n, Activation act);
 
+// q . k over n floats; AVX2 when n is a multiple of 8.
+inline float Dot(const float* a, const float* b, int n) {
+  if (n % 8 == 0) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int d = 0; d < n; d += 8)
+      acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), _mm256_loadu_ps(b + d), acc);
+    __m128 lo = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    lo = _mm_hadd_ps(lo, lo);
+    lo = _mm_hadd_ps(lo, lo);
+    return _mm_cvtss_f32(lo);
+  }
+  float s = 0.f;
+  for (int d = 0; d < n; ++d) s += a[d] * b[d];
+  return s;
+}
+
+// out += p * v over n floats.
+inline void Axpy(float p, const float* v, float* out, int n) {
+  if (n % 8 == 0) {
+    const __m256 pv = _mm256_set1_ps(p);
+    for (int d = 0; d < n; d += 8)
+      _mm256_storeu_ps(out + d,
+                       _mm256_fmadd_ps(pv, _mm256_loadu_ps(v + d), _mm256_loadu_ps(out + d)));
+    return;
+  }
+  for (int d = 0; d < n; ++d) out[d] += p * v[d];
+}
+
 // Softmax-weighted sum for one query head over `n` keys:
 //   out = sum_j softmax(scale * q.k_j (soft-capped))_j * v_j
-// key(j) / value(j) return pointers to head_dim floats. Uses a running max
-// (one pass, no score buffer larger than `scores`, which holds n floats).
+// key(j) / value(j) return pointers to head_dim floats; `scores` holds n
+// floats.
 template <typename KeyFn, typename ValFn>
-inline void AttendOne(const float* q, int n, int head_dim, float scale, float softcap, KeyFn key,
-                      ValFn value, float* scores, float* out) {
+inline void AttendOne(const float* q, int n, int head_dim, float scale, float softcap,
+                      KeyFn key, ValFn value, float* scores, float* out) {
   float mx = -3.0e38f;
   for (int j = 0; j < n; ++j) {
-    const float* k = key(j);
-    float s = 0.f;
-    for (int d = 0; d < head_dim; ++d) s += q[d] * k[d];
-    s *= scale;
+    float s = Dot(q, key(j), head_dim) * scale;
     if (softcap > 0.f) s = softcap * std::tanh(s / softcap);
     scores[j] = s;
     if (s > mx) mx = s;
@@ -52,11 +79,7 @@ inline void AttendOne(const float* q, int n, int head_dim, float scale, float so
   }
   for (int d = 0; d < head_dim; ++d) out[d] = 0.f;
   const float inv = 1.f / sum;
-  for (int j = 0; j < n; ++j) {
-    const float p = scores[j] * inv;
-    const float* v = value(j);
-    for (int d = 0; d < head_dim; ++d) out[d] += p * v[d];
-  }
+  for (int j = 0; j < n; ++j) Axpy(scores[j] * inv, value(j), out, head_dim);
 }
 
 // out[r][c] = x[r] . w[c] (+ bias[c]): y = x W^T with W [n][k] row-major.
