@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "store/byte_order.h"
 #include "store/record_envelope.h"
 #include "store/records.h"
 
@@ -11,23 +12,6 @@ namespace agentkv::store {
 namespace {
 
 constexpr size_t kFixedHeader = 56;  // fp, hash, tokens, elem, usize, csize, reserved
-
-void PutU32(char* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<char>(v >> (8 * i));
-}
-void PutU64(char* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<char>(v >> (8 * i));
-}
-uint32_t GetU32(const char* p) {
-  uint32_t v = 0;
-  for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(p[i]);
-  return v;
-}
-uint64_t GetU64(const char* p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(p[i]);
-  return v;
-}
 
 // Byte plane k of the output holds byte k of every element.
 void Shuffle(const char* in, size_t n, uint32_t es, char* out) {

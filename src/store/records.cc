@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "store/byte_order.h"
 #include "store/lmdb_env.h"
 #include "store/record_envelope.h"
 #include "util/hash.h"
@@ -9,22 +10,6 @@
 namespace agentkv::store {
 namespace {
 
-void PutU32(std::string* s, uint32_t v) {
-  for (int i = 0; i < 4; ++i) s->push_back(static_cast<char>(v >> (8 * i)));
-}
-void PutU64(std::string* s, uint64_t v) {
-  for (int i = 0; i < 8; ++i) s->push_back(static_cast<char>(v >> (8 * i)));
-}
-uint32_t GetU32(const char* p) {
-  uint32_t v = 0;
-  for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(p[i]);
-  return v;
-}
-uint64_t GetU64(const char* p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(p[i]);
-  return v;
-}
 void PutBeU32(std::string* s, uint32_t v) {
   for (int i = 3; i >= 0; --i) s->push_back(static_cast<char>(v >> (8 * i)));
 }
