@@ -47,6 +47,11 @@ class Backend {
   virtual const ModelConfig& config() const = 0;
   virtual const ModelCacheSpec& cache_spec() const = 0;
   virtual std::string name() const = 0;
+  // The KV cache element type as stored by ReadBlock ("f32", "bf16"): part
+  // of the fingerprint persisted KV is tagged with.
+  virtual std::string kv_format() const { return "f32"; }
+  // Bytes of one KV element (the store's shuffle width).
+  virtual uint32_t kv_element_size() const { return 4; }
 
   // (Re)allocates the KV storage; all previous KV content is lost.
   virtual Status AllocateKv(const KvLayout& layout) = 0;
