@@ -2,6 +2,9 @@
 
 #include <filesystem>
 
+#include "engine/model_files.h"
+#include "store/store_kv_tier.h"
+
 namespace agentkv::api {
 
 using nlohmann::json;
@@ -21,6 +24,15 @@ Result<std::unique_ptr<ServedModel>> ServedModel::Load(const ServedModelOptions&
   EngineOptions eo;
   eo.scheduler.max_batch = options.max_batch;
   if (options.kv_memory_bytes > 0) eo.kv_memory_bytes = options.kv_memory_bytes;
+  ASSIGN_OR_RETURN(ModelFiles files, ModelFiles::Locate(dir));
+  ASSIGN_OR_RETURN(m->fingerprint_, files.Fingerprint());
+  if (options.store != nullptr) {
+    ASSIGN_OR_RETURN(auto tier, store::StoreKvTier::Create(
+                                    options.store, m->fingerprint_, backend->kv_format(),
+                                    eo.block_size, backend->kv_element_size(), m->name_));
+    m->kv_tier_ = std::move(tier);
+    eo.kv_tier = m->kv_tier_;
+  }
   ASSIGN_OR_RETURN(m->engine_, Engine::Create(std::move(backend), m->tokenizer_.get(), eo));
   return m;
 }

@@ -19,6 +19,7 @@
 #include "engine/chat_template.h"
 #include "engine/engine.h"
 #include "engine/tokenizer.h"
+#include "store/agent_store.h"
 
 namespace agentkv::api {
 
@@ -30,6 +31,10 @@ struct ServedModelOptions {
   // Requests waiting in the engine past which new ones are refused
   // (ResourceExhausted: 429 / 529). 0: no limit.
   int max_waiting = 512;
+  // The persistent store (--store), or null. Not owned: it outlives the
+  // model (hot-swap serves several models from one store). KV is persisted
+  // and restored under this model's fingerprint and KV format.
+  store::AgentStore* store = nullptr;
 };
 
 class ServedModel {
@@ -40,6 +45,10 @@ class ServedModel {
   const std::string& model_type() const { return model_type_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   Engine& engine() const { return *engine_; }
+  // The model's fingerprint (ModelFiles::Fingerprint, 32 hex digits).
+  const std::string& fingerprint() const { return fingerprint_; }
+  // The KV tier the engine persists to, or null without a store.
+  KvTier* kv_tier() const { return kv_tier_.get(); }
   int32_t max_context() const { return engine_->max_context(); }
 
   // Renders `messages` (OpenAI shape) with `tools` (OpenAI function schemas
@@ -65,6 +74,8 @@ class ServedModel {
   std::string model_type_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::optional<ChatTemplate> template_;
+  std::string fingerprint_;
+  std::shared_ptr<KvTier> kv_tier_;
   std::unique_ptr<Engine> engine_;
   int max_waiting_ = 0;
 };

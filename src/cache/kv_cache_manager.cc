@@ -231,6 +231,37 @@ const std::vector<BlockHash>& KvCacheManager::BlockHashes(SeqId seq) const {
   return s ? s->hashes : kEmpty;
 }
 
+int32_t KvCacheManager::RestoreBlocks(std::span<const int32_t> tokens, int32_t first_block,
+                                      std::span<const BlockHash> hashes,
+                                      const std::function<Status(size_t i, int32_t block)>& write) {
+  if (!prefix_ || first_block < 0) return 0;
+  const int64_t end = static_cast<int64_t>(first_block) + static_cast<int64_t>(hashes.size());
+  if (end * block_size_ > static_cast<int64_t>(tokens.size())) return 0;
+  BlockPool& pool = *pools_[prefix_group_];
+  std::vector<BlockHash> chain;
+  // References on the cached head (and, below, on each new block) until the
+  // end, so that allocating one restored block never evicts another.
+  std::vector<int32_t> held = prefix_->Acquire(tokens, static_cast<int32_t>(end), &chain);
+  int32_t written = 0;
+  if (static_cast<int32_t>(held.size()) >= first_block) {
+    for (int64_t i = static_cast<int64_t>(held.size()); i < end; ++i) {
+      const size_t j = static_cast<size_t>(i - first_block);
+      const BlockHash parent = i == 0 ? kRootBlockHash : chain[i - 1];
+      auto block_tokens = tokens.subspan(static_cast<size_t>(i) * block_size_, block_size_);
+      if (HashBlock(parent, block_tokens) != hashes[j]) break;
+      Result<int32_t> b = pool.Allocate();
+      if (!b.ok()) break;
+      held.push_back(*b);
+      if (!write(j, *b).ok() || !prefix_->Insert(parent, hashes[j], block_tokens, *b)) break;
+      chain.push_back(hashes[j]);
+      ++written;
+    }
+  }
+  // Tail first, so that the head ends up most recently used.
+  for (auto it = held.rbegin(); it != held.rend(); ++it) pool.Release(*it);
+  return written;
+}
+
 AgentCache KvCacheManager::PinForAgent(SeqId seq) {
   AgentCache cache;
   const Sequence* s = Find(seq);

@@ -41,6 +41,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <unordered_map>
@@ -128,6 +129,25 @@ class KvCacheManager {
   // Chained hashes of the sequence's committed full blocks (kept for every
   // model: the store can key persisted blocks by them). Empty for a bad id.
   const std::vector<BlockHash>& BlockHashes(SeqId seq) const;
+
+  // Restore from a slower tier (the persistent store): puts `hashes.size()`
+  // blocks continuing full block `first_block` of `tokens` into the prefix
+  // cache as idle cached blocks, where AttachCachedPrefix finds them. For
+  // each block not cached yet it allocates a block of the prefix group, calls
+  // `write(i, block)` to fill it (i indexes `hashes`) and registers it under
+  // hashes[i]. The cached blocks of `tokens` before it are held meanwhile, so
+  // the allocations cannot evict the head of the chain. Requires
+  // hashes[i] == HashBlock(chain up to block first_block + i) (the caller
+  // got them with the data). Stops at the first block that cannot be
+  // allocated or written (returns what came before, not an error), and
+  // returns 0 when blocks [0, first_block) are no longer all cached. Returns
+  // how many blocks it wrote. 0 when prefix caching is off.
+  int32_t RestoreBlocks(std::span<const int32_t> tokens, int32_t first_block,
+                        std::span<const BlockHash> hashes,
+                        const std::function<Status(size_t i, int32_t block)>& write);
+  // The cache group whose blocks the prefix cache (and so the tiers) hold;
+  // -1 when prefix caching is off.
+  int prefix_group() const { return prefix_ ? prefix_group_ : -1; }
 
   // Resident agent cache (see above).
   AgentCache PinForAgent(SeqId seq);

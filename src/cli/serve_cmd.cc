@@ -9,6 +9,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <filesystem>
 #include <iostream>
 #include <thread>
 
@@ -17,6 +18,7 @@
 #include "api/served_model.h"
 #include "cli/command.h"
 #include "cli/model_options.h"
+#include "store/agent_store.h"
 
 namespace agentkv::cli {
 namespace {
@@ -30,6 +32,8 @@ struct ServeArgs {
   std::string api_key;
   int http_threads = 2;
   int max_queue = 512;
+  std::string store_dir = "data/store";
+  std::string store_max_bytes;
 };
 
 // "268435456", "256M", "1G", "512K" -> bytes; 0 on bad input.
@@ -80,6 +84,26 @@ int RunServe(const ServeArgs& a) {
       return 2;
     }
   }
+  std::unique_ptr<store::AgentStore> agent_store;
+  if (!a.store_dir.empty() && a.store_dir != "none") {
+    store::StoreOptions sopt;
+    if (!a.store_max_bytes.empty()) {
+      sopt.max_bytes = ParseBytes(a.store_max_bytes);
+      if (sopt.max_bytes == 0) {
+        std::cerr << "error: bad --store-max-bytes '" << a.store_max_bytes << "'\n";
+        return 2;
+      }
+    }
+    std::error_code ec;
+    std::filesystem::create_directories(a.store_dir, ec);
+    auto opened = store::AgentStore::Open(a.store_dir, sopt);
+    if (!opened.ok()) {
+      std::cerr << "error: store " << a.store_dir << ": " << opened.status().ToString() << "\n";
+      return 1;
+    }
+    agent_store = std::move(opened).value();
+    mo.store = agent_store.get();
+  }
   auto model = api::ServedModel::Load(mo);
   if (!model.ok()) {
     std::cerr << "error: " << model.status().ToString() << "\n";
@@ -109,6 +133,9 @@ int RunServe(const ServeArgs& a) {
   }
   server.Stop();
   (*model)->engine().Stop();
+  if (KvTier* tier = (*model)->kv_tier()) {
+    if (Status s = tier->Flush(); !s.ok()) std::cerr << "store: " << s.ToString() << "\n";
+  }
   return 0;
 }
 
@@ -145,6 +172,15 @@ Registrar reg("serve", "Serve the HTTP API (OpenAI and Anthropic protocols)",
                     ->capture_default_str()
                     ->check(CLI::NonNegativeNumber)
                     ->envname("AGENTKV_MAX_QUEUE");
+                app.add_option("--store", a->store_dir,
+                               "Agent store directory (history and persisted KV); 'none' to "
+                               "run without one")
+                    ->capture_default_str()
+                    ->envname("AGENTKV_STORE");
+                app.add_option("--store-max-bytes", a->store_max_bytes,
+                               "Keep the store under this size by evicting least-recently-used "
+                               "KV, never history (K/M/G suffixes; default unlimited)")
+                    ->envname("AGENTKV_STORE_MAX_BYTES");
                 return [a] { return RunServe(*a); };
               });
 

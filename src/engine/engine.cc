@@ -37,11 +37,15 @@ Result<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Backend> backend,
   kc.blocks_per_group = blocks;
   kc.enable_prefix_caching = e->options_.prefix_caching;
   ASSIGN_OR_RETURN(e->kv_, KvCacheManager::Create(spec, kc));
+  // Tiers hold prefix-cache blocks; without prefix caching (sliding-window
+  // models) there is nothing to restore into.
+  if (!e->kv_->prefix_caching()) e->options_.kv_tier.reset();
   e->scheduler_ = std::make_unique<Scheduler>(e->kv_.get(), e->options_.scheduler);
   e->logits_.resize(static_cast<size_t>(e->options_.scheduler.max_batch) * cfg.vocab_size);
   e->start_ = std::chrono::steady_clock::now();
   e->PublishStats();
   e->thread_ = std::thread([p = e.get()] { p->Loop(); });
+  if (e->options_.kv_tier) e->loader_ = std::thread([p = e.get()] { p->LoaderLoop(); });
   return e;
 }
 
@@ -118,7 +122,9 @@ void Engine::Stop() {
     stopping_ = true;
   }
   cv_.notify_one();
+  loader_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  if (loader_.joinable()) loader_.join();
 }
 
 std::unique_ptr<Backend> Engine::ReleaseBackend() {
@@ -131,11 +137,18 @@ EngineStats Engine::Stats() const {
   return stats_;
 }
 
+int64_t Engine::AgentResidentTokens(const std::string& agent_key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = agent_resident_.find(agent_key);
+  return it == agent_resident_.end() ? 0 : it->second;
+}
+
 void Engine::PublishStats() {
   local_.waiting = static_cast<int64_t>(scheduler_->num_waiting());
   local_.running = static_cast<int64_t>(scheduler_->num_running());
   local_.preemptions = scheduler_->preemptions();
   local_.resident_agents = static_cast<int64_t>(agents_.size());
+  local_.loading = static_cast<int64_t>(loading_.size());
   local_.pools.clear();
   for (int g = 0; g < kv_->num_groups(); ++g) local_.pools.push_back(kv_->Stats(g));
   std::lock_guard<std::mutex> lock(mu_);
@@ -147,22 +160,30 @@ void Engine::Loop() {
     std::deque<std::unique_ptr<Sequence>> submitted;
     std::vector<RequestId> cancelled;
     std::vector<std::string> dropped;
+    std::deque<LoadResult> loaded;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] {
         return stopping_ || !submitted_.empty() || !cancelled_.empty() ||
-               !dropped_agents_.empty() || scheduler_->HasWork();
+               !dropped_agents_.empty() || !loaded_.empty() || scheduler_->HasWork();
       });
       if (stopping_) break;
       submitted.swap(submitted_);
       cancelled.swap(cancelled_);
       dropped.swap(dropped_agents_);
+      loaded.swap(loaded_);
     }
     const double now = Now();
-    for (auto& s : submitted) scheduler_->Add(std::move(s), now);
+    for (auto& r : loaded) ApplyLoad(std::move(r), now);
+    for (auto& s : submitted) Admit(std::move(s), now);
     for (RequestId id : cancelled) {
       std::unique_ptr<Sequence> s = scheduler_->Remove(id);
-      if (!s) continue;
+      if (!s) {
+        auto it = loading_.find(id);
+        if (it == loading_.end()) continue;
+        s = std::move(it->second);
+        loading_.erase(it);
+      }
       RequestOutput ev;
       ev.kind = RequestOutput::Kind::kFinished;
       ev.cancelled = true;
@@ -174,15 +195,17 @@ void Engine::Loop() {
     for (const std::string& a : dropped) {
       auto it = agents_.find(a);
       if (it != agents_.end()) {
-        kv_->ReleaseAgentCache(&it->second);
+        kv_->ReleaseAgentCache(&it->second.cache);
         agents_.erase(it);
       }
+      std::lock_guard<std::mutex> lock(mu_);
+      agent_resident_.erase(a);
     }
     if (scheduler_->HasWork()) Step();
     PublishStats();
-    if (!scheduler_->HasWork()) {
+    if (!scheduler_->HasWork() && loading_.empty()) {
       std::lock_guard<std::mutex> lock(mu_);
-      if (submitted_.empty()) {
+      if (submitted_.empty() && loaded_.empty()) {
         idle_ = true;
         idle_cv_.notify_all();
       }
@@ -195,6 +218,8 @@ void Engine::Loop() {
     rest.swap(submitted_);
   }
   for (auto& s : rest) scheduler_->Add(std::move(s), Now());
+  for (auto& [id, s] : loading_) scheduler_->Add(std::move(s), Now());
+  loading_.clear();
   std::vector<RequestId> ids;
   for (Sequence* s : scheduler_->running()) ids.push_back(s->id);
   while (Sequence* s = scheduler_->PeekWaiting()) {
@@ -206,7 +231,7 @@ void Engine::Loop() {
     if (std::unique_ptr<Sequence> s = scheduler_->Remove(id))
       Finish(s.get(), FinishReason::kNone, true, "");
   }
-  for (auto& [key, cache] : agents_) kv_->ReleaseAgentCache(&cache);
+  for (auto& [key, agent] : agents_) kv_->ReleaseAgentCache(&agent.cache);
   agents_.clear();
   std::lock_guard<std::mutex> lock(mu_);
   idle_ = true;
@@ -221,6 +246,18 @@ void Engine::Finish(Sequence* s, FinishReason reason, bool cancelled, std::strin
   ev.text = std::move(tail);
   ev.prompt_tokens = static_cast<int64_t>(s->prompt_len);
   ev.cached_tokens = s->cached_prompt_tokens;
+  ev.restored_tokens = std::clamp<int64_t>(s->cached_prompt_tokens - s->resident_before_restore,
+                                           0, s->restored_tokens);
+  ev.cache_source = ev.restored_tokens > 0    ? CacheSource::kDisk
+                    : ev.cached_tokens > 0 ? CacheSource::kResident
+                                           : CacheSource::kNone;
+  if (!cancelled) {
+    switch (ev.cache_source) {
+      case CacheSource::kDisk: ++local_.resumed_disk; break;
+      case CacheSource::kResident: ++local_.resumed_resident; break;
+      default: ++local_.resumed_none; break;
+    }
+  }
   ev.completion_tokens = s->output_len();
   ev.ttft_s = s->ttft_s;
   s->stream->Push(std::move(ev));
@@ -313,14 +350,139 @@ void Engine::Step() {
     Sequence* s = nullptr;
     for (Sequence* r : scheduler_->running())
       if (r->id == id) s = r;
-    if (s && !s->request.agent_key.empty() && s->computed > 0) {
-      AgentCache cache = kv_->PinForAgent(id);
-      auto it = agents_.find(s->request.agent_key);
-      if (it != agents_.end()) kv_->ReleaseAgentCache(&it->second);
-      agents_[s->request.agent_key] = std::move(cache);
-    }
+    if (s && !s->request.agent_key.empty() && s->computed > 0) RetireAgent(s);
     scheduler_->Remove(id);
   }
+}
+
+}  // namespace agentkv
+
+namespace agentkv {
+
+void Engine::Admit(std::unique_ptr<Sequence> s, double now) {
+  KvTier* tier = options_.kv_tier.get();
+  if (tier != nullptr) {
+    const int bs = options_.block_size;
+    // Whole blocks that could come from the tier: past what is cached, and
+    // never the last prompt token (its logits start the reply).
+    const int64_t usable = static_cast<int64_t>(s->prompt_len - 1) / bs;
+    const int64_t cached = kv_->CachedPrefixTokens(s->tokens) / bs;
+    if (usable > cached) {
+      LoadJob job;
+      job.id = s->id;
+      job.tokens.assign(s->tokens.begin(), s->tokens.begin() + usable * bs);
+      job.first_block = static_cast<int32_t>(cached);
+      job.max_blocks = static_cast<int32_t>(usable - cached);
+      const RequestId id = s->id;
+      loading_.emplace(id, std::move(s));
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        load_jobs_.push_back(std::move(job));
+      }
+      loader_cv_.notify_one();
+      return;
+    }
+  }
+  scheduler_->Add(std::move(s), now);
+}
+
+void Engine::LoaderLoop() {
+  KvTier* tier = options_.kv_tier.get();
+  while (true) {
+    LoadJob job;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      loader_cv_.wait(lock, [&] { return stopping_ || !load_jobs_.empty(); });
+      if (stopping_) return;
+      job = std::move(load_jobs_.front());
+      load_jobs_.pop_front();
+    }
+    LoadResult r;
+    r.id = job.id;
+    r.first_block = job.first_block;
+    r.load = tier->Load(job.tokens, options_.block_size, job.first_block, job.max_blocks);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      loaded_.push_back(std::move(r));
+    }
+    cv_.notify_one();
+  }
+}
+
+void Engine::ApplyLoad(LoadResult r, double now) {
+  auto it = loading_.find(r.id);
+  if (it == loading_.end()) return;  // cancelled meanwhile
+  std::unique_ptr<Sequence> s = std::move(it->second);
+  loading_.erase(it);
+  if (!r.load.ok() || !r.load->problem.ok()) ++local_.restore_problems;
+  if (r.load.ok() && !r.load->blocks.empty()) {
+    const std::vector<KvTierBlock>& blocks = r.load->blocks;
+    std::vector<BlockHash> hashes;
+    hashes.reserve(blocks.size());
+    for (const KvTierBlock& b : blocks) hashes.push_back(b.hash);
+    const int group = kv_->prefix_group();
+    const int32_t n = kv_->RestoreBlocks(
+        s->tokens, r.first_block, hashes, [&](size_t i, int32_t block) {
+          const std::string& d = blocks[i].data;
+          return backend_->WriteBlock(
+              group, block, std::as_bytes(std::span<const char>(d.data(), d.size())));
+        });
+    const int bs = options_.block_size;
+    s->resident_before_restore = static_cast<int64_t>(r.first_block) * bs;
+    s->restored_tokens = static_cast<int64_t>(n) * bs;
+    local_.restored_tokens += s->restored_tokens;
+    for (int32_t i = 0; i < n; ++i) tier_has_.insert(hashes[i]);
+  }
+  scheduler_->Add(std::move(s), now);
+}
+
+void Engine::RetireAgent(Sequence* s) {
+  const std::string& key = s->request.agent_key;
+  AgentCache cache = kv_->PinForAgent(s->id);
+  ResidentAgent& a = agents_[key];
+  kv_->ReleaseAgentCache(&a.cache);
+  a.cache = std::move(cache);
+  SaveAgentKv(s);
+  const int64_t resident = kv_->ResidentTokens(a.cache);
+  std::lock_guard<std::mutex> lock(mu_);
+  agent_resident_[key] = resident;
+}
+
+void Engine::SaveAgentKv(Sequence* s) {
+  KvTier* tier = options_.kv_tier.get();
+  const int group = kv_->prefix_group();
+  if (tier == nullptr || group < 0) return;
+  ResidentAgent& a = agents_[s->request.agent_key];
+  const std::vector<BlockHash>& hashes = kv_->BlockHashes(s->id);
+  std::span<const int32_t> table = kv_->Table(s->id, group).blocks();
+  const size_t n = std::min(hashes.size(), table.size());
+  size_t same = 0;
+  while (same < n && same < a.saved.size() && a.saved[same] == hashes[same]) ++same;
+  if (same == n) {
+    a.saved.assign(hashes.begin(), hashes.begin() + n);
+    return;
+  }
+  if (tier_has_.size() > (1u << 20)) tier_has_.clear();
+  const int bs = options_.block_size;
+  const size_t bytes = backend_->cache_spec().BytesPerBlock(group, bs);
+  std::vector<KvTierBlock> out;
+  out.reserve(n - same);
+  for (size_t i = same; i < n; ++i) {
+    KvTierBlock b;
+    b.hash = hashes[i];
+    b.tokens.assign(s->tokens.begin() + i * bs, s->tokens.begin() + (i + 1) * bs);
+    if (!tier_has_.count(b.hash)) {
+      b.data.resize(bytes);
+      std::span<std::byte> dst(reinterpret_cast<std::byte*>(b.data.data()), bytes);
+      if (!backend_->ReadBlock(group, table[i], dst).ok()) break;
+      tier_has_.insert(b.hash);
+      ++local_.saved_blocks;
+    }
+    out.push_back(std::move(b));
+  }
+  const size_t saved = same + out.size();
+  tier->Save(s->request.agent_key, static_cast<uint32_t>(same), std::move(out));
+  a.saved.assign(hashes.begin(), hashes.begin() + saved);
 }
 
 }  // namespace agentkv

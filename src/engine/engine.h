@@ -21,9 +21,11 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "cache/kv_cache_manager.h"
 #include "engine/backend.h"
+#include "engine/kv_tier.h"
 #include "engine/scheduler.h"
 #include "engine/token_stream.h"
 
@@ -40,6 +42,10 @@ struct EngineOptions {
   uint64_t kv_memory_bytes = 256ull << 20;
   bool prefix_caching = true;
   int32_t max_context = 0;  // 0: the model's max_position_embeddings
+  // Where KV blocks go after a turn and come back from before a prefill
+  // (the persistent store). Null: none. Shared with the caller, who may
+  // Flush() it; must be bound to this backend's model and KV format.
+  std::shared_ptr<KvTier> kv_tier;
 };
 
 struct EngineStats {
@@ -52,6 +58,15 @@ struct EngineStats {
   int64_t last_batch_size = 0;    // sequences in the last step
   int64_t max_batch_size = 0;     // largest step so far
   int64_t resident_agents = 0;
+  // Where finished requests' cached prompt tokens came from (the deepest
+  // tier used), and the KV tier's traffic.
+  int64_t resumed_resident = 0;
+  int64_t resumed_disk = 0;
+  int64_t resumed_none = 0;   // nothing cached: full prefill
+  int64_t restored_tokens = 0;  // prompt tokens written back from the tier
+  int64_t restore_problems = 0;  // loads that stopped at a corrupt record or failed
+  int64_t saved_blocks = 0;      // KV blocks handed to the tier (with data)
+  int64_t loading = 0;           // requests waiting for a tier load
   std::vector<BlockPoolStats> pools;  // per cache group
 };
 
@@ -86,6 +101,10 @@ class Engine {
   std::unique_ptr<Backend> ReleaseBackend();
 
   EngineStats Stats() const;
+  // Leading tokens of `agent_key`'s KV kept resident after its last turn
+  // (as of that turn's end; memory pressure may have evicted some since).
+  // 0 for an unknown agent.
+  int64_t AgentResidentTokens(const std::string& agent_key) const;
   const ModelConfig& config() const { return backend_->config(); }
   int32_t max_context() const { return max_context_; }
   int block_size() const { return options_.block_size; }
@@ -97,6 +116,24 @@ class Engine {
   void Finish(Sequence* s, FinishReason reason, bool cancelled, std::string tail);
   void Fail(Sequence* s, const Status& error);
   void PublishStats();
+  // KV tier: loads run on loader_ (never on the engine thread); their
+  // results come back through the inbox and are written into the pool here.
+  struct LoadJob {
+    RequestId id = 0;
+    std::vector<int32_t> tokens;
+    int32_t first_block = 0;
+    int32_t max_blocks = 0;
+  };
+  struct LoadResult {
+    RequestId id = 0;
+    int32_t first_block = 0;
+    Result<KvTierLoad> load = Status::Ok();
+  };
+  void Admit(std::unique_ptr<Sequence> s, double now);
+  void ApplyLoad(LoadResult r, double now);
+  void LoaderLoop();
+  void SaveAgentKv(Sequence* s);
+  void RetireAgent(Sequence* s);
   double Now() const;
 
   std::unique_ptr<Backend> backend_;
@@ -114,6 +151,10 @@ class Engine {
   std::deque<std::unique_ptr<Sequence>> submitted_;
   std::vector<RequestId> cancelled_;
   std::vector<std::string> dropped_agents_;
+  std::deque<LoadResult> loaded_;
+  std::deque<LoadJob> load_jobs_;  // guarded by mu_; loader_cv_ wakes the loader
+  std::condition_variable loader_cv_;
+  std::unordered_map<std::string, int64_t> agent_resident_;  // published copy
   bool stopping_ = false;
   bool draining_ = false;
   bool idle_ = true;
@@ -121,11 +162,22 @@ class Engine {
   EngineStats stats_;  // published copy
 
   // Engine-thread state.
-  std::unordered_map<std::string, AgentCache> agents_;
+  struct ResidentAgent {
+    AgentCache cache;
+    // Hashes of the agent's chain blocks handed to the tier, in order.
+    std::vector<BlockHash> saved;
+  };
+  std::unordered_map<std::string, ResidentAgent> agents_;
+  // Requests whose tier load is in flight.
+  std::unordered_map<RequestId, std::unique_ptr<Sequence>> loading_;
+  // Blocks this engine knows the tier has (saved or restored): later saves
+  // of them only link the agent's chain. Cleared when it grows too large.
+  std::unordered_set<BlockHash, BlockHashHasher> tier_has_;
   std::vector<SeqStep> steps_buf_;
   std::vector<float> logits_;
   EngineStats local_;
   std::thread thread_;
+  std::thread loader_;
 };
 
 }  // namespace agentkv

@@ -23,4 +23,14 @@ std::string_view PriorityName(Priority p) {
   return "normal";
 }
 
+std::string_view CacheSourceName(CacheSource s) {
+  switch (s) {
+    case CacheSource::kNone: return "none";
+    case CacheSource::kResident: return "resident";
+    case CacheSource::kHost: return "host";
+    case CacheSource::kDisk: return "disk";
+  }
+  return "none";
+}
+
 }  // namespace agentkv

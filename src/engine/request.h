@@ -25,6 +25,10 @@ enum class Priority : int { kHigh = 0, kNormal = 1, kLow = 2 };
 Result<Priority> ParsePriority(std::string_view text);
 std::string_view PriorityName(Priority p);
 
+// Where a request's cached prompt tokens came from (the deepest tier used).
+enum class CacheSource : int { kNone = 0, kResident = 1, kHost = 2, kDisk = 3 };
+std::string_view CacheSourceName(CacheSource s);  // "none", "resident", "host", "disk"
+
 struct EngineRequest {
   std::vector<int32_t> prompt;  // at least one token
   SamplingParams params;        // Validate()d by Engine::Submit
@@ -43,7 +47,9 @@ struct RequestOutput {
   FinishReason finish = FinishReason::kNone;
   bool cancelled = false;
   int64_t prompt_tokens = 0;
-  int64_t cached_tokens = 0;  // prompt tokens whose KV was already resident
+  int64_t cached_tokens = 0;  // prompt tokens not prefilled (resident or restored)
+  int64_t restored_tokens = 0;  // of those, restored from a KV tier (disk)
+  CacheSource cache_source = CacheSource::kNone;
   int64_t completion_tokens = 0;
   double ttft_s = 0;  // submit to first token
   // kError:

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 
@@ -34,8 +35,10 @@ Child StartServer() {
     close(fds[0]);
     close(fds[1]);
     const std::string model = std::string(AGENTKV_DATA_DIR) + "/models/default";
+    char store[] = "/tmp/agentkv-server-test-XXXXXX";
+    if (mkdtemp(store) == nullptr) _exit(126);
     execl(AGENTKV_BINARY, AGENTKV_BINARY, "serve", "--model", model.c_str(), "--port", "0",
-          "--threads", "1", static_cast<char*>(nullptr));
+          "--threads", "1", "--store", store, static_cast<char*>(nullptr));
     _exit(127);
   }
   close(fds[1]);
