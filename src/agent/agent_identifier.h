@@ -1,0 +1,110 @@
+// AgentIdentifier: which agent a request belongs to (SPEC section 4). First
+// match wins:
+//   1. the path id of /v1/agents/{id}/...;
+//   2. an explicit id: the body's `session_id` or `agent_id`, OpenAI's
+//      `prompt_cache_key`, the X-Session-Id header, Claude Code's
+//      X-Claude-Code-Session-Id header, or the session inside Anthropic
+//      `metadata.user_id` ("user_<hash>_account_<uuid>_session_<uuid>", or
+//      a JSON object with "session_id");
+//   3. content: the known agent whose remembered token sequence (prompt and
+//      generated tokens of its last turn) shares the longest prefix with the
+//      request's tokens, provided that prefix covers at least the system
+//      prompt and the first turn;
+//   4. a new agent, "auto-" + a hash of the normalized system prompt and
+//      first user message.
+// Volatile lines clients put in system prompts (Claude Code's
+// `x-anthropic-billing-header: ...`) are removed (StripVolatileLines) by the
+// protocol adapters before rendering, so they take part neither in the
+// tokens that are matched nor in the hash.
+//
+// Thread-safety: the static functions are pure; the content index (Remember,
+// Forget, Match, Identify) is guarded by a mutex and may be used from any
+// thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "util/status.h"
+
+namespace agentkv::agent {
+
+// The explicit identifiers a request carries (empty: absent). The protocol
+// adapters fill it from the path, body and headers.
+struct IdentityHints {
+  std::string path_id;           // /v1/agents/{id}/...
+  std::string body_id;           // body "session_id", else "agent_id"
+  std::string prompt_cache_key;  // OpenAI body "prompt_cache_key"
+  std::string session_header;    // X-Session-Id
+  std::string claude_session;    // X-Claude-Code-Session-Id
+  std::string metadata_user_id;  // Anthropic body metadata.user_id
+};
+
+// What content identification looks at, already normalized.
+struct ContentKey {
+  std::string system;      // system prompt, volatile lines removed
+  std::string first_user;  // text of the first user message
+};
+
+enum class IdSource { kPath, kExplicit, kContent, kNew };
+std::string_view IdSourceName(IdSource s);  // "path", "explicit", "content", "new"
+
+struct Identification {
+  std::string agent_id;
+  IdSource source = IdSource::kNew;
+};
+
+class AgentIdentifier {
+ public:
+  // Removes every line starting with "x-anthropic-billing-header:" (case
+  // insensitive, leading blanks allowed) and the blank lines it leaves at the
+  // start; the rest is unchanged.
+  static std::string StripVolatileLines(std::string_view system);
+  // The session id inside a Claude Code metadata.user_id, or nullopt.
+  static std::optional<std::string> SessionFromUserId(std::string_view user_id);
+  // The first explicit id of `hints` in SPEC order (path first), or "" when
+  // there is none. InvalidArgument when the chosen id is not a valid agent
+  // id (1..256 bytes, no NUL).
+  static Result<Identification> ExplicitId(const IdentityHints& hints);
+  // "auto-" + 16 hex digits of a hash of the key (trailing blanks of each
+  // part ignored).
+  static std::string NewAgentId(const ContentKey& key);
+
+  // Remembers (replaces) `agent`'s token sequence for content matching.
+  void Remember(const std::string& agent, std::vector<int32_t> tokens);
+  void Forget(const std::string& agent);
+  size_t size() const;
+
+  // The known agent sharing the longest common prefix with `tokens`, if that
+  // prefix is at least `min_tokens` long (and at least 1). Ties go to the
+  // most recently remembered.
+  std::optional<std::string> Match(std::span<const int32_t> tokens, size_t min_tokens) const;
+
+  // The whole rule above. `first_turn_tokens` computes how many tokens the
+  // system prompt and first turn take; it is only called when content
+  // matching has a candidate.
+  Result<Identification> Identify(const IdentityHints& hints, const ContentKey& key,
+                                  std::span<const int32_t> tokens,
+                                  const std::function<size_t()>& first_turn_tokens) const;
+
+ private:
+  struct Known {
+    std::vector<int32_t> tokens;
+    uint64_t stamp = 0;
+  };
+  // Longest common prefix of `tokens` with any known sequence, and who.
+  std::pair<size_t, std::string> Best(std::span<const int32_t> tokens) const;
+
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, Known> known_;
+  uint64_t next_stamp_ = 1;
+};
+
+}  // namespace agentkv::agent

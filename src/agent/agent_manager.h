@@ -1,0 +1,108 @@
+// AgentManager: the agent layer's entry point. It identifies agents
+// (AgentIdentifier), orders each agent's turns (AgentStrands), keeps the
+// history (in the AgentStore when there is one, durable on every turn;
+// otherwise in memory) and what is known of each agent's cache (where its
+// last turn's prompt came from, how many tokens it left resident), and
+// counts where resumed prompts came from (resident, host, disk, recompute).
+//
+// The manager knows nothing of HTTP or of which model is served: turns get
+// their engine from the protocol layer's PrepareFn, and Delete is handed the
+// function that drops the agent's resident KV.
+//
+// Thread-safety: every method may be called from any thread. Borrows the
+// store (may be null), which must outlive the manager; the manager must
+// outlive every AgentTurn it made.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "agent/agent_identifier.h"
+#include "agent/agent_strands.h"
+#include "agent/agent_turn.h"
+#include "engine/request.h"
+#include "store/agent_store.h"
+
+namespace agentkv::agent {
+
+// What the manager knows of an agent.
+struct AgentInfo {
+  std::string id;
+  uint32_t turns = 0;
+  int64_t created_ms = 0;
+  int64_t last_used_ms = 0;
+  // The agent's last turn (in this process): prompt and cached prompt
+  // tokens, where the cached ones came from, and the tokens it left
+  // resident in the engine (prompt + generated) unless evicted since.
+  int64_t last_prompt_tokens = 0;
+  int64_t last_cached_tokens = 0;
+  CacheSource last_cache_source = CacheSource::kNone;
+  int64_t resident_tokens = 0;
+  // Turns queued or running now.
+  size_t pending = 0;
+};
+
+struct ResumeCounts {
+  int64_t resident = 0;   // cached prompt tokens came from the pool
+  int64_t host = 0;       // ... from host memory
+  int64_t disk = 0;       // ... from the store
+  int64_t recompute = 0;  // nothing cached: prefilled from the history
+};
+
+class AgentManager {
+ public:
+  explicit AgentManager(store::AgentStore* store);
+
+  AgentIdentifier& identifier() { return identifier_; }
+  AgentStrands& strands() { return strands_; }
+  store::AgentStore* store() const { return store_; }
+
+  // A turn of `agent_id`, not started yet (AgentTurn::Start).
+  std::shared_ptr<AgentTurn> NewTurn(std::string agent_id, PrepareFn prepare);
+
+  // The agent's turns' messages JSON text, oldest first. NotFound for an
+  // unknown agent.
+  Result<std::vector<std::string>> History(const std::string& agent);
+  // Every agent (store agents and in-memory ones), by id.
+  Result<std::vector<AgentInfo>> List();
+  // One agent; NotFound if unknown.
+  Result<AgentInfo> Get(const std::string& agent);
+
+  // Runs on the agent's strand after every turn queued before it:
+  // `drop_kv` (forget the resident KV), then removes history and stored KV,
+  // then `done` with the result (NotFound for an unknown agent).
+  void Delete(const std::string& agent, std::function<void()> drop_kv,
+              std::function<void(Status)> done);
+
+  // Forgets what is known of every agent's resident KV (the engine was
+  // replaced: model hot-swap, restart).
+  void ForgetResident();
+
+  ResumeCounts resume_counts() const;
+
+ private:
+  friend class AgentTurn;
+  // Appends a turn; returns its number.
+  Result<uint32_t> Record(const std::string& agent, const std::string& messages_json,
+                          const std::string& system_hash);
+  void NoteFinished(const std::string& agent, const std::vector<int32_t>& prompt,
+                    std::span<const int32_t> generated, const RequestOutput& finished);
+  int64_t NowMs() const;
+
+  store::AgentStore* store_;
+  AgentIdentifier identifier_;
+  AgentStrands strands_;
+
+  mutable std::mutex mu_;
+  std::map<std::string, AgentInfo> info_;                   // runtime knowledge
+  std::map<std::string, std::vector<std::string>> memory_;  // history without a store
+  ResumeCounts counts_;
+};
+
+}  // namespace agentkv::agent

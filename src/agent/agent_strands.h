@@ -1,0 +1,58 @@
+// AgentStrands: one strand (ordered queue) per agent. Tasks posted for an
+// agent start strictly one after another in the order they were posted; a
+// task holds its agent's strand from the moment it starts until someone
+// calls Done(agent) for it, which may be long after the task's function
+// returned (an asynchronous turn: it submits to the engine and returns; the
+// connection that streams the reply calls Done once the turn is recorded).
+// Tasks of different agents never wait for each other.
+//
+// A task's function runs on the thread that posted it (when the agent was
+// idle) or on the thread that called Done for the previous task; it must
+// not block for long. Done may be called from inside the task itself
+// (a cancelled or failed turn): the next task then starts after the current
+// one returns, iteratively, never recursively.
+//
+// Thread-safety: every method may be called from any thread. Done must be
+// called exactly once per started task.
+#pragma once
+
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+namespace agentkv::agent {
+
+class AgentStrands {
+ public:
+  using Task = std::function<void()>;
+
+  // Queues `task` behind every earlier task of `agent`; starts it now when
+  // the agent is idle.
+  void Post(const std::string& agent, Task task);
+  // The running task of `agent` is over: starts the next one, if any.
+  void Done(const std::string& agent);
+
+  // Tasks of `agent` posted and not yet Done (running one included).
+  size_t Pending(const std::string& agent) const;
+  // Agents with a running task.
+  size_t BusyAgents() const;
+
+ private:
+  struct Queue {
+    std::deque<Task> tasks;
+    bool busy = false;         // a task has started and is not Done
+    bool dispatching = false;  // a thread is inside Dispatch's task call
+    bool done_early = false;   // Done came while dispatching
+  };
+  // Runs tasks of `agent` while they complete synchronously. The caller has
+  // set busy.
+  void Dispatch(const std::string& agent);
+
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, Queue> queues_;
+};
+
+}  // namespace agentkv::agent

@@ -1,0 +1,227 @@
+// AgentManager and AgentTurn on the real default model and a real store:
+// one agent's turns run in arrival order (the second sees the history and
+// the cache the first left), a cancelled queued turn lets the next one run,
+// history is durable, and Delete removes the agent everywhere.
+#include "agent/agent_manager.h"
+
+#include <chrono>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "engine/backend_factory.h"
+#include "engine/tokenizer.h"
+
+namespace agentkv::agent {
+namespace {
+
+namespace fs = std::filesystem;
+
+class AgentManagerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const fs::path dir = fs::path(AGENTKV_DATA_DIR) / "models/default";
+    if (!fs::exists(dir / "config.json")) GTEST_SKIP() << "default model missing (run setup)";
+    BackendOptions bo;
+    bo.threads = 1;
+    auto backend = CreateBackend(dir, bo);
+    ASSERT_TRUE(backend.ok()) << backend.status().ToString();
+    EngineOptions eo;
+    eo.scheduler.max_batch = 4;
+    eo.kv_memory_bytes = 32ull << 20;
+    auto engine = Engine::Create(std::move(backend).value(), nullptr, eo);
+    ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+    engine_ = std::move(engine).value();
+    std::string tmpl = (fs::temp_directory_path() / "agentkv_agent_XXXXXX").string();
+    store_dir_ = ::mkdtemp(tmpl.data());
+    store::StoreOptions so;
+    so.sync = false;
+    auto st = store::AgentStore::Open(store_dir_, so);
+    ASSERT_TRUE(st.ok()) << st.status().ToString();
+    store_ = std::move(st).value();
+    manager_ = std::make_unique<AgentManager>(store_.get());
+  }
+  void TearDown() override {
+    manager_.reset();
+    if (engine_) engine_->Stop();
+    store_.reset();
+    if (!store_dir_.empty()) fs::remove_all(store_dir_);
+  }
+
+  PrepareFn Prompt(std::vector<int32_t> prompt) {
+    return [this, prompt]() -> Result<TurnStart> {
+      TurnStart s;
+      s.engine = engine_.get();
+      s.request.prompt = prompt;
+      s.request.params.temperature = 0;
+      s.request.params.max_tokens = 4;
+      return s;
+    };
+  }
+
+  static bool WaitFor(const std::function<bool()>& cond) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!cond()) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return true;
+  }
+
+  // Drains a running turn's stream to its kFinished event and completes it.
+  static RequestOutput Finish(AgentTurn& turn, const std::string& record, uint32_t* number) {
+    EXPECT_TRUE(WaitFor([&] { return turn.state() != AgentTurn::State::kQueued; }));
+    EXPECT_EQ(turn.state(), AgentTurn::State::kRunning) << turn.error().ToString();
+    std::vector<int32_t> generated;
+    RequestOutput ev;
+    auto stream = turn.stream();
+    while (stream) {
+      ev = stream->Pop();
+      generated.insert(generated.end(), ev.tokens.begin(), ev.tokens.end());
+      if (ev.kind != RequestOutput::Kind::kDelta) break;
+    }
+    EXPECT_EQ(ev.kind, RequestOutput::Kind::kFinished);
+    auto n = turn.Complete(record, generated, ev);
+    EXPECT_TRUE(n.ok()) << n.status().ToString();
+    if (n.ok() && number) *number = *n;
+    return ev;
+  }
+
+  std::string store_dir_;
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<store::AgentStore> store_;
+  std::unique_ptr<AgentManager> manager_;
+};
+
+std::vector<int32_t> Tokens(int n, int32_t base) {
+  std::vector<int32_t> t;
+  for (int i = 0; i < n; ++i) t.push_back(base + (i * 7) % 1000);
+  return t;
+}
+
+TEST_F(AgentManagerTest, OneAgentsTurnsRunInOrderAndTheSecondSeesTheFirst) {
+  const std::vector<int32_t> p1 = Tokens(48, 100);
+  size_t history_seen_by_second = 99;
+  auto t1 = manager_->NewTurn("agent-1", Prompt(p1));
+  auto t2 = manager_->NewTurn("agent-1", [&, p1]() -> Result<TurnStart> {
+    // Runs only once the first turn is recorded.
+    auto h = manager_->History("agent-1");
+    history_seen_by_second = h.ok() ? h->size() : 0;
+    std::vector<int32_t> p2 = p1;
+    for (int32_t t : Tokens(20, 3000)) p2.push_back(t);
+    return Prompt(p2)();
+  });
+  AgentTurn::Start(t1, [] {});
+  AgentTurn::Start(t2, [] {});
+  EXPECT_EQ(t2->queued_behind(), 1u);
+  uint32_t n1 = 0, n2 = 0;
+  RequestOutput f1 = Finish(*t1, R"([{"role":"user","content":"one"}])", &n1);
+  EXPECT_EQ(f1.cached_tokens, 0);
+  RequestOutput f2 = Finish(*t2, R"([{"role":"user","content":"two"}])", &n2);
+  EXPECT_EQ(n1, 1u);
+  EXPECT_EQ(n2, 2u);
+  EXPECT_EQ(history_seen_by_second, 1u);
+  // The first turn's KV stayed resident for the agent.
+  EXPECT_GE(f2.cached_tokens, 32);
+  EXPECT_EQ(f2.prompt_tokens, 68);
+
+  auto info = manager_->Get("agent-1");
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->turns, 2u);
+  EXPECT_EQ(info->last_cached_tokens, f2.cached_tokens);
+  EXPECT_EQ(info->pending, 0u);
+  EXPECT_GT(info->resident_tokens, 68);
+  EXPECT_EQ(manager_->resume_counts().resident + manager_->resume_counts().disk, 1);
+  auto history = manager_->History("agent-1");
+  ASSERT_TRUE(history.ok());
+  ASSERT_EQ(history->size(), 2u);
+  EXPECT_EQ(nlohmann::json::parse((*history)[1])[0]["content"], "two");
+  // Content matching now knows the agent's tokens.
+  std::vector<int32_t> next = p1;
+  next.push_back(5);
+  EXPECT_EQ(manager_->identifier().Match(next, 40), "agent-1");
+}
+
+TEST_F(AgentManagerTest, CancelledQueuedTurnLetsTheNextRun) {
+  auto t1 = manager_->NewTurn("a", Prompt(Tokens(20, 10)));
+  bool prepared2 = false;
+  auto t2 = manager_->NewTurn("a", [&]() -> Result<TurnStart> {
+    prepared2 = true;
+    return Prompt(Tokens(20, 10))();
+  });
+  auto t3 = manager_->NewTurn("a", Prompt(Tokens(24, 10)));
+  AgentTurn::Start(t1, [] {});
+  AgentTurn::Start(t2, [] {});
+  AgentTurn::Start(t3, [] {});
+  t2->Cancel();
+  Finish(*t1, "[]", nullptr);
+  uint32_t n3 = 0;
+  Finish(*t3, "[]", &n3);
+  EXPECT_FALSE(prepared2);
+  EXPECT_EQ(t2->state(), AgentTurn::State::kCancelled);
+  EXPECT_EQ(n3, 2u);
+}
+
+TEST_F(AgentManagerTest, FailedPrepareReleasesTheStrand) {
+  auto t1 = manager_->NewTurn("a", [] { return Result<TurnStart>(InvalidArgument("too long")); });
+  auto t2 = manager_->NewTurn("a", Prompt(Tokens(8, 10)));
+  AgentTurn::Start(t1, [] {});
+  AgentTurn::Start(t2, [] {});
+  EXPECT_EQ(t1->state(), AgentTurn::State::kFailed);
+  EXPECT_EQ(t1->error().code(), StatusCode::kInvalidArgument);
+  uint32_t n = 0;
+  Finish(*t2, "[]", &n);
+  EXPECT_EQ(n, 1u);
+}
+
+TEST_F(AgentManagerTest, DeleteRemovesHistoryAndRunsAfterQueuedTurns) {
+  auto t1 = manager_->NewTurn("gone", Prompt(Tokens(40, 10)));
+  AgentTurn::Start(t1, [] {});
+  bool dropped = false;
+  std::atomic<bool> deleted{false};
+  Status result = Internal("not run");
+  manager_->Delete(
+      "gone", [&] { dropped = true; },
+      [&](Status s) {
+        result = s;
+        deleted = true;
+      });
+  EXPECT_FALSE(deleted.load());  // waits for the running turn
+  Finish(*t1, "[]", nullptr);
+  ASSERT_TRUE(WaitFor([&] { return deleted.load(); }));
+  EXPECT_TRUE(result.ok()) << result.ToString();
+  EXPECT_TRUE(dropped);
+  EXPECT_EQ(manager_->Get("gone").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(manager_->History("gone").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(manager_->identifier().size(), 0u);
+  auto list = manager_->List();
+  ASSERT_TRUE(list.ok());
+  EXPECT_TRUE(list->empty());
+  // Deleting an unknown agent: NotFound.
+  deleted = false;
+  manager_->Delete("never", nullptr, [&](Status s) {
+    result = s;
+    deleted = true;
+  });
+  EXPECT_TRUE(deleted.load());
+  EXPECT_EQ(result.code(), StatusCode::kNotFound);
+}
+
+TEST_F(AgentManagerTest, HistoryWithoutStoreIsKeptInMemory) {
+  AgentManager m(nullptr);
+  auto t = m.NewTurn("mem", Prompt(Tokens(8, 10)));
+  AgentTurn::Start(t, [] {});
+  Finish(*t, R"([{"role":"user","content":"x"}])", nullptr);
+  auto h = m.History("mem");
+  ASSERT_TRUE(h.ok());
+  EXPECT_EQ(h->size(), 1u);
+  auto list = m.List();
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 1u);
+  EXPECT_EQ((*list)[0].id, "mem");
+}
+
+}  // namespace
+}  // namespace agentkv::agent
