@@ -16,6 +16,7 @@
 
 #include <array>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 
@@ -63,6 +64,34 @@ class Backend {
   // Runs one step. `logits` receives vocab_size floats for each SeqStep with
   // want_logits, in batch order; it must hold at least that many.
   virtual Status Forward(std::span<const SeqStep> batch, std::span<float> logits) = 0;
+
+  // Forward with greedy picking where it is wanted, so that a device backend
+  // need not copy those rows' logits to the host. For the r-th SeqStep with
+  // want_logits: if greedy_rows[r] is non-zero, tokens[r] receives the argmax
+  // of its logits (lowest id on ties, NaN never wins: as Sampler's greedy
+  // pick) and logits row r is left unspecified; otherwise logits row r is
+  // filled as Forward does. greedy_rows and tokens hold one entry per row.
+  // The default runs Forward and picks on the host.
+  virtual Status ForwardSampled(std::span<const SeqStep> batch,
+                                std::span<const uint8_t> greedy_rows, std::span<int32_t> tokens,
+                                std::span<float> logits) {
+    RETURN_IF_ERROR(Forward(batch, logits));
+    const int64_t vocab = config().vocab_size;
+    for (size_t r = 0; r < greedy_rows.size() && r < tokens.size(); ++r) {
+      if (!greedy_rows[r]) continue;
+      const float* row = logits.data() + static_cast<int64_t>(r) * vocab;
+      int32_t best = 0;
+      float best_v = -std::numeric_limits<float>::infinity();
+      for (int64_t i = 0; i < vocab; ++i) {
+        if (row[i] > best_v) {
+          best_v = row[i];
+          best = static_cast<int32_t>(i);
+        }
+      }
+      tokens[r] = best;
+    }
+    return Status::Ok();
+  }
 
   // Raw access to one whole block of group `group` (every layer of the group,
   // ModelCacheSpec::BytesPerBlock bytes) for persistence and swapping. The

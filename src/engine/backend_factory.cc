@@ -2,6 +2,9 @@
 
 #include "engine/cpu_backend.h"
 #include "engine/safetensors_weights.h"
+#ifdef AGENTKV_HAVE_CUDA
+#include "engine/cuda/cuda_backend.h"
+#endif
 
 namespace agentkv {
 
@@ -15,7 +18,15 @@ Result<std::unique_ptr<Backend>> CreateBackend(const std::filesystem::path& mode
     return std::unique_ptr<Backend>(std::move(b));
   }
   if (options.device == "cuda") {
-    return Unimplemented("--device cuda: this build has no CUDA backend");
+#ifdef AGENTKV_HAVE_CUDA
+    ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> b,
+                     CudaBackend::Create(config, weights, CudaBackendOptions{}));
+    return std::unique_ptr<Backend>(std::move(b));
+#else
+    return Unimplemented(
+        "--device cuda: this build has no CUDA backend (no CUDA toolkit was found when it was "
+        "configured)");
+#endif
   }
   return InvalidArgument("unknown --device '" + options.device + "' (use cpu or cuda)");
 }

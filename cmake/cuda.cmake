@@ -1,0 +1,75 @@
+# ---- CUDA backend (issue 7) --------------------------------------------------
+# Included from CMakeLists.txt after the layer libraries exist. Finds nvcc on
+# its own (CUDACXX, PATH, or /usr/local/cuda/bin/nvcc); without a toolkit, or
+# with -DAGENTKV_CUDA=OFF, the src/engine/cuda sources are left out of
+# agentkv_engine and `--device cuda` says the build has no CUDA backend.
+# Sanitizer builds default to no CUDA (AUTO), to keep their compile time down.
+#
+# With CUDA: the .cu kernels form agentkv_cuda_kernels (built for sm_90 by
+# default, CMAKE_CUDA_ARCHITECTURES overrides), the host code in
+# src/engine/cuda/*.cc stays in agentkv_engine, which links cudart, cublas and
+# cublasLt dynamically from the toolkit and defines AGENTKV_HAVE_CUDA for
+# everything that links it.
+set(AGENTKV_CUDA AUTO CACHE STRING "Build the CUDA backend: AUTO, ON or OFF")
+set_property(CACHE AGENTKV_CUDA PROPERTY STRINGS AUTO ON OFF)
+
+set(AGENTKV_HAVE_CUDA OFF)
+set(_agentkv_want_cuda ON)
+if(AGENTKV_CUDA STREQUAL "OFF")
+  set(_agentkv_want_cuda OFF)
+elseif(AGENTKV_CUDA STREQUAL "AUTO" AND (AGENTKV_SANITIZE OR AGENTKV_TSAN))
+  set(_agentkv_want_cuda OFF)
+endif()
+
+if(_agentkv_want_cuda)
+  if(NOT CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX})
+    find_program(_agentkv_nvcc nvcc PATHS /usr/local/cuda/bin NO_CACHE)
+    if(_agentkv_nvcc)
+      set(CMAKE_CUDA_COMPILER ${_agentkv_nvcc})
+    endif()
+  endif()
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      set(CMAKE_CUDA_ARCHITECTURES 90)
+    endif()
+    set(CMAKE_CUDA_STANDARD 17)  # CMake 3.25 knows no CUDA20 flags for nvcc; kernels need C++17
+    set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+    set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
+    if(CCACHE_PROGRAM)
+      set(CMAKE_CUDA_COMPILER_LAUNCHER ${CCACHE_PROGRAM})
+    endif()
+    enable_language(CUDA)
+    find_package(CUDAToolkit)
+    if(CUDAToolkit_FOUND)
+      set(AGENTKV_HAVE_CUDA ON)
+    endif()
+  endif()
+  if(NOT AGENTKV_HAVE_CUDA AND AGENTKV_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "AGENTKV_CUDA=ON but no CUDA toolkit was found")
+  endif()
+endif()
+
+get_target_property(_agentkv_engine_srcs agentkv_engine SOURCES)
+if(AGENTKV_HAVE_CUDA)
+  message(STATUS "agentkv: CUDA backend ON (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, "
+                 "architectures ${CMAKE_CUDA_ARCHITECTURES})")
+  file(GLOB_RECURSE _agentkv_cu CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/engine/cuda/*.cu)
+  add_library(agentkv_cuda_kernels STATIC ${_agentkv_cu})
+  # The directory's compile options (-mavx2, -Wall for g++) are not nvcc's:
+  # replace them for the kernels.
+  set_target_properties(agentkv_cuda_kernels PROPERTIES COMPILE_OPTIONS "")
+  target_compile_options(agentkv_cuda_kernels PRIVATE
+    -Xcompiler=-Wall,-Wextra -lineinfo --expt-relaxed-constexpr)
+  target_include_directories(agentkv_cuda_kernels PUBLIC ${CMAKE_SOURCE_DIR}/src)
+  target_link_libraries(agentkv_cuda_kernels PUBLIC CUDA::cudart)
+  target_link_libraries(agentkv_engine PUBLIC agentkv_cuda_kernels CUDA::cudart CUDA::cublas
+                        CUDA::cublasLt)
+  target_compile_definitions(agentkv_engine PUBLIC AGENTKV_HAVE_CUDA=1)
+else()
+  message(STATUS "agentkv: CUDA backend OFF")
+  list(FILTER _agentkv_engine_srcs EXCLUDE REGEX "/src/engine/cuda/")
+  set_target_properties(agentkv_engine PROPERTIES SOURCES "${_agentkv_engine_srcs}")
+endif()
+# ---- end CUDA backend ---------------------------------------------------------

@@ -1,0 +1,329 @@
+// CudaBackend: creation, weights, KV storage and workspaces. The forward
+// pass itself is in cuda_forward.cc.
+#include "engine/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "engine/cpu_kernels.h"
+#include "engine/cuda/cuda_backend_layer.h"
+
+namespace agentkv {
+namespace {
+
+uint16_t F32ToBf16Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+int64_t Elements(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+}  // namespace
+
+CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& options)
+    : config_(config), options_(options) {}
+
+CudaBackend::~CudaBackend() {
+  ClearGraphs();
+  if (stream_) cudaStreamSynchronize(stream_);
+  if (cublas_) cublasDestroy(cublas_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+Result<std::unique_ptr<CudaBackend>> CudaBackend::Create(const ModelConfig& config,
+                                                         const WeightSource& weights,
+                                                         const CudaBackendOptions& options) {
+  RETURN_IF_ERROR(cuda::DeviceAvailable());
+  if (config.num_layers <= 0 || config.hidden_size <= 0 || config.num_heads <= 0 ||
+      config.num_kv_heads <= 0 || config.head_dim <= 0 || config.vocab_size <= 0 ||
+      config.num_heads % config.num_kv_heads != 0)
+    return InvalidArgument("cuda backend: unsupported model shape");
+  if (config.head_dim % 16 != 0 || config.head_dim > cuda::kMaxAttentionHeadDim)
+    return Unimplemented("cuda backend: head_dim must be a multiple of 16 up to " +
+                         std::to_string(cuda::kMaxAttentionHeadDim) + ", not " +
+                         std::to_string(config.head_dim));
+  if (config.num_heads / config.num_kv_heads > 16)
+    return Unimplemented("cuda backend: more than 16 query heads per KV head");
+  std::unique_ptr<CudaBackend> b(new CudaBackend(config, options));
+  if (const char* g = std::getenv("AGENTKV_CUDA_GRAPHS"); g && std::string(g) == "0")
+    b->options_.graphs = false;
+  RETURN_IF_ERROR(b->Init(weights));
+  return b;
+}
+
+Status CudaBackend::Init(const WeightSource& w) {
+  const ModelConfig& c = config_;
+  spec_ = c.CacheSpec(KvDtype::kBF16);
+  if (static_cast<int>(spec_.groups.size()) > kMaxCacheGroups)
+    return InvalidArgument("cuda backend: too many cache groups");
+  group_size_ = c.num_heads / c.num_kv_heads;
+  tokens_per_tile_ = cuda::TokensPerTile(group_size_);
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+  CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, options_.device));
+  CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  CUBLAS_RETURN_IF_ERROR(cublasCreate(&cublas_));
+  CUBLAS_RETURN_IF_ERROR(cublasSetStream(cublas_, stream_));
+  // A fixed workspace: cuBLAS then allocates nothing per call (graph capture).
+  RETURN_IF_ERROR(cublas_ws_.Allocate(32u << 20));
+  CUBLAS_RETURN_IF_ERROR(cublasSetWorkspace(cublas_, cublas_ws_.get(), cublas_ws_.bytes()));
+
+  const int64_t H = c.hidden_size, I = c.intermediate_size, D = c.head_dim;
+  const int64_t nq = c.num_heads * D, nkv = c.num_kv_heads * D;
+  RETURN_IF_ERROR(UploadBf16(w, {"model.embed_tokens.weight"}, {{c.vocab_size, H}}, &embed_));
+  lm_head_ = embed_;
+  if (!c.tie_word_embeddings)
+    RETURN_IF_ERROR(UploadBf16(w, {"lm_head.weight"}, {{c.vocab_size, H}}, &lm_head_));
+  RETURN_IF_ERROR(UploadF32(w, {"model.norm.weight"}, {{H}}, &final_norm_));
+  layers_.resize(c.num_layers);
+  for (int l = 0; l < c.num_layers; ++l) {
+    Layer& L = layers_[l];
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    RETURN_IF_ERROR(UploadF32(w, {p + "input_layernorm.weight"}, {{H}}, &L.in_norm));
+    RETURN_IF_ERROR(
+        UploadF32(w, {p + "post_attention_layernorm.weight"}, {{H}}, &L.post_attn_norm));
+    if (c.sandwich_norm) {
+      RETURN_IF_ERROR(
+          UploadF32(w, {p + "pre_feedforward_layernorm.weight"}, {{H}}, &L.pre_ff_norm));
+      RETURN_IF_ERROR(
+          UploadF32(w, {p + "post_feedforward_layernorm.weight"}, {{H}}, &L.post_ff_norm));
+    }
+    RETURN_IF_ERROR(UploadBf16(w,
+                               {p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight",
+                                p + "self_attn.v_proj.weight"},
+                               {{nq, H}, {nkv, H}, {nkv, H}}, &L.wqkv));
+    if (c.attention_bias)
+      RETURN_IF_ERROR(UploadF32(
+          w,
+          {p + "self_attn.q_proj.bias", p + "self_attn.k_proj.bias", p + "self_attn.v_proj.bias"},
+          {{nq}, {nkv}, {nkv}}, &L.bqkv));
+    if (c.qk_norm) {
+      RETURN_IF_ERROR(UploadF32(w, {p + "self_attn.q_norm.weight"}, {{D}}, &L.q_norm));
+      RETURN_IF_ERROR(UploadF32(w, {p + "self_attn.k_norm.weight"}, {{D}}, &L.k_norm));
+    }
+    RETURN_IF_ERROR(UploadBf16(w, {p + "self_attn.o_proj.weight"}, {{H, nq}}, &L.wo));
+    RETURN_IF_ERROR(UploadBf16(w, {p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"},
+                               {{I, H}, {I, H}}, &L.w_gate_up));
+    RETURN_IF_ERROR(UploadBf16(w, {p + "mlp.down_proj.weight"}, {{H, I}}, &L.w_down));
+    L.kind = c.layer_kinds.at(l);
+    L.window = c.layer_windows.at(l);
+    L.group = spec_.GroupOf(l);
+    L.index_in_group = spec_.IndexInGroup(l);
+  }
+  for (auto [rope, out] :
+       {std::pair{&c.rope, &inv_freq_global_}, std::pair{&c.rope_local, &inv_freq_local_}}) {
+    const std::vector<float> f = kernels::RopeInvFreq(*rope, c.head_dim);
+    cuda::DeviceBuffer buf;
+    RETURN_IF_ERROR(buf.Allocate(f.size() * sizeof(float)));
+    CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(buf.get(), f.data(), f.size() * sizeof(float), cudaMemcpyHostToDevice));
+    *out = buf.get<float>();
+    weight_mem_.push_back(std::move(buf));
+  }
+  return Status::Ok();
+}
+
+Status CudaBackend::UploadBf16(const WeightSource& w, const std::vector<std::string>& names,
+                               const std::vector<std::vector<int64_t>>& shapes,
+                               cuda::bf16_t** out) {
+  int64_t total = 0;
+  for (const auto& s : shapes) total += Elements(s);
+  cuda::DeviceBuffer buf;
+  RETURN_IF_ERROR(buf.Allocate(static_cast<size_t>(total) * 2));
+  int64_t off = 0;
+  for (size_t i = 0; i < names.size(); ++i) {
+    std::vector<uint16_t> bits;
+    if (auto e = w.LoadBf16IfStored(names[i], shapes[i]); e.ok()) {
+      bits = std::move(e).value();
+    } else {
+      ASSIGN_OR_RETURN(std::vector<float> f, w.LoadF32(names[i], shapes[i]));
+      bits.resize(f.size());
+      for (size_t j = 0; j < f.size(); ++j) bits[j] = F32ToBf16Bits(f[j]);
+    }
+    CUDA_RETURN_IF_ERROR(cudaMemcpy(buf.get<uint16_t>() + off, bits.data(), bits.size() * 2,
+                                    cudaMemcpyHostToDevice));
+    off += static_cast<int64_t>(bits.size());
+  }
+  *out = buf.get<cuda::bf16_t>();
+  weight_mem_.push_back(std::move(buf));
+  return Status::Ok();
+}
+
+Status CudaBackend::UploadF32(const WeightSource& w, const std::vector<std::string>& names,
+                              const std::vector<std::vector<int64_t>>& shapes, float** out) {
+  int64_t total = 0;
+  for (const auto& s : shapes) total += Elements(s);
+  cuda::DeviceBuffer buf;
+  RETURN_IF_ERROR(buf.Allocate(static_cast<size_t>(total) * 4));
+  int64_t off = 0;
+  for (size_t i = 0; i < names.size(); ++i) {
+    ASSIGN_OR_RETURN(std::vector<float> f, w.LoadF32(names[i], shapes[i]));
+    CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(buf.get<float>() + off, f.data(), f.size() * 4, cudaMemcpyHostToDevice));
+    off += static_cast<int64_t>(f.size());
+  }
+  *out = buf.get<float>();
+  weight_mem_.push_back(std::move(buf));
+  return Status::Ok();
+}
+
+Status CudaBackend::AllocateKv(const KvLayout& layout) {
+  if (layout.block_size <= 0) return InvalidArgument("block_size must be positive");
+  ClearGraphs();
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  layout_ = layout;
+  kv_.clear();
+  kv_.resize(spec_.groups.size());
+  std::array<int, kMaxCacheGroups> width{};
+  for (size_t g = 0; g < spec_.groups.size(); ++g) {
+    const size_t bytes = spec_.BytesPerBlock(static_cast<int>(g), layout.block_size) *
+                         static_cast<size_t>(layout.blocks_per_group[g]);
+    RETURN_IF_ERROR(kv_[g].Allocate(bytes));
+    if (bytes) CUDA_RETURN_IF_ERROR(cudaMemsetAsync(kv_[g].get(), 0, bytes, stream_));
+    width[g] = 16;
+  }
+  RETURN_IF_ERROR(EnsureCapacity(options_.max_step_tokens, options_.max_batch, width));
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  return Status::Ok();
+}
+
+Status CudaBackend::EnsureCapacity(int64_t tokens, int64_t seqs,
+                                   const std::array<int, kMaxCacheGroups>& width) {
+  bool fits = tokens <= cap_tokens_ && seqs <= cap_seqs_;
+  for (int g = 0; g < kMaxCacheGroups; ++g) fits = fits && width[g] <= cap_width_[g];
+  if (fits) return Status::Ok();
+  ClearGraphs();
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  cap_seqs_ = std::max(cap_seqs_, seqs);
+  cap_tokens_ = std::max({cap_tokens_, tokens, cap_seqs_});
+  for (int g = 0; g < kMaxCacheGroups; ++g) cap_width_[g] = std::max(cap_width_[g], width[g]);
+  cap_parts_ = std::max<int64_t>(4096, cap_seqs_);
+  const ModelConfig& c = config_;
+  const int64_t T = cap_tokens_, B = cap_seqs_, H = c.hidden_size, D = c.head_dim;
+  const int64_t nh = c.num_heads, nkv = c.num_kv_heads, I = c.intermediate_size;
+  struct Want {
+    cuda::DeviceBuffer* buf;
+    int64_t bytes;
+  };
+  int64_t meta = 7 * T + 2 * B + 1;
+  for (int g = 0; g < kMaxCacheGroups; ++g) meta += B * cap_width_[g];
+  const Want wants[] = {
+      {&x_, T * H * 4},
+      {&h_, T * H * 2},
+      {&qkv_, T * (nh + 2 * nkv) * D * 4},
+      {&q_, T * nh * D * 2},
+      {&k_, T * nkv * D * 2},
+      {&v_, T * nkv * D * 2},
+      {&attn_, T * nh * D * 2},
+      {&o_, T * H * 4},
+      {&gu_, T * 2 * I * 2},
+      {&act_, T * I * 2},
+      {&last_, B * H * 2},
+      {&logits_, B * c.vocab_size * 4},
+      {&argmax_, B * 4},
+      {&part_o_, cap_parts_ * nh * D * 4},
+      {&part_ml_, cap_parts_ * nh * 2 * 4},
+      {&meta_, meta * 4},
+  };
+  for (const Want& wt : wants) {
+    RETURN_IF_ERROR(wt.buf->Allocate(static_cast<size_t>(wt.bytes)));
+    // Padding rows of graph steps read what is there: never leave it undefined.
+    CUDA_RETURN_IF_ERROR(cudaMemsetAsync(wt.buf->get(), 0, wt.bytes, stream_));
+  }
+  RETURN_IF_ERROR(host_meta_.Allocate(static_cast<size_t>(meta) * 4));
+  RETURN_IF_ERROR(host_tokens_.Allocate(static_cast<size_t>(B) * 4));
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  return Status::Ok();
+}
+
+void CudaBackend::ClearGraphs() {
+  for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+  graphs_.clear();
+}
+
+Status CudaBackend::CopyBlocks(std::span<const KvBlockCopy> copies) {
+  for (const KvBlockCopy& c : copies) {
+    if (c.group < 0 || c.group >= static_cast<int>(kv_.size()) || c.src < 0 || c.dst < 0 ||
+        c.src >= layout_.blocks_per_group[c.group] || c.dst >= layout_.blocks_per_group[c.group])
+      return InvalidArgument("CopyBlocks: block out of range");
+    const size_t n = spec_.BytesPerBlock(c.group, layout_.block_size);
+    std::byte* base = kv_[c.group].get<std::byte>();
+    CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(base + n * c.dst, base + n * c.src, n, cudaMemcpyDeviceToDevice, stream_));
+  }
+  return Status::Ok();
+}
+
+Status CudaBackend::ReadBlock(int group, int32_t block, std::span<std::byte> out) {
+  if (group < 0 || group >= static_cast<int>(kv_.size()) || block < 0 ||
+      block >= layout_.blocks_per_group[group])
+    return InvalidArgument("ReadBlock: block out of range");
+  const size_t n = spec_.BytesPerBlock(group, layout_.block_size);
+  if (out.size() != n) return InvalidArgument("ReadBlock: buffer size mismatch");
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out.data(), kv_[group].get<std::byte>() + n * block, n,
+                                       cudaMemcpyDeviceToHost, stream_));
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  return Status::Ok();
+}
+
+Status CudaBackend::WriteBlock(int group, int32_t block, std::span<const std::byte> in) {
+  if (group < 0 || group >= static_cast<int>(kv_.size()) || block < 0 ||
+      block >= layout_.blocks_per_group[group])
+    return InvalidArgument("WriteBlock: block out of range");
+  const size_t n = spec_.BytesPerBlock(group, layout_.block_size);
+  if (in.size() != n) return InvalidArgument("WriteBlock: buffer size mismatch");
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(kv_[group].get<std::byte>() + n * block, in.data(), n,
+                                       cudaMemcpyHostToDevice, stream_));
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  return Status::Ok();
+}
+
+Status CudaBackend::CheckBatch(std::span<const SeqStep> batch) const {
+  const int bs = layout_.block_size;
+  if (kv_.empty()) return InvalidArgument("Forward: KV storage not allocated");
+  for (size_t s = 0; s < batch.size(); ++s) {
+    const SeqStep& st = batch[s];
+    if (st.tokens.empty() || st.start_pos < 0)
+      return InvalidArgument("Forward: sequence " + std::to_string(s) + " has no new tokens");
+    for (int32_t t : st.tokens)
+      if (t < 0 || t >= config_.vocab_size)
+        return InvalidArgument("Forward: token id " + std::to_string(t) + " out of range");
+    const int64_t end = static_cast<int64_t>(st.start_pos) + st.tokens.size();
+    for (size_t g = 0; g < spec_.groups.size(); ++g) {
+      const int ring = spec_.RingBlocks(static_cast<int>(g), bs);
+      const int64_t need =
+          ring > 0 ? std::min<int64_t>(ring, (end + bs - 1) / bs) : (end + bs - 1) / bs;
+      if (static_cast<int64_t>(st.block_tables[g].size()) < need)
+        return InvalidArgument("Forward: sequence " + std::to_string(s) + " block table of group " +
+                               std::to_string(g) + " holds " +
+                               std::to_string(st.block_tables[g].size()) + " blocks, needs " +
+                               std::to_string(need));
+      for (int64_t i = 0; i < need; ++i) {
+        const int32_t b = st.block_tables[g][i];
+        if (b < 0 || b >= layout_.blocks_per_group[g])
+          return InvalidArgument("Forward: block id " + std::to_string(b) + " out of range");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Status CudaBackend::Gemm(const cuda::bf16_t* x, const cuda::bf16_t* w, void* y, bool y_f32, int m,
+                         int n, int k, float beta) {
+  if (m <= 0) return Status::Ok();
+  const float alpha = 1.0f;
+  // Row-major y[m][n] = x[m][k] . w[n][k]^T is column-major y^T = w^T(op T) x^T.
+  CUBLAS_RETURN_IF_ERROR(cublasGemmEx(
+      cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w, CUDA_R_16BF, k, x, CUDA_R_16BF, k,
+      &beta, y, y_f32 ? CUDA_R_32F : CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  return Status::Ok();
+}
+
+}  // namespace agentkv

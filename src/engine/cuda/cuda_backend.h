@@ -1,0 +1,137 @@
+// CudaBackend: the forward pass on one NVIDIA GPU (Hopper, sm_90).
+//
+// Weights live on the GPU in bf16 (norm weights, biases and rotary
+// frequencies in fp32); GEMMs are cuBLAS bf16 x bf16 with fp32 accumulation;
+// the residual stream is fp32, GEMM inputs bf16. The KV cache is bf16, paged,
+// one allocation per cache group in exactly the ReadBlock/WriteBlock layout
+// of backend.h, so those are plain copies. Attention is one flash-style
+// kernel over paged KV for prefill chunks and decode tokens alike (see
+// cuda_kernels.h), sliding-window groups as rings like the CPU backend.
+//
+// Steps where every sequence decodes one token and wants logits run as a
+// CUDA graph captured once per (batch-size bucket, block-table width);
+// ForwardSampled picks greedy tokens on the GPU so their logits never cross
+// PCIe. Workspaces are sized at AllocateKv for `max_step_tokens` tokens and
+// `max_batch` sequences and only grow (outside the steady state) when a step
+// needs more; the decode loop allocates nothing.
+// Set AGENTKV_CUDA_GRAPHS=0 in the environment to run without graphs.
+//
+// Thread-safety: as Backend; one thread at a time. Owns its CUDA stream and
+// cuBLAS handle; uses the current device at creation (device 0 by default).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "engine/backend.h"
+#include "engine/cuda/cuda_kernels.h"
+#include "engine/cuda/device_buffer.h"
+#include "engine/weight_source.h"
+
+namespace agentkv {
+
+struct CudaBackendOptions {
+  int device = 0;
+  int max_step_tokens = 2048;  // initial workspace capacity (grows on demand)
+  int max_batch = 256;         // initial sequence capacity (grows on demand)
+  bool graphs = true;          // capture decode steps as CUDA graphs
+};
+
+class CudaBackend final : public Backend {
+ public:
+  static Result<std::unique_ptr<CudaBackend>> Create(const ModelConfig& config,
+                                                     const WeightSource& weights,
+                                                     const CudaBackendOptions& options);
+  ~CudaBackend() override;
+
+  const ModelConfig& config() const override { return config_; }
+  const ModelCacheSpec& cache_spec() const override { return spec_; }
+  std::string name() const override { return "cuda"; }
+  std::string kv_format() const override { return "bf16"; }
+  uint32_t kv_element_size() const override { return 2; }
+
+  Status AllocateKv(const KvLayout& layout) override;
+  const KvLayout& kv_layout() const override { return layout_; }
+  Status CopyBlocks(std::span<const KvBlockCopy> copies) override;
+  Status Forward(std::span<const SeqStep> batch, std::span<float> logits) override;
+  Status ForwardSampled(std::span<const SeqStep> batch, std::span<const uint8_t> greedy_rows,
+                        std::span<int32_t> tokens, std::span<float> logits) override;
+  Status ReadBlock(int group, int32_t block, std::span<std::byte> out) override;
+  Status WriteBlock(int group, int32_t block, std::span<const std::byte> in) override;
+
+  // Steps run through a captured graph so far (for tests and benchmarks).
+  int64_t graph_steps() const { return graph_steps_; }
+
+ private:
+  struct Layer;
+  // The sizes one enqueued forward pass is built for; a graph is valid for
+  // exactly one shape.
+  struct Shape {
+    int tokens = 0;  // rows of every activation (padded in graphs)
+    int seqs = 0;    // sequence entries (padded in graphs)
+    int tiles = 0;   // attention tiles
+    int rows = 0;    // logits rows
+    int splits = 1;  // attention key splits
+    std::array<int, kMaxCacheGroups> table_stride{};
+  };
+
+  CudaBackend(const ModelConfig& config, const CudaBackendOptions& options);
+  Status Init(const WeightSource& weights);
+  Status UploadBf16(const WeightSource& w, const std::vector<std::string>& names,
+                    const std::vector<std::vector<int64_t>>& shapes, cuda::bf16_t** out);
+  Status UploadF32(const WeightSource& w, const std::vector<std::string>& names,
+                   const std::vector<std::vector<int64_t>>& shapes, float** out);
+  Status CheckBatch(std::span<const SeqStep> batch) const;
+  Status EnsureCapacity(int64_t tokens, int64_t seqs,
+                        const std::array<int, kMaxCacheGroups>& width);
+  Status Run(std::span<const SeqStep> batch, std::span<const uint8_t> greedy_rows,
+             std::span<int32_t> tokens, std::span<float> logits);
+  Status Enqueue(const Shape& s);
+  Status Gemm(const cuda::bf16_t* x, const cuda::bf16_t* w, void* y, bool y_f32, int m, int n,
+              int k, float beta);
+  int SplitsFor(int tiles, int tokens) const;
+  void ClearGraphs();
+
+  // Offsets (in int32) of the per-step metadata arrays in meta_ / host_meta_;
+  // a function of the Shape alone, so a graph's addresses stay valid.
+  struct MetaLayout {
+    size_t tokens, pos, tok_seq, tile_seq, tile_t0, tile_n, logit_rows, seq_start, seq_first;
+    std::array<size_t, kMaxCacheGroups> tables;
+    size_t total;
+  };
+  static MetaLayout Layout(const Shape& s);
+
+  ModelConfig config_;
+  ModelCacheSpec spec_;
+  CudaBackendOptions options_;
+  KvLayout layout_;
+  int num_sms_ = 0;
+  int group_size_ = 1, tokens_per_tile_ = 1;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+
+  std::vector<cuda::DeviceBuffer> weight_mem_;  // every weight allocation
+  cuda::bf16_t* embed_ = nullptr;
+  cuda::bf16_t* lm_head_ = nullptr;  // == embed_ when tied
+  float* final_norm_ = nullptr;
+  float* inv_freq_global_ = nullptr;
+  float* inv_freq_local_ = nullptr;
+  std::vector<Layer> layers_;
+
+  std::vector<cuda::DeviceBuffer> kv_;  // per group
+
+  // Workspaces, sized for cap_tokens_ / cap_seqs_.
+  int64_t cap_tokens_ = 0, cap_seqs_ = 0, cap_parts_ = 0;
+  std::array<int, kMaxCacheGroups> cap_width_{};
+  cuda::DeviceBuffer x_, h_, qkv_, q_, k_, v_, attn_, o_, gu_, act_, last_, logits_, argmax_,
+      part_o_, part_ml_, cublas_ws_;
+  cuda::DeviceBuffer meta_;
+  cuda::PinnedBuffer host_meta_, host_tokens_;
+
+  std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;  // (bucket, table stride)
+  int64_t graph_steps_ = 0;
+};
+
+}  // namespace agentkv

@@ -1,0 +1,314 @@
+// CudaBackend: the forward pass (metadata, kernel sequence, CUDA graphs).
+#include <algorithm>
+
+#include "engine/cuda/cuda_backend.h"
+#include "engine/cuda/cuda_backend_layer.h"
+
+namespace agentkv {
+namespace {
+
+// Decode batch sizes graphs are captured for; a batch runs in the smallest
+// bucket that holds it, padded.
+int Bucket(int b) {
+  static constexpr int kBuckets[] = {1,  2,  4,  8,   16,  24,  32,  40,  48, 56,
+                                     64, 80, 96, 112, 128, 160, 192, 224, 256};
+  for (int k : kBuckets)
+    if (b <= k) return k;
+  return (b + 63) / 64 * 64;
+}
+
+int Pow2AtLeast(int64_t n) {
+  int p = 16;
+  while (p < n) p *= 2;
+  return p;
+}
+
+}  // namespace
+
+CudaBackend::MetaLayout CudaBackend::Layout(const Shape& s) {
+  MetaLayout m{};
+  size_t o = 0;
+  auto take = [&o](size_t n) {
+    const size_t at = o;
+    o += n;
+    return at;
+  };
+  m.tokens = take(s.tokens);
+  m.pos = take(s.tokens);
+  m.tok_seq = take(s.tokens);
+  m.tile_seq = take(s.tiles);
+  m.tile_t0 = take(s.tiles);
+  m.tile_n = take(s.tiles);
+  m.logit_rows = take(s.rows);
+  m.seq_start = take(s.seqs);
+  m.seq_first = take(s.seqs + 1);
+  for (int g = 0; g < kMaxCacheGroups; ++g)
+    m.tables[g] = take(static_cast<size_t>(s.seqs) * s.table_stride[g]);
+  m.total = o;
+  return m;
+}
+
+int CudaBackend::SplitsFor(int tiles, int tokens) const {
+  const int per = std::max(1, tiles * config_.num_kv_heads);
+  int s = std::clamp((2 * num_sms_ + per - 1) / per, 1, 32);
+  while (s > 1 && static_cast<int64_t>(tokens) * s > cap_parts_) --s;
+  return s;
+}
+
+Status CudaBackend::Forward(std::span<const SeqStep> batch, std::span<float> logits) {
+  return Run(batch, {}, {}, logits);
+}
+
+Status CudaBackend::ForwardSampled(std::span<const SeqStep> batch,
+                                   std::span<const uint8_t> greedy_rows, std::span<int32_t> tokens,
+                                   std::span<float> logits) {
+  return Run(batch, greedy_rows, tokens, logits);
+}
+
+Status CudaBackend::Run(std::span<const SeqStep> batch, std::span<const uint8_t> greedy_rows,
+                        std::span<int32_t> out_tokens, std::span<float> logits) {
+  RETURN_IF_ERROR(CheckBatch(batch));
+  const int64_t V = config_.vocab_size;
+  const int B = static_cast<int>(batch.size());
+  int T = 0, W = 0, tiles = 0;
+  bool decode = B > 0;
+  int64_t need_blocks = 1;
+  const int bs = layout_.block_size;
+  for (const SeqStep& st : batch) {
+    const int n = static_cast<int>(st.tokens.size());
+    T += n;
+    W += st.want_logits ? 1 : 0;
+    tiles += (n + tokens_per_tile_ - 1) / tokens_per_tile_;
+    decode = decode && n == 1 && st.want_logits;
+    const int64_t end = st.start_pos + static_cast<int64_t>(n);
+    for (size_t g = 0; g < spec_.groups.size(); ++g) {
+      const int ring = spec_.RingBlocks(static_cast<int>(g), bs);
+      need_blocks =
+          std::max<int64_t>(need_blocks, ring > 0 ? std::min<int64_t>(ring, (end + bs - 1) / bs)
+                                                  : (end + bs - 1) / bs);
+    }
+  }
+  bool any_greedy = false, any_logits = false;
+  for (int r = 0; r < W; ++r) {
+    const bool g = r < static_cast<int>(greedy_rows.size()) && greedy_rows[r];
+    any_greedy = any_greedy || g;
+    any_logits = any_logits || !g;
+  }
+  if (any_logits && static_cast<int64_t>(logits.size()) < W * V)
+    return InvalidArgument("Forward: logits buffer too small");
+  if (any_greedy && static_cast<int>(out_tokens.size()) < W)
+    return InvalidArgument("Forward: tokens buffer too small");
+  if (T == 0) return Status::Ok();
+
+  const bool graph = options_.graphs && decode;
+  Shape sh;
+  const int padded = graph ? Bucket(B) : B;
+  sh.tokens = graph ? padded : T;
+  sh.seqs = padded;
+  sh.tiles = graph ? padded : tiles;
+  sh.rows = graph ? padded : W;
+  const int stride = Pow2AtLeast(need_blocks);
+  std::array<int, kMaxCacheGroups> width{};
+  for (size_t g = 0; g < spec_.groups.size(); ++g) {
+    sh.table_stride[g] = stride;
+    width[g] = stride;
+  }
+  RETURN_IF_ERROR(EnsureCapacity(sh.tokens, sh.seqs, width));
+  sh.splits = SplitsFor(sh.tiles, sh.tokens);
+
+  // Per-step metadata, in the layout of `sh`.
+  const MetaLayout ml = Layout(sh);
+  int32_t* m = host_meta_.get<int32_t>();
+  int t = 0, tile = 0, row = 0;
+  for (int s = 0; s < B; ++s) {
+    const SeqStep& st = batch[s];
+    const int n = static_cast<int>(st.tokens.size());
+    m[ml.seq_start + s] = st.start_pos;
+    m[ml.seq_first + s] = t;
+    for (int i = 0; i < n; i += tokens_per_tile_, ++tile) {
+      m[ml.tile_seq + tile] = s;
+      m[ml.tile_t0 + tile] = t + i;
+      m[ml.tile_n + tile] = std::min(tokens_per_tile_, n - i);
+    }
+    for (int i = 0; i < n; ++i, ++t) {
+      m[ml.tokens + t] = st.tokens[i];
+      m[ml.pos + t] = st.start_pos + i;
+      m[ml.tok_seq + t] = s;
+    }
+    if (st.want_logits) m[ml.logit_rows + row++] = t - 1;
+    for (size_t g = 0; g < spec_.groups.size(); ++g) {
+      int32_t* tab = m + ml.tables[g] + static_cast<size_t>(s) * stride;
+      const size_t k = std::min<size_t>(st.block_tables[g].size(), stride);
+      std::copy_n(st.block_tables[g].begin(), k, tab);
+      std::fill(tab + k, tab + stride, 0);
+    }
+  }
+  for (int s = B; s < padded; ++s, ++t, ++tile, ++row) {  // graph padding
+    m[ml.seq_start + s] = 0;
+    m[ml.seq_first + s] = t;
+    m[ml.tile_seq + tile] = s;
+    m[ml.tile_t0 + tile] = t;
+    m[ml.tile_n + tile] = 0;
+    m[ml.tokens + t] = 0;
+    m[ml.pos + t] = -1;
+    m[ml.tok_seq + t] = s;
+    m[ml.logit_rows + row] = 0;
+    for (size_t g = 0; g < spec_.groups.size(); ++g)
+      std::fill_n(m + ml.tables[g] + static_cast<size_t>(s) * stride, stride, 0);
+  }
+  m[ml.seq_first + padded] = t;
+  CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(meta_.get(), m, ml.total * 4, cudaMemcpyHostToDevice, stream_));
+
+  if (graph) {
+    const auto key = std::make_pair(padded, stride);
+    auto it = graphs_.find(key);
+    if (it == graphs_.end()) {
+      cudaGraph_t g = nullptr;
+      CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+      Status st = Enqueue(sh);
+      const cudaError_t end = cudaStreamEndCapture(stream_, &g);
+      if (!st.ok()) {
+        if (g) cudaGraphDestroy(g);
+        return st;
+      }
+      CUDA_RETURN_IF_ERROR(end);
+      cudaGraphExec_t exec = nullptr;
+      const cudaError_t inst = cudaGraphInstantiate(&exec, g, 0);
+      cudaGraphDestroy(g);
+      CUDA_RETURN_IF_ERROR(inst);
+      it = graphs_.emplace(key, exec).first;
+    }
+    CUDA_RETURN_IF_ERROR(cudaGraphLaunch(it->second, stream_));
+    ++graph_steps_;
+  } else {
+    RETURN_IF_ERROR(Enqueue(sh));
+  }
+
+  if (W > 0) {
+    if (any_greedy)
+      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_tokens_.get(), argmax_.get(), W * 4,
+                                           cudaMemcpyDeviceToHost, stream_));
+    if (any_logits && !any_greedy) {
+      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logits.data(), logits_.get(), W * V * 4,
+                                           cudaMemcpyDeviceToHost, stream_));
+    } else if (any_logits) {
+      for (int r = 0; r < W; ++r) {
+        if (r < static_cast<int>(greedy_rows.size()) && greedy_rows[r]) continue;
+        CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logits.data() + r * V, logits_.get<float>() + r * V,
+                                             V * 4, cudaMemcpyDeviceToHost, stream_));
+      }
+    }
+  }
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  if (any_greedy) {
+    const int32_t* tk = host_tokens_.get<int32_t>();
+    for (int r = 0; r < W; ++r)
+      if (r < static_cast<int>(greedy_rows.size()) && greedy_rows[r]) out_tokens[r] = tk[r];
+  }
+  return Status::Ok();
+}
+
+Status CudaBackend::Enqueue(const Shape& s) {
+  const ModelConfig& c = config_;
+  const int T = s.tokens, H = c.hidden_size, I = c.intermediate_size, D = c.head_dim;
+  const int nh = c.num_heads, nkv = c.num_kv_heads;
+  const int qkv_n = (nh + 2 * nkv) * D;
+  const float eps = c.rms_norm_eps;
+  const bool plus_one = c.gemma_norm;
+  const int bs = layout_.block_size;
+  const MetaLayout ml = Layout(s);
+  int32_t* meta = meta_.get<int32_t>();
+  const int32_t* pos = meta + ml.pos;
+  const int32_t* tok_seq = meta + ml.tok_seq;
+  float* x = x_.get<float>();
+  float* o = o_.get<float>();
+  auto* h = h_.get<cuda::bf16_t>();
+  auto* q = q_.get<cuda::bf16_t>();
+  auto* k = k_.get<cuda::bf16_t>();
+  auto* v = v_.get<cuda::bf16_t>();
+  auto* attn = attn_.get<cuda::bf16_t>();
+  auto* gu = gu_.get<cuda::bf16_t>();
+  auto* act = act_.get<cuda::bf16_t>();
+
+  CUDA_RETURN_IF_ERROR(
+      cuda::LaunchEmbed(embed_, meta + ml.tokens, T, H, c.embed_scale, x, stream_));
+  for (int l = 0; l < c.num_layers; ++l) {
+    const Layer& L = layers_[l];
+    CUDA_RETURN_IF_ERROR(
+        cuda::LaunchRmsNorm(x, nullptr, L.in_norm, h, T, H, eps, plus_one, stream_));
+    RETURN_IF_ERROR(Gemm(h, L.wqkv, qkv_.get(), true, T, qkv_n, H, 0.f));
+    const float* inv_freq = L.kind == AttentionKind::kSliding && c.arch == Architecture::kGemma3
+                                ? inv_freq_local_
+                                : inv_freq_global_;
+    CUDA_RETURN_IF_ERROR(cuda::LaunchQkvPost(qkv_.get<float>(), L.bqkv, L.q_norm, L.k_norm,
+                                             inv_freq, pos, T, nh, nkv, D, eps, plus_one, q, k, v,
+                                             stream_));
+    cuda::KvCacheView view;
+    view.base = kv_[L.group].get<cuda::bf16_t>();
+    view.block_stride = static_cast<int64_t>(spec_.BytesPerBlock(L.group, bs) / 2);
+    view.layer_offset = static_cast<int64_t>(L.index_in_group) * 2 * bs * nkv * D;
+    view.block_size = bs;
+    view.ring = spec_.RingBlocks(L.group, bs);
+    view.tables = meta + ml.tables[L.group];
+    view.table_stride = s.table_stride[L.group];
+    cuda::AttentionParams ap;
+    ap.q = q;
+    ap.k_new = k;
+    ap.v_new = v;
+    ap.cache = view;
+    ap.pos = pos;
+    ap.seq_start = meta + ml.seq_start;
+    ap.seq_first = meta + ml.seq_first;
+    ap.tile_seq = meta + ml.tile_seq;
+    ap.tile_t0 = meta + ml.tile_t0;
+    ap.tile_n = meta + ml.tile_n;
+    ap.num_tiles = s.tiles;
+    ap.tokens = T;
+    ap.nh = nh;
+    ap.nkv = nkv;
+    ap.head_dim = D;
+    ap.window = L.window;
+    ap.scale = c.AttentionScale();
+    ap.softcap = c.attn_logit_softcap;
+    ap.splits = s.splits;
+    ap.part_o = part_o_.get<float>();
+    ap.part_ml = part_ml_.get<float>();
+    ap.out = attn;
+    CUDA_RETURN_IF_ERROR(cuda::LaunchAttention(ap, stream_));
+    CUDA_RETURN_IF_ERROR(cuda::LaunchKvStore(k, v, pos, tok_seq, T, nkv, D, view, stream_));
+    if (c.sandwich_norm) {
+      RETURN_IF_ERROR(Gemm(attn, L.wo, o, true, T, H, nh * D, 0.f));
+      CUDA_RETURN_IF_ERROR(cuda::LaunchAddNormed(o, L.post_attn_norm, x, L.pre_ff_norm, h, T, H,
+                                                 eps, plus_one, stream_));
+    } else {
+      RETURN_IF_ERROR(Gemm(attn, L.wo, x, true, T, H, nh * D, 1.f));
+      CUDA_RETURN_IF_ERROR(
+          cuda::LaunchRmsNorm(x, nullptr, L.post_attn_norm, h, T, H, eps, plus_one, stream_));
+    }
+    RETURN_IF_ERROR(Gemm(h, L.w_gate_up, gu, false, T, 2 * I, H, 0.f));
+    CUDA_RETURN_IF_ERROR(
+        cuda::LaunchGatedAct(gu, act, T, I, c.activation == Activation::kSilu ? 0 : 1, stream_));
+    if (c.sandwich_norm) {
+      RETURN_IF_ERROR(Gemm(act, L.w_down, o, true, T, H, I, 0.f));
+      CUDA_RETURN_IF_ERROR(cuda::LaunchAddNormed(o, L.post_ff_norm, x, nullptr, nullptr, T, H, eps,
+                                                 plus_one, stream_));
+    } else {
+      RETURN_IF_ERROR(Gemm(act, L.w_down, x, true, T, H, I, 1.f));
+    }
+  }
+  if (s.rows == 0) return Status::Ok();
+  auto* last = last_.get<cuda::bf16_t>();
+  float* logits = logits_.get<float>();
+  CUDA_RETURN_IF_ERROR(cuda::LaunchRmsNorm(x, meta + ml.logit_rows, final_norm_, last, s.rows, H,
+                                           eps, plus_one, stream_));
+  RETURN_IF_ERROR(Gemm(last, lm_head_, logits, true, s.rows, c.vocab_size, H, 0.f));
+  if (c.final_logit_softcap > 0.f)
+    CUDA_RETURN_IF_ERROR(cuda::LaunchSoftcap(logits, static_cast<int64_t>(s.rows) * c.vocab_size,
+                                             c.final_logit_softcap, stream_));
+  CUDA_RETURN_IF_ERROR(
+      cuda::LaunchArgmax(logits, s.rows, c.vocab_size, argmax_.get<int32_t>(), stream_));
+  return Status::Ok();
+}
+
+}  // namespace agentkv

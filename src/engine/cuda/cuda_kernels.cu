@@ -1,0 +1,340 @@
+// Element-wise, normalisation, rotary, KV store and sampling kernels
+// (attention is in cuda_attention.cu). See cuda_kernels.h.
+#include <cuda_bf16.h>
+
+#include <cfloat>
+#include <climits>
+
+#include "engine/cuda/cuda_kernels.h"
+
+namespace agentkv::cuda {
+namespace {
+
+__device__ __forceinline__ float Bf(bf16_t v) {
+  return __uint_as_float(static_cast<uint32_t>(v) << 16);
+}
+__device__ __forceinline__ bf16_t ToBf(float f) {
+  __nv_bfloat16 b = __float2bfloat16_rn(f);
+  return *reinterpret_cast<bf16_t*>(&b);
+}
+
+__device__ __forceinline__ float WarpSum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, <= 1024); every thread
+// gets the result. `red` holds 32 floats.
+__device__ float BlockSum(float v, float* red) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = WarpSum(v);
+  __syncthreads();  // red may still be read from a previous call
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  const int nw = blockDim.x >> 5;
+  float s = lane < nw ? red[lane] : 0.f;
+  return WarpSum(s);
+}
+
+__global__ void EmbedKernel(const bf16_t* embed, const int32_t* tokens, int dim, float scale,
+                            float* x) {
+  const int64_t row = static_cast<int64_t>(tokens[blockIdx.x]) * dim;
+  float* xr = x + static_cast<int64_t>(blockIdx.x) * dim;
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) xr[i] = Bf(embed[row + i]) * scale;
+}
+
+__global__ void RmsNormKernel(const float* x, const int32_t* rows_idx, const float* w, bf16_t* out,
+                              int dim, float eps, bool plus_one) {
+  __shared__ float red[32];
+  const int64_t src = rows_idx ? rows_idx[blockIdx.x] : blockIdx.x;
+  const float* xr = x + src * dim;
+  float ss = 0.f;
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += xr[i] * xr[i];
+  ss = BlockSum(ss, red);
+  const float inv = 1.0f / sqrtf(ss / dim + eps);
+  bf16_t* o = out + static_cast<int64_t>(blockIdx.x) * dim;
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+    const float g = plus_one ? 1.0f + w[i] : w[i];
+    o[i] = ToBf(xr[i] * inv * g);
+  }
+}
+
+__global__ void AddNormedKernel(const float* o, const float* w_post, float* x, const float* w_pre,
+                                bf16_t* h, int dim, float eps, bool plus_one) {
+  __shared__ float red[32];
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * dim;
+  float ss = 0.f;
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += o[base + i] * o[base + i];
+  ss = BlockSum(ss, red);
+  const float inv = 1.0f / sqrtf(ss / dim + eps);
+  float ss2 = 0.f;
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+    const float g = plus_one ? 1.0f + w_post[i] : w_post[i];
+    const float v = x[base + i] + o[base + i] * inv * g;
+    x[base + i] = v;
+    ss2 += v * v;
+  }
+  if (w_pre == nullptr) return;
+  ss2 = BlockSum(ss2, red);
+  const float inv2 = 1.0f / sqrtf(ss2 / dim + eps);
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+    const float g = plus_one ? 1.0f + w_pre[i] : w_pre[i];
+    h[base + i] = ToBf(x[base + i] * inv2 * g);
+  }
+}
+
+// One block per token, one warp per head (looping).
+__global__ void QkvPostKernel(const float* qkv, const float* bias, const float* q_norm,
+                              const float* k_norm, const float* inv_freq, const int32_t* pos,
+                              int nh, int nkv, int D, float eps, bool plus_one, bf16_t* q,
+                              bf16_t* k, bf16_t* v) {
+  const int t = blockIdx.x;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  const int heads = nh + 2 * nkv;
+  const float* row = qkv + static_cast<int64_t>(t) * heads * D;
+  const float p = static_cast<float>(pos[t]);
+  const int half = D / 2;
+  for (int hh = warp; hh < heads; hh += nw) {
+    const float* src = row + static_cast<int64_t>(hh) * D;
+    const float* b = bias ? bias + static_cast<int64_t>(hh) * D : nullptr;
+    bf16_t* dst;
+    const float* nw_ = nullptr;
+    if (hh < nh) {
+      dst = q + (static_cast<int64_t>(t) * nh + hh) * D;
+      nw_ = q_norm;
+    } else if (hh < nh + nkv) {
+      dst = k + (static_cast<int64_t>(t) * nkv + (hh - nh)) * D;
+      nw_ = k_norm;
+    } else {
+      dst = v + (static_cast<int64_t>(t) * nkv + (hh - nh - nkv)) * D;
+      for (int i = lane; i < D; i += 32) dst[i] = ToBf(src[i] + (b ? b[i] : 0.f));
+      continue;
+    }
+    float inv = 1.f;
+    if (nw_) {
+      float ss = 0.f;
+      for (int i = lane; i < D; i += 32) {
+        const float x = src[i] + (b ? b[i] : 0.f);
+        ss += x * x;
+      }
+      ss = WarpSum(ss);
+      inv = 1.0f / sqrtf(ss / D + eps);
+    }
+    for (int i = lane; i < half; i += 32) {
+      float x0 = src[i] + (b ? b[i] : 0.f);
+      float x1 = src[i + half] + (b ? b[i + half] : 0.f);
+      if (nw_) {
+        x0 = x0 * inv * (plus_one ? 1.f + nw_[i] : nw_[i]);
+        x1 = x1 * inv * (plus_one ? 1.f + nw_[i + half] : nw_[i + half]);
+      }
+      float sn, cs;
+      sincosf(p * inv_freq[i], &sn, &cs);
+      dst[i] = ToBf(x0 * cs - x1 * sn);
+      dst[i + half] = ToBf(x1 * cs + x0 * sn);
+    }
+  }
+}
+
+// One block per token; 16-byte vectors when head_dim allows.
+__global__ void KvStoreKernel(const bf16_t* k, const bf16_t* v, const int32_t* pos,
+                              const int32_t* tok_seq, int nkv, int D, KvCacheView c) {
+  const int t = blockIdx.x;
+  const int p = pos[t];
+  if (p < 0) return;
+  const int s = tok_seq[t];
+  const int lb = p / c.block_size;
+  const int32_t blk =
+      c.tables[static_cast<int64_t>(s) * c.table_stride + (c.ring > 0 ? lb % c.ring : lb)];
+  const int64_t row = static_cast<int64_t>(nkv) * D;
+  bf16_t* kd = c.base + blk * c.block_stride + c.layer_offset + (p % c.block_size) * row;
+  bf16_t* vd = kd + static_cast<int64_t>(c.block_size) * row;
+  const bf16_t* ks = k + t * row;
+  const bf16_t* vs = v + t * row;
+  if (row % 8 == 0) {
+    for (int i = threadIdx.x; i < row / 8; i += blockDim.x) {
+      reinterpret_cast<uint4*>(kd)[i] = reinterpret_cast<const uint4*>(ks)[i];
+      reinterpret_cast<uint4*>(vd)[i] = reinterpret_cast<const uint4*>(vs)[i];
+    }
+  } else {
+    for (int i = threadIdx.x; i < row; i += blockDim.x) {
+      kd[i] = ks[i];
+      vd[i] = vs[i];
+    }
+  }
+}
+
+__global__ void GatedActKernel(const bf16_t* gu, bf16_t* out, int n, int act) {
+  const int64_t r = blockIdx.y;
+  const bf16_t* g = gu + r * 2 * n;
+  const bf16_t* u = g + n;
+  bf16_t* o = out + r * n;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    const float x = Bf(g[i]);
+    float a;
+    if (act == 0) {
+      a = x / (1.0f + expf(-x));
+    } else {
+      const float c = 0.7978845608028654f;
+      a = 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
+    }
+    o[i] = ToBf(a * Bf(u[i]));
+  }
+}
+
+__global__ void SoftcapKernel(float* x, int64_t n, float cap) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    x[i] = cap * tanhf(x[i] / cap);
+}
+
+__device__ __forceinline__ void Better(float& bv, int& bi, float v, int i) {
+  // NaN never wins (comparisons are false); lowest index on ties.
+  if (v > bv || (v == bv && i < bi)) {
+    bv = v;
+    bi = i;
+  }
+}
+
+__global__ void ArgmaxKernel(const float* x, int cols, int32_t* out) {
+  const float* r = x + static_cast<int64_t>(blockIdx.x) * cols;
+  float bv = -INFINITY;
+  int bi = INT_MAX;
+  for (int i = threadIdx.x; i < cols; i += blockDim.x) Better(bv, bi, r[i], i);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+    Better(bv, bi, ov, oi);
+  }
+  __shared__ float sv[32];
+  __shared__ int si[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) {
+    sv[warp] = bv;
+    si[warp] = bi;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    const int nw = blockDim.x >> 5;
+    bv = lane < nw ? sv[lane] : -INFINITY;
+    bi = lane < nw ? si[lane] : INT_MAX;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+      Better(bv, bi, ov, oi);
+    }
+    // Only -inf (or NaN) values: the host sampler answers 0 then; among
+    // -inf values it would also keep 0, which is the lowest index.
+    if (lane == 0) out[blockIdx.x] = (bi == INT_MAX || bv == -INFINITY) ? 0 : bi;
+  }
+}
+
+__global__ void F32ToBf16Kernel(const float* in, bf16_t* out, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = ToBf(in[i]);
+}
+
+__global__ void Bf16ToF32Kernel(const bf16_t* in, float* out, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = Bf(in[i]);
+}
+
+__global__ void FillKernel(float* x, int64_t n, float value) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    x[i] = value;
+}
+
+int GridFor(int64_t n, int threads) {
+  const int64_t b = (n + threads - 1) / threads;
+  return static_cast<int>(b < 4096 ? (b > 0 ? b : 1) : 4096);
+}
+
+int NormThreads(int dim) { return dim >= 1024 ? 512 : dim >= 256 ? 256 : 128; }
+
+}  // namespace
+
+cudaError_t LaunchEmbed(const bf16_t* embed, const int32_t* tokens, int rows, int dim, float scale,
+                        float* x, cudaStream_t stream) {
+  if (rows <= 0) return cudaSuccess;
+  EmbedKernel<<<rows, 256, 0, stream>>>(embed, tokens, dim, scale, x);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchRmsNorm(const float* x, const int32_t* rows_idx, const float* w, bf16_t* out,
+                          int rows, int dim, float eps, bool plus_one, cudaStream_t stream) {
+  if (rows <= 0) return cudaSuccess;
+  RmsNormKernel<<<rows, NormThreads(dim), 0, stream>>>(x, rows_idx, w, out, dim, eps, plus_one);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchAddNormed(const float* o, const float* w_post, float* x, const float* w_pre,
+                            bf16_t* h, int rows, int dim, float eps, bool plus_one,
+                            cudaStream_t stream) {
+  if (rows <= 0) return cudaSuccess;
+  AddNormedKernel<<<rows, NormThreads(dim), 0, stream>>>(o, w_post, x, w_pre, h, dim, eps,
+                                                         plus_one);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchQkvPost(const float* qkv, const float* bias, const float* q_norm,
+                          const float* k_norm, const float* inv_freq, const int32_t* pos,
+                          int tokens, int nh, int nkv, int head_dim, float eps, bool plus_one,
+                          bf16_t* q, bf16_t* k, bf16_t* v, cudaStream_t stream) {
+  if (tokens <= 0) return cudaSuccess;
+  QkvPostKernel<<<tokens, 256, 0, stream>>>(qkv, bias, q_norm, k_norm, inv_freq, pos, nh, nkv,
+                                            head_dim, eps, plus_one, q, k, v);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchKvStore(const bf16_t* k, const bf16_t* v, const int32_t* pos,
+                          const int32_t* tok_seq, int tokens, int nkv, int head_dim,
+                          const KvCacheView& cache, cudaStream_t stream) {
+  if (tokens <= 0) return cudaSuccess;
+  KvStoreKernel<<<tokens, 128, 0, stream>>>(k, v, pos, tok_seq, nkv, head_dim, cache);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchGatedAct(const bf16_t* gate_up, bf16_t* out, int rows, int n, int act,
+                           cudaStream_t stream) {
+  if (rows <= 0) return cudaSuccess;
+  const int bx = (n + 255) / 256 < 64 ? (n + 255) / 256 : 64;
+  GatedActKernel<<<dim3(bx, rows), 256, 0, stream>>>(gate_up, out, n, act);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSoftcap(float* x, int64_t n, float cap, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  SoftcapKernel<<<GridFor(n, 256), 256, 0, stream>>>(x, n, cap);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchArgmax(const float* x, int rows, int cols, int32_t* out, cudaStream_t stream) {
+  if (rows <= 0) return cudaSuccess;
+  ArgmaxKernel<<<rows, 1024, 0, stream>>>(x, cols, out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchF32ToBf16(const float* in, bf16_t* out, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  F32ToBf16Kernel<<<GridFor(n, 256), 256, 0, stream>>>(in, out, n);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchBf16ToF32(const bf16_t* in, float* out, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  Bf16ToF32Kernel<<<GridFor(n, 256), 256, 0, stream>>>(in, out, n);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchFill(float* x, int64_t n, float value, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  FillKernel<<<GridFor(n, 256), 256, 0, stream>>>(x, n, value);
+  return cudaGetLastError();
+}
+
+}  // namespace agentkv::cuda

@@ -1,0 +1,113 @@
+// CUDA kernels of the forward pass, behind plain launch functions so that
+// host code (the backend, tests) needs no CUDA compiler. Every pointer is a
+// device pointer unless said otherwise; bf16 values travel as uint16_t (the
+// raw bfloat16 bits). Each launcher enqueues on `stream` and returns the
+// launch error (not the kernel's outcome: that shows at the next
+// synchronisation). None allocates, so all may be captured in CUDA graphs.
+// The CPU references are engine/cpu_kernels.h.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace agentkv::cuda {
+
+using bf16_t = uint16_t;
+
+// x[t] = embed[tokens[t]] * scale (fp32 out), rows of `dim`.
+cudaError_t LaunchEmbed(const bf16_t* embed, const int32_t* tokens, int rows, int dim, float scale,
+                        float* x, cudaStream_t stream);
+
+// out[r] = x[rows_idx ? rows_idx[r] : r] / rms * w (or (1 + w)) as bf16.
+cudaError_t LaunchRmsNorm(const float* x, const int32_t* rows_idx, const float* w, bf16_t* out,
+                          int rows, int dim, float eps, bool plus_one, cudaStream_t stream);
+
+// Gemma 3 sandwich: x += norm(o, w_post); then h = norm(x, w_pre) (skipped
+// when w_pre is null).
+cudaError_t LaunchAddNormed(const float* o, const float* w_post, float* x, const float* w_pre,
+                            bf16_t* h, int rows, int dim, float eps, bool plus_one,
+                            cudaStream_t stream);
+
+// Per token: qkv rows [q heads | k heads | v heads] * head_dim (fp32, the
+// GEMM output) plus `bias` (or null); per-head RMSNorm of q and k by q_norm /
+// k_norm (null: none); rotary embedding (rotate-half) at pos[t] with
+// inv_freq[head_dim / 2]. Writes q [T][nh][D], k and v [T][nkv][D] in bf16.
+cudaError_t LaunchQkvPost(const float* qkv, const float* bias, const float* q_norm,
+                          const float* k_norm, const float* inv_freq, const int32_t* pos,
+                          int tokens, int nh, int nkv, int head_dim, float eps, bool plus_one,
+                          bf16_t* q, bf16_t* k, bf16_t* v, cudaStream_t stream);
+
+// Where one layer's K and V live in a group's paged cache: per block, for
+// each layer of the group, K then V, each [block_size][nkv][head_dim] bf16.
+struct KvCacheView {
+  bf16_t* base = nullptr;    // the group's block 0
+  int64_t block_stride = 0;  // elements per block (all layers of the group)
+  int64_t layer_offset = 0;  // elements to this layer's K within a block
+  int block_size = 16;
+  int ring = 0;                     // sliding groups: ring blocks; 0 for full
+  const int32_t* tables = nullptr;  // [seq][table_stride] block ids
+  int table_stride = 0;
+};
+
+// Stores this step's K and V (bf16 [T][nkv][D]) into the cache at pos[t] of
+// sequence tok_seq[t]; tokens with pos < 0 (padding) are skipped.
+cudaError_t LaunchKvStore(const bf16_t* k, const bf16_t* v, const int32_t* pos,
+                          const int32_t* tok_seq, int tokens, int nkv, int head_dim,
+                          const KvCacheView& cache, cudaStream_t stream);
+
+// Attention of one layer over paged KV, flash-style (online softmax, tensor
+// cores, no score matrix in memory). Work comes in tiles: tile i covers
+// tile_n[i] consecutive tokens of sequence tile_seq[i] from token tile_t0[i];
+// tile_n = 0 marks padding. A tile may hold at most TokensPerTile(G) tokens
+// (G = nh / nkv <= 16). Keys at positions >= seq_start[s] (this step's) are
+// read from k_new / v_new at token seq_first[s] + (p - seq_start[s]); older
+// ones from the cache. With splits > 1 each tile's keys are split across
+// thread blocks and merged by a second kernel through part_o / part_ml
+// (tokens * nh * splits * (head_dim + 2) floats).
+struct AttentionParams {
+  const bf16_t* q = nullptr;  // [T][nh][D]
+  const bf16_t* k_new = nullptr;
+  const bf16_t* v_new = nullptr;
+  KvCacheView cache;
+  const int32_t* pos = nullptr;        // [T]
+  const int32_t* seq_start = nullptr;  // [B]
+  const int32_t* seq_first = nullptr;  // [B]
+  const int32_t* tile_seq = nullptr;
+  const int32_t* tile_t0 = nullptr;
+  const int32_t* tile_n = nullptr;
+  int num_tiles = 0;
+  int tokens = 0;
+  int nh = 0, nkv = 0, head_dim = 0;
+  int window = 0;  // 0: full
+  float scale = 1.f, softcap = 0.f;
+  int splits = 1;
+  float* part_o = nullptr;   // [T][nh][splits][D]
+  float* part_ml = nullptr;  // [T][nh][splits][2]
+  bf16_t* out = nullptr;     // [T][nh][D]
+};
+int TokensPerTile(int group_size);
+// Largest head_dim the attention kernel takes (a multiple of 16).
+inline constexpr int kMaxAttentionHeadDim = 256;
+cudaError_t LaunchAttention(const AttentionParams& p, cudaStream_t stream);
+
+// out = act(gate) * up, gate_up rows [gate | up] of 2n (bf16 in and out).
+// act: 0 SiLU, 1 GELU (tanh approximation).
+cudaError_t LaunchGatedAct(const bf16_t* gate_up, bf16_t* out, int rows, int n, int act,
+                           cudaStream_t stream);
+
+// x = cap * tanh(x / cap) over n floats.
+cudaError_t LaunchSoftcap(float* x, int64_t n, float cap, cudaStream_t stream);
+
+// out[r] = argmax of row r (cols floats): lowest index on ties, NaN never wins,
+// 0 when nothing beats -inf.
+cudaError_t LaunchArgmax(const float* x, int rows, int cols, int32_t* out, cudaStream_t stream);
+
+// fp32 -> bf16 (round to nearest even), and back.
+cudaError_t LaunchF32ToBf16(const float* in, bf16_t* out, int64_t n, cudaStream_t stream);
+cudaError_t LaunchBf16ToF32(const bf16_t* in, float* out, int64_t n, cudaStream_t stream);
+
+// Fills n floats with `value` (tests poison outputs with NaN).
+cudaError_t LaunchFill(float* x, int64_t n, float value, cudaStream_t stream);
+
+}  // namespace agentkv::cuda

@@ -1,0 +1,30 @@
+#include "engine/cuda/cuda_status.h"
+
+#include <string>
+
+namespace agentkv::cuda {
+
+Status CudaStatus(cudaError_t e, const char* expr, const char* file, int line) {
+  return Internal(std::string("CUDA error ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) +
+                  ") in " + expr + " at " + file + ":" + std::to_string(line));
+}
+
+Status CublasStatus(cublasStatus_t e, const char* expr, const char* file, int line) {
+  return Internal(std::string("cuBLAS error ") + cublasGetStatusName(e) + " (" +
+                  cublasGetStatusString(e) + ") in " + expr + " at " + file + ":" +
+                  std::to_string(line));
+}
+
+Status DeviceAvailable() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky-free error state
+    return Unimplemented(std::string("no usable CUDA device: ") + cudaGetErrorName(e) + " (" +
+                         cudaGetErrorString(e) + ")");
+  }
+  if (n == 0) return Unimplemented("no CUDA device present");
+  return Status::Ok();
+}
+
+}  // namespace agentkv::cuda
