@@ -143,10 +143,14 @@ Status Convert(const json& body, Converted* out) {
 
 class MessagesJob : public GenerationJob {
  public:
-  MessagesJob(Engine* engine, RequestHandle h, OutputParserOptions parser, bool stream,
-              int64_t prompt_tokens, std::string model)
-      : GenerationJob(engine, std::move(h), std::move(parser), stream, prompt_tokens),
+  MessagesJob(ApiContext ctx, std::shared_ptr<agent::AgentTurn> turn, OutputParserOptions parser,
+              bool stream, ordered_json new_messages, std::string model,
+              std::shared_ptr<const ServedModel> served, std::vector<std::string> stops)
+      : GenerationJob(ctx, std::move(turn), std::move(parser), stream, std::move(new_messages),
+                      "/v1/messages"),
         model_(std::move(model)),
+        served_(std::move(served)),
+        stops_(std::move(stops)),
         id_(NewMessageId()) {}
 
  protected:
@@ -254,8 +258,28 @@ class MessagesJob : public GenerationJob {
     }
   }
 
+  // The stop sequence that ended the generation: the earliest of the
+  // request's stop_sequences in the whole decoded output (the engine cuts
+  // it from the text; an EOS stop leaves none in it).
+  json MatchedStop(const RequestOutput& f) const {
+    if (f.finish != FinishReason::kStop || stops_.empty() || !served_) return nullptr;
+    const std::string text = served_->tokenizer().Decode(generated(), false);
+    size_t best = std::string::npos;
+    json which = nullptr;
+    for (const std::string& s : stops_) {
+      const size_t at = text.find(s);
+      if (at != std::string::npos && (best == std::string::npos || at < best)) {
+        best = at;
+        which = s;
+      }
+    }
+    return which;
+  }
+
   void OnFinish(const RequestOutput& f, std::string* out) override {
     std::string stop_reason = f.finish == FinishReason::kLength ? "max_tokens" : "end_turn";
+    const json stop_sequence = MatchedStop(f);
+    if (!stop_sequence.is_null()) stop_reason = "stop_sequence";
     if (tool_uses_ > 0 && f.finish != FinishReason::kLength) stop_reason = "tool_use";
     const int64_t input = f.prompt_tokens - f.cached_tokens;
     json usage = {{"input_tokens", input},
@@ -267,7 +291,7 @@ class MessagesJob : public GenerationJob {
       Close(out);
       *out += Event("message_delta",
                     {{"type", "message_delta"},
-                     {"delta", {{"stop_reason", stop_reason}, {"stop_sequence", nullptr}}},
+                     {"delta", {{"stop_reason", stop_reason}, {"stop_sequence", stop_sequence}}},
                      {"usage", usage}});
       *out += Event("message_stop", {{"type", "message_stop"}});
       return;
@@ -280,23 +304,50 @@ class MessagesJob : public GenerationJob {
                 {"model", model_},
                 {"content", blocks_},
                 {"stop_reason", stop_reason},
-                {"stop_sequence", nullptr},
+                {"stop_sequence", stop_sequence},
                 {"usage", usage}};
     *out = Dump(msg);
   }
 
   void OnError(const Status& error, std::string* out) override {
-    json body = ErrorBody("api_error", error.message());
+    const char* type = "api_error";
+    if (status_ == 400) type = "invalid_request_error";
+    if (status_ == 413) type = "request_too_large";
+    if (status_ == 429 || status_ == 503) {
+      status_ = 529;
+      type = "overloaded_error";
+    }
+    json body = ErrorBody(type, error.message());
     if (stream_) {
       *out += Event("error", body);
     } else {
-      status_ = 500;
       *out = Dump(body);
     }
   }
 
+  ordered_json ReplyMessage() const override {
+    std::string text;
+    ordered_json calls = ordered_json::array();
+    for (const json& b : blocks_) {
+      const std::string type = b.value("type", "");
+      if (type == "text") text += b.value("text", "");
+      if (type == "tool_use") {
+        calls.push_back({{"id", b.value("id", "")},
+                         {"type", "function"},
+                         {"function",
+                          {{"name", b.value("name", "")},
+                           {"arguments", ordered_json::parse(b["input"].dump())}}}});
+      }
+    }
+    ordered_json msg = {{"role", "assistant"}, {"content", text}};
+    if (!calls.empty()) msg["tool_calls"] = std::move(calls);
+    return msg;
+  }
+
  private:
   std::string model_;
+  std::shared_ptr<const ServedModel> served_;
+  std::vector<std::string> stops_;
   std::string id_;
   json blocks_ = json::array();
   std::vector<std::string> args_;
@@ -307,7 +358,7 @@ class MessagesJob : public GenerationJob {
 };
 
 HttpResponse FromStatus(const Status& s) {
-  if (s.code() == StatusCode::kResourceExhausted) {
+  if (s.code() == StatusCode::kResourceExhausted || s.code() == StatusCode::kCancelled) {
     HttpResponse r = AnthropicApi::Error(529, s.message(), "overloaded_error");
     r.headers["retry-after"] = "1";
     return r;
@@ -349,16 +400,28 @@ Reply AnthropicApi::Messages(const HttpRequest& req) const {
   }
   auto priority = ServedModel::RequestPriority(req, *body);
   if (!priority.ok()) return FromStatus(priority.status());
-  auto prompt = model_->EncodeChat(c.messages, c.tools, c.extra);
+  std::shared_ptr<ServedModel> served = ctx_.host->Current();
+  if (!served) return FromStatus(AgentBinding::SwapInProgress());
+  const agent::ContentKey key = AgentBinding::NormalizeSystem(&c.messages);
+  auto prompt = served->EncodeChat(c.messages, c.tools, c.extra);
   if (!prompt.ok()) return FromStatus(prompt.status());
-  const int64_t n = static_cast<int64_t>(prompt->size());
-  auto h = model_->Submit(std::move(prompt).value(), params, *priority);
-  if (!h.ok()) return FromStatus(h.status());
-  std::string model = model_->name();
+  if (auto r = served->MakeRequest(*prompt, params, *priority); !r.ok()) {
+    return FromStatus(r.status());
+  }
+  auto id = AgentBinding::Identify(*served, *ctx_.agents, AgentBinding::Hints(req, *body), key,
+                                   c.messages, c.tools, c.extra, *prompt);
+  if (!id.ok()) return FromStatus(id.status());
+  std::string model = served->name();
   if (body->contains("model") && (*body)["model"].is_string()) model = (*body)["model"];
-  auto parser = OutputParserOptions::ForModelType(model_->model_type(), !c.tools.is_null(), false);
-  return std::unique_ptr<AsyncBody>(
-      new MessagesJob(&model_->engine(), std::move(h).value(), parser, stream, n, model));
+  auto parser = OutputParserOptions::ForModelType(served->model_type(), !c.tools.is_null(), false);
+  auto reencode = [c](const ServedModel& m) { return m.EncodeChat(c.messages, c.tools, c.extra); };
+  std::vector<std::string> stops = params.stop;
+  auto turn = ctx_.agents->NewTurn(
+      id->agent_id, AgentBinding::Prepare(ctx_.host, served, std::move(prompt).value(), params,
+                                          *priority, reencode));
+  return std::unique_ptr<AsyncBody>(new MessagesJob(ctx_, std::move(turn), parser, stream,
+                                                    AgentBinding::NewMessages(c.messages), model,
+                                                    served, std::move(stops)));
 }
 
 Reply AnthropicApi::CountTokens(const HttpRequest& req) const {
@@ -366,7 +429,10 @@ Reply AnthropicApi::CountTokens(const HttpRequest& req) const {
   if (!body.ok()) return FromStatus(body.status());
   Converted c;
   if (Status s = Convert(*body, &c); !s.ok()) return FromStatus(s);
-  auto prompt = model_->EncodeChat(c.messages, c.tools, c.extra);
+  std::shared_ptr<ServedModel> served = ctx_.host->Current();
+  if (!served) return FromStatus(AgentBinding::SwapInProgress());
+  AgentBinding::NormalizeSystem(&c.messages);
+  auto prompt = served->EncodeChat(c.messages, c.tools, c.extra);
   if (!prompt.ok()) return FromStatus(prompt.status());
   HttpResponse r;
   r.body = Dump({{"input_tokens", prompt->size()}});

@@ -7,12 +7,18 @@
 // content_block_stop, message_delta, message_stop. max_tokens is clamped to
 // the context left. Errors are {"type":"error","error":{"type","message"}}.
 //
-// Thread-safety: stateless apart from the ServedModel it borrows (which must
-// outlive it and every reply it made); call from any thread.
+// Generations go through the agent layer (AgentBinding): the agent is the
+// X-Claude-Code-Session-Id header, the session in metadata.user_id, another
+// explicit id, or found by content; Claude Code's billing-header line is
+// stripped from the system prompt before rendering.
+//
+// Thread-safety: stateless apart from the ApiContext it borrows (whose
+// objects must outlive it and every reply it made); call from any thread.
 #pragma once
 
 #include <string>
 
+#include "api/agent_binding.h"
 #include "api/http_types.h"
 #include "api/served_model.h"
 
@@ -20,7 +26,7 @@ namespace agentkv::api {
 
 class AnthropicApi {
  public:
-  explicit AnthropicApi(const ServedModel* model) : model_(model) {}
+  explicit AnthropicApi(ApiContext ctx) : ctx_(ctx) {}
 
   Reply Messages(const HttpRequest& req) const;
   Reply CountTokens(const HttpRequest& req) const;
@@ -29,7 +35,7 @@ class AnthropicApi {
                             const std::string& type = "invalid_request_error");
 
  private:
-  const ServedModel* model_;
+  ApiContext ctx_;
 };
 
 }  // namespace agentkv::api

@@ -16,12 +16,22 @@ HttpResponse Json(int status, const json& body) {
   return r;
 }
 
-bool IsAnthropic(const std::string& path) { return path.rfind("/v1/messages", 0) == 0; }
+bool IsAnthropic(const std::string& path) {
+  return path.rfind("/v1/messages", 0) == 0 || path.rfind("/v1/batch/messages", 0) == 0;
+}
+
+constexpr std::string_view kAgents = "/v1/agents/";
+constexpr std::string_view kBatch = "/v1/batch/";
 
 }  // namespace
 
-ApiService::ApiService(const ServedModel* model, ApiServiceOptions options)
-    : model_(model), options_(std::move(options)), openai_(model), anthropic_(model) {}
+ApiService::ApiService(ApiContext ctx, ApiServiceOptions options)
+    : ctx_(ctx),
+      options_(std::move(options)),
+      openai_(ctx),
+      anthropic_(ctx),
+      agents_(ctx),
+      admin_(ctx) {}
 
 bool ApiService::Authorized(const HttpRequest& req) const {
   if (options_.api_key.empty()) return true;
@@ -30,51 +40,125 @@ bool ApiService::Authorized(const HttpRequest& req) const {
   return auth == "Bearer " + options_.api_key || auth == "bearer " + options_.api_key;
 }
 
+std::string ApiService::RouteLabel(const std::string& path) {
+  std::string p = path;
+  std::string prefix;
+  if (p.rfind(kBatch, 0) == 0) {
+    prefix = "/v1/batch";
+    p = "/v1/" + p.substr(kBatch.size());
+  }
+  if (p.rfind(kAgents, 0) == 0) {
+    const std::string rest = p.substr(kAgents.size());
+    const size_t slash = rest.find('/');
+    p = slash == std::string::npos ? "/v1/agents/{id}" : "/v1/agents/{id}" + rest.substr(slash);
+  } else if (p.rfind("/v1/models/", 0) == 0) {
+    p = "/v1/models/{id}";
+  }
+  static const char* kKnown[] = {"/",
+                                 "/health",
+                                 "/v1/models",
+                                 "/v1/models/{id}",
+                                 "/v1/chat/completions",
+                                 "/v1/completions",
+                                 "/v1/messages",
+                                 "/v1/messages/count_tokens",
+                                 "/v1/agents",
+                                 "/v1/agents/{id}",
+                                 "/v1/agents/{id}/generate",
+                                 "/admin/status",
+                                 "/admin/model",
+                                 "/metrics"};
+  for (const char* k : kKnown) {
+    if (p == k) return prefix + p;
+  }
+  return "other";
+}
+
 Reply ApiService::Handle(const HttpRequest& req) const {
+  Reply reply;
   try {
-    return Route(req);
+    reply = Route(req);
   } catch (const std::exception& e) {
     const std::string msg = std::string("internal error: ") + e.what();
-    if (IsAnthropic(req.path)) return AnthropicApi::Error(500, msg, "api_error");
-    return OpenAiApi::Error(500, msg);
+    reply = IsAnthropic(req.path) ? AnthropicApi::Error(500, msg, "api_error")
+                                  : OpenAiApi::Error(500, msg);
   } catch (...) {
-    if (IsAnthropic(req.path)) return AnthropicApi::Error(500, "internal error", "api_error");
-    return OpenAiApi::Error(500, "internal error");
+    reply = IsAnthropic(req.path) ? AnthropicApi::Error(500, "internal error", "api_error")
+                                  : OpenAiApi::Error(500, "internal error");
   }
+  // Async bodies count themselves when they complete.
+  if (auto* r = std::get_if<HttpResponse>(&reply); r && ctx_.metrics) {
+    ctx_.metrics->CountRequest(RouteLabel(req.path), r->status);
+  }
+  return reply;
 }
 
 Reply ApiService::Route(const HttpRequest& req) const {
-  const std::string& p = req.path;
   const bool get = req.method == "GET", post = req.method == "POST";
-  if (p == "/health" && get) return Json(200, {{"status", "ok"}});
-  if (p == "/" && (req.method == "HEAD" || get)) return Json(200, {{"status", "ok"}});
+  if (req.path == "/health" && get) return Json(200, {{"status", "ok"}});
+  if (req.path == "/" && (req.method == "HEAD" || get)) return Json(200, {{"status", "ok"}});
   if (!Authorized(req)) {
-    if (IsAnthropic(p))
+    if (IsAnthropic(req.path)) {
       return AnthropicApi::Error(401, "invalid x-api-key", "authentication_error");
+    }
     return OpenAiApi::Error(401, "invalid API key", "", "invalid_api_key");
   }
+  // /v1/batch/X mirrors /v1/X at LOW priority.
+  if (req.path.rfind(kBatch, 0) == 0 && post) {
+    HttpRequest low = req;
+    low.path = "/v1/" + req.path.substr(kBatch.size());
+    low.headers["x-priority"] = "low";
+    if (low.path.rfind("/v1/batch/", 0) == 0) {
+      return OpenAiApi::Error(404, "no route " + req.method + " " + req.path, "", "not_found");
+    }
+    return Route(low);
+  }
+  const std::string& p = req.path;
   if (p == "/v1/models" && get) {
-    json m = {{"id", model_->name()},
-              {"object", "model"},
-              {"created", static_cast<int64_t>(std::time(nullptr))},
-              {"owned_by", "agentkv"},
-              {"max_model_len", model_->max_context()}};
-    return Json(200, {{"object", "list"}, {"data", json::array({m})}});
+    std::shared_ptr<ServedModel> m = ctx_.host->Current();
+    json data = json::array();
+    if (m) {
+      data.push_back({{"id", m->name()},
+                      {"object", "model"},
+                      {"created", static_cast<int64_t>(std::time(nullptr))},
+                      {"owned_by", "agentkv"},
+                      {"max_model_len", m->max_context()}});
+    }
+    return Json(200, {{"object", "list"}, {"data", std::move(data)}});
   }
   if (p.rfind("/v1/models/", 0) == 0 && get) {
     // Any id names the one model served (clients look up what they asked for).
+    std::shared_ptr<ServedModel> m = ctx_.host->Current();
     return Json(200, {{"id", p.substr(11)},
                       {"object", "model"},
                       {"created", static_cast<int64_t>(std::time(nullptr))},
                       {"owned_by", "agentkv"},
-                      {"max_model_len", model_->max_context()}});
+                      {"max_model_len", m ? m->max_context() : 0}});
   }
   if (p == "/v1/chat/completions" && post) return openai_.ChatCompletions(req);
   if (p == "/v1/completions" && post) return openai_.Completions(req);
   if (p == "/v1/messages" && post) return anthropic_.Messages(req);
   if (p == "/v1/messages/count_tokens" && post) return anthropic_.CountTokens(req);
-  if (IsAnthropic(p))
+  if (p == "/v1/agents" && get) return agents_.List();
+  if (p.rfind(kAgents, 0) == 0) {
+    const std::string rest = p.substr(kAgents.size());
+    const size_t slash = rest.find('/');
+    const std::string id = rest.substr(0, slash);
+    if (!id.empty()) {
+      if (slash == std::string::npos) {
+        if (get) return agents_.Get(id);
+        if (req.method == "DELETE") return agents_.Delete(id);
+      } else if (rest.substr(slash) == "/generate" && post) {
+        return agents_.Generate(req, id);
+      }
+    }
+  }
+  if (p == "/admin/status" && get) return admin_.Status();
+  if (p == "/admin/model" && post) return admin_.SwapModel(req);
+  if (p == "/metrics" && get) return admin_.Metrics();
+  if (IsAnthropic(p)) {
     return AnthropicApi::Error(404, "no route " + req.method + " " + p, "not_found_error");
+  }
   return OpenAiApi::Error(404, "no route " + req.method + " " + p, "", "not_found");
 }
 

@@ -1,19 +1,25 @@
 // ApiService: routes HTTP requests to the protocol adapters (OpenAI,
-// Anthropic) and answers the small endpoints itself: GET /health, HEAD /,
-// GET /v1/models. Checks the optional API key (Authorization: Bearer or
-// x-api-key; 401 in the protocol's shape). Never throws: anything that
-// escapes an adapter becomes a 500 in the protocol's shape.
+// Anthropic, agents, admin) and answers the small endpoints itself:
+// GET /health, HEAD /, GET /v1/models. `/v1/batch/...` mirrors every
+// generation endpoint at LOW priority. Checks the optional API key
+// (Authorization: Bearer or x-api-key; 401 in the protocol's shape) on
+// everything but /health and HEAD /. Counts answered requests in the
+// metrics by route and status. Never throws: anything that escapes an
+// adapter becomes a 500 in the protocol's shape.
 //
 // Thread-safety: Handle may be called concurrently. Borrows the
-// ServedModel, which must outlive the service and every reply it made.
+// ApiContext's objects, which must outlive the service and every reply it
+// made.
 #pragma once
 
 #include <string>
 
+#include "api/admin_api.h"
+#include "api/agent_binding.h"
+#include "api/agents_api.h"
 #include "api/anthropic_api.h"
 #include "api/http_types.h"
 #include "api/openai_api.h"
-#include "api/served_model.h"
 
 namespace agentkv::api {
 
@@ -23,18 +29,23 @@ struct ApiServiceOptions {
 
 class ApiService {
  public:
-  ApiService(const ServedModel* model, ApiServiceOptions options);
+  ApiService(ApiContext ctx, ApiServiceOptions options);
 
   Reply Handle(const HttpRequest& req) const;
+
+  // The metrics label of a path: the route with ids replaced by {id}.
+  static std::string RouteLabel(const std::string& path);
 
  private:
   Reply Route(const HttpRequest& req) const;
   bool Authorized(const HttpRequest& req) const;
 
-  const ServedModel* model_;
+  ApiContext ctx_;
   ApiServiceOptions options_;
   OpenAiApi openai_;
   AnthropicApi anthropic_;
+  AgentsApi agents_;
+  AdminApi admin_;
 };
 
 }  // namespace agentkv::api

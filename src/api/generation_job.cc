@@ -2,51 +2,114 @@
 
 namespace agentkv::api {
 
-GenerationJob::GenerationJob(Engine* engine, RequestHandle handle, OutputParserOptions parser,
-                             bool stream, int64_t prompt_tokens)
+GenerationJob::GenerationJob(ApiContext ctx, std::shared_ptr<agent::AgentTurn> turn,
+                             OutputParserOptions parser, bool stream,
+                             nlohmann::ordered_json new_messages, std::string endpoint)
     : stream_(stream),
-      prompt_tokens_(prompt_tokens),
-      engine_(engine),
-      handle_(std::move(handle)),
-      parser_(std::move(parser)) {}
+      ctx_(ctx),
+      turn_(std::move(turn)),
+      parser_(std::move(parser)),
+      new_messages_(std::move(new_messages)),
+      endpoint_(std::move(endpoint)) {}
 
 GenerationJob::~GenerationJob() {
-  if (!done_) engine_->Cancel(handle_.id);
-  if (handle_.stream) handle_.stream->SetNotifier(nullptr);
+  if (!done_) turn_->Cancel();
 }
 
 void GenerationJob::Start(std::function<void()> wake) {
-  handle_.stream->SetNotifier(std::move(wake));
+  started_ = true;
+  start_ = std::chrono::steady_clock::now();
+  agent::AgentTurn::Start(turn_, std::move(wake));
 }
 
 void GenerationJob::Cancel() {
-  if (!done_) engine_->Cancel(handle_.id);
+  if (!done_) {
+    turn_->Cancel();
+    Done(499);  // nginx's "client closed request", for metrics only
+  }
+}
+
+void GenerationJob::Done(int status) {
   done_ = true;
+  if (ctx_.metrics) ctx_.metrics->CountRequest(endpoint_, status);
+}
+
+void GenerationJob::Fail(const Status& error, int status, std::string* out) {
+  status_ = status;
+  OnError(error, out);
+  Done(status);
 }
 
 bool GenerationJob::Poll(std::string* out) {
+  if (done_) return true;
+  switch (turn_->state()) {
+    case agent::AgentTurn::State::kQueued:
+      return false;
+    case agent::AgentTurn::State::kFailed:
+      Fail(turn_->error(), HttpStatusFor(turn_->error()), out);
+      return true;
+    case agent::AgentTurn::State::kCancelled:
+      Fail(Cancelled("the request was cancelled"), 503, out);
+      return true;
+    default:
+      break;
+  }
   if (!begun_) {
     begun_ = true;
+    prompt_tokens_ = static_cast<int64_t>(turn_->prompt().size());
     OnBegin(out);
   }
+  std::shared_ptr<TokenStream> stream = turn_->stream();
   RequestOutput ev;
-  while (!done_ && handle_.stream->TryPop(&ev)) {
+  while (!done_ && stream && stream->TryPop(&ev)) {
     events_.clear();
+    if (!ev.tokens.empty()) {
+      const auto now = std::chrono::steady_clock::now();
+      if (ctx_.metrics) {
+        if (!first_token_) {
+          ctx_.metrics->ObserveTtft(std::chrono::duration<double>(now - start_).count());
+        } else {
+          ctx_.metrics->ObserveInterToken(std::chrono::duration<double>(now - last_token_).count());
+        }
+      }
+      first_token_ = true;
+      last_token_ = now;
+      generated_.insert(generated_.end(), ev.tokens.begin(), ev.tokens.end());
+    }
     switch (ev.kind) {
       case RequestOutput::Kind::kDelta:
         parser_.Feed(ev.text, &events_);
         if (!events_.empty()) OnEvents(events_, out);
         break;
-      case RequestOutput::Kind::kFinished:
+      case RequestOutput::Kind::kFinished: {
         parser_.Feed(ev.text, &events_);
         parser_.Finish(&events_);
         if (!events_.empty()) OnEvents(events_, out);
-        done_ = true;
+        if (ev.cancelled) {
+          turn_->Cancel();
+          Fail(Cancelled("the request was cancelled"), 503, out);
+          break;
+        }
+        nlohmann::ordered_json record = new_messages_;
+        record.push_back(ReplyMessage());
+        auto n = turn_->Complete(
+            record.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace),
+            generated_, ev);
+        if (!n.ok()) {
+          Fail(n.status().WithContext("recording the turn"), 500, out);
+          break;
+        }
+        turn_number_ = *n;
+        if (ctx_.metrics) {
+          ctx_.metrics->CountTokens(ev.prompt_tokens, ev.cached_tokens, ev.completion_tokens);
+        }
         OnFinish(ev, out);
+        Done(status_);
         break;
+      }
       case RequestOutput::Kind::kError:
-        done_ = true;
-        OnError(ev.error, out);
+        turn_->Cancel();
+        Fail(ev.error, 500, out);
         break;
     }
   }

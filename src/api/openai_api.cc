@@ -1,5 +1,6 @@
 #include "api/openai_api.h"
 
+#include <algorithm>
 #include <atomic>
 #include <ctime>
 #include <nlohmann/json.hpp>
@@ -41,9 +42,10 @@ json ErrorBody(const std::string& message, const std::string& param, const std::
 // Chat: collects or streams text, reasoning and tool calls.
 class ChatJob : public GenerationJob {
  public:
-  ChatJob(Engine* engine, RequestHandle h, OutputParserOptions parser, bool stream,
-          int64_t prompt_tokens, std::string model, bool include_usage, bool chat)
-      : GenerationJob(engine, std::move(h), std::move(parser), stream, prompt_tokens),
+  ChatJob(ApiContext ctx, std::shared_ptr<agent::AgentTurn> turn, OutputParserOptions parser,
+          bool stream, ordered_json new_messages, std::string model, bool include_usage, bool chat)
+      : GenerationJob(ctx, std::move(turn), std::move(parser), stream, std::move(new_messages),
+                      chat ? "/v1/chat/completions" : "/v1/completions"),
         model_(std::move(model)),
         include_usage_(include_usage),
         chat_(chat),
@@ -157,13 +159,26 @@ class ChatJob : public GenerationJob {
 
   void OnError(const Status& error, std::string* out) override {
     json body = ErrorBody(error.message(), "", "");
-    body["error"]["type"] = "server_error";
+    if (status_ >= 500) body["error"]["type"] = "server_error";
     if (stream_) {
       *out += Sse(body) + "data: [DONE]\n\n";
     } else {
-      status_ = 500;
       *out = Dump(body);
     }
+  }
+
+  ordered_json ReplyMessage() const override {
+    ordered_json msg = {{"role", "assistant"}, {"content", content_}};
+    if (!calls_.empty()) {
+      ordered_json tcs = ordered_json::array();
+      for (const auto& [i, c] : calls_) {
+        tcs.push_back({{"id", c.id},
+                       {"type", "function"},
+                       {"function", {{"name", c.name}, {"arguments", c.args}}}});
+      }
+      msg["tool_calls"] = std::move(tcs);
+    }
+    return msg;
   }
 
  private:
@@ -242,7 +257,7 @@ Status ParseCommon(const HttpRequest& req, const json& body, Common* c) {
 HttpResponse FromStatus(const Status& s, const std::string& param = "") {
   const int status = HttpStatusFor(s);
   HttpResponse r = OpenAiApi::Error(status, s.message(), param);
-  if (status == 429) r.headers["retry-after"] = "1";
+  if (status == 429 || status == 503) r.headers["retry-after"] = "1";
   return r;
 }
 
@@ -280,15 +295,27 @@ Reply OpenAiApi::ChatCompletions(const HttpRequest& req) const {
     }
     extra = ordered_json::parse(body["chat_template_kwargs"].dump());
   }
-  auto prompt = model_->EncodeChat(messages, tools, extra);
+  std::shared_ptr<ServedModel> model = ctx_.host->Current();
+  if (!model) return FromStatus(AgentBinding::SwapInProgress());
+  const agent::ContentKey key = AgentBinding::NormalizeSystem(&messages);
+  auto prompt = model->EncodeChat(messages, tools, extra);
   if (!prompt.ok()) return FromStatus(prompt.status(), "messages");
-  const int64_t n = static_cast<int64_t>(prompt->size());
-  auto h = model_->Submit(std::move(prompt).value(), c.params, c.priority);
-  if (!h.ok()) return FromStatus(h.status());
-  auto parser = OutputParserOptions::ForModelType(model_->model_type(), !tools.is_null(), false);
-  return std::unique_ptr<AsyncBody>(new ChatJob(&model_->engine(), std::move(h).value(), parser,
-                                                c.stream, n, model_->name(), c.include_usage,
-                                                /*chat=*/true));
+  if (auto r = model->MakeRequest(*prompt, c.params, c.priority); !r.ok()) {
+    return FromStatus(r.status());
+  }
+  auto id = AgentBinding::Identify(*model, *ctx_.agents, AgentBinding::Hints(req, body), key,
+                                   messages, tools, extra, *prompt);
+  if (!id.ok()) return FromStatus(id.status());
+  auto reencode = [messages, tools, extra](const ServedModel& m) {
+    return m.EncodeChat(messages, tools, extra);
+  };
+  auto turn = ctx_.agents->NewTurn(
+      id->agent_id, AgentBinding::Prepare(ctx_.host, model, std::move(prompt).value(), c.params,
+                                          c.priority, reencode));
+  auto parser = OutputParserOptions::ForModelType(model->model_type(), !tools.is_null(), false);
+  return std::unique_ptr<AsyncBody>(new ChatJob(ctx_, std::move(turn), parser, c.stream,
+                                                AgentBinding::NewMessages(messages), model->name(),
+                                                c.include_usage, /*chat=*/true));
 }
 
 Reply OpenAiApi::Completions(const HttpRequest& req) const {
@@ -296,34 +323,55 @@ Reply OpenAiApi::Completions(const HttpRequest& req) const {
   if (body.is_discarded()) return Error(400, "the request body is not valid JSON");
   if (!body.is_object()) return Error(400, "the request body must be a JSON object");
   if (!body.contains("prompt")) return Error(400, "'prompt' is required", "prompt");
+  std::shared_ptr<ServedModel> model = ctx_.host->Current();
+  if (!model) return FromStatus(AgentBinding::SwapInProgress());
   const json& p = body["prompt"];
   std::vector<int32_t> prompt;
+  std::string text;
   if (p.is_string()) {
-    prompt = model_->tokenizer().Encode(p.get<std::string>(), true);
+    text = p.get<std::string>();
   } else if (p.is_array() && p.size() == 1 && p[0].is_string()) {
-    prompt = model_->tokenizer().Encode(p[0].get<std::string>(), true);
+    text = p[0].get<std::string>();
   } else if (p.is_array() && !p.empty() && p[0].is_number_integer()) {
     for (const json& t : p) {
       if (!t.is_number_integer() || t.get<int64_t>() < 0 ||
-          t.get<int64_t>() >= model_->tokenizer().vocab_size()) {
+          t.get<int64_t>() >= model->tokenizer().vocab_size()) {
         return Error(400, "'prompt' token ids must be integers in the vocabulary", "prompt");
       }
       prompt.push_back(t.get<int32_t>());
     }
+    text = model->tokenizer().Decode(prompt, false);
   } else {
     return Error(400, "'prompt' must be a string, a list of one string, or a list of token ids",
                  "prompt");
   }
+  const bool from_text = prompt.empty();
+  if (from_text) prompt = model->tokenizer().Encode(text, true);
   Common c;
   c.params.max_tokens = 16;  // OpenAI's default for completions
   if (Status s = ParseCommon(req, body, &c); !s.ok()) return FromStatus(s);
   if (!body.contains("max_tokens") || body["max_tokens"].is_null()) c.params.max_tokens = 16;
-  const int64_t n = static_cast<int64_t>(prompt.size());
-  auto h = model_->Submit(std::move(prompt), c.params, c.priority);
-  if (!h.ok()) return FromStatus(h.status(), "prompt");
+  if (auto r = model->MakeRequest(prompt, c.params, c.priority); !r.ok()) {
+    return FromStatus(r.status(), "prompt");
+  }
+  // A raw prompt has no turns: content matching needs half of it to match.
+  const size_t half = std::max<size_t>(1, prompt.size() / 2);
+  auto id = ctx_.agents->identifier().Identify(AgentBinding::Hints(req, body), {"", text}, prompt,
+                                               [half] { return half; });
+  if (!id.ok()) return FromStatus(id.status());
+  AgentBinding::Reencode reencode;
+  if (from_text) {
+    reencode = [text](const ServedModel& m) -> Result<std::vector<int32_t>> {
+      return m.tokenizer().Encode(text, true);
+    };
+  }
+  auto turn = ctx_.agents->NewTurn(
+      id->agent_id,
+      AgentBinding::Prepare(ctx_.host, model, std::move(prompt), c.params, c.priority, reencode));
   auto parser = OutputParserOptions::ForModelType("", false, false);
-  return std::unique_ptr<AsyncBody>(new ChatJob(&model_->engine(), std::move(h).value(), parser,
-                                                c.stream, n, model_->name(), c.include_usage,
+  ordered_json record = ordered_json::array({{{"role", "user"}, {"content", text}}});
+  return std::unique_ptr<AsyncBody>(new ChatJob(ctx_, std::move(turn), parser, c.stream,
+                                                std::move(record), model->name(), c.include_usage,
                                                 /*chat=*/false));
 }
 

@@ -4,12 +4,17 @@
 // calls through the model's output parser, and errors shaped
 // {"error": {"message", "type", "param", "code"}}.
 //
-// Thread-safety: stateless apart from the ServedModel it borrows (which must
-// outlive it and every reply it made); call from any thread.
+// Every generation goes through the agent layer: the request's agent is
+// identified (AgentBinding: prompt_cache_key, session headers, content) and
+// the turn runs on that agent's strand with its KV kept for the next turn.
+//
+// Thread-safety: stateless apart from the ApiContext it borrows (whose
+// objects must outlive it and every reply it made); call from any thread.
 #pragma once
 
 #include <string>
 
+#include "api/agent_binding.h"
 #include "api/http_types.h"
 #include "api/served_model.h"
 
@@ -17,7 +22,7 @@ namespace agentkv::api {
 
 class OpenAiApi {
  public:
-  explicit OpenAiApi(const ServedModel* model) : model_(model) {}
+  explicit OpenAiApi(ApiContext ctx) : ctx_(ctx) {}
 
   Reply ChatCompletions(const HttpRequest& req) const;
   Reply Completions(const HttpRequest& req) const;
@@ -26,7 +31,7 @@ class OpenAiApi {
                             const std::string& code = "");
 
  private:
-  const ServedModel* model_;
+  ApiContext ctx_;
 };
 
 }  // namespace agentkv::api

@@ -27,9 +27,9 @@ Result<std::unique_ptr<ServedModel>> ServedModel::Load(const ServedModelOptions&
   ASSIGN_OR_RETURN(ModelFiles files, ModelFiles::Locate(dir));
   ASSIGN_OR_RETURN(m->fingerprint_, files.Fingerprint());
   if (options.store != nullptr) {
-    ASSIGN_OR_RETURN(auto tier, store::StoreKvTier::Create(
-                                    options.store, m->fingerprint_, backend->kv_format(),
-                                    eo.block_size, backend->kv_element_size(), m->name_));
+    ASSIGN_OR_RETURN(
+        auto tier, store::StoreKvTier::Create(options.store, m->fingerprint_, backend->kv_format(),
+                                              eo.block_size, backend->kv_element_size(), m->name_));
     m->kv_tier_ = std::move(tier);
     eo.kv_tier = m->kv_tier_;
   }
@@ -39,12 +39,13 @@ Result<std::unique_ptr<ServedModel>> ServedModel::Load(const ServedModelOptions&
 
 Result<std::vector<int32_t>> ServedModel::EncodeChat(const ordered_json& messages,
                                                      const ordered_json& tools,
-                                                     const ordered_json& extra) const {
+                                                     const ordered_json& extra,
+                                                     bool add_generation_prompt) const {
   if (!template_) return InvalidArgument("model " + name_ + " has no chat template");
   ChatTemplate::Input in;
   in.messages = messages;
   if (tools.is_array() && !tools.empty()) in.tools = tools;
-  in.add_generation_prompt = true;
+  in.add_generation_prompt = add_generation_prompt;
   if (extra.is_object()) in.extra = extra;
   ASSIGN_OR_RETURN(std::string text, template_->Render(in));
   return tokenizer_->Encode(text, /*add_special_tokens=*/false);
@@ -61,8 +62,8 @@ Result<Priority> ServedModel::RequestPriority(const HttpRequest& req, const json
   return ParsePriority(name);
 }
 
-Result<RequestHandle> ServedModel::Submit(std::vector<int32_t> prompt, SamplingParams params,
-                                          Priority priority) const {
+Result<EngineRequest> ServedModel::MakeRequest(std::vector<int32_t> prompt, SamplingParams params,
+                                               Priority priority) const {
   const int64_t n = static_cast<int64_t>(prompt.size());
   if (n == 0) return InvalidArgument("the prompt is empty");
   if (n >= max_context()) {
@@ -80,6 +81,12 @@ Result<RequestHandle> ServedModel::Submit(std::vector<int32_t> prompt, SamplingP
   r.prompt = std::move(prompt);
   r.params = std::move(params);
   r.priority = priority;
+  return r;
+}
+
+Result<RequestHandle> ServedModel::Submit(std::vector<int32_t> prompt, SamplingParams params,
+                                          Priority priority) const {
+  ASSIGN_OR_RETURN(EngineRequest r, MakeRequest(std::move(prompt), std::move(params), priority));
   return engine_->Submit(std::move(r));
 }
 

@@ -52,18 +52,25 @@ class ServedModel {
   int32_t max_context() const { return engine_->max_context(); }
 
   // Renders `messages` (OpenAI shape) with `tools` (OpenAI function schemas
-  // or null) and the generation prompt, and tokenizes the result. `extra`:
-  // more template variables (e.g. {"enable_thinking": false}).
+  // or null) and the generation prompt (unless `add_generation_prompt` is
+  // false), and tokenizes the result. `extra`: more template variables (e.g.
+  // {"enable_thinking": false}).
   Result<std::vector<int32_t>> EncodeChat(
       const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
-      const nlohmann::ordered_json& extra = nlohmann::ordered_json::object()) const;
+      const nlohmann::ordered_json& extra = nlohmann::ordered_json::object(),
+      bool add_generation_prompt = true) const;
 
   // Priority from the X-Priority header, else the body's "priority", else
   // NORMAL. InvalidArgument for an unknown name.
   static Result<Priority> RequestPriority(const HttpRequest& req, const nlohmann::json& body);
 
-  // Submits; InvalidArgument when the prompt leaves no room in the context,
-  // ResourceExhausted when too many requests are waiting already.
+  // The engine request for a prompt: InvalidArgument when the prompt is
+  // empty or leaves no room in the context (max_tokens is clamped to the
+  // room left), ResourceExhausted when too many requests are waiting
+  // already.
+  Result<EngineRequest> MakeRequest(std::vector<int32_t> prompt, SamplingParams params,
+                                    Priority priority) const;
+  // MakeRequest, then Engine::Submit.
   Result<RequestHandle> Submit(std::vector<int32_t> prompt, SamplingParams params,
                                Priority priority) const;
 

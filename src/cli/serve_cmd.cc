@@ -13,8 +13,11 @@
 #include <iostream>
 #include <thread>
 
+#include "agent/agent_manager.h"
 #include "api/api_service.h"
 #include "api/http_server.h"
+#include "api/metrics.h"
+#include "api/model_host.h"
 #include "api/served_model.h"
 #include "cli/command.h"
 #include "cli/model_options.h"
@@ -109,7 +112,10 @@ int RunServe(const ServeArgs& a) {
     std::cerr << "error: " << model.status().ToString() << "\n";
     return 1;
   }
-  api::ApiService service(model->get(), {a.api_key});
+  api::ModelHost host(mo, std::move(model).value());
+  agent::AgentManager agents(agent_store.get());
+  api::Metrics metrics;
+  api::ApiService service({&host, &agents, &metrics}, {a.api_key});
   api::HttpServerOptions so;
   so.host = a.host;
   so.port = static_cast<uint16_t>(a.port);
@@ -125,16 +131,17 @@ int RunServe(const ServeArgs& a) {
   sigwait(&signals, &sig);
   std::cerr << "signal " << sig << ": draining\n";
   server.StopAccepting();
-  (*model)->engine().Drain();
-  // Let finished replies reach their clients.
+  // Drains the engine, flushes the KV tier and stops the engine; replies
+  // already produced still reach their clients below.
+  Status down = host.Shutdown();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   while (server.connections() > 0 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   server.Stop();
-  (*model)->engine().Stop();
-  if (KvTier* tier = (*model)->kv_tier()) {
-    if (Status s = tier->Flush(); !s.ok()) std::cerr << "store: " << s.ToString() << "\n";
+  if (!down.ok()) std::cerr << "store: " << down.ToString() << "\n";
+  if (agent_store) {
+    if (Status s = agent_store->Flush(); !s.ok()) std::cerr << "store: " << s.ToString() << "\n";
   }
   return 0;
 }

@@ -26,14 +26,19 @@ class ApiServiceTest : public ::testing::Test {
     o.max_batch = 4;
     auto m = ServedModel::Load(o);
     ASSERT_TRUE(m.ok()) << m.status().ToString();
-    model_ = std::move(m).value().release();
+    host_ = new ModelHost(o, std::move(m).value());
+    agents_ = new agent::AgentManager(nullptr);
+    metrics_ = new Metrics();
+    ctx_ = {host_, agents_, metrics_};
   }
   static void TearDownTestSuite() {
-    delete model_;
-    model_ = nullptr;
+    delete host_;
+    delete agents_;
+    delete metrics_;
+    host_ = nullptr;
   }
   void SetUp() override {
-    if (!model_) GTEST_SKIP() << "default model missing (run setup)";
+    if (!host_) GTEST_SKIP() << "default model missing (run setup)";
   }
 
   static HttpRequest Post(const std::string& path, const std::string& body) {
@@ -57,13 +62,19 @@ class ApiServiceTest : public ::testing::Test {
     return {body->status(), out};
   }
 
-  static ServedModel* model_;
+  static ModelHost* host_;
+  static agent::AgentManager* agents_;
+  static Metrics* metrics_;
+  static ApiContext ctx_;
 };
 
-ServedModel* ApiServiceTest::model_ = nullptr;
+ModelHost* ApiServiceTest::host_ = nullptr;
+agent::AgentManager* ApiServiceTest::agents_ = nullptr;
+Metrics* ApiServiceTest::metrics_ = nullptr;
+ApiContext ApiServiceTest::ctx_;
 
 TEST_F(ApiServiceTest, ApiKeyIsCheckedInEachProtocolsShape) {
-  ApiService svc(model_, {"secret"});
+  ApiService svc(ctx_, {"secret"});
   HttpRequest health;
   health.method = "GET";
   health.path = "/health";
@@ -87,7 +98,7 @@ TEST_F(ApiServiceTest, ApiKeyIsCheckedInEachProtocolsShape) {
 }
 
 TEST_F(ApiServiceTest, BadInputIs400) {
-  ApiService svc(model_, {});
+  ApiService svc(ctx_, {});
   const char* bad[] = {
       R"({"messages":"hi"})",
       R"({"messages":[{"content":"no role"}]})",
@@ -125,7 +136,7 @@ TEST_F(ApiServiceTest, BadInputIs400) {
 }
 
 TEST_F(ApiServiceTest, AnthropicConversionCountsTokens) {
-  ApiService svc(model_, {});
+  ApiService svc(ctx_, {});
   auto count = [&](const json& body) {
     auto [st, out] = Drive(svc.Handle(Post("/v1/messages/count_tokens", body.dump())));
     EXPECT_EQ(st, 200) << out;
@@ -168,7 +179,7 @@ TEST_F(ApiServiceTest, AnthropicConversionCountsTokens) {
 }
 
 TEST_F(ApiServiceTest, GenerationsHaveUsageAndFinishReasons) {
-  ApiService svc(model_, {});
+  ApiService svc(ctx_, {});
   auto [st, body] = Drive(svc.Handle(Post(
       "/v1/chat/completions",
       R"({"messages":[{"role":"user","content":"hi"}],"max_completion_tokens":3,"temperature":0,"stop":["\n\n\n"]})")));

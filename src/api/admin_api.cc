@@ -1,0 +1,200 @@
+#include "api/admin_api.h"
+
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "api/callback_body.h"
+#include "api/openai_api.h"
+
+namespace agentkv::api {
+namespace {
+
+using nlohmann::json;
+
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+json PoolJson(const BlockPoolStats& p) {
+  return {{"total", p.total},
+          {"free", p.free},
+          {"in_use", p.in_use},
+          {"cached", p.cached},
+          {"pinned", p.pinned},
+          {"prefix_hits", p.prefix_hits},
+          {"prefix_misses", p.prefix_misses},
+          {"evictions", p.evictions}};
+}
+
+}  // namespace
+
+Reply AdminApi::Status() const {
+  json j = json::object();
+  std::shared_ptr<ServedModel> m = ctx_.host->Current();
+  j["swaps"] = ctx_.host->swaps();
+  if (m) {
+    const EngineStats s = m->engine().Stats();
+    j["model"] = {{"name", m->name()},
+                  {"fingerprint", m->fingerprint()},
+                  {"model_type", m->model_type()},
+                  {"max_context", m->max_context()}};
+    j["engine"] = {{"steps", s.steps},
+                   {"waiting", s.waiting},
+                   {"running", s.running},
+                   {"last_batch_size", s.last_batch_size},
+                   {"max_batch_size", s.max_batch_size},
+                   {"preemptions", s.preemptions},
+                   {"prompt_tokens", s.prompt_tokens},
+                   {"generated_tokens", s.generated_tokens},
+                   {"resident_agents", s.resident_agents}};
+    json pools = json::array();
+    for (const auto& p : s.pools) pools.push_back(PoolJson(p));
+    j["pools"] = std::move(pools);
+  } else {
+    j["model"] = nullptr;
+    j["swapping"] = true;
+  }
+  json agents = json::object();
+  auto list = ctx_.agents->List();
+  if (list.ok()) {
+    json resident = json::array();
+    for (const auto& a : *list) {
+      if (a.resident_tokens > 0) resident.push_back({{"id", a.id}, {"tokens", a.resident_tokens}});
+    }
+    agents["known"] = list->size();
+    agents["resident"] = std::move(resident);
+  }
+  agents["busy"] = ctx_.agents->strands().BusyAgents();
+  const agent::ResumeCounts rc = ctx_.agents->resume_counts();
+  agents["resume_sources"] = {
+      {"resident", rc.resident}, {"host", rc.host}, {"disk", rc.disk}, {"recompute", rc.recompute}};
+  j["agents"] = std::move(agents);
+  if (store::AgentStore* st = ctx_.agents->store()) {
+    auto used = st->UsedBytes();
+    const store::KvStoreStats ks = st->kv_stats();
+    j["store"] = {{"used_bytes", used.ok() ? static_cast<int64_t>(*used) : -1},
+                  {"kv_blocks_written", ks.blocks_written},
+                  {"kv_bytes_written", ks.bytes_written},
+                  {"kv_blocks_evicted", ks.blocks_evicted},
+                  {"kv_write_errors", ks.write_errors}};
+  }
+  HttpResponse r;
+  r.body = Dump(j);
+  return r;
+}
+
+Reply AdminApi::Metrics() const {
+  using Sample = Metrics::Sample;
+  std::vector<Sample> extra;
+  std::shared_ptr<ServedModel> m = ctx_.host->Current();
+  if (m) {
+    const EngineStats s = m->engine().Stats();
+    extra.push_back({"agentkv_queue_length",
+                     "Requests waiting in the engine",
+                     "gauge",
+                     {{"", static_cast<double>(s.waiting)}}});
+    extra.push_back({"agentkv_running_requests",
+                     "Requests running in the engine",
+                     "gauge",
+                     {{"", static_cast<double>(s.running)}}});
+    extra.push_back({"agentkv_batch_size",
+                     "Sequences in the last engine step",
+                     "gauge",
+                     {{"", static_cast<double>(s.last_batch_size)}}});
+    extra.push_back({"agentkv_batch_size_max",
+                     "Largest engine step so far",
+                     "gauge",
+                     {{"", static_cast<double>(s.max_batch_size)}}});
+    extra.push_back({"agentkv_preemptions_total",
+                     "Sequences preempted",
+                     "counter",
+                     {{"", static_cast<double>(s.preemptions)}}});
+    extra.push_back({"agentkv_resident_agents",
+                     "Agents with KV resident in the pool",
+                     "gauge",
+                     {{"", static_cast<double>(s.resident_agents)}}});
+    Sample total{"agentkv_kv_blocks", "KV pool blocks by state, per cache group", "gauge", {}};
+    int64_t hits = 0, misses = 0;
+    for (size_t g = 0; g < s.pools.size(); ++g) {
+      const auto& p = s.pools[g];
+      const std::string grp = "group=\"" + std::to_string(g) + "\"";
+      total.values.push_back({grp + ",state=\"total\"", p.total});
+      total.values.push_back({grp + ",state=\"free\"", p.free});
+      total.values.push_back({grp + ",state=\"in_use\"", p.in_use});
+      total.values.push_back({grp + ",state=\"cached\"", p.cached});
+      total.values.push_back({grp + ",state=\"pinned\"", p.pinned});
+      hits += p.prefix_hits;
+      misses += p.prefix_misses;
+    }
+    extra.push_back(std::move(total));
+    extra.push_back({"agentkv_prefix_cache_block_hit_rate",
+                     "Full blocks found by prefix lookups / blocks looked up",
+                     "gauge",
+                     {{"", hits + misses > 0 ? static_cast<double>(hits) / (hits + misses) : 0}}});
+  }
+  const agent::ResumeCounts rc = ctx_.agents->resume_counts();
+  extra.push_back({"agentkv_resume_total",
+                   "Agent turns after the first, by where their context came from",
+                   "counter",
+                   {{"source=\"resident\"", static_cast<double>(rc.resident)},
+                    {"source=\"host\"", static_cast<double>(rc.host)},
+                    {"source=\"disk\"", static_cast<double>(rc.disk)},
+                    {"source=\"recompute\"", static_cast<double>(rc.recompute)}}});
+  extra.push_back({"agentkv_agents_busy",
+                   "Agents with a turn running",
+                   "gauge",
+                   {{"", static_cast<double>(ctx_.agents->strands().BusyAgents())}}});
+  if (store::AgentStore* st = ctx_.agents->store()) {
+    auto used = st->UsedBytes();
+    if (used.ok()) {
+      extra.push_back({"agentkv_store_bytes",
+                       "Bytes in use in the agent store",
+                       "gauge",
+                       {{"", static_cast<double>(*used)}}});
+    }
+    extra.push_back({"agentkv_store_kv_blocks_written_total",
+                     "KV blocks persisted",
+                     "counter",
+                     {{"", static_cast<double>(st->kv_stats().blocks_written)}}});
+  }
+  HttpResponse r;
+  r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+  r.body = ctx_.metrics->Render(extra);
+  return r;
+}
+
+Reply AdminApi::SwapModel(const HttpRequest& req) const {
+  json body = json::parse(req.body, nullptr, false);
+  if (body.is_discarded()) return OpenAiApi::Error(400, "the request body is not valid JSON");
+  if (!body.is_object() || !body.contains("model") || !body["model"].is_string() ||
+      body["model"].get<std::string>().empty()) {
+    return OpenAiApi::Error(400, "'model' (a checkpoint directory) is required", "model");
+  }
+  const std::string dir = body["model"].get<std::string>();
+  ModelHost* host = ctx_.host;
+  agent::AgentManager* agents = ctx_.agents;
+  auto work = [host, agents, dir](CallbackBody::ReplyFn reply) {
+    // Draining waits for running generations: never on an io thread.
+    std::thread([host, agents, dir, reply] {
+      auto r = host->Swap(dir);
+      agents->ForgetResident();
+      if (!r.ok()) {
+        const int status = r.status().code() == StatusCode::kCancelled ? 503 : 400;
+        return reply(OpenAiApi::Error(status, r.status().message(), "model"));
+      }
+      json j = {{"object", "model.swap"},
+                {"old_model", r->old_model},
+                {"new_model", r->new_model},
+                {"old_fingerprint", r->old_fingerprint},
+                {"new_fingerprint", r->new_fingerprint},
+                {"drain_s", r->drain_s},
+                {"flush_s", r->flush_s},
+                {"load_s", r->load_s}};
+      if (!r->warning.empty()) j["warning"] = r->warning;
+      HttpResponse resp;
+      resp.body = Dump(j);
+      reply(std::move(resp));
+    }).detach();
+  };
+  return std::unique_ptr<AsyncBody>(new CallbackBody(work, ctx_.metrics, "/admin/model"));
+}
+
+}  // namespace agentkv::api

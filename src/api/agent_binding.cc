@@ -1,0 +1,101 @@
+#include "api/agent_binding.h"
+
+namespace agentkv::api {
+
+using nlohmann::json;
+using nlohmann::ordered_json;
+
+namespace {
+
+std::string StringField(const json& body, const char* key) {
+  if (!body.is_object() || !body.contains(key) || !body[key].is_string()) return "";
+  return body[key].get<std::string>();
+}
+
+}  // namespace
+
+agent::IdentityHints AgentBinding::Hints(const HttpRequest& req, const json& body) {
+  agent::IdentityHints h;
+  h.body_id = StringField(body, "session_id");
+  if (h.body_id.empty()) h.body_id = StringField(body, "agent_id");
+  h.prompt_cache_key = StringField(body, "prompt_cache_key");
+  h.session_header = req.Header("x-session-id");
+  h.claude_session = req.Header("x-claude-code-session-id");
+  if (body.is_object() && body.contains("metadata") && body["metadata"].is_object()) {
+    h.metadata_user_id = StringField(body["metadata"], "user_id");
+  }
+  return h;
+}
+
+agent::ContentKey AgentBinding::NormalizeSystem(ordered_json* messages) {
+  agent::ContentKey key;
+  bool have_user = false;
+  for (auto& m : *messages) {
+    if (!m.is_object() || !m.contains("role")) continue;
+    const std::string role = m["role"].is_string() ? m["role"].get<std::string>() : "";
+    if ((role == "system" || role == "developer") && m.contains("content") &&
+        m["content"].is_string()) {
+      m["content"] = agent::AgentIdentifier::StripVolatileLines(m["content"].get<std::string>());
+      if (!key.system.empty()) key.system += "\n";
+      key.system += m["content"].get<std::string>();
+    } else if (role == "user" && !have_user) {
+      have_user = true;
+      if (m.contains("content") && m["content"].is_string()) {
+        key.first_user = m["content"].get<std::string>();
+      }
+    }
+  }
+  return key;
+}
+
+Result<agent::Identification> AgentBinding::Identify(
+    const ServedModel& model, agent::AgentManager& agents, const agent::IdentityHints& hints,
+    const agent::ContentKey& key, const ordered_json& messages, const ordered_json& tools,
+    const ordered_json& extra, std::span<const int32_t> tokens) {
+  auto first_turn = [&]() -> size_t {
+    ordered_json head = ordered_json::array();
+    for (const auto& m : messages) {
+      head.push_back(m);
+      if (m.value("role", "") == "user") break;
+    }
+    auto t = model.EncodeChat(head, tools, extra, /*add_generation_prompt=*/false);
+    return t.ok() ? t->size() : tokens.size();
+  };
+  return agents.identifier().Identify(hints, key, tokens, first_turn);
+}
+
+ordered_json AgentBinding::NewMessages(const ordered_json& messages) {
+  size_t start = 0;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    if (messages[i].is_object() && messages[i].value("role", "") == "assistant") start = i + 1;
+  }
+  ordered_json out = ordered_json::array();
+  for (size_t i = start; i < messages.size(); ++i) out.push_back(messages[i]);
+  return out;
+}
+
+Status AgentBinding::SwapInProgress() {
+  return Cancelled("a model swap is in progress; retry shortly");
+}
+
+agent::PrepareFn AgentBinding::Prepare(ModelHost* host, std::shared_ptr<ServedModel> model,
+                                       std::vector<int32_t> prompt, SamplingParams params,
+                                       Priority priority, Reencode reencode) {
+  return [host, model = std::move(model), prompt = std::move(prompt), params = std::move(params),
+          priority, reencode = std::move(reencode)]() -> Result<agent::TurnStart> {
+    std::shared_ptr<ServedModel> now = host->Current();
+    if (!now) return SwapInProgress();
+    std::vector<int32_t> p = prompt;
+    if (now != model) {
+      if (!reencode) return SwapInProgress();
+      ASSIGN_OR_RETURN(p, reencode(*now));
+    }
+    agent::TurnStart s;
+    ASSIGN_OR_RETURN(s.request, now->MakeRequest(std::move(p), params, priority));
+    s.engine = &now->engine();
+    s.keep_alive = now;
+    return s;
+  };
+}
+
+}  // namespace agentkv::api

@@ -1,0 +1,73 @@
+// AgentBinding: what the protocol adapters share to put a request through
+// the agent layer: the explicit ids a request carries (path, body, headers,
+// Anthropic metadata), the normalized system prompt and first user message
+// (volatile billing-header lines stripped, before rendering, so they take
+// part neither in the tokens that are matched nor in the hash), agent
+// identification, the turn's new messages for the history, and the
+// PrepareFn that submits an already rendered prompt.
+//
+// ApiContext: the shared objects every adapter borrows; they outlive the
+// service and every reply it made.
+//
+// Thread-safety: stateless functions; call from any thread.
+#pragma once
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "agent/agent_manager.h"
+#include "api/http_types.h"
+#include "api/metrics.h"
+#include "api/model_host.h"
+#include "api/served_model.h"
+
+namespace agentkv::api {
+
+struct ApiContext {
+  ModelHost* host = nullptr;
+  agent::AgentManager* agents = nullptr;
+  Metrics* metrics = nullptr;
+};
+
+class AgentBinding {
+ public:
+  // Body "session_id" / "agent_id" / "prompt_cache_key" /
+  // "metadata.user_id" and the X-Session-Id / X-Claude-Code-Session-Id
+  // headers (non-string body fields are ignored).
+  static agent::IdentityHints Hints(const HttpRequest& req, const nlohmann::json& body);
+
+  // Strips volatile lines from every system message of `messages` (OpenAI
+  // shape, content strings) in place; returns the system prompt and first
+  // user message for identification.
+  static agent::ContentKey NormalizeSystem(nlohmann::ordered_json* messages);
+
+  // Identifies the agent of a chat request whose rendered prompt is
+  // `tokens`. The first-turn length for content matching is the rendering
+  // of the system messages and the first user message.
+  static Result<agent::Identification> Identify(
+      const ServedModel& model, agent::AgentManager& agents, const agent::IdentityHints& hints,
+      const agent::ContentKey& key, const nlohmann::ordered_json& messages,
+      const nlohmann::ordered_json& tools, const nlohmann::ordered_json& extra,
+      std::span<const int32_t> tokens);
+
+  // The messages a turn adds to the history: everything after the last
+  // assistant message (all of them when there is none).
+  static nlohmann::ordered_json NewMessages(const nlohmann::ordered_json& messages);
+
+  // A PrepareFn submitting `prompt` (rendered by `model`) on the model
+  // serving when the turn runs. If the model was swapped meanwhile,
+  // `reencode` renders the request again with the new one. Unavailable
+  // (kCancelled, 503) while a swap is under way.
+  using Reencode = std::function<Result<std::vector<int32_t>>(const ServedModel&)>;
+  static agent::PrepareFn Prepare(ModelHost* host, std::shared_ptr<ServedModel> model,
+                                  std::vector<int32_t> prompt, SamplingParams params,
+                                  Priority priority, Reencode reencode);
+
+  // The 503 status every adapter answers while no model is serving.
+  static Status SwapInProgress();
+};
+
+}  // namespace agentkv::api

@@ -1,0 +1,288 @@
+#include "api/agents_api.h"
+
+#include <nlohmann/json.hpp>
+
+#include "api/callback_body.h"
+#include "api/generation_job.h"
+#include "api/openai_api.h"
+#include "util/hash.h"
+
+namespace agentkv::api {
+namespace {
+
+using nlohmann::json;
+using nlohmann::ordered_json;
+
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+HttpResponse FromStatus(const Status& s, const std::string& param = "") {
+  int status = HttpStatusFor(s);
+  if (s.code() == StatusCode::kNotFound) status = 404;
+  HttpResponse r = OpenAiApi::Error(status, s.message(), param);
+  if (status == 429 || status == 503) r.headers["retry-after"] = "1";
+  return r;
+}
+
+HttpResponse Json(int status, const json& body) {
+  HttpResponse r;
+  r.status = status;
+  r.body = Dump(body);
+  return r;
+}
+
+// The agent's messages: every turn's, the latest system message first (a
+// later "system" replaces an earlier one), then `user` if not empty.
+Result<ordered_json> BuildMessages(agent::AgentManager& agents, const std::string& id,
+                                   const std::string& system, const std::string& user) {
+  ordered_json msgs = ordered_json::array();
+  std::string sys;
+  auto history = agents.History(id);
+  if (!history.ok() && history.status().code() != StatusCode::kNotFound) {
+    return history.status();
+  }
+  if (history.ok()) {
+    for (const std::string& turn : *history) {
+      ordered_json t = ordered_json::parse(turn, nullptr, false);
+      if (!t.is_array()) continue;
+      for (auto& m : t) {
+        if (m.is_object() && m.value("role", "") == "system") {
+          sys = m.value("content", "");
+        } else {
+          msgs.push_back(std::move(m));
+        }
+      }
+    }
+  }
+  if (!system.empty()) sys = system;
+  ordered_json out = ordered_json::array();
+  if (!sys.empty()) out.push_back({{"role", "system"}, {"content", sys}});
+  for (auto& m : msgs) out.push_back(std::move(m));
+  if (!user.empty()) out.push_back({{"role", "user"}, {"content", user}});
+  return out;
+}
+
+class AgentJob : public GenerationJob {
+ public:
+  AgentJob(ApiContext ctx, std::shared_ptr<agent::AgentTurn> turn, OutputParserOptions parser,
+           bool stream, ordered_json new_messages)
+      : GenerationJob(ctx, std::move(turn), std::move(parser), stream, std::move(new_messages),
+                      "/v1/agents/{id}/generate") {}
+
+ protected:
+  void OnEvents(const std::vector<OutputEvent>& events, std::string* out) override {
+    std::string chunk;
+    for (const OutputEvent& e : events) {
+      if (e.kind == OutputEvent::Kind::kText) chunk += e.text;
+    }
+    if (chunk.empty()) return;
+    text_ += chunk;
+    if (stream_) *out += "data: " + Dump({{"text", chunk}}) + "\n\n";
+  }
+
+  void OnFinish(const RequestOutput& f, std::string* out) override {
+    std::string finish(FinishReasonName(f.finish));
+    if (finish.empty()) finish = "stop";
+    json reply = {{"agent_id", agent_id()},
+                  {"turn", turn_number_},
+                  {"text", text_},
+                  {"finish_reason", finish},
+                  {"usage",
+                   {{"prompt_tokens", f.prompt_tokens},
+                    {"completion_tokens", f.completion_tokens},
+                    {"cached_tokens", f.cached_tokens},
+                    {"restored_tokens", f.restored_tokens},
+                    {"cache_source", std::string(CacheSourceName(Source(f)))}}}};
+    if (stream_) {
+      *out += "data: " + Dump(reply) + "\n\n";
+    } else {
+      *out = Dump(reply);
+    }
+  }
+
+  void OnError(const Status& error, std::string* out) override {
+    json body = {{"error",
+                  {{"message", error.message()},
+                   {"type", status_ >= 500 ? "server_error" : "invalid_request_error"},
+                   {"param", nullptr},
+                   {"code", nullptr}}}};
+    if (stream_) {
+      *out += "data: " + Dump(body) + "\n\n";
+    } else {
+      *out = Dump(body);
+    }
+  }
+
+  ordered_json ReplyMessage() const override { return {{"role", "assistant"}, {"content", text_}}; }
+
+ private:
+  static CacheSource Source(const RequestOutput& f) {
+    if (f.cache_source == CacheSource::kNone && f.cached_tokens > 0) return CacheSource::kResident;
+    return f.cached_tokens > 0 ? f.cache_source : CacheSource::kNone;
+  }
+  std::string text_;
+};
+
+json InfoJson(const agent::AgentInfo& a) {
+  return {{"id", a.id},
+          {"object", "agent"},
+          {"turns", a.turns},
+          {"created_ms", a.created_ms},
+          {"last_used_ms", a.last_used_ms},
+          {"pending", a.pending},
+          {"resident_tokens", a.resident_tokens},
+          {"last_turn",
+           {{"prompt_tokens", a.last_prompt_tokens},
+            {"cached_tokens", a.last_cached_tokens},
+            {"cache_source", std::string(CacheSourceName(a.last_cache_source))}}}};
+}
+
+}  // namespace
+
+Reply AgentsApi::Generate(const HttpRequest& req, const std::string& agent_id) const {
+  agent::IdentityHints hints;
+  hints.path_id = agent_id;
+  if (auto id = agent::AgentIdentifier::ExplicitId(hints); !id.ok()) {
+    return FromStatus(id.status());
+  }
+  json body = json::parse(req.body, nullptr, false);
+  if (body.is_discarded()) return OpenAiApi::Error(400, "the request body is not valid JSON");
+  if (!body.is_object()) return OpenAiApi::Error(400, "the request body must be a JSON object");
+  if (!body.contains("message")) return OpenAiApi::Error(400, "'message' is required", "message");
+  if (!body["message"].is_string()) {
+    return OpenAiApi::Error(400, "'message' must be a string", "message");
+  }
+  const std::string message = body["message"].get<std::string>();
+  if (message.empty()) return OpenAiApi::Error(400, "'message' must not be empty", "message");
+  std::string system;
+  if (body.contains("system") && !body["system"].is_null()) {
+    if (!body["system"].is_string()) {
+      return OpenAiApi::Error(400, "'system' must be a string", "system");
+    }
+    system = agent::AgentIdentifier::StripVolatileLines(body["system"].get<std::string>());
+  }
+  SamplingParams params;
+  if (Status s = ParseSampling(body, "stop", &params); !s.ok()) return FromStatus(s);
+  std::optional<int64_t> max_tokens;
+  if (Status s = GetOptionalInt(body, "max_tokens", &max_tokens); !s.ok()) {
+    return FromStatus(s, "max_tokens");
+  }
+  if (max_tokens) {
+    params.max_tokens = static_cast<int32_t>(std::min<int64_t>(*max_tokens, INT32_MAX));
+  }
+  bool stream = false;
+  if (body.contains("stream") && !body["stream"].is_null()) {
+    if (!body["stream"].is_boolean()) return OpenAiApi::Error(400, "'stream' must be a boolean");
+    stream = body["stream"].get<bool>();
+  }
+  auto priority = ServedModel::RequestPriority(req, body);
+  if (!priority.ok()) return FromStatus(priority.status(), "priority");
+  std::shared_ptr<ServedModel> model = ctx_.host->Current();
+  if (!model) return FromStatus(AgentBinding::SwapInProgress());
+
+  // Checked now against the current history, so that bad input is a 4xx;
+  // rendered again when the turn runs (earlier turns may still be queued).
+  auto msgs = BuildMessages(*ctx_.agents, agent_id, system, message);
+  if (!msgs.ok()) return FromStatus(msgs.status());
+  auto prompt = model->EncodeChat(*msgs, nullptr);
+  if (!prompt.ok()) return FromStatus(prompt.status(), "message");
+  if (auto r = model->MakeRequest(*prompt, params, *priority); !r.ok()) {
+    return FromStatus(r.status(), "message");
+  }
+
+  agent::AgentManager* agents = ctx_.agents;
+  ModelHost* host = ctx_.host;
+  const Priority prio = *priority;
+  agent::PrepareFn prepare = [agents, host, agent_id, system, message, params,
+                              prio]() -> Result<agent::TurnStart> {
+    std::shared_ptr<ServedModel> now = host->Current();
+    if (!now) return AgentBinding::SwapInProgress();
+    ASSIGN_OR_RETURN(ordered_json m, BuildMessages(*agents, agent_id, system, message));
+    ASSIGN_OR_RETURN(std::vector<int32_t> p, now->EncodeChat(m, nullptr));
+    agent::TurnStart s;
+    ASSIGN_OR_RETURN(s.request, now->MakeRequest(std::move(p), params, prio));
+    s.engine = &now->engine();
+    s.keep_alive = now;
+    return s;
+  };
+  auto turn = ctx_.agents->NewTurn(agent_id, std::move(prepare));
+  if (!system.empty()) turn->set_system_hash(Hex64(Xxh3_64(system)));
+  ordered_json record = ordered_json::array();
+  if (!system.empty()) record.push_back({{"role", "system"}, {"content", system}});
+  record.push_back({{"role", "user"}, {"content", message}});
+  auto parser = OutputParserOptions::ForModelType(model->model_type(), false, false);
+  return std::unique_ptr<AsyncBody>(
+      new AgentJob(ctx_, std::move(turn), parser, stream, std::move(record)));
+}
+
+Reply AgentsApi::List() const {
+  auto list = ctx_.agents->List();
+  if (!list.ok()) return FromStatus(list.status());
+  json data = json::array();
+  for (const auto& a : *list) data.push_back(InfoJson(a));
+  return Json(200, {{"object", "list"}, {"data", std::move(data)}});
+}
+
+Reply AgentsApi::Get(const std::string& agent_id) const {
+  auto info = ctx_.agents->Get(agent_id);
+  if (!info.ok()) return FromStatus(info.status());
+  json j = InfoJson(*info);
+  auto history = ctx_.agents->History(agent_id);
+  json h = json::array();
+  if (history.ok()) {
+    for (size_t i = 0; i < history->size(); ++i) {
+      json t = json::parse((*history)[i], nullptr, false);
+      h.push_back({{"turn", i + 1}, {"messages", t.is_discarded() ? json::array() : t}});
+    }
+  }
+  j["history"] = std::move(h);
+  // Where the cache lives: resident in the pool (as of its last turn here),
+  // and stored on disk under each model's fingerprint.
+  json stored = json::array();
+  std::shared_ptr<ServedModel> model = ctx_.host->Current();
+  int64_t disk_tokens = 0;
+  if (store::AgentStore* st = ctx_.agents->store()) {
+    auto sum = st->Summarize(agent_id);
+    if (sum.ok()) {
+      const int bs = model ? model->engine().block_size() : 16;
+      for (const auto& kv : sum->kv) {
+        const bool current = model && kv.fp.Hex() == model->fingerprint();
+        if (current) disk_tokens = static_cast<int64_t>(kv.stored_blocks) * bs;
+        stored.push_back({{"fingerprint", kv.fp.Hex()},
+                          {"current_model", current},
+                          {"chain_blocks", kv.chain_blocks},
+                          {"stored_blocks", kv.stored_blocks},
+                          {"stored_bytes", kv.stored_bytes}});
+      }
+    }
+  }
+  const char* where = info->resident_tokens > 0 ? "resident" : disk_tokens > 0 ? "disk" : "none";
+  j["cache"] = {{"location", where},
+                {"resident_tokens", info->resident_tokens},
+                {"disk_tokens", disk_tokens},
+                {"stored", std::move(stored)}};
+  return Json(200, j);
+}
+
+Reply AgentsApi::Delete(const std::string& agent_id) const {
+  agent::IdentityHints hints;
+  hints.path_id = agent_id;
+  if (auto id = agent::AgentIdentifier::ExplicitId(hints); !id.ok()) {
+    return FromStatus(id.status());
+  }
+  agent::AgentManager* agents = ctx_.agents;
+  ModelHost* host = ctx_.host;
+  auto work = [agents, host, agent_id](CallbackBody::ReplyFn reply) {
+    agents->Delete(
+        agent_id,
+        [host, agent_id] {
+          if (auto m = host->Current()) m->engine().DropAgent(agent_id);
+        },
+        [reply, agent_id](Status s) {
+          if (!s.ok()) return reply(FromStatus(s));
+          reply(Json(200, {{"id", agent_id}, {"object", "agent.deleted"}, {"deleted", true}}));
+        });
+  };
+  return std::unique_ptr<AsyncBody>(new CallbackBody(work, ctx_.metrics, "/v1/agents/{id}"));
+}
+
+}  // namespace agentkv::api

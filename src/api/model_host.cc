@@ -1,0 +1,93 @@
+#include "api/model_host.h"
+
+#include <chrono>
+
+namespace agentkv::api {
+namespace {
+
+double Since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+}  // namespace
+
+ModelHost::ModelHost(ServedModelOptions options, std::unique_ptr<ServedModel> model)
+    : options_(std::move(options)), current_(std::move(model)) {}
+
+ModelHost::~ModelHost() = default;
+
+std::shared_ptr<ServedModel> ModelHost::Current() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return current_;
+}
+
+int64_t ModelHost::swaps() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return swaps_;
+}
+
+Status ModelHost::Retire(ServedModel& m, double* drain_s, double* flush_s) {
+  auto t = std::chrono::steady_clock::now();
+  m.engine().Drain();
+  *drain_s = Since(t);
+  t = std::chrono::steady_clock::now();
+  // The engine persists every finished agent turn's blocks as it retires
+  // them; Flush waits until those writes are durable.
+  Status s;
+  if (KvTier* tier = m.kv_tier()) s = tier->Flush();
+  *flush_s = Since(t);
+  m.engine().Stop();
+  return s;
+}
+
+Result<ModelHost::SwapReport> ModelHost::Swap(const std::string& model_dir) {
+  std::lock_guard<std::mutex> swap_lock(swap_mu_);
+  std::shared_ptr<ServedModel> old;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    old = std::move(current_);  // stop admitting
+  }
+  if (!old) return Cancelled("the server is shutting down");
+  SwapReport report;
+  report.old_model = old->name();
+  report.old_fingerprint = old->fingerprint();
+  Status flushed = Retire(*old, &report.drain_s, &report.flush_s);
+  const std::string old_dir = options_.model_dir;
+  old.reset();  // the weights and pool go with the last request holding them
+
+  auto t = std::chrono::steady_clock::now();
+  ServedModelOptions o = options_;
+  o.model_dir = model_dir;
+  auto loaded = ServedModel::Load(o);
+  report.load_s = Since(t);
+  if (!loaded.ok()) {
+    Status why = loaded.status();
+    auto back = ServedModel::Load(options_);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (back.ok()) current_ = std::move(back).value();
+    if (why.code() != StatusCode::kNotFound) why = InvalidArgument(why.message());
+    return why.WithContext("cannot load " + model_dir);
+  }
+  options_ = o;
+  std::lock_guard<std::mutex> lock(mu_);
+  current_ = std::move(loaded).value();
+  report.new_model = current_->name();
+  report.new_fingerprint = current_->fingerprint();
+  ++swaps_;
+  if (!flushed.ok()) report.warning = "KV flush before the swap: " + flushed.ToString();
+  return report;
+}
+
+Status ModelHost::Shutdown() {
+  std::lock_guard<std::mutex> swap_lock(swap_mu_);
+  std::shared_ptr<ServedModel> old;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    old = std::move(current_);
+  }
+  if (!old) return Status::Ok();
+  double drain_s = 0, flush_s = 0;
+  return Retire(*old, &drain_s, &flush_s);
+}
+
+}  // namespace agentkv::api

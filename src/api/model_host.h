@@ -1,0 +1,59 @@
+// ModelHost: the model being served, swappable at run time (SPEC section 6).
+// Requests take a reference with Current() and keep the model alive while
+// they use it. Swap(dir): stop admitting (Current() returns null, callers
+// answer 503), let the running and queued requests finish (Engine::Drain),
+// flush every agent's KV to the store under the old model's fingerprint,
+// stop the engine and drop the old model (its weights and pool go once the
+// last request holding it is gone), load the new model with the same store,
+// and resume. If the new model fails to load, the old one is loaded again.
+// Agents and histories live in the store and the AgentManager, so they
+// survive; KV is reused only under a matching fingerprint (the store tier).
+//
+// Thread-safety: every method may be called from any thread; Swap and
+// Shutdown are serialized. Owns the ServedModel (shared with requests).
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "api/served_model.h"
+
+namespace agentkv::api {
+
+class ModelHost {
+ public:
+  ModelHost(ServedModelOptions options, std::unique_ptr<ServedModel> model);
+  ~ModelHost();
+
+  // The model serving now, or null while a swap (or shutdown) is under way.
+  std::shared_ptr<ServedModel> Current() const;
+
+  struct SwapReport {
+    std::string old_model, new_model;
+    std::string old_fingerprint, new_fingerprint;
+    double drain_s = 0, flush_s = 0, load_s = 0;
+    std::string warning;  // a KV flush error (the swap went ahead: KV is a cache)
+  };
+  // Swaps to the checkpoint in `model_dir`. InvalidArgument / NotFound when
+  // it cannot be loaded (the old model is serving again).
+  Result<SwapReport> Swap(const std::string& model_dir);
+  // Completed swaps.
+  int64_t swaps() const;
+
+  // Stops admitting, drains, flushes the KV tier and stops the engine
+  // (SIGTERM). Current() is null afterwards.
+  Status Shutdown();
+
+ private:
+  // Drains, flushes and stops `m`'s engine; the flush's status.
+  static Status Retire(ServedModel& m, double* drain_s, double* flush_s);
+
+  ServedModelOptions options_;
+  std::mutex swap_mu_;  // one Swap / Shutdown at a time
+  mutable std::mutex mu_;
+  std::shared_ptr<ServedModel> current_;
+  int64_t swaps_ = 0;
+};
+
+}  // namespace agentkv::api
