@@ -1,0 +1,296 @@
+// agentkv bench resume [--model DIR] [--tokens 4096,32768] [--store DIR] [--json]
+//
+// Persist and resume agents of N history tokens. For each N: turn 1 prefills
+// the N-token history as an agent (its KV is written behind to the store);
+// the engine is then rebuilt on the same backend (the KV pool is wiped, as
+// after a restart) and the store's pages are dropped from the page cache;
+// turn 2 (the history plus a 16-token message) restores the stored prefix
+// and prefills only the suffix. The same turn 2 on an engine without a store
+// is the re-prefill it is compared with; both must produce the same greedy
+// tokens. Reported: compression ratio, the tier's raw load rate (read +
+// checksum + decompress, timed alone), time to first token restored versus
+// re-prefilled.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "cli/command.h"
+#include "cli/model_options.h"
+#include "engine/engine.h"
+#include "engine/model_files.h"
+#include "store/store_kv_tier.h"
+
+namespace agentkv::cli {
+namespace {
+
+struct ResumeArgs {
+  ModelOptions model;
+  std::string tokens = "4096,32768";
+  std::string store_dir;
+  int block_size = 16, message = 16, output = 4, max_step_tokens = 2048;
+  int shuffle = 0;  // 0: the backend's KV element size
+  int level = 1;
+  bool json = false;
+  uint64_t seed = 1;
+};
+
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// Evicts the store's data file from the page cache, so that a restore reads
+// the device and not memory (best effort: clean pages only, after Flush).
+void DropPageCache(const std::string& dir) {
+  const std::string path = dir + "/data.mdb";
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return;
+  ::fdatasync(fd);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+}
+
+struct TurnResult {
+  std::vector<int32_t> tokens;
+  RequestOutput finished;
+};
+
+// One request on a fresh engine over `backend` (returned afterwards).
+Result<TurnResult> RunTurn(std::unique_ptr<Backend>& backend, const ResumeArgs& a,
+                           std::shared_ptr<KvTier> tier, const std::vector<int32_t>& prompt,
+                           const std::string& agent) {
+  const ModelCacheSpec spec = backend->cache_spec();
+  EngineOptions eo;
+  eo.block_size = a.block_size;
+  eo.scheduler.max_batch = 4;
+  eo.scheduler.max_step_tokens = a.max_step_tokens;
+  eo.max_context = static_cast<int32_t>(prompt.size()) + a.output + 2;
+  for (size_t g = 0; g < spec.groups.size(); ++g)
+    eo.blocks_per_group.push_back(
+        2 * spec.BlocksFor(static_cast<int>(g), eo.max_context, a.block_size) + 8);
+  eo.kv_tier = std::move(tier);
+  ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
+                   Engine::Create(std::move(backend), nullptr, eo));
+  EngineRequest r;
+  r.prompt = prompt;
+  r.params.temperature = 0.0f;
+  r.params.ignore_eos = true;
+  r.params.max_tokens = a.output;
+  r.agent_key = agent;
+  ASSIGN_OR_RETURN(RequestHandle h, engine->Submit(std::move(r)));
+  TurnResult out;
+  while (true) {
+    RequestOutput ev = h.stream->Pop();
+    if (ev.kind == RequestOutput::Kind::kError) return ev.error;
+    if (ev.kind == RequestOutput::Kind::kDelta) {
+      out.tokens.insert(out.tokens.end(), ev.tokens.begin(), ev.tokens.end());
+      continue;
+    }
+    out.finished = std::move(ev);
+    break;
+  }
+  backend = engine->ReleaseBackend();
+  return out;
+}
+
+Result<nlohmann::json> RunSize(std::unique_ptr<Backend>& backend, const ResumeArgs& a,
+                               store::AgentStore* st, const std::string& store_dir,
+                               const std::string& fingerprint, int n) {
+  const int32_t vocab = backend->config().vocab_size;
+  std::mt19937_64 rng(a.seed + static_cast<uint64_t>(n));
+  std::vector<int32_t> history(n);
+  for (auto& t : history) t = static_cast<int32_t>(rng() % vocab);
+  std::vector<int32_t> turn2 = history;
+  for (int i = 0; i < a.message; ++i) turn2.push_back(static_cast<int32_t>(rng() % vocab));
+  const uint32_t element =
+      a.shuffle > 0 ? static_cast<uint32_t>(a.shuffle) : backend->kv_element_size();
+  ASSIGN_OR_RETURN(std::unique_ptr<store::StoreKvTier> tier_owned,
+                   store::StoreKvTier::Create(st, fingerprint, backend->kv_format(),
+                                              a.block_size, element));
+  std::shared_ptr<store::StoreKvTier> tier(std::move(tier_owned));
+  const std::string agent = "bench-resume-" + std::to_string(n);
+  const bool tty = isatty(STDERR_FILENO);
+  auto progress = [&](const std::string& what) {
+    if (tty) std::cerr << "\r\033[K" << n << " tokens: " << what << std::flush;
+  };
+
+  // Turn 1: prefill the history; its KV goes behind to the store.
+  progress("prefilling the history");
+  const store::KvStoreStats before = st->kv_stats();
+  ASSIGN_OR_RETURN(TurnResult t1, RunTurn(backend, a, tier, history, agent));
+  progress("persisting");
+  const auto persist0 = Clock::now();
+  RETURN_IF_ERROR(st->Flush());
+  const double persist_s = Since(persist0);
+  const store::KvStoreStats after = st->kv_stats();
+  const uint64_t blocks = after.blocks_written - before.blocks_written;
+  const uint64_t stored = after.bytes_written - before.bytes_written;
+  const int group = 0;  // the full-attention group: tiers exist only for such models
+  const uint64_t raw = blocks * backend->cache_spec().BytesPerBlock(group, a.block_size);
+
+  // The tier's raw load rate, from a dropped page cache.
+  DropPageCache(store_dir);
+  progress("loading alone");
+  const auto load0 = Clock::now();
+  ASSIGN_OR_RETURN(KvTierLoad load,
+                   tier->Load(turn2, a.block_size, 0, static_cast<int32_t>(turn2.size())));
+  const double load_s = Since(load0);
+  uint64_t loaded_bytes = 0;
+  for (const KvTierBlock& b : load.blocks) loaded_bytes += b.data.size();
+  RETURN_IF_ERROR(load.problem);
+
+  // Turn 2 after a "restart": restored, then re-prefilled for comparison.
+  DropPageCache(store_dir);
+  progress("resuming from the store");
+  ASSIGN_OR_RETURN(TurnResult restored, RunTurn(backend, a, tier, turn2, agent));
+  progress("re-prefilling");
+  ASSIGN_OR_RETURN(TurnResult reprefill, RunTurn(backend, a, nullptr, turn2, ""));
+  if (tty) std::cerr << "\r\033[K";
+
+  nlohmann::json j;
+  j["history_tokens"] = n;
+  j["turn2_prompt_tokens"] = turn2.size();
+  j["turn1_prefill_ttft_s"] = t1.finished.ttft_s;
+  j["persist_s"] = persist_s;
+  j["blocks_written"] = blocks;
+  j["raw_bytes"] = raw;
+  j["stored_bytes"] = stored;
+  j["compression_ratio"] = stored > 0 ? static_cast<double>(raw) / stored : 0.0;
+  j["shuffle_element_size"] = element;
+  j["load_s"] = load_s;
+  j["load_bytes"] = loaded_bytes;
+  j["load_bytes_per_s"] = load_s > 0 ? loaded_bytes / load_s : 0.0;
+  j["restored_tokens"] = restored.finished.restored_tokens;
+  j["cache_source"] = std::string(CacheSourceName(restored.finished.cache_source));
+  j["ttft_restored_s"] = restored.finished.ttft_s;
+  j["ttft_reprefill_s"] = reprefill.finished.ttft_s;
+  j["restored_bytes_per_s"] =
+      restored.finished.ttft_s > 0
+          ? (static_cast<double>(restored.finished.restored_tokens) / a.block_size) *
+                backend->cache_spec().BytesPerBlock(group, a.block_size) / restored.finished.ttft_s
+          : 0.0;
+  j["speedup"] = restored.finished.ttft_s > 0
+                     ? reprefill.finished.ttft_s / restored.finished.ttft_s
+                     : 0.0;
+  j["same_output"] = restored.tokens == reprefill.tokens;
+  return j;
+}
+
+int RunResume(const ResumeArgs& a) {
+  std::vector<int32_t> sizes;
+  std::string err;
+  if (!ParseIds(a.tokens, sizes, err) ||
+      std::any_of(sizes.begin(), sizes.end(), [](int32_t n) { return n <= 0; })) {
+    std::cerr << "error: bad --tokens '" << a.tokens << "'\n";
+    return 2;
+  }
+  const std::string model_dir = a.model.model_dir.empty() ? DefaultModelDir() : a.model.model_dir;
+  auto files = ModelFiles::Locate(model_dir);
+  auto fingerprint = files.ok() ? files->Fingerprint() : Result<std::string>(files.status());
+  if (!fingerprint.ok()) {
+    std::cerr << "error: " << fingerprint.status().ToString() << "\n";
+    return 1;
+  }
+  auto created = CreateBackend(model_dir, a.model.backend);
+  if (!created.ok()) {
+    std::cerr << "error: " << created.status().ToString() << "\n";
+    return 1;
+  }
+  std::unique_ptr<Backend> backend = std::move(created).value();
+  for (int32_t n : sizes) {
+    if (n + a.message + a.output + 2 > backend->config().max_position_embeddings) {
+      std::cerr << "error: " << n << " tokens do not fit the model's context ("
+                << backend->config().max_position_embeddings << ")\n";
+      return 2;
+    }
+  }
+  std::string dir = a.store_dir;
+  bool scratch = false;
+  if (dir.empty()) {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "agentkv-bench-resume-XXXXXX");
+    if (::mkdtemp(tmpl.data()) == nullptr) {
+      std::cerr << "error: cannot create a scratch store directory\n";
+      return 1;
+    }
+    dir = tmpl;
+    scratch = true;
+  }
+  int rc = 0;
+  nlohmann::json out;
+  {
+    store::StoreOptions so;
+    so.compression_level = a.level;
+    auto st = store::AgentStore::Open(dir, so);
+    if (!st.ok()) {
+      std::cerr << "error: store " << dir << ": " << st.status().ToString() << "\n";
+      return 1;
+    }
+    out["model"] = model_dir;
+    out["device"] = backend->name();
+    out["kv_format"] = backend->kv_format();
+    out["block_size"] = a.block_size;
+    out["zstd_level"] = a.level;
+    out["sizes"] = nlohmann::json::array();
+    for (int32_t n : sizes) {
+      auto r = RunSize(backend, a, st->get(), dir, *fingerprint, n);
+      if (!r.ok()) {
+        std::cerr << "error: " << r.status().ToString() << "\n";
+        rc = 1;
+        break;
+      }
+      out["sizes"].push_back(*r);
+      if (!a.json) {
+        const auto& j = *r;
+        std::cout << n << " tokens: TTFT restored " << j["ttft_restored_s"].get<double>()
+                  << " s vs re-prefill " << j["ttft_reprefill_s"].get<double>() << " s (x"
+                  << j["speedup"].get<double>() << "), compression "
+                  << j["compression_ratio"].get<double>() << "x, load "
+                  << j["load_bytes_per_s"].get<double>() / 1e6 << " MB/s, same output "
+                  << (j["same_output"].get<bool>() ? "yes" : "NO") << "\n";
+      }
+    }
+  }
+  if (scratch) {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+  if (a.json && rc == 0) std::cout << out.dump() << "\n";
+  return rc;
+}
+
+Registrar reg("bench resume",
+              "Persist agents of N tokens and resume them: TTFT restored vs re-prefilled",
+              [](CLI::App& app) -> Runner {
+                auto a = std::make_shared<ResumeArgs>();
+                a->model.Add(app, /*model_required=*/false);
+                app.add_option("--tokens", a->tokens, "Comma-separated history lengths")
+                    ->capture_default_str();
+                app.add_option("--store", a->store_dir,
+                               "Store directory (default: a scratch directory, removed after)");
+                app.add_option("--message", a->message, "Tokens of the new message in turn 2")
+                    ->capture_default_str();
+                app.add_option("--output", a->output, "Tokens generated per turn")
+                    ->capture_default_str();
+                app.add_option("--block-size", a->block_size)->capture_default_str();
+                app.add_option("--max-step-tokens", a->max_step_tokens,
+                               "Token budget of one engine step")
+                    ->capture_default_str();
+                app.add_option("--shuffle", a->shuffle,
+                               "Byte-shuffle width before zstd (1, 2, 4; 0 = the KV element "
+                               "size)")
+                    ->capture_default_str();
+                app.add_option("--zstd-level", a->level, "zstd compression level")
+                    ->capture_default_str();
+                app.add_option("--seed", a->seed, "Seed of the random histories")
+                    ->capture_default_str();
+                app.add_flag("--json", a->json, "Print one JSON object");
+                return [a] { return RunResume(*a); };
+              });
+
+}  // namespace
+}  // namespace agentkv::cli

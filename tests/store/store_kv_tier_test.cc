@@ -1,0 +1,228 @@
+// The store as the engine's KV tier, end to end on the CPU backend: an agent's
+// turn is written behind, a fresh engine (a restart) restores the stored
+// prefix and prefills only the suffix, with the same output as a full
+// prefill; records of another model or KV format are never used; a corrupt
+// record ends the restored prefix and the output is still right.
+#include "store/store_kv_tier.h"
+
+#include <gtest/gtest.h>
+
+#include "../engine/test_model.h"
+#include "engine/cpu_backend.h"
+#include "engine/engine.h"
+#include "store/records.h"
+#include "store_test_util.h"
+
+namespace agentkv::store {
+namespace {
+
+using agentkv::testing::MapWeights;
+using agentkv::testing::RandomWeights;
+using agentkv::testing::SmallConfig;
+using testing::TempDir;
+
+constexpr int kBlock = 4;
+const char kModelFp[] = "0123456789abcdef0123456789abcdef";
+
+struct Done {
+  std::vector<int32_t> tokens;
+  RequestOutput finished;
+};
+
+Done Collect(const RequestHandle& h) {
+  Done d;
+  while (true) {
+    RequestOutput ev = h.stream->Pop();
+    if (ev.kind == RequestOutput::Kind::kDelta) {
+      d.tokens.insert(d.tokens.end(), ev.tokens.begin(), ev.tokens.end());
+      continue;
+    }
+    d.finished = std::move(ev);
+    return d;
+  }
+}
+
+std::unique_ptr<Engine> MakeEngine(std::shared_ptr<KvTier> tier, int blocks = 256) {
+  const ModelConfig c = SmallConfig(Architecture::kQwen3);
+  const MapWeights w = RandomWeights(c, 21);
+  auto backend = CpuBackend::Create(c, w, CpuBackendOptions{1});
+  EXPECT_TRUE(backend.ok());
+  EngineOptions o;
+  o.block_size = kBlock;
+  o.scheduler.max_batch = 8;
+  o.scheduler.max_step_tokens = 64;
+  o.blocks_per_group.assign(c.CacheSpec(KvDtype::kF32).groups.size(), blocks);
+  o.kv_tier = std::move(tier);
+  auto e = Engine::Create(std::move(backend).value(), nullptr, o);
+  EXPECT_TRUE(e.ok()) << e.status().ToString();
+  return std::move(e).value();
+}
+
+EngineRequest Greedy(std::vector<int32_t> prompt, int max_tokens, std::string agent = "") {
+  EngineRequest r;
+  r.prompt = std::move(prompt);
+  r.params.temperature = 0;
+  r.params.ignore_eos = true;
+  r.params.max_tokens = max_tokens;
+  r.agent_key = std::move(agent);
+  return r;
+}
+
+std::vector<int32_t> Prompt(int n, int salt = 0) {
+  std::vector<int32_t> v;
+  for (int i = 0; i < n; ++i) v.push_back((3 + salt + 7 * i) % 97);
+  return v;
+}
+
+std::shared_ptr<StoreKvTier> Tier(AgentStore* store, const std::string& kv_format = "f32",
+                                  const std::string& model_fp = kModelFp) {
+  auto t = StoreKvTier::Create(store, model_fp, kv_format, kBlock, 4);
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  return std::shared_ptr<StoreKvTier>(std::move(t).value());
+}
+
+class StoreKvTierTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    StoreOptions o;
+    o.sync = false;
+    auto s = AgentStore::Open(dir_.path(), o);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    store_ = std::move(s).value();
+  }
+  // One agent turn on a fresh engine; flushes the store afterwards.
+  Done Turn(std::shared_ptr<KvTier> tier, std::vector<int32_t> prompt, int max_tokens,
+            const std::string& agent) {
+    auto e = MakeEngine(tier);
+    Done d = Collect(e->Submit(Greedy(std::move(prompt), max_tokens, agent)).value());
+    e->Stop();
+    EXPECT_TRUE(store_->Flush().ok());
+    return d;
+  }
+
+  TempDir dir_;
+  std::unique_ptr<AgentStore> store_;
+};
+
+TEST_F(StoreKvTierTest, RestartRestoresStoredPrefixWithSameOutput) {
+  auto tier = Tier(store_.get());
+  // Turn 1: 41 prompt tokens + 8 generated = 12 full blocks after the turn.
+  const std::vector<int32_t> p1 = Prompt(41);
+  Done t1 = Turn(tier, p1, 8, "agent-a");
+  EXPECT_EQ(t1.finished.cache_source, CacheSource::kNone);
+  auto chain = store_->GetKvChain("agent-a", tier->fingerprint());
+  ASSERT_TRUE(chain.ok());
+  EXPECT_EQ(chain->size(), (41u + 8u - 1) / kBlock);  // the last token's KV is not computed
+
+  // Turn 2 after a "restart": the history plus a new message.
+  std::vector<int32_t> p2 = p1;
+  p2.insert(p2.end(), t1.tokens.begin(), t1.tokens.end());
+  for (int32_t t : Prompt(9, 5)) p2.push_back(t);
+  Done restored = Turn(tier, p2, 12, "agent-a");
+  Done reference = Turn(nullptr, p2, 12, "");
+  EXPECT_EQ(restored.tokens, reference.tokens);
+  EXPECT_EQ(restored.finished.cache_source, CacheSource::kDisk);
+  EXPECT_EQ(restored.finished.restored_tokens, static_cast<int64_t>(chain->size()) * kBlock);
+  EXPECT_EQ(restored.finished.cached_tokens, restored.finished.restored_tokens);
+  EXPECT_EQ(reference.finished.cached_tokens, 0);
+
+  // The chain now covers turn 2 too, written incrementally.
+  auto chain2 = store_->GetKvChain("agent-a", tier->fingerprint());
+  ASSERT_TRUE(chain2.ok());
+  EXPECT_EQ(chain2->size(), (p2.size() + 12 - 1) / kBlock);
+}
+
+TEST_F(StoreKvTierTest, ResidentPrefixIsNotReloadedAndStatsCount) {
+  auto tier = Tier(store_.get());
+  auto e = MakeEngine(tier);
+  const std::vector<int32_t> p1 = Prompt(30);
+  Done t1 = Collect(e->Submit(Greedy(p1, 4, "agent-r")).value());
+  std::vector<int32_t> p2 = p1;
+  p2.insert(p2.end(), t1.tokens.begin(), t1.tokens.end());
+  p2.push_back(11);
+  Done t2 = Collect(e->Submit(Greedy(p2, 4, "agent-r")).value());
+  EXPECT_EQ(t2.finished.cache_source, CacheSource::kResident);
+  EXPECT_EQ(t2.finished.restored_tokens, 0);
+  EXPECT_GT(e->AgentResidentTokens("agent-r"), 30);
+  e->Drain();
+  const EngineStats st = e->Stats();
+  EXPECT_EQ(st.resumed_none, 1);
+  EXPECT_EQ(st.resumed_resident, 1);
+  EXPECT_EQ(st.resumed_disk, 0);
+  EXPECT_GT(st.saved_blocks, 0);
+}
+
+TEST_F(StoreKvTierTest, OtherModelOrFormatNeverRestores) {
+  const std::vector<int32_t> p = Prompt(40);
+  Turn(Tier(store_.get()), p, 4, "agent-b");
+  std::vector<int32_t> p2 = p;
+  p2.push_back(1);
+  Done other_model = Turn(Tier(store_.get(), "f32", std::string(32, 'e')), p2, 4, "agent-b");
+  EXPECT_EQ(other_model.finished.cached_tokens, 0);
+  Done other_format = Turn(Tier(store_.get(), "bf16"), p2, 4, "agent-b");
+  EXPECT_EQ(other_format.finished.cached_tokens, 0);
+  Done same = Turn(Tier(store_.get()), p2, 4, "agent-b");
+  EXPECT_EQ(same.finished.cache_source, CacheSource::kDisk);
+  EXPECT_EQ(same.finished.restored_tokens, 40);
+}
+
+TEST_F(StoreKvTierTest, CorruptRecordEndsPrefixAndOutputIsStillRight) {
+  auto tier = Tier(store_.get());
+  const std::vector<int32_t> p = Prompt(48);
+  Turn(tier, p, 2, "agent-c");
+  // Flip one byte in the KV record of block 5.
+  const std::vector<BlockHash> hashes = HashFullBlocks(p, kBlock);
+  const std::string key = KvKey(tier->fingerprint(), hashes[5]);
+  {
+    auto st = store_->env().Write([&](LmdbEnv::WriteTxn& t) -> Status {
+      ASSIGN_OR_RETURN(auto v, t.Get(Db::kKv, key));
+      if (!v) return NotFound("record");
+      std::string bad(*v);
+      bad[bad.size() / 2] ^= 0x40;
+      return t.Put(Db::kKv, key, bad);
+    });
+    ASSERT_TRUE(st.ok()) << st.ToString();
+  }
+  std::vector<int32_t> p2 = p;
+  p2.push_back(2);
+  auto e = MakeEngine(tier);
+  Done restored = Collect(e->Submit(Greedy(p2, 6, "agent-c")).value());
+  e->Drain();
+  EXPECT_EQ(restored.finished.restored_tokens, 5 * kBlock);
+  EXPECT_EQ(e->Stats().restore_problems, 1);
+  Done reference = Turn(nullptr, p2, 6, "");
+  EXPECT_EQ(restored.tokens, reference.tokens);
+}
+
+TEST_F(StoreKvTierTest, SmallPoolRestoresWhatFitsAndStaysCorrect) {
+  auto tier = Tier(store_.get());
+  const std::vector<int32_t> p = Prompt(100);
+  Turn(tier, p, 2, "agent-d");
+  std::vector<int32_t> p2 = p;
+  p2.push_back(4);
+  // 40 blocks: the 26-block prompt fits with room to generate.
+  auto e = MakeEngine(tier, 40);
+  Done restored = Collect(e->Submit(Greedy(p2, 8, "agent-d")).value());
+  Done reference = Turn(nullptr, p2, 8, "");
+  EXPECT_EQ(restored.tokens, reference.tokens);
+  EXPECT_EQ(restored.finished.restored_tokens, 100);
+}
+
+TEST_F(StoreKvTierTest, CancelWhileLoadingFinishesCancelled) {
+  auto tier = Tier(store_.get());
+  const std::vector<int32_t> p = Prompt(60);
+  Turn(tier, p, 2, "agent-e");
+  auto e = MakeEngine(tier);
+  std::vector<int32_t> p2 = p;
+  p2.push_back(9);
+  auto h = e->Submit(Greedy(p2, 50, "agent-e")).value();
+  e->Cancel(h.id);
+  Done d = Collect(h);
+  EXPECT_TRUE(d.finished.cancelled || d.finished.finish == FinishReason::kLength);
+  e->Drain();
+  EXPECT_EQ(e->Stats().loading, 0);
+  for (const BlockPoolStats& ps : e->Stats().pools) EXPECT_EQ(ps.in_use, 0);
+}
+
+}  // namespace
+}  // namespace agentkv::store
