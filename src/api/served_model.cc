@@ -143,6 +143,10 @@ Status ParseSampling(const json& body, const char* stop_key, SamplingParams* p) 
     if (!body["seed"].is_number_integer()) return InvalidArgument("'seed' must be an integer");
     p->seed = static_cast<uint64_t>(body["seed"].get<int64_t>());
   }
+  if (body.contains("ignore_eos") && !body["ignore_eos"].is_null()) {
+    if (!body["ignore_eos"].is_boolean()) return InvalidArgument("'ignore_eos' must be a boolean");
+    p->ignore_eos = body["ignore_eos"].get<bool>();
+  }
   if (body.contains(stop_key) && !body[stop_key].is_null()) {
     const json& s = body[stop_key];
     if (s.is_string()) {

@@ -93,7 +93,8 @@ int HttpStatusFor(const Status& s);
 
 // Reads the sampling fields both protocols share into `p`: temperature,
 // top_p, top_k, min_p, seed, presence_penalty, frequency_penalty,
-// repetition_penalty, and stop strings from `stop_key` (string or list).
+// repetition_penalty, ignore_eos (a vLLM extension), and stop strings from
+// `stop_key` (string or list).
 // InvalidArgument naming the field when one has the wrong type.
 Status ParseSampling(const nlohmann::json& body, const char* stop_key, SamplingParams* p);
 

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -26,19 +27,28 @@ struct Child {
 };
 
 // Starts the server with stdout on a pipe; stderr stays the test's.
-Child StartServer() {
+// `store` empty: a fresh temporary store.
+Child StartServer(std::string store = "", std::vector<std::string> extra = {}) {
+  if (store.empty()) {
+    char tmpl[] = "/tmp/agentkv-server-test-XXXXXX";
+    if (mkdtemp(tmpl) == nullptr) return {};
+    store = tmpl;
+  }
   int fds[2];
   if (pipe(fds) != 0) return {};
+  const std::string model = std::string(AGENTKV_DATA_DIR) + "/models/default";
+  std::vector<std::string> argv = {AGENTKV_BINARY, "serve", "--model", model, "--port", "0",
+                                   "--threads",    "1",     "--store", store};
+  for (auto& e : extra) argv.push_back(e);
   const pid_t pid = fork();
   if (pid == 0) {
     dup2(fds[1], STDOUT_FILENO);
     close(fds[0]);
     close(fds[1]);
-    const std::string model = std::string(AGENTKV_DATA_DIR) + "/models/default";
-    char store[] = "/tmp/agentkv-server-test-XXXXXX";
-    if (mkdtemp(store) == nullptr) _exit(126);
-    execl(AGENTKV_BINARY, AGENTKV_BINARY, "serve", "--model", model.c_str(), "--port", "0",
-          "--threads", "1", "--store", store, static_cast<char*>(nullptr));
+    std::vector<char*> cargv;
+    for (auto& a : argv) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    execv(AGENTKV_BINARY, cargv.data());
     _exit(127);
   }
   close(fds[1]);
@@ -78,6 +88,144 @@ std::string RunShell(const std::string& cmd, int* status) {
   while ((n = fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
   *status = pclose(f);
   return out;
+}
+
+// Sends SIGTERM and waits for a clean exit; false (after SIGKILL) if the
+// server did not exit 0 within 20 s.
+bool StopServer(Child& c) {
+  kill(c.pid, SIGTERM);
+  int wstatus = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  pid_t r = 0;
+  while ((r = waitpid(c.pid, &wstatus, WNOHANG)) == 0 &&
+         std::chrono::steady_clock::now() < deadline) {
+    usleep(20 * 1000);
+  }
+  if (r == 0) {
+    kill(c.pid, SIGKILL);
+    waitpid(c.pid, &wstatus, 0);
+  }
+  close(c.out_fd);
+  return r != 0 && WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0;
+}
+
+std::string MakeTempDir() {
+  char tmpl[] = "/tmp/agentkv-server-test-XXXXXX";
+  return mkdtemp(tmpl) ? std::string(tmpl) : std::string();
+}
+
+// The agent-layer scenarios of tests/api/agents.cjs, each against its own
+// server (fresh store unless given).
+class AgentsE2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    npm_ = fs::path(AGENTKV_SOURCE_DIR) / "tools/npm";
+    int st = 0;
+    RunShell("node --version > /dev/null 2>&1", &st);
+    if (st != 0) GTEST_SKIP() << "node is not installed";
+    if (!fs::exists(npm_ / "node_modules/openai")) GTEST_SKIP() << "npm packages missing";
+    if (!fs::exists(fs::path(AGENTKV_DATA_DIR) / "models/default/config.json")) {
+      GTEST_SKIP() << "default model missing";
+    }
+    store_ = MakeTempDir();
+  }
+  void TearDown() override {
+    if (!store_.empty()) fs::remove_all(store_);
+  }
+
+  // Starts a server on `store_`; the port, or -1.
+  int Start(Child* c) {
+    *c = StartServer(store_);
+    if (c->pid <= 0) return -1;
+    std::string seen;
+    const int port = WaitListening(c->out_fd, 60, &seen);
+    if (port <= 0) {
+      kill(c->pid, SIGKILL);
+      waitpid(c->pid, nullptr, 0);
+    }
+    return port;
+  }
+
+  // Runs a scenario; its output, with *ok set when it printed ALL OK.
+  std::string Scenario(const std::string& name, int port, const std::string& args, bool* ok) {
+    const std::string script = std::string(AGENTKV_SOURCE_DIR) + "/tests/api/agents.cjs";
+    int st = 0;
+    const std::string out =
+        RunShell("timeout 120 node '" + script + "' " + name + " " + std::to_string(port) + " '" +
+                     npm_.string() + "' " + args + " 2>&1",
+                 &st);
+    *ok = st == 0 && out.find("ALL OK") != std::string::npos;
+    return out;
+  }
+
+  fs::path npm_;
+  std::string store_;
+};
+
+TEST_F(AgentsE2eTest, ConcurrentTurnsOfOneAgentRunInOrder) {
+  Child c;
+  const int port = Start(&c);
+  ASSERT_GT(port, 0);
+  bool ok = false;
+  const std::string out = Scenario("order", port, "", &ok);
+  EXPECT_TRUE(ok) << out;
+  EXPECT_TRUE(StopServer(c));
+}
+
+TEST_F(AgentsE2eTest, SixteenAgentsShareABatch) {
+  Child c;
+  const int port = Start(&c);
+  ASSERT_GT(port, 0);
+  bool ok = false;
+  const std::string out = Scenario("parallel", port, "", &ok);
+  EXPECT_TRUE(ok) << out;
+  EXPECT_TRUE(StopServer(c));
+}
+
+TEST_F(AgentsE2eTest, ClientDisconnectReleasesBlocks) {
+  Child c;
+  const int port = Start(&c);
+  ASSERT_GT(port, 0);
+  bool ok = false;
+  const std::string out = Scenario("disconnect", port, "", &ok);
+  EXPECT_TRUE(ok) << out;
+  EXPECT_TRUE(StopServer(c));
+}
+
+TEST_F(AgentsE2eTest, AgentResumesFromDiskAfterRestart) {
+  Child c;
+  int port = Start(&c);
+  ASSERT_GT(port, 0);
+  bool ok = false;
+  std::string out = Scenario("restart1", port, "", &ok);
+  EXPECT_TRUE(ok) << out;
+  ASSERT_TRUE(StopServer(c));  // SIGTERM flushes the KV to the store
+  port = Start(&c);
+  ASSERT_GT(port, 0);
+  out = Scenario("restart2", port, "", &ok);
+  EXPECT_TRUE(ok) << out;
+  EXPECT_TRUE(StopServer(c));
+}
+
+TEST_F(AgentsE2eTest, HotSwapAndBack) {
+  // A second, smaller model with the same tokenizer.
+  const std::string other = store_ + "/model-b";
+  int st = 0;
+  const std::string synth =
+      RunShell(std::string(AGENTKV_BINARY) + " model synth --arch qwen3 --tokenizer '" +
+                   AGENTKV_DATA_DIR + "/tokenizers/qwen3' --out '" + other +
+                   "' --layers 2 --hidden 64 --heads 2 --kv-heads 1 "
+                   "--seed 7 2>&1",
+               &st);
+  ASSERT_EQ(st, 0) << synth;
+  Child c;
+  const int port = Start(&c);
+  ASSERT_GT(port, 0);
+  bool ok = false;
+  const std::string model_a = std::string(AGENTKV_DATA_DIR) + "/models/default";
+  const std::string out = Scenario("swap", port, "'" + model_a + "' '" + other + "'", &ok);
+  EXPECT_TRUE(ok) << out;
+  EXPECT_TRUE(StopServer(c));
 }
 
 TEST(ServeTest, OfficialClientsAgainstServer) {
