@@ -1,0 +1,338 @@
+// Each CUDA kernel against its CPU reference (engine/cpu_kernels.h) on fresh
+// random inputs, outputs poisoned with NaN before the launch so an unwritten
+// element fails. Tolerances (relative L2 error): 1e-2 where the kernel's
+// output is bf16 (rounding alone is ~3e-3); 2e-2 for attention, whose
+// probabilities also pass through bf16 on the tensor cores; exact for argmax.
+#include "cuda_test_util.h"
+
+#ifdef AGENTKV_HAVE_CUDA
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+
+#include "engine/cpu_kernels.h"
+#include "engine/cuda/cuda_kernels.h"
+
+namespace agentkv {
+namespace {
+
+using namespace agentkv::testing;
+
+std::vector<float> Random(size_t n, std::mt19937& rng, float sd = 1.f, float mean = 0.f) {
+  std::normal_distribution<float> nd(mean, sd);
+  std::vector<float> v(n);
+  for (auto& x : v) x = nd(rng);
+  return v;
+}
+std::vector<uint16_t> Bf16Of(const std::vector<float>& v) {
+  std::vector<uint16_t> b(v.size());
+  for (size_t i = 0; i < v.size(); ++i) b[i] = ToBf16(v[i]);
+  return b;
+}
+std::vector<float> Rounded(std::vector<float> v) {
+  for (auto& x : v) x = RoundBf16(x);
+  return v;
+}
+
+TEST(CudaKernels, RmsNorm) {
+  AGENTKV_REQUIRE_GPU();
+  std::mt19937 rng(1);
+  for (bool plus_one : {false, true}) {
+    for (int dim : {48, 2048, 4096}) {
+      const int rows = 7;
+      auto x = Random(rows * dim, rng, 2.f);
+      auto w = Random(dim, rng, 0.2f, plus_one ? 0.f : 1.f);
+      std::vector<int32_t> idx = {3, 0, 6};
+      auto dx = Upload(x), dw = Upload(w), di = Upload(idx);
+      auto out = Poisoned<uint16_t>(rows * dim);
+      ASSERT_EQ(cuda::LaunchRmsNorm(dx.get<float>(), nullptr, dw.get<float>(),
+                                    out.get<cuda::bf16_t>(), rows, dim, 1e-6f, plus_one, nullptr),
+                cudaSuccess);
+      std::vector<float> ref(rows * dim);
+      kernels::RmsNorm(x.data(), w.data(), ref.data(), rows, dim, 1e-6f, plus_one);
+      EXPECT_LT(RelErr(DownloadBf16(out, rows * dim), ref), 1e-2) << dim << " " << plus_one;
+      // Gathered rows (the final norm of the logits rows).
+      auto out2 = Poisoned<uint16_t>(3 * dim);
+      ASSERT_EQ(cuda::LaunchRmsNorm(dx.get<float>(), di.get<int32_t>(), dw.get<float>(),
+                                    out2.get<cuda::bf16_t>(), 3, dim, 1e-6f, plus_one, nullptr),
+                cudaSuccess);
+      std::vector<float> ref2;
+      for (int r : idx) ref2.insert(ref2.end(), ref.begin() + r * dim, ref.begin() + (r + 1) * dim);
+      EXPECT_LT(RelErr(DownloadBf16(out2, 3 * dim), ref2), 1e-2);
+    }
+  }
+}
+
+TEST(CudaKernels, AddNormed) {
+  AGENTKV_REQUIRE_GPU();
+  std::mt19937 rng(2);
+  const int rows = 5, dim = 1152;
+  auto o = Random(rows * dim, rng), x = Random(rows * dim, rng);
+  auto w1 = Random(dim, rng, 0.2f), w2 = Random(dim, rng, 0.2f);
+  auto d_o = Upload(o), dx = Upload(x), dw1 = Upload(w1), dw2 = Upload(w2);
+  auto h = Poisoned<uint16_t>(rows * dim);
+  ASSERT_EQ(
+      cuda::LaunchAddNormed(d_o.get<float>(), dw1.get<float>(), dx.get<float>(), dw2.get<float>(),
+                            h.get<cuda::bf16_t>(), rows, dim, 1e-6f, true, nullptr),
+      cudaSuccess);
+  std::vector<float> on(rows * dim), hr(rows * dim), xr = x;
+  kernels::RmsNorm(o.data(), w1.data(), on.data(), rows, dim, 1e-6f, true);
+  for (size_t i = 0; i < xr.size(); ++i) xr[i] += on[i];
+  kernels::RmsNorm(xr.data(), w2.data(), hr.data(), rows, dim, 1e-6f, true);
+  EXPECT_LT(RelErr(Download<float>(dx, rows * dim), xr), 1e-5);
+  EXPECT_LT(RelErr(DownloadBf16(h, rows * dim), hr), 1e-2);
+}
+
+TEST(CudaKernels, QkvPostMatchesNormAndRope) {
+  AGENTKV_REQUIRE_GPU();
+  std::mt19937 rng(3);
+  for (int D : {16, 64, 128, 256}) {
+    const int T = 6, nh = 8, nkv = 2, heads = nh + 2 * nkv;
+    RopeSpec rope;
+    rope.theta = 500000.f;
+    rope.type = "llama3";
+    rope.factor = 8.f;
+    rope.original_max_position = 1024;
+    const auto inv = kernels::RopeInvFreq(rope, D);
+    std::vector<int32_t> pos = {0, 1, 17, 300, 4095, 70000};
+    auto qkv = Random(T * heads * D, rng);
+    auto bias = Random(heads * D, rng, 0.1f);
+    auto qn = Random(D, rng, 0.1f, 1.f), kn = Random(D, rng, 0.1f, 1.f);
+    auto dqkv = Upload(qkv), db = Upload(bias), dqn = Upload(qn), dkn = Upload(kn),
+         dinv = Upload(inv), dpos = Upload(pos);
+    auto q = Poisoned<uint16_t>(T * nh * D), k = Poisoned<uint16_t>(T * nkv * D),
+         v = Poisoned<uint16_t>(T * nkv * D);
+    ASSERT_EQ(cuda::LaunchQkvPost(dqkv.get<float>(), db.get<float>(), dqn.get<float>(),
+                                  dkn.get<float>(), dinv.get<float>(), dpos.get<int32_t>(), T, nh,
+                                  nkv, D, 1e-6f, false, q.get<cuda::bf16_t>(),
+                                  k.get<cuda::bf16_t>(), v.get<cuda::bf16_t>(), nullptr),
+              cudaSuccess);
+    std::vector<float> rq, rk, rv;
+    for (int t = 0; t < T; ++t) {
+      std::vector<float> row(qkv.begin() + t * heads * D, qkv.begin() + (t + 1) * heads * D);
+      for (int i = 0; i < heads * D; ++i) row[i] += bias[i];
+      float* qp = row.data();
+      float* kp = qp + nh * D;
+      kernels::RmsNorm(qp, qn.data(), qp, nh, D, 1e-6f, false);
+      kernels::RmsNorm(kp, kn.data(), kp, nkv, D, 1e-6f, false);
+      kernels::ApplyRope(qp, nh, D, pos[t], inv.data());
+      kernels::ApplyRope(kp, nkv, D, pos[t], inv.data());
+      rq.insert(rq.end(), qp, qp + nh * D);
+      rk.insert(rk.end(), kp, kp + nkv * D);
+      rv.insert(rv.end(), kp + nkv * D, kp + 2 * nkv * D);
+    }
+    EXPECT_LT(RelErr(DownloadBf16(q, rq.size()), rq), 1e-2) << D;
+    EXPECT_LT(RelErr(DownloadBf16(k, rk.size()), rk), 1e-2) << D;
+    EXPECT_LT(RelErr(DownloadBf16(v, rv.size()), rv), 1e-2) << D;
+  }
+}
+
+TEST(CudaKernels, GatedActivation) {
+  AGENTKV_REQUIRE_GPU();
+  std::mt19937 rng(4);
+  const int rows = 3, n = 1000;
+  for (Activation a : {Activation::kSilu, Activation::kGeluTanh}) {
+    auto gu = Rounded(Random(rows * 2 * n, rng, 2.f));
+    auto d = Upload(Bf16Of(gu));
+    auto out = Poisoned<uint16_t>(rows * n);
+    ASSERT_EQ(cuda::LaunchGatedAct(d.get<cuda::bf16_t>(), out.get<cuda::bf16_t>(), rows, n,
+                                   a == Activation::kSilu ? 0 : 1, nullptr),
+              cudaSuccess);
+    std::vector<float> ref(rows * n);
+    kernels::GatedActivation(gu.data(), ref.data(), rows, n, a);
+    EXPECT_LT(RelErr(DownloadBf16(out, rows * n), ref), 1e-2);
+  }
+}
+
+TEST(CudaKernels, ArgmaxTiesAndNaN) {
+  AGENTKV_REQUIRE_GPU();
+  std::mt19937 rng(5);
+  const int cols = 151936;
+  std::vector<float> x = Random(4 * cols, rng);
+  x[0 * cols + 777] = 50.f;
+  x[0 * cols + 90000] = 50.f;  // tie: the lower id wins
+  x[1 * cols + 5] = NAN;
+  x[1 * cols + 100000] = 60.f;
+  std::fill(x.begin() + 2 * cols, x.begin() + 3 * cols, -INFINITY);  // nothing beats -inf: 0
+  auto d = Upload(x);
+  auto out = Poisoned<int32_t>(4);
+  ASSERT_EQ(cuda::LaunchArgmax(d.get<float>(), 4, cols, out.get<int32_t>(), nullptr), cudaSuccess);
+  auto got = Download<int32_t>(out, 4);
+  int32_t best3 = 0;
+  for (int i = 1; i < cols; ++i)
+    if (x[3 * cols + i] > x[3 * cols + best3]) best3 = i;
+  EXPECT_EQ(got[0], 777);
+  EXPECT_EQ(got[1], 100000);
+  EXPECT_EQ(got[2], 0);
+  EXPECT_EQ(got[3], best3);
+}
+
+TEST(CudaKernels, EmbedAndSoftcap) {
+  AGENTKV_REQUIRE_GPU();
+  std::mt19937 rng(6);
+  const int V = 50, H = 96;
+  auto table = Rounded(Random(V * H, rng));
+  std::vector<int32_t> toks = {3, 49, 0, 3};
+  auto dt = Upload(Bf16Of(table)), dk = Upload(toks);
+  auto x = Poisoned<float>(toks.size() * H);
+  ASSERT_EQ(cuda::LaunchEmbed(dt.get<cuda::bf16_t>(), dk.get<int32_t>(), 4, H, 2.5f, x.get<float>(),
+                              nullptr),
+            cudaSuccess);
+  ASSERT_EQ(cuda::LaunchSoftcap(x.get<float>(), 4 * H, 3.f, nullptr), cudaSuccess);
+  auto got = Download<float>(x, 4 * H);
+  for (int t = 0; t < 4; ++t)
+    for (int d = 0; d < H; ++d)
+      EXPECT_NEAR(got[t * H + d], 3.f * std::tanh(table[toks[t] * H + d] * 2.5f / 3.f), 1e-5f);
+}
+
+// Paged attention against AttendOne over the same bf16 values: sequences
+// mixing a long prefill chunk, chunks continuing cached context and decode
+// tokens; full attention and sliding rings; with and without key splits.
+struct AttnCase {
+  int head_dim, nh, nkv, window, splits;
+};
+
+class CudaAttention : public ::testing::TestWithParam<AttnCase> {};
+
+TEST_P(CudaAttention, MatchesCpuReference) {
+  AGENTKV_REQUIRE_GPU();
+  const AttnCase pc = GetParam();
+  const int D = pc.head_dim, nh = pc.nh, nkv = pc.nkv, G = nh / nkv, bs = 16;
+  std::mt19937 rng(7 + D + pc.window + pc.splits);
+  struct Seq {
+    int start, n;
+  };
+  const std::vector<Seq> seqs = {{0, 37}, {100, 1}, {50, 9}, {530, 1}, {0, 1}, {200, 70}};
+  const int ring = pc.window > 0 ? (pc.window + bs - 1) / bs + 1 : 0;
+  // Block tables: distinct shuffled block ids per sequence.
+  int width = 0;
+  for (const Seq& s : seqs) width = std::max(width, (s.start + s.n + bs - 1) / bs);
+  if (ring) width = std::min(width, ring);
+  const int B = static_cast<int>(seqs.size());
+  std::vector<int32_t> ids(B * width);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  const int num_blocks = B * width;
+  const int64_t row = static_cast<int64_t>(nkv) * D;
+  const int64_t block_stride = 2 * bs * row;  // one layer in the group
+  std::vector<uint16_t> cache(num_blocks * block_stride, ToBf16(NAN));
+  // Every position's K and V (cached ones and this step's), bf16-exact.
+  std::vector<std::vector<float>> keys(B), vals(B);
+  int T = 0;
+  for (int s = 0; s < B; ++s) {
+    const int end = seqs[s].start + seqs[s].n;
+    keys[s] = Rounded(Random(static_cast<size_t>(end) * row, rng));
+    vals[s] = Rounded(Random(static_cast<size_t>(end) * row, rng));
+    for (int p = 0; p < seqs[s].start; ++p) {  // in order: rings keep the newest
+      const int lb = p / bs;
+      const int blk = ids[s * width + (ring ? lb % ring : lb)];
+      for (int i = 0; i < row; ++i) {
+        cache[blk * block_stride + (p % bs) * row + i] = ToBf16(keys[s][p * row + i]);
+        cache[blk * block_stride + (bs + p % bs) * row + i] = ToBf16(vals[s][p * row + i]);
+      }
+    }
+    T += seqs[s].n;
+  }
+  std::vector<float> q = Rounded(Random(static_cast<size_t>(T) * nh * D, rng));
+  std::vector<uint16_t> knew(T * row), vnew(T * row);
+  std::vector<int32_t> pos(T), seq_start(B), seq_first(B), tile_seq, tile_t0, tile_n;
+  const int tpt = cuda::TokensPerTile(G);
+  int t = 0;
+  for (int s = 0; s < B; ++s) {
+    seq_start[s] = seqs[s].start;
+    seq_first[s] = t;
+    for (int i = 0; i < seqs[s].n; i += tpt) {
+      tile_seq.push_back(s);
+      tile_t0.push_back(t + i);
+      tile_n.push_back(std::min(tpt, seqs[s].n - i));
+    }
+    for (int i = 0; i < seqs[s].n; ++i, ++t) {
+      pos[t] = seqs[s].start + i;
+      for (int j = 0; j < row; ++j) {
+        knew[t * row + j] = ToBf16(keys[s][pos[t] * row + j]);
+        vnew[t * row + j] = ToBf16(vals[s][pos[t] * row + j]);
+      }
+    }
+  }
+  tile_seq.push_back(0);  // a padding tile
+  tile_t0.push_back(0);
+  tile_n.push_back(0);
+  auto dq = Upload(Bf16Of(q)), dk = Upload(knew), dv = Upload(vnew), dc = Upload(cache),
+       dtab = Upload(ids), dpos = Upload(pos), dss = Upload(seq_start), dsf = Upload(seq_first),
+       dts = Upload(tile_seq), dt0 = Upload(tile_t0), dtn = Upload(tile_n);
+  auto part_o = Poisoned<float>(static_cast<size_t>(T) * nh * pc.splits * D);
+  auto part_ml = Poisoned<float>(static_cast<size_t>(T) * nh * pc.splits * 2);
+  auto out = Poisoned<uint16_t>(static_cast<size_t>(T) * nh * D);
+  cuda::AttentionParams p;
+  p.q = dq.get<cuda::bf16_t>();
+  p.k_new = dk.get<cuda::bf16_t>();
+  p.v_new = dv.get<cuda::bf16_t>();
+  p.cache.base = dc.get<cuda::bf16_t>();
+  p.cache.block_stride = block_stride;
+  p.cache.layer_offset = 0;
+  p.cache.block_size = bs;
+  p.cache.ring = ring;
+  p.cache.tables = dtab.get<int32_t>();
+  p.cache.table_stride = width;
+  p.pos = dpos.get<int32_t>();
+  p.seq_start = dss.get<int32_t>();
+  p.seq_first = dsf.get<int32_t>();
+  p.tile_seq = dts.get<int32_t>();
+  p.tile_t0 = dt0.get<int32_t>();
+  p.tile_n = dtn.get<int32_t>();
+  p.num_tiles = static_cast<int>(tile_n.size());
+  p.tokens = T;
+  p.nh = nh;
+  p.nkv = nkv;
+  p.head_dim = D;
+  p.window = pc.window;
+  p.scale = 1.f / std::sqrt(static_cast<float>(D));
+  p.softcap = pc.window == 7 ? 30.f : 0.f;
+  p.splits = pc.splits;
+  p.part_o = part_o.get<float>();
+  p.part_ml = part_ml.get<float>();
+  p.out = out.get<cuda::bf16_t>();
+  ASSERT_EQ(cuda::LaunchAttention(p, nullptr), cudaSuccess);
+  std::vector<float> got = DownloadBf16(out, static_cast<size_t>(T) * nh * D);
+
+  std::vector<float> ref(static_cast<size_t>(T) * nh * D), scores(4096);
+  t = 0;
+  for (int s = 0; s < B; ++s) {
+    for (int i = 0; i < seqs[s].n; ++i, ++t) {
+      const int ps = pos[t];
+      const int lo = pc.window > 0 ? std::max(0, ps - pc.window + 1) : 0;
+      for (int h = 0; h < nh; ++h) {
+        const int kvh = h / G;
+        kernels::AttendOne(
+            q.data() + (static_cast<int64_t>(t) * nh + h) * D, ps - lo + 1, D, p.scale, p.softcap,
+            [&](int j) { return keys[s].data() + (lo + j) * row + kvh * D; },
+            [&](int j) { return vals[s].data() + (lo + j) * row + kvh * D; }, scores.data(),
+            ref.data() + (static_cast<int64_t>(t) * nh + h) * D);
+      }
+    }
+  }
+  EXPECT_LT(RelErr(got, ref), 2e-2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,
+                         ::testing::Values(AttnCase{64, 32, 8, 0, 1}, AttnCase{64, 32, 8, 0, 7},
+                                           AttnCase{128, 32, 8, 0, 1}, AttnCase{128, 32, 8, 0, 4},
+                                           AttnCase{16, 4, 2, 7, 1}, AttnCase{16, 4, 2, 7, 3},
+                                           AttnCase{256, 8, 2, 40, 1}, AttnCase{256, 8, 2, 40, 5},
+                                           AttnCase{32, 4, 1, 0, 2}, AttnCase{128, 7, 1, 0, 1}),
+                         [](const auto& info) {
+                           const AttnCase& c = info.param;
+                           return "D" + std::to_string(c.head_dim) + "_h" + std::to_string(c.nh) +
+                                  "_kv" + std::to_string(c.nkv) + "_w" + std::to_string(c.window) +
+                                  "_s" + std::to_string(c.splits);
+                         });
+
+}  // namespace
+}  // namespace agentkv
+
+#else
+
+TEST(CudaKernels, Skipped) { GTEST_SKIP() << "built without CUDA (no toolkit found)"; }
+
+#endif

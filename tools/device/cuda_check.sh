@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# On the GPU machine (run tool), from the repository root, after
+# tools/device/pack_cuda.sh here and with `.devcarry` carried:
+#   bash tools/device/cuda_check.sh [tests] [sanitize] [hf] [bench] [bench8b]
+# tests:    every CUDA test binary (kernels vs CPU references, backend vs CPU)
+# sanitize: the same under compute-sanitizer memcheck (kernel tests whole,
+#           backend tests on one architecture: the sanitizer is slow)
+# hf:       tests/reference/hf_compare.py --device cuda
+# bench:    copy bandwidth and bf16 matmul peak, then `agentkv bench engine
+#           --device cuda` on a Llama-3.2-1B shape (512 prompt + 128 output;
+#           concurrency 1..256; prefill) with graphs, and c1/c64 without
+# bench8b:  the same on a Qwen3-8B shape at concurrency 1 and 64
+# Logs and JSON go to $OUT (or /tmp/cuda_check); a summary is printed last.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/cuda_check}
+mkdir -p "$OUT"
+source tools/device/cuda_env.sh
+stages=("$@")
+[ ${#stages[@]} -eq 0 ] && stages=(tests sanitize hf bench bench8b)
+summary=()
+note() { summary+=("$1"); echo "== $1"; }
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
+
+for st in "${stages[@]}"; do
+  case $st in
+  tests)
+    for t in .devcarry/bin/engine_cuda_*_test; do
+      if "$t" --gtest_brief=1 >"$OUT/$(basename "$t").log" 2>&1; then r=pass; else r=FAIL; fi
+      note "$(basename "$t"): $r ($(grep -c '^\[       OK' "$OUT/$(basename "$t").log" || true) ok, $(grep -E -o '[0-9]+ tests?, listed below' "$OUT/$(basename "$t").log" | head -1))"
+      grep -E "FAILED|Failure|error" "$OUT/$(basename "$t").log" | head -20
+    done ;;
+  sanitize)
+    if compute-sanitizer --tool memcheck --error-exitcode 9 .devcarry/bin/engine_cuda_cuda_kernels_test \
+        --gtest_brief=1 >"$OUT/sanitize_kernels.log" 2>&1; then r=clean; else r=FAIL; fi
+    note "compute-sanitizer memcheck kernels: $r"; tail -5 "$OUT/sanitize_kernels.log"
+    if compute-sanitizer --tool memcheck --error-exitcode 9 .devcarry/bin/engine_cuda_cuda_backend_test \
+        --gtest_brief=1 --gtest_filter='*qwen3*:*gemma3_c6*:CudaBackend.*' >"$OUT/sanitize_backend.log" 2>&1; then r=clean; else r=FAIL; fi
+    note "compute-sanitizer memcheck backend (qwen3, gemma3, CudaBackend.*): $r"; tail -5 "$OUT/sanitize_backend.log"
+    if compute-sanitizer --tool racecheck --error-exitcode 9 .devcarry/bin/engine_cuda_cuda_kernels_test \
+        --gtest_brief=1 --gtest_filter='Shapes/*' >"$OUT/racecheck.log" 2>&1; then r=clean; else r=FAIL; fi
+    note "compute-sanitizer racecheck attention: $r"; tail -3 "$OUT/racecheck.log" ;;
+  hf)
+    PYTHONUNBUFFERED=1 python3 tests/reference/hf_compare.py --agentkv .devcarry/bin/agentkv \
+      --device cuda --work /tmp/hfcmp --out "$OUT/hf_compare_cuda.md" >"$OUT/hf_compare.log" 2>&1
+    note "hf_compare --device cuda: $(tail -1 "$OUT/hf_compare.log")" ;;
+  bench|bench8b)
+    [ -f "$OUT/peak.json" ] || python3 tools/device/copy_bw.py >"$OUT/peak.json"
+    note "peak: $(cat "$OUT/peak.json")"
+    if [ "$st" = bench ]; then
+      agentkv model synth --arch llama --tokenizer .devcarry/tokenizers/llama3_1 --out /tmp/tpl_llama \
+        --layers 1 --hidden 64 --heads 4 --kv-heads 2 >/dev/null
+      python3 tools/device/synth_shape.py --template /tmp/tpl_llama --out /tmp/llama1b --layers 16 \
+        --hidden 2048 --intermediate 8192 --heads 32 --kv-heads 8 --vocab 128256 --tie
+      M=/tmp/llama1b; LEVELS=${LEVELS:-1,8,32,64,128,256}; tag=llama1b
+    else
+      agentkv model synth --arch qwen3 --tokenizer .devcarry/tokenizers/qwen3 --out /tmp/tpl_qwen3 \
+        --layers 1 --hidden 64 --heads 4 --kv-heads 2 >/dev/null
+      python3 tools/device/synth_shape.py --template /tmp/tpl_qwen3 --out /tmp/qwen3_8b --layers 36 \
+        --hidden 4096 --intermediate 12288 --heads 32 --kv-heads 8 --head-dim 128 --vocab 151936 --no-tie
+      M=/tmp/qwen3_8b; LEVELS=1,64; tag=qwen3_8b
+    fi
+    agentkv bench engine --model $M --device cuda --prompt 512 --output 128 --concurrency $LEVELS \
+      --json >"$OUT/bench_$tag.json" 2>"$OUT/bench_$tag.err"; note "bench $tag rc=$?"
+    agentkv bench engine --model $M --device cuda --prompt 512 --output 1 --concurrency 64 \
+      --max-step-tokens 8192 --json >"$OUT/prefill_$tag.json" 2>>"$OUT/bench_$tag.err"
+    if [ "$st" = bench ] && [ -z "${NO_BASELINE:-}" ]; then
+      AGENTKV_CUDA_GRAPHS=0 agentkv bench engine --model $M --device cuda --prompt 512 --output 128 \
+        --concurrency 1,64 --json >"$OUT/bench_${tag}_nographs.json" 2>>"$OUT/bench_$tag.err"
+    fi
+    tail -3 "$OUT/bench_$tag.err"
+    python3 tools/device/roofline.py --model $M --peak "$OUT/peak.json" --bench "$OUT/bench_$tag.json" \
+      --prefill "$OUT/prefill_$tag.json" ${NO_BASELINE:+} \
+      $( [ -f "$OUT/bench_${tag}_nographs.json" ] && echo --nographs "$OUT/bench_${tag}_nographs.json") \
+      | tee "$OUT/roofline_$tag.md" ;;
+  esac
+done
+echo; echo "SUMMARY"; printf '%s\n' "${summary[@]}"
