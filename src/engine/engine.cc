@@ -293,7 +293,18 @@ void Engine::Step() {
     for (int g = 0; g < kv_->num_groups(); ++g) step.block_tables[g] = kv_->Table(sc.seq->id, g).blocks();
     steps_buf_.push_back(step);
   }
-  if (st.ok()) st = backend_->Forward(steps_buf_, logits_);
+  // Plain greedy rows are picked by the backend (on the GPU for cuda), so
+  // their logits need not reach the host.
+  static thread_local std::vector<uint8_t> greedy_rows;
+  static thread_local std::vector<int32_t> greedy_tokens;
+  greedy_rows.clear();
+  for (const ScheduledSeq& sc : plan.seqs) {
+    if (!sc.want_logits) continue;
+    const SamplingParams& sp = sc.seq->sampler->params();
+    greedy_rows.push_back(sp.greedy() && !sp.has_penalties() && !sp.logprobs);
+  }
+  greedy_tokens.assign(greedy_rows.size(), 0);
+  if (st.ok()) st = backend_->ForwardSampled(steps_buf_, greedy_rows, greedy_tokens, logits_);
   if (!st.ok()) {
     for (const ScheduledSeq& sc : plan.seqs) {
       std::unique_ptr<Sequence> s = scheduler_->Remove(sc.seq->id);
@@ -317,8 +328,14 @@ void Engine::Step() {
     }
     if (!sc.want_logits) continue;
     std::span<float> l(logits_.data() + row * cfg.vocab_size, cfg.vocab_size);
+    int32_t tok;
+    if (greedy_rows[row]) {
+      tok = greedy_tokens[row];
+      s->sampler->AddOutput(tok);
+    } else {
+      tok = s->sampler->Sample(l).token;
+    }
     ++row;
-    const int32_t tok = s->sampler->Sample(l).token;
     if (!s->first_token_sent) {
       s->first_token_sent = true;
       s->ttft_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - s->submitted)
