@@ -69,9 +69,22 @@ std::string ApiService::RouteLabel(const std::string& path) {
                                  "/admin/model",
                                  "/metrics"};
   for (const char* k : kKnown) {
-    if (p == k) return prefix + p;
+    if (p == k) return prefix.empty() ? p : prefix + p.substr(3);  // "/v1/batch/chat/..."
   }
   return "other";
+}
+
+uint64_t ApiService::BodyLimit(const std::string& method, const std::string& path,
+                               uint64_t generation_limit) {
+  constexpr uint64_t kSmall = 1ull << 20;
+  if (method != "POST") return kSmall;
+  const std::string route = RouteLabel(path);
+  const std::string p = route.rfind(kBatch, 0) == 0 ? "/v1/" + route.substr(kBatch.size()) : route;
+  if (p == "/v1/chat/completions" || p == "/v1/completions" || p == "/v1/messages" ||
+      p == "/v1/messages/count_tokens" || p == "/v1/agents/{id}/generate") {
+    return generation_limit;
+  }
+  return kSmall;
 }
 
 Reply ApiService::Handle(const HttpRequest& req) const {

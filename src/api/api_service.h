@@ -35,6 +35,11 @@ class ApiService {
 
   // The metrics label of a path: the route with ids replaced by {id}.
   static std::string RouteLabel(const std::string& path);
+  // The request body limit of a route: `generation_limit` for the POST
+  // generation endpoints (chat, completions, messages, count_tokens, agent
+  // generate and their /v1/batch mirrors), 1 MiB for everything else.
+  static uint64_t BodyLimit(const std::string& method, const std::string& path,
+                            uint64_t generation_limit);
 
  private:
   Reply Route(const HttpRequest& req) const;

@@ -6,6 +6,7 @@
 #include <boost/beast/http.hpp>
 #include <cctype>
 #include <exception>
+#include <limits>
 #include <optional>
 
 namespace agentkv::api {
@@ -56,7 +57,10 @@ namespace {
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket socket, HttpServer::Impl* server, bool reject)
-      : stream_(std::move(socket)), server_(server), reject_(reject) {
+      : stream_(std::move(socket)),
+        keepalive_(stream_.get_executor()),
+        server_(server),
+        reject_(reject) {
     ++server_->active;
   }
   ~Session() { --server_->active; }
@@ -78,12 +82,59 @@ class Session : public std::enable_shared_from_this<Session> {
  private:
   void DoRead() {
     parser_.emplace();
-    parser_->body_limit(server_->options.body_limit);
+    // The route's limit is set once the request line is known (OnHeader).
+    parser_->body_limit(std::numeric_limits<std::uint64_t>::max());
     parser_->header_limit(kHeaderLimit);
     stream_.expires_after(std::chrono::seconds(server_->options.read_timeout_s));
+    http::async_read_header(
+        stream_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
+  }
+
+  // Sets the route's body limit, then reads the body (same deadline).
+  void OnHeader(beast::error_code ec) {
+    if (ec) return OnRead(ec);
+    uint64_t limit = server_->options.body_limit;
+    if (server_->options.route_body_limit) {
+      const auto& msg = parser_->get();
+      std::string target(msg.target());
+      target = target.substr(0, target.find('?'));
+      const uint64_t route =
+          server_->options.route_body_limit(std::string(msg.method_string()), target);
+      if (route > 0) limit = route;
+    }
+    parser_->body_limit(limit);
+    if (const auto len = parser_->content_length(); len && *len > limit) {
+      return OnRead(http::error::body_limit);
+    }
     http::async_read(
         stream_, buffer_, *parser_,
         [self = shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
+  }
+
+  void ArmWrite() {
+    last_write_ = std::chrono::steady_clock::now();
+    stream_.expires_after(std::chrono::seconds(server_->options.write_timeout_s));
+  }
+
+  // While a stream is quiet, a comment every sse_keepalive_ms keeps proxies
+  // and clients from timing out.
+  void ArmKeepAlive() {
+    if (server_->options.sse_keepalive_ms <= 0) return;
+    const auto interval = std::chrono::milliseconds(server_->options.sse_keepalive_ms);
+    keepalive_.expires_at(last_write_ + interval);
+    keepalive_.async_wait([self = shared_from_this(), interval](beast::error_code ec) {
+      if (ec || !self->body_ || self->closed_) return;
+      if (!self->writing_ && std::chrono::steady_clock::now() - self->last_write_ >= interval) {
+        self->out_ = ": keep-alive\n\n";
+        self->writing_ = true;
+        self->body_done_ = false;
+        self->ArmWrite();
+        net::async_write(self->stream_, http::make_chunk(net::buffer(self->out_)),
+                         [self](beast::error_code ec, size_t) { self->OnBodyWrite(ec); });
+      }
+      self->ArmKeepAlive();
+    });
   }
 
   void OnRead(beast::error_code ec) {
@@ -143,6 +194,8 @@ class Session : public std::enable_shared_from_this<Session> {
       res->chunked(true);
       auto sr = std::make_shared<http::response_serializer<http::empty_body>>(*res);
       writing_ = true;
+      ArmWrite();
+      ArmKeepAlive();
       http::async_write_header(stream_, *sr,
                                [self = shared_from_this(), res, sr](beast::error_code ec, size_t) {
                                  self->OnBodyWrite(ec);
@@ -183,6 +236,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void ClientGone() {
+    keepalive_.cancel();
     if (body_) {
       body_->Cancel();
       body_.reset();
@@ -205,6 +259,7 @@ class Session : public std::enable_shared_from_this<Session> {
         pending_.clear();
         writing_ = true;
         body_done_ = done;
+        ArmWrite();
         net::async_write(
             stream_, http::make_chunk(net::buffer(out_)),
             [self = shared_from_this()](beast::error_code ec, size_t) { self->OnBodyWrite(ec); });
@@ -225,6 +280,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void OnBodyWrite(beast::error_code ec) {
     writing_ = false;
+    stream_.expires_never();
     if (ec) return ClientGone();
     if (body_done_) return FinishStream();
     Pump();
@@ -232,10 +288,13 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void FinishStream() {
     body_.reset();
+    keepalive_.cancel();
     writing_ = true;
+    ArmWrite();
     net::async_write(stream_, http::make_chunk_last(),
                      [self = shared_from_this()](beast::error_code ec, size_t) {
                        self->writing_ = false;
+                       self->stream_.expires_never();
                        if (ec) return self->Close();
                        self->Resume();
                      });
@@ -255,9 +314,11 @@ class Session : public std::enable_shared_from_this<Session> {
       res->prepare_payload();
     }
     writing_ = true;
+    ArmWrite();
     http::async_write(stream_, *res,
                       [self = shared_from_this(), res](beast::error_code ec, size_t) {
                         self->writing_ = false;
+                        self->stream_.expires_never();
                         if (ec) return self->Close();
                         self->Resume();
                       });
@@ -284,12 +345,15 @@ class Session : public std::enable_shared_from_this<Session> {
   void Close() {
     if (closed_) return;
     closed_ = true;
+    keepalive_.cancel();
     beast::error_code ignored;
     stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
     stream_.socket().close(ignored);
   }
 
   beast::tcp_stream stream_;
+  net::steady_timer keepalive_;
+  std::chrono::steady_clock::time_point last_write_ = std::chrono::steady_clock::now();
   beast::flat_buffer buffer_;
   HttpServer::Impl* server_;
   bool reject_;

@@ -1,11 +1,16 @@
 // HttpServer: a Boost.Beast HTTP/1.1 server. An acceptor hands each
 // connection to a Session that runs on its own strand of a shared
 // io_context served by a few threads: keep-alive, a read timeout for each
-// request (headers and body), a body size limit (413), a connection limit
-// (503 past it). Each request goes to the handler, which returns a complete
-// response or an AsyncBody; streaming bodies go out as chunked
-// Server-Sent-Events, and a client that disconnects meanwhile gets its
-// AsyncBody cancelled.
+// request (headers and body), a body size limit per route (413, decided
+// from the request line before the body is read), a connection limit (503
+// past it), and a timeout on every write, so a client that stops reading
+// cannot hold a connection, its generation or its blocks. Each request goes
+// to the handler, which returns a complete response or an AsyncBody;
+// streaming bodies go out as chunked Server-Sent-Events, written only as
+// fast as the client reads (backpressure: the body is polled again once the
+// previous chunk is on the wire), with a ": keep-alive" comment after each
+// quiet interval. A client that disconnects or stalls past the write
+// timeout gets its AsyncBody cancelled.
 //
 // Thread-safety: Start and Stop may be called from any thread; the handler
 // is called concurrently from the io threads and must be thread-safe and
@@ -30,8 +35,12 @@ struct HttpServerOptions {
   uint16_t port = 8080;  // 0: any free port (see port())
   int threads = 2;
   uint64_t body_limit = 8ull << 20;
+  // Per-route body limit from (method, path); null or 0: body_limit.
+  std::function<uint64_t(const std::string& method, const std::string& path)> route_body_limit;
   int max_connections = 256;
-  int read_timeout_s = 60;  // per request, headers and body
+  int read_timeout_s = 60;       // per request, headers and body
+  int write_timeout_s = 30;      // per write (a response, an SSE chunk)
+  int sse_keepalive_ms = 15000;  // quiet time before a ": keep-alive" comment
 };
 
 class HttpServer {

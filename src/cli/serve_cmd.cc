@@ -1,7 +1,7 @@
-// agentkv serve [--model DIR] [--host H] [--port P] [--device cpu|cuda]
-//               [--threads N] [--max-batch N] [--kv-memory BYTES] [--api-key K]
+// agentkv serve [--model DIR] [--store DIR] [--host H] [--port P] [--device cpu|cuda]
+//               [--threads N] [--max-batch N] [--kv-memory BYTES] [--api-key K] ...
 //
-// Loads the model, serves the HTTP API (OpenAI and Anthropic protocols) and
+// Loads the model, serves the HTTP API (OpenAI, Anthropic, agents, admin) and
 // prints "listening on http://HOST:PORT" once it accepts connections. Every
 // flag may also come from AGENTKV_<FLAG> (flags win). SIGINT / SIGTERM stop
 // accepting, drain the engine and exit 0.
@@ -37,6 +37,10 @@ struct ServeArgs {
   int max_queue = 512;
   std::string store_dir = "data/store";
   std::string store_max_bytes;
+  std::string max_body = "32M";
+  int read_timeout_s = 60;
+  int write_timeout_s = 30;
+  int sse_keepalive_s = 15;
 };
 
 // "268435456", "256M", "1G", "512K" -> bytes; 0 on bad input.
@@ -120,6 +124,18 @@ int RunServe(const ServeArgs& a) {
   so.host = a.host;
   so.port = static_cast<uint16_t>(a.port);
   so.threads = a.http_threads;
+  const uint64_t max_body = ParseBytes(a.max_body);
+  if (max_body == 0) {
+    std::cerr << "error: bad --max-body '" << a.max_body << "'\n";
+    return 2;
+  }
+  so.body_limit = max_body;
+  so.route_body_limit = [max_body](const std::string& method, const std::string& path) {
+    return api::ApiService::BodyLimit(method, path, max_body);
+  };
+  so.read_timeout_s = a.read_timeout_s;
+  so.write_timeout_s = a.write_timeout_s;
+  so.sse_keepalive_ms = a.sse_keepalive_s * 1000;
   api::HttpServer server(so, [&service](const api::HttpRequest& r) { return service.Handle(r); });
   if (Status s = server.Start(); !s.ok()) {
     std::cerr << "error: " << s.ToString() << "\n";
@@ -188,6 +204,27 @@ Registrar reg("serve", "Serve the HTTP API (OpenAI and Anthropic protocols)",
                                "Keep the store under this size by evicting least-recently-used "
                                "KV, never history (K/M/G suffixes; default unlimited)")
                     ->envname("AGENTKV_STORE_MAX_BYTES");
+                app.add_option("--max-body", a->max_body,
+                               "Largest request body of the generation endpoints (K/M/G "
+                               "suffixes); other endpoints take at most 1M")
+                    ->capture_default_str()
+                    ->envname("AGENTKV_MAX_BODY");
+                app.add_option("--read-timeout", a->read_timeout_s,
+                               "Seconds to receive a request's headers and body")
+                    ->capture_default_str()
+                    ->check(CLI::PositiveNumber)
+                    ->envname("AGENTKV_READ_TIMEOUT");
+                app.add_option("--write-timeout", a->write_timeout_s,
+                               "Seconds a client may take to accept each write before its "
+                               "connection and generation are dropped")
+                    ->capture_default_str()
+                    ->check(CLI::PositiveNumber)
+                    ->envname("AGENTKV_WRITE_TIMEOUT");
+                app.add_option("--sse-keepalive", a->sse_keepalive_s,
+                               "Seconds of quiet before an SSE keep-alive comment (0 = none)")
+                    ->capture_default_str()
+                    ->check(CLI::NonNegativeNumber)
+                    ->envname("AGENTKV_SSE_KEEPALIVE");
                 return [a] { return RunServe(*a); };
               });
 

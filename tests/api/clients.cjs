@@ -180,8 +180,13 @@ async function main() {
     assert.equal(r.status, 400);
     assert.equal((await r.json()).error.type, 'invalid_request_error');
 
-    r = await fetch(`${base}/v1/completions`, {
-      method: 'POST', body: 'x'.repeat(9 << 20),
+    // Per-route body limits: 1 MiB outside the generation endpoints.
+    r = await fetch(`${base}/admin/model`, {
+      method: 'POST', body: 'x'.repeat(2 << 20),
+    }).catch(() => null);
+    if (r) assert.equal(r.status, 413);
+    r = await fetch(`${base}/v1/chat/completions`, {
+      method: 'POST', body: 'x'.repeat(33 << 20),
     }).catch(() => null);
     if (r) assert.equal(r.status, 413);
   });

@@ -61,16 +61,36 @@ class Finite : public AsyncBody {
   bool stream_;
 };
 
+// Never finishes; hands out 256 KiB every time it is polled (the server
+// polls again once the previous chunk is on the wire).
+class Flood : public AsyncBody {
+ public:
+  explicit Flood(std::atomic<int>* cancelled) : cancelled_(cancelled) {}
+  bool streaming() const override { return true; }
+  void Start(std::function<void()> wake) override { wake(); }
+  bool Poll(std::string* out) override {
+    out->append(256 << 10, 'x');
+    return false;
+  }
+  void Cancel() override { ++*cancelled_; }
+
+ private:
+  std::atomic<int>* cancelled_;
+};
+
 class HttpServerTest : public ::testing::Test {
  protected:
-  void StartServer(int max_connections = 8) {
+  void StartServer(int max_connections = 8,
+                   const std::function<void(HttpServerOptions*)>& tweak = nullptr) {
     HttpServerOptions o;
     o.port = 0;
     o.max_connections = max_connections;
     o.body_limit = 1024;
+    if (tweak) tweak(&o);
     server_ = std::make_unique<HttpServer>(o, [this](const HttpRequest& r) -> Reply {
       if (r.path == "/throw") throw std::runtime_error("boom");
       if (r.path == "/stream") return std::unique_ptr<AsyncBody>(new FakeStream(&cancelled_));
+      if (r.path == "/flood") return std::unique_ptr<AsyncBody>(new Flood(&cancelled_));
       if (r.path == "/finite") return std::unique_ptr<AsyncBody>(new Finite(true));
       if (r.path == "/later") return std::unique_ptr<AsyncBody>(new Finite(false));
       HttpResponse res;
@@ -171,6 +191,65 @@ TEST_F(HttpServerTest, ClientDisconnectCancelsTheBody) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_EQ(cancelled_.load(), 1);
+}
+
+TEST_F(HttpServerTest, BodyLimitsPerRoute) {
+  StartServer(8, [](HttpServerOptions* o) {
+    o->route_body_limit = [](const std::string& method, const std::string& path) -> uint64_t {
+      return method == "POST" && path == "/big" ? 8192 : 0;
+    };
+  });
+  const std::string body(4096, 'x');
+  tcp::socket s = Connect();
+  net::write(
+      s, net::buffer("POST /big?x=1 HTTP/1.1\r\nHost: h\r\nContent-Length: 4096\r\n\r\n" + body));
+  std::string r = ReadUntil(s, "}");
+  EXPECT_NE(r.find("200 OK"), std::string::npos) << r;
+  EXPECT_NE(r.find("\"len\":4096"), std::string::npos) << r;
+  tcp::socket t = Connect();
+  net::write(t,
+             net::buffer("POST /small HTTP/1.1\r\nHost: h\r\nContent-Length: 4096\r\n\r\n" + body));
+  r = ReadUntil(t, "}}");
+  EXPECT_NE(r.find("413"), std::string::npos) << r;
+  // Chunked bodies (no Content-Length) are held to the limit as they come.
+  tcp::socket u = Connect();
+  std::string chunked = "POST /small HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n";
+  for (int i = 0; i < 4; ++i) chunked += "400\r\n" + std::string(1024, 'y') + "\r\n";
+  chunked += "0\r\n\r\n";
+  boost::system::error_code ec;
+  net::write(u, net::buffer(chunked), ec);
+  r = ReadUntil(u, "}}");
+  EXPECT_NE(r.find("413"), std::string::npos) << r;
+}
+
+TEST_F(HttpServerTest, StalledReaderIsCancelledByTheWriteTimeout) {
+  StartServer(8, [](HttpServerOptions* o) { o->write_timeout_s = 1; });
+  tcp::socket s = Connect();
+  net::write(s, net::buffer(std::string("GET /flood HTTP/1.1\r\nHost: h\r\n\r\n")));
+  // Never read: the kernel buffers fill, the write stalls and times out.
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + std::chrono::seconds(10);
+  while (cancelled_.load() == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(cancelled_.load(), 1);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  // The connection is gone.
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (server_->connections() > 0 && std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(server_->connections(), 0);
+}
+
+TEST_F(HttpServerTest, QuietStreamsGetKeepAliveComments) {
+  StartServer(8, [](HttpServerOptions* o) { o->sse_keepalive_ms = 100; });
+  tcp::socket s = Connect();
+  net::write(s, net::buffer(std::string("GET /stream HTTP/1.1\r\nHost: h\r\n\r\n")));
+  const std::string r = ReadUntil(s, ": keep-alive\n\n");
+  EXPECT_NE(r.find("data: first"), std::string::npos) << r;
+  EXPECT_NE(r.find(": keep-alive\n\n"), std::string::npos) << r;
+  EXPECT_EQ(cancelled_.load(), 0);
 }
 
 }  // namespace
