@@ -1,0 +1,332 @@
+// agentkv bench server --model DIR --concurrency 1,8,16 --prompt 128 --output 64 [--json]
+//
+// Throughput through the HTTP server versus the engine alone, on one loaded
+// model. At each concurrency level c: (1) engine alone: c requests of fresh
+// random prompt tokens submitted to the served model's engine directly;
+// (2) HTTP: c client threads, each its own agent (session_id), POST
+// /v1/completions with fresh random token prompts and stream the reply
+// (SSE, usage in the last chunk) from an in-process `serve` stack (ApiService
+// + agent layer + store + HttpServer on loopback). Greedy, EOS ignored, so
+// each request produces exactly --output tokens. Reports output tokens per
+// second of both and their ratio.
+#include <unistd.h>
+
+#include <limits>
+#include <utility>
+// (std::exchange must be declared before Asio's awaitable.hpp)
+#include <algorithm>
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <chrono>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include "agent/agent_manager.h"
+#include "api/api_service.h"
+#include "api/http_server.h"
+#include "api/metrics.h"
+#include "api/model_host.h"
+#include "cli/command.h"
+#include "cli/model_options.h"
+#include "store/agent_store.h"
+
+namespace agentkv::cli {
+namespace {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+using nlohmann::json;
+
+struct BenchArgs {
+  ModelOptions model;
+  std::string concurrency = "1,8,16";
+  int prompt = 128, output = 64, max_batch = 64, http_threads = 2, repeat = 3;
+  std::string store = "";  // "" = a temporary store, "none" = no store
+  bool json = false;
+  uint64_t seed = 1;
+};
+
+struct Level {
+  double seconds = 0, output_tok_s = 0, mean_latency_ms = 0;
+  int64_t output_tokens = 0;
+};
+
+json ToJson(const Level& l) {
+  return {{"seconds", l.seconds},
+          {"output_tokens", l.output_tokens},
+          {"output_tok_s", l.output_tok_s},
+          {"mean_latency_ms", l.mean_latency_ms}};
+}
+
+std::vector<std::vector<int32_t>> Prompts(std::mt19937_64& rng, int n, int len, int32_t vocab) {
+  std::vector<std::vector<int32_t>> out(n);
+  for (auto& p : out) {
+    for (int i = 0; i < len; ++i) p.push_back(static_cast<int32_t>(rng() % vocab));
+  }
+  return out;
+}
+
+Result<Level> EngineAlone(api::ServedModel& m, const BenchArgs& a,
+                          const std::vector<std::vector<int32_t>>& prompts) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<RequestHandle> hs;
+  for (const auto& p : prompts) {
+    SamplingParams sp;
+    sp.temperature = 0;
+    sp.ignore_eos = true;
+    sp.max_tokens = a.output;
+    ASSIGN_OR_RETURN(RequestHandle h, m.Submit(p, sp, Priority::kNormal));
+    hs.push_back(std::move(h));
+  }
+  Level l;
+  double latency = 0;
+  for (auto& h : hs) {
+    while (true) {
+      RequestOutput ev = h.stream->Pop();
+      if (ev.kind == RequestOutput::Kind::kError) return ev.error;
+      if (ev.kind == RequestOutput::Kind::kFinished) {
+        l.output_tokens += ev.completion_tokens;
+        latency += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        break;
+      }
+    }
+  }
+  l.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  l.output_tok_s = l.output_tokens / l.seconds;
+  l.mean_latency_ms = 1000 * latency / prompts.size();
+  return l;
+}
+
+// One streamed /v1/completions request; the completion tokens from the
+// usage chunk, or an error.
+Result<int64_t> PostCompletion(uint16_t port, const std::string& agent,
+                               const std::vector<int32_t>& prompt, int output) {
+  net::io_context ioc;
+  beast::tcp_stream stream(ioc);
+  beast::error_code ec;
+  stream.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), port), ec);
+  if (ec) return IoError("connect: " + ec.message());
+  json body = {{"model", "bench"},
+               {"prompt", prompt},
+               {"max_tokens", output},
+               {"temperature", 0},
+               {"ignore_eos", true},
+               {"stream", true},
+               {"stream_options", {{"include_usage", true}}},
+               {"session_id", agent}};
+  http::request<http::string_body> req(http::verb::post, "/v1/completions", 11);
+  req.set(http::field::host, "127.0.0.1");
+  req.set(http::field::content_type, "application/json");
+  req.body() = body.dump();
+  req.prepare_payload();
+  http::write(stream, req, ec);
+  if (ec) return IoError("write: " + ec.message());
+  beast::flat_buffer buf;
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(std::numeric_limits<std::uint64_t>::max());
+  http::read(stream, buf, parser, ec);
+  if (ec) return IoError("read: " + ec.message());
+  const auto& res = parser.get();
+  if (res.result_int() != 200) return Internal("HTTP " + std::to_string(res.result_int()));
+  // The usage chunk is the last "data: {...}" before [DONE].
+  const std::string& text = res.body();
+  const size_t at = text.rfind("\"usage\"");
+  if (at == std::string::npos) return Internal("no usage in the stream");
+  const size_t line = text.rfind("data: ", at);
+  const size_t end = text.find("\n\n", at);
+  json usage = json::parse(text.substr(line + 6, end - line - 6), nullptr, false);
+  if (usage.is_discarded()) return Internal("bad usage chunk");
+  return usage["usage"]["completion_tokens"].get<int64_t>();
+}
+
+Result<Level> ThroughHttp(uint16_t port, const BenchArgs& a,
+                          const std::vector<std::vector<int32_t>>& prompts, int level) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::thread> threads;
+  std::vector<Result<int64_t>> results(prompts.size(), Internal("not run"));
+  std::vector<double> latency(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    threads.emplace_back([&, i] {
+      const std::string agent = "bench-" + std::to_string(level) + "-" + std::to_string(i);
+      results[i] = PostCompletion(port, agent, prompts[i], a.output);
+      latency[i] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    });
+  }
+  for (auto& t : threads) t.join();
+  Level l;
+  double total = 0;
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (!results[i].ok()) return results[i].status();
+    l.output_tokens += *results[i];
+    total += latency[i];
+  }
+  l.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  l.output_tok_s = l.output_tokens / l.seconds;
+  l.mean_latency_ms = 1000 * total / prompts.size();
+  return l;
+}
+
+int RunBench(const BenchArgs& a) {
+  std::vector<int32_t> levels;
+  std::string err;
+  if (!ParseIds(a.concurrency, levels, err) ||
+      std::any_of(levels.begin(), levels.end(), [](int32_t c) { return c <= 0; })) {
+    std::cerr << "error: bad --concurrency '" << a.concurrency << "'\n";
+    return 2;
+  }
+  if (a.prompt <= 0 || a.output <= 0) {
+    std::cerr << "error: need --prompt > 0 and --output > 0\n";
+    return 2;
+  }
+  // The store: history is fsynced on every turn, KV written behind.
+  std::string store_dir = a.store;
+  bool temp_store = false;
+  if (store_dir.empty()) {
+    char tmpl[] = "/tmp/agentkv-bench-server-XXXXXX";
+    if (mkdtemp(tmpl) == nullptr) {
+      std::cerr << "error: cannot make a temporary store\n";
+      return 1;
+    }
+    store_dir = tmpl;
+    temp_store = true;
+  }
+  std::unique_ptr<store::AgentStore> st;
+  if (store_dir != "none") {
+    std::filesystem::create_directories(store_dir);
+    auto opened = store::AgentStore::Open(store_dir);
+    if (!opened.ok()) {
+      std::cerr << "error: store: " << opened.status().ToString() << "\n";
+      return 1;
+    }
+    st = std::move(opened).value();
+  }
+  api::ServedModelOptions mo;
+  mo.model_dir = a.model.model_dir.empty() ? DefaultModelDir() : a.model.model_dir;
+  mo.backend = a.model.backend;
+  mo.max_batch = a.max_batch;
+  mo.max_waiting = 0;
+  mo.store = st.get();
+  auto loaded = api::ServedModel::Load(mo);
+  if (!loaded.ok()) {
+    std::cerr << "error: " << loaded.status().ToString() << "\n";
+    return 1;
+  }
+  api::ModelHost host(mo, std::move(loaded).value());
+  agent::AgentManager agents(st.get());
+  api::Metrics metrics;
+  api::ApiService service({&host, &agents, &metrics}, {});
+  api::HttpServerOptions so;
+  so.port = 0;
+  so.threads = a.http_threads;
+  so.max_connections = 4096;
+  api::HttpServer server(so, [&service](const api::HttpRequest& r) { return service.Handle(r); });
+  if (Status s = server.Start(); !s.ok()) {
+    std::cerr << "error: " << s.ToString() << "\n";
+    return 1;
+  }
+  std::shared_ptr<api::ServedModel> m = host.Current();
+  const int32_t vocab = m->engine().config().vocab_size;
+  std::mt19937_64 rng(a.seed);
+  json out = {{"model", mo.model_dir},          {"store", st ? "on" : "none"},
+              {"prompt_tokens", a.prompt},      {"output_tokens", a.output},
+              {"http_threads", a.http_threads}, {"repeat", a.repeat},
+              {"levels", json::array()}};
+  // Warm-up outside the timing.
+  {
+    auto warm = EngineAlone(*m, a, Prompts(rng, 1, a.prompt, vocab));
+    if (warm.ok()) warm = ThroughHttp(server.port(), a, Prompts(rng, 1, a.prompt, vocab), 0);
+    if (!warm.ok()) {
+      std::cerr << "error: warm-up: " << warm.status().ToString() << "\n";
+      return 1;
+    }
+  }
+  const bool tty = isatty(STDERR_FILENO);
+  int rc = 0;
+  for (int32_t c : levels) {
+    // Alternating runs, the median of each: a shared machine's load drifts.
+    std::vector<Level> engines, https;
+    Status failed;
+    for (int r = 0; r < a.repeat && failed.ok(); ++r) {
+      if (tty) std::cerr << "\rconcurrency " << c << ": engine alone, run " << r + 1 << std::flush;
+      auto e = EngineAlone(*m, a, Prompts(rng, c, a.prompt, vocab));
+      if (!e.ok()) {
+        failed = e.status();
+        break;
+      }
+      engines.push_back(*e);
+      if (tty) std::cerr << "\rconcurrency " << c << ": through HTTP, run " << r + 1 << std::flush;
+      auto h = ThroughHttp(server.port(), a, Prompts(rng, c, a.prompt, vocab), c * 100 + r);
+      if (!h.ok()) {
+        failed = h.status();
+        break;
+      }
+      https.push_back(*h);
+    }
+    if (tty) std::cerr << "\r\033[K";
+    if (!failed.ok()) {
+      std::cerr << "error: " << failed.ToString() << "\n";
+      rc = 1;
+      break;
+    }
+    auto median = [](std::vector<Level> v) {
+      std::sort(v.begin(), v.end(),
+                [](const Level& x, const Level& y) { return x.output_tok_s < y.output_tok_s; });
+      return v[v.size() / 2];
+    };
+    const Level e = median(engines), h = median(https);
+    const Level* engine = &e;
+    const Level* http = &h;
+    const double ratio = http->output_tok_s / engine->output_tok_s;
+    out["levels"].push_back({{"concurrency", c},
+                             {"engine", ToJson(*engine)},
+                             {"http", ToJson(*http)},
+                             {"ratio", ratio}});
+    if (!a.json) {
+      std::cout << "concurrency " << c << ": engine " << engine->output_tok_s
+                << " output tok/s, HTTP " << http->output_tok_s << " output tok/s, ratio " << ratio
+                << "\n";
+    }
+  }
+  server.Stop();
+  (void)host.Shutdown();
+  if (a.json && rc == 0) std::cout << out.dump() << "\n";
+  if (temp_store) {
+    st.reset();
+    std::filesystem::remove_all(store_dir);
+  }
+  return rc;
+}
+
+Registrar reg(
+    "bench server",
+    "Throughput of concurrent agents through the HTTP server versus the engine alone",
+    [](CLI::App& app) -> Runner {
+      auto a = std::make_shared<BenchArgs>();
+      a->model.Add(app, /*model_required=*/false);
+      app.add_option("--concurrency", a->concurrency, "Comma-separated levels (agents)")
+          ->capture_default_str();
+      app.add_option("--prompt", a->prompt, "Prompt tokens per request")->capture_default_str();
+      app.add_option("--output", a->output, "Output tokens per request")->capture_default_str();
+      app.add_option("--max-batch", a->max_batch, "Most sequences in one step")
+          ->capture_default_str();
+      app.add_option("--http-threads", a->http_threads, "HTTP I/O threads")->capture_default_str();
+      app.add_option("--store", a->store,
+                     "Agent store directory (default: a temporary one; 'none': "
+                     "no store)");
+      app.add_option("--repeat", a->repeat,
+                     "Alternating runs per level; the median of each is reported")
+          ->capture_default_str()
+          ->check(CLI::PositiveNumber);
+      app.add_option("--seed", a->seed, "Seed of the random prompts")->capture_default_str();
+      app.add_flag("--json", a->json, "Print one JSON object");
+      return [a] { return RunBench(*a); };
+    });
+
+}  // namespace
+}  // namespace agentkv::cli
