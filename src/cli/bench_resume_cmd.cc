@@ -74,8 +74,7 @@ Result<TurnResult> RunTurn(std::unique_ptr<Backend>& backend, const ResumeArgs& 
     eo.blocks_per_group.push_back(
         2 * spec.BlocksFor(static_cast<int>(g), eo.max_context, a.block_size) + 8);
   eo.kv_tier = std::move(tier);
-  ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
-                   Engine::Create(std::move(backend), nullptr, eo));
+  ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(std::move(backend), nullptr, eo));
   EngineRequest r;
   r.prompt = prompt;
   r.params.temperature = 0.0f;
@@ -109,9 +108,9 @@ Result<nlohmann::json> RunSize(std::unique_ptr<Backend>& backend, const ResumeAr
   for (int i = 0; i < a.message; ++i) turn2.push_back(static_cast<int32_t>(rng() % vocab));
   const uint32_t element =
       a.shuffle > 0 ? static_cast<uint32_t>(a.shuffle) : backend->kv_element_size();
-  ASSIGN_OR_RETURN(std::unique_ptr<store::StoreKvTier> tier_owned,
-                   store::StoreKvTier::Create(st, fingerprint, backend->kv_format(),
-                                              a.block_size, element));
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<store::StoreKvTier> tier_owned,
+      store::StoreKvTier::Create(st, fingerprint, backend->kv_format(), a.block_size, element));
   std::shared_ptr<store::StoreKvTier> tier(std::move(tier_owned));
   const std::string agent = "bench-resume-" + std::to_string(n);
   const bool tty = isatty(STDERR_FILENO);
@@ -174,9 +173,8 @@ Result<nlohmann::json> RunSize(std::unique_ptr<Backend>& backend, const ResumeAr
           ? (static_cast<double>(restored.finished.restored_tokens) / a.block_size) *
                 backend->cache_spec().BytesPerBlock(group, a.block_size) / restored.finished.ttft_s
           : 0.0;
-  j["speedup"] = restored.finished.ttft_s > 0
-                     ? reprefill.finished.ttft_s / restored.finished.ttft_s
-                     : 0.0;
+  j["speedup"] =
+      restored.finished.ttft_s > 0 ? reprefill.finished.ttft_s / restored.finished.ttft_s : 0.0;
   j["same_output"] = restored.tokens == reprefill.tokens;
   return j;
 }
@@ -263,34 +261,30 @@ int RunResume(const ResumeArgs& a) {
   return rc;
 }
 
-Registrar reg("bench resume",
-              "Persist agents of N tokens and resume them: TTFT restored vs re-prefilled",
-              [](CLI::App& app) -> Runner {
-                auto a = std::make_shared<ResumeArgs>();
-                a->model.Add(app, /*model_required=*/false);
-                app.add_option("--tokens", a->tokens, "Comma-separated history lengths")
-                    ->capture_default_str();
-                app.add_option("--store", a->store_dir,
-                               "Store directory (default: a scratch directory, removed after)");
-                app.add_option("--message", a->message, "Tokens of the new message in turn 2")
-                    ->capture_default_str();
-                app.add_option("--output", a->output, "Tokens generated per turn")
-                    ->capture_default_str();
-                app.add_option("--block-size", a->block_size)->capture_default_str();
-                app.add_option("--max-step-tokens", a->max_step_tokens,
-                               "Token budget of one engine step")
-                    ->capture_default_str();
-                app.add_option("--shuffle", a->shuffle,
-                               "Byte-shuffle width before zstd (1, 2, 4; 0 = the KV element "
-                               "size)")
-                    ->capture_default_str();
-                app.add_option("--zstd-level", a->level, "zstd compression level")
-                    ->capture_default_str();
-                app.add_option("--seed", a->seed, "Seed of the random histories")
-                    ->capture_default_str();
-                app.add_flag("--json", a->json, "Print one JSON object");
-                return [a] { return RunResume(*a); };
-              });
+Registrar reg(
+    "bench resume", "Persist agents of N tokens and resume them: TTFT restored vs re-prefilled",
+    [](CLI::App& app) -> Runner {
+      auto a = std::make_shared<ResumeArgs>();
+      a->model.Add(app, /*model_required=*/false);
+      app.add_option("--tokens", a->tokens, "Comma-separated history lengths")
+          ->capture_default_str();
+      app.add_option("--store", a->store_dir,
+                     "Store directory (default: a scratch directory, removed after)");
+      app.add_option("--message", a->message, "Tokens of the new message in turn 2")
+          ->capture_default_str();
+      app.add_option("--output", a->output, "Tokens generated per turn")->capture_default_str();
+      app.add_option("--block-size", a->block_size)->capture_default_str();
+      app.add_option("--max-step-tokens", a->max_step_tokens, "Token budget of one engine step")
+          ->capture_default_str();
+      app.add_option("--shuffle", a->shuffle,
+                     "Byte-shuffle width before zstd (1, 2, 4; 0 = the KV element "
+                     "size)")
+          ->capture_default_str();
+      app.add_option("--zstd-level", a->level, "zstd compression level")->capture_default_str();
+      app.add_option("--seed", a->seed, "Seed of the random histories")->capture_default_str();
+      app.add_flag("--json", a->json, "Print one JSON object");
+      return [a] { return RunResume(*a); };
+    });
 
 }  // namespace
 }  // namespace agentkv::cli

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <thread>
 
+#include "engine/cpu_attention.h"
 #include "engine/cpu_kernels.h"
 
 namespace agentkv {
@@ -219,8 +220,11 @@ void CpuBackend::EnsureScratch(int64_t tokens, int64_t max_keys) {
     tok_pos_.resize(T);
   }
   if (max_keys > cap_keys_) {
-    cap_keys_ = max_keys;
+    const int rows = kQueryTile * (c.num_heads / c.num_kv_heads);
+    cap_keys_ = std::max<int64_t>(max_keys, kernels::AttendRowsScratch(rows, c.head_dim));
     for (auto& s : scores_) s.resize(cap_keys_);
+    attn_rows_.resize(scores_.size());
+    for (auto& r : attn_rows_) r.resize(rows);
   }
 }
 
@@ -234,23 +238,22 @@ void CpuBackend::Attention(int layer, std::span<const SeqStep> batch) {
   const float softcap = c.attn_logit_softcap;
   const int bs = layout_.block_size;
   const int ring = spec_.RingBlocks(L.group, bs);
-  const int64_t T = seq_first_.back();
 
-  // One work item per (token, query head).
-  const int64_t items = T * nh;
-  pool_->ParallelFor(items, 4, [&](int64_t it, int thread) {
-    const int64_t t = it / nh;
-    const int h = static_cast<int>(it % nh);
-    const int s = tok_seq_[t];
-    const SeqStep& st = batch[s];
-    const int32_t pos = tok_pos_[t];
-    const int32_t lo = L.window > 0 ? std::max(0, pos - L.window + 1) : 0;
-    const int n = pos - lo + 1;
-    const int kvh = h / group_size;
-    const int64_t first = seq_first_[s];
+  // One work item per (run of up to kQueryTile tokens of one sequence, KV
+  // head): its rows are those tokens times the query heads of that KV head,
+  // and each key tile is loaded once for all of them.
+  chunks_.clear();
+  for (size_t s = 0; s < batch.size(); ++s)
+    for (int64_t t = seq_first_[s]; t < seq_first_[s + 1]; t += kQueryTile)
+      chunks_.push_back({static_cast<int>(s), t, std::min(seq_first_[s + 1], t + kQueryTile)});
+  const int64_t items = static_cast<int64_t>(chunks_.size()) * nkv;
+  pool_->ParallelFor(items, 1, [&](int64_t it, int thread) {
+    const Chunk& ch = chunks_[it / nkv];
+    const int kvh = static_cast<int>(it % nkv);
+    const SeqStep& st = batch[ch.seq];
+    const int64_t first = seq_first_[ch.seq];
     const std::span<const int32_t> table = st.block_tables[L.group];
-    auto key_at = [&](int which, int j) -> const float* {
-      const int32_t p = lo + j;
+    auto key_at = [&](int which, int32_t p) -> const float* {
       if (p >= st.start_pos) {  // computed this step
         const int64_t row = first + (p - st.start_pos);
         return qkv_.data() + row * qkv_row + static_cast<int64_t>(nh + which * nkv + kvh) * D;
@@ -259,11 +262,33 @@ void CpuBackend::Attention(int layer, std::span<const SeqStep> batch) {
       const int32_t blk = table[ring > 0 ? lb % ring : lb];
       return KvPtr(L.group, blk, L.index_in_group, which, p % bs) + static_cast<int64_t>(kvh) * D;
     };
-    const float* q = qkv_.data() + t * qkv_row + static_cast<int64_t>(h) * D;
-    float* out = attn_.data() + (t * nh + h) * D;
-    kernels::AttendOne(
-        q, n, D, scale, softcap, [&](int j) { return key_at(0, j); },
-        [&](int j) { return key_at(1, j); }, scores_[thread].data(), out);
+    if (D % 8 != 0) {  // the reference path, one (token, head) at a time
+      for (int64_t t = ch.begin; t < ch.end; ++t) {
+        const int32_t pos = tok_pos_[t];
+        const int32_t lo = L.window > 0 ? std::max(0, pos - L.window + 1) : 0;
+        for (int h = kvh * group_size; h < (kvh + 1) * group_size; ++h) {
+          kernels::AttendOne(
+              qkv_.data() + t * qkv_row + static_cast<int64_t>(h) * D, pos - lo + 1, D, scale,
+              softcap, [&](int j) { return key_at(0, lo + j); },
+              [&](int j) { return key_at(1, lo + j); }, scores_[thread].data(),
+              attn_.data() + (t * nh + h) * D);
+        }
+      }
+      return;
+    }
+    kernels::AttnRow* rows = attn_rows_[thread].data();
+    int n = 0;
+    for (int64_t t = ch.begin; t < ch.end; ++t) {
+      const int32_t pos = tok_pos_[t];
+      const int32_t lo = L.window > 0 ? std::max(0, pos - L.window + 1) : 0;
+      for (int h = kvh * group_size; h < (kvh + 1) * group_size; ++h) {
+        rows[n++] = kernels::AttnRow{qkv_.data() + t * qkv_row + static_cast<int64_t>(h) * D,
+                                     attn_.data() + (t * nh + h) * D, pos, lo};
+      }
+    }
+    kernels::AttendRows(
+        rows, n, D, scale, softcap, [&](int32_t p) { return key_at(0, p); },
+        [&](int32_t p) { return key_at(1, p); }, scores_[thread].data());
   });
 }
 

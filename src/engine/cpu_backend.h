@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/cpu_attention.h"
 #include "engine/weight_source.h"
 #include "util/thread_pool.h"
 
@@ -66,7 +67,15 @@ class CpuBackend final : public Backend {
   std::vector<float> x_, h_, qkv_, attn_, o_, gu_, act_, last_;
   std::vector<int32_t> tok_seq_, tok_pos_;
   std::vector<int64_t> seq_first_;
-  std::vector<std::vector<float>> scores_;  // per thread
+  // Attention work: runs of up to kQueryTile tokens of one sequence.
+  static constexpr int64_t kQueryTile = 16;
+  struct Chunk {
+    int seq;
+    int64_t begin, end;
+  };
+  std::vector<Chunk> chunks_;
+  std::vector<std::vector<kernels::AttnRow>> attn_rows_;  // per thread
+  std::vector<std::vector<float>> scores_;                // per thread
   std::unique_ptr<ThreadPool> pool_;
 };
 

@@ -8,13 +8,11 @@
 
 namespace agentkv {
 
-Engine::Engine(std::unique_ptr<Backend> backend, const Tokenizer* tokenizer,
-               EngineOptions options)
+Engine::Engine(std::unique_ptr<Backend> backend, const Tokenizer* tokenizer, EngineOptions options)
     : backend_(std::move(backend)), tokenizer_(tokenizer), options_(std::move(options)) {}
 
 Result<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Backend> backend,
-                                               const Tokenizer* tokenizer,
-                                               EngineOptions options) {
+                                               const Tokenizer* tokenizer, EngineOptions options) {
   std::unique_ptr<Engine> e(new Engine(std::move(backend), tokenizer, std::move(options)));
   const ModelConfig& cfg = e->backend_->config();
   const ModelCacheSpec& spec = e->backend_->cache_spec();
@@ -22,9 +20,9 @@ Result<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Backend> backend,
                                                 : std::max(cfg.max_position_embeddings, 1);
   std::vector<int32_t> blocks = e->options_.blocks_per_group;
   if (blocks.empty()) {
-    ASSIGN_OR_RETURN(blocks, BlocksForBudget(spec, e->options_.block_size,
-                                             e->options_.kv_memory_bytes,
-                                             e->options_.scheduler.max_batch));
+    ASSIGN_OR_RETURN(blocks,
+                     BlocksForBudget(spec, e->options_.block_size, e->options_.kv_memory_bytes,
+                                     e->options_.scheduler.max_batch));
   }
   if (blocks.size() != spec.groups.size())
     return InvalidArgument("engine: blocks_per_group must have one entry per cache group");
@@ -246,16 +244,22 @@ void Engine::Finish(Sequence* s, FinishReason reason, bool cancelled, std::strin
   ev.text = std::move(tail);
   ev.prompt_tokens = static_cast<int64_t>(s->prompt_len);
   ev.cached_tokens = s->cached_prompt_tokens;
-  ev.restored_tokens = std::clamp<int64_t>(s->cached_prompt_tokens - s->resident_before_restore,
-                                           0, s->restored_tokens);
-  ev.cache_source = ev.restored_tokens > 0    ? CacheSource::kDisk
+  ev.restored_tokens = std::clamp<int64_t>(s->cached_prompt_tokens - s->resident_before_restore, 0,
+                                           s->restored_tokens);
+  ev.cache_source = ev.restored_tokens > 0 ? CacheSource::kDisk
                     : ev.cached_tokens > 0 ? CacheSource::kResident
                                            : CacheSource::kNone;
   if (!cancelled) {
     switch (ev.cache_source) {
-      case CacheSource::kDisk: ++local_.resumed_disk; break;
-      case CacheSource::kResident: ++local_.resumed_resident; break;
-      default: ++local_.resumed_none; break;
+      case CacheSource::kDisk:
+        ++local_.resumed_disk;
+        break;
+      case CacheSource::kResident:
+        ++local_.resumed_resident;
+        break;
+      default:
+        ++local_.resumed_none;
+        break;
     }
   }
   ev.completion_tokens = s->output_len();
@@ -290,7 +294,8 @@ void Engine::Step() {
     step.tokens = std::span<const int32_t>(sc.seq->tokens).subspan(sc.seq->computed, sc.num_tokens);
     step.start_pos = static_cast<int32_t>(sc.seq->computed);
     step.want_logits = sc.want_logits;
-    for (int g = 0; g < kv_->num_groups(); ++g) step.block_tables[g] = kv_->Table(sc.seq->id, g).blocks();
+    for (int g = 0; g < kv_->num_groups(); ++g)
+      step.block_tables[g] = kv_->Table(sc.seq->id, g).blocks();
     steps_buf_.push_back(step);
   }
   // Plain greedy rows are picked by the backend (on the GPU for cuda), so
@@ -338,8 +343,8 @@ void Engine::Step() {
     ++row;
     if (!s->first_token_sent) {
       s->first_token_sent = true;
-      s->ttft_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - s->submitted)
-                      .count();
+      s->ttft_s =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - s->submitted).count();
     }
     ++local_.generated_tokens;
     std::string piece = s->detok ? s->detok->Push(tok) : std::string();
@@ -438,11 +443,11 @@ void Engine::ApplyLoad(LoadResult r, double now) {
     hashes.reserve(blocks.size());
     for (const KvTierBlock& b : blocks) hashes.push_back(b.hash);
     const int group = kv_->prefix_group();
-    const int32_t n = kv_->RestoreBlocks(
-        s->tokens, r.first_block, hashes, [&](size_t i, int32_t block) {
+    const int32_t n =
+        kv_->RestoreBlocks(s->tokens, r.first_block, hashes, [&](size_t i, int32_t block) {
           const std::string& d = blocks[i].data;
-          return backend_->WriteBlock(
-              group, block, std::as_bytes(std::span<const char>(d.data(), d.size())));
+          return backend_->WriteBlock(group, block,
+                                      std::as_bytes(std::span<const char>(d.data(), d.size())));
         });
     const int bs = options_.block_size;
     s->resident_before_restore = static_cast<int64_t>(r.first_block) * bs;

@@ -53,20 +53,20 @@ struct EngineStats {
   int64_t waiting = 0;
   int64_t running = 0;
   int64_t preemptions = 0;
-  int64_t prompt_tokens = 0;      // computed by prefill
+  int64_t prompt_tokens = 0;  // computed by prefill
   int64_t generated_tokens = 0;
-  int64_t last_batch_size = 0;    // sequences in the last step
-  int64_t max_batch_size = 0;     // largest step so far
+  int64_t last_batch_size = 0;  // sequences in the last step
+  int64_t max_batch_size = 0;   // largest step so far
   int64_t resident_agents = 0;
   // Where finished requests' cached prompt tokens came from (the deepest
   // tier used), and the KV tier's traffic.
   int64_t resumed_resident = 0;
   int64_t resumed_disk = 0;
-  int64_t resumed_none = 0;   // nothing cached: full prefill
-  int64_t restored_tokens = 0;  // prompt tokens written back from the tier
-  int64_t restore_problems = 0;  // loads that stopped at a corrupt record or failed
-  int64_t saved_blocks = 0;      // KV blocks handed to the tier (with data)
-  int64_t loading = 0;           // requests waiting for a tier load
+  int64_t resumed_none = 0;           // nothing cached: full prefill
+  int64_t restored_tokens = 0;        // prompt tokens written back from the tier
+  int64_t restore_problems = 0;       // loads that stopped at a corrupt record or failed
+  int64_t saved_blocks = 0;           // KV blocks handed to the tier (with data)
+  int64_t loading = 0;                // requests waiting for a tier load
   std::vector<BlockPoolStats> pools;  // per cache group
 };
 
@@ -80,8 +80,7 @@ class Engine {
   // `tokenizer` (may be null: no text in the events, no stop strings) must
   // outlive the engine. Starts the engine thread.
   static Result<std::unique_ptr<Engine>> Create(std::unique_ptr<Backend> backend,
-                                                const Tokenizer* tokenizer,
-                                                EngineOptions options);
+                                                const Tokenizer* tokenizer, EngineOptions options);
   ~Engine();  // Stop()s
 
   // Queues a request. InvalidArgument for bad parameters or a prompt that

@@ -24,8 +24,8 @@ class StoreKvTier : public KvTier {
   // uses. Records the model's description under the combined fingerprint.
   static Result<std::unique_ptr<StoreKvTier>> Create(AgentStore* store,
                                                      const std::string& model_fingerprint_hex,
-                                                     const std::string& kv_format,
-                                                     int block_size, uint32_t element_size,
+                                                     const std::string& kv_format, int block_size,
+                                                     uint32_t element_size,
                                                      const std::string& model_name = {});
 
   // The fingerprint the KV records are tagged with.
