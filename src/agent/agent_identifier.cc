@@ -121,6 +121,13 @@ void AgentIdentifier::Remember(const std::string& agent, std::vector<int32_t> to
   Known& k = known_[agent];
   k.tokens = std::move(tokens);
   k.stamp = next_stamp_++;
+  if (known_.size() > max_known_) {
+    auto oldest = known_.begin();
+    for (auto it = known_.begin(); it != known_.end(); ++it) {
+      if (it->second.stamp < oldest->second.stamp) oldest = it;
+    }
+    known_.erase(oldest);
+  }
 }
 
 void AgentIdentifier::Forget(const std::string& agent) {

@@ -77,6 +77,11 @@ class AgentIdentifier {
   // part ignored).
   static std::string NewAgentId(const ContentKey& key);
 
+  // At most `max_known` agents are remembered for content matching; past
+  // it the least recently remembered is forgotten (it can still be found by
+  // its explicit or hashed id).
+  explicit AgentIdentifier(size_t max_known = 4096) : max_known_(max_known) {}
+
   // Remembers (replaces) `agent`'s token sequence for content matching.
   void Remember(const std::string& agent, std::vector<int32_t> tokens);
   void Forget(const std::string& agent);
@@ -102,6 +107,7 @@ class AgentIdentifier {
   // Longest common prefix of `tokens` with any known sequence, and who.
   std::pair<size_t, std::string> Best(std::span<const int32_t> tokens) const;
 
+  const size_t max_known_;
   mutable std::mutex mu_;
   std::unordered_map<std::string, Known> known_;
   uint64_t next_stamp_ = 1;

@@ -120,5 +120,17 @@ TEST(AgentIdentifierTest, ContentMatchNeedsTheFirstTurn) {
   EXPECT_EQ(ids.size(), 1u);
 }
 
+TEST(AgentIdentifierTest, RemembersAtMostMaxKnown) {
+  AgentIdentifier ids(2);
+  ids.Remember("a", {1, 2, 3});
+  ids.Remember("b", {4, 5, 6});
+  ids.Remember("a", {1, 2, 3, 4});  // "a" is now the most recent
+  ids.Remember("c", {7, 8, 9});     // forgets "b"
+  EXPECT_EQ(ids.size(), 2u);
+  EXPECT_FALSE(ids.Match(std::vector<int32_t>{4, 5, 6}, 1).has_value());
+  EXPECT_EQ(ids.Match(std::vector<int32_t>{1, 2, 3, 4}, 1), "a");
+  EXPECT_EQ(ids.Match(std::vector<int32_t>{7, 8, 9}, 1), "c");
+}
+
 }  // namespace
 }  // namespace agentkv::agent

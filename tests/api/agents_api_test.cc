@@ -1,0 +1,170 @@
+// AgentsApi through ApiService on the default model and a real store:
+// generate keeps the history server-side (turn numbers, the second turn
+// reuses the first's KV), the reply and SSE shapes of SPEC section 7, get
+// and list, delete (history and KV), and bad input as OpenAI-shaped 4xx.
+#include "api/agents_api.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "api/api_service.h"
+
+namespace agentkv::api {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+class AgentsApiTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const fs::path dir = fs::path(AGENTKV_DATA_DIR) / "models/default";
+    if (!fs::exists(dir / "config.json")) GTEST_SKIP() << "default model missing";
+    std::string tmpl = (fs::temp_directory_path() / "agentkv_agents_api_XXXXXX").string();
+    tmp_ = ::mkdtemp(tmpl.data());
+    store::StoreOptions so;
+    so.sync = false;
+    auto st = store::AgentStore::Open(tmp_, so);
+    ASSERT_TRUE(st.ok()) << st.status().ToString();
+    store_ = std::move(st).value();
+    ServedModelOptions o;
+    o.model_dir = dir.string();
+    o.backend.threads = 1;
+    o.store = store_.get();
+    auto m = ServedModel::Load(o);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    host_ = std::make_unique<ModelHost>(o, std::move(m).value());
+    agents_ = std::make_unique<agent::AgentManager>(store_.get());
+    service_ = std::make_unique<ApiService>(ApiContext{host_.get(), agents_.get(), &metrics_},
+                                            ApiServiceOptions{});
+  }
+  void TearDown() override {
+    service_.reset();
+    if (host_) (void)host_->Shutdown();
+    host_.reset();
+    agents_.reset();
+    store_.reset();
+    if (!tmp_.empty()) fs::remove_all(tmp_);
+  }
+
+  std::pair<int, std::string> Call(const std::string& method, const std::string& path,
+                                   const std::string& body = "") {
+    HttpRequest r;
+    r.method = method;
+    r.path = path;
+    r.body = body;
+    Reply reply = service_->Handle(r);
+    if (auto* resp = std::get_if<HttpResponse>(&reply)) return {resp->status, resp->body};
+    auto& b = std::get<std::unique_ptr<AsyncBody>>(reply);
+    b->Start([] {});
+    std::string out;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!b->Poll(&out) && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return {b->status(), out};
+  }
+
+  std::string tmp_;
+  std::unique_ptr<store::AgentStore> store_;
+  std::unique_ptr<ModelHost> host_;
+  std::unique_ptr<agent::AgentManager> agents_;
+  Metrics metrics_;
+  std::unique_ptr<ApiService> service_;
+};
+
+TEST_F(AgentsApiTest, GenerateKeepsHistoryAndCache) {
+  auto [st, body] = Call(
+      "POST", "/v1/agents/a1/generate",
+      R"({"message":"Hello there, agent.","system":"Be brief.","max_tokens":4,"temperature":0})");
+  ASSERT_EQ(st, 200) << body;
+  json r1 = json::parse(body);
+  EXPECT_EQ(r1["agent_id"], "a1");
+  EXPECT_EQ(r1["turn"], 1);
+  EXPECT_TRUE(r1["text"].is_string());
+  EXPECT_TRUE(r1["finish_reason"] == "length" || r1["finish_reason"] == "stop");
+  EXPECT_EQ(r1["usage"]["cache_source"], "none");
+  EXPECT_EQ(r1["usage"]["cached_tokens"], 0);
+  for (const char* k : {"prompt_tokens", "completion_tokens", "cached_tokens"}) {
+    EXPECT_TRUE(r1["usage"][k].is_number_integer()) << k;
+  }
+
+  std::tie(st, body) = Call("POST", "/v1/agents/a1/generate",
+                            R"({"message":"And again?","max_tokens":3,"stream":true})");
+  ASSERT_EQ(st, 200) << body;
+  // SSE: {"text"} events, then one with the reply's fields.
+  std::vector<json> events;
+  size_t pos = 0;
+  while ((pos = body.find("data: ", pos)) != std::string::npos) {
+    const size_t end = body.find("\n\n", pos);
+    events.push_back(json::parse(body.substr(pos + 6, end - pos - 6)));
+    pos = end;
+  }
+  ASSERT_GE(events.size(), 1u);
+  const json last = events.back();
+  EXPECT_EQ(last["turn"], 2);
+  std::string streamed;
+  for (size_t i = 0; i + 1 < events.size(); ++i) streamed += events[i]["text"].get<std::string>();
+  EXPECT_EQ(streamed, last["text"]);
+  EXPECT_GT(last["usage"]["prompt_tokens"].get<int>(), r1["usage"]["prompt_tokens"].get<int>());
+  EXPECT_GT(last["usage"]["cached_tokens"].get<int>(), 0);
+  EXPECT_EQ(last["usage"]["cache_source"], "resident");
+
+  std::tie(st, body) = Call("GET", "/v1/agents/a1");
+  ASSERT_EQ(st, 200) << body;
+  json g = json::parse(body);
+  EXPECT_EQ(g["turns"], 2);
+  ASSERT_EQ(g["history"].size(), 2u);
+  EXPECT_EQ(g["history"][0]["messages"][0], json({{"role", "system"}, {"content", "Be brief."}}));
+  EXPECT_EQ(g["history"][1]["messages"][0]["content"], "And again?");
+  EXPECT_EQ(g["history"][1]["messages"][1]["content"], last["text"]);
+  EXPECT_EQ(g["cache"]["location"], "resident");
+  EXPECT_GT(g["cache"]["resident_tokens"].get<int>(), 0);
+
+  std::tie(st, body) = Call("GET", "/v1/agents");
+  EXPECT_EQ(json::parse(body)["data"].size(), 1u);
+  std::tie(st, body) = Call("DELETE", "/v1/agents/a1");
+  EXPECT_EQ(st, 200) << body;
+  EXPECT_EQ(Call("GET", "/v1/agents/a1").first, 404);
+  EXPECT_EQ(Call("DELETE", "/v1/agents/a1").first, 404);
+  auto hist = store_->GetHistory("a1");
+  EXPECT_TRUE(!hist.ok() || hist->empty());
+  // A new conversation under the same id starts again at turn 1, with
+  // nothing of the deleted agent's history in its prompt.
+  std::tie(st, body) = Call("POST", "/v1/agents/a1/generate", R"({"message":"Hi","max_tokens":1})");
+  EXPECT_EQ(json::parse(body)["turn"], 1);
+}
+
+TEST_F(AgentsApiTest, BadInputIsOpenAiShaped400) {
+  const char* bad[] = {"not json",
+                       "[1]",
+                       "{}",
+                       R"({"message":1})",
+                       R"({"message":""})",
+                       R"({"message":"x","system":{}})",
+                       R"({"message":"x","max_tokens":-2})",
+                       R"({"message":"x","stream":1})",
+                       R"({"message":"x","temperature":"warm"})",
+                       R"({"message":"x","priority":"urgent"})"};
+  for (const char* b : bad) {
+    auto [st, body] = Call("POST", "/v1/agents/z/generate", b);
+    EXPECT_EQ(st, 400) << b << " -> " << body;
+    json j = json::parse(body);
+    EXPECT_EQ(j["error"]["type"], "invalid_request_error") << b;
+  }
+  EXPECT_EQ(
+      Call("POST", "/v1/agents/" + std::string(257, 'a') + "/generate", R"({"message":"x"})").first,
+      400);
+  EXPECT_EQ(Call("GET", "/v1/agents/unknown").first, 404);
+  EXPECT_EQ(Call("PUT", "/v1/agents/z").first, 404);
+  // Nothing was recorded for the failed requests.
+  EXPECT_EQ(json::parse(Call("GET", "/v1/agents").second)["data"].size(), 0u);
+}
+
+}  // namespace
+}  // namespace agentkv::api
