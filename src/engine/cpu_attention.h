@@ -44,6 +44,20 @@ inline __m256 Exp8(__m256 x) {
   return _mm256_andnot_ps(below, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
 }
 
+inline float HorizontalSum(__m256 v) {
+  __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+  x = _mm_add_ss(x, _mm_movehdup_ps(x));
+  return _mm_cvtss_f32(x);
+}
+
+inline float HorizontalMax(__m256 v) {
+  __m128 x = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  x = _mm_max_ps(x, _mm_movehl_ps(x, x));
+  x = _mm_max_ss(x, _mm_movehdup_ps(x));
+  return _mm_cvtss_f32(x);
+}
+
 // Per-row state of AttendRows; the caller provides `rows` of them.
 struct AttnRow {
   const float* q = nullptr;  // head_dim floats
@@ -94,48 +108,61 @@ void AttendRows(AttnRow* rows, int nrows, int head_dim, float scale, float softc
     for (int r = 0; r < nrows; ++r) {
       const AttnRow& row = rows[r];
       if (t0 > row.pos || t0 + nk - 1 < row.lo) continue;  // nothing visible
+      // Four independent accumulators (even and odd d) hide the FMA latency.
       __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-      for (int d = 0; d < D; ++d) {
-        const __m256 qd = _mm256_set1_ps(row.q[d]);
-        s0 = _mm256_fmadd_ps(qd, _mm256_loadu_ps(kt + d * kKeyTile), s0);
-        s1 = _mm256_fmadd_ps(qd, _mm256_loadu_ps(kt + d * kKeyTile + 8), s1);
+      __m256 u0 = _mm256_setzero_ps(), u1 = _mm256_setzero_ps();
+      for (int d = 0; d < D; d += 2) {
+        const __m256 qd = _mm256_broadcast_ss(row.q + d);
+        const __m256 qe = _mm256_broadcast_ss(row.q + d + 1);
+        const float* k0 = kt + d * kKeyTile;
+        s0 = _mm256_fmadd_ps(qd, _mm256_loadu_ps(k0), s0);
+        s1 = _mm256_fmadd_ps(qd, _mm256_loadu_ps(k0 + 8), s1);
+        u0 = _mm256_fmadd_ps(qe, _mm256_loadu_ps(k0 + kKeyTile), u0);
+        u1 = _mm256_fmadd_ps(qe, _mm256_loadu_ps(k0 + kKeyTile + 8), u1);
       }
+      s0 = _mm256_add_ps(s0, u0);
+      s1 = _mm256_add_ps(s1, u1);
       float* pr = p + static_cast<int64_t>(r) * kKeyTile;
       const __m256 sc = _mm256_set1_ps(scale);
-      _mm256_storeu_ps(pr, _mm256_mul_ps(s0, sc));
-      _mm256_storeu_ps(pr + 8, _mm256_mul_ps(s1, sc));
-      float tile_max = -3.0e38f;
-      for (int j = 0; j < kKeyTile; ++j) {
-        const int32_t kp = t0 + j;
-        if (j >= nk || kp > row.pos || kp < row.lo) {
-          pr[j] = -INFINITY;
-          continue;
+      s0 = _mm256_mul_ps(s0, sc);
+      s1 = _mm256_mul_ps(s1, sc);
+      float tile_max;
+      if (softcap == 0.f && nk == kKeyTile && t0 >= row.lo && t0 + kKeyTile - 1 <= row.pos) {
+        tile_max = HorizontalMax(_mm256_max_ps(s0, s1));  // every key visible
+      } else {
+        _mm256_storeu_ps(pr, s0);
+        _mm256_storeu_ps(pr + 8, s1);
+        tile_max = -3.0e38f;
+        for (int j = 0; j < kKeyTile; ++j) {
+          const int32_t kp = t0 + j;
+          if (j >= nk || kp > row.pos || kp < row.lo) {
+            pr[j] = -INFINITY;
+            continue;
+          }
+          if (softcap > 0.f) pr[j] = softcap * std::tanh(pr[j] / softcap);
+          tile_max = std::max(tile_max, pr[j]);
         }
-        if (softcap > 0.f) pr[j] = softcap * std::tanh(pr[j] / softcap);
-        tile_max = std::max(tile_max, pr[j]);
+        s0 = _mm256_loadu_ps(pr);
+        s1 = _mm256_loadu_ps(pr + 8);
       }
       const float m_new = std::max(m[r], tile_max);
-      const float corr = std::exp(m[r] - m_new);
+      const float corr = m[r] == m_new ? 1.f : std::exp(m[r] - m_new);
       const __m256 mv = _mm256_set1_ps(m_new);
-      const __m256 e0 = Exp8(_mm256_sub_ps(_mm256_loadu_ps(pr), mv));
-      const __m256 e1 = Exp8(_mm256_sub_ps(_mm256_loadu_ps(pr + 8), mv));
+      const __m256 e0 = Exp8(_mm256_sub_ps(s0, mv));
+      const __m256 e1 = Exp8(_mm256_sub_ps(s1, mv));
       _mm256_storeu_ps(pr, e0);
       _mm256_storeu_ps(pr + 8, e1);
-      float sum = 0.f;
-      for (int j = 0; j < kKeyTile; ++j) sum += pr[j];
-      l[r] = l[r] * corr + sum;
+      l[r] = l[r] * corr + HorizontalSum(_mm256_add_ps(e0, e1));
       m[r] = m_new;
+      // acc = acc * corr + P V, one 8-float column of acc in a register at a
+      // time (16 FMAs per load and store).
       float* a = acc + static_cast<int64_t>(r) * D;
       const __m256 cv = _mm256_set1_ps(corr);
-      for (int d = 0; d < D; d += 8)
-        _mm256_storeu_ps(a + d, _mm256_mul_ps(_mm256_loadu_ps(a + d), cv));
-      for (int j = 0; j < nk; ++j) {
-        if (pr[j] == 0.f) continue;
-        const __m256 pj = _mm256_set1_ps(pr[j]);
-        const float* v = vrow[j];
-        for (int d = 0; d < D; d += 8)
-          _mm256_storeu_ps(a + d,
-                           _mm256_fmadd_ps(pj, _mm256_loadu_ps(v + d), _mm256_loadu_ps(a + d)));
+      for (int d = 0; d < D; d += 8) {
+        __m256 av = _mm256_mul_ps(_mm256_loadu_ps(a + d), cv);
+        for (int j = 0; j < nk; ++j)
+          av = _mm256_fmadd_ps(_mm256_broadcast_ss(pr + j), _mm256_loadu_ps(vrow[j] + d), av);
+        _mm256_storeu_ps(a + d, av);
       }
     }
   }
