@@ -158,6 +158,37 @@ const scenarios = {
     });
   },
 
+  // The server runs with --api-key ARGS[0]: wrong keys get each protocol's
+  // 401; the right one, in either header, works.
+  async apikey() {
+    const key = args[0];
+    await step('API key', async () => {
+      const anthropic = new Anthropic({ baseURL: base, apiKey: 'wrong', maxRetries: 0 });
+      await assert.rejects(
+        anthropic.messages.create({ model: 'm', max_tokens: 2,
+                                    messages: [{ role: 'user', content: 'hi' }] }),
+        (e) => e.status === 401 && e.error.type === 'error' &&
+               e.error.error.type === 'authentication_error');
+      await assert.rejects(
+        openai.chat.completions.create({ model: 'm', max_tokens: 2,
+                                         messages: [{ role: 'user', content: 'hi' }] }),
+        (e) => e.status === 401 && e.error.code === 'invalid_api_key');
+      let r = await json('GET', '/v1/agents');
+      assert.equal(r.status, 401);
+      r = await json('GET', '/admin/status');
+      assert.equal(r.status, 401);
+      assert.equal((await json('GET', '/health')).status, 200);
+      const good = new OpenAI({ baseURL: `${base}/v1`, apiKey: key, maxRetries: 0 });
+      const c = await good.chat.completions.create(
+        { model: 'm', max_tokens: 2, messages: [{ role: 'user', content: 'hi' }] });
+      assert.equal(c.object, 'chat.completion');
+      const goodA = new Anthropic({ baseURL: base, apiKey: key, maxRetries: 0 });
+      const m = await goodA.messages.create(
+        { model: 'm', max_tokens: 2, messages: [{ role: 'user', content: 'hi' }] });
+      assert.equal(m.type, 'message');
+    });
+  },
+
   // 16 agents at once share the engine's batches.
   async parallel() {
     await step('16 agents in one batch', async () => {

@@ -218,5 +218,50 @@ TEST_F(ApiServiceTest, GenerationsHaveUsageAndFinishReasons) {
   EXPECT_EQ(body.substr(body.size() - 14), "data: [DONE]\n\n");
 }
 
+TEST_F(ApiServiceTest, AnthropicStopSequenceIsReported) {
+  ApiService svc(ctx_, {});
+  json req = {{"model", "m"},
+              {"max_tokens", 12},
+              {"temperature", 0},
+              {"messages", {{{"role", "user"}, {"content", "Count to ten."}}}}};
+  auto [st, body] = Drive(svc.Handle(Post("/v1/messages", req.dump())));
+  ASSERT_EQ(st, 200) << body;
+  json j = json::parse(body);
+  std::string text;
+  for (const auto& b : j["content"]) {
+    if (b["type"] == "text") text += b["text"].get<std::string>();
+  }
+  // Greedy decoding repeats itself: a piece of the output (an ASCII
+  // character after the first, so it is valid UTF-8) is a stop sequence.
+  std::string stop;
+  for (size_t i = 1; i < text.size() && stop.empty(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c > 0x20 && c < 0x7f) stop = text.substr(i, 1);
+  }
+  if (stop.empty()) GTEST_SKIP() << "no ASCII in the greedy output: " << body;
+  req["stop_sequences"] = {"\u0001never", stop};
+  std::tie(st, body) = Drive(svc.Handle(Post("/v1/messages", req.dump())));
+  ASSERT_EQ(st, 200) << body;
+  j = json::parse(body);
+  EXPECT_EQ(j["stop_reason"], "stop_sequence") << body;
+  EXPECT_EQ(j["stop_sequence"], stop) << body;
+  // Streamed: message_delta carries them.
+  req["stream"] = true;
+  std::tie(st, body) = Drive(svc.Handle(Post("/v1/messages", req.dump())));
+  const size_t at = body.find("event: message_delta");
+  ASSERT_NE(at, std::string::npos) << body;
+  const size_t data = body.find("data: ", at) + 6;
+  json delta = json::parse(body.substr(data, body.find('\n', data) - data));
+  EXPECT_EQ(delta["delta"]["stop_reason"], "stop_sequence");
+  EXPECT_EQ(delta["delta"]["stop_sequence"], stop);
+  // Without a stop sequence in the output: end_turn or max_tokens, null.
+  req["stream"] = false;
+  req["stop_sequences"] = {"\u0001never"};
+  std::tie(st, body) = Drive(svc.Handle(Post("/v1/messages", req.dump())));
+  j = json::parse(body);
+  EXPECT_NE(j["stop_reason"], "stop_sequence");
+  EXPECT_TRUE(j["stop_sequence"].is_null());
+}
+
 }  // namespace
 }  // namespace agentkv::api

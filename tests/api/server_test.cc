@@ -134,8 +134,8 @@ class AgentsE2eTest : public ::testing::Test {
   }
 
   // Starts a server on `store_`; the port, or -1.
-  int Start(Child* c) {
-    *c = StartServer(store_);
+  int Start(Child* c, std::vector<std::string> extra = {}) {
+    *c = StartServer(store_, std::move(extra));
     if (c->pid <= 0) return -1;
     std::string seen;
     const int port = WaitListening(c->out_fd, 60, &seen);
@@ -168,6 +168,16 @@ TEST_F(AgentsE2eTest, ConcurrentTurnsOfOneAgentRunInOrder) {
   ASSERT_GT(port, 0);
   bool ok = false;
   const std::string out = Scenario("order", port, "", &ok);
+  EXPECT_TRUE(ok) << out;
+  EXPECT_TRUE(StopServer(c));
+}
+
+TEST_F(AgentsE2eTest, WrongApiKeyIs401InEachProtocolsShape) {
+  Child c;
+  const int port = Start(&c, {"--api-key", "sekret"});
+  ASSERT_GT(port, 0);
+  bool ok = false;
+  const std::string out = Scenario("apikey", port, "sekret", &ok);
   EXPECT_TRUE(ok) << out;
   EXPECT_TRUE(StopServer(c));
 }
