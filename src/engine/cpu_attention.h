@@ -154,11 +154,30 @@ void AttendRows(AttnRow* rows, int nrows, int head_dim, float scale, float softc
       _mm256_storeu_ps(pr + 8, e1);
       l[r] = l[r] * corr + HorizontalSum(_mm256_add_ps(e0, e1));
       m[r] = m_new;
-      // acc = acc * corr + P V, one 8-float column of acc in a register at a
-      // time (16 FMAs per load and store).
+      // acc = acc * corr + P V, 32 columns of acc in four registers at a
+      // time: independent FMA chains, 16 FMAs per load and store.
       float* a = acc + static_cast<int64_t>(r) * D;
       const __m256 cv = _mm256_set1_ps(corr);
-      for (int d = 0; d < D; d += 8) {
+      int d = 0;
+      for (; d + 32 <= D; d += 32) {
+        __m256 a0 = _mm256_mul_ps(_mm256_loadu_ps(a + d), cv);
+        __m256 a1 = _mm256_mul_ps(_mm256_loadu_ps(a + d + 8), cv);
+        __m256 a2 = _mm256_mul_ps(_mm256_loadu_ps(a + d + 16), cv);
+        __m256 a3 = _mm256_mul_ps(_mm256_loadu_ps(a + d + 24), cv);
+        for (int j = 0; j < nk; ++j) {
+          const __m256 pj = _mm256_broadcast_ss(pr + j);
+          const float* v = vrow[j] + d;
+          a0 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(v), a0);
+          a1 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(v + 8), a1);
+          a2 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(v + 16), a2);
+          a3 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(v + 24), a3);
+        }
+        _mm256_storeu_ps(a + d, a0);
+        _mm256_storeu_ps(a + d + 8, a1);
+        _mm256_storeu_ps(a + d + 16, a2);
+        _mm256_storeu_ps(a + d + 24, a3);
+      }
+      for (; d < D; d += 8) {
         __m256 av = _mm256_mul_ps(_mm256_loadu_ps(a + d), cv);
         for (int j = 0; j < nk; ++j)
           av = _mm256_fmadd_ps(_mm256_broadcast_ss(pr + j), _mm256_loadu_ps(vrow[j] + d), av);

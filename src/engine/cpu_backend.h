@@ -68,7 +68,7 @@ class CpuBackend final : public Backend {
   std::vector<int32_t> tok_seq_, tok_pos_;
   std::vector<int64_t> seq_first_;
   // Attention work: runs of up to kQueryTile tokens of one sequence.
-  static constexpr int64_t kQueryTile = 16;
+  static constexpr int64_t kQueryTile = 32;
   struct Chunk {
     int seq;
     int64_t begin, end;
