@@ -208,6 +208,45 @@ TEST_F(StoreKvTierTest, SmallPoolRestoresWhatFitsAndStaysCorrect) {
   EXPECT_EQ(restored.finished.restored_tokens, 100);
 }
 
+TEST(StoreKvTierFullTest, FullStoreLosesKvButNeverAService) {
+  // A map that cannot grow past 512 KiB, and four 400-token agents of
+  // ~300 KiB of KV each (3 layers x K,V x 2 heads x 16 dims x 4 bytes = 768
+  // bytes per token). Writes fail or evict behind the engine's back; every
+  // turn keeps its output.
+  TempDir dir;
+  StoreOptions o;
+  o.sync = false;
+  o.initial_map_bytes = 256 << 10;
+  o.max_map_bytes = 512 << 10;
+  auto st = AgentStore::Open(dir.path(), o);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  auto tier = Tier(st->get());
+  std::vector<std::vector<int32_t>> outputs;
+  for (int agent = 0; agent < 4; ++agent) {
+    auto e = MakeEngine(tier);
+    Done d =
+        Collect(e->Submit(Greedy(Prompt(400, agent), 4, "full-" + std::to_string(agent))).value());
+    EXPECT_FALSE(d.finished.cancelled);
+    EXPECT_EQ(d.tokens.size(), 4u);
+    Done ref = Collect(MakeEngine(nullptr)->Submit(Greedy(Prompt(400, agent), 4)).value());
+    EXPECT_EQ(d.tokens, ref.tokens);
+  }
+  const Status flushed = (*st)->Flush();
+  const KvStoreStats ks = (*st)->kv_stats();
+  // Either a write failed and was reported, or eviction made room each time.
+  EXPECT_TRUE(!flushed.ok() || ks.blocks_evicted > 0) << flushed.ToString();
+  if (!flushed.ok()) EXPECT_EQ(flushed.code(), StatusCode::kResourceExhausted);
+  // What is stored is intact, and a resume still serves the right output.
+  auto report = (*st)->Verify();
+  ASSERT_TRUE(report.ok());
+  EXPECT_TRUE(report->ok());
+  std::vector<int32_t> p2 = Prompt(400, 3);
+  p2.push_back(7);
+  Done resumed = Collect(MakeEngine(tier)->Submit(Greedy(p2, 4, "full-3")).value());
+  Done ref = Collect(MakeEngine(nullptr)->Submit(Greedy(p2, 4)).value());
+  EXPECT_EQ(resumed.tokens, ref.tokens);
+}
+
 TEST_F(StoreKvTierTest, CancelWhileLoadingFinishesCancelled) {
   auto tier = Tier(store_.get());
   const std::vector<int32_t> p = Prompt(60);
