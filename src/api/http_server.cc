@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <cctype>
 #include <exception>
 #include <limits>
@@ -46,6 +48,7 @@ struct HttpServer::Impl {
   std::atomic<bool> stopped{false};
   net::io_context ioc;
   std::optional<tcp::acceptor> acceptor;
+  std::optional<net::ssl::context> ssl_ctx;  // set: TLS on every connection
   std::vector<std::thread> threads;
 
   Impl(HttpServerOptions o, Handler h) : options(std::move(o)), handler(std::move(h)) {}
@@ -54,10 +57,23 @@ struct HttpServer::Impl {
 
 namespace {
 
-class Session : public std::enable_shared_from_this<Session> {
+using TlsStream = beast::ssl_stream<beast::tcp_stream>;
+
+inline beast::tcp_stream MakeStream(tcp::socket&& s, HttpServer::Impl*, beast::tcp_stream*) {
+  return beast::tcp_stream(std::move(s));
+}
+inline TlsStream MakeStream(tcp::socket&& s, HttpServer::Impl* server, TlsStream*) {
+  return TlsStream(std::move(s), *server->ssl_ctx);
+}
+
+// One connection; Stream is beast::tcp_stream or TlsStream.
+template <class Stream>
+class Session : public std::enable_shared_from_this<Session<Stream>> {
+  static constexpr bool kTls = std::is_same_v<Stream, TlsStream>;
+
  public:
   Session(tcp::socket socket, HttpServer::Impl* server, bool reject)
-      : stream_(std::move(socket)),
+      : stream_(MakeStream(std::move(socket), server, static_cast<Stream*>(nullptr))),
         keepalive_(stream_.get_executor()),
         server_(server),
         reject_(reject) {
@@ -66,29 +82,42 @@ class Session : public std::enable_shared_from_this<Session> {
   ~Session() { --server_->active; }
 
   void Run() {
-    net::dispatch(stream_.get_executor(), [self = shared_from_this()] {
-      if (self->reject_) {
-        HttpResponse r;
-        r.status = 503;
-        r.body = PlainError("too many connections");
-        self->keep_alive_ = false;
-        self->WriteResponse(std::move(r));
+    net::dispatch(stream_.get_executor(), [self = this->shared_from_this()] {
+      if constexpr (kTls) {
+        self->Lowest().expires_after(std::chrono::seconds(self->server_->options.read_timeout_s));
+        self->stream_.async_handshake(net::ssl::stream_base::server, [self](beast::error_code ec) {
+          if (ec) return self->Close();
+          self->Begin();
+        });
       } else {
-        self->DoRead();
+        self->Begin();
       }
     });
   }
 
  private:
+  beast::tcp_stream& Lowest() { return beast::get_lowest_layer(stream_); }
+
+  void Begin() {
+    if (reject_) {
+      HttpResponse r;
+      r.status = 503;
+      r.body = PlainError("too many connections");
+      keep_alive_ = false;
+      return WriteResponse(std::move(r));
+    }
+    DoRead();
+  }
+
   void DoRead() {
     parser_.emplace();
     // The route's limit is set once the request line is known (OnHeader).
     parser_->body_limit(std::numeric_limits<std::uint64_t>::max());
     parser_->header_limit(kHeaderLimit);
-    stream_.expires_after(std::chrono::seconds(server_->options.read_timeout_s));
+    Lowest().expires_after(std::chrono::seconds(server_->options.read_timeout_s));
     http::async_read_header(
         stream_, buffer_, *parser_,
-        [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
+        [self = this->shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
   }
 
   // Sets the route's body limit, then reads the body (same deadline).
@@ -109,12 +138,12 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     http::async_read(
         stream_, buffer_, *parser_,
-        [self = shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
+        [self = this->shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
   }
 
   void ArmWrite() {
     last_write_ = std::chrono::steady_clock::now();
-    stream_.expires_after(std::chrono::seconds(server_->options.write_timeout_s));
+    Lowest().expires_after(std::chrono::seconds(server_->options.write_timeout_s));
   }
 
   // While a stream is quiet, a comment every sse_keepalive_ms keeps proxies
@@ -123,7 +152,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (server_->options.sse_keepalive_ms <= 0) return;
     const auto interval = std::chrono::milliseconds(server_->options.sse_keepalive_ms);
     keepalive_.expires_at(last_write_ + interval);
-    keepalive_.async_wait([self = shared_from_this(), interval](beast::error_code ec) {
+    keepalive_.async_wait([self = this->shared_from_this(), interval](beast::error_code ec) {
       if (ec || !self->body_ || self->closed_) return;
       if (!self->writing_ && std::chrono::steady_clock::now() - self->last_write_ >= interval) {
         self->out_ = ": keep-alive\n\n";
@@ -183,7 +212,7 @@ class Session : public std::enable_shared_from_this<Session> {
     body_ = std::move(std::get<std::unique_ptr<AsyncBody>>(reply));
     body_done_ = false;
     pending_.clear();
-    stream_.expires_never();
+    Lowest().expires_never();
     StartWatch();
     if (body_->streaming()) {
       auto res = std::make_shared<http::response<http::empty_body>>(http::status::ok, version_);
@@ -196,12 +225,12 @@ class Session : public std::enable_shared_from_this<Session> {
       writing_ = true;
       ArmWrite();
       ArmKeepAlive();
-      http::async_write_header(stream_, *sr,
-                               [self = shared_from_this(), res, sr](beast::error_code ec, size_t) {
-                                 self->OnBodyWrite(ec);
-                               });
+      http::async_write_header(
+          stream_, *sr, [self = this->shared_from_this(), res, sr](beast::error_code ec, size_t) {
+            self->OnBodyWrite(ec);
+          });
     }
-    std::weak_ptr<Session> weak = shared_from_this();
+    std::weak_ptr<Session> weak = this->shared_from_this();
     auto ex = stream_.get_executor();
     try {
       body_->Start([weak, ex] {
@@ -220,19 +249,25 @@ class Session : public std::enable_shared_from_this<Session> {
   // Waits for the client to close while a body is being produced.
   void StartWatch() {
     watching_ = true;
-    stream_.socket().async_read_some(
-        buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, size_t n) {
-          self->watching_ = false;
-          if (!ec) {
-            self->buffer_.commit(n);  // a pipelined request; read it later
-            if (self->resume_after_watch_) self->AfterBody();
-            return;
-          }
-          if (self->resume_after_watch_ && ec == net::error::operation_aborted) {
-            return self->AfterBody();
-          }
-          self->ClientGone();
-        });
+    auto on_read = [self = this->shared_from_this()](beast::error_code ec, size_t n) {
+      self->watching_ = false;
+      if (!ec) {
+        self->buffer_.commit(n);  // a pipelined request; read it later
+        if (self->resume_after_watch_) self->AfterBody();
+        return;
+      }
+      if (self->resume_after_watch_ && ec == net::error::operation_aborted) {
+        return self->AfterBody();
+      }
+      self->ClientGone();
+    };
+    // TLS: through the TLS layer (a read of the raw socket would eat TLS
+    // records); plain: the socket itself, outside the stream's timeouts.
+    if constexpr (kTls) {
+      stream_.async_read_some(buffer_.prepare(4096), std::move(on_read));
+    } else {
+      Lowest().socket().async_read_some(buffer_.prepare(4096), std::move(on_read));
+    }
   }
 
   void ClientGone() {
@@ -260,9 +295,10 @@ class Session : public std::enable_shared_from_this<Session> {
         writing_ = true;
         body_done_ = done;
         ArmWrite();
-        net::async_write(
-            stream_, http::make_chunk(net::buffer(out_)),
-            [self = shared_from_this()](beast::error_code ec, size_t) { self->OnBodyWrite(ec); });
+        net::async_write(stream_, http::make_chunk(net::buffer(out_)),
+                         [self = this->shared_from_this()](beast::error_code ec, size_t) {
+                           self->OnBodyWrite(ec);
+                         });
         return;
       }
       if (done) return FinishStream();
@@ -280,7 +316,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void OnBodyWrite(beast::error_code ec) {
     writing_ = false;
-    stream_.expires_never();
+    Lowest().expires_never();
     if (ec) return ClientGone();
     if (body_done_) return FinishStream();
     Pump();
@@ -292,9 +328,9 @@ class Session : public std::enable_shared_from_this<Session> {
     writing_ = true;
     ArmWrite();
     net::async_write(stream_, http::make_chunk_last(),
-                     [self = shared_from_this()](beast::error_code ec, size_t) {
+                     [self = this->shared_from_this()](beast::error_code ec, size_t) {
                        self->writing_ = false;
-                       self->stream_.expires_never();
+                       self->Lowest().expires_never();
                        if (ec) return self->Close();
                        self->Resume();
                      });
@@ -316,9 +352,9 @@ class Session : public std::enable_shared_from_this<Session> {
     writing_ = true;
     ArmWrite();
     http::async_write(stream_, *res,
-                      [self = shared_from_this(), res](beast::error_code ec, size_t) {
+                      [self = this->shared_from_this(), res](beast::error_code ec, size_t) {
                         self->writing_ = false;
-                        self->stream_.expires_never();
+                        self->Lowest().expires_never();
                         if (ec) return self->Close();
                         self->Resume();
                       });
@@ -330,7 +366,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (watching_) {
       resume_after_watch_ = true;
       beast::error_code ignored;
-      stream_.socket().cancel(ignored);
+      Lowest().socket().cancel(ignored);
       return;
     }
     DoRead();
@@ -347,11 +383,11 @@ class Session : public std::enable_shared_from_this<Session> {
     closed_ = true;
     keepalive_.cancel();
     beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-    stream_.socket().close(ignored);
+    Lowest().socket().shutdown(tcp::socket::shutdown_send, ignored);
+    Lowest().socket().close(ignored);
   }
 
-  beast::tcp_stream stream_;
+  Stream stream_;
   net::steady_timer keepalive_;
   std::chrono::steady_clock::time_point last_write_ = std::chrono::steady_clock::now();
   beast::flat_buffer buffer_;
@@ -375,7 +411,11 @@ void HttpServer::Impl::Accept() {
       return Accept();
     }
     const bool reject = active.load() >= options.max_connections;
-    std::make_shared<Session>(std::move(socket), this, reject)->Run();
+    if (ssl_ctx) {
+      std::make_shared<Session<TlsStream>>(std::move(socket), this, reject)->Run();
+    } else {
+      std::make_shared<Session<beast::tcp_stream>>(std::move(socket), this, reject)->Run();
+    }
     Accept();
   });
 }
@@ -387,6 +427,26 @@ HttpServer::~HttpServer() { Stop(); }
 
 Status HttpServer::Start() {
   beast::error_code ec;
+  if (!impl_->options.tls_cert_file.empty() || !impl_->options.tls_key_file.empty()) {
+    if (impl_->options.tls_cert_file.empty() || impl_->options.tls_key_file.empty()) {
+      return InvalidArgument("TLS needs both a certificate and a key file");
+    }
+    auto& ctx = impl_->ssl_ctx.emplace(net::ssl::context::tls_server);
+    ctx.set_options(net::ssl::context::default_workarounds | net::ssl::context::no_sslv2 |
+                    net::ssl::context::no_sslv3 | net::ssl::context::no_tlsv1 |
+                    net::ssl::context::no_tlsv1_1);
+    ctx.use_certificate_chain_file(impl_->options.tls_cert_file, ec);
+    if (ec) {
+      impl_->ssl_ctx.reset();
+      return InvalidArgument("TLS certificate " + impl_->options.tls_cert_file + ": " +
+                             ec.message());
+    }
+    ctx.use_private_key_file(impl_->options.tls_key_file, net::ssl::context::pem, ec);
+    if (ec) {
+      impl_->ssl_ctx.reset();
+      return InvalidArgument("TLS key " + impl_->options.tls_key_file + ": " + ec.message());
+    }
+  }
   auto addr = net::ip::make_address(impl_->options.host, ec);
   if (ec) return InvalidArgument("bad host '" + impl_->options.host + "': " + ec.message());
   tcp::endpoint ep(addr, impl_->options.port);

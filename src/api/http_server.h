@@ -10,7 +10,8 @@
 // fast as the client reads (backpressure: the body is polled again once the
 // previous chunk is on the wire), with a ": keep-alive" comment after each
 // quiet interval. A client that disconnects or stalls past the write
-// timeout gets its AsyncBody cancelled.
+// timeout gets its AsyncBody cancelled. With a certificate and key, every
+// connection speaks TLS (handshake under the read timeout).
 //
 // Thread-safety: Start and Stop may be called from any thread; the handler
 // is called concurrently from the io threads and must be thread-safe and
@@ -41,6 +42,9 @@ struct HttpServerOptions {
   int read_timeout_s = 60;       // per request, headers and body
   int write_timeout_s = 30;      // per write (a response, an SSE chunk)
   int sse_keepalive_ms = 15000;  // quiet time before a ": keep-alive" comment
+  // TLS (OpenSSL, TLS 1.2+): PEM certificate chain and private key. Both
+  // empty: plain HTTP.
+  std::string tls_cert_file, tls_key_file;
 };
 
 class HttpServer {

@@ -41,6 +41,7 @@ struct ServeArgs {
   int read_timeout_s = 60;
   int write_timeout_s = 30;
   int sse_keepalive_s = 15;
+  std::string tls_cert, tls_key;
 };
 
 // "268435456", "256M", "1G", "512K" -> bytes; 0 on bad input.
@@ -136,12 +137,15 @@ int RunServe(const ServeArgs& a) {
   so.read_timeout_s = a.read_timeout_s;
   so.write_timeout_s = a.write_timeout_s;
   so.sse_keepalive_ms = a.sse_keepalive_s * 1000;
+  so.tls_cert_file = a.tls_cert;
+  so.tls_key_file = a.tls_key;
   api::HttpServer server(so, [&service](const api::HttpRequest& r) { return service.Handle(r); });
   if (Status s = server.Start(); !s.ok()) {
     std::cerr << "error: " << s.ToString() << "\n";
     return 1;
   }
-  std::cout << "listening on http://" << a.host << ":" << server.port() << std::endl;
+  std::cout << "listening on " << (a.tls_cert.empty() ? "http" : "https") << "://" << a.host << ":"
+            << server.port() << std::endl;
 
   int sig = 0;
   sigwait(&signals, &sig);
@@ -225,6 +229,11 @@ Registrar reg("serve", "Serve the HTTP API (OpenAI and Anthropic protocols)",
                     ->capture_default_str()
                     ->check(CLI::NonNegativeNumber)
                     ->envname("AGENTKV_SSE_KEEPALIVE");
+                app.add_option("--tls-cert", a->tls_cert,
+                               "PEM certificate chain: serve HTTPS (with --tls-key)")
+                    ->envname("AGENTKV_TLS_CERT");
+                app.add_option("--tls-key", a->tls_key, "PEM private key of --tls-cert")
+                    ->envname("AGENTKV_TLS_KEY");
                 return [a] { return RunServe(*a); };
               });
 

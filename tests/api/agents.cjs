@@ -15,7 +15,7 @@ const OpenAI = openaiMod.OpenAI || openaiMod.default || openaiMod;
 const anthropicMod = req('@anthropic-ai/sdk');
 const Anthropic = anthropicMod.Anthropic || anthropicMod.default || anthropicMod;
 
-const base = `http://127.0.0.1:${port}`;
+const base = `${process.env.AGENTKV_TEST_TLS ? 'https' : 'http'}://127.0.0.1:${port}`;
 const openai = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'any', maxRetries: 0 });
 
 async function step(name, fn) {
@@ -186,6 +186,24 @@ const scenarios = {
       const m = await goodA.messages.create(
         { model: 'm', max_tokens: 2, messages: [{ role: 'user', content: 'hi' }] });
       assert.equal(m.type, 'message');
+    });
+  },
+
+  // The server speaks TLS (NODE_EXTRA_CA_CERTS trusts its certificate).
+  async tls() {
+    await step('HTTPS with the official clients', async () => {
+      assert.ok(base.startsWith('https://'));
+      const c = await openai.chat.completions.create(
+        { model: 'm', max_tokens: 3, messages: [{ role: 'user', content: 'hi' }], stream: true });
+      let chunks = 0;
+      for await (const _ of c) chunks++;
+      assert.ok(chunks >= 2);
+      const anthropic = new Anthropic({ baseURL: base, apiKey: 'any', maxRetries: 0 });
+      const m = await anthropic.messages.create(
+        { model: 'm', max_tokens: 2, messages: [{ role: 'user', content: 'hi' }] });
+      assert.equal(m.type, 'message');
+      const g = await generate('tls-1', 'Over TLS.');
+      assert.equal(g.turn, 1);
     });
   },
 

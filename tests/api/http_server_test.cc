@@ -5,7 +5,10 @@
 
 #include <atomic>
 #include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -250,6 +253,62 @@ TEST_F(HttpServerTest, QuietStreamsGetKeepAliveComments) {
   EXPECT_NE(r.find("data: first"), std::string::npos) << r;
   EXPECT_NE(r.find(": keep-alive\n\n"), std::string::npos) << r;
   EXPECT_EQ(cancelled_.load(), 0);
+}
+
+TEST_F(HttpServerTest, ServesTlsWithASelfSignedCertificate) {
+  namespace fs = std::filesystem;
+  std::string tmpl = (fs::temp_directory_path() / "agentkv_tls_XXXXXX").string();
+  const fs::path dir = ::mkdtemp(tmpl.data());
+  const std::string cert = (dir / "cert.pem").string(), key = (dir / "key.pem").string();
+  const std::string cmd =
+      "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost "
+      "-keyout '" +
+      key + "' -out '" + cert + "' > /dev/null 2>&1";
+  if (std::system(cmd.c_str()) != 0) GTEST_SKIP() << "the openssl command is missing";
+  StartServer(8, [&](HttpServerOptions* o) {
+    o->tls_cert_file = cert;
+    o->tls_key_file = key;
+  });
+  net::ssl::context ctx(net::ssl::context::tls_client);
+  ctx.load_verify_file(cert);  // trust exactly the test's certificate
+  net::ssl::stream<tcp::socket> tls(io_, ctx);
+  tls.set_verify_mode(net::ssl::verify_peer);
+  tls.next_layer().connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), server_->port()));
+  tls.handshake(net::ssl::stream_base::client);
+  // Keep-alive and a streamed body over TLS.
+  for (const char* path : {"/a", "/finite"}) {
+    net::write(tls, net::buffer("GET " + std::string(path) + " HTTP/1.1\r\nHost: h\r\n\r\n"));
+    std::string got;
+    char buf[4096];
+    boost::system::error_code ec;
+    const std::string end = std::string(path) == "/a" ? "}" : "0\r\n\r\n";
+    while (got.find(end) == std::string::npos) {
+      const size_t n = tls.read_some(net::buffer(buf), ec);
+      if (ec) break;
+      got.append(buf, n);
+    }
+    EXPECT_NE(got.find("200 OK"), std::string::npos) << got;
+    if (std::string(path) == "/finite") {
+      EXPECT_NE(got.find("data: [DONE]"), std::string::npos) << got;
+    }
+  }
+  // A plain-HTTP client gets no answer, and the server stays up.
+  tcp::socket plain = Connect();
+  net::write(plain, net::buffer(std::string("GET /a HTTP/1.1\r\nHost: h\r\n\r\n")));
+  EXPECT_EQ(ReadUntil(plain, "}").find("200 OK"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST_F(HttpServerTest, TlsNeedsReadableCertificateAndKey) {
+  HttpServerOptions o;
+  o.port = 0;
+  o.tls_cert_file = "/no/such/cert.pem";
+  o.tls_key_file = "/no/such/key.pem";
+  HttpServer s(o, [](const HttpRequest&) -> Reply { return HttpResponse{}; });
+  EXPECT_EQ(s.Start().code(), StatusCode::kInvalidArgument);
+  o.tls_key_file.clear();
+  HttpServer t(o, [](const HttpRequest&) -> Reply { return HttpResponse{}; });
+  EXPECT_EQ(t.Start().code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

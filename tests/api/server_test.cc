@@ -66,7 +66,7 @@ int WaitListening(int fd, int timeout_s, std::string* seen) {
     const ssize_t n = read(fd, buf, sizeof(buf));
     if (n <= 0) return -1;
     seen->append(buf, static_cast<size_t>(n));
-    const size_t at = seen->find("listening on http://");
+    const size_t at = seen->find("listening on http");
     const size_t nl = at == std::string::npos ? at : seen->find('\n', at);
     if (nl != std::string::npos) {
       const size_t colon = seen->rfind(':', nl);
@@ -147,12 +147,13 @@ class AgentsE2eTest : public ::testing::Test {
   }
 
   // Runs a scenario; its output, with *ok set when it printed ALL OK.
-  std::string Scenario(const std::string& name, int port, const std::string& args, bool* ok) {
+  std::string Scenario(const std::string& name, int port, const std::string& args, bool* ok,
+                       const std::string& env = "") {
     const std::string script = std::string(AGENTKV_SOURCE_DIR) + "/tests/api/agents.cjs";
     int st = 0;
     const std::string out =
-        RunShell("timeout 120 node '" + script + "' " + name + " " + std::to_string(port) + " '" +
-                     npm_.string() + "' " + args + " 2>&1",
+        RunShell(env + " timeout 120 node '" + script + "' " + name + " " + std::to_string(port) +
+                     " '" + npm_.string() + "' " + args + " 2>&1",
                  &st);
     *ok = st == 0 && out.find("ALL OK") != std::string::npos;
     return out;
@@ -178,6 +179,25 @@ TEST_F(AgentsE2eTest, WrongApiKeyIs401InEachProtocolsShape) {
   ASSERT_GT(port, 0);
   bool ok = false;
   const std::string out = Scenario("apikey", port, "sekret", &ok);
+  EXPECT_TRUE(ok) << out;
+  EXPECT_TRUE(StopServer(c));
+}
+
+TEST_F(AgentsE2eTest, ServesHttpsWithTlsFlags) {
+  const std::string cert = store_ + "/cert.pem", key = store_ + "/key.pem";
+  int st = 0;
+  RunShell(
+      "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 -addext "
+      "subjectAltName=IP:127.0.0.1 -keyout '" +
+          key + "' -out '" + cert + "' > /dev/null 2>&1",
+      &st);
+  if (st != 0) GTEST_SKIP() << "the openssl command is missing";
+  Child c;
+  const int port = Start(&c, {"--tls-cert", cert, "--tls-key", key});
+  ASSERT_GT(port, 0);
+  bool ok = false;
+  const std::string out =
+      Scenario("tls", port, "", &ok, "AGENTKV_TEST_TLS=1 NODE_EXTRA_CA_CERTS='" + cert + "'");
   EXPECT_TRUE(ok) << out;
   EXPECT_TRUE(StopServer(c));
 }
