@@ -9,6 +9,13 @@ prompts of 1 to 700 tokens:
     float32 on the same (bf16-rounded) weights: relative L2 error < 2e-2 and the
     same argmax;
   - 64-token greedy continuations from `agentkv generate`: identical.
+With --device cuda (bf16 activations and KV against the float32 reference)
+the logits threshold is the same; the argmax and greedy checks excuse only
+near ties: a differing argmax or greedy token passes when the reference's own
+top-two logits at that step were closer than --tie-gap (default 0.1 for
+cuda, 0 for cpu) times the standard deviation of its logits, i.e. within
+about ten times the bf16 rounding noise; the continuation is not compared
+past that step.
 
 Run on a machine with PyTorch and transformers (the GPU machine):
   python3 tests/reference/hf_compare.py --agentkv build/agentkv --device cpu \
@@ -84,20 +91,29 @@ def build_model(arch, out_dir, seed):
     return cls.from_pretrained(out_dir, dtype=torch.float32, attn_implementation="eager")
 
 
+def rel_gap(l):
+    """Top-two gap of a logits vector over its standard deviation."""
+    top = torch.topk(l.float(), 2).values
+    return float((top[0] - top[1]) / l.float().std())
+
+
 def ref_logits_and_greedy(model, ids, device):
     with torch.no_grad():
         x = torch.tensor([ids], device=device)
         out = model(x, use_cache=True)
         logits = out.logits[0, -1].float().cpu()
         pkv = out.past_key_values
-        toks = []
+        toks, gaps = [], []
         nxt = int(torch.argmax(out.logits[0, -1]))
+        gap = rel_gap(out.logits[0, -1])
         for _ in range(GREEDY_TOKENS):
             toks.append(nxt)
+            gaps.append(gap)
             out = model(torch.tensor([[nxt]], device=device), past_key_values=pkv, use_cache=True)
             pkv = out.past_key_values
             nxt = int(torch.argmax(out.logits[0, -1]))
-    return logits, toks
+            gap = rel_gap(out.logits[0, -1])
+    return logits, toks, gaps
 
 
 def run_agentkv(binary, args):
@@ -114,7 +130,10 @@ def main():
     ap.add_argument("--work", default="/tmp/hfcmp")
     ap.add_argument("--out", default=None)
     ap.add_argument("--archs", default="llama,qwen2,qwen3,mistral,gemma3")
+    ap.add_argument("--tie-gap", type=float, default=None,
+                    help="near-tie excuse (see above); default 0.1 for cuda, 0 for cpu")
     a = ap.parse_args()
+    tie = a.tie_gap if a.tie_gap is not None else (0.1 if a.device == "cuda" else 0.0)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     dev = "cuda" if torch.cuda.is_available() else "cpu"
@@ -126,7 +145,7 @@ def main():
         os.makedirs(d, exist_ok=True)
         model = build_model(arch, d, seed=100 + i).to(dev).eval()
         for ids in prompts:
-            ref, ref_greedy = ref_logits_and_greedy(model, ids, dev)
+            ref, ref_greedy, gaps = ref_logits_and_greedy(model, ids, dev)
             idarg = ",".join(map(str, ids))
             t0 = time.time()
             got = torch.tensor(json.loads(run_agentkv(
@@ -140,19 +159,29 @@ def main():
             same_greedy = gen["ids"] == ref_greedy
             first_diff = next((k for k, (x, y) in enumerate(zip(gen["ids"], ref_greedy)) if x != y),
                               None)
-            ok = rel < 2e-2 and same_argmax and same_greedy
+            # Near ties excused (bf16 backends only; tie = 0 excuses nothing).
+            argmax_ok = same_argmax or rel_gap(ref) < tie
+            greedy_ok = same_greedy or (first_diff is not None and first_diff < len(gaps)
+                                        and gaps[first_diff] < tie)
+            tie_note = "" if same_greedy else f" (ref gap {gaps[first_diff]:.3f})" \
+                if first_diff is not None and first_diff < len(gaps) else ""
+            ok = rel < 2e-2 and argmax_ok and greedy_ok
             failures += 0 if ok else 1
-            rows.append((arch, len(ids), rel, same_argmax, same_greedy, first_diff, ok, dt))
+            rows.append((arch, len(ids), rel, same_argmax, same_greedy, first_diff, ok, dt,
+                         tie_note))
             print(f"{arch:8s} len={len(ids):4d} rel_err={rel:.2e} argmax={'same' if same_argmax else 'DIFF'} "
-                  f"greedy64={'same' if same_greedy else 'DIFF@%s' % first_diff} "
+                  f"greedy64={'same' if same_greedy else 'DIFF@%s' % first_diff}{tie_note} "
                   f"{'ok' if ok else 'FAIL'} ({dt:.1f}s)", flush=True)
     lines = [f"transformers {transformers.__version__}, torch {torch.__version__}, reference on {dev} "
-             f"in float32; agentkv --device {a.device}", "",
+             f"in float32; agentkv --device {a.device}" +
+             (f"; near ties excused below a top-two gap of {tie} x the logits' std" if tie else ""),
+             "",
              "| arch | prompt tokens | logits rel. error | argmax | greedy 64 | result |",
              "| --- | --- | --- | --- | --- | --- |"]
-    for arch, n, rel, am, gr, fd, ok, _ in rows:
+    for arch, n, rel, am, gr, fd, ok, _, note in rows:
         lines.append(f"| {arch} | {n} | {rel:.2e} | {'same' if am else 'differs'} | "
-                     f"{'identical' if gr else 'differs at %s' % fd} | {'pass' if ok else 'FAIL'} |")
+                     f"{'identical' if gr else 'differs at %s%s' % (fd, note)} | "
+                     f"{'pass' if ok else 'FAIL'} |")
     text = "\n".join(lines)
     print(text)
     if a.out:

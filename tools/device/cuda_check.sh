@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine (run tool), from the repository root, after
 # tools/device/pack_cuda.sh here and with `.devcarry` carried:
-#   bash tools/device/cuda_check.sh [tests] [sanitize] [hf] [bench] [bench8b]
+#   bash tools/device/cuda_check.sh [tests] [sanitize] [hf] [profile] [bench] [bench8b]
 # tests:    every CUDA test binary (kernels vs CPU references, backend vs CPU)
 # sanitize: the same under compute-sanitizer memcheck (kernel tests whole,
 #           backend tests on one architecture: the sanitizer is slow)
@@ -10,6 +10,7 @@
 #           --device cuda` on a Llama-3.2-1B shape (512 prompt + 128 output;
 #           concurrency 1..256; prefill) with graphs, and c1/c64 without
 # bench8b:  the same on a Qwen3-8B shape at concurrency 1 and 64
+# profile:  per-kernel times of decode steps at c1 and c64 (ncu)
 # Logs and JSON go to $OUT (or /tmp/cuda_check); a summary is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -44,6 +45,21 @@ for st in "${stages[@]}"; do
     PYTHONUNBUFFERED=1 python3 tests/reference/hf_compare.py --agentkv .devcarry/bin/agentkv \
       --device cuda --work /tmp/hfcmp --out "$OUT/hf_compare_cuda.md" >"$OUT/hf_compare.log" 2>&1
     note "hf_compare --device cuda: $(tail -1 "$OUT/hf_compare.log")" ;;
+  profile)
+    # Kernel times of decode steps (no graphs, so each launch is one kernel)
+    # through ncu: c1 and c64 on the Llama-3.2-1B shape.
+    [ -d /tmp/llama1b ] || { agentkv model synth --arch llama --tokenizer .devcarry/tokenizers/llama3_1 \
+        --out /tmp/tpl_llama --layers 1 --hidden 64 --heads 4 --kv-heads 2 >/dev/null &&
+      python3 tools/device/synth_shape.py --template /tmp/tpl_llama --out /tmp/llama1b --layers 16 \
+        --hidden 2048 --intermediate 8192 --heads 32 --kv-heads 8 --vocab 128256 --tie; }
+    for c in 1 64; do
+      skip=$(( c == 1 ? 700 : 5000 ))
+      AGENTKV_CUDA_GRAPHS=0 timeout 240 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+        -s $skip -c 340 agentkv bench engine --model /tmp/llama1b --device cuda --prompt 512 \
+        --output 40 --concurrency $c >"$OUT/ncu_c$c.csv" 2>"$OUT/ncu_c$c.err"
+      python3 tools/device/kernel_times.py "$OUT/ncu_c$c.csv" --steps 2 | tee "$OUT/kernels_c$c.md" | head -25
+      note "profile c$c: $(tail -1 "$OUT/kernels_c$c.md")"
+    done ;;
   bench|bench8b)
     [ -f "$OUT/peak.json" ] || python3 tools/device/copy_bw.py >"$OUT/peak.json"
     note "peak: $(cat "$OUT/peak.json")"

@@ -218,28 +218,37 @@ __global__ void __launch_bounds__(kThreads) AttentionKernel(const AttentionParam
   }
 }
 
-// One block per (token, head): merges the splits' partial results.
+// One block per (token, head): merges the splits' partial results. The
+// first warp turns each split's (max, sum) into its weight (splits <= 32);
+// then every thread sums its output elements over the splits.
 __global__ void CombineKernel(const AttentionParams p) {
+  __shared__ float wts[32];
+  __shared__ float inv_sum;
   const int t = blockIdx.x, h = blockIdx.y;
   if (p.pos[t] < 0) return;
   const int D = p.head_dim, S = p.splits;
   const int64_t b = (static_cast<int64_t>(t) * p.nh + h) * S;
-  float M = -INFINITY;
-  for (int i = 0; i < S; ++i) M = fmaxf(M, p.part_ml[(b + i) * 2]);
-  float L = 0.f;
-  for (int i = 0; i < S; ++i) {
-    const float mi = p.part_ml[(b + i) * 2];
-    if (mi != -INFINITY) L += expf(mi - M) * p.part_ml[(b + i) * 2 + 1];
+  if (threadIdx.x < 32) {
+    const int i = threadIdx.x;
+    const float mi = i < S ? p.part_ml[(b + i) * 2] : -INFINITY;
+    const float li = i < S ? p.part_ml[(b + i) * 2 + 1] : 0.f;
+    float M = mi;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+    const float wi = mi == -INFINITY ? 0.f : expf(mi - M);
+    float L = wi * li;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) L += __shfl_xor_sync(0xffffffffu, L, o);
+    wts[i] = wi;
+    if (i == 0) inv_sum = L > 0.f ? 1.f / L : 0.f;
   }
-  const float inv = L > 0.f ? 1.f / L : 0.f;
+  __syncthreads();
   bf16* out = reinterpret_cast<bf16*>(p.out) + (static_cast<int64_t>(t) * p.nh + h) * D;
   for (int d = threadIdx.x; d < D; d += blockDim.x) {
     float acc = 0.f;
-    for (int i = 0; i < S; ++i) {
-      const float mi = p.part_ml[(b + i) * 2];
-      if (mi != -INFINITY) acc += expf(mi - M) * p.part_o[(b + i) * D + d];
-    }
-    out[d] = __float2bfloat16_rn(acc * inv);
+    for (int i = 0; i < S; ++i)
+      if (wts[i] != 0.f) acc += wts[i] * p.part_o[(b + i) * D + d];
+    out[d] = __float2bfloat16_rn(acc * inv_sum);
   }
 }
 
@@ -250,7 +259,7 @@ int TokensPerTile(int group_size) { return group_size > 0 ? kRows / group_size :
 cudaError_t LaunchAttention(const AttentionParams& p, cudaStream_t stream) {
   if (p.num_tiles <= 0) return cudaSuccess;
   if (p.head_dim % 16 != 0 || p.head_dim > kMaxAttentionHeadDim || p.nkv <= 0 ||
-      p.nh % p.nkv != 0 || p.nh / p.nkv > kRows || p.splits < 1)
+      p.nh % p.nkv != 0 || p.nh / p.nkv > kRows || p.splits < 1 || p.splits > 32)
     return cudaErrorInvalidValue;
   const size_t smem = SmemBytes(p.head_dim);
   static size_t raised = 0;
@@ -264,7 +273,7 @@ cudaError_t LaunchAttention(const AttentionParams& p, cudaStream_t stream) {
   AttentionKernel<<<dim3(p.num_tiles, p.nkv, p.splits), kThreads, smem, stream>>>(p);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess || p.splits == 1) return e;
-  CombineKernel<<<dim3(p.tokens, p.nh), 64, 0, stream>>>(p);
+  CombineKernel<<<dim3(p.tokens, p.nh), 128, 0, stream>>>(p);
   return cudaGetLastError();
 }
 

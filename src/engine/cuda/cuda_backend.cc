@@ -225,7 +225,6 @@ Status CudaBackend::EnsureCapacity(int64_t tokens, int64_t seqs,
       {&o_, T * H * 4},
       {&gu_, T * 2 * I * 2},
       {&act_, T * I * 2},
-      {&last_, B * H * 2},
       {&logits_, B * c.vocab_size * 4},
       {&argmax_, B * 4},
       {&part_o_, cap_parts_ * nh * D * 4},
@@ -318,6 +317,13 @@ Status CudaBackend::CheckBatch(std::span<const SeqStep> batch) const {
 Status CudaBackend::Gemm(const cuda::bf16_t* x, const cuda::bf16_t* w, void* y, bool y_f32, int m,
                          int n, int k, float beta) {
   if (m <= 0) return Status::Ok();
+  // The weight-streaming GEMV beat cuBLAS at 1 row (c1 655 -> 683 tok/s) but
+  // lost at 8 (c8 3833 -> 3210: its x reads from shared memory grow with the
+  // rows): used up to 2 rows.
+  if (m <= 2 && cuda::GemvSupported(m, k)) {
+    CUDA_RETURN_IF_ERROR(cuda::LaunchGemv(x, w, y, y_f32, m, n, k, beta, num_sms_, stream_));
+    return Status::Ok();
+  }
   const float alpha = 1.0f;
   // Row-major y[m][n] = x[m][k] . w[n][k]^T is column-major y^T = w^T(op T) x^T.
   CUBLAS_RETURN_IF_ERROR(cublasGemmEx(

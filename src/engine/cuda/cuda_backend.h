@@ -91,7 +91,10 @@ class CudaBackend final : public Backend {
   Status Enqueue(const Shape& s);
   Status Gemm(const cuda::bf16_t* x, const cuda::bf16_t* w, void* y, bool y_f32, int m, int n,
               int k, float beta);
-  int SplitsFor(int tiles, int tokens) const;
+  // y = RMSNorm(x[rows]) . w^T, through h_.
+  Status NormGemm(const float* x, const int32_t* rows, const float* norm_w, const cuda::bf16_t* w,
+                  void* y, int m, int n, bool y_f32 = true);
+  int SplitsFor(int tiles, int tokens, int64_t max_keys) const;
   void ClearGraphs();
 
   // Offsets (in int32) of the per-step metadata arrays in meta_ / host_meta_;
@@ -125,8 +128,8 @@ class CudaBackend final : public Backend {
   // Workspaces, sized for cap_tokens_ / cap_seqs_.
   int64_t cap_tokens_ = 0, cap_seqs_ = 0, cap_parts_ = 0;
   std::array<int, kMaxCacheGroups> cap_width_{};
-  cuda::DeviceBuffer x_, h_, qkv_, q_, k_, v_, attn_, o_, gu_, act_, last_, logits_, argmax_,
-      part_o_, part_ml_, cublas_ws_;
+  cuda::DeviceBuffer x_, h_, qkv_, q_, k_, v_, attn_, o_, gu_, act_, logits_, argmax_, part_o_,
+      part_ml_, cublas_ws_;
   cuda::DeviceBuffer meta_;
   cuda::PinnedBuffer host_meta_, host_tokens_;
 

@@ -48,9 +48,14 @@ CudaBackend::MetaLayout CudaBackend::Layout(const Shape& s) {
   return m;
 }
 
-int CudaBackend::SplitsFor(int tiles, int tokens) const {
+int CudaBackend::SplitsFor(int tiles, int tokens, int64_t max_keys) const {
+  // A block per SM at least, and no block walking more than ~256 keys (its
+  // tiles are a serial chain of loads and syncs).
   const int per = std::max(1, tiles * config_.num_kv_heads);
-  int s = std::clamp((2 * num_sms_ + per - 1) / per, 1, 32);
+  const int fill = (num_sms_ + per - 1) / per;
+  // (Decode only: prefill tiles are many and already fill the GPU.)
+  const int len = tiles == tokens ? static_cast<int>((max_keys + 255) / 256) : 1;
+  int s = std::clamp(std::max(fill, len), 1, 32);
   while (s > 1 && static_cast<int64_t>(tokens) * s > cap_parts_) --s;
   return s;
 }
@@ -114,7 +119,8 @@ Status CudaBackend::Run(std::span<const SeqStep> batch, std::span<const uint8_t>
     width[g] = stride;
   }
   RETURN_IF_ERROR(EnsureCapacity(sh.tokens, sh.seqs, width));
-  sh.splits = SplitsFor(sh.tiles, sh.tokens);
+  // From the table width, not the exact context: a graph's shape key.
+  sh.splits = SplitsFor(sh.tiles, sh.tokens, static_cast<int64_t>(stride) * bs);
 
   // Per-step metadata, in the layout of `sh`.
   const MetaLayout ml = Layout(sh);
@@ -209,6 +215,18 @@ Status CudaBackend::Run(std::span<const SeqStep> batch, std::span<const uint8_t>
   return Status::Ok();
 }
 
+Status CudaBackend::NormGemm(const float* x, const int32_t* rows, const float* norm_w,
+                             const cuda::bf16_t* w, void* y, int m, int n, bool y_f32) {
+  // (Staging the norm inside the GEMV, once per thread block, measured
+  // slower than this separate kernel: bench/RESULTS.md.)
+  const ModelConfig& c = config_;
+  const int H = c.hidden_size;
+  auto* h = h_.get<cuda::bf16_t>();
+  CUDA_RETURN_IF_ERROR(
+      cuda::LaunchRmsNorm(x, rows, norm_w, h, m, H, c.rms_norm_eps, c.gemma_norm, stream_));
+  return Gemm(h, w, y, y_f32, m, n, H, 0.f);
+}
+
 Status CudaBackend::Enqueue(const Shape& s) {
   const ModelConfig& c = config_;
   const int T = s.tokens, H = c.hidden_size, I = c.intermediate_size, D = c.head_dim;
@@ -235,15 +253,10 @@ Status CudaBackend::Enqueue(const Shape& s) {
       cuda::LaunchEmbed(embed_, meta + ml.tokens, T, H, c.embed_scale, x, stream_));
   for (int l = 0; l < c.num_layers; ++l) {
     const Layer& L = layers_[l];
-    CUDA_RETURN_IF_ERROR(
-        cuda::LaunchRmsNorm(x, nullptr, L.in_norm, h, T, H, eps, plus_one, stream_));
-    RETURN_IF_ERROR(Gemm(h, L.wqkv, qkv_.get(), true, T, qkv_n, H, 0.f));
+    RETURN_IF_ERROR(NormGemm(x, nullptr, L.in_norm, L.wqkv, qkv_.get(), T, qkv_n));
     const float* inv_freq = L.kind == AttentionKind::kSliding && c.arch == Architecture::kGemma3
                                 ? inv_freq_local_
                                 : inv_freq_global_;
-    CUDA_RETURN_IF_ERROR(cuda::LaunchQkvPost(qkv_.get<float>(), L.bqkv, L.q_norm, L.k_norm,
-                                             inv_freq, pos, T, nh, nkv, D, eps, plus_one, q, k, v,
-                                             stream_));
     cuda::KvCacheView view;
     view.base = kv_[L.group].get<cuda::bf16_t>();
     view.block_stride = static_cast<int64_t>(spec_.BytesPerBlock(L.group, bs) / 2);
@@ -252,6 +265,18 @@ Status CudaBackend::Enqueue(const Shape& s) {
     view.ring = spec_.RingBlocks(L.group, bs);
     view.tables = meta + ml.tables[L.group];
     view.table_stride = s.table_stride[L.group];
+    // K and V go to the cache straight from the rotary kernel unless a ring
+    // slot they overwrite may still be read by another query of this step.
+    const bool fused_store = view.ring == 0 || s.tokens == s.seqs;
+    if (fused_store) {
+      CUDA_RETURN_IF_ERROR(cuda::LaunchQkvPostStore(qkv_.get<float>(), L.bqkv, L.q_norm, L.k_norm,
+                                                    inv_freq, pos, tok_seq, T, nh, nkv, D, eps,
+                                                    plus_one, q, k, v, view, stream_));
+    } else {
+      CUDA_RETURN_IF_ERROR(cuda::LaunchQkvPost(qkv_.get<float>(), L.bqkv, L.q_norm, L.k_norm,
+                                               inv_freq, pos, T, nh, nkv, D, eps, plus_one, q, k, v,
+                                               stream_));
+    }
     cuda::AttentionParams ap;
     ap.q = q;
     ap.k_new = k;
@@ -276,33 +301,36 @@ Status CudaBackend::Enqueue(const Shape& s) {
     ap.part_ml = part_ml_.get<float>();
     ap.out = attn;
     CUDA_RETURN_IF_ERROR(cuda::LaunchAttention(ap, stream_));
-    CUDA_RETURN_IF_ERROR(cuda::LaunchKvStore(k, v, pos, tok_seq, T, nkv, D, view, stream_));
+    if (!fused_store)
+      CUDA_RETURN_IF_ERROR(cuda::LaunchKvStore(k, v, pos, tok_seq, meta + ml.seq_start,
+                                               meta + ml.seq_first, T, nkv, D, view, stream_));
     if (c.sandwich_norm) {
       RETURN_IF_ERROR(Gemm(attn, L.wo, o, true, T, H, nh * D, 0.f));
       CUDA_RETURN_IF_ERROR(cuda::LaunchAddNormed(o, L.post_attn_norm, x, L.pre_ff_norm, h, T, H,
                                                  eps, plus_one, stream_));
     } else {
       RETURN_IF_ERROR(Gemm(attn, L.wo, x, true, T, H, nh * D, 1.f));
-      CUDA_RETURN_IF_ERROR(
-          cuda::LaunchRmsNorm(x, nullptr, L.post_attn_norm, h, T, H, eps, plus_one, stream_));
     }
-    RETURN_IF_ERROR(Gemm(h, L.w_gate_up, gu, false, T, 2 * I, H, 0.f));
-    CUDA_RETURN_IF_ERROR(
-        cuda::LaunchGatedAct(gu, act, T, I, c.activation == Activation::kSilu ? 0 : 1, stream_));
     if (c.sandwich_norm) {
+      RETURN_IF_ERROR(Gemm(h, L.w_gate_up, gu, false, T, 2 * I, H, 0.f));
+    } else {
+      RETURN_IF_ERROR(NormGemm(x, nullptr, L.post_attn_norm, L.w_gate_up, gu, T, 2 * I, false));
+    }
+    const int act_kind = c.activation == Activation::kSilu ? 0 : 1;
+    if (c.sandwich_norm) {
+      CUDA_RETURN_IF_ERROR(cuda::LaunchGatedAct(gu, act, T, I, act_kind, stream_));
       RETURN_IF_ERROR(Gemm(act, L.w_down, o, true, T, H, I, 0.f));
       CUDA_RETURN_IF_ERROR(cuda::LaunchAddNormed(o, L.post_ff_norm, x, nullptr, nullptr, T, H, eps,
                                                  plus_one, stream_));
     } else {
+      CUDA_RETURN_IF_ERROR(cuda::LaunchGatedAct(gu, act, T, I, act_kind, stream_));
       RETURN_IF_ERROR(Gemm(act, L.w_down, x, true, T, H, I, 1.f));
     }
   }
   if (s.rows == 0) return Status::Ok();
-  auto* last = last_.get<cuda::bf16_t>();
   float* logits = logits_.get<float>();
-  CUDA_RETURN_IF_ERROR(cuda::LaunchRmsNorm(x, meta + ml.logit_rows, final_norm_, last, s.rows, H,
-                                           eps, plus_one, stream_));
-  RETURN_IF_ERROR(Gemm(last, lm_head_, logits, true, s.rows, c.vocab_size, H, 0.f));
+  RETURN_IF_ERROR(
+      NormGemm(x, meta + ml.logit_rows, final_norm_, lm_head_, logits, s.rows, c.vocab_size));
   if (c.final_logit_softcap > 0.f)
     CUDA_RETURN_IF_ERROR(cuda::LaunchSoftcap(logits, static_cast<int64_t>(s.rows) * c.vocab_size,
                                              c.final_logit_softcap, stream_));

@@ -88,8 +88,18 @@ __global__ void AddNormedKernel(const float* o, const float* w_post, float* x, c
 __global__ void QkvPostKernel(const float* qkv, const float* bias, const float* q_norm,
                               const float* k_norm, const float* inv_freq, const int32_t* pos,
                               int nh, int nkv, int D, float eps, bool plus_one, bf16_t* q,
-                              bf16_t* k, bf16_t* v) {
+                              bf16_t* k, bf16_t* v, const int32_t* tok_seq, KvCacheView c) {
   const int t = blockIdx.x;
+  // Also into the paged cache (tok_seq non-null, not padding).
+  bf16_t* ck = nullptr;
+  if (tok_seq != nullptr && pos[t] >= 0) {
+    const int lb = pos[t] / c.block_size;
+    const int64_t blk = c.tables[static_cast<int64_t>(tok_seq[t]) * c.table_stride +
+                                 (c.ring > 0 ? lb % c.ring : lb)];
+    ck = c.base + blk * c.block_stride + c.layer_offset +
+         static_cast<int64_t>(pos[t] % c.block_size) * nkv * D;
+  }
+  bf16_t* cv = ck ? ck + static_cast<int64_t>(c.block_size) * nkv * D : nullptr;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   const int heads = nh + 2 * nkv;
   const float* row = qkv + static_cast<int64_t>(t) * heads * D;
@@ -108,7 +118,12 @@ __global__ void QkvPostKernel(const float* qkv, const float* bias, const float* 
       nw_ = k_norm;
     } else {
       dst = v + (static_cast<int64_t>(t) * nkv + (hh - nh - nkv)) * D;
-      for (int i = lane; i < D; i += 32) dst[i] = ToBf(src[i] + (b ? b[i] : 0.f));
+      bf16_t* cd = cv ? cv + static_cast<int64_t>(hh - nh - nkv) * D : nullptr;
+      for (int i = lane; i < D; i += 32) {
+        const bf16_t val = ToBf(src[i] + (b ? b[i] : 0.f));
+        dst[i] = val;
+        if (cd) cd[i] = val;
+      }
       continue;
     }
     float inv = 1.f;
@@ -130,19 +145,32 @@ __global__ void QkvPostKernel(const float* qkv, const float* bias, const float* 
       }
       float sn, cs;
       sincosf(p * inv_freq[i], &sn, &cs);
-      dst[i] = ToBf(x0 * cs - x1 * sn);
-      dst[i + half] = ToBf(x1 * cs + x0 * sn);
+      const bf16_t r0 = ToBf(x0 * cs - x1 * sn), r1 = ToBf(x1 * cs + x0 * sn);
+      dst[i] = r0;
+      dst[i + half] = r1;
+      if (ck && hh >= nh) {
+        bf16_t* cd = ck + static_cast<int64_t>(hh - nh) * D;
+        cd[i] = r0;
+        cd[i + half] = r1;
+      }
     }
   }
 }
 
 // One block per token; 16-byte vectors when head_dim allows.
 __global__ void KvStoreKernel(const bf16_t* k, const bf16_t* v, const int32_t* pos,
-                              const int32_t* tok_seq, int nkv, int D, KvCacheView c) {
+                              const int32_t* tok_seq, const int32_t* seq_start,
+                              const int32_t* seq_first, int nkv, int D, KvCacheView c) {
   const int t = blockIdx.x;
   const int p = pos[t];
   if (p < 0) return;
   const int s = tok_seq[t];
+  if (c.ring > 0) {
+    // Blocks run in any order: of the step's tokens that share a ring slot,
+    // only the newest writes (as a sequential store would leave it).
+    const int end = seq_start[s] + (seq_first[s + 1] - seq_first[s]);
+    if (p + c.ring * c.block_size < end) return;
+  }
   const int lb = p / c.block_size;
   const int32_t blk =
       c.tables[static_cast<int64_t>(s) * c.table_stride + (c.ring > 0 ? lb % c.ring : lb)];
@@ -287,15 +315,29 @@ cudaError_t LaunchQkvPost(const float* qkv, const float* bias, const float* q_no
                           bf16_t* q, bf16_t* k, bf16_t* v, cudaStream_t stream) {
   if (tokens <= 0) return cudaSuccess;
   QkvPostKernel<<<tokens, 256, 0, stream>>>(qkv, bias, q_norm, k_norm, inv_freq, pos, nh, nkv,
-                                            head_dim, eps, plus_one, q, k, v);
+                                            head_dim, eps, plus_one, q, k, v, nullptr,
+                                            KvCacheView{});
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchQkvPostStore(const float* qkv, const float* bias, const float* q_norm,
+                               const float* k_norm, const float* inv_freq, const int32_t* pos,
+                               const int32_t* tok_seq, int tokens, int nh, int nkv, int head_dim,
+                               float eps, bool plus_one, bf16_t* q, bf16_t* k, bf16_t* v,
+                               const KvCacheView& cache, cudaStream_t stream) {
+  if (tokens <= 0) return cudaSuccess;
+  QkvPostKernel<<<tokens, 256, 0, stream>>>(qkv, bias, q_norm, k_norm, inv_freq, pos, nh, nkv,
+                                            head_dim, eps, plus_one, q, k, v, tok_seq, cache);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchKvStore(const bf16_t* k, const bf16_t* v, const int32_t* pos,
-                          const int32_t* tok_seq, int tokens, int nkv, int head_dim,
+                          const int32_t* tok_seq, const int32_t* seq_start,
+                          const int32_t* seq_first, int tokens, int nkv, int head_dim,
                           const KvCacheView& cache, cudaStream_t stream) {
   if (tokens <= 0) return cudaSuccess;
-  KvStoreKernel<<<tokens, 128, 0, stream>>>(k, v, pos, tok_seq, nkv, head_dim, cache);
+  KvStoreKernel<<<tokens, 128, 0, stream>>>(k, v, pos, tok_seq, seq_start, seq_first, nkv, head_dim,
+                                            cache);
   return cudaGetLastError();
 }
 

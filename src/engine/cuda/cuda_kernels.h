@@ -50,10 +50,24 @@ struct KvCacheView {
   int table_stride = 0;
 };
 
+// LaunchQkvPost that also stores k and v into the paged cache, as
+// LaunchKvStore would (tokens with pos < 0 skipped). Only where no query of
+// the step still needs a cache slot it overwrites: full-attention groups, or
+// steps of one token per sequence.
+cudaError_t LaunchQkvPostStore(const float* qkv, const float* bias, const float* q_norm,
+                               const float* k_norm, const float* inv_freq, const int32_t* pos,
+                               const int32_t* tok_seq, int tokens, int nh, int nkv, int head_dim,
+                               float eps, bool plus_one, bf16_t* q, bf16_t* k, bf16_t* v,
+                               const KvCacheView& cache, cudaStream_t stream);
+
 // Stores this step's K and V (bf16 [T][nkv][D]) into the cache at pos[t] of
-// sequence tok_seq[t]; tokens with pos < 0 (padding) are skipped.
+// sequence tok_seq[t]; tokens with pos < 0 (padding) are skipped. In a ring,
+// where several of a sequence's tokens this step share a slot, the newest
+// one is kept (sequence s's step ends at seq_start[s] + seq_first[s + 1] -
+// seq_first[s]).
 cudaError_t LaunchKvStore(const bf16_t* k, const bf16_t* v, const int32_t* pos,
-                          const int32_t* tok_seq, int tokens, int nkv, int head_dim,
+                          const int32_t* tok_seq, const int32_t* seq_start,
+                          const int32_t* seq_first, int tokens, int nkv, int head_dim,
                           const KvCacheView& cache, cudaStream_t stream);
 
 // Attention of one layer over paged KV, flash-style (online softmax, tensor
@@ -63,7 +77,8 @@ cudaError_t LaunchKvStore(const bf16_t* k, const bf16_t* v, const int32_t* pos,
 // (G = nh / nkv <= 16). Keys at positions >= seq_start[s] (this step's) are
 // read from k_new / v_new at token seq_first[s] + (p - seq_start[s]); older
 // ones from the cache. With splits > 1 each tile's keys are split across
-// thread blocks and merged by a second kernel through part_o / part_ml
+// thread blocks (at most 32) and merged by a second kernel through part_o /
+// part_ml
 // (tokens * nh * splits * (head_dim + 2) floats).
 struct AttentionParams {
   const bf16_t* q = nullptr;  // [T][nh][D]
@@ -95,6 +110,14 @@ cudaError_t LaunchAttention(const AttentionParams& p, cudaStream_t stream);
 // act: 0 SiLU, 1 GELU (tanh approximation).
 cudaError_t LaunchGatedAct(const bf16_t* gate_up, bf16_t* out, int rows, int n, int act,
                            cudaStream_t stream);
+
+// y[m][n] = x[m] . w[n] + beta * y[m][n] (x [m][k], w [n][k] bf16; y fp32
+// or bf16) for decode steps of at most kMaxGemvRows rows; k a multiple of 8
+// and m * k * 2 <= 32 KiB (GemvSupported). num_sms sizes the grid.
+inline constexpr int kMaxGemvRows = 8;
+bool GemvSupported(int m, int k);
+cudaError_t LaunchGemv(const bf16_t* x, const bf16_t* w, void* y, bool y_f32, int m, int n, int k,
+                       float beta, int num_sms, cudaStream_t stream);
 
 // x = cap * tanh(x / cap) over n floats.
 cudaError_t LaunchSoftcap(float* x, int64_t n, float cap, cudaStream_t stream);

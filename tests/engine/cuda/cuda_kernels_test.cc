@@ -2,7 +2,9 @@
 // random inputs, outputs poisoned with NaN before the launch so an unwritten
 // element fails. Tolerances (relative L2 error): 1e-2 where the kernel's
 // output is bf16 (rounding alone is ~3e-3); 2e-2 for attention, whose
-// probabilities also pass through bf16 on the tensor cores; exact for argmax.
+// probabilities also pass through bf16 on the tensor cores; 1e-5 for the
+// decode GEMV's fp32 output (same products, another summation order); exact
+// for argmax.
 #include "cuda_test_util.h"
 
 #ifdef AGENTKV_HAVE_CUDA
@@ -142,6 +144,32 @@ TEST(CudaKernels, GatedActivation) {
     std::vector<float> ref(rows * n);
     kernels::GatedActivation(gu.data(), ref.data(), rows, n, a);
     EXPECT_LT(RelErr(DownloadBf16(out, rows * n), ref), 1e-2);
+  }
+}
+
+TEST(CudaKernels, GemvMatchesLinear) {
+  AGENTKV_REQUIRE_GPU();
+  std::mt19937 rng(8);
+  for (int m = 1; m <= cuda::kMaxGemvRows; ++m) {
+    for (auto [n, k] : {std::pair{3072, 2048}, std::pair{2048, 8192}, std::pair{37, 264}}) {
+      if (!cuda::GemvSupported(m, k)) continue;
+      for (bool f32 : {true, false}) {
+        const auto x = Rounded(Random(m * k, rng)),
+                   w = Rounded(Random(static_cast<size_t>(n) * k, rng, 0.05f));
+        const auto y0 = Rounded(Random(m * n, rng));
+        auto dx = Upload(Bf16Of(x)), dw = Upload(Bf16Of(w));
+        cuda::DeviceBuffer dy = f32 ? Upload(y0) : Upload(Bf16Of(y0));
+        const float beta = f32 ? 1.f : 0.f;
+        ASSERT_EQ(cuda::LaunchGemv(dx.get<cuda::bf16_t>(), dw.get<cuda::bf16_t>(), dy.get(), f32, m,
+                                   n, k, beta, 132, nullptr),
+                  cudaSuccess);
+        std::vector<float> ref(m * n);
+        kernels::Linear(x.data(), w.data(), nullptr, ref.data(), m, n, k);
+        for (int i = 0; i < m * n; ++i) ref[i] += beta * y0[i];
+        const auto got = f32 ? Download<float>(dy, m * n) : DownloadBf16(dy, m * n);
+        EXPECT_LT(RelErr(got, ref), f32 ? 1e-5 : 1e-2) << m << " " << n << " " << k;
+      }
+    }
   }
 }
 
