@@ -1,5 +1,6 @@
 #include "api/api_service.h"
 
+#include <cctype>
 #include <ctime>
 #include <exception>
 #include <nlohmann/json.hpp>
@@ -21,6 +22,21 @@ bool IsAnthropic(const std::string& path) {
 }
 
 constexpr std::string_view kAgents = "/v1/agents/";
+
+// Percent-decodes a path segment ("a%20b" -> "a b"); malformed escapes stay.
+std::string PercentDecode(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size() && std::isxdigit(static_cast<unsigned char>(s[i + 1])) &&
+        std::isxdigit(static_cast<unsigned char>(s[i + 2]))) {
+      out += static_cast<char>(std::stoi(s.substr(i + 1, 2), nullptr, 16));
+      i += 2;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
 constexpr std::string_view kBatch = "/v1/batch/";
 
 }  // namespace
@@ -156,7 +172,7 @@ Reply ApiService::Route(const HttpRequest& req) const {
   if (p.rfind(kAgents, 0) == 0) {
     const std::string rest = p.substr(kAgents.size());
     const size_t slash = rest.find('/');
-    const std::string id = rest.substr(0, slash);
+    const std::string id = PercentDecode(rest.substr(0, slash));
     if (!id.empty()) {
       if (slash == std::string::npos) {
         if (get) return agents_.Get(id);

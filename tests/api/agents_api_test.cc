@@ -161,6 +161,13 @@ TEST_F(AgentsApiTest, BadInputIsOpenAiShaped400) {
       Call("POST", "/v1/agents/" + std::string(257, 'a') + "/generate", R"({"message":"x"})").first,
       400);
   EXPECT_EQ(Call("GET", "/v1/agents/unknown").first, 404);
+  // Path ids are percent-decoded: "my agent" is the same agent either way.
+  auto [st, body] =
+      Call("POST", "/v1/agents/my%20agent/generate", R"({"message":"x","max_tokens":1})");
+  EXPECT_EQ(st, 200) << body;
+  EXPECT_EQ(json::parse(body)["agent_id"], "my agent");
+  EXPECT_EQ(Call("GET", "/v1/agents/my%20agent").first, 200);
+  EXPECT_EQ(Call("DELETE", "/v1/agents/my%20agent").first, 200);
   EXPECT_EQ(Call("PUT", "/v1/agents/z").first, 404);
   // Nothing was recorded for the failed requests.
   EXPECT_EQ(json::parse(Call("GET", "/v1/agents").second)["data"].size(), 0u);
