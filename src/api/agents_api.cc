@@ -5,6 +5,7 @@
 #include "api/callback_body.h"
 #include "api/generation_job.h"
 #include "api/openai_api.h"
+#include "store/store_kv_tier.h"
 #include "util/hash.h"
 
 namespace agentkv::api {
@@ -242,10 +243,16 @@ Reply AgentsApi::Get(const std::string& agent_id) const {
   int64_t disk_tokens = 0;
   if (store::AgentStore* st = ctx_.agents->store()) {
     auto sum = st->Summarize(agent_id);
+    // KV records are tagged with the model's KV fingerprint (model, KV
+    // format, block size), which the store tier derives.
+    std::string current_fp;
+    if (auto* tier = model ? dynamic_cast<store::StoreKvTier*>(model->kv_tier()) : nullptr) {
+      current_fp = tier->fingerprint().Hex();
+    }
     if (sum.ok()) {
       const int bs = model ? model->engine().block_size() : 16;
       for (const auto& kv : sum->kv) {
-        const bool current = model && kv.fp.Hex() == model->fingerprint();
+        const bool current = !current_fp.empty() && kv.fp.Hex() == current_fp;
         if (current) disk_tokens = static_cast<int64_t>(kv.stored_blocks) * bs;
         stored.push_back({{"fingerprint", kv.fp.Hex()},
                           {"current_model", current},

@@ -229,6 +229,10 @@ const scenarios = {
   // After the restart (same --store): the agent resumes from disk.
   async restart2() {
     await step('resume after restart', async () => {
+      const before = await json('GET', '/v1/agents/restart-1');
+      assert.equal(before.body.cache.location, 'disk', JSON.stringify(before.body.cache));
+      assert.ok(before.body.cache.disk_tokens >= 16);
+      assert.equal(before.body.cache.stored.filter((s) => s.current_model).length, 1);
       const b = await generate('restart-1', 'Do you remember?');
       assert.equal(b.turn, 2);
       assert.equal(b.usage.cache_source, 'disk', JSON.stringify(b));
