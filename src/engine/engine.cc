@@ -196,6 +196,9 @@ void Engine::Loop() {
         kv_->ReleaseAgentCache(&it->second.cache);
         agents_.erase(it);
       }
+      // The store may delete the agent's blocks with it: forget what we
+      // believed it had, so later saves write data again.
+      tier_has_.clear();
       std::lock_guard<std::mutex> lock(mu_);
       agent_resident_.erase(a);
     }

@@ -208,6 +208,26 @@ TEST_F(StoreKvTierTest, SmallPoolRestoresWhatFitsAndStaysCorrect) {
   EXPECT_EQ(restored.finished.restored_tokens, 100);
 }
 
+TEST_F(StoreKvTierTest, DeletedAgentsBlocksAreWrittenAgainForAnother) {
+  auto tier = Tier(store_.get());
+  const std::vector<int32_t> p = Prompt(40);
+  auto e = MakeEngine(tier);
+  Collect(e->Submit(Greedy(p, 2, "agent-x")).value());
+  ASSERT_TRUE(store_->Flush().ok());
+  // DELETE /v1/agents/agent-x: the store drops its blocks, the engine its cache.
+  ASSERT_TRUE(store_->RemoveAgent("agent-x").ok());
+  e->DropAgent("agent-x");
+  // The same content for another agent (still resident in the pool).
+  Collect(e->Submit(Greedy(p, 2, "agent-y")).value());
+  e->Stop();
+  ASSERT_TRUE(store_->Flush().ok());
+  std::vector<int32_t> p2 = p;
+  p2.push_back(3);
+  Done resumed = Turn(tier, p2, 2, "agent-y");
+  EXPECT_EQ(resumed.finished.cache_source, CacheSource::kDisk);
+  EXPECT_EQ(resumed.finished.restored_tokens, 40);
+}
+
 TEST(StoreKvTierFullTest, FullStoreLosesKvButNeverAService) {
   // A map that cannot grow past 512 KiB, and four 400-token agents of
   // ~300 KiB of KV each (3 layers x K,V x 2 heads x 16 dims x 4 bytes = 768
