@@ -135,6 +135,11 @@ void AgentIdentifier::Forget(const std::string& agent) {
   known_.erase(agent);
 }
 
+void AgentIdentifier::ForgetAll() {
+  std::lock_guard<std::mutex> lock(mu_);
+  known_.clear();
+}
+
 size_t AgentIdentifier::size() const {
   std::lock_guard<std::mutex> lock(mu_);
   return known_.size();

@@ -85,7 +85,9 @@ class AgentIdentifier {
   // Remembers (replaces) `agent`'s token sequence for content matching.
   void Remember(const std::string& agent, std::vector<int32_t> tokens);
   void Forget(const std::string& agent);
+  void ForgetAll();
   size_t size() const;
+  size_t capacity() const { return max_known_; }
 
   // The known agent sharing the longest common prefix with `tokens`, if that
   // prefix is at least `min_tokens` long (and at least 1). Ties go to the

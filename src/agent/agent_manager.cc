@@ -1,5 +1,6 @@
 #include "agent/agent_manager.h"
 
+#include <algorithm>
 #include <chrono>
 
 namespace agentkv::agent {
@@ -185,6 +186,26 @@ void AgentManager::Delete(const std::string& agent, std::function<void()> drop_k
 void AgentManager::ForgetResident() {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [id, info] : info_) info.resident_tokens = 0;
+}
+
+Result<size_t> AgentManager::RememberStoredChains(const store::ModelFingerprint& kv_fp) {
+  identifier_.ForgetAll();
+  if (store_ == nullptr) return size_t{0};
+  ASSIGN_OR_RETURN(std::vector<store::AgentMeta> metas, store_->ListAgents());
+  std::sort(metas.begin(), metas.end(),
+            [](const auto& a, const auto& b) { return a.last_used_ms > b.last_used_ms; });
+  if (metas.size() > identifier_.capacity()) metas.resize(identifier_.capacity());
+  size_t loaded = 0;
+  // Oldest first, so the most recent are remembered last (ties go to them).
+  for (auto it = metas.rbegin(); it != metas.rend(); ++it) {
+    ASSIGN_OR_RETURN(std::vector<store::ChainEntry> chain, store_->GetKvChain(it->id, kv_fp));
+    if (chain.empty()) continue;
+    std::vector<int32_t> tokens;
+    for (const auto& e : chain) tokens.insert(tokens.end(), e.tokens.begin(), e.tokens.end());
+    identifier_.Remember(it->id, std::move(tokens));
+    ++loaded;
+  }
+  return loaded;
 }
 
 ResumeCounts AgentManager::resume_counts() const {

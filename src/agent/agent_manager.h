@@ -84,6 +84,13 @@ class AgentManager {
   // replaced: model hot-swap, restart).
   void ForgetResident();
 
+  // Content matching after a restart or a model swap: replaces the
+  // remembered token sequences with the stored KV chains (their tokens)
+  // under `kv_fp`, the served model's KV fingerprint, of the most recently
+  // used agents (at most the identifier's capacity). Returns how many agents
+  // were loaded; store errors end the scan early (reported).
+  Result<size_t> RememberStoredChains(const store::ModelFingerprint& kv_fp);
+
   ResumeCounts resume_counts() const;
 
  private:

@@ -176,6 +176,10 @@ Reply AdminApi::SwapModel(const HttpRequest& req) const {
     std::thread([host, agents, dir, reply] {
       auto r = host->Swap(dir);
       agents->ForgetResident();
+      if (auto now = host->Current()) {
+        // Content matching follows the model: its tokenizer, its stored chains.
+        (void)AgentBinding::RememberStoredAgents(*now, *agents);
+      }
       if (!r.ok()) {
         const int status = r.status().code() == StatusCode::kCancelled ? 503 : 400;
         return reply(OpenAiApi::Error(status, r.status().message(), "model"));

@@ -1,5 +1,7 @@
 #include "api/agent_binding.h"
 
+#include "store/store_kv_tier.h"
+
 namespace agentkv::api {
 
 using nlohmann::json;
@@ -72,6 +74,13 @@ ordered_json AgentBinding::NewMessages(const ordered_json& messages) {
   ordered_json out = ordered_json::array();
   for (size_t i = start; i < messages.size(); ++i) out.push_back(messages[i]);
   return out;
+}
+
+Result<size_t> AgentBinding::RememberStoredAgents(const ServedModel& model,
+                                                  agent::AgentManager& agents) {
+  auto* tier = dynamic_cast<store::StoreKvTier*>(model.kv_tier());
+  if (tier == nullptr) return size_t{0};
+  return agents.RememberStoredChains(tier->fingerprint());
 }
 
 Status AgentBinding::SwapInProgress() {

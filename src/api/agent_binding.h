@@ -68,6 +68,11 @@ class AgentBinding {
 
   // The 503 status every adapter answers while no model is serving.
   static Status SwapInProgress();
+
+  // Makes content matching know the agents whose KV `model` can use (the
+  // stored chains under its KV fingerprint): after start-up and after a
+  // model swap. No-op without a store tier; the count of agents loaded.
+  static Result<size_t> RememberStoredAgents(const ServedModel& model, agent::AgentManager& agents);
 };
 
 }  // namespace agentkv::api

@@ -120,6 +120,9 @@ int RunServe(const ServeArgs& a) {
   api::ModelHost host(mo, std::move(model).value());
   agent::AgentManager agents(agent_store.get());
   api::Metrics metrics;
+  if (auto known = api::AgentBinding::RememberStoredAgents(*host.Current(), agents); !known.ok()) {
+    std::cerr << "store: " << known.status().ToString() << "\n";
+  }
   api::ApiService service({&host, &agents, &metrics}, {a.api_key});
   api::HttpServerOptions so;
   so.host = a.host;

@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "cache/block_hash.h"
 #include "engine/backend_factory.h"
 #include "engine/tokenizer.h"
 
@@ -207,6 +208,41 @@ TEST_F(AgentManagerTest, DeleteRemovesHistoryAndRunsAfterQueuedTurns) {
   });
   EXPECT_TRUE(deleted.load());
   EXPECT_EQ(result.code(), StatusCode::kNotFound);
+}
+
+TEST_F(AgentManagerTest, ContentMatchingKnowsStoredChainsAfterARestart) {
+  auto fp = store::ModelFingerprint::FromHex(std::string(32, 'a'));
+  auto other = store::ModelFingerprint::FromHex(std::string(32, 'b'));
+  ASSERT_TRUE(fp.ok() && other.ok());
+  const std::vector<int32_t> tokens = Tokens(64, 40);  // 4 blocks of 16
+  ASSERT_TRUE(store_->AppendTurn("stored", "[]").ok());
+  store::KvChainWrite w;
+  w.agent_id = "stored";
+  w.fp = *fp;
+  const auto hashes = HashFullBlocks(tokens, 16);
+  for (size_t i = 0; i < hashes.size(); ++i) {
+    store::KvBlockWrite b;
+    b.hash = hashes[i];
+    b.tokens.assign(tokens.begin() + i * 16, tokens.begin() + (i + 1) * 16);
+    b.data = std::string(64, static_cast<char>(i));
+    w.blocks.push_back(std::move(b));
+  }
+  store_->PutKvBlocks(std::move(w));
+  ASSERT_TRUE(store_->Flush().ok());
+  manager_->identifier().Remember("stale", {1, 2, 3});
+
+  auto n = manager_->RememberStoredChains(*fp);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(*n, 1u);
+  std::vector<int32_t> next = tokens;
+  next.push_back(7);
+  EXPECT_EQ(manager_->identifier().Match(next, 48), "stored");
+  EXPECT_FALSE(manager_->identifier().Match(std::vector<int32_t>{1, 2, 3}, 1).has_value());
+  // Another model's chains are not this model's tokens.
+  n = manager_->RememberStoredChains(*other);
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 0u);
+  EXPECT_FALSE(manager_->identifier().Match(next, 1).has_value());
 }
 
 TEST_F(AgentManagerTest, HistoryWithoutStoreIsKeptInMemory) {
