@@ -18,6 +18,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <thread>
 
 #include "cli/command.h"
 #include "cli/model_options.h"
@@ -35,6 +36,7 @@ struct ResumeArgs {
   int block_size = 16, message = 16, output = 4, max_step_tokens = 2048;
   int shuffle = 0;  // 0: the backend's KV element size
   int level = 1;
+  int workers = 0;  // 0: one per hardware thread
   bool json = false;
   uint64_t seed = 1;
 };
@@ -223,6 +225,9 @@ int RunResume(const ResumeArgs& a) {
   {
     store::StoreOptions so;
     so.compression_level = a.level;
+    so.worker_threads = a.workers > 0
+                            ? a.workers
+                            : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
     auto st = store::AgentStore::Open(dir, so);
     if (!st.ok()) {
       std::cerr << "error: store " << dir << ": " << st.status().ToString() << "\n";
@@ -233,6 +238,7 @@ int RunResume(const ResumeArgs& a) {
     out["kv_format"] = backend->kv_format();
     out["block_size"] = a.block_size;
     out["zstd_level"] = a.level;
+    out["store_workers"] = so.worker_threads;
     out["sizes"] = nlohmann::json::array();
     for (int32_t n : sizes) {
       auto r = RunSize(backend, a, st->get(), dir, *fingerprint, n);
@@ -281,6 +287,9 @@ Registrar reg(
                      "size)")
           ->capture_default_str();
       app.add_option("--zstd-level", a->level, "zstd compression level")->capture_default_str();
+      app.add_option("--workers", a->workers,
+                     "Store compression / decompression threads (0 = one per hardware thread)")
+          ->capture_default_str();
       app.add_option("--seed", a->seed, "Seed of the random histories")->capture_default_str();
       app.add_flag("--json", a->json, "Print one JSON object");
       return [a] { return RunResume(*a); };

@@ -95,6 +95,9 @@ int RunServe(const ServeArgs& a) {
   std::unique_ptr<store::AgentStore> agent_store;
   if (!a.store_dir.empty() && a.store_dir != "none") {
     store::StoreOptions sopt;
+    // Resume decompresses an agent's blocks in parallel: a 32k-token agent of
+    // a 1B model is 1 GiB of KV, so use every core for it.
+    sopt.worker_threads = std::max(4, static_cast<int>(std::thread::hardware_concurrency()));
     if (!a.store_max_bytes.empty()) {
       sopt.max_bytes = ParseBytes(a.store_max_bytes);
       if (sopt.max_bytes == 0) {
