@@ -126,7 +126,7 @@ class Engine {
   struct LoadResult {
     RequestId id = 0;
     int32_t first_block = 0;
-    Result<KvTierLoad> load = Status::Ok();
+    Result<KvTierLoad> load = KvTierLoad{};
   };
   void Admit(std::unique_ptr<Sequence> s, double now);
   void ApplyLoad(LoadResult r, double now);
