@@ -7,6 +7,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
 #include "../engine/test_model.h"
 #include "engine/cpu_backend.h"
 #include "engine/engine.h"
@@ -213,9 +216,17 @@ TEST_F(StoreKvTierTest, DeletedAgentsBlocksAreWrittenAgainForAnother) {
   const std::vector<int32_t> p = Prompt(40);
   auto e = MakeEngine(tier);
   Collect(e->Submit(Greedy(p, 2, "agent-x")).value());
-  ASSERT_TRUE(store_->Flush().ok());
+  // The turn's KV is handed to the store when the engine retires the
+  // sequence, just after its last event: wait until its chain is stored.
+  for (int i = 0; i < 500; ++i) {
+    ASSERT_TRUE(store_->Flush().ok());
+    auto chain = store_->GetKvChain("agent-x", tier->fingerprint());
+    if (chain.ok() && chain->size() == 10) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   // DELETE /v1/agents/agent-x: the store drops its blocks, the engine its cache.
-  ASSERT_TRUE(store_->RemoveAgent("agent-x").ok());
+  const Status removed = store_->RemoveAgent("agent-x");
+  ASSERT_TRUE(removed.ok()) << removed.ToString();
   e->DropAgent("agent-x");
   // The same content for another agent (still resident in the pool).
   Collect(e->Submit(Greedy(p, 2, "agent-y")).value());
