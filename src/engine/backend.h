@@ -100,6 +100,16 @@ class Backend {
   // in the cache dtype.
   virtual Status ReadBlock(int group, int32_t block, std::span<std::byte> out) = 0;
   virtual Status WriteBlock(int group, int32_t block, std::span<const std::byte> in) = 0;
+  // Reads blocks[i] of group `group` into out[i * BytesPerBlock ...], for
+  // all i, in one go (a device backend batches the copies). The default
+  // calls ReadBlock for each.
+  virtual Status ReadBlocks(int group, std::span<const int32_t> blocks, std::span<std::byte> out) {
+    const size_t n = blocks.empty() ? 0 : out.size() / blocks.size();
+    if (n * blocks.size() != out.size()) return InvalidArgument("ReadBlocks: buffer size mismatch");
+    for (size_t i = 0; i < blocks.size(); ++i)
+      RETURN_IF_ERROR(ReadBlock(group, blocks[i], out.subspan(i * n, n)));
+    return Status::Ok();
+  }
 };
 
 }  // namespace agentkv

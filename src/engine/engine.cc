@@ -490,16 +490,22 @@ void Engine::SaveAgentKv(Sequence* s) {
   if (tier_has_.size() > (1u << 20)) tier_has_.clear();
   const int bs = options_.block_size;
   const size_t bytes = backend_->cache_spec().BytesPerBlock(group, bs);
+  // One batched read of every block whose data the tier lacks.
+  std::vector<int32_t> to_read;
+  for (size_t i = same; i < n; ++i)
+    if (!tier_has_.count(hashes[i])) to_read.push_back(table[i]);
+  save_buf_.resize(to_read.size() * bytes);
+  if (!backend_->ReadBlocks(group, to_read, save_buf_).ok()) return;
   std::vector<KvTierBlock> out;
   out.reserve(n - same);
+  size_t next = 0;
   for (size_t i = same; i < n; ++i) {
     KvTierBlock b;
     b.hash = hashes[i];
     b.tokens.assign(s->tokens.begin() + i * bs, s->tokens.begin() + (i + 1) * bs);
     if (!tier_has_.count(b.hash)) {
-      b.data.resize(bytes);
-      std::span<std::byte> dst(reinterpret_cast<std::byte*>(b.data.data()), bytes);
-      if (!backend_->ReadBlock(group, table[i], dst).ok()) break;
+      b.data.assign(reinterpret_cast<const char*>(save_buf_.data()) + next * bytes, bytes);
+      ++next;
       tier_has_.insert(b.hash);
       ++local_.saved_blocks;
     }

@@ -172,6 +172,7 @@ class Engine {
   // Blocks this engine knows the tier has (saved or restored): later saves
   // of them only link the agent's chain. Cleared when it grows too large.
   std::unordered_set<BlockHash, BlockHashHasher> tier_has_;
+  std::vector<std::byte> save_buf_;  // SaveAgentKv's batched block reads
   std::vector<SeqStep> steps_buf_;
   std::vector<float> logits_;
   EngineStats local_;

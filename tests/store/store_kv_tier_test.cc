@@ -266,7 +266,9 @@ TEST(StoreKvTierFullTest, FullStoreLosesKvButNeverAService) {
   const KvStoreStats ks = (*st)->kv_stats();
   // Either a write failed and was reported, or eviction made room each time.
   EXPECT_TRUE(!flushed.ok() || ks.blocks_evicted > 0) << flushed.ToString();
-  if (!flushed.ok()) EXPECT_EQ(flushed.code(), StatusCode::kResourceExhausted);
+  if (!flushed.ok()) {
+    EXPECT_EQ(flushed.code(), StatusCode::kResourceExhausted);
+  }
   // What is stored is intact, and a resume still serves the right output.
   auto report = (*st)->Verify();
   ASSERT_TRUE(report.ok());

@@ -272,6 +272,34 @@ Status CudaBackend::ReadBlock(int group, int32_t block, std::span<std::byte> out
   return Status::Ok();
 }
 
+Status CudaBackend::ReadBlocks(int group, std::span<const int32_t> blocks,
+                               std::span<std::byte> out) {
+  if (group < 0 || group >= static_cast<int>(kv_.size()))
+    return InvalidArgument("ReadBlocks: group out of range");
+  const size_t n = spec_.BytesPerBlock(group, layout_.block_size);
+  if (out.size() != n * blocks.size()) return InvalidArgument("ReadBlocks: buffer size mismatch");
+  for (int32_t b : blocks)
+    if (b < 0 || b >= layout_.blocks_per_group[group])
+      return InvalidArgument("ReadBlocks: block out of range");
+  if (blocks.empty()) return Status::Ok();
+  constexpr size_t kChunk = 64ull << 20;
+  const size_t per = std::max<size_t>(1, kChunk / n);  // blocks per synchronisation
+  const size_t want = std::min(per, blocks.size()) * n;
+  if (read_staging_.bytes() < want) RETURN_IF_ERROR(read_staging_.Allocate(want));
+  std::byte* staging = read_staging_.get<std::byte>();
+  for (size_t first = 0; first < blocks.size(); first += per) {
+    const size_t count = std::min(per, blocks.size() - first);
+    for (size_t i = 0; i < count; ++i) {
+      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(staging + i * n,
+                                           kv_[group].get<std::byte>() + n * blocks[first + i], n,
+                                           cudaMemcpyDeviceToHost, stream_));
+    }
+    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    std::memcpy(out.data() + first * n, staging, count * n);
+  }
+  return Status::Ok();
+}
+
 Status CudaBackend::WriteBlock(int group, int32_t block, std::span<const std::byte> in) {
   if (group < 0 || group >= static_cast<int>(kv_.size()) || block < 0 ||
       block >= layout_.blocks_per_group[group])

@@ -60,6 +60,10 @@ class CudaBackend final : public Backend {
                         std::span<int32_t> tokens, std::span<float> logits) override;
   Status ReadBlock(int group, int32_t block, std::span<std::byte> out) override;
   Status WriteBlock(int group, int32_t block, std::span<const std::byte> in) override;
+  // Every copy goes async into a pinned staging buffer (grown on demand, kept),
+  // one synchronisation per 64 MiB: a per-block synchronous copy to pageable
+  // memory stalled the engine thread for whole agent turns of KV.
+  Status ReadBlocks(int group, std::span<const int32_t> blocks, std::span<std::byte> out) override;
 
   // Steps run through a captured graph so far (for tests and benchmarks).
   int64_t graph_steps() const { return graph_steps_; }
@@ -132,6 +136,7 @@ class CudaBackend final : public Backend {
       part_ml_, cublas_ws_;
   cuda::DeviceBuffer meta_;
   cuda::PinnedBuffer host_meta_, host_tokens_;
+  cuda::PinnedBuffer read_staging_;  // ReadBlocks
 
   std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;  // (bucket, table stride)
   int64_t graph_steps_ = 0;

@@ -306,6 +306,15 @@ TEST(CudaBackend, BlocksRoundTripAndCopy) {
     ASSERT_TRUE(b->CopyBlocks(std::span<const KvBlockCopy>(&cp, 1)).ok());
     ASSERT_TRUE(b->ReadBlock(g, 9, copied).ok());
     EXPECT_EQ(in, copied);
+    // Batched: the same bytes as block by block, in the order asked.
+    const std::vector<int32_t> ids = {9, 7, 9};
+    std::vector<std::byte> many(3 * n, std::byte{0x5a});
+    ASSERT_TRUE(b->ReadBlocks(g, ids, many).ok());
+    EXPECT_TRUE(std::equal(in.begin(), in.end(), many.begin()));
+    EXPECT_TRUE(std::equal(in.begin(), in.end(), many.begin() + n));
+    EXPECT_TRUE(std::equal(in.begin(), in.end(), many.begin() + 2 * n));
+    const std::vector<int32_t> bad = {7, kBlocks};
+    EXPECT_FALSE(b->ReadBlocks(g, bad, std::span<std::byte>(many.data(), 2 * n)).ok());
     EXPECT_FALSE(b->ReadBlock(g, kBlocks, out).ok());
     EXPECT_FALSE(b->WriteBlock(g, 0, std::span<const std::byte>(in.data(), n - 1)).ok());
   }
