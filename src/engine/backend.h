@@ -41,6 +41,12 @@ struct KvLayout {
   std::array<int32_t, kMaxCacheGroups> blocks_per_group{};
 };
 
+// Validates a Forward batch against the model and the KV layout: every step
+// has tokens inside the vocabulary and a block table per group long enough
+// for its positions, with block ids inside the pool. Shared by the backends.
+Status CheckSteps(std::span<const SeqStep> batch, const ModelConfig& config,
+                  const ModelCacheSpec& spec, const KvLayout& layout);
+
 class Backend {
  public:
   virtual ~Backend() = default;
