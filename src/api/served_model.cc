@@ -26,7 +26,7 @@ Result<std::unique_ptr<ServedModel>> ServedModel::Load(const ServedModelOptions&
   if (options.kv_memory_bytes > 0) eo.kv_memory_bytes = options.kv_memory_bytes;
   ASSIGN_OR_RETURN(ModelFiles files, ModelFiles::Locate(dir));
   ASSIGN_OR_RETURN(m->fingerprint_, files.Fingerprint());
-  if (options.store != nullptr) {
+  if (options.store != nullptr && options.persist_kv) {
     ASSIGN_OR_RETURN(
         auto tier, store::StoreKvTier::Create(options.store, m->fingerprint_, backend->kv_format(),
                                               eo.block_size, backend->kv_element_size(), m->name_));

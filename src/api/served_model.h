@@ -35,6 +35,8 @@ struct ServedModelOptions {
   // model (hot-swap serves several models from one store). KV is persisted
   // and restored under this model's fingerprint and KV format.
   store::AgentStore* store = nullptr;
+  // false: history only; the engine keeps no KV tier (benchmarks compare).
+  bool persist_kv = true;
 };
 
 class ServedModel {

@@ -22,6 +22,7 @@
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -48,20 +49,55 @@ struct BenchArgs {
   std::string concurrency = "1,8,16";
   int prompt = 128, output = 64, max_batch = 64, http_threads = 2, repeat = 3;
   std::string store = "";  // "" = a temporary store, "none" = no store
+  bool store_kv = true;    // false: history only, no KV write-behind
   bool json = false;
   uint64_t seed = 1;
 };
 
+// Where an HTTP run's time went beyond the engine's own work (deltas over
+// the run): turns waiting for their history to commit, and the engine
+// thread handing finished turns' KV to the store.
+struct Diagnostics {
+  uint64_t history_appends = 0, history_transactions = 0;
+  double history_wait_s = 0, engine_save_s = 0;
+  Diagnostics operator-(const Diagnostics& o) const {
+    return {history_appends - o.history_appends, history_transactions - o.history_transactions,
+            history_wait_s - o.history_wait_s, engine_save_s - o.engine_save_s};
+  }
+};
+
+Diagnostics Diagnose(store::AgentStore* st, api::ServedModel& m) {
+  Diagnostics d;
+  if (st != nullptr) {
+    const auto h = st->history_stats();
+    d.history_appends = h.requests;
+    d.history_transactions = h.transactions;
+    d.history_wait_s = h.wait_seconds;
+  }
+  d.engine_save_s = m.engine().Stats().save_seconds;
+  return d;
+}
+
 struct Level {
   double seconds = 0, output_tok_s = 0, mean_latency_ms = 0;
   int64_t output_tokens = 0;
+  std::optional<Diagnostics> diag;
 };
 
 json ToJson(const Level& l) {
-  return {{"seconds", l.seconds},
-          {"output_tokens", l.output_tokens},
-          {"output_tok_s", l.output_tok_s},
-          {"mean_latency_ms", l.mean_latency_ms}};
+  json j = {{"seconds", l.seconds},
+            {"output_tokens", l.output_tokens},
+            {"output_tok_s", l.output_tok_s},
+            {"mean_latency_ms", l.mean_latency_ms}};
+  if (l.diag) {
+    const Diagnostics& d = *l.diag;
+    j["history_appends"] = d.history_appends;
+    j["history_transactions"] = d.history_transactions;
+    j["history_mean_wait_ms"] =
+        d.history_appends > 0 ? 1000 * d.history_wait_s / d.history_appends : 0.0;
+    j["engine_save_s"] = d.engine_save_s;
+  }
+  return j;
 }
 
 std::vector<std::vector<int32_t>> Prompts(std::mt19937_64& rng, int n, int len, int32_t vocab) {
@@ -199,7 +235,9 @@ int RunBench(const BenchArgs& a) {
   std::unique_ptr<store::AgentStore> st;
   if (store_dir != "none") {
     std::filesystem::create_directories(store_dir);
-    auto opened = store::AgentStore::Open(store_dir);
+    store::StoreOptions so;  // as `serve` opens it
+    so.worker_threads = std::max(4, static_cast<int>(std::thread::hardware_concurrency()));
+    auto opened = store::AgentStore::Open(store_dir, so);
     if (!opened.ok()) {
       std::cerr << "error: store: " << opened.status().ToString() << "\n";
       return 1;
@@ -212,6 +250,7 @@ int RunBench(const BenchArgs& a) {
   mo.max_batch = a.max_batch;
   mo.max_waiting = 0;
   mo.store = st.get();
+  mo.persist_kv = a.store_kv;
   auto loaded = api::ServedModel::Load(mo);
   if (!loaded.ok()) {
     std::cerr << "error: " << loaded.status().ToString() << "\n";
@@ -233,9 +272,12 @@ int RunBench(const BenchArgs& a) {
   std::shared_ptr<api::ServedModel> m = host.Current();
   const int32_t vocab = m->engine().config().vocab_size;
   std::mt19937_64 rng(a.seed);
-  json out = {{"model", mo.model_dir},          {"store", st ? "on" : "none"},
-              {"prompt_tokens", a.prompt},      {"output_tokens", a.output},
-              {"http_threads", a.http_threads}, {"repeat", a.repeat},
+  json out = {{"model", mo.model_dir},
+              {"store", st ? (a.store_kv ? "on" : "history only") : "none"},
+              {"prompt_tokens", a.prompt},
+              {"output_tokens", a.output},
+              {"http_threads", a.http_threads},
+              {"repeat", a.repeat},
               {"levels", json::array()}};
   // Warm-up outside the timing.
   {
@@ -261,11 +303,13 @@ int RunBench(const BenchArgs& a) {
       }
       engines.push_back(*e);
       if (tty) std::cerr << "\rconcurrency " << c << ": through HTTP, run " << r + 1 << std::flush;
+      const Diagnostics d0 = Diagnose(st.get(), *m);
       auto h = ThroughHttp(server.port(), a, Prompts(rng, c, a.prompt, vocab), c * 100 + r);
       if (!h.ok()) {
         failed = h.status();
         break;
       }
+      h->diag = Diagnose(st.get(), *m) - d0;
       https.push_back(*h);
     }
     if (tty) std::cerr << "\r\033[K";
@@ -319,6 +363,9 @@ Registrar reg(
       app.add_option("--store", a->store,
                      "Agent store directory (default: a temporary one; 'none': "
                      "no store)");
+      app.add_option("--store-kv", a->store_kv,
+                     "Persist KV behind each turn (false: the store keeps history only)")
+          ->capture_default_str();
       app.add_option("--repeat", a->repeat,
                      "Alternating runs per level; the median of each is reported")
           ->capture_default_str()

@@ -17,6 +17,8 @@
 #include <array>
 #include <cstdint>
 #include <limits>
+#include <memory>
+#include <new>
 #include <span>
 #include <string>
 
@@ -28,6 +30,24 @@
 namespace agentkv {
 
 inline constexpr int kMaxCacheGroups = 4;
+
+// Host memory from Backend::AllocateHostBuffer: plain memory on the CPU,
+// page-locked (pinned) on a GPU so that copies to the device run at full
+// speed and asynchronously. Move-only; frees itself. Any thread may read and
+// write the bytes; only the owning backend's thread may free it (it is freed
+// through the backend's allocator).
+class HostBuffer {
+ public:
+  using Free = void (*)(std::byte*);
+  HostBuffer() = default;
+  HostBuffer(std::byte* data, size_t size, Free free) : data_(data, free), size_(size) {}
+  std::span<std::byte> span() const { return {data_.get(), size_}; }
+  size_t size() const { return size_; }
+
+ private:
+  std::unique_ptr<std::byte, Free> data_{nullptr, [](std::byte*) {}};
+  size_t size_ = 0;
+};
 
 struct SeqStep {
   std::span<const int32_t> tokens;  // new tokens this step, at least one
@@ -115,6 +135,27 @@ class Backend {
     for (size_t i = 0; i < blocks.size(); ++i)
       RETURN_IF_ERROR(ReadBlock(group, blocks[i], out.subspan(i * n, n)));
     return Status::Ok();
+  }
+  // Writes in[i * BytesPerBlock ...] into blocks[i] for all i and returns
+  // when the data is in place. Fastest from AllocateHostBuffer memory. The
+  // default calls WriteBlock for each, stopping at the first error.
+  virtual Status WriteBlocks(int group, std::span<const int32_t> blocks,
+                             std::span<const std::byte> in) {
+    const size_t n = blocks.empty() ? 0 : in.size() / blocks.size();
+    if (n * blocks.size() != in.size()) return InvalidArgument("WriteBlocks: buffer size mismatch");
+    for (size_t i = 0; i < blocks.size(); ++i)
+      RETURN_IF_ERROR(WriteBlock(group, blocks[i], in.subspan(i * n, n)));
+    return Status::Ok();
+  }
+  // `bytes` of host memory suited to WriteBlocks / ReadBlocks. Call it
+  // outside hot paths: pinning memory is slow.
+  virtual Result<HostBuffer> AllocateHostBuffer(size_t bytes) {
+    auto* p = new (std::nothrow) std::byte[bytes];
+    if (p == nullptr && bytes > 0) {
+      return ResourceExhausted("cannot allocate " + std::to_string(bytes) +
+                               " bytes of host memory");
+    }
+    return HostBuffer(p, bytes, [](std::byte* q) { delete[] q; });
   }
 };
 

@@ -42,6 +42,7 @@ Result<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Backend> backend,
   e->logits_.resize(static_cast<size_t>(e->options_.scheduler.max_batch) * cfg.vocab_size);
   e->start_ = std::chrono::steady_clock::now();
   e->PublishStats();
+  RETURN_IF_ERROR(e->InitRestoreStaging());
   e->thread_ = std::thread([p = e.get()] { p->Loop(); });
   if (e->options_.kv_tier) e->loader_ = std::thread([p = e.get()] { p->LoaderLoop(); });
   return e;
@@ -127,6 +128,7 @@ void Engine::Stop() {
 
 std::unique_ptr<Backend> Engine::ReleaseBackend() {
   Stop();
+  restore_slots_.clear();  // freed through the backend's allocator while it lives
   return std::move(backend_);
 }
 
@@ -158,7 +160,7 @@ void Engine::Loop() {
     std::deque<std::unique_ptr<Sequence>> submitted;
     std::vector<RequestId> cancelled;
     std::vector<std::string> dropped;
-    std::deque<LoadResult> loaded;
+    std::deque<LoadChunk> loaded;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] {
@@ -172,7 +174,7 @@ void Engine::Loop() {
       loaded.swap(loaded_);
     }
     const double now = Now();
-    for (auto& r : loaded) ApplyLoad(std::move(r), now);
+    for (auto& c : loaded) ApplyChunk(std::move(c), now);
     for (auto& s : submitted) Admit(std::move(s), now);
     for (RequestId id : cancelled) {
       std::unique_ptr<Sequence> s = scheduler_->Remove(id);
@@ -181,6 +183,11 @@ void Engine::Loop() {
         if (it == loading_.end()) continue;
         s = std::move(it->second);
         loading_.erase(it);
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          load_cancelled_.insert(id);
+        }
+        loader_cv_.notify_all();
       }
       RequestOutput ev;
       ev.kind = RequestOutput::Kind::kFinished;
@@ -378,142 +385,6 @@ void Engine::Step() {
     if (s && !s->request.agent_key.empty() && s->computed > 0) RetireAgent(s);
     scheduler_->Remove(id);
   }
-}
-
-}  // namespace agentkv
-
-namespace agentkv {
-
-void Engine::Admit(std::unique_ptr<Sequence> s, double now) {
-  KvTier* tier = options_.kv_tier.get();
-  if (tier != nullptr) {
-    const int bs = options_.block_size;
-    // Whole blocks that could come from the tier: past what is cached, and
-    // never the last prompt token (its logits start the reply).
-    const int64_t usable = static_cast<int64_t>(s->prompt_len - 1) / bs;
-    const int64_t cached = kv_->CachedPrefixTokens(s->tokens) / bs;
-    if (usable > cached) {
-      LoadJob job;
-      job.id = s->id;
-      job.tokens.assign(s->tokens.begin(), s->tokens.begin() + usable * bs);
-      job.first_block = static_cast<int32_t>(cached);
-      job.max_blocks = static_cast<int32_t>(usable - cached);
-      const RequestId id = s->id;
-      loading_.emplace(id, std::move(s));
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        load_jobs_.push_back(std::move(job));
-      }
-      loader_cv_.notify_one();
-      return;
-    }
-  }
-  scheduler_->Add(std::move(s), now);
-}
-
-void Engine::LoaderLoop() {
-  KvTier* tier = options_.kv_tier.get();
-  while (true) {
-    LoadJob job;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      loader_cv_.wait(lock, [&] { return stopping_ || !load_jobs_.empty(); });
-      if (stopping_) return;
-      job = std::move(load_jobs_.front());
-      load_jobs_.pop_front();
-    }
-    LoadResult r;
-    r.id = job.id;
-    r.first_block = job.first_block;
-    r.load = tier->Load(job.tokens, options_.block_size, job.first_block, job.max_blocks);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      loaded_.push_back(std::move(r));
-    }
-    cv_.notify_one();
-  }
-}
-
-void Engine::ApplyLoad(LoadResult r, double now) {
-  auto it = loading_.find(r.id);
-  if (it == loading_.end()) return;  // cancelled meanwhile
-  std::unique_ptr<Sequence> s = std::move(it->second);
-  loading_.erase(it);
-  if (!r.load.ok() || !r.load->problem.ok()) ++local_.restore_problems;
-  if (r.load.ok() && !r.load->blocks.empty()) {
-    const std::vector<KvTierBlock>& blocks = r.load->blocks;
-    std::vector<BlockHash> hashes;
-    hashes.reserve(blocks.size());
-    for (const KvTierBlock& b : blocks) hashes.push_back(b.hash);
-    const int group = kv_->prefix_group();
-    const int32_t n =
-        kv_->RestoreBlocks(s->tokens, r.first_block, hashes, [&](size_t i, int32_t block) {
-          const std::string& d = blocks[i].data;
-          return backend_->WriteBlock(group, block,
-                                      std::as_bytes(std::span<const char>(d.data(), d.size())));
-        });
-    const int bs = options_.block_size;
-    s->resident_before_restore = static_cast<int64_t>(r.first_block) * bs;
-    s->restored_tokens = static_cast<int64_t>(n) * bs;
-    local_.restored_tokens += s->restored_tokens;
-    for (int32_t i = 0; i < n; ++i) tier_has_.insert(hashes[i]);
-  }
-  scheduler_->Add(std::move(s), now);
-}
-
-void Engine::RetireAgent(Sequence* s) {
-  const std::string& key = s->request.agent_key;
-  AgentCache cache = kv_->PinForAgent(s->id);
-  ResidentAgent& a = agents_[key];
-  kv_->ReleaseAgentCache(&a.cache);
-  a.cache = std::move(cache);
-  SaveAgentKv(s);
-  const int64_t resident = kv_->ResidentTokens(a.cache);
-  std::lock_guard<std::mutex> lock(mu_);
-  agent_resident_[key] = resident;
-}
-
-void Engine::SaveAgentKv(Sequence* s) {
-  KvTier* tier = options_.kv_tier.get();
-  const int group = kv_->prefix_group();
-  if (tier == nullptr || group < 0) return;
-  ResidentAgent& a = agents_[s->request.agent_key];
-  const std::vector<BlockHash>& hashes = kv_->BlockHashes(s->id);
-  std::span<const int32_t> table = kv_->Table(s->id, group).blocks();
-  const size_t n = std::min(hashes.size(), table.size());
-  size_t same = 0;
-  while (same < n && same < a.saved.size() && a.saved[same] == hashes[same]) ++same;
-  if (same == n) {
-    a.saved.assign(hashes.begin(), hashes.begin() + n);
-    return;
-  }
-  if (tier_has_.size() > (1u << 20)) tier_has_.clear();
-  const int bs = options_.block_size;
-  const size_t bytes = backend_->cache_spec().BytesPerBlock(group, bs);
-  // One batched read of every block whose data the tier lacks.
-  std::vector<int32_t> to_read;
-  for (size_t i = same; i < n; ++i)
-    if (!tier_has_.count(hashes[i])) to_read.push_back(table[i]);
-  save_buf_.resize(to_read.size() * bytes);
-  if (!backend_->ReadBlocks(group, to_read, save_buf_).ok()) return;
-  std::vector<KvTierBlock> out;
-  out.reserve(n - same);
-  size_t next = 0;
-  for (size_t i = same; i < n; ++i) {
-    KvTierBlock b;
-    b.hash = hashes[i];
-    b.tokens.assign(s->tokens.begin() + i * bs, s->tokens.begin() + (i + 1) * bs);
-    if (!tier_has_.count(b.hash)) {
-      b.data.assign(reinterpret_cast<const char*>(save_buf_.data()) + next * bytes, bytes);
-      ++next;
-      tier_has_.insert(b.hash);
-      ++local_.saved_blocks;
-    }
-    out.push_back(std::move(b));
-  }
-  const size_t saved = same + out.size();
-  tier->Save(s->request.agent_key, static_cast<uint32_t>(same), std::move(out));
-  a.saved.assign(hashes.begin(), hashes.begin() + saved);
 }
 
 }  // namespace agentkv

@@ -46,6 +46,9 @@ struct EngineOptions {
   // (the persistent store). Null: none. Shared with the caller, who may
   // Flush() it; must be bound to this backend's model and KV format.
   std::shared_ptr<KvTier> kv_tier;
+  // Restores from the tier go through this many bytes of staging per chunk
+  // (pinned on a GPU; three chunks in flight). Small values only in tests.
+  size_t restore_chunk_bytes = 64ull << 20;
 };
 
 struct EngineStats {
@@ -67,6 +70,9 @@ struct EngineStats {
   int64_t restore_problems = 0;       // loads that stopped at a corrupt record or failed
   int64_t saved_blocks = 0;           // KV blocks handed to the tier (with data)
   int64_t loading = 0;                // requests waiting for a tier load
+  double restore_load_seconds = 0;    // the loader's time in KvTier::LoadInto
+  double restore_write_seconds = 0;   // the engine thread's time copying it in
+  double save_seconds = 0;            // the engine thread's time handing KV to the tier
   std::vector<BlockPoolStats> pools;  // per cache group
 };
 
@@ -123,13 +129,27 @@ class Engine {
     int32_t first_block = 0;
     int32_t max_blocks = 0;
   };
-  struct LoadResult {
+  // One staging slot's worth of a load, from the loader to the engine
+  // thread. `last` ends the load (done, stopped early or cancelled).
+  struct LoadChunk {
     RequestId id = 0;
-    int32_t first_block = 0;
-    Result<KvTierLoad> load = KvTierLoad{};
+    int32_t first_block = 0;  // of the request's tokens
+    int32_t blocks = 0;       // decoded into restore_slots_[slot]
+    int slot = -1;            // -1: none (cancelled or stopping)
+    Status problem;           // why the load stopped early, if it did
+    bool last = false;
+    double load_seconds = 0;
   };
+  // Pinned staging for restores: kRestoreSlots slots of up to
+  // options_.restore_chunk_bytes, so that the loader decodes one while the
+  // engine copies another in.
+  static constexpr int kRestoreSlots = 3;
+  Status InitRestoreStaging();
+  // Loader thread: a free slot, or -1 once stopping or the load `id` is
+  // cancelled.
+  int AcquireSlot(RequestId id);
   void Admit(std::unique_ptr<Sequence> s, double now);
-  void ApplyLoad(LoadResult r, double now);
+  void ApplyChunk(LoadChunk c, double now);
   void LoaderLoop();
   void SaveAgentKv(Sequence* s);
   void RetireAgent(Sequence* s);
@@ -150,8 +170,10 @@ class Engine {
   std::deque<std::unique_ptr<Sequence>> submitted_;
   std::vector<RequestId> cancelled_;
   std::vector<std::string> dropped_agents_;
-  std::deque<LoadResult> loaded_;
-  std::deque<LoadJob> load_jobs_;  // guarded by mu_; loader_cv_ wakes the loader
+  std::deque<LoadChunk> loaded_;
+  std::vector<int> free_slots_;                   // of restore_slots_
+  std::unordered_set<RequestId> load_cancelled_;  // loads to stop early
+  std::deque<LoadJob> load_jobs_;                 // guarded by mu_; loader_cv_ wakes the loader
   std::condition_variable loader_cv_;
   std::unordered_map<std::string, int64_t> agent_resident_;  // published copy
   bool stopping_ = false;
@@ -173,6 +195,10 @@ class Engine {
   // of them only link the agent's chain. Cleared when it grows too large.
   std::unordered_set<BlockHash, BlockHashHasher> tier_has_;
   std::vector<std::byte> save_buf_;  // SaveAgentKv's batched block reads
+  // Set before the threads start, then read-only (the loader reads them).
+  std::vector<HostBuffer> restore_slots_;
+  size_t restore_block_bytes_ = 0;
+  int32_t restore_slot_blocks_ = 0;
   std::vector<SeqStep> steps_buf_;
   std::vector<float> logits_;
   EngineStats local_;

@@ -14,7 +14,11 @@
 // concurrently. Save must not block on I/O (the engine thread calls it).
 #pragma once
 
+#include <algorithm>
+#include <climits>
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <string>
 #include <vector>
@@ -36,6 +40,11 @@ struct KvTierLoad {
   Status problem;
 };
 
+struct KvTierLoadInto {
+  int32_t blocks = 0;  // written to the caller's memory, in order
+  Status problem;      // as KvTierLoad::problem
+};
+
 class KvTier {
  public:
   virtual ~KvTier() = default;
@@ -48,6 +57,33 @@ class KvTier {
   // at most `max_blocks`. Fails only on I/O errors.
   virtual Result<KvTierLoad> Load(std::span<const int32_t> tokens, int block_size,
                                   int32_t first_block, int32_t max_blocks) = 0;
+
+  // Load, with block i's data written to dst[i * block_bytes, +block_bytes)
+  // instead of a string of its own, at most dst.size() / block_bytes blocks
+  // (the engine hands pinned staging memory that the device copies from).
+  // A stored block of another size ends the run as a problem. The default
+  // goes through Load and copies.
+  virtual Result<KvTierLoadInto> LoadInto(std::span<const int32_t> tokens, int block_size,
+                                          int32_t first_block, int32_t max_blocks,
+                                          std::span<std::byte> dst, size_t block_bytes) {
+    KvTierLoadInto out;
+    if (block_bytes == 0) return out;
+    const auto fit = static_cast<int32_t>(std::min<size_t>(dst.size() / block_bytes, INT32_MAX));
+    ASSIGN_OR_RETURN(KvTierLoad got,
+                     Load(tokens, block_size, first_block, std::min(max_blocks, fit)));
+    out.problem = got.problem;
+    for (const KvTierBlock& b : got.blocks) {
+      if (b.data.size() != block_bytes) {
+        out.problem = Corruption("stored KV block has " + std::to_string(b.data.size()) +
+                                 " bytes, expected " + std::to_string(block_bytes));
+        break;
+      }
+      std::memcpy(dst.data() + static_cast<size_t>(out.blocks) * block_bytes, b.data.data(),
+                  block_bytes);
+      ++out.blocks;
+    }
+    return out;
+  }
 
   // Persists blocks [first_index, first_index + blocks.size()) of
   // `agent_key`'s token chain (its chain is cut after them). Write-behind:

@@ -31,13 +31,14 @@ struct Sequence {
 
   std::vector<int32_t> tokens;  // prompt, then output
   size_t prompt_len = 0;
-  int64_t computed = 0;  // leading tokens whose KV is in the cache
+  int64_t computed = 0;              // leading tokens whose KV is in the cache
   int64_t cached_prompt_tokens = 0;  // found in the cache at first admission
   bool admitted_once = false;
   // Restore from the KV tier: prompt tokens already cached when the restore
   // was applied, and how many tokens it wrote after them.
   int64_t resident_before_restore = 0;
   int64_t restored_tokens = 0;
+  bool restore_broken = false;  // a chunk could not be restored: skip the rest
   int preemptions = 0;
   int32_t max_new_tokens = 0;
 

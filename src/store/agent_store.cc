@@ -24,6 +24,7 @@ Result<std::unique_ptr<AgentStore>> AgentStore::Open(const std::string& dir, Sto
   lo.sync = options.sync;
   ASSIGN_OR_RETURN(s->env_, LmdbEnv::Open(dir, lo));
   s->options_ = std::move(options);
+  s->committer_ = std::make_unique<GroupCommitter>(s->env_.get());
 
   // The format marker: refuse stores written by a newer build.
   {
@@ -131,11 +132,12 @@ Result<uint32_t> AgentStore::AppendTurn(std::string_view agent_id, std::string_v
     RETURN_IF_ERROR(t.Put(Db::kHistory, HistoryKey(agent_id, turn), value));
     return t.Put(Db::kAgents, agent_id, EncodeAgentMeta(m));
   };
-  Status s = env_->Write(op);
+  // Concurrent turns of other agents share the transaction and its fsync.
+  Status s = committer_->Commit(op);
   if (s.code() == StatusCode::kResourceExhausted && !options_.read_only) {
     // History is data and KV a cache: make room from the KV and try once more.
     auto evicted = EvictLru(4 * value.size() + (1u << 20));
-    if (evicted.ok() && *evicted > 0) s = env_->Write(op);
+    if (evicted.ok() && *evicted > 0) s = committer_->Commit(op);
   }
   if (!s.ok()) return s.WithContext("append turn for agent " + std::string(agent_id));
   return turn;

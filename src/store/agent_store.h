@@ -32,6 +32,7 @@
 
 #include "cache/block_hash.h"
 #include "store/fingerprint.h"
+#include "store/group_committer.h"
 #include "store/kv_write_queue.h"
 #include "store/lmdb_env.h"
 #include "store/records.h"
@@ -75,6 +76,15 @@ struct KvPrefix {
   std::vector<KvBlock> blocks;  // the longest usable prefix, in order
   // OK, or Corruption naming the record that ended the prefix.
   Status problem;
+};
+
+class KvBlockCodec;
+struct KvBlockView;
+
+// What LoadKvPrefixInto wrote.
+struct KvPrefixInto {
+  size_t blocks = 0;  // the longest usable prefix, written in order
+  Status problem;     // as KvPrefix::problem
 };
 
 struct KvFingerprintUsage {
@@ -146,12 +156,22 @@ class AgentStore {
   // Fails only on I/O errors; corruption ends the prefix (see KvPrefix).
   Result<KvPrefix> LoadKvPrefix(const ModelFingerprint& fp, std::span<const BlockHash> hashes,
                                 std::span<const int32_t> tokens = {}, int block_size = 0);
-  // Same, hashing the full blocks of `tokens` with cache/block_hash.h.
+  // Same, decompressing block i straight into dst[i * block_bytes, +block_bytes)
+  // (at most dst.size() / block_bytes blocks); a stored block of another
+  // size ends the prefix as corruption. On return, bytes of blocks past the
+  // usable prefix are unspecified.
+  Result<KvPrefixInto> LoadKvPrefixInto(const ModelFingerprint& fp,
+                                        std::span<const BlockHash> hashes,
+                                        std::span<const int32_t> tokens, int block_size,
+                                        std::span<std::byte> dst, size_t block_bytes);
+  // Same as LoadKvPrefix, hashing the full blocks of `tokens` with cache/block_hash.h.
   Result<KvPrefix> LoadKvPrefixForTokens(const ModelFingerprint& fp,
                                          std::span<const int32_t> tokens, int block_size);
   // The agent's chain under `fp` from block 0 up to the first gap.
   Result<std::vector<ChainEntry>> GetKvChain(std::string_view agent_id, const ModelFingerprint& fp);
   KvStoreStats kv_stats() const;
+  // History appends: requests, shared transactions, time callers waited.
+  GroupCommitter::Stats history_stats() const { return committer_->stats(); }
 
   // --- maintenance ------------------------------------------------------------
   // Checks every record (envelope, structure, KV decompression).
@@ -175,6 +195,15 @@ class AgentStore {
   int64_t Now() const;
   void WriterLoop();
   Status WriteBatch(std::vector<KvChainWrite>& batch);
+  // The shared part of the two LoadKvPrefix forms: looks up the stored
+  // prefix of `hashes`, then checks each record and calls `decode(i, view,
+  // codec)` on the worker pool; returns how many blocks in a row succeeded
+  // and why the next did not. Refreshes the LRU time of the good blocks.
+  using DecodeFn = std::function<Status(size_t i, const KvBlockView& view, KvBlockCodec& codec,
+                                        const std::string& where)>;
+  Result<KvPrefixInto> LoadPrefix(const ModelFingerprint& fp, std::span<const BlockHash> hashes,
+                                  std::span<const int32_t> tokens, int block_size,
+                                  size_t max_blocks, const DecodeFn& decode);
   void RecordWriteError(const Status& s);
   // Evicts at least `bytes` of stored KV (by record size), oldest access
   // first, inside `txn`; returns blocks evicted.
@@ -184,6 +213,7 @@ class AgentStore {
 
   std::unique_ptr<LmdbEnv> env_;
   StoreOptions options_;
+  std::unique_ptr<GroupCommitter> committer_;  // history appends
   std::unique_ptr<WorkerPool> pool_;
   std::unique_ptr<KvWriteQueue> queue_;
   std::thread writer_;

@@ -1,7 +1,12 @@
 // AgentStore: KV blocks. Write-behind through KvWriteQueue and one writer
 // thread (group commit); resume lookups decompress on the worker pool;
 // least-recently-used eviction under max_bytes.
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <unordered_set>
 
 #include "store/agent_store.h"
@@ -142,6 +147,12 @@ Status AgentStore::WriteBatch(std::vector<KvChainWrite>& batch) {
     if (!j.value.ok()) return j.value.status();
   }
 
+  // History appends go first: a turn's reply waits for its history, while
+  // this transaction (megabytes, one fsync) only fills a cache. Bounded, so
+  // a steady stream of turns cannot starve the cache.
+  for (int i = 0; i < 100 && committer_->busy() > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
   uint64_t bytes = 0;
   Status s = env_->Write([&](LmdbEnv::WriteTxn& t) -> Status {
     const int64_t now = Now();
@@ -211,24 +222,34 @@ Status AgentStore::WriteBatch(std::vector<KvChainWrite>& batch) {
   return Status::Ok();
 }
 
-Result<KvPrefix> AgentStore::LoadKvPrefix(const ModelFingerprint& fp,
-                                          std::span<const BlockHash> hashes,
-                                          std::span<const int32_t> tokens, int block_size) {
+Result<KvPrefixInto> AgentStore::LoadPrefix(const ModelFingerprint& fp,
+                                            std::span<const BlockHash> hashes,
+                                            std::span<const int32_t> tokens, int block_size,
+                                            size_t max_blocks, const DecodeFn& decode) {
   if (!tokens.empty() &&
       (block_size <= 0 || tokens.size() < hashes.size() * static_cast<size_t>(block_size))) {
     return InvalidArgument("LoadKvPrefix: tokens do not cover the hashed blocks");
   }
-  KvPrefix out;
+  KvPrefixInto out;
   std::vector<std::string_view> values;
   std::vector<Status> status;
   {
     ASSIGN_OR_RETURN(auto r, env_->BeginRead());
     for (const auto& h : hashes) {
+      if (values.size() >= max_blocks) break;
       ASSIGN_OR_RETURN(auto v, r.Get(Db::kKv, KvKey(fp, h)));
       if (!v) break;
       values.push_back(*v);
     }
-    out.blocks.resize(values.size());
+    // Ask the kernel for every record's pages now: from a cold page cache
+    // the reads then run ahead of the workers (deep queue) instead of one
+    // page fault at a time per worker. A hint: failure changes nothing.
+    const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+    for (std::string_view v : values) {
+      const uintptr_t begin = reinterpret_cast<uintptr_t>(v.data()) & ~(page - 1);
+      const uintptr_t end = reinterpret_cast<uintptr_t>(v.data()) + v.size();
+      ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_WILLNEED);
+    }
     status.resize(values.size());
     // The views point into the map; the read transaction stays open until
     // every worker is done with them.
@@ -239,30 +260,58 @@ Result<KvPrefix> AgentStore::LoadKvPrefix(const ModelFingerprint& fp,
         status[i] = view.status();
         return;
       }
-      KvBlock& b = out.blocks[i];
-      b.hash = hashes[i];
-      b.tokens = view->Tokens();
-      if (!tokens.empty() &&
-          !std::equal(b.tokens.begin(), b.tokens.end(), tokens.begin() + i * block_size,
-                      tokens.begin() + (i + 1) * block_size)) {
-        status[i] = Corruption(where + ": stored tokens differ from the request's");
-        return;
+      if (!tokens.empty()) {
+        const std::vector<int32_t> stored = view->Tokens();
+        if (!std::equal(stored.begin(), stored.end(), tokens.begin() + i * block_size,
+                        tokens.begin() + (i + 1) * block_size)) {
+          status[i] = Corruption(where + ": stored tokens differ from the request's");
+          return;
+        }
       }
-      status[i] = ThreadCodec(options_.compression_level).Decode(*view, &b.data, where);
+      status[i] = decode(i, *view, ThreadCodec(options_.compression_level), where);
     });
   }
-  size_t good = 0;
-  while (good < status.size() && status[good].ok()) ++good;
-  if (good < status.size()) out.problem = status[good];
-  out.blocks.resize(good);
-  if (queue_ && good > 0) {
+  while (out.blocks < status.size() && status[out.blocks].ok()) ++out.blocks;
+  if (out.blocks < status.size()) out.problem = status[out.blocks];
+  if (queue_ && out.blocks > 0) {
     KvChainWrite touch;
     touch.fp = fp;
     touch.touch_only = true;
-    for (const auto& b : out.blocks) touch.blocks.push_back(KvBlockWrite{b.hash, {}, {}});
+    for (size_t i = 0; i < out.blocks; ++i) touch.blocks.push_back(KvBlockWrite{hashes[i], {}, {}});
     queue_->Push(std::move(touch));
   }
   return out;
+}
+
+Result<KvPrefix> AgentStore::LoadKvPrefix(const ModelFingerprint& fp,
+                                          std::span<const BlockHash> hashes,
+                                          std::span<const int32_t> tokens, int block_size) {
+  KvPrefix out;
+  out.blocks.resize(hashes.size());
+  ASSIGN_OR_RETURN(KvPrefixInto got, LoadPrefix(fp, hashes, tokens, block_size, hashes.size(),
+                                                [&](size_t i, const KvBlockView& view,
+                                                    KvBlockCodec& codec, const std::string& where) {
+                                                  KvBlock& b = out.blocks[i];
+                                                  b.hash = hashes[i];
+                                                  b.tokens = view.Tokens();
+                                                  return codec.Decode(view, &b.data, where);
+                                                }));
+  out.blocks.resize(got.blocks);
+  out.problem = got.problem;
+  return out;
+}
+
+Result<KvPrefixInto> AgentStore::LoadKvPrefixInto(const ModelFingerprint& fp,
+                                                  std::span<const BlockHash> hashes,
+                                                  std::span<const int32_t> tokens, int block_size,
+                                                  std::span<std::byte> dst, size_t block_bytes) {
+  if (block_bytes == 0) return InvalidArgument("LoadKvPrefixInto: block size in bytes is 0");
+  return LoadPrefix(
+      fp, hashes, tokens, block_size, dst.size() / block_bytes,
+      [&](size_t i, const KvBlockView& view, KvBlockCodec& codec, const std::string& where) {
+        char* p = reinterpret_cast<char*>(dst.data()) + i * block_bytes;
+        return codec.DecodeInto(view, std::span<char>(p, block_bytes), where);
+      });
 }
 
 Result<KvPrefix> AgentStore::LoadKvPrefixForTokens(const ModelFingerprint& fp,

@@ -132,6 +132,14 @@ Result<KvBlockView> KvBlockCodec::Parse(std::string_view value, const ModelFinge
 }
 
 Status KvBlockCodec::Decode(const KvBlockView& v, std::string* out, std::string_view where) {
+  if (v.uncompressed_size > out->max_size()) {
+    return Corruption(std::string(where) + ": uncompressed size too large");
+  }
+  out->resize(static_cast<size_t>(v.uncompressed_size));
+  return DecodeInto(v, std::span<char>(out->data(), out->size()), where);
+}
+
+Status KvBlockCodec::DecodeInto(const KvBlockView& v, std::span<char> out, std::string_view where) {
   auto bad = [&](const std::string& why) { return Corruption(std::string(where) + ": " + why); };
   const unsigned long long declared =
       ZSTD_getFrameContentSize(v.compressed.data(), v.compressed.size());
@@ -139,23 +147,21 @@ Status KvBlockCodec::Decode(const KvBlockView& v, std::string* out, std::string_
       declared != v.uncompressed_size) {
     return bad("zstd frame size does not match the header");
   }
-  const size_t n = static_cast<size_t>(v.uncompressed_size);
-  char* dst;
+  if (v.uncompressed_size != out.size()) {
+    return bad("block holds " + std::to_string(v.uncompressed_size) + " bytes, expected " +
+               std::to_string(out.size()));
+  }
+  const size_t n = out.size();
+  char* dst = out.data();
   if (v.element_size > 1) {
     scratch_.resize(n);
     dst = scratch_.data();
-  } else {
-    out->resize(n);
-    dst = out->data();
   }
   ZSTD_DCtx_reset(ctx_->d, ZSTD_reset_session_and_parameters);
   const size_t got = ZSTD_decompressDCtx(ctx_->d, dst, n, v.compressed.data(), v.compressed.size());
   if (ZSTD_isError(got)) return bad(std::string("zstd: ") + ZSTD_getErrorName(got));
   if (got != n) return bad("decompressed size mismatch");
-  if (v.element_size > 1) {
-    out->resize(n);
-    Unshuffle(scratch_.data(), n, v.element_size, out->data());
-  }
+  if (v.element_size > 1) Unshuffle(scratch_.data(), n, v.element_size, out.data());
   return Status::Ok();
 }
 

@@ -58,6 +58,10 @@ class KvBlockCodec {
   // uncompressed_size); never writes more, and fails on a size or checksum
   // mismatch.
   Status Decode(const KvBlockView& view, std::string* out, std::string_view where);
+  // Same into caller memory, which must be exactly uncompressed_size bytes
+  // (a record of another size is Corruption); on failure `out` holds
+  // unspecified bytes.
+  Status DecodeInto(const KvBlockView& view, std::span<char> out, std::string_view where);
 
  private:
   struct Contexts;

@@ -59,6 +59,26 @@ Result<KvTierLoad> StoreKvTier::Load(std::span<const int32_t> tokens, int block_
   return out;
 }
 
+Result<KvTierLoadInto> StoreKvTier::LoadInto(std::span<const int32_t> tokens, int block_size,
+                                             int32_t first_block, int32_t max_blocks,
+                                             std::span<std::byte> dst, size_t block_bytes) {
+  KvTierLoadInto out;
+  const int64_t full = static_cast<int64_t>(tokens.size()) / block_size;
+  const int64_t last = std::min<int64_t>(full, static_cast<int64_t>(first_block) + max_blocks);
+  if (first_block < 0 || first_block >= last) return out;
+  const std::vector<BlockHash> hashes =
+      HashFullBlocks(tokens.first(static_cast<size_t>(last * block_size)), block_size);
+  ASSIGN_OR_RETURN(
+      KvPrefixInto p,
+      store_->LoadKvPrefixInto(fp_, std::span<const BlockHash>(hashes).subspan(first_block),
+                               tokens.subspan(static_cast<size_t>(first_block) * block_size,
+                                              static_cast<size_t>(last - first_block) * block_size),
+                               block_size, dst, block_bytes));
+  out.blocks = static_cast<int32_t>(p.blocks);
+  out.problem = p.problem;
+  return out;
+}
+
 void StoreKvTier::Save(const std::string& agent_key, uint32_t first_index,
                        std::vector<KvTierBlock> blocks) {
   if (blocks.empty()) return;

@@ -35,6 +35,9 @@ class StoreKvTier : public KvTier {
   const char* source_name() const override { return "disk"; }
   Result<KvTierLoad> Load(std::span<const int32_t> tokens, int block_size, int32_t first_block,
                           int32_t max_blocks) override;
+  Result<KvTierLoadInto> LoadInto(std::span<const int32_t> tokens, int block_size,
+                                  int32_t first_block, int32_t max_blocks, std::span<std::byte> dst,
+                                  size_t block_bytes) override;
   void Save(const std::string& agent_key, uint32_t first_index,
             std::vector<KvTierBlock> blocks) override;
   Status Flush() override { return store_->Flush(); }

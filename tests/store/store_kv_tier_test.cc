@@ -45,7 +45,10 @@ Done Collect(const RequestHandle& h) {
   }
 }
 
-std::unique_ptr<Engine> MakeEngine(std::shared_ptr<KvTier> tier, int blocks = 256) {
+// `chunk_blocks` > 0: restores are staged that many blocks at a time (the
+// default stages 64 MiB, so a test model's restore is one chunk).
+std::unique_ptr<Engine> MakeEngine(std::shared_ptr<KvTier> tier, int blocks = 256,
+                                   int chunk_blocks = 0) {
   const ModelConfig c = SmallConfig(Architecture::kQwen3);
   const MapWeights w = RandomWeights(c, 21);
   auto backend = CpuBackend::Create(c, w, CpuBackendOptions{1});
@@ -56,6 +59,9 @@ std::unique_ptr<Engine> MakeEngine(std::shared_ptr<KvTier> tier, int blocks = 25
   o.scheduler.max_step_tokens = 64;
   o.blocks_per_group.assign(c.CacheSpec(KvDtype::kF32).groups.size(), blocks);
   o.kv_tier = std::move(tier);
+  if (chunk_blocks > 0) {
+    o.restore_chunk_bytes = chunk_blocks * c.CacheSpec(KvDtype::kF32).BytesPerBlock(0, kBlock);
+  }
   auto e = Engine::Create(std::move(backend).value(), nullptr, o);
   EXPECT_TRUE(e.ok()) << e.status().ToString();
   return std::move(e).value();
@@ -195,6 +201,70 @@ TEST_F(StoreKvTierTest, CorruptRecordEndsPrefixAndOutputIsStillRight) {
   EXPECT_EQ(e->Stats().restore_problems, 1);
   Done reference = Turn(nullptr, p2, 6, "");
   EXPECT_EQ(restored.tokens, reference.tokens);
+}
+
+// A restore in many staging chunks (3 blocks each): every chunk lands in
+// order, and a corrupt record in a later chunk ends the prefix there.
+TEST_F(StoreKvTierTest, ChunkedRestoreSameOutputAndStopsAtCorruption) {
+  auto tier = Tier(store_.get());
+  const std::vector<int32_t> p = Prompt(100);
+  Turn(tier, p, 2, "agent-k");
+  std::vector<int32_t> p2 = p;
+  p2.push_back(6);
+  Done reference = Turn(nullptr, p2, 6, "");
+  {
+    auto e = MakeEngine(tier, 256, 3);
+    Done restored = Collect(e->Submit(Greedy(p2, 6, "agent-k")).value());
+    e->Drain();
+    EXPECT_EQ(restored.finished.cache_source, CacheSource::kDisk);
+    EXPECT_EQ(restored.finished.restored_tokens, 100);  // 25 blocks in 9 chunks
+    EXPECT_EQ(restored.tokens, reference.tokens);
+    EXPECT_EQ(e->Stats().restore_problems, 0);
+    EXPECT_GT(e->Stats().restore_load_seconds, 0.0);
+  }
+  // Block 13: the fifth chunk's second block.
+  const std::vector<BlockHash> hashes = HashFullBlocks(p, kBlock);
+  const std::string key = KvKey(tier->fingerprint(), hashes[13]);
+  auto st = store_->env().Write([&](LmdbEnv::WriteTxn& t) -> Status {
+    ASSIGN_OR_RETURN(auto v, t.Get(Db::kKv, key));
+    if (!v) return NotFound("record");
+    std::string bad(*v);
+    bad[bad.size() / 3] ^= 0x10;
+    return t.Put(Db::kKv, key, bad);
+  });
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  auto e = MakeEngine(tier, 256, 3);
+  Done restored = Collect(e->Submit(Greedy(p2, 6, "agent-k")).value());
+  e->Drain();
+  EXPECT_EQ(restored.finished.restored_tokens, 13 * kBlock);
+  EXPECT_EQ(e->Stats().restore_problems, 1);
+  EXPECT_EQ(restored.tokens, reference.tokens);
+}
+
+// Several agents restoring at once through three staging slots, one of them
+// cancelled mid-load: the others restore in full, nothing leaks.
+TEST_F(StoreKvTierTest, ConcurrentChunkedRestoresAndCancel) {
+  auto tier = Tier(store_.get());
+  std::vector<std::vector<int32_t>> prompts;
+  for (int a = 0; a < 4; ++a) {
+    prompts.push_back(Prompt(80, 11 * a + 1));
+    Turn(tier, prompts.back(), 2, "agent-m" + std::to_string(a));
+    prompts.back().push_back(5);
+  }
+  auto e = MakeEngine(tier, 256, 2);
+  std::vector<RequestHandle> hs;
+  for (int a = 0; a < 4; ++a)
+    hs.push_back(e->Submit(Greedy(prompts[a], 4, "agent-m" + std::to_string(a))).value());
+  e->Cancel(hs[2].id);
+  for (int a = 0; a < 4; ++a) {
+    Done d = Collect(hs[a]);
+    if (a == 2) continue;
+    EXPECT_EQ(d.finished.restored_tokens, 80) << a;
+    EXPECT_EQ(d.tokens, Turn(nullptr, prompts[a], 4, "").tokens) << a;
+  }
+  e->Drain();
+  EXPECT_EQ(e->Stats().loading, 0);
+  e->Stop();
 }
 
 TEST_F(StoreKvTierTest, SmallPoolRestoresWhatFitsAndStaysCorrect) {

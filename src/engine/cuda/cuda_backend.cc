@@ -312,6 +312,32 @@ Status CudaBackend::WriteBlock(int group, int32_t block, std::span<const std::by
   return Status::Ok();
 }
 
+Status CudaBackend::WriteBlocks(int group, std::span<const int32_t> blocks,
+                                std::span<const std::byte> in) {
+  if (group < 0 || group >= static_cast<int>(kv_.size()))
+    return InvalidArgument("WriteBlocks: group out of range");
+  const size_t n = spec_.BytesPerBlock(group, layout_.block_size);
+  if (in.size() != n * blocks.size()) return InvalidArgument("WriteBlocks: buffer size mismatch");
+  for (int32_t b : blocks)
+    if (b < 0 || b >= layout_.blocks_per_group[group])
+      return InvalidArgument("WriteBlocks: block out of range");
+  std::byte* base = kv_[group].get<std::byte>();
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(base + n * blocks[i], in.data() + i * n, n,
+                                         cudaMemcpyHostToDevice, stream_));
+  }
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  return Status::Ok();
+}
+
+Result<HostBuffer> CudaBackend::AllocateHostBuffer(size_t bytes) {
+  void* p = nullptr;
+  if (bytes > 0) CUDA_RETURN_IF_ERROR(cudaHostAlloc(&p, bytes, cudaHostAllocDefault));
+  return HostBuffer(static_cast<std::byte*>(p), bytes, [](std::byte* q) {
+    if (q != nullptr) cudaFreeHost(q);
+  });
+}
+
 Status CudaBackend::CheckBatch(std::span<const SeqStep> batch) const {
   if (kv_.empty()) return InvalidArgument("Forward: KV storage not allocated");
   return CheckSteps(batch, config_, spec_, layout_);

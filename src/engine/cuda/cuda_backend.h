@@ -64,6 +64,13 @@ class CudaBackend final : public Backend {
   // one synchronisation per 64 MiB: a per-block synchronous copy to pageable
   // memory stalled the engine thread for whole agent turns of KV.
   Status ReadBlocks(int group, std::span<const int32_t> blocks, std::span<std::byte> out) override;
+  // Checks every block id, then one async copy per block and one
+  // synchronisation: from pinned memory (AllocateHostBuffer) the copies run
+  // back to back at the link's rate.
+  Status WriteBlocks(int group, std::span<const int32_t> blocks,
+                     std::span<const std::byte> in) override;
+  // Pinned (cudaHostAlloc) memory.
+  Result<HostBuffer> AllocateHostBuffer(size_t bytes) override;
 
   // Steps run through a captured graph so far (for tests and benchmarks).
   int64_t graph_steps() const { return graph_steps_; }

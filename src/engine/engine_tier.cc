@@ -1,0 +1,237 @@
+// Engine: the KV tier path. Admit parks a request whose prompt continues
+// past the resident prefix and queues a load job; the loader thread
+// decompresses the stored blocks, a chunk at a time, into pinned staging
+// slots; the engine thread copies each chunk into the pool (one batched
+// host-to-device copy) and registers it in the prefix cache while the loader
+// fills the next slot; the last chunk schedules the request. After a turn,
+// SaveAgentKv hands the tier the blocks new to the agent's chain.
+#include <chrono>
+
+#include "engine/engine.h"
+
+namespace agentkv {
+
+Status Engine::InitRestoreStaging() {
+  const int group = kv_->prefix_group();
+  if (!options_.kv_tier || group < 0) return Status::Ok();
+  restore_block_bytes_ = backend_->cache_spec().BytesPerBlock(group, options_.block_size);
+  const int64_t pool_blocks = kv_->pool(group).Stats().total;
+  restore_slot_blocks_ = static_cast<int32_t>(std::clamp<int64_t>(
+      static_cast<int64_t>(options_.restore_chunk_bytes / restore_block_bytes_), 1, pool_blocks));
+  for (int i = 0; i < kRestoreSlots; ++i) {
+    ASSIGN_OR_RETURN(HostBuffer b,
+                     backend_->AllocateHostBuffer(restore_block_bytes_ * restore_slot_blocks_));
+    restore_slots_.push_back(std::move(b));
+    free_slots_.push_back(i);
+  }
+  return Status::Ok();
+}
+
+void Engine::Admit(std::unique_ptr<Sequence> s, double now) {
+  KvTier* tier = options_.kv_tier.get();
+  if (tier != nullptr) {
+    const int bs = options_.block_size;
+    // Whole blocks that could come from the tier: past what is cached, and
+    // never the last prompt token (its logits start the reply).
+    const int64_t usable = static_cast<int64_t>(s->prompt_len - 1) / bs;
+    const int64_t cached = kv_->CachedPrefixTokens(s->tokens) / bs;
+    if (usable > cached) {
+      LoadJob job;
+      job.id = s->id;
+      job.tokens.assign(s->tokens.begin(), s->tokens.begin() + usable * bs);
+      job.first_block = static_cast<int32_t>(cached);
+      job.max_blocks = static_cast<int32_t>(usable - cached);
+      s->resident_before_restore = cached * bs;
+      s->restore_broken = false;
+      const RequestId id = s->id;
+      loading_.emplace(id, std::move(s));
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        load_jobs_.push_back(std::move(job));
+      }
+      loader_cv_.notify_one();
+      return;
+    }
+  }
+  scheduler_->Add(std::move(s), now);
+}
+
+int Engine::AcquireSlot(RequestId id) {
+  std::unique_lock<std::mutex> lock(mu_);
+  loader_cv_.wait(
+      lock, [&] { return stopping_ || load_cancelled_.count(id) > 0 || !free_slots_.empty(); });
+  if (stopping_ || load_cancelled_.count(id) > 0) return -1;
+  const int slot = free_slots_.back();
+  free_slots_.pop_back();
+  return slot;
+}
+
+void Engine::LoaderLoop() {
+  KvTier* tier = options_.kv_tier.get();
+  const int bs = options_.block_size;
+  while (true) {
+    LoadJob job;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      loader_cv_.wait(lock, [&] { return stopping_ || !load_jobs_.empty(); });
+      if (stopping_) return;
+      job = std::move(load_jobs_.front());
+      load_jobs_.pop_front();
+    }
+    const int32_t end = job.first_block + job.max_blocks;
+    for (int32_t next = job.first_block;;) {
+      LoadChunk c;
+      c.id = job.id;
+      c.first_block = next;
+      c.slot = AcquireSlot(job.id);
+      if (c.slot >= 0) {
+        const auto t0 = std::chrono::steady_clock::now();
+        // Asks for the whole rest of the job: the tier decodes what fits the
+        // slot and prefetches what follows.
+        Result<KvTierLoadInto> r = tier->LoadInto(
+            job.tokens, bs, next, end - next, restore_slots_[c.slot].span(), restore_block_bytes_);
+        c.load_seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (r.ok()) {
+          c.blocks = r->blocks;
+          c.problem = r->problem;
+        } else {
+          c.problem = r.status();
+        }
+      }
+      next += c.blocks;
+      const int32_t asked = std::min(restore_slot_blocks_, end - c.first_block);
+      const bool last = c.slot < 0 || !c.problem.ok() || c.blocks < asked || next >= end;
+      c.last = last;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (last) load_cancelled_.erase(job.id);
+        loaded_.push_back(std::move(c));
+      }
+      cv_.notify_one();
+      if (last) break;
+    }
+  }
+}
+
+void Engine::ApplyChunk(LoadChunk c, double now) {
+  local_.restore_load_seconds += c.load_seconds;
+  auto it = loading_.find(c.id);
+  Sequence* s = it == loading_.end() ? nullptr : it->second.get();
+  if (s != nullptr && c.last && !c.problem.ok()) ++local_.restore_problems;
+  if (s != nullptr && c.blocks > 0 && !s->restore_broken) {
+    const int bs = options_.block_size;
+    const int group = kv_->prefix_group();
+    const std::vector<BlockHash> all =
+        HashFullBlocks(std::span<const int32_t>(s->tokens).first(
+                           static_cast<size_t>(c.first_block + c.blocks) * bs),
+                       bs);
+    const std::span<const BlockHash> hashes = std::span(all).subspan(c.first_block);
+    // The manager allocates and registers; the chunk's data goes in with one
+    // batched copy right after, before any step can read those blocks.
+    size_t first_new = 0;
+    std::vector<int32_t> ids;
+    const int32_t n =
+        kv_->RestoreBlocks(s->tokens, c.first_block, hashes, [&](size_t i, int32_t block) {
+          if (ids.empty()) first_new = i;
+          ids.push_back(block);
+          return Status::Ok();
+        });
+    int32_t written = n;
+    if (n > 0) {
+      const auto t0 = std::chrono::steady_clock::now();
+      Status st = backend_->WriteBlocks(
+          group, std::span<const int32_t>(ids).first(static_cast<size_t>(n)),
+          restore_slots_[c.slot].span().subspan(first_new * restore_block_bytes_,
+                                                static_cast<size_t>(n) * restore_block_bytes_));
+      local_.restore_write_seconds +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (!st.ok()) {
+        // The new blocks are registered but hold garbage: drop every idle
+        // cached block of the group (they are idle) rather than serve them.
+        kv_->EvictIdle(group, std::numeric_limits<int32_t>::max());
+        ++local_.restore_problems;
+        written = 0;
+        s->restore_broken = true;
+      }
+    }
+    // Blocks of the chunk that were cached already count as restored too
+    // (another request brought them in meanwhile): the chain is intact.
+    const int32_t covered = written > 0 ? static_cast<int32_t>(first_new) + written : 0;
+    if (covered < c.blocks) s->restore_broken = true;
+    for (int32_t i = 0; i < covered; ++i) tier_has_.insert(hashes[i]);
+    s->restored_tokens += static_cast<int64_t>(written) * bs;
+    local_.restored_tokens += static_cast<int64_t>(written) * bs;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (c.slot >= 0) free_slots_.push_back(c.slot);
+    if (c.last) load_cancelled_.erase(c.id);
+  }
+  loader_cv_.notify_all();
+  if (s != nullptr && c.last) {
+    std::unique_ptr<Sequence> owned = std::move(it->second);
+    loading_.erase(it);
+    scheduler_->Add(std::move(owned), now);
+  }
+}
+
+void Engine::RetireAgent(Sequence* s) {
+  const std::string& key = s->request.agent_key;
+  AgentCache cache = kv_->PinForAgent(s->id);
+  ResidentAgent& a = agents_[key];
+  kv_->ReleaseAgentCache(&a.cache);
+  a.cache = std::move(cache);
+  SaveAgentKv(s);
+  const int64_t resident = kv_->ResidentTokens(a.cache);
+  std::lock_guard<std::mutex> lock(mu_);
+  agent_resident_[key] = resident;
+}
+
+void Engine::SaveAgentKv(Sequence* s) {
+  KvTier* tier = options_.kv_tier.get();
+  const int group = kv_->prefix_group();
+  if (tier == nullptr || group < 0) return;
+  ResidentAgent& a = agents_[s->request.agent_key];
+  const std::vector<BlockHash>& hashes = kv_->BlockHashes(s->id);
+  std::span<const int32_t> table = kv_->Table(s->id, group).blocks();
+  const size_t n = std::min(hashes.size(), table.size());
+  size_t same = 0;
+  while (same < n && same < a.saved.size() && a.saved[same] == hashes[same]) ++same;
+  if (same == n) {
+    a.saved.assign(hashes.begin(), hashes.begin() + n);
+    return;
+  }
+  if (tier_has_.size() > (1u << 20)) tier_has_.clear();
+  const auto t0 = std::chrono::steady_clock::now();
+  const int bs = options_.block_size;
+  const size_t bytes = backend_->cache_spec().BytesPerBlock(group, bs);
+  // One batched read of every block whose data the tier lacks.
+  std::vector<int32_t> to_read;
+  for (size_t i = same; i < n; ++i)
+    if (!tier_has_.count(hashes[i])) to_read.push_back(table[i]);
+  save_buf_.resize(to_read.size() * bytes);
+  if (!backend_->ReadBlocks(group, to_read, save_buf_).ok()) return;
+  std::vector<KvTierBlock> out;
+  out.reserve(n - same);
+  size_t next = 0;
+  for (size_t i = same; i < n; ++i) {
+    KvTierBlock b;
+    b.hash = hashes[i];
+    b.tokens.assign(s->tokens.begin() + i * bs, s->tokens.begin() + (i + 1) * bs);
+    if (!tier_has_.count(b.hash)) {
+      b.data.assign(reinterpret_cast<const char*>(save_buf_.data()) + next * bytes, bytes);
+      ++next;
+      tier_has_.insert(b.hash);
+      ++local_.saved_blocks;
+    }
+    out.push_back(std::move(b));
+  }
+  const size_t saved = same + out.size();
+  tier->Save(s->request.agent_key, static_cast<uint32_t>(same), std::move(out));
+  a.saved.assign(hashes.begin(), hashes.begin() + saved);
+  local_.save_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace agentkv
