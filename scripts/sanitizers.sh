@@ -21,9 +21,10 @@ run_tests() {  # build dir, test executables...
 ASAN_TESTS=(cache_block_pool_test cache_prefix_cache_test cache_kv_cache_manager_test
             cache_block_table_test cache_kv_memory_budget_test cache_kv_cache_random_test
             store_agent_store_test store_kv_write_queue_test store_store_corruption_test
-            store_store_capacity_test store_store_kv_tier_test
-            engine_scheduler_test)
-TSAN_TESTS=(engine_engine_test store_store_kv_tier_test util_thread_pool_test)
+            store_store_capacity_test store_store_kv_tier_test store_group_committer_test
+            engine_scheduler_test engine_staging_pool_test)
+TSAN_TESTS=(engine_engine_test store_store_kv_tier_test store_group_committer_test
+            engine_staging_pool_test util_thread_pool_test)
 
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DAGENTKV_SANITIZE=ON >/dev/null
 cmake --build build-asan -j"$(nproc)" --target "${ASAN_TESTS[@]}"

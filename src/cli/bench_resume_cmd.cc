@@ -3,7 +3,8 @@
 // Persist and resume agents of N history tokens. For each N: turn 1 prefills
 // the N-token history as an agent (its KV is written behind to the store);
 // the engine is then rebuilt on the same backend (the KV pool is wiped, as
-// after a restart) and the store's pages are dropped from the page cache;
+// after a restart), the store closed and reopened, and (unless --cold
+// false) its data file dropped from the page cache in between;
 // turn 2 (the history plus a 16-token message) restores the stored prefix
 // and prefills only the suffix. The same turn 2 on an engine without a store
 // is the re-prefill it is compared with; both must produce the same greedy
@@ -103,7 +104,7 @@ Result<TurnResult> RunTurn(std::unique_ptr<Backend>& backend, const ResumeArgs& 
 }
 
 Result<nlohmann::json> RunSize(std::unique_ptr<Backend>& backend, const ResumeArgs& a,
-                               store::AgentStore* st, const std::string& store_dir,
+                               const store::StoreOptions& so, const std::string& store_dir,
                                const std::string& fingerprint, int n) {
   const int32_t vocab = backend->config().vocab_size;
   std::mt19937_64 rng(a.seed + static_cast<uint64_t>(n));
@@ -113,10 +114,28 @@ Result<nlohmann::json> RunSize(std::unique_ptr<Backend>& backend, const ResumeAr
   for (int i = 0; i < a.message; ++i) turn2.push_back(static_cast<int32_t>(rng() % vocab));
   const uint32_t element =
       a.shuffle > 0 ? static_cast<uint32_t>(a.shuffle) : backend->kv_element_size();
-  ASSIGN_OR_RETURN(
-      std::unique_ptr<store::StoreKvTier> tier_owned,
-      store::StoreKvTier::Create(st, fingerprint, backend->kv_format(), a.block_size, element));
-  std::shared_ptr<store::StoreKvTier> tier(std::move(tier_owned));
+  // Each phase opens the store as a new process would, so that a restore
+  // reads through a fresh map (pages the process mapped earlier cannot be
+  // dropped from the page cache).
+  std::unique_ptr<store::AgentStore> st;
+  std::shared_ptr<store::StoreKvTier> tier;
+  auto open = [&]() -> Status {
+    tier.reset();
+    st.reset();
+    ASSIGN_OR_RETURN(st, store::AgentStore::Open(store_dir, so));
+    ASSIGN_OR_RETURN(std::unique_ptr<store::StoreKvTier> t,
+                     store::StoreKvTier::Create(st.get(), fingerprint, backend->kv_format(),
+                                                a.block_size, element));
+    tier = std::move(t);
+    return Status::Ok();
+  };
+  auto restart = [&]() -> Status {
+    tier.reset();
+    st.reset();
+    if (a.cold) DropPageCache(store_dir);
+    return open();
+  };
+  RETURN_IF_ERROR(open());
   const std::string agent = "bench-resume-" + std::to_string(n);
   const bool tty = isatty(STDERR_FILENO);
   auto progress = [&](const std::string& what) {
@@ -137,8 +156,8 @@ Result<nlohmann::json> RunSize(std::unique_ptr<Backend>& backend, const ResumeAr
   const int group = 0;  // the full-attention group: tiers exist only for such models
   const uint64_t raw = blocks * backend->cache_spec().BytesPerBlock(group, a.block_size);
 
-  // The tier's raw load rate, from a dropped page cache.
-  if (a.cold) DropPageCache(store_dir);
+  // The tier's raw load rate, after a restart.
+  RETURN_IF_ERROR(restart());
   progress("loading alone");
   const auto load0 = Clock::now();
   ASSIGN_OR_RETURN(KvTierLoad load,
@@ -148,8 +167,8 @@ Result<nlohmann::json> RunSize(std::unique_ptr<Backend>& backend, const ResumeAr
   for (const KvTierBlock& b : load.blocks) loaded_bytes += b.data.size();
   RETURN_IF_ERROR(load.problem);
 
-  // Turn 2 after a "restart": restored, then re-prefilled for comparison.
-  if (a.cold) DropPageCache(store_dir);
+  // Turn 2 after a restart: restored, then re-prefilled for comparison.
+  RETURN_IF_ERROR(restart());
   progress("resuming from the store");
   ASSIGN_OR_RETURN(TurnResult restored, RunTurn(backend, a, tier, turn2, agent));
   progress("re-prefilling");
@@ -236,11 +255,6 @@ int RunResume(const ResumeArgs& a) {
     so.worker_threads = a.workers > 0
                             ? a.workers
                             : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-    auto st = store::AgentStore::Open(dir, so);
-    if (!st.ok()) {
-      std::cerr << "error: store " << dir << ": " << st.status().ToString() << "\n";
-      return 1;
-    }
     out["model"] = model_dir;
     out["device"] = backend->name();
     out["kv_format"] = backend->kv_format();
@@ -249,7 +263,7 @@ int RunResume(const ResumeArgs& a) {
     out["store_workers"] = so.worker_threads;
     out["sizes"] = nlohmann::json::array();
     for (int32_t n : sizes) {
-      auto r = RunSize(backend, a, st->get(), dir, *fingerprint, n);
+      auto r = RunSize(backend, a, so, dir, *fingerprint, n);
       if (!r.ok()) {
         std::cerr << "error: " << r.status().ToString() << "\n";
         rc = 1;

@@ -136,6 +136,22 @@ class Backend {
       RETURN_IF_ERROR(ReadBlock(group, blocks[i], out.subspan(i * n, n)));
     return Status::Ok();
   }
+  // Starts reading blocks[i] into out[i * BytesPerBlock ...] and returns a
+  // ticket for ReadDone. The reads are ordered after every Forward issued
+  // before the call and before every one issued after it, so they see the
+  // blocks as they are now even if a later step writes them. `out` must
+  // stay valid and untouched until ReadDone reports the ticket done (from
+  // AllocateHostBuffer memory a device backend copies asynchronously). On
+  // an error nothing is pending. The default reads synchronously.
+  virtual Result<uint64_t> StartReadBlocks(int group, std::span<const int32_t> blocks,
+                                           std::span<std::byte> out) {
+    RETURN_IF_ERROR(ReadBlocks(group, blocks, out));
+    return uint64_t{0};
+  }
+  // Whether the reads of `ticket` (and of every earlier ticket) are done;
+  // with `wait`, returns once they are. An error means their bytes are
+  // unusable.
+  virtual Result<bool> ReadDone(uint64_t /*ticket*/, bool /*wait*/) { return true; }
   // Writes in[i * BytesPerBlock ...] into blocks[i] for all i and returns
   // when the data is in place. Fastest from AllocateHostBuffer memory. The
   // default calls WriteBlock for each, stopping at the first error.

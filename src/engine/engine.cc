@@ -129,6 +129,7 @@ void Engine::Stop() {
 std::unique_ptr<Backend> Engine::ReleaseBackend() {
   Stop();
   restore_slots_.clear();  // freed through the backend's allocator while it lives
+  save_staging_.reset();   // its chunks still in the tier keep it until released
   return std::move(backend_);
 }
 
@@ -163,10 +164,16 @@ void Engine::Loop() {
     std::deque<LoadChunk> loaded;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] {
+      auto ready = [&] {
         return stopping_ || !submitted_.empty() || !cancelled_.empty() ||
                !dropped_agents_.empty() || !loaded_.empty() || scheduler_->HasWork();
-      });
+      };
+      // Saves still copying off the device are polled every millisecond.
+      if (pending_saves_.empty()) {
+        cv_.wait(lock, ready);
+      } else {
+        cv_.wait_for(lock, std::chrono::milliseconds(1), ready);
+      }
       if (stopping_) break;
       submitted.swap(submitted_);
       cancelled.swap(cancelled_);
@@ -210,8 +217,9 @@ void Engine::Loop() {
       agent_resident_.erase(a);
     }
     if (scheduler_->HasWork()) Step();
+    CompleteSaves(/*wait=*/false);
     PublishStats();
-    if (!scheduler_->HasWork() && loading_.empty()) {
+    if (!scheduler_->HasWork() && loading_.empty() && pending_saves_.empty()) {
       std::lock_guard<std::mutex> lock(mu_);
       if (submitted_.empty() && loaded_.empty()) {
         idle_ = true;
@@ -241,6 +249,8 @@ void Engine::Loop() {
   }
   for (auto& [key, agent] : agents_) kv_->ReleaseAgentCache(&agent.cache);
   agents_.clear();
+  // No copy may still be running when the backend is handed back.
+  CompleteSaves(/*wait=*/true);
   std::lock_guard<std::mutex> lock(mu_);
   idle_ = true;
   idle_cv_.notify_all();

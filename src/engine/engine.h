@@ -27,6 +27,7 @@
 #include "engine/backend.h"
 #include "engine/kv_tier.h"
 #include "engine/scheduler.h"
+#include "engine/staging_pool.h"
 #include "engine/token_stream.h"
 
 namespace agentkv {
@@ -49,6 +50,12 @@ struct EngineOptions {
   // Restores from the tier go through this many bytes of staging per chunk
   // (pinned on a GPU; three chunks in flight). Small values only in tests.
   size_t restore_chunk_bytes = 64ull << 20;
+  // Host staging for finished turns' KV on its way to the tier (pinned on a
+  // GPU, read asynchronously), capped at the pool's size. When it is all
+  // in flight, a turn's blocks past what fits are not saved now (counted in
+  // save_dropped_blocks; the agent's next turn saves them): the engine
+  // thread never waits for the store.
+  size_t save_staging_bytes = 512ull << 20;
 };
 
 struct EngineStats {
@@ -73,6 +80,7 @@ struct EngineStats {
   double restore_load_seconds = 0;    // the loader's time in KvTier::LoadInto
   double restore_write_seconds = 0;   // the engine thread's time copying it in
   double save_seconds = 0;            // the engine thread's time handing KV to the tier
+  int64_t save_dropped_blocks = 0;    // not saved: staging was all in flight
   std::vector<BlockPoolStats> pools;  // per cache group
 };
 
@@ -194,7 +202,17 @@ class Engine {
   // Blocks this engine knows the tier has (saved or restored): later saves
   // of them only link the agent's chain. Cleared when it grows too large.
   std::unordered_set<BlockHash, BlockHashHasher> tier_has_;
-  std::vector<std::byte> save_buf_;  // SaveAgentKv's batched block reads
+  // Turns' KV being read into save staging, oldest first; handed to the
+  // tier once the backend reports the read done (CompleteSaves).
+  struct PendingSave {
+    uint64_t ticket = 0;
+    std::string agent_key;
+    uint32_t first_index = 0;
+    std::vector<KvTierBlock> blocks;  // data: slices of staging chunks
+  };
+  void CompleteSaves(bool wait);
+  std::shared_ptr<StagingPool> save_staging_;
+  std::deque<PendingSave> pending_saves_;
   // Set before the threads start, then read-only (the loader reads them).
   std::vector<HostBuffer> restore_slots_;
   size_t restore_block_bytes_ = 0;

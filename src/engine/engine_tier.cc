@@ -24,6 +24,14 @@ Status Engine::InitRestoreStaging() {
     restore_slots_.push_back(std::move(b));
     free_slots_.push_back(i);
   }
+  // Save staging: chunks of up to 16 MiB, at most the pool's size in all.
+  const size_t bb = restore_block_bytes_;
+  const size_t total =
+      std::min<size_t>(options_.save_staging_bytes, static_cast<size_t>(pool_blocks) * bb);
+  const size_t chunk_blocks =
+      std::clamp<size_t>((16ull << 20) / bb, 1, std::max<size_t>(1, total / bb));
+  const int chunks = static_cast<int>(std::max<size_t>(1, total / (chunk_blocks * bb)));
+  ASSIGN_OR_RETURN(save_staging_, StagingPool::Create(*backend_, chunk_blocks * bb, chunks));
   return Status::Ok();
 }
 
@@ -191,7 +199,7 @@ void Engine::RetireAgent(Sequence* s) {
 void Engine::SaveAgentKv(Sequence* s) {
   KvTier* tier = options_.kv_tier.get();
   const int group = kv_->prefix_group();
-  if (tier == nullptr || group < 0) return;
+  if (tier == nullptr || group < 0 || !save_staging_) return;
   ResidentAgent& a = agents_[s->request.agent_key];
   const std::vector<BlockHash>& hashes = kv_->BlockHashes(s->id);
   std::span<const int32_t> table = kv_->Table(s->id, group).blocks();
@@ -206,32 +214,76 @@ void Engine::SaveAgentKv(Sequence* s) {
   const auto t0 = std::chrono::steady_clock::now();
   const int bs = options_.block_size;
   const size_t bytes = backend_->cache_spec().BytesPerBlock(group, bs);
-  // One batched read of every block whose data the tier lacks.
-  std::vector<int32_t> to_read;
-  for (size_t i = same; i < n; ++i)
-    if (!tier_has_.count(hashes[i])) to_read.push_back(table[i]);
-  save_buf_.resize(to_read.size() * bytes);
-  if (!backend_->ReadBlocks(group, to_read, save_buf_).ok()) return;
-  std::vector<KvTierBlock> out;
-  out.reserve(n - same);
-  size_t next = 0;
-  for (size_t i = same; i < n; ++i) {
+  const size_t per_chunk = save_staging_->chunk_bytes() / bytes;
+  // Blocks whose data the tier lacks are read, a staging chunk at a time,
+  // asynchronously; blocks it has only extend the agent's chain. Stops
+  // where staging runs out: the rest waits for the agent's next turn.
+  PendingSave p;
+  p.agent_key = s->request.agent_key;
+  p.first_index = static_cast<uint32_t>(same);
+  std::shared_ptr<std::span<std::byte>> chunk;
+  std::vector<int32_t> ids;  // read into `chunk`
+  bool failed = false;
+  auto read_chunk = [&]() {
+    if (ids.empty() || failed) return;
+    Result<uint64_t> t = backend_->StartReadBlocks(group, ids, chunk->first(ids.size() * bytes));
+    if (t.ok()) {
+      p.ticket = *t;
+    } else {
+      failed = true;
+    }
+    ids.clear();
+  };
+  size_t end = same;
+  for (; end < n; ++end) {
     KvTierBlock b;
-    b.hash = hashes[i];
-    b.tokens.assign(s->tokens.begin() + i * bs, s->tokens.begin() + (i + 1) * bs);
+    b.hash = hashes[end];
+    b.tokens.assign(s->tokens.begin() + end * bs, s->tokens.begin() + (end + 1) * bs);
     if (!tier_has_.count(b.hash)) {
-      b.data.assign(reinterpret_cast<const char*>(save_buf_.data()) + next * bytes, bytes);
-      ++next;
+      if (!chunk || ids.size() == per_chunk) {
+        read_chunk();
+        chunk = save_staging_->TryAcquire();
+        if (!chunk) break;
+      }
+      const std::span<std::byte> slot = chunk->subspan(ids.size() * bytes, bytes);
+      b.data = SharedBytes(
+          chunk, std::string_view(reinterpret_cast<const char*>(slot.data()), slot.size()));
+      ids.push_back(table[end]);
+    }
+    p.blocks.push_back(std::move(b));
+  }
+  read_chunk();
+  local_.save_dropped_blocks += static_cast<int64_t>(n - end);
+  if (failed) {
+    // Nothing may be left copying into chunks that go back to the pool.
+    (void)backend_->ReadDone(p.ticket, /*wait=*/true);
+    return;
+  }
+  if (p.blocks.empty()) return;
+  for (const KvTierBlock& b : p.blocks) {
+    if (!b.data.empty()) {
       tier_has_.insert(b.hash);
       ++local_.saved_blocks;
     }
-    out.push_back(std::move(b));
   }
-  const size_t saved = same + out.size();
-  tier->Save(s->request.agent_key, static_cast<uint32_t>(same), std::move(out));
-  a.saved.assign(hashes.begin(), hashes.begin() + saved);
+  a.saved.assign(hashes.begin(), hashes.begin() + end);
+  pending_saves_.push_back(std::move(p));
+  CompleteSaves(/*wait=*/false);
   local_.save_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void Engine::CompleteSaves(bool wait) {
+  KvTier* tier = options_.kv_tier.get();
+  while (!pending_saves_.empty()) {
+    PendingSave& p = pending_saves_.front();
+    Result<bool> done = backend_->ReadDone(p.ticket, wait);
+    if (done.ok() && !*done) return;
+    // A failed read hands nothing over (its bytes are garbage); the chain
+    // is re-saved by the agent's next turn.
+    if (done.ok()) tier->Save(p.agent_key, p.first_index, std::move(p.blocks));
+    pending_saves_.pop_front();
+  }
 }
 
 }  // namespace agentkv

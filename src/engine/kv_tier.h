@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "cache/block_hash.h"
+#include "util/shared_bytes.h"
 #include "util/status.h"
 
 namespace agentkv {
@@ -31,7 +32,7 @@ namespace agentkv {
 struct KvTierBlock {
   BlockHash hash;
   std::vector<int32_t> tokens;  // block_size tokens
-  std::string data;             // KV bytes; empty in Save: "already stored"
+  SharedBytes data;             // KV bytes; empty in Save: "already stored"
 };
 
 struct KvTierLoad {

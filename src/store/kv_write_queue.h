@@ -15,6 +15,7 @@
 
 #include "cache/block_hash.h"
 #include "store/fingerprint.h"
+#include "util/shared_bytes.h"
 
 namespace agentkv::store {
 
@@ -24,7 +25,7 @@ namespace agentkv::store {
 struct KvBlockWrite {
   BlockHash hash;
   std::vector<int32_t> tokens;
-  std::string data;
+  SharedBytes data;
 };
 
 // Blocks [first_index, first_index + blocks.size()) of `agent_id`'s chain

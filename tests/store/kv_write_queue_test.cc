@@ -14,7 +14,7 @@ KvChainWrite Write(int i, size_t bytes) {
   w.first_index = static_cast<uint32_t>(i);
   KvBlockWrite b;
   b.tokens = {i};
-  b.data.assign(bytes, static_cast<char>(i));
+  b.data = std::string(bytes, static_cast<char>(i));
   w.blocks.push_back(std::move(b));
   return w;
 }

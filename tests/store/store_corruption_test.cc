@@ -62,7 +62,7 @@ class StoreCorruptionTest : public ::testing::Test {
   const std::string& Decoded(size_t i) {
     if (original_.empty()) {
       auto w = MakeChainWrite("a", Fp('1'), tokens_, kBlock, 3000);
-      for (auto& b : w.blocks) original_.push_back(b.data);
+      for (auto& b : w.blocks) original_.push_back(b.data.str());
     }
     return original_[i];
   }

@@ -48,7 +48,7 @@ Done Collect(const RequestHandle& h) {
 // `chunk_blocks` > 0: restores are staged that many blocks at a time (the
 // default stages 64 MiB, so a test model's restore is one chunk).
 std::unique_ptr<Engine> MakeEngine(std::shared_ptr<KvTier> tier, int blocks = 256,
-                                   int chunk_blocks = 0) {
+                                   int chunk_blocks = 0, int save_staging_blocks = 0) {
   const ModelConfig c = SmallConfig(Architecture::kQwen3);
   const MapWeights w = RandomWeights(c, 21);
   auto backend = CpuBackend::Create(c, w, CpuBackendOptions{1});
@@ -61,6 +61,10 @@ std::unique_ptr<Engine> MakeEngine(std::shared_ptr<KvTier> tier, int blocks = 25
   o.kv_tier = std::move(tier);
   if (chunk_blocks > 0) {
     o.restore_chunk_bytes = chunk_blocks * c.CacheSpec(KvDtype::kF32).BytesPerBlock(0, kBlock);
+  }
+  if (save_staging_blocks > 0) {
+    o.save_staging_bytes =
+        save_staging_blocks * c.CacheSpec(KvDtype::kF32).BytesPerBlock(0, kBlock);
   }
   auto e = Engine::Create(std::move(backend).value(), nullptr, o);
   EXPECT_TRUE(e.ok()) << e.status().ToString();
@@ -265,6 +269,40 @@ TEST_F(StoreKvTierTest, ConcurrentChunkedRestoresAndCancel) {
   e->Drain();
   EXPECT_EQ(e->Stats().loading, 0);
   e->Stop();
+}
+
+// Save staging of two blocks, held until the store has written them: a
+// turn saves what fits, counts the rest as dropped, and the agent's next
+// turn saves the blocks that were left; a restart restores the saved prefix.
+TEST_F(StoreKvTierTest, FullSaveStagingDropsTheRestUntilTheNextTurn) {
+  auto tier = Tier(store_.get());
+  auto e = MakeEngine(tier, 256, 0, 2);
+  // The KV is handed over just after a turn's last event: wait for the chain.
+  auto wait_chain = [&](size_t n) {
+    size_t got = 0;
+    for (int i = 0; i < 500 && got != n; ++i) {
+      EXPECT_TRUE(store_->Flush().ok());
+      auto chain = store_->GetKvChain("agent-s", tier->fingerprint());
+      got = chain.ok() ? chain->size() : 0;
+      if (got != n) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return got;
+  };
+  const std::vector<int32_t> p1 = Prompt(40);
+  Done t1 = Collect(e->Submit(Greedy(p1, 2, "agent-s")).value());
+  EXPECT_EQ(wait_chain(2), 2u);  // 10 full blocks, 2 staged
+  EXPECT_EQ(e->Stats().save_dropped_blocks, 8);
+  std::vector<int32_t> p2 = p1;
+  p2.insert(p2.end(), t1.tokens.begin(), t1.tokens.end());
+  p2.push_back(8);
+  Collect(e->Submit(Greedy(p2, 2, "agent-s")).value());
+  EXPECT_EQ(wait_chain(4), 4u);  // the next two
+  e->Stop();
+  std::vector<int32_t> p3 = p2;
+  p3.push_back(9);
+  Done restored = Turn(tier, p3, 3, "agent-s");
+  EXPECT_EQ(restored.finished.restored_tokens, 4 * kBlock);
+  EXPECT_EQ(restored.tokens, Turn(nullptr, p3, 3, "").tokens);
 }
 
 TEST_F(StoreKvTierTest, SmallPoolRestoresWhatFitsAndStaysCorrect) {

@@ -33,6 +33,8 @@ CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& op
 CudaBackend::~CudaBackend() {
   ClearGraphs();
   if (stream_) cudaStreamSynchronize(stream_);
+  for (cudaEvent_t e : read_events_)
+    if (e) cudaEventDestroy(e);
   if (cublas_) cublasDestroy(cublas_);
   if (stream_) cudaStreamDestroy(stream_);
 }
@@ -298,6 +300,46 @@ Status CudaBackend::ReadBlocks(int group, std::span<const int32_t> blocks,
     std::memcpy(out.data() + first * n, staging, count * n);
   }
   return Status::Ok();
+}
+
+Result<uint64_t> CudaBackend::StartReadBlocks(int group, std::span<const int32_t> blocks,
+                                              std::span<std::byte> out) {
+  if (group < 0 || group >= static_cast<int>(kv_.size()))
+    return InvalidArgument("StartReadBlocks: group out of range");
+  const size_t n = spec_.BytesPerBlock(group, layout_.block_size);
+  if (out.size() != n * blocks.size())
+    return InvalidArgument("StartReadBlocks: buffer size mismatch");
+  for (int32_t b : blocks)
+    if (b < 0 || b >= layout_.blocks_per_group[group])
+      return InvalidArgument("StartReadBlocks: block out of range");
+  if (read_events_.empty()) {
+    read_events_.resize(kReadEvents);
+    for (cudaEvent_t& e : read_events_)
+      CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  }
+  const std::byte* base = kv_[group].get<std::byte>();
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out.data() + i * n, base + n * blocks[i], n,
+                                         cudaMemcpyDeviceToHost, stream_));
+  }
+  const uint64_t ticket = next_read_ticket_++;
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(read_events_[ticket % kReadEvents], stream_));
+  return ticket;
+}
+
+Result<bool> CudaBackend::ReadDone(uint64_t ticket, bool wait) {
+  if (ticket <= reads_done_) return true;
+  if (ticket >= next_read_ticket_) return InvalidArgument("ReadDone: unknown ticket");
+  cudaEvent_t e = read_events_[ticket % kReadEvents];
+  if (wait) {
+    CUDA_RETURN_IF_ERROR(cudaEventSynchronize(e));
+  } else {
+    const cudaError_t rc = cudaEventQuery(e);
+    if (rc == cudaErrorNotReady) return false;
+    CUDA_RETURN_IF_ERROR(rc);
+  }
+  reads_done_ = ticket;  // one stream: earlier tickets finished first
+  return true;
 }
 
 Status CudaBackend::WriteBlock(int group, int32_t block, std::span<const std::byte> in) {

@@ -69,6 +69,12 @@ class CudaBackend final : public Backend {
   // back to back at the link's rate.
   Status WriteBlocks(int group, std::span<const int32_t> blocks,
                      std::span<const std::byte> in) override;
+  // One async copy per block on the compute stream, then an event: the
+  // ticket names it. Events come from a ring of kReadEvents; a ticket whose
+  // event was recorded again since is answered by the newer (later) one.
+  Result<uint64_t> StartReadBlocks(int group, std::span<const int32_t> blocks,
+                                   std::span<std::byte> out) override;
+  Result<bool> ReadDone(uint64_t ticket, bool wait) override;
   // Pinned (cudaHostAlloc) memory.
   Result<HostBuffer> AllocateHostBuffer(size_t bytes) override;
 
@@ -124,6 +130,10 @@ class CudaBackend final : public Backend {
   int num_sms_ = 0;
   int group_size_ = 1, tokens_per_tile_ = 1;
   cudaStream_t stream_ = nullptr;
+  static constexpr int kReadEvents = 64;
+  std::vector<cudaEvent_t> read_events_;
+  uint64_t next_read_ticket_ = 1;
+  uint64_t reads_done_ = 0;  // every ticket up to this one is complete
   cublasHandle_t cublas_ = nullptr;
 
   std::vector<cuda::DeviceBuffer> weight_mem_;  // every weight allocation
