@@ -340,6 +340,27 @@ TEST(CudaBackend, BlocksRoundTripAndCopy) {
     EXPECT_FALSE(b->WriteBlocks(g, dst, std::span<const std::byte>(two.data(), 2 * n - 1)).ok());
     ASSERT_TRUE(b->ReadBlock(g, 3, out).ok());
     EXPECT_TRUE(std::equal(out.begin(), out.end(), two.begin() + n));  // untouched by the bad call
+    // Asynchronous reads into pinned memory: done once ReadDone says so,
+    // in order; a later ticket being done implies the earlier ones are.
+    std::fill(pinned->span().begin(), pinned->span().end(), std::byte{0x33});
+    auto t1 = b->StartReadBlocks(g, std::vector<int32_t>{5}, pinned->span().first(n));
+    auto t2 = b->StartReadBlocks(g, std::vector<int32_t>{3}, pinned->span().subspan(n));
+    ASSERT_TRUE(t1.ok() && t2.ok());
+    EXPECT_GT(*t2, *t1);
+    bool done = false;
+    for (int i = 0; i < 100000 && !done; ++i) {
+      auto d = b->ReadDone(*t2, false);
+      ASSERT_TRUE(d.ok());
+      done = *d;
+    }
+    auto d2 = b->ReadDone(*t2, true);
+    ASSERT_TRUE(d2.ok() && *d2);
+    auto d1 = b->ReadDone(*t1, false);
+    ASSERT_TRUE(d1.ok() && *d1);
+    EXPECT_TRUE(std::equal(two.begin(), two.begin() + n, pinned->span().begin()));
+    EXPECT_TRUE(std::equal(two.begin() + n, two.end(), pinned->span().begin() + n));
+    EXPECT_FALSE(b->StartReadBlocks(g, bad_dst, pinned->span()).ok());
+    EXPECT_FALSE(b->ReadDone(*t2 + 100, false).ok());
   }
 }
 
