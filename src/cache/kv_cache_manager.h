@@ -155,6 +155,13 @@ class KvCacheManager {
   // Leading tokens of the agent's cache still resident.
   int64_t ResidentTokens(const AgentCache& cache) const;
 
+  // The block of the prefix-cache group registered under `hash`, if it is
+  // still cached (its content is then exactly that block's KV).
+  std::optional<int32_t> CachedBlock(const BlockHash& hash) const {
+    if (!prefix_) return std::nullopt;
+    return prefix_->Find(hash);
+  }
+
   // Evicts up to max_blocks idle cached blocks of group g; returns the count.
   int32_t EvictIdle(int group, int32_t max_blocks);
   BlockPoolStats Stats(int group) const { return pools_.at(group)->Stats(); }

@@ -168,8 +168,9 @@ void Engine::Loop() {
         return stopping_ || !submitted_.empty() || !cancelled_.empty() ||
                !dropped_agents_.empty() || !loaded_.empty() || scheduler_->HasWork();
       };
-      // Saves still copying off the device are polled every millisecond.
-      if (pending_saves_.empty()) {
+      // Saves still copying off the device, or waiting for staging, are
+      // polled every millisecond.
+      if (!SavesPending()) {
         cv_.wait(lock, ready);
       } else {
         cv_.wait_for(lock, std::chrono::milliseconds(1), ready);
@@ -219,7 +220,7 @@ void Engine::Loop() {
     if (scheduler_->HasWork()) Step();
     CompleteSaves(/*wait=*/false);
     PublishStats();
-    if (!scheduler_->HasWork() && loading_.empty() && pending_saves_.empty()) {
+    if (!scheduler_->HasWork() && loading_.empty() && !SavesPending()) {
       std::lock_guard<std::mutex> lock(mu_);
       if (submitted_.empty() && loaded_.empty()) {
         idle_ = true;
@@ -249,8 +250,13 @@ void Engine::Loop() {
   }
   for (auto& [key, agent] : agents_) kv_->ReleaseAgentCache(&agent.cache);
   agents_.clear();
-  // No copy may still be running when the backend is handed back.
+  // No copy may still be running when the backend is handed back; what
+  // still waits for staging is not saved.
   CompleteSaves(/*wait=*/true);
+  while (!pending_saves_.empty()) CompleteSaves(/*wait=*/true);
+  for (const SaveJob& job : save_backlog_)
+    local_.save_dropped_blocks += static_cast<int64_t>(job.blocks.size() - job.next);
+  save_backlog_.clear();
   std::lock_guard<std::mutex> lock(mu_);
   idle_ = true;
   idle_cv_.notify_all();

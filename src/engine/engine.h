@@ -52,9 +52,10 @@ struct EngineOptions {
   size_t restore_chunk_bytes = 64ull << 20;
   // Host staging for finished turns' KV on its way to the tier (pinned on a
   // GPU, read asynchronously), capped at the pool's size. When it is all
-  // in flight, a turn's blocks past what fits are not saved now (counted in
-  // save_dropped_blocks; the agent's next turn saves them): the engine
-  // thread never waits for the store.
+  // in flight, the rest of a turn's blocks wait (still in the pool) until
+  // the tier gives chunks back: the engine thread never waits for the
+  // store. Blocks evicted from the pool before their turn are not saved
+  // (save_dropped_blocks).
   size_t save_staging_bytes = 512ull << 20;
 };
 
@@ -80,7 +81,7 @@ struct EngineStats {
   double restore_load_seconds = 0;    // the loader's time in KvTier::LoadInto
   double restore_write_seconds = 0;   // the engine thread's time copying it in
   double save_seconds = 0;            // the engine thread's time handing KV to the tier
-  int64_t save_dropped_blocks = 0;    // not saved: staging was all in flight
+  int64_t save_dropped_blocks = 0;    // not saved: evicted while waiting for staging
   std::vector<BlockPoolStats> pools;  // per cache group
 };
 
@@ -202,16 +203,33 @@ class Engine {
   // Blocks this engine knows the tier has (saved or restored): later saves
   // of them only link the agent's chain. Cleared when it grows too large.
   std::unordered_set<BlockHash, BlockHashHasher> tier_has_;
-  // Turns' KV being read into save staging, oldest first; handed to the
-  // tier once the backend reports the read done (CompleteSaves).
+  // A turn's blocks on their way to the tier, in chain order. Blocks the
+  // tier lacks are read (found by hash in the prefix cache, so a block
+  // evicted meanwhile is never read as something else) into save staging,
+  // as many as there are free chunks; the rest wait for chunks to come back.
+  struct SaveJob {
+    std::string agent_key;
+    uint32_t first_index = 0;         // chain index of blocks[0]
+    std::vector<KvTierBlock> blocks;  // data filled as they are staged
+    std::vector<uint8_t> need_data;   // per block: the tier lacks it
+    size_t next = 0;                  // blocks before it are staged
+  };
+  // A staged run of a job, handed to the tier once the backend reports its
+  // reads done.
   struct PendingSave {
     uint64_t ticket = 0;
     std::string agent_key;
     uint32_t first_index = 0;
     std::vector<KvTierBlock> blocks;  // data: slices of staging chunks
   };
+  // Stages backlog jobs while staging chunks are free.
+  void PumpSaves();
+  // Hands finished reads to the tier (with `wait`, every pending one), then
+  // pumps the backlog.
   void CompleteSaves(bool wait);
+  bool SavesPending() const { return !pending_saves_.empty() || !save_backlog_.empty(); }
   std::shared_ptr<StagingPool> save_staging_;
+  std::deque<SaveJob> save_backlog_;
   std::deque<PendingSave> pending_saves_;
   // Set before the threads start, then read-only (the loader reads them).
   std::vector<HostBuffer> restore_slots_;

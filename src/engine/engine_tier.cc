@@ -202,8 +202,7 @@ void Engine::SaveAgentKv(Sequence* s) {
   if (tier == nullptr || group < 0 || !save_staging_) return;
   ResidentAgent& a = agents_[s->request.agent_key];
   const std::vector<BlockHash>& hashes = kv_->BlockHashes(s->id);
-  std::span<const int32_t> table = kv_->Table(s->id, group).blocks();
-  const size_t n = std::min(hashes.size(), table.size());
+  const size_t n = std::min(hashes.size(), kv_->Table(s->id, group).blocks().size());
   size_t same = 0;
   while (same < n && same < a.saved.size() && a.saved[same] == hashes[same]) ++same;
   if (same == n) {
@@ -213,64 +212,97 @@ void Engine::SaveAgentKv(Sequence* s) {
   if (tier_has_.size() > (1u << 20)) tier_has_.clear();
   const auto t0 = std::chrono::steady_clock::now();
   const int bs = options_.block_size;
-  const size_t bytes = backend_->cache_spec().BytesPerBlock(group, bs);
-  const size_t per_chunk = save_staging_->chunk_bytes() / bytes;
-  // Blocks whose data the tier lacks are read, a staging chunk at a time,
-  // asynchronously; blocks it has only extend the agent's chain. Stops
-  // where staging runs out: the rest waits for the agent's next turn.
-  PendingSave p;
-  p.agent_key = s->request.agent_key;
-  p.first_index = static_cast<uint32_t>(same);
-  std::shared_ptr<std::span<std::byte>> chunk;
-  std::vector<int32_t> ids;  // read into `chunk`
-  bool failed = false;
-  auto read_chunk = [&]() {
-    if (ids.empty() || failed) return;
-    Result<uint64_t> t = backend_->StartReadBlocks(group, ids, chunk->first(ids.size() * bytes));
-    if (t.ok()) {
-      p.ticket = *t;
-    } else {
-      failed = true;
-    }
-    ids.clear();
-  };
-  size_t end = same;
-  for (; end < n; ++end) {
+  SaveJob job;
+  job.agent_key = s->request.agent_key;
+  job.first_index = static_cast<uint32_t>(same);
+  for (size_t i = same; i < n; ++i) {
     KvTierBlock b;
-    b.hash = hashes[end];
-    b.tokens.assign(s->tokens.begin() + end * bs, s->tokens.begin() + (end + 1) * bs);
-    if (!tier_has_.count(b.hash)) {
-      if (!chunk || ids.size() == per_chunk) {
-        read_chunk();
-        chunk = save_staging_->TryAcquire();
-        if (!chunk) break;
-      }
-      const std::span<std::byte> slot = chunk->subspan(ids.size() * bytes, bytes);
-      b.data = SharedBytes(
-          chunk, std::string_view(reinterpret_cast<const char*>(slot.data()), slot.size()));
-      ids.push_back(table[end]);
-    }
-    p.blocks.push_back(std::move(b));
+    b.hash = hashes[i];
+    b.tokens.assign(s->tokens.begin() + i * bs, s->tokens.begin() + (i + 1) * bs);
+    job.need_data.push_back(!tier_has_.count(b.hash));
+    // Counted now so that a later turn (or another agent) sharing the block
+    // only links it.
+    tier_has_.insert(b.hash);
+    job.blocks.push_back(std::move(b));
   }
-  read_chunk();
-  local_.save_dropped_blocks += static_cast<int64_t>(n - end);
-  if (failed) {
-    // Nothing may be left copying into chunks that go back to the pool.
-    (void)backend_->ReadDone(p.ticket, /*wait=*/true);
-    return;
-  }
-  if (p.blocks.empty()) return;
-  for (const KvTierBlock& b : p.blocks) {
-    if (!b.data.empty()) {
-      tier_has_.insert(b.hash);
-      ++local_.saved_blocks;
-    }
-  }
-  a.saved.assign(hashes.begin(), hashes.begin() + end);
-  pending_saves_.push_back(std::move(p));
-  CompleteSaves(/*wait=*/false);
+  a.saved.assign(hashes.begin(), hashes.begin() + n);
+  save_backlog_.push_back(std::move(job));
+  PumpSaves();
   local_.save_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void Engine::PumpSaves() {
+  const int group = kv_->prefix_group();
+  const size_t bytes = restore_block_bytes_;
+  const size_t per_chunk = save_staging_->chunk_bytes() / bytes;
+  while (!save_backlog_.empty()) {
+    SaveJob& job = save_backlog_.front();
+    PendingSave p;
+    p.agent_key = job.agent_key;
+    p.first_index = job.first_index + static_cast<uint32_t>(job.next);
+    std::shared_ptr<std::span<std::byte>> chunk;
+    std::vector<int32_t> ids;  // read into `chunk`
+    bool failed = false, out_of_staging = false, lost = false;
+    auto read_chunk = [&]() {
+      if (ids.empty() || failed) return;
+      Result<uint64_t> t = backend_->StartReadBlocks(group, ids, chunk->first(ids.size() * bytes));
+      if (t.ok()) {
+        p.ticket = *t;
+      } else {
+        failed = true;
+      }
+      ids.clear();
+    };
+    for (; job.next < job.blocks.size(); ++job.next) {
+      KvTierBlock& b = job.blocks[job.next];
+      if (job.need_data[job.next]) {
+        const std::optional<int32_t> block = kv_->CachedBlock(b.hash);
+        if (!block) {  // evicted while it waited: the chain ends before it
+          lost = true;
+          break;
+        }
+        if (!chunk || ids.size() == per_chunk) {
+          read_chunk();
+          chunk = save_staging_->TryAcquire();
+          if (!chunk) {
+            out_of_staging = true;
+            break;
+          }
+        }
+        const std::span<std::byte> slot = chunk->subspan(ids.size() * bytes, bytes);
+        b.data = SharedBytes(
+            chunk, std::string_view(reinterpret_cast<const char*>(slot.data()), slot.size()));
+        ids.push_back(*block);
+        ++local_.saved_blocks;
+      }
+      p.blocks.push_back(std::move(b));
+    }
+    read_chunk();
+    if (failed) {
+      // Nothing may still be copying into chunks that go back to the pool;
+      // the chain ends before this run (the agent's next turn re-saves).
+      (void)backend_->ReadDone(p.ticket, /*wait=*/true);
+      p.blocks.clear();
+      lost = true;
+    }
+    if (!p.blocks.empty()) pending_saves_.push_back(std::move(p));
+    if (lost) {
+      local_.save_dropped_blocks += static_cast<int64_t>(job.blocks.size() - job.next);
+      ResidentAgent* a = nullptr;
+      if (auto it = agents_.find(job.agent_key); it != agents_.end()) a = &it->second;
+      // Forget what the tier will not get, so the agent's next turn saves it.
+      if (a != nullptr && a->saved.size() > job.first_index + job.next) {
+        a->saved.resize(job.first_index + job.next);
+      }
+      for (size_t i = job.next; i < job.blocks.size(); ++i)
+        if (job.need_data[i]) tier_has_.erase(job.blocks[i].hash);
+      save_backlog_.pop_front();
+      continue;
+    }
+    if (out_of_staging) return;
+    save_backlog_.pop_front();
+  }
 }
 
 void Engine::CompleteSaves(bool wait) {
@@ -278,12 +310,17 @@ void Engine::CompleteSaves(bool wait) {
   while (!pending_saves_.empty()) {
     PendingSave& p = pending_saves_.front();
     Result<bool> done = backend_->ReadDone(p.ticket, wait);
-    if (done.ok() && !*done) return;
-    // A failed read hands nothing over (its bytes are garbage); the chain
-    // is re-saved by the agent's next turn.
-    if (done.ok()) tier->Save(p.agent_key, p.first_index, std::move(p.blocks));
+    if (done.ok() && !*done) break;
+    // A failed read hands nothing over (its bytes are garbage); the tier
+    // may then lack blocks it was thought to have, so forget that.
+    if (done.ok()) {
+      tier->Save(p.agent_key, p.first_index, std::move(p.blocks));
+    } else {
+      tier_has_.clear();
+    }
     pending_saves_.pop_front();
   }
+  if (!save_backlog_.empty() && save_staging_->free_chunks() > 0) PumpSaves();
 }
 
 }  // namespace agentkv

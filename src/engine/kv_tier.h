@@ -89,6 +89,9 @@ class KvTier {
   // Persists blocks [first_index, first_index + blocks.size()) of
   // `agent_key`'s token chain (its chain is cut after them). Write-behind:
   // returns at once; a block may be dropped under pressure (KV is a cache).
+  // Block data may be slices of the engine's save staging: release them
+  // once written or dropped (copy what is kept longer), since the engine's
+  // later saves wait for that staging to come back.
   virtual void Save(const std::string& agent_key, uint32_t first_index,
                     std::vector<KvTierBlock> blocks) = 0;
 

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <mutex>
 #include <thread>
 
 #include "../engine/test_model.h"
@@ -271,38 +272,104 @@ TEST_F(StoreKvTierTest, ConcurrentChunkedRestoresAndCancel) {
   e->Stop();
 }
 
-// Save staging of two blocks, held until the store has written them: a
-// turn saves what fits, counts the rest as dropped, and the agent's next
-// turn saves the blocks that were left; a restart restores the saved prefix.
-TEST_F(StoreKvTierTest, FullSaveStagingDropsTheRestUntilTheNextTurn) {
-  auto tier = Tier(store_.get());
-  auto e = MakeEngine(tier, 256, 0, 2);
-  // The KV is handed over just after a turn's last event: wait for the chain.
-  auto wait_chain = [&](size_t n) {
-    size_t got = 0;
-    for (int i = 0; i < 500 && got != n; ++i) {
-      EXPECT_TRUE(store_->Flush().ok());
-      auto chain = store_->GetKvChain("agent-s", tier->fingerprint());
-      got = chain.ok() ? chain->size() : 0;
-      if (got != n) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+// A tier that holds the blocks handed to it (and with them the engine's
+// save staging) until Open(), then passes everything to the store's tier:
+// it lets a test decide when staging comes back.
+class GatedTier : public KvTier {
+ public:
+  explicit GatedTier(std::shared_ptr<StoreKvTier> inner) : inner_(std::move(inner)) {}
+  const char* source_name() const override { return inner_->source_name(); }
+  Result<KvTierLoad> Load(std::span<const int32_t> tokens, int block_size, int32_t first_block,
+                          int32_t max_blocks) override {
+    return inner_->Load(tokens, block_size, first_block, max_blocks);
+  }
+  void Save(const std::string& agent_key, uint32_t first_index,
+            std::vector<KvTierBlock> blocks) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    saves_ += blocks.size();
+    if (!open_) {
+      held_.push_back({agent_key, first_index, std::move(blocks)});
+      return;
     }
-    return got;
+    inner_->Save(agent_key, first_index, std::move(blocks));
+  }
+  Status Flush() override { return inner_->Flush(); }
+  void Open() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = true;
+    for (Held& h : held_) inner_->Save(h.agent, h.first, std::move(h.blocks));
+    held_.clear();
+  }
+  size_t saves() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return saves_;
+  }
+
+ private:
+  struct Held {
+    std::string agent;
+    uint32_t first;
+    std::vector<KvTierBlock> blocks;
   };
-  const std::vector<int32_t> p1 = Prompt(40);
-  Done t1 = Collect(e->Submit(Greedy(p1, 2, "agent-s")).value());
-  EXPECT_EQ(wait_chain(2), 2u);  // 10 full blocks, 2 staged
-  EXPECT_EQ(e->Stats().save_dropped_blocks, 8);
-  std::vector<int32_t> p2 = p1;
-  p2.insert(p2.end(), t1.tokens.begin(), t1.tokens.end());
-  p2.push_back(8);
-  Collect(e->Submit(Greedy(p2, 2, "agent-s")).value());
-  EXPECT_EQ(wait_chain(4), 4u);  // the next two
+  std::shared_ptr<StoreKvTier> inner_;
+  mutable std::mutex mu_;
+  bool open_ = false;
+  std::vector<Held> held_;
+  size_t saves_ = 0;
+};
+
+// Save staging of two blocks: a turn of ten stages two, the rest wait in
+// the pool until staging comes back, then all ten are stored.
+TEST_F(StoreKvTierTest, TurnLargerThanSaveStagingIsSavedWhole) {
+  auto store_tier = Tier(store_.get());
+  auto gate = std::make_shared<GatedTier>(store_tier);
+  auto e = MakeEngine(gate, 256, 0, 2);
+  const std::vector<int32_t> p = Prompt(40);
+  Collect(e->Submit(Greedy(p, 2, "agent-s")).value());
+  for (int i = 0; i < 200 && gate->saves() < 2; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(gate->saves(), 2u);  // staging is out: the other 8 wait
+  gate->Open();
+  e->Drain();  // idle only once every block is handed over
+  ASSERT_TRUE(store_->Flush().ok());
+  EXPECT_EQ(e->Stats().save_dropped_blocks, 0);
+  EXPECT_EQ(e->Stats().saved_blocks, 10);
+  auto chain = store_->GetKvChain("agent-s", store_tier->fingerprint());
+  ASSERT_TRUE(chain.ok());
+  EXPECT_EQ(chain->size(), 10u);
   e->Stop();
-  std::vector<int32_t> p3 = p2;
-  p3.push_back(9);
-  Done restored = Turn(tier, p3, 3, "agent-s");
-  EXPECT_EQ(restored.finished.restored_tokens, 4 * kBlock);
-  EXPECT_EQ(restored.tokens, Turn(nullptr, p3, 3, "").tokens);
+  std::vector<int32_t> p2 = p;
+  p2.push_back(9);
+  Done restored = Turn(store_tier, p2, 3, "agent-s");
+  EXPECT_EQ(restored.finished.restored_tokens, 40);
+  EXPECT_EQ(restored.tokens, Turn(nullptr, p2, 3, "").tokens);
+}
+
+// Blocks evicted from the pool while they wait for staging are not saved
+// (and never read as something else): the stored chain ends before them.
+TEST_F(StoreKvTierTest, BlocksEvictedWhileWaitingForStagingAreDropped) {
+  auto store_tier = Tier(store_.get());
+  auto gate = std::make_shared<GatedTier>(store_tier);
+  auto e = MakeEngine(gate, 24, 0, 2);
+  const std::vector<int32_t> pa = Prompt(40);
+  Collect(e->Submit(Greedy(pa, 2, "agent-a")).value());
+  // Another agent needs 21 of the 24 blocks: most of agent-a's go.
+  Collect(e->Submit(Greedy(Prompt(80, 50), 2, "agent-b")).value());
+  gate->Open();
+  e->Drain();
+  ASSERT_TRUE(store_->Flush().ok());
+  EXPECT_GT(e->Stats().save_dropped_blocks, 0);
+  auto chain = store_->GetKvChain("agent-a", store_tier->fingerprint());
+  ASSERT_TRUE(chain.ok());
+  EXPECT_GE(chain->size(), 2u);
+  EXPECT_LT(chain->size(), 10u);
+  e->Stop();
+  std::vector<int32_t> p2 = pa;
+  p2.push_back(9);
+  Done restored = Turn(store_tier, p2, 3, "agent-a");
+  EXPECT_EQ(restored.finished.restored_tokens, static_cast<int64_t>(chain->size()) * kBlock);
+  EXPECT_EQ(restored.tokens, Turn(nullptr, p2, 3, "").tokens);
 }
 
 TEST_F(StoreKvTierTest, SmallPoolRestoresWhatFitsAndStaysCorrect) {
