@@ -50,6 +50,8 @@ struct BenchArgs {
   int prompt = 128, output = 64, max_batch = 64, http_threads = 2, repeat = 3;
   std::string store = "";  // "" = a temporary store, "none" = no store
   bool store_kv = true;    // false: history only, no KV write-behind
+  int store_workers = 0;   // 0: as serve (one per hardware thread, at least 4)
+  int store_write_nice = 10;
   bool json = false;
   uint64_t seed = 1;
 };
@@ -236,7 +238,10 @@ int RunBench(const BenchArgs& a) {
   if (store_dir != "none") {
     std::filesystem::create_directories(store_dir);
     store::StoreOptions so;  // as `serve` opens it
-    so.worker_threads = std::max(4, static_cast<int>(std::thread::hardware_concurrency()));
+    so.worker_threads = a.store_workers > 0
+                            ? a.store_workers
+                            : std::max(4, static_cast<int>(std::thread::hardware_concurrency()));
+    so.write_nice = a.store_write_nice;
     auto opened = store::AgentStore::Open(store_dir, so);
     if (!opened.ok()) {
       std::cerr << "error: store: " << opened.status().ToString() << "\n";
@@ -365,6 +370,12 @@ Registrar reg(
                      "no store)");
       app.add_option("--store-kv", a->store_kv,
                      "Persist KV behind each turn (false: the store keeps history only)")
+          ->capture_default_str();
+      app.add_option("--store-workers", a->store_workers,
+                     "Store compression/decompression threads (0: as serve)")
+          ->capture_default_str();
+      app.add_option("--store-write-nice", a->store_write_nice,
+                     "Nice of the KV write-behind's compression threads")
           ->capture_default_str();
       app.add_option("--repeat", a->repeat,
                      "Alternating runs per level; the median of each is reported")

@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "cache/kv_memory_budget.h"
 #include "engine/stream_detokenizer.h"
@@ -250,13 +251,25 @@ void Engine::Loop() {
   }
   for (auto& [key, agent] : agents_) kv_->ReleaseAgentCache(&agent.cache);
   agents_.clear();
-  // No copy may still be running when the backend is handed back; what
-  // still waits for staging is not saved.
-  CompleteSaves(/*wait=*/true);
-  while (!pending_saves_.empty()) CompleteSaves(/*wait=*/true);
-  for (const SaveJob& job : save_backlog_)
-    local_.save_dropped_blocks += static_cast<int64_t>(job.blocks.size() - job.next);
-  save_backlog_.clear();
+  // Every turn's KV is handed over before the backend goes back (SIGTERM
+  // and hot-swap persist): staging returns as the tier writes. A tier that
+  // holds staging for half a minute without progress loses the rest.
+  auto last_progress = std::chrono::steady_clock::now();
+  while (SavesPending()) {
+    const size_t before = pending_saves_.size() + save_backlog_.size();
+    const size_t next = save_backlog_.empty() ? 0 : save_backlog_.front().next;
+    CompleteSaves(/*wait=*/true);
+    if (pending_saves_.size() + save_backlog_.size() != before ||
+        (!save_backlog_.empty() && save_backlog_.front().next != next)) {
+      last_progress = std::chrono::steady_clock::now();
+    } else if (std::chrono::steady_clock::now() - last_progress > std::chrono::seconds(30)) {
+      for (const SaveJob& job : save_backlog_)
+        local_.save_dropped_blocks += static_cast<int64_t>(job.blocks.size() - job.next);
+      save_backlog_.clear();
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
   std::lock_guard<std::mutex> lock(mu_);
   idle_ = true;
   idle_cv_.notify_all();

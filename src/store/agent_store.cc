@@ -53,6 +53,10 @@ Result<std::unique_ptr<AgentStore>> AgentStore::Open(const std::string& dir, Sto
     }));
   }
   s->pool_ = std::make_unique<WorkerPool>(std::max(0, s->options_.worker_threads - 1));
+  // KV write-behind compresses at low priority: under load the cores go to
+  // the engine and the HTTP threads first, and the cache catches up after.
+  s->write_pool_ = std::make_unique<WorkerPool>(std::max(0, s->options_.worker_threads - 1),
+                                                s->options_.write_nice);
   if (!s->options_.read_only) {
     s->queue_ = std::make_unique<KvWriteQueue>(s->options_.kv_queue_max_bytes);
     s->writer_ = std::thread([p = s.get()] { p->WriterLoop(); });

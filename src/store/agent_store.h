@@ -53,7 +53,11 @@ struct StoreOptions {
   size_t kv_queue_max_bytes = 512ull << 20;
   size_t kv_batch_max_bytes = 32ull << 20;  // per group commit
   int compression_level = 1;
-  int worker_threads = 4;                  // compression and decompression helpers
+  int worker_threads = 4;  // compression and decompression helpers
+  // Nice of the KV write-behind's compression helpers (the writer thread
+  // itself keeps normal priority: it holds the LMDB write lock that history
+  // appends wait for).
+  int write_nice = 10;
   uint64_t max_block_bytes = 64ull << 20;  // bound on one block's size
   bool sync = true;                        // false: no fsync (tests, scratch stores)
   bool read_only = false;                  // inspection (ls/show/verify) beside a server
@@ -214,7 +218,8 @@ class AgentStore {
   std::unique_ptr<LmdbEnv> env_;
   StoreOptions options_;
   std::unique_ptr<GroupCommitter> committer_;  // history appends
-  std::unique_ptr<WorkerPool> pool_;
+  std::unique_ptr<WorkerPool> pool_;           // resume decompression, verify
+  std::unique_ptr<WorkerPool> write_pool_;     // write-behind compression (low priority)
   std::unique_ptr<KvWriteQueue> queue_;
   std::thread writer_;
   mutable std::mutex err_mu_;

@@ -138,7 +138,7 @@ Status AgentStore::WriteBatch(std::vector<KvChainWrite>& batch) {
       }
     }
   }
-  pool_->ParallelFor(jobs.size(), [&](size_t i) {
+  write_pool_->ParallelFor(jobs.size(), [&](size_t i) {
     Job& j = jobs[i];
     j.value = ThreadCodec(options_.compression_level)
                   .Encode(j.w->fp, j.b->hash, j.b->tokens, j.b->data.view(), j.w->element_size);

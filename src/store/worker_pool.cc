@@ -1,12 +1,28 @@
 #include "store/worker_pool.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <atomic>
 #include <memory>
 
 namespace agentkv::store {
 
-WorkerPool::WorkerPool(int threads) {
-  for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Loop(); });
+WorkerPool::WorkerPool(int threads, int nice) {
+  for (int i = 0; i < threads; ++i) {
+    threads_.emplace_back([this, nice] {
+      if (nice > 0) LowerPriority(nice);
+      Loop();
+    });
+  }
+}
+
+void LowerPriority(int nice) {
+  // Linux: a thread's nice value is its own (PRIO_PROCESS with its tid). A
+  // hint: failure (e.g. a sandbox without the permission) changes nothing.
+  const int current = getpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()));
+  (void)setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), std::max(current, nice));
 }
 
 WorkerPool::~WorkerPool() {

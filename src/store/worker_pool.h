@@ -17,10 +17,15 @@
 
 namespace agentkv::store {
 
+// Lowers the calling thread's scheduling priority to at least `nice`.
+void LowerPriority(int nice);
+
 class WorkerPool {
  public:
-  // `threads` <= 0 runs everything on the calling thread.
-  explicit WorkerPool(int threads);
+  // `threads` <= 0 runs everything on the calling thread. `nice` > 0 lowers
+  // the helper threads' scheduling priority (background work that must not
+  // take cores from the engine or the HTTP threads).
+  explicit WorkerPool(int threads, int nice = 0);
   ~WorkerPool();
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;

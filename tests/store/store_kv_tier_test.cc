@@ -346,6 +346,20 @@ TEST_F(StoreKvTierTest, TurnLargerThanSaveStagingIsSavedWhole) {
   EXPECT_EQ(restored.tokens, Turn(nullptr, p2, 3, "").tokens);
 }
 
+// Stopping the engine right after a turn (shutdown, hot-swap) still hands
+// the whole turn over, waiting for staging to come back.
+TEST_F(StoreKvTierTest, StopPersistsWhatWaitsForSaveStaging) {
+  auto tier = Tier(store_.get());
+  auto e = MakeEngine(tier, 256, 0, 2);
+  Collect(e->Submit(Greedy(Prompt(60), 2, "agent-t")).value());
+  e->Stop();
+  ASSERT_TRUE(store_->Flush().ok());
+  EXPECT_EQ(e->Stats().save_dropped_blocks, 0);
+  auto chain = store_->GetKvChain("agent-t", tier->fingerprint());
+  ASSERT_TRUE(chain.ok());
+  EXPECT_EQ(chain->size(), 15u);
+}
+
 // Blocks evicted from the pool while they wait for staging are not saved
 // (and never read as something else): the stored chain ends before them.
 TEST_F(StoreKvTierTest, BlocksEvictedWhileWaitingForStagingAreDropped) {
