@@ -8,6 +8,7 @@
 #include <mma.h>
 
 #include "engine/cuda/cuda_kernels.h"
+#include "engine/cuda/pdl.cuh"
 
 namespace agentkv::cuda {
 namespace {
@@ -39,6 +40,8 @@ size_t SmemBytes(int D) {
 }
 
 __global__ void __launch_bounds__(kThreads) AttentionKernel(const AttentionParams p) {
+  PdlLaunchDependents();
+  PdlWait();
   extern __shared__ __align__(128) unsigned char smem[];
   const int D = p.head_dim, DP = D + 8, OP = D + 4;
   bf16* Qs = reinterpret_cast<bf16*>(smem);
@@ -222,6 +225,8 @@ __global__ void __launch_bounds__(kThreads) AttentionKernel(const AttentionParam
 // first warp turns each split's (max, sum) into its weight (splits <= 32);
 // then every thread sums its output elements over the splits.
 __global__ void CombineKernel(const AttentionParams p) {
+  PdlLaunchDependents();
+  PdlWait();
   __shared__ float wts[32];
   __shared__ float inv_sum;
   const int t = blockIdx.x, h = blockIdx.y;
@@ -270,11 +275,10 @@ cudaError_t LaunchAttention(const AttentionParams& p, cudaStream_t stream) {
     if (e != cudaSuccess) return e;
     raised = SmemBytes(kMaxAttentionHeadDim);
   }
-  AttentionKernel<<<dim3(p.num_tiles, p.nkv, p.splits), kThreads, smem, stream>>>(p);
-  cudaError_t e = cudaGetLastError();
+  cudaError_t e = LaunchPdl(AttentionKernel, dim3(p.num_tiles, p.nkv, p.splits), dim3(kThreads),
+                            smem, stream, p);
   if (e != cudaSuccess || p.splits == 1) return e;
-  CombineKernel<<<dim3(p.tokens, p.nh), 128, 0, stream>>>(p);
-  return cudaGetLastError();
+  return LaunchPdl(CombineKernel, dim3(p.tokens, p.nh), dim3(128), 0, stream, p);
 }
 
 }  // namespace agentkv::cuda

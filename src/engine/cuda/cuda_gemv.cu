@@ -6,6 +6,7 @@
 #include <cuda_bf16.h>
 
 #include "engine/cuda/cuda_kernels.h"
+#include "engine/cuda/pdl.cuh"
 
 namespace agentkv::cuda {
 namespace {
@@ -29,12 +30,25 @@ __global__ void __launch_bounds__(kWarps * 32)
   extern __shared__ __align__(16) unsigned char smem[];
   bf16_t* xs = reinterpret_cast<bf16_t*>(smem);
   const int kv = K / 8;  // 16-byte vectors per row
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  // The first weight loads go out before x is staged (and, launched as a
+  // dependent, before the kernel that writes x has finished): weights are
+  // never written by a step.
+  int n = blockIdx.x * kWarps + warp;
+  uint4 pre[kUnroll];
+  bool have_pre = n < N && lane + 32 * (kUnroll - 1) < kv;
+  if (have_pre) {
+    const uint4* wr = reinterpret_cast<const uint4*>(w + static_cast<int64_t>(n) * K);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) pre[u] = __ldg(wr + lane + 32 * u);
+  }
+  PdlLaunchDependents();
+  PdlWait();
   for (int i = threadIdx.x; i < M * kv; i += blockDim.x)
     reinterpret_cast<uint4*>(xs)[i] = reinterpret_cast<const uint4*>(x)[i];
   __syncthreads();
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  for (int n = blockIdx.x * kWarps + warp; n < N; n += gridDim.x * kWarps) {
+  for (; n < N; n += gridDim.x * kWarps) {
     const uint4* wr = reinterpret_cast<const uint4*>(w + static_cast<int64_t>(n) * K);
     float acc[M];
 #pragma unroll
@@ -42,8 +56,14 @@ __global__ void __launch_bounds__(kWarps * 32)
     int j = lane;
     for (; j + 32 * (kUnroll - 1) < kv; j += 32 * kUnroll) {
       uint4 wv[kUnroll];
+      if (have_pre) {
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) wv[u] = __ldg(wr + j + 32 * u);
+        for (int u = 0; u < kUnroll; ++u) wv[u] = pre[u];
+        have_pre = false;
+      } else {
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) wv[u] = __ldg(wr + j + 32 * u);
+      }
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         float wf[8];
@@ -104,8 +124,8 @@ cudaError_t Launch(const bf16_t* x, const bf16_t* w, void* y, int N, int K, floa
   // time to ramp a grid-stride loop.
   const int blocks = (N + rows_per_block - 1) / rows_per_block;
   (void)num_sms;
-  GemvKernel<M><<<blocks, kWarps * 32, smem, stream>>>(x, w, y, N, K, beta, y_f32);
-  return cudaGetLastError();
+  return LaunchPdl(GemvKernel<M>, dim3(blocks), dim3(kWarps * 32), smem, stream, x, w, y, N, K,
+                   beta, y_f32);
 }
 
 }  // namespace

@@ -4,8 +4,11 @@
 
 #include <cfloat>
 #include <climits>
+#include <cstdlib>
+#include <cstring>
 
 #include "engine/cuda/cuda_kernels.h"
+#include "engine/cuda/pdl.cuh"
 
 namespace agentkv::cuda {
 namespace {
@@ -39,6 +42,8 @@ __device__ float BlockSum(float v, float* red) {
 
 __global__ void EmbedKernel(const bf16_t* embed, const int32_t* tokens, int dim, float scale,
                             float* x) {
+  PdlLaunchDependents();
+  PdlWait();
   const int64_t row = static_cast<int64_t>(tokens[blockIdx.x]) * dim;
   float* xr = x + static_cast<int64_t>(blockIdx.x) * dim;
   for (int i = threadIdx.x; i < dim; i += blockDim.x) xr[i] = Bf(embed[row + i]) * scale;
@@ -46,6 +51,8 @@ __global__ void EmbedKernel(const bf16_t* embed, const int32_t* tokens, int dim,
 
 __global__ void RmsNormKernel(const float* x, const int32_t* rows_idx, const float* w, bf16_t* out,
                               int dim, float eps, bool plus_one) {
+  PdlLaunchDependents();
+  PdlWait();
   __shared__ float red[32];
   const int64_t src = rows_idx ? rows_idx[blockIdx.x] : blockIdx.x;
   const float* xr = x + src * dim;
@@ -62,6 +69,8 @@ __global__ void RmsNormKernel(const float* x, const int32_t* rows_idx, const flo
 
 __global__ void AddNormedKernel(const float* o, const float* w_post, float* x, const float* w_pre,
                                 bf16_t* h, int dim, float eps, bool plus_one) {
+  PdlLaunchDependents();
+  PdlWait();
   __shared__ float red[32];
   const int64_t base = static_cast<int64_t>(blockIdx.x) * dim;
   float ss = 0.f;
@@ -89,6 +98,8 @@ __global__ void QkvPostKernel(const float* qkv, const float* bias, const float* 
                               const float* k_norm, const float* inv_freq, const int32_t* pos,
                               int nh, int nkv, int D, float eps, bool plus_one, bf16_t* q,
                               bf16_t* k, bf16_t* v, const int32_t* tok_seq, KvCacheView c) {
+  PdlLaunchDependents();
+  PdlWait();
   const int t = blockIdx.x;
   // Also into the paged cache (tok_seq non-null, not padding).
   bf16_t* ck = nullptr;
@@ -161,6 +172,8 @@ __global__ void QkvPostKernel(const float* qkv, const float* bias, const float* 
 __global__ void KvStoreKernel(const bf16_t* k, const bf16_t* v, const int32_t* pos,
                               const int32_t* tok_seq, const int32_t* seq_start,
                               const int32_t* seq_first, int nkv, int D, KvCacheView c) {
+  PdlLaunchDependents();
+  PdlWait();
   const int t = blockIdx.x;
   const int p = pos[t];
   if (p < 0) return;
@@ -193,6 +206,8 @@ __global__ void KvStoreKernel(const bf16_t* k, const bf16_t* v, const int32_t* p
 }
 
 __global__ void GatedActKernel(const bf16_t* gu, bf16_t* out, int n, int act) {
+  PdlLaunchDependents();
+  PdlWait();
   const int64_t r = blockIdx.y;
   const bf16_t* g = gu + r * 2 * n;
   const bf16_t* u = g + n;
@@ -211,6 +226,8 @@ __global__ void GatedActKernel(const bf16_t* gu, bf16_t* out, int n, int act) {
 }
 
 __global__ void SoftcapKernel(float* x, int64_t n, float cap) {
+  PdlLaunchDependents();
+  PdlWait();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     x[i] = cap * tanhf(x[i] / cap);
@@ -225,6 +242,8 @@ __device__ __forceinline__ void Better(float& bv, int& bi, float v, int i) {
 }
 
 __global__ void ArgmaxKernel(const float* x, int cols, int32_t* out) {
+  PdlLaunchDependents();
+  PdlWait();
   const float* r = x + static_cast<int64_t>(blockIdx.x) * cols;
   float bv = -INFINITY;
   int bi = INT_MAX;
@@ -260,18 +279,24 @@ __global__ void ArgmaxKernel(const float* x, int cols, int32_t* out) {
 }
 
 __global__ void F32ToBf16Kernel(const float* in, bf16_t* out, int64_t n) {
+  PdlLaunchDependents();
+  PdlWait();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     out[i] = ToBf(in[i]);
 }
 
 __global__ void Bf16ToF32Kernel(const bf16_t* in, float* out, int64_t n) {
+  PdlLaunchDependents();
+  PdlWait();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     out[i] = Bf(in[i]);
 }
 
 __global__ void FillKernel(float* x, int64_t n, float value) {
+  PdlLaunchDependents();
+  PdlWait();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     x[i] = value;
@@ -286,27 +311,38 @@ int NormThreads(int dim) { return dim >= 1024 ? 512 : dim >= 256 ? 256 : 128; }
 
 }  // namespace
 
+bool PdlEnabled() {
+  static const bool on = [] {
+    const char* env = std::getenv("AGENTKV_CUDA_PDL");
+    if (env != nullptr && std::strcmp(env, "0") == 0) return false;
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return false;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+      return false;
+    return major >= 9;
+  }();
+  return on;
+}
+
 cudaError_t LaunchEmbed(const bf16_t* embed, const int32_t* tokens, int rows, int dim, float scale,
                         float* x, cudaStream_t stream) {
   if (rows <= 0) return cudaSuccess;
-  EmbedKernel<<<rows, 256, 0, stream>>>(embed, tokens, dim, scale, x);
-  return cudaGetLastError();
+  return LaunchPdl(EmbedKernel, dim3(rows), dim3(256), 0, stream, embed, tokens, dim, scale, x);
 }
 
 cudaError_t LaunchRmsNorm(const float* x, const int32_t* rows_idx, const float* w, bf16_t* out,
                           int rows, int dim, float eps, bool plus_one, cudaStream_t stream) {
   if (rows <= 0) return cudaSuccess;
-  RmsNormKernel<<<rows, NormThreads(dim), 0, stream>>>(x, rows_idx, w, out, dim, eps, plus_one);
-  return cudaGetLastError();
+  return LaunchPdl(RmsNormKernel, dim3(rows), dim3(NormThreads(dim)), 0, stream, x, rows_idx, w,
+                   out, dim, eps, plus_one);
 }
 
 cudaError_t LaunchAddNormed(const float* o, const float* w_post, float* x, const float* w_pre,
                             bf16_t* h, int rows, int dim, float eps, bool plus_one,
                             cudaStream_t stream) {
   if (rows <= 0) return cudaSuccess;
-  AddNormedKernel<<<rows, NormThreads(dim), 0, stream>>>(o, w_post, x, w_pre, h, dim, eps,
-                                                         plus_one);
-  return cudaGetLastError();
+  return LaunchPdl(AddNormedKernel, dim3(rows), dim3(NormThreads(dim)), 0, stream, o, w_post, x,
+                   w_pre, h, dim, eps, plus_one);
 }
 
 cudaError_t LaunchQkvPost(const float* qkv, const float* bias, const float* q_norm,
@@ -314,10 +350,9 @@ cudaError_t LaunchQkvPost(const float* qkv, const float* bias, const float* q_no
                           int tokens, int nh, int nkv, int head_dim, float eps, bool plus_one,
                           bf16_t* q, bf16_t* k, bf16_t* v, cudaStream_t stream) {
   if (tokens <= 0) return cudaSuccess;
-  QkvPostKernel<<<tokens, 256, 0, stream>>>(qkv, bias, q_norm, k_norm, inv_freq, pos, nh, nkv,
-                                            head_dim, eps, plus_one, q, k, v, nullptr,
-                                            KvCacheView{});
-  return cudaGetLastError();
+  return LaunchPdl(QkvPostKernel, dim3(tokens), dim3(256), 0, stream, qkv, bias, q_norm, k_norm,
+                   inv_freq, pos, nh, nkv, head_dim, eps, plus_one, q, k, v, nullptr,
+                   KvCacheView{});
 }
 
 cudaError_t LaunchQkvPostStore(const float* qkv, const float* bias, const float* q_norm,
@@ -326,9 +361,8 @@ cudaError_t LaunchQkvPostStore(const float* qkv, const float* bias, const float*
                                float eps, bool plus_one, bf16_t* q, bf16_t* k, bf16_t* v,
                                const KvCacheView& cache, cudaStream_t stream) {
   if (tokens <= 0) return cudaSuccess;
-  QkvPostKernel<<<tokens, 256, 0, stream>>>(qkv, bias, q_norm, k_norm, inv_freq, pos, nh, nkv,
-                                            head_dim, eps, plus_one, q, k, v, tok_seq, cache);
-  return cudaGetLastError();
+  return LaunchPdl(QkvPostKernel, dim3(tokens), dim3(256), 0, stream, qkv, bias, q_norm, k_norm,
+                   inv_freq, pos, nh, nkv, head_dim, eps, plus_one, q, k, v, tok_seq, cache);
 }
 
 cudaError_t LaunchKvStore(const bf16_t* k, const bf16_t* v, const int32_t* pos,
@@ -336,47 +370,40 @@ cudaError_t LaunchKvStore(const bf16_t* k, const bf16_t* v, const int32_t* pos,
                           const int32_t* seq_first, int tokens, int nkv, int head_dim,
                           const KvCacheView& cache, cudaStream_t stream) {
   if (tokens <= 0) return cudaSuccess;
-  KvStoreKernel<<<tokens, 128, 0, stream>>>(k, v, pos, tok_seq, seq_start, seq_first, nkv, head_dim,
-                                            cache);
-  return cudaGetLastError();
+  return LaunchPdl(KvStoreKernel, dim3(tokens), dim3(128), 0, stream, k, v, pos, tok_seq, seq_start,
+                   seq_first, nkv, head_dim, cache);
 }
 
 cudaError_t LaunchGatedAct(const bf16_t* gate_up, bf16_t* out, int rows, int n, int act,
                            cudaStream_t stream) {
   if (rows <= 0) return cudaSuccess;
   const int bx = (n + 255) / 256 < 64 ? (n + 255) / 256 : 64;
-  GatedActKernel<<<dim3(bx, rows), 256, 0, stream>>>(gate_up, out, n, act);
-  return cudaGetLastError();
+  return LaunchPdl(GatedActKernel, dim3(bx, rows), dim3(256), 0, stream, gate_up, out, n, act);
 }
 
 cudaError_t LaunchSoftcap(float* x, int64_t n, float cap, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
-  SoftcapKernel<<<GridFor(n, 256), 256, 0, stream>>>(x, n, cap);
-  return cudaGetLastError();
+  return LaunchPdl(SoftcapKernel, dim3(GridFor(n, 256)), dim3(256), 0, stream, x, n, cap);
 }
 
 cudaError_t LaunchArgmax(const float* x, int rows, int cols, int32_t* out, cudaStream_t stream) {
   if (rows <= 0) return cudaSuccess;
-  ArgmaxKernel<<<rows, 1024, 0, stream>>>(x, cols, out);
-  return cudaGetLastError();
+  return LaunchPdl(ArgmaxKernel, dim3(rows), dim3(1024), 0, stream, x, cols, out);
 }
 
 cudaError_t LaunchF32ToBf16(const float* in, bf16_t* out, int64_t n, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
-  F32ToBf16Kernel<<<GridFor(n, 256), 256, 0, stream>>>(in, out, n);
-  return cudaGetLastError();
+  return LaunchPdl(F32ToBf16Kernel, dim3(GridFor(n, 256)), dim3(256), 0, stream, in, out, n);
 }
 
 cudaError_t LaunchBf16ToF32(const bf16_t* in, float* out, int64_t n, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
-  Bf16ToF32Kernel<<<GridFor(n, 256), 256, 0, stream>>>(in, out, n);
-  return cudaGetLastError();
+  return LaunchPdl(Bf16ToF32Kernel, dim3(GridFor(n, 256)), dim3(256), 0, stream, in, out, n);
 }
 
 cudaError_t LaunchFill(float* x, int64_t n, float value, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
-  FillKernel<<<GridFor(n, 256), 256, 0, stream>>>(x, n, value);
-  return cudaGetLastError();
+  return LaunchPdl(FillKernel, dim3(GridFor(n, 256)), dim3(256), 0, stream, x, n, value);
 }
 
 }  // namespace agentkv::cuda

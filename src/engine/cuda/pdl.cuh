@@ -1,0 +1,57 @@
+// Programmatic dependent launch (Hopper): a kernel launched with LaunchPdl
+// may be scheduled while the kernel before it on the stream is still
+// running, so that its blocks are resident, and can prefetch what does not
+// depend on that kernel (weights), when the earlier kernel finishes; the
+// launch gap between the ~200 small kernels of a decode step shrinks.
+//
+// Contract for a kernel launched through LaunchPdl: it calls PdlWait()
+// before it reads or writes any memory an earlier kernel of the stream
+// writes or reads (activations, caches, metadata); before that it may read
+// only memory no kernel of the step writes (weights, constants). It may
+// call PdlLaunchDependents() as early as it likes: the next kernel still
+// waits in its own PdlWait for this one to finish and its writes to show.
+//
+// AGENTKV_CUDA_PDL=0 launches everything plainly (for comparison). Devices
+// before sm_90 have no such launches: the instructions compile to nothing
+// and the attribute is not set.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <utility>
+
+namespace agentkv::cuda {
+
+__device__ __forceinline__ void PdlWait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void PdlLaunchDependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Whether launches carry the programmatic-serialization attribute (device
+// sm_90 or newer, and AGENTKV_CUDA_PDL is not 0). Decided once.
+bool PdlEnabled();
+
+template <typename... KernelArgs, typename... Args>
+cudaError_t LaunchPdl(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem,
+                      cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = PdlEnabled() ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
+}  // namespace agentkv::cuda
