@@ -30,7 +30,8 @@ struct BenchArgs {
 };
 
 struct RunResult {
-  double seconds = 0, mean_ttft_ms = 0, output_tok_s = 0;
+  double seconds = 0, mean_ttft_ms = 0, output_tok_s = 0, step_ms = 0, forward_ms = 0,
+         device_ms = 0;
   int64_t output_tokens = 0, steps = 0, max_batch = 0, cached_tokens = 0;
 };
 
@@ -48,8 +49,7 @@ Result<RunResult> RunOnce(std::unique_ptr<Backend>& backend, const BenchArgs& a,
   for (size_t g = 0; g < spec.groups.size(); ++g)
     eo.blocks_per_group.push_back(
         max_batch * (spec.BlocksFor(static_cast<int>(g), eo.max_context, a.block_size) + 1));
-  ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
-                   Engine::Create(std::move(backend), nullptr, eo));
+  ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(std::move(backend), nullptr, eo));
   // Warm-up outside the timing (scratch buffers, first-touch of KV memory).
   {
     EngineRequest w = reqs[0];
@@ -59,7 +59,8 @@ Result<RunResult> RunOnce(std::unique_ptr<Backend>& backend, const BenchArgs& a,
     while (h.stream->Pop().kind == RequestOutput::Kind::kDelta) {
     }
   }
-  const int64_t steps0 = engine->Stats().steps;
+  const EngineStats st0 = engine->Stats();
+  const int64_t steps0 = st0.steps;
   const bool tty = isatty(STDERR_FILENO);
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<RequestHandle> hs;
@@ -89,16 +90,25 @@ Result<RunResult> RunOnce(std::unique_ptr<Backend>& backend, const BenchArgs& a,
   rr.output_tok_s = rr.output_tokens / rr.seconds;
   const EngineStats st = engine->Stats();
   rr.steps = st.steps - steps0;
+  rr.step_ms = rr.steps > 0 ? 1000 * (st.step_seconds - st0.step_seconds) / rr.steps : 0;
+  rr.forward_ms = rr.steps > 0 ? 1000 * (st.forward_seconds - st0.forward_seconds) / rr.steps : 0;
+  rr.device_ms = rr.steps > 0 ? 1000 * (st.device_seconds - st0.device_seconds) / rr.steps : 0;
   rr.max_batch = st.max_batch_size;
   backend = engine->ReleaseBackend();
   return rr;
 }
 
 nlohmann::json ToJson(const RunResult& r) {
-  return {{"seconds", r.seconds},       {"output_tokens", r.output_tokens},
-          {"output_tok_s", r.output_tok_s}, {"mean_ttft_ms", r.mean_ttft_ms},
-          {"steps", r.steps},           {"max_batch", r.max_batch},
-          {"cached_tokens", r.cached_tokens}};
+  return {{"seconds", r.seconds},
+          {"output_tokens", r.output_tokens},
+          {"output_tok_s", r.output_tok_s},
+          {"mean_ttft_ms", r.mean_ttft_ms},
+          {"steps", r.steps},
+          {"max_batch", r.max_batch},
+          {"cached_tokens", r.cached_tokens},
+          {"mean_step_ms", r.step_ms},
+          {"mean_forward_ms", r.forward_ms},
+          {"mean_device_ms", r.device_ms}};
 }
 
 int RunBench(const BenchArgs& a) {
@@ -180,34 +190,29 @@ int RunBench(const BenchArgs& a) {
   return 0;
 }
 
-Registrar reg("bench engine", "Engine-only throughput at several concurrency levels",
-              [](CLI::App& app) -> Runner {
-                auto a = std::make_shared<BenchArgs>();
-                a->model.Add(app);
-                app.add_option("--concurrency", a->concurrency, "Comma-separated levels")
-                    ->capture_default_str();
-                app.add_option("--prompt", a->prompt, "Prompt tokens per request")
-                    ->capture_default_str();
-                app.add_option("--output", a->output, "Output tokens per request")
-                    ->capture_default_str();
-                app.add_option("--requests", a->requests,
-                               "Requests per level (0 = the concurrency)")
-                    ->capture_default_str();
-                app.add_option("--shared-prefix", a->shared_prefix,
-                               "Leading prompt tokens all requests share; also runs without "
-                               "the prefix cache")
-                    ->capture_default_str();
-                app.add_flag("--baseline", a->baseline,
-                             "Also run each level's requests one at a time");
-                app.add_option("--max-step-tokens", a->max_step_tokens,
-                               "Token budget of one engine step")
-                    ->capture_default_str();
-                app.add_option("--block-size", a->block_size)->capture_default_str();
-                app.add_option("--seed", a->seed, "Seed of the random prompts")
-                    ->capture_default_str();
-                app.add_flag("--json", a->json, "Print one JSON object");
-                return [a] { return RunBench(*a); };
-              });
+Registrar reg(
+    "bench engine", "Engine-only throughput at several concurrency levels",
+    [](CLI::App& app) -> Runner {
+      auto a = std::make_shared<BenchArgs>();
+      a->model.Add(app);
+      app.add_option("--concurrency", a->concurrency, "Comma-separated levels")
+          ->capture_default_str();
+      app.add_option("--prompt", a->prompt, "Prompt tokens per request")->capture_default_str();
+      app.add_option("--output", a->output, "Output tokens per request")->capture_default_str();
+      app.add_option("--requests", a->requests, "Requests per level (0 = the concurrency)")
+          ->capture_default_str();
+      app.add_option("--shared-prefix", a->shared_prefix,
+                     "Leading prompt tokens all requests share; also runs without "
+                     "the prefix cache")
+          ->capture_default_str();
+      app.add_flag("--baseline", a->baseline, "Also run each level's requests one at a time");
+      app.add_option("--max-step-tokens", a->max_step_tokens, "Token budget of one engine step")
+          ->capture_default_str();
+      app.add_option("--block-size", a->block_size)->capture_default_str();
+      app.add_option("--seed", a->seed, "Seed of the random prompts")->capture_default_str();
+      app.add_flag("--json", a->json, "Print one JSON object");
+      return [a] { return RunBench(*a); };
+    });
 
 }  // namespace
 }  // namespace agentkv::cli

@@ -163,6 +163,10 @@ class Backend {
       RETURN_IF_ERROR(WriteBlock(group, blocks[i], in.subspan(i * n, n)));
     return Status::Ok();
   }
+  // Seconds the device spent on forward passes so far, from the start of
+  // each pass's input copy to the end of its last kernel, as the device's
+  // own clock measures it (0 where there is no device).
+  virtual double device_seconds() const { return 0; }
   // `bytes` of host memory suited to WriteBlocks / ReadBlocks. Call it
   // outside hot paths: pinning memory is slow.
   virtual Result<HostBuffer> AllocateHostBuffer(size_t bytes) {

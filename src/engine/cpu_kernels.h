@@ -63,8 +63,8 @@ inline void Axpy(float p, const float* v, float* out, int n) {
 // key(j) / value(j) return pointers to head_dim floats; `scores` holds n
 // floats.
 template <typename KeyFn, typename ValFn>
-inline void AttendOne(const float* q, int n, int head_dim, float scale, float softcap,
-                      KeyFn key, ValFn value, float* scores, float* out) {
+inline void AttendOne(const float* q, int n, int head_dim, float scale, float softcap, KeyFn key,
+                      ValFn value, float* scores, float* out) {
   float mx = -3.0e38f;
   for (int j = 0; j < n; ++j) {
     float s = Dot(q, key(j), head_dim) * scale;

@@ -151,6 +151,7 @@ void Engine::PublishStats() {
   local_.preemptions = scheduler_->preemptions();
   local_.resident_agents = static_cast<int64_t>(agents_.size());
   local_.loading = static_cast<int64_t>(loading_.size());
+  local_.device_seconds = backend_->device_seconds();
   local_.pools.clear();
   for (int g = 0; g < kv_->num_groups(); ++g) local_.pools.push_back(kv_->Stats(g));
   std::lock_guard<std::mutex> lock(mu_);
@@ -218,7 +219,12 @@ void Engine::Loop() {
       std::lock_guard<std::mutex> lock(mu_);
       agent_resident_.erase(a);
     }
-    if (scheduler_->HasWork()) Step();
+    if (scheduler_->HasWork()) {
+      const auto s0 = std::chrono::steady_clock::now();
+      Step();
+      local_.step_seconds +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
+    }
     CompleteSaves(/*wait=*/false);
     PublishStats();
     if (!scheduler_->HasWork() && loading_.empty() && !SavesPending()) {
@@ -348,7 +354,12 @@ void Engine::Step() {
     greedy_rows.push_back(sp.greedy() && !sp.has_penalties() && !sp.logprobs);
   }
   greedy_tokens.assign(greedy_rows.size(), 0);
-  if (st.ok()) st = backend_->ForwardSampled(steps_buf_, greedy_rows, greedy_tokens, logits_);
+  if (st.ok()) {
+    const auto f0 = std::chrono::steady_clock::now();
+    st = backend_->ForwardSampled(steps_buf_, greedy_rows, greedy_tokens, logits_);
+    local_.forward_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - f0).count();
+  }
   if (!st.ok()) {
     for (const ScheduledSeq& sc : plan.seqs) {
       std::unique_ptr<Sequence> s = scheduler_->Remove(sc.seq->id);

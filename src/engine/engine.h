@@ -81,6 +81,9 @@ struct EngineStats {
   double restore_load_seconds = 0;    // the loader's time in KvTier::LoadInto
   double restore_write_seconds = 0;   // the engine thread's time copying it in
   double save_seconds = 0;            // the engine thread's time handing KV to the tier
+  double step_seconds = 0;            // in Step (scheduling, forward, sampling, output)
+  double forward_seconds = 0;         // of which in the backend's forward call
+  double device_seconds = 0;          // Backend::device_seconds()
   int64_t save_dropped_blocks = 0;    // not saved: evicted while waiting for staging
   std::vector<BlockPoolStats> pools;  // per cache group
 };

@@ -16,19 +16,26 @@ Result<Priority> ParsePriority(std::string_view text) {
 
 std::string_view PriorityName(Priority p) {
   switch (p) {
-    case Priority::kHigh: return "high";
-    case Priority::kNormal: return "normal";
-    case Priority::kLow: return "low";
+    case Priority::kHigh:
+      return "high";
+    case Priority::kNormal:
+      return "normal";
+    case Priority::kLow:
+      return "low";
   }
   return "normal";
 }
 
 std::string_view CacheSourceName(CacheSource s) {
   switch (s) {
-    case CacheSource::kNone: return "none";
-    case CacheSource::kResident: return "resident";
-    case CacheSource::kHost: return "host";
-    case CacheSource::kDisk: return "disk";
+    case CacheSource::kNone:
+      return "none";
+    case CacheSource::kResident:
+      return "resident";
+    case CacheSource::kHost:
+      return "host";
+    case CacheSource::kDisk:
+      return "disk";
   }
   return "none";
 }

@@ -4,8 +4,7 @@
 
 namespace agentkv {
 
-Scheduler::Scheduler(KvCacheManager* kv, SchedulerOptions options)
-    : kv_(kv), options_(options) {}
+Scheduler::Scheduler(KvCacheManager* kv, SchedulerOptions options) : kv_(kv), options_(options) {}
 
 void Scheduler::Add(std::unique_ptr<Sequence> seq, double now_s) {
   seq->arrival = next_arrival_++;

@@ -35,6 +35,8 @@ CudaBackend::~CudaBackend() {
   if (stream_) cudaStreamSynchronize(stream_);
   for (cudaEvent_t e : read_events_)
     if (e) cudaEventDestroy(e);
+  for (cudaEvent_t e : step_events_)
+    if (e) cudaEventDestroy(e);
   if (cublas_) cublasDestroy(cublas_);
   if (stream_) cudaStreamDestroy(stream_);
 }

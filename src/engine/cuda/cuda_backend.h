@@ -78,6 +78,7 @@ class CudaBackend final : public Backend {
   // Pinned (cudaHostAlloc) memory.
   Result<HostBuffer> AllocateHostBuffer(size_t bytes) override;
 
+  double device_seconds() const override { return device_seconds_; }
   // Steps run through a captured graph so far (for tests and benchmarks).
   int64_t graph_steps() const { return graph_steps_; }
 
@@ -130,6 +131,9 @@ class CudaBackend final : public Backend {
   int num_sms_ = 0;
   int group_size_ = 1, tokens_per_tile_ = 1;
   cudaStream_t stream_ = nullptr;
+  // Brackets each forward pass on the stream (device_seconds).
+  cudaEvent_t step_events_[2] = {nullptr, nullptr};
+  double device_seconds_ = 0;
   static constexpr int kReadEvents = 64;
   std::vector<cudaEvent_t> read_events_;
   uint64_t next_read_ticket_ = 1;

@@ -163,6 +163,10 @@ Status CudaBackend::Run(std::span<const SeqStep> batch, std::span<const uint8_t>
       std::fill_n(m + ml.tables[g] + static_cast<size_t>(s) * stride, stride, 0);
   }
   m[ml.seq_first + padded] = t;
+  if (!step_events_[0]) {
+    for (cudaEvent_t& e : step_events_) CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
+  }
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(step_events_[0], stream_));
   CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(meta_.get(), m, ml.total * 4, cudaMemcpyHostToDevice, stream_));
 
@@ -190,6 +194,7 @@ Status CudaBackend::Run(std::span<const SeqStep> batch, std::span<const uint8_t>
   } else {
     RETURN_IF_ERROR(Enqueue(sh));
   }
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(step_events_[1], stream_));
 
   if (W > 0) {
     if (any_greedy)
@@ -207,6 +212,9 @@ Status CudaBackend::Run(std::span<const SeqStep> batch, std::span<const uint8_t>
     }
   }
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  float ms = 0.f;
+  if (cudaEventElapsedTime(&ms, step_events_[0], step_events_[1]) == cudaSuccess)
+    device_seconds_ += ms / 1000.0;
   if (any_greedy) {
     const int32_t* tk = host_tokens_.get<int32_t>();
     for (int r = 0; r < W; ++r)
