@@ -153,8 +153,8 @@ class CudaBackend final : public Backend {
   // Workspaces, sized for cap_tokens_ / cap_seqs_.
   int64_t cap_tokens_ = 0, cap_seqs_ = 0, cap_parts_ = 0;
   std::array<int, kMaxCacheGroups> cap_width_{};
-  cuda::DeviceBuffer x_, h_, qkv_, q_, k_, v_, attn_, o_, gu_, act_, logits_, argmax_, part_o_,
-      part_ml_, cublas_ws_;
+  cuda::DeviceBuffer x_, h_, qkv_, q_, k_, v_, attn_, o_, gu_, act_, logits_, argmax_,
+      argmax_scratch_, part_o_, part_ml_, cublas_ws_;
   cuda::DeviceBuffer meta_;
   cuda::PinnedBuffer host_meta_, host_tokens_;
   cuda::PinnedBuffer read_staging_;  // ReadBlocks

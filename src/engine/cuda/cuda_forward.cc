@@ -225,10 +225,16 @@ Status CudaBackend::Run(std::span<const SeqStep> batch, std::span<const uint8_t>
 
 Status CudaBackend::NormGemm(const float* x, const int32_t* rows, const float* norm_w,
                              const cuda::bf16_t* w, void* y, int m, int n, bool y_f32) {
-  // (Staging the norm inside the GEMV, once per thread block, measured
-  // slower than this separate kernel: bench/RESULTS.md.)
   const ModelConfig& c = config_;
   const int H = c.hidden_size;
+  // One or two rows: the GEMV normalises x itself while its first weight
+  // loads are in flight. Not for the LM head: each of its ~16k blocks would
+  // re-read x and the norm weights (bench/RESULTS.md, CUDA log).
+  if (rows == nullptr && n <= 32768 && cuda::NormGemvSupported(m, H)) {
+    CUDA_RETURN_IF_ERROR(cuda::LaunchNormGemv(x, norm_w, c.rms_norm_eps, c.gemma_norm, w, y, y_f32,
+                                              m, n, H, 0.f, stream_));
+    return Status::Ok();
+  }
   auto* h = h_.get<cuda::bf16_t>();
   CUDA_RETURN_IF_ERROR(
       cuda::LaunchRmsNorm(x, rows, norm_w, h, m, H, c.rms_norm_eps, c.gemma_norm, stream_));
@@ -342,8 +348,8 @@ Status CudaBackend::Enqueue(const Shape& s) {
   if (c.final_logit_softcap > 0.f)
     CUDA_RETURN_IF_ERROR(cuda::LaunchSoftcap(logits, static_cast<int64_t>(s.rows) * c.vocab_size,
                                              c.final_logit_softcap, stream_));
-  CUDA_RETURN_IF_ERROR(
-      cuda::LaunchArgmax(logits, s.rows, c.vocab_size, argmax_.get<int32_t>(), stream_));
+  CUDA_RETURN_IF_ERROR(cuda::LaunchArgmax(logits, s.rows, c.vocab_size, argmax_.get<int32_t>(),
+                                          argmax_scratch_.get(), stream_));
   return Status::Ok();
 }
 

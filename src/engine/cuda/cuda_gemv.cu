@@ -3,6 +3,12 @@
 // several loads in flight, all M rows of x from shared memory. cuBLAS picks
 // tensor-core tiles built for larger M; at M <= 8 this kernel reads the
 // weights closer to the memory bandwidth.
+//
+// A row of w is split across S warps when it is long (K >= 4096), so that
+// each warp issues all its loads in one round instead of several dependent
+// ones; the partial sums meet in shared memory. The norm variant computes
+// RMSNorm of fp32 x into the staged bf16 copy itself (one kernel instead of
+// two) while its first weight loads are already in flight.
 #include <cuda_bf16.h>
 
 #include "engine/cuda/cuda_kernels.h"
@@ -14,6 +20,18 @@ namespace {
 constexpr int kWarps = 8;
 constexpr int kUnroll = 8;  // 16-byte weight loads in flight per lane
 
+struct GemvArgs {
+  const void* x;        // bf16 [M][K], or fp32 [M][K] for the norm variant
+  const float* norm_w;  // norm variant: [K]
+  float eps;
+  bool plus_one;
+  const bf16_t* w;  // [N][K]
+  void* y;          // [M][N], fp32 or bf16
+  int N, K;
+  float beta;
+  bool y_f32;
+};
+
 __device__ __forceinline__ void Unpack(const uint4& v, float (&f)[8]) {
   const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
@@ -23,38 +41,84 @@ __device__ __forceinline__ void Unpack(const uint4& v, float (&f)[8]) {
   }
 }
 
-template <int M>
-__global__ void __launch_bounds__(kWarps * 32)
-    GemvKernel(const bf16_t* __restrict__ x, const bf16_t* __restrict__ w, void* y, int N, int K,
-               float beta, bool y_f32) {
+__device__ __forceinline__ float WarpSum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// M rows of x; S warps per row of w; kNorm: x is fp32 and normalised here.
+template <int M, int S, bool kNorm>
+__global__ void __launch_bounds__(kWarps * 32) GemvKernel(const GemvArgs a) {
   extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ float part[kWarps][M];
   bf16_t* xs = reinterpret_cast<bf16_t*>(smem);
-  const int kv = K / 8;  // 16-byte vectors per row
+  const int N = a.N, K = a.K;
+  const int kvs = K / 8 / S;  // 16-byte vectors of a row per warp
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
+  constexpr int kRowsPerBlock = kWarps / S;
+  const int n = blockIdx.x * kRowsPerBlock + warp / S;
+  const int j0 = (warp % S) * kvs;
+  const uint4* wr = reinterpret_cast<const uint4*>(a.w + static_cast<int64_t>(n) * K);
   // The first weight loads go out before x is staged (and, launched as a
   // dependent, before the kernel that writes x has finished): weights are
   // never written by a step.
-  int n = blockIdx.x * kWarps + warp;
   uint4 pre[kUnroll];
-  bool have_pre = n < N && lane + 32 * (kUnroll - 1) < kv;
+  bool have_pre = n < N && lane + 32 * (kUnroll - 1) < kvs;
   if (have_pre) {
-    const uint4* wr = reinterpret_cast<const uint4*>(w + static_cast<int64_t>(n) * K);
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) pre[u] = __ldg(wr + lane + 32 * u);
+    for (int u = 0; u < kUnroll; ++u) pre[u] = __ldg(wr + j0 + lane + 32 * u);
   }
   PdlLaunchDependents();
   PdlWait();
-  for (int i = threadIdx.x; i < M * kv; i += blockDim.x)
-    reinterpret_cast<uint4*>(xs)[i] = reinterpret_cast<const uint4*>(x)[i];
-  __syncthreads();
-  for (; n < N; n += gridDim.x * kWarps) {
-    const uint4* wr = reinterpret_cast<const uint4*>(w + static_cast<int64_t>(n) * K);
-    float acc[M];
+  if constexpr (kNorm) {
+    const float* xf = static_cast<const float*>(a.x);
+    float ss[M];
 #pragma unroll
-    for (int m = 0; m < M; ++m) acc[m] = 0.f;
-    int j = lane;
-    for (; j + 32 * (kUnroll - 1) < kv; j += 32 * kUnroll) {
+    for (int m = 0; m < M; ++m) ss[m] = 0.f;
+    for (int i = threadIdx.x; i < K; i += blockDim.x) {
+#pragma unroll
+      for (int m = 0; m < M; ++m) {
+        const float v = xf[m * K + i];
+        ss[m] += v * v;
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      ss[m] = WarpSum(ss[m]);
+      if (lane == 0) part[warp][m] = ss[m];
+    }
+    __syncthreads();
+    float inv[M];
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      float t = 0.f;
+      for (int i = 0; i < kWarps; ++i) t += part[i][m];
+      inv[m] = 1.0f / sqrtf(t / K + a.eps);
+    }
+    for (int i = threadIdx.x; i < K; i += blockDim.x) {
+      const float g = a.plus_one ? 1.0f + a.norm_w[i] : a.norm_w[i];
+#pragma unroll
+      for (int m = 0; m < M; ++m) {
+        const __nv_bfloat16 b = __float2bfloat16_rn(xf[m * K + i] * inv[m] * g);
+        xs[m * K + i] = *reinterpret_cast<const bf16_t*>(&b);
+      }
+    }
+  } else {
+    const int kv = K / 8;
+    for (int i = threadIdx.x; i < M * kv; i += blockDim.x)
+      reinterpret_cast<uint4*>(xs)[i] = reinterpret_cast<const uint4*>(a.x)[i];
+  }
+  __syncthreads();  // xs ready; part free again
+
+  float acc[M];
+#pragma unroll
+  for (int m = 0; m < M; ++m) acc[m] = 0.f;
+  if (n < N) {
+    const int jend = j0 + kvs;
+    int j = j0 + lane;
+    for (; j + 32 * (kUnroll - 1) < jend; j += 32 * kUnroll) {
       uint4 wv[kUnroll];
       if (have_pre) {
 #pragma unroll
@@ -77,7 +141,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         }
       }
     }
-    for (; j < kv; j += 32) {
+    for (; j < jend; j += 32) {
       float wf[8];
       Unpack(__ldg(wr + j), wf);
 #pragma unroll
@@ -89,43 +153,75 @@ __global__ void __launch_bounds__(kWarps * 32)
       }
     }
 #pragma unroll
-    for (int m = 0; m < M; ++m) {
+    for (int m = 0; m < M; ++m) acc[m] = WarpSum(acc[m]);
+  }
+  if constexpr (S > 1) {
+    if (lane == 0) {
 #pragma unroll
-      for (int o = 16; o > 0; o >>= 1) acc[m] += __shfl_xor_sync(0xffffffffu, acc[m], o);
+      for (int m = 0; m < M; ++m) part[warp][m] = acc[m];
     }
-    if (lane < M) {
-      float v = 0.f;
+    __syncthreads();
+    if (warp % S == 0) {
 #pragma unroll
-      for (int m = 0; m < M; ++m)
-        if (m == lane) v = acc[m];
-      const int64_t at = static_cast<int64_t>(lane) * N + n;
-      if (y_f32) {
-        float* yf = static_cast<float*>(y);
-        yf[at] = beta != 0.f ? beta * yf[at] + v : v;
-      } else {
-        __nv_bfloat16* yb = static_cast<__nv_bfloat16*>(y);
-        yb[at] = __float2bfloat16_rn(beta != 0.f ? beta * __bfloat162float(yb[at]) + v : v);
+      for (int m = 0; m < M; ++m) {
+        float t = 0.f;
+#pragma unroll
+        for (int s = 0; s < S; ++s) t += part[warp + s][m];
+        acc[m] = t;
       }
+    }
+  }
+  if (n < N && warp % S == 0 && lane < M) {
+    float v = 0.f;
+#pragma unroll
+    for (int m = 0; m < M; ++m)
+      if (m == lane) v = acc[m];
+    const int64_t at = static_cast<int64_t>(lane) * N + n;
+    if (a.y_f32) {
+      float* yf = static_cast<float*>(a.y);
+      yf[at] = a.beta != 0.f ? a.beta * yf[at] + v : v;
+    } else {
+      __nv_bfloat16* yb = static_cast<__nv_bfloat16*>(a.y);
+      yb[at] = __float2bfloat16_rn(a.beta != 0.f ? a.beta * __bfloat162float(yb[at]) + v : v);
     }
   }
 }
 
-template <int M>
-cudaError_t Launch(const bf16_t* x, const bf16_t* w, void* y, int N, int K, float beta, bool y_f32,
-                   int num_sms, cudaStream_t stream) {
-  const size_t smem = static_cast<size_t>(M) * K * sizeof(bf16_t);
+// Warps per row: enough that each warp's share is one round of loads
+// (32 lanes x kUnroll x 8 elements = 2048), when K divides evenly.
+int SplitFor(int k) {
+  const int kv = k / 8;
+  if (k >= 8192 && kv % 4 == 0) return 4;
+  if (k >= 4096 && kv % 2 == 0) return 2;
+  return 1;
+}
+
+template <int M, int S, bool kNorm>
+cudaError_t LaunchS(const GemvArgs& a, cudaStream_t stream) {
+  const size_t smem = static_cast<size_t>(M) * a.K * sizeof(bf16_t);
   if (smem > 48 * 1024) {
-    const cudaError_t e = cudaFuncSetAttribute(
-        GemvKernel<M>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    const cudaError_t e =
+        cudaFuncSetAttribute(GemvKernel<M, S, kNorm>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(smem));
     if (e != cudaSuccess) return e;
   }
-  const int rows_per_block = kWarps;
-  // One row per warp: short rows (k = 2048 is 8 loads per lane) leave no
-  // time to ramp a grid-stride loop.
-  const int blocks = (N + rows_per_block - 1) / rows_per_block;
-  (void)num_sms;
-  return LaunchPdl(GemvKernel<M>, dim3(blocks), dim3(kWarps * 32), smem, stream, x, w, y, N, K,
-                   beta, y_f32);
+  constexpr int kRowsPerBlock = kWarps / S;
+  // One row per warp group: short rows leave no time to ramp a grid-stride
+  // loop.
+  const int blocks = (a.N + kRowsPerBlock - 1) / kRowsPerBlock;
+  return LaunchPdl(GemvKernel<M, S, kNorm>, dim3(blocks), dim3(kWarps * 32), smem, stream, a);
+}
+
+template <int M, bool kNorm>
+cudaError_t Launch(const GemvArgs& a, cudaStream_t stream) {
+  switch (SplitFor(a.K)) {
+    case 4:
+      return LaunchS<M, 4, kNorm>(a, stream);
+    case 2:
+      return LaunchS<M, 2, kNorm>(a, stream);
+    default:
+      return LaunchS<M, 1, kNorm>(a, stream);
+  }
 }
 
 }  // namespace
@@ -136,27 +232,39 @@ bool GemvSupported(int m, int k) {
   return m >= 1 && m <= kMaxGemvRows && k % 8 == 0 && static_cast<int64_t>(m) * k * 2 <= 32768;
 }
 
+bool NormGemvSupported(int m, int k) { return m <= kMaxNormGemvRows && GemvSupported(m, k); }
+
 cudaError_t LaunchGemv(const bf16_t* x, const bf16_t* w, void* y, bool y_f32, int m, int n, int k,
                        float beta, int num_sms, cudaStream_t stream) {
+  (void)num_sms;
   if (!GemvSupported(m, k)) return cudaErrorInvalidValue;
+  const GemvArgs a{x, nullptr, 0.f, false, w, y, n, k, beta, y_f32};
   switch (m) {
     case 1:
-      return Launch<1>(x, w, y, n, k, beta, y_f32, num_sms, stream);
+      return Launch<1, false>(a, stream);
     case 2:
-      return Launch<2>(x, w, y, n, k, beta, y_f32, num_sms, stream);
+      return Launch<2, false>(a, stream);
     case 3:
-      return Launch<3>(x, w, y, n, k, beta, y_f32, num_sms, stream);
+      return Launch<3, false>(a, stream);
     case 4:
-      return Launch<4>(x, w, y, n, k, beta, y_f32, num_sms, stream);
+      return Launch<4, false>(a, stream);
     case 5:
-      return Launch<5>(x, w, y, n, k, beta, y_f32, num_sms, stream);
+      return Launch<5, false>(a, stream);
     case 6:
-      return Launch<6>(x, w, y, n, k, beta, y_f32, num_sms, stream);
+      return Launch<6, false>(a, stream);
     case 7:
-      return Launch<7>(x, w, y, n, k, beta, y_f32, num_sms, stream);
+      return Launch<7, false>(a, stream);
     default:
-      return Launch<8>(x, w, y, n, k, beta, y_f32, num_sms, stream);
+      return Launch<8, false>(a, stream);
   }
+}
+
+cudaError_t LaunchNormGemv(const float* x, const float* norm_w, float eps, bool plus_one,
+                           const bf16_t* w, void* y, bool y_f32, int m, int n, int k, float beta,
+                           cudaStream_t stream) {
+  if (!NormGemvSupported(m, k)) return cudaErrorInvalidValue;
+  const GemvArgs a{x, norm_w, eps, plus_one, w, y, n, k, beta, y_f32};
+  return m == 1 ? Launch<1, true>(a, stream) : Launch<2, true>(a, stream);
 }
 
 }  // namespace agentkv::cuda

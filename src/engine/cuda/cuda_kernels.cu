@@ -241,13 +241,8 @@ __device__ __forceinline__ void Better(float& bv, int& bi, float v, int i) {
   }
 }
 
-__global__ void ArgmaxKernel(const float* x, int cols, int32_t* out) {
-  PdlLaunchDependents();
-  PdlWait();
-  const float* r = x + static_cast<int64_t>(blockIdx.x) * cols;
-  float bv = -INFINITY;
-  int bi = INT_MAX;
-  for (int i = threadIdx.x; i < cols; i += blockDim.x) Better(bv, bi, r[i], i);
+// The best (value, index) of a block's threads, in lane 0 of warp 0.
+__device__ void BlockBest(float& bv, int& bi) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
     const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
@@ -272,10 +267,38 @@ __global__ void ArgmaxKernel(const float* x, int cols, int32_t* out) {
       const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
       Better(bv, bi, ov, oi);
     }
-    // Only -inf (or NaN) values: the host sampler answers 0 then; among
-    // -inf values it would also keep 0, which is the lowest index.
-    if (lane == 0) out[blockIdx.x] = (bi == INT_MAX || bv == -INFINITY) ? 0 : bi;
   }
+}
+
+// Stage 1: block (c, r) finds the best of chunk c of row r.
+__global__ void ArgmaxPartKernel(const float* x, int cols, float2* part) {
+  PdlLaunchDependents();
+  PdlWait();
+  const int per = (cols + kArgmaxChunks - 1) / kArgmaxChunks;
+  const int begin = blockIdx.x * per, end = min(cols, begin + per);
+  const float* r = x + static_cast<int64_t>(blockIdx.y) * cols;
+  float bv = -INFINITY;
+  int bi = INT_MAX;
+  for (int i = begin + threadIdx.x; i < end; i += blockDim.x) Better(bv, bi, r[i], i);
+  BlockBest(bv, bi);
+  if (threadIdx.x == 0)
+    part[blockIdx.y * kArgmaxChunks + blockIdx.x] = make_float2(bv, __int_as_float(bi));
+}
+
+// Stage 2: one block per row over its chunks' bests.
+__global__ void ArgmaxKernel(const float2* part, int32_t* out) {
+  PdlLaunchDependents();
+  PdlWait();
+  float bv = -INFINITY;
+  int bi = INT_MAX;
+  for (int c = threadIdx.x; c < kArgmaxChunks; c += blockDim.x) {
+    const float2 p = part[blockIdx.x * kArgmaxChunks + c];
+    Better(bv, bi, p.x, __float_as_int(p.y));
+  }
+  BlockBest(bv, bi);
+  // Only -inf (or NaN) values: the host sampler answers 0 then; among -inf
+  // values it would also keep 0, which is the lowest index.
+  if (threadIdx.x == 0) out[blockIdx.x] = (bi == INT_MAX || bv == -INFINITY) ? 0 : bi;
 }
 
 __global__ void F32ToBf16Kernel(const float* in, bf16_t* out, int64_t n) {
@@ -386,9 +409,14 @@ cudaError_t LaunchSoftcap(float* x, int64_t n, float cap, cudaStream_t stream) {
   return LaunchPdl(SoftcapKernel, dim3(GridFor(n, 256)), dim3(256), 0, stream, x, n, cap);
 }
 
-cudaError_t LaunchArgmax(const float* x, int rows, int cols, int32_t* out, cudaStream_t stream) {
+cudaError_t LaunchArgmax(const float* x, int rows, int cols, int32_t* out, void* scratch,
+                         cudaStream_t stream) {
   if (rows <= 0) return cudaSuccess;
-  return LaunchPdl(ArgmaxKernel, dim3(rows), dim3(1024), 0, stream, x, cols, out);
+  float2* part = static_cast<float2*>(scratch);
+  cudaError_t e =
+      LaunchPdl(ArgmaxPartKernel, dim3(kArgmaxChunks, rows), dim3(256), 0, stream, x, cols, part);
+  if (e != cudaSuccess) return e;
+  return LaunchPdl(ArgmaxKernel, dim3(rows), dim3(64), 0, stream, part, out);
 }
 
 cudaError_t LaunchF32ToBf16(const float* in, bf16_t* out, int64_t n, cudaStream_t stream) {

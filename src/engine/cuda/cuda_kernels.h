@@ -9,6 +9,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace agentkv::cuda {
@@ -119,12 +120,28 @@ bool GemvSupported(int m, int k);
 cudaError_t LaunchGemv(const bf16_t* x, const bf16_t* w, void* y, bool y_f32, int m, int n, int k,
                        float beta, int num_sms, cudaStream_t stream);
 
+// y[m][n] = RmsNorm(x[m], norm_w) . w[n] + beta * y[m][n] with x fp32 [m][k]
+// (the residual stream), normalised as LaunchRmsNorm does, in one kernel;
+// for m <= kMaxNormGemvRows.
+inline constexpr int kMaxNormGemvRows = 2;
+bool NormGemvSupported(int m, int k);
+cudaError_t LaunchNormGemv(const float* x, const float* norm_w, float eps, bool plus_one,
+                           const bf16_t* w, void* y, bool y_f32, int m, int n, int k, float beta,
+                           cudaStream_t stream);
+
 // x = cap * tanh(x / cap) over n floats.
 cudaError_t LaunchSoftcap(float* x, int64_t n, float cap, cudaStream_t stream);
 
 // out[r] = argmax of row r (cols floats): lowest index on ties, NaN never wins,
 // 0 when nothing beats -inf.
-cudaError_t LaunchArgmax(const float* x, int rows, int cols, int32_t* out, cudaStream_t stream);
+// In two passes: kArgmaxChunks blocks per row, then one per row; `scratch`
+// holds ArgmaxScratchBytes(rows) of device memory.
+inline constexpr int kArgmaxChunks = 64;
+inline constexpr size_t ArgmaxScratchBytes(int rows) {
+  return static_cast<size_t>(rows) * kArgmaxChunks * 8;
+}
+cudaError_t LaunchArgmax(const float* x, int rows, int cols, int32_t* out, void* scratch,
+                         cudaStream_t stream);
 
 // fp32 -> bf16 (round to nearest even), and back.
 cudaError_t LaunchF32ToBf16(const float* in, bf16_t* out, int64_t n, cudaStream_t stream);

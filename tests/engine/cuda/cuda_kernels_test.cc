@@ -173,6 +173,35 @@ TEST(CudaKernels, GemvMatchesLinear) {
   }
 }
 
+// RMSNorm of fp32 rows fused into the GEMV: the same as RmsNorm (bf16
+// output) followed by Linear, for rows split over 1, 2 and 4 warps.
+TEST(CudaKernels, NormGemvMatchesNormThenLinear) {
+  AGENTKV_REQUIRE_GPU();
+  std::mt19937 rng(9);
+  for (int m = 1; m <= cuda::kMaxNormGemvRows; ++m) {
+    for (auto [n, k] :
+         {std::pair{3072, 2048}, std::pair{1000, 8192}, std::pair{512, 4096}, std::pair{37, 264}}) {
+      for (bool plus_one : {false, true}) {
+        const auto x = Random(m * k, rng, 2.f);
+        const auto nw = Random(k, rng, 0.2f, plus_one ? 0.f : 1.f);
+        const auto w = Rounded(Random(static_cast<size_t>(n) * k, rng, 0.05f));
+        auto dx = Upload(x), dnw = Upload(nw), dw = Upload(Bf16Of(w));
+        auto dy = Poisoned<float>(m * n);
+        ASSERT_EQ(
+            cuda::LaunchNormGemv(dx.get<float>(), dnw.get<float>(), 1e-6f, plus_one,
+                                 dw.get<cuda::bf16_t>(), dy.get(), true, m, n, k, 0.f, nullptr),
+            cudaSuccess);
+        std::vector<float> h(m * k), ref(m * n);
+        kernels::RmsNorm(x.data(), nw.data(), h.data(), m, k, 1e-6f, plus_one);
+        h = Rounded(h);  // the GEMV reads the normalised rows as bf16
+        kernels::Linear(h.data(), w.data(), nullptr, ref.data(), m, n, k);
+        EXPECT_LT(RelErr(Download<float>(dy, m * n), ref), 5e-3) << m << " " << n << " " << k;
+      }
+    }
+  }
+  EXPECT_FALSE(cuda::NormGemvSupported(cuda::kMaxNormGemvRows + 1, 2048));
+}
+
 TEST(CudaKernels, ArgmaxTiesAndNaN) {
   AGENTKV_REQUIRE_GPU();
   std::mt19937 rng(5);
@@ -185,7 +214,10 @@ TEST(CudaKernels, ArgmaxTiesAndNaN) {
   std::fill(x.begin() + 2 * cols, x.begin() + 3 * cols, -INFINITY);  // nothing beats -inf: 0
   auto d = Upload(x);
   auto out = Poisoned<int32_t>(4);
-  ASSERT_EQ(cuda::LaunchArgmax(d.get<float>(), 4, cols, out.get<int32_t>(), nullptr), cudaSuccess);
+  cuda::DeviceBuffer scratch;
+  ASSERT_TRUE(scratch.Allocate(cuda::ArgmaxScratchBytes(4)).ok());
+  ASSERT_EQ(cuda::LaunchArgmax(d.get<float>(), 4, cols, out.get<int32_t>(), scratch.get(), nullptr),
+            cudaSuccess);
   auto got = Download<int32_t>(out, 4);
   int32_t best3 = 0;
   for (int i = 1; i < cols; ++i)
