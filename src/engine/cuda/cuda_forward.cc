@@ -227,10 +227,12 @@ Status CudaBackend::NormGemm(const float* x, const int32_t* rows, const float* n
                              const cuda::bf16_t* w, void* y, int m, int n, bool y_f32) {
   const ModelConfig& c = config_;
   const int H = c.hidden_size;
-  // One or two rows: the GEMV normalises x itself while its first weight
-  // loads are in flight. Not for the LM head: each of its ~16k blocks would
-  // re-read x and the norm weights (bench/RESULTS.md, CUDA log).
-  if (rows == nullptr && n <= 32768 && cuda::NormGemvSupported(m, H)) {
+  // One or two rows and a grid of about one wave (the QKV projection): the
+  // GEMV normalises x itself while its first weight loads are in flight.
+  // With more blocks (the MLP, the LM head) every block re-reads x and the
+  // norm weights and the later waves cannot hide it: measured slower than a
+  // separate norm kernel (bench/RESULTS.md, CUDA log).
+  if (rows == nullptr && n <= 4096 && cuda::NormGemvSupported(m, H)) {
     CUDA_RETURN_IF_ERROR(cuda::LaunchNormGemv(x, norm_w, c.rms_norm_eps, c.gemma_norm, w, y, y_f32,
                                               m, n, H, 0.f, stream_));
     return Status::Ok();
