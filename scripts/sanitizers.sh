@@ -34,7 +34,7 @@ cmake --build build-tsan -j"$(nproc)" --target "${TSAN_TESTS[@]}"
 status=0
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   run_tests "$ROOT/build-asan" "${ASAN_TESTS[@]}" || status=1
-TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$ROOT/scripts/tsan.supp \
   run_tests "$ROOT/build-tsan" "${TSAN_TESTS[@]}" || status=1
 if [ $status -eq 0 ]; then echo "sanitizer tests: all passed"; else echo "sanitizer tests: FAILED"; fi
 exit $status
