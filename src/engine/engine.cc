@@ -43,7 +43,7 @@ Result<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Backend> backend,
   e->logits_.resize(static_cast<size_t>(e->options_.scheduler.max_batch) * cfg.vocab_size);
   e->start_ = std::chrono::steady_clock::now();
   e->PublishStats();
-  RETURN_IF_ERROR(e->InitRestoreStaging());
+  RETURN_IF_ERROR(e->InitTierStaging());
   e->thread_ = std::thread([p = e.get()] { p->Loop(); });
   if (e->options_.kv_tier) e->loader_ = std::thread([p = e.get()] { p->LoaderLoop(); });
   return e;

@@ -154,9 +154,9 @@ class Engine {
   };
   // Pinned staging for restores: kRestoreSlots slots of up to
   // options_.restore_chunk_bytes, so that the loader decodes one while the
-  // engine copies another in.
+  // engine copies another in; and the save staging pool (save_staging_).
   static constexpr int kRestoreSlots = 3;
-  Status InitRestoreStaging();
+  Status InitTierStaging();
   // Loader thread: a free slot, or -1 once stopping or the load `id` is
   // cancelled.
   int AcquireSlot(RequestId id);
@@ -236,7 +236,7 @@ class Engine {
   std::deque<PendingSave> pending_saves_;
   // Set before the threads start, then read-only (the loader reads them).
   std::vector<HostBuffer> restore_slots_;
-  size_t restore_block_bytes_ = 0;
+  size_t tier_block_bytes_ = 0;  // one block of the prefix group
   int32_t restore_slot_blocks_ = 0;
   std::vector<SeqStep> steps_buf_;
   std::vector<float> logits_;

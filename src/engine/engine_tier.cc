@@ -11,21 +11,21 @@
 
 namespace agentkv {
 
-Status Engine::InitRestoreStaging() {
+Status Engine::InitTierStaging() {
   const int group = kv_->prefix_group();
   if (!options_.kv_tier || group < 0) return Status::Ok();
-  restore_block_bytes_ = backend_->cache_spec().BytesPerBlock(group, options_.block_size);
+  tier_block_bytes_ = backend_->cache_spec().BytesPerBlock(group, options_.block_size);
   const int64_t pool_blocks = kv_->pool(group).Stats().total;
   restore_slot_blocks_ = static_cast<int32_t>(std::clamp<int64_t>(
-      static_cast<int64_t>(options_.restore_chunk_bytes / restore_block_bytes_), 1, pool_blocks));
+      static_cast<int64_t>(options_.restore_chunk_bytes / tier_block_bytes_), 1, pool_blocks));
   for (int i = 0; i < kRestoreSlots; ++i) {
     ASSIGN_OR_RETURN(HostBuffer b,
-                     backend_->AllocateHostBuffer(restore_block_bytes_ * restore_slot_blocks_));
+                     backend_->AllocateHostBuffer(tier_block_bytes_ * restore_slot_blocks_));
     restore_slots_.push_back(std::move(b));
     free_slots_.push_back(i);
   }
   // Save staging: chunks of up to 16 MiB, at most the pool's size in all.
-  const size_t bb = restore_block_bytes_;
+  const size_t bb = tier_block_bytes_;
   const size_t total =
       std::min<size_t>(options_.save_staging_bytes, static_cast<size_t>(pool_blocks) * bb);
   const size_t chunk_blocks =
@@ -97,7 +97,7 @@ void Engine::LoaderLoop() {
         // Asks for the whole rest of the job: the tier decodes what fits the
         // slot and prefetches what follows.
         Result<KvTierLoadInto> r = tier->LoadInto(
-            job.tokens, bs, next, end - next, restore_slots_[c.slot].span(), restore_block_bytes_);
+            job.tokens, bs, next, end - next, restore_slots_[c.slot].span(), tier_block_bytes_);
         c.load_seconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         if (r.ok()) {
@@ -150,8 +150,8 @@ void Engine::ApplyChunk(LoadChunk c, double now) {
       const auto t0 = std::chrono::steady_clock::now();
       Status st = backend_->WriteBlocks(
           group, std::span<const int32_t>(ids).first(static_cast<size_t>(n)),
-          restore_slots_[c.slot].span().subspan(first_new * restore_block_bytes_,
-                                                static_cast<size_t>(n) * restore_block_bytes_));
+          restore_slots_[c.slot].span().subspan(first_new * tier_block_bytes_,
+                                                static_cast<size_t>(n) * tier_block_bytes_));
       local_.restore_write_seconds +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (!st.ok()) {
@@ -234,7 +234,7 @@ void Engine::SaveAgentKv(Sequence* s) {
 
 void Engine::PumpSaves() {
   const int group = kv_->prefix_group();
-  const size_t bytes = restore_block_bytes_;
+  const size_t bytes = tier_block_bytes_;
   const size_t per_chunk = save_staging_->chunk_bytes() / bytes;
   while (!save_backlog_.empty()) {
     SaveJob& job = save_backlog_.front();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "util/hash.h"
 
@@ -38,20 +39,26 @@ Result<std::unique_ptr<StoreKvTier>> StoreKvTier::Create(AgentStore* store,
   return std::unique_ptr<StoreKvTier>(new StoreKvTier(store, fp, element_size));
 }
 
+std::optional<StoreKvTier::Range> StoreKvTier::RangeOf(std::span<const int32_t> tokens,
+                                                       int block_size, int32_t first_block,
+                                                       int32_t max_blocks) {
+  const int64_t full = static_cast<int64_t>(tokens.size()) / block_size;
+  const int64_t last = std::min<int64_t>(full, static_cast<int64_t>(first_block) + max_blocks);
+  if (first_block < 0 || first_block >= last) return std::nullopt;
+  Range r;
+  r.hashes = HashFullBlocks(tokens.first(static_cast<size_t>(last * block_size)), block_size);
+  r.hashes.erase(r.hashes.begin(), r.hashes.begin() + first_block);
+  r.tokens = tokens.subspan(static_cast<size_t>(first_block) * block_size,
+                            static_cast<size_t>(last - first_block) * block_size);
+  return r;
+}
+
 Result<KvTierLoad> StoreKvTier::Load(std::span<const int32_t> tokens, int block_size,
                                      int32_t first_block, int32_t max_blocks) {
   KvTierLoad out;
-  const int64_t full = static_cast<int64_t>(tokens.size()) / block_size;
-  const int64_t last = std::min<int64_t>(full, static_cast<int64_t>(first_block) + max_blocks);
-  if (first_block < 0 || first_block >= last) return out;
-  const std::vector<BlockHash> hashes =
-      HashFullBlocks(tokens.first(static_cast<size_t>(last * block_size)), block_size);
-  ASSIGN_OR_RETURN(
-      KvPrefix p,
-      store_->LoadKvPrefix(fp_, std::span<const BlockHash>(hashes).subspan(first_block),
-                           tokens.subspan(static_cast<size_t>(first_block) * block_size,
-                                          static_cast<size_t>(last - first_block) * block_size),
-                           block_size));
+  const std::optional<Range> r = RangeOf(tokens, block_size, first_block, max_blocks);
+  if (!r) return out;
+  ASSIGN_OR_RETURN(KvPrefix p, store_->LoadKvPrefix(fp_, r->hashes, r->tokens, block_size));
   out.problem = p.problem;
   out.blocks.reserve(p.blocks.size());
   for (KvBlock& b : p.blocks)
@@ -63,17 +70,10 @@ Result<KvTierLoadInto> StoreKvTier::LoadInto(std::span<const int32_t> tokens, in
                                              int32_t first_block, int32_t max_blocks,
                                              std::span<std::byte> dst, size_t block_bytes) {
   KvTierLoadInto out;
-  const int64_t full = static_cast<int64_t>(tokens.size()) / block_size;
-  const int64_t last = std::min<int64_t>(full, static_cast<int64_t>(first_block) + max_blocks);
-  if (first_block < 0 || first_block >= last) return out;
-  const std::vector<BlockHash> hashes =
-      HashFullBlocks(tokens.first(static_cast<size_t>(last * block_size)), block_size);
-  ASSIGN_OR_RETURN(
-      KvPrefixInto p,
-      store_->LoadKvPrefixInto(fp_, std::span<const BlockHash>(hashes).subspan(first_block),
-                               tokens.subspan(static_cast<size_t>(first_block) * block_size,
-                                              static_cast<size_t>(last - first_block) * block_size),
-                               block_size, dst, block_bytes));
+  const std::optional<Range> r = RangeOf(tokens, block_size, first_block, max_blocks);
+  if (!r) return out;
+  ASSIGN_OR_RETURN(KvPrefixInto p, store_->LoadKvPrefixInto(fp_, r->hashes, r->tokens, block_size,
+                                                            dst, block_bytes));
   out.blocks = static_cast<int32_t>(p.blocks);
   out.problem = p.problem;
   return out;

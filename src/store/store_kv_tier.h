@@ -10,7 +10,10 @@
 #pragma once
 
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "engine/kv_tier.h"
 #include "store/agent_store.h"
@@ -47,6 +50,15 @@ class StoreKvTier : public KvTier {
  private:
   StoreKvTier(AgentStore* store, ModelFingerprint fp, uint32_t element_size)
       : store_(store), fp_(fp), element_size_(element_size) {}
+
+  // Blocks [first_block, first_block + max_blocks) of `tokens` that are
+  // full: their chained hashes and tokens; nullopt when there are none.
+  struct Range {
+    std::vector<BlockHash> hashes;
+    std::span<const int32_t> tokens;
+  };
+  static std::optional<Range> RangeOf(std::span<const int32_t> tokens, int block_size,
+                                      int32_t first_block, int32_t max_blocks);
 
   AgentStore* store_;
   ModelFingerprint fp_;

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -32,31 +33,38 @@ std::string Read(LmdbEnv& env, const std::string& key) {
   return v.ok() && *v ? std::string(**v) : std::string("<absent>");
 }
 
-// Blocks the first leader inside its transaction until every other thread
-// has queued: they must then share one transaction.
+// Runs n requests from n threads: request 0 blocks inside its transaction
+// until all n are queued, so requests 1..n-1 wait together for the next
+// leader. Request i applies apply(i, txn). Returns each request's result.
+std::vector<Status> CommitTogether(GroupCommitter& gc, int n,
+                                   const std::function<Status(int, LmdbEnv::WriteTxn&)>& apply) {
+  std::atomic<bool> first_entered{false};
+  std::vector<Status> results(n);
+  std::vector<std::thread> threads;
+  threads.emplace_back([&] {
+    results[0] = gc.Commit([&](LmdbEnv::WriteTxn& t) -> Status {
+      first_entered = true;
+      while (gc.busy() < n) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      return apply(0, t);
+    });
+  });
+  while (!first_entered) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  for (int i = 1; i < n; ++i) {
+    threads.emplace_back(
+        [&, i] { results[i] = gc.Commit([&](LmdbEnv::WriteTxn& t) { return apply(i, t); }); });
+  }
+  for (auto& t : threads) t.join();
+  return results;
+}
+
 TEST(GroupCommitterTest, WaitingRequestsShareOneTransaction) {
   TempDir dir;
   auto env = OpenEnv(dir);
   GroupCommitter gc(env.get());
   constexpr int kThreads = 16;
-  std::atomic<bool> first_entered{false};
-  std::vector<Status> results(kThreads);
-  std::vector<std::thread> threads;
-  threads.emplace_back([&] {
-    results[0] = gc.Commit([&](LmdbEnv::WriteTxn& t) -> Status {
-      first_entered = true;
-      while (gc.busy() < kThreads) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      return t.Put(Db::kMeta, "k0", "v0");
-    });
+  const std::vector<Status> results = CommitTogether(gc, kThreads, [](int i, LmdbEnv::WriteTxn& t) {
+    return t.Put(Db::kMeta, "k" + std::to_string(i), "v" + std::to_string(i));
   });
-  while (!first_entered) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  for (int i = 1; i < kThreads; ++i) {
-    threads.emplace_back([&, i] {
-      const std::string k = "k" + std::to_string(i), v = "v" + std::to_string(i);
-      results[i] = gc.Commit([&](LmdbEnv::WriteTxn& t) { return t.Put(Db::kMeta, k, v); });
-    });
-  }
-  for (auto& t : threads) t.join();
   for (int i = 0; i < kThreads; ++i) {
     EXPECT_TRUE(results[i].ok()) << i << ": " << results[i].ToString();
     EXPECT_EQ(Read(*env, "k" + std::to_string(i)), "v" + std::to_string(i));
@@ -75,32 +83,16 @@ TEST(GroupCommitterTest, OneFailingRequestFailsOnlyItself) {
   auto env = OpenEnv(dir);
   GroupCommitter gc(env.get());
   constexpr int kThreads = 8;
-  std::atomic<bool> first_entered{false};
-  std::vector<Status> results(kThreads);
   std::atomic<int> bad_runs{0};
-  std::vector<std::thread> threads;
-  threads.emplace_back([&] {
-    results[0] = gc.Commit([&](LmdbEnv::WriteTxn& t) -> Status {
-      first_entered = true;
-      while (gc.busy() < kThreads) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      return t.Put(Db::kMeta, "k0", "v0");
-    });
-  });
-  while (!first_entered) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  for (int i = 1; i < kThreads; ++i) {
-    threads.emplace_back([&, i] {
-      const std::string k = "k" + std::to_string(i);
-      results[i] = gc.Commit([&, i](LmdbEnv::WriteTxn& t) -> Status {
-        RETURN_IF_ERROR(t.Put(Db::kMeta, k, "v"));
+  const std::vector<Status> results =
+      CommitTogether(gc, kThreads, [&](int i, LmdbEnv::WriteTxn& t) -> Status {
+        RETURN_IF_ERROR(t.Put(Db::kMeta, "k" + std::to_string(i), "v"));
         if (i == 3) {
           ++bad_runs;
           return InvalidArgument("request 3 is bad");
         }
         return Status::Ok();
       });
-    });
-  }
-  for (auto& t : threads) t.join();
   for (int i = 0; i < kThreads; ++i) {
     if (i == 3) {
       EXPECT_EQ(results[i].code(), StatusCode::kInvalidArgument);

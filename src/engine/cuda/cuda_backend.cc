@@ -277,15 +277,23 @@ Status CudaBackend::ReadBlock(int group, int32_t block, std::span<std::byte> out
   return Status::Ok();
 }
 
-Status CudaBackend::ReadBlocks(int group, std::span<const int32_t> blocks,
-                               std::span<std::byte> out) {
+Result<size_t> CudaBackend::CheckBlockBatch(const char* what, int group,
+                                            std::span<const int32_t> blocks,
+                                            size_t buffer_bytes) const {
   if (group < 0 || group >= static_cast<int>(kv_.size()))
-    return InvalidArgument("ReadBlocks: group out of range");
+    return InvalidArgument(std::string(what) + ": group out of range");
   const size_t n = spec_.BytesPerBlock(group, layout_.block_size);
-  if (out.size() != n * blocks.size()) return InvalidArgument("ReadBlocks: buffer size mismatch");
+  if (buffer_bytes != n * blocks.size())
+    return InvalidArgument(std::string(what) + ": buffer size mismatch");
   for (int32_t b : blocks)
     if (b < 0 || b >= layout_.blocks_per_group[group])
-      return InvalidArgument("ReadBlocks: block out of range");
+      return InvalidArgument(std::string(what) + ": block out of range");
+  return n;
+}
+
+Status CudaBackend::ReadBlocks(int group, std::span<const int32_t> blocks,
+                               std::span<std::byte> out) {
+  ASSIGN_OR_RETURN(const size_t n, CheckBlockBatch("ReadBlocks", group, blocks, out.size()));
   if (blocks.empty()) return Status::Ok();
   constexpr size_t kChunk = 64ull << 20;
   const size_t per = std::max<size_t>(1, kChunk / n);  // blocks per synchronisation
@@ -307,14 +315,7 @@ Status CudaBackend::ReadBlocks(int group, std::span<const int32_t> blocks,
 
 Result<uint64_t> CudaBackend::StartReadBlocks(int group, std::span<const int32_t> blocks,
                                               std::span<std::byte> out) {
-  if (group < 0 || group >= static_cast<int>(kv_.size()))
-    return InvalidArgument("StartReadBlocks: group out of range");
-  const size_t n = spec_.BytesPerBlock(group, layout_.block_size);
-  if (out.size() != n * blocks.size())
-    return InvalidArgument("StartReadBlocks: buffer size mismatch");
-  for (int32_t b : blocks)
-    if (b < 0 || b >= layout_.blocks_per_group[group])
-      return InvalidArgument("StartReadBlocks: block out of range");
+  ASSIGN_OR_RETURN(const size_t n, CheckBlockBatch("StartReadBlocks", group, blocks, out.size()));
   if (read_events_.empty()) {
     read_events_.resize(kReadEvents);
     for (cudaEvent_t& e : read_events_)
@@ -359,13 +360,7 @@ Status CudaBackend::WriteBlock(int group, int32_t block, std::span<const std::by
 
 Status CudaBackend::WriteBlocks(int group, std::span<const int32_t> blocks,
                                 std::span<const std::byte> in) {
-  if (group < 0 || group >= static_cast<int>(kv_.size()))
-    return InvalidArgument("WriteBlocks: group out of range");
-  const size_t n = spec_.BytesPerBlock(group, layout_.block_size);
-  if (in.size() != n * blocks.size()) return InvalidArgument("WriteBlocks: buffer size mismatch");
-  for (int32_t b : blocks)
-    if (b < 0 || b >= layout_.blocks_per_group[group])
-      return InvalidArgument("WriteBlocks: block out of range");
+  ASSIGN_OR_RETURN(const size_t n, CheckBlockBatch("WriteBlocks", group, blocks, in.size()));
   std::byte* base = kv_[group].get<std::byte>();
   for (size_t i = 0; i < blocks.size(); ++i) {
     CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(base + n * blocks[i], in.data() + i * n, n,

@@ -102,6 +102,10 @@ class CudaBackend final : public Backend {
   Status UploadF32(const WeightSource& w, const std::vector<std::string>& names,
                    const std::vector<std::vector<int64_t>>& shapes, float** out);
   Status CheckBatch(std::span<const SeqStep> batch) const;
+  // The checks every batched block copy makes (group, every block id,
+  // buffer of exactly blocks.size() blocks); returns the bytes per block.
+  Result<size_t> CheckBlockBatch(const char* what, int group, std::span<const int32_t> blocks,
+                                 size_t buffer_bytes) const;
   Status EnsureCapacity(int64_t tokens, int64_t seqs,
                         const std::array<int, kMaxCacheGroups>& width);
   Status Run(std::span<const SeqStep> batch, std::span<const uint8_t> greedy_rows,
