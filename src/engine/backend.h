@@ -167,6 +167,11 @@ class Backend {
   // each pass's input copy to the end of its last kernel, as the device's
   // own clock measures it (0 where there is no device).
   virtual double device_seconds() const { return 0; }
+  // Host seconds spent capturing and instantiating step graphs, and how many
+  // were captured (0 for backends without graphs). The device is idle
+  // meanwhile, so device_seconds() includes this time.
+  virtual double graph_capture_seconds() const { return 0; }
+  virtual int64_t graphs_captured() const { return 0; }
   // `bytes` of host memory suited to WriteBlocks / ReadBlocks. Call it
   // outside hot paths: pinning memory is slow.
   virtual Result<HostBuffer> AllocateHostBuffer(size_t bytes) {

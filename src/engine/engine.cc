@@ -152,6 +152,8 @@ void Engine::PublishStats() {
   local_.resident_agents = static_cast<int64_t>(agents_.size());
   local_.loading = static_cast<int64_t>(loading_.size());
   local_.device_seconds = backend_->device_seconds();
+  local_.graph_capture_seconds = backend_->graph_capture_seconds();
+  local_.graphs_captured = backend_->graphs_captured();
   local_.pools.clear();
   for (int g = 0; g < kv_->num_groups(); ++g) local_.pools.push_back(kv_->Stats(g));
   std::lock_guard<std::mutex> lock(mu_);

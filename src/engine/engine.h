@@ -84,6 +84,8 @@ struct EngineStats {
   double step_seconds = 0;            // in Step (scheduling, forward, sampling, output)
   double forward_seconds = 0;         // of which in the backend's forward call
   double device_seconds = 0;          // Backend::device_seconds()
+  double graph_capture_seconds = 0;   // Backend::graph_capture_seconds()
+  int64_t graphs_captured = 0;        // Backend::graphs_captured()
   int64_t save_dropped_blocks = 0;    // not saved: evicted while waiting for staging
   std::vector<BlockPoolStats> pools;  // per cache group
 };

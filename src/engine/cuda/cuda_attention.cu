@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(kThreads) AttentionKernel(const AttentionParam
   const bf16* cache = reinterpret_cast<const bf16*>(c.base);
   const bf16* knew = reinterpret_cast<const bf16*>(p.k_new);
   const bf16* vnew = reinterpret_cast<const bf16*>(p.v_new);
-  const int32_t* table = c.tables + static_cast<int64_t>(s) * c.table_stride;
+  const int32_t* table = c.tables + static_cast<int64_t>(s) * *c.table_stride;
   auto issue = [&](int kt, int buf) {
     for (int i = tid; i < kKeys * vpr; i += kThreads) {
       const int j = i / vpr, col = i % vpr;

@@ -38,6 +38,7 @@ CudaBackend::~CudaBackend() {
   for (cudaEvent_t e : step_events_)
     if (e) cudaEventDestroy(e);
   if (cublas_) cublasDestroy(cublas_);
+  if (step_log_) std::fclose(step_log_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -58,6 +59,8 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::Create(const ModelConfig& conf
   std::unique_ptr<CudaBackend> b(new CudaBackend(config, options));
   if (const char* g = std::getenv("AGENTKV_CUDA_GRAPHS"); g && std::string(g) == "0")
     b->options_.graphs = false;
+  if (const char* path = std::getenv("AGENTKV_CUDA_STEP_LOG"); path && *path)
+    b->step_log_ = std::fopen(path, "a");
   RETURN_IF_ERROR(b->Init(weights));
   return b;
 }
@@ -216,7 +219,7 @@ Status CudaBackend::EnsureCapacity(int64_t tokens, int64_t seqs,
     cuda::DeviceBuffer* buf;
     int64_t bytes;
   };
-  int64_t meta = 7 * T + 2 * B + 1;
+  int64_t meta = kMaxCacheGroups + 7 * T + 2 * B + 1;
   for (int g = 0; g < kMaxCacheGroups; ++g) meta += B * cap_width_[g];
   const Want wants[] = {
       {&x_, T * H * 4},

@@ -14,12 +14,14 @@
 // PCIe. Workspaces are sized at AllocateKv for `max_step_tokens` tokens and
 // `max_batch` sequences and only grow (outside the steady state) when a step
 // needs more; the decode loop allocates nothing.
-// Set AGENTKV_CUDA_GRAPHS=0 in the environment to run without graphs.
+// Set AGENTKV_CUDA_GRAPHS=0 in the environment to run without graphs;
+// AGENTKV_CUDA_STEP_LOG=path logs every step (diagnostics).
 //
 // Thread-safety: as Backend; one thread at a time. Owns its CUDA stream and
 // cuBLAS handle; uses the current device at creation (device 0 by default).
 #pragma once
 
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <utility>
@@ -81,6 +83,8 @@ class CudaBackend final : public Backend {
   double device_seconds() const override { return device_seconds_; }
   // Steps run through a captured graph so far (for tests and benchmarks).
   int64_t graph_steps() const { return graph_steps_; }
+  double graph_capture_seconds() const override { return capture_seconds_; }
+  int64_t graphs_captured() const override { return graphs_captured_; }
 
  private:
   struct Layer;
@@ -92,7 +96,9 @@ class CudaBackend final : public Backend {
     int tiles = 0;   // attention tiles
     int rows = 0;    // logits rows
     int splits = 1;  // attention key splits
-    std::array<int, kMaxCacheGroups> table_stride{};
+    // Block-table ints reserved per sequence and group: the step's own
+    // width, or in graphs the capacity (the width itself is in the metadata).
+    std::array<int, kMaxCacheGroups> table_space{};
   };
 
   CudaBackend(const ModelConfig& config, const CudaBackendOptions& options);
@@ -117,12 +123,19 @@ class CudaBackend final : public Backend {
   Status NormGemm(const float* x, const int32_t* rows, const float* norm_w, const cuda::bf16_t* w,
                   void* y, int m, int n, bool y_f32 = true);
   int SplitsFor(int tiles, int tokens, int64_t max_keys) const;
+  // The shape of a graph step of `bucket` sequences (width-independent).
+  Shape GraphShape(int bucket) const;
+  // Captures the graph of every bucket up to the sequence capacity that has
+  // none yet: the first graph step after start or a workspace growth pays
+  // for all of them at once instead of stalling later steps.
+  Status CaptureGraphs();
   void ClearGraphs();
 
   // Offsets (in int32) of the per-step metadata arrays in meta_ / host_meta_;
   // a function of the Shape alone, so a graph's addresses stay valid.
   struct MetaLayout {
-    size_t tokens, pos, tok_seq, tile_seq, tile_t0, tile_n, logit_rows, seq_start, seq_first;
+    size_t strides, tokens, pos, tok_seq, tile_seq, tile_t0, tile_n, logit_rows, seq_start,
+        seq_first;
     std::array<size_t, kMaxCacheGroups> tables;
     size_t total;
   };
@@ -163,8 +176,13 @@ class CudaBackend final : public Backend {
   cuda::PinnedBuffer host_meta_, host_tokens_;
   cuda::PinnedBuffer read_staging_;  // ReadBlocks
 
-  std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;  // (bucket, table stride)
+  std::map<int, cudaGraphExec_t> graphs_;  // by batch bucket
   int64_t graph_steps_ = 0;
+  int64_t graphs_captured_ = 0;
+  double capture_seconds_ = 0;  // host time capturing and instantiating graphs
+  // AGENTKV_CUDA_STEP_LOG=path: one line per step (tokens, sequences, graph
+  // bucket or 0, table stride, attention splits, capture ms, device ms).
+  std::FILE* step_log_ = nullptr;
 };
 
 }  // namespace agentkv

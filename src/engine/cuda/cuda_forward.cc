@@ -1,5 +1,7 @@
 // CudaBackend: the forward pass (metadata, kernel sequence, CUDA graphs).
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 
 #include "engine/cuda/cuda_backend.h"
 #include "engine/cuda/cuda_backend_layer.h"
@@ -33,6 +35,7 @@ CudaBackend::MetaLayout CudaBackend::Layout(const Shape& s) {
     o += n;
     return at;
   };
+  m.strides = take(kMaxCacheGroups);
   m.tokens = take(s.tokens);
   m.pos = take(s.tokens);
   m.tok_seq = take(s.tokens);
@@ -43,7 +46,7 @@ CudaBackend::MetaLayout CudaBackend::Layout(const Shape& s) {
   m.seq_start = take(s.seqs);
   m.seq_first = take(s.seqs + 1);
   for (int g = 0; g < kMaxCacheGroups; ++g)
-    m.tables[g] = take(static_cast<size_t>(s.seqs) * s.table_stride[g]);
+    m.tables[g] = take(static_cast<size_t>(s.seqs) * s.table_space[g]);
   m.total = o;
   return m;
 }
@@ -58,6 +61,46 @@ int CudaBackend::SplitsFor(int tiles, int tokens, int64_t max_keys) const {
   int s = std::clamp(std::max(fill, len), 1, 32);
   while (s > 1 && static_cast<int64_t>(tokens) * s > cap_parts_) --s;
   return s;
+}
+
+CudaBackend::Shape CudaBackend::GraphShape(int bucket) const {
+  Shape sh;
+  sh.tokens = sh.seqs = sh.tiles = sh.rows = bucket;
+  for (size_t g = 0; g < spec_.groups.size(); ++g) sh.table_space[g] = cap_width_[g];
+  // Splits from the bucket alone (the graph must not depend on the context
+  // length; the kernel divides each sequence's own keys among them): about
+  // 16 blocks per SM, as many as 32 per head for small batches.
+  const int per = std::max(1, bucket * config_.num_kv_heads);
+  int s = std::clamp(16 * num_sms_ / per, 1, 32);
+  while (s > 1 && static_cast<int64_t>(bucket) * s > cap_parts_) --s;
+  sh.splits = s;
+  return sh;
+}
+
+Status CudaBackend::CaptureGraphs() {
+  for (int b = 1; b <= cap_seqs_; b = Bucket(b) + 1) {
+    const int bucket = Bucket(b);
+    if (bucket > cap_seqs_ || graphs_.count(bucket)) continue;
+    const auto c0 = std::chrono::steady_clock::now();
+    cudaGraph_t g = nullptr;
+    CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    Status st = Enqueue(GraphShape(bucket));
+    const cudaError_t end = cudaStreamEndCapture(stream_, &g);
+    if (!st.ok()) {
+      if (g) cudaGraphDestroy(g);
+      return st;
+    }
+    CUDA_RETURN_IF_ERROR(end);
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t inst = cudaGraphInstantiate(&exec, g, 0);
+    cudaGraphDestroy(g);
+    CUDA_RETURN_IF_ERROR(inst);
+    graphs_.emplace(bucket, exec);
+    capture_seconds_ +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
+    ++graphs_captured_;
+  }
+  return Status::Ok();
 }
 
 Status CudaBackend::Forward(std::span<const SeqStep> batch, std::span<float> logits) {
@@ -106,26 +149,28 @@ Status CudaBackend::Run(std::span<const SeqStep> batch, std::span<const uint8_t>
   if (T == 0) return Status::Ok();
 
   const bool graph = options_.graphs && decode;
-  Shape sh;
   const int padded = graph ? Bucket(B) : B;
-  sh.tokens = graph ? padded : T;
-  sh.seqs = padded;
-  sh.tiles = graph ? padded : tiles;
-  sh.rows = graph ? padded : W;
   const int stride = Pow2AtLeast(need_blocks);
   std::array<int, kMaxCacheGroups> width{};
-  for (size_t g = 0; g < spec_.groups.size(); ++g) {
-    sh.table_stride[g] = stride;
-    width[g] = stride;
+  for (size_t g = 0; g < spec_.groups.size(); ++g) width[g] = stride;
+  RETURN_IF_ERROR(EnsureCapacity(graph ? padded : T, padded, width));
+  Shape sh;
+  if (graph) {
+    sh = GraphShape(padded);
+  } else {
+    sh.tokens = T;
+    sh.seqs = B;
+    sh.tiles = tiles;
+    sh.rows = W;
+    for (size_t g = 0; g < spec_.groups.size(); ++g) sh.table_space[g] = stride;
+    sh.splits = SplitsFor(sh.tiles, sh.tokens, static_cast<int64_t>(stride) * bs);
   }
-  RETURN_IF_ERROR(EnsureCapacity(sh.tokens, sh.seqs, width));
-  // From the table width, not the exact context: a graph's shape key.
-  sh.splits = SplitsFor(sh.tiles, sh.tokens, static_cast<int64_t>(stride) * bs);
 
   // Per-step metadata, in the layout of `sh`.
   const MetaLayout ml = Layout(sh);
   int32_t* m = host_meta_.get<int32_t>();
   int t = 0, tile = 0, row = 0;
+  for (int g = 0; g < kMaxCacheGroups; ++g) m[ml.strides + g] = stride;
   for (int s = 0; s < B; ++s) {
     const SeqStep& st = batch[s];
     const int n = static_cast<int>(st.tokens.size());
@@ -163,31 +208,25 @@ Status CudaBackend::Run(std::span<const SeqStep> batch, std::span<const uint8_t>
       std::fill_n(m + ml.tables[g] + static_cast<size_t>(s) * stride, stride, 0);
   }
   m[ml.seq_first + padded] = t;
+  // Up to the last group's rows (in graphs its reserved tail is not sent).
+  const size_t meta_ints =
+      ml.tables[spec_.groups.size() - 1] + static_cast<size_t>(padded) * stride;
   if (!step_events_[0]) {
     for (cudaEvent_t& e : step_events_) CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
   }
   CUDA_RETURN_IF_ERROR(cudaEventRecord(step_events_[0], stream_));
   CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(meta_.get(), m, ml.total * 4, cudaMemcpyHostToDevice, stream_));
+      cudaMemcpyAsync(meta_.get(), m, meta_ints * 4, cudaMemcpyHostToDevice, stream_));
 
+  double capture_ms = 0;
   if (graph) {
-    const auto key = std::make_pair(padded, stride);
-    auto it = graphs_.find(key);
+    auto it = graphs_.find(padded);
     if (it == graphs_.end()) {
-      cudaGraph_t g = nullptr;
-      CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-      Status st = Enqueue(sh);
-      const cudaError_t end = cudaStreamEndCapture(stream_, &g);
-      if (!st.ok()) {
-        if (g) cudaGraphDestroy(g);
-        return st;
-      }
-      CUDA_RETURN_IF_ERROR(end);
-      cudaGraphExec_t exec = nullptr;
-      const cudaError_t inst = cudaGraphInstantiate(&exec, g, 0);
-      cudaGraphDestroy(g);
-      CUDA_RETURN_IF_ERROR(inst);
-      it = graphs_.emplace(key, exec).first;
+      const double before = capture_seconds_;
+      RETURN_IF_ERROR(CaptureGraphs());
+      capture_ms = 1000 * (capture_seconds_ - before);
+      it = graphs_.find(padded);
+      if (it == graphs_.end()) return Internal("Forward: no graph for batch " + std::to_string(B));
     }
     CUDA_RETURN_IF_ERROR(cudaGraphLaunch(it->second, stream_));
     ++graph_steps_;
@@ -215,6 +254,9 @@ Status CudaBackend::Run(std::span<const SeqStep> batch, std::span<const uint8_t>
   float ms = 0.f;
   if (cudaEventElapsedTime(&ms, step_events_[0], step_events_[1]) == cudaSuccess)
     device_seconds_ += ms / 1000.0;
+  if (step_log_)
+    std::fprintf(step_log_, "%d %d %d %d %d %.3f %.3f\n", T, B, graph ? padded : 0, stride,
+                 sh.splits, capture_ms, ms);
   if (any_greedy) {
     const int32_t* tk = host_tokens_.get<int32_t>();
     for (int r = 0; r < W; ++r)
@@ -280,7 +322,7 @@ Status CudaBackend::Enqueue(const Shape& s) {
     view.block_size = bs;
     view.ring = spec_.RingBlocks(L.group, bs);
     view.tables = meta + ml.tables[L.group];
-    view.table_stride = s.table_stride[L.group];
+    view.table_stride = meta + ml.strides + L.group;
     // K and V go to the cache straight from the rotary kernel unless a ring
     // slot they overwrite may still be read by another query of this step.
     const bool fused_store = view.ring == 0 || s.tokens == s.seqs;

@@ -105,7 +105,7 @@ __global__ void QkvPostKernel(const float* qkv, const float* bias, const float* 
   bf16_t* ck = nullptr;
   if (tok_seq != nullptr && pos[t] >= 0) {
     const int lb = pos[t] / c.block_size;
-    const int64_t blk = c.tables[static_cast<int64_t>(tok_seq[t]) * c.table_stride +
+    const int64_t blk = c.tables[static_cast<int64_t>(tok_seq[t]) * *c.table_stride +
                                  (c.ring > 0 ? lb % c.ring : lb)];
     ck = c.base + blk * c.block_stride + c.layer_offset +
          static_cast<int64_t>(pos[t] % c.block_size) * nkv * D;
@@ -186,7 +186,7 @@ __global__ void KvStoreKernel(const bf16_t* k, const bf16_t* v, const int32_t* p
   }
   const int lb = p / c.block_size;
   const int32_t blk =
-      c.tables[static_cast<int64_t>(s) * c.table_stride + (c.ring > 0 ? lb % c.ring : lb)];
+      c.tables[static_cast<int64_t>(s) * *c.table_stride + (c.ring > 0 ? lb % c.ring : lb)];
   const int64_t row = static_cast<int64_t>(nkv) * D;
   bf16_t* kd = c.base + blk * c.block_stride + c.layer_offset + (p % c.block_size) * row;
   bf16_t* vd = kd + static_cast<int64_t>(c.block_size) * row;

@@ -47,8 +47,10 @@ struct KvCacheView {
   int64_t layer_offset = 0;  // elements to this layer's K within a block
   int block_size = 16;
   int ring = 0;                     // sliding groups: ring blocks; 0 for full
-  const int32_t* tables = nullptr;  // [seq][table_stride] block ids
-  int table_stride = 0;
+  const int32_t* tables = nullptr;  // [seq][*table_stride] block ids
+  // One device int: the row stride of `tables`. Read on the device so that a
+  // captured graph stays valid as the tables widen.
+  const int32_t* table_stride = nullptr;
 };
 
 // LaunchQkvPost that also stores k and v into the paged cache, as

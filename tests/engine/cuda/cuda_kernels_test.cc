@@ -320,7 +320,8 @@ TEST_P(CudaAttention, MatchesCpuReference) {
   tile_n.push_back(0);
   auto dq = Upload(Bf16Of(q)), dk = Upload(knew), dv = Upload(vnew), dc = Upload(cache),
        dtab = Upload(ids), dpos = Upload(pos), dss = Upload(seq_start), dsf = Upload(seq_first),
-       dts = Upload(tile_seq), dt0 = Upload(tile_t0), dtn = Upload(tile_n);
+       dts = Upload(tile_seq), dt0 = Upload(tile_t0), dtn = Upload(tile_n),
+       dwidth = Upload(std::vector<int32_t>{width});
   auto part_o = Poisoned<float>(static_cast<size_t>(T) * nh * pc.splits * D);
   auto part_ml = Poisoned<float>(static_cast<size_t>(T) * nh * pc.splits * 2);
   auto out = Poisoned<uint16_t>(static_cast<size_t>(T) * nh * D);
@@ -334,7 +335,7 @@ TEST_P(CudaAttention, MatchesCpuReference) {
   p.cache.block_size = bs;
   p.cache.ring = ring;
   p.cache.tables = dtab.get<int32_t>();
-  p.cache.table_stride = width;
+  p.cache.table_stride = dwidth.get<int32_t>();
   p.pos = dpos.get<int32_t>();
   p.seq_start = dss.get<int32_t>();
   p.seq_first = dsf.get<int32_t>();
