@@ -7,6 +7,10 @@
 #include <cuda_bf16.h>
 #include <mma.h>
 
+#include <cstdlib>
+#include <string>
+
+#include "engine/cuda/attention_common.cuh"
 #include "engine/cuda/cuda_kernels.h"
 #include "engine/cuda/pdl.cuh"
 
@@ -14,24 +18,12 @@ namespace agentkv::cuda {
 namespace {
 
 using namespace nvcuda;
-using bf16 = __nv_bfloat16;
 
 constexpr int kRows = 16;  // query rows per block
 constexpr int kKeys = 32;  // keys per tile
 constexpr int kThreads = 128;
 constexpr int kSP = kKeys + 4;  // score row stride (floats)
 constexpr int kPP = kKeys + 8;  // probability row stride (bf16)
-
-__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool valid) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  const int n = valid ? 16 : 0;  // 0: zero-fill, nothing read
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
-}
-__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
 
 size_t SmemBytes(int D) {
   const size_t DP = D + 8, OP = D + 4;
@@ -98,38 +90,9 @@ __global__ void __launch_bounds__(kThreads) AttentionKernel(const AttentionParam
   }
   for (int i = tid; i < kRows * OP; i += kThreads) O[i] = 0.f;
 
-  const KvCacheView& c = p.cache;
-  const int64_t kv_row = static_cast<int64_t>(p.nkv) * D;
-  const bf16* cache = reinterpret_cast<const bf16*>(c.base);
-  const bf16* knew = reinterpret_cast<const bf16*>(p.k_new);
-  const bf16* vnew = reinterpret_cast<const bf16*>(p.v_new);
-  const int32_t* table = c.tables + static_cast<int64_t>(s) * *c.table_stride;
+  KvLoader ld(p, s, kvh, start, first, ke, DP);
   auto issue = [&](int kt, int buf) {
-    for (int i = tid; i < kKeys * vpr; i += kThreads) {
-      const int j = i / vpr, col = i % vpr;
-      const int kp = kt + j;
-      const bool valid = kp < ke;
-      const bf16* ks = qg;
-      const bf16* vs = qg;
-      if (valid) {
-        if (kp >= start) {
-          const int64_t r = static_cast<int64_t>(first + kp - start) * kv_row + kvh * D;
-          ks = knew + r;
-          vs = vnew + r;
-        } else {
-          const int lb = kp / c.block_size;
-          const int64_t blk = table[c.ring > 0 ? lb % c.ring : lb];
-          ks = cache + blk * c.block_stride + c.layer_offset + (kp % c.block_size) * kv_row +
-               kvh * D;
-          vs = ks + static_cast<int64_t>(c.block_size) * kv_row;
-        }
-        ks += col * 8;
-        vs += col * 8;
-      }
-      CpAsync16(Ks + buf * kKeys * DP + j * DP + col * 8, ks, valid);
-      CpAsync16(Vs + buf * kKeys * DP + j * DP + col * 8, vs, valid);
-    }
-    CpAsyncCommit();
+    ld.Issue(kt, kKeys, Ks + buf * kKeys * DP, Vs + buf * kKeys * DP, tid, kThreads);
   };
 
   float m = -INFINITY, l = 0.f;
@@ -221,6 +184,176 @@ __global__ void __launch_bounds__(kThreads) AttentionKernel(const AttentionParam
   }
 }
 
+// Prefill tiles: kWideRows query rows per block (64 / G tokens), each of
+// the four warps owning 16 of them end to end (scores, softmax, P.V) while
+// the block shares every K/V tile it loads. Four times the rows of the
+// decode kernel per key read: prefill re-reads the prefix once per tile.
+constexpr int kWideRows = 64;
+
+size_t WideSmemBytes(int D) {
+  const size_t DP = D + 8, OP = D + 4;
+  return (kWideRows * DP + 4 * kKeys * DP) * sizeof(bf16) + kWideRows * kSP * sizeof(float) +
+         kWideRows * kPP * sizeof(bf16) + kWideRows * OP * sizeof(float);
+}
+
+__global__ void __launch_bounds__(kThreads) WideAttentionKernel(const AttentionParams p) {
+  PdlLaunchDependents();
+  PdlWait();
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int D = p.head_dim, DP = D + 8, OP = D + 4;
+  bf16* Qs = reinterpret_cast<bf16*>(smem);
+  bf16* Ks = Qs + kWideRows * DP;
+  bf16* Vs = Ks + 2 * kKeys * DP;
+  float* S = reinterpret_cast<float*>(Ks + 4 * kKeys * DP);
+  bf16* P = reinterpret_cast<bf16*>(S + kWideRows * kSP);
+  float* O = reinterpret_cast<float*>(P + kWideRows * kPP);
+
+  const int tile = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
+  const int n = p.tile_n[tile];
+  if (n <= 0) return;
+  const int s = p.tile_seq[tile], t0 = p.tile_t0[tile];
+  const int G = p.nh / p.nkv;
+  const int tpt = kWideRows / G;
+  const int start = p.seq_start[s], first = p.seq_first[s];
+  const int p0 = p.pos[t0], p1 = p.pos[t0 + n - 1];
+  const int lo = p.window > 0 ? max(0, p0 - p.window + 1) : 0;
+  const int hi = p1 + 1;
+  const int chunk = ((hi - lo + p.splits - 1) / p.splits + kKeys - 1) / kKeys * kKeys;
+  const int kb = lo + split * chunk;
+  const int ke = min(hi, kb + chunk);
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int r0 = warp * 16;                           // the warp's first row
+  const int row = r0 + (lane >> 1), half = lane & 1;  // softmax: 2 lanes per row
+  const int rtok = row / G, rh = row % G;
+  const bool rvalid = rtok < tpt && rtok < n;
+  const bool wactive = r0 / G < n;  // any valid row in this warp
+  const int rpos = rvalid ? p.pos[t0 + rtok] : -1;
+  const int64_t out_row = rvalid ? (static_cast<int64_t>(t0 + rtok) * p.nh + kvh * G + rh) : 0;
+
+  if (kb >= ke) {  // an empty split: contributes nothing
+    if (rvalid) {
+      const int64_t b = out_row * p.splits + split;
+      for (int d = half; d < D; d += 2) p.part_o[b * D + d] = 0.f;
+      if (half == 0) {
+        p.part_ml[b * 2] = -INFINITY;
+        p.part_ml[b * 2 + 1] = 0.f;
+      }
+    }
+    return;
+  }
+
+  const int vpr = D / 8;  // 16-byte vectors per row
+  const bf16* qg = reinterpret_cast<const bf16*>(p.q);
+  for (int i = tid; i < kWideRows * vpr; i += kThreads) {
+    const int r = i / vpr, c = i % vpr;
+    const int tok = r / G, h = r % G;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (tok < tpt && tok < n)
+      v = *reinterpret_cast<const uint4*>(
+          qg + (static_cast<int64_t>(t0 + tok) * p.nh + kvh * G + h) * D + c * 8);
+    *reinterpret_cast<uint4*>(Qs + r * DP + c * 8) = v;
+  }
+  for (int i = tid; i < kWideRows * OP; i += kThreads) O[i] = 0.f;
+
+  KvLoader ld(p, s, kvh, start, first, ke, DP);
+  float m = -INFINITY, l = 0.f;
+  const int ksteps = D / 16;
+  float* Sw = S + r0 * kSP;
+  bf16* Pw = P + r0 * kPP;
+  float* Ow = O + r0 * OP;
+  ld.Issue(kb, kKeys, Ks, Vs, tid, kThreads);
+  int buf = 0;
+  for (int kt = kb; kt < ke; kt += kKeys) {
+    if (kt + kKeys < ke) {
+      ld.Issue(kt + kKeys, kKeys, Ks + (buf ^ 1) * kKeys * DP, Vs + (buf ^ 1) * kKeys * DP, tid,
+               kThreads);
+      CpAsyncWait<1>();
+    } else {
+      CpAsyncWait<0>();
+    }
+    __syncthreads();
+    if (wactive) {
+      const bf16* Kb = Ks + buf * kKeys * DP;
+      const bf16* Vb = Vs + buf * kKeys * DP;
+#pragma unroll
+      for (int nt = 0; nt < kKeys / 16; ++nt) {  // S = Q K^T, 16 rows x 32 keys
+        wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+        wmma::fill_fragment(acc, 0.f);
+        for (int kk = 0; kk < ksteps; ++kk) {
+          wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> a;
+          wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> b;
+          wmma::load_matrix_sync(a, Qs + r0 * DP + kk * 16, DP);
+          wmma::load_matrix_sync(b, Kb + nt * 16 * DP + kk * 16, DP);
+          wmma::mma_sync(acc, a, b, acc);
+        }
+        wmma::store_matrix_sync(Sw + nt * 16, acc, kSP, wmma::mem_row_major);
+      }
+      __syncwarp();
+      {  // online softmax: 2 lanes per row, 16 keys each
+        float sv[16];
+        float tmax = -INFINITY;
+#pragma unroll
+        for (int j16 = 0; j16 < 16; ++j16) {
+          const int j = half * 16 + j16, kp = kt + j;
+          float x = S[row * kSP + j] * p.scale;
+          if (p.softcap > 0.f) x = p.softcap * tanhf(x / p.softcap);
+          const bool ok =
+              rvalid && kp < ke && kp <= rpos && (p.window == 0 || kp > rpos - p.window);
+          sv[j16] = ok ? x : -INFINITY;
+          tmax = fmaxf(tmax, sv[j16]);
+        }
+        tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
+        const float m_new = fmaxf(m, tmax);
+        const float alpha = m_new == -INFINITY ? 1.f : expf(m - m_new);
+        float psum = 0.f;
+#pragma unroll
+        for (int j16 = 0; j16 < 16; ++j16) {
+          const float pj = sv[j16] == -INFINITY ? 0.f : expf(sv[j16] - m_new);
+          psum += pj;
+          P[row * kPP + half * 16 + j16] = __float2bfloat16_rn(pj);
+        }
+        psum += __shfl_xor_sync(0xffffffffu, psum, 1);
+        l = l * alpha + psum;
+        m = m_new;
+        if (alpha != 1.f)
+          for (int d = half; d < D; d += 2) O[row * OP + d] *= alpha;
+      }
+      __syncwarp();
+      for (int nt = 0; nt < ksteps; ++nt) {  // O += P V
+        wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+        wmma::load_matrix_sync(acc, Ow + nt * 16, OP, wmma::mem_row_major);
+#pragma unroll
+        for (int k2 = 0; k2 < kKeys / 16; ++k2) {
+          wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> a;
+          wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> b;
+          wmma::load_matrix_sync(a, Pw + k2 * 16, kPP);
+          wmma::load_matrix_sync(b, Vb + k2 * 16 * DP + nt * 16, DP);
+          wmma::mma_sync(acc, a, b, acc);
+        }
+        wmma::store_matrix_sync(Ow + nt * 16, acc, OP, wmma::mem_row_major);
+      }
+      __syncwarp();
+    }
+    __syncthreads();  // every warp is done with `buf` before it is refilled
+    buf ^= 1;
+  }
+
+  if (!rvalid) return;
+  if (p.splits == 1) {
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    bf16* out = reinterpret_cast<bf16*>(p.out) + out_row * D;
+    for (int d = half; d < D; d += 2) out[d] = __float2bfloat16_rn(O[row * OP + d] * inv);
+  } else {
+    const int64_t b = out_row * p.splits + split;
+    for (int d = half; d < D; d += 2) p.part_o[b * D + d] = O[row * OP + d];
+    if (half == 0) {
+      p.part_ml[b * 2] = m;
+      p.part_ml[b * 2 + 1] = l;
+    }
+  }
+}
+
 // One block per (token, head): merges the splits' partial results. The
 // first warp turns each split's (max, sum) into its weight (splits <= 32);
 // then every thread sums its output elements over the splits.
@@ -259,24 +392,36 @@ __global__ void CombineKernel(const AttentionParams p) {
 
 }  // namespace
 
-int TokensPerTile(int group_size) { return group_size > 0 ? kRows / group_size : 0; }
+int TokensPerTile(int group_size, bool wide) {
+  return group_size > 0 ? (wide ? kWideRows : kRows) / group_size : 0;
+}
 
 cudaError_t LaunchAttention(const AttentionParams& p, cudaStream_t stream) {
   if (p.num_tiles <= 0) return cudaSuccess;
   if (p.head_dim % 16 != 0 || p.head_dim > kMaxAttentionHeadDim || p.nkv <= 0 ||
       p.nh % p.nkv != 0 || p.nh / p.nkv > kRows || p.splits < 1 || p.splits > 32)
     return cudaErrorInvalidValue;
-  const size_t smem = SmemBytes(p.head_dim);
-  static size_t raised = 0;
-  if (smem > 48 * 1024 && smem > raised) {
-    cudaError_t e =
-        cudaFuncSetAttribute(AttentionKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(SmemBytes(kMaxAttentionHeadDim)));
+  // Raised once per kernel to what the largest head_dim needs.
+  static bool raised[2] = {false, false};
+  const size_t smem = p.wide ? WideSmemBytes(p.head_dim) : SmemBytes(p.head_dim);
+  const void* fn = p.wide ? reinterpret_cast<const void*>(WideAttentionKernel)
+                          : reinterpret_cast<const void*>(AttentionKernel);
+  if (smem > 48 * 1024 && !raised[p.wide]) {
+    const size_t most =
+        p.wide ? WideSmemBytes(kMaxAttentionHeadDim) : SmemBytes(kMaxAttentionHeadDim);
+    cudaError_t e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(most));
     if (e != cudaSuccess) return e;
-    raised = SmemBytes(kMaxAttentionHeadDim);
+    raised[p.wide] = true;
   }
-  cudaError_t e = LaunchPdl(AttentionKernel, dim3(p.num_tiles, p.nkv, p.splits), dim3(kThreads),
-                            smem, stream, p);
+  static const bool mma = [] {
+    const char* v = std::getenv("AGENTKV_CUDA_MMA_ATTENTION");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  const dim3 grid(p.num_tiles, p.nkv, p.splits);
+  cudaError_t e = mma && MmaAttentionSupported(p.head_dim) ? LaunchMmaAttention(p, stream)
+                  : p.wide ? LaunchPdl(WideAttentionKernel, grid, dim3(kThreads), smem, stream, p)
+                           : LaunchPdl(AttentionKernel, grid, dim3(kThreads), smem, stream, p);
   if (e != cudaSuccess || p.splits == 1) return e;
   return LaunchPdl(CombineKernel, dim3(p.tokens, p.nh), dim3(128), 0, stream, p);
 }

@@ -71,7 +71,6 @@ Status CudaBackend::Init(const WeightSource& w) {
   if (static_cast<int>(spec_.groups.size()) > kMaxCacheGroups)
     return InvalidArgument("cuda backend: too many cache groups");
   group_size_ = c.num_heads / c.num_kv_heads;
-  tokens_per_tile_ = cuda::TokensPerTile(group_size_);
   CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
   CUDA_RETURN_IF_ERROR(
       cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, options_.device));
@@ -197,7 +196,33 @@ Status CudaBackend::AllocateKv(const KvLayout& layout) {
     width[g] = 16;
   }
   RETURN_IF_ERROR(EnsureCapacity(options_.max_step_tokens, options_.max_batch, width));
+  if (!gemms_warm_) RETURN_IF_ERROR(WarmUpGemms());
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  return Status::Ok();
+}
+
+Status CudaBackend::WarmUpGemms() {
+  const ModelConfig& c = config_;
+  const int H = c.hidden_size, I = c.intermediate_size, A = c.num_heads * c.head_dim;
+  const int qkv_n = (c.num_heads + 2 * c.num_kv_heads) * c.head_dim;
+  const Layer& L = layers_[0];
+  for (int m = 3; m <= cap_tokens_; m = m < 64 ? m * 2 : m < 1024 ? m + 64 : m * 3 / 2) {
+    // Inputs are whatever the workspaces hold; every output is overwritten
+    // before it is read by a real step.
+    RETURN_IF_ERROR(Gemm(h_.get<cuda::bf16_t>(), L.wqkv, qkv_.get(), true, m, qkv_n, H, 0.f));
+    // As Enqueue calls them: sandwich-norm models write o, the others add
+    // into the residual stream x (another cuBLAS kernel family).
+    void* res = c.sandwich_norm ? o_.get() : x_.get();
+    const float beta = c.sandwich_norm ? 0.f : 1.f;
+    RETURN_IF_ERROR(Gemm(attn_.get<cuda::bf16_t>(), L.wo, res, true, m, H, A, beta));
+    RETURN_IF_ERROR(Gemm(h_.get<cuda::bf16_t>(), L.w_gate_up, gu_.get(), false, m, 2 * I, H, 0.f));
+    RETURN_IF_ERROR(Gemm(act_.get<cuda::bf16_t>(), L.w_down, res, true, m, H, I, beta));
+    if (m <= cap_seqs_)
+      RETURN_IF_ERROR(
+          Gemm(h_.get<cuda::bf16_t>(), lm_head_, logits_.get(), true, m, c.vocab_size, H, 0.f));
+  }
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  gemms_warm_ = true;
   return Status::Ok();
 }
 

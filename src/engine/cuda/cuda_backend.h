@@ -91,11 +91,12 @@ class CudaBackend final : public Backend {
   // The sizes one enqueued forward pass is built for; a graph is valid for
   // exactly one shape.
   struct Shape {
-    int tokens = 0;  // rows of every activation (padded in graphs)
-    int seqs = 0;    // sequence entries (padded in graphs)
-    int tiles = 0;   // attention tiles
-    int rows = 0;    // logits rows
-    int splits = 1;  // attention key splits
+    int tokens = 0;     // rows of every activation (padded in graphs)
+    int seqs = 0;       // sequence entries (padded in graphs)
+    int tiles = 0;      // attention tiles
+    int rows = 0;       // logits rows
+    int splits = 1;     // attention key splits
+    bool wide = false;  // wide attention tiles (steps with prompt chunks)
     // Block-table ints reserved per sequence and group: the step's own
     // width, or in graphs the capacity (the width itself is in the metadata).
     std::array<int, kMaxCacheGroups> table_space{};
@@ -129,6 +130,11 @@ class CudaBackend final : public Backend {
   // none yet: the first graph step after start or a workspace growth pays
   // for all of them at once instead of stalling later steps.
   Status CaptureGraphs();
+  // Runs every GEMM shape of the model once at a spread of row counts
+  // (once per backend): cuBLAS loads its kernels lazily, and the first step
+  // of each new size paid 5-15 ms for it.
+  Status WarmUpGemms();
+  bool gemms_warm_ = false;
   void ClearGraphs();
 
   // Offsets (in int32) of the per-step metadata arrays in meta_ / host_meta_;
@@ -146,7 +152,7 @@ class CudaBackend final : public Backend {
   CudaBackendOptions options_;
   KvLayout layout_;
   int num_sms_ = 0;
-  int group_size_ = 1, tokens_per_tile_ = 1;
+  int group_size_ = 1;
   cudaStream_t stream_ = nullptr;
   // Brackets each forward pass on the stream (device_seconds).
   cudaEvent_t step_events_[2] = {nullptr, nullptr};

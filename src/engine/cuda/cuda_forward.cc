@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 
 #include "engine/cuda/cuda_backend.h"
 #include "engine/cuda/cuda_backend_layer.h"
@@ -70,8 +71,13 @@ CudaBackend::Shape CudaBackend::GraphShape(int bucket) const {
   // Splits from the bucket alone (the graph must not depend on the context
   // length; the kernel divides each sequence's own keys among them): about
   // 16 blocks per SM, as many as 32 per head for small batches.
+  // AGENTKV_CUDA_DECODE_BLOCKS_PER_SM overrides the 16 (for measurements).
+  static const int per_sm = [] {
+    const char* v = std::getenv("AGENTKV_CUDA_DECODE_BLOCKS_PER_SM");
+    return v != nullptr && std::atoi(v) > 0 ? std::atoi(v) : 16;
+  }();
   const int per = std::max(1, bucket * config_.num_kv_heads);
-  int s = std::clamp(16 * num_sms_ / per, 1, 32);
+  int s = std::clamp(per_sm * num_sms_ / per, 1, 32);
   while (s > 1 && static_cast<int64_t>(bucket) * s > cap_parts_) --s;
   sh.splits = s;
   return sh;
@@ -126,7 +132,6 @@ Status CudaBackend::Run(std::span<const SeqStep> batch, std::span<const uint8_t>
     const int n = static_cast<int>(st.tokens.size());
     T += n;
     W += st.want_logits ? 1 : 0;
-    tiles += (n + tokens_per_tile_ - 1) / tokens_per_tile_;
     decode = decode && n == 1 && st.want_logits;
     const int64_t end = st.start_pos + static_cast<int64_t>(n);
     for (size_t g = 0; g < spec_.groups.size(); ++g) {
@@ -148,6 +153,10 @@ Status CudaBackend::Run(std::span<const SeqStep> batch, std::span<const uint8_t>
     return InvalidArgument("Forward: tokens buffer too small");
   if (T == 0) return Status::Ok();
 
+  // Steps with prompt chunks use the wide attention tiles (a prefill
+  // re-reads the prefix once per tile); pure decode steps the narrow ones.
+  const int tpt = cuda::TokensPerTile(group_size_, !decode);
+  for (const SeqStep& st : batch) tiles += (static_cast<int>(st.tokens.size()) + tpt - 1) / tpt;
   const bool graph = options_.graphs && decode;
   const int padded = graph ? Bucket(B) : B;
   const int stride = Pow2AtLeast(need_blocks);
@@ -162,6 +171,7 @@ Status CudaBackend::Run(std::span<const SeqStep> batch, std::span<const uint8_t>
     sh.seqs = B;
     sh.tiles = tiles;
     sh.rows = W;
+    sh.wide = !decode;
     for (size_t g = 0; g < spec_.groups.size(); ++g) sh.table_space[g] = stride;
     sh.splits = SplitsFor(sh.tiles, sh.tokens, static_cast<int64_t>(stride) * bs);
   }
@@ -176,10 +186,10 @@ Status CudaBackend::Run(std::span<const SeqStep> batch, std::span<const uint8_t>
     const int n = static_cast<int>(st.tokens.size());
     m[ml.seq_start + s] = st.start_pos;
     m[ml.seq_first + s] = t;
-    for (int i = 0; i < n; i += tokens_per_tile_, ++tile) {
+    for (int i = 0; i < n; i += tpt, ++tile) {
       m[ml.tile_seq + tile] = s;
       m[ml.tile_t0 + tile] = t + i;
-      m[ml.tile_n + tile] = std::min(tokens_per_tile_, n - i);
+      m[ml.tile_n + tile] = std::min(tpt, n - i);
     }
     for (int i = 0; i < n; ++i, ++t) {
       m[ml.tokens + t] = st.tokens[i];
@@ -355,6 +365,7 @@ Status CudaBackend::Enqueue(const Shape& s) {
     ap.scale = c.AttentionScale();
     ap.softcap = c.attn_logit_softcap;
     ap.splits = s.splits;
+    ap.wide = s.wide;
     ap.part_o = part_o_.get<float>();
     ap.part_ml = part_ml_.get<float>();
     ap.out = attn;

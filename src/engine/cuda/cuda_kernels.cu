@@ -67,6 +67,44 @@ __global__ void RmsNormKernel(const float* x, const int32_t* rows_idx, const flo
   }
 }
 
+// RmsNormKernel for dim a multiple of 4 and at most kNormVec * 4 per
+// thread: float4 loads, the row kept in registers between the sum and the
+// scaling (one read of x instead of two), 8-byte bf16 stores.
+constexpr int kNormVec = 4;
+__global__ void RmsNormVecKernel(const float* x, const int32_t* rows_idx, const float* w,
+                                 bf16_t* out, int dim, float eps, bool plus_one) {
+  PdlLaunchDependents();
+  PdlWait();
+  __shared__ float red[32];
+  const int64_t src = rows_idx ? rows_idx[blockIdx.x] : blockIdx.x;
+  const float4* xr = reinterpret_cast<const float4*>(x + src * dim);
+  const int nv = dim / 4;
+  float4 v[kNormVec];
+  float ss = 0.f;
+#pragma unroll
+  for (int j = 0; j < kNormVec; ++j) {
+    const int i = threadIdx.x + j * blockDim.x;
+    v[j] = i < nv ? xr[i] : make_float4(0.f, 0.f, 0.f, 0.f);
+    ss += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
+  }
+  ss = BlockSum(ss, red);
+  const float inv = 1.0f / sqrtf(ss / dim + eps);
+  const float4* wv = reinterpret_cast<const float4*>(w);
+  uint2* o = reinterpret_cast<uint2*>(out + static_cast<int64_t>(blockIdx.x) * dim);
+#pragma unroll
+  for (int j = 0; j < kNormVec; ++j) {
+    const int i = threadIdx.x + j * blockDim.x;
+    if (i >= nv) break;
+    float4 g = wv[i];
+    if (plus_one) g = make_float4(1.f + g.x, 1.f + g.y, 1.f + g.z, 1.f + g.w);
+    const uint32_t lo = static_cast<uint32_t>(ToBf(v[j].x * inv * g.x)) |
+                        static_cast<uint32_t>(ToBf(v[j].y * inv * g.y)) << 16;
+    const uint32_t hi = static_cast<uint32_t>(ToBf(v[j].z * inv * g.z)) |
+                        static_cast<uint32_t>(ToBf(v[j].w * inv * g.w)) << 16;
+    o[i] = make_uint2(lo, hi);
+  }
+}
+
 __global__ void AddNormedKernel(const float* o, const float* w_post, float* x, const float* w_pre,
                                 bf16_t* h, int dim, float eps, bool plus_one) {
   PdlLaunchDependents();
@@ -225,6 +263,39 @@ __global__ void GatedActKernel(const bf16_t* gu, bf16_t* out, int n, int act) {
   }
 }
 
+// GatedActKernel with 16-byte accesses: 8 elements of a row per thread and
+// iteration (n a multiple of 8). The scalar kernel moved 2 bytes per access
+// and ran at ~40% of the copy bandwidth on prefill rows.
+__global__ void GatedActVecKernel(const bf16_t* gu, bf16_t* out, int n, int act) {
+  PdlLaunchDependents();
+  PdlWait();
+  const int64_t r = blockIdx.y;
+  const uint4* g = reinterpret_cast<const uint4*>(gu + r * 2 * n);
+  const uint4* u = reinterpret_cast<const uint4*>(gu + r * 2 * n + n);
+  uint4* o = reinterpret_cast<uint4*>(out + r * n);
+  const int nv = n / 8;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < nv; i += gridDim.x * blockDim.x) {
+    const uint4 gv = g[i], uv = u[i];
+    uint4 ov;
+    const bf16_t* ge = reinterpret_cast<const bf16_t*>(&gv);
+    const bf16_t* ue = reinterpret_cast<const bf16_t*>(&uv);
+    bf16_t* oe = reinterpret_cast<bf16_t*>(&ov);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const float x = Bf(ge[e]);
+      float a;
+      if (act == 0) {
+        a = x / (1.0f + expf(-x));
+      } else {
+        const float c = 0.7978845608028654f;
+        a = 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
+      }
+      oe[e] = ToBf(a * Bf(ue[e]));
+    }
+    o[i] = ov;
+  }
+}
+
 __global__ void SoftcapKernel(float* x, int64_t n, float cap) {
   PdlLaunchDependents();
   PdlWait();
@@ -356,8 +427,12 @@ cudaError_t LaunchEmbed(const bf16_t* embed, const int32_t* tokens, int rows, in
 cudaError_t LaunchRmsNorm(const float* x, const int32_t* rows_idx, const float* w, bf16_t* out,
                           int rows, int dim, float eps, bool plus_one, cudaStream_t stream) {
   if (rows <= 0) return cudaSuccess;
-  return LaunchPdl(RmsNormKernel, dim3(rows), dim3(NormThreads(dim)), 0, stream, x, rows_idx, w,
-                   out, dim, eps, plus_one);
+  const int threads = NormThreads(dim);
+  if (dim % 4 == 0 && dim <= threads * 4 * kNormVec)
+    return LaunchPdl(RmsNormVecKernel, dim3(rows), dim3(threads), 0, stream, x, rows_idx, w, out,
+                     dim, eps, plus_one);
+  return LaunchPdl(RmsNormKernel, dim3(rows), dim3(threads), 0, stream, x, rows_idx, w, out, dim,
+                   eps, plus_one);
 }
 
 cudaError_t LaunchAddNormed(const float* o, const float* w_post, float* x, const float* w_pre,
@@ -400,6 +475,10 @@ cudaError_t LaunchKvStore(const bf16_t* k, const bf16_t* v, const int32_t* pos,
 cudaError_t LaunchGatedAct(const bf16_t* gate_up, bf16_t* out, int rows, int n, int act,
                            cudaStream_t stream) {
   if (rows <= 0) return cudaSuccess;
+  if (n % 8 == 0) {
+    const int nv = n / 8, bx = (nv + 127) / 128 < 64 ? (nv + 127) / 128 : 64;
+    return LaunchPdl(GatedActVecKernel, dim3(bx, rows), dim3(128), 0, stream, gate_up, out, n, act);
+  }
   const int bx = (n + 255) / 256 < 64 ? (n + 255) / 256 : 64;
   return LaunchPdl(GatedActKernel, dim3(bx, rows), dim3(256), 0, stream, gate_up, out, n, act);
 }

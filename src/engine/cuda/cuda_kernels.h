@@ -76,13 +76,12 @@ cudaError_t LaunchKvStore(const bf16_t* k, const bf16_t* v, const int32_t* pos,
 // Attention of one layer over paged KV, flash-style (online softmax, tensor
 // cores, no score matrix in memory). Work comes in tiles: tile i covers
 // tile_n[i] consecutive tokens of sequence tile_seq[i] from token tile_t0[i];
-// tile_n = 0 marks padding. A tile may hold at most TokensPerTile(G) tokens
-// (G = nh / nkv <= 16). Keys at positions >= seq_start[s] (this step's) are
-// read from k_new / v_new at token seq_first[s] + (p - seq_start[s]); older
-// ones from the cache. With splits > 1 each tile's keys are split across
-// thread blocks (at most 32) and merged by a second kernel through part_o /
-// part_ml
-// (tokens * nh * splits * (head_dim + 2) floats).
+// tile_n = 0 marks padding. A tile may hold at most TokensPerTile(G, wide)
+// tokens (G = nh / nkv <= 16): 16 query rows, or 64 with `wide` (prefill:
+// each K/V tile loaded serves four times the rows). Keys at positions >= seq_start[s] (this step's)
+// are read from k_new / v_new at token seq_first[s] + (p - seq_start[s]); older ones from the
+// cache. With splits > 1 each tile's keys are split across thread blocks (at most 32) and merged by
+// a second kernel through part_o / part_ml (tokens * nh * splits * (head_dim + 2) floats).
 struct AttentionParams {
   const bf16_t* q = nullptr;  // [T][nh][D]
   const bf16_t* k_new = nullptr;
@@ -100,11 +99,12 @@ struct AttentionParams {
   int window = 0;  // 0: full
   float scale = 1.f, softcap = 0.f;
   int splits = 1;
+  bool wide = false;         // tiles of TokensPerTile(G, true) tokens
   float* part_o = nullptr;   // [T][nh][splits][D]
   float* part_ml = nullptr;  // [T][nh][splits][2]
   bf16_t* out = nullptr;     // [T][nh][D]
 };
-int TokensPerTile(int group_size);
+int TokensPerTile(int group_size, bool wide = false);
 // Largest head_dim the attention kernel takes (a multiple of 16).
 inline constexpr int kMaxAttentionHeadDim = 256;
 cudaError_t LaunchAttention(const AttentionParams& p, cudaStream_t stream);

@@ -41,7 +41,8 @@ TEST(CudaKernels, RmsNorm) {
   AGENTKV_REQUIRE_GPU();
   std::mt19937 rng(1);
   for (bool plus_one : {false, true}) {
-    for (int dim : {48, 2048, 4096}) {
+    // 48 to 4096: the vectorised kernel; 50 and 10000 the scalar one.
+    for (int dim : {48, 50, 2048, 4096, 10000}) {
       const int rows = 7;
       auto x = Random(rows * dim, rng, 2.f);
       auto w = Random(dim, rng, 0.2f, plus_one ? 0.f : 1.f);
@@ -133,18 +134,20 @@ TEST(CudaKernels, QkvPostMatchesNormAndRope) {
 TEST(CudaKernels, GatedActivation) {
   AGENTKV_REQUIRE_GPU();
   std::mt19937 rng(4);
-  const int rows = 3, n = 1000;
-  for (Activation a : {Activation::kSilu, Activation::kGeluTanh}) {
-    auto gu = Rounded(Random(rows * 2 * n, rng, 2.f));
-    auto d = Upload(Bf16Of(gu));
-    auto out = Poisoned<uint16_t>(rows * n);
-    ASSERT_EQ(cuda::LaunchGatedAct(d.get<cuda::bf16_t>(), out.get<cuda::bf16_t>(), rows, n,
-                                   a == Activation::kSilu ? 0 : 1, nullptr),
-              cudaSuccess);
-    std::vector<float> ref(rows * n);
-    kernels::GatedActivation(gu.data(), ref.data(), rows, n, a);
-    EXPECT_LT(RelErr(DownloadBf16(out, rows * n), ref), 1e-2);
-  }
+  const int rows = 3;
+  // Multiples of 8 take the vectorised kernel.
+  for (int n : {1000, 1001, 8192})
+    for (Activation a : {Activation::kSilu, Activation::kGeluTanh}) {
+      auto gu = Rounded(Random(rows * 2 * n, rng, 2.f));
+      auto d = Upload(Bf16Of(gu));
+      auto out = Poisoned<uint16_t>(rows * n);
+      ASSERT_EQ(cuda::LaunchGatedAct(d.get<cuda::bf16_t>(), out.get<cuda::bf16_t>(), rows, n,
+                                     a == Activation::kSilu ? 0 : 1, nullptr),
+                cudaSuccess);
+      std::vector<float> ref(rows * n);
+      kernels::GatedActivation(gu.data(), ref.data(), rows, n, a);
+      EXPECT_LT(RelErr(DownloadBf16(out, rows * n), ref), 1e-2) << n;
+    }
 }
 
 TEST(CudaKernels, GemvMatchesLinear) {
@@ -248,9 +251,11 @@ TEST(CudaKernels, EmbedAndSoftcap) {
 
 // Paged attention against AttendOne over the same bf16 values: sequences
 // mixing a long prefill chunk, chunks continuing cached context and decode
-// tokens; full attention and sliding rings; with and without key splits.
+// tokens; full attention and sliding rings; with and without key splits;
+// narrow (decode) and wide (prefill) tiles.
 struct AttnCase {
   int head_dim, nh, nkv, window, splits;
+  bool wide = false;
 };
 
 class CudaAttention : public ::testing::TestWithParam<AttnCase> {};
@@ -297,7 +302,7 @@ TEST_P(CudaAttention, MatchesCpuReference) {
   std::vector<float> q = Rounded(Random(static_cast<size_t>(T) * nh * D, rng));
   std::vector<uint16_t> knew(T * row), vnew(T * row);
   std::vector<int32_t> pos(T), seq_start(B), seq_first(B), tile_seq, tile_t0, tile_n;
-  const int tpt = cuda::TokensPerTile(G);
+  const int tpt = cuda::TokensPerTile(G, pc.wide);
   int t = 0;
   for (int s = 0; s < B; ++s) {
     seq_start[s] = seqs[s].start;
@@ -351,6 +356,7 @@ TEST_P(CudaAttention, MatchesCpuReference) {
   p.scale = 1.f / std::sqrt(static_cast<float>(D));
   p.softcap = pc.window == 7 ? 30.f : 0.f;
   p.splits = pc.splits;
+  p.wide = pc.wide;
   p.part_o = part_o.get<float>();
   p.part_ml = part_ml.get<float>();
   p.out = out.get<cuda::bf16_t>();
@@ -376,17 +382,26 @@ TEST_P(CudaAttention, MatchesCpuReference) {
   EXPECT_LT(RelErr(got, ref), 2e-2);
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,
-                         ::testing::Values(AttnCase{64, 32, 8, 0, 1}, AttnCase{64, 32, 8, 0, 7},
-                                           AttnCase{128, 32, 8, 0, 1}, AttnCase{128, 32, 8, 0, 4},
-                                           AttnCase{16, 4, 2, 7, 1}, AttnCase{16, 4, 2, 7, 3},
-                                           AttnCase{256, 8, 2, 40, 1}, AttnCase{256, 8, 2, 40, 5},
-                                           AttnCase{32, 4, 1, 0, 2}, AttnCase{128, 7, 1, 0, 1}),
+std::vector<AttnCase> AttnCases() {
+  const std::vector<AttnCase> shapes = {{64, 32, 8, 0, 1},  {64, 32, 8, 0, 7},  {128, 32, 8, 0, 1},
+                                        {128, 32, 8, 0, 4}, {16, 4, 2, 7, 1},   {16, 4, 2, 7, 3},
+                                        {256, 8, 2, 40, 1}, {256, 8, 2, 40, 5}, {32, 4, 1, 0, 2},
+                                        {128, 7, 1, 0, 1},  {64, 16, 1, 0, 3}};
+  std::vector<AttnCase> all;
+  for (bool wide : {false, true})
+    for (AttnCase c : shapes) {
+      c.wide = wide;
+      all.push_back(c);
+    }
+  return all;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention, ::testing::ValuesIn(AttnCases()),
                          [](const auto& info) {
                            const AttnCase& c = info.param;
                            return "D" + std::to_string(c.head_dim) + "_h" + std::to_string(c.nh) +
                                   "_kv" + std::to_string(c.nkv) + "_w" + std::to_string(c.window) +
-                                  "_s" + std::to_string(c.splits);
+                                  "_s" + std::to_string(c.splits) + (c.wide ? "_wide" : "");
                          });
 
 }  // namespace

@@ -1,0 +1,92 @@
+// Pieces the paged attention kernels share (device code only): cp.async
+// wrappers and the loader of K/V tiles from the paged cache.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include "engine/cuda/cuda_kernels.h"
+
+namespace agentkv::cuda {
+
+using bf16 = __nv_bfloat16;
+
+__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool valid) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int n = valid ? 16 : 0;  // 0: zero-fill, nothing read
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
+}
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// Issues the K and V loads of `nkeys` keys from position kt (zero-filled
+// from ke on) into rows of DP elements at Kd / Vd with cp.async, then
+// commits them as one group. Keys at positions >= start are this step's
+// (k_new / v_new), older ones the paged cache's.
+struct KvLoader {
+  KvCacheView c;
+  const bf16* cache;
+  const bf16* knew;
+  const bf16* vnew;
+  const bf16* dummy;  // a valid address for zero-filled loads
+  const int32_t* table;
+  int64_t kv_row;
+  int kvh, start, first, ke, D, DP;
+
+  __device__ __forceinline__ KvLoader(const AttentionParams& p, int s, int kvh_, int start_,
+                                      int first_, int ke_, int DP_)
+      : c(p.cache),
+        cache(reinterpret_cast<const bf16*>(p.cache.base)),
+        knew(reinterpret_cast<const bf16*>(p.k_new)),
+        vnew(reinterpret_cast<const bf16*>(p.v_new)),
+        dummy(reinterpret_cast<const bf16*>(p.q)),
+        table(p.cache.tables + static_cast<int64_t>(s) * *p.cache.table_stride),
+        kv_row(static_cast<int64_t>(p.nkv) * p.head_dim),
+        kvh(kvh_),
+        start(start_),
+        first(first_),
+        ke(ke_),
+        D(p.head_dim),
+        DP(DP_) {}
+
+  __device__ __forceinline__ void Issue(int kt, int nkeys, bf16* Kd, bf16* Vd, int tid,
+                                        int threads) const {
+    const int vpr = D / 8;
+    for (int i = tid; i < nkeys * vpr; i += threads) {
+      const int j = i / vpr, col = i % vpr;
+      const int kp = kt + j;
+      const bool valid = kp < ke;
+      const bf16* ks = dummy;
+      const bf16* vs = dummy;
+      if (valid) {
+        if (kp >= start) {
+          const int64_t r = static_cast<int64_t>(first + kp - start) * kv_row + kvh * D;
+          ks = knew + r;
+          vs = vnew + r;
+        } else {
+          const int lb = kp / c.block_size;
+          const int64_t blk = table[c.ring > 0 ? lb % c.ring : lb];
+          ks = cache + blk * c.block_stride + c.layer_offset + (kp % c.block_size) * kv_row +
+               kvh * D;
+          vs = ks + static_cast<int64_t>(c.block_size) * kv_row;
+        }
+        ks += col * 8;
+        vs += col * 8;
+      }
+      CpAsync16(Kd + j * DP + col * 8, ks, valid);
+      CpAsync16(Vd + j * DP + col * 8, vs, valid);
+    }
+    CpAsyncCommit();
+  }
+};
+
+// The mma.sync kernels of cuda_flash_attention.cu (head_dim 64 and 128);
+// LaunchAttention uses them where supported (AGENTKV_CUDA_MMA_ATTENTION=0:
+// never, for comparison). They write out / part_o / part_ml as
+// LaunchAttention documents; the split merge is the caller's.
+bool MmaAttentionSupported(int head_dim);
+cudaError_t LaunchMmaAttention(const AttentionParams& p, cudaStream_t stream);
+
+}  // namespace agentkv::cuda

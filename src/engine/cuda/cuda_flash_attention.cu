@@ -1,0 +1,345 @@
+// Paged attention on mma.sync (head_dim 64 and 128): the scores, the
+// softmax state and the output stay in registers, in the documented
+// m16n8k16 fragment layouts, and only K/V tiles pass through shared memory
+// (loaded once per block with cp.async, read with ldmatrix). The WMMA
+// kernels of cuda_attention.cu staged S and O through shared memory on every
+// 32 keys, which bounded them by shared-memory bandwidth, not by the cache
+// reads.
+//
+// A block has four warps and takes 16 * RW query rows of one tile (the G
+// heads of consecutive tokens sharing one KV head). Wide tiles (prefill,
+// RW = 4): each warp owns 16 rows and walks every key. Narrow tiles (decode,
+// RW = 1): the four warps own the same 16 rows and split each 64-key stage
+// between them, merging their partial softmax states through shared memory
+// at the end. Keys come in stages of 64, double-buffered.
+#include <cuda_bf16.h>
+
+#include "engine/cuda/attention_common.cuh"
+#include "engine/cuda/pdl.cuh"
+
+namespace agentkv::cuda {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kStage = 64;  // keys per pipeline stage
+constexpr float kLog2e = 1.4426950408889634f;
+
+__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void Ldsm4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(SmemAddr(p)));
+}
+
+__device__ __forceinline__ void Ldsm4T(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(SmemAddr(p)));
+}
+
+// d += a (16x16 bf16, row) * b (16x8 bf16, col), fp32 accumulators.
+__device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                    uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+size_t MmaSmemBytes(int D, int rw) {
+  const size_t DP = D + 8;
+  // Q rows, two stages of K and V; reused at the end for the warps' merge.
+  const size_t main = (16 * rw + 4 * kStage) * DP * sizeof(bf16);
+  const size_t merge = rw == 1 ? 4 * 16 * (D + 2) * sizeof(float) : 0;
+  return main > merge ? main : merge;
+}
+
+template <int D, int RW>
+__global__ void __launch_bounds__(kThreads) MmaAttentionKernel(const AttentionParams p) {
+  PdlLaunchDependents();
+  PdlWait();
+  constexpr int DP = D + 8;         // smem row stride (bf16): conflict-free ldmatrix
+  constexpr int KW = 4 / RW;        // warps sharing the rows, splitting the keys
+  constexpr int KPW = kStage / KW;  // keys per warp per stage (64 or 16)
+  constexpr int NS = KPW / 8;       // score fragments (n8) per warp per stage
+  constexpr int NO = D / 8;         // output fragments (n8)
+  constexpr int KQ = D / 16;        // k16 steps over head_dim
+  extern __shared__ __align__(128) unsigned char smem[];
+  bf16* Qs = reinterpret_cast<bf16*>(smem);
+  bf16* Ks = Qs + 16 * RW * DP;  // stage b at Ks + b * kStage * DP
+  bf16* Vs = Ks + 2 * kStage * DP;
+
+  const int tile = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
+  const int n = p.tile_n[tile];
+  if (n <= 0) return;
+  const int s = p.tile_seq[tile], t0 = p.tile_t0[tile];
+  const int G = p.nh / p.nkv;
+  const int tpt = 16 * RW / G;
+  const int start = p.seq_start[s], first = p.seq_first[s];
+  const int p0 = p.pos[t0], p1 = p.pos[t0 + n - 1];
+  const int lo = p.window > 0 ? max(0, p0 - p.window + 1) : 0;
+  const int hi = p1 + 1;
+  const int chunk = ((hi - lo + p.splits - 1) / p.splits + 15) / 16 * 16;
+  const int kb = lo + split * chunk;
+  const int ke = min(hi, kb + chunk);
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int rg = warp % RW, kw = warp / RW;  // row group; key share
+  const int g = lane >> 2, q4 = lane & 3;    // fragment row / column pair
+  // This thread's two rows (g, g + 8) of the warp's 16.
+  int rpos[2];
+  bool rvalid[2];
+  int64_t out_row[2];
+  for (int i = 0; i < 2; ++i) {
+    const int r = rg * 16 + g + 8 * i, tok = r / G;
+    rvalid[i] = tok < tpt && tok < n;
+    rpos[i] = rvalid[i] ? p.pos[t0 + tok] : -1;
+    out_row[i] = rvalid[i] ? static_cast<int64_t>(t0 + tok) * p.nh + kvh * G + r % G : 0;
+  }
+
+  if (kb >= ke) {  // an empty split: contributes nothing
+    if (kw == 0)
+      for (int i = 0; i < 2; ++i) {
+        if (!rvalid[i]) continue;
+        const int64_t b = out_row[i] * p.splits + split;
+        for (int d = q4; d < D; d += 4) p.part_o[b * D + d] = 0.f;
+        if (q4 == 0) {
+          p.part_ml[b * 2] = -INFINITY;
+          p.part_ml[b * 2 + 1] = 0.f;
+        }
+      }
+    return;
+  }
+
+  // The first stage in flight before the Q loads wait on memory.
+  KvLoader ld(p, s, kvh, start, first, ke, DP);
+  ld.Issue(kb, kStage, Ks, Vs, tid, kThreads);
+  constexpr int vpr = D / 8;  // 16-byte vectors per row
+  const bf16* qg = reinterpret_cast<const bf16*>(p.q);
+  for (int i = tid; i < 16 * RW * vpr; i += kThreads) {
+    const int r = i / vpr, c = i % vpr;
+    const int tok = r / G, h = r % G;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (tok < tpt && tok < n)
+      v = *reinterpret_cast<const uint4*>(
+          qg + (static_cast<int64_t>(t0 + tok) * p.nh + kvh * G + h) * D + c * 8);
+    *reinterpret_cast<uint4*>(Qs + r * DP + c * 8) = v;
+  }
+  __syncthreads();
+  uint32_t qf[KQ][4];  // Q as A fragments, for the whole walk
+  {
+    const bf16* base = Qs + (rg * 16 + (lane & 7) + 8 * ((lane >> 3) & 1)) * DP + 8 * (lane >> 4);
+#pragma unroll
+    for (int kk = 0; kk < KQ; ++kk) Ldsm4(qf[kk], base + kk * 16);
+  }
+
+  float o[NO][4];
+#pragma unroll
+  for (int j = 0; j < NO; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // m in log2 units
+  int buf = 0;
+  for (int kt = kb; kt < ke; kt += kStage) {
+    if (kt + kStage < ke) {
+      ld.Issue(kt + kStage, kStage, Ks + (buf ^ 1) * kStage * DP, Vs + (buf ^ 1) * kStage * DP, tid,
+               kThreads);
+      CpAsyncWait<1>();
+    } else {
+      CpAsyncWait<0>();
+    }
+    __syncthreads();
+    const int k0 = kt + kw * KPW;  // this warp's first key of the stage
+    if (k0 < ke) {
+      const bf16* Kb = Ks + buf * kStage * DP + kw * KPW * DP;
+      const bf16* Vb = Vs + buf * kStage * DP + kw * KPW * DP;
+      float sc[NS][4];
+#pragma unroll
+      for (int j = 0; j < NS; ++j) {  // S = Q K^T, 8 keys at a time
+        sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.f;
+        const bf16* kr = Kb + (j * 8 + (lane & 7)) * DP + 8 * (lane >> 3);
+#pragma unroll
+        for (int kk = 0; kk < KQ; kk += 2) {
+          uint32_t b[4];
+          Ldsm4(b, kr + kk * 16);
+          Mma(sc[j], qf[kk], b[0], b[1]);
+          Mma(sc[j], qf[kk + 1], b[2], b[3]);
+        }
+      }
+      // Online softmax over the two rows; a row's four lanes share it.
+      float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int j = 0; j < NS; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int i = e >> 1, kp = k0 + j * 8 + 2 * q4 + (e & 1);
+          float x = sc[j][e] * p.scale;
+          if (p.softcap > 0.f) x = p.softcap * tanhf(x / p.softcap);
+          x *= kLog2e;
+          const bool ok =
+              rvalid[i] && kp < ke && kp <= rpos[i] && (p.window == 0 || kp > rpos[i] - p.window);
+          sc[j][e] = ok ? x : -INFINITY;
+          mx[i] = fmaxf(mx[i], sc[j][e]);
+        }
+      float alpha[2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+        mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+        const float mn = fmaxf(m[i], mx[i]);
+        alpha[i] = mn == -INFINITY ? 1.f : exp2f(m[i] - mn);
+        m[i] = mn;
+      }
+      float ps[2] = {0.f, 0.f};
+#pragma unroll
+      for (int j = 0; j < NS; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int i = e >> 1;
+          const float pj = sc[j][e] == -INFINITY ? 0.f : exp2f(sc[j][e] - m[i]);
+          sc[j][e] = pj;
+          ps[i] += pj;
+        }
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        ps[i] += __shfl_xor_sync(0xffffffffu, ps[i], 1);
+        ps[i] += __shfl_xor_sync(0xffffffffu, ps[i], 2);
+        l[i] = l[i] * alpha[i] + ps[i];
+      }
+#pragma unroll
+      for (int j = 0; j < NO; ++j) {
+        o[j][0] *= alpha[0];
+        o[j][1] *= alpha[0];
+        o[j][2] *= alpha[1];
+        o[j][3] *= alpha[1];
+      }
+      // O += P V, 16 keys at a time: the score fragments of keys
+      // [16c, 16c + 16) are the A fragment as they stand.
+#pragma unroll
+      for (int c = 0; c < NS / 2; ++c) {
+        const uint32_t a[4] = {PackBf16(sc[2 * c][0], sc[2 * c][1]),
+                               PackBf16(sc[2 * c][2], sc[2 * c][3]),
+                               PackBf16(sc[2 * c + 1][0], sc[2 * c + 1][1]),
+                               PackBf16(sc[2 * c + 1][2], sc[2 * c + 1][3])};
+        const bf16* vr = Vb + (c * 16 + (lane & 7) + 8 * ((lane >> 3) & 1)) * DP + 8 * (lane >> 4);
+#pragma unroll
+        for (int j = 0; j < NO; j += 2) {
+          uint32_t b[4];
+          Ldsm4T(b, vr + j * 8);
+          Mma(o[j], a, b[0], b[1]);
+          Mma(o[j + 1], a, b[2], b[3]);
+        }
+      }
+    }
+    __syncthreads();  // every warp is done with `buf` before it is refilled
+    buf ^= 1;
+  }
+
+  if constexpr (RW == 1) {
+    // Merge the four warps' states for the same 16 rows: each writes its
+    // unnormalised output and (m, l) per row; then every thread combines
+    // some elements. The stages' shared memory is free by now.
+    float* ms = reinterpret_cast<float*>(smem);  // [4][16][D + 2]
+    constexpr int MP = D + 2;
+    float* mine = ms + warp * 16 * MP;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      float* rowp = mine + (g + 8 * i) * MP;
+#pragma unroll
+      for (int j = 0; j < NO; ++j) {
+        rowp[j * 8 + 2 * q4] = o[j][2 * i];
+        rowp[j * 8 + 2 * q4 + 1] = o[j][2 * i + 1];
+      }
+      if (q4 == 0) {
+        rowp[D] = m[i];
+        rowp[D + 1] = l[i];
+      }
+    }
+    __syncthreads();
+    for (int e = tid; e < 16 * D; e += kThreads) {
+      const int r = e / D, d = e % D;
+      const int tok = r / G;
+      if (!(tok < tpt && tok < n)) continue;
+      float M = -INFINITY;
+#pragma unroll
+      for (int w = 0; w < 4; ++w) M = fmaxf(M, ms[(w * 16 + r) * MP + D]);
+      float L = 0.f, acc = 0.f;
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        const float* rw = ms + (w * 16 + r) * MP;
+        const float wt = rw[D] == -INFINITY ? 0.f : exp2f(rw[D] - M);
+        L += wt * rw[D + 1];
+        acc += wt * rw[d];
+      }
+      const int64_t orow = static_cast<int64_t>(t0 + tok) * p.nh + kvh * G + r % G;
+      if (p.splits == 1) {
+        reinterpret_cast<bf16*>(p.out)[orow * D + d] = __float2bfloat16_rn(L > 0.f ? acc / L : 0.f);
+      } else {
+        const int64_t b = orow * p.splits + split;
+        p.part_o[b * D + d] = acc;
+        if (d == 0) {
+          p.part_ml[b * 2] = M == -INFINITY ? -INFINITY : M / kLog2e;  // natural log units
+          p.part_ml[b * 2 + 1] = L;
+        }
+      }
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      if (!rvalid[i]) continue;
+      if (p.splits == 1) {
+        const float inv = l[i] > 0.f ? 1.f / l[i] : 0.f;
+        bf16* out = reinterpret_cast<bf16*>(p.out) + out_row[i] * D;
+#pragma unroll
+        for (int j = 0; j < NO; ++j)
+          *reinterpret_cast<__nv_bfloat162*>(out + j * 8 + 2 * q4) =
+              __floats2bfloat162_rn(o[j][2 * i] * inv, o[j][2 * i + 1] * inv);
+      } else {
+        const int64_t b = out_row[i] * p.splits + split;
+#pragma unroll
+        for (int j = 0; j < NO; ++j) {
+          p.part_o[b * D + j * 8 + 2 * q4] = o[j][2 * i];
+          p.part_o[b * D + j * 8 + 2 * q4 + 1] = o[j][2 * i + 1];
+        }
+        if (q4 == 0) {
+          p.part_ml[b * 2] = m[i] == -INFINITY ? -INFINITY : m[i] / kLog2e;
+          p.part_ml[b * 2 + 1] = l[i];
+        }
+      }
+    }
+  }
+}
+
+template <int D, int RW>
+cudaError_t Launch(const AttentionParams& p, cudaStream_t stream) {
+  const size_t smem = MmaSmemBytes(D, RW);
+  static bool raised = false;
+  if (smem > 48 * 1024 && !raised) {
+    const cudaError_t e =
+        cudaFuncSetAttribute(MmaAttentionKernel<D, RW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(smem));
+    if (e != cudaSuccess) return e;
+    raised = true;
+  }
+  return LaunchPdl(MmaAttentionKernel<D, RW>, dim3(p.num_tiles, p.nkv, p.splits), dim3(kThreads),
+                   smem, stream, p);
+}
+
+}  // namespace
+
+bool MmaAttentionSupported(int head_dim) { return head_dim == 64 || head_dim == 128; }
+
+cudaError_t LaunchMmaAttention(const AttentionParams& p, cudaStream_t stream) {
+  if (p.head_dim == 64) return p.wide ? Launch<64, 4>(p, stream) : Launch<64, 1>(p, stream);
+  if (p.head_dim == 128) return p.wide ? Launch<128, 4>(p, stream) : Launch<128, 1>(p, stream);
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace agentkv::cuda
