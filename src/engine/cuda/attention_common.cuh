@@ -21,6 +21,25 @@ __device__ __forceinline__ void CpAsyncWait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+// Copies a tile's `rows` query rows into Qs (rows of DP elements): row r is
+// head kvh * G + r % G of token t0 + r / G, zeros past the tile's n tokens
+// (and its tpt).
+__device__ __forceinline__ void LoadQueryTile(const AttentionParams& p, int t0, int n, int tpt,
+                                              int kvh, int rows, int DP, bf16* Qs, int tid,
+                                              int threads) {
+  const int D = p.head_dim, G = p.nh / p.nkv, vpr = D / 8;  // 16-byte vectors per row
+  const bf16* qg = reinterpret_cast<const bf16*>(p.q);
+  for (int i = tid; i < rows * vpr; i += threads) {
+    const int r = i / vpr, c = i % vpr;
+    const int tok = r / G, h = r % G;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (tok < tpt && tok < n)
+      v = *reinterpret_cast<const uint4*>(
+          qg + (static_cast<int64_t>(t0 + tok) * p.nh + kvh * G + h) * D + c * 8);
+    *reinterpret_cast<uint4*>(Qs + r * DP + c * 8) = v;
+  }
+}
+
 // Issues the K and V loads of `nkeys` keys from position kt (zero-filled
 // from ke on) into rows of DP elements at Kd / Vd with cp.async, then
 // commits them as one group. Keys at positions >= start are this step's

@@ -77,17 +77,7 @@ __global__ void __launch_bounds__(kThreads) AttentionKernel(const AttentionParam
     return;
   }
 
-  const int vpr = D / 8;  // 16-byte vectors per row
-  const bf16* qg = reinterpret_cast<const bf16*>(p.q);
-  for (int i = tid; i < kRows * vpr; i += kThreads) {
-    const int r = i / vpr, c = i % vpr;
-    const int tok = r / G, h = r % G;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (tok < tpt && tok < n)
-      v = *reinterpret_cast<const uint4*>(
-          qg + (static_cast<int64_t>(t0 + tok) * p.nh + kvh * G + h) * D + c * 8);
-    *reinterpret_cast<uint4*>(Qs + r * DP + c * 8) = v;
-  }
+  LoadQueryTile(p, t0, n, tpt, kvh, kRows, DP, Qs, tid, kThreads);
   for (int i = tid; i < kRows * OP; i += kThreads) O[i] = 0.f;
 
   KvLoader ld(p, s, kvh, start, first, ke, DP);
@@ -184,176 +174,6 @@ __global__ void __launch_bounds__(kThreads) AttentionKernel(const AttentionParam
   }
 }
 
-// Prefill tiles: kWideRows query rows per block (64 / G tokens), each of
-// the four warps owning 16 of them end to end (scores, softmax, P.V) while
-// the block shares every K/V tile it loads. Four times the rows of the
-// decode kernel per key read: prefill re-reads the prefix once per tile.
-constexpr int kWideRows = 64;
-
-size_t WideSmemBytes(int D) {
-  const size_t DP = D + 8, OP = D + 4;
-  return (kWideRows * DP + 4 * kKeys * DP) * sizeof(bf16) + kWideRows * kSP * sizeof(float) +
-         kWideRows * kPP * sizeof(bf16) + kWideRows * OP * sizeof(float);
-}
-
-__global__ void __launch_bounds__(kThreads) WideAttentionKernel(const AttentionParams p) {
-  PdlLaunchDependents();
-  PdlWait();
-  extern __shared__ __align__(128) unsigned char smem[];
-  const int D = p.head_dim, DP = D + 8, OP = D + 4;
-  bf16* Qs = reinterpret_cast<bf16*>(smem);
-  bf16* Ks = Qs + kWideRows * DP;
-  bf16* Vs = Ks + 2 * kKeys * DP;
-  float* S = reinterpret_cast<float*>(Ks + 4 * kKeys * DP);
-  bf16* P = reinterpret_cast<bf16*>(S + kWideRows * kSP);
-  float* O = reinterpret_cast<float*>(P + kWideRows * kPP);
-
-  const int tile = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
-  const int n = p.tile_n[tile];
-  if (n <= 0) return;
-  const int s = p.tile_seq[tile], t0 = p.tile_t0[tile];
-  const int G = p.nh / p.nkv;
-  const int tpt = kWideRows / G;
-  const int start = p.seq_start[s], first = p.seq_first[s];
-  const int p0 = p.pos[t0], p1 = p.pos[t0 + n - 1];
-  const int lo = p.window > 0 ? max(0, p0 - p.window + 1) : 0;
-  const int hi = p1 + 1;
-  const int chunk = ((hi - lo + p.splits - 1) / p.splits + kKeys - 1) / kKeys * kKeys;
-  const int kb = lo + split * chunk;
-  const int ke = min(hi, kb + chunk);
-
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int r0 = warp * 16;                           // the warp's first row
-  const int row = r0 + (lane >> 1), half = lane & 1;  // softmax: 2 lanes per row
-  const int rtok = row / G, rh = row % G;
-  const bool rvalid = rtok < tpt && rtok < n;
-  const bool wactive = r0 / G < n;  // any valid row in this warp
-  const int rpos = rvalid ? p.pos[t0 + rtok] : -1;
-  const int64_t out_row = rvalid ? (static_cast<int64_t>(t0 + rtok) * p.nh + kvh * G + rh) : 0;
-
-  if (kb >= ke) {  // an empty split: contributes nothing
-    if (rvalid) {
-      const int64_t b = out_row * p.splits + split;
-      for (int d = half; d < D; d += 2) p.part_o[b * D + d] = 0.f;
-      if (half == 0) {
-        p.part_ml[b * 2] = -INFINITY;
-        p.part_ml[b * 2 + 1] = 0.f;
-      }
-    }
-    return;
-  }
-
-  const int vpr = D / 8;  // 16-byte vectors per row
-  const bf16* qg = reinterpret_cast<const bf16*>(p.q);
-  for (int i = tid; i < kWideRows * vpr; i += kThreads) {
-    const int r = i / vpr, c = i % vpr;
-    const int tok = r / G, h = r % G;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (tok < tpt && tok < n)
-      v = *reinterpret_cast<const uint4*>(
-          qg + (static_cast<int64_t>(t0 + tok) * p.nh + kvh * G + h) * D + c * 8);
-    *reinterpret_cast<uint4*>(Qs + r * DP + c * 8) = v;
-  }
-  for (int i = tid; i < kWideRows * OP; i += kThreads) O[i] = 0.f;
-
-  KvLoader ld(p, s, kvh, start, first, ke, DP);
-  float m = -INFINITY, l = 0.f;
-  const int ksteps = D / 16;
-  float* Sw = S + r0 * kSP;
-  bf16* Pw = P + r0 * kPP;
-  float* Ow = O + r0 * OP;
-  ld.Issue(kb, kKeys, Ks, Vs, tid, kThreads);
-  int buf = 0;
-  for (int kt = kb; kt < ke; kt += kKeys) {
-    if (kt + kKeys < ke) {
-      ld.Issue(kt + kKeys, kKeys, Ks + (buf ^ 1) * kKeys * DP, Vs + (buf ^ 1) * kKeys * DP, tid,
-               kThreads);
-      CpAsyncWait<1>();
-    } else {
-      CpAsyncWait<0>();
-    }
-    __syncthreads();
-    if (wactive) {
-      const bf16* Kb = Ks + buf * kKeys * DP;
-      const bf16* Vb = Vs + buf * kKeys * DP;
-#pragma unroll
-      for (int nt = 0; nt < kKeys / 16; ++nt) {  // S = Q K^T, 16 rows x 32 keys
-        wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-        wmma::fill_fragment(acc, 0.f);
-        for (int kk = 0; kk < ksteps; ++kk) {
-          wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> a;
-          wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> b;
-          wmma::load_matrix_sync(a, Qs + r0 * DP + kk * 16, DP);
-          wmma::load_matrix_sync(b, Kb + nt * 16 * DP + kk * 16, DP);
-          wmma::mma_sync(acc, a, b, acc);
-        }
-        wmma::store_matrix_sync(Sw + nt * 16, acc, kSP, wmma::mem_row_major);
-      }
-      __syncwarp();
-      {  // online softmax: 2 lanes per row, 16 keys each
-        float sv[16];
-        float tmax = -INFINITY;
-#pragma unroll
-        for (int j16 = 0; j16 < 16; ++j16) {
-          const int j = half * 16 + j16, kp = kt + j;
-          float x = S[row * kSP + j] * p.scale;
-          if (p.softcap > 0.f) x = p.softcap * tanhf(x / p.softcap);
-          const bool ok =
-              rvalid && kp < ke && kp <= rpos && (p.window == 0 || kp > rpos - p.window);
-          sv[j16] = ok ? x : -INFINITY;
-          tmax = fmaxf(tmax, sv[j16]);
-        }
-        tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
-        const float m_new = fmaxf(m, tmax);
-        const float alpha = m_new == -INFINITY ? 1.f : expf(m - m_new);
-        float psum = 0.f;
-#pragma unroll
-        for (int j16 = 0; j16 < 16; ++j16) {
-          const float pj = sv[j16] == -INFINITY ? 0.f : expf(sv[j16] - m_new);
-          psum += pj;
-          P[row * kPP + half * 16 + j16] = __float2bfloat16_rn(pj);
-        }
-        psum += __shfl_xor_sync(0xffffffffu, psum, 1);
-        l = l * alpha + psum;
-        m = m_new;
-        if (alpha != 1.f)
-          for (int d = half; d < D; d += 2) O[row * OP + d] *= alpha;
-      }
-      __syncwarp();
-      for (int nt = 0; nt < ksteps; ++nt) {  // O += P V
-        wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-        wmma::load_matrix_sync(acc, Ow + nt * 16, OP, wmma::mem_row_major);
-#pragma unroll
-        for (int k2 = 0; k2 < kKeys / 16; ++k2) {
-          wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> a;
-          wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> b;
-          wmma::load_matrix_sync(a, Pw + k2 * 16, kPP);
-          wmma::load_matrix_sync(b, Vb + k2 * 16 * DP + nt * 16, DP);
-          wmma::mma_sync(acc, a, b, acc);
-        }
-        wmma::store_matrix_sync(Ow + nt * 16, acc, OP, wmma::mem_row_major);
-      }
-      __syncwarp();
-    }
-    __syncthreads();  // every warp is done with `buf` before it is refilled
-    buf ^= 1;
-  }
-
-  if (!rvalid) return;
-  if (p.splits == 1) {
-    const float inv = l > 0.f ? 1.f / l : 0.f;
-    bf16* out = reinterpret_cast<bf16*>(p.out) + out_row * D;
-    for (int d = half; d < D; d += 2) out[d] = __float2bfloat16_rn(O[row * OP + d] * inv);
-  } else {
-    const int64_t b = out_row * p.splits + split;
-    for (int d = half; d < D; d += 2) p.part_o[b * D + d] = O[row * OP + d];
-    if (half == 0) {
-      p.part_ml[b * 2] = m;
-      p.part_ml[b * 2 + 1] = l;
-    }
-  }
-}
-
 // One block per (token, head): merges the splits' partial results. The
 // first warp turns each split's (max, sum) into its weight (splits <= 32);
 // then every thread sums its output elements over the splits.
@@ -392,8 +212,10 @@ __global__ void CombineKernel(const AttentionParams p) {
 
 }  // namespace
 
+bool WideAttentionSupported(int head_dim) { return MmaAttentionSupported(head_dim); }
+
 int TokensPerTile(int group_size, bool wide) {
-  return group_size > 0 ? (wide ? kWideRows : kRows) / group_size : 0;
+  return group_size > 0 ? (wide ? 64 : kRows) / group_size : 0;
 }
 
 cudaError_t LaunchAttention(const AttentionParams& p, cudaStream_t stream) {
@@ -401,27 +223,26 @@ cudaError_t LaunchAttention(const AttentionParams& p, cudaStream_t stream) {
   if (p.head_dim % 16 != 0 || p.head_dim > kMaxAttentionHeadDim || p.nkv <= 0 ||
       p.nh % p.nkv != 0 || p.nh / p.nkv > kRows || p.splits < 1 || p.splits > 32)
     return cudaErrorInvalidValue;
-  // Raised once per kernel to what the largest head_dim needs.
-  static bool raised[2] = {false, false};
-  const size_t smem = p.wide ? WideSmemBytes(p.head_dim) : SmemBytes(p.head_dim);
-  const void* fn = p.wide ? reinterpret_cast<const void*>(WideAttentionKernel)
-                          : reinterpret_cast<const void*>(AttentionKernel);
-  if (smem > 48 * 1024 && !raised[p.wide]) {
-    const size_t most =
-        p.wide ? WideSmemBytes(kMaxAttentionHeadDim) : SmemBytes(kMaxAttentionHeadDim);
-    cudaError_t e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(most));
-    if (e != cudaSuccess) return e;
-    raised[p.wide] = true;
-  }
+  if (p.wide && !WideAttentionSupported(p.head_dim)) return cudaErrorInvalidValue;
   static const bool mma = [] {
     const char* v = std::getenv("AGENTKV_CUDA_MMA_ATTENTION");
     return v == nullptr || std::string(v) != "0";
   }();
-  const dim3 grid(p.num_tiles, p.nkv, p.splits);
-  cudaError_t e = mma && MmaAttentionSupported(p.head_dim) ? LaunchMmaAttention(p, stream)
-                  : p.wide ? LaunchPdl(WideAttentionKernel, grid, dim3(kThreads), smem, stream, p)
-                           : LaunchPdl(AttentionKernel, grid, dim3(kThreads), smem, stream, p);
+  cudaError_t e;
+  if (p.wide || (mma && MmaAttentionSupported(p.head_dim))) {
+    e = LaunchMmaAttention(p, stream);
+  } else {
+    const size_t smem = SmemBytes(p.head_dim);
+    static bool raised = false;
+    if (smem > 48 * 1024 && !raised) {
+      e = cudaFuncSetAttribute(AttentionKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(SmemBytes(kMaxAttentionHeadDim)));
+      if (e != cudaSuccess) return e;
+      raised = true;
+    }
+    e = LaunchPdl(AttentionKernel, dim3(p.num_tiles, p.nkv, p.splits), dim3(kThreads), smem, stream,
+                  p);
+  }
   if (e != cudaSuccess || p.splits == 1) return e;
   return LaunchPdl(CombineKernel, dim3(p.tokens, p.nh), dim3(128), 0, stream, p);
 }

@@ -123,17 +123,7 @@ __global__ void __launch_bounds__(kThreads) MmaAttentionKernel(const AttentionPa
   // The first stage in flight before the Q loads wait on memory.
   KvLoader ld(p, s, kvh, start, first, ke, DP);
   ld.Issue(kb, kStage, Ks, Vs, tid, kThreads);
-  constexpr int vpr = D / 8;  // 16-byte vectors per row
-  const bf16* qg = reinterpret_cast<const bf16*>(p.q);
-  for (int i = tid; i < 16 * RW * vpr; i += kThreads) {
-    const int r = i / vpr, c = i % vpr;
-    const int tok = r / G, h = r % G;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (tok < tpt && tok < n)
-      v = *reinterpret_cast<const uint4*>(
-          qg + (static_cast<int64_t>(t0 + tok) * p.nh + kvh * G + h) * D + c * 8);
-    *reinterpret_cast<uint4*>(Qs + r * DP + c * 8) = v;
-  }
+  LoadQueryTile(p, t0, n, tpt, kvh, 16 * RW, DP, Qs, tid, kThreads);
   __syncthreads();
   uint32_t qf[KQ][4];  // Q as A fragments, for the whole walk
   {

@@ -155,9 +155,10 @@ Status CudaBackend::Run(std::span<const SeqStep> batch, std::span<const uint8_t>
     return InvalidArgument("Forward: tokens buffer too small");
   if (T == 0) return Status::Ok();
 
-  // Steps with prompt chunks use the wide attention tiles (a prefill
-  // re-reads the prefix once per tile); pure decode steps the narrow ones.
-  const int tpt = cuda::TokensPerTile(group_size_, !decode);
+  // Steps with prompt chunks use the wide attention tiles where there are
+  // any (a prefill re-reads the prefix once per tile); decode the narrow.
+  const bool wide = !decode && cuda::WideAttentionSupported(config_.head_dim);
+  const int tpt = cuda::TokensPerTile(group_size_, wide);
   for (const SeqStep& st : batch) tiles += (static_cast<int>(st.tokens.size()) + tpt - 1) / tpt;
   const bool graph = options_.graphs && decode;
   const int padded = graph ? Bucket(B) : B;
@@ -173,7 +174,7 @@ Status CudaBackend::Run(std::span<const SeqStep> batch, std::span<const uint8_t>
     sh.seqs = B;
     sh.tiles = tiles;
     sh.rows = W;
-    sh.wide = !decode;
+    sh.wide = wide;
     for (size_t g = 0; g < spec_.groups.size(); ++g) sh.table_space[g] = stride;
     sh.splits = SplitsFor(sh.tiles, sh.tokens, static_cast<int64_t>(stride) * bs);
   }

@@ -243,6 +243,13 @@ __global__ void KvStoreKernel(const bf16_t* k, const bf16_t* v, const int32_t* p
   }
 }
 
+// act 0: SiLU; 1: GELU, tanh approximation.
+__device__ __forceinline__ float Activate(float x, int act) {
+  if (act == 0) return x / (1.0f + expf(-x));
+  const float c = 0.7978845608028654f;
+  return 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
+}
+
 __global__ void GatedActKernel(const bf16_t* gu, bf16_t* out, int n, int act) {
   PdlLaunchDependents();
   PdlWait();
@@ -252,13 +259,7 @@ __global__ void GatedActKernel(const bf16_t* gu, bf16_t* out, int n, int act) {
   bf16_t* o = out + r * n;
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
     const float x = Bf(g[i]);
-    float a;
-    if (act == 0) {
-      a = x / (1.0f + expf(-x));
-    } else {
-      const float c = 0.7978845608028654f;
-      a = 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
-    }
+    const float a = Activate(x, act);
     o[i] = ToBf(a * Bf(u[i]));
   }
 }
@@ -282,15 +283,7 @@ __global__ void GatedActVecKernel(const bf16_t* gu, bf16_t* out, int n, int act)
     bf16_t* oe = reinterpret_cast<bf16_t*>(&ov);
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
-      const float x = Bf(ge[e]);
-      float a;
-      if (act == 0) {
-        a = x / (1.0f + expf(-x));
-      } else {
-        const float c = 0.7978845608028654f;
-        a = 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
-      }
-      oe[e] = ToBf(a * Bf(ue[e]));
+      oe[e] = ToBf(Activate(Bf(ge[e]), act) * Bf(ue[e]));
     }
     o[i] = ov;
   }

@@ -78,7 +78,8 @@ cudaError_t LaunchKvStore(const bf16_t* k, const bf16_t* v, const int32_t* pos,
 // tile_n[i] consecutive tokens of sequence tile_seq[i] from token tile_t0[i];
 // tile_n = 0 marks padding. A tile may hold at most TokensPerTile(G, wide)
 // tokens (G = nh / nkv <= 16): 16 query rows, or 64 with `wide` (prefill:
-// each K/V tile loaded serves four times the rows). Keys at positions >= seq_start[s] (this step's)
+// each K/V tile loaded serves four times the rows; only where
+// WideAttentionSupported(head_dim)). Keys at positions >= seq_start[s] (this step's)
 // are read from k_new / v_new at token seq_first[s] + (p - seq_start[s]); older ones from the
 // cache. With splits > 1 each tile's keys are split across thread blocks (at most 32) and merged by
 // a second kernel through part_o / part_ml (tokens * nh * splits * (head_dim + 2) floats).
@@ -105,6 +106,7 @@ struct AttentionParams {
   bf16_t* out = nullptr;     // [T][nh][D]
 };
 int TokensPerTile(int group_size, bool wide = false);
+bool WideAttentionSupported(int head_dim);
 // Largest head_dim the attention kernel takes (a multiple of 16).
 inline constexpr int kMaxAttentionHeadDim = 256;
 cudaError_t LaunchAttention(const AttentionParams& p, cudaStream_t stream);

@@ -390,6 +390,7 @@ std::vector<AttnCase> AttnCases() {
   std::vector<AttnCase> all;
   for (bool wide : {false, true})
     for (AttnCase c : shapes) {
+      if (wide && !cuda::WideAttentionSupported(c.head_dim)) continue;
       c.wide = wide;
       all.push_back(c);
     }
