@@ -131,7 +131,10 @@ __global__ void AddNormedKernel(const float* o, const float* w_post, float* x, c
   }
 }
 
-// One block per token, one warp per head (looping).
+// Blocks of (token, kQkvPostWarps heads), one warp per head: with one block
+// per token and its warps looping over the heads, a decode step's 64 tokens
+// left most SMs idle and each warp's heads ran one after another.
+constexpr int kQkvPostWarps = 4;
 __global__ void QkvPostKernel(const float* qkv, const float* bias, const float* q_norm,
                               const float* k_norm, const float* inv_freq, const int32_t* pos,
                               int nh, int nkv, int D, float eps, bool plus_one, bf16_t* q,
@@ -154,7 +157,7 @@ __global__ void QkvPostKernel(const float* qkv, const float* bias, const float* 
   const float* row = qkv + static_cast<int64_t>(t) * heads * D;
   const float p = static_cast<float>(pos[t]);
   const int half = D / 2;
-  for (int hh = warp; hh < heads; hh += nw) {
+  for (int hh = blockIdx.y * nw + warp; hh < heads; hh += gridDim.y * nw) {
     const float* src = row + static_cast<int64_t>(hh) * D;
     const float* b = bias ? bias + static_cast<int64_t>(hh) * D : nullptr;
     bf16_t* dst;
@@ -441,8 +444,9 @@ cudaError_t LaunchQkvPost(const float* qkv, const float* bias, const float* q_no
                           int tokens, int nh, int nkv, int head_dim, float eps, bool plus_one,
                           bf16_t* q, bf16_t* k, bf16_t* v, cudaStream_t stream) {
   if (tokens <= 0) return cudaSuccess;
-  return LaunchPdl(QkvPostKernel, dim3(tokens), dim3(256), 0, stream, qkv, bias, q_norm, k_norm,
-                   inv_freq, pos, nh, nkv, head_dim, eps, plus_one, q, k, v, nullptr,
+  const dim3 grid(tokens, (nh + 2 * nkv + kQkvPostWarps - 1) / kQkvPostWarps);
+  return LaunchPdl(QkvPostKernel, grid, dim3(32 * kQkvPostWarps), 0, stream, qkv, bias, q_norm,
+                   k_norm, inv_freq, pos, nh, nkv, head_dim, eps, plus_one, q, k, v, nullptr,
                    KvCacheView{});
 }
 
@@ -452,8 +456,10 @@ cudaError_t LaunchQkvPostStore(const float* qkv, const float* bias, const float*
                                float eps, bool plus_one, bf16_t* q, bf16_t* k, bf16_t* v,
                                const KvCacheView& cache, cudaStream_t stream) {
   if (tokens <= 0) return cudaSuccess;
-  return LaunchPdl(QkvPostKernel, dim3(tokens), dim3(256), 0, stream, qkv, bias, q_norm, k_norm,
-                   inv_freq, pos, nh, nkv, head_dim, eps, plus_one, q, k, v, tok_seq, cache);
+  const dim3 grid(tokens, (nh + 2 * nkv + kQkvPostWarps - 1) / kQkvPostWarps);
+  return LaunchPdl(QkvPostKernel, grid, dim3(32 * kQkvPostWarps), 0, stream, qkv, bias, q_norm,
+                   k_norm, inv_freq, pos, nh, nkv, head_dim, eps, plus_one, q, k, v, tok_seq,
+                   cache);
 }
 
 cudaError_t LaunchKvStore(const bf16_t* k, const bf16_t* v, const int32_t* pos,

@@ -176,6 +176,51 @@ TEST(CudaKernels, GemvMatchesLinear) {
   }
 }
 
+// The tensor-core skinny GEMM at row counts around its 8- and 16-row
+// variants, with K whole in one block and split across the blocks of a
+// cluster, N not a multiple of the 128-feature
+// tile. Launched twice: the second result must be bit-identical (the
+// partials of a split K are added in a fixed order).
+TEST(CudaKernels, SkinnyGemmMatchesLinear) {
+  AGENTKV_REQUIRE_GPU();
+  std::mt19937 rng(10);
+  const int sms = 132;
+  for (auto [n, k] : {std::pair{3072, 2048}, std::pair{2048, 8192}, std::pair{16384, 2048},
+                      std::pair{200, 384}}) {
+    for (int m : {1, 3, 8, 9, 16}) {
+      ASSERT_TRUE(cuda::SkinnyGemmSupported(m, n, k));
+      const bool f32 = m % 2 == 1;
+      const auto x = Rounded(Random(m * k, rng)),
+                 w = Rounded(Random(static_cast<size_t>(n) * k, rng, 0.05f));
+      const auto y0 = Rounded(Random(m * n, rng));
+      auto dx = Upload(Bf16Of(x)), dw = Upload(Bf16Of(w));
+      const float beta = f32 ? 1.f : 0.f;
+      std::vector<float> ref(m * n);
+      kernels::Linear(x.data(), w.data(), nullptr, ref.data(), m, n, k);
+      for (int i = 0; i < m * n; ++i) ref[i] += beta * y0[i];
+      std::vector<float> first;
+      for (int rep = 0; rep < 2; ++rep) {
+        cuda::DeviceBuffer dy = f32 ? Upload(y0) : Poisoned<uint16_t>(m * n);
+        ASSERT_EQ(cuda::LaunchSkinnyGemm(dx.get<cuda::bf16_t>(), dw.get<cuda::bf16_t>(), dy.get(),
+                                         f32, m, n, k, beta, sms, nullptr),
+                  cudaSuccess);
+        const auto got = f32 ? Download<float>(dy, m * n) : DownloadBf16(dy, m * n);
+        EXPECT_LT(RelErr(got, ref), f32 ? 1e-5 : 1e-2)
+            << m << " " << n << " " << k << " splits " << cuda::SkinnyGemmSplits(n, k, sms);
+        if (rep == 0) {
+          first = got;
+        } else {
+          EXPECT_EQ(got, first) << m << " " << n << " " << k;
+        }
+      }
+    }
+  }
+  EXPECT_GT(cuda::SkinnyGemmSplits(3072, 2048, sms), 1);
+  EXPECT_EQ(cuda::SkinnyGemmSplits(128256, 2048, sms), 1);
+  EXPECT_FALSE(cuda::SkinnyGemmSupported(cuda::kMaxSkinnyRows + 1, 2048, 2048));
+  EXPECT_FALSE(cuda::SkinnyGemmSupported(8, 2048, 2112));
+}
+
 // RMSNorm of fp32 rows fused into the GEMV: the same as RmsNorm (bf16
 // output) followed by Linear, for rows split over 1, 2 and 4 warps.
 TEST(CudaKernels, NormGemvMatchesNormThenLinear) {
