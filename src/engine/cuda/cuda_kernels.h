@@ -139,7 +139,7 @@ cudaError_t LaunchNormGemv(const float* x, const float* norm_w, float eps, bool 
 // of 128 features are too few for the GPU, K is split across
 // SkinnyGemmSplits blocks of a cluster (sm_90), whose partials are added in
 // a fixed order: the result is deterministic.
-inline constexpr int kMaxSkinnyRows = 16;
+inline constexpr int kMaxSkinnyRows = 8;
 bool SkinnyGemmSupported(int m, int n, int k);
 int SkinnyGemmSplits(int n, int k, int num_sms);
 // splits: 0 for SkinnyGemmSplits, else a power of two up to 8 (for

@@ -1,4 +1,4 @@
-// Tensor-core GEMM for decode steps of 3 to 16 rows: y = x . w^T with the
+// Tensor-core GEMM for decode steps of 3 to 8 rows: y = x . w^T with the
 // weights streamed from memory once. A block owns 128 output features
 // (eight warps of 16) and all M rows of x, computing y^T = w . x^T with w
 // as the mma A operand (16 features x 16 k) and x as B (16 k x 8 rows).
@@ -9,11 +9,11 @@
 // order, so the result does not depend on timing.
 //
 // Measured against cuBLAS on the Llama-3.2-1B shapes (bench/RESULTS.md):
-// ahead by 3-13% at 8 rows, behind from 32 rows on, so the backend uses it
-// up to 16. Two earlier designs lost everywhere and are gone: partials met
-// in global memory and added by the last block of a tile (its serial reads
-// made o and down 2-4x slower), and weights staged through a cp.async
-// pipeline in swizzled shared memory (at best level with cuBLAS).
+// ahead by 3-13% at 8 rows, behind from 16 rows on (c16 8,306 -> 7,440
+// tok/s with it), so the backend uses it up to 8. Two earlier designs lost everywhere and are gone:
+// partials met in global memory and added by the last block of a tile (its serial reads made o and
+// down 2-4x slower), and weights staged through a cp.async pipeline in swizzled shared memory (at
+// best level with cuBLAS).
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
@@ -257,7 +257,7 @@ cudaError_t LaunchSkinnyGemm(const bf16_t* x, const bf16_t* w, void* y, bool y_f
     return cudaErrorInvalidValue;
   const SkinnyArgs a{
       reinterpret_cast<const bf16*>(x), reinterpret_cast<const bf16*>(w), y, m, n, k, beta, y_f32};
-  return m <= 8 ? LaunchMt<1>(a, splits, stream) : LaunchMt<2>(a, splits, stream);
+  return LaunchMt<1>(a, splits, stream);
 }
 
 }  // namespace agentkv::cuda

@@ -176,18 +176,16 @@ TEST(CudaKernels, GemvMatchesLinear) {
   }
 }
 
-// The tensor-core skinny GEMM at row counts around its 8- and 16-row
-// variants, with K whole in one block and split across the blocks of a
-// cluster, N not a multiple of the 128-feature
-// tile. Launched twice: the second result must be bit-identical (the
-// partials of a split K are added in a fixed order).
+// The tensor-core skinny GEMM at 1 to 8 rows, with K whole in one block and split across the blocks
+// of a cluster, N not a multiple of the 128-feature tile. Launched twice: the second result must be
+// bit-identical (the partials of a split K are added in a fixed order).
 TEST(CudaKernels, SkinnyGemmMatchesLinear) {
   AGENTKV_REQUIRE_GPU();
   std::mt19937 rng(10);
   const int sms = 132;
   for (auto [n, k] : {std::pair{3072, 2048}, std::pair{2048, 8192}, std::pair{16384, 2048},
                       std::pair{200, 384}}) {
-    for (int m : {1, 3, 8, 9, 16}) {
+    for (int m : {1, 3, 7, 8}) {
       ASSERT_TRUE(cuda::SkinnyGemmSupported(m, n, k));
       const bool f32 = m % 2 == 1;
       const auto x = Rounded(Random(m * k, rng)),
