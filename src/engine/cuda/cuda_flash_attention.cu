@@ -11,9 +11,7 @@
 // RW = 4): each warp owns 16 rows and walks every key. Narrow tiles (decode,
 // RW = 1): the four warps own the same 16 rows and split each 64-key stage
 // between them, merging their partial softmax states through shared memory
-// at the end. Keys come in stages of 64 through a pipeline of Bufs(D, RW)
-// buffers: decode blocks are short (a few stages each) and were bound by
-// waiting on one stage after another with only two buffers.
+// at the end. Keys come in stages of 64, double-buffered.
 #include <cuda_bf16.h>
 
 #include "engine/cuda/attention_common.cuh"
@@ -27,14 +25,10 @@ constexpr int kThreads = 128;
 constexpr int kStage = 64;  // keys per pipeline stage
 constexpr float kLog2e = 1.4426950408889634f;
 
-// Stage buffers: decode (RW 1) keeps more stages in flight; prefill blocks
-// are long and need their shared memory for wide Q tiles.
-constexpr int Bufs(int D, int RW) { return RW > 1 ? 2 : D <= 64 ? 4 : 3; }
-
 size_t MmaSmemBytes(int D, int rw) {
   const size_t DP = D + 8;
-  // Q rows, the stages of K and V; reused at the end for the warps' merge.
-  const size_t main = (16 * rw + 2 * Bufs(D, rw) * kStage) * DP * sizeof(bf16);
+  // Q rows, two stages of K and V; reused at the end for the warps' merge.
+  const size_t main = (16 * rw + 4 * kStage) * DP * sizeof(bf16);
   const size_t merge = rw == 1 ? 4 * 16 * (D + 2) * sizeof(float) : 0;
   return main > merge ? main : merge;
 }
@@ -49,11 +43,10 @@ __global__ void __launch_bounds__(kThreads) MmaAttentionKernel(const AttentionPa
   constexpr int NS = KPW / 8;       // score fragments (n8) per warp per stage
   constexpr int NO = D / 8;         // output fragments (n8)
   constexpr int KQ = D / 16;        // k16 steps over head_dim
-  constexpr int NB = Bufs(D, RW);
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* Qs = reinterpret_cast<bf16*>(smem);
   bf16* Ks = Qs + 16 * RW * DP;  // stage b at Ks + b * kStage * DP
-  bf16* Vs = Ks + NB * kStage * DP;
+  bf16* Vs = Ks + 2 * kStage * DP;
 
   const int tile = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
   const int n = p.tile_n[tile];
@@ -97,15 +90,9 @@ __global__ void __launch_bounds__(kThreads) MmaAttentionKernel(const AttentionPa
     return;
   }
 
-  // The first stages in flight before the Q loads wait on memory.
+  // The first stage in flight before the Q loads wait on memory.
   KvLoader ld(p, s, kvh, start, first, ke, DP);
-  // Then the rest of the first NB - 1 stages, one commit group each.
-  for (int i = 0; i < NB - 1; ++i) {
-    if (kb + i * kStage < ke)
-      ld.Issue(kb + i * kStage, kStage, Ks + i * kStage * DP, Vs + i * kStage * DP, tid, kThreads);
-    else
-      CpAsyncCommit();
-  }
+  ld.Issue(kb, kStage, Ks, Vs, tid, kThreads);
   LoadQueryTile(p, t0, n, tpt, kvh, 16 * RW, DP, Qs, tid, kThreads);
   __syncthreads();
   uint32_t qf[KQ][4];  // Q as A fragments, for the whole walk
@@ -121,15 +108,13 @@ __global__ void __launch_bounds__(kThreads) MmaAttentionKernel(const AttentionPa
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // m in log2 units
   int buf = 0;
   for (int kt = kb; kt < ke; kt += kStage) {
-    // Refill the buffer the previous stage used with stage + NB - 1; an
-    // empty group past the end keeps the count, so that waiting for all
-    // but the newest NB - 1 groups always means this stage has landed.
-    const int nx = kt + (NB - 1) * kStage, nb = (buf + NB - 1) % NB;
-    if (nx < ke)
-      ld.Issue(nx, kStage, Ks + nb * kStage * DP, Vs + nb * kStage * DP, tid, kThreads);
-    else
-      CpAsyncCommit();
-    CpAsyncWait<NB - 1>();
+    if (kt + kStage < ke) {
+      ld.Issue(kt + kStage, kStage, Ks + (buf ^ 1) * kStage * DP, Vs + (buf ^ 1) * kStage * DP, tid,
+               kThreads);
+      CpAsyncWait<1>();
+    } else {
+      CpAsyncWait<0>();
+    }
     __syncthreads();
     const int k0 = kt + kw * KPW;  // this warp's first key of the stage
     if (k0 < ke) {
@@ -214,7 +199,7 @@ __global__ void __launch_bounds__(kThreads) MmaAttentionKernel(const AttentionPa
       }
     }
     __syncthreads();  // every warp is done with `buf` before it is refilled
-    buf = (buf + 1) % NB;
+    buf ^= 1;
   }
 
   if constexpr (RW == 1) {
