@@ -8,7 +8,8 @@
 # hf:       tests/reference/hf_compare.py --device cuda
 # bench:    copy bandwidth and bf16 matmul peak, then `agentkv bench engine
 #           --device cuda` on a Llama-3.2-1B shape (512 prompt + 128 output;
-#           concurrency 1..256; prefill) with graphs, and c1/c64 without
+#           concurrency 1..256; prefill) with graphs, and c1/c64 without;
+#           the decode GEMM microbenchmark (bench/cuda_gemm_bench.cc)
 # bench8b:  the same on a Qwen3-8B shape at concurrency 1 and 64
 # profile:  per-kernel times of decode steps at c1 and c64 (ncu)
 # Logs and JSON go to $OUT (or /tmp/cuda_check); a summary is printed last.
@@ -85,6 +86,10 @@ for st in "${stages[@]}"; do
         --concurrency 1,64 --json >"$OUT/bench_${tag}_nographs.json" 2>>"$OUT/bench_$tag.err"
     fi
     tail -3 "$OUT/bench_$tag.err"
+    if [ "$st" = bench ]; then  # decode GEMMs: skinny kernel vs cuBLAS vs GEMV
+      cuda_gemm_bench --benchmark_filter='/m(1|8|16|32|64)/' --benchmark_format=json \
+        >"$OUT/gemm_bench.json" 2>/dev/null; note "gemm bench rc=$?"
+    fi
     python3 tools/device/roofline.py --model $M --peak "$OUT/peak.json" --bench "$OUT/bench_$tag.json" \
       --prefill "$OUT/prefill_$tag.json" ${NO_BASELINE:+} \
       $( [ -f "$OUT/bench_${tag}_nographs.json" ] && echo --nographs "$OUT/bench_${tag}_nographs.json") \
