@@ -61,11 +61,15 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::Create(const ModelConfig& conf
     b->options_.graphs = false;
   if (const char* path = std::getenv("AGENTKV_CUDA_STEP_LOG"); path && *path)
     b->step_log_ = std::fopen(path, "a");
-  // AGENTKV_CUDA_SKINNY=0: cuBLAS for every GEMM of 3+ rows; =all: the skinny
-  // kernel also for 1 and 2 rows (in place of the GEMV). For comparisons.
+  // AGENTKV_CUDA_SKINNY=1: the skinny tensor-core GEMM for 3-8 rows; =all:
+  // also for 1 and 2 (in place of the GEMV). Off by default: it beats cuBLAS
+  // in isolation but not inside a step (bench/RESULTS.md).
   if (const char* v = std::getenv("AGENTKV_CUDA_SKINNY"); v != nullptr) {
-    if (std::string(v) == "0") b->skinny_max_rows_ = 0;
-    if (std::string(v) == "all") b->skinny_min_rows_ = 1;
+    if (std::string(v) == "1") b->skinny_max_rows_ = cuda::kMaxSkinnyRows;
+    if (std::string(v) == "all") {
+      b->skinny_min_rows_ = 1;
+      b->skinny_max_rows_ = cuda::kMaxSkinnyRows;
+    }
   }
   RETURN_IF_ERROR(b->Init(weights));
   return b;
@@ -422,8 +426,7 @@ Status CudaBackend::Gemm(const cuda::bf16_t* x, const cuda::bf16_t* w, void* y, 
   if (m <= 0) return Status::Ok();
   // The weight-streaming GEMV beat cuBLAS at 1 row (c1 655 -> 683 tok/s) but
   // lost at 8 (c8 3833 -> 3210: its x reads from shared memory grow with the
-  // rows): used up to 2 rows. From there to 64 rows the tensor-core skinny
-  // GEMM streams the weights closer to the bandwidth than cuBLAS.
+  // rows): used up to 2 rows.
   if (m < skinny_min_rows_ && cuda::GemvSupported(m, k)) {
     CUDA_RETURN_IF_ERROR(cuda::LaunchGemv(x, w, y, y_f32, m, n, k, beta, num_sms_, stream_));
     return Status::Ok();

@@ -178,8 +178,9 @@ class CudaBackend final : public Backend {
   std::array<int, kMaxCacheGroups> cap_width_{};
   cuda::DeviceBuffer x_, h_, qkv_, q_, k_, v_, attn_, o_, gu_, act_, logits_, argmax_,
       argmax_scratch_, part_o_, part_ml_, cublas_ws_;
-  // Rows for which Gemm uses the skinny kernel (AGENTKV_CUDA_SKINNY).
-  int skinny_min_rows_ = 3, skinny_max_rows_ = cuda::kMaxSkinnyRows;
+  // Rows for which Gemm uses the skinny kernel (AGENTKV_CUDA_SKINNY; none
+  // by default).
+  int skinny_min_rows_ = 3, skinny_max_rows_ = 0;
   cuda::DeviceBuffer meta_;
   cuda::PinnedBuffer host_meta_, host_tokens_;
   cuda::PinnedBuffer read_staging_;  // ReadBlocks

@@ -9,11 +9,13 @@
 // order, so the result does not depend on timing.
 //
 // Measured against cuBLAS on the Llama-3.2-1B shapes (bench/RESULTS.md):
-// ahead by 3-13% at 8 rows, behind from 16 rows on (c16 8,306 -> 7,440
-// tok/s with it), so the backend uses it up to 8. Two earlier designs lost everywhere and are gone:
-// partials met in global memory and added by the last block of a tile (its serial reads made o and
-// down 2-4x slower), and weights staged through a cp.async pipeline in swizzled shared memory (at
-// best level with cuBLAS).
+// ahead by 3-13% at 8 rows in a graph of back-to-back launches, behind from
+// 16 rows on; inside a decode step it lost (c8 4,700 -> 4,560 tok/s), so
+// the backend uses it only when AGENTKV_CUDA_SKINNY asks. Two earlier
+// designs lost everywhere and are gone: partials met in global memory and
+// added by the last block of a tile (its serial reads made o and down 2-4x
+// slower), and weights staged through a cp.async pipeline in swizzled
+// shared memory (at best level with cuBLAS).
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
