@@ -19,9 +19,6 @@
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
-#include <algorithm>
-#include <cstdlib>
-
 #include "engine/cuda/attention_common.cuh"
 #include "engine/cuda/cuda_kernels.h"
 #include "engine/cuda/mma.cuh"
@@ -34,7 +31,6 @@ constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kTileN = kWarps * 16;  // features per block
 constexpr int kMaxSplits = 8;        // the portable cluster size
-constexpr int kMaxBlocksPerSm = 2;
 
 struct SkinnyArgs {
   const bf16* x;  // [M][K]
@@ -191,15 +187,6 @@ __global__ void __launch_bounds__(kThreads) DirectGemmKernel(const SkinnyArgs a)
   Finish<MT>(a, acc, n0, splits, smem_raw);
 }
 
-int BlocksPerSm() {
-  static const int v = [] {
-    const char* e = std::getenv("AGENTKV_CUDA_SKINNY_BLOCKS_PER_SM");
-    const int n = e != nullptr ? std::atoi(e) : 1;
-    return std::clamp(n, 1, kMaxBlocksPerSm);
-  }();
-  return v;
-}
-
 template <typename Kernel>
 cudaError_t LaunchClustered(Kernel kernel, const SkinnyArgs& a, int splits, size_t smem,
                             cudaStream_t stream) {
@@ -243,11 +230,10 @@ bool SkinnyGemmSupported(int m, int n, int k) {
 
 int SkinnyGemmSplits(int n, int k, int num_sms) {
   const int tiles = (n + kTileN - 1) / kTileN, chunks = k / kChunk;
-  const int target = BlocksPerSm() * num_sms;
   int splits = 1;
-  // Each split keeps at least two chunks, so that loading the next one
-  // overlaps the multiplication.
-  while (splits < kMaxSplits && tiles * splits < target && chunks / (splits * 2) >= 2) splits *= 2;
+  // About one block per SM (two per SM measured slower); each split keeps at
+  // least two chunks, so that loading the next one overlaps the multiplying.
+  while (splits < kMaxSplits && tiles * splits < num_sms && chunks / (splits * 2) >= 2) splits *= 2;
   return splits;
 }
 
@@ -255,7 +241,7 @@ cudaError_t LaunchSkinnyGemm(const bf16_t* x, const bf16_t* w, void* y, bool y_f
                              int k, float beta, int num_sms, cudaStream_t stream, int splits) {
   if (!SkinnyGemmSupported(m, n, k) || num_sms <= 0) return cudaErrorInvalidValue;
   if (splits == 0) splits = SkinnyGemmSplits(n, k, num_sms);
-  if (splits > kMaxSplits || (splits & (splits - 1)) != 0 || splits > k / kChunk)
+  if (splits < 1 || splits > kMaxSplits || (splits & (splits - 1)) != 0 || splits > k / kChunk)
     return cudaErrorInvalidValue;
   const SkinnyArgs a{
       reinterpret_cast<const bf16*>(x), reinterpret_cast<const bf16*>(w), y, m, n, k, beta, y_f32};
