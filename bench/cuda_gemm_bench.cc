@@ -10,6 +10,7 @@
 #include <benchmark/benchmark.h>
 
 #ifdef AGENTKV_HAVE_CUDA
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -33,7 +34,7 @@ constexpr Shape kShapes[] = {{"qkv", 3072, 2048},
                              {"down", 2048, 8192},
                              {"lm_head", 128256, 2048}};
 
-enum class Impl { kSkinny, kCublas, kGemv };
+enum class Impl { kSkinny, kCublas, kGemv, kLt };
 
 struct Fixture {
   std::vector<DeviceBuffer> w;
@@ -41,6 +42,10 @@ struct Fixture {
   cudaStream_t stream = nullptr;
   cudaGraphExec_t exec = nullptr;
   cublasHandle_t cublas = nullptr;
+  cublasLtHandle_t lt = nullptr;
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+  cublasLtMatmulAlgo_t algo{};
   cudaEvent_t ev[2] = {nullptr, nullptr};
   int sms = 0;
   ~Fixture() {
@@ -48,6 +53,10 @@ struct Fixture {
     for (cudaEvent_t e : ev)
       if (e != nullptr) cudaEventDestroy(e);
     if (cublas != nullptr) cublasDestroy(cublas);
+    for (cublasLtMatrixLayout_t l : {la, lb, lc})
+      if (l != nullptr) cublasLtMatrixLayoutDestroy(l);
+    if (op != nullptr) cublasLtMatmulDescDestroy(op);
+    if (lt != nullptr) cublasLtDestroy(lt);
     if (stream != nullptr) cudaStreamDestroy(stream);
   }
 };
@@ -80,6 +89,40 @@ void Run(benchmark::State& state, Shape s, int m, Impl impl, int splits) {
   cublasSetWorkspace(f.cublas, f.ws.get(), f.ws.bytes());
   cudaEventCreate(&f.ev[0]);
   cudaEventCreate(&f.ev[1]);
+  if (impl == Impl::kLt) {
+    // The heuristic's candidates for this shape; `splits` picks one (0 is
+    // the heuristic's first choice).
+    cublasLtCreate(&f.lt);
+    cublasLtMatmulDescCreate(&f.op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    cublasLtMatmulDescSetAttribute(f.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
+    cublasLtMatmulDescSetAttribute(f.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
+    cublasLtMatrixLayoutCreate(&f.la, CUDA_R_16BF, s.k, s.n, s.k);
+    cublasLtMatrixLayoutCreate(&f.lb, CUDA_R_16BF, s.k, m, s.k);
+    cublasLtMatrixLayoutCreate(&f.lc, CUDA_R_32F, s.n, m, s.n);
+    cublasLtMatmulPreference_t pref = nullptr;
+    cublasLtMatmulPreferenceCreate(&pref);
+    const size_t wsb = f.ws.bytes();
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb,
+                                         sizeof(wsb));
+    cublasLtMatmulHeuristicResult_t res[32];
+    int found = 0;
+    cublasLtMatmulAlgoGetHeuristic(f.lt, f.op, f.la, f.lb, f.lc, f.lc, pref, 32, res, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (splits >= found) {
+      state.SkipWithError("no such candidate");
+      return;
+    }
+    f.algo = res[splits].algo;
+    int tile = 0, sk = 0;
+    cublasLtMatmulAlgoConfigGetAttribute(&f.algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile),
+                                         nullptr);
+    cublasLtMatmulAlgoConfigGetAttribute(&f.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &sk, sizeof(sk),
+                                         nullptr);
+    state.counters["tile"] = tile;
+    state.counters["splitk"] = sk;
+    state.counters["found"] = found;
+  }
   constexpr int kLaunches = 50;
   size_t next = 0;
   auto launch = [&]() -> bool {
@@ -91,6 +134,10 @@ void Run(benchmark::State& state, Shape s, int m, Impl impl, int splits) {
     if (impl == Impl::kGemv)
       return LaunchGemv(x, w, f.y.get(), true, m, s.n, s.k, 0.f, f.sms, f.stream) == cudaSuccess;
     const float alpha = 1.f, beta = 0.f;
+    if (impl == Impl::kLt)
+      return cublasLtMatmul(f.lt, f.op, &alpha, w, f.la, x, f.lb, &beta, f.y.get(), f.lc, f.y.get(),
+                            f.lc, &f.algo, f.ws.get(), f.ws.bytes(),
+                            f.stream) == CUBLAS_STATUS_SUCCESS;
     return cublasGemmEx(f.cublas, CUBLAS_OP_T, CUBLAS_OP_N, s.n, m, s.k, &alpha, w, CUDA_R_16BF,
                         s.k, x, CUDA_R_16BF, s.k, &beta, f.y.get(), CUDA_R_32F, s.n,
                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS;
@@ -137,6 +184,7 @@ int Register() {
         if (SkinnyGemmSupported(m, s.n, s.k) && sp <= s.k / 128)
           reg(base + "/skinny_split" + std::to_string(sp), Impl::kSkinny, sp);
       reg(base + "/cublas", Impl::kCublas, 0);
+      for (int a = 0; a < 24; ++a) reg(base + "/lt" + std::to_string(a), Impl::kLt, a);
       if (GemvSupported(m, s.k)) reg(base + "/gemv", Impl::kGemv, 0);
     }
   }

@@ -99,6 +99,46 @@ struct KvLoader {
     }
     CpAsyncCommit();
   }
+
+  // Issue for a head_dim and thread count known at compile time: each
+  // thread keeps one 16-byte column and steps over rows, and pages of a
+  // power-of-two size are found by shifts. The decode kernel issued more
+  // instructions for these addresses than for its tensor-core work.
+  template <int kD, int kKeys, int kThreads>
+  __device__ __forceinline__ void IssueFixed(int kt, bf16* Kd, bf16* Vd, int DPd, int tid) const {
+    constexpr int kVpr = kD / 8;
+    static_assert(kThreads % kVpr == 0, "threads must cover whole rows");
+    constexpr int kRowsPerPass = kThreads / kVpr;
+    const int col = tid % kVpr;
+    const int bs = c.block_size;
+    const bool pow2 = (bs & (bs - 1)) == 0;
+    const int shift = __ffs(bs) - 1;
+#pragma unroll 1
+    for (int j = tid / kVpr; j < kKeys; j += kRowsPerPass) {
+      const int kp = kt + j;
+      const bool valid = kp < ke;
+      const bf16* ks = dummy;
+      const bf16* vs = dummy;
+      if (valid) {
+        if (kp >= start) {
+          const int64_t r = static_cast<int64_t>(first + kp - start) * kv_row + kvh * kD;
+          ks = knew + r;
+          vs = vnew + r;
+        } else {
+          const int lb = pow2 ? kp >> shift : kp / bs;
+          const int in = pow2 ? kp & (bs - 1) : kp - lb * bs;
+          const int64_t blk = table[c.ring > 0 ? lb % c.ring : lb];
+          ks = cache + blk * c.block_stride + c.layer_offset + in * kv_row + kvh * kD;
+          vs = ks + static_cast<int64_t>(bs) * kv_row;
+        }
+        ks += col * 8;
+        vs += col * 8;
+      }
+      CpAsync16(Kd + j * DPd + col * 8, ks, valid);
+      CpAsync16(Vd + j * DPd + col * 8, vs, valid);
+    }
+    CpAsyncCommit();
+  }
 };
 
 // The mma.sync kernels of cuda_flash_attention.cu (head_dim 64 and 128);

@@ -21,6 +21,7 @@
 // cuBLAS handle; uses the current device at creation (device 0 by default).
 #pragma once
 
+#include <array>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -170,6 +171,8 @@ class CudaBackend final : public Backend {
   float* inv_freq_global_ = nullptr;
   float* inv_freq_local_ = nullptr;
   std::vector<Layer> layers_;
+  // Per-step scratch for ordering attention tiles (capacity kept).
+  std::vector<std::array<int, 4>> tile_scratch_;
 
   std::vector<cuda::DeviceBuffer> kv_;  // per group
 

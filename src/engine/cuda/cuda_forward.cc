@@ -207,6 +207,23 @@ Status CudaBackend::Run(std::span<const SeqStep> batch, std::span<const uint8_t>
       std::fill(tab + k, tab + stride, 0);
     }
   }
+  if (!graph && tiles > 1) {
+    // Longest key span first (the kernel takes tiles in this order): with
+    // one prompt's tiles in position order, its last, longest ones started
+    // last and the step waited on them.
+    tile_scratch_.clear();
+    for (int i = 0; i < tiles; ++i) {
+      const int t0 = m[ml.tile_t0 + i], n = m[ml.tile_n + i];
+      tile_scratch_.push_back({m[ml.pos + t0 + n - 1], m[ml.tile_seq + i], t0, n});
+    }
+    std::sort(tile_scratch_.begin(), tile_scratch_.end(),
+              [](const auto& a, const auto& b) { return a[0] > b[0]; });
+    for (int i = 0; i < tiles; ++i) {
+      m[ml.tile_seq + i] = tile_scratch_[i][1];
+      m[ml.tile_t0 + i] = tile_scratch_[i][2];
+      m[ml.tile_n + i] = tile_scratch_[i][3];
+    }
+  }
   for (int s = B; s < padded; ++s, ++t, ++tile, ++row) {  // graph padding
     m[ml.seq_start + s] = 0;
     m[ml.seq_first + s] = t;

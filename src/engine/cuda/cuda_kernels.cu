@@ -2,6 +2,7 @@
 // (attention is in cuda_attention.cu). See cuda_kernels.h.
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <climits>
 #include <cstdlib>
@@ -131,10 +132,17 @@ __global__ void AddNormedKernel(const float* o, const float* w_post, float* x, c
   }
 }
 
-// Blocks of (token, kQkvPostWarps heads), one warp per head: with one block
-// per token and its warps looping over the heads, a decode step's 64 tokens
-// left most SMs idle and each warp's heads ran one after another.
-constexpr int kQkvPostWarps = 4;
+// Blocks of (token, a group of heads), one warp per head at a time. The
+// groups per token follow the token count: a decode step's 64 tokens need
+// several blocks per token or most SMs sit idle; a 2,048-token prefill with
+// a block per (token, 4 heads) ran 24,576 blocks that each paid the metadata
+// and cache-table latency for a few hundred bytes (43 us per layer, ncu).
+constexpr int kQkvPostWarps = 8;
+dim3 QkvPostGrid(int tokens, int heads) {
+  const int groups = (heads + kQkvPostWarps - 1) / kQkvPostWarps;
+  const int want = (512 + tokens - 1) / tokens;
+  return dim3(tokens, std::max(1, std::min(groups, want)));
+}
 __global__ void QkvPostKernel(const float* qkv, const float* bias, const float* q_norm,
                               const float* k_norm, const float* inv_freq, const int32_t* pos,
                               int nh, int nkv, int D, float eps, bool plus_one, bf16_t* q,
@@ -444,7 +452,7 @@ cudaError_t LaunchQkvPost(const float* qkv, const float* bias, const float* q_no
                           int tokens, int nh, int nkv, int head_dim, float eps, bool plus_one,
                           bf16_t* q, bf16_t* k, bf16_t* v, cudaStream_t stream) {
   if (tokens <= 0) return cudaSuccess;
-  const dim3 grid(tokens, (nh + 2 * nkv + kQkvPostWarps - 1) / kQkvPostWarps);
+  const dim3 grid = QkvPostGrid(tokens, nh + 2 * nkv);
   return LaunchPdl(QkvPostKernel, grid, dim3(32 * kQkvPostWarps), 0, stream, qkv, bias, q_norm,
                    k_norm, inv_freq, pos, nh, nkv, head_dim, eps, plus_one, q, k, v, nullptr,
                    KvCacheView{});
@@ -456,7 +464,7 @@ cudaError_t LaunchQkvPostStore(const float* qkv, const float* bias, const float*
                                float eps, bool plus_one, bf16_t* q, bf16_t* k, bf16_t* v,
                                const KvCacheView& cache, cudaStream_t stream) {
   if (tokens <= 0) return cudaSuccess;
-  const dim3 grid(tokens, (nh + 2 * nkv + kQkvPostWarps - 1) / kQkvPostWarps);
+  const dim3 grid = QkvPostGrid(tokens, nh + 2 * nkv);
   return LaunchPdl(QkvPostKernel, grid, dim3(32 * kQkvPostWarps), 0, stream, qkv, bias, q_norm,
                    k_norm, inv_freq, pos, nh, nkv, head_dim, eps, plus_one, q, k, v, tok_seq,
                    cache);
