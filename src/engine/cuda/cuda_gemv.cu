@@ -18,7 +18,8 @@ namespace agentkv::cuda {
 namespace {
 
 constexpr int kWarps = 8;
-constexpr int kUnroll = 8;  // 16-byte weight loads in flight per lane
+constexpr int kUnroll = 8;    // 16-byte weight loads in flight per lane
+constexpr int kNormVecs = 4;  // norm variant: float4s of x per thread, K <= 4096
 
 struct GemvArgs {
   const void* x;        // bf16 [M][K], or fp32 [M][K] for the norm variant
@@ -70,18 +71,36 @@ __global__ void __launch_bounds__(kWarps * 32) GemvKernel(const GemvArgs a) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) pre[u] = __ldg(wr + j0 + lane + 32 * u);
   }
+  // The norm weights are weights too: in registers before the wait, so that
+  // after it the only round trip before the reduction is x's.
+  float4 g[kNormVecs];
+  if constexpr (kNorm) {
+    const float4* gw = reinterpret_cast<const float4*>(a.norm_w);
+#pragma unroll
+    for (int j = 0; j < kNormVecs; ++j) {
+      const int i = threadIdx.x + j * kWarps * 32;
+      g[j] = i < K / 4 ? __ldg(gw + i) : make_float4(0.f, 0.f, 0.f, 0.f);
+      if (a.plus_one) g[j] = make_float4(1.f + g[j].x, 1.f + g[j].y, 1.f + g[j].z, 1.f + g[j].w);
+    }
+  }
   PdlLaunchDependents();
   PdlWait();
   if constexpr (kNorm) {
-    const float* xf = static_cast<const float*>(a.x);
+    // x held in registers from one round of independent loads (the loop
+    // that read it twice from memory cost ~8 us per launch at one row).
+    const float4* xf = static_cast<const float4*>(a.x);
+    const int nv = K / 4;
+    float4 xv[M][kNormVecs];
     float ss[M];
 #pragma unroll
-    for (int m = 0; m < M; ++m) ss[m] = 0.f;
-    for (int i = threadIdx.x; i < K; i += blockDim.x) {
+    for (int m = 0; m < M; ++m) {
+      ss[m] = 0.f;
 #pragma unroll
-      for (int m = 0; m < M; ++m) {
-        const float v = xf[m * K + i];
-        ss[m] += v * v;
+      for (int j = 0; j < kNormVecs; ++j) {
+        const int i = threadIdx.x + j * kWarps * 32;
+        xv[m][j] = i < nv ? xf[m * nv + i] : make_float4(0.f, 0.f, 0.f, 0.f);
+        ss[m] += xv[m][j].x * xv[m][j].x + xv[m][j].y * xv[m][j].y + xv[m][j].z * xv[m][j].z +
+                 xv[m][j].w * xv[m][j].w;
       }
     }
 #pragma unroll
@@ -90,19 +109,24 @@ __global__ void __launch_bounds__(kWarps * 32) GemvKernel(const GemvArgs a) {
       if (lane == 0) part[warp][m] = ss[m];
     }
     __syncthreads();
-    float inv[M];
 #pragma unroll
     for (int m = 0; m < M; ++m) {
       float t = 0.f;
-      for (int i = 0; i < kWarps; ++i) t += part[i][m];
-      inv[m] = 1.0f / sqrtf(t / K + a.eps);
-    }
-    for (int i = threadIdx.x; i < K; i += blockDim.x) {
-      const float g = a.plus_one ? 1.0f + a.norm_w[i] : a.norm_w[i];
 #pragma unroll
-      for (int m = 0; m < M; ++m) {
-        const __nv_bfloat16 b = __float2bfloat16_rn(xf[m * K + i] * inv[m] * g);
-        xs[m * K + i] = *reinterpret_cast<const bf16_t*>(&b);
+      for (int i = 0; i < kWarps; ++i) t += part[i][m];
+      const float inv = 1.0f / sqrtf(t / K + a.eps);
+#pragma unroll
+      for (int j = 0; j < kNormVecs; ++j) {
+        const int i = threadIdx.x + j * kWarps * 32;
+        if (i >= nv) break;
+        const __nv_bfloat162 lo =
+            __floats2bfloat162_rn(xv[m][j].x * inv * g[j].x, xv[m][j].y * inv * g[j].y);
+        const __nv_bfloat162 hi =
+            __floats2bfloat162_rn(xv[m][j].z * inv * g[j].z, xv[m][j].w * inv * g[j].w);
+        uint2 packed;
+        packed.x = *reinterpret_cast<const uint32_t*>(&lo);
+        packed.y = *reinterpret_cast<const uint32_t*>(&hi);
+        reinterpret_cast<uint2*>(xs + m * K)[i] = packed;
       }
     }
   } else {
@@ -232,7 +256,9 @@ bool GemvSupported(int m, int k) {
   return m >= 1 && m <= kMaxGemvRows && k % 8 == 0 && static_cast<int64_t>(m) * k * 2 <= 32768;
 }
 
-bool NormGemvSupported(int m, int k) { return m <= kMaxNormGemvRows && GemvSupported(m, k); }
+bool NormGemvSupported(int m, int k) {
+  return m <= kMaxNormGemvRows && k <= kNormVecs * kWarps * 32 * 4 && GemvSupported(m, k);
+}
 
 cudaError_t LaunchGemv(const bf16_t* x, const bf16_t* w, void* y, bool y_f32, int m, int n, int k,
                        float beta, int num_sms, cudaStream_t stream) {
