@@ -125,8 +125,9 @@ Status CudaBackend::Init(const WeightSource& w) {
       RETURN_IF_ERROR(UploadF32(w, {p + "self_attn.k_norm.weight"}, {{D}}, &L.k_norm));
     }
     RETURN_IF_ERROR(UploadBf16(w, {p + "self_attn.o_proj.weight"}, {{H, nq}}, &L.wo));
+    // Gate and up rows interleaved (cuda::LaunchGatedAct's layout).
     RETURN_IF_ERROR(UploadBf16(w, {p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"},
-                               {{I, H}, {I, H}}, &L.w_gate_up));
+                               {{I, H}, {I, H}}, &L.w_gate_up, /*interleave_rows=*/true));
     RETURN_IF_ERROR(UploadBf16(w, {p + "mlp.down_proj.weight"}, {{H, I}}, &L.w_down));
     L.kind = c.layer_kinds.at(l);
     L.window = c.layer_windows.at(l);
@@ -147,12 +148,15 @@ Status CudaBackend::Init(const WeightSource& w) {
 }
 
 Status CudaBackend::UploadBf16(const WeightSource& w, const std::vector<std::string>& names,
-                               const std::vector<std::vector<int64_t>>& shapes,
-                               cuda::bf16_t** out) {
+                               const std::vector<std::vector<int64_t>>& shapes, cuda::bf16_t** out,
+                               bool interleave_rows) {
   int64_t total = 0;
   for (const auto& s : shapes) total += Elements(s);
+  if (interleave_rows && (names.size() != 2 || shapes[0] != shapes[1] || shapes[0].size() != 2))
+    return InvalidArgument("UploadBf16: rows interleave two matrices of one shape");
   cuda::DeviceBuffer buf;
   RETURN_IF_ERROR(buf.Allocate(static_cast<size_t>(total) * 2));
+  std::vector<std::vector<uint16_t>> all;
   int64_t off = 0;
   for (size_t i = 0; i < names.size(); ++i) {
     std::vector<uint16_t> bits;
@@ -163,9 +167,22 @@ Status CudaBackend::UploadBf16(const WeightSource& w, const std::vector<std::str
       bits.resize(f.size());
       for (size_t j = 0; j < f.size(); ++j) bits[j] = F32ToBf16Bits(f[j]);
     }
+    if (interleave_rows) {
+      all.push_back(std::move(bits));
+      continue;
+    }
     CUDA_RETURN_IF_ERROR(cudaMemcpy(buf.get<uint16_t>() + off, bits.data(), bits.size() * 2,
                                     cudaMemcpyHostToDevice));
     off += static_cast<int64_t>(bits.size());
+  }
+  if (interleave_rows) {
+    const int64_t rows = shapes[0][0], cols = shapes[0][1];
+    std::vector<uint16_t> mixed(static_cast<size_t>(total));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int h = 0; h < 2; ++h)
+        std::copy_n(all[h].begin() + r * cols, cols, mixed.begin() + (2 * r + h) * cols);
+    CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(buf.get<uint16_t>(), mixed.data(), mixed.size() * 2, cudaMemcpyHostToDevice));
   }
   *out = buf.get<cuda::bf16_t>();
   weight_mem_.push_back(std::move(buf));

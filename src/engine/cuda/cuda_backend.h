@@ -106,7 +106,8 @@ class CudaBackend final : public Backend {
   CudaBackend(const ModelConfig& config, const CudaBackendOptions& options);
   Status Init(const WeightSource& weights);
   Status UploadBf16(const WeightSource& w, const std::vector<std::string>& names,
-                    const std::vector<std::vector<int64_t>>& shapes, cuda::bf16_t** out);
+                    const std::vector<std::vector<int64_t>>& shapes, cuda::bf16_t** out,
+                    bool interleave_rows = false);
   Status UploadF32(const WeightSource& w, const std::vector<std::string>& names,
                    const std::vector<std::vector<int64_t>>& shapes, float** out);
   Status CheckBatch(std::span<const SeqStep> batch) const;

@@ -17,7 +17,7 @@ struct CudaBackend::Layer {
   float* q_norm = nullptr;
   float* k_norm = nullptr;
   cuda::bf16_t* wo = nullptr;
-  cuda::bf16_t* w_gate_up = nullptr;  // [gate | up] rows
+  cuda::bf16_t* w_gate_up = nullptr;  // gate and up rows interleaved
   cuda::bf16_t* w_down = nullptr;
   AttentionKind kind = AttentionKind::kFull;
   int window = 0;

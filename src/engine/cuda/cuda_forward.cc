@@ -400,19 +400,24 @@ Status CudaBackend::Enqueue(const Shape& s) {
     } else {
       RETURN_IF_ERROR(Gemm(attn, L.wo, x, true, T, H, nh * D, 1.f));
     }
-    if (c.sandwich_norm) {
-      RETURN_IF_ERROR(Gemm(h, L.w_gate_up, gu, false, T, 2 * I, H, 0.f));
-    } else {
-      RETURN_IF_ERROR(NormGemm(x, nullptr, L.post_attn_norm, L.w_gate_up, gu, T, 2 * I, false));
-    }
+    // (Sandwich norms: AddNormed above already wrote h.)
+    if (!c.sandwich_norm)
+      CUDA_RETURN_IF_ERROR(
+          cuda::LaunchRmsNorm(x, nullptr, L.post_attn_norm, h, T, H, eps, plus_one, stream_));
     const int act_kind = c.activation == Activation::kSilu ? 0 : 1;
-    if (c.sandwich_norm) {
+    if (T < skinny_min_rows_ && cuda::GemvGatedActSupported(T, 2 * I, H)) {
+      // One or two rows: the activation in the GEMV's epilogue.
+      CUDA_RETURN_IF_ERROR(
+          cuda::LaunchGemvGatedAct(h, L.w_gate_up, act, T, 2 * I, H, act_kind, stream_));
+    } else {
+      RETURN_IF_ERROR(Gemm(h, L.w_gate_up, gu, false, T, 2 * I, H, 0.f));
       CUDA_RETURN_IF_ERROR(cuda::LaunchGatedAct(gu, act, T, I, act_kind, stream_));
+    }
+    if (c.sandwich_norm) {
       RETURN_IF_ERROR(Gemm(act, L.w_down, o, true, T, H, I, 0.f));
       CUDA_RETURN_IF_ERROR(cuda::LaunchAddNormed(o, L.post_ff_norm, x, nullptr, nullptr, T, H, eps,
                                                  plus_one, stream_));
     } else {
-      CUDA_RETURN_IF_ERROR(cuda::LaunchGatedAct(gu, act, T, I, act_kind, stream_));
       RETURN_IF_ERROR(Gemm(act, L.w_down, x, true, T, H, I, 1.f));
     }
   }

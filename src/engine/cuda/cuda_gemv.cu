@@ -11,6 +11,7 @@
 // two) while its first weight loads are already in flight.
 #include <cuda_bf16.h>
 
+#include "engine/cuda/activation.cuh"
 #include "engine/cuda/cuda_kernels.h"
 #include "engine/cuda/pdl.cuh"
 
@@ -31,6 +32,7 @@ struct GemvArgs {
   int N, K;
   float beta;
   bool y_f32;
+  int act;  // kAct variant: the activation (Activate's codes)
 };
 
 __device__ __forceinline__ void Unpack(const uint4& v, float (&f)[8]) {
@@ -48,8 +50,10 @@ __device__ __forceinline__ float WarpSum(float v) {
   return v;
 }
 
-// M rows of x; S warps per row of w; kNorm: x is fp32 and normalised here.
-template <int M, int S, bool kNorm>
+// M rows of x; S warps per row of w; kNorm: x is fp32 and normalised here;
+// kAct: rows of w come in (gate, up) pairs and y is act(gate) * up, bf16
+// [M][N / 2].
+template <int M, int S, bool kNorm, bool kAct>
 __global__ void __launch_bounds__(kWarps * 32) GemvKernel(const GemvArgs a) {
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ float part[kWarps][M];
@@ -195,6 +199,27 @@ __global__ void __launch_bounds__(kWarps * 32) GemvKernel(const GemvArgs a) {
       }
     }
   }
+  if constexpr (kAct) {
+    // A block's rows are whole (gate, up) pairs (kRowsPerBlock is even).
+    __shared__ float rowv[kRowsPerBlock][M];
+    if (warp % S == 0 && lane < M) {
+#pragma unroll
+      for (int m = 0; m < M; ++m)
+        if (m == lane) rowv[warp / S][m] = acc[m];
+    }
+    __syncthreads();
+    const int pairs = kRowsPerBlock / 2;
+    if (threadIdx.x < pairs * M) {
+      const int pr = threadIdx.x / M, m = threadIdx.x % M;
+      const int i = blockIdx.x * pairs + pr;
+      if (2 * i + 1 < N) {
+        const __nv_bfloat16 r =
+            __float2bfloat16_rn(Activate(rowv[2 * pr][m], a.act) * rowv[2 * pr + 1][m]);
+        static_cast<__nv_bfloat16*>(a.y)[static_cast<int64_t>(m) * (N / 2) + i] = r;
+      }
+    }
+    return;
+  }
   if (n < N && warp % S == 0 && lane < M) {
     float v = 0.f;
 #pragma unroll
@@ -220,31 +245,31 @@ int SplitFor(int k) {
   return 1;
 }
 
-template <int M, int S, bool kNorm>
+template <int M, int S, bool kNorm, bool kAct>
 cudaError_t LaunchS(const GemvArgs& a, cudaStream_t stream) {
   const size_t smem = static_cast<size_t>(M) * a.K * sizeof(bf16_t);
   if (smem > 48 * 1024) {
     const cudaError_t e =
-        cudaFuncSetAttribute(GemvKernel<M, S, kNorm>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(smem));
+        cudaFuncSetAttribute(GemvKernel<M, S, kNorm, kAct>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (e != cudaSuccess) return e;
   }
   constexpr int kRowsPerBlock = kWarps / S;
   // One row per warp group: short rows leave no time to ramp a grid-stride
   // loop.
   const int blocks = (a.N + kRowsPerBlock - 1) / kRowsPerBlock;
-  return LaunchPdl(GemvKernel<M, S, kNorm>, dim3(blocks), dim3(kWarps * 32), smem, stream, a);
+  return LaunchPdl(GemvKernel<M, S, kNorm, kAct>, dim3(blocks), dim3(kWarps * 32), smem, stream, a);
 }
 
-template <int M, bool kNorm>
+template <int M, bool kNorm, bool kAct = false>
 cudaError_t Launch(const GemvArgs& a, cudaStream_t stream) {
   switch (SplitFor(a.K)) {
     case 4:
-      return LaunchS<M, 4, kNorm>(a, stream);
+      return LaunchS<M, 4, kNorm, kAct>(a, stream);
     case 2:
-      return LaunchS<M, 2, kNorm>(a, stream);
+      return LaunchS<M, 2, kNorm, kAct>(a, stream);
     default:
-      return LaunchS<M, 1, kNorm>(a, stream);
+      return LaunchS<M, 1, kNorm, kAct>(a, stream);
   }
 }
 
@@ -264,7 +289,7 @@ cudaError_t LaunchGemv(const bf16_t* x, const bf16_t* w, void* y, bool y_f32, in
                        float beta, int num_sms, cudaStream_t stream) {
   (void)num_sms;
   if (!GemvSupported(m, k)) return cudaErrorInvalidValue;
-  const GemvArgs a{x, nullptr, 0.f, false, w, y, n, k, beta, y_f32};
+  const GemvArgs a{x, nullptr, 0.f, false, w, y, n, k, beta, y_f32, 0};
   switch (m) {
     case 1:
       return Launch<1, false>(a, stream);
@@ -289,8 +314,19 @@ cudaError_t LaunchNormGemv(const float* x, const float* norm_w, float eps, bool 
                            const bf16_t* w, void* y, bool y_f32, int m, int n, int k, float beta,
                            cudaStream_t stream) {
   if (!NormGemvSupported(m, k)) return cudaErrorInvalidValue;
-  const GemvArgs a{x, norm_w, eps, plus_one, w, y, n, k, beta, y_f32};
+  const GemvArgs a{x, norm_w, eps, plus_one, w, y, n, k, beta, y_f32, 0};
   return m == 1 ? Launch<1, true>(a, stream) : Launch<2, true>(a, stream);
+}
+
+bool GemvGatedActSupported(int m, int n, int k) {
+  return m <= kMaxGemvActRows && n % 2 == 0 && GemvSupported(m, k);
+}
+
+cudaError_t LaunchGemvGatedAct(const bf16_t* x, const bf16_t* w, bf16_t* out, int m, int n, int k,
+                               int act, cudaStream_t stream) {
+  if (!GemvGatedActSupported(m, n, k)) return cudaErrorInvalidValue;
+  const GemvArgs a{x, nullptr, 0.f, false, w, out, n, k, 0.f, false, act};
+  return m == 1 ? Launch<1, false, true>(a, stream) : Launch<2, false, true>(a, stream);
 }
 
 }  // namespace agentkv::cuda

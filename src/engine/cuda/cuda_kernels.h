@@ -111,8 +111,10 @@ bool WideAttentionSupported(int head_dim);
 inline constexpr int kMaxAttentionHeadDim = 256;
 cudaError_t LaunchAttention(const AttentionParams& p, cudaStream_t stream);
 
-// out = act(gate) * up, gate_up rows [gate | up] of 2n (bf16 in and out).
-// act: 0 SiLU, 1 GELU (tanh approximation).
+// out[r][i] = act(gate_up[r][2i]) * gate_up[r][2i + 1]: rows of 2n with
+// gate and up interleaved, as the backend uploads the two weights' rows
+// (so that a GEMV block holds both halves of its outputs; see
+// LaunchGemvGatedAct). bf16 in and out. act: 0 SiLU, 1 GELU (tanh).
 cudaError_t LaunchGatedAct(const bf16_t* gate_up, bf16_t* out, int rows, int n, int act,
                            cudaStream_t stream);
 
@@ -132,6 +134,15 @@ bool NormGemvSupported(int m, int k);
 cudaError_t LaunchNormGemv(const float* x, const float* norm_w, float eps, bool plus_one,
                            const bf16_t* w, void* y, bool y_f32, int m, int n, int k, float beta,
                            cudaStream_t stream);
+
+// out[m][i] = act(x[m] . w[2i]) * (x[m] . w[2i + 1]), bf16 [m][n / 2]: the
+// gate_up GEMV with the gated activation in its epilogue (w's rows gate and
+// up interleaved, as LaunchGatedAct reads them); for m <= kMaxGemvActRows,
+// n even. One kernel less per layer for one- and two-row decode steps.
+inline constexpr int kMaxGemvActRows = 2;
+bool GemvGatedActSupported(int m, int n, int k);
+cudaError_t LaunchGemvGatedAct(const bf16_t* x, const bf16_t* w, bf16_t* out, int m, int n, int k,
+                               int act, cudaStream_t stream);
 
 // y[m][n] = x[m] . w[n] + beta * y[m][n] on the tensor cores, for decode
 // steps of up to kMaxSkinnyRows rows (x [m][k], w [n][k] bf16; y fp32 or

@@ -131,15 +131,27 @@ TEST(CudaKernels, QkvPostMatchesNormAndRope) {
   }
 }
 
+// gate_up rows [gate | up] (the CPU reference's layout) as the CUDA kernels
+// take them: gate and up interleaved.
+std::vector<float> Interleaved(const std::vector<float>& gu, int rows, int n) {
+  std::vector<float> out(gu.size());
+  for (int r = 0; r < rows; ++r)
+    for (int i = 0; i < n; ++i) {
+      out[(static_cast<size_t>(r) * n + i) * 2] = gu[static_cast<size_t>(r) * 2 * n + i];
+      out[(static_cast<size_t>(r) * n + i) * 2 + 1] = gu[static_cast<size_t>(r) * 2 * n + n + i];
+    }
+  return out;
+}
+
 TEST(CudaKernels, GatedActivation) {
   AGENTKV_REQUIRE_GPU();
   std::mt19937 rng(4);
   const int rows = 3;
-  // Multiples of 8 take the vectorised kernel.
+  // Multiples of 4 take the vectorised kernel.
   for (int n : {1000, 1001, 8192})
     for (Activation a : {Activation::kSilu, Activation::kGeluTanh}) {
       auto gu = Rounded(Random(rows * 2 * n, rng, 2.f));
-      auto d = Upload(Bf16Of(gu));
+      auto d = Upload(Bf16Of(Interleaved(gu, rows, n)));
       auto out = Poisoned<uint16_t>(rows * n);
       ASSERT_EQ(cuda::LaunchGatedAct(d.get<cuda::bf16_t>(), out.get<cuda::bf16_t>(), rows, n,
                                      a == Activation::kSilu ? 0 : 1, nullptr),
@@ -148,6 +160,41 @@ TEST(CudaKernels, GatedActivation) {
       kernels::GatedActivation(gu.data(), ref.data(), rows, n, a);
       EXPECT_LT(RelErr(DownloadBf16(out, rows * n), ref), 1e-2) << n;
     }
+}
+
+// The GEMV with the activation in its epilogue against Linear, then the
+// CPU GatedActivation, on weights whose gate and up rows are interleaved.
+TEST(CudaKernels, GemvGatedActMatchesLinearThenActivation) {
+  AGENTKV_REQUIRE_GPU();
+  std::mt19937 rng(12);
+  for (int m = 1; m <= cuda::kMaxGemvActRows; ++m)
+    for (auto [n, k] : {std::pair{16384, 2048}, std::pair{1000, 4096}, std::pair{74, 264}})
+      for (Activation a : {Activation::kSilu, Activation::kGeluTanh}) {
+        ASSERT_TRUE(cuda::GemvGatedActSupported(m, 2 * n, k));
+        const auto x = Rounded(Random(m * k, rng));
+        // [gate rows | up rows], the layout of the CPU reference.
+        const auto w = Rounded(Random(static_cast<size_t>(2 * n) * k, rng, 0.05f));
+        std::vector<float> wi(w.size());
+        for (int i = 0; i < n; ++i) {
+          std::copy_n(w.begin() + static_cast<size_t>(i) * k, k,
+                      wi.begin() + static_cast<size_t>(2 * i) * k);
+          std::copy_n(w.begin() + static_cast<size_t>(n + i) * k, k,
+                      wi.begin() + static_cast<size_t>(2 * i + 1) * k);
+        }
+        auto dx = Upload(Bf16Of(x)), dw = Upload(Bf16Of(wi));
+        auto out = Poisoned<uint16_t>(static_cast<size_t>(m) * n);
+        ASSERT_EQ(cuda::LaunchGemvGatedAct(dx.get<cuda::bf16_t>(), dw.get<cuda::bf16_t>(),
+                                           out.get<cuda::bf16_t>(), m, 2 * n, k,
+                                           a == Activation::kSilu ? 0 : 1, nullptr),
+                  cudaSuccess);
+        std::vector<float> gu(static_cast<size_t>(m) * 2 * n), ref(static_cast<size_t>(m) * n);
+        kernels::Linear(x.data(), w.data(), nullptr, gu.data(), m, 2 * n, k);
+        kernels::GatedActivation(gu.data(), ref.data(), m, n, a);
+        EXPECT_LT(RelErr(DownloadBf16(out, static_cast<size_t>(m) * n), ref), 1e-2)
+            << m << " " << n << " " << k;
+      }
+  EXPECT_FALSE(cuda::GemvGatedActSupported(cuda::kMaxGemvActRows + 1, 16384, 2048));
+  EXPECT_FALSE(cuda::GemvGatedActSupported(1, 1001, 2048));  // odd: not whole pairs
 }
 
 TEST(CudaKernels, GemvMatchesLinear) {
