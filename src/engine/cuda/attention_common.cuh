@@ -104,8 +104,20 @@ struct KvLoader {
   // thread keeps one 16-byte column and steps over rows, and pages of a
   // power-of-two size are found by shifts. The decode kernel issued more
   // instructions for these addresses than for its tensor-core work.
+  // This layer's cache row of position kp (K; V is block_size rows on).
+  __device__ __forceinline__ bf16* CacheRow(int kp) const {
+    const int lb = kp / c.block_size;
+    const int64_t blk = table[c.ring > 0 ? lb % c.ring : lb];
+    return reinterpret_cast<bf16*>(c.base) + blk * c.block_stride + c.layer_offset +
+           static_cast<int64_t>(kp % c.block_size) * kv_row + kvh * D;
+  }
+
+  // kn / vn (shared memory, kD elements each): where given, the row of key
+  // `start` (the step's one token) comes from them, not from k_new / v_new.
   template <int kD, int kKeys, int kThreads>
-  __device__ __forceinline__ void IssueFixed(int kt, bf16* Kd, bf16* Vd, int DPd, int tid) const {
+  __device__ __forceinline__ void IssueFixed(int kt, bf16* Kd, bf16* Vd, int DPd, int tid,
+                                             const bf16* kn = nullptr,
+                                             const bf16* vn = nullptr) const {
     constexpr int kVpr = kD / 8;
     static_assert(kThreads % kVpr == 0, "threads must cover whole rows");
     constexpr int kRowsPerPass = kThreads / kVpr;
@@ -117,6 +129,13 @@ struct KvLoader {
     for (int j = tid / kVpr; j < kKeys; j += kRowsPerPass) {
       const int kp = kt + j;
       const bool valid = kp < ke;
+      if (valid && kn != nullptr && kp >= start) {
+        *reinterpret_cast<uint4*>(Kd + j * DPd + col * 8) =
+            *reinterpret_cast<const uint4*>(kn + col * 8);
+        *reinterpret_cast<uint4*>(Vd + j * DPd + col * 8) =
+            *reinterpret_cast<const uint4*>(vn + col * 8);
+        continue;
+      }
       const bf16* ks = dummy;
       const bf16* vs = dummy;
       if (valid) {

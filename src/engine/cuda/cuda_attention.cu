@@ -221,18 +221,28 @@ int TokensPerTile(int group_size, bool wide) {
   return group_size > 0 ? (wide ? 64 : kRows) / group_size : 0;
 }
 
+namespace {
+bool MmaEnabled() {
+  static const bool mma = [] {
+    const char* v = std::getenv("AGENTKV_CUDA_MMA_ATTENTION");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return mma;
+}
+}  // namespace
+
+bool FusedRotarySupported(int head_dim) { return MmaEnabled() && MmaAttentionSupported(head_dim); }
+
 cudaError_t LaunchAttention(const AttentionParams& p, cudaStream_t stream) {
   if (p.num_tiles <= 0) return cudaSuccess;
   if (p.head_dim % 16 != 0 || p.head_dim > kMaxAttentionHeadDim || p.nkv <= 0 ||
       p.nh % p.nkv != 0 || p.nh / p.nkv > kRows || p.splits < 1 || p.splits > 32)
     return cudaErrorInvalidValue;
   if (p.wide && !WideAttentionSupported(p.head_dim)) return cudaErrorInvalidValue;
-  static const bool mma = [] {
-    const char* v = std::getenv("AGENTKV_CUDA_MMA_ATTENTION");
-    return v == nullptr || std::string(v) != "0";
-  }();
+  if (p.qkv != nullptr && (p.wide || !FusedRotarySupported(p.head_dim)))
+    return cudaErrorInvalidValue;
   cudaError_t e;
-  if (p.wide || (mma && MmaAttentionSupported(p.head_dim))) {
+  if (p.wide || (MmaEnabled() && MmaAttentionSupported(p.head_dim))) {
     e = LaunchMmaAttention(p, stream);
   } else {
     const size_t smem = SmemBytes(p.head_dim);

@@ -59,6 +59,10 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::Create(const ModelConfig& conf
   std::unique_ptr<CudaBackend> b(new CudaBackend(config, options));
   if (const char* g = std::getenv("AGENTKV_CUDA_GRAPHS"); g && std::string(g) == "0")
     b->options_.graphs = false;
+  // AGENTKV_CUDA_FUSED_ROTARY=0: decode steps run the rotary kernel before
+  // attention instead of inside it (for comparison).
+  if (const char* v = std::getenv("AGENTKV_CUDA_FUSED_ROTARY"); v && std::string(v) == "0")
+    b->fused_rotary_ = false;
   if (const char* path = std::getenv("AGENTKV_CUDA_STEP_LOG"); path && *path)
     b->step_log_ = std::fopen(path, "a");
   // AGENTKV_CUDA_SKINNY=1: the skinny tensor-core GEMM for 3-8 rows; =all:

@@ -172,6 +172,7 @@ class CudaBackend final : public Backend {
   float* inv_freq_global_ = nullptr;
   float* inv_freq_local_ = nullptr;
   std::vector<Layer> layers_;
+  bool fused_rotary_ = true;  // AttentionParams::qkv for decode steps
   // Per-step scratch for ordering attention tiles (capacity kept).
   std::vector<std::array<int, 4>> tile_scratch_;
 

@@ -27,10 +27,60 @@ constexpr float kLog2e = 1.4426950408889634f;
 
 size_t MmaSmemBytes(int D, int rw) {
   const size_t DP = D + 8;
-  // Q rows, two stages of K and V; reused at the end for the warps' merge.
-  const size_t main = (16 * rw + 4 * kStage) * DP * sizeof(bf16);
+  // Q rows, two stages of K and V, (narrow) the step's own K and V row;
+  // reused from the start at the end for the warps' merge.
+  const size_t main = (16 * rw + 4 * kStage) * DP * sizeof(bf16) + (rw == 1 ? 2 * D * 2 : 0);
   const size_t merge = rw == 1 ? 4 * 16 * (D + 2) * sizeof(float) : 0;
   return main > merge ? main : merge;
+}
+
+// What LaunchQkvPost does to one head, by one warp: dst = rotary(norm(src +
+// bias)) in bf16 (nw null: no norm; rotary false: only the bias), with the
+// same arithmetic in the same order.
+template <int D>
+__device__ __forceinline__ void ProjectHead(const float* src, const float* b, const float* nw,
+                                            const AttentionParams& p, float pos, bool rotary,
+                                            bf16* dst, int lane) {
+  constexpr int kHalf = D / 2, kPer = kHalf / 32;
+  float x0[kPer], x1[kPer];
+  float ss = 0.f;
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) {
+    const int i = lane + 32 * u;
+    x0[u] = src[i] + (b ? b[i] : 0.f);
+    x1[u] = src[i + kHalf] + (b ? b[i + kHalf] : 0.f);
+  }
+  if (!rotary) {
+#pragma unroll
+    for (int u = 0; u < kPer; ++u) {
+      dst[lane + 32 * u] = __float2bfloat16_rn(x0[u]);
+      dst[lane + 32 * u + kHalf] = __float2bfloat16_rn(x1[u]);
+    }
+    return;
+  }
+  if (nw != nullptr) {
+#pragma unroll
+    for (int u = 0; u < kPer; ++u) ss += x0[u] * x0[u];
+#pragma unroll
+    for (int u = 0; u < kPer; ++u) ss += x1[u] * x1[u];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    const float inv = 1.0f / sqrtf(ss / D + p.eps);
+#pragma unroll
+    for (int u = 0; u < kPer; ++u) {
+      const int i = lane + 32 * u;
+      x0[u] = x0[u] * inv * (p.plus_one ? 1.f + nw[i] : nw[i]);
+      x1[u] = x1[u] * inv * (p.plus_one ? 1.f + nw[i + kHalf] : nw[i + kHalf]);
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) {
+    const int i = lane + 32 * u;
+    float sn, cs;
+    sincosf(pos * p.inv_freq[i], &sn, &cs);
+    dst[i] = __float2bfloat16_rn(x0[u] * cs - x1[u] * sn);
+    dst[i + kHalf] = __float2bfloat16_rn(x1[u] * cs + x0[u] * sn);
+  }
 }
 
 // Wide tiles at four blocks per SM (134 registers allowed three, and a
@@ -95,10 +145,51 @@ __global__ void __launch_bounds__(kThreads, RW == 4 && D == 64 ? 4 : 1)
     return;
   }
 
-  // The first stage in flight before the Q loads wait on memory.
   KvLoader ld(p, s, kvh, start, first, ke, DP);
-  ld.IssueFixed<D, kStage, kThreads>(kb, Ks, Vs, DP, tid);
-  LoadQueryTile(p, t0, n, tpt, kvh, 16 * RW, DP, Qs, tid, kThreads);
+  const bf16* kn = nullptr;
+  const bf16* vn = nullptr;
+  if (RW == 1 && p.qkv != nullptr) {
+    // The projection, not q / k_new / v_new (decode: one token, pos start).
+    const int heads = p.nh + 2 * p.nkv;
+    const float* row = p.qkv + static_cast<int64_t>(t0) * heads * D;
+    const float* brow = p.bias;
+    const float pos = static_cast<float>(start);
+    if (kb <= start && start < ke) {
+      // This block's keys include the token: its K and V, into shared
+      // memory for the stage that holds it and into the cache.
+      bf16* Kn = Vs + 2 * kStage * DP;
+      bf16* Vn = Kn + D;
+      if (warp < 2) {
+        const int hh = warp == 0 ? p.nh + kvh : p.nh + p.nkv + kvh;
+        bf16* dst = warp == 0 ? Kn : Vn;
+        ProjectHead<D>(row + hh * D, brow ? brow + hh * D : nullptr, warp == 0 ? p.k_norm : nullptr,
+                       p, pos, warp == 0, dst, lane);
+        __syncwarp();
+        bf16* crow = ld.CacheRow(start) +
+                     (warp == 0 ? 0 : static_cast<int64_t>(p.cache.block_size) * ld.kv_row);
+        for (int i = lane; i < D / 8; i += 32)
+          reinterpret_cast<uint4*>(crow)[i] = reinterpret_cast<const uint4*>(dst)[i];
+      }
+      __syncthreads();
+      kn = Kn;
+      vn = Vn;
+    }
+    ld.IssueFixed<D, kStage, kThreads>(kb, Ks, Vs, DP, tid, kn, vn);
+    for (int r = warp; r < 16; r += 4) {
+      bf16* dst = Qs + r * DP;
+      if (r < G) {
+        const int hh = kvh * G + r;
+        ProjectHead<D>(row + hh * D, brow ? brow + hh * D : nullptr, p.q_norm, p, pos, true, dst,
+                       lane);
+      } else {
+        for (int i = lane; i < D; i += 32) dst[i] = __float2bfloat16_rn(0.f);
+      }
+    }
+  } else {
+    // The first stage in flight before the Q loads wait on memory.
+    ld.IssueFixed<D, kStage, kThreads>(kb, Ks, Vs, DP, tid);
+    LoadQueryTile(p, t0, n, tpt, kvh, 16 * RW, DP, Qs, tid, kThreads);
+  }
   __syncthreads();
   uint32_t qf[KQ][4];  // Q as A fragments, for the whole walk
   {
@@ -119,7 +210,7 @@ __global__ void __launch_bounds__(kThreads, RW == 4 && D == 64 ? 4 : 1)
   for (int kt = kb; kt < ke; kt += kStage) {
     if (kt + kStage < ke) {
       ld.IssueFixed<D, kStage, kThreads>(kt + kStage, Ks + (buf ^ 1) * kStage * DP,
-                                         Vs + (buf ^ 1) * kStage * DP, DP, tid);
+                                         Vs + (buf ^ 1) * kStage * DP, DP, tid, kn, vn);
       CpAsyncWait<1>();
     } else {
       CpAsyncWait<0>();

@@ -356,11 +356,15 @@ Status CudaBackend::Enqueue(const Shape& s) {
     // K and V go to the cache straight from the rotary kernel unless a ring
     // slot they overwrite may still be read by another query of this step.
     const bool fused_store = view.ring == 0 || s.tokens == s.seqs;
-    if (fused_store) {
+    // Decode steps: the attention kernel applies the rotary itself and
+    // stores the token's K and V (one kernel less per layer).
+    const bool fused_rotary =
+        fused_rotary_ && s.tokens == s.seqs && !s.wide && cuda::FusedRotarySupported(D);
+    if (!fused_rotary && fused_store) {
       CUDA_RETURN_IF_ERROR(cuda::LaunchQkvPostStore(qkv_.get<float>(), L.bqkv, L.q_norm, L.k_norm,
                                                     inv_freq, pos, tok_seq, T, nh, nkv, D, eps,
                                                     plus_one, q, k, v, view, stream_));
-    } else {
+    } else if (!fused_rotary) {
       CUDA_RETURN_IF_ERROR(cuda::LaunchQkvPost(qkv_.get<float>(), L.bqkv, L.q_norm, L.k_norm,
                                                inv_freq, pos, T, nh, nkv, D, eps, plus_one, q, k, v,
                                                stream_));
@@ -389,6 +393,16 @@ Status CudaBackend::Enqueue(const Shape& s) {
     ap.part_o = part_o_.get<float>();
     ap.part_ml = part_ml_.get<float>();
     ap.out = attn;
+    if (fused_rotary) {
+      ap.q = ap.k_new = ap.v_new = nullptr;
+      ap.qkv = qkv_.get<float>();
+      ap.bias = L.bqkv;
+      ap.q_norm = L.q_norm;
+      ap.k_norm = L.k_norm;
+      ap.inv_freq = inv_freq;
+      ap.eps = eps;
+      ap.plus_one = plus_one;
+    }
     CUDA_RETURN_IF_ERROR(cuda::LaunchAttention(ap, stream_));
     if (!fused_store)
       CUDA_RETURN_IF_ERROR(cuda::LaunchKvStore(k, v, pos, tok_seq, meta + ml.seq_start,

@@ -104,12 +104,27 @@ struct AttentionParams {
   float* part_o = nullptr;   // [T][nh][splits][D]
   float* part_ml = nullptr;  // [T][nh][splits][2]
   bf16_t* out = nullptr;     // [T][nh][D]
+  // Decode steps (narrow tiles of one token) may leave q, k_new and v_new
+  // unset and give the projection instead: each block then does what
+  // LaunchQkvPostStore would for its query heads, and the block whose keys
+  // include the step's token also stores that token's K and V into the
+  // cache. One kernel instead of two per layer (FusedRotarySupported).
+  const float* qkv = nullptr;  // [T][(nh + 2 * nkv) * D] fp32
+  const float* bias = nullptr;
+  const float* q_norm = nullptr;
+  const float* k_norm = nullptr;
+  const float* inv_freq = nullptr;
+  float eps = 0.f;
+  bool plus_one = false;
 };
 int TokensPerTile(int group_size, bool wide = false);
 bool WideAttentionSupported(int head_dim);
 // Largest head_dim the attention kernel takes (a multiple of 16).
 inline constexpr int kMaxAttentionHeadDim = 256;
 cudaError_t LaunchAttention(const AttentionParams& p, cudaStream_t stream);
+// Whether LaunchAttention takes AttentionParams::qkv for decode steps
+// (the mma kernels run for this head_dim).
+bool FusedRotarySupported(int head_dim);
 
 // out[r][i] = act(gate_up[r][2i]) * gate_up[r][2i + 1]: rows of 2n with
 // gate and up interleaved, as the backend uploads the two weights' rows

@@ -496,6 +496,119 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention, ::testing::ValuesIn(AttnCases())
                                   "_s" + std::to_string(c.splits) + (c.wide ? "_wide" : "");
                          });
 
+// Decode attention given the projection (AttentionParams::qkv) against the
+// two-kernel path it replaces (LaunchQkvPostStore, then attention on q, k,
+// v): the same outputs and the same K/V rows left in the cache. Both paths
+// are checked against the CPU references above.
+TEST(CudaKernels, FusedRotaryAttentionMatchesQkvPostThenAttention) {
+  AGENTKV_REQUIRE_GPU();
+  std::mt19937 rng(21);
+  struct Case {
+    int D, nh, nkv, splits;
+    bool bias, norm;
+  };
+  for (Case cs : {Case{64, 32, 8, 1, false, false}, Case{64, 32, 8, 4, true, false},
+                  Case{128, 16, 8, 3, false, true}, Case{128, 8, 4, 1, true, true}}) {
+    if (!cuda::FusedRotarySupported(cs.D)) continue;
+    const int D = cs.D, nh = cs.nh, nkv = cs.nkv, heads = nh + 2 * nkv, G = nh / nkv;
+    const int bs = 16, width = 8, nblocks = 40, row = nkv * D;
+    const std::vector<int> starts = {5, 40, 100, 0};  // one decode token each
+    const int B = static_cast<int>(starts.size()), T = B;
+    RopeSpec rope;
+    rope.theta = 10000.f;
+    const auto inv = kernels::RopeInvFreq(rope, D);
+    const auto qkv = Random(static_cast<size_t>(T) * heads * D, rng);
+    const auto bias = Random(static_cast<size_t>(heads) * D, rng, 0.5f);
+    const auto qn = Random(D, rng, 0.2f, 1.f), kn = Random(D, rng, 0.2f, 1.f);
+    const int64_t block_stride = 2LL * bs * row;
+    std::vector<uint16_t> cache0 = Bf16Of(Random(static_cast<size_t>(nblocks) * block_stride, rng));
+    std::vector<int32_t> ids(B * width), pos(T), seq_start(B), seq_first(B + 1), tile_seq(T),
+        tile_t0(T), tile_n(T, 1), tok_seq(T);
+    std::vector<int> perm(nblocks);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    for (int i = 0; i < B * width; ++i) ids[i] = perm[i];
+    for (int t = 0; t < T; ++t) {
+      pos[t] = seq_start[t] = starts[t];
+      seq_first[t] = tile_t0[t] = t;
+      tile_seq[t] = tok_seq[t] = t;
+    }
+    seq_first[B] = T;
+    auto dqkv = Upload(qkv), dbias = Upload(bias), dqn = Upload(qn), dkn = Upload(kn),
+         dinv = Upload(inv), dtab = Upload(ids), dpos = Upload(pos), dss = Upload(seq_start),
+         dsf = Upload(seq_first), dts = Upload(tile_seq), dt0 = Upload(tile_t0),
+         dtn = Upload(tile_n), dtok = Upload(tok_seq), dwidth = Upload(std::vector<int32_t>{width});
+    auto q = Poisoned<uint16_t>(static_cast<size_t>(T) * nh * D);
+    auto k = Poisoned<uint16_t>(static_cast<size_t>(T) * row);
+    auto v = Poisoned<uint16_t>(static_cast<size_t>(T) * row);
+    auto part_o = Poisoned<float>(static_cast<size_t>(T) * nh * cs.splits * D);
+    auto part_ml = Poisoned<float>(static_cast<size_t>(T) * nh * cs.splits * 2);
+    std::vector<std::vector<float>> outs, caches;
+    for (bool fused : {false, true}) {
+      auto dc = Upload(cache0);
+      cuda::KvCacheView view;
+      view.base = dc.get<cuda::bf16_t>();
+      view.block_stride = block_stride;
+      view.block_size = bs;
+      view.tables = dtab.get<int32_t>();
+      view.table_stride = dwidth.get<int32_t>();
+      const float* b = cs.bias ? dbias.get<float>() : nullptr;
+      const float* qnp = cs.norm ? dqn.get<float>() : nullptr;
+      const float* knp = cs.norm ? dkn.get<float>() : nullptr;
+      cuda::AttentionParams p;
+      if (!fused) {
+        ASSERT_EQ(cuda::LaunchQkvPostStore(
+                      dqkv.get<float>(), b, qnp, knp, dinv.get<float>(), dpos.get<int32_t>(),
+                      dtok.get<int32_t>(), T, nh, nkv, D, 1e-6f, false, q.get<cuda::bf16_t>(),
+                      k.get<cuda::bf16_t>(), v.get<cuda::bf16_t>(), view, nullptr),
+                  cudaSuccess);
+        p.q = q.get<cuda::bf16_t>();
+        p.k_new = k.get<cuda::bf16_t>();
+        p.v_new = v.get<cuda::bf16_t>();
+      } else {
+        p.qkv = dqkv.get<float>();
+        p.bias = b;
+        p.q_norm = qnp;
+        p.k_norm = knp;
+        p.inv_freq = dinv.get<float>();
+        p.eps = 1e-6f;
+      }
+      p.cache = view;
+      p.pos = dpos.get<int32_t>();
+      p.seq_start = dss.get<int32_t>();
+      p.seq_first = dsf.get<int32_t>();
+      p.tile_seq = dts.get<int32_t>();
+      p.tile_t0 = dt0.get<int32_t>();
+      p.tile_n = dtn.get<int32_t>();
+      p.num_tiles = T;
+      p.tokens = T;
+      p.nh = nh;
+      p.nkv = nkv;
+      p.head_dim = D;
+      p.scale = 1.f / std::sqrt(static_cast<float>(D));
+      p.splits = cs.splits;
+      p.part_o = part_o.get<float>();
+      p.part_ml = part_ml.get<float>();
+      auto out = Poisoned<uint16_t>(static_cast<size_t>(T) * nh * D);
+      p.out = out.get<cuda::bf16_t>();
+      ASSERT_EQ(cuda::LaunchAttention(p, nullptr), cudaSuccess);
+      outs.push_back(DownloadBf16(out, static_cast<size_t>(T) * nh * D));
+      caches.push_back(DownloadBf16(dc, cache0.size()));
+    }
+    const std::string what =
+        "D" + std::to_string(D) + " G" + std::to_string(G) + " splits " + std::to_string(cs.splits);
+    EXPECT_LT(RelErr(outs[1], outs[0]), 1e-2) << what;
+    EXPECT_LT(RelErr(caches[1], caches[0]), 1e-3) << what;  // one row per token and head
+  }
+  cuda::AttentionParams wide;  // the projection is for narrow (decode) tiles only
+  wide.qkv = reinterpret_cast<const float*>(&wide);
+  wide.num_tiles = 1;
+  wide.nh = wide.nkv = 1;
+  wide.head_dim = 64;
+  wide.wide = true;
+  EXPECT_EQ(cuda::LaunchAttention(wide, nullptr), cudaErrorInvalidValue);
+}
+
 }  // namespace
 }  // namespace agentkv
 
