@@ -88,8 +88,10 @@ __device__ __forceinline__ void ProjectHead(const float* src, const float* b, co
 template <int D, int RW>
 __global__ void __launch_bounds__(kThreads, RW == 4 && D == 64 ? 4 : 1)
     MmaAttentionKernel(const AttentionParams p) {
+  // Before PdlWait this kernel reads only what no kernel of the step writes:
+  // the step metadata (copied in before the step's first kernel) and cache
+  // rows of earlier steps (keys before `start`). It writes nothing before it.
   PdlLaunchDependents();
-  PdlWait();
   constexpr int DP = D + 8;         // smem row stride (bf16): conflict-free ldmatrix
   constexpr int KW = 4 / RW;        // warps sharing the rows, splitting the keys
   constexpr int KPW = kStage / KW;  // keys per warp per stage (64 or 16)
@@ -105,7 +107,10 @@ __global__ void __launch_bounds__(kThreads, RW == 4 && D == 64 ? 4 : 1)
   // (longest first for prefill), not one head's tiles after another's.
   const int kvh = blockIdx.x, tile = blockIdx.y, split = blockIdx.z;
   const int n = p.tile_n[tile];
-  if (n <= 0) return;
+  if (n <= 0) {
+    PdlWait();  // every block waits: the kernel ends after the one before it
+    return;
+  }
   const int s = p.tile_seq[tile], t0 = p.tile_t0[tile];
   const int G = p.nh / p.nkv;
   const int tpt = 16 * RW / G;
@@ -132,6 +137,7 @@ __global__ void __launch_bounds__(kThreads, RW == 4 && D == 64 ? 4 : 1)
   }
 
   if (kb >= ke) {  // an empty split: contributes nothing
+    PdlWait();
     if (kw == 0)
       for (int i = 0; i < 2; ++i) {
         if (!rvalid[i]) continue;
@@ -146,6 +152,11 @@ __global__ void __launch_bounds__(kThreads, RW == 4 && D == 64 ? 4 : 1)
   }
 
   KvLoader ld(p, s, kvh, start, first, ke, DP);
+  // The first stage goes out before the wait where all its keys are older
+  // than the step's tokens (the previous kernels' latency hides its own).
+  const bool early = min(kb + kStage, ke) <= start;
+  if (early) ld.IssueFixed<D, kStage, kThreads>(kb, Ks, Vs, DP, tid);
+  PdlWait();
   const bf16* kn = nullptr;
   const bf16* vn = nullptr;
   if (RW == 1 && p.qkv != nullptr) {
@@ -174,7 +185,7 @@ __global__ void __launch_bounds__(kThreads, RW == 4 && D == 64 ? 4 : 1)
       kn = Kn;
       vn = Vn;
     }
-    ld.IssueFixed<D, kStage, kThreads>(kb, Ks, Vs, DP, tid, kn, vn);
+    if (!early) ld.IssueFixed<D, kStage, kThreads>(kb, Ks, Vs, DP, tid, kn, vn);
     for (int r = warp; r < 16; r += 4) {
       bf16* dst = Qs + r * DP;
       if (r < G) {
@@ -186,8 +197,7 @@ __global__ void __launch_bounds__(kThreads, RW == 4 && D == 64 ? 4 : 1)
       }
     }
   } else {
-    // The first stage in flight before the Q loads wait on memory.
-    ld.IssueFixed<D, kStage, kThreads>(kb, Ks, Vs, DP, tid);
+    if (!early) ld.IssueFixed<D, kStage, kThreads>(kb, Ks, Vs, DP, tid);
     LoadQueryTile(p, t0, n, tpt, kvh, 16 * RW, DP, Qs, tid, kThreads);
   }
   __syncthreads();
