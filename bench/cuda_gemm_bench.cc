@@ -1,9 +1,11 @@
 // Decode-step GEMMs on the GPU: y[m][n] = x[m] . w[n] for the Llama-3.2-1B
 // shapes (qkv, o, gate_up, down, lm_head) at 1-64 rows, by the skinny
 // tensor-core kernel (up to 8 rows; its own split of K and forced ones),
-// cuBLAS and the GEMV (up to 8 rows). The weights rotate through copies totalling more than
-// 200 MiB, so that each launch reads them from memory, not from the 50 MiB
-// L2. The 50 launches of an iteration are one CUDA graph, as in a decode
+// cuBLAS, the GEMV (up to 8 rows), and cuBLASLt with each of the first 24
+// algorithms its heuristic proposes (`/ltN`: is cuBLAS's default choice the
+// best for these skinny shapes?). The weights rotate through copies
+// totalling more than 200 MiB, so that each launch reads them from memory,
+// not from the 50 MiB L2. The 50 launches of an iteration are one CUDA graph, as in a decode
 // step (launched one by one, the host's ~10 us per launch would be timed).
 // Reported: microseconds per launch (CUDA events around the graph) and
 // weight bytes per second. Without a GPU (or CUDA) nothing is run.

@@ -87,7 +87,7 @@ for st in "${stages[@]}"; do
     fi
     tail -3 "$OUT/bench_$tag.err"
     if [ "$st" = bench ]; then  # decode GEMMs: skinny kernel vs cuBLAS vs GEMV
-      cuda_gemm_bench --benchmark_filter='/m(1|8|16|32|64)/' --benchmark_format=json \
+      cuda_gemm_bench --benchmark_filter='/m(1|8|16|32|64)/(skinny|cublas|gemv)' --benchmark_format=json \
         >"$OUT/gemm_bench.json" 2>/dev/null; note "gemm bench rc=$?"
     fi
     python3 tools/device/roofline.py --model $M --peak "$OUT/peak.json" --bench "$OUT/bench_$tag.json" \
