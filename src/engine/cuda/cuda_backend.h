@@ -1,7 +1,9 @@
 // CudaBackend: the forward pass on one NVIDIA GPU (Hopper, sm_90).
 //
 // Weights live on the GPU in bf16 (norm weights, biases and rotary
-// frequencies in fp32); GEMMs are cuBLAS bf16 x bf16 with fp32 accumulation;
+// frequencies in fp32; the MLP's gate and up rows interleaved, so that a
+// GEMV block holds both halves of its outputs); GEMMs are cuBLAS bf16 x bf16
+// with fp32 accumulation, or a weight-streaming GEMV for one or two rows;
 // the residual stream is fp32, GEMM inputs bf16. The KV cache is bf16, paged,
 // one allocation per cache group in exactly the ReadBlock/WriteBlock layout
 // of backend.h, so those are plain copies. Attention is one flash-style
@@ -9,12 +11,15 @@
 // cuda_kernels.h), sliding-window groups as rings like the CPU backend.
 //
 // Steps where every sequence decodes one token and wants logits run as a
-// CUDA graph captured once per (batch-size bucket, block-table width);
+// CUDA graph captured once per batch-size bucket (the kernels read the
+// block-table width from the step metadata), with the rotary applied
+// inside the attention kernel;
 // ForwardSampled picks greedy tokens on the GPU so their logits never cross
 // PCIe. Workspaces are sized at AllocateKv for `max_step_tokens` tokens and
 // `max_batch` sequences and only grow (outside the steady state) when a step
 // needs more; the decode loop allocates nothing.
-// Set AGENTKV_CUDA_GRAPHS=0 in the environment to run without graphs;
+// Set AGENTKV_CUDA_GRAPHS=0 in the environment to run without graphs,
+// AGENTKV_CUDA_FUSED_ROTARY=0 for a separate rotary kernel in decode steps;
 // AGENTKV_CUDA_STEP_LOG=path logs every step (diagnostics).
 //
 // Thread-safety: as Backend; one thread at a time. Owns its CUDA stream and

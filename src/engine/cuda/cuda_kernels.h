@@ -143,7 +143,7 @@ cudaError_t LaunchGemv(const bf16_t* x, const bf16_t* w, void* y, bool y_f32, in
 
 // y[m][n] = RmsNorm(x[m], norm_w) . w[n] + beta * y[m][n] with x fp32 [m][k]
 // (the residual stream), normalised as LaunchRmsNorm does, in one kernel;
-// for m <= kMaxNormGemvRows.
+// for m <= kMaxNormGemvRows and k <= 4096 (x is held in registers).
 inline constexpr int kMaxNormGemvRows = 2;
 bool NormGemvSupported(int m, int k);
 cudaError_t LaunchNormGemv(const float* x, const float* norm_w, float eps, bool plus_one,
