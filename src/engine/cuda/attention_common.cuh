@@ -70,6 +70,38 @@ struct KvLoader {
         D(p.head_dim),
         DP(DP_) {}
 
+  // Page and row within it of position kp (shifts for power-of-two pages).
+  __device__ __forceinline__ int64_t PageRow(int kp, int& in) const {
+    const int bs = c.block_size;
+    const int lb = (bs & (bs - 1)) == 0 ? kp >> (__ffs(bs) - 1) : kp / bs;
+    in = kp - lb * bs;
+    return table[c.ring > 0 ? lb % c.ring : lb];
+  }
+
+  // This layer's cache row of position kp (K; V is block_size rows on).
+  __device__ __forceinline__ bf16* CacheRow(int kp) const {
+    int in;
+    const int64_t blk = PageRow(kp, in);
+    return reinterpret_cast<bf16*>(c.base) + blk * c.block_stride + c.layer_offset +
+           static_cast<int64_t>(in) * kv_row + kvh * D;
+  }
+
+  // The K and V rows of key kp (< ke) for head_dim d: this step's k_new /
+  // v_new from `start` on, the paged cache before it.
+  __device__ __forceinline__ void Rows(int kp, int d, const bf16*& ks, const bf16*& vs) const {
+    if (kp >= start) {
+      const int64_t r = static_cast<int64_t>(first + kp - start) * kv_row + kvh * d;
+      ks = knew + r;
+      vs = vnew + r;
+    } else {
+      int in;
+      const int64_t blk = PageRow(kp, in);
+      ks = cache + blk * c.block_stride + c.layer_offset + static_cast<int64_t>(in) * kv_row +
+           kvh * d;
+      vs = ks + static_cast<int64_t>(c.block_size) * kv_row;
+    }
+  }
+
   __device__ __forceinline__ void Issue(int kt, int nkeys, bf16* Kd, bf16* Vd, int tid,
                                         int threads) const {
     const int vpr = D / 8;
@@ -80,17 +112,7 @@ struct KvLoader {
       const bf16* ks = dummy;
       const bf16* vs = dummy;
       if (valid) {
-        if (kp >= start) {
-          const int64_t r = static_cast<int64_t>(first + kp - start) * kv_row + kvh * D;
-          ks = knew + r;
-          vs = vnew + r;
-        } else {
-          const int lb = kp / c.block_size;
-          const int64_t blk = table[c.ring > 0 ? lb % c.ring : lb];
-          ks = cache + blk * c.block_stride + c.layer_offset + (kp % c.block_size) * kv_row +
-               kvh * D;
-          vs = ks + static_cast<int64_t>(c.block_size) * kv_row;
-        }
+        Rows(kp, D, ks, vs);
         ks += col * 8;
         vs += col * 8;
       }
@@ -101,19 +123,11 @@ struct KvLoader {
   }
 
   // Issue for a head_dim and thread count known at compile time: each
-  // thread keeps one 16-byte column and steps over rows, and pages of a
-  // power-of-two size are found by shifts. The decode kernel issued more
-  // instructions for these addresses than for its tensor-core work.
-  // This layer's cache row of position kp (K; V is block_size rows on).
-  __device__ __forceinline__ bf16* CacheRow(int kp) const {
-    const int lb = kp / c.block_size;
-    const int64_t blk = table[c.ring > 0 ? lb % c.ring : lb];
-    return reinterpret_cast<bf16*>(c.base) + blk * c.block_stride + c.layer_offset +
-           static_cast<int64_t>(kp % c.block_size) * kv_row + kvh * D;
-  }
-
-  // kn / vn (shared memory, kD elements each): where given, the row of key
-  // `start` (the step's one token) comes from them, not from k_new / v_new.
+  // thread keeps one 16-byte column and steps over rows. The decode kernel
+  // issued more instructions for these addresses than for its tensor-core
+  // work. kn / vn (shared memory, kD elements each): where given, the row of
+  // key `start` (the step's one token) comes from them, not from k_new /
+  // v_new.
   template <int kD, int kKeys, int kThreads>
   __device__ __forceinline__ void IssueFixed(int kt, bf16* Kd, bf16* Vd, int DPd, int tid,
                                              const bf16* kn = nullptr,
@@ -122,9 +136,6 @@ struct KvLoader {
     static_assert(kThreads % kVpr == 0, "threads must cover whole rows");
     constexpr int kRowsPerPass = kThreads / kVpr;
     const int col = tid % kVpr;
-    const int bs = c.block_size;
-    const bool pow2 = (bs & (bs - 1)) == 0;
-    const int shift = __ffs(bs) - 1;
 #pragma unroll 1
     for (int j = tid / kVpr; j < kKeys; j += kRowsPerPass) {
       const int kp = kt + j;
@@ -139,17 +150,7 @@ struct KvLoader {
       const bf16* ks = dummy;
       const bf16* vs = dummy;
       if (valid) {
-        if (kp >= start) {
-          const int64_t r = static_cast<int64_t>(first + kp - start) * kv_row + kvh * kD;
-          ks = knew + r;
-          vs = vnew + r;
-        } else {
-          const int lb = pow2 ? kp >> shift : kp / bs;
-          const int in = pow2 ? kp & (bs - 1) : kp - lb * bs;
-          const int64_t blk = table[c.ring > 0 ? lb % c.ring : lb];
-          ks = cache + blk * c.block_stride + c.layer_offset + in * kv_row + kvh * kD;
-          vs = ks + static_cast<int64_t>(bs) * kv_row;
-        }
+        Rows(kp, kD, ks, vs);
         ks += col * 8;
         vs += col * 8;
       }
