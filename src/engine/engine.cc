@@ -332,6 +332,9 @@ void Engine::Step() {
     return;
   }
   if (plan.seqs.empty()) return;
+  // Published before any of this step's tokens reach a client, so a client
+  // that has seen a token also sees its request running in /admin/status.
+  PublishStats();
   const ModelConfig& cfg = backend_->config();
   Status st = backend_->CopyBlocks(plan.copies);
   kv_->CopiesDone();
