@@ -26,14 +26,14 @@ struct Child {
   int out_fd = -1;
 };
 
-// Starts the server with stdout on a pipe; stderr stays the test's.
-// `store` empty: a fresh temporary store.
-Child StartServer(std::string store = "", std::vector<std::string> extra = {}) {
-  if (store.empty()) {
-    char tmpl[] = "/tmp/agentkv-server-test-XXXXXX";
-    if (mkdtemp(tmpl) == nullptr) return {};
-    store = tmpl;
-  }
+std::string MakeTempDir() {
+  char tmpl[] = "/tmp/agentkv-server-test-XXXXXX";
+  return mkdtemp(tmpl) ? std::string(tmpl) : std::string();
+}
+
+// Starts the server on `store` with stdout on a pipe; stderr stays the
+// test's.
+Child StartServer(const std::string& store, std::vector<std::string> extra = {}) {
   int fds[2];
   if (pipe(fds) != 0) return {};
   const std::string model = std::string(AGENTKV_DATA_DIR) + "/models/default";
@@ -107,11 +107,6 @@ bool StopServer(Child& c) {
   }
   close(c.out_fd);
   return r != 0 && WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0;
-}
-
-std::string MakeTempDir() {
-  char tmpl[] = "/tmp/agentkv-server-test-XXXXXX";
-  return mkdtemp(tmpl) ? std::string(tmpl) : std::string();
 }
 
 // The agent-layer scenarios of tests/api/agents.cjs, each against its own
@@ -267,7 +262,13 @@ TEST(ServeTest, OfficialClientsAgainstServer) {
       !fs::exists(npm / "node_modules/@anthropic-ai/sdk")) {
     GTEST_SKIP() << "npm packages missing: run `cd tools/npm && npm install`";
   }
-  Child c = StartServer();
+  const std::string store = MakeTempDir();
+  ASSERT_FALSE(store.empty());
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() { fs::remove_all(dir); }
+  } cleanup{store};
+  Child c = StartServer(store);
   ASSERT_GT(c.pid, 0);
   std::string seen;
   const int port = WaitListening(c.out_fd, 60, &seen);
