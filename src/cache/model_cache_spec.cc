@@ -7,9 +7,12 @@ namespace agentkv {
 
 size_t KvDtypeBytes(KvDtype d) {
   switch (d) {
-    case KvDtype::kF32: return 4;
-    case KvDtype::kBF16: return 2;
-    case KvDtype::kF16: return 2;
+    case KvDtype::kF32:
+      return 4;
+    case KvDtype::kBF16:
+      return 2;
+    case KvDtype::kF16:
+      return 2;
   }
   return 4;
 }

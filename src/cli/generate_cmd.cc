@@ -30,7 +30,8 @@ int RunGenerate(const GenerateArgs& a) {
   SamplingParams params = a.sampling.Get();
   if (Status s = params.Validate(); !s.ok()) return Fail(s, 2);
   std::unique_ptr<Tokenizer> tokenizer;
-  const std::filesystem::path tok_path = std::filesystem::path(a.model.model_dir) / "tokenizer.json";
+  const std::filesystem::path tok_path =
+      std::filesystem::path(a.model.model_dir) / "tokenizer.json";
   if (std::filesystem::exists(tok_path)) {
     auto t = Tokenizer::Load(tok_path);
     if (!t.ok()) return Fail(t.status());

@@ -96,8 +96,8 @@ void Engine::LoaderLoop() {
         const auto t0 = std::chrono::steady_clock::now();
         // Asks for the whole rest of the job: the tier decodes what fits the
         // slot and prefetches what follows.
-        Result<KvTierLoadInto> r = tier->LoadInto(
-            job.tokens, bs, next, end - next, restore_slots_[c.slot].span(), tier_block_bytes_);
+        Result<KvTierLoadInto> r = tier->LoadInto(job.tokens, bs, next, end - next,
+                                                  restore_slots_[c.slot].span(), tier_block_bytes_);
         c.load_seconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         if (r.ok()) {

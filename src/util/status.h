@@ -13,14 +13,14 @@ namespace agentkv {
 
 enum class StatusCode {
   kOk = 0,
-  kInvalidArgument,   // bad input from a caller or a user
-  kNotFound,          // a file, tensor, agent or record that does not exist
-  kCorruption,        // data on disk that fails its checks
-  kIoError,           // the operating system said no
-  kResourceExhausted, // out of blocks, disk quota, map size
-  kUnimplemented,     // a feature this build does not have
+  kInvalidArgument,    // bad input from a caller or a user
+  kNotFound,           // a file, tensor, agent or record that does not exist
+  kCorruption,         // data on disk that fails its checks
+  kIoError,            // the operating system said no
+  kResourceExhausted,  // out of blocks, disk quota, map size
+  kUnimplemented,      // a feature this build does not have
   kCancelled,
-  kInternal,          // a bug: an invariant broke
+  kInternal,  // a bug: an invariant broke
 };
 
 std::string_view StatusCodeName(StatusCode code);
@@ -45,7 +45,9 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-inline Status InvalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+inline Status InvalidArgument(std::string m) {
+  return {StatusCode::kInvalidArgument, std::move(m)};
+}
 inline Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
 inline Status Corruption(std::string m) { return {StatusCode::kCorruption, std::move(m)}; }
 inline Status IoError(std::string m) { return {StatusCode::kIoError, std::move(m)}; }
@@ -60,7 +62,7 @@ inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : v_(std::move(value)) {}        // NOLINT: implicit by design
   Result(Status status) : v_(std::move(status)) {  // NOLINT: implicit by design
     assert(!std::get<Status>(v_).ok());
   }
@@ -88,15 +90,14 @@ class [[nodiscard]] Result {
 #define AGENTKV_CONCAT(a, b) AGENTKV_CONCAT_INNER(a, b)
 
 // Returns the status from the enclosing function if it is not OK.
-#define RETURN_IF_ERROR(expr)                  \
-  do {                                         \
-    ::agentkv::Status _st = (expr);            \
-    if (!_st.ok()) return _st;                 \
+#define RETURN_IF_ERROR(expr)       \
+  do {                              \
+    ::agentkv::Status _st = (expr); \
+    if (!_st.ok()) return _st;      \
   } while (0)
 
 // ASSIGN_OR_RETURN(auto x, MakeX()): binds the value or returns the status.
-#define ASSIGN_OR_RETURN(decl, expr)                                      \
-  auto AGENTKV_CONCAT(_res_, __LINE__) = (expr);                          \
-  if (!AGENTKV_CONCAT(_res_, __LINE__).ok())                              \
-    return AGENTKV_CONCAT(_res_, __LINE__).status();                      \
+#define ASSIGN_OR_RETURN(decl, expr)                                                          \
+  auto AGENTKV_CONCAT(_res_, __LINE__) = (expr);                                              \
+  if (!AGENTKV_CONCAT(_res_, __LINE__).ok()) return AGENTKV_CONCAT(_res_, __LINE__).status(); \
   decl = std::move(AGENTKV_CONCAT(_res_, __LINE__)).value()
