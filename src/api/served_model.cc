@@ -23,6 +23,7 @@ Result<std::unique_ptr<ServedModel>> ServedModel::Load(const ServedModelOptions&
   m->max_waiting_ = options.max_waiting;
   EngineOptions eo;
   eo.scheduler.max_batch = options.max_batch;
+  eo.scheduler.max_step_tokens = options.max_step_tokens;
   if (options.kv_memory_bytes > 0) eo.kv_memory_bytes = options.kv_memory_bytes;
   ASSIGN_OR_RETURN(ModelFiles files, ModelFiles::Locate(dir));
   ASSIGN_OR_RETURN(m->fingerprint_, files.Fingerprint());

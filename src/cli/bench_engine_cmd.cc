@@ -32,7 +32,8 @@ struct BenchArgs {
 struct RunResult {
   double seconds = 0, mean_ttft_ms = 0, output_tok_s = 0, step_ms = 0, forward_ms = 0,
          device_ms = 0, capture_ms = 0;
-  int64_t graphs_captured = 0, output_tokens = 0, steps = 0, max_batch = 0, cached_tokens = 0;
+  int64_t graphs_captured = 0, output_tokens = 0, steps = 0, max_batch = 0, cached_tokens = 0,
+          step_tokens = 0;
 };
 
 // Runs `reqs` on a fresh engine over `backend` (returned afterwards).
@@ -94,6 +95,7 @@ Result<RunResult> RunOnce(std::unique_ptr<Backend>& backend, const BenchArgs& a,
   rr.forward_ms = rr.steps > 0 ? 1000 * (st.forward_seconds - st0.forward_seconds) / rr.steps : 0;
   rr.device_ms = rr.steps > 0 ? 1000 * (st.device_seconds - st0.device_seconds) / rr.steps : 0;
   rr.max_batch = st.max_batch_size;
+  rr.step_tokens = engine->max_step_tokens();
   rr.capture_ms = 1000 * (st.graph_capture_seconds - st0.graph_capture_seconds);
   rr.graphs_captured = st.graphs_captured - st0.graphs_captured;
   backend = engine->ReleaseBackend();
@@ -107,6 +109,7 @@ nlohmann::json ToJson(const RunResult& r) {
           {"mean_ttft_ms", r.mean_ttft_ms},
           {"steps", r.steps},
           {"max_batch", r.max_batch},
+          {"max_step_tokens", r.step_tokens},
           {"cached_tokens", r.cached_tokens},
           {"mean_step_ms", r.step_ms},
           {"mean_forward_ms", r.forward_ms},

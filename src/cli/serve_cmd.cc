@@ -1,5 +1,6 @@
 // agentkv serve [--model DIR] [--store DIR] [--host H] [--port P] [--device cpu|cuda]
-//               [--threads N] [--max-batch N] [--kv-memory BYTES] [--api-key K] ...
+//               [--threads N] [--max-batch N] [--max-step-tokens N]
+//               [--kv-memory BYTES] [--api-key K] ...
 //
 // Loads the model, serves the HTTP API (OpenAI, Anthropic, agents, admin) and
 // prints "listening on http://HOST:PORT" once it accepts connections. Every
@@ -31,6 +32,7 @@ struct ServeArgs {
   std::string host = "127.0.0.1";
   int port = 8080;
   int max_batch = 64;
+  int max_step_tokens = 2048;
   std::string kv_memory;
   std::string api_key;
   int http_threads = 2;
@@ -84,6 +86,7 @@ int RunServe(const ServeArgs& a) {
   mo.model_dir = a.model.model_dir.empty() ? DefaultModelDir() : a.model.model_dir;
   mo.backend = a.model.backend;
   mo.max_batch = a.max_batch;
+  mo.max_step_tokens = a.max_step_tokens;
   mo.max_waiting = a.max_queue;
   if (!a.kv_memory.empty()) {
     mo.kv_memory_bytes = ParseBytes(a.kv_memory);
@@ -190,6 +193,11 @@ Registrar reg("serve", "Serve the HTTP API (OpenAI and Anthropic protocols)",
                     ->capture_default_str()
                     ->check(CLI::PositiveNumber)
                     ->envname("AGENTKV_MAX_BATCH");
+                app.add_option("--max-step-tokens", a->max_step_tokens,
+                               "Tokens of one engine step, prompt chunks and decode together")
+                    ->capture_default_str()
+                    ->check(CLI::PositiveNumber)
+                    ->envname("AGENTKV_MAX_STEP_TOKENS");
                 app.add_option("--kv-memory", a->kv_memory,
                                "KV cache memory in bytes (K/M/G suffixes; default 256M)")
                     ->envname("AGENTKV_KV_MEMORY");

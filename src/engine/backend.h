@@ -84,6 +84,15 @@ class Backend {
   virtual Status AllocateKv(const KvLayout& layout) = 0;
   virtual const KvLayout& kv_layout() const = 0;
 
+  // Prepares for steps of up to `max_step_tokens` tokens and `max_batch`
+  // sequences: sizes workspaces and does the one-time work such steps would
+  // otherwise do when they first run (a device backend: GEMM set-up, decode
+  // graph capture), so that serving does not pay for it. Requires
+  // AllocateKv; again after each AllocateKv. Optional: Forward still grows
+  // what a step needs. ResourceExhausted when the device cannot hold the
+  // workspaces.
+  virtual Status Reserve(int /*max_step_tokens*/, int /*max_batch*/) { return Status::Ok(); }
+
   // Copies whole blocks (every layer of the group), in order.
   virtual Status CopyBlocks(std::span<const KvBlockCopy> copies) = 0;
 

@@ -31,6 +31,8 @@ Result<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Backend> backend,
   layout.block_size = e->options_.block_size;
   for (size_t g = 0; g < blocks.size(); ++g) layout.blocks_per_group[g] = blocks[g];
   RETURN_IF_ERROR(e->backend_->AllocateKv(layout));
+  RETURN_IF_ERROR(
+      e->backend_->Reserve(e->options_.scheduler.max_step_tokens, e->options_.scheduler.max_batch));
   KvCacheConfig kc;
   kc.block_size = e->options_.block_size;
   kc.blocks_per_group = blocks;

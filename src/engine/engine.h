@@ -127,6 +127,7 @@ class Engine {
   const ModelConfig& config() const { return backend_->config(); }
   int32_t max_context() const { return max_context_; }
   int block_size() const { return options_.block_size; }
+  int max_step_tokens() const { return options_.scheduler.max_step_tokens; }
 
  private:
   Engine(std::unique_ptr<Backend> backend, const Tokenizer* tokenizer, EngineOptions options);

@@ -227,7 +227,7 @@ Status CudaBackend::AllocateKv(const KvLayout& layout) {
     width[g] = 16;
   }
   RETURN_IF_ERROR(EnsureCapacity(options_.max_step_tokens, options_.max_batch, width));
-  if (!gemms_warm_) RETURN_IF_ERROR(WarmUpGemms());
+  RETURN_IF_ERROR(WarmUpGemms());
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   return Status::Ok();
 }
@@ -237,7 +237,9 @@ Status CudaBackend::WarmUpGemms() {
   const int H = c.hidden_size, I = c.intermediate_size, A = c.num_heads * c.head_dim;
   const int qkv_n = (c.num_heads + 2 * c.num_kv_heads) * c.head_dim;
   const Layer& L = layers_[0];
+  if (cap_tokens_ <= gemms_warm_tokens_) return Status::Ok();
   for (int m = 3; m <= cap_tokens_; m = m < 64 ? m * 2 : m < 1024 ? m + 64 : m * 3 / 2) {
+    if (m <= gemms_warm_tokens_) continue;
     // Inputs are whatever the workspaces hold; every output is overwritten
     // before it is read by a real step.
     RETURN_IF_ERROR(Gemm(h_.get<cuda::bf16_t>(), L.wqkv, qkv_.get(), true, m, qkv_n, H, 0.f));
@@ -253,7 +255,7 @@ Status CudaBackend::WarmUpGemms() {
           Gemm(h_.get<cuda::bf16_t>(), lm_head_, logits_.get(), true, m, c.vocab_size, H, 0.f));
   }
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-  gemms_warm_ = true;
+  gemms_warm_tokens_ = cap_tokens_;
   return Status::Ok();
 }
 

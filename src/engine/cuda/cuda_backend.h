@@ -16,8 +16,9 @@
 // inside the attention kernel;
 // ForwardSampled picks greedy tokens on the GPU so their logits never cross
 // PCIe. Workspaces are sized at AllocateKv for `max_step_tokens` tokens and
-// `max_batch` sequences and only grow (outside the steady state) when a step
-// needs more; the decode loop allocates nothing.
+// `max_batch` sequences, at Reserve for the engine's limits, and only grow
+// (outside the steady state) when a step needs more; the decode loop
+// allocates nothing.
 // Set AGENTKV_CUDA_GRAPHS=0 in the environment to run without graphs,
 // AGENTKV_CUDA_FUSED_ROTARY=0 for a separate rotary kernel in decode steps;
 // AGENTKV_CUDA_STEP_LOG=path logs every step (diagnostics).
@@ -61,6 +62,11 @@ class CudaBackend final : public Backend {
   uint32_t kv_element_size() const override { return 2; }
 
   Status AllocateKv(const KvLayout& layout) override;
+  // Grows the workspaces, warms the GEMMs up to max_step_tokens rows and
+  // captures the decode graphs. (Block tables still grow with the longest
+  // context seen: reserving the model's whole context would make every
+  // graph step of a multi-group model copy the widest tables.)
+  Status Reserve(int max_step_tokens, int max_batch) override;
   const KvLayout& kv_layout() const override { return layout_; }
   Status CopyBlocks(std::span<const KvBlockCopy> copies) override;
   Status Forward(std::span<const SeqStep> batch, std::span<float> logits) override;
@@ -137,11 +143,11 @@ class CudaBackend final : public Backend {
   // none yet: the first graph step after start or a workspace growth pays
   // for all of them at once instead of stalling later steps.
   Status CaptureGraphs();
-  // Runs every GEMM shape of the model once at a spread of row counts
-  // (once per backend): cuBLAS loads its kernels lazily, and the first step
-  // of each new size paid 5-15 ms for it.
+  // Runs every GEMM shape of the model once at a spread of row counts up to
+  // the token capacity (those not run yet): cuBLAS loads its kernels
+  // lazily, and the first step of each new size paid 5-15 ms for it.
   Status WarmUpGemms();
-  bool gemms_warm_ = false;
+  int64_t gemms_warm_tokens_ = 0;  // row counts up to this are warm
   void ClearGraphs();
 
   // Offsets (in int32) of the per-step metadata arrays in meta_ / host_meta_;

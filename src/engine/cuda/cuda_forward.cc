@@ -85,6 +85,17 @@ CudaBackend::Shape CudaBackend::GraphShape(int bucket) const {
   return sh;
 }
 
+Status CudaBackend::Reserve(int max_step_tokens, int max_batch) {
+  if (kv_.empty()) return InvalidArgument("Reserve: AllocateKv first");
+  if (max_step_tokens <= 0 || max_batch <= 0)
+    return InvalidArgument("Reserve: limits must be positive");
+  RETURN_IF_ERROR(EnsureCapacity(max_step_tokens, max_batch, cap_width_));
+  RETURN_IF_ERROR(WarmUpGemms());
+  if (options_.graphs) RETURN_IF_ERROR(CaptureGraphs());
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  return Status::Ok();
+}
+
 Status CudaBackend::CaptureGraphs() {
   for (int b = 1; b <= cap_seqs_; b = Bucket(b) + 1) {
     const int bucket = Bucket(b);

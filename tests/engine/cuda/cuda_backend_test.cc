@@ -260,6 +260,28 @@ TEST(CudaBackend, GraphsMatchDirectLaunches) {
   EXPECT_GT(a->graphs_captured(), 0);
 }
 
+TEST(CudaBackend, ReserveCapturesGraphsBeforeTheFirstStep) {
+  AGENTKV_REQUIRE_GPU();
+  ModelConfig c = SmallConfig(Architecture::kLlama);
+  const MapWeights w = Bf16Weights(c, 14);
+  auto bare = CudaBackend::Create(c, w, CudaBackendOptions{});
+  ASSERT_TRUE(bare.ok());
+  EXPECT_EQ((*bare)->Reserve(4096, 64).code(), StatusCode::kInvalidArgument);  // no KV yet
+  auto b = MakeCuda(c, w, 16);
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->Reserve(0, 64).code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(b->Reserve(4096, 64).ok());
+  const int64_t captured = b->graphs_captured();
+  EXPECT_GT(captured, 0);
+  // Three sequences' prefill and decode: within the reserved limits, so no
+  // step grows a workspace or captures a graph.
+  Drive(*b, 64, 8, 3);
+  EXPECT_GT(b->graph_steps(), 0);
+  EXPECT_EQ(b->graphs_captured(), captured);
+  ASSERT_TRUE(b->Reserve(4096, 64).ok());  // nothing new to do
+  EXPECT_EQ(b->graphs_captured(), captured);
+}
+
 TEST(CudaBackend, ForwardSampledPicksTheArgmaxOnTheGpu) {
   AGENTKV_REQUIRE_GPU();
   ModelConfig c = SmallConfig(Architecture::kLlama);
