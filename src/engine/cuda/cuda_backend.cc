@@ -25,6 +25,15 @@ int64_t Elements(const std::vector<int64_t>& shape) {
   return n;
 }
 
+// The row count cuBLAS runs a GEMM of m rows on (CudaBackend::Gemm): a
+// multiple of 8 up to 64 rows, of 16 up to 256 (the decode graph buckets
+// stay as they are), of 64 beyond: at most 63 rows more, under 4% of the
+// work of a full 2,048-token step.
+int GemmRows(int m) {
+  const int g = m <= 64 ? 8 : m <= 256 ? 16 : 64;
+  return (m + g - 1) / g * g;
+}
+
 }  // namespace
 
 CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& options)
@@ -238,21 +247,31 @@ Status CudaBackend::WarmUpGemms() {
   const int qkv_n = (c.num_heads + 2 * c.num_kv_heads) * c.head_dim;
   const Layer& L = layers_[0];
   if (cap_tokens_ <= gemms_warm_tokens_) return Status::Ok();
-  for (int m = 3; m <= cap_tokens_; m = m < 64 ? m * 2 : m < 1024 ? m + 64 : m * 3 / 2) {
-    if (m <= gemms_warm_tokens_) continue;
+  // Every row count Gemm hands cuBLAS up to the capacity (GemmRows).
+  std::vector<int> rows;
+  for (int m = 1; m < cap_tokens_; m = GemmRows(m) + 1) rows.push_back(GemmRows(m));
+  rows.push_back(static_cast<int>(cap_tokens_));
+  const int64_t T = cap_tokens_, B = cap_seqs_;
+  for (int m : rows) {
+    if (m <= gemms_warm_tokens_ || m > T) continue;
     // Inputs are whatever the workspaces hold; every output is overwritten
     // before it is read by a real step.
-    RETURN_IF_ERROR(Gemm(h_.get<cuda::bf16_t>(), L.wqkv, qkv_.get(), true, m, qkv_n, H, 0.f));
+    RETURN_IF_ERROR(Gemm(h_.get<cuda::bf16_t>(), L.wqkv, qkv_.get(), true, m, qkv_n, H, 0.f, T));
     // As Enqueue calls them: sandwich-norm models write o, the others add
     // into the residual stream x (another cuBLAS kernel family).
     void* res = c.sandwich_norm ? o_.get() : x_.get();
     const float beta = c.sandwich_norm ? 0.f : 1.f;
-    RETURN_IF_ERROR(Gemm(attn_.get<cuda::bf16_t>(), L.wo, res, true, m, H, A, beta));
-    RETURN_IF_ERROR(Gemm(h_.get<cuda::bf16_t>(), L.w_gate_up, gu_.get(), false, m, 2 * I, H, 0.f));
-    RETURN_IF_ERROR(Gemm(act_.get<cuda::bf16_t>(), L.w_down, res, true, m, H, I, beta));
-    if (m <= cap_seqs_)
+    RETURN_IF_ERROR(Gemm(attn_.get<cuda::bf16_t>(), L.wo, res, true, m, H, A, beta, T));
+    RETURN_IF_ERROR(
+        Gemm(h_.get<cuda::bf16_t>(), L.w_gate_up, gu_.get(), false, m, 2 * I, H, 0.f, T));
+    RETURN_IF_ERROR(Gemm(act_.get<cuda::bf16_t>(), L.w_down, res, true, m, H, I, beta, T));
+    if (m <= B)
       RETURN_IF_ERROR(
-          Gemm(h_.get<cuda::bf16_t>(), lm_head_, logits_.get(), true, m, c.vocab_size, H, 0.f));
+          Gemm(h_.get<cuda::bf16_t>(), lm_head_, logits_.get(), true, m, c.vocab_size, H, 0.f, B));
+  }
+  if (B < T) {
+    RETURN_IF_ERROR(Gemm(h_.get<cuda::bf16_t>(), lm_head_, logits_.get(), true, static_cast<int>(B),
+                         c.vocab_size, H, 0.f, B));
   }
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   gemms_warm_tokens_ = cap_tokens_;
@@ -445,7 +464,7 @@ Status CudaBackend::CheckBatch(std::span<const SeqStep> batch) const {
 }
 
 Status CudaBackend::Gemm(const cuda::bf16_t* x, const cuda::bf16_t* w, void* y, bool y_f32, int m,
-                         int n, int k, float beta) {
+                         int n, int k, float beta, int64_t max_rows) {
   if (m <= 0) return Status::Ok();
   // The weight-streaming GEMV beat cuBLAS at 1 row (c1 655 -> 683 tok/s) but
   // lost at 8 (c8 3833 -> 3210: its x reads from shared memory grow with the
@@ -459,9 +478,10 @@ Status CudaBackend::Gemm(const cuda::bf16_t* x, const cuda::bf16_t* w, void* y, 
     return Status::Ok();
   }
   const float alpha = 1.0f;
+  const int rows = static_cast<int>(std::min<int64_t>(GemmRows(m), std::max<int64_t>(max_rows, m)));
   // Row-major y[m][n] = x[m][k] . w[n][k]^T is column-major y^T = w^T(op T) x^T.
   CUBLAS_RETURN_IF_ERROR(cublasGemmEx(
-      cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w, CUDA_R_16BF, k, x, CUDA_R_16BF, k,
+      cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, rows, k, &alpha, w, CUDA_R_16BF, k, x, CUDA_R_16BF, k,
       &beta, y, y_f32 ? CUDA_R_32F : CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   return Status::Ok();
 }

@@ -131,11 +131,17 @@ class CudaBackend final : public Backend {
   Status Run(std::span<const SeqStep> batch, std::span<const uint8_t> greedy_rows,
              std::span<int32_t> tokens, std::span<float> logits);
   Status Enqueue(const Shape& s);
+  // y[m][n] = x[m][k] . w[n][k]^T (+ beta * y). cuBLAS runs it on m rounded
+  // up by GemmRows (at most max_rows, what x and y hold): rows are
+  // independent, the extra ones are scratch, and every row count cuBLAS
+  // sees is one WarmUpGemms ran. Its first call at an unseen row count took
+  // 5-15 ms (kernel selection and loading): prefill chunks of arbitrary
+  // length met it again and again.
   Status Gemm(const cuda::bf16_t* x, const cuda::bf16_t* w, void* y, bool y_f32, int m, int n,
-              int k, float beta);
+              int k, float beta, int64_t max_rows);
   // y = RMSNorm(x[rows]) . w^T, through h_.
   Status NormGemm(const float* x, const int32_t* rows, const float* norm_w, const cuda::bf16_t* w,
-                  void* y, int m, int n, bool y_f32 = true);
+                  void* y, int m, int n, int64_t max_rows);
   int SplitsFor(int tiles, int tokens, int64_t max_keys) const;
   // The shape of a graph step of `bucket` sequences (width-independent).
   Shape GraphShape(int bucket) const;

@@ -307,7 +307,7 @@ Status CudaBackend::Run(std::span<const SeqStep> batch, std::span<const uint8_t>
 }
 
 Status CudaBackend::NormGemm(const float* x, const int32_t* rows, const float* norm_w,
-                             const cuda::bf16_t* w, void* y, int m, int n, bool y_f32) {
+                             const cuda::bf16_t* w, void* y, int m, int n, int64_t max_rows) {
   const ModelConfig& c = config_;
   const int H = c.hidden_size;
   // One or two rows and a grid of about one wave (the QKV projection): the
@@ -316,14 +316,14 @@ Status CudaBackend::NormGemm(const float* x, const int32_t* rows, const float* n
   // norm weights and the later waves cannot hide it: measured slower than a
   // separate norm kernel (bench/RESULTS.md, CUDA log).
   if (rows == nullptr && n <= 4096 && cuda::NormGemvSupported(m, H)) {
-    CUDA_RETURN_IF_ERROR(cuda::LaunchNormGemv(x, norm_w, c.rms_norm_eps, c.gemma_norm, w, y, y_f32,
+    CUDA_RETURN_IF_ERROR(cuda::LaunchNormGemv(x, norm_w, c.rms_norm_eps, c.gemma_norm, w, y, true,
                                               m, n, H, 0.f, stream_));
     return Status::Ok();
   }
   auto* h = h_.get<cuda::bf16_t>();
   CUDA_RETURN_IF_ERROR(
       cuda::LaunchRmsNorm(x, rows, norm_w, h, m, H, c.rms_norm_eps, c.gemma_norm, stream_));
-  return Gemm(h, w, y, y_f32, m, n, H, 0.f);
+  return Gemm(h, w, y, true, m, n, H, 0.f, max_rows);
 }
 
 Status CudaBackend::Enqueue(const Shape& s) {
@@ -352,7 +352,7 @@ Status CudaBackend::Enqueue(const Shape& s) {
       cuda::LaunchEmbed(embed_, meta + ml.tokens, T, H, c.embed_scale, x, stream_));
   for (int l = 0; l < c.num_layers; ++l) {
     const Layer& L = layers_[l];
-    RETURN_IF_ERROR(NormGemm(x, nullptr, L.in_norm, L.wqkv, qkv_.get(), T, qkv_n));
+    RETURN_IF_ERROR(NormGemm(x, nullptr, L.in_norm, L.wqkv, qkv_.get(), T, qkv_n, cap_tokens_));
     const float* inv_freq = L.kind == AttentionKind::kSliding && c.arch == Architecture::kGemma3
                                 ? inv_freq_local_
                                 : inv_freq_global_;
@@ -419,11 +419,11 @@ Status CudaBackend::Enqueue(const Shape& s) {
       CUDA_RETURN_IF_ERROR(cuda::LaunchKvStore(k, v, pos, tok_seq, meta + ml.seq_start,
                                                meta + ml.seq_first, T, nkv, D, view, stream_));
     if (c.sandwich_norm) {
-      RETURN_IF_ERROR(Gemm(attn, L.wo, o, true, T, H, nh * D, 0.f));
+      RETURN_IF_ERROR(Gemm(attn, L.wo, o, true, T, H, nh * D, 0.f, cap_tokens_));
       CUDA_RETURN_IF_ERROR(cuda::LaunchAddNormed(o, L.post_attn_norm, x, L.pre_ff_norm, h, T, H,
                                                  eps, plus_one, stream_));
     } else {
-      RETURN_IF_ERROR(Gemm(attn, L.wo, x, true, T, H, nh * D, 1.f));
+      RETURN_IF_ERROR(Gemm(attn, L.wo, x, true, T, H, nh * D, 1.f, cap_tokens_));
     }
     // (Sandwich norms: AddNormed above already wrote h.)
     if (!c.sandwich_norm)
@@ -435,21 +435,21 @@ Status CudaBackend::Enqueue(const Shape& s) {
       CUDA_RETURN_IF_ERROR(
           cuda::LaunchGemvGatedAct(h, L.w_gate_up, act, T, 2 * I, H, act_kind, stream_));
     } else {
-      RETURN_IF_ERROR(Gemm(h, L.w_gate_up, gu, false, T, 2 * I, H, 0.f));
+      RETURN_IF_ERROR(Gemm(h, L.w_gate_up, gu, false, T, 2 * I, H, 0.f, cap_tokens_));
       CUDA_RETURN_IF_ERROR(cuda::LaunchGatedAct(gu, act, T, I, act_kind, stream_));
     }
     if (c.sandwich_norm) {
-      RETURN_IF_ERROR(Gemm(act, L.w_down, o, true, T, H, I, 0.f));
+      RETURN_IF_ERROR(Gemm(act, L.w_down, o, true, T, H, I, 0.f, cap_tokens_));
       CUDA_RETURN_IF_ERROR(cuda::LaunchAddNormed(o, L.post_ff_norm, x, nullptr, nullptr, T, H, eps,
                                                  plus_one, stream_));
     } else {
-      RETURN_IF_ERROR(Gemm(act, L.w_down, x, true, T, H, I, 1.f));
+      RETURN_IF_ERROR(Gemm(act, L.w_down, x, true, T, H, I, 1.f, cap_tokens_));
     }
   }
   if (s.rows == 0) return Status::Ok();
   float* logits = logits_.get<float>();
-  RETURN_IF_ERROR(
-      NormGemm(x, meta + ml.logit_rows, final_norm_, lm_head_, logits, s.rows, c.vocab_size));
+  RETURN_IF_ERROR(NormGemm(x, meta + ml.logit_rows, final_norm_, lm_head_, logits, s.rows,
+                           c.vocab_size, cap_seqs_));
   if (c.final_logit_softcap > 0.f)
     CUDA_RETURN_IF_ERROR(cuda::LaunchSoftcap(logits, static_cast<int64_t>(s.rows) * c.vocab_size,
                                              c.final_logit_softcap, stream_));
