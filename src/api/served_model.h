@@ -27,7 +27,7 @@ struct ServedModelOptions {
   std::string model_dir;
   BackendOptions backend;
   int max_batch = 64;
-  int max_step_tokens = 2048;    // tokens of one engine step
+  int max_step_tokens = 0;       // tokens of one engine step; 0: the backend's default
   uint64_t kv_memory_bytes = 0;  // 0: the engine's default
   // Requests waiting in the engine past which new ones are refused
   // (ResourceExhausted: 429 / 529). 0: no limit.

@@ -23,7 +23,7 @@ namespace {
 struct BenchArgs {
   ModelOptions model;
   std::string concurrency = "1,8";
-  int prompt = 128, output = 64, requests = 0, max_step_tokens = 2048, block_size = 16;
+  int prompt = 128, output = 64, requests = 0, max_step_tokens = 0, block_size = 16;
   int shared_prefix = 0;
   bool json = false, baseline = false;
   uint64_t seed = 1;
@@ -213,7 +213,8 @@ Registrar reg(
                      "the prefix cache")
           ->capture_default_str();
       app.add_flag("--baseline", a->baseline, "Also run each level's requests one at a time");
-      app.add_option("--max-step-tokens", a->max_step_tokens, "Token budget of one engine step")
+      app.add_option("--max-step-tokens", a->max_step_tokens,
+                     "Token budget of one engine step (0 = the device's default)")
           ->capture_default_str();
       app.add_option("--block-size", a->block_size)->capture_default_str();
       app.add_option("--seed", a->seed, "Seed of the random prompts")->capture_default_str();

@@ -32,7 +32,7 @@ struct ServeArgs {
   std::string host = "127.0.0.1";
   int port = 8080;
   int max_batch = 64;
-  int max_step_tokens = 2048;
+  int max_step_tokens = 0;
   std::string kv_memory;
   std::string api_key;
   int http_threads = 2;
@@ -194,9 +194,10 @@ Registrar reg("serve", "Serve the HTTP API (OpenAI and Anthropic protocols)",
                     ->check(CLI::PositiveNumber)
                     ->envname("AGENTKV_MAX_BATCH");
                 app.add_option("--max-step-tokens", a->max_step_tokens,
-                               "Tokens of one engine step, prompt chunks and decode together")
+                               "Tokens of one engine step, prompt chunks and decode together "
+                               "(0 = the device's default: cpu 2048, cuda 8192)")
                     ->capture_default_str()
-                    ->check(CLI::PositiveNumber)
+                    ->check(CLI::NonNegativeNumber)
                     ->envname("AGENTKV_MAX_STEP_TOKENS");
                 app.add_option("--kv-memory", a->kv_memory,
                                "KV cache memory in bytes (K/M/G suffixes; default 256M)")

@@ -84,6 +84,9 @@ class Backend {
   virtual Status AllocateKv(const KvLayout& layout) = 0;
   virtual const KvLayout& kv_layout() const = 0;
 
+  // The tokens per step an engine schedules unless told otherwise
+  // (EngineOptions): what the device handles best.
+  virtual int default_step_tokens() const { return 2048; }
   // Prepares for steps of up to `max_step_tokens` tokens and `max_batch`
   // sequences: sizes workspaces and does the one-time work such steps would
   // otherwise do when they first run (a device backend: GEMM set-up, decode

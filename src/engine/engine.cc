@@ -30,6 +30,8 @@ Result<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Backend> backend,
   KvLayout layout;
   layout.block_size = e->options_.block_size;
   for (size_t g = 0; g < blocks.size(); ++g) layout.blocks_per_group[g] = blocks[g];
+  if (e->options_.scheduler.max_step_tokens <= 0)
+    e->options_.scheduler.max_step_tokens = e->backend_->default_step_tokens();
   RETURN_IF_ERROR(e->backend_->AllocateKv(layout));
   RETURN_IF_ERROR(
       e->backend_->Reserve(e->options_.scheduler.max_step_tokens, e->options_.scheduler.max_batch));

@@ -35,6 +35,7 @@ namespace agentkv {
 class Tokenizer;
 
 struct EngineOptions {
+  // scheduler.max_step_tokens <= 0: the backend's default_step_tokens().
   SchedulerOptions scheduler;
   int block_size = 16;
   // KV memory: blocks per group given directly, else sized from

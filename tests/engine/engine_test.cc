@@ -139,6 +139,25 @@ TEST(EngineTest, CancelledRequestReleasesItsBlocks) {
   EXPECT_EQ(st.free, 128);
 }
 
+TEST(EngineTest, StepTokensDefaultToTheBackends) {
+  const ModelConfig c = SmallConfig(Architecture::kQwen3);
+  const MapWeights w = RandomWeights(c, 21);
+  auto backend = CpuBackend::Create(c, w, CpuBackendOptions{1});
+  ASSERT_TRUE(backend.ok());
+  const int want = (*backend)->default_step_tokens();
+  EngineOptions o;
+  o.block_size = 4;
+  o.scheduler.max_step_tokens = 0;
+  o.blocks_per_group.assign(c.CacheSpec(KvDtype::kF32).groups.size(), 64);
+  auto e = Engine::Create(std::move(backend).value(), nullptr, o);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_EQ((*e)->max_step_tokens(), want);
+  Done d = Collect((*e)->Submit(Greedy(Range(2, 20), 4)).value());
+  EXPECT_EQ(d.tokens.size(), 4u);
+  auto e2 = MakeEngine(Architecture::kQwen3, 64);  // an explicit budget is kept
+  EXPECT_EQ(e2->max_step_tokens(), 64);
+}
+
 TEST(EngineTest, SlidingWindowModelRunsWithoutPrefixCache) {
   auto e = MakeEngine(Architecture::kGemma3, 64);
   Done d = Collect(e->Submit(Greedy(Range(4, 30), 10, "g")).value());

@@ -267,6 +267,7 @@ TEST(CudaBackend, ReserveCapturesGraphsBeforeTheFirstStep) {
   auto bare = CudaBackend::Create(c, w, CudaBackendOptions{});
   ASSERT_TRUE(bare.ok());
   EXPECT_EQ((*bare)->Reserve(4096, 64).code(), StatusCode::kInvalidArgument);  // no KV yet
+  EXPECT_EQ((*bare)->default_step_tokens(), 8192);
   auto b = MakeCuda(c, w, 16);
   ASSERT_TRUE(b);
   EXPECT_EQ(b->Reserve(0, 64).code(), StatusCode::kInvalidArgument);
