@@ -15,6 +15,7 @@
 #include <cuda_bf16.h>
 
 #include "engine/cuda/attention_common.cuh"
+#include "engine/cuda/head_projection.cuh"
 #include "engine/cuda/mma.cuh"
 #include "engine/cuda/pdl.cuh"
 
@@ -34,53 +35,14 @@ size_t MmaSmemBytes(int D, int rw) {
   return main > merge ? main : merge;
 }
 
-// What LaunchQkvPost does to one head, by one warp: dst = rotary(norm(src +
-// bias)) in bf16 (nw null: no norm; rotary false: only the bias), with the
-// same arithmetic in the same order.
+// What LaunchQkvPost does to one head, by one warp (head_projection.cuh).
 template <int D>
 __device__ __forceinline__ void ProjectHead(const float* src, const float* b, const float* nw,
                                             const AttentionParams& p, float pos, bool rotary,
                                             bf16* dst, int lane) {
-  constexpr int kHalf = D / 2, kPer = kHalf / 32;
-  float x0[kPer], x1[kPer];
-  float ss = 0.f;
-#pragma unroll
-  for (int u = 0; u < kPer; ++u) {
-    const int i = lane + 32 * u;
-    x0[u] = src[i] + (b ? b[i] : 0.f);
-    x1[u] = src[i + kHalf] + (b ? b[i + kHalf] : 0.f);
-  }
-  if (!rotary) {
-#pragma unroll
-    for (int u = 0; u < kPer; ++u) {
-      dst[lane + 32 * u] = __float2bfloat16_rn(x0[u]);
-      dst[lane + 32 * u + kHalf] = __float2bfloat16_rn(x1[u]);
-    }
-    return;
-  }
-  if (nw != nullptr) {
-#pragma unroll
-    for (int u = 0; u < kPer; ++u) ss += x0[u] * x0[u];
-#pragma unroll
-    for (int u = 0; u < kPer; ++u) ss += x1[u] * x1[u];
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    const float inv = 1.0f / sqrtf(ss / D + p.eps);
-#pragma unroll
-    for (int u = 0; u < kPer; ++u) {
-      const int i = lane + 32 * u;
-      x0[u] = x0[u] * inv * (p.plus_one ? 1.f + nw[i] : nw[i]);
-      x1[u] = x1[u] * inv * (p.plus_one ? 1.f + nw[i + kHalf] : nw[i + kHalf]);
-    }
-  }
-#pragma unroll
-  for (int u = 0; u < kPer; ++u) {
-    const int i = lane + 32 * u;
-    float sn, cs;
-    sincosf(pos * p.inv_freq[i], &sn, &cs);
-    dst[i] = __float2bfloat16_rn(x0[u] * cs - x1[u] * sn);
-    dst[i + kHalf] = __float2bfloat16_rn(x1[u] * cs + x0[u] * sn);
-  }
+  HeadRegs<D> r;
+  LoadHead<D>(src, b, r, lane);
+  FinishHead<D>(r, nw, p.eps, p.plus_one, p.inv_freq, pos, rotary, dst, nullptr, lane);
 }
 
 // Wide tiles at four blocks per SM (134 registers allowed three, and a
