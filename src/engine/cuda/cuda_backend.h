@@ -154,9 +154,8 @@ class CudaBackend final : public Backend {
   // none yet: the first graph step after start or a workspace growth pays
   // for all of them at once instead of stalling later steps.
   Status CaptureGraphs();
-  // Runs every GEMM shape of the model once at a spread of row counts up to
-  // the token capacity (those not run yet): cuBLAS loads its kernels
-  // lazily, and the first step of each new size paid 5-15 ms for it.
+  // Runs every GEMM shape of the model once at each row count Gemm can hand
+  // cuBLAS (GemmRows) up to the token capacity, those not run yet.
   Status WarmUpGemms();
   int64_t gemms_warm_tokens_ = 0;  // row counts up to this are warm
   void ClearGraphs();

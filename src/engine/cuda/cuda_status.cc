@@ -1,12 +1,17 @@
 #include "engine/cuda/cuda_status.h"
 
 #include <string>
+#include <utility>
 
 namespace agentkv::cuda {
 
 Status CudaStatus(cudaError_t e, const char* expr, const char* file, int line) {
-  return Internal(std::string("CUDA error ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) +
-                  ") in " + expr + " at " + file + ":" + std::to_string(line));
+  std::string m = std::string("CUDA error ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) +
+                  ") in " + expr + " at " + file + ":" + std::to_string(line);
+  // Out of device memory is exhaustion (too large a KV budget or step
+  // budget for the card), not a bug.
+  if (e == cudaErrorMemoryAllocation) return ResourceExhausted(std::move(m));
+  return Internal(std::move(m));
 }
 
 Status CublasStatus(cublasStatus_t e, const char* expr, const char* file, int line) {

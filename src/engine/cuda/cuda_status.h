@@ -1,5 +1,6 @@
 // Turning CUDA runtime and cuBLAS errors into Status, with the call, file and
-// line that failed; and the question whether a usable GPU is present.
+// line that failed (out of device memory: ResourceExhausted; the rest:
+// Internal); and the question whether a usable GPU is present.
 // Thread-safe (plain functions).
 #pragma once
 
