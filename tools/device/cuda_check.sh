@@ -29,7 +29,8 @@ for st in "${stages[@]}"; do
   tests)
     for t in .devcarry/bin/engine_cuda_*_test; do
       if "$t" --gtest_brief=1 >"$OUT/$(basename "$t").log" 2>&1; then r=pass; else r=FAIL; fi
-      note "$(basename "$t"): $r ($(grep -c '^\[       OK' "$OUT/$(basename "$t").log" || true) ok, $(grep -E -o '[0-9]+ tests?, listed below' "$OUT/$(basename "$t").log" | head -1))"
+      # --gtest_brief prints no per-test OK lines: the summary lines count.
+      note "$(basename "$t"): $r ($(grep -E -o '^\[==========\] [0-9]+ tests?' "$OUT/$(basename "$t").log" | grep -E -o '[0-9]+ tests?' | head -1) run; $(grep -E -o '^\[  (PASSED|SKIPPED|FAILED)  \] [0-9]+ tests?' "$OUT/$(basename "$t").log" | tr '\n' ' '))"
       grep -E "FAILED|Failure|error" "$OUT/$(basename "$t").log" | head -20
     done ;;
   sanitize)
