@@ -211,7 +211,7 @@ void Engine::Loop() {
       ev.prompt_tokens = static_cast<int64_t>(s->prompt_len);
       ev.cached_tokens = s->cached_prompt_tokens;
       ev.completion_tokens = s->output_len();
-      s->stream->Push(std::move(ev));
+      Emit(s.get(), std::move(ev));
     }
     for (const std::string& a : dropped) {
       auto it = agents_.find(a);
@@ -228,9 +228,11 @@ void Engine::Loop() {
     if (scheduler_->HasWork()) {
       const auto s0 = std::chrono::steady_clock::now();
       Step();
+      Deliver();
       local_.step_seconds +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
     }
+    if (!outbox_.empty()) Deliver();
     CompleteSaves(/*wait=*/false);
     PublishStats();
     if (!scheduler_->HasWork() && loading_.empty() && !SavesPending()) {
@@ -263,6 +265,7 @@ void Engine::Loop() {
   }
   for (auto& [key, agent] : agents_) kv_->ReleaseAgentCache(&agent.cache);
   agents_.clear();
+  Deliver();
   // Every turn's KV is handed over before the backend goes back (SIGTERM
   // and hot-swap persist): staging returns as the tier writes. A tier that
   // holds staging for half a minute without progress loses the rest.
@@ -315,14 +318,22 @@ void Engine::Finish(Sequence* s, FinishReason reason, bool cancelled, std::strin
   }
   ev.completion_tokens = s->output_len();
   ev.ttft_s = s->ttft_s;
-  s->stream->Push(std::move(ev));
+  Emit(s, std::move(ev));
 }
 
 void Engine::Fail(Sequence* s, const Status& error) {
   RequestOutput ev;
   ev.kind = RequestOutput::Kind::kError;
   ev.error = error;
-  s->stream->Push(std::move(ev));
+  Emit(s, std::move(ev));
+}
+
+void Engine::Emit(Sequence* s, RequestOutput ev) { outbox_.emplace_back(s->stream, std::move(ev)); }
+
+void Engine::Deliver() {
+  PublishStats();
+  for (auto& [stream, ev] : outbox_) stream->Push(std::move(ev));
+  outbox_.clear();
 }
 
 void Engine::Step() {
@@ -336,9 +347,6 @@ void Engine::Step() {
     return;
   }
   if (plan.seqs.empty()) return;
-  // Published before any of this step's tokens reach a client, so a client
-  // that has seen a token also sees its request running in /admin/status.
-  PublishStats();
   const ModelConfig& cfg = backend_->config();
   Status st = backend_->CopyBlocks(plan.copies);
   kv_->CopiesDone();
@@ -415,7 +423,7 @@ void Engine::Step() {
     if (!stop_token) ev.tokens.push_back(tok);
     ev.text = std::move(up.text);
     const bool full = static_cast<int64_t>(s->tokens.size()) >= max_context_;
-    if (!ev.tokens.empty() || !ev.text.empty()) s->stream->Push(std::move(ev));
+    if (!ev.tokens.empty() || !ev.text.empty()) Emit(s, std::move(ev));
     if (up.finish != FinishReason::kNone || full) {
       std::string tail;
       if (up.finish == FinishReason::kNone) {

@@ -22,6 +22,7 @@
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "cache/kv_cache_manager.h"
 #include "engine/backend.h"
@@ -137,6 +138,12 @@ class Engine {
   void Finish(Sequence* s, FinishReason reason, bool cancelled, std::string tail);
   void Fail(Sequence* s, const Status& error);
   void PublishStats();
+  // Events wait in the outbox until Deliver, which publishes the stats first:
+  // a client that has seen an event sees the engine state that follows it
+  // (its request running after a token; its blocks released, its agent's
+  // cache resident after the end).
+  void Emit(Sequence* s, RequestOutput ev);
+  void Deliver();
   // KV tier: loads run on loader_ (never on the engine thread); their
   // results come back through the inbox and are written into the pool here.
   struct LoadJob {
@@ -244,6 +251,7 @@ class Engine {
   int32_t restore_slot_blocks_ = 0;
   std::vector<SeqStep> steps_buf_;
   std::vector<float> logits_;
+  std::vector<std::pair<std::shared_ptr<TokenStream>, RequestOutput>> outbox_;
   EngineStats local_;
   std::thread thread_;
   std::thread loader_;

@@ -158,6 +158,21 @@ TEST(EngineTest, StepTokensDefaultToTheBackends) {
   EXPECT_EQ(e2->max_step_tokens(), 64);
 }
 
+TEST(EngineTest, StatsAreCurrentWhenAnEventArrives) {
+  auto e = MakeEngine(Architecture::kQwen3, 128);
+  RequestHandle h = e->Submit(Greedy(Range(2, 30), 5, "agent-a")).value();
+  RequestOutput ev = h.stream->Pop();
+  while (ev.kind == RequestOutput::Kind::kDelta) ev = h.stream->Pop();
+  ASSERT_EQ(ev.kind, RequestOutput::Kind::kFinished);
+  // Seen the end: no longer running, blocks released, the agent's KV
+  // resident. (While it runs, stats may already be past the event a client
+  // has popped; CancelledRequestReleasesItsBlocks checks a running one.)
+  EXPECT_EQ(e->Stats().running, 0);
+  EXPECT_EQ(e->Stats().pools[0].in_use, 0);
+  EXPECT_EQ(e->Stats().resident_agents, 1);
+  EXPECT_GT(e->AgentResidentTokens("agent-a"), 0);
+}
+
 TEST(EngineTest, SlidingWindowModelRunsWithoutPrefixCache) {
   auto e = MakeEngine(Architecture::kGemma3, 64);
   Done d = Collect(e->Submit(Greedy(Range(4, 30), 10, "g")).value());
