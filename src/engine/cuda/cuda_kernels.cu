@@ -11,6 +11,7 @@
 #include "engine/cuda/activation.cuh"
 #include "engine/cuda/cuda_kernels.h"
 #include "engine/cuda/head_projection.cuh"
+#include "engine/cuda/head_route.h"
 #include "engine/cuda/pdl.cuh"
 
 namespace agentkv::cuda {
@@ -159,16 +160,7 @@ __global__ void QkvPostKernel(const float* qkv, const float* bias, const float* 
   PdlLaunchDependents();
   PdlWait();
   const int t = blockIdx.x;
-  // Also into the paged cache (tok_seq non-null, not padding).
-  bf16_t* ck = nullptr;
-  if (tok_seq != nullptr && pos[t] >= 0) {
-    const int lb = pos[t] / c.block_size;
-    const int64_t blk = c.tables[static_cast<int64_t>(tok_seq[t]) * *c.table_stride +
-                                 (c.ring > 0 ? lb % c.ring : lb)];
-    ck = c.base + blk * c.block_stride + c.layer_offset +
-         static_cast<int64_t>(pos[t] % c.block_size) * nkv * D;
-  }
-  bf16_t* cv = ck ? ck + static_cast<int64_t>(c.block_size) * nkv * D : nullptr;
+  bf16_t* ck = CacheRow(c, tok_seq, t, pos[t], nkv, D);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   const int heads = nh + 2 * nkv;
   const float* row = qkv + static_cast<int64_t>(t) * heads * D;
@@ -177,21 +169,14 @@ __global__ void QkvPostKernel(const float* qkv, const float* bias, const float* 
   for (int hh = blockIdx.y * nw + warp; hh < heads; hh += gridDim.y * nw) {
     const float* src = row + static_cast<int64_t>(hh) * D;
     const float* b = bias ? bias + static_cast<int64_t>(hh) * D : nullptr;
-    bf16_t* dst;
-    const float* nw_ = nullptr;
-    if (hh < nh) {
-      dst = q + (static_cast<int64_t>(t) * nh + hh) * D;
-      nw_ = q_norm;
-    } else if (hh < nh + nkv) {
-      dst = k + (static_cast<int64_t>(t) * nkv + (hh - nh)) * D;
-      nw_ = k_norm;
-    } else {
-      dst = v + (static_cast<int64_t>(t) * nkv + (hh - nh - nkv)) * D;
-      bf16_t* cd = cv ? cv + static_cast<int64_t>(hh - nh - nkv) * D : nullptr;
+    const HeadRoute r = RouteHead(hh, t, nh, nkv, D, c.block_size, q, k, v, q_norm, k_norm, ck);
+    bf16_t* dst = r.dst;
+    const float* nw_ = r.norm;
+    if (!r.rotary) {
       for (int i = lane; i < D; i += 32) {
         const bf16_t val = ToBf(src[i] + (b ? b[i] : 0.f));
         dst[i] = val;
-        if (cd) cd[i] = val;
+        if (r.cache) r.cache[i] = val;
       }
       continue;
     }
@@ -217,10 +202,9 @@ __global__ void QkvPostKernel(const float* qkv, const float* bias, const float* 
       const bf16_t r0 = ToBf(x0 * cs - x1 * sn), r1 = ToBf(x1 * cs + x0 * sn);
       dst[i] = r0;
       dst[i + half] = r1;
-      if (ck && hh >= nh) {
-        bf16_t* cd = ck + static_cast<int64_t>(hh - nh) * D;
-        cd[i] = r0;
-        cd[i + half] = r1;
+      if (r.cache) {
+        r.cache[i] = r0;
+        r.cache[i + half] = r1;
       }
     }
   }
@@ -257,39 +241,18 @@ __global__ void __launch_bounds__(32 * kQkvPostWarps)
         LoadHead<D>(row + static_cast<int64_t>(hh) * D,
                     bias ? bias + static_cast<int64_t>(hh) * D : nullptr, r[j], lane);
     }
-    if (!looked) {  // also into the paged cache (tok_seq non-null, not padding)
+    if (!looked) {  // while the loads are in flight
       looked = true;
-      if (tok_seq != nullptr && pt >= 0) {
-        const int lb = pt / c.block_size;
-        const int64_t blk = c.tables[static_cast<int64_t>(tok_seq[t]) * *c.table_stride +
-                                     (c.ring > 0 ? lb % c.ring : lb)];
-        ck = c.base + blk * c.block_stride + c.layer_offset +
-             static_cast<int64_t>(pt % c.block_size) * nkv * D;
-      }
+      ck = CacheRow(c, tok_seq, t, pt, nkv, D);
     }
 #pragma unroll
     for (int j = 0; j < kQkvPostChunk; ++j) {
       const int hh = h0 + j * stride;
       if (hh >= heads) break;
-      bf16_t* dst;
-      bf16_t* cd = nullptr;
-      const float* nw = nullptr;
-      bool rotary = true;
-      if (hh < nh) {
-        dst = q + (static_cast<int64_t>(t) * nh + hh) * D;
-        nw = q_norm;
-      } else if (hh < nh + nkv) {
-        dst = k + (static_cast<int64_t>(t) * nkv + (hh - nh)) * D;
-        nw = k_norm;
-        if (ck) cd = ck + static_cast<int64_t>(hh - nh) * D;
-      } else {
-        dst = v + (static_cast<int64_t>(t) * nkv + (hh - nh - nkv)) * D;
-        rotary = false;
-        if (ck) cd = ck + static_cast<int64_t>(c.block_size) * nkv * D + (hh - nh - nkv) * D;
-      }
-      FinishHead<D>(r[j], nw, eps, plus_one, inv_freq, static_cast<float>(pt), rotary,
-                    reinterpret_cast<__nv_bfloat16*>(dst), reinterpret_cast<__nv_bfloat16*>(cd),
-                    lane);
+      const HeadRoute to = RouteHead(hh, t, nh, nkv, D, c.block_size, q, k, v, q_norm, k_norm, ck);
+      FinishHead<D>(r[j], to.norm, eps, plus_one, inv_freq, static_cast<float>(pt), to.rotary,
+                    reinterpret_cast<__nv_bfloat16*>(to.dst),
+                    reinterpret_cast<__nv_bfloat16*>(to.cache), lane);
     }
   }
 }
@@ -327,11 +290,8 @@ __global__ void KvStoreKernel(const bf16_t* k, const bf16_t* v, const int32_t* p
     const int end = seq_start[s] + (seq_first[s + 1] - seq_first[s]);
     if (p + c.ring * c.block_size < end) return;
   }
-  const int lb = p / c.block_size;
-  const int32_t blk =
-      c.tables[static_cast<int64_t>(s) * *c.table_stride + (c.ring > 0 ? lb % c.ring : lb)];
   const int64_t row = static_cast<int64_t>(nkv) * D;
-  bf16_t* kd = c.base + blk * c.block_stride + c.layer_offset + (p % c.block_size) * row;
+  bf16_t* kd = CacheRow(c, tok_seq, t, p, nkv, D);
   bf16_t* vd = kd + static_cast<int64_t>(c.block_size) * row;
   const bf16_t* ks = k + t * row;
   const bf16_t* vs = v + t * row;
