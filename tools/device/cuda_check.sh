@@ -55,9 +55,11 @@ for st in "${stages[@]}"; do
       python3 tools/device/synth_shape.py --template /tmp/tpl_llama --out /tmp/llama1b --layers 16 \
         --hidden 2048 --intermediate 8192 --heads 32 --kv-heads 8 --vocab 128256 --tie; }
     for c in 1 64; do
-      skip=$(( c == 1 ? 700 : 5000 ))
-      AGENTKV_CUDA_GRAPHS=0 timeout 240 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
-        -s $skip -c 340 agentkv bench engine --model /tmp/llama1b --device cuda --prompt 512 \
+      # The backend starts the profiler at its 20th decode step of c rows
+      # and stops it after the 21st (AGENTKV_CUDA_PROFILE_BATCH).
+      AGENTKV_CUDA_PROFILE_BATCH=$c AGENTKV_CUDA_GRAPHS=0 timeout 240 ncu --profile-from-start off \
+        --clock-control none --metrics gpu__time_duration.sum --csv \
+        agentkv bench engine --model /tmp/llama1b --device cuda --prompt 512 \
         --output 40 --concurrency $c >"$OUT/ncu_c$c.csv" 2>"$OUT/ncu_c$c.err"
       python3 tools/device/kernel_times.py "$OUT/ncu_c$c.csv" --steps 2 | tee "$OUT/kernels_c$c.md" | head -25
       note "profile c$c: $(tail -1 "$OUT/kernels_c$c.md")"

@@ -74,6 +74,8 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::Create(const ModelConfig& conf
     b->fused_rotary_ = false;
   if (const char* path = std::getenv("AGENTKV_CUDA_STEP_LOG"); path && *path)
     b->step_log_ = std::fopen(path, "a");
+  if (const char* v = std::getenv("AGENTKV_CUDA_PROFILE_BATCH"); v && *v)
+    b->profile_batch_ = std::atoi(v);
   // AGENTKV_CUDA_SKINNY=1: the skinny tensor-core GEMM for 3-8 rows; =all:
   // also for 1 and 2 (in place of the GEMV). Off by default: it beats cuBLAS
   // in isolation but not inside a step (bench/RESULTS.md).

@@ -218,6 +218,10 @@ class CudaBackend final : public Backend {
   // AGENTKV_CUDA_STEP_LOG=path: one line per step (tokens, sequences, graph
   // bucket or 0, table stride, attention splits, capture ms, device ms).
   std::FILE* step_log_ = nullptr;
+  // AGENTKV_CUDA_PROFILE_BATCH=B: the profiler (ncu --profile-from-start off)
+  // records the 20th and 21st pure decode steps of exactly B sequences.
+  int profile_batch_ = 0;
+  int profile_seen_ = 0;
 };
 
 }  // namespace agentkv

@@ -11,6 +11,10 @@
 // two) while its first weight loads are already in flight.
 #include <cuda_bf16.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
 #include "engine/cuda/activation.cuh"
 #include "engine/cuda/cuda_kernels.h"
 #include "engine/cuda/pdl.cuh"
@@ -236,6 +240,221 @@ __global__ void __launch_bounds__(kWarps * 32) GemvKernel(const GemvArgs a) {
   }
 }
 
+// Pipelined variant: every warp streams its own rows through a ring of
+// kStages shared-memory stages of 4 KiB (cp.async, 16 bytes per lane), so a
+// warp always has kStages - 1 stages in flight while it computes one; the
+// grid is one wave (blocks_per_sm per SM) and a warp walks its rows (whole
+// (gate, up) pairs for kAct) a grid's warps apart. The first kStages stages
+// are requested before the PDL wait. Long rows are several stages (chunks).
+constexpr int kPipeWarps = 8;
+constexpr int kStageVecs = 32 * kUnroll;  // 16-byte vectors per warp stage
+
+__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+template <int M, int kStages, bool kNorm, bool kAct>
+__global__ void __launch_bounds__(kPipeWarps * 32) GemvPipeKernel(const GemvArgs a) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ float part[kPipeWarps][M];
+  const int N = a.N, K = a.K;
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  uint4* ring = reinterpret_cast<uint4*>(smem) + warp * kStages * kStageVecs;
+  bf16_t* xs = reinterpret_cast<bf16_t*>(smem + kPipeWarps * kStages * kStageVecs * 16);
+  const int kv = K / 8;
+  const int cpr = (kv + kStageVecs - 1) / kStageVecs;  // chunks per row
+  const int gw = blockIdx.x * kPipeWarps + warp;
+  const int tw = gridDim.x * kPipeWarps;
+  // Rows of this warp: units u = 0, 1, ...; kAct takes pairs (2 units each).
+  const int units = kAct ? 2 * ((N / 2 - gw + tw - 1) / tw) : (N - gw + tw - 1) / tw;
+  const int items = units > 0 ? units * cpr : 0;
+  auto row_of = [&](int u) { return kAct ? 2 * (gw + (u >> 1) * tw) + (u & 1) : gw + u * tw; };
+  auto issue = [&](int i) {
+    if (i < items) {
+      const int c = i % cpr;
+      const uint4* wr =
+          reinterpret_cast<const uint4*>(a.w + static_cast<int64_t>(row_of(i / cpr)) * K);
+      uint4* dst = ring + (i % kStages) * kStageVecs;
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int v = c * kStageVecs + lane + 32 * u;
+        if (v < kv) CpAsync16(dst + lane + 32 * u, wr + v);
+      }
+    }
+    CpAsyncCommit();  // one group per item, empty past the end
+  };
+#pragma unroll
+  for (int s = 0; s < kStages; ++s) issue(s);
+
+  float4 g[kNormVecs];
+  if constexpr (kNorm) {
+    const float4* gw4 = reinterpret_cast<const float4*>(a.norm_w);
+#pragma unroll
+    for (int j = 0; j < kNormVecs; ++j) {
+      const int i = threadIdx.x + j * kPipeWarps * 32;
+      g[j] = i < K / 4 ? __ldg(gw4 + i) : make_float4(0.f, 0.f, 0.f, 0.f);
+      if (a.plus_one) g[j] = make_float4(1.f + g[j].x, 1.f + g[j].y, 1.f + g[j].z, 1.f + g[j].w);
+    }
+  }
+  PdlLaunchDependents();
+  PdlWait();
+  if constexpr (kNorm) {
+    const float4* xf = static_cast<const float4*>(a.x);
+    const int nv = K / 4;
+    float4 xv[M][kNormVecs];
+    float ss[M];
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      ss[m] = 0.f;
+#pragma unroll
+      for (int j = 0; j < kNormVecs; ++j) {
+        const int i = threadIdx.x + j * kPipeWarps * 32;
+        xv[m][j] = i < nv ? xf[m * nv + i] : make_float4(0.f, 0.f, 0.f, 0.f);
+        ss[m] += xv[m][j].x * xv[m][j].x + xv[m][j].y * xv[m][j].y + xv[m][j].z * xv[m][j].z +
+                 xv[m][j].w * xv[m][j].w;
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      ss[m] = WarpSum(ss[m]);
+      if (lane == 0) part[warp][m] = ss[m];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      float t = 0.f;
+#pragma unroll
+      for (int i = 0; i < kPipeWarps; ++i) t += part[i][m];
+      const float inv = 1.0f / sqrtf(t / K + a.eps);
+#pragma unroll
+      for (int j = 0; j < kNormVecs; ++j) {
+        const int i = threadIdx.x + j * kPipeWarps * 32;
+        if (i >= nv) break;
+        const __nv_bfloat162 lo =
+            __floats2bfloat162_rn(xv[m][j].x * inv * g[j].x, xv[m][j].y * inv * g[j].y);
+        const __nv_bfloat162 hi =
+            __floats2bfloat162_rn(xv[m][j].z * inv * g[j].z, xv[m][j].w * inv * g[j].w);
+        uint2 packed;
+        packed.x = *reinterpret_cast<const uint32_t*>(&lo);
+        packed.y = *reinterpret_cast<const uint32_t*>(&hi);
+        reinterpret_cast<uint2*>(xs + m * K)[i] = packed;
+      }
+    }
+  } else {
+    for (int i = threadIdx.x; i < M * kv; i += blockDim.x)
+      reinterpret_cast<uint4*>(xs)[i] = reinterpret_cast<const uint4*>(a.x)[i];
+  }
+  __syncthreads();
+
+  float acc[M], gate[M];
+#pragma unroll
+  for (int m = 0; m < M; ++m) acc[m] = gate[m] = 0.f;
+  for (int i = 0; i < items; ++i) {
+    CpAsyncWait<kStages - 1>();  // item i's stage (each lane reads only its own copies)
+    const int c = i % cpr;
+    const uint4* st = ring + (i % kStages) * kStageVecs;
+    uint4 wv[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) wv[u] = st[lane + 32 * u];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int v = c * kStageVecs + lane + 32 * u;
+      if (v < kv) {
+        float wf[8];
+        Unpack(wv[u], wf);
+#pragma unroll
+        for (int m = 0; m < M; ++m) {
+          float xf[8];
+          Unpack(reinterpret_cast<const uint4*>(xs + m * K)[v], xf);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) acc[m] = fmaf(wf[e], xf[e], acc[m]);
+        }
+      }
+    }
+    issue(i + kStages);  // into the stage just read (its values are in registers)
+    if (c != cpr - 1) continue;
+    const int u = i / cpr, n = row_of(u);
+#pragma unroll
+    for (int m = 0; m < M; ++m) acc[m] = WarpSum(acc[m]);
+    if constexpr (kAct) {
+      if ((u & 1) == 0) {
+#pragma unroll
+        for (int m = 0; m < M; ++m) gate[m] = acc[m];
+      } else if (lane < M) {
+        float v = 0.f, gv = 0.f;
+#pragma unroll
+        for (int m = 0; m < M; ++m)
+          if (m == lane) v = acc[m], gv = gate[m];
+        static_cast<__nv_bfloat16*>(a.y)[static_cast<int64_t>(lane) * (N / 2) + n / 2] =
+            __float2bfloat16_rn(Activate(gv, a.act) * v);
+      }
+    } else if (lane < M) {
+      float v = 0.f;
+#pragma unroll
+      for (int m = 0; m < M; ++m)
+        if (m == lane) v = acc[m];
+      const int64_t at = static_cast<int64_t>(lane) * N + n;
+      if (a.y_f32) {
+        float* yf = static_cast<float*>(a.y);
+        yf[at] = a.beta != 0.f ? a.beta * yf[at] + v : v;
+      } else {
+        __nv_bfloat16* yb = static_cast<__nv_bfloat16*>(a.y);
+        yb[at] = __float2bfloat16_rn(a.beta != 0.f ? a.beta * __bfloat162float(yb[at]) + v : v);
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < M; ++m) acc[m] = 0.f;
+  }
+  CpAsyncWait<0>();
+}
+
+int NumSms() {
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+      return 1;
+    return n;
+  }();
+  return sms;
+}
+
+// 4 stages per warp (16 KiB), one block of 8 warps per SM: measured against
+// 2 stages at 2 blocks per SM, 3 stages, and 4 at 2 blocks per SM
+// (bench/RESULTS.md); AGENTKV_CUDA_GEMV_PIPE=0 keeps every shape on
+// GemvKernel (for comparison).
+constexpr int kPipeStages = 4;
+
+bool PipeEnabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("AGENTKV_CUDA_GEMV_PIPE");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return on;
+}
+
+template <int M, bool kNorm, bool kAct, int kStages = kPipeStages>
+cudaError_t LaunchPipe(const GemvArgs& a, cudaStream_t stream) {
+  const size_t smem = static_cast<size_t>(kPipeWarps) * kStages * kStageVecs * 16 +
+                      static_cast<size_t>(M) * a.K * sizeof(bf16_t);
+  auto kernel = GemvPipeKernel<M, kStages, kNorm, kAct>;
+  if (smem > 48 * 1024) {
+    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(smem));
+    if (e != cudaSuccess) return e;
+  }
+  const int units = kAct ? a.N / 2 : a.N;
+  const int blocks = std::max(1, std::min(NumSms(), (units + kPipeWarps - 1) / kPipeWarps));
+  return LaunchPdl(kernel, dim3(blocks), dim3(kPipeWarps * 32), smem, stream, a);
+}
+
 // Warps per row: enough that each warp's share is one round of loads
 // (32 lanes x kUnroll x 8 elements = 2048), when K divides evenly.
 int SplitFor(int k) {
@@ -263,6 +482,11 @@ cudaError_t LaunchS(const GemvArgs& a, cudaStream_t stream) {
 
 template <int M, bool kNorm, bool kAct = false>
 cudaError_t Launch(const GemvArgs& a, cudaStream_t stream) {
+  // The pipelined kernel where it measured faster: rows of 8,192 and more
+  // (GemvKernel runs them in two waves), and the MLP norm fused into the
+  // gate_up GEMV (normalising x once per SM, not once per 8 rows).
+  if (PipeEnabled() && ((kNorm && kAct) || (!kNorm && !kAct && a.K >= 8192)))
+    return LaunchPipe<M, kNorm, kAct>(a, stream);
   switch (SplitFor(a.K)) {
     case 4:
       return LaunchS<M, 4, kNorm, kAct>(a, stream);
@@ -327,6 +551,20 @@ cudaError_t LaunchGemvGatedAct(const bf16_t* x, const bf16_t* w, bf16_t* out, in
   if (!GemvGatedActSupported(m, n, k)) return cudaErrorInvalidValue;
   const GemvArgs a{x, nullptr, 0.f, false, w, out, n, k, 0.f, false, act};
   return m == 1 ? Launch<1, false, true>(a, stream) : Launch<2, false, true>(a, stream);
+}
+
+bool NormGemvGatedActSupported(int m, int n, int k) {
+  return m <= kMaxNormGemvRows && n % 2 == 0 && NormGemvSupported(m, k);
+}
+
+bool NormGemvGatedActEnabled() { return PipeEnabled(); }
+
+cudaError_t LaunchNormGemvGatedAct(const float* x, const float* norm_w, float eps, bool plus_one,
+                                   const bf16_t* w, bf16_t* out, int m, int n, int k, int act,
+                                   cudaStream_t stream) {
+  if (!NormGemvGatedActSupported(m, n, k)) return cudaErrorInvalidValue;
+  const GemvArgs a{x, norm_w, eps, plus_one, w, out, n, k, 0.f, false, act};
+  return m == 1 ? LaunchPipe<1, true, true>(a, stream) : LaunchPipe<2, true, true>(a, stream);
 }
 
 }  // namespace agentkv::cuda

@@ -159,6 +159,16 @@ bool GemvGatedActSupported(int m, int n, int k);
 cudaError_t LaunchGemvGatedAct(const bf16_t* x, const bf16_t* w, bf16_t* out, int m, int n, int k,
                                int act, cudaStream_t stream);
 
+// out = act(gate) * up of RmsNorm(x[m], norm_w) . w, as LaunchRmsNorm then
+// LaunchGemvGatedAct, in one kernel (x fp32 [m][k]); for m <= kMaxNormGemvRows,
+// k <= 4096, n even. Enabled unless AGENTKV_CUDA_GEMV_PIPE=0 (the backend then
+// launches the two kernels).
+bool NormGemvGatedActSupported(int m, int n, int k);
+bool NormGemvGatedActEnabled();
+cudaError_t LaunchNormGemvGatedAct(const float* x, const float* norm_w, float eps, bool plus_one,
+                                   const bf16_t* w, bf16_t* out, int m, int n, int k, int act,
+                                   cudaStream_t stream);
+
 // y[m][n] = x[m] . w[n] + beta * y[m][n] on the tensor cores, for decode
 // steps of up to kMaxSkinnyRows rows (x [m][k], w [n][k] bf16; y fp32 or
 // bf16; k a multiple of 128): the weights are streamed once. When the tiles

@@ -166,6 +166,19 @@ TEST(CudaKernels, GatedActivation) {
     }
 }
 
+// [gate rows | up rows] (the CPU reference's layout) -> gate and up rows
+// interleaved (the backend's).
+std::vector<float> InterleaveGateUp(const std::vector<float>& w, int n, int k) {
+  std::vector<float> wi(w.size());
+  for (int i = 0; i < n; ++i) {
+    std::copy_n(w.begin() + static_cast<size_t>(i) * k, k,
+                wi.begin() + static_cast<size_t>(2 * i) * k);
+    std::copy_n(w.begin() + static_cast<size_t>(n + i) * k, k,
+                wi.begin() + static_cast<size_t>(2 * i + 1) * k);
+  }
+  return wi;
+}
+
 // The GEMV with the activation in its epilogue against Linear, then the
 // CPU GatedActivation, on weights whose gate and up rows are interleaved.
 TEST(CudaKernels, GemvGatedActMatchesLinearThenActivation) {
@@ -178,14 +191,7 @@ TEST(CudaKernels, GemvGatedActMatchesLinearThenActivation) {
         const auto x = Rounded(Random(m * k, rng));
         // [gate rows | up rows], the layout of the CPU reference.
         const auto w = Rounded(Random(static_cast<size_t>(2 * n) * k, rng, 0.05f));
-        std::vector<float> wi(w.size());
-        for (int i = 0; i < n; ++i) {
-          std::copy_n(w.begin() + static_cast<size_t>(i) * k, k,
-                      wi.begin() + static_cast<size_t>(2 * i) * k);
-          std::copy_n(w.begin() + static_cast<size_t>(n + i) * k, k,
-                      wi.begin() + static_cast<size_t>(2 * i + 1) * k);
-        }
-        auto dx = Upload(Bf16Of(x)), dw = Upload(Bf16Of(wi));
+        auto dx = Upload(Bf16Of(x)), dw = Upload(Bf16Of(InterleaveGateUp(w, n, k)));
         auto out = Poisoned<uint16_t>(static_cast<size_t>(m) * n);
         ASSERT_EQ(cuda::LaunchGemvGatedAct(dx.get<cuda::bf16_t>(), dw.get<cuda::bf16_t>(),
                                            out.get<cuda::bf16_t>(), m, 2 * n, k,
@@ -205,7 +211,9 @@ TEST(CudaKernels, GemvMatchesLinear) {
   AGENTKV_REQUIRE_GPU();
   std::mt19937 rng(8);
   for (int m = 1; m <= cuda::kMaxGemvRows; ++m) {
-    for (auto [n, k] : {std::pair{3072, 2048}, std::pair{2048, 8192}, std::pair{37, 264}}) {
+    // (k >= 8192: the pipelined kernel, 8,456 ending in a partial stage.)
+    for (auto [n, k] :
+         {std::pair{3072, 2048}, std::pair{2048, 8192}, std::pair{37, 264}, std::pair{300, 8456}}) {
       if (!cuda::GemvSupported(m, k)) continue;
       for (bool f32 : {true, false}) {
         const auto x = Rounded(Random(m * k, rng)),
@@ -268,6 +276,40 @@ TEST(CudaKernels, SkinnyGemmMatchesLinear) {
   EXPECT_EQ(cuda::SkinnyGemmSplits(128256, 2048, sms), 1);
   EXPECT_FALSE(cuda::SkinnyGemmSupported(cuda::kMaxSkinnyRows + 1, 2048, 2048));
   EXPECT_FALSE(cuda::SkinnyGemmSupported(8, 2048, 2112));
+}
+
+// The MLP's norm, gate_up GEMV and activation in one (pipelined) kernel
+// against the CPU RmsNorm, Linear and GatedActivation; shapes whose rows
+// leave warps idle (74 pairs) and end in a partial stage (k = 2,312).
+TEST(CudaKernels, NormGemvGatedActMatchesNormLinearActivation) {
+  AGENTKV_REQUIRE_GPU();
+  std::mt19937 rng(13);
+  for (int m = 1; m <= cuda::kMaxNormGemvRows; ++m)
+    for (auto [n, k] : {std::pair{8192, 2048}, std::pair{1000, 4096}, std::pair{74, 2312}})
+      for (bool plus_one : {false, true}) {
+        const Activation a = plus_one ? Activation::kGeluTanh : Activation::kSilu;
+        ASSERT_TRUE(cuda::NormGemvGatedActSupported(m, 2 * n, k));
+        const auto x = Random(m * k, rng, 2.f);
+        const auto nw = Random(k, rng, 0.2f, plus_one ? 0.f : 1.f);
+        const auto w = Rounded(Random(static_cast<size_t>(2 * n) * k, rng, 0.05f));
+        auto dx = Upload(x), dnw = Upload(nw), dw = Upload(Bf16Of(InterleaveGateUp(w, n, k)));
+        auto out = Poisoned<uint16_t>(static_cast<size_t>(m) * n);
+        ASSERT_EQ(cuda::LaunchNormGemvGatedAct(dx.get<float>(), dnw.get<float>(), 1e-6f, plus_one,
+                                               dw.get<cuda::bf16_t>(), out.get<cuda::bf16_t>(), m,
+                                               2 * n, k, a == Activation::kSilu ? 0 : 1, nullptr),
+                  cudaSuccess);
+        std::vector<float> h(m * k), gu(static_cast<size_t>(m) * 2 * n),
+            ref(static_cast<size_t>(m) * n);
+        kernels::RmsNorm(x.data(), nw.data(), h.data(), m, k, 1e-6f, plus_one);
+        h = Rounded(h);  // the GEMV reads the normalised rows as bf16
+        kernels::Linear(h.data(), w.data(), nullptr, gu.data(), m, 2 * n, k);
+        kernels::GatedActivation(gu.data(), ref.data(), m, n, a);
+        EXPECT_LT(RelErr(DownloadBf16(out, static_cast<size_t>(m) * n), ref), 1e-2)
+            << m << " " << n << " " << k;
+      }
+  EXPECT_FALSE(cuda::NormGemvGatedActSupported(cuda::kMaxNormGemvRows + 1, 16384, 2048));
+  EXPECT_FALSE(cuda::NormGemvGatedActSupported(1, 1001, 2048));   // odd: not whole pairs
+  EXPECT_FALSE(cuda::NormGemvGatedActSupported(1, 16384, 8192));  // x in registers: k <= 4096
 }
 
 // RMSNorm of fp32 rows fused into the GEMV: the same as RmsNorm (bf16
