@@ -7,6 +7,7 @@
 #include <cuda_bf16.h>
 #include <mma.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -174,9 +175,11 @@ __global__ void __launch_bounds__(kThreads) AttentionKernel(const AttentionParam
   }
 }
 
-// One block per (token, head): merges the splits' partial results. The
-// first warp turns each split's (max, sum) into its weight (splits <= 32);
-// then every thread sums its output elements over the splits.
+// One block per (token, head), a thread per output element: merges the
+// splits' partial results (splits <= 32). Each thread loads its element of
+// every split while the first warp loads the splits' (max, sum), in one
+// round trip (loading the partials after the weights made it two);
+// the first warp turns them into weights, then each thread adds its column.
 __global__ void CombineKernel(const AttentionParams p) {
   PdlLaunchDependents();
   PdlWait();
@@ -186,6 +189,12 @@ __global__ void CombineKernel(const AttentionParams p) {
   if (p.pos[t] < 0) return;
   const int D = p.head_dim, S = p.splits;
   const int64_t b = (static_cast<int64_t>(t) * p.nh + h) * S;
+  const int d = threadIdx.x;
+  // Every split wrote its part_o (zeros when it had no keys), so all S are
+  // read without a branch per split: the loads are independent.
+  float po[32];
+#pragma unroll
+  for (int i = 0; i < 32; ++i) po[i] = d < D && i < S ? p.part_o[(b + i) * D + d] : 0.f;
   if (threadIdx.x < 32) {
     const int i = threadIdx.x;
     const float mi = i < S ? p.part_ml[(b + i) * 2] : -INFINITY;
@@ -201,16 +210,12 @@ __global__ void CombineKernel(const AttentionParams p) {
     if (i == 0) inv_sum = L > 0.f ? 1.f / L : 0.f;
   }
   __syncthreads();
+  if (d >= D) return;
+  float acc = 0.f;
+#pragma unroll
+  for (int i = 0; i < 32; ++i) acc += wts[i] * po[i];
   bf16* out = reinterpret_cast<bf16*>(p.out) + (static_cast<int64_t>(t) * p.nh + h) * D;
-  // Every split wrote its part_o (zeros when it had no keys), so all S are
-  // read without a branch: the loads are independent and go out together
-  // (a branch per split made them one L2 round trip each, ~9 us at S = 32).
-  for (int d = threadIdx.x; d < D; d += blockDim.x) {
-    float acc = 0.f;
-#pragma unroll 8
-    for (int i = 0; i < S; ++i) acc += wts[i] * p.part_o[(b + i) * D + d];
-    out[d] = __float2bfloat16_rn(acc * inv_sum);
-  }
+  out[d] = __float2bfloat16_rn(acc * inv_sum);
 }
 
 }  // namespace
@@ -257,7 +262,8 @@ cudaError_t LaunchAttention(const AttentionParams& p, cudaStream_t stream) {
                   p);
   }
   if (e != cudaSuccess || p.splits == 1) return e;
-  return LaunchPdl(CombineKernel, dim3(p.tokens, p.nh), dim3(128), 0, stream, p);
+  return LaunchPdl(CombineKernel, dim3(p.tokens, p.nh), dim3(std::max(32, p.head_dim)), 0, stream,
+                   p);
 }
 
 }  // namespace agentkv::cuda

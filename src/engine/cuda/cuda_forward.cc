@@ -424,13 +424,12 @@ Status CudaBackend::Enqueue(const Shape& s) {
     if (!fused_store)
       CUDA_RETURN_IF_ERROR(cuda::LaunchKvStore(k, v, pos, tok_seq, meta + ml.seq_start,
                                                meta + ml.seq_first, T, nkv, D, view, stream_));
-    if (c.sandwich_norm) {
-      RETURN_IF_ERROR(Gemm(attn, L.wo, o, true, T, H, nh * D, 0.f, cap_tokens_));
+    void* const o_out = c.sandwich_norm ? static_cast<void*>(o) : static_cast<void*>(x);
+    const float o_beta = c.sandwich_norm ? 0.f : 1.f;
+    RETURN_IF_ERROR(Gemm(attn, L.wo, o_out, true, T, H, nh * D, o_beta, cap_tokens_));
+    if (c.sandwich_norm)
       CUDA_RETURN_IF_ERROR(cuda::LaunchAddNormed(o, L.post_attn_norm, x, L.pre_ff_norm, h, T, H,
                                                  eps, plus_one, stream_));
-    } else {
-      RETURN_IF_ERROR(Gemm(attn, L.wo, x, true, T, H, nh * D, 1.f, cap_tokens_));
-    }
     const int act_kind = c.activation == Activation::kSilu ? 0 : 1;
     // One or two rows: the MLP norm, the gate_up GEMV and the activation in
     // one kernel. (Sandwich norms: AddNormed above already wrote h.)
