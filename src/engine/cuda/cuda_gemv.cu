@@ -431,6 +431,11 @@ int NumSms() {
 // (bench/RESULTS.md); AGENTKV_CUDA_GEMV_PIPE=0 keeps every shape on
 // GemvKernel (for comparison).
 constexpr int kPipeStages = 4;
+// The long-row GEMV (the MLP's down projection) follows the pipelined
+// gate_up kernel: with 2 stages (64 KiB) its block fits on an SM beside
+// that kernel's 133 KiB and is resident, prefetching, while it runs; with
+// 4 it waited for the SM to empty (c1 889 -> 910 tok/s, bench/RESULTS.md).
+constexpr int kPipeStagesDown = 2;
 
 bool PipeEnabled() {
   static const bool on = [] {
@@ -482,11 +487,12 @@ cudaError_t LaunchS(const GemvArgs& a, cudaStream_t stream) {
 
 template <int M, bool kNorm, bool kAct = false>
 cudaError_t Launch(const GemvArgs& a, cudaStream_t stream) {
-  // The pipelined kernel where it measured faster: rows of 8,192 and more
-  // (GemvKernel runs them in two waves), and the MLP norm fused into the
-  // gate_up GEMV (normalising x once per SM, not once per 8 rows).
-  if (PipeEnabled() && ((kNorm && kAct) || (!kNorm && !kAct && a.K >= 8192)))
-    return LaunchPipe<M, kNorm, kAct>(a, stream);
+  // The pipelined kernel where it measured faster: the MLP norm fused into
+  // the gate_up GEMV (normalising x once per SM, not once per 8 rows), and
+  // rows of 8,192 and more (GemvKernel runs them in two waves).
+  if (PipeEnabled() && kNorm && kAct) return LaunchPipe<M, kNorm, kAct>(a, stream);
+  if (PipeEnabled() && !kNorm && !kAct && a.K >= 8192)
+    return LaunchPipe<M, kNorm, kAct, kPipeStagesDown>(a, stream);
   switch (SplitFor(a.K)) {
     case 4:
       return LaunchS<M, 4, kNorm, kAct>(a, stream);
