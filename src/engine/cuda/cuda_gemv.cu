@@ -58,7 +58,7 @@ __device__ __forceinline__ float WarpSum(float v) {
 // kAct: rows of w come in (gate, up) pairs and y is act(gate) * up, bf16
 // [M][N / 2].
 template <int M, int S, bool kNorm, bool kAct>
-__global__ void __launch_bounds__(kWarps * 32) GemvKernel(const GemvArgs a) {
+__device__ __forceinline__ void GemvBody(const GemvArgs& a) {
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ float part[kWarps][M];
   bf16_t* xs = reinterpret_cast<bf16_t*>(smem);
@@ -238,6 +238,20 @@ __global__ void __launch_bounds__(kWarps * 32) GemvKernel(const GemvArgs a) {
       yb[at] = __float2bfloat16_rn(a.beta != 0.f ? a.beta * __bfloat162float(yb[at]) + v : v);
     }
   }
+}
+
+template <int M, int S, bool kNorm, bool kAct>
+__global__ void __launch_bounds__(kWarps * 32) GemvKernel(const GemvArgs a) {
+  GemvBody<M, S, kNorm, kAct>(a);
+}
+
+// The one-row norm GEMV (the QKV projection: 384 blocks for the 1B shape)
+// took 90 registers, 2 blocks per SM and two waves; held to 80, 3 blocks
+// and one wave. (A minimum on GemvKernel itself made the compiler spill
+// in the other variants.)
+template <int S>
+__global__ void __launch_bounds__(kWarps * 32, 3) NormGemv1Kernel(const GemvArgs a) {
+  GemvBody<1, S, true, false>(a);
 }
 
 // Pipelined variant: every warp streams its own rows through a ring of
@@ -472,17 +486,17 @@ int SplitFor(int k) {
 template <int M, int S, bool kNorm, bool kAct>
 cudaError_t LaunchS(const GemvArgs& a, cudaStream_t stream) {
   const size_t smem = static_cast<size_t>(M) * a.K * sizeof(bf16_t);
+  auto kernel = M == 1 && kNorm && !kAct ? NormGemv1Kernel<S> : GemvKernel<M, S, kNorm, kAct>;
   if (smem > 48 * 1024) {
-    const cudaError_t e =
-        cudaFuncSetAttribute(GemvKernel<M, S, kNorm, kAct>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(smem));
     if (e != cudaSuccess) return e;
   }
   constexpr int kRowsPerBlock = kWarps / S;
   // One row per warp group: short rows leave no time to ramp a grid-stride
   // loop.
   const int blocks = (a.N + kRowsPerBlock - 1) / kRowsPerBlock;
-  return LaunchPdl(GemvKernel<M, S, kNorm, kAct>, dim3(blocks), dim3(kWarps * 32), smem, stream, a);
+  return LaunchPdl(kernel, dim3(blocks), dim3(kWarps * 32), smem, stream, a);
 }
 
 template <int M, bool kNorm, bool kAct = false>
