@@ -102,22 +102,27 @@ struct KvLoader {
     }
   }
 
+  // 16-byte column col of key kp's K and V rows (head_dim d) into the rows
+  // Krow / Vrow of shared memory, with cp.async; zeros past ke.
+  __device__ __forceinline__ void CopyColumn(int kp, int d, int col, bf16* Krow, bf16* Vrow) const {
+    const bool valid = kp < ke;
+    const bf16* ks = dummy;
+    const bf16* vs = dummy;
+    if (valid) {
+      Rows(kp, d, ks, vs);
+      ks += col * 8;
+      vs += col * 8;
+    }
+    CpAsync16(Krow + col * 8, ks, valid);
+    CpAsync16(Vrow + col * 8, vs, valid);
+  }
+
   __device__ __forceinline__ void Issue(int kt, int nkeys, bf16* Kd, bf16* Vd, int tid,
                                         int threads) const {
     const int vpr = D / 8;
     for (int i = tid; i < nkeys * vpr; i += threads) {
       const int j = i / vpr, col = i % vpr;
-      const int kp = kt + j;
-      const bool valid = kp < ke;
-      const bf16* ks = dummy;
-      const bf16* vs = dummy;
-      if (valid) {
-        Rows(kp, D, ks, vs);
-        ks += col * 8;
-        vs += col * 8;
-      }
-      CpAsync16(Kd + j * DP + col * 8, ks, valid);
-      CpAsync16(Vd + j * DP + col * 8, vs, valid);
+      CopyColumn(kt + j, D, col, Kd + j * DP, Vd + j * DP);
     }
     CpAsyncCommit();
   }
@@ -147,15 +152,7 @@ struct KvLoader {
             *reinterpret_cast<const uint4*>(vn + col * 8);
         continue;
       }
-      const bf16* ks = dummy;
-      const bf16* vs = dummy;
-      if (valid) {
-        Rows(kp, kD, ks, vs);
-        ks += col * 8;
-        vs += col * 8;
-      }
-      CpAsync16(Kd + j * DPd + col * 8, ks, valid);
-      CpAsync16(Vd + j * DPd + col * 8, vs, valid);
+      CopyColumn(kp, kD, col, Kd + j * DPd, Vd + j * DPd);
     }
     CpAsyncCommit();
   }

@@ -54,48 +54,29 @@ __device__ __forceinline__ float WarpSum(float v) {
   return v;
 }
 
-// M rows of x; S warps per row of w; kNorm: x is fp32 and normalised here;
-// kAct: rows of w come in (gate, up) pairs and y is act(gate) * up, bf16
-// [M][N / 2].
-template <int M, int S, bool kNorm, bool kAct>
-__device__ __forceinline__ void GemvBody(const GemvArgs& a) {
-  extern __shared__ __align__(16) unsigned char smem[];
-  __shared__ float part[kWarps][M];
-  bf16_t* xs = reinterpret_cast<bf16_t*>(smem);
-  const int N = a.N, K = a.K;
-  const int kvs = K / 8 / S;  // 16-byte vectors of a row per warp
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  constexpr int kRowsPerBlock = kWarps / S;
-  const int n = blockIdx.x * kRowsPerBlock + warp / S;
-  const int j0 = (warp % S) * kvs;
-  const uint4* wr = reinterpret_cast<const uint4*>(a.w + static_cast<int64_t>(n) * K);
-  // The first weight loads go out before x is staged (and, launched as a
-  // dependent, before the kernel that writes x has finished): weights are
-  // never written by a step.
-  uint4 pre[kUnroll];
-  bool have_pre = n < N && lane + 32 * (kUnroll - 1) < kvs;
-  if (have_pre) {
+// The pieces both GEMV kernels share (blocks of kWarps warps).
+// The norm weights, in registers before the PDL wait (they are weights too:
+// after the wait the only round trip before the reduction is x's).
+__device__ __forceinline__ void LoadNormWeights(const GemvArgs& a, float4 (&g)[kNormVecs]) {
+  const float4* gw = reinterpret_cast<const float4*>(a.norm_w);
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) pre[u] = __ldg(wr + j0 + lane + 32 * u);
+  for (int j = 0; j < kNormVecs; ++j) {
+    const int i = threadIdx.x + j * kWarps * 32;
+    g[j] = i < a.K / 4 ? __ldg(gw + i) : make_float4(0.f, 0.f, 0.f, 0.f);
+    if (a.plus_one) g[j] = make_float4(1.f + g[j].x, 1.f + g[j].y, 1.f + g[j].z, 1.f + g[j].w);
   }
-  // The norm weights are weights too: in registers before the wait, so that
-  // after it the only round trip before the reduction is x's.
-  float4 g[kNormVecs];
+}
+
+// x into xs as bf16 [M][K]: copied, or (kNorm) RMSNorm of the fp32 rows.
+// For kNorm, x is held in registers from one round of independent loads
+// (the loop that read it twice from memory cost ~8 us per launch at one
+// row). Ends with the block synchronised; part is scratch.
+template <int M, bool kNorm>
+__device__ __forceinline__ void StageX(const GemvArgs& a, const float4 (&g)[kNormVecs], bf16_t* xs,
+                                       float (&part)[kWarps][M]) {
+  const int K = a.K;
   if constexpr (kNorm) {
-    const float4* gw = reinterpret_cast<const float4*>(a.norm_w);
-#pragma unroll
-    for (int j = 0; j < kNormVecs; ++j) {
-      const int i = threadIdx.x + j * kWarps * 32;
-      g[j] = i < K / 4 ? __ldg(gw + i) : make_float4(0.f, 0.f, 0.f, 0.f);
-      if (a.plus_one) g[j] = make_float4(1.f + g[j].x, 1.f + g[j].y, 1.f + g[j].z, 1.f + g[j].w);
-    }
-  }
-  PdlLaunchDependents();
-  PdlWait();
-  if constexpr (kNorm) {
-    // x held in registers from one round of independent loads (the loop
-    // that read it twice from memory cost ~8 us per launch at one row).
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const float4* xf = static_cast<const float4*>(a.x);
     const int nv = K / 4;
     float4 xv[M][kNormVecs];
@@ -143,6 +124,58 @@ __device__ __forceinline__ void GemvBody(const GemvArgs& a) {
       reinterpret_cast<uint4*>(xs)[i] = reinterpret_cast<const uint4*>(a.x)[i];
   }
   __syncthreads();  // xs ready; part free again
+}
+
+// Lane m < M writes row n of y[m] (+ beta * y), from acc (reduced, the same
+// in every lane).
+template <int M>
+__device__ __forceinline__ void StoreRow(const GemvArgs& a, int n, int lane,
+                                         const float (&acc)[M]) {
+  if (lane >= M) return;
+  float v = 0.f;
+#pragma unroll
+  for (int m = 0; m < M; ++m)
+    if (m == lane) v = acc[m];
+  const int64_t at = static_cast<int64_t>(lane) * a.N + n;
+  if (a.y_f32) {
+    float* yf = static_cast<float*>(a.y);
+    yf[at] = a.beta != 0.f ? a.beta * yf[at] + v : v;
+  } else {
+    __nv_bfloat16* yb = static_cast<__nv_bfloat16*>(a.y);
+    yb[at] = __float2bfloat16_rn(a.beta != 0.f ? a.beta * __bfloat162float(yb[at]) + v : v);
+  }
+}
+
+// M rows of x; S warps per row of w; kNorm: x is fp32 and normalised here;
+// kAct: rows of w come in (gate, up) pairs and y is act(gate) * up, bf16
+// [M][N / 2].
+template <int M, int S, bool kNorm, bool kAct>
+__device__ __forceinline__ void GemvBody(const GemvArgs& a) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ float part[kWarps][M];
+  bf16_t* xs = reinterpret_cast<bf16_t*>(smem);
+  const int N = a.N, K = a.K;
+  const int kvs = K / 8 / S;  // 16-byte vectors of a row per warp
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  constexpr int kRowsPerBlock = kWarps / S;
+  const int n = blockIdx.x * kRowsPerBlock + warp / S;
+  const int j0 = (warp % S) * kvs;
+  const uint4* wr = reinterpret_cast<const uint4*>(a.w + static_cast<int64_t>(n) * K);
+  // The first weight loads go out before x is staged (and, launched as a
+  // dependent, before the kernel that writes x has finished): weights are
+  // never written by a step.
+  uint4 pre[kUnroll];
+  bool have_pre = n < N && lane + 32 * (kUnroll - 1) < kvs;
+  if (have_pre) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) pre[u] = __ldg(wr + j0 + lane + 32 * u);
+  }
+  float4 g[kNormVecs];
+  if constexpr (kNorm) LoadNormWeights(a, g);
+  PdlLaunchDependents();
+  PdlWait();
+  StageX<M, kNorm>(a, g, xs, part);
 
   float acc[M];
 #pragma unroll
@@ -224,20 +257,7 @@ __device__ __forceinline__ void GemvBody(const GemvArgs& a) {
     }
     return;
   }
-  if (n < N && warp % S == 0 && lane < M) {
-    float v = 0.f;
-#pragma unroll
-    for (int m = 0; m < M; ++m)
-      if (m == lane) v = acc[m];
-    const int64_t at = static_cast<int64_t>(lane) * N + n;
-    if (a.y_f32) {
-      float* yf = static_cast<float*>(a.y);
-      yf[at] = a.beta != 0.f ? a.beta * yf[at] + v : v;
-    } else {
-      __nv_bfloat16* yb = static_cast<__nv_bfloat16*>(a.y);
-      yb[at] = __float2bfloat16_rn(a.beta != 0.f ? a.beta * __bfloat162float(yb[at]) + v : v);
-    }
-  }
+  if (n < N && warp % S == 0) StoreRow<M>(a, n, lane, acc);
 }
 
 template <int M, int S, bool kNorm, bool kAct>
@@ -260,7 +280,6 @@ __global__ void __launch_bounds__(kWarps * 32, 3) NormGemv1Kernel(const GemvArgs
 // grid is one wave (blocks_per_sm per SM) and a warp walks its rows (whole
 // (gate, up) pairs for kAct) a grid's warps apart. The first kStages stages
 // are requested before the PDL wait. Long rows are several stages (chunks).
-constexpr int kPipeWarps = 8;
 constexpr int kStageVecs = 32 * kUnroll;  // 16-byte vectors per warp stage
 
 __device__ __forceinline__ void CpAsync16(void* smem, const void* gmem) {
@@ -274,18 +293,18 @@ __device__ __forceinline__ void CpAsyncWait() {
 }
 
 template <int M, int kStages, bool kNorm, bool kAct>
-__global__ void __launch_bounds__(kPipeWarps * 32) GemvPipeKernel(const GemvArgs a) {
+__global__ void __launch_bounds__(kWarps * 32) GemvPipeKernel(const GemvArgs a) {
   extern __shared__ __align__(16) unsigned char smem[];
-  __shared__ float part[kPipeWarps][M];
+  __shared__ float part[kWarps][M];
   const int N = a.N, K = a.K;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   uint4* ring = reinterpret_cast<uint4*>(smem) + warp * kStages * kStageVecs;
-  bf16_t* xs = reinterpret_cast<bf16_t*>(smem + kPipeWarps * kStages * kStageVecs * 16);
+  bf16_t* xs = reinterpret_cast<bf16_t*>(smem + kWarps * kStages * kStageVecs * 16);
   const int kv = K / 8;
   const int cpr = (kv + kStageVecs - 1) / kStageVecs;  // chunks per row
-  const int gw = blockIdx.x * kPipeWarps + warp;
-  const int tw = gridDim.x * kPipeWarps;
+  const int gw = blockIdx.x * kWarps + warp;
+  const int tw = gridDim.x * kWarps;
   // Rows of this warp: units u = 0, 1, ...; kAct takes pairs (2 units each).
   const int units = kAct ? 2 * ((N / 2 - gw + tw - 1) / tw) : (N - gw + tw - 1) / tw;
   const int items = units > 0 ? units * cpr : 0;
@@ -308,64 +327,10 @@ __global__ void __launch_bounds__(kPipeWarps * 32) GemvPipeKernel(const GemvArgs
   for (int s = 0; s < kStages; ++s) issue(s);
 
   float4 g[kNormVecs];
-  if constexpr (kNorm) {
-    const float4* gw4 = reinterpret_cast<const float4*>(a.norm_w);
-#pragma unroll
-    for (int j = 0; j < kNormVecs; ++j) {
-      const int i = threadIdx.x + j * kPipeWarps * 32;
-      g[j] = i < K / 4 ? __ldg(gw4 + i) : make_float4(0.f, 0.f, 0.f, 0.f);
-      if (a.plus_one) g[j] = make_float4(1.f + g[j].x, 1.f + g[j].y, 1.f + g[j].z, 1.f + g[j].w);
-    }
-  }
+  if constexpr (kNorm) LoadNormWeights(a, g);
   PdlLaunchDependents();
   PdlWait();
-  if constexpr (kNorm) {
-    const float4* xf = static_cast<const float4*>(a.x);
-    const int nv = K / 4;
-    float4 xv[M][kNormVecs];
-    float ss[M];
-#pragma unroll
-    for (int m = 0; m < M; ++m) {
-      ss[m] = 0.f;
-#pragma unroll
-      for (int j = 0; j < kNormVecs; ++j) {
-        const int i = threadIdx.x + j * kPipeWarps * 32;
-        xv[m][j] = i < nv ? xf[m * nv + i] : make_float4(0.f, 0.f, 0.f, 0.f);
-        ss[m] += xv[m][j].x * xv[m][j].x + xv[m][j].y * xv[m][j].y + xv[m][j].z * xv[m][j].z +
-                 xv[m][j].w * xv[m][j].w;
-      }
-    }
-#pragma unroll
-    for (int m = 0; m < M; ++m) {
-      ss[m] = WarpSum(ss[m]);
-      if (lane == 0) part[warp][m] = ss[m];
-    }
-    __syncthreads();
-#pragma unroll
-    for (int m = 0; m < M; ++m) {
-      float t = 0.f;
-#pragma unroll
-      for (int i = 0; i < kPipeWarps; ++i) t += part[i][m];
-      const float inv = 1.0f / sqrtf(t / K + a.eps);
-#pragma unroll
-      for (int j = 0; j < kNormVecs; ++j) {
-        const int i = threadIdx.x + j * kPipeWarps * 32;
-        if (i >= nv) break;
-        const __nv_bfloat162 lo =
-            __floats2bfloat162_rn(xv[m][j].x * inv * g[j].x, xv[m][j].y * inv * g[j].y);
-        const __nv_bfloat162 hi =
-            __floats2bfloat162_rn(xv[m][j].z * inv * g[j].z, xv[m][j].w * inv * g[j].w);
-        uint2 packed;
-        packed.x = *reinterpret_cast<const uint32_t*>(&lo);
-        packed.y = *reinterpret_cast<const uint32_t*>(&hi);
-        reinterpret_cast<uint2*>(xs + m * K)[i] = packed;
-      }
-    }
-  } else {
-    for (int i = threadIdx.x; i < M * kv; i += blockDim.x)
-      reinterpret_cast<uint4*>(xs)[i] = reinterpret_cast<const uint4*>(a.x)[i];
-  }
-  __syncthreads();
+  StageX<M, kNorm>(a, g, xs, part);
 
   float acc[M], gate[M];
 #pragma unroll
@@ -409,19 +374,8 @@ __global__ void __launch_bounds__(kPipeWarps * 32) GemvPipeKernel(const GemvArgs
         static_cast<__nv_bfloat16*>(a.y)[static_cast<int64_t>(lane) * (N / 2) + n / 2] =
             __float2bfloat16_rn(Activate(gv, a.act) * v);
       }
-    } else if (lane < M) {
-      float v = 0.f;
-#pragma unroll
-      for (int m = 0; m < M; ++m)
-        if (m == lane) v = acc[m];
-      const int64_t at = static_cast<int64_t>(lane) * N + n;
-      if (a.y_f32) {
-        float* yf = static_cast<float*>(a.y);
-        yf[at] = a.beta != 0.f ? a.beta * yf[at] + v : v;
-      } else {
-        __nv_bfloat16* yb = static_cast<__nv_bfloat16*>(a.y);
-        yb[at] = __float2bfloat16_rn(a.beta != 0.f ? a.beta * __bfloat162float(yb[at]) + v : v);
-      }
+    } else {
+      StoreRow<M>(a, n, lane, acc);
     }
 #pragma unroll
     for (int m = 0; m < M; ++m) acc[m] = 0.f;
@@ -461,7 +415,7 @@ bool PipeEnabled() {
 
 template <int M, bool kNorm, bool kAct, int kStages = kPipeStages>
 cudaError_t LaunchPipe(const GemvArgs& a, cudaStream_t stream) {
-  const size_t smem = static_cast<size_t>(kPipeWarps) * kStages * kStageVecs * 16 +
+  const size_t smem = static_cast<size_t>(kWarps) * kStages * kStageVecs * 16 +
                       static_cast<size_t>(M) * a.K * sizeof(bf16_t);
   auto kernel = GemvPipeKernel<M, kStages, kNorm, kAct>;
   if (smem > 48 * 1024) {
@@ -470,8 +424,8 @@ cudaError_t LaunchPipe(const GemvArgs& a, cudaStream_t stream) {
     if (e != cudaSuccess) return e;
   }
   const int units = kAct ? a.N / 2 : a.N;
-  const int blocks = std::max(1, std::min(NumSms(), (units + kPipeWarps - 1) / kPipeWarps));
-  return LaunchPdl(kernel, dim3(blocks), dim3(kPipeWarps * 32), smem, stream, a);
+  const int blocks = std::max(1, std::min(NumSms(), (units + kWarps - 1) / kWarps));
+  return LaunchPdl(kernel, dim3(blocks), dim3(kWarps * 32), smem, stream, a);
 }
 
 // Warps per row: enough that each warp's share is one round of loads

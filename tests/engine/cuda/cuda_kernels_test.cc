@@ -179,6 +179,16 @@ std::vector<float> InterleaveGateUp(const std::vector<float>& w, int n, int k) {
   return wi;
 }
 
+// A gate_up GEMV's bf16 output [m][n] against the CPU reference: Linear of
+// x on [gate rows | up rows] w, then GatedActivation.
+void ExpectLinearThenGated(const cuda::DeviceBuffer& out, const std::vector<float>& x,
+                           const std::vector<float>& w, int m, int n, int k, Activation a) {
+  std::vector<float> gu(static_cast<size_t>(m) * 2 * n), ref(static_cast<size_t>(m) * n);
+  kernels::Linear(x.data(), w.data(), nullptr, gu.data(), m, 2 * n, k);
+  kernels::GatedActivation(gu.data(), ref.data(), m, n, a);
+  EXPECT_LT(RelErr(DownloadBf16(out, ref.size()), ref), 1e-2) << m << " " << n << " " << k;
+}
+
 // The GEMV with the activation in its epilogue against Linear, then the
 // CPU GatedActivation, on weights whose gate and up rows are interleaved.
 TEST(CudaKernels, GemvGatedActMatchesLinearThenActivation) {
@@ -197,11 +207,7 @@ TEST(CudaKernels, GemvGatedActMatchesLinearThenActivation) {
                                            out.get<cuda::bf16_t>(), m, 2 * n, k,
                                            a == Activation::kSilu ? 0 : 1, nullptr),
                   cudaSuccess);
-        std::vector<float> gu(static_cast<size_t>(m) * 2 * n), ref(static_cast<size_t>(m) * n);
-        kernels::Linear(x.data(), w.data(), nullptr, gu.data(), m, 2 * n, k);
-        kernels::GatedActivation(gu.data(), ref.data(), m, n, a);
-        EXPECT_LT(RelErr(DownloadBf16(out, static_cast<size_t>(m) * n), ref), 1e-2)
-            << m << " " << n << " " << k;
+        ExpectLinearThenGated(out, x, w, m, n, k, a);
       }
   EXPECT_FALSE(cuda::GemvGatedActSupported(cuda::kMaxGemvActRows + 1, 16384, 2048));
   EXPECT_FALSE(cuda::GemvGatedActSupported(1, 1001, 2048));  // odd: not whole pairs
@@ -298,14 +304,10 @@ TEST(CudaKernels, NormGemvGatedActMatchesNormLinearActivation) {
                                                dw.get<cuda::bf16_t>(), out.get<cuda::bf16_t>(), m,
                                                2 * n, k, a == Activation::kSilu ? 0 : 1, nullptr),
                   cudaSuccess);
-        std::vector<float> h(m * k), gu(static_cast<size_t>(m) * 2 * n),
-            ref(static_cast<size_t>(m) * n);
+        std::vector<float> h(m * k);
         kernels::RmsNorm(x.data(), nw.data(), h.data(), m, k, 1e-6f, plus_one);
         h = Rounded(h);  // the GEMV reads the normalised rows as bf16
-        kernels::Linear(h.data(), w.data(), nullptr, gu.data(), m, 2 * n, k);
-        kernels::GatedActivation(gu.data(), ref.data(), m, n, a);
-        EXPECT_LT(RelErr(DownloadBf16(out, static_cast<size_t>(m) * n), ref), 1e-2)
-            << m << " " << n << " " << k;
+        ExpectLinearThenGated(out, h, w, m, n, k, a);
       }
   EXPECT_FALSE(cuda::NormGemvGatedActSupported(cuda::kMaxNormGemvRows + 1, 16384, 2048));
   EXPECT_FALSE(cuda::NormGemvGatedActSupported(1, 1001, 2048));   // odd: not whole pairs
