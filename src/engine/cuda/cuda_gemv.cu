@@ -126,6 +126,21 @@ __device__ __forceinline__ void StageX(const GemvArgs& a, const float4 (&g)[kNor
   __syncthreads();  // xs ready; part free again
 }
 
+// acc[m] += the 8 weights of w . the 16-byte vector v of row m of xs.
+template <int M>
+__device__ __forceinline__ void Dot8(const uint4& w, const bf16_t* xs, int K, int v,
+                                     float (&acc)[M]) {
+  float wf[8];
+  Unpack(w, wf);
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    float xf[8];
+    Unpack(reinterpret_cast<const uint4*>(xs + m * K)[v], xf);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[m] = fmaf(wf[e], xf[e], acc[m]);
+  }
+}
+
 // Lane m < M writes row n of y[m] (+ beta * y), from acc (reduced, the same
 // in every lane).
 template <int M>
@@ -194,29 +209,9 @@ __device__ __forceinline__ void GemvBody(const GemvArgs& a) {
         for (int u = 0; u < kUnroll; ++u) wv[u] = __ldg(wr + j + 32 * u);
       }
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        float wf[8];
-        Unpack(wv[u], wf);
-#pragma unroll
-        for (int m = 0; m < M; ++m) {
-          float xf[8];
-          Unpack(reinterpret_cast<const uint4*>(xs + m * K)[j + 32 * u], xf);
-#pragma unroll
-          for (int e = 0; e < 8; ++e) acc[m] = fmaf(wf[e], xf[e], acc[m]);
-        }
-      }
+      for (int u = 0; u < kUnroll; ++u) Dot8<M>(wv[u], xs, K, j + 32 * u, acc);
     }
-    for (; j < jend; j += 32) {
-      float wf[8];
-      Unpack(__ldg(wr + j), wf);
-#pragma unroll
-      for (int m = 0; m < M; ++m) {
-        float xf[8];
-        Unpack(reinterpret_cast<const uint4*>(xs + m * K)[j], xf);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) acc[m] = fmaf(wf[e], xf[e], acc[m]);
-      }
-    }
+    for (; j < jend; j += 32) Dot8<M>(__ldg(wr + j), xs, K, j, acc);
 #pragma unroll
     for (int m = 0; m < M; ++m) acc[m] = WarpSum(acc[m]);
   }
@@ -345,17 +340,7 @@ __global__ void __launch_bounds__(kWarps * 32) GemvPipeKernel(const GemvArgs a) 
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int v = c * kStageVecs + lane + 32 * u;
-      if (v < kv) {
-        float wf[8];
-        Unpack(wv[u], wf);
-#pragma unroll
-        for (int m = 0; m < M; ++m) {
-          float xf[8];
-          Unpack(reinterpret_cast<const uint4*>(xs + m * K)[v], xf);
-#pragma unroll
-          for (int e = 0; e < 8; ++e) acc[m] = fmaf(wf[e], xf[e], acc[m]);
-        }
-      }
+      if (v < kv) Dot8<M>(wv[u], xs, K, v, acc);
     }
     issue(i + kStages);  // into the stage just read (its values are in registers)
     if (c != cpr - 1) continue;
