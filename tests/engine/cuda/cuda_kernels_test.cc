@@ -10,6 +10,7 @@
 #ifdef AGENTKV_HAVE_CUDA
 
 #include <algorithm>
+#include <array>
 #include <numeric>
 #include <random>
 #include <utility>
@@ -164,6 +165,25 @@ TEST(CudaKernels, GatedActivation) {
       kernels::GatedActivation(gu.data(), ref.data(), rows, n, a);
       EXPECT_LT(RelErr(DownloadBf16(out, rows * n), ref), 1e-2) << n;
     }
+}
+
+// Points p at a step's metadata on the device (positions, sequence starts
+// and first tokens, tiles as {seq, t0, n}) and sets its shape.
+void SetStep(cuda::AttentionParams& p, const cuda::DeviceBuffer& pos,
+             const cuda::DeviceBuffer& seq_start, const cuda::DeviceBuffer& seq_first,
+             std::array<const cuda::DeviceBuffer*, 3> tiles, int num_tiles, int tokens, int nh,
+             int nkv, int head_dim) {
+  p.pos = pos.get<int32_t>();
+  p.seq_start = seq_start.get<int32_t>();
+  p.seq_first = seq_first.get<int32_t>();
+  p.tile_seq = tiles[0]->get<int32_t>();
+  p.tile_t0 = tiles[1]->get<int32_t>();
+  p.tile_n = tiles[2]->get<int32_t>();
+  p.num_tiles = num_tiles;
+  p.tokens = tokens;
+  p.nh = nh;
+  p.nkv = nkv;
+  p.head_dim = head_dim;
 }
 
 // [gate rows | up rows] (the CPU reference's layout) -> gate and up rows
@@ -480,17 +500,7 @@ TEST_P(CudaAttention, MatchesCpuReference) {
   p.cache.ring = ring;
   p.cache.tables = dtab.get<int32_t>();
   p.cache.table_stride = dwidth.get<int32_t>();
-  p.pos = dpos.get<int32_t>();
-  p.seq_start = dss.get<int32_t>();
-  p.seq_first = dsf.get<int32_t>();
-  p.tile_seq = dts.get<int32_t>();
-  p.tile_t0 = dt0.get<int32_t>();
-  p.tile_n = dtn.get<int32_t>();
-  p.num_tiles = static_cast<int>(tile_n.size());
-  p.tokens = T;
-  p.nh = nh;
-  p.nkv = nkv;
-  p.head_dim = D;
+  SetStep(p, dpos, dss, dsf, {&dts, &dt0, &dtn}, static_cast<int>(tile_n.size()), T, nh, nkv, D);
   p.window = pc.window;
   p.scale = 1.f / std::sqrt(static_cast<float>(D));
   p.softcap = pc.window == 7 ? 30.f : 0.f;
@@ -622,17 +632,7 @@ TEST(CudaKernels, FusedRotaryAttentionMatchesQkvPostThenAttention) {
         p.eps = 1e-6f;
       }
       p.cache = view;
-      p.pos = dpos.get<int32_t>();
-      p.seq_start = dss.get<int32_t>();
-      p.seq_first = dsf.get<int32_t>();
-      p.tile_seq = dts.get<int32_t>();
-      p.tile_t0 = dt0.get<int32_t>();
-      p.tile_n = dtn.get<int32_t>();
-      p.num_tiles = T;
-      p.tokens = T;
-      p.nh = nh;
-      p.nkv = nkv;
-      p.head_dim = D;
+      SetStep(p, dpos, dss, dsf, {&dts, &dt0, &dtn}, T, T, nh, nkv, D);
       p.scale = 1.f / std::sqrt(static_cast<float>(D));
       p.splits = cs.splits;
       p.part_o = part_o.get<float>();
