@@ -15,6 +15,21 @@ __device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool val
   const int n = valid ? 16 : 0;  // 0: zero-fill, nothing read
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
 }
+// CpAsync16 with an L2 eviction-priority policy (EvictFirstPolicy): the
+// paged K/V stream, read once per step, goes first, so that it does not push
+// the step metadata and activations the next loads depend on out of L2.
+__device__ __forceinline__ uint64_t EvictFirstPolicy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+__device__ __forceinline__ void CpAsync16Hint(void* smem, const void* gmem, bool valid,
+                                              uint64_t policy) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int n = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(s),
+               "l"(gmem), "r"(n), "l"(policy));
+}
 __device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void CpAsyncWait() {
@@ -53,9 +68,13 @@ struct KvLoader {
   const int32_t* table;
   int64_t kv_row;
   int kvh, start, first, ke, D, DP;
+  // Decode: the cache rows are read once per step; prefill tiles re-read
+  // them (and k_new / v_new) from L2, so they keep the default priority.
+  bool evict_first;
+  uint64_t policy;
 
   __device__ __forceinline__ KvLoader(const AttentionParams& p, int s, int kvh_, int start_,
-                                      int first_, int ke_, int DP_)
+                                      int first_, int ke_, int DP_, bool evict_first_ = false)
       : c(p.cache),
         cache(reinterpret_cast<const bf16*>(p.cache.base)),
         knew(reinterpret_cast<const bf16*>(p.k_new)),
@@ -68,7 +87,9 @@ struct KvLoader {
         first(first_),
         ke(ke_),
         D(p.head_dim),
-        DP(DP_) {}
+        DP(DP_),
+        evict_first(evict_first_),
+        policy(evict_first_ ? EvictFirstPolicy() : 0) {}
 
   // Page and row within it of position kp (shifts for power-of-two pages).
   __device__ __forceinline__ int64_t PageRow(int kp, int& in) const {
@@ -113,8 +134,13 @@ struct KvLoader {
       ks += col * 8;
       vs += col * 8;
     }
-    CpAsync16(Krow + col * 8, ks, valid);
-    CpAsync16(Vrow + col * 8, vs, valid);
+    if (evict_first) {
+      CpAsync16Hint(Krow + col * 8, ks, valid, policy);
+      CpAsync16Hint(Vrow + col * 8, vs, valid, policy);
+    } else {
+      CpAsync16(Krow + col * 8, ks, valid);
+      CpAsync16(Vrow + col * 8, vs, valid);
+    }
   }
 
   __device__ __forceinline__ void Issue(int kt, int nkeys, bf16* Kd, bf16* Vd, int tid,

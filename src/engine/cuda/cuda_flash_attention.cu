@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(kThreads, RW == 4 && D == 64 ? 4 : 1)
     return;
   }
 
-  KvLoader ld(p, s, kvh, start, first, ke, DP);
+  KvLoader ld(p, s, kvh, start, first, ke, DP, RW == 1);
   // The first stage goes out before the wait where all its keys are older
   // than the step's tokens (the previous kernels' latency hides its own).
   const bool early = min(kb + kStage, ke) <= start;
