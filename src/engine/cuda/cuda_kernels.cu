@@ -322,6 +322,9 @@ __global__ void GatedActKernel(const bf16_t* gu, bf16_t* out, int n, int act) {
 // GatedActKernel with 16-byte loads (four gate/up pairs) and 8-byte stores
 // per thread and iteration (n a multiple of 4). The scalar kernel moved 2
 // bytes per access and ran at ~40% of the copy bandwidth on prefill rows.
+// kActVec 16-byte loads per thread, all issued before the first is used:
+// with one per thread a 7,168-row prefill step's activation ran at 2.5 TB/s.
+constexpr int kActVec = 4;
 __global__ void GatedActVecKernel(const bf16_t* gu, bf16_t* out, int n, int act) {
   PdlLaunchDependents();
   PdlWait();
@@ -329,14 +332,25 @@ __global__ void GatedActVecKernel(const bf16_t* gu, bf16_t* out, int n, int act)
   const uint4* in = reinterpret_cast<const uint4*>(gu + r * 2 * n);
   uint2* o = reinterpret_cast<uint2*>(out + r * n);
   const int nv = n / 4;
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < nv; i += gridDim.x * blockDim.x) {
-    const uint4 v = in[i];
-    uint2 ov;
-    const bf16_t* e = reinterpret_cast<const bf16_t*>(&v);
-    bf16_t* oe = reinterpret_cast<bf16_t*>(&ov);
+  for (int i0 = blockIdx.x * blockDim.x * kActVec + threadIdx.x; i0 < nv;
+       i0 += gridDim.x * blockDim.x * kActVec) {
+    uint4 v[kActVec];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) oe[j] = ToBf(Activate(Bf(e[2 * j]), act) * Bf(e[2 * j + 1]));
-    o[i] = ov;
+    for (int u = 0; u < kActVec; ++u) {
+      const int i = i0 + u * blockDim.x;
+      v[u] = i < nv ? in[i] : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < kActVec; ++u) {
+      const int i = i0 + u * blockDim.x;
+      if (i >= nv) break;
+      uint2 ov;
+      const bf16_t* e = reinterpret_cast<const bf16_t*>(&v[u]);
+      bf16_t* oe = reinterpret_cast<bf16_t*>(&ov);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) oe[j] = ToBf(Activate(Bf(e[2 * j]), act) * Bf(e[2 * j + 1]));
+      o[i] = ov;
+    }
   }
 }
 
@@ -472,9 +486,13 @@ cudaError_t LaunchRmsNorm(const float* x, const int32_t* rows_idx, const float* 
                           int rows, int dim, float eps, bool plus_one, cudaStream_t stream) {
   if (rows <= 0) return cudaSuccess;
   const int threads = NormThreads(dim);
-  if (dim % 4 == 0 && dim <= threads * 4 * kNormVec)
-    return LaunchPdl(RmsNormVecKernel, dim3(rows), dim3(threads), 0, stream, x, rows_idx, w, out,
-                     dim, eps, plus_one);
+  if (dim % 4 == 0 && dim <= threads * 4 * kNormVec) {
+    // kNormVec float4 loads per thread (fewer, fuller blocks): with one per
+    // thread a 7,168-row prefill step's norm ran at 1.9 TB/s.
+    const int vec_threads = std::max(32, (dim / 4 + kNormVec * 32 - 1) / (kNormVec * 32) * 32);
+    return LaunchPdl(RmsNormVecKernel, dim3(rows), dim3(vec_threads), 0, stream, x, rows_idx, w,
+                     out, dim, eps, plus_one);
+  }
   return LaunchPdl(RmsNormKernel, dim3(rows), dim3(threads), 0, stream, x, rows_idx, w, out, dim,
                    eps, plus_one);
 }
@@ -523,7 +541,8 @@ cudaError_t LaunchGatedAct(const bf16_t* gate_up, bf16_t* out, int rows, int n, 
                            cudaStream_t stream) {
   if (rows <= 0) return cudaSuccess;
   if (n % 4 == 0) {
-    const int nv = n / 4, bx = (nv + 127) / 128 < 64 ? (nv + 127) / 128 : 64;
+    const int per = 128 * kActVec, nv = n / 4,
+              bx = (nv + per - 1) / per < 64 ? (nv + per - 1) / per : 64;
     return LaunchPdl(GatedActVecKernel, dim3(bx, rows), dim3(128), 0, stream, gate_up, out, n, act);
   }
   const int bx = (n + 255) / 256 < 64 ? (n + 255) / 256 : 64;
