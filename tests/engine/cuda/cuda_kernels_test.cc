@@ -43,29 +43,31 @@ TEST(CudaKernels, RmsNorm) {
   AGENTKV_REQUIRE_GPU();
   std::mt19937 rng(1);
   for (bool plus_one : {false, true}) {
-    // 48 to 4096: the vectorised kernel; 50 and 10000 the scalar one.
-    for (int dim : {48, 50, 2048, 4096, 10000}) {
-      const int rows = 7;
-      auto x = Random(rows * dim, rng, 2.f);
-      auto w = Random(dim, rng, 0.2f, plus_one ? 0.f : 1.f);
-      std::vector<int32_t> idx = {3, 0, 6};
-      auto dx = Upload(x), dw = Upload(w), di = Upload(idx);
-      auto out = Poisoned<uint16_t>(rows * dim);
-      ASSERT_EQ(cuda::LaunchRmsNorm(dx.get<float>(), nullptr, dw.get<float>(),
-                                    out.get<cuda::bf16_t>(), rows, dim, 1e-6f, plus_one, nullptr),
-                cudaSuccess);
-      std::vector<float> ref(rows * dim);
-      kernels::RmsNorm(x.data(), w.data(), ref.data(), rows, dim, 1e-6f, plus_one);
-      EXPECT_LT(RelErr(DownloadBf16(out, rows * dim), ref), 1e-2) << dim << " " << plus_one;
-      // Gathered rows (the final norm of the logits rows).
-      auto out2 = Poisoned<uint16_t>(3 * dim);
-      ASSERT_EQ(cuda::LaunchRmsNorm(dx.get<float>(), di.get<int32_t>(), dw.get<float>(),
-                                    out2.get<cuda::bf16_t>(), 3, dim, 1e-6f, plus_one, nullptr),
-                cudaSuccess);
-      std::vector<float> ref2;
-      for (int r : idx) ref2.insert(ref2.end(), ref.begin() + r * dim, ref.begin() + (r + 1) * dim);
-      EXPECT_LT(RelErr(DownloadBf16(out2, 3 * dim), ref2), 1e-2);
-    }
+    // 48 to 4096: the vectorised kernel; 50 and 10000 the scalar one. 300
+    // rows: the vectorised kernel's layout for many rows (prefill).
+    for (int dim : {48, 50, 2048, 4096, 10000})
+      for (int rows : {7, 300}) {
+        auto x = Random(rows * dim, rng, 2.f);
+        auto w = Random(dim, rng, 0.2f, plus_one ? 0.f : 1.f);
+        std::vector<int32_t> idx = {3, 0, 6};
+        auto dx = Upload(x), dw = Upload(w), di = Upload(idx);
+        auto out = Poisoned<uint16_t>(rows * dim);
+        ASSERT_EQ(cuda::LaunchRmsNorm(dx.get<float>(), nullptr, dw.get<float>(),
+                                      out.get<cuda::bf16_t>(), rows, dim, 1e-6f, plus_one, nullptr),
+                  cudaSuccess);
+        std::vector<float> ref(rows * dim);
+        kernels::RmsNorm(x.data(), w.data(), ref.data(), rows, dim, 1e-6f, plus_one);
+        EXPECT_LT(RelErr(DownloadBf16(out, rows * dim), ref), 1e-2) << dim << " " << plus_one;
+        // Gathered rows (the final norm of the logits rows).
+        auto out2 = Poisoned<uint16_t>(3 * dim);
+        ASSERT_EQ(cuda::LaunchRmsNorm(dx.get<float>(), di.get<int32_t>(), dw.get<float>(),
+                                      out2.get<cuda::bf16_t>(), 3, dim, 1e-6f, plus_one, nullptr),
+                  cudaSuccess);
+        std::vector<float> ref2;
+        for (int r : idx)
+          ref2.insert(ref2.end(), ref.begin() + r * dim, ref.begin() + (r + 1) * dim);
+        EXPECT_LT(RelErr(DownloadBf16(out2, 3 * dim), ref2), 1e-2);
+      }
   }
 }
 
@@ -151,20 +153,21 @@ std::vector<float> Interleaved(const std::vector<float>& gu, int rows, int n) {
 TEST(CudaKernels, GatedActivation) {
   AGENTKV_REQUIRE_GPU();
   std::mt19937 rng(4);
-  const int rows = 3;
-  // Multiples of 4 take the vectorised kernel.
-  for (int n : {1000, 1001, 8192})
-    for (Activation a : {Activation::kSilu, Activation::kGeluTanh}) {
-      auto gu = Rounded(Random(rows * 2 * n, rng, 2.f));
-      auto d = Upload(Bf16Of(Interleaved(gu, rows, n)));
-      auto out = Poisoned<uint16_t>(rows * n);
-      ASSERT_EQ(cuda::LaunchGatedAct(d.get<cuda::bf16_t>(), out.get<cuda::bf16_t>(), rows, n,
-                                     a == Activation::kSilu ? 0 : 1, nullptr),
-                cudaSuccess);
-      std::vector<float> ref(rows * n);
-      kernels::GatedActivation(gu.data(), ref.data(), rows, n, a);
-      EXPECT_LT(RelErr(DownloadBf16(out, rows * n), ref), 1e-2) << n;
-    }
+  // Multiples of 4 take the vectorised kernel; 260 rows its layout for many
+  // rows (prefill).
+  for (int rows : {3, 260})
+    for (int n : {1000, 1001, 8192})
+      for (Activation a : {Activation::kSilu, Activation::kGeluTanh}) {
+        auto gu = Rounded(Random(rows * 2 * n, rng, 2.f));
+        auto d = Upload(Bf16Of(Interleaved(gu, rows, n)));
+        auto out = Poisoned<uint16_t>(rows * n);
+        ASSERT_EQ(cuda::LaunchGatedAct(d.get<cuda::bf16_t>(), out.get<cuda::bf16_t>(), rows, n,
+                                       a == Activation::kSilu ? 0 : 1, nullptr),
+                  cudaSuccess);
+        std::vector<float> ref(rows * n);
+        kernels::GatedActivation(gu.data(), ref.data(), rows, n, a);
+        EXPECT_LT(RelErr(DownloadBf16(out, rows * n), ref), 1e-2) << n << " " << rows;
+      }
 }
 
 // Points p at a step's metadata on the device (positions, sequence starts
