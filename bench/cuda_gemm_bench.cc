@@ -3,12 +3,15 @@
 // tensor-core kernel (up to 8 rows; its own split of K and forced ones),
 // cuBLAS, the GEMV (up to 8 rows), and cuBLASLt with each of the first 24
 // algorithms its heuristic proposes (`/ltN`: is cuBLAS's default choice the
-// best for these skinny shapes?). The weights rotate through copies
+// best for these skinny shapes?), and the warpgroup GEMM (`/wgmma`: its
+// plan; `/wgmma_tT_sN[_k128]`: tiles of T features, K split N ways,
+// stages of 128 k; CC 9.0 only). The weights rotate through copies
 // totalling more than 200 MiB, so that each launch reads them from memory,
-// not from the 50 MiB L2. The 50 launches of an iteration are one CUDA graph, as in a decode
-// step (launched one by one, the host's ~10 us per launch would be timed).
-// Reported: microseconds per launch (CUDA events around the graph) and
-// weight bytes per second. Without a GPU (or CUDA) nothing is run.
+// not from the 50 MiB L2. The 50 launches of an iteration are one CUDA
+// graph, as in a decode step (launched one by one, the host's ~10 us per
+// launch would be timed). Reported: microseconds per launch (CUDA events
+// around the graph) and weight bytes per second. Without a GPU (or CUDA)
+// nothing is run.
 #include <benchmark/benchmark.h>
 
 #ifdef AGENTKV_HAVE_CUDA
@@ -36,7 +39,7 @@ constexpr Shape kShapes[] = {{"qkv", 3072, 2048},
                              {"down", 2048, 8192},
                              {"lm_head", 128256, 2048}};
 
-enum class Impl { kSkinny, kCublas, kGemv, kLt };
+enum class Impl { kSkinny, kCublas, kGemv, kLt, kWgmma };
 
 struct Fixture {
   std::vector<DeviceBuffer> w;
@@ -62,6 +65,13 @@ struct Fixture {
     if (stream != nullptr) cudaStreamDestroy(stream);
   }
 };
+
+// tile * 1000 + splits * 100 + k128, as the benchmark names them.
+WgmmaGemmPlan WgmmaPlanOf(int code) {
+  WgmmaGemmPlan p;
+  if (code > 0) p = {code / 1000, code / 100 % 10, code % 10 == 1};
+  return p;
+}
 
 void Run(benchmark::State& state, Shape s, int m, Impl impl, int splits) {
   if (!DeviceAvailable().ok()) {
@@ -133,6 +143,12 @@ void Run(benchmark::State& state, Shape s, int m, Impl impl, int splits) {
     if (impl == Impl::kSkinny)
       return LaunchSkinnyGemm(x, w, f.y.get(), true, m, s.n, s.k, 0.f, f.sms, f.stream, splits) ==
              cudaSuccess;
+    if (impl == Impl::kWgmma) {
+      // splits: 0 for the default plan, else WgmmaPlanOf's code.
+      const WgmmaGemmPlan plan = WgmmaPlanOf(splits);
+      return LaunchWgmmaGemm(x, w, f.y.get(), true, m, s.n, s.k, 0.f, f.sms, f.stream, plan) ==
+             cudaSuccess;
+    }
     if (impl == Impl::kGemv)
       return LaunchGemv(x, w, f.y.get(), true, m, s.n, s.k, 0.f, f.sms, f.stream) == cudaSuccess;
     const float alpha = 1.f, beta = 0.f;
@@ -166,8 +182,19 @@ void Run(benchmark::State& state, Shape s, int m, Impl impl, int splits) {
   }
   state.counters["weight_GBps"] = benchmark::Counter(static_cast<double>(wbytes),
                                                      benchmark::Counter::kIsIterationInvariantRate);
+  if (impl == Impl::kWgmma) {
+    const WgmmaGemmPlan p = splits > 0 ? WgmmaPlanOf(splits) : WgmmaGemmPlanFor(s.n, s.k, f.sms);
+    state.counters["tile"] = p.tile;
+    state.counters["splits"] = p.splits;
+    state.counters["k128"] = p.k128;
+  }
   if (impl == Impl::kSkinny)
     state.counters["splits"] = splits > 0 ? splits : SkinnyGemmSplits(s.n, s.k, f.sms);
+}
+
+bool WgmmaDevice() {
+  cudaDeviceProp prop{};
+  return cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major == 9 && prop.minor == 0;
 }
 
 int Register() {
@@ -186,6 +213,16 @@ int Register() {
         if (SkinnyGemmSupported(m, s.n, s.k) && sp <= s.k / 128)
           reg(base + "/skinny_split" + std::to_string(sp), Impl::kSkinny, sp);
       reg(base + "/cublas", Impl::kCublas, 0);
+      if (WgmmaGemmSupported(m, s.n, s.k) && WgmmaDevice()) {
+        reg(base + "/wgmma", Impl::kWgmma, 0);
+        for (int tile : {64, 128})
+          for (int sp : {1, 2, 4, 8})
+            for (int k128 : {0, 1})
+              if (s.n % tile == 0)
+                reg(base + "/wgmma_t" + std::to_string(tile) + "_s" + std::to_string(sp) +
+                        (k128 ? "_k128" : ""),
+                    Impl::kWgmma, tile * 1000 + sp * 100 + k128);
+      }
       for (int a = 0; a < 24; ++a) reg(base + "/lt" + std::to_string(a), Impl::kLt, a);
       if (GemvSupported(m, s.k)) reg(base + "/gemv", Impl::kGemv, 0);
     }

@@ -56,6 +56,11 @@ if(AGENTKV_HAVE_CUDA)
   message(STATUS "agentkv: CUDA backend ON (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, "
                  "architectures ${CMAKE_CUDA_ARCHITECTURES})")
   file(GLOB_RECURSE _agentkv_cu CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/engine/cuda/*.cu)
+  # Kernels with Hopper-only instructions (wgmma) are built for sm_90a alone,
+  # in their own library; the backend calls them on compute capability 9.0.
+  set(_agentkv_cu_sm90a ${_agentkv_cu})
+  list(FILTER _agentkv_cu_sm90a INCLUDE REGEX "/cuda_wgmma_[^/]*\\.cu$")
+  list(FILTER _agentkv_cu EXCLUDE REGEX "/cuda_wgmma_[^/]*\\.cu$")
   add_library(agentkv_cuda_kernels STATIC ${_agentkv_cu})
   # The directory's compile options (-mavx2, -Wall for g++) are not nvcc's:
   # replace them for the kernels.
@@ -64,7 +69,13 @@ if(AGENTKV_HAVE_CUDA)
     -Xcompiler=-Wall,-Wextra -lineinfo --expt-relaxed-constexpr)
   target_include_directories(agentkv_cuda_kernels PUBLIC ${CMAKE_SOURCE_DIR}/src)
   target_link_libraries(agentkv_cuda_kernels PUBLIC CUDA::cudart)
-  target_link_libraries(agentkv_engine PUBLIC agentkv_cuda_kernels CUDA::cudart CUDA::cublas
+  add_library(agentkv_cuda_sm90a STATIC ${_agentkv_cu_sm90a})
+  set_target_properties(agentkv_cuda_sm90a PROPERTIES COMPILE_OPTIONS "" CUDA_ARCHITECTURES 90a)
+  target_compile_options(agentkv_cuda_sm90a PRIVATE
+    -Xcompiler=-Wall,-Wextra -lineinfo --expt-relaxed-constexpr)
+  target_include_directories(agentkv_cuda_sm90a PUBLIC ${CMAKE_SOURCE_DIR}/src)
+  target_link_libraries(agentkv_cuda_sm90a PUBLIC agentkv_cuda_kernels)
+  target_link_libraries(agentkv_engine PUBLIC agentkv_cuda_sm90a agentkv_cuda_kernels CUDA::cudart CUDA::cublas
                         CUDA::cublasLt)
   target_compile_definitions(agentkv_engine PUBLIC AGENTKV_HAVE_CUDA=1)
 else()

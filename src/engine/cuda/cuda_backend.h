@@ -207,6 +207,10 @@ class CudaBackend final : public Backend {
   // Rows for which Gemm uses the skinny kernel (AGENTKV_CUDA_SKINNY; none
   // by default).
   int skinny_min_rows_ = 3, skinny_max_rows_ = 0;
+  // Rows from which Gemm uses the warpgroup GEMM (up to kMaxWgmmaRows;
+  // AGENTKV_CUDA_WGMMA; kNever off compute capability 9.0).
+  static constexpr int kNever = 1 << 30;
+  int wgmma_min_rows_ = kNever;
   cuda::DeviceBuffer meta_;
   cuda::PinnedBuffer host_meta_, host_tokens_;
   cuda::PinnedBuffer read_staging_;  // ReadBlocks

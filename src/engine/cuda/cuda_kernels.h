@@ -183,6 +183,25 @@ int SkinnyGemmSplits(int n, int k, int num_sms);
 cudaError_t LaunchSkinnyGemm(const bf16_t* x, const bf16_t* w, void* y, bool y_f32, int m, int n,
                              int k, float beta, int num_sms, cudaStream_t stream, int splits = 0);
 
+// y[m][n] = x[m] . w[n] + beta * y[m][n] with Hopper warpgroup MMAs, for
+// decode steps of up to kMaxWgmmaRows rows (x [m][k], w [n][k] bf16; y fp32
+// or bf16; n a multiple of 64, k of 64). Compute capability 9.0 only (the
+// kernel is built for sm_90a); launched with programmatic dependent launch,
+// it requests its first weight stages before waiting on the kernel before
+// it. K may be split over the blocks of a cluster; their partials are added
+// in a fixed order, so the result is deterministic.
+inline constexpr int kMaxWgmmaRows = 64;
+struct WgmmaGemmPlan {
+  int tile = 0;  // features per block, 64 or 128; 0: WgmmaGemmPlanFor's
+  int splits = 1;
+  bool k128 = false;  // stages of 128 k (k a multiple of 128)
+};
+bool WgmmaGemmSupported(int m, int n, int k);
+WgmmaGemmPlan WgmmaGemmPlanFor(int n, int k, int num_sms);
+cudaError_t LaunchWgmmaGemm(const bf16_t* x, const bf16_t* w, void* y, bool y_f32, int m, int n,
+                            int k, float beta, int num_sms, cudaStream_t stream,
+                            WgmmaGemmPlan plan = {});
+
 // x = cap * tanh(x / cap) over n floats.
 cudaError_t LaunchSoftcap(float* x, int64_t n, float cap, cudaStream_t stream);
 

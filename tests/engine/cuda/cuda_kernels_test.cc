@@ -307,6 +307,76 @@ TEST(CudaKernels, SkinnyGemmMatchesLinear) {
   EXPECT_FALSE(cuda::SkinnyGemmSupported(8, 2048, 2112));
 }
 
+// The warpgroup GEMM against the CPU Linear: row counts that leave part of
+// the 64-row tile empty, both tile widths, K split over clusters of 1-8
+// (the default plan and forced ones), fp32 output with the residual added
+// and bf16 output; the same bits on a second run.
+TEST(CudaKernels, WgmmaGemmMatchesLinear) {
+  AGENTKV_REQUIRE_GPU();
+  cudaDeviceProp prop{};
+  ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+  if (prop.major != 9 || prop.minor != 0) GTEST_SKIP() << "needs compute capability 9.0";
+  std::mt19937 rng(12);
+  const int sms = prop.multiProcessorCount;
+  struct Case {
+    int m, n, k;
+    cuda::WgmmaGemmPlan plan;
+  };
+  const std::vector<Case> cases = {{64, 3072, 2048, {}},
+                                   {40, 2048, 8192, {}},
+                                   {9, 16384, 2048, {}},
+                                   {33, 2048, 2048, {}},
+                                   {64, 192, 320, {64, 5}},
+                                   {17, 256, 512, {128, 8}},
+                                   {64, 512, 1024, {128, 2}},
+                                   {50, 512, 4096, {64, 2}},
+                                   {24, 384, 2048, {128, 4}},
+                                   {64, 512, 4096, {64, 2, true}},
+                                   {24, 384, 2048, {128, 4, true}},
+                                   {40, 256, 1024, {64, 1, true}},
+                                   {1, 128, 64, {64, 1}}};
+  for (const Case& c : cases) {
+    const int m = c.m, n = c.n, k = c.k;
+    ASSERT_TRUE(cuda::WgmmaGemmSupported(m, n, k));
+    for (const bool f32 : {true, false}) {
+      const auto x = Rounded(Random(m * k, rng)),
+                 w = Rounded(Random(static_cast<size_t>(n) * k, rng, 0.05f));
+      const auto y0 = Rounded(Random(m * n, rng));
+      auto dx = Upload(Bf16Of(x)), dw = Upload(Bf16Of(w));
+      const float beta = f32 ? 1.f : 0.f;
+      std::vector<float> ref(m * n);
+      kernels::Linear(x.data(), w.data(), nullptr, ref.data(), m, n, k);
+      for (int i = 0; i < m * n; ++i) ref[i] += beta * y0[i];
+      std::vector<float> first;
+      for (int rep = 0; rep < 2; ++rep) {
+        cuda::DeviceBuffer dy = f32 ? Upload(y0) : Poisoned<uint16_t>(m * n);
+        ASSERT_EQ(cuda::LaunchWgmmaGemm(dx.get<cuda::bf16_t>(), dw.get<cuda::bf16_t>(), dy.get(),
+                                        f32, m, n, k, beta, sms, nullptr, c.plan),
+                  cudaSuccess);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        const auto got = f32 ? Download<float>(dy, m * n) : DownloadBf16(dy, m * n);
+        EXPECT_LT(RelErr(got, ref), f32 ? 1e-5 : 1e-2)
+            << m << " " << n << " " << k << " tile " << c.plan.tile << " splits " << c.plan.splits;
+        if (rep == 0) {
+          first = got;
+        } else {
+          EXPECT_EQ(got, first) << m << " " << n << " " << k;
+        }
+      }
+    }
+  }
+  const cuda::WgmmaGemmPlan o = cuda::WgmmaGemmPlanFor(2048, 2048, 132);
+  EXPECT_EQ(o.tile, 64);
+  EXPECT_GT(o.splits, 1);
+  EXPECT_EQ(cuda::WgmmaGemmPlanFor(128256, 2048, 132).splits, 1);
+  EXPECT_FALSE(cuda::WgmmaGemmSupported(cuda::kMaxWgmmaRows + 1, 2048, 2048));
+  EXPECT_FALSE(cuda::WgmmaGemmSupported(64, 2048, 2080));
+  EXPECT_FALSE(cuda::WgmmaGemmSupported(64, 200, 2048));
+  EXPECT_EQ(cuda::LaunchWgmmaGemm(nullptr, nullptr, nullptr, true, 64, 192, 320, 0.f, sms, nullptr,
+                                  {128, 1}),
+            cudaErrorInvalidValue);  // 192 features are not whole 128-wide tiles
+}
+
 // The MLP's norm, gate_up GEMV and activation in one (pipelined) kernel
 // against the CPU RmsNorm, Linear and GatedActivation; shapes whose rows
 // leave warps idle (74 pairs) and end in a partial stage (k = 2,312).
