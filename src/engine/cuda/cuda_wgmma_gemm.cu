@@ -14,7 +14,14 @@
 // order (deterministic).
 //
 // Built for sm_90a only (wgmma has no portable form); the backend calls it
-// on compute capability 9.0 devices.
+// on compute capability 9.0 devices, and only where AGENTKV_CUDA_WGMMA asks.
+// Measured at 64 rows on the Llama-3.2-1B shapes (bench/RESULTS.md item 43;
+// cuBLAS in brackets, us per launch in a graph): gate_up 27.4 (28.2), qkv
+// 8.2 (7.7), o 7.7 (6.6), down 24 (17.5): the per-row DRAM chunks of a
+// stage are short and the x tile is re-read by every block. Inside decode
+// steps (PDL overlap included) c16-c64 came out level with cuBLAS, within
+// the run-to-run spread, so it stays opt-in, as the base for GEMMs with the
+// norm and activation fused.
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
