@@ -482,9 +482,10 @@ Status CudaBackend::Gemm(const cuda::bf16_t* x, const cuda::bf16_t* w, void* y, 
     CUDA_RETURN_IF_ERROR(cuda::LaunchGemv(x, w, y, y_f32, m, n, k, beta, num_sms_, stream_));
     return Status::Ok();
   }
-  // The warpgroup GEMM where it measured level with cuBLAS or ahead inside
-  // a step (PDL overlap included): not for K of 8,192 (down: 24 us against
-  // 17.5 at 64 rows) nor the LM head (its 1,000 tiles gain no overlap).
+  // The warpgroup GEMM (opt-in) only for the shapes on which decode steps
+  // measured it level with cuBLAS (bench/RESULTS.md item 43): not for K of
+  // 8,192 (down: 24 us against 17.5 at 64 rows) nor the LM head (1,000
+  // tiles, nothing for the early weight loads to overlap).
   if (m >= wgmma_min_rows_ && k <= 4096 && n <= 32768 && cuda::WgmmaGemmSupported(m, n, k)) {
     CUDA_RETURN_IF_ERROR(cuda::LaunchWgmmaGemm(x, w, y, y_f32, m, n, k, beta, num_sms_, stream_));
     return Status::Ok();
