@@ -32,18 +32,9 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kTileN = kWarps * 16;  // features per block
 constexpr int kMaxSplits = 8;        // the portable cluster size
 
-struct SkinnyArgs {
-  const bf16* x;  // [M][K]
-  const bf16* w;  // [N][K]
-  void* y;        // [M][N], fp32 or bf16
-  int M, N, K;
-  float beta;
-  bool y_f32;
-};
-
 // Stores one lane's accumulator fragment of row tile j of warp `warp`:
 // features n0 + warp * 16 + lane / 4 (+ 8), rows j * 8 + 2 * (lane % 4) (+ 1).
-__device__ __forceinline__ void StoreFragment(const SkinnyArgs& a, const float (&v)[4], int n0,
+__device__ __forceinline__ void StoreFragment(const GemmArgs& a, const float (&v)[4], int n0,
                                               int warp, int j, int lane) {
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
@@ -65,7 +56,7 @@ __device__ __forceinline__ void StoreFragment(const SkinnyArgs& a, const float (
 // directly, or with K split over the cluster's blocks, through their shared
 // memory (at least kWarps * MT * 512 bytes at `smem`, free to overwrite).
 template <int MT>
-__device__ __forceinline__ void Finish(const SkinnyArgs& a, const float (&acc)[MT][4], int n0,
+__device__ __forceinline__ void Finish(const GemmArgs& a, const float (&acc)[MT][4], int n0,
                                        int splits, unsigned char* smem) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   if (splits == 1) {
@@ -110,7 +101,7 @@ constexpr int kChunk = 128;
 constexpr int kXStride = kChunk + 32;  // bf16; rows 2g and 2g+1 in other banks
 
 template <int MT>
-__global__ void __launch_bounds__(kThreads) DirectGemmKernel(const SkinnyArgs a) {
+__global__ void __launch_bounds__(kThreads) DirectGemmKernel(const GemmArgs a) {
   constexpr int kRowsX = MT * 8;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   bf16* xs = reinterpret_cast<bf16*>(smem_raw);  // [2][kRowsX][kXStride]
@@ -188,36 +179,17 @@ __global__ void __launch_bounds__(kThreads) DirectGemmKernel(const SkinnyArgs a)
 }
 
 template <typename Kernel>
-cudaError_t LaunchClustered(Kernel kernel, const SkinnyArgs& a, int splits, size_t smem,
+cudaError_t LaunchClustered(Kernel kernel, const GemmArgs& a, int splits, size_t smem,
                             cudaStream_t stream) {
   const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              static_cast<int>(smem));
   if (e != cudaSuccess) return e;
   const int tiles = (a.N + kTileN - 1) / kTileN;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(tiles, splits);
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[2];
-  int n = 0;
-  attr[n].id = cudaLaunchAttributeClusterDimension;
-  attr[n].val.clusterDim.x = 1;
-  attr[n].val.clusterDim.y = splits;
-  attr[n].val.clusterDim.z = 1;
-  ++n;
-  if (PdlEnabled()) {
-    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[n].val.programmaticStreamSerializationAllowed = 1;
-    ++n;
-  }
-  cfg.attrs = attr;
-  cfg.numAttrs = n;
-  return cudaLaunchKernelEx(&cfg, kernel, a);
+  return LaunchPdlClustered(kernel, dim3(tiles, splits), dim3(kThreads), smem, splits, stream, a);
 }
 
 template <int MT>
-cudaError_t LaunchMt(const SkinnyArgs& a, int splits, cudaStream_t stream) {
+cudaError_t LaunchMt(const GemmArgs& a, int splits, cudaStream_t stream) {
   const size_t smem = static_cast<size_t>(2) * MT * 8 * kXStride * sizeof(bf16);
   return LaunchClustered(DirectGemmKernel<MT>, a, splits, smem, stream);
 }
@@ -243,7 +215,7 @@ cudaError_t LaunchSkinnyGemm(const bf16_t* x, const bf16_t* w, void* y, bool y_f
   if (splits == 0) splits = SkinnyGemmSplits(n, k, num_sms);
   if (splits < 1 || splits > kMaxSplits || (splits & (splits - 1)) != 0 || splits > k / kChunk)
     return cudaErrorInvalidValue;
-  const SkinnyArgs a{
+  const GemmArgs a{
       reinterpret_cast<const bf16*>(x), reinterpret_cast<const bf16*>(w), y, m, n, k, beta, y_f32};
   return LaunchMt<1>(a, splits, stream);
 }

@@ -27,6 +27,7 @@
 
 #include "engine/cuda/attention_common.cuh"
 #include "engine/cuda/cuda_kernels.h"
+#include "engine/cuda/mma.cuh"
 #include "engine/cuda/pdl.cuh"
 
 namespace agentkv::cuda {
@@ -50,15 +51,6 @@ struct Cfg {
   static constexpr int kPartFloats = kRows * (kTileN + kPartStride);
   static constexpr size_t kSmem =
       1024 + (kStages * kStageBytes > kPartFloats * 4 ? kStages * kStageBytes : kPartFloats * 4);
-};
-
-struct Args {
-  const bf16* x;  // [M][K]
-  const bf16* w;  // [N][K]
-  void* y;        // [M][N], fp32 or bf16
-  int M, N, K;
-  float beta;
-  bool y_f32;
 };
 
 // A K-major operand of 64 rows x 16 k at `saddr` (inside a 1024-byte aligned
@@ -110,7 +102,7 @@ __device__ __forceinline__ void FenceOperands(float (&d)[32]) {
 }
 
 template <int NT, int S, int A>
-__global__ void __launch_bounds__(kThreads) WgmmaGemmKernel(const Args a) {
+__global__ void __launch_bounds__(kThreads) WgmmaGemmKernel(const GemmArgs a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using C = Cfg<NT, S, A>;
   extern __shared__ unsigned char smem_raw[];
@@ -245,7 +237,7 @@ __global__ void __launch_bounds__(kThreads) WgmmaGemmKernel(const Args a) {
 }
 
 template <int NT, int S, int A>
-cudaError_t LaunchNt(const Args& a, int splits, cudaStream_t stream) {
+cudaError_t LaunchNt(const GemmArgs& a, int splits, cudaStream_t stream) {
   using C = Cfg<NT, S, A>;
   if (a.K % C::kBK != 0 || a.K / C::kBK < splits) return cudaErrorInvalidValue;
   static bool raised = false;
@@ -255,26 +247,9 @@ cudaError_t LaunchNt(const Args& a, int splits, cudaStream_t stream) {
     if (e != cudaSuccess) return e;
     raised = true;
   }
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((a.N + C::kTileN - 1) / C::kTileN, splits);
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = C::kSmem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[2];
-  int n = 0;
-  attr[n].id = cudaLaunchAttributeClusterDimension;
-  attr[n].val.clusterDim.x = 1;
-  attr[n].val.clusterDim.y = splits;
-  attr[n].val.clusterDim.z = 1;
-  ++n;
-  if (PdlEnabled()) {
-    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[n].val.programmaticStreamSerializationAllowed = 1;
-    ++n;
-  }
-  cfg.attrs = attr;
-  cfg.numAttrs = n;
-  return cudaLaunchKernelEx(&cfg, WgmmaGemmKernel<NT, S, A>, a);
+  return LaunchPdlClustered(WgmmaGemmKernel<NT, S, A>,
+                            dim3((a.N + C::kTileN - 1) / C::kTileN, splits), dim3(kThreads),
+                            C::kSmem, splits, stream, a);
 }
 
 }  // namespace
@@ -305,7 +280,7 @@ cudaError_t LaunchWgmmaGemm(const bf16_t* x, const bf16_t* w, void* y, bool y_f3
   if ((plan.tile != 64 && plan.tile != 128) || n % plan.tile != 0 || plan.splits < 1 ||
       plan.splits > kMaxSplits)
     return cudaErrorInvalidValue;
-  const Args a{
+  const GemmArgs a{
       reinterpret_cast<const bf16*>(x), reinterpret_cast<const bf16*>(w), y, m, n, k, beta, y_f32};
   if (plan.tile == 128)
     return plan.k128 ? LaunchNt<2, 4, 2>(a, plan.splits, stream)

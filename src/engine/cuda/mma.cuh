@@ -1,6 +1,7 @@
 // Tensor-core building blocks shared by the mma.sync kernels (attention,
-// skinny GEMM): ldmatrix loads from shared memory and the m16n8k16 bf16 MMA
-// with fp32 accumulators, in the fragment layouts of the PTX ISA.
+// skinny GEMM; GemmArgs also by the warpgroup GEMM): ldmatrix loads from
+// shared memory and the m16n8k16 bf16 MMA with fp32 accumulators, in the
+// fragment layouts of the PTX ISA.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -8,6 +9,16 @@
 #include <cstdint>
 
 namespace agentkv::cuda {
+
+// Operands of the tensor-core GEMM kernels: y = x . w^T + beta * y.
+struct GemmArgs {
+  const __nv_bfloat16* x;  // [M][K]
+  const __nv_bfloat16* w;  // [N][K]
+  void* y;                 // [M][N], fp32 or bf16
+  int M, N, K;
+  float beta;
+  bool y_f32;
+};
 
 __device__ __forceinline__ uint32_t SmemAddr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));

@@ -13,6 +13,7 @@
 #include <array>
 #include <numeric>
 #include <random>
+#include <string>
 #include <utility>
 
 #include "engine/cpu_kernels.h"
@@ -267,6 +268,36 @@ TEST(CudaKernels, GemvMatchesLinear) {
 // The tensor-core skinny GEMM at 1 to 8 rows, with K whole in one block and split across the blocks
 // of a cluster, N not a multiple of the 128-feature tile. Launched twice: the second result must be
 // bit-identical (the partials of a split K are added in a fixed order).
+// Runs `launch(x, w, y, beta)` twice for y = x . w^T (+ y0, fp32 with beta
+// 1; bf16, poisoned, with beta 0) against the CPU Linear: within 1e-5
+// (fp32) or 1e-2 (bf16), and the same bits both times.
+template <typename Launch>
+void CheckGemmAgainstLinear(int m, int n, int k, bool f32, std::mt19937& rng,
+                            const std::string& what, Launch launch) {
+  const auto x = Rounded(Random(m * k, rng)),
+             w = Rounded(Random(static_cast<size_t>(n) * k, rng, 0.05f));
+  const auto y0 = Rounded(Random(m * n, rng));
+  auto dx = Upload(Bf16Of(x)), dw = Upload(Bf16Of(w));
+  const float beta = f32 ? 1.f : 0.f;
+  std::vector<float> ref(m * n);
+  kernels::Linear(x.data(), w.data(), nullptr, ref.data(), m, n, k);
+  for (int i = 0; i < m * n; ++i) ref[i] += beta * y0[i];
+  std::vector<float> first;
+  for (int rep = 0; rep < 2; ++rep) {
+    cuda::DeviceBuffer dy = f32 ? Upload(y0) : Poisoned<uint16_t>(m * n);
+    ASSERT_EQ(launch(dx.get<cuda::bf16_t>(), dw.get<cuda::bf16_t>(), dy.get(), beta), cudaSuccess)
+        << what;
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
+    const auto got = f32 ? Download<float>(dy, m * n) : DownloadBf16(dy, m * n);
+    EXPECT_LT(RelErr(got, ref), f32 ? 1e-5 : 1e-2) << what;
+    if (rep == 0) {
+      first = got;
+    } else {
+      EXPECT_EQ(got, first) << what;
+    }
+  }
+}
+
 TEST(CudaKernels, SkinnyGemmMatchesLinear) {
   AGENTKV_REQUIRE_GPU();
   std::mt19937 rng(10);
@@ -276,29 +307,13 @@ TEST(CudaKernels, SkinnyGemmMatchesLinear) {
     for (int m : {1, 3, 7, 8}) {
       ASSERT_TRUE(cuda::SkinnyGemmSupported(m, n, k));
       const bool f32 = m % 2 == 1;
-      const auto x = Rounded(Random(m * k, rng)),
-                 w = Rounded(Random(static_cast<size_t>(n) * k, rng, 0.05f));
-      const auto y0 = Rounded(Random(m * n, rng));
-      auto dx = Upload(Bf16Of(x)), dw = Upload(Bf16Of(w));
-      const float beta = f32 ? 1.f : 0.f;
-      std::vector<float> ref(m * n);
-      kernels::Linear(x.data(), w.data(), nullptr, ref.data(), m, n, k);
-      for (int i = 0; i < m * n; ++i) ref[i] += beta * y0[i];
-      std::vector<float> first;
-      for (int rep = 0; rep < 2; ++rep) {
-        cuda::DeviceBuffer dy = f32 ? Upload(y0) : Poisoned<uint16_t>(m * n);
-        ASSERT_EQ(cuda::LaunchSkinnyGemm(dx.get<cuda::bf16_t>(), dw.get<cuda::bf16_t>(), dy.get(),
-                                         f32, m, n, k, beta, sms, nullptr),
-                  cudaSuccess);
-        const auto got = f32 ? Download<float>(dy, m * n) : DownloadBf16(dy, m * n);
-        EXPECT_LT(RelErr(got, ref), f32 ? 1e-5 : 1e-2)
-            << m << " " << n << " " << k << " splits " << cuda::SkinnyGemmSplits(n, k, sms);
-        if (rep == 0) {
-          first = got;
-        } else {
-          EXPECT_EQ(got, first) << m << " " << n << " " << k;
-        }
-      }
+      CheckGemmAgainstLinear(
+          m, n, k, f32, rng,
+          std::to_string(m) + " " + std::to_string(n) + " " + std::to_string(k) + " splits " +
+              std::to_string(cuda::SkinnyGemmSplits(n, k, sms)),
+          [&](const cuda::bf16_t* x, const cuda::bf16_t* w, void* y, float beta) {
+            return cuda::LaunchSkinnyGemm(x, w, y, f32, m, n, k, beta, sms, nullptr);
+          });
     }
   }
   EXPECT_GT(cuda::SkinnyGemmSplits(3072, 2048, sms), 1);
@@ -338,32 +353,14 @@ TEST(CudaKernels, WgmmaGemmMatchesLinear) {
   for (const Case& c : cases) {
     const int m = c.m, n = c.n, k = c.k;
     ASSERT_TRUE(cuda::WgmmaGemmSupported(m, n, k));
-    for (const bool f32 : {true, false}) {
-      const auto x = Rounded(Random(m * k, rng)),
-                 w = Rounded(Random(static_cast<size_t>(n) * k, rng, 0.05f));
-      const auto y0 = Rounded(Random(m * n, rng));
-      auto dx = Upload(Bf16Of(x)), dw = Upload(Bf16Of(w));
-      const float beta = f32 ? 1.f : 0.f;
-      std::vector<float> ref(m * n);
-      kernels::Linear(x.data(), w.data(), nullptr, ref.data(), m, n, k);
-      for (int i = 0; i < m * n; ++i) ref[i] += beta * y0[i];
-      std::vector<float> first;
-      for (int rep = 0; rep < 2; ++rep) {
-        cuda::DeviceBuffer dy = f32 ? Upload(y0) : Poisoned<uint16_t>(m * n);
-        ASSERT_EQ(cuda::LaunchWgmmaGemm(dx.get<cuda::bf16_t>(), dw.get<cuda::bf16_t>(), dy.get(),
-                                        f32, m, n, k, beta, sms, nullptr, c.plan),
-                  cudaSuccess);
-        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        const auto got = f32 ? Download<float>(dy, m * n) : DownloadBf16(dy, m * n);
-        EXPECT_LT(RelErr(got, ref), f32 ? 1e-5 : 1e-2)
-            << m << " " << n << " " << k << " tile " << c.plan.tile << " splits " << c.plan.splits;
-        if (rep == 0) {
-          first = got;
-        } else {
-          EXPECT_EQ(got, first) << m << " " << n << " " << k;
-        }
-      }
-    }
+    for (const bool f32 : {true, false})
+      CheckGemmAgainstLinear(
+          m, n, k, f32, rng,
+          std::to_string(m) + " " + std::to_string(n) + " " + std::to_string(k) + " tile " +
+              std::to_string(c.plan.tile) + " splits " + std::to_string(c.plan.splits),
+          [&](const cuda::bf16_t* x, const cuda::bf16_t* w, void* y, float beta) {
+            return cuda::LaunchWgmmaGemm(x, w, y, f32, m, n, k, beta, sms, nullptr, c.plan);
+          });
   }
   const cuda::WgmmaGemmPlan o = cuda::WgmmaGemmPlanFor(2048, 2048, 132);
   EXPECT_EQ(o.tile, 64);
