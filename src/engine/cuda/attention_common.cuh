@@ -10,10 +10,13 @@ namespace agentkv::cuda {
 
 using bf16 = __nv_bfloat16;
 
-__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool valid) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+// (At a shared-memory address: the swizzled tiles of the warpgroup GEMM.)
+__device__ __forceinline__ void CpAsync16At(unsigned s, const void* gmem, bool valid) {
   const int n = valid ? 16 : 0;  // 0: zero-fill, nothing read
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
+}
+__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool valid) {
+  CpAsync16At(static_cast<unsigned>(__cvta_generic_to_shared(smem)), gmem, valid);
 }
 // CpAsync16 with an L2 eviction-priority policy (EvictFirstPolicy): the
 // paged K/V stream, read once per step, goes first, so that it does not push

@@ -7,8 +7,8 @@
 // One warpgroup per block computes y^T tiles: A = 64 weight rows (features)
 // x 16 k, B = the 64 (zero-padded) rows of x x 16 k, both K-major in shared
 // memory with the 128-byte swizzle, so D is [feature][row] in registers.
-// A stage holds 64 k of NT * 64 features and of x; all 128 threads copy
-// stages in with cp.async, kStages deep. Where the feature tiles are too
+// A stage holds 64 or 128 k of NT * 64 features and of x; all 128 threads
+// copy stages in with cp.async, 3-6 deep. Where the feature tiles are too
 // few to occupy the GPU, K is split across the blocks of a cluster, whose
 // fp32 partial tiles are added through distributed shared memory in rank
 // order (deterministic).
@@ -72,8 +72,7 @@ __device__ __forceinline__ void LoadTile(uint32_t sbase, const bf16* g, int64_t 
     const bool ok = r < valid;
     const bf16* src = g + static_cast<int64_t>(ok ? r : 0) * ld + k0 + c * 8;
     const uint32_t dst = sbase + at * rows * 128 + r * 128 + ((cc ^ (r & 7)) << 4);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-                 "r"(ok ? 16 : 0));
+    CpAsync16At(dst, src, ok);
   }
 }
 
@@ -266,8 +265,7 @@ WgmmaGemmPlan WgmmaGemmPlanFor(int n, int k, int num_sms) {
   p.tile = 64;
   p.k128 = k % 128 == 0;
   const int tiles = n / p.tile, stages = k / (p.k128 ? 128 : 64);
-  while (p.splits < kMaxSplits && tiles * p.splits * 2 <= 2 * num_sms &&
-         stages / (p.splits * 2) >= 4)
+  while (p.splits < kMaxSplits && tiles * p.splits <= num_sms && stages / (p.splits * 2) >= 4)
     p.splits *= 2;
   return p;
 }
