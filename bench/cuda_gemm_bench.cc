@@ -4,8 +4,9 @@
 // cuBLAS, the GEMV (up to 8 rows), and cuBLASLt with each of the first 24
 // algorithms its heuristic proposes (`/ltN`: is cuBLAS's default choice the
 // best for these skinny shapes?), and the warpgroup GEMM (`/wgmma`: its
-// plan; `/wgmma_tT_sN[_k128]`: tiles of T features, K split N ways,
-// stages of 128 k; CC 9.0 only). The weights rotate through copies
+// plan; `/wgmma_planes`: its plan, the splits' partial planes left for the
+// next kernel to add; `/wgmma_tT_sN[_k128]`: tiles of T features, K split
+// N ways, stages of 128 k; CC 9.0 only). The weights rotate through copies
 // totalling more than 200 MiB, so that each launch reads them from memory,
 // not from the 50 MiB L2. The 50 launches of an iteration are one CUDA
 // graph, as in a decode step (launched one by one, the host's ~10 us per
@@ -43,7 +44,7 @@ enum class Impl { kSkinny, kCublas, kGemv, kLt, kWgmma };
 
 struct Fixture {
   std::vector<DeviceBuffer> w;
-  DeviceBuffer x, y, ws;
+  DeviceBuffer x, y, ws, wgmma_ws;
   cudaStream_t stream = nullptr;
   cudaGraphExec_t exec = nullptr;
   cublasHandle_t cublas = nullptr;
@@ -66,10 +67,10 @@ struct Fixture {
   }
 };
 
-// tile * 1000 + splits * 100 + k128, as the benchmark names them.
+// tile * 1000 + splits * 10 + k128, as the benchmark names them.
 WgmmaGemmPlan WgmmaPlanOf(int code) {
   WgmmaGemmPlan p;
-  if (code > 0) p = {code / 1000, code / 100 % 10, code % 10 == 1};
+  if (code > 0) p = {code / 1000, code / 10 % 100, code % 10 == 1};
   return p;
 }
 
@@ -91,7 +92,7 @@ void Run(benchmark::State& state, Shape s, int m, Impl impl, int splits) {
     cudaMemset(b.get(), 0x3c, wbytes);  // small finite bf16 values
   }
   (void)f.x.Allocate(static_cast<size_t>(m) * s.k * 2);
-  (void)f.y.Allocate(static_cast<size_t>(m) * s.n * 4);
+  (void)f.y.Allocate(static_cast<size_t>(m) * s.n * 4 * kMaxWgmmaSplits);
   cudaMemset(f.x.get(), 0x3c, f.x.bytes());
   cudaMemset(f.y.get(), 0, f.y.bytes());
   cudaStreamCreateWithFlags(&f.stream, cudaStreamNonBlocking);
@@ -99,6 +100,10 @@ void Run(benchmark::State& state, Shape s, int m, Impl impl, int splits) {
   cublasSetStream(f.cublas, f.stream);
   (void)f.ws.Allocate(32u << 20);
   cublasSetWorkspace(f.cublas, f.ws.get(), f.ws.bytes());
+  if (impl == Impl::kWgmma) {
+    (void)f.wgmma_ws.Allocate(WgmmaGemmWorkspaceBytes(f.sms));
+    cudaMemset(f.wgmma_ws.get(), 0, f.wgmma_ws.bytes());
+  }
   cudaEventCreate(&f.ev[0]);
   cudaEventCreate(&f.ev[1]);
   if (impl == Impl::kLt) {
@@ -144,10 +149,12 @@ void Run(benchmark::State& state, Shape s, int m, Impl impl, int splits) {
       return LaunchSkinnyGemm(x, w, f.y.get(), true, m, s.n, s.k, 0.f, f.sms, f.stream, splits) ==
              cudaSuccess;
     if (impl == Impl::kWgmma) {
-      // splits: 0 for the default plan, else WgmmaPlanOf's code.
-      const WgmmaGemmPlan plan = WgmmaPlanOf(splits);
-      return LaunchWgmmaGemm(x, w, f.y.get(), true, m, s.n, s.k, 0.f, f.sms, f.stream, plan) ==
-             cudaSuccess;
+      // splits: 0 for the default plan, else WgmmaPlanOf's code; < 0: the
+      // default plan's split planes.
+      const WgmmaGemmPlan plan = WgmmaPlanOf(splits > 0 ? splits : 0);
+      const bool planes = splits < 0;
+      return LaunchWgmmaGemm(x, w, f.y.get(), true, m, s.n, s.k, 0.f, {f.wgmma_ws.get(), f.sms},
+                             f.stream, -1, planes, plan) == cudaSuccess;
     }
     if (impl == Impl::kGemv)
       return LaunchGemv(x, w, f.y.get(), true, m, s.n, s.k, 0.f, f.sms, f.stream) == cudaSuccess;
@@ -184,6 +191,7 @@ void Run(benchmark::State& state, Shape s, int m, Impl impl, int splits) {
                                                      benchmark::Counter::kIsIterationInvariantRate);
   if (impl == Impl::kWgmma) {
     const WgmmaGemmPlan p = splits > 0 ? WgmmaPlanOf(splits) : WgmmaGemmPlanFor(s.n, s.k, f.sms);
+    state.counters["planes"] = splits < 0;
     state.counters["tile"] = p.tile;
     state.counters["splits"] = p.splits;
     state.counters["k128"] = p.k128;
@@ -215,13 +223,14 @@ int Register() {
       reg(base + "/cublas", Impl::kCublas, 0);
       if (WgmmaGemmSupported(m, s.n, s.k) && WgmmaDevice()) {
         reg(base + "/wgmma", Impl::kWgmma, 0);
+        reg(base + "/wgmma_planes", Impl::kWgmma, -1);
         for (int tile : {64, 128})
-          for (int sp : {1, 2, 4, 8})
+          for (int sp : {1, 2, 4, 8, 16})
             for (int k128 : {0, 1})
               if (s.n % tile == 0)
                 reg(base + "/wgmma_t" + std::to_string(tile) + "_s" + std::to_string(sp) +
                         (k128 ? "_k128" : ""),
-                    Impl::kWgmma, tile * 1000 + sp * 100 + k128);
+                    Impl::kWgmma, tile * 1000 + sp * 10 + k128);
       }
       for (int a = 0; a < 24; ++a) reg(base + "/lt" + std::to_string(a), Impl::kLt, a);
       if (GemvSupported(m, s.k)) reg(base + "/gemv", Impl::kGemv, 0);

@@ -11,6 +11,10 @@
 namespace agentkv {
 namespace {
 
+// Decode steps from this many rows run their GEMMs (but the LM head's) on
+// the warpgroup kernel on compute capability 9.0 (bench/RESULTS.md item 44).
+constexpr int kWgmmaMinRows = 9;
+
 uint16_t F32ToBf16Bits(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
@@ -87,13 +91,20 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::Create(const ModelConfig& conf
     }
   }
   RETURN_IF_ERROR(b->Init(weights));
-  // AGENTKV_CUDA_WGMMA=<rows>: the warpgroup GEMM from that many rows up to
-  // kMaxWgmmaRows (compute capability 9.0 only); 0: never.
+  // The warpgroup GEMM on compute capability 9.0 from kWgmmaMinRows rows up
+  // to kMaxWgmmaRows; AGENTKV_CUDA_WGMMA=<rows> from that many, 0: never.
   cudaDeviceProp prop{};
   CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, b->options_.device));
+  b->wgmma_min_rows_ = kWgmmaMinRows;
   if (const char* v = std::getenv("AGENTKV_CUDA_WGMMA"); v != nullptr)
     b->wgmma_min_rows_ = std::atoi(v) > 0 ? std::atoi(v) : kNever;
   if (prop.major != 9 || prop.minor != 0) b->wgmma_min_rows_ = kNever;
+  if (b->wgmma_min_rows_ <= cuda::kMaxWgmmaRows) {
+    RETURN_IF_ERROR(b->wgmma_ws_.Allocate(cuda::WgmmaGemmWorkspaceBytes(b->num_sms_)));
+    CUDA_RETURN_IF_ERROR(cudaMemset(b->wgmma_ws_.get(), 0, b->wgmma_ws_.bytes()));
+    RETURN_IF_ERROR(b->wgmma_planes_.Allocate(static_cast<size_t>(cuda::kMaxWgmmaSplits) *
+                                              cuda::kMaxWgmmaRows * config.hidden_size * 4));
+  }
   return b;
 }
 
@@ -472,6 +483,48 @@ Status CudaBackend::CheckBatch(std::span<const SeqStep> batch) const {
   return CheckSteps(batch, config_, spec_, layout_);
 }
 
+bool CudaBackend::UseWgmma(int m, int n, int k) const {
+  // Not the LM head either: its 2,000 tiles leave the early weight loads
+  // nothing to overlap, and cuBLAS was as fast.
+  return m >= wgmma_min_rows_ && n <= 32768 && cuda::WgmmaGemmSupported(m, n, k) &&
+         cuda::WgmmaGemmPlanFor(n, k, num_sms_).splits == 1;
+}
+
+Status CudaBackend::ResidualGemm(const cuda::bf16_t* a, const cuda::bf16_t* w, int m, int n,
+                                 int k) {
+  float* x = x_.get<float>();
+  const cuda::WgmmaGemmPlan plan = cuda::WgmmaGemmPlanFor(n, k, num_sms_);
+  // (From skinny_min_rows_: fewer rows take the GEMV, and their norms the
+  // fused norm GEMVs, which add no planes.)
+  if (m >= wgmma_min_rows_ && m >= skinny_min_rows_ && n == config_.hidden_size &&
+      cuda::WgmmaGemmSupported(m, n, k) && plan.splits > 1 &&
+      cuda::AddPartsRmsNormSupported(n, plan.splits) && pending_planes_ == 0) {
+    CUDA_RETURN_IF_ERROR(cuda::LaunchWgmmaGemm(a, w, wgmma_planes_.get(), true, m, n, k, 0.f,
+                                               {wgmma_ws_.get(), num_sms_}, stream_, -1, true,
+                                               plan));
+    pending_planes_ = plan.splits;
+    plane_floats_ = static_cast<int64_t>(m) * n;
+    return Status::Ok();
+  }
+  return Gemm(a, w, x, true, m, n, k, 1.f, cap_tokens_);
+}
+
+Status CudaBackend::Norm(const int32_t* rows, const float* norm_w, int m) {
+  const ModelConfig& c = config_;
+  auto* h = h_.get<cuda::bf16_t>();
+  float* x = x_.get<float>();
+  if (pending_planes_ > 0) {
+    CUDA_RETURN_IF_ERROR(cuda::LaunchAddPartsRmsNorm(
+        x, wgmma_planes_.get<float>(), pending_planes_, plane_floats_, rows, norm_w, h, m,
+        c.hidden_size, c.rms_norm_eps, c.gemma_norm, stream_));
+    pending_planes_ = 0;
+    return Status::Ok();
+  }
+  CUDA_RETURN_IF_ERROR(cuda::LaunchRmsNorm(x, rows, norm_w, h, m, c.hidden_size, c.rms_norm_eps,
+                                           c.gemma_norm, stream_));
+  return Status::Ok();
+}
+
 Status CudaBackend::Gemm(const cuda::bf16_t* x, const cuda::bf16_t* w, void* y, bool y_f32, int m,
                          int n, int k, float beta, int64_t max_rows) {
   if (m <= 0) return Status::Ok();
@@ -482,12 +535,9 @@ Status CudaBackend::Gemm(const cuda::bf16_t* x, const cuda::bf16_t* w, void* y, 
     CUDA_RETURN_IF_ERROR(cuda::LaunchGemv(x, w, y, y_f32, m, n, k, beta, num_sms_, stream_));
     return Status::Ok();
   }
-  // The warpgroup GEMM (opt-in) only for the shapes on which decode steps
-  // measured it level with cuBLAS (bench/RESULTS.md item 43): not for K of
-  // 8,192 (down: 24 us against 17.5 at 64 rows) nor the LM head (1,000
-  // tiles, nothing for the early weight loads to overlap).
-  if (m >= wgmma_min_rows_ && k <= 4096 && n <= 32768 && cuda::WgmmaGemmSupported(m, n, k)) {
-    CUDA_RETURN_IF_ERROR(cuda::LaunchWgmmaGemm(x, w, y, y_f32, m, n, k, beta, num_sms_, stream_));
+  if (UseWgmma(m, n, k)) {
+    CUDA_RETURN_IF_ERROR(
+        cuda::LaunchWgmmaGemm(x, w, y, y_f32, m, n, k, beta, {wgmma_ws_.get(), num_sms_}, stream_));
     return Status::Ok();
   }
   if (m <= skinny_max_rows_ && cuda::SkinnyGemmSupported(m, n, k)) {

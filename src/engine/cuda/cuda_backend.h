@@ -144,6 +144,16 @@ class CudaBackend final : public Backend {
   // length met it again and again.
   Status Gemm(const cuda::bf16_t* x, const cuda::bf16_t* w, void* y, bool y_f32, int m, int n,
               int k, float beta, int64_t max_rows);
+  // Whether Gemm runs an m-row [n][k] GEMM on the warpgroup kernel (plans
+  // without split K: with it the last block's reduction made the o, QKV
+  // and down projections slower than cuBLAS; bench/RESULTS.md item 44).
+  bool UseWgmma(int m, int n, int k) const;
+  // The residual-adding projections (o, down; y = x += a . w^T): on the
+  // warpgroup kernel with K split into planes where it applies, the next
+  // norm adding them (pending_planes_); else Gemm with beta 1.
+  Status ResidualGemm(const cuda::bf16_t* a, const cuda::bf16_t* w, int m, int n, int k);
+  // h = RMSNorm(x[rows]) (rows null: all m), adding the pending planes first.
+  Status Norm(const int32_t* rows, const float* norm_w, int m);
   // y = RMSNorm(x[rows]) . w^T, through h_.
   Status NormGemm(const float* x, const int32_t* rows, const float* norm_w, const cuda::bf16_t* w,
                   void* y, int m, int n, int64_t max_rows);
@@ -203,14 +213,20 @@ class CudaBackend final : public Backend {
   int64_t cap_tokens_ = 0, cap_seqs_ = 0, cap_parts_ = 0;
   std::array<int, kMaxCacheGroups> cap_width_{};
   cuda::DeviceBuffer x_, h_, qkv_, q_, k_, v_, attn_, o_, gu_, act_, logits_, argmax_,
-      argmax_scratch_, part_o_, part_ml_, cublas_ws_;
+      argmax_scratch_, part_o_, part_ml_, cublas_ws_, wgmma_ws_;
   // Rows for which Gemm uses the skinny kernel (AGENTKV_CUDA_SKINNY; none
   // by default).
   int skinny_min_rows_ = 3, skinny_max_rows_ = 0;
   // Rows from which Gemm uses the warpgroup GEMM (up to kMaxWgmmaRows;
-  // AGENTKV_CUDA_WGMMA; kNever off compute capability 9.0).
+  // AGENTKV_CUDA_WGMMA; kNever off compute capability 9.0), and its split-K
+  // scratch (wgmma_ws_).
   static constexpr int kNever = 1 << 30;
   int wgmma_min_rows_ = kNever;
+  // Split-K planes of the last ResidualGemm not yet added to x_ (their
+  // count; 0: none), each plane_floats_ apart in wgmma_planes_.
+  cuda::DeviceBuffer wgmma_planes_;
+  int pending_planes_ = 0;
+  int64_t plane_floats_ = 0;
   cuda::DeviceBuffer meta_;
   cuda::PinnedBuffer host_meta_, host_tokens_;
   cuda::PinnedBuffer read_staging_;  // ReadBlocks

@@ -321,15 +321,13 @@ Status CudaBackend::NormGemm(const float* x, const int32_t* rows, const float* n
   // With more blocks (the MLP, the LM head) every block re-reads x and the
   // norm weights and the later waves cannot hide it: measured slower than a
   // separate norm kernel (bench/RESULTS.md, CUDA log).
-  if (rows == nullptr && n <= 4096 && cuda::NormGemvSupported(m, H)) {
+  if (rows == nullptr && n <= 4096 && pending_planes_ == 0 && cuda::NormGemvSupported(m, H)) {
     CUDA_RETURN_IF_ERROR(cuda::LaunchNormGemv(x, norm_w, c.rms_norm_eps, c.gemma_norm, w, y, true,
                                               m, n, H, 0.f, stream_));
     return Status::Ok();
   }
-  auto* h = h_.get<cuda::bf16_t>();
-  CUDA_RETURN_IF_ERROR(
-      cuda::LaunchRmsNorm(x, rows, norm_w, h, m, H, c.rms_norm_eps, c.gemma_norm, stream_));
-  return Gemm(h, w, y, true, m, n, H, 0.f, max_rows);
+  RETURN_IF_ERROR(Norm(rows, norm_w, m));
+  return Gemm(h_.get<cuda::bf16_t>(), w, y, true, m, n, H, 0.f, max_rows);
 }
 
 Status CudaBackend::Enqueue(const Shape& s) {
@@ -354,6 +352,7 @@ Status CudaBackend::Enqueue(const Shape& s) {
   auto* gu = gu_.get<cuda::bf16_t>();
   auto* act = act_.get<cuda::bf16_t>();
 
+  pending_planes_ = 0;
   CUDA_RETURN_IF_ERROR(
       cuda::LaunchEmbed(embed_, meta + ml.tokens, T, H, c.embed_scale, x, stream_));
   for (int l = 0; l < c.num_layers; ++l) {
@@ -424,21 +423,21 @@ Status CudaBackend::Enqueue(const Shape& s) {
     if (!fused_store)
       CUDA_RETURN_IF_ERROR(cuda::LaunchKvStore(k, v, pos, tok_seq, meta + ml.seq_start,
                                                meta + ml.seq_first, T, nkv, D, view, stream_));
-    void* const o_out = c.sandwich_norm ? static_cast<void*>(o) : static_cast<void*>(x);
-    const float o_beta = c.sandwich_norm ? 0.f : 1.f;
-    RETURN_IF_ERROR(Gemm(attn, L.wo, o_out, true, T, H, nh * D, o_beta, cap_tokens_));
+    if (c.sandwich_norm) {
+      RETURN_IF_ERROR(Gemm(attn, L.wo, o, true, T, H, nh * D, 0.f, cap_tokens_));
+    } else {
+      RETURN_IF_ERROR(ResidualGemm(attn, L.wo, T, H, nh * D));
+    }
     if (c.sandwich_norm)
       CUDA_RETURN_IF_ERROR(cuda::LaunchAddNormed(o, L.post_attn_norm, x, L.pre_ff_norm, h, T, H,
                                                  eps, plus_one, stream_));
     const int act_kind = c.activation == Activation::kSilu ? 0 : 1;
     // One or two rows: the MLP norm, the gate_up GEMV and the activation in
     // one kernel. (Sandwich norms: AddNormed above already wrote h.)
-    const bool norm_gemv_act = !c.sandwich_norm && T < skinny_min_rows_ &&
+    const bool norm_gemv_act = !c.sandwich_norm && T < skinny_min_rows_ && pending_planes_ == 0 &&
                                cuda::NormGemvGatedActEnabled() &&
                                cuda::NormGemvGatedActSupported(T, 2 * I, H);
-    if (!c.sandwich_norm && !norm_gemv_act)
-      CUDA_RETURN_IF_ERROR(
-          cuda::LaunchRmsNorm(x, nullptr, L.post_attn_norm, h, T, H, eps, plus_one, stream_));
+    if (!c.sandwich_norm && !norm_gemv_act) RETURN_IF_ERROR(Norm(nullptr, L.post_attn_norm, T));
     if (norm_gemv_act) {
       CUDA_RETURN_IF_ERROR(cuda::LaunchNormGemvGatedAct(
           x, L.post_attn_norm, eps, plus_one, L.w_gate_up, act, T, 2 * I, H, act_kind, stream_));
@@ -446,6 +445,10 @@ Status CudaBackend::Enqueue(const Shape& s) {
       // One or two rows: the activation in the GEMV's epilogue.
       CUDA_RETURN_IF_ERROR(
           cuda::LaunchGemvGatedAct(h, L.w_gate_up, act, T, 2 * I, H, act_kind, stream_));
+    } else if (UseWgmma(T, 2 * I, H)) {
+      // The activation in the warpgroup GEMM's epilogue.
+      CUDA_RETURN_IF_ERROR(cuda::LaunchWgmmaGemm(h, L.w_gate_up, act, false, T, 2 * I, H, 0.f,
+                                                 {wgmma_ws_.get(), num_sms_}, stream_, act_kind));
     } else {
       RETURN_IF_ERROR(Gemm(h, L.w_gate_up, gu, false, T, 2 * I, H, 0.f, cap_tokens_));
       CUDA_RETURN_IF_ERROR(cuda::LaunchGatedAct(gu, act, T, I, act_kind, stream_));
@@ -455,10 +458,13 @@ Status CudaBackend::Enqueue(const Shape& s) {
       CUDA_RETURN_IF_ERROR(cuda::LaunchAddNormed(o, L.post_ff_norm, x, nullptr, nullptr, T, H, eps,
                                                  plus_one, stream_));
     } else {
-      RETURN_IF_ERROR(Gemm(act, L.w_down, x, true, T, H, I, 1.f, cap_tokens_));
+      RETURN_IF_ERROR(ResidualGemm(act, L.w_down, T, H, I));
     }
   }
-  if (s.rows == 0) return Status::Ok();
+  if (s.rows == 0) {
+    pending_planes_ = 0;  // x after the last layer is read by nothing
+    return Status::Ok();
+  }
   float* logits = logits_.get<float>();
   RETURN_IF_ERROR(NormGemm(x, meta + ml.logit_rows, final_norm_, lm_head_, logits, s.rows,
                            c.vocab_size, cap_seqs_));

@@ -462,6 +462,60 @@ int GridFor(int64_t n, int threads) {
 
 // Row counts from which the norm and activation kernels give each thread
 // several vectors (prefill steps); decode-sized steps keep more blocks.
+// RmsNormVecKernel after the residual add of a GEMM whose K was split into
+// nparts fp32 planes: x[src] += planes[0][src] + ... (in plane order, so the
+// sum is deterministic), written back to x, then normalised (the second
+// pass re-reads the thread's own sums, from L1). One row per block; every
+// plane's float4 of a thread is requested before any is added. At most 512
+// threads of 128 registers (16 planes' float4s in flight).
+constexpr int kMaxParts = 16;
+__global__ void __launch_bounds__(512)
+    AddPartsRmsNormKernel(float* x, const float* parts, int nparts, int64_t plane,
+                          const int32_t* rows_idx, const float* w, bf16_t* out, int dim, float eps,
+                          bool plus_one) {
+  PdlLaunchDependents();
+  PdlWait();
+  __shared__ float red[32];
+  const int nv = dim / 4;
+  const int64_t src = rows_idx ? rows_idx[blockIdx.x] : blockIdx.x;
+  float4* xr = reinterpret_cast<float4*>(x + src * dim);
+  const float4* pr = reinterpret_cast<const float4*>(parts + src * dim);
+  const int64_t pv = plane / 4;
+  float ss = 0.f;
+#pragma unroll 1
+  for (int i = threadIdx.x; i < nv; i += blockDim.x) {
+    float4 p[kMaxParts];
+#pragma unroll
+    for (int q = 0; q < kMaxParts; ++q)
+      if (q < nparts) p[q] = pr[q * pv + i];
+    float4 v = xr[i];
+#pragma unroll
+    for (int q = 0; q < kMaxParts; ++q)
+      if (q < nparts) {
+        v.x += p[q].x;
+        v.y += p[q].y;
+        v.z += p[q].z;
+        v.w += p[q].w;
+      }
+    xr[i] = v;
+    ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+  }
+  ss = BlockSum(ss, red);
+  const float inv = 1.0f / sqrtf(ss / dim + eps);
+  const float4* wv = reinterpret_cast<const float4*>(w);
+  uint2* o = reinterpret_cast<uint2*>(out + static_cast<int64_t>(blockIdx.x) * dim);
+  for (int i = threadIdx.x; i < nv; i += blockDim.x) {
+    const float4 v = xr[i];
+    float4 g = __ldg(wv + i);
+    if (plus_one) g = make_float4(1.f + g.x, 1.f + g.y, 1.f + g.z, 1.f + g.w);
+    const uint32_t lo = static_cast<uint32_t>(ToBf(v.x * inv * g.x)) |
+                        static_cast<uint32_t>(ToBf(v.y * inv * g.y)) << 16;
+    const uint32_t hi = static_cast<uint32_t>(ToBf(v.z * inv * g.z)) |
+                        static_cast<uint32_t>(ToBf(v.w * inv * g.w)) << 16;
+    o[i] = make_uint2(lo, hi);
+  }
+}
+
 constexpr int kManyRows = 256;
 
 int NormThreads(int dim) { return dim >= 1024 ? 512 : dim >= 256 ? 256 : 128; }
@@ -503,6 +557,19 @@ cudaError_t LaunchRmsNorm(const float* x, const int32_t* rows_idx, const float* 
   }
   return LaunchPdl(RmsNormKernel, dim3(rows), dim3(threads), 0, stream, x, rows_idx, w, out, dim,
                    eps, plus_one);
+}
+
+bool AddPartsRmsNormSupported(int dim, int nparts) {
+  return dim % 4 == 0 && nparts >= 1 && nparts <= kMaxParts;
+}
+
+cudaError_t LaunchAddPartsRmsNorm(float* x, const float* parts, int nparts, int64_t plane,
+                                  const int32_t* rows_idx, const float* w, bf16_t* out, int rows,
+                                  int dim, float eps, bool plus_one, cudaStream_t stream) {
+  if (!AddPartsRmsNormSupported(dim, nparts) || plane % 4 != 0) return cudaErrorInvalidValue;
+  if (rows <= 0) return cudaSuccess;
+  return LaunchPdl(AddPartsRmsNormKernel, dim3(rows), dim3(NormThreads(dim)), 0, stream, x, parts,
+                   nparts, plane, rows_idx, w, out, dim, eps, plus_one);
 }
 
 cudaError_t LaunchAddNormed(const float* o, const float* w_post, float* x, const float* w_pre,

@@ -24,6 +24,17 @@ cudaError_t LaunchEmbed(const bf16_t* embed, const int32_t* tokens, int rows, in
 cudaError_t LaunchRmsNorm(const float* x, const int32_t* rows_idx, const float* w, bf16_t* out,
                           int rows, int dim, float eps, bool plus_one, cudaStream_t stream);
 
+// LaunchRmsNorm after a residual add: x[src] += parts[0][src] + ... +
+// parts[nparts - 1][src] (planes `plane` floats apart, rows of dim; added in
+// plane order, deterministic), written back to x, then out[r] = the norm of
+// it (src = rows_idx ? rows_idx[r] : r). The planes are a split-K GEMM's
+// partial outputs (LaunchWgmmaGemm with planes). Requires
+// AddPartsRmsNormSupported(dim, nparts).
+bool AddPartsRmsNormSupported(int dim, int nparts);
+cudaError_t LaunchAddPartsRmsNorm(float* x, const float* parts, int nparts, int64_t plane,
+                                  const int32_t* rows_idx, const float* w, bf16_t* out, int rows,
+                                  int dim, float eps, bool plus_one, cudaStream_t stream);
+
 // Gemma 3 sandwich: x += norm(o, w_post); then h = norm(x, w_pre) (skipped
 // when w_pre is null).
 cudaError_t LaunchAddNormed(const float* o, const float* w_post, float* x, const float* w_pre,
@@ -188,19 +199,36 @@ cudaError_t LaunchSkinnyGemm(const bf16_t* x, const bf16_t* w, void* y, bool y_f
 // or bf16; n a multiple of 64, k of 64). Compute capability 9.0 only (the
 // kernel is built for sm_90a); launched with programmatic dependent launch,
 // it requests its first weight stages before waiting on the kernel before
-// it. K may be split over the blocks of a cluster; their partials are added
-// in a fixed order, so the result is deterministic.
+// it. K may be split over several blocks, whose partials are added in a
+// fixed order: the result is deterministic.
 inline constexpr int kMaxWgmmaRows = 64;
 struct WgmmaGemmPlan {
   int tile = 0;  // features per block, 64 or 128; 0: WgmmaGemmPlanFor's
   int splits = 1;
   bool k128 = false;  // stages of 128 k (k a multiple of 128)
 };
+// Device scratch of a split K: the blocks' partial tiles and a counter per
+// tile. WgmmaGemmWorkspaceBytes(num_sms) of device memory, zeroed once
+// before the first launch (each launch leaves the counters at zero). The
+// launches that share one must run in stream order (one stream).
+struct WgmmaGemmWorkspace {
+  void* base = nullptr;
+  int num_sms = 0;
+};
+size_t WgmmaGemmWorkspaceBytes(int num_sms);
 bool WgmmaGemmSupported(int m, int n, int k);
 WgmmaGemmPlan WgmmaGemmPlanFor(int n, int k, int num_sms);
+// act < 0: y as above. act >= 0 (Activate's codes: 0 SiLU, 1 GELU-tanh):
+// y bf16 [m][n / 2] = act(x . w[2i]) * (x . w[2i + 1]), the gated MLP's
+// activation on weights whose gate and up rows are interleaved (beta 0).
+// planes: y is fp32 [plan.splits][m][n], split s's partial product in
+// plane s, not added up (beta 0; the workspace is not used): for
+// LaunchAddPartsRmsNorm. Plans whose partial tiles exceed the workspace are
+// refused (cudaErrorInvalidValue), as are other invalid arguments.
+inline constexpr int kMaxWgmmaSplits = 16;
 cudaError_t LaunchWgmmaGemm(const bf16_t* x, const bf16_t* w, void* y, bool y_f32, int m, int n,
-                            int k, float beta, int num_sms, cudaStream_t stream,
-                            WgmmaGemmPlan plan = {});
+                            int k, float beta, WgmmaGemmWorkspace ws, cudaStream_t stream,
+                            int act = -1, bool planes = false, WgmmaGemmPlan plan = {});
 
 // x = cap * tanh(x / cap) over n floats.
 cudaError_t LaunchSoftcap(float* x, int64_t n, float cap, cudaStream_t stream);

@@ -1,4 +1,4 @@
-// Hopper warpgroup GEMM (wgmma) for decode steps of 9 to 64 rows:
+// Hopper warpgroup GEMM (wgmma) for decode steps of up to 64 rows:
 // y = x . w^T with the weights streamed once and the first stages of them
 // requested before the programmatic-launch wait, so that a step's GEMM
 // ramps up while the kernel before it finishes (cuBLAS's kernels start
@@ -9,22 +9,23 @@
 // memory with the 128-byte swizzle, so D is [feature][row] in registers.
 // A stage holds 64 or 128 k of NT * 64 features and of x; all 128 threads
 // copy stages in with cp.async, 3-6 deep. Where the feature tiles are too
-// few to occupy the GPU, K is split across the blocks of a cluster, whose
-// fp32 partial tiles are added through distributed shared memory in rank
-// order (deterministic).
+// few to occupy the GPU, K is split across blocks: each writes its fp32
+// partial tile to a workspace, and the last block of a tile to finish adds
+// them all in split order (deterministic) and stores the result. (Splitting
+// over a thread-block cluster and adding through distributed shared memory
+// measured 1.3-1.8x slower at 64 rows: down 24 us against 13.4.)
+//
+// Epilogues: fp32 or bf16 output, beta * y added; the gated activation
+// (weight rows gate and up interleaved, as LaunchGatedAct reads them); or
+// each split's fp32 plane stored as it is, for the next kernel to add
+// (LaunchAddPartsRmsNorm): no block waits on another, and the 1-2 us of
+// the last block's reduction leave the GEMM's tail.
 //
 // Built for sm_90a only (wgmma has no portable form); the backend calls it
-// on compute capability 9.0 devices, and only where AGENTKV_CUDA_WGMMA asks.
-// Measured at 64 rows on the Llama-3.2-1B shapes (bench/RESULTS.md item 43;
-// cuBLAS in brackets, us per launch in a graph): gate_up 27.4 (28.2), qkv
-// 8.2 (7.7), o 7.7 (6.6), down 24 (17.5): the per-row DRAM chunks of a
-// stage are short and the x tile is re-read by every block. Inside decode
-// steps (PDL overlap included) c16-c64 came out level with cuBLAS, within
-// the run-to-run spread, so it stays opt-in, as the base for GEMMs with the
-// norm and activation fused.
-#include <cooperative_groups.h>
+// on compute capability 9.0 devices.
 #include <cuda_bf16.h>
 
+#include "engine/cuda/activation.cuh"
 #include "engine/cuda/attention_common.cuh"
 #include "engine/cuda/cuda_kernels.h"
 #include "engine/cuda/mma.cuh"
@@ -37,8 +38,19 @@ constexpr int kThreads = 128;               // one warpgroup
 constexpr int kRows = 64;                   // wgmma N: x rows, zero-filled from m on
 constexpr int kAtomK = 64;                  // k of one 128-byte swizzled row
 constexpr int kSubBytes = 64 * kAtomK * 2;  // one m64 operand tile, 8 KiB
-constexpr int kMaxSplits = 8;
-constexpr int kPartStride = 4;  // floats of padding per row of the partial tile
+constexpr int kMaxSplits = kMaxWgmmaSplits;
+constexpr int kPartStride = 4;  // floats of padding per row of the output tile
+// Workspace: room for this many 64 x 64 fp32 partial tiles per SM, and as
+// many counters.
+constexpr int kWsTilesPerSm = 4;
+constexpr int kSubFloats = 64 * kRows;
+
+struct WgmmaArgs : GemmArgs {
+  float* ws;           // partial tiles, [tile][split][NT * 32 * kThreads]
+  unsigned* counters;  // per tile: splits done
+  int act;             // < 0: none; else Activate's code
+  bool planes;         // split s writes y + s * M * N; nothing added
+};
 
 // NT m64 feature tiles per block, S stages of A * 64 k.
 template <int NT, int S, int A>
@@ -101,7 +113,7 @@ __device__ __forceinline__ void FenceOperands(float (&d)[32]) {
 }
 
 template <int NT, int S, int A>
-__global__ void __launch_bounds__(kThreads) WgmmaGemmKernel(const GemmArgs a) {
+__global__ void __launch_bounds__(kThreads) WgmmaGemmKernel(const WgmmaArgs a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using C = Cfg<NT, S, A>;
   extern __shared__ unsigned char smem_raw[];
@@ -168,7 +180,62 @@ __global__ void __launch_bounds__(kThreads) WgmmaGemmKernel(const GemmArgs a) {
     for (int t = 0; t < NT; ++t) FenceOperands(acc[t]);
   }
   CpAsyncWait<0>();
-  __syncthreads();  // the stages' memory becomes the partial tile
+
+  if (splits > 1 && !a.planes) {
+    // Partial tiles in fragment order ([NT * 8][128 threads][4] floats), so
+    // that each thread writes and later reads float4s of its own fragments.
+    constexpr int kPart = NT * 32 * kThreads;
+    float* ws = a.ws + static_cast<int64_t>(blockIdx.x) * splits * kPart;
+#pragma unroll
+    for (int t = 0; t < NT; ++t)
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        __stcg(reinterpret_cast<float4*>(ws + split * kPart) + (t * 8 + j) * kThreads + tid,
+               make_float4(acc[t][4 * j], acc[t][4 * j + 1], acc[t][4 * j + 2], acc[t][4 * j + 3]));
+    __threadfence();
+    __syncthreads();
+    __shared__ bool last;
+    if (tid == 0) {
+      last = atomicAdd(a.counters + blockIdx.x, 1u) == static_cast<unsigned>(splits - 1);
+      if (last) a.counters[blockIdx.x] = 0;  // for the next launch (it waits for this grid)
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    // The partials (this block's own included, from memory: acc becomes the
+    // sum) come into the stages' shared memory a chunk of splits at a time,
+    // all of a chunk's copies in flight at once; each thread copies and adds
+    // only its own fragments, in split order.
+    constexpr int kChunk = C::kStages * C::kStageBytes / (kPart * 4);
+#pragma unroll
+    for (int t = 0; t < NT; ++t)
+#pragma unroll
+      for (int i = 0; i < 32; ++i) acc[t][i] = 0.f;
+    for (int q0 = 0; q0 < splits; q0 += kChunk) {
+      const int nq = min(kChunk, splits - q0);
+      for (int qq = 0; qq < nq; ++qq)
+#pragma unroll
+        for (int c = 0; c < NT * 8; ++c) {
+          const int at = (qq * NT * 8 + c) * kThreads + tid;
+          CpAsync16At(base + at * 16, ws + (q0 + qq) * kPart + (c * kThreads + tid) * 4, true);
+        }
+      CpAsyncCommit();
+      CpAsyncWait<0>();
+      for (int qq = 0; qq < nq; ++qq)
+#pragma unroll
+        for (int t = 0; t < NT; ++t)
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            const float4 p =
+                reinterpret_cast<const float4*>(part)[(qq * NT * 8 + t * 8 + j) * kThreads + tid];
+            acc[t][4 * j] += p.x;
+            acc[t][4 * j + 1] += p.y;
+            acc[t][4 * j + 2] += p.z;
+            acc[t][4 * j + 3] += p.w;
+          }
+    }
+  }
+  __syncthreads();  // the stages' memory becomes the output tile
 
   // D fragment of warp w: features 16 w + lane / 4 (+ 8), rows 8 j + 2 (lane % 4) (+ 1).
   constexpr int PS = C::kTileN + kPartStride;
@@ -183,31 +250,21 @@ __global__ void __launch_bounds__(kThreads) WgmmaGemmKernel(const GemmArgs a) {
         const int r = 8 * j + 2 * (lane & 3) + (e & 1);
         part[r * PS + f] = acc[t][4 * j + e];
       }
-  namespace cg = cooperative_groups;
-  cg::cluster_group cluster = cg::this_cluster();
-  if (splits > 1) {
-    cluster.sync();
-  } else {
-    __syncthreads();
-  }
-  // Each rank adds and stores a share of the tile's float4s, rows first.
+  __syncthreads();
+  // Stored a row's float4 of features at a time, rows first.
   constexpr int kVecs = kRows * C::kTileN / 4;
-  const int rank = splits > 1 ? static_cast<int>(cluster.block_rank()) : 0;
-  const int per = (kVecs + splits - 1) / splits;
-  const int lo = rank * per, hi = min(kVecs, lo + per);
-  for (int v = lo + tid; v < hi; v += kThreads) {
+  for (int v = tid; v < kVecs; v += kThreads) {
     const int r = v / (C::kTileN / 4), f = (v % (C::kTileN / 4)) * 4;
     if (r >= M || n0 + f >= N) continue;
-    float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int q = 0; q < splits; ++q) {
-      const float* src = splits > 1 ? cluster.map_shared_rank(part, q) : part;
-      const float4 p = *reinterpret_cast<const float4*>(src + r * PS + f);
-      s.x += p.x;
-      s.y += p.y;
-      s.z += p.z;
-      s.w += p.w;
+    float4 s = *reinterpret_cast<const float4*>(part + r * PS + f);
+    if (a.act >= 0) {  // features (gate, up) pairs: two outputs
+      __nv_bfloat162* yp = reinterpret_cast<__nv_bfloat162*>(
+          static_cast<bf16*>(a.y) + static_cast<int64_t>(r) * (N / 2) + (n0 + f) / 2);
+      *yp = __floats2bfloat162_rn(Activate(s.x, a.act) * s.y, Activate(s.z, a.act) * s.w);
+      continue;
     }
-    const int64_t at = static_cast<int64_t>(r) * N + n0 + f;
+    const int64_t at =
+        static_cast<int64_t>(r) * N + n0 + f + (a.planes ? static_cast<int64_t>(split) * M * N : 0);
     if (a.y_f32) {
       float4* yp = reinterpret_cast<float4*>(static_cast<float*>(a.y) + at);
       if (a.beta != 0.f) {
@@ -231,12 +288,11 @@ __global__ void __launch_bounds__(kThreads) WgmmaGemmKernel(const GemmArgs a) {
       yp[1] = __floats2bfloat162_rn(s.z, s.w);
     }
   }
-  if (splits > 1) cluster.sync();  // peers read this block's tile until here
 #endif
 }
 
 template <int NT, int S, int A>
-cudaError_t LaunchNt(const GemmArgs& a, int splits, cudaStream_t stream) {
+cudaError_t LaunchNt(const WgmmaArgs& a, int splits, cudaStream_t stream) {
   using C = Cfg<NT, S, A>;
   if (a.K % C::kBK != 0 || a.K / C::kBK < splits) return cudaErrorInvalidValue;
   static bool raised = false;
@@ -246,40 +302,59 @@ cudaError_t LaunchNt(const GemmArgs& a, int splits, cudaStream_t stream) {
     if (e != cudaSuccess) return e;
     raised = true;
   }
-  return LaunchPdlClustered(WgmmaGemmKernel<NT, S, A>,
-                            dim3((a.N + C::kTileN - 1) / C::kTileN, splits), dim3(kThreads),
-                            C::kSmem, splits, stream, a);
+  return LaunchPdl(WgmmaGemmKernel<NT, S, A>, dim3((a.N + C::kTileN - 1) / C::kTileN, splits),
+                   dim3(kThreads), C::kSmem, stream, a);
 }
 
 }  // namespace
+
+size_t WgmmaGemmWorkspaceBytes(int num_sms) {
+  const size_t tiles = static_cast<size_t>(kWsTilesPerSm) * num_sms;
+  return tiles * kSubFloats * sizeof(float) + tiles * sizeof(unsigned);
+}
 
 bool WgmmaGemmSupported(int m, int n, int k) {
   return m >= 1 && m <= kMaxWgmmaRows && n >= 64 && n % 64 == 0 && k >= kAtomK && k % kAtomK == 0;
 }
 
 WgmmaGemmPlan WgmmaGemmPlanFor(int n, int k, int num_sms) {
-  // Tiles of 64 features, at most two blocks per SM (96 KiB each); K split
-  // over a cluster while each split keeps four stages or more. Stages of
-  // 128 k where K allows (2-10% faster than 64 in the benchmark).
+  // Tiles of 64 features; K split while the blocks stay within two per SM
+  // (96 KiB of shared memory each) and each split keeps two stages. Stages
+  // of 128 k where K allows (2-10% faster than 64 in the benchmark).
+  // Measured at 64 rows (bench/RESULTS.md item 44): the most splits that
+  // fit were the fastest for the o (8), QKV (4) and down (8) projections.
   WgmmaGemmPlan p;
   p.tile = 64;
   p.k128 = k % 128 == 0;
   const int tiles = n / p.tile, stages = k / (p.k128 ? 128 : 64);
-  while (p.splits < kMaxSplits && tiles * p.splits <= num_sms && stages / (p.splits * 2) >= 4)
+  while (p.splits * 2 <= kMaxSplits && tiles * p.splits * 2 <= 2 * num_sms &&
+         stages / (p.splits * 2) >= 2)
     p.splits *= 2;
   return p;
 }
 
 cudaError_t LaunchWgmmaGemm(const bf16_t* x, const bf16_t* w, void* y, bool y_f32, int m, int n,
-                            int k, float beta, int num_sms, cudaStream_t stream,
-                            WgmmaGemmPlan plan) {
-  if (!WgmmaGemmSupported(m, n, k) || num_sms <= 0) return cudaErrorInvalidValue;
-  if (plan.tile == 0) plan = WgmmaGemmPlanFor(n, k, num_sms);
+                            int k, float beta, WgmmaGemmWorkspace ws, cudaStream_t stream, int act,
+                            bool planes, WgmmaGemmPlan plan) {
+  if (!WgmmaGemmSupported(m, n, k) || ws.num_sms <= 0) return cudaErrorInvalidValue;
+  if (plan.tile == 0) plan = WgmmaGemmPlanFor(n, k, ws.num_sms);
   if ((plan.tile != 64 && plan.tile != 128) || n % plan.tile != 0 || plan.splits < 1 ||
       plan.splits > kMaxSplits)
     return cudaErrorInvalidValue;
-  const GemmArgs a{
+  if (act >= 0 && (y_f32 || beta != 0.f || planes)) return cudaErrorInvalidValue;
+  if (planes && (!y_f32 || beta != 0.f)) return cudaErrorInvalidValue;
+  const int room = kWsTilesPerSm * ws.num_sms;
+  if (plan.splits > 1 && !planes &&
+      (ws.base == nullptr || (n / 64) * plan.splits > room || n / plan.tile > room))
+    return cudaErrorInvalidValue;
+  WgmmaArgs a;
+  static_cast<GemmArgs&>(a) = {
       reinterpret_cast<const bf16*>(x), reinterpret_cast<const bf16*>(w), y, m, n, k, beta, y_f32};
+  a.ws = static_cast<float*>(ws.base);
+  a.counters = reinterpret_cast<unsigned*>(static_cast<float*>(ws.base) +
+                                           static_cast<size_t>(room) * kSubFloats);
+  a.act = act;
+  a.planes = planes;
   if (plan.tile == 128)
     return plan.k128 ? LaunchNt<2, 4, 2>(a, plan.splits, stream)
                      : LaunchNt<2, 5, 1>(a, plan.splits, stream);

@@ -323,9 +323,10 @@ TEST(CudaKernels, SkinnyGemmMatchesLinear) {
 }
 
 // The warpgroup GEMM against the CPU Linear: row counts that leave part of
-// the 64-row tile empty, both tile widths, K split over clusters of 1-8
-// (the default plan and forced ones), fp32 output with the residual added
-// and bf16 output; the same bits on a second run.
+// the 64-row tile empty, both tile widths, K split 1-8 ways (the default
+// plan and forced ones; the split counters must be back at zero for each
+// next launch), fp32 output with the residual added and bf16 output; the
+// same bits on a second run; and the gated-activation epilogue.
 TEST(CudaKernels, WgmmaGemmMatchesLinear) {
   AGENTKV_REQUIRE_GPU();
   cudaDeviceProp prop{};
@@ -333,6 +334,9 @@ TEST(CudaKernels, WgmmaGemmMatchesLinear) {
   if (prop.major != 9 || prop.minor != 0) GTEST_SKIP() << "needs compute capability 9.0";
   std::mt19937 rng(12);
   const int sms = prop.multiProcessorCount;
+  auto ws = Poisoned<float>(cuda::WgmmaGemmWorkspaceBytes(sms) / 4);
+  ASSERT_EQ(cudaMemset(ws.get(), 0, ws.bytes()), cudaSuccess);
+  const cuda::WgmmaGemmWorkspace wws{ws.get(), sms};
   struct Case {
     int m, n, k;
     cuda::WgmmaGemmPlan plan;
@@ -359,9 +363,28 @@ TEST(CudaKernels, WgmmaGemmMatchesLinear) {
           std::to_string(m) + " " + std::to_string(n) + " " + std::to_string(k) + " tile " +
               std::to_string(c.plan.tile) + " splits " + std::to_string(c.plan.splits),
           [&](const cuda::bf16_t* x, const cuda::bf16_t* w, void* y, float beta) {
-            return cuda::LaunchWgmmaGemm(x, w, y, f32, m, n, k, beta, sms, nullptr, c.plan);
+            return cuda::LaunchWgmmaGemm(x, w, y, f32, m, n, k, beta, wws, nullptr, -1, false,
+                                         c.plan);
           });
   }
+  // The gated activation in the epilogue, with and without split K: against
+  // Linear then the CPU GatedActivation.
+  for (auto [m, n, k, splits] : {std::array{64, 8192, 2048, 1}, std::array{9, 8192, 2048, 1},
+                                 std::array{33, 512, 1024, 4}, std::array{64, 96, 2048, 3}})
+    for (Activation act : {Activation::kSilu, Activation::kGeluTanh}) {
+      const auto x = Rounded(Random(m * k, rng));
+      const auto w = Rounded(Random(static_cast<size_t>(2 * n) * k, rng, 0.05f));
+      auto dx = Upload(Bf16Of(x)), dw = Upload(Bf16Of(InterleaveGateUp(w, n, k)));
+      auto out = Poisoned<uint16_t>(static_cast<size_t>(m) * n);
+      ASSERT_EQ(cuda::LaunchWgmmaGemm(dx.get<cuda::bf16_t>(), dw.get<cuda::bf16_t>(), out.get(),
+                                      false, m, 2 * n, k, 0.f, wws, nullptr,
+                                      act == Activation::kSilu ? 0 : 1, false, {64, splits, true}),
+                cudaSuccess);
+      ExpectLinearThenGated(out, x, w, m, n, k, act);
+    }
+  EXPECT_EQ(
+      cuda::LaunchWgmmaGemm(nullptr, nullptr, nullptr, true, 64, 128, 128, 0.f, wws, nullptr, 0),
+      cudaErrorInvalidValue);  // the activation writes bf16
   const cuda::WgmmaGemmPlan o = cuda::WgmmaGemmPlanFor(2048, 2048, 132);
   EXPECT_EQ(o.tile, 64);
   EXPECT_GT(o.splits, 1);
@@ -369,9 +392,83 @@ TEST(CudaKernels, WgmmaGemmMatchesLinear) {
   EXPECT_FALSE(cuda::WgmmaGemmSupported(cuda::kMaxWgmmaRows + 1, 2048, 2048));
   EXPECT_FALSE(cuda::WgmmaGemmSupported(64, 2048, 2080));
   EXPECT_FALSE(cuda::WgmmaGemmSupported(64, 200, 2048));
-  EXPECT_EQ(cuda::LaunchWgmmaGemm(nullptr, nullptr, nullptr, true, 64, 192, 320, 0.f, sms, nullptr,
-                                  {128, 1}),
+  EXPECT_EQ(cuda::LaunchWgmmaGemm(nullptr, nullptr, nullptr, true, 64, 192, 320, 0.f, wws, nullptr,
+                                  -1, false, {128, 1}),
             cudaErrorInvalidValue);  // 192 features are not whole 128-wide tiles
+  EXPECT_EQ(cuda::LaunchWgmmaGemm(nullptr, nullptr, nullptr, true, 64, 16384, 2048, 0.f, wws,
+                                  nullptr, -1, false, {64, 16}),
+            cudaErrorInvalidValue);  // 4,096 partial tiles: more than the workspace holds
+  EXPECT_EQ(cuda::LaunchWgmmaGemm(nullptr, nullptr, nullptr, false, 64, 2048, 2048, 0.f, wws,
+                                  nullptr, -1, true),
+            cudaErrorInvalidValue);  // planes are fp32
+}
+
+// The split-K planes of the warpgroup GEMM added to the residual by the
+// norm kernel: x + x . w^T written back (fp32, against the CPU Linear) and
+// its RMSNorm (bf16, against the CPU RmsNorm of that sum), for all rows and
+// for a gather of rows (the LM head's); the same bits on a second run.
+TEST(CudaKernels, WgmmaPlanesAddedByNormMatchLinearThenRmsNorm) {
+  AGENTKV_REQUIRE_GPU();
+  cudaDeviceProp prop{};
+  ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+  if (prop.major != 9 || prop.minor != 0) GTEST_SKIP() << "needs compute capability 9.0";
+  std::mt19937 rng(14);
+  const int sms = prop.multiProcessorCount;
+  const cuda::WgmmaGemmWorkspace none{nullptr, sms};  // planes need no workspace
+  for (auto [m, n, k, splits] : {std::array{40, 2048, 8192, 0}, std::array{64, 2048, 2048, 0},
+                                 std::array{9, 512, 1024, 3}, std::array{17, 1024, 4096, 16}}) {
+    cuda::WgmmaGemmPlan plan = cuda::WgmmaGemmPlanFor(n, k, sms);
+    if (splits > 0) plan.splits = splits;
+    ASSERT_TRUE(cuda::AddPartsRmsNormSupported(n, plan.splits));
+    const auto x = Rounded(Random(m * k, rng)),
+               w = Rounded(Random(static_cast<size_t>(n) * k, rng, 0.05f));
+    const auto res = Random(m * n, rng), nw = Random(n, rng, 0.2f, 1.f);
+    std::vector<float> sum(m * n), normed(m * n);
+    kernels::Linear(x.data(), w.data(), nullptr, sum.data(), m, n, k);
+    for (int i = 0; i < m * n; ++i) sum[i] += res[i];
+    kernels::RmsNorm(sum.data(), nw.data(), normed.data(), m, n, 1e-6f, false);
+    auto dx = Upload(Bf16Of(x)), dw = Upload(Bf16Of(w)), dnw = Upload(nw);
+    auto planes = Poisoned<float>(static_cast<size_t>(plan.splits) * m * n);
+    const std::string what = std::to_string(m) + " " + std::to_string(n) + " " + std::to_string(k) +
+                             " splits " + std::to_string(plan.splits);
+    std::vector<float> first;
+    for (int rep = 0; rep < 2; ++rep) {
+      auto dres = Upload(res);
+      auto out = Poisoned<uint16_t>(static_cast<size_t>(m) * n);
+      ASSERT_EQ(cuda::LaunchWgmmaGemm(dx.get<cuda::bf16_t>(), dw.get<cuda::bf16_t>(), planes.get(),
+                                      true, m, n, k, 0.f, none, nullptr, -1, true, plan),
+                cudaSuccess)
+          << what;
+      ASSERT_EQ(cuda::LaunchAddPartsRmsNorm(dres.get<float>(), planes.get<float>(), plan.splits,
+                                            static_cast<int64_t>(m) * n, nullptr, dnw.get<float>(),
+                                            out.get<cuda::bf16_t>(), m, n, 1e-6f, false, nullptr),
+                cudaSuccess)
+          << what;
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
+      const auto got = Download<float>(dres, m * n);
+      EXPECT_LT(RelErr(got, sum), 1e-5) << what;
+      EXPECT_LT(RelErr(DownloadBf16(out, m * n), normed), 1e-2) << what;
+      if (rep == 0) {
+        first = got;
+      } else {
+        EXPECT_EQ(got, first) << what;
+      }
+    }
+    // A gather of rows (last, first): only they are added and normalised.
+    auto dres = Upload(res);
+    auto rows = Upload(std::vector<int32_t>{m - 1, 0});
+    auto out = Poisoned<uint16_t>(2 * static_cast<size_t>(n));
+    ASSERT_EQ(cuda::LaunchAddPartsRmsNorm(dres.get<float>(), planes.get<float>(), plan.splits,
+                                          static_cast<int64_t>(m) * n, rows.get<int32_t>(),
+                                          dnw.get<float>(), out.get<cuda::bf16_t>(), 2, n, 1e-6f,
+                                          false, nullptr),
+              cudaSuccess);
+    std::vector<float> want(normed.end() - n, normed.end());
+    want.insert(want.end(), normed.begin(), normed.begin() + n);
+    EXPECT_LT(RelErr(DownloadBf16(out, 2 * n), want), 1e-2) << what;
+  }
+  EXPECT_FALSE(cuda::AddPartsRmsNormSupported(2048, cuda::kMaxWgmmaSplits + 1));
+  EXPECT_FALSE(cuda::AddPartsRmsNormSupported(2050, 2));
 }
 
 // The MLP's norm, gate_up GEMV and activation in one (pipelined) kernel
