@@ -246,6 +246,8 @@ cudaError_t LaunchAttention(const AttentionParams& p, cudaStream_t stream) {
   if (p.wide && !WideAttentionSupported(p.head_dim)) return cudaErrorInvalidValue;
   if (p.qkv != nullptr && (p.wide || !FusedRotarySupported(p.head_dim)))
     return cudaErrorInvalidValue;
+  if (p.qkv_planes < 1 || p.qkv_planes > kMaxQkvPlanes || (p.qkv_planes > 1 && p.qkv == nullptr))
+    return cudaErrorInvalidValue;
   cudaError_t e;
   if (p.wide || (MmaEnabled() && MmaAttentionSupported(p.head_dim))) {
     e = LaunchMmaAttention(p, stream);

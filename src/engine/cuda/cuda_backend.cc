@@ -102,8 +102,10 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::Create(const ModelConfig& conf
   if (b->wgmma_min_rows_ <= cuda::kMaxWgmmaRows) {
     RETURN_IF_ERROR(b->wgmma_ws_.Allocate(cuda::WgmmaGemmWorkspaceBytes(b->num_sms_)));
     CUDA_RETURN_IF_ERROR(cudaMemset(b->wgmma_ws_.get(), 0, b->wgmma_ws_.bytes()));
-    RETURN_IF_ERROR(b->wgmma_planes_.Allocate(static_cast<size_t>(cuda::kMaxWgmmaSplits) *
-                                              cuda::kMaxWgmmaRows * config.hidden_size * 4));
+    const int64_t qkv_n = (config.num_heads + 2 * config.num_kv_heads) * config.head_dim;
+    RETURN_IF_ERROR(
+        b->wgmma_planes_.Allocate(static_cast<size_t>(cuda::kMaxWgmmaSplits) * cuda::kMaxWgmmaRows *
+                                  std::max<int64_t>(config.hidden_size, qkv_n) * 4));
   }
   return b;
 }
@@ -490,23 +492,25 @@ bool CudaBackend::UseWgmma(int m, int n, int k) const {
          cuda::WgmmaGemmPlanFor(n, k, num_sms_).splits == 1;
 }
 
+int CudaBackend::PlanesFor(int m, int n, int k) const {
+  // (From skinny_min_rows_: fewer rows take the GEMVs, some with the norm
+  // fused, which add no planes.)
+  if (m < wgmma_min_rows_ || m < skinny_min_rows_ || !cuda::WgmmaGemmSupported(m, n, k)) return 0;
+  const int splits = cuda::WgmmaGemmPlanFor(n, k, num_sms_).splits;
+  return splits > 1 && cuda::AddPartsRmsNormSupported(n, splits) ? splits : 0;
+}
+
 Status CudaBackend::ResidualGemm(const cuda::bf16_t* a, const cuda::bf16_t* w, int m, int n,
                                  int k) {
-  float* x = x_.get<float>();
-  const cuda::WgmmaGemmPlan plan = cuda::WgmmaGemmPlanFor(n, k, num_sms_);
-  // (From skinny_min_rows_: fewer rows take the GEMV, and their norms the
-  // fused norm GEMVs, which add no planes.)
-  if (m >= wgmma_min_rows_ && m >= skinny_min_rows_ && n == config_.hidden_size &&
-      cuda::WgmmaGemmSupported(m, n, k) && plan.splits > 1 &&
-      cuda::AddPartsRmsNormSupported(n, plan.splits) && pending_planes_ == 0) {
+  const int splits = pending_planes_ == 0 ? PlanesFor(m, n, k) : 0;
+  if (splits > 0) {
     CUDA_RETURN_IF_ERROR(cuda::LaunchWgmmaGemm(a, w, wgmma_planes_.get(), true, m, n, k, 0.f,
-                                               {wgmma_ws_.get(), num_sms_}, stream_, -1, true,
-                                               plan));
-    pending_planes_ = plan.splits;
+                                               {wgmma_ws_.get(), num_sms_}, stream_, -1, true));
+    pending_planes_ = splits;
     plane_floats_ = static_cast<int64_t>(m) * n;
     return Status::Ok();
   }
-  return Gemm(a, w, x, true, m, n, k, 1.f, cap_tokens_);
+  return Gemm(a, w, x_.get<float>(), true, m, n, k, 1.f, cap_tokens_);
 }
 
 Status CudaBackend::Norm(const int32_t* rows, const float* norm_w, int m) {

@@ -152,6 +152,9 @@ class CudaBackend final : public Backend {
   // warpgroup kernel with K split into planes where it applies, the next
   // norm adding them (pending_planes_); else Gemm with beta 1.
   Status ResidualGemm(const cuda::bf16_t* a, const cuda::bf16_t* w, int m, int n, int k);
+  // The plan with which an m-row [n][k] GEMM leaves split-K planes in
+  // wgmma_planes_ for the next kernel to add (its splits; 0: it does not).
+  int PlanesFor(int m, int n, int k) const;
   // h = RMSNorm(x[rows]) (rows null: all m), adding the pending planes first.
   Status Norm(const int32_t* rows, const float* norm_w, int m);
   // y = RMSNorm(x[rows]) . w^T, through h_.
@@ -223,7 +226,8 @@ class CudaBackend final : public Backend {
   static constexpr int kNever = 1 << 30;
   int wgmma_min_rows_ = kNever;
   // Split-K planes of the last ResidualGemm not yet added to x_ (their
-  // count; 0: none), each plane_floats_ apart in wgmma_planes_.
+  // count; 0: none), each plane_floats_ apart in wgmma_planes_ (which the
+  // QKV projection's planes reuse: each user runs after the last reader).
   cuda::DeviceBuffer wgmma_planes_;
   int pending_planes_ = 0;
   int64_t plane_floats_ = 0;

@@ -41,7 +41,7 @@ __device__ __forceinline__ void ProjectHead(const float* src, const float* b, co
                                             const AttentionParams& p, float pos, bool rotary,
                                             bf16* dst, int lane) {
   HeadRegs<D> r;
-  LoadHead<D>(src, b, r, lane);
+  LoadHead<D>(src, b, r, lane, p.qkv_planes, p.qkv_plane);
   FinishHead<D>(r, nw, p.eps, p.plus_one, p.inv_freq, pos, rotary, dst, nullptr, lane);
 }
 

@@ -357,7 +357,21 @@ Status CudaBackend::Enqueue(const Shape& s) {
       cuda::LaunchEmbed(embed_, meta + ml.tokens, T, H, c.embed_scale, x, stream_));
   for (int l = 0; l < c.num_layers; ++l) {
     const Layer& L = layers_[l];
-    RETURN_IF_ERROR(NormGemm(x, nullptr, L.in_norm, L.wqkv, qkv_.get(), T, qkv_n, cap_tokens_));
+    // Decode steps: the attention kernel applies the rotary itself and
+    // stores the token's K and V (one kernel less per layer).
+    const bool fused_rotary =
+        fused_rotary_ && s.tokens == s.seqs && !s.wide && cuda::FusedRotarySupported(D);
+    // Which adds the QKV projection's split-K planes itself, where it has them.
+    int qkv_planes = fused_rotary ? PlanesFor(T, qkv_n, H) : 0;
+    if (qkv_planes > cuda::kMaxQkvPlanes) qkv_planes = 0;
+    if (qkv_planes > 0) {
+      RETURN_IF_ERROR(Norm(nullptr, L.in_norm, T));
+      CUDA_RETURN_IF_ERROR(cuda::LaunchWgmmaGemm(h, L.wqkv, wgmma_planes_.get(), true, T, qkv_n, H,
+                                                 0.f, {wgmma_ws_.get(), num_sms_}, stream_, -1,
+                                                 true));
+    } else {
+      RETURN_IF_ERROR(NormGemm(x, nullptr, L.in_norm, L.wqkv, qkv_.get(), T, qkv_n, cap_tokens_));
+    }
     const float* inv_freq = L.kind == AttentionKind::kSliding && c.arch == Architecture::kGemma3
                                 ? inv_freq_local_
                                 : inv_freq_global_;
@@ -372,10 +386,6 @@ Status CudaBackend::Enqueue(const Shape& s) {
     // K and V go to the cache straight from the rotary kernel unless a ring
     // slot they overwrite may still be read by another query of this step.
     const bool fused_store = view.ring == 0 || s.tokens == s.seqs;
-    // Decode steps: the attention kernel applies the rotary itself and
-    // stores the token's K and V (one kernel less per layer).
-    const bool fused_rotary =
-        fused_rotary_ && s.tokens == s.seqs && !s.wide && cuda::FusedRotarySupported(D);
     if (!fused_rotary && fused_store) {
       CUDA_RETURN_IF_ERROR(cuda::LaunchQkvPostStore(qkv_.get<float>(), L.bqkv, L.q_norm, L.k_norm,
                                                     inv_freq, pos, tok_seq, T, nh, nkv, D, eps,
@@ -411,7 +421,9 @@ Status CudaBackend::Enqueue(const Shape& s) {
     ap.out = attn;
     if (fused_rotary) {
       ap.q = ap.k_new = ap.v_new = nullptr;
-      ap.qkv = qkv_.get<float>();
+      ap.qkv = qkv_planes > 0 ? wgmma_planes_.get<float>() : qkv_.get<float>();
+      ap.qkv_planes = std::max(1, qkv_planes);
+      ap.qkv_plane = static_cast<int64_t>(T) * qkv_n;
       ap.bias = L.bqkv;
       ap.q_norm = L.q_norm;
       ap.k_norm = L.k_norm;

@@ -121,6 +121,11 @@ struct AttentionParams {
   // include the step's token also stores that token's K and V into the
   // cache. One kernel instead of two per layer (FusedRotarySupported).
   const float* qkv = nullptr;  // [T][(nh + 2 * nkv) * D] fp32
+  // The projection as qkv_planes (up to kMaxQkvPlanes) fp32 planes
+  // qkv_plane floats apart (a split-K GEMM's partials, LaunchWgmmaGemm with
+  // planes), added in order.
+  int qkv_planes = 1;
+  int64_t qkv_plane = 0;
   const float* bias = nullptr;
   const float* q_norm = nullptr;
   const float* k_norm = nullptr;
@@ -128,6 +133,7 @@ struct AttentionParams {
   float eps = 0.f;
   bool plus_one = false;
 };
+inline constexpr int kMaxQkvPlanes = 8;
 int TokensPerTile(int group_size, bool wide = false);
 bool WideAttentionSupported(int head_dim);
 // Largest head_dim the attention kernel takes (a multiple of 16).

@@ -17,14 +17,36 @@ struct HeadRegs {
   float x0[kPer], x1[kPer];  // elements lane + 32 u and lane + 32 u + D / 2
 };
 
-// src + b (b may be null) into registers.
+// src + b (b may be null) into registers; with planes > 1 (at most
+// kMaxHeadPlanes), src is the sum of that many planes `plane` floats apart,
+// added in plane order (every plane's loads issued first).
+inline constexpr int kMaxHeadPlanes = 8;  // kMaxQkvPlanes
 template <int D>
-__device__ __forceinline__ void LoadHead(const float* src, const float* b, HeadRegs<D>& r,
-                                         int lane) {
+__device__ __forceinline__ void LoadHead(const float* src, const float* b, HeadRegs<D>& r, int lane,
+                                         int planes = 1, int64_t plane = 0) {
   constexpr int kHalf = HeadRegs<D>::kHalf;
 #pragma unroll
   for (int u = 0; u < HeadRegs<D>::kPer; ++u) {
     const int i = lane + 32 * u;
+    if (planes > 1) {
+      float a[kMaxHeadPlanes], c[kMaxHeadPlanes];
+#pragma unroll
+      for (int q = 0; q < kMaxHeadPlanes; ++q)
+        if (q < planes) {
+          a[q] = src[q * plane + i];
+          c[q] = src[q * plane + i + kHalf];
+        }
+      float x0 = a[0], x1 = c[0];
+#pragma unroll
+      for (int q = 1; q < kMaxHeadPlanes; ++q)
+        if (q < planes) {
+          x0 += a[q];
+          x1 += c[q];
+        }
+      r.x0[u] = x0 + (b ? b[i] : 0.f);
+      r.x1[u] = x1 + (b ? b[i + kHalf] : 0.f);
+      continue;
+    }
     r.x0[u] = src[i] + (b ? b[i] : 0.f);
     r.x1[u] = src[i + kHalf] + (b ? b[i + kHalf] : 0.f);
   }

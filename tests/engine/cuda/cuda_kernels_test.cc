@@ -724,7 +724,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention, ::testing::ValuesIn(AttnCases())
 // Decode attention given the projection (AttentionParams::qkv) against the
 // two-kernel path it replaces (LaunchQkvPostStore, then attention on q, k,
 // v): the same outputs and the same K/V rows left in the cache. Both paths
-// are checked against the CPU references above.
+// are checked against the CPU references above. The projection given as
+// planes to add gives the same bits.
 TEST(CudaKernels, FusedRotaryAttentionMatchesQkvPostThenAttention) {
   AGENTKV_REQUIRE_GPU();
   std::mt19937 rng(21);
@@ -768,8 +769,14 @@ TEST(CudaKernels, FusedRotaryAttentionMatchesQkvPostThenAttention) {
     auto v = Poisoned<uint16_t>(static_cast<size_t>(T) * row);
     auto part_o = Poisoned<float>(static_cast<size_t>(T) * nh * cs.splits * D);
     auto part_ml = Poisoned<float>(static_cast<size_t>(T) * nh * cs.splits * 2);
+    // The projection also as three planes (half, half, zero: their sum is
+    // exact), as a split-K GEMM leaves it.
+    std::vector<float> planes(3 * qkv.size(), 0.f);
+    for (size_t i = 0; i < qkv.size(); ++i) planes[i] = planes[qkv.size() + i] = qkv[i] / 2;
+    auto dplanes = Upload(planes);
     std::vector<std::vector<float>> outs, caches;
-    for (bool fused : {false, true}) {
+    for (int mode = 0; mode < 3; ++mode) {
+      const bool fused = mode > 0;
       auto dc = Upload(cache0);
       cuda::KvCacheView view;
       view.base = dc.get<cuda::bf16_t>();
@@ -791,7 +798,9 @@ TEST(CudaKernels, FusedRotaryAttentionMatchesQkvPostThenAttention) {
         p.k_new = k.get<cuda::bf16_t>();
         p.v_new = v.get<cuda::bf16_t>();
       } else {
-        p.qkv = dqkv.get<float>();
+        p.qkv = mode == 1 ? dqkv.get<float>() : dplanes.get<float>();
+        p.qkv_planes = mode == 1 ? 1 : 3;
+        p.qkv_plane = static_cast<int64_t>(qkv.size());
         p.bias = b;
         p.q_norm = qnp;
         p.k_norm = knp;
@@ -814,6 +823,8 @@ TEST(CudaKernels, FusedRotaryAttentionMatchesQkvPostThenAttention) {
         "D" + std::to_string(D) + " G" + std::to_string(G) + " splits " + std::to_string(cs.splits);
     EXPECT_LT(RelErr(outs[1], outs[0]), 1e-2) << what;
     EXPECT_LT(RelErr(caches[1], caches[0]), 1e-3) << what;  // one row per token and head
+    EXPECT_EQ(outs[2], outs[1]) << what;
+    EXPECT_EQ(caches[2], caches[1]) << what;
   }
   cuda::AttentionParams wide;  // the projection is for narrow (decode) tiles only
   wide.qkv = reinterpret_cast<const float*>(&wide);
