@@ -11,15 +11,17 @@
 // copy stages in with cp.async, 3-6 deep. Where the feature tiles are too
 // few to occupy the GPU, K is split across blocks: each writes its fp32
 // partial tile to a workspace, and the last block of a tile to finish adds
-// them all in split order (deterministic) and stores the result. (Splitting
-// over a thread-block cluster and adding through distributed shared memory
-// measured 1.3-1.8x slower at 64 rows: down 24 us against 13.4.)
+// them all in split order (deterministic) and stores the result. (A split
+// over a thread-block cluster, added through distributed shared memory,
+// was the slowest: down 24 us at 64 rows against 14.8 with planes.)
 //
 // Epilogues: fp32 or bf16 output, beta * y added; the gated activation
 // (weight rows gate and up interleaved, as LaunchGatedAct reads them); or
 // each split's fp32 plane stored as it is, for the next kernel to add
-// (LaunchAddPartsRmsNorm): no block waits on another, and the 1-2 us of
-// the last block's reduction leave the GEMM's tail.
+// (LaunchAddPartsRmsNorm, the fused-rotary attention): no block waits on
+// another, and the last block's serial reduction (3-5 us at 64 rows,
+// bench/RESULTS.md item 44) leaves the GEMM's tail. The backend uses planes
+// for every split GEMM.
 //
 // Built for sm_90a only (wgmma has no portable form); the backend calls it
 // on compute capability 9.0 devices.
