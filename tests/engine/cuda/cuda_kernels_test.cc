@@ -322,6 +322,15 @@ TEST(CudaKernels, SkinnyGemmMatchesLinear) {
   EXPECT_FALSE(cuda::SkinnyGemmSupported(8, 2048, 2112));
 }
 
+// The SM count of device 0 if its compute capability is 9.0 (the warpgroup
+// GEMM's), else 0.
+int Cc90Sms() {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess || prop.major != 9 || prop.minor != 0)
+    return 0;
+  return prop.multiProcessorCount;
+}
+
 // The warpgroup GEMM against the CPU Linear: row counts that leave part of
 // the 64-row tile empty, both tile widths, K split 1-8 ways (the default
 // plan and forced ones; the split counters must be back at zero for each
@@ -329,11 +338,9 @@ TEST(CudaKernels, SkinnyGemmMatchesLinear) {
 // same bits on a second run; and the gated-activation epilogue.
 TEST(CudaKernels, WgmmaGemmMatchesLinear) {
   AGENTKV_REQUIRE_GPU();
-  cudaDeviceProp prop{};
-  ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
-  if (prop.major != 9 || prop.minor != 0) GTEST_SKIP() << "needs compute capability 9.0";
+  const int sms = Cc90Sms();
+  if (sms == 0) GTEST_SKIP() << "needs compute capability 9.0";
   std::mt19937 rng(12);
-  const int sms = prop.multiProcessorCount;
   auto ws = Poisoned<float>(cuda::WgmmaGemmWorkspaceBytes(sms) / 4);
   ASSERT_EQ(cudaMemset(ws.get(), 0, ws.bytes()), cudaSuccess);
   const cuda::WgmmaGemmWorkspace wws{ws.get(), sms};
@@ -409,11 +416,9 @@ TEST(CudaKernels, WgmmaGemmMatchesLinear) {
 // for a gather of rows (the LM head's); the same bits on a second run.
 TEST(CudaKernels, WgmmaPlanesAddedByNormMatchLinearThenRmsNorm) {
   AGENTKV_REQUIRE_GPU();
-  cudaDeviceProp prop{};
-  ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
-  if (prop.major != 9 || prop.minor != 0) GTEST_SKIP() << "needs compute capability 9.0";
+  const int sms = Cc90Sms();
+  if (sms == 0) GTEST_SKIP() << "needs compute capability 9.0";
   std::mt19937 rng(14);
-  const int sms = prop.multiProcessorCount;
   const cuda::WgmmaGemmWorkspace none{nullptr, sms};  // planes need no workspace
   for (auto [m, n, k, splits] : {std::array{40, 2048, 8192, 0}, std::array{64, 2048, 2048, 0},
                                  std::array{9, 512, 1024, 3}, std::array{17, 1024, 4096, 16}}) {
