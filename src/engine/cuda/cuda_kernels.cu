@@ -460,15 +460,13 @@ int GridFor(int64_t n, int threads) {
   return static_cast<int>(b < 4096 ? (b > 0 ? b : 1) : 4096);
 }
 
-// Row counts from which the norm and activation kernels give each thread
-// several vectors (prefill steps); decode-sized steps keep more blocks.
 // RmsNormVecKernel after the residual add of a GEMM whose K was split into
 // nparts fp32 planes: x[src] += planes[0][src] + ... (in plane order, so the
 // sum is deterministic), written back to x, then normalised (the second
 // pass re-reads the thread's own sums, from L1). One row per block; every
 // plane's float4 of a thread is requested before any is added. At most 512
 // threads of 128 registers (16 planes' float4s in flight).
-constexpr int kMaxParts = 16;
+constexpr int kMaxParts = kMaxWgmmaSplits;
 __global__ void __launch_bounds__(512)
     AddPartsRmsNormKernel(float* x, const float* parts, int nparts, int64_t plane,
                           const int32_t* rows_idx, const float* w, bf16_t* out, int dim, float eps,
@@ -516,6 +514,8 @@ __global__ void __launch_bounds__(512)
   }
 }
 
+// Row counts from which the norm and activation kernels give each thread
+// several vectors (prefill steps); decode-sized steps keep more blocks.
 constexpr int kManyRows = 256;
 
 int NormThreads(int dim) { return dim >= 1024 ? 512 : dim >= 256 ? 256 : 128; }

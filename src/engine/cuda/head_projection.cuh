@@ -8,6 +8,8 @@
 
 #include <cuda_bf16.h>
 
+#include "engine/cuda/cuda_kernels.h"
+
 namespace agentkv::cuda {
 
 template <int D>
@@ -18,9 +20,8 @@ struct HeadRegs {
 };
 
 // src + b (b may be null) into registers; with planes > 1 (at most
-// kMaxHeadPlanes), src is the sum of that many planes `plane` floats apart,
+// kMaxQkvPlanes), src is the sum of that many planes `plane` floats apart,
 // added in plane order (every plane's loads issued first).
-inline constexpr int kMaxHeadPlanes = 8;  // kMaxQkvPlanes
 template <int D>
 __device__ __forceinline__ void LoadHead(const float* src, const float* b, HeadRegs<D>& r, int lane,
                                          int planes = 1, int64_t plane = 0) {
@@ -29,16 +30,16 @@ __device__ __forceinline__ void LoadHead(const float* src, const float* b, HeadR
   for (int u = 0; u < HeadRegs<D>::kPer; ++u) {
     const int i = lane + 32 * u;
     if (planes > 1) {
-      float a[kMaxHeadPlanes], c[kMaxHeadPlanes];
+      float a[kMaxQkvPlanes], c[kMaxQkvPlanes];
 #pragma unroll
-      for (int q = 0; q < kMaxHeadPlanes; ++q)
+      for (int q = 0; q < kMaxQkvPlanes; ++q)
         if (q < planes) {
           a[q] = src[q * plane + i];
           c[q] = src[q * plane + i + kHalf];
         }
       float x0 = a[0], x1 = c[0];
 #pragma unroll
-      for (int q = 1; q < kMaxHeadPlanes; ++q)
+      for (int q = 1; q < kMaxQkvPlanes; ++q)
         if (q < planes) {
           x0 += a[q];
           x1 += c[q];
