@@ -25,7 +25,7 @@ struct BenchArgs {
   std::string concurrency = "1,8";
   int prompt = 128, output = 64, requests = 0, max_step_tokens = 0, block_size = 16;
   int shared_prefix = 0;
-  bool json = false, baseline = false;
+  bool json = false, baseline = false, no_pipeline = false;
   uint64_t seed = 1;
 };
 
@@ -45,6 +45,7 @@ Result<RunResult> RunOnce(std::unique_ptr<Backend>& backend, const BenchArgs& a,
   eo.block_size = a.block_size;
   eo.scheduler.max_batch = max_batch;
   eo.scheduler.max_step_tokens = a.max_step_tokens;
+  eo.pipeline = !a.no_pipeline;
   eo.prefix_caching = prefix;
   eo.max_context = a.prompt + a.output + 2;
   for (size_t g = 0; g < spec.groups.size(); ++g)
@@ -213,6 +214,8 @@ Registrar reg(
                      "the prefix cache")
           ->capture_default_str();
       app.add_flag("--baseline", a->baseline, "Also run each level's requests one at a time");
+      app.add_flag("--no-pipeline", a->no_pipeline,
+                   "Collect every step before planning the next (EngineOptions::pipeline off)");
       app.add_option("--max-step-tokens", a->max_step_tokens,
                      "Token budget of one engine step (0 = the device's default)")
           ->capture_default_str();

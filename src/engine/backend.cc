@@ -6,13 +6,16 @@
 namespace agentkv {
 
 Status CheckSteps(std::span<const SeqStep> batch, const ModelConfig& config,
-                  const ModelCacheSpec& spec, const KvLayout& layout) {
+                  const ModelCacheSpec& spec, const KvLayout& layout, bool allow_prev_row) {
   const int bs = layout.block_size;
   for (size_t s = 0; s < batch.size(); ++s) {
     const SeqStep& st = batch[s];
     if (st.tokens.empty() || st.start_pos < 0)
       return InvalidArgument("Forward: sequence " + std::to_string(s) + " has no new tokens");
-    for (int32_t t : st.tokens)
+    if (st.prev_row >= 0 && !allow_prev_row)
+      return InvalidArgument("Forward: prev_row is for LaunchStep only");
+    const size_t checked = st.tokens.size() - (st.prev_row >= 0 ? 1 : 0);
+    for (int32_t t : st.tokens.first(checked))
       if (t < 0 || t >= config.vocab_size)
         return InvalidArgument("Forward: token id " + std::to_string(t) + " out of range");
     const int64_t end = static_cast<int64_t>(st.start_pos) + st.tokens.size();
@@ -32,6 +35,43 @@ Status CheckSteps(std::span<const SeqStep> batch, const ModelConfig& config,
       }
     }
   }
+  return Status::Ok();
+}
+
+Status Backend::LaunchStep(std::span<const SeqStep> batch, std::span<const uint8_t> greedy_rows,
+                           std::span<float> logits) {
+  if (static_cast<int>(launched_.size()) >= kMaxStepsInFlight)
+    return Internal("LaunchStep: " + std::to_string(kMaxStepsInFlight) +
+                    " steps already in flight");
+  // Steps naming a pick get a copy of their tokens with it in place.
+  std::vector<SeqStep> steps(batch.begin(), batch.end());
+  std::vector<std::vector<int32_t>> owned;
+  owned.reserve(steps.size());
+  int rows = 0;
+  for (SeqStep& st : steps) {
+    rows += st.want_logits ? 1 : 0;
+    if (st.prev_row < 0) continue;
+    if (st.tokens.empty() || st.prev_row >= static_cast<int32_t>(last_picks_.size()))
+      return InvalidArgument("LaunchStep: prev_row " + std::to_string(st.prev_row) +
+                             " names no row of the previous step");
+    owned.emplace_back(st.tokens.begin(), st.tokens.end());
+    owned.back().back() = last_picks_[st.prev_row];
+    st.tokens = owned.back();
+    st.prev_row = -1;
+  }
+  std::vector<int32_t> picks(rows, 0);
+  RETURN_IF_ERROR(ForwardSampled(steps, greedy_rows, picks, logits));
+  last_picks_ = picks;
+  launched_.push_back(std::move(picks));
+  return Status::Ok();
+}
+
+Status Backend::CollectStep(std::span<int32_t> picks) {
+  if (launched_.empty()) return Internal("CollectStep: no step in flight");
+  std::vector<int32_t> p = std::move(launched_.front());
+  launched_.pop_front();
+  if (picks.size() < p.size()) return InvalidArgument("CollectStep: picks buffer too small");
+  std::copy(p.begin(), p.end(), picks.begin());
   return Status::Ok();
 }
 

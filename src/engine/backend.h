@@ -16,11 +16,13 @@
 
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <limits>
 #include <memory>
 #include <new>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "cache/kv_cache_manager.h"
 #include "cache/model_cache_spec.h"
@@ -54,6 +56,10 @@ struct SeqStep {
   int32_t start_pos = 0;            // tokens of this sequence already cached
   std::array<std::span<const int32_t>, kMaxCacheGroups> block_tables{};
   bool want_logits = false;  // logits of the last new token
+  // >= 0 (LaunchStep only): the last of `tokens` is not read; the step uses
+  // instead the greedy pick of want_logits row `prev_row` of the step
+  // launched just before it, which may still be running.
+  int32_t prev_row = -1;
 };
 
 struct KvLayout {
@@ -64,8 +70,10 @@ struct KvLayout {
 // Validates a Forward batch against the model and the KV layout: every step
 // has tokens inside the vocabulary and a block table per group long enough
 // for its positions, with block ids inside the pool. Shared by the backends.
+// prev_row is refused unless `allow_prev_row` (then the last token of such a
+// step is not checked: the caller substitutes it).
 Status CheckSteps(std::span<const SeqStep> batch, const ModelConfig& config,
-                  const ModelCacheSpec& spec, const KvLayout& layout);
+                  const ModelCacheSpec& spec, const KvLayout& layout, bool allow_prev_row = false);
 
 class Backend {
  public:
@@ -131,6 +139,26 @@ class Backend {
     return Status::Ok();
   }
 
+  // Pipelined steps, so that the host prepares step N + 1 while the device
+  // runs step N. LaunchStep starts a step as ForwardSampled would and may
+  // return before it has run; CollectStep waits for the oldest launched step
+  // not yet collected and writes its picks (one per want_logits row, as
+  // ForwardSampled's `tokens`; rows not in greedy_rows are left unspecified
+  // and their logits go to `logits`, which must stay valid and untouched
+  // until the step is collected). Steps run in launch order; at most
+  // kMaxStepsInFlight are launched and not collected (Internal
+  // beyond). `batch` is read during the call only. A SeqStep's prev_row
+  // names a greedy row of the step launched just before, with no Forward or
+  // ForwardSampled in between. An error from LaunchStep means the step did
+  // not start; from CollectStep, that its picks are unusable. The default
+  // runs ForwardSampled inside LaunchStep.
+  static constexpr int kMaxStepsInFlight = 2;
+  virtual Status LaunchStep(std::span<const SeqStep> batch, std::span<const uint8_t> greedy_rows,
+                            std::span<float> logits);
+  virtual Status CollectStep(std::span<int32_t> picks);
+  // Steps launched and not collected yet.
+  virtual int steps_in_flight() const { return static_cast<int>(launched_.size()); }
+
   // Raw access to one whole block of group `group` (every layer of the group,
   // ModelCacheSpec::BytesPerBlock bytes) for persistence and swapping. The
   // byte layout is the backend's cache layout, identical across backends:
@@ -194,6 +222,12 @@ class Backend {
     }
     return HostBuffer(p, bytes, [](std::byte* q) { delete[] q; });
   }
+
+ private:
+  // The default LaunchStep / CollectStep: picks of the steps run and not
+  // collected yet, oldest first, and those of the last step launched.
+  std::deque<std::vector<int32_t>> launched_;
+  std::vector<int32_t> last_picks_;
 };
 
 }  // namespace agentkv

@@ -225,7 +225,7 @@ void Engine::Loop() {
       std::lock_guard<std::mutex> lock(mu_);
       agent_resident_.erase(a);
     }
-    if (scheduler_->HasWork()) {
+    if (scheduler_->HasWork() || !launched_.empty()) {
       const auto s0 = std::chrono::steady_clock::now();
       Step();
       Deliver();
@@ -235,7 +235,7 @@ void Engine::Loop() {
     if (!outbox_.empty()) Deliver();
     CompleteSaves(/*wait=*/false);
     PublishStats();
-    if (!scheduler_->HasWork() && loading_.empty() && !SavesPending()) {
+    if (!scheduler_->HasWork() && launched_.empty() && loading_.empty() && !SavesPending()) {
       std::lock_guard<std::mutex> lock(mu_);
       if (submitted_.empty() && loaded_.empty()) {
         idle_ = true;
@@ -243,7 +243,9 @@ void Engine::Loop() {
       }
     }
   }
-  // Stopping: everything still queued or running ends as cancelled.
+  // Stopping: everything still queued or running ends as cancelled (after
+  // the steps in flight, whose tokens are delivered).
+  CollectAll();
   std::deque<std::unique_ptr<Sequence>> rest;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -339,6 +341,10 @@ void Engine::Deliver() {
 void Engine::Step() {
   bool stuck = false;
   StepPlan plan = scheduler_->Schedule(&stuck);
+  if (stuck && !launched_.empty()) {
+    CollectAll();  // what it finishes may change the plan
+    return;
+  }
   if (stuck) {
     // The head request cannot fit even in an empty pool: fail it.
     Sequence* head = scheduler_->PeekWaiting();
@@ -346,68 +352,147 @@ void Engine::Step() {
     Fail(s.get(), ResourceExhausted("the request needs more KV blocks than the pool has"));
     return;
   }
-  if (plan.seqs.empty()) return;
-  const ModelConfig& cfg = backend_->config();
+  if (plan.seqs.empty()) {
+    CollectAll();
+    return;
+  }
   Status st = backend_->CopyBlocks(plan.copies);
   kv_->CopiesDone();
   steps_buf_.clear();
+  greedy_buf_.clear();
+  LaunchedStep launched;
+  bool all_greedy = true;
   for (const ScheduledSeq& sc : plan.seqs) {
+    Sequence* s = sc.seq;
     SeqStep step;
-    step.tokens = std::span<const int32_t>(sc.seq->tokens).subspan(sc.seq->computed, sc.num_tokens);
-    step.start_pos = static_cast<int32_t>(sc.seq->computed);
+    step.tokens = std::span<const int32_t>(s->tokens).subspan(s->computed, sc.num_tokens);
+    step.start_pos = static_cast<int32_t>(s->computed);
     step.want_logits = sc.want_logits;
     for (int g = 0; g < kv_->num_groups(); ++g)
-      step.block_tables[g] = kv_->Table(sc.seq->id, g).blocks();
+      step.block_tables[g] = kv_->Table(s->id, g).blocks();
+    // Only the newest step launched can still owe a pick (the one before it
+    // was collected right after it launched).
+    if (s->in_flight > 0 && s->computed + sc.num_tokens == static_cast<int64_t>(s->tokens.size()))
+      step.prev_row = s->pick_row;
     steps_buf_.push_back(step);
+    LaunchedRow row{s->id, s->computed, sc.num_tokens, sc.want_logits, false, 0};
+    if (sc.want_logits) {
+      // Plain greedy rows are picked by the backend (on the GPU for cuda),
+      // so their logits need not reach the host.
+      const SamplingParams& sp = s->sampler->params();
+      row.greedy = sp.greedy() && !sp.has_penalties() && !sp.logprobs;
+      all_greedy = all_greedy && row.greedy;
+      greedy_buf_.push_back(row.greedy);
+      ++launched.picks;
+    }
+    launched.rows.push_back(row);
   }
-  // Plain greedy rows are picked by the backend (on the GPU for cuda), so
-  // their logits need not reach the host.
-  static thread_local std::vector<uint8_t> greedy_rows;
-  static thread_local std::vector<int32_t> greedy_tokens;
-  greedy_rows.clear();
-  for (const ScheduledSeq& sc : plan.seqs) {
-    if (!sc.want_logits) continue;
-    const SamplingParams& sp = sc.seq->sampler->params();
-    greedy_rows.push_back(sp.greedy() && !sp.has_penalties() && !sp.logprobs);
-  }
-  greedy_tokens.assign(greedy_rows.size(), 0);
-  if (st.ok()) {
-    const auto f0 = std::chrono::steady_clock::now();
-    st = backend_->ForwardSampled(steps_buf_, greedy_rows, greedy_tokens, logits_);
-    local_.forward_seconds +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - f0).count();
-  }
+  const auto f0 = std::chrono::steady_clock::now();
+  if (st.ok()) st = backend_->LaunchStep(steps_buf_, greedy_buf_, logits_);
+  local_.forward_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - f0).count();
   if (!st.ok()) {
     for (const ScheduledSeq& sc : plan.seqs) {
       std::unique_ptr<Sequence> s = scheduler_->Remove(sc.seq->id);
       Fail(s.get(), st);
     }
+    CollectAll();
     return;
   }
-  ++local_.steps;
-  local_.last_batch_size = static_cast<int64_t>(plan.seqs.size());
-  local_.max_batch_size = std::max(local_.max_batch_size, local_.last_batch_size);
-  size_t row = 0;
-  std::vector<RequestId> done;
-  for (const ScheduledSeq& sc : plan.seqs) {
-    Sequence* s = sc.seq;
+  // The next plan continues after this step's tokens; its picks are
+  // placeholders until it is collected.
+  int pick = 0;
+  for (size_t i = 0; i < plan.seqs.size(); ++i) {
+    Sequence* s = plan.seqs[i].seq;
+    LaunchedRow& row = launched.rows[i];
     if (s->computed < static_cast<int64_t>(s->prompt_len))
-      local_.prompt_tokens += std::min<int64_t>(sc.num_tokens, s->prompt_len - s->computed);
-    if (Status c = scheduler_->Commit(sc); !c.ok()) {
-      Fail(s, c);
-      done.push_back(s->id);
-      continue;
+      local_.prompt_tokens += std::min<int64_t>(row.num_tokens, s->prompt_len - s->computed);
+    s->computed += row.num_tokens;
+    if (!row.want_logits) continue;
+    row.pick_at = static_cast<int64_t>(s->tokens.size());
+    s->tokens.push_back(0);
+    ++s->in_flight;
+    s->pick_row = pick++;
+    const int64_t len = static_cast<int64_t>(s->tokens.size());
+    if (len - static_cast<int64_t>(s->prompt_len) >= s->max_new_tokens || len >= max_context_)
+      s->hold = true;
+  }
+  launched_.push_back(std::move(launched));
+  // The previous step's picks complete this one's tokens.
+  if (launched_.size() > 1) CollectOldest();
+  CommitNewest();
+  if (!options_.pipeline || !all_greedy) CollectAll();
+}
+
+void Engine::CommitNewest() {
+  if (launched_.empty()) return;
+  for (const LaunchedRow& r : launched_.back().rows) {
+    Sequence* s = scheduler_->Find(r.id);
+    if (s == nullptr) continue;
+    if (Status c = kv_->CommitTokens(
+            s->id, std::span<const int32_t>(s->tokens).subspan(r.first, r.num_tokens));
+        !c.ok()) {
+      std::unique_ptr<Sequence> gone = scheduler_->Remove(r.id);
+      Fail(gone.get(), c);
     }
-    if (!sc.want_logits) continue;
-    std::span<float> l(logits_.data() + row * cfg.vocab_size, cfg.vocab_size);
+  }
+}
+
+void Engine::Settle(Sequence* s, int64_t real_tokens) {
+  s->tokens.resize(static_cast<size_t>(real_tokens));
+  s->in_flight = 0;
+  s->hold = false;
+  s->computed = std::min<int64_t>(kv_->NumTokens(s->id), real_tokens);
+}
+
+void Engine::CollectAll() {
+  while (!launched_.empty()) CollectOldest();
+}
+
+void Engine::CollectOldest() {
+  LaunchedStep step = std::move(launched_.front());
+  launched_.pop_front();
+  picks_buf_.assign(static_cast<size_t>(step.picks), 0);
+  const auto f0 = std::chrono::steady_clock::now();
+  const Status st = backend_->CollectStep(picks_buf_);
+  local_.forward_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - f0).count();
+  if (!st.ok()) {
+    // Later steps took their tokens from these picks: they fail too.
+    launched_.push_front(std::move(step));
+    for (const LaunchedStep& l : launched_)
+      for (const LaunchedRow& r : l.rows)
+        if (std::unique_ptr<Sequence> s = scheduler_->Remove(r.id)) Fail(s.get(), st);
+    launched_.pop_front();
+    while (!launched_.empty()) {
+      launched_.pop_front();
+      (void)backend_->CollectStep(picks_buf_);
+    }
+    return;
+  }
+  const ModelConfig& cfg = backend_->config();
+  ++local_.steps;
+  local_.last_batch_size = static_cast<int64_t>(step.rows.size());
+  local_.max_batch_size = std::max(local_.max_batch_size, local_.last_batch_size);
+  int row = -1;
+  std::vector<RequestId> done;
+  for (const LaunchedRow& r : step.rows) {
+    if (!r.want_logits) continue;
+    ++row;
+    Sequence* s = scheduler_->Find(r.id);
+    if (s == nullptr) continue;  // cancelled, failed or finished meanwhile
     int32_t tok;
-    if (greedy_rows[row]) {
-      tok = greedy_tokens[row];
+    if (r.greedy) {
+      tok = picks_buf_[row];
       s->sampler->AddOutput(tok);
     } else {
-      tok = s->sampler->Sample(l).token;
+      tok = s->sampler
+                ->Sample(std::span<float>(logits_.data() + row * cfg.vocab_size, cfg.vocab_size))
+                .token;
     }
-    ++row;
+    s->tokens[r.pick_at] = tok;
+    --s->in_flight;
+    if (s->in_flight == 0) s->hold = false;
     if (!s->first_token_sent) {
       s->first_token_sent = true;
       s->ttft_s =
@@ -417,14 +502,15 @@ void Engine::Step() {
     std::string piece = s->detok ? s->detok->Push(tok) : std::string();
     StopUpdate up = s->stop->Append(tok, piece);
     const bool stop_token = up.finish == FinishReason::kStop && up.stop_token_id == tok;
-    if (!stop_token) s->tokens.push_back(tok);
     RequestOutput ev;
     ev.kind = RequestOutput::Kind::kDelta;
     if (!stop_token) ev.tokens.push_back(tok);
     ev.text = std::move(up.text);
-    const bool full = static_cast<int64_t>(s->tokens.size()) >= max_context_;
+    const int64_t real = r.pick_at + (stop_token ? 0 : 1);
+    const bool full = real >= max_context_;
     if (!ev.tokens.empty() || !ev.text.empty()) Emit(s, std::move(ev));
     if (up.finish != FinishReason::kNone || full) {
+      Settle(s, real);
       std::string tail;
       if (up.finish == FinishReason::kNone) {
         if (s->detok) tail = s->detok->Flush();
@@ -436,9 +522,7 @@ void Engine::Step() {
     }
   }
   for (RequestId id : done) {
-    Sequence* s = nullptr;
-    for (Sequence* r : scheduler_->running())
-      if (r->id == id) s = r;
+    Sequence* s = scheduler_->Find(id);
     if (s && !s->request.agent_key.empty() && s->computed > 0) RetireAgent(s);
     scheduler_->Remove(id);
   }

@@ -5,9 +5,20 @@
 //
 // Every step: apply queued submissions and cancellations (a cancelled
 // request's blocks are free before the next step), plan with the Scheduler,
-// let the backend copy blocks (copy-on-write) and run the forward pass,
-// sample each sequence with its own Sampler, detokenize and stop-check, push
-// events, and retire finished sequences (pinning their KV for their agent).
+// let the backend copy blocks (copy-on-write) and launch the forward pass;
+// then collect the previous step (pipelined) or this one: sample each
+// sequence with its own Sampler, detokenize and stop-check, push events,
+// and retire finished sequences (pinning their KV for their agent).
+//
+// Pipelining: a launched step's picks go into its sequences' tokens as
+// placeholders (Sequence::in_flight) and `computed` moves on, so the next
+// plan continues after them; that step names the pick by row
+// (SeqStep::prev_row). The KV cache manager is told of a step's tokens only
+// once all of them are known (after the step before it is collected), so no
+// placeholder is ever hashed into the prefix cache. A sequence that turns
+// out to have finished is settled back to what a step-by-step run would
+// leave (its real tokens, its committed KV) before it retires; the rows of
+// a later step already launched for it are ignored.
 //
 // Thread-safety: public methods are thread-safe. The backend is touched only
 // by the engine thread.
@@ -59,6 +70,12 @@ struct EngineOptions {
   // store. Blocks evicted from the pool before their turn are not saved
   // (save_dropped_blocks).
   size_t save_staging_bytes = 512ull << 20;
+  // Pipelined steps: while the device runs a step in which every sequence
+  // picks greedily, the engine plans and launches the next one (its tokens
+  // are the device's picks) and only then handles the first one's output,
+  // so the device does not wait for the host between steps. Off: each
+  // step is collected before the next is planned (same output).
+  bool pipeline = true;
 };
 
 struct EngineStats {
@@ -135,6 +152,26 @@ class Engine {
   Engine(std::unique_ptr<Backend> backend, const Tokenizer* tokenizer, EngineOptions options);
   void Loop();
   void Step();
+  // Pipelined steps: what was launched, to handle its output later.
+  struct LaunchedRow {
+    RequestId id = 0;
+    int64_t first = 0;  // the sequence's `computed` before the step
+    int32_t num_tokens = 0;
+    bool want_logits = false;
+    bool greedy = false;
+    int64_t pick_at = 0;  // index of the pick's placeholder in tokens
+  };
+  struct LaunchedStep {
+    std::vector<LaunchedRow> rows;
+    int picks = 0;  // want_logits rows
+  };
+  // Collects the oldest launched step and handles its output.
+  void CollectOldest();
+  void CollectAll();
+  // Tells the KV cache manager of the newest step's tokens (all known now).
+  void CommitNewest();
+  // A finished sequence back to its real tokens and committed KV.
+  void Settle(Sequence* s, int64_t real_tokens);
   void Finish(Sequence* s, FinishReason reason, bool cancelled, std::string tail);
   void Fail(Sequence* s, const Status& error);
   void PublishStats();
@@ -250,6 +287,9 @@ class Engine {
   size_t tier_block_bytes_ = 0;  // one block of the prefix group
   int32_t restore_slot_blocks_ = 0;
   std::vector<SeqStep> steps_buf_;
+  std::vector<uint8_t> greedy_buf_;
+  std::vector<int32_t> picks_buf_;
+  std::deque<LaunchedStep> launched_;  // oldest first
   std::vector<float> logits_;
   std::vector<std::pair<std::shared_ptr<TokenStream>, RequestOutput>> outbox_;
   EngineStats local_;

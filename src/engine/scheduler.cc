@@ -26,6 +26,11 @@ std::unique_ptr<Sequence> Scheduler::Remove(RequestId id) {
   return out;
 }
 
+Sequence* Scheduler::Find(RequestId id) const {
+  auto it = all_.find(id);
+  return it == all_.end() ? nullptr : it->second.get();
+}
+
 Sequence* Scheduler::PeekWaiting() const {
   return waiting_.empty() ? nullptr : waiting_.begin()->second;
 }
@@ -84,7 +89,7 @@ StepPlan Scheduler::Schedule(bool* stuck) {
 
   // 1. One token for every decoding sequence, preempting the worst on need.
   for (Sequence* s : order) {
-    if (s->pending() != 1 || budget <= 0) continue;
+    if (s->pending() != 1 || budget <= 0 || s->hold) continue;
     if (std::find(running_.begin(), running_.end(), s) == running_.end()) continue;
     while (true) {
       Status st = kv_->EnsureCapacity(s->id, s->computed + 1, &plan.copies);
@@ -101,7 +106,7 @@ StepPlan Scheduler::Schedule(bool* stuck) {
   }
   // 2. Prefill chunks of running sequences.
   for (Sequence* s : order) {
-    if (s->pending() <= 1 || budget <= 0) continue;
+    if (s->pending() <= 1 || budget <= 0 || s->hold) continue;
     if (std::find(running_.begin(), running_.end(), s) == running_.end()) continue;
     const int32_t n = static_cast<int32_t>(std::min<int64_t>(s->pending(), budget));
     if (!kv_->EnsureCapacity(s->id, s->computed + n, &plan.copies).ok()) continue;

@@ -15,7 +15,8 @@
 // running sequence (highest key, latest arrival) is preempted: its blocks are
 // freed and it goes back to the waiting queue with its tokens so far, to be
 // recomputed; its sampler and stop state carry on, so its output is the same
-// as if it had never been preempted.
+// as if it had never been preempted. Sequences on hold (Sequence::hold) are
+// not scheduled.
 //
 // Thread-safety: none; the engine thread owns it.
 #pragma once
@@ -70,6 +71,8 @@ class Scheduler {
   size_t num_waiting() const { return waiting_.size(); }
   size_t num_running() const { return running_.size(); }
   int64_t preemptions() const { return preemptions_; }
+  // The sequence with this id, waiting or running (null if none).
+  Sequence* Find(RequestId id) const;
   // The waiting sequence that would be admitted next (null if none).
   Sequence* PeekWaiting() const;
   const std::vector<Sequence*>& running() const { return running_; }

@@ -48,8 +48,18 @@ struct Sequence {
   bool first_token_sent = false;
   double ttft_s = 0;
 
+  // Pipelined steps (Engine): the last `in_flight` entries of `tokens` are
+  // placeholders for picks of launched steps not collected yet; the newest
+  // is want_logits row `pick_row` of the newest launched step. `hold`: the
+  // newest pick ends the sequence by length, so it is not scheduled again.
+  int32_t in_flight = 0;
+  int32_t pick_row = -1;
+  bool hold = false;
+
   int64_t pending() const { return static_cast<int64_t>(tokens.size()) - computed; }
-  int64_t output_len() const { return static_cast<int64_t>(tokens.size() - prompt_len); }
+  int64_t output_len() const {
+    return static_cast<int64_t>(tokens.size() - prompt_len) - in_flight;
+  }
 };
 
 }  // namespace agentkv

@@ -33,7 +33,7 @@ Done Collect(const RequestHandle& h) {
 }
 
 std::unique_ptr<Engine> MakeEngine(Architecture arch, int blocks, bool prefix = true,
-                                   int max_batch = 8) {
+                                   int max_batch = 8, bool pipeline = true) {
   const ModelConfig c = SmallConfig(arch);
   const MapWeights w = RandomWeights(c, 21);
   auto backend = CpuBackend::Create(c, w, CpuBackendOptions{2});
@@ -43,6 +43,7 @@ std::unique_ptr<Engine> MakeEngine(Architecture arch, int blocks, bool prefix = 
   o.scheduler.max_batch = max_batch;
   o.scheduler.max_step_tokens = 64;
   o.prefix_caching = prefix;
+  o.pipeline = pipeline;
   o.blocks_per_group.assign(c.CacheSpec(KvDtype::kF32).groups.size(), blocks);
   auto e = Engine::Create(std::move(backend).value(), nullptr, o);
   EXPECT_TRUE(e.ok()) << e.status().ToString();
@@ -111,6 +112,8 @@ TEST(EngineTest, PreemptionGivesIdenticalGreedyOutput) {
       outs.push_back(d.tokens);
     }
     *preemptions = e->Stats().preemptions;
+    // Nothing is left referenced: what finished early was settled and freed.
+    EXPECT_EQ(e->Stats().pools[0].in_use, 0);
     return outs;
   };
   int64_t big_pre = 0, small_pre = 0;
@@ -119,6 +122,86 @@ TEST(EngineTest, PreemptionGivesIdenticalGreedyOutput) {
   EXPECT_EQ(big_pre, 0);
   EXPECT_GT(small_pre, 0);
   EXPECT_EQ(small, big);
+}
+
+// Pipelined steps (the default) give what collecting every step before
+// planning the next gives: greedy and sampled requests, a stop token met
+// while the next step is already launched, length limits, preemption
+// (a small pool), prefix hits and an agent's second turn.
+TEST(EngineTest, PipelinedStepsChangeNoOutput) {
+  const std::vector<int32_t> probe = Range(40, 9);
+  int32_t stop_id = -1;
+  size_t stop_at = 0;
+  {
+    auto e = MakeEngine(Architecture::kQwen3, 256, true, 8, /*pipeline=*/false);
+    Done d = Collect(e->Submit(Greedy(probe, 12)).value());
+    ASSERT_EQ(d.tokens.size(), 12u);
+    stop_id = d.tokens[4];
+    stop_at = std::find(d.tokens.begin(), d.tokens.end(), stop_id) - d.tokens.begin();
+  }
+  struct Out {
+    std::vector<int32_t> tokens;
+    FinishReason finish;
+    int64_t completion, cached;
+    bool operator==(const Out&) const = default;
+  };
+  auto run = [&](bool pipeline, int64_t* preemptions) {
+    // (Timing decides which blocks are still cached when a request comes.)
+    auto e = MakeEngine(Architecture::kQwen3, 20, true, 6, pipeline);
+    std::vector<EngineRequest> reqs;
+    for (int i = 0; i < 6; ++i) reqs.push_back(Greedy(Range(10 + i, 5 + 3 * i), 3 + 4 * i));
+    std::vector<int32_t> shared = Range(3, 12);
+    shared.push_back(1);
+    reqs.push_back(Greedy(shared, 7));
+    EngineRequest sampled = Greedy(Range(60, 7), 15);
+    sampled.params.temperature = 0.8f;
+    sampled.params.seed = 7;
+    reqs.push_back(sampled);
+    EngineRequest stopped = Greedy(probe, 12);
+    stopped.params.stop_token_ids = {stop_id};
+    reqs.push_back(stopped);
+    std::vector<RequestHandle> hs;
+    for (auto& r : reqs) hs.push_back(e->Submit(r).value());
+    std::vector<Out> outs;
+    for (auto& h : hs) {
+      Done d = Collect(h);
+      outs.push_back(
+          {d.tokens, d.finished.finish, d.finished.completion_tokens, d.finished.cached_tokens});
+    }
+    // An agent's two turns, then a prompt sharing the first's prefix.
+    std::vector<int32_t> turn = Range(5, 10);
+    Done t1 = Collect(e->Submit(Greedy(turn, 9, "agent")).value());
+    turn.insert(turn.end(), t1.tokens.begin(), t1.tokens.end());
+    turn.push_back(2);
+    Done t2 = Collect(e->Submit(Greedy(turn, 5, "agent")).value());
+    shared.back() = 4;
+    Done p = Collect(e->Submit(Greedy(shared, 4)).value());
+    for (const Done* d : {&t1, &t2, &p})
+      outs.push_back({d->tokens, d->finished.finish, d->finished.completion_tokens,
+                      d->finished.cached_tokens});
+    *preemptions = e->Stats().preemptions;
+    // Nothing is left referenced: what finished early was settled and freed.
+    EXPECT_EQ(e->Stats().pools[0].in_use, 0);
+    return outs;
+  };
+  int64_t pre_on = 0, pre_off = 0;
+  const std::vector<Out> on = run(true, &pre_on), off = run(false, &pre_off);
+  ASSERT_EQ(on.size(), off.size());
+  for (size_t i = 0; i < on.size(); ++i) {
+    EXPECT_EQ(on[i].tokens, off[i].tokens) << i;
+    EXPECT_EQ(on[i].finish, off[i].finish) << i;
+    EXPECT_EQ(on[i].completion, off[i].completion) << i;
+    EXPECT_EQ(on[i].completion, static_cast<int64_t>(on[i].tokens.size())) << i;
+  }
+  // The stop token ends its request where it first comes (excluded).
+  EXPECT_EQ(on[8].tokens.size(), stop_at);
+  EXPECT_EQ(on[8].finish, FinishReason::kStop);
+  // The agent's second turn finds its first turn pinned in both.
+  EXPECT_EQ(on[on.size() - 2].cached, off[off.size() - 2].cached);
+  EXPECT_GT(on[on.size() - 2].cached, 0);
+  // (The pipelined run reserves each next position one step earlier, so it
+  // meets the pool's limit sooner.)
+  EXPECT_GT(pre_on, 0);
 }
 
 TEST(EngineTest, CancelledRequestReleasesItsBlocks) {

@@ -51,8 +51,9 @@ CudaBackend::~CudaBackend() {
   if (stream_) cudaStreamSynchronize(stream_);
   for (cudaEvent_t e : read_events_)
     if (e) cudaEventDestroy(e);
-  for (cudaEvent_t e : step_events_)
-    if (e) cudaEventDestroy(e);
+  for (auto& slot : step_events_)
+    for (cudaEvent_t e : slot)
+      if (e) cudaEventDestroy(e);
   if (cublas_) cublasDestroy(cublas_);
   if (step_log_) std::fclose(step_log_);
   if (stream_) cudaStreamDestroy(stream_);
@@ -349,8 +350,10 @@ Status CudaBackend::EnsureCapacity(int64_t tokens, int64_t seqs,
     // Padding rows of graph steps read what is there: never leave it undefined.
     CUDA_RETURN_IF_ERROR(cudaMemsetAsync(wt.buf->get(), 0, wt.bytes, stream_));
   }
-  RETURN_IF_ERROR(host_meta_.Allocate(static_cast<size_t>(meta) * 4));
-  RETURN_IF_ERROR(host_tokens_.Allocate(static_cast<size_t>(B) * 4));
+  for (int i = 0; i < kSlots; ++i) {
+    RETURN_IF_ERROR(host_meta_[i].Allocate(static_cast<size_t>(meta) * 4));
+    RETURN_IF_ERROR(host_tokens_[i].Allocate(static_cast<size_t>(B) * 4));
+  }
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   return Status::Ok();
 }
@@ -488,7 +491,7 @@ Result<HostBuffer> CudaBackend::AllocateHostBuffer(size_t bytes) {
 
 Status CudaBackend::CheckBatch(std::span<const SeqStep> batch) const {
   if (kv_.empty()) return InvalidArgument("Forward: KV storage not allocated");
-  return CheckSteps(batch, config_, spec_, layout_);
+  return CheckSteps(batch, config_, spec_, layout_, /*allow_prev_row=*/true);
 }
 
 bool CudaBackend::UseWgmma(int m, int n, int k) const {

@@ -77,6 +77,16 @@ class CudaBackend final : public Backend {
   Status Forward(std::span<const SeqStep> batch, std::span<float> logits) override;
   Status ForwardSampled(std::span<const SeqStep> batch, std::span<const uint8_t> greedy_rows,
                         std::span<int32_t> tokens, std::span<float> logits) override;
+  // Queued on the stream; the picks of the step before come from the
+  // device's argmax buffer (the embedding reads them), so consecutive steps
+  // run back to back. Host buffers the device reads or writes per step
+  // (metadata, picks) alternate between two slots. Steps that grow the
+  // workspaces or capture a graph first wait for those in flight.
+  // Forward / ForwardSampled refuse to run while steps are in flight.
+  Status LaunchStep(std::span<const SeqStep> batch, std::span<const uint8_t> greedy_rows,
+                    std::span<float> logits) override;
+  Status CollectStep(std::span<int32_t> picks) override;
+  int steps_in_flight() const override { return static_cast<int>(in_flight_.size()); }
   Status ReadBlock(int group, int32_t block, std::span<std::byte> out) override;
   Status WriteBlock(int group, int32_t block, std::span<const std::byte> in) override;
   // Every copy goes async into a pinned staging buffer (grown on demand, kept),
@@ -135,6 +145,27 @@ class CudaBackend final : public Backend {
                         const std::array<int, kMaxCacheGroups>& width);
   Status Run(std::span<const SeqStep> batch, std::span<const uint8_t> greedy_rows,
              std::span<int32_t> tokens, std::span<float> logits);
+  // The picks of the steps in flight, waited for and kept on the host (before
+  // anything that reallocates the buffers they are in).
+  Status SettleInFlight();
+  // A launched step until it is collected.
+  struct InFlight {
+    int slot = 0;
+    int picks = 0;  // want_logits rows
+    bool settled = false;
+    std::vector<int32_t> host_picks;  // once settled
+    // For the step log and the profiler.
+    int T = 0, B = 0, padded = 0, stride = 0, splits = 0;
+    double capture_ms = 0;
+    bool profile_stop = false;
+  };
+  std::vector<InFlight> in_flight_;  // oldest first, at most kMaxStepsInFlight
+  uint64_t launches_ = 0;
+  // The last step launched: its want_logits rows that were greedy (what
+  // prev_row may name) and, once collected, its picks.
+  std::vector<uint8_t> last_greedy_;
+  bool last_on_host_ = true;
+  std::vector<int32_t> last_picks_;
   Status Enqueue(const Shape& s);
   // y[m][n] = x[m][k] . w[n][k]^T (+ beta * y). cuBLAS runs it on m rounded
   // up by GemmRows (at most max_rows, what x and y hold): rows are
@@ -190,8 +221,10 @@ class CudaBackend final : public Backend {
   int num_sms_ = 0;
   int group_size_ = 1;
   cudaStream_t stream_ = nullptr;
-  // Brackets each forward pass on the stream (device_seconds).
-  cudaEvent_t step_events_[2] = {nullptr, nullptr};
+  // Per slot: the start and end of each forward pass on the stream
+  // (device_seconds), and the end of its copies back (CollectStep waits on it).
+  static constexpr int kSlots = Backend::kMaxStepsInFlight;
+  cudaEvent_t step_events_[kSlots][3] = {};
   double device_seconds_ = 0;
   static constexpr int kReadEvents = 64;
   std::vector<cudaEvent_t> read_events_;
@@ -232,7 +265,7 @@ class CudaBackend final : public Backend {
   int pending_planes_ = 0;
   int64_t plane_floats_ = 0;
   cuda::DeviceBuffer meta_;
-  cuda::PinnedBuffer host_meta_, host_tokens_;
+  cuda::PinnedBuffer host_meta_[kSlots], host_tokens_[kSlots];
   cuda::PinnedBuffer read_staging_;  // ReadBlocks
 
   std::map<int, cudaGraphExec_t> graphs_;  // by batch bucket

@@ -136,7 +136,73 @@ Status CudaBackend::ForwardSampled(std::span<const SeqStep> batch,
 
 Status CudaBackend::Run(std::span<const SeqStep> batch, std::span<const uint8_t> greedy_rows,
                         std::span<int32_t> out_tokens, std::span<float> logits) {
+  if (!in_flight_.empty()) return Internal("Forward: pipelined steps are in flight");
+  for (const SeqStep& st : batch)
+    if (st.prev_row >= 0) return InvalidArgument("Forward: prev_row is for LaunchStep only");
+  int W = 0;
+  for (const SeqStep& st : batch) W += st.want_logits ? 1 : 0;
+  bool any_greedy = false;
+  for (int r = 0; r < W; ++r)
+    any_greedy = any_greedy || (r < static_cast<int>(greedy_rows.size()) && greedy_rows[r]);
+  if (any_greedy && static_cast<int>(out_tokens.size()) < W)
+    return InvalidArgument("Forward: tokens buffer too small");
+  RETURN_IF_ERROR(LaunchStep(batch, greedy_rows, logits));
+  std::vector<int32_t> picks(in_flight_.front().picks);
+  RETURN_IF_ERROR(CollectStep(picks));
+  for (int r = 0; r < W; ++r)
+    if (r < static_cast<int>(greedy_rows.size()) && greedy_rows[r]) out_tokens[r] = picks[r];
+  return Status::Ok();
+}
+
+Status CudaBackend::SettleInFlight() {
+  if (in_flight_.empty()) return Status::Ok();
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  for (InFlight& f : in_flight_) {
+    if (f.settled) continue;
+    const int32_t* tk = host_tokens_[f.slot].get<int32_t>();
+    f.host_picks.assign(tk, tk + f.picks);
+    f.settled = true;
+  }
+  return Status::Ok();
+}
+
+Status CudaBackend::CollectStep(std::span<int32_t> picks) {
+  if (in_flight_.empty()) return Internal("CollectStep: no step in flight");
+  InFlight f = std::move(in_flight_.front());
+  in_flight_.erase(in_flight_.begin());
+  if (static_cast<int>(picks.size()) < f.picks)
+    return InvalidArgument("CollectStep: picks buffer too small");
+  if (!f.settled) {
+    CUDA_RETURN_IF_ERROR(cudaEventSynchronize(step_events_[f.slot][2]));
+    const int32_t* tk = host_tokens_[f.slot].get<int32_t>();
+    f.host_picks.assign(tk, tk + f.picks);
+  }
+  if (f.profile_stop) CUDA_RETURN_IF_ERROR(cudaProfilerStop());
+  float ms = 0.f;
+  if (cudaEventElapsedTime(&ms, step_events_[f.slot][0], step_events_[f.slot][1]) == cudaSuccess)
+    device_seconds_ += ms / 1000.0;
+  if (step_log_ && f.T > 0)
+    std::fprintf(step_log_, "%d %d %d %d %d %.3f %.3f\n", f.T, f.B, f.padded, f.stride, f.splits,
+                 f.capture_ms, ms);
+  std::copy(f.host_picks.begin(), f.host_picks.end(), picks.begin());
+  if (in_flight_.empty()) {  // the last step launched
+    last_on_host_ = true;
+    last_picks_ = std::move(f.host_picks);
+  }
+  return Status::Ok();
+}
+
+Status CudaBackend::LaunchStep(std::span<const SeqStep> batch, std::span<const uint8_t> greedy_rows,
+                               std::span<float> logits) {
+  if (static_cast<int>(in_flight_.size()) >= kMaxStepsInFlight)
+    return Internal("LaunchStep: " + std::to_string(kMaxStepsInFlight) +
+                    " steps already in flight");
   RETURN_IF_ERROR(CheckBatch(batch));
+  for (const SeqStep& st : batch)
+    if (st.prev_row >= 0 &&
+        (st.prev_row >= static_cast<int>(last_greedy_.size()) || !last_greedy_[st.prev_row]))
+      return InvalidArgument("LaunchStep: prev_row " + std::to_string(st.prev_row) +
+                             " names no greedy row of the previous step");
   const int64_t V = config_.vocab_size;
   const int B = static_cast<int>(batch.size());
   int T = 0, W = 0, tiles = 0;
@@ -164,9 +230,16 @@ Status CudaBackend::Run(std::span<const SeqStep> batch, std::span<const uint8_t>
   }
   if (any_logits && static_cast<int64_t>(logits.size()) < W * V)
     return InvalidArgument("Forward: logits buffer too small");
-  if (any_greedy && static_cast<int>(out_tokens.size()) < W)
-    return InvalidArgument("Forward: tokens buffer too small");
-  if (T == 0) return Status::Ok();
+  if (T == 0) {  // nothing to run: collected as a step without picks
+    InFlight f;
+    f.settled = true;
+    in_flight_.push_back(std::move(f));
+    ++launches_;
+    last_greedy_.clear();
+    last_on_host_ = true;
+    last_picks_.clear();
+    return Status::Ok();
+  }
 
   // Steps with prompt chunks use the wide attention tiles where there are
   // any (a prefill re-reads the prefix once per tile); decode the narrow.
@@ -178,7 +251,19 @@ Status CudaBackend::Run(std::span<const SeqStep> batch, std::span<const uint8_t>
   const int stride = Pow2AtLeast(need_blocks);
   std::array<int, kMaxCacheGroups> width{};
   for (size_t g = 0; g < spec_.groups.size(); ++g) width[g] = stride;
+  {
+    // Growing reallocates the picks' buffers and capturing needs an idle
+    // stream: the steps in flight finish first (rare: Reserve sized both).
+    bool fits = (graph ? padded : T) <= cap_tokens_ && padded <= cap_seqs_;
+    for (size_t g = 0; g < spec_.groups.size(); ++g) fits = fits && width[g] <= cap_width_[g];
+    if (!fits || (graph && !graphs_.count(padded))) RETURN_IF_ERROR(SettleInFlight());
+  }
   RETURN_IF_ERROR(EnsureCapacity(graph ? padded : T, padded, width));
+  // The previous step's picks: from the device while it may still run.
+  const bool prev_on_device = !in_flight_.empty() && !in_flight_.back().settled;
+  const std::vector<int32_t>& prev_host =
+      in_flight_.empty() ? last_picks_ : in_flight_.back().host_picks;
+  const int slot = static_cast<int>(launches_ % kSlots);
   Shape sh;
   if (graph) {
     sh = GraphShape(padded);
@@ -194,7 +279,7 @@ Status CudaBackend::Run(std::span<const SeqStep> batch, std::span<const uint8_t>
 
   // Per-step metadata, in the layout of `sh`.
   const MetaLayout ml = Layout(sh);
-  int32_t* m = host_meta_.get<int32_t>();
+  int32_t* m = host_meta_[slot].get<int32_t>();
   int t = 0, tile = 0, row = 0;
   for (int g = 0; g < kMaxCacheGroups; ++g) m[ml.strides + g] = stride;
   for (int s = 0; s < B; ++s) {
@@ -209,6 +294,9 @@ Status CudaBackend::Run(std::span<const SeqStep> batch, std::span<const uint8_t>
     }
     for (int i = 0; i < n; ++i, ++t) {
       m[ml.tokens + t] = st.tokens[i];
+      // (-1 - row: the embedding reads the pick of `row` from argmax_.)
+      if (i == n - 1 && st.prev_row >= 0)
+        m[ml.tokens + t] = prev_on_device ? -1 - st.prev_row : prev_host[st.prev_row];
       m[ml.pos + t] = st.start_pos + i;
       m[ml.tok_seq + t] = s;
     }
@@ -254,23 +342,32 @@ Status CudaBackend::Run(std::span<const SeqStep> batch, std::span<const uint8_t>
   // Up to the last group's rows (in graphs its reserved tail is not sent).
   const size_t meta_ints =
       ml.tables[spec_.groups.size() - 1] + static_cast<size_t>(padded) * stride;
-  if (!step_events_[0]) {
-    for (cudaEvent_t& e : step_events_) CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
+  if (!step_events_[0][0]) {
+    for (auto& sl : step_events_)
+      for (cudaEvent_t& e : sl) CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
   }
+  InFlight f;
+  f.slot = slot;
+  f.picks = W;
+  f.T = T;
+  f.B = B;
+  f.padded = graph ? padded : 0;
+  f.stride = stride;
+  f.splits = sh.splits;
   const bool profiled =
       profile_batch_ == B && T == B && ++profile_seen_ >= 20 && profile_seen_ <= 21;
   if (profiled && profile_seen_ == 20) CUDA_RETURN_IF_ERROR(cudaProfilerStart());
-  CUDA_RETURN_IF_ERROR(cudaEventRecord(step_events_[0], stream_));
+  f.profile_stop = profiled && profile_seen_ == 21;
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(step_events_[slot][0], stream_));
   CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(meta_.get(), m, meta_ints * 4, cudaMemcpyHostToDevice, stream_));
 
-  double capture_ms = 0;
   if (graph) {
     auto it = graphs_.find(padded);
     if (it == graphs_.end()) {
       const double before = capture_seconds_;
       RETURN_IF_ERROR(CaptureGraphs());
-      capture_ms = 1000 * (capture_seconds_ - before);
+      f.capture_ms = 1000 * (capture_seconds_ - before);
       it = graphs_.find(padded);
       if (it == graphs_.end()) return Internal("Forward: no graph for batch " + std::to_string(B));
     }
@@ -279,11 +376,11 @@ Status CudaBackend::Run(std::span<const SeqStep> batch, std::span<const uint8_t>
   } else {
     RETURN_IF_ERROR(Enqueue(sh));
   }
-  CUDA_RETURN_IF_ERROR(cudaEventRecord(step_events_[1], stream_));
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(step_events_[slot][1], stream_));
 
   if (W > 0) {
     if (any_greedy)
-      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_tokens_.get(), argmax_.get(), W * 4,
+      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_tokens_[slot].get(), argmax_.get(), W * 4,
                                            cudaMemcpyDeviceToHost, stream_));
     if (any_logits && !any_greedy) {
       CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logits.data(), logits_.get(), W * V * 4,
@@ -296,19 +393,13 @@ Status CudaBackend::Run(std::span<const SeqStep> batch, std::span<const uint8_t>
       }
     }
   }
-  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-  if (profiled && profile_seen_ == 21) CUDA_RETURN_IF_ERROR(cudaProfilerStop());
-  float ms = 0.f;
-  if (cudaEventElapsedTime(&ms, step_events_[0], step_events_[1]) == cudaSuccess)
-    device_seconds_ += ms / 1000.0;
-  if (step_log_)
-    std::fprintf(step_log_, "%d %d %d %d %d %.3f %.3f\n", T, B, graph ? padded : 0, stride,
-                 sh.splits, capture_ms, ms);
-  if (any_greedy) {
-    const int32_t* tk = host_tokens_.get<int32_t>();
-    for (int r = 0; r < W; ++r)
-      if (r < static_cast<int>(greedy_rows.size()) && greedy_rows[r]) out_tokens[r] = tk[r];
-  }
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(step_events_[slot][2], stream_));
+  in_flight_.push_back(std::move(f));
+  ++launches_;
+  last_greedy_.assign(W, 0);
+  for (int r = 0; r < W && r < static_cast<int>(greedy_rows.size()); ++r)
+    last_greedy_[r] = greedy_rows[r];
+  last_on_host_ = false;
   return Status::Ok();
 }
 
@@ -353,8 +444,8 @@ Status CudaBackend::Enqueue(const Shape& s) {
   auto* act = act_.get<cuda::bf16_t>();
 
   pending_planes_ = 0;
-  CUDA_RETURN_IF_ERROR(
-      cuda::LaunchEmbed(embed_, meta + ml.tokens, T, H, c.embed_scale, x, stream_));
+  CUDA_RETURN_IF_ERROR(cuda::LaunchEmbed(embed_, meta + ml.tokens, argmax_.get<int32_t>(), T, H,
+                                         c.embed_scale, x, stream_));
   for (int l = 0; l < c.num_layers; ++l) {
     const Layer& L = layers_[l];
     // Decode steps: the attention kernel applies the rotary itself and

@@ -44,11 +44,13 @@ __device__ float BlockSum(float v, float* red) {
   return WarpSum(s);
 }
 
-__global__ void EmbedKernel(const bf16_t* embed, const int32_t* tokens, int dim, float scale,
-                            float* x) {
+__global__ void EmbedKernel(const bf16_t* embed, const int32_t* tokens, const int32_t* picks,
+                            int dim, float scale, float* x) {
   PdlLaunchDependents();
   PdlWait();
-  const int64_t row = static_cast<int64_t>(tokens[blockIdx.x]) * dim;
+  int32_t tok = tokens[blockIdx.x];
+  if (tok < 0) tok = picks[-1 - tok];
+  const int64_t row = static_cast<int64_t>(tok) * dim;
   float* xr = x + static_cast<int64_t>(blockIdx.x) * dim;
   for (int i = threadIdx.x; i < dim; i += blockDim.x) xr[i] = Bf(embed[row + i]) * scale;
 }
@@ -535,10 +537,11 @@ bool PdlEnabled() {
   return on;
 }
 
-cudaError_t LaunchEmbed(const bf16_t* embed, const int32_t* tokens, int rows, int dim, float scale,
-                        float* x, cudaStream_t stream) {
+cudaError_t LaunchEmbed(const bf16_t* embed, const int32_t* tokens, const int32_t* picks, int rows,
+                        int dim, float scale, float* x, cudaStream_t stream) {
   if (rows <= 0) return cudaSuccess;
-  return LaunchPdl(EmbedKernel, dim3(rows), dim3(256), 0, stream, embed, tokens, dim, scale, x);
+  return LaunchPdl(EmbedKernel, dim3(rows), dim3(256), 0, stream, embed, tokens, picks, dim, scale,
+                   x);
 }
 
 cudaError_t LaunchRmsNorm(const float* x, const int32_t* rows_idx, const float* w, bf16_t* out,

@@ -16,9 +16,11 @@ namespace agentkv::cuda {
 
 using bf16_t = uint16_t;
 
-// x[t] = embed[tokens[t]] * scale (fp32 out), rows of `dim`.
-cudaError_t LaunchEmbed(const bf16_t* embed, const int32_t* tokens, int rows, int dim, float scale,
-                        float* x, cudaStream_t stream);
+// x[t] = embed[tokens[t]] * scale (fp32 out), rows of `dim`. A negative
+// tokens[t] stands for picks[-1 - tokens[t]] (the previous step's greedy
+// pick, still on the device).
+cudaError_t LaunchEmbed(const bf16_t* embed, const int32_t* tokens, const int32_t* picks, int rows,
+                        int dim, float scale, float* x, cudaStream_t stream);
 
 // out[r] = x[rows_idx ? rows_idx[r] : r] / rms * w (or (1 + w)) as bf16.
 cudaError_t LaunchRmsNorm(const float* x, const int32_t* rows_idx, const float* w, bf16_t* out,

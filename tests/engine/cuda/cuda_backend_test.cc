@@ -20,6 +20,7 @@
 #include <numeric>
 #include <random>
 
+#include "../step_driver.h"
 #include "../test_model.h"
 #include "engine/cpu_backend.h"
 #include "engine/cuda/cuda_backend.h"
@@ -316,6 +317,57 @@ TEST(CudaBackend, ForwardSampledPicksTheArgmaxOnTheGpu) {
           1e-6);
     }
   }
+}
+
+// Pipelined decode steps take the previous step's picks on the device: the
+// same picks as step by step, with graphs, through a workspace growth in
+// the middle (blocks of 4: the tables widen past 16 entries at 64 tokens)
+// and without graphs.
+TEST(CudaBackend, PipelinedStepsPickAsStepByStep) {
+  AGENTKV_REQUIRE_GPU();
+  ModelConfig c = SmallConfig(Architecture::kQwen3);
+  const MapWeights w = Bf16Weights(c, 15);
+  for (bool graphs : {true, false}) {
+    auto a = MakeCuda(c, w, 4, graphs);
+    auto b = MakeCuda(c, w, 4, graphs);
+    ASSERT_TRUE(a && b);
+    const std::vector<int32_t> want = GreedyPicks(*a, 24, /*pipelined=*/false, 8);
+    EXPECT_EQ(GreedyPicks(*b, 24, /*pipelined=*/true, 8), want) << "graphs " << graphs;
+    if (graphs) {
+      EXPECT_GT(b->graph_steps(), 20);
+    }
+  }
+}
+
+TEST(CudaBackend, PipelinedStepsRejectMisuse) {
+  AGENTKV_REQUIRE_GPU();
+  ModelConfig c = SmallConfig(Architecture::kLlama);
+  const MapWeights w = Bf16Weights(c, 16);
+  auto b = MakeCuda(c, w, 16);
+  ASSERT_TRUE(b);
+  std::vector<float> logits(2 * c.vocab_size);
+  std::vector<int32_t> picks(2), toks = {5, 6, 7}, table = {0};
+  EXPECT_EQ(b->CollectStep(picks).code(), StatusCode::kInternal);  // nothing launched
+  SeqStep st;
+  st.tokens = toks;
+  st.block_tables[0] = table;
+  st.want_logits = true;
+  const std::vector<uint8_t> greedy = {1}, sampled = {0};
+  st.prev_row = 0;  // no step before it
+  EXPECT_EQ(b->LaunchStep({&st, 1}, greedy, logits).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(b->Forward({&st, 1}, logits).code(), StatusCode::kInvalidArgument);
+  st.prev_row = -1;
+  ASSERT_TRUE(b->LaunchStep({&st, 1}, sampled, logits).ok());
+  st.prev_row = 0;  // a row whose logits went to the host: no pick
+  EXPECT_EQ(b->LaunchStep({&st, 1}, greedy, logits).code(), StatusCode::kInvalidArgument);
+  st.prev_row = -1;
+  ASSERT_TRUE(b->LaunchStep({&st, 1}, greedy, logits).ok());
+  EXPECT_EQ(b->LaunchStep({&st, 1}, greedy, logits).code(), StatusCode::kInternal);  // a third
+  EXPECT_EQ(b->ForwardSampled({&st, 1}, greedy, picks, logits).code(), StatusCode::kInternal);
+  ASSERT_TRUE(b->CollectStep(picks).ok());
+  ASSERT_TRUE(b->CollectStep(picks).ok());
+  EXPECT_EQ(b->steps_in_flight(), 0);
+  EXPECT_TRUE(b->ForwardSampled({&st, 1}, greedy, picks, logits).ok());
 }
 
 TEST(CudaBackend, BlocksRoundTripAndCopy) {

@@ -567,11 +567,14 @@ TEST(CudaKernels, EmbedAndSoftcap) {
   std::mt19937 rng(6);
   const int V = 50, H = 96;
   auto table = Rounded(Random(V * H, rng));
-  std::vector<int32_t> toks = {3, 49, 0, 3};
-  auto dt = Upload(Bf16Of(table)), dk = Upload(toks);
+  // -1 - r: the r-th pick of the previous step (here 49, then 0).
+  std::vector<int32_t> toks = {3, -2, -1, 3}, picks = {0, 49};
+  auto dt = Upload(Bf16Of(table)), dk = Upload(toks), dp = Upload(picks);
+  for (int32_t& t : toks)
+    if (t < 0) t = picks[-1 - t];
   auto x = Poisoned<float>(toks.size() * H);
-  ASSERT_EQ(cuda::LaunchEmbed(dt.get<cuda::bf16_t>(), dk.get<int32_t>(), 4, H, 2.5f, x.get<float>(),
-                              nullptr),
+  ASSERT_EQ(cuda::LaunchEmbed(dt.get<cuda::bf16_t>(), dk.get<int32_t>(), dp.get<int32_t>(), 4, H,
+                              2.5f, x.get<float>(), nullptr),
             cudaSuccess);
   ASSERT_EQ(cuda::LaunchSoftcap(x.get<float>(), 4 * H, 3.f, nullptr), cudaSuccess);
   auto got = Download<float>(x, 4 * H);

@@ -1,0 +1,116 @@
+// Drives a backend through the same greedy run step by step (ForwardSampled)
+// or pipelined (LaunchStep / CollectStep, each decode step launched before
+// the previous one is collected and naming its picks by prev_row), for tests
+// that the two agree.
+#pragma once
+
+#include <algorithm>
+#include <random>
+#include <vector>
+
+#include "engine/backend.h"
+#include "gtest/gtest.h"
+
+namespace agentkv::testing {
+
+// Three sequences (prompts of 45, 20 and 3 random tokens) prefilled in
+// chunks of up to 16 tokens, step by step, then `decode` steps of one token
+// each. Returns every greedy pick in order. Sequence s uses blocks
+// s * 64 + i, so contexts must stay under 64 blocks.
+inline std::vector<int32_t> GreedyPicks(Backend& b, int decode, bool pipelined, uint32_t seed) {
+  struct Seq {
+    std::vector<int32_t> tokens;
+    int computed = 0;
+    std::vector<std::vector<int32_t>> tables;
+  };
+  const ModelCacheSpec& spec = b.cache_spec();
+  const int bs = b.kv_layout().block_size;
+  const int V = b.config().vocab_size;
+  std::mt19937 rng(seed);
+  std::vector<Seq> seqs(3);
+  const int lens[] = {45, 20, 3};
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < lens[i]; ++j) seqs[i].tokens.push_back(static_cast<int32_t>(rng() % V));
+  auto step_of = [&](int i, int n, bool want) {
+    Seq& s = seqs[i];
+    s.tables.resize(spec.groups.size());
+    for (size_t g = 0; g < spec.groups.size(); ++g) {
+      const int need = spec.BlocksFor(static_cast<int>(g), s.computed + n, bs);
+      while (static_cast<int>(s.tables[g].size()) < need)
+        s.tables[g].push_back(i * 64 + static_cast<int32_t>(s.tables[g].size()));
+    }
+    SeqStep st;
+    st.tokens = std::span<const int32_t>(s.tokens).subspan(s.computed, n);
+    st.start_pos = s.computed;
+    st.want_logits = want;
+    for (size_t g = 0; g < s.tables.size(); ++g) st.block_tables[g] = s.tables[g];
+    return st;
+  };
+  std::vector<int32_t> out;
+  std::vector<float> logits(3 * static_cast<size_t>(V));
+  std::vector<int32_t> picks(3);
+  const std::vector<uint8_t> greedy(3, 1);
+  // Prefill, step by step, until every sequence has its first pick.
+  std::vector<bool> started(3, false);
+  while (std::count(started.begin(), started.end(), true) < 3) {
+    std::vector<SeqStep> steps;
+    std::vector<int> which;
+    for (int i = 0; i < 3; ++i) {
+      if (started[i]) continue;
+      const int left = static_cast<int>(seqs[i].tokens.size()) - seqs[i].computed;
+      const int n = std::min(left, 16);
+      steps.push_back(step_of(i, n, n == left));
+      which.push_back(i);
+    }
+    EXPECT_TRUE(b.ForwardSampled(steps, greedy, picks, logits).ok());
+    int r = 0;
+    for (size_t k = 0; k < steps.size(); ++k) {
+      Seq& s = seqs[which[k]];
+      s.computed += static_cast<int>(steps[k].tokens.size());
+      if (!steps[k].want_logits) continue;
+      started[which[k]] = true;
+      s.tokens.push_back(picks[r]);
+      out.push_back(picks[r++]);
+    }
+  }
+  std::vector<size_t> owed(3);  // pipelined: where the pending picks go
+  for (int k = 0; k < decode; ++k) {
+    std::vector<SeqStep> steps;
+    if (pipelined && k > 0)
+      for (int i = 0; i < 3; ++i) {
+        owed[i] = seqs[i].tokens.size();
+        seqs[i].tokens.push_back(-7);  // never read: prev_row stands for it
+      }
+    for (int i = 0; i < 3; ++i) {
+      steps.push_back(step_of(i, 1, true));
+      if (pipelined && k > 0) steps.back().prev_row = i;
+    }
+    if (!pipelined) {
+      EXPECT_TRUE(b.ForwardSampled(steps, greedy, picks, logits).ok());
+      for (int i = 0; i < 3; ++i) {
+        seqs[i].computed += 1;
+        seqs[i].tokens.push_back(picks[i]);
+        out.push_back(picks[i]);
+      }
+      continue;
+    }
+    const Status st = b.LaunchStep(steps, greedy, logits);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    for (Seq& s : seqs) s.computed += 1;
+    if (k == 0) continue;
+    EXPECT_EQ(b.steps_in_flight(), 2);
+    EXPECT_TRUE(b.CollectStep(picks).ok());
+    for (int i = 0; i < 3; ++i) {
+      seqs[i].tokens[owed[i]] = picks[i];
+      out.push_back(picks[i]);
+    }
+  }
+  if (pipelined && decode > 0) {
+    EXPECT_TRUE(b.CollectStep(picks).ok());
+    out.insert(out.end(), picks.begin(), picks.end());
+  }
+  EXPECT_EQ(b.steps_in_flight(), 0);
+  return out;
+}
+
+}  // namespace agentkv::testing
