@@ -101,7 +101,7 @@ struct EngineStats {
   double restore_write_seconds = 0;   // the engine thread's time copying it in
   double save_seconds = 0;            // the engine thread's time handing KV to the tier
   double step_seconds = 0;            // in Step (scheduling, forward, sampling, output)
-  double forward_seconds = 0;         // of which in the backend's forward call
+  double forward_seconds = 0;         // of which in the backend's launch and collect calls
   double device_seconds = 0;          // Backend::device_seconds()
   double graph_capture_seconds = 0;   // Backend::graph_capture_seconds()
   int64_t graphs_captured = 0;        // Backend::graphs_captured()
