@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "engine/backend.h"
@@ -13,16 +14,30 @@
 
 namespace agentkv::testing {
 
+// A sequence as the tests drive it: its tokens, block tables per group and
+// how many tokens are in the cache.
+struct TestSeq {
+  std::vector<int32_t> tokens;
+  std::vector<std::vector<int32_t>> tables;  // per group
+  int computed = 0;
+};
+
+// The step that runs tokens [computed, computed + n) of `s`.
+inline SeqStep StepOf(const TestSeq& s, int n, bool want) {
+  SeqStep st;
+  st.tokens = std::span<const int32_t>(s.tokens).subspan(s.computed, n);
+  st.start_pos = s.computed;
+  st.want_logits = want;
+  for (size_t g = 0; g < s.tables.size(); ++g) st.block_tables[g] = s.tables[g];
+  return st;
+}
+
 // Three sequences (prompts of 45, 20 and 3 random tokens) prefilled in
 // chunks of up to 16 tokens, step by step, then `decode` steps of one token
 // each. Returns every greedy pick in order. Sequence s uses blocks
 // s * 64 + i, so contexts must stay under 64 blocks.
 inline std::vector<int32_t> GreedyPicks(Backend& b, int decode, bool pipelined, uint32_t seed) {
-  struct Seq {
-    std::vector<int32_t> tokens;
-    int computed = 0;
-    std::vector<std::vector<int32_t>> tables;
-  };
+  using Seq = TestSeq;
   const ModelCacheSpec& spec = b.cache_spec();
   const int bs = b.kv_layout().block_size;
   const int V = b.config().vocab_size;
@@ -39,12 +54,7 @@ inline std::vector<int32_t> GreedyPicks(Backend& b, int decode, bool pipelined, 
       while (static_cast<int>(s.tables[g].size()) < need)
         s.tables[g].push_back(i * 64 + static_cast<int32_t>(s.tables[g].size()));
     }
-    SeqStep st;
-    st.tokens = std::span<const int32_t>(s.tokens).subspan(s.computed, n);
-    st.start_pos = s.computed;
-    st.want_logits = want;
-    for (size_t g = 0; g < s.tables.size(); ++g) st.block_tables[g] = s.tables[g];
-    return st;
+    return StepOf(s, n, want);
   };
   std::vector<int32_t> out;
   std::vector<float> logits(3 * static_cast<size_t>(V));

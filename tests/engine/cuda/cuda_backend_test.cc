@@ -32,11 +32,7 @@ using namespace agentkv::testing;
 
 constexpr int kBlocks = 512;
 
-struct Seq {
-  std::vector<int32_t> tokens;
-  std::vector<std::vector<int32_t>> tables;  // per group
-  int computed = 0;
-};
+using Seq = TestSeq;
 
 // Hands each sequence shuffled blocks (the same ids on both backends).
 class Pager {
@@ -65,15 +61,6 @@ class Pager {
   int bs_;
   std::vector<std::vector<int32_t>> free_;
 };
-
-SeqStep StepOf(const Seq& s, int n, bool want) {
-  SeqStep st;
-  st.tokens = std::span<const int32_t>(s.tokens).subspan(s.computed, n);
-  st.start_pos = s.computed;
-  st.want_logits = want;
-  for (size_t g = 0; g < s.tables.size(); ++g) st.block_tables[g] = s.tables[g];
-  return st;
-}
 
 // Runs three sequences through `b`: prompts of 45, 20 and 3 tokens,
 // prefilled in chunks of up to `chunk` tokens interleaved with the others'
