@@ -173,5 +173,30 @@ TEST(SchedulerTest, StuckWhenRequestCanNeverFit) {
   EXPECT_TRUE(stuck);
 }
 
+// A sequence on hold (its pick in flight ends it) gets no token; Find sees
+// running and waiting sequences alike.
+TEST(SchedulerTest, HeldSequencesAreNotScheduledAndFindSeesAll) {
+  SchedulerOptions o;
+  o.max_batch = 1;
+  Fixture f(64, o);
+  const RequestId a = f.Add(Priority::kNormal, 5, 0.0);
+  const RequestId b = f.Add(Priority::kNormal, 5, 0.0);
+  bool stuck;
+  StepPlan p = f.sched->Schedule(&stuck);
+  ASSERT_EQ(p.seqs.size(), 1u);
+  ASSERT_TRUE(f.sched->Commit(p.seqs[0]).ok());
+  Sequence* s = f.sched->Find(a);
+  ASSERT_EQ(s, p.seqs[0].seq);
+  ASSERT_NE(f.sched->Find(b), nullptr);  // waiting
+  EXPECT_EQ(f.sched->Find(999), nullptr);
+  s->tokens.push_back(7);  // decoding: one token pending
+  s->hold = true;
+  EXPECT_TRUE(f.sched->Schedule(&stuck).seqs.empty());
+  s->hold = false;
+  p = f.sched->Schedule(&stuck);
+  ASSERT_EQ(p.seqs.size(), 1u);
+  EXPECT_EQ(p.seqs[0].seq->id, a);
+}
+
 }  // namespace
 }  // namespace agentkv
