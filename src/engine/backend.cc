@@ -68,10 +68,10 @@ Status Backend::LaunchStep(std::span<const SeqStep> batch, std::span<const uint8
 
 Status Backend::CollectStep(std::span<int32_t> picks) {
   if (launched_.empty()) return Internal("CollectStep: no step in flight");
-  std::vector<int32_t> p = std::move(launched_.front());
+  if (picks.size() < launched_.front().size())
+    return InvalidArgument("CollectStep: picks buffer too small");
+  std::copy(launched_.front().begin(), launched_.front().end(), picks.begin());
   launched_.pop_front();
-  if (picks.size() < p.size()) return InvalidArgument("CollectStep: picks buffer too small");
-  std::copy(p.begin(), p.end(), picks.begin());
   return Status::Ok();
 }
 

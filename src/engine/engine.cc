@@ -459,12 +459,14 @@ void Engine::CollectOldest() {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - f0).count();
   if (!st.ok()) {
     // Later steps took their tokens from these picks: they fail too.
-    launched_.push_front(std::move(step));
-    for (const LaunchedStep& l : launched_)
+    auto fail = [&](const LaunchedStep& l) {
       for (const LaunchedRow& r : l.rows)
         if (std::unique_ptr<Sequence> s = scheduler_->Remove(r.id)) Fail(s.get(), st);
-    launched_.pop_front();
+    };
+    fail(step);
     while (!launched_.empty()) {
+      fail(launched_.front());
+      picks_buf_.assign(static_cast<size_t>(launched_.front().picks), 0);
       launched_.pop_front();
       (void)backend_->CollectStep(picks_buf_);
     }

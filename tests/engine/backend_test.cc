@@ -53,6 +53,9 @@ TEST(BackendTest, PipelinedStepsRejectMisuse) {
   ASSERT_TRUE(b->LaunchStep({&st, 1}, greedy, logits).ok());
   ASSERT_TRUE(b->LaunchStep({&st, 1}, greedy, logits).ok());
   EXPECT_EQ(b->LaunchStep({&st, 1}, greedy, logits).code(), StatusCode::kInternal);  // a third
+  std::vector<int32_t> none;  // too small: refused, the step stays in flight
+  EXPECT_EQ(b->CollectStep(none).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(b->steps_in_flight(), 2);
   EXPECT_EQ(b->steps_in_flight(), 2);
   st.prev_row = 1;  // the previous step has one row
   ASSERT_TRUE(b->CollectStep(picks).ok());

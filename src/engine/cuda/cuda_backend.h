@@ -164,7 +164,6 @@ class CudaBackend final : public Backend {
   // The last step launched: its want_logits rows that were greedy (what
   // prev_row may name) and, once collected, its picks.
   std::vector<uint8_t> last_greedy_;
-  bool last_on_host_ = true;
   std::vector<int32_t> last_picks_;
   Status Enqueue(const Shape& s);
   // y[m][n] = x[m][k] . w[n][k]^T (+ beta * y). cuBLAS runs it on m rounded

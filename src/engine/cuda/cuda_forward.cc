@@ -139,18 +139,18 @@ Status CudaBackend::Run(std::span<const SeqStep> batch, std::span<const uint8_t>
   if (!in_flight_.empty()) return Internal("Forward: pipelined steps are in flight");
   for (const SeqStep& st : batch)
     if (st.prev_row >= 0) return InvalidArgument("Forward: prev_row is for LaunchStep only");
-  int W = 0;
-  for (const SeqStep& st : batch) W += st.want_logits ? 1 : 0;
-  bool any_greedy = false;
-  for (int r = 0; r < W; ++r)
-    any_greedy = any_greedy || (r < static_cast<int>(greedy_rows.size()) && greedy_rows[r]);
-  if (any_greedy && static_cast<int>(out_tokens.size()) < W)
-    return InvalidArgument("Forward: tokens buffer too small");
+  // Greedy rows are picked into out_tokens, which must hold each of them.
+  const int W = static_cast<int>(
+      std::count_if(batch.begin(), batch.end(), [](const SeqStep& st) { return st.want_logits; }));
+  const int greedy = static_cast<int>(std::min<size_t>(W, greedy_rows.size()));
+  for (int r = 0; r < greedy; ++r)
+    if (greedy_rows[r] && r >= static_cast<int>(out_tokens.size()))
+      return InvalidArgument("Forward: tokens buffer too small");
   RETURN_IF_ERROR(LaunchStep(batch, greedy_rows, logits));
-  std::vector<int32_t> picks(in_flight_.front().picks);
+  std::vector<int32_t> picks(W);
   RETURN_IF_ERROR(CollectStep(picks));
-  for (int r = 0; r < W; ++r)
-    if (r < static_cast<int>(greedy_rows.size()) && greedy_rows[r]) out_tokens[r] = picks[r];
+  for (int r = 0; r < greedy; ++r)
+    if (greedy_rows[r]) out_tokens[r] = picks[r];
   return Status::Ok();
 }
 
@@ -168,10 +168,10 @@ Status CudaBackend::SettleInFlight() {
 
 Status CudaBackend::CollectStep(std::span<int32_t> picks) {
   if (in_flight_.empty()) return Internal("CollectStep: no step in flight");
+  if (static_cast<int>(picks.size()) < in_flight_.front().picks)
+    return InvalidArgument("CollectStep: picks buffer too small");
   InFlight f = std::move(in_flight_.front());
   in_flight_.erase(in_flight_.begin());
-  if (static_cast<int>(picks.size()) < f.picks)
-    return InvalidArgument("CollectStep: picks buffer too small");
   if (!f.settled) {
     CUDA_RETURN_IF_ERROR(cudaEventSynchronize(step_events_[f.slot][2]));
     const int32_t* tk = host_tokens_[f.slot].get<int32_t>();
@@ -185,10 +185,7 @@ Status CudaBackend::CollectStep(std::span<int32_t> picks) {
     std::fprintf(step_log_, "%d %d %d %d %d %.3f %.3f\n", f.T, f.B, f.padded, f.stride, f.splits,
                  f.capture_ms, ms);
   std::copy(f.host_picks.begin(), f.host_picks.end(), picks.begin());
-  if (in_flight_.empty()) {  // the last step launched
-    last_on_host_ = true;
-    last_picks_ = std::move(f.host_picks);
-  }
+  if (in_flight_.empty()) last_picks_ = std::move(f.host_picks);  // the last step launched
   return Status::Ok();
 }
 
@@ -236,7 +233,6 @@ Status CudaBackend::LaunchStep(std::span<const SeqStep> batch, std::span<const u
     in_flight_.push_back(std::move(f));
     ++launches_;
     last_greedy_.clear();
-    last_on_host_ = true;
     last_picks_.clear();
     return Status::Ok();
   }
@@ -399,7 +395,6 @@ Status CudaBackend::LaunchStep(std::span<const SeqStep> batch, std::span<const u
   last_greedy_.assign(W, 0);
   for (int r = 0; r < W && r < static_cast<int>(greedy_rows.size()); ++r)
     last_greedy_[r] = greedy_rows[r];
-  last_on_host_ = false;
   return Status::Ok();
 }
 

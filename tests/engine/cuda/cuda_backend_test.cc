@@ -351,6 +351,9 @@ TEST(CudaBackend, PipelinedStepsRejectMisuse) {
   ASSERT_TRUE(b->LaunchStep({&st, 1}, greedy, logits).ok());
   EXPECT_EQ(b->LaunchStep({&st, 1}, greedy, logits).code(), StatusCode::kInternal);  // a third
   EXPECT_EQ(b->ForwardSampled({&st, 1}, greedy, picks, logits).code(), StatusCode::kInternal);
+  std::vector<int32_t> none;  // too small: refused, the step stays in flight
+  EXPECT_EQ(b->CollectStep(none).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(b->steps_in_flight(), 2);
   ASSERT_TRUE(b->CollectStep(picks).ok());
   ASSERT_TRUE(b->CollectStep(picks).ok());
   EXPECT_EQ(b->steps_in_flight(), 0);
