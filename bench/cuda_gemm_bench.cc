@@ -10,7 +10,9 @@
 // totalling more than 200 MiB, so that each launch reads them from memory,
 // not from the 50 MiB L2. The 50 launches of an iteration are one CUDA
 // graph, as in a decode step (launched one by one, the host's ~10 us per
-// launch would be timed). Reported: microseconds per launch (CUDA events
+// launch would be timed). For the LM head also `/cublas_argmax` (cuBLAS
+// then the two-pass argmax) and `/wgmma_argmax[_t128]` (the argmax in the
+// warpgroup GEMM's epilogue, no logits stored). Reported: microseconds per launch (CUDA events
 // around the graph) and weight bytes per second. Without a GPU (or CUDA)
 // nothing is run.
 #include <benchmark/benchmark.h>
@@ -40,11 +42,14 @@ constexpr Shape kShapes[] = {{"qkv", 3072, 2048},
                              {"down", 2048, 8192},
                              {"lm_head", 128256, 2048}};
 
-enum class Impl { kSkinny, kCublas, kGemv, kLt, kWgmma };
+// kCublasArgmax / kWgmmaArgmax (the LM head): cuBLAS then LaunchArgmax,
+// against the warpgroup GEMM with the argmax in its epilogue and no logits
+// stored.
+enum class Impl { kSkinny, kCublas, kGemv, kLt, kWgmma, kCublasArgmax, kWgmmaArgmax };
 
 struct Fixture {
   std::vector<DeviceBuffer> w;
-  DeviceBuffer x, y, ws, wgmma_ws;
+  DeviceBuffer x, y, ws, wgmma_ws, best, picks, store;
   cudaStream_t stream = nullptr;
   cudaGraphExec_t exec = nullptr;
   cublasHandle_t cublas = nullptr;
@@ -104,6 +109,12 @@ void Run(benchmark::State& state, Shape s, int m, Impl impl, int splits) {
     (void)f.wgmma_ws.Allocate(WgmmaGemmWorkspaceBytes(f.sms));
     cudaMemset(f.wgmma_ws.get(), 0, f.wgmma_ws.bytes());
   }
+  if (impl == Impl::kCublasArgmax || impl == Impl::kWgmmaArgmax) {
+    (void)f.best.Allocate(std::max(ArgmaxScratchBytes(m), WgmmaArgmaxScratchBytes(m, s.n)));
+    (void)f.picks.Allocate(static_cast<size_t>(m) * 4);
+    (void)f.store.Allocate(4);
+    cudaMemset(f.store.get(), 0, 4);  // greedy rows only: no logits stored
+  }
   cudaEventCreate(&f.ev[0]);
   cudaEventCreate(&f.ev[1]);
   if (impl == Impl::kLt) {
@@ -156,6 +167,10 @@ void Run(benchmark::State& state, Shape s, int m, Impl impl, int splits) {
       return LaunchWgmmaGemm(x, w, f.y.get(), true, m, s.n, s.k, 0.f, {f.wgmma_ws.get(), f.sms},
                              f.stream, -1, planes, plan) == cudaSuccess;
     }
+    if (impl == Impl::kWgmmaArgmax)
+      return LaunchWgmmaGemmArgmax(x, w, f.y.get<float>(), f.store.get<int32_t>(), m, s.n, s.k,
+                                   f.best.get(), f.picks.get<int32_t>(), f.sms, f.stream,
+                                   WgmmaPlanOf(splits)) == cudaSuccess;
     if (impl == Impl::kGemv)
       return LaunchGemv(x, w, f.y.get(), true, m, s.n, s.k, 0.f, f.sms, f.stream) == cudaSuccess;
     const float alpha = 1.f, beta = 0.f;
@@ -163,9 +178,13 @@ void Run(benchmark::State& state, Shape s, int m, Impl impl, int splits) {
       return cublasLtMatmul(f.lt, f.op, &alpha, w, f.la, x, f.lb, &beta, f.y.get(), f.lc, f.y.get(),
                             f.lc, &f.algo, f.ws.get(), f.ws.bytes(),
                             f.stream) == CUBLAS_STATUS_SUCCESS;
-    return cublasGemmEx(f.cublas, CUBLAS_OP_T, CUBLAS_OP_N, s.n, m, s.k, &alpha, w, CUDA_R_16BF,
-                        s.k, x, CUDA_R_16BF, s.k, &beta, f.y.get(), CUDA_R_32F, s.n,
-                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS;
+    if (cublasGemmEx(f.cublas, CUBLAS_OP_T, CUBLAS_OP_N, s.n, m, s.k, &alpha, w, CUDA_R_16BF, s.k,
+                     x, CUDA_R_16BF, s.k, &beta, f.y.get(), CUDA_R_32F, s.n, CUBLAS_COMPUTE_32F,
+                     CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS)
+      return false;
+    return impl != Impl::kCublasArgmax ||
+           LaunchArgmax(f.y.get<float>(), m, s.n, f.picks.get<int32_t>(), f.best.get(), f.stream) ==
+               cudaSuccess;
   };
   for (size_t i = 0; i < copies; ++i) launch();  // lazy loading, clocks
   cudaGraph_t graph = nullptr;
@@ -231,6 +250,13 @@ int Register() {
                 reg(base + "/wgmma_t" + std::to_string(tile) + "_s" + std::to_string(sp) +
                         (k128 ? "_k128" : ""),
                     Impl::kWgmma, tile * 1000 + sp * 10 + k128);
+      }
+      if (std::string(s.name) == "lm_head") {
+        reg(base + "/cublas_argmax", Impl::kCublasArgmax, 0);
+        if (WgmmaGemmSupported(m, s.n, s.k) && WgmmaDevice()) {
+          reg(base + "/wgmma_argmax", Impl::kWgmmaArgmax, 0);
+          reg(base + "/wgmma_argmax_t128", Impl::kWgmmaArgmax, 128 * 1000 + 10 + 1);
+        }
       }
       for (int a = 0; a < 24; ++a) reg(base + "/lt" + std::to_string(a), Impl::kLt, a);
       if (GemvSupported(m, s.k)) reg(base + "/gemv", Impl::kGemv, 0);

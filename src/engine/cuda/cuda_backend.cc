@@ -105,6 +105,8 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::Create(const ModelConfig& conf
   b->wgmma_min_rows_ = config.hidden_size <= kWgmmaMaxHidden ? kWgmmaMinRows : kNever;
   if (const char* v = std::getenv("AGENTKV_CUDA_WGMMA"); v != nullptr)
     b->wgmma_min_rows_ = std::atoi(v) > 0 ? std::atoi(v) : kNever;
+  if (const char* v = std::getenv("AGENTKV_CUDA_LM_ARGMAX"); v && std::string(v) == "0")
+    b->lm_argmax_ = false;
   if (prop.major != 9 || prop.minor != 0) b->wgmma_min_rows_ = kNever;
   if (b->wgmma_min_rows_ <= cuda::kMaxWgmmaRows) {
     RETURN_IF_ERROR(b->wgmma_ws_.Allocate(cuda::WgmmaGemmWorkspaceBytes(b->num_sms_)));
@@ -285,7 +287,10 @@ Status CudaBackend::WarmUpGemms() {
     if (m <= gemms_warm_tokens_ || m > T) continue;
     // Inputs are whatever the workspaces hold; every output is overwritten
     // before it is read by a real step.
+    // QKV: fp32 for decode steps (the fused-rotary attention), bf16 for
+    // steps with prompt chunks (QkvPost).
     RETURN_IF_ERROR(Gemm(h_.get<cuda::bf16_t>(), L.wqkv, qkv_.get(), true, m, qkv_n, H, 0.f, T));
+    RETURN_IF_ERROR(Gemm(h_.get<cuda::bf16_t>(), L.wqkv, qkv_.get(), false, m, qkv_n, H, 0.f, T));
     // As Enqueue calls them: sandwich-norm models write o, the others add
     // into the residual stream x (another cuBLAS kernel family).
     void* res = c.sandwich_norm ? o_.get() : x_.get();
@@ -325,7 +330,7 @@ Status CudaBackend::EnsureCapacity(int64_t tokens, int64_t seqs,
     cuda::DeviceBuffer* buf;
     int64_t bytes;
   };
-  int64_t meta = kMaxCacheGroups + 7 * T + 2 * B + 1;
+  int64_t meta = kMaxCacheGroups + 1 + 7 * T + 2 * B + 1;
   for (int g = 0; g < kMaxCacheGroups; ++g) meta += B * cap_width_[g];
   const Want wants[] = {
       {&x_, T * H * 4},
@@ -340,7 +345,11 @@ Status CudaBackend::EnsureCapacity(int64_t tokens, int64_t seqs,
       {&act_, T * I * 2},
       {&logits_, B * c.vocab_size * 4},
       {&argmax_, B * 4},
-      {&argmax_scratch_, static_cast<int64_t>(cuda::ArgmaxScratchBytes(static_cast<int>(B)))},
+      {&argmax_scratch_, static_cast<int64_t>(std::max(
+                             cuda::ArgmaxScratchBytes(static_cast<int>(B)),
+                             cuda::WgmmaArgmaxScratchBytes(
+                                 static_cast<int>(std::min<int64_t>(B, cuda::kMaxWgmmaRows)),
+                                 static_cast<int>(c.vocab_size))))},
       {&part_o_, cap_parts_ * nh * D * 4},
       {&part_ml_, cap_parts_ * nh * 2 * 4},
       {&meta_, meta * 4},
@@ -501,6 +510,12 @@ bool CudaBackend::UseWgmma(int m, int n, int k) const {
          cuda::WgmmaGemmPlanFor(n, k, num_sms_).splits == 1;
 }
 
+bool CudaBackend::UseWgmmaArgmax(int rows) const {
+  const ModelConfig& c = config_;
+  return lm_argmax_ && rows >= wgmma_min_rows_ && rows >= skinny_min_rows_ &&
+         !(c.final_logit_softcap > 0.f) &&
+         cuda::WgmmaGemmSupported(rows, c.vocab_size, c.hidden_size);
+}
 int CudaBackend::PlanesFor(int m, int n, int k) const {
   // (From skinny_min_rows_: fewer rows take the GEMVs, some with the norm
   // fused, which add no planes.)

@@ -15,13 +15,15 @@
 // block-table width from the step metadata), with the rotary applied
 // inside the attention kernel;
 // ForwardSampled picks greedy tokens on the GPU so their logits never cross
-// PCIe. Workspaces are sized at AllocateKv for `max_step_tokens` tokens and
-// `max_batch` sequences, at Reserve for the engine's limits, and only grow
-// (outside the steady state) when a step needs more; the decode loop
-// allocates nothing.
-// Set AGENTKV_CUDA_GRAPHS=0 in the environment to run without graphs,
-// AGENTKV_CUDA_FUSED_ROTARY=0 for a separate rotary kernel in decode steps;
-// AGENTKV_CUDA_STEP_LOG=path logs every step (diagnostics).
+// PCIe (on compute capability 9.0, for 3-64 rows, inside the LM head's
+// GEMM, which then stores logits only for steps that sample a row). Steps
+// with prompt chunks keep the QKV projection in bf16 (decode steps in fp32,
+// for the attention kernel that applies the rotary). Workspaces are sized at AllocateKv for
+// `max_step_tokens` tokens and `max_batch` sequences, at Reserve for the engine's limits, and only
+// grow (outside the steady state) when a step needs more; the decode loop allocates nothing. Set
+// AGENTKV_CUDA_GRAPHS=0 in the environment to run without graphs, AGENTKV_CUDA_FUSED_ROTARY=0 for a
+// separate rotary kernel in decode steps; AGENTKV_CUDA_LM_ARGMAX=0 for the LM head on cuBLAS and a
+// separate argmax; AGENTKV_CUDA_STEP_LOG=path logs every step (diagnostics).
 //
 // Thread-safety: as Backend; one thread at a time. Owns its CUDA stream and
 // cuBLAS handle; uses the current device at creation (device 0 by default).
@@ -178,6 +180,9 @@ class CudaBackend final : public Backend {
   // without split K: with it the last block's reduction made the o, QKV
   // and down projections slower than cuBLAS; bench/RESULTS.md item 44).
   bool UseWgmma(int m, int n, int k) const;
+  // Whether the LM head of `rows` rows runs on the warpgroup GEMM with the
+  // argmax in its epilogue (no softcap; AGENTKV_CUDA_LM_ARGMAX=0: never).
+  bool UseWgmmaArgmax(int rows) const;
   // The residual-adding projections (o, down; y = x += a . w^T): on the
   // warpgroup kernel with K split into planes where it applies, the next
   // norm adding them (pending_planes_); else Gemm with beta 1.
@@ -187,9 +192,9 @@ class CudaBackend final : public Backend {
   int PlanesFor(int m, int n, int k) const;
   // h = RMSNorm(x[rows]) (rows null: all m), adding the pending planes first.
   Status Norm(const int32_t* rows, const float* norm_w, int m);
-  // y = RMSNorm(x[rows]) . w^T, through h_.
+  // y = RMSNorm(x[rows]) . w^T, through h_ (y fp32, or bf16).
   Status NormGemm(const float* x, const int32_t* rows, const float* norm_w, const cuda::bf16_t* w,
-                  void* y, int m, int n, int64_t max_rows);
+                  void* y, int m, int n, int64_t max_rows, bool y_f32 = true);
   int SplitsFor(int tiles, int tokens, int64_t max_keys) const;
   // The shape of a graph step of `bucket` sequences (width-independent).
   Shape GraphShape(int bucket) const;
@@ -206,8 +211,10 @@ class CudaBackend final : public Backend {
   // Offsets (in int32) of the per-step metadata arrays in meta_ / host_meta_;
   // a function of the Shape alone, so a graph's addresses stay valid.
   struct MetaLayout {
-    size_t strides, tokens, pos, tok_seq, tile_seq, tile_t0, tile_n, logit_rows, seq_start,
-        seq_first;
+    // store_logits: 1 if some row of the step samples (the LM head then
+    // stores its logits; greedy rows need only the argmax).
+    size_t strides, store_logits, tokens, pos, tok_seq, tile_seq, tile_t0, tile_n, logit_rows,
+        seq_start, seq_first;
     std::array<size_t, kMaxCacheGroups> tables;
     size_t total;
   };
@@ -257,6 +264,7 @@ class CudaBackend final : public Backend {
   // scratch (wgmma_ws_).
   static constexpr int kNever = 1 << 30;
   int wgmma_min_rows_ = kNever;
+  bool lm_argmax_ = true;
   // Split-K planes of the last ResidualGemm not yet added to x_ (their
   // count; 0: none), each plane_floats_ apart in wgmma_planes_ (which the
   // QKV projection's planes reuse: each user runs after the last reader).

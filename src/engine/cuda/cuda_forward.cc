@@ -39,6 +39,7 @@ CudaBackend::MetaLayout CudaBackend::Layout(const Shape& s) {
     return at;
   };
   m.strides = take(kMaxCacheGroups);
+  m.store_logits = take(1);
   m.tokens = take(s.tokens);
   m.pos = take(s.tokens);
   m.tok_seq = take(s.tokens);
@@ -278,6 +279,7 @@ Status CudaBackend::LaunchStep(std::span<const SeqStep> batch, std::span<const u
   int32_t* m = host_meta_[slot].get<int32_t>();
   int t = 0, tile = 0, row = 0;
   for (int g = 0; g < kMaxCacheGroups; ++g) m[ml.strides + g] = stride;
+  m[ml.store_logits] = any_logits ? 1 : 0;
   for (int s = 0; s < B; ++s) {
     const SeqStep& st = batch[s];
     const int n = static_cast<int>(st.tokens.size());
@@ -399,7 +401,8 @@ Status CudaBackend::LaunchStep(std::span<const SeqStep> batch, std::span<const u
 }
 
 Status CudaBackend::NormGemm(const float* x, const int32_t* rows, const float* norm_w,
-                             const cuda::bf16_t* w, void* y, int m, int n, int64_t max_rows) {
+                             const cuda::bf16_t* w, void* y, int m, int n, int64_t max_rows,
+                             bool y_f32) {
   const ModelConfig& c = config_;
   const int H = c.hidden_size;
   // One or two rows and a grid of about one wave (the QKV projection): the
@@ -408,12 +411,12 @@ Status CudaBackend::NormGemm(const float* x, const int32_t* rows, const float* n
   // norm weights and the later waves cannot hide it: measured slower than a
   // separate norm kernel (bench/RESULTS.md, CUDA log).
   if (rows == nullptr && n <= 4096 && pending_planes_ == 0 && cuda::NormGemvSupported(m, H)) {
-    CUDA_RETURN_IF_ERROR(cuda::LaunchNormGemv(x, norm_w, c.rms_norm_eps, c.gemma_norm, w, y, true,
+    CUDA_RETURN_IF_ERROR(cuda::LaunchNormGemv(x, norm_w, c.rms_norm_eps, c.gemma_norm, w, y, y_f32,
                                               m, n, H, 0.f, stream_));
     return Status::Ok();
   }
   RETURN_IF_ERROR(Norm(rows, norm_w, m));
-  return Gemm(h_.get<cuda::bf16_t>(), w, y, true, m, n, H, 0.f, max_rows);
+  return Gemm(h_.get<cuda::bf16_t>(), w, y, y_f32, m, n, H, 0.f, max_rows);
 }
 
 Status CudaBackend::Enqueue(const Shape& s) {
@@ -456,7 +459,11 @@ Status CudaBackend::Enqueue(const Shape& s) {
                                                  0.f, {wgmma_ws_.get(), num_sms_}, stream_, -1,
                                                  true));
     } else {
-      RETURN_IF_ERROR(NormGemm(x, nullptr, L.in_norm, L.wqkv, qkv_.get(), T, qkv_n, cap_tokens_));
+      // Steps with prompt chunks: the projection in bf16 for QkvPost (half
+      // the bytes of fp32 through memory); decode steps keep fp32 for the
+      // fused-rotary attention.
+      RETURN_IF_ERROR(NormGemm(x, nullptr, L.in_norm, L.wqkv, qkv_.get(), T, qkv_n, cap_tokens_,
+                               /*y_f32=*/fused_rotary));
     }
     const float* inv_freq = L.kind == AttentionKind::kSliding && c.arch == Architecture::kGemma3
                                 ? inv_freq_local_
@@ -473,11 +480,11 @@ Status CudaBackend::Enqueue(const Shape& s) {
     // slot they overwrite may still be read by another query of this step.
     const bool fused_store = view.ring == 0 || s.tokens == s.seqs;
     if (!fused_rotary && fused_store) {
-      CUDA_RETURN_IF_ERROR(cuda::LaunchQkvPostStore(qkv_.get<float>(), L.bqkv, L.q_norm, L.k_norm,
-                                                    inv_freq, pos, tok_seq, T, nh, nkv, D, eps,
-                                                    plus_one, q, k, v, view, stream_));
+      CUDA_RETURN_IF_ERROR(cuda::LaunchQkvPostStore(qkv_.get<cuda::bf16_t>(), L.bqkv, L.q_norm,
+                                                    L.k_norm, inv_freq, pos, tok_seq, T, nh, nkv, D,
+                                                    eps, plus_one, q, k, v, view, stream_));
     } else if (!fused_rotary) {
-      CUDA_RETURN_IF_ERROR(cuda::LaunchQkvPost(qkv_.get<float>(), L.bqkv, L.q_norm, L.k_norm,
+      CUDA_RETURN_IF_ERROR(cuda::LaunchQkvPost(qkv_.get<cuda::bf16_t>(), L.bqkv, L.q_norm, L.k_norm,
                                                inv_freq, pos, T, nh, nkv, D, eps, plus_one, q, k, v,
                                                stream_));
     }
@@ -564,6 +571,15 @@ Status CudaBackend::Enqueue(const Shape& s) {
     return Status::Ok();
   }
   float* logits = logits_.get<float>();
+  if (UseWgmmaArgmax(s.rows)) {
+    // The argmax in the GEMM's epilogue; logits stored only for steps that
+    // sample a row.
+    RETURN_IF_ERROR(Norm(meta + ml.logit_rows, final_norm_, s.rows));
+    CUDA_RETURN_IF_ERROR(cuda::LaunchWgmmaGemmArgmax(h, lm_head_, logits, meta + ml.store_logits,
+                                                     s.rows, c.vocab_size, H, argmax_scratch_.get(),
+                                                     argmax_.get<int32_t>(), num_sms_, stream_));
+    return Status::Ok();
+  }
   RETURN_IF_ERROR(NormGemm(x, meta + ml.logit_rows, final_norm_, lm_head_, logits, s.rows,
                            c.vocab_size, cap_seqs_));
   if (c.final_logit_softcap > 0.f)

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "engine/cuda/activation.cuh"
+#include "engine/cuda/argmax.cuh"
 #include "engine/cuda/cuda_kernels.h"
 #include "engine/cuda/head_projection.cuh"
 #include "engine/cuda/head_route.h"
@@ -155,7 +156,10 @@ dim3 QkvPostGrid(int tokens, int heads) {
   const int want = (512 + tokens - 1) / tokens;
   return dim3(tokens, std::max(1, std::min(groups, want)));
 }
-__global__ void QkvPostKernel(const float* qkv, const float* bias, const float* q_norm,
+__device__ __forceinline__ float In(float v) { return v; }
+__device__ __forceinline__ float In(bf16_t v) { return Bf(v); }
+template <typename TIn>
+__global__ void QkvPostKernel(const TIn* qkv, const float* bias, const float* q_norm,
                               const float* k_norm, const float* inv_freq, const int32_t* pos,
                               int nh, int nkv, int D, float eps, bool plus_one, bf16_t* q,
                               bf16_t* k, bf16_t* v, const int32_t* tok_seq, KvCacheView c) {
@@ -165,18 +169,18 @@ __global__ void QkvPostKernel(const float* qkv, const float* bias, const float* 
   bf16_t* ck = CacheRow(c, tok_seq, t, pos[t], nkv, D);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   const int heads = nh + 2 * nkv;
-  const float* row = qkv + static_cast<int64_t>(t) * heads * D;
+  const TIn* row = qkv + static_cast<int64_t>(t) * heads * D;
   const float p = static_cast<float>(pos[t]);
   const int half = D / 2;
   for (int hh = blockIdx.y * nw + warp; hh < heads; hh += gridDim.y * nw) {
-    const float* src = row + static_cast<int64_t>(hh) * D;
+    const TIn* src = row + static_cast<int64_t>(hh) * D;
     const float* b = bias ? bias + static_cast<int64_t>(hh) * D : nullptr;
     const HeadRoute r = RouteHead(hh, t, nh, nkv, D, c.block_size, q, k, v, q_norm, k_norm, ck);
     bf16_t* dst = r.dst;
     const float* nw_ = r.norm;
     if (!r.rotary) {
       for (int i = lane; i < D; i += 32) {
-        const bf16_t val = ToBf(src[i] + (b ? b[i] : 0.f));
+        const bf16_t val = ToBf(In(src[i]) + (b ? b[i] : 0.f));
         dst[i] = val;
         if (r.cache) r.cache[i] = val;
       }
@@ -186,15 +190,15 @@ __global__ void QkvPostKernel(const float* qkv, const float* bias, const float* 
     if (nw_) {
       float ss = 0.f;
       for (int i = lane; i < D; i += 32) {
-        const float x = src[i] + (b ? b[i] : 0.f);
+        const float x = In(src[i]) + (b ? b[i] : 0.f);
         ss += x * x;
       }
       ss = WarpSum(ss);
       inv = 1.0f / sqrtf(ss / D + eps);
     }
     for (int i = lane; i < half; i += 32) {
-      float x0 = src[i] + (b ? b[i] : 0.f);
-      float x1 = src[i + half] + (b ? b[i + half] : 0.f);
+      float x0 = In(src[i]) + (b ? b[i] : 0.f);
+      float x1 = In(src[i + half]) + (b ? b[i + half] : 0.f);
       if (nw_) {
         x0 = x0 * inv * (plus_one ? 1.f + nw_[i] : nw_[i]);
         x1 = x1 * inv * (plus_one ? 1.f + nw_[i + half] : nw_[i + half]);
@@ -218,9 +222,9 @@ __global__ void QkvPostKernel(const float* qkv, const float* bias, const float* 
 // kernel waited on one head's loads at a time (six round trips per warp in
 // a prefill step, 32 us per layer at 2,048 tokens for ~13 us of traffic).
 constexpr int kQkvPostChunk = 4;
-template <int D>
+template <int D, typename TIn>
 __global__ void __launch_bounds__(32 * kQkvPostWarps)
-    QkvPostKernelD(const float* qkv, const float* bias, const float* q_norm, const float* k_norm,
+    QkvPostKernelD(const TIn* qkv, const float* bias, const float* q_norm, const float* k_norm,
                    const float* inv_freq, const int32_t* pos, int nh, int nkv, int /*D*/, float eps,
                    bool plus_one, bf16_t* q, bf16_t* k, bf16_t* v, const int32_t* tok_seq,
                    KvCacheView c) {
@@ -230,7 +234,7 @@ __global__ void __launch_bounds__(32 * kQkvPostWarps)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int heads = nh + 2 * nkv;
   const int stride = gridDim.y * kQkvPostWarps;
-  const float* row = qkv + static_cast<int64_t>(t) * heads * D;
+  const TIn* row = qkv + static_cast<int64_t>(t) * heads * D;
   const int pt = pos[t];
   bf16_t* ck = nullptr;
   bool looked = false;
@@ -259,20 +263,23 @@ __global__ void __launch_bounds__(32 * kQkvPostWarps)
   }
 }
 
-// The kernel for head_dim D: the specialised one where there is one.
-using QkvPostFn = void (*)(const float*, const float*, const float*, const float*, const float*,
+// The kernel for head_dim D and the projection's type: the specialised one
+// where there is one.
+template <typename TIn>
+using QkvPostFn = void (*)(const TIn*, const float*, const float*, const float*, const float*,
                            const int32_t*, int, int, int, float, bool, bf16_t*, bf16_t*, bf16_t*,
                            const int32_t*, KvCacheView);
-QkvPostFn QkvPostFor(int D) {
+template <typename TIn>
+QkvPostFn<TIn> QkvPostFor(int D) {
   switch (D) {
     case 64:
-      return QkvPostKernelD<64>;
+      return QkvPostKernelD<64, TIn>;
     case 128:
-      return QkvPostKernelD<128>;
+      return QkvPostKernelD<128, TIn>;
     case 256:
-      return QkvPostKernelD<256>;
+      return QkvPostKernelD<256, TIn>;
     default:
-      return QkvPostKernel;
+      return QkvPostKernel<TIn>;
   }
 }
 
@@ -365,14 +372,6 @@ __global__ void SoftcapKernel(float* x, int64_t n, float cap) {
     x[i] = cap * tanhf(x[i] / cap);
 }
 
-__device__ __forceinline__ void Better(float& bv, int& bi, float v, int i) {
-  // NaN never wins (comparisons are false); lowest index on ties.
-  if (v > bv || (v == bv && i < bi)) {
-    bv = v;
-    bi = i;
-  }
-}
-
 // The best (value, index) of a block's threads, in lane 0 of warp 0.
 __device__ void BlockBest(float& bv, int& bi) {
 #pragma unroll
@@ -418,13 +417,13 @@ __global__ void ArgmaxPartKernel(const float* x, int cols, float2* part) {
 }
 
 // Stage 2: one block per row over its chunks' bests.
-__global__ void ArgmaxKernel(const float2* part, int32_t* out) {
+__global__ void ArgmaxKernel(const float2* part, int chunks, int32_t* out) {
   PdlLaunchDependents();
   PdlWait();
   float bv = -INFINITY;
   int bi = INT_MAX;
-  for (int c = threadIdx.x; c < kArgmaxChunks; c += blockDim.x) {
-    const float2 p = part[blockIdx.x * kArgmaxChunks + c];
+  for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
+    const float2 p = part[static_cast<int64_t>(blockIdx.x) * chunks + c];
     Better(bv, bi, p.x, __float_as_int(p.y));
   }
   BlockBest(bv, bi);
@@ -583,27 +582,49 @@ cudaError_t LaunchAddNormed(const float* o, const float* w_post, float* x, const
                    w_pre, h, dim, eps, plus_one);
 }
 
+namespace {
+template <typename TIn>
+cudaError_t QkvPost(const TIn* qkv, const float* bias, const float* q_norm, const float* k_norm,
+                    const float* inv_freq, const int32_t* pos, const int32_t* tok_seq, int tokens,
+                    int nh, int nkv, int head_dim, float eps, bool plus_one, bf16_t* q, bf16_t* k,
+                    bf16_t* v, const KvCacheView& cache, cudaStream_t stream) {
+  if (tokens <= 0) return cudaSuccess;
+  const dim3 grid = QkvPostGrid(tokens, nh + 2 * nkv);
+  return LaunchPdl(QkvPostFor<TIn>(head_dim), grid, dim3(32 * kQkvPostWarps), 0, stream, qkv, bias,
+                   q_norm, k_norm, inv_freq, pos, nh, nkv, head_dim, eps, plus_one, q, k, v,
+                   tok_seq, cache);
+}
+}  // namespace
+
 cudaError_t LaunchQkvPost(const float* qkv, const float* bias, const float* q_norm,
                           const float* k_norm, const float* inv_freq, const int32_t* pos,
                           int tokens, int nh, int nkv, int head_dim, float eps, bool plus_one,
                           bf16_t* q, bf16_t* k, bf16_t* v, cudaStream_t stream) {
-  if (tokens <= 0) return cudaSuccess;
-  const dim3 grid = QkvPostGrid(tokens, nh + 2 * nkv);
-  return LaunchPdl(QkvPostFor(head_dim), grid, dim3(32 * kQkvPostWarps), 0, stream, qkv, bias,
-                   q_norm, k_norm, inv_freq, pos, nh, nkv, head_dim, eps, plus_one, q, k, v,
-                   nullptr, KvCacheView{});
+  return QkvPost(qkv, bias, q_norm, k_norm, inv_freq, pos, nullptr, tokens, nh, nkv, head_dim, eps,
+                 plus_one, q, k, v, KvCacheView{}, stream);
 }
-
+cudaError_t LaunchQkvPost(const bf16_t* qkv, const float* bias, const float* q_norm,
+                          const float* k_norm, const float* inv_freq, const int32_t* pos,
+                          int tokens, int nh, int nkv, int head_dim, float eps, bool plus_one,
+                          bf16_t* q, bf16_t* k, bf16_t* v, cudaStream_t stream) {
+  return QkvPost(qkv, bias, q_norm, k_norm, inv_freq, pos, nullptr, tokens, nh, nkv, head_dim, eps,
+                 plus_one, q, k, v, KvCacheView{}, stream);
+}
 cudaError_t LaunchQkvPostStore(const float* qkv, const float* bias, const float* q_norm,
                                const float* k_norm, const float* inv_freq, const int32_t* pos,
                                const int32_t* tok_seq, int tokens, int nh, int nkv, int head_dim,
                                float eps, bool plus_one, bf16_t* q, bf16_t* k, bf16_t* v,
                                const KvCacheView& cache, cudaStream_t stream) {
-  if (tokens <= 0) return cudaSuccess;
-  const dim3 grid = QkvPostGrid(tokens, nh + 2 * nkv);
-  return LaunchPdl(QkvPostFor(head_dim), grid, dim3(32 * kQkvPostWarps), 0, stream, qkv, bias,
-                   q_norm, k_norm, inv_freq, pos, nh, nkv, head_dim, eps, plus_one, q, k, v,
-                   tok_seq, cache);
+  return QkvPost(qkv, bias, q_norm, k_norm, inv_freq, pos, tok_seq, tokens, nh, nkv, head_dim, eps,
+                 plus_one, q, k, v, cache, stream);
+}
+cudaError_t LaunchQkvPostStore(const bf16_t* qkv, const float* bias, const float* q_norm,
+                               const float* k_norm, const float* inv_freq, const int32_t* pos,
+                               const int32_t* tok_seq, int tokens, int nh, int nkv, int head_dim,
+                               float eps, bool plus_one, bf16_t* q, bf16_t* k, bf16_t* v,
+                               const KvCacheView& cache, cudaStream_t stream) {
+  return QkvPost(qkv, bias, q_norm, k_norm, inv_freq, pos, tok_seq, tokens, nh, nkv, head_dim, eps,
+                 plus_one, q, k, v, cache, stream);
 }
 
 cudaError_t LaunchKvStore(const bf16_t* k, const bf16_t* v, const int32_t* pos,
@@ -641,7 +662,15 @@ cudaError_t LaunchArgmax(const float* x, int rows, int cols, int32_t* out, void*
   cudaError_t e =
       LaunchPdl(ArgmaxPartKernel, dim3(kArgmaxChunks, rows), dim3(256), 0, stream, x, cols, part);
   if (e != cudaSuccess) return e;
-  return LaunchPdl(ArgmaxKernel, dim3(rows), dim3(64), 0, stream, part, out);
+  return LaunchPdl(ArgmaxKernel, dim3(rows), dim3(64), 0, stream, part, kArgmaxChunks, out);
+}
+
+cudaError_t LaunchArgmaxOfParts(const void* parts, int rows, int chunks, int32_t* out,
+                                cudaStream_t stream) {
+  if (rows <= 0) return cudaSuccess;
+  if (chunks <= 0) return cudaErrorInvalidValue;
+  return LaunchPdl(ArgmaxKernel, dim3(rows), dim3(chunks > 64 ? 256 : 64), 0, stream,
+                   static_cast<const float2*>(parts), chunks, out);
 }
 
 cudaError_t LaunchF32ToBf16(const float* in, bf16_t* out, int64_t n, cudaStream_t stream) {

@@ -51,6 +51,13 @@ cudaError_t LaunchQkvPost(const float* qkv, const float* bias, const float* q_no
                           const float* k_norm, const float* inv_freq, const int32_t* pos,
                           int tokens, int nh, int nkv, int head_dim, float eps, bool plus_one,
                           bf16_t* q, bf16_t* k, bf16_t* v, cudaStream_t stream);
+// The same from a bf16 projection (prefill steps: the GEMM's output rounded
+// to bf16, as a bf16 model's Linear leaves it; half the bytes to write and
+// read of the fp32 form).
+cudaError_t LaunchQkvPost(const bf16_t* qkv, const float* bias, const float* q_norm,
+                          const float* k_norm, const float* inv_freq, const int32_t* pos,
+                          int tokens, int nh, int nkv, int head_dim, float eps, bool plus_one,
+                          bf16_t* q, bf16_t* k, bf16_t* v, cudaStream_t stream);
 
 // Where one layer's K and V live in a group's paged cache: per block, for
 // each layer of the group, K then V, each [block_size][nkv][head_dim] bf16.
@@ -71,6 +78,11 @@ struct KvCacheView {
 // the step still needs a cache slot it overwrites: full-attention groups, or
 // steps of one token per sequence.
 cudaError_t LaunchQkvPostStore(const float* qkv, const float* bias, const float* q_norm,
+                               const float* k_norm, const float* inv_freq, const int32_t* pos,
+                               const int32_t* tok_seq, int tokens, int nh, int nkv, int head_dim,
+                               float eps, bool plus_one, bf16_t* q, bf16_t* k, bf16_t* v,
+                               const KvCacheView& cache, cudaStream_t stream);
+cudaError_t LaunchQkvPostStore(const bf16_t* qkv, const float* bias, const float* q_norm,
                                const float* k_norm, const float* inv_freq, const int32_t* pos,
                                const int32_t* tok_seq, int tokens, int nh, int nkv, int head_dim,
                                float eps, bool plus_one, bf16_t* q, bf16_t* k, bf16_t* v,
@@ -238,6 +250,20 @@ cudaError_t LaunchWgmmaGemm(const bf16_t* x, const bf16_t* w, void* y, bool y_f3
                             int k, float beta, WgmmaGemmWorkspace ws, cudaStream_t stream,
                             int act = -1, bool planes = false, WgmmaGemmPlan plan = {});
 
+// The LM head's form: y fp32 [m][n] = x . w^T (beta 0, no split), stored
+// only when store_logits is null or the device int it points to is not 0
+// (read when the kernel runs, so that one captured graph serves steps with
+// and without rows that sample), and argmax[r] of each row as LaunchArgmax
+// defines it, from the same fp32 values: each block's best per row into
+// `scratch` (WgmmaArgmaxScratchBytes(m, n, plan)), then one pass over
+// them. The logits cross memory once at most instead of being written and
+// read back.
+size_t WgmmaArgmaxScratchBytes(int m, int n, WgmmaGemmPlan plan = {});
+cudaError_t LaunchWgmmaGemmArgmax(const bf16_t* x, const bf16_t* w, float* y,
+                                  const int32_t* store_logits, int m, int n, int k, void* scratch,
+                                  int32_t* argmax, int num_sms, cudaStream_t stream,
+                                  WgmmaGemmPlan plan = {});
+
 // x = cap * tanh(x / cap) over n floats.
 cudaError_t LaunchSoftcap(float* x, int64_t n, float cap, cudaStream_t stream);
 
@@ -251,6 +277,10 @@ inline constexpr size_t ArgmaxScratchBytes(int rows) {
 }
 cudaError_t LaunchArgmax(const float* x, int rows, int cols, int32_t* out, void* scratch,
                          cudaStream_t stream);
+// LaunchArgmax's second pass alone: out[r] from the (value, index as int
+// bits) float2 pairs parts[r][chunks], the bests of a row's chunks.
+cudaError_t LaunchArgmaxOfParts(const void* parts, int rows, int chunks, int32_t* out,
+                                cudaStream_t stream);
 
 // fp32 -> bf16 (round to nearest even), and back.
 cudaError_t LaunchF32ToBf16(const float* in, bf16_t* out, int64_t n, cudaStream_t stream);

@@ -21,13 +21,17 @@
 // (LaunchAddPartsRmsNorm, the fused-rotary attention): no block waits on
 // another, and the last block's serial reduction (3-5 us at 64 rows,
 // bench/RESULTS.md item 44) leaves the GEMM's tail. The backend uses planes
-// for every split GEMM.
+// for every split GEMM. For the LM head: each row's best feature of the
+// tile (argmax), the logits stored only if a device flag asks for them.
 //
 // Built for sm_90a only (wgmma has no portable form); the backend calls it
 // on compute capability 9.0 devices.
 #include <cuda_bf16.h>
 
+#include <climits>
+
 #include "engine/cuda/activation.cuh"
+#include "engine/cuda/argmax.cuh"
 #include "engine/cuda/attention_common.cuh"
 #include "engine/cuda/cuda_kernels.h"
 #include "engine/cuda/mma.cuh"
@@ -48,10 +52,12 @@ constexpr int kWsTilesPerSm = 4;
 constexpr int kSubFloats = 64 * kRows;
 
 struct WgmmaArgs : GemmArgs {
-  float* ws;           // partial tiles, [tile][split][NT * 32 * kThreads]
-  unsigned* counters;  // per tile: splits done
-  int act;             // < 0: none; else Activate's code
-  bool planes;         // split s writes y + s * M * N; nothing added
+  float* ws;             // partial tiles, [tile][split][NT * 32 * kThreads]
+  unsigned* counters;    // per tile: splits done
+  int act;               // < 0: none; else Activate's code
+  bool planes;           // split s writes y + s * M * N; nothing added
+  float2* best;          // non-null: per row, this block's argmax at [row][blockIdx.x]
+  const int32_t* store;  // non-null: y is written only if *store != 0
 };
 
 // NT m64 feature tiles per block, S stages of A * 64 k.
@@ -253,6 +259,21 @@ __global__ void __launch_bounds__(kThreads) WgmmaGemmKernel(const WgmmaArgs a) {
         part[r * PS + f] = acc[t][4 * j + e];
       }
   __syncthreads();
+  if (a.best != nullptr) {
+    // Two threads per row, each over half of the tile's features; Better
+    // makes the result independent of the order.
+    const int r = tid >> 1, f0 = (tid & 1) * (C::kTileN / 2);
+    float bv = -INFINITY;
+    int bi = INT_MAX;
+    if (r < M)
+      for (int f = f0; f < f0 + C::kTileN / 2; ++f)
+        if (n0 + f < N) Better(bv, bi, part[r * PS + f], n0 + f);
+    Better(bv, bi, __shfl_xor_sync(0xffffffffu, bv, 1), __shfl_xor_sync(0xffffffffu, bi, 1));
+    if ((tid & 1) == 0 && r < M)
+      a.best[static_cast<int64_t>(r) * gridDim.x + blockIdx.x] =
+          make_float2(bv, __int_as_float(bi));
+  }
+  if (a.store != nullptr && *a.store == 0) return;
   // Stored a row's float4 of features at a time, rows first.
   constexpr int kVecs = kRows * C::kTileN / 4;
   for (int v = tid; v < kVecs; v += kThreads) {
@@ -308,6 +329,15 @@ cudaError_t LaunchNt(const WgmmaArgs& a, int splits, cudaStream_t stream) {
                    dim3(kThreads), C::kSmem, stream, a);
 }
 
+// The instantiation for a plan (tile and stage size).
+cudaError_t Launch(const WgmmaArgs& a, WgmmaGemmPlan plan, cudaStream_t stream) {
+  if (plan.tile == 128)
+    return plan.k128 ? LaunchNt<2, 4, 2>(a, plan.splits, stream)
+                     : LaunchNt<2, 5, 1>(a, plan.splits, stream);
+  return plan.k128 ? LaunchNt<1, 3, 2>(a, plan.splits, stream)
+                   : LaunchNt<1, 6, 1>(a, plan.splits, stream);
+}
+
 }  // namespace
 
 size_t WgmmaGemmWorkspaceBytes(int num_sms) {
@@ -357,11 +387,40 @@ cudaError_t LaunchWgmmaGemm(const bf16_t* x, const bf16_t* w, void* y, bool y_f3
                                            static_cast<size_t>(room) * kSubFloats);
   a.act = act;
   a.planes = planes;
-  if (plan.tile == 128)
-    return plan.k128 ? LaunchNt<2, 4, 2>(a, plan.splits, stream)
-                     : LaunchNt<2, 5, 1>(a, plan.splits, stream);
-  return plan.k128 ? LaunchNt<1, 3, 2>(a, plan.splits, stream)
-                   : LaunchNt<1, 6, 1>(a, plan.splits, stream);
+  a.best = nullptr;
+  a.store = nullptr;
+  return Launch(a, plan, stream);
+}
+
+size_t WgmmaArgmaxScratchBytes(int m, int n, WgmmaGemmPlan plan) {
+  const int tile = plan.tile == 0 ? 64 : plan.tile;
+  return static_cast<size_t>(m) * ((n + tile - 1) / tile) * sizeof(float2);
+}
+
+cudaError_t LaunchWgmmaGemmArgmax(const bf16_t* x, const bf16_t* w, float* y,
+                                  const int32_t* store_logits, int m, int n, int k, void* scratch,
+                                  int32_t* argmax, int num_sms, cudaStream_t stream,
+                                  WgmmaGemmPlan plan) {
+  if (!WgmmaGemmSupported(m, n, k) || num_sms <= 0 || scratch == nullptr || argmax == nullptr)
+    return cudaErrorInvalidValue;
+  if (plan.tile == 0) {
+    plan = WgmmaGemmPlanFor(n, k, num_sms);
+    plan.splits = 1;
+  }
+  if ((plan.tile != 64 && plan.tile != 128) || n % plan.tile != 0 || plan.splits != 1)
+    return cudaErrorInvalidValue;
+  WgmmaArgs a;
+  static_cast<GemmArgs&>(a) = {
+      reinterpret_cast<const bf16*>(x), reinterpret_cast<const bf16*>(w), y, m, n, k, 0.f, true};
+  a.ws = nullptr;
+  a.counters = nullptr;
+  a.act = -1;
+  a.planes = false;
+  a.best = static_cast<float2*>(scratch);
+  a.store = store_logits;
+  const cudaError_t e = Launch(a, plan, stream);
+  if (e != cudaSuccess) return e;
+  return LaunchArgmaxOfParts(scratch, m, n / plan.tile, argmax, stream);
 }
 
 }  // namespace agentkv::cuda

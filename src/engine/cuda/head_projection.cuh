@@ -1,4 +1,5 @@
-// One head of the fp32 QKV projection to bf16, by one warp: the bias, the
+// One head of the QKV projection (fp32, or bf16 as prefill steps' GEMM
+// writes it) to bf16, by one warp: the bias, the
 // per-head RMSNorm (Qwen3's q/k norms) and the rotary, in the one order of
 // arithmetic that QkvPost and the fused decode attention both use, so their
 // results agree bit for bit. Split into a load and a finish so that a warp
@@ -50,6 +51,20 @@ __device__ __forceinline__ void LoadHead(const float* src, const float* b, HeadR
     }
     r.x0[u] = src[i] + (b ? b[i] : 0.f);
     r.x1[u] = src[i + kHalf] + (b ? b[i + kHalf] : 0.f);
+  }
+}
+
+// src in bf16 (a projection rounded to bf16 by its GEMM) + b.
+template <int D>
+__device__ __forceinline__ void LoadHead(const bf16_t* src, const float* b, HeadRegs<D>& r,
+                                         int lane) {
+  constexpr int kHalf = HeadRegs<D>::kHalf;
+#pragma unroll
+  for (int u = 0; u < HeadRegs<D>::kPer; ++u) {
+    const int i = lane + 32 * u;
+    r.x0[u] = __uint_as_float(static_cast<uint32_t>(src[i]) << 16) + (b ? b[i] : 0.f);
+    r.x1[u] =
+        __uint_as_float(static_cast<uint32_t>(src[i + kHalf]) << 16) + (b ? b[i + kHalf] : 0.f);
   }
 }
 

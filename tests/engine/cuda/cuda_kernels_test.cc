@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
@@ -92,51 +93,60 @@ TEST(CudaKernels, AddNormed) {
   EXPECT_LT(RelErr(DownloadBf16(h, rows * dim), hr), 1e-2);
 }
 
+// From the fp32 projection and from a bf16 one (prefill steps), against the
+// CPU norm and rotary of the same (bf16-rounded) values.
 TEST(CudaKernels, QkvPostMatchesNormAndRope) {
   AGENTKV_REQUIRE_GPU();
   std::mt19937 rng(3);
   // 600 tokens: one block per token, so each warp takes several heads
   // (loaded together in the specialised kernels).
-  for (auto [D, T] : {std::pair{16, 6}, {64, 6}, {128, 6}, {256, 6}, {64, 600}, {128, 600}}) {
-    const int nh = 8, nkv = 2, heads = nh + 2 * nkv;
-    RopeSpec rope;
-    rope.theta = 500000.f;
-    rope.type = "llama3";
-    rope.factor = 8.f;
-    rope.original_max_position = 1024;
-    const auto inv = kernels::RopeInvFreq(rope, D);
-    std::vector<int32_t> pos = {0, 1, 17, 300, 4095, 70000};
-    for (int t = 6; t < T; ++t) pos.push_back(t * 37);
-    auto qkv = Random(T * heads * D, rng);
-    auto bias = Random(heads * D, rng, 0.1f);
-    auto qn = Random(D, rng, 0.1f, 1.f), kn = Random(D, rng, 0.1f, 1.f);
-    auto dqkv = Upload(qkv), db = Upload(bias), dqn = Upload(qn), dkn = Upload(kn),
-         dinv = Upload(inv), dpos = Upload(pos);
-    auto q = Poisoned<uint16_t>(T * nh * D), k = Poisoned<uint16_t>(T * nkv * D),
-         v = Poisoned<uint16_t>(T * nkv * D);
-    ASSERT_EQ(cuda::LaunchQkvPost(dqkv.get<float>(), db.get<float>(), dqn.get<float>(),
-                                  dkn.get<float>(), dinv.get<float>(), dpos.get<int32_t>(), T, nh,
-                                  nkv, D, 1e-6f, false, q.get<cuda::bf16_t>(),
-                                  k.get<cuda::bf16_t>(), v.get<cuda::bf16_t>(), nullptr),
-              cudaSuccess);
-    std::vector<float> rq, rk, rv;
-    for (int t = 0; t < T; ++t) {
-      std::vector<float> row(qkv.begin() + t * heads * D, qkv.begin() + (t + 1) * heads * D);
-      for (int i = 0; i < heads * D; ++i) row[i] += bias[i];
-      float* qp = row.data();
-      float* kp = qp + nh * D;
-      kernels::RmsNorm(qp, qn.data(), qp, nh, D, 1e-6f, false);
-      kernels::RmsNorm(kp, kn.data(), kp, nkv, D, 1e-6f, false);
-      kernels::ApplyRope(qp, nh, D, pos[t], inv.data());
-      kernels::ApplyRope(kp, nkv, D, pos[t], inv.data());
-      rq.insert(rq.end(), qp, qp + nh * D);
-      rk.insert(rk.end(), kp, kp + nkv * D);
-      rv.insert(rv.end(), kp + nkv * D, kp + 2 * nkv * D);
+  for (const bool bf16_in : {false, true})
+    for (auto [D, T] : {std::pair{16, 6}, {64, 6}, {128, 6}, {256, 6}, {64, 600}, {128, 600}}) {
+      const int nh = 8, nkv = 2, heads = nh + 2 * nkv;
+      RopeSpec rope;
+      rope.theta = 500000.f;
+      rope.type = "llama3";
+      rope.factor = 8.f;
+      rope.original_max_position = 1024;
+      const auto inv = kernels::RopeInvFreq(rope, D);
+      std::vector<int32_t> pos = {0, 1, 17, 300, 4095, 70000};
+      for (int t = 6; t < T; ++t) pos.push_back(t * 37);
+      auto qkv = Random(T * heads * D, rng);
+      if (bf16_in) qkv = Rounded(qkv);
+      auto bias = Random(heads * D, rng, 0.1f);
+      auto qn = Random(D, rng, 0.1f, 1.f), kn = Random(D, rng, 0.1f, 1.f);
+      auto dqkv = bf16_in ? Upload(Bf16Of(qkv)) : Upload(qkv), db = Upload(bias), dqn = Upload(qn),
+           dkn = Upload(kn), dinv = Upload(inv), dpos = Upload(pos);
+      auto q = Poisoned<uint16_t>(T * nh * D), k = Poisoned<uint16_t>(T * nkv * D),
+           v = Poisoned<uint16_t>(T * nkv * D);
+      const cudaError_t e =
+          bf16_in ? cuda::LaunchQkvPost(dqkv.get<cuda::bf16_t>(), db.get<float>(), dqn.get<float>(),
+                                        dkn.get<float>(), dinv.get<float>(), dpos.get<int32_t>(), T,
+                                        nh, nkv, D, 1e-6f, false, q.get<cuda::bf16_t>(),
+                                        k.get<cuda::bf16_t>(), v.get<cuda::bf16_t>(), nullptr)
+                  : cuda::LaunchQkvPost(dqkv.get<float>(), db.get<float>(), dqn.get<float>(),
+                                        dkn.get<float>(), dinv.get<float>(), dpos.get<int32_t>(), T,
+                                        nh, nkv, D, 1e-6f, false, q.get<cuda::bf16_t>(),
+                                        k.get<cuda::bf16_t>(), v.get<cuda::bf16_t>(), nullptr);
+      ASSERT_EQ(e, cudaSuccess);
+      std::vector<float> rq, rk, rv;
+      for (int t = 0; t < T; ++t) {
+        std::vector<float> row(qkv.begin() + t * heads * D, qkv.begin() + (t + 1) * heads * D);
+        for (int i = 0; i < heads * D; ++i) row[i] += bias[i];
+        float* qp = row.data();
+        float* kp = qp + nh * D;
+        kernels::RmsNorm(qp, qn.data(), qp, nh, D, 1e-6f, false);
+        kernels::RmsNorm(kp, kn.data(), kp, nkv, D, 1e-6f, false);
+        kernels::ApplyRope(qp, nh, D, pos[t], inv.data());
+        kernels::ApplyRope(kp, nkv, D, pos[t], inv.data());
+        rq.insert(rq.end(), qp, qp + nh * D);
+        rk.insert(rk.end(), kp, kp + nkv * D);
+        rv.insert(rv.end(), kp + nkv * D, kp + 2 * nkv * D);
+      }
+      EXPECT_LT(RelErr(DownloadBf16(q, rq.size()), rq), 1e-2) << D << " " << T << " " << bf16_in;
+      EXPECT_LT(RelErr(DownloadBf16(k, rk.size()), rk), 1e-2) << D << " " << T << " " << bf16_in;
+      EXPECT_LT(RelErr(DownloadBf16(v, rv.size()), rv), 1e-2) << D << " " << T << " " << bf16_in;
     }
-    EXPECT_LT(RelErr(DownloadBf16(q, rq.size()), rq), 1e-2) << D << " " << T;
-    EXPECT_LT(RelErr(DownloadBf16(k, rk.size()), rk), 1e-2) << D << " " << T;
-    EXPECT_LT(RelErr(DownloadBf16(v, rv.size()), rv), 1e-2) << D << " " << T;
-  }
 }
 
 // gate_up rows [gate | up] (the CPU reference's layout) as the CUDA kernels
@@ -408,6 +418,88 @@ TEST(CudaKernels, WgmmaGemmMatchesLinear) {
   EXPECT_EQ(cuda::LaunchWgmmaGemm(nullptr, nullptr, nullptr, false, 64, 2048, 2048, 0.f, wws,
                                   nullptr, -1, true),
             cudaErrorInvalidValue);  // planes are fp32
+}
+
+// The LM head's warpgroup GEMM with the argmax in its epilogue: the same
+// index as LaunchArgmax over the logits (exact), ties across and within
+// tiles going to the lower index, rows past m ignored; the logits stored
+// (the same bits as the plain GEMM) when the device flag is 1 or absent, and
+// not touched when it is 0.
+TEST(CudaKernels, WgmmaGemmArgmaxMatchesArgmaxOfLogits) {
+  AGENTKV_REQUIRE_GPU();
+  const int sms = Cc90Sms();
+  if (sms == 0) GTEST_SKIP() << "needs compute capability 9.0";
+  std::mt19937 rng(21);
+  auto ws = Poisoned<float>(cuda::WgmmaGemmWorkspaceBytes(sms) / 4);
+  ASSERT_EQ(cudaMemset(ws.get(), 0, ws.bytes()), cudaSuccess);
+  struct Case {
+    int m, n, k;
+    cuda::WgmmaGemmPlan plan;
+  };
+  for (const Case& c : {Case{64, 64 * 37, 256, {}}, Case{17, 128 * 19, 512, {128, 1, true}},
+                        Case{3, 64 * 40, 128, {64, 1}}}) {
+    const int m = c.m, n = c.n, k = c.k;
+    const std::string what = std::to_string(m) + " " + std::to_string(n) + " " + std::to_string(k);
+    const auto x = Rounded(Random(m * k, rng));
+    auto w = Rounded(Random(static_cast<size_t>(n) * k, rng, 0.05f));
+    // Row 0's best twice, in different tiles (100 and n - 5); row 1's
+    // twice in one tile (5 and 40): the lower index must win.
+    auto align = [&](int row, int feature) {
+      for (int i = 0; i < k; ++i)
+        w[static_cast<size_t>(feature) * k + i] = x[row * k + i] > 0 ? 0.5f : -0.5f;
+    };
+    align(0, 100);
+    align(0, n - 5);
+    align(1, 5);
+    align(1, 40);
+    auto dx = Upload(Bf16Of(x)), dw = Upload(Bf16Of(w));
+    cuda::DeviceBuffer scratch, ref_scratch, flag;
+    ASSERT_TRUE(scratch.Allocate(cuda::WgmmaArgmaxScratchBytes(m, n, c.plan)).ok());
+    ASSERT_TRUE(ref_scratch.Allocate(cuda::ArgmaxScratchBytes(m)).ok());
+    ASSERT_TRUE(flag.Allocate(4).ok());
+    // The plain GEMM's logits and their two-pass argmax: the reference.
+    auto plain = Poisoned<float>(static_cast<size_t>(m) * n);
+    auto ref_picks = Poisoned<int32_t>(m);
+    ASSERT_EQ(
+        cuda::LaunchWgmmaGemm(dx.get<cuda::bf16_t>(), dw.get<cuda::bf16_t>(), plain.get(), true, m,
+                              n, k, 0.f, {ws.get(), sms}, nullptr, -1, false, c.plan),
+        cudaSuccess);
+    ASSERT_EQ(cuda::LaunchArgmax(plain.get<float>(), m, n, ref_picks.get<int32_t>(),
+                                 ref_scratch.get(), nullptr),
+              cudaSuccess);
+    const auto want_logits = Download<float>(plain, static_cast<size_t>(m) * n);
+    const auto want = Download<int32_t>(ref_picks, m);
+    EXPECT_EQ(want[0], 100) << what;
+    EXPECT_EQ(want[1], 5) << what;
+    for (int store : {1, 0, -1}) {  // -1: no flag (always stored)
+      const int32_t v = store;
+      ASSERT_EQ(cudaMemcpy(flag.get(), &v, 4, cudaMemcpyHostToDevice), cudaSuccess);
+      auto logits = Poisoned<float>(static_cast<size_t>(m) * n);
+      auto picks = Poisoned<int32_t>(m);
+      ASSERT_EQ(cuda::LaunchWgmmaGemmArgmax(
+                    dx.get<cuda::bf16_t>(), dw.get<cuda::bf16_t>(), logits.get<float>(),
+                    store < 0 ? nullptr : flag.get<int32_t>(), m, n, k, scratch.get(),
+                    picks.get<int32_t>(), sms, nullptr, c.plan),
+                cudaSuccess)
+          << what;
+      EXPECT_EQ(Download<int32_t>(picks, m), want) << what << " store " << store;
+      const auto got = Download<float>(logits, static_cast<size_t>(m) * n);
+      if (store != 0) {
+        EXPECT_EQ(0, std::memcmp(got.data(), want_logits.data(), got.size() * 4)) << what;
+      } else {
+        EXPECT_TRUE(std::all_of(got.begin(), got.end(), [](float f) { return std::isnan(f); }))
+            << what << ": logits written although the flag was 0";
+      }
+    }
+  }
+  cuda::DeviceBuffer any;
+  ASSERT_TRUE(any.Allocate(1 << 20).ok());
+  EXPECT_EQ(cuda::LaunchWgmmaGemmArgmax(nullptr, nullptr, nullptr, nullptr, 64, 2048, 2048,
+                                        any.get(), any.get<int32_t>(), sms, nullptr, {64, 2}),
+            cudaErrorInvalidValue);  // no split K
+  EXPECT_EQ(cuda::LaunchWgmmaGemmArgmax(nullptr, nullptr, nullptr, nullptr, 64, 2048, 2048, nullptr,
+                                        any.get<int32_t>(), sms, nullptr),
+            cudaErrorInvalidValue);  // no scratch
 }
 
 // The split-K planes of the warpgroup GEMM added to the residual by the
