@@ -120,7 +120,9 @@ __device__ __forceinline__ void FenceOperands(float (&d)[32]) {
   for (int i = 0; i < 32; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-template <int NT, int S, int A>
+// kArgmax: the LM head's epilogue (a.best, a.store); a compile-time switch,
+// so that every other GEMM is built as it was without it.
+template <int NT, int S, int A, bool kArgmax = false>
 __global__ void __launch_bounds__(kThreads) WgmmaGemmKernel(const WgmmaArgs a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using C = Cfg<NT, S, A>;
@@ -259,7 +261,7 @@ __global__ void __launch_bounds__(kThreads) WgmmaGemmKernel(const WgmmaArgs a) {
         part[r * PS + f] = acc[t][4 * j + e];
       }
   __syncthreads();
-  if (a.best != nullptr) {
+  if constexpr (kArgmax) {
     // Two threads per row, each over half of the tile's features; Better
     // makes the result independent of the order.
     const int r = tid >> 1, f0 = (tid & 1) * (C::kTileN / 2);
@@ -273,7 +275,8 @@ __global__ void __launch_bounds__(kThreads) WgmmaGemmKernel(const WgmmaArgs a) {
       a.best[static_cast<int64_t>(r) * gridDim.x + blockIdx.x] =
           make_float2(bv, __int_as_float(bi));
   }
-  if (a.store != nullptr && *a.store == 0) return;
+  if constexpr (kArgmax)
+    if (a.store != nullptr && *a.store == 0) return;
   // Stored a row's float4 of features at a time, rows first.
   constexpr int kVecs = kRows * C::kTileN / 4;
   for (int v = tid; v < kVecs; v += kThreads) {
@@ -314,28 +317,31 @@ __global__ void __launch_bounds__(kThreads) WgmmaGemmKernel(const WgmmaArgs a) {
 #endif
 }
 
-template <int NT, int S, int A>
+template <int NT, int S, int A, bool kArgmax = false>
 cudaError_t LaunchNt(const WgmmaArgs& a, int splits, cudaStream_t stream) {
   using C = Cfg<NT, S, A>;
   if (a.K % C::kBK != 0 || a.K / C::kBK < splits) return cudaErrorInvalidValue;
   static bool raised = false;
   if (!raised) {
-    const cudaError_t e = cudaFuncSetAttribute(
-        WgmmaGemmKernel<NT, S, A>, cudaFuncAttributeMaxDynamicSharedMemorySize, int{C::kSmem});
+    const cudaError_t e =
+        cudaFuncSetAttribute(WgmmaGemmKernel<NT, S, A, kArgmax>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, int{C::kSmem});
     if (e != cudaSuccess) return e;
     raised = true;
   }
-  return LaunchPdl(WgmmaGemmKernel<NT, S, A>, dim3((a.N + C::kTileN - 1) / C::kTileN, splits),
-                   dim3(kThreads), C::kSmem, stream, a);
+  return LaunchPdl(WgmmaGemmKernel<NT, S, A, kArgmax>,
+                   dim3((a.N + C::kTileN - 1) / C::kTileN, splits), dim3(kThreads), C::kSmem,
+                   stream, a);
 }
 
 // The instantiation for a plan (tile and stage size).
+template <bool kArgmax = false>
 cudaError_t Launch(const WgmmaArgs& a, WgmmaGemmPlan plan, cudaStream_t stream) {
   if (plan.tile == 128)
-    return plan.k128 ? LaunchNt<2, 4, 2>(a, plan.splits, stream)
-                     : LaunchNt<2, 5, 1>(a, plan.splits, stream);
-  return plan.k128 ? LaunchNt<1, 3, 2>(a, plan.splits, stream)
-                   : LaunchNt<1, 6, 1>(a, plan.splits, stream);
+    return plan.k128 ? LaunchNt<2, 4, 2, kArgmax>(a, plan.splits, stream)
+                     : LaunchNt<2, 5, 1, kArgmax>(a, plan.splits, stream);
+  return plan.k128 ? LaunchNt<1, 3, 2, kArgmax>(a, plan.splits, stream)
+                   : LaunchNt<1, 6, 1, kArgmax>(a, plan.splits, stream);
 }
 
 }  // namespace
@@ -418,7 +424,7 @@ cudaError_t LaunchWgmmaGemmArgmax(const bf16_t* x, const bf16_t* w, float* y,
   a.planes = false;
   a.best = static_cast<float2*>(scratch);
   a.store = store_logits;
-  const cudaError_t e = Launch(a, plan, stream);
+  const cudaError_t e = Launch<true>(a, plan, stream);
   if (e != cudaSuccess) return e;
   return LaunchArgmaxOfParts(scratch, m, n / plan.tile, argmax, stream);
 }
