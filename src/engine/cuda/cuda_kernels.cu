@@ -582,50 +582,37 @@ cudaError_t LaunchAddNormed(const float* o, const float* w_post, float* x, const
                    w_pre, h, dim, eps, plus_one);
 }
 
-namespace {
 template <typename TIn>
-cudaError_t QkvPost(const TIn* qkv, const float* bias, const float* q_norm, const float* k_norm,
-                    const float* inv_freq, const int32_t* pos, const int32_t* tok_seq, int tokens,
-                    int nh, int nkv, int head_dim, float eps, bool plus_one, bf16_t* q, bf16_t* k,
-                    bf16_t* v, const KvCacheView& cache, cudaStream_t stream) {
+cudaError_t LaunchQkvPostStore(const TIn* qkv, const float* bias, const float* q_norm,
+                               const float* k_norm, const float* inv_freq, const int32_t* pos,
+                               const int32_t* tok_seq, int tokens, int nh, int nkv, int head_dim,
+                               float eps, bool plus_one, bf16_t* q, bf16_t* k, bf16_t* v,
+                               const KvCacheView& cache, cudaStream_t stream) {
   if (tokens <= 0) return cudaSuccess;
   const dim3 grid = QkvPostGrid(tokens, nh + 2 * nkv);
   return LaunchPdl(QkvPostFor<TIn>(head_dim), grid, dim3(32 * kQkvPostWarps), 0, stream, qkv, bias,
                    q_norm, k_norm, inv_freq, pos, nh, nkv, head_dim, eps, plus_one, q, k, v,
                    tok_seq, cache);
 }
-}  // namespace
-
-cudaError_t LaunchQkvPost(const float* qkv, const float* bias, const float* q_norm,
+template <typename TIn>
+cudaError_t LaunchQkvPost(const TIn* qkv, const float* bias, const float* q_norm,
                           const float* k_norm, const float* inv_freq, const int32_t* pos,
                           int tokens, int nh, int nkv, int head_dim, float eps, bool plus_one,
                           bf16_t* q, bf16_t* k, bf16_t* v, cudaStream_t stream) {
-  return QkvPost(qkv, bias, q_norm, k_norm, inv_freq, pos, nullptr, tokens, nh, nkv, head_dim, eps,
-                 plus_one, q, k, v, KvCacheView{}, stream);
+  return LaunchQkvPostStore(qkv, bias, q_norm, k_norm, inv_freq, pos, nullptr, tokens, nh, nkv,
+                            head_dim, eps, plus_one, q, k, v, KvCacheView{}, stream);
 }
-cudaError_t LaunchQkvPost(const bf16_t* qkv, const float* bias, const float* q_norm,
-                          const float* k_norm, const float* inv_freq, const int32_t* pos,
-                          int tokens, int nh, int nkv, int head_dim, float eps, bool plus_one,
-                          bf16_t* q, bf16_t* k, bf16_t* v, cudaStream_t stream) {
-  return QkvPost(qkv, bias, q_norm, k_norm, inv_freq, pos, nullptr, tokens, nh, nkv, head_dim, eps,
-                 plus_one, q, k, v, KvCacheView{}, stream);
-}
-cudaError_t LaunchQkvPostStore(const float* qkv, const float* bias, const float* q_norm,
-                               const float* k_norm, const float* inv_freq, const int32_t* pos,
-                               const int32_t* tok_seq, int tokens, int nh, int nkv, int head_dim,
-                               float eps, bool plus_one, bf16_t* q, bf16_t* k, bf16_t* v,
-                               const KvCacheView& cache, cudaStream_t stream) {
-  return QkvPost(qkv, bias, q_norm, k_norm, inv_freq, pos, tok_seq, tokens, nh, nkv, head_dim, eps,
-                 plus_one, q, k, v, cache, stream);
-}
-cudaError_t LaunchQkvPostStore(const bf16_t* qkv, const float* bias, const float* q_norm,
-                               const float* k_norm, const float* inv_freq, const int32_t* pos,
-                               const int32_t* tok_seq, int tokens, int nh, int nkv, int head_dim,
-                               float eps, bool plus_one, bf16_t* q, bf16_t* k, bf16_t* v,
-                               const KvCacheView& cache, cudaStream_t stream) {
-  return QkvPost(qkv, bias, q_norm, k_norm, inv_freq, pos, tok_seq, tokens, nh, nkv, head_dim, eps,
-                 plus_one, q, k, v, cache, stream);
-}
+#define AGENTKV_QKV_POST(T)                                                                      \
+  template cudaError_t LaunchQkvPost<T>(const T*, const float*, const float*, const float*,      \
+                                        const float*, const int32_t*, int, int, int, int, float, \
+                                        bool, bf16_t*, bf16_t*, bf16_t*, cudaStream_t);          \
+  template cudaError_t LaunchQkvPostStore<T>(const T*, const float*, const float*, const float*, \
+                                             const float*, const int32_t*, const int32_t*, int,  \
+                                             int, int, int, float, bool, bf16_t*, bf16_t*,       \
+                                             bf16_t*, const KvCacheView&, cudaStream_t);
+AGENTKV_QKV_POST(float)
+AGENTKV_QKV_POST(bf16_t)
+#undef AGENTKV_QKV_POST
 
 cudaError_t LaunchKvStore(const bf16_t* k, const bf16_t* v, const int32_t* pos,
                           const int32_t* tok_seq, const int32_t* seq_start,

@@ -47,14 +47,11 @@ cudaError_t LaunchAddNormed(const float* o, const float* w_post, float* x, const
 // GEMM output) plus `bias` (or null); per-head RMSNorm of q and k by q_norm /
 // k_norm (null: none); rotary embedding (rotate-half) at pos[t] with
 // inv_freq[head_dim / 2]. Writes q [T][nh][D], k and v [T][nkv][D] in bf16.
-cudaError_t LaunchQkvPost(const float* qkv, const float* bias, const float* q_norm,
-                          const float* k_norm, const float* inv_freq, const int32_t* pos,
-                          int tokens, int nh, int nkv, int head_dim, float eps, bool plus_one,
-                          bf16_t* q, bf16_t* k, bf16_t* v, cudaStream_t stream);
-// The same from a bf16 projection (prefill steps: the GEMM's output rounded
-// to bf16, as a bf16 model's Linear leaves it; half the bytes to write and
-// read of the fp32 form).
-cudaError_t LaunchQkvPost(const bf16_t* qkv, const float* bias, const float* q_norm,
+// TIn: float, or bf16_t (prefill steps: the GEMM's output rounded to bf16,
+// as a bf16 model's Linear leaves it; half the bytes of the fp32 form to
+// write and read). Instantiated for those two.
+template <typename TIn>
+cudaError_t LaunchQkvPost(const TIn* qkv, const float* bias, const float* q_norm,
                           const float* k_norm, const float* inv_freq, const int32_t* pos,
                           int tokens, int nh, int nkv, int head_dim, float eps, bool plus_one,
                           bf16_t* q, bf16_t* k, bf16_t* v, cudaStream_t stream);
@@ -77,12 +74,8 @@ struct KvCacheView {
 // LaunchKvStore would (tokens with pos < 0 skipped). Only where no query of
 // the step still needs a cache slot it overwrites: full-attention groups, or
 // steps of one token per sequence.
-cudaError_t LaunchQkvPostStore(const float* qkv, const float* bias, const float* q_norm,
-                               const float* k_norm, const float* inv_freq, const int32_t* pos,
-                               const int32_t* tok_seq, int tokens, int nh, int nkv, int head_dim,
-                               float eps, bool plus_one, bf16_t* q, bf16_t* k, bf16_t* v,
-                               const KvCacheView& cache, cudaStream_t stream);
-cudaError_t LaunchQkvPostStore(const bf16_t* qkv, const float* bias, const float* q_norm,
+template <typename TIn>
+cudaError_t LaunchQkvPostStore(const TIn* qkv, const float* bias, const float* q_norm,
                                const float* k_norm, const float* inv_freq, const int32_t* pos,
                                const int32_t* tok_seq, int tokens, int nh, int nkv, int head_dim,
                                float eps, bool plus_one, bf16_t* q, bf16_t* k, bf16_t* v,
