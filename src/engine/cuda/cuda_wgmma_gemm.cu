@@ -52,12 +52,12 @@ constexpr int kWsTilesPerSm = 4;
 constexpr int kSubFloats = 64 * kRows;
 
 struct WgmmaArgs : GemmArgs {
-  float* ws;             // partial tiles, [tile][split][NT * 32 * kThreads]
-  unsigned* counters;    // per tile: splits done
-  int act;               // < 0: none; else Activate's code
-  bool planes;           // split s writes y + s * M * N; nothing added
-  float2* best;          // non-null: per row, this block's argmax at [row][blockIdx.x]
-  const int32_t* store;  // non-null: y is written only if *store != 0
+  float* ws = nullptr;             // partial tiles, [tile][split][NT * 32 * kThreads]
+  unsigned* counters = nullptr;    // per tile: splits done
+  int act = -1;                    // < 0: none; else Activate's code
+  bool planes = false;             // split s writes y + s * M * N; nothing added
+  float2* best = nullptr;          // (kArgmax) per row, this block's best at [row][blockIdx.x]
+  const int32_t* store = nullptr;  // (kArgmax) non-null: y is written only if *store != 0
 };
 
 // NT m64 feature tiles per block, S stages of A * 64 k.
@@ -393,8 +393,6 @@ cudaError_t LaunchWgmmaGemm(const bf16_t* x, const bf16_t* w, void* y, bool y_f3
                                            static_cast<size_t>(room) * kSubFloats);
   a.act = act;
   a.planes = planes;
-  a.best = nullptr;
-  a.store = nullptr;
   return Launch(a, plan, stream);
 }
 
@@ -418,10 +416,6 @@ cudaError_t LaunchWgmmaGemmArgmax(const bf16_t* x, const bf16_t* w, float* y,
   WgmmaArgs a;
   static_cast<GemmArgs&>(a) = {
       reinterpret_cast<const bf16*>(x), reinterpret_cast<const bf16*>(w), y, m, n, k, 0.f, true};
-  a.ws = nullptr;
-  a.counters = nullptr;
-  a.act = -1;
-  a.planes = false;
   a.best = static_cast<float2*>(scratch);
   a.store = store_logits;
   const cudaError_t e = Launch<true>(a, plan, stream);
