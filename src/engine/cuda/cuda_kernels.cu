@@ -463,26 +463,38 @@ int GridFor(int64_t n, int threads) {
 
 // RmsNormVecKernel after the residual add of a GEMM whose K was split into
 // nparts fp32 planes: x[src] += planes[0][src] + ... (in plane order, so the
-// sum is deterministic), written back to x, then normalised (the second
-// pass re-reads the thread's own sums, from L1). One row per block; every
-// plane's float4 of a thread is requested before any is added. At most 512
-// threads of 128 registers (16 planes' float4s in flight).
+// sum is deterministic), written back to x, then normalised. One row per
+// block; every plane's float4 of a thread is requested before any is added.
+// At most 512 threads of 128 registers (16 planes' float4s in flight).
+// Decode steps wait on this kernel twice a layer, so its own latency is the
+// step's: the norm weights and the row index (written by no kernel of the
+// step) are read before the wait, and rows of up to kRegVecs float4s per
+// thread (2,048 floats at 512 threads) stay in registers between the two
+// passes (longer rows re-read their sums, from L1).
 constexpr int kMaxParts = kMaxWgmmaSplits;
+constexpr int kRegVecs = 1;
 __global__ void __launch_bounds__(512)
     AddPartsRmsNormKernel(float* x, const float* parts, int nparts, int64_t plane,
                           const int32_t* rows_idx, const float* w, bf16_t* out, int dim, float eps,
                           bool plus_one) {
   PdlLaunchDependents();
-  PdlWait();
   __shared__ float red[32];
   const int nv = dim / 4;
+  const bool in_regs = nv <= kRegVecs * static_cast<int>(blockDim.x);
+  const float4* wv = reinterpret_cast<const float4*>(w);
+  float4 g[kRegVecs];
+#pragma unroll
+  for (int j = 0; j < kRegVecs; ++j) {
+    const int i = threadIdx.x + j * blockDim.x;
+    g[j] = in_regs && i < nv ? __ldg(wv + i) : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
   const int64_t src = rows_idx ? rows_idx[blockIdx.x] : blockIdx.x;
+  PdlWait();
   float4* xr = reinterpret_cast<float4*>(x + src * dim);
   const float4* pr = reinterpret_cast<const float4*>(parts + src * dim);
   const int64_t pv = plane / 4;
-  float ss = 0.f;
-#pragma unroll 1
-  for (int i = threadIdx.x; i < nv; i += blockDim.x) {
+  // x[i] += the planes' float4s at i; returns the sum, written back.
+  auto add = [&](int i) {
     float4 p[kMaxParts];
 #pragma unroll
     for (int q = 0; q < kMaxParts; ++q)
@@ -497,22 +509,42 @@ __global__ void __launch_bounds__(512)
         v.w += p[q].w;
       }
     xr[i] = v;
+    return v;
+  };
+  auto store = [&](int i, float4 v, float4 gi, float inv) {
+    if (plus_one) gi = make_float4(1.f + gi.x, 1.f + gi.y, 1.f + gi.z, 1.f + gi.w);
+    const uint32_t lo = static_cast<uint32_t>(ToBf(v.x * inv * gi.x)) |
+                        static_cast<uint32_t>(ToBf(v.y * inv * gi.y)) << 16;
+    const uint32_t hi = static_cast<uint32_t>(ToBf(v.z * inv * gi.z)) |
+                        static_cast<uint32_t>(ToBf(v.w * inv * gi.w)) << 16;
+    reinterpret_cast<uint2*>(out + static_cast<int64_t>(blockIdx.x) * dim)[i] = make_uint2(lo, hi);
+  };
+  float ss = 0.f;
+  if (in_regs) {
+    float4 v[kRegVecs];
+#pragma unroll
+    for (int j = 0; j < kRegVecs; ++j) {
+      const int i = threadIdx.x + j * blockDim.x;
+      v[j] = i < nv ? add(i) : make_float4(0.f, 0.f, 0.f, 0.f);
+      ss += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
+    }
+    ss = BlockSum(ss, red);
+    const float inv = 1.0f / sqrtf(ss / dim + eps);
+#pragma unroll
+    for (int j = 0; j < kRegVecs; ++j) {
+      const int i = threadIdx.x + j * blockDim.x;
+      if (i < nv) store(i, v[j], g[j], inv);
+    }
+    return;
+  }
+#pragma unroll 1
+  for (int i = threadIdx.x; i < nv; i += blockDim.x) {
+    const float4 v = add(i);
     ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
   }
   ss = BlockSum(ss, red);
   const float inv = 1.0f / sqrtf(ss / dim + eps);
-  const float4* wv = reinterpret_cast<const float4*>(w);
-  uint2* o = reinterpret_cast<uint2*>(out + static_cast<int64_t>(blockIdx.x) * dim);
-  for (int i = threadIdx.x; i < nv; i += blockDim.x) {
-    const float4 v = xr[i];
-    float4 g = __ldg(wv + i);
-    if (plus_one) g = make_float4(1.f + g.x, 1.f + g.y, 1.f + g.z, 1.f + g.w);
-    const uint32_t lo = static_cast<uint32_t>(ToBf(v.x * inv * g.x)) |
-                        static_cast<uint32_t>(ToBf(v.y * inv * g.y)) << 16;
-    const uint32_t hi = static_cast<uint32_t>(ToBf(v.z * inv * g.z)) |
-                        static_cast<uint32_t>(ToBf(v.w * inv * g.w)) << 16;
-    o[i] = make_uint2(lo, hi);
-  }
+  for (int i = threadIdx.x; i < nv; i += blockDim.x) store(i, xr[i], __ldg(wv + i), inv);
 }
 
 // Row counts from which the norm and activation kernels give each thread

@@ -512,8 +512,11 @@ TEST(CudaKernels, WgmmaPlanesAddedByNormMatchLinearThenRmsNorm) {
   if (sms == 0) GTEST_SKIP() << "needs compute capability 9.0";
   std::mt19937 rng(14);
   const cuda::WgmmaGemmWorkspace none{nullptr, sms};  // planes need no workspace
-  for (auto [m, n, k, splits] : {std::array{40, 2048, 8192, 0}, std::array{64, 2048, 2048, 0},
-                                 std::array{9, 512, 1024, 3}, std::array{17, 1024, 4096, 16}}) {
+  // (Rows of up to one float4 per thread stay in registers; 4,096 takes the
+  // other path.)
+  for (auto [m, n, k, splits] :
+       {std::array{40, 2048, 8192, 0}, std::array{64, 2048, 2048, 0}, std::array{9, 512, 1024, 3},
+        std::array{17, 1024, 4096, 16}, std::array{5, 4096, 1024, 4}}) {
     cuda::WgmmaGemmPlan plan = cuda::WgmmaGemmPlanFor(n, k, sms);
     if (splits > 0) plan.splits = splits;
     ASSERT_TRUE(cuda::AddPartsRmsNormSupported(n, plan.splits));
