@@ -468,11 +468,10 @@ int GridFor(int64_t n, int threads) {
 // At most 512 threads of 128 registers (16 planes' float4s in flight).
 // Decode steps wait on this kernel twice a layer, so its own latency is the
 // step's: the norm weights and the row index (written by no kernel of the
-// step) are read before the wait, and rows of up to kRegVecs float4s per
-// thread (2,048 floats at 512 threads) stay in registers between the two
-// passes (longer rows re-read their sums, from L1).
+// step) are read before the wait, and rows of one float4 per thread (2,048
+// floats at 512 threads) stay in registers between the two passes (longer
+// rows re-read their sums, from L1; two float4s per thread spilled).
 constexpr int kMaxParts = kMaxWgmmaSplits;
-constexpr int kRegVecs = 1;
 __global__ void __launch_bounds__(512)
     AddPartsRmsNormKernel(float* x, const float* parts, int nparts, int64_t plane,
                           const int32_t* rows_idx, const float* w, bf16_t* out, int dim, float eps,
@@ -480,14 +479,10 @@ __global__ void __launch_bounds__(512)
   PdlLaunchDependents();
   __shared__ float red[32];
   const int nv = dim / 4;
-  const bool in_regs = nv <= kRegVecs * static_cast<int>(blockDim.x);
+  const int tid = threadIdx.x;
+  const bool in_regs = nv <= static_cast<int>(blockDim.x);
   const float4* wv = reinterpret_cast<const float4*>(w);
-  float4 g[kRegVecs];
-#pragma unroll
-  for (int j = 0; j < kRegVecs; ++j) {
-    const int i = threadIdx.x + j * blockDim.x;
-    g[j] = in_regs && i < nv ? __ldg(wv + i) : make_float4(0.f, 0.f, 0.f, 0.f);
-  }
+  const float4 g = in_regs && tid < nv ? __ldg(wv + tid) : make_float4(0.f, 0.f, 0.f, 0.f);
   const int64_t src = rows_idx ? rows_idx[blockIdx.x] : blockIdx.x;
   PdlWait();
   float4* xr = reinterpret_cast<float4*>(x + src * dim);
@@ -521,30 +516,19 @@ __global__ void __launch_bounds__(512)
   };
   float ss = 0.f;
   if (in_regs) {
-    float4 v[kRegVecs];
-#pragma unroll
-    for (int j = 0; j < kRegVecs; ++j) {
-      const int i = threadIdx.x + j * blockDim.x;
-      v[j] = i < nv ? add(i) : make_float4(0.f, 0.f, 0.f, 0.f);
-      ss += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
-    }
-    ss = BlockSum(ss, red);
-    const float inv = 1.0f / sqrtf(ss / dim + eps);
-#pragma unroll
-    for (int j = 0; j < kRegVecs; ++j) {
-      const int i = threadIdx.x + j * blockDim.x;
-      if (i < nv) store(i, v[j], g[j], inv);
-    }
+    const float4 v = tid < nv ? add(tid) : make_float4(0.f, 0.f, 0.f, 0.f);
+    ss = BlockSum(v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w, red);
+    if (tid < nv) store(tid, v, g, 1.0f / sqrtf(ss / dim + eps));
     return;
   }
 #pragma unroll 1
-  for (int i = threadIdx.x; i < nv; i += blockDim.x) {
+  for (int i = tid; i < nv; i += blockDim.x) {
     const float4 v = add(i);
     ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
   }
   ss = BlockSum(ss, red);
   const float inv = 1.0f / sqrtf(ss / dim + eps);
-  for (int i = threadIdx.x; i < nv; i += blockDim.x) store(i, xr[i], __ldg(wv + i), inv);
+  for (int i = tid; i < nv; i += blockDim.x) store(i, xr[i], __ldg(wv + i), inv);
 }
 
 // Row counts from which the norm and activation kernels give each thread
