@@ -238,6 +238,7 @@ __global__ void __launch_bounds__(32 * kQkvPostWarps)
   const int pt = pos[t];
   bf16_t* ck = nullptr;
   bool looked = false;
+  RotaryRegs<D> rot;
   for (int h0 = blockIdx.y * kQkvPostWarps + warp; h0 < heads; h0 += kQkvPostChunk * stride) {
     HeadRegs<D> r[kQkvPostChunk];
 #pragma unroll
@@ -250,6 +251,7 @@ __global__ void __launch_bounds__(32 * kQkvPostWarps)
     if (!looked) {  // while the loads are in flight
       looked = true;
       ck = CacheRow(c, tok_seq, t, pt, nkv, D);
+      RotaryAt<D>(inv_freq, static_cast<float>(pt), rot, lane);
     }
 #pragma unroll
     for (int j = 0; j < kQkvPostChunk; ++j) {
@@ -258,7 +260,7 @@ __global__ void __launch_bounds__(32 * kQkvPostWarps)
       const HeadRoute to = RouteHead(hh, t, nh, nkv, D, c.block_size, q, k, v, q_norm, k_norm, ck);
       FinishHead<D>(r[j], to.norm, eps, plus_one, inv_freq, static_cast<float>(pt), to.rotary,
                     reinterpret_cast<__nv_bfloat16*>(to.dst),
-                    reinterpret_cast<__nv_bfloat16*>(to.cache), lane);
+                    reinterpret_cast<__nv_bfloat16*>(to.cache), lane, &rot);
     }
   }
 }

@@ -68,13 +68,32 @@ __device__ __forceinline__ void LoadHead(const bf16_t* src, const float* b, Head
   }
 }
 
+// The rotary's sines and cosines of this lane's elements at one position:
+// the same for every head of a token, so a warp that finishes several
+// heads of one token computes them once (sincosf was most of a prefill
+// step's QkvPost instructions).
+template <int D>
+struct RotaryRegs {
+  float sn[HeadRegs<D>::kPer], cs[HeadRegs<D>::kPer];
+};
+
+template <int D>
+__device__ __forceinline__ void RotaryAt(const float* inv_freq, float pos, RotaryRegs<D>& rot,
+                                         int lane) {
+#pragma unroll
+  for (int u = 0; u < HeadRegs<D>::kPer; ++u)
+    sincosf(pos * inv_freq[lane + 32 * u], &rot.sn[u], &rot.cs[u]);
+}
+
 // dst (and dst2 unless null) = rotary(norm(r)) in bf16; nw null: no norm;
 // rotary false: r as it is.
+// rot: the token's RotaryRegs where the caller has them (else computed
+// here from inv_freq and pos).
 template <int D>
 __device__ __forceinline__ void FinishHead(HeadRegs<D>& r, const float* nw, float eps,
                                            bool plus_one, const float* inv_freq, float pos,
                                            bool rotary, __nv_bfloat16* dst, __nv_bfloat16* dst2,
-                                           int lane) {
+                                           int lane, const RotaryRegs<D>* rot = nullptr) {
   constexpr int kHalf = HeadRegs<D>::kHalf, kPer = HeadRegs<D>::kPer;
   if (!rotary) {
 #pragma unroll
@@ -109,7 +128,12 @@ __device__ __forceinline__ void FinishHead(HeadRegs<D>& r, const float* nw, floa
   for (int u = 0; u < kPer; ++u) {
     const int i = lane + 32 * u;
     float sn, cs;
-    sincosf(pos * inv_freq[i], &sn, &cs);
+    if (rot != nullptr) {
+      sn = rot->sn[u];
+      cs = rot->cs[u];
+    } else {
+      sincosf(pos * inv_freq[i], &sn, &cs);
+    }
     const __nv_bfloat16 a = __float2bfloat16_rn(r.x0[u] * cs - r.x1[u] * sn);
     const __nv_bfloat16 c = __float2bfloat16_rn(r.x1[u] * cs + r.x0[u] * sn);
     dst[i] = a;

@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""Reads tools/device/kernel_trace.cc's output and prints where the decode
+steps of one batch size go: per kernel of the step (median over steps),
+its duration (start to end), its marginal time (its end minus the previous
+kernel's end: what the step would save were it free) and how early it
+started (previous end minus its start: overlap under programmatic launch).
+A step starts at each Embed kernel; steps are kept whose attention grid has
+--tiles tiles and that run no cuBLAS kernel."""
+import argparse
+import collections
+import re
+import statistics
+
+ap = argparse.ArgumentParser()
+ap.add_argument("trace")
+ap.add_argument("--tiles", type=int, default=64)
+ap.add_argument("--layer", type=int, default=5, help="layer whose kernels are listed one by one")
+a = ap.parse_args()
+
+def short(mangled):
+    """The kernel's own name and its integer template arguments from an
+    Itanium-mangled name: _Z[N]<length><identifier>... then I...E with the
+    template arguments (Li64E an int 64, Lb1E a bool)."""
+    if not mangled.startswith("_Z"):
+        return mangled[:60]
+    at = 3 if mangled.startswith("_ZN") else 2
+    name = mangled[:60]
+    while at < len(mangled) and mangled[at].isdigit():
+        m = re.match(r"\d+", mangled[at:])
+        n = int(m.group(0))
+        at += len(m.group(0))
+        name = mangled[at:at + n]
+        at += n
+    args = re.match(r"I((?:L[a-z]\d+E)+)E", mangled[at:])
+    if args:
+        name += "<" + ",".join(re.findall(r"L[a-z](\d+)E", args.group(1))) + ">"
+    return name
+
+
+rows = []
+for line in open(a.trace):
+    p = line.split(" ", 6)
+    name = short(p[6].strip())
+    rows.append((int(p[0]), int(p[1]), (int(p[3]), int(p[4]), int(p[5])), name[:60]))
+
+steps, cur = [], []
+for r in rows:
+    if "Embed" in r[3] and cur:
+        steps.append(cur)
+        cur = []
+    cur.append(r)
+if cur:
+    steps.append(cur)
+
+def keep(s):
+    if any("Attention" in r[3] and r[2][1] == a.tiles for r in s):
+        return all(("Kernel" in r[3] or "Embed" in r[3]) and not r[3].startswith("nvjet") and
+                   "gemm" not in r[3].lower() or "Wgmma" in r[3] for r in s)
+    return False
+
+good = [s for s in steps if keep(s)]
+n = collections.Counter(len(s) for s in good).most_common(1)[0][0]
+good = [s for s in good if len(s) == n]
+print(f"{len(good)} steps of {n} kernels (of {len(steps)} steps)")
+tot = [(s[-1][1] - s[0][0]) / 1e3 for s in good]
+print(f"step: median {statistics.median(tot):.1f} us (first start to last end)")
+per = []
+for i in range(n):
+    d = [(s[i][1] - s[i][0]) / 1e3 for s in good]
+    m = [(s[i][1] - (s[i - 1][1] if i else s[i][0])) / 1e3 for s in good]
+    e = [((s[i - 1][1] - s[i][0]) / 1e3 if i else 0.0) for s in good]
+    per.append((good[0][i][3], good[0][i][2], statistics.median(d), statistics.median(m),
+                statistics.median(e)))
+kinds = collections.defaultdict(lambda: [0, 0.0, 0.0])
+for name, grid, d, m, e in per:
+    k = kinds[name + " " + "x".join(map(str, grid))]
+    k[0] += 1
+    k[1] += d
+    k[2] += m
+print("| kernel grid | per step | duration us | marginal us |\n| --- | --- | --- | --- |")
+for k, (c, d, m) in sorted(kinds.items(), key=lambda kv: -kv[1][2]):
+    print(f"| {k} | {c} | {d:.1f} | {m:.1f} |")
+# One layer's kernels: find the layer'th attention and list from the kernel after the one before it.
+att = [i for i, p in enumerate(per) if "Attention" in p[0]]
+if len(att) > a.layer + 1:
+    lo, hi = att[a.layer] - 2, att[a.layer + 1] - 2
+    print(f"\nlayer {a.layer}: kernels {lo}..{hi - 1}")
+    print("| kernel | grid | duration | marginal | started before previous end |\n| --- | --- | --- | --- | --- |")
+    for name, grid, d, m, e in per[lo:hi]:
+        print(f"| {name} | {'x'.join(map(str, grid))} | {d:.1f} | {m:.1f} | {e:.1f} |")
