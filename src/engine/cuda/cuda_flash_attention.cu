@@ -26,6 +26,17 @@ constexpr int kThreads = 128;
 constexpr int kStage = 64;  // keys per pipeline stage
 constexpr float kLog2e = 1.4426950408889634f;
 
+// 2^x with subnormal inputs and results flushed to zero: one MUFU.EX2.
+// exp2f's ex2.approx.f32 scales subnormals around it, three more
+// instructions a score in the tiles that the ALU bounds. (Flushed are
+// weights below 2^-126 of a row's largest, invisible in the bf16 P and
+// its fp32 sum; inputs of |x| < 2^-126 give 1 either way.)
+__device__ __forceinline__ float Exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 size_t MmaSmemBytes(int D, int rw) {
   const size_t DP = D + 8;
   // Q rows, two stages of K and V, (narrow) the step's own K and V row;
@@ -238,7 +249,7 @@ __global__ void __launch_bounds__(kThreads, RW == 4 && D == 64 ? 4 : 1)
         mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
         if (fast) mx[i] *= scale2;  // (scale2 > 0: the max commutes with it)
         const float mn = fmaxf(m[i], mx[i]);
-        alpha[i] = mn == -INFINITY ? 1.f : exp2f(m[i] - mn);
+        alpha[i] = mn == -INFINITY ? 1.f : Exp2(m[i] - mn);
         m[i] = mn;
       }
       float ps[2] = {0.f, 0.f};
@@ -248,7 +259,7 @@ __global__ void __launch_bounds__(kThreads, RW == 4 && D == 64 ? 4 : 1)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int i = e >> 1;
-            const float pj = exp2f(fmaf(sc[j][e], scale2, -m[i]));
+            const float pj = Exp2(fmaf(sc[j][e], scale2, -m[i]));
             sc[j][e] = pj;
             ps[i] += pj;
           }
@@ -258,7 +269,7 @@ __global__ void __launch_bounds__(kThreads, RW == 4 && D == 64 ? 4 : 1)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int i = e >> 1;
-            const float pj = sc[j][e] == -INFINITY ? 0.f : exp2f(sc[j][e] - m[i]);
+            const float pj = sc[j][e] == -INFINITY ? 0.f : Exp2(sc[j][e] - m[i]);
             sc[j][e] = pj;
             ps[i] += pj;
           }
