@@ -70,8 +70,8 @@ __device__ __forceinline__ void LoadHead(const bf16_t* src, const float* b, Head
 
 // The rotary's sines and cosines of this lane's elements at one position:
 // the same for every head of a token, so a warp that finishes several
-// heads of one token computes them once (sincosf was most of a prefill
-// step's QkvPost instructions).
+// heads of one token computes them once (an 8,192-row QkvPost: 68.0 ->
+// 58.6 us, bench/RESULTS.md item 62).
 template <int D>
 struct RotaryRegs {
   float sn[HeadRegs<D>::kPer], cs[HeadRegs<D>::kPer];
