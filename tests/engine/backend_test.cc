@@ -31,6 +31,9 @@ TEST(BackendTest, PipelinedStepsPickAsStepByStep) {
     const std::vector<int32_t> want = GreedyPicks(*a, 12, /*pipelined=*/false, 5);
     EXPECT_EQ(GreedyPicks(*b, 12, /*pipelined=*/true, 5), want);
     EXPECT_EQ(want.size(), 3u + 3u * 12u);
+    // Every third step samples a row: the pipeline drains around it.
+    auto d = Make(c, w);
+    EXPECT_EQ(GreedyPicks(*d, 12, /*pipelined=*/true, 5, /*sample_every=*/3), want);
   }
 }
 

@@ -35,8 +35,13 @@ inline SeqStep StepOf(const TestSeq& s, int n, bool want) {
 // Three sequences (prompts of 45, 20 and 3 random tokens) prefilled in
 // chunks of up to 16 tokens, step by step, then `decode` steps of one token
 // each. Returns every greedy pick in order. Sequence s uses blocks
-// s * 64 + i, so contexts must stay under 64 blocks.
-inline std::vector<int32_t> GreedyPicks(Backend& b, int decode, bool pipelined, uint32_t seed) {
+// s * 64 + i, so contexts must stay under 64 blocks. Pipelined with
+// sample_every > 0: decode steps k with k % sample_every == 1 sample row 1
+// (its logits come back; the host takes their argmax, the same token) and
+// are collected at once, the step after them taking every token from the
+// host.
+inline std::vector<int32_t> GreedyPicks(Backend& b, int decode, bool pipelined, uint32_t seed,
+                                        int sample_every = 0) {
   using Seq = TestSeq;
   const ModelCacheSpec& spec = b.cache_spec();
   const int bs = b.kv_layout().block_size;
@@ -83,17 +88,27 @@ inline std::vector<int32_t> GreedyPicks(Backend& b, int decode, bool pipelined, 
       out.push_back(picks[r++]);
     }
   }
-  std::vector<size_t> owed(3);  // pipelined: where the pending picks go
+  // Pipelined: each step's picks land in placeholders at pend_at, read by
+  // the next step through prev_row, and are collected after it launched.
+  std::vector<size_t> pend_at(3);
+  bool pending = false;  // a step launched and not collected
+  auto collect = [&](bool sampled) {
+    EXPECT_TRUE(b.CollectStep(picks).ok());
+    for (int i = 0; i < 3; ++i) {
+      int32_t p = picks[i];
+      if (sampled && i == 1) {  // the host picks it from the logits
+        const float* row = logits.data() + static_cast<size_t>(i) * V;
+        p = static_cast<int32_t>(std::max_element(row, row + V) - row);
+      }
+      seqs[i].tokens[pend_at[i]] = p;
+      out.push_back(p);
+    }
+  };
   for (int k = 0; k < decode; ++k) {
     std::vector<SeqStep> steps;
-    if (pipelined && k > 0)
-      for (int i = 0; i < 3; ++i) {
-        owed[i] = seqs[i].tokens.size();
-        seqs[i].tokens.push_back(-7);  // never read: prev_row stands for it
-      }
     for (int i = 0; i < 3; ++i) {
       steps.push_back(step_of(i, 1, true));
-      if (pipelined && k > 0) steps.back().prev_row = i;
+      if (pending) steps.back().prev_row = i;
     }
     if (!pipelined) {
       EXPECT_TRUE(b.ForwardSampled(steps, greedy, picks, logits).ok());
@@ -104,21 +119,26 @@ inline std::vector<int32_t> GreedyPicks(Backend& b, int decode, bool pipelined, 
       }
       continue;
     }
-    const Status st = b.LaunchStep(steps, greedy, logits);
+    const bool sampled = sample_every > 0 && k % sample_every == 1;
+    const std::vector<uint8_t> g = sampled ? std::vector<uint8_t>{1, 0, 1} : greedy;
+    const Status st = b.LaunchStep(steps, g, logits);
     EXPECT_TRUE(st.ok()) << st.ToString();
     for (Seq& s : seqs) s.computed += 1;
-    if (k == 0) continue;
-    EXPECT_EQ(b.steps_in_flight(), 2);
-    EXPECT_TRUE(b.CollectStep(picks).ok());
+    if (pending) {
+      EXPECT_EQ(b.steps_in_flight(), 2);
+      collect(false);
+    }
     for (int i = 0; i < 3; ++i) {
-      seqs[i].tokens[owed[i]] = picks[i];
-      out.push_back(picks[i]);
+      pend_at[i] = seqs[i].tokens.size();
+      seqs[i].tokens.push_back(-7);  // never read: prev_row stands for it
+    }
+    pending = true;
+    if (sampled) {  // the next step needs row 1's token from the host
+      collect(true);
+      pending = false;
     }
   }
-  if (pipelined && decode > 0) {
-    EXPECT_TRUE(b.CollectStep(picks).ok());
-    out.insert(out.end(), picks.begin(), picks.end());
-  }
+  if (pending) collect(false);
   EXPECT_EQ(b.steps_in_flight(), 0);
   return out;
 }

@@ -11,35 +11,19 @@ import collections
 import re
 import statistics
 
+from kernel_names import short
+
 ap = argparse.ArgumentParser()
 ap.add_argument("trace")
 ap.add_argument("--tiles", type=int, default=64)
 ap.add_argument("--layer", type=int, default=5, help="layer whose kernels are listed one by one")
 a = ap.parse_args()
 
-def short(mangled):
-    """The kernel's own name and its integer template arguments from an
-    Itanium-mangled name: _Z[N]<length><identifier>... then I...E with the
-    template arguments (Li64E an int 64, Lb1E a bool)."""
-    if not mangled.startswith("_Z"):
-        return mangled[:60]
-    at = 3 if mangled.startswith("_ZN") else 2
-    name = mangled[:60]
-    while at < len(mangled) and mangled[at].isdigit():
-        m = re.match(r"\d+", mangled[at:])
-        n = int(m.group(0))
-        at += len(m.group(0))
-        name = mangled[at:at + n]
-        at += n
-    args = re.match(r"I((?:L[a-z]\d+E)+)E", mangled[at:])
-    if args:
-        name += "<" + ",".join(re.findall(r"L[a-z](\d+)E", args.group(1))) + ">"
-    return name
-
-
 rows = []
 for line in open(a.trace):
     p = line.split(" ", 6)
+    if p[6].startswith("memcpy"):  # copies (kernel_trace.cc): not kernels of a step
+        continue
     name = short(p[6].strip())
     rows.append((int(p[0]), int(p[1]), (int(p[3]), int(p[4]), int(p[5])), name[:60]))
 

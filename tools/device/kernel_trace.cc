@@ -4,7 +4,9 @@
 //   g++ -O2 -shared -fPIC -std=c++17 -I/usr/local/cuda/include \
 //     tools/device/kernel_trace.cc -o kt.so -L<cupti dir> -lcupti
 //   CUDA_INJECTION64_PATH=$PWD/kt.so KT_OUT=/tmp/kt.txt agentkv bench ...
-// Each line: start_ns end_ns graph_id grid_x grid_y grid_z name. Kernel
+// Each line: start_ns end_ns graph_id grid_x grid_y grid_z name; copies
+// are named memcpy<CUpti_ActivityMemcpyKind> (1: to the device, 2: to
+// the host) with their bytes and stream id in place of the grid. Kernel
 // activity of this kind keeps kernels concurrent (programmatic launches
 // still overlap), at some cost per kernel.
 #include <cupti.h>
@@ -38,6 +40,15 @@ void CUPTIAPI Completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t val
   CUpti_Activity* r = nullptr;
   std::lock_guard<std::mutex> lock(mu);
   while (cuptiActivityGetNextRecord(buffer, valid, &r) == CUPTI_SUCCESS) {
+    if (r->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
+      // Copies as "memcpy<kind>" lines (grid: bytes, stream, 0), so the
+      // gaps between steps show what fills them.
+      auto* c = reinterpret_cast<CUpti_ActivityMemcpy6*>(r);
+      recs.push_back({c->start, c->end, c->graphId, static_cast<int>(c->bytes),
+                      static_cast<int>(c->streamId), 0,
+                      "memcpy" + std::to_string(static_cast<int>(c->copyKind))});
+      continue;
+    }
     if (r->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) continue;
     auto* k = reinterpret_cast<CUpti_ActivityKernel10*>(r);
     std::string n = k->name ? k->name : "?";
@@ -64,6 +75,7 @@ void Dump() {
 extern "C" int InitializeInjection() {
   cuptiActivityRegisterCallbacks(Requested, Completed);
   cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+  cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY);
   std::atexit(Dump);
   return 1;
 }

@@ -56,6 +56,11 @@ CudaBackend::~CudaBackend() {
       if (e) cudaEventDestroy(e);
   if (cublas_) cublasDestroy(cublas_);
   if (step_log_) std::fclose(step_log_);
+  for (cudaStream_t cs : {up_stream_, down_stream_}) {
+    if (!cs) continue;
+    cudaStreamSynchronize(cs);
+    cudaStreamDestroy(cs);
+  }
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -129,6 +134,8 @@ Status CudaBackend::Init(const WeightSource& w) {
   CUDA_RETURN_IF_ERROR(
       cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, options_.device));
   CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&up_stream_, cudaStreamNonBlocking));
+  CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&down_stream_, cudaStreamNonBlocking));
   CUBLAS_RETURN_IF_ERROR(cublasCreate(&cublas_));
   CUBLAS_RETURN_IF_ERROR(cublasSetStream(cublas_, stream_));
   // A fixed workspace: cuBLAS then allocates nothing per call (graph capture).
@@ -318,6 +325,8 @@ Status CudaBackend::EnsureCapacity(int64_t tokens, int64_t seqs,
   for (int g = 0; g < kMaxCacheGroups; ++g) fits = fits && width[g] <= cap_width_[g];
   if (fits) return Status::Ok();
   ClearGraphs();
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(up_stream_));
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(down_stream_));
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   cap_seqs_ = std::max(cap_seqs_, seqs);
   cap_tokens_ = std::max({cap_tokens_, tokens, cap_seqs_});
@@ -344,7 +353,8 @@ Status CudaBackend::EnsureCapacity(int64_t tokens, int64_t seqs,
       {&gu_, T * 2 * I * 2},
       {&act_, T * I * 2},
       {&logits_, B * c.vocab_size * 4},
-      {&argmax_, B * 4},
+      {&argmax_[0], B * 4},
+      {&argmax_[1], B * 4},
       {&argmax_scratch_, static_cast<int64_t>(std::max(
                              cuda::ArgmaxScratchBytes(static_cast<int>(B)),
                              cuda::WgmmaArgmaxScratchBytes(
@@ -352,8 +362,10 @@ Status CudaBackend::EnsureCapacity(int64_t tokens, int64_t seqs,
                                  static_cast<int>(c.vocab_size))))},
       {&part_o_, cap_parts_ * nh * D * 4},
       {&part_ml_, cap_parts_ * nh * 2 * 4},
-      {&meta_, meta * 4},
+      {&meta_[0], meta * 4},
+      {&meta_[1], meta * 4},
   };
+  static_assert(kSlots == 2, "one entry per slot above");
   for (const Want& wt : wants) {
     RETURN_IF_ERROR(wt.buf->Allocate(static_cast<size_t>(wt.bytes)));
     // Padding rows of graph steps read what is there: never leave it undefined.

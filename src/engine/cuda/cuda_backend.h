@@ -81,9 +81,12 @@ class CudaBackend final : public Backend {
                         std::span<int32_t> tokens, std::span<float> logits) override;
   // Queued on the stream; the picks of the step before come from the
   // device's argmax buffer (the embedding reads them), so consecutive steps
-  // run back to back. Host buffers the device reads or writes per step
-  // (metadata, picks) alternate between two slots. Steps that grow the
-  // workspaces or capture a graph first wait for those in flight.
+  // run back to back. The buffers a step's copies use (metadata and picks,
+  // host and device) alternate between two slots, and the copies run on a
+  // second stream: the metadata goes up while the step before still runs,
+  // and an all-greedy step's picks come down while the next one runs, so
+  // neither copy sits between two steps on the compute stream. Steps that
+  // grow the workspaces or capture a graph first wait for those in flight.
   // Forward / ForwardSampled refuse to run while steps are in flight.
   Status LaunchStep(std::span<const SeqStep> batch, std::span<const uint8_t> greedy_rows,
                     std::span<float> logits) override;
@@ -167,7 +170,10 @@ class CudaBackend final : public Backend {
   // prev_row may name) and, once collected, its picks.
   std::vector<uint8_t> last_greedy_;
   std::vector<int32_t> last_picks_;
-  Status Enqueue(const Shape& s);
+  // The forward pass of shape `s` on the stream, reading the metadata of
+  // `slot`, writing the picks to that slot's argmax buffer and reading the
+  // previous step's from the other slot's.
+  Status Enqueue(const Shape& s, int slot);
   // y[m][n] = x[m][k] . w[n][k]^T (+ beta * y). cuBLAS runs it on m rounded
   // up by GemmRows (at most max_rows, what x and y hold): rows are
   // independent, the extra ones are scratch, and every row count cuBLAS
@@ -227,10 +233,18 @@ class CudaBackend final : public Backend {
   int num_sms_ = 0;
   int group_size_ = 1;
   cudaStream_t stream_ = nullptr;
+  // Per-step copies off the compute stream, one stream each way: a pick's
+  // download waits for its step to end, and the next step's metadata must
+  // not queue behind that wait.
+  cudaStream_t up_stream_ = nullptr, down_stream_ = nullptr;
   // Per slot: the start and end of each forward pass on the stream
-  // (device_seconds), and the end of its copies back (CollectStep waits on it).
+  // (device_seconds), the end of its copies back (CollectStep waits on it)
+  // and its metadata's arrival on the device (the forward pass waits on it).
+  // A slot is reused two launches later, after its step was collected, so
+  // its buffers are idle by then.
   static constexpr int kSlots = Backend::kMaxStepsInFlight;
-  cudaEvent_t step_events_[kSlots][3] = {};
+  static_assert(kSlots >= 2, "the embedding reads the previous slot's picks");
+  cudaEvent_t step_events_[kSlots][4] = {};
   double device_seconds_ = 0;
   static constexpr int kReadEvents = 64;
   std::vector<cudaEvent_t> read_events_;
@@ -254,8 +268,8 @@ class CudaBackend final : public Backend {
   // Workspaces, sized for cap_tokens_ / cap_seqs_.
   int64_t cap_tokens_ = 0, cap_seqs_ = 0, cap_parts_ = 0;
   std::array<int, kMaxCacheGroups> cap_width_{};
-  cuda::DeviceBuffer x_, h_, qkv_, q_, k_, v_, attn_, o_, gu_, act_, logits_, argmax_,
-      argmax_scratch_, part_o_, part_ml_, cublas_ws_, wgmma_ws_;
+  cuda::DeviceBuffer x_, h_, qkv_, q_, k_, v_, attn_, o_, gu_, act_, logits_, argmax_scratch_,
+      part_o_, part_ml_, cublas_ws_, wgmma_ws_;
   // Rows for which Gemm uses the skinny kernel (AGENTKV_CUDA_SKINNY; none
   // by default).
   int skinny_min_rows_ = 3, skinny_max_rows_ = 0;
@@ -271,11 +285,13 @@ class CudaBackend final : public Backend {
   cuda::DeviceBuffer wgmma_planes_;
   int pending_planes_ = 0;
   int64_t plane_floats_ = 0;
-  cuda::DeviceBuffer meta_;
+  // Per slot: the step's metadata and its picks (the LM head's argmax).
+  cuda::DeviceBuffer meta_[kSlots], argmax_[kSlots];
   cuda::PinnedBuffer host_meta_[kSlots], host_tokens_[kSlots];
   cuda::PinnedBuffer read_staging_;  // ReadBlocks
 
-  std::map<int, cudaGraphExec_t> graphs_;  // by batch bucket
+  std::map<int, cudaGraphExec_t> graphs_;  // by GraphKey(bucket, slot)
+  static int GraphKey(int bucket, int slot) { return bucket * kSlots + slot; }
   int64_t graph_steps_ = 0;
   int64_t graphs_captured_ = 0;
   double capture_seconds_ = 0;  // host time capturing and instantiating graphs

@@ -102,25 +102,27 @@ Status CudaBackend::Reserve(int max_step_tokens, int max_batch) {
 Status CudaBackend::CaptureGraphs() {
   for (int b = 1; b <= cap_seqs_; b = Bucket(b) + 1) {
     const int bucket = Bucket(b);
-    if (bucket > cap_seqs_ || graphs_.count(bucket)) continue;
-    const auto c0 = std::chrono::steady_clock::now();
-    cudaGraph_t g = nullptr;
-    CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    Status st = Enqueue(GraphShape(bucket));
-    const cudaError_t end = cudaStreamEndCapture(stream_, &g);
-    if (!st.ok()) {
-      if (g) cudaGraphDestroy(g);
-      return st;
+    for (int slot = 0; slot < kSlots; ++slot) {
+      if (bucket > cap_seqs_ || graphs_.count(GraphKey(bucket, slot))) continue;
+      const auto c0 = std::chrono::steady_clock::now();
+      cudaGraph_t g = nullptr;
+      CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+      Status st = Enqueue(GraphShape(bucket), slot);
+      const cudaError_t end = cudaStreamEndCapture(stream_, &g);
+      if (!st.ok()) {
+        if (g) cudaGraphDestroy(g);
+        return st;
+      }
+      CUDA_RETURN_IF_ERROR(end);
+      cudaGraphExec_t exec = nullptr;
+      const cudaError_t inst = cudaGraphInstantiate(&exec, g, 0);
+      cudaGraphDestroy(g);
+      CUDA_RETURN_IF_ERROR(inst);
+      graphs_.emplace(GraphKey(bucket, slot), exec);
+      capture_seconds_ +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
+      ++graphs_captured_;
     }
-    CUDA_RETURN_IF_ERROR(end);
-    cudaGraphExec_t exec = nullptr;
-    const cudaError_t inst = cudaGraphInstantiate(&exec, g, 0);
-    cudaGraphDestroy(g);
-    CUDA_RETURN_IF_ERROR(inst);
-    graphs_.emplace(bucket, exec);
-    capture_seconds_ +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
-    ++graphs_captured_;
   }
   return Status::Ok();
 }
@@ -158,6 +160,8 @@ Status CudaBackend::Run(std::span<const SeqStep> batch, std::span<const uint8_t>
 Status CudaBackend::SettleInFlight() {
   if (in_flight_.empty()) return Status::Ok();
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(up_stream_));
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(down_stream_));
   for (InFlight& f : in_flight_) {
     if (f.settled) continue;
     const int32_t* tk = host_tokens_[f.slot].get<int32_t>();
@@ -245,6 +249,7 @@ Status CudaBackend::LaunchStep(std::span<const SeqStep> batch, std::span<const u
   for (const SeqStep& st : batch) tiles += (static_cast<int>(st.tokens.size()) + tpt - 1) / tpt;
   const bool graph = options_.graphs && decode;
   const int padded = graph ? Bucket(B) : B;
+  const int slot = static_cast<int>(launches_ % kSlots);
   const int stride = Pow2AtLeast(need_blocks);
   std::array<int, kMaxCacheGroups> width{};
   for (size_t g = 0; g < spec_.groups.size(); ++g) width[g] = stride;
@@ -253,14 +258,14 @@ Status CudaBackend::LaunchStep(std::span<const SeqStep> batch, std::span<const u
     // stream: the steps in flight finish first (rare: Reserve sized both).
     bool fits = (graph ? padded : T) <= cap_tokens_ && padded <= cap_seqs_;
     for (size_t g = 0; g < spec_.groups.size(); ++g) fits = fits && width[g] <= cap_width_[g];
-    if (!fits || (graph && !graphs_.count(padded))) RETURN_IF_ERROR(SettleInFlight());
+    if (!fits || (graph && !graphs_.count(GraphKey(padded, slot))))
+      RETURN_IF_ERROR(SettleInFlight());
   }
   RETURN_IF_ERROR(EnsureCapacity(graph ? padded : T, padded, width));
   // The previous step's picks: from the device while it may still run.
   const bool prev_on_device = !in_flight_.empty() && !in_flight_.back().settled;
   const std::vector<int32_t>& prev_host =
       in_flight_.empty() ? last_picks_ : in_flight_.back().host_picks;
-  const int slot = static_cast<int>(launches_ % kSlots);
   Shape sh;
   if (graph) {
     sh = GraphShape(padded);
@@ -344,6 +349,7 @@ Status CudaBackend::LaunchStep(std::span<const SeqStep> batch, std::span<const u
     for (auto& sl : step_events_)
       for (cudaEvent_t& e : sl) CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
   }
+  cudaEvent_t* ev = step_events_[slot];
   InFlight f;
   f.slot = slot;
   f.picks = W;
@@ -356,34 +362,47 @@ Status CudaBackend::LaunchStep(std::span<const SeqStep> batch, std::span<const u
       profile_batch_ == B && T == B && ++profile_seen_ >= 20 && profile_seen_ <= 21;
   if (profiled && profile_seen_ == 20) CUDA_RETURN_IF_ERROR(cudaProfilerStart());
   f.profile_stop = profiled && profile_seen_ == 21;
-  CUDA_RETURN_IF_ERROR(cudaEventRecord(step_events_[slot][0], stream_));
+  // The slot's device metadata was last read by the step launched two
+  // before this one, which has been collected: the copy may start now,
+  // while the step before runs.
   CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(meta_.get(), m, meta_ints * 4, cudaMemcpyHostToDevice, stream_));
+      cudaMemcpyAsync(meta_[slot].get(), m, meta_ints * 4, cudaMemcpyHostToDevice, up_stream_));
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(ev[3], up_stream_));
+  CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, ev[3], 0));
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(ev[0], stream_));
 
   if (graph) {
-    auto it = graphs_.find(padded);
+    auto it = graphs_.find(GraphKey(padded, slot));
     if (it == graphs_.end()) {
       const double before = capture_seconds_;
       RETURN_IF_ERROR(CaptureGraphs());
       f.capture_ms = 1000 * (capture_seconds_ - before);
-      it = graphs_.find(padded);
+      it = graphs_.find(GraphKey(padded, slot));
       if (it == graphs_.end()) return Internal("Forward: no graph for batch " + std::to_string(B));
     }
     CUDA_RETURN_IF_ERROR(cudaGraphLaunch(it->second, stream_));
     ++graph_steps_;
   } else {
-    RETURN_IF_ERROR(Enqueue(sh));
+    RETURN_IF_ERROR(Enqueue(sh, slot));
   }
-  CUDA_RETURN_IF_ERROR(cudaEventRecord(step_events_[slot][1], stream_));
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(ev[1], stream_));
 
-  if (W > 0) {
+  if (W > 0 && !any_logits) {
+    // All greedy: the picks come down on the download stream while the next
+    // step runs (it writes the other slot's argmax buffer).
+    CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(down_stream_, ev[1], 0));
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_tokens_[slot].get(), argmax_[slot].get(), W * 4,
+                                         cudaMemcpyDeviceToHost, down_stream_));
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(ev[2], down_stream_));
+  } else if (W > 0) {
+    // Logits (one buffer for every step) come down before the next step.
     if (any_greedy)
-      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_tokens_[slot].get(), argmax_.get(), W * 4,
+      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_tokens_[slot].get(), argmax_[slot].get(), W * 4,
                                            cudaMemcpyDeviceToHost, stream_));
-    if (any_logits && !any_greedy) {
+    if (!any_greedy) {
       CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logits.data(), logits_.get(), W * V * 4,
                                            cudaMemcpyDeviceToHost, stream_));
-    } else if (any_logits) {
+    } else {
       for (int r = 0; r < W; ++r) {
         if (r < static_cast<int>(greedy_rows.size()) && greedy_rows[r]) continue;
         CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logits.data() + r * V, logits_.get<float>() + r * V,
@@ -391,7 +410,7 @@ Status CudaBackend::LaunchStep(std::span<const SeqStep> batch, std::span<const u
       }
     }
   }
-  CUDA_RETURN_IF_ERROR(cudaEventRecord(step_events_[slot][2], stream_));
+  if (!(W > 0 && !any_logits)) CUDA_RETURN_IF_ERROR(cudaEventRecord(ev[2], stream_));
   in_flight_.push_back(std::move(f));
   ++launches_;
   last_greedy_.assign(W, 0);
@@ -419,7 +438,7 @@ Status CudaBackend::NormGemm(const float* x, const int32_t* rows, const float* n
   return Gemm(h_.get<cuda::bf16_t>(), w, y, y_f32, m, n, H, 0.f, max_rows);
 }
 
-Status CudaBackend::Enqueue(const Shape& s) {
+Status CudaBackend::Enqueue(const Shape& s, int slot) {
   const ModelConfig& c = config_;
   const int T = s.tokens, H = c.hidden_size, I = c.intermediate_size, D = c.head_dim;
   const int nh = c.num_heads, nkv = c.num_kv_heads;
@@ -428,7 +447,9 @@ Status CudaBackend::Enqueue(const Shape& s) {
   const bool plus_one = c.gemma_norm;
   const int bs = layout_.block_size;
   const MetaLayout ml = Layout(s);
-  int32_t* meta = meta_.get<int32_t>();
+  int32_t* meta = meta_[slot].get<int32_t>();
+  int32_t* picks = argmax_[slot].get<int32_t>();
+  const int32_t* prev_picks = argmax_[(slot + kSlots - 1) % kSlots].get<int32_t>();
   const int32_t* pos = meta + ml.pos;
   const int32_t* tok_seq = meta + ml.tok_seq;
   float* x = x_.get<float>();
@@ -442,8 +463,8 @@ Status CudaBackend::Enqueue(const Shape& s) {
   auto* act = act_.get<cuda::bf16_t>();
 
   pending_planes_ = 0;
-  CUDA_RETURN_IF_ERROR(cuda::LaunchEmbed(embed_, meta + ml.tokens, argmax_.get<int32_t>(), T, H,
-                                         c.embed_scale, x, stream_));
+  CUDA_RETURN_IF_ERROR(
+      cuda::LaunchEmbed(embed_, meta + ml.tokens, prev_picks, T, H, c.embed_scale, x, stream_));
   for (int l = 0; l < c.num_layers; ++l) {
     const Layer& L = layers_[l];
     // Decode steps: the attention kernel applies the rotary itself and
@@ -577,7 +598,7 @@ Status CudaBackend::Enqueue(const Shape& s) {
     RETURN_IF_ERROR(Norm(meta + ml.logit_rows, final_norm_, s.rows));
     CUDA_RETURN_IF_ERROR(cuda::LaunchWgmmaGemmArgmax(h, lm_head_, logits, meta + ml.store_logits,
                                                      s.rows, c.vocab_size, H, argmax_scratch_.get(),
-                                                     argmax_.get<int32_t>(), num_sms_, stream_));
+                                                     picks, num_sms_, stream_));
     return Status::Ok();
   }
   RETURN_IF_ERROR(NormGemm(x, meta + ml.logit_rows, final_norm_, lm_head_, logits, s.rows,
@@ -585,8 +606,8 @@ Status CudaBackend::Enqueue(const Shape& s) {
   if (c.final_logit_softcap > 0.f)
     CUDA_RETURN_IF_ERROR(cuda::LaunchSoftcap(logits, static_cast<int64_t>(s.rows) * c.vocab_size,
                                              c.final_logit_softcap, stream_));
-  CUDA_RETURN_IF_ERROR(cuda::LaunchArgmax(logits, s.rows, c.vocab_size, argmax_.get<int32_t>(),
-                                          argmax_scratch_.get(), stream_));
+  CUDA_RETURN_IF_ERROR(
+      cuda::LaunchArgmax(logits, s.rows, c.vocab_size, picks, argmax_scratch_.get(), stream_));
   return Status::Ok();
 }
 

@@ -357,6 +357,27 @@ TEST(CudaBackend, PipelinedStepsPickAsStepByStep) {
   }
 }
 
+// Pipelined steps where some rows sample (their logits come down on the
+// compute stream, the picks of the greedy rows with them) between
+// all-greedy ones (picks copied while the next step runs): every pick as
+// in the all-greedy run step by step, the sampled row continued with the
+// argmax of its logits from the host. Both LM-head paths (cuBLAS and a
+// separate argmax; on CC 9.0 the warpgroup GEMM's fused argmax).
+TEST(CudaBackend, PipelinedStepsWithSampledRowsPickAsStepByStep) {
+  AGENTKV_REQUIRE_GPU();
+  for (const bool wide : {false, true}) {
+    ModelConfig c = wide ? WideConfig(Architecture::kLlama) : SmallConfig(Architecture::kLlama);
+    const MapWeights w = Bf16Weights(c, 16);
+    auto a = MakeCuda(c, w, 4);
+    auto b = MakeCuda(c, w, 4);
+    ASSERT_TRUE(a && b);
+    const std::vector<int32_t> want = GreedyPicks(*a, 20, /*pipelined=*/false, 9);
+    EXPECT_EQ(GreedyPicks(*b, 20, /*pipelined=*/true, 9, /*sample_every=*/3), want)
+        << "wide " << wide;
+    EXPECT_GT(b->graph_steps(), 10);
+  }
+}
+
 TEST(CudaBackend, PipelinedStepsRejectMisuse) {
   AGENTKV_REQUIRE_GPU();
   ModelConfig c = SmallConfig(Architecture::kLlama);
