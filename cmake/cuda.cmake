@@ -75,6 +75,9 @@ if(AGENTKV_HAVE_CUDA)
     -Xcompiler=-Wall,-Wextra -lineinfo --expt-relaxed-constexpr)
   target_include_directories(agentkv_cuda_sm90a PUBLIC ${CMAKE_SOURCE_DIR}/src)
   target_link_libraries(agentkv_cuda_sm90a PUBLIC agentkv_cuda_kernels)
+  # LaunchAttention (sm_90) dispatches prompt steps to the warpgroup
+  # attention (sm_90a): the two static libraries refer to each other.
+  target_link_libraries(agentkv_cuda_kernels PUBLIC agentkv_cuda_sm90a)
   target_link_libraries(agentkv_engine PUBLIC agentkv_cuda_sm90a agentkv_cuda_kernels CUDA::cudart CUDA::cublas
                         CUDA::cublasLt)
   target_compile_definitions(agentkv_engine PUBLIC AGENTKV_HAVE_CUDA=1)

@@ -4,6 +4,8 @@
 # turn, ROUNDS times, on the Llama-3.2-1B shape, so that the comparison is
 # made on one machine in one call:
 #   ROUNDS=3 ARGS='--concurrency 1,64' bash tools/device/ab_bench.sh .devcarry-base .devcarry
+# (OUTPUT=1 ARGS='--concurrency 64 --max-step-tokens 8192' for the prefill
+# bench.)
 # Prints per run each level's output tok/s and mean device ms a step; the
 # JSON goes to $OUT/ab_<label>_<round>.json.
 set -uo pipefail
@@ -12,6 +14,7 @@ OUT=${OUT:-/tmp/ab}
 mkdir -p "$OUT"
 ROUNDS=${ROUNDS:-3}
 ARGS=${ARGS:---concurrency 1,64}
+OUTPUT=${OUTPUT:-128}
 packs=("$@")
 for p in "${packs[@]}"; do
   [ -d "$p/bin" ] || tar -C "$p" -xzf "$p/pack.tgz"
@@ -28,7 +31,7 @@ for r in $(seq 1 "$ROUNDS"); do
     label=$(basename "$p")
     # shellcheck disable=SC2086
     LD_LIBRARY_PATH="$PWD/$p/lib:$LD_LIBRARY_PATH" "$p/bin/agentkv" bench engine \
-      --model /tmp/llama1b --device cuda --prompt 512 --output 128 $ARGS --json \
+      --model /tmp/llama1b --device cuda --prompt 512 --output "$OUTPUT" $ARGS --json \
       >"$OUT/ab_${label}_$r.json" 2>"$OUT/ab_${label}_$r.err"
     python3 - "$OUT/ab_${label}_$r.json" "$label" "$r" <<'PY'
 import json, sys
@@ -37,7 +40,9 @@ levels = d.get("levels", d) if isinstance(d, dict) else d
 out = []
 for lv in (levels if isinstance(levels, list) else []):
     b = lv.get("batched", lv)
-    out.append(f"c{lv.get('concurrency')} {b['output_tok_s']:.0f} tok/s {b['mean_device_ms']:.3f} ms")
+    prompt = d.get("prompt_tokens", 0) * lv.get("requests", 0) / b["seconds"]
+    out.append(f"c{lv.get('concurrency')} {b['output_tok_s']:.0f} tok/s {b['mean_device_ms']:.3f} ms"
+               f" (prompt {prompt:.0f} tok/s)")
 print(f"round {sys.argv[3]} {sys.argv[2]}: " + "; ".join(out))
 PY
   done

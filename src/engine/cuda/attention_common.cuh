@@ -126,9 +126,11 @@ struct KvLoader {
     }
   }
 
-  // 16-byte column col of key kp's K and V rows (head_dim d) into the rows
-  // Krow / Vrow of shared memory, with cp.async; zeros past ke.
-  __device__ __forceinline__ void CopyColumn(int kp, int d, int col, bf16* Krow, bf16* Vrow) const {
+  // 16-byte column col of key kp's K and V rows (head_dim d) into column
+  // dcol of the rows Krow / Vrow of shared memory, with cp.async; zeros
+  // past ke.
+  __device__ __forceinline__ void CopyColumn(int kp, int d, int col, bf16* Krow, bf16* Vrow,
+                                             int dcol) const {
     const bool valid = kp < ke;
     const bf16* ks = dummy;
     const bf16* vs = dummy;
@@ -138,11 +140,11 @@ struct KvLoader {
       vs += col * 8;
     }
     if (evict_first) {
-      CpAsync16Hint(Krow + col * 8, ks, valid, policy);
-      CpAsync16Hint(Vrow + col * 8, vs, valid, policy);
+      CpAsync16Hint(Krow + dcol * 8, ks, valid, policy);
+      CpAsync16Hint(Vrow + dcol * 8, vs, valid, policy);
     } else {
-      CpAsync16(Krow + col * 8, ks, valid);
-      CpAsync16(Vrow + col * 8, vs, valid);
+      CpAsync16(Krow + dcol * 8, ks, valid);
+      CpAsync16(Vrow + dcol * 8, vs, valid);
     }
   }
 
@@ -151,7 +153,7 @@ struct KvLoader {
     const int vpr = D / 8;
     for (int i = tid; i < nkeys * vpr; i += threads) {
       const int j = i / vpr, col = i % vpr;
-      CopyColumn(kt + j, D, col, Kd + j * DP, Vd + j * DP);
+      CopyColumn(kt + j, D, col, Kd + j * DP, Vd + j * DP, col);
     }
     CpAsyncCommit();
   }
@@ -161,27 +163,33 @@ struct KvLoader {
   // issued more instructions for these addresses than for its tensor-core
   // work. kn / vn (shared memory, kD elements each): where given, the row of
   // key `start` (the step's one token) comes from them, not from k_new /
-  // v_new.
-  template <int kD, int kKeys, int kThreads>
+  // v_new. kSwizzle: rows of 128 bytes (kD 64, DPd 64) with the 16-byte
+  // chunk c of row j at chunk c ^ (j % 8), the layout the warpgroup MMA
+  // reads (128-byte swizzle); each thread's chunk is then the same on
+  // every row it copies.
+  template <int kD, int kKeys, int kThreads, bool kSwizzle = false>
   __device__ __forceinline__ void IssueFixed(int kt, bf16* Kd, bf16* Vd, int DPd, int tid,
                                              const bf16* kn = nullptr,
                                              const bf16* vn = nullptr) const {
     constexpr int kVpr = kD / 8;
     static_assert(kThreads % kVpr == 0, "threads must cover whole rows");
     constexpr int kRowsPerPass = kThreads / kVpr;
+    static_assert(!kSwizzle || (kVpr == 8 && kRowsPerPass % 8 == 0),
+                  "the swizzle keeps a thread's chunk fixed");
     const int col = tid % kVpr;
+    const int dcol = kSwizzle ? col ^ ((tid / kVpr) & 7) : col;
 #pragma unroll 1
     for (int j = tid / kVpr; j < kKeys; j += kRowsPerPass) {
       const int kp = kt + j;
       const bool valid = kp < ke;
       if (valid && kn != nullptr && kp >= start) {
-        *reinterpret_cast<uint4*>(Kd + j * DPd + col * 8) =
+        *reinterpret_cast<uint4*>(Kd + j * DPd + dcol * 8) =
             *reinterpret_cast<const uint4*>(kn + col * 8);
-        *reinterpret_cast<uint4*>(Vd + j * DPd + col * 8) =
+        *reinterpret_cast<uint4*>(Vd + j * DPd + dcol * 8) =
             *reinterpret_cast<const uint4*>(vn + col * 8);
         continue;
       }
-      CopyColumn(kp, kD, col, Kd + j * DPd, Vd + j * DPd);
+      CopyColumn(kp, kD, col, Kd + j * DPd, Vd + j * DPd, dcol);
     }
     CpAsyncCommit();
   }
@@ -193,5 +201,10 @@ struct KvLoader {
 // LaunchAttention documents; the split merge is the caller's.
 bool MmaAttentionSupported(int head_dim);
 cudaError_t LaunchMmaAttention(const AttentionParams& p, cudaStream_t stream);
+// The warpgroup kernel of cuda_wgmma_attention.cu for wide tiles (prompt
+// steps): head_dim 64 on compute capability 9.0, unless
+// AGENTKV_CUDA_WGMMA_ATTENTION=0. LaunchMmaAttention takes it for those.
+bool WgmmaAttentionSupported(int head_dim);
+cudaError_t LaunchWgmmaWideAttention(const AttentionParams& p, cudaStream_t stream);
 
 }  // namespace agentkv::cuda

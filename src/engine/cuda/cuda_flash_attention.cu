@@ -15,6 +15,7 @@
 #include <cuda_bf16.h>
 
 #include "engine/cuda/attention_common.cuh"
+#include "engine/cuda/attention_softmax.cuh"
 #include "engine/cuda/head_projection.cuh"
 #include "engine/cuda/mma.cuh"
 #include "engine/cuda/pdl.cuh"
@@ -24,18 +25,6 @@ namespace {
 
 constexpr int kThreads = 128;
 constexpr int kStage = 64;  // keys per pipeline stage
-constexpr float kLog2e = 1.4426950408889634f;
-
-// 2^x with subnormal inputs and results flushed to zero: one MUFU.EX2.
-// exp2f's ex2.approx.f32 scales subnormals around it, three more
-// instructions a score in the tiles that the ALU bounds. (Flushed are
-// weights below 2^-126 of a row's largest, invisible in the bf16 P and
-// its fp32 sum; inputs of |x| < 2^-126 give 1 either way.)
-__device__ __forceinline__ float Exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
 
 size_t MmaSmemBytes(int D, int rw) {
   const size_t DP = D + 8;
@@ -99,28 +88,11 @@ __global__ void __launch_bounds__(kThreads, RW == 4 && D == 64 ? 4 : 1)
   const int rg = warp % RW, kw = warp / RW;  // row group; key share
   const int g = lane >> 2, q4 = lane & 3;    // fragment row / column pair
   // This thread's two rows (g, g + 8) of the warp's 16.
-  int rpos[2];
-  bool rvalid[2];
-  int64_t out_row[2];
-  for (int i = 0; i < 2; ++i) {
-    const int r = rg * 16 + g + 8 * i, tok = r / G;
-    rvalid[i] = tok < tpt && tok < n;
-    rpos[i] = rvalid[i] ? p.pos[t0 + tok] : -1;
-    out_row[i] = rvalid[i] ? static_cast<int64_t>(t0 + tok) * p.nh + kvh * G + r % G : 0;
-  }
+  const QueryRows qr = TileRows(p, rg, g, t0, n, tpt, kvh, G);
 
   if (kb >= ke) {  // an empty split: contributes nothing
     PdlWait();
-    if (kw == 0)
-      for (int i = 0; i < 2; ++i) {
-        if (!rvalid[i]) continue;
-        const int64_t b = out_row[i] * p.splits + split;
-        for (int d = q4; d < D; d += 4) p.part_o[b * D + d] = 0.f;
-        if (q4 == 0) {
-          p.part_ml[b * 2] = -INFINITY;
-          p.part_ml[b * 2 + 1] = 0.f;
-        }
-      }
+    if (kw == 0) StoreEmptySplit<D>(p, qr, split, q4);
     return;
   }
 
@@ -185,7 +157,6 @@ __global__ void __launch_bounds__(kThreads, RW == 4 && D == 64 ? 4 : 1)
 #pragma unroll
   for (int j = 0; j < NO; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // m in log2 units
-  const float scale2 = p.scale * kLog2e;
   // Stages every key of which every row may see need no mask: all keys
   // before ke, none after the tile's first position, no window, no softcap.
   const bool plain = p.window == 0 && !(p.softcap > 0.f);
@@ -217,76 +188,8 @@ __global__ void __launch_bounds__(kThreads, RW == 4 && D == 64 ? 4 : 1)
         }
       }
       // Online softmax over the two rows; a row's four lanes share it.
-      // Unmasked stages keep the raw scores (every one finite): the scale
-      // goes into the exponent's FMA and no -inf test is needed, ~3 of the
-      // ~7 instructions per score that bound the prefill tiles.
-      float mx[2] = {-INFINITY, -INFINITY};
-      const bool fast = plain && kt + kStage <= ke && kt + kStage <= p0 + 1;
-      if (fast) {
-#pragma unroll
-        for (int j = 0; j < NS; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) mx[e >> 1] = fmaxf(mx[e >> 1], sc[j][e]);
-      } else {
-#pragma unroll
-        for (int j = 0; j < NS; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int i = e >> 1, kp = k0 + j * 8 + 2 * q4 + (e & 1);
-            float x = sc[j][e] * p.scale;
-            if (p.softcap > 0.f) x = p.softcap * tanhf(x / p.softcap);
-            x *= kLog2e;
-            const bool ok =
-                rvalid[i] && kp < ke && kp <= rpos[i] && (p.window == 0 || kp > rpos[i] - p.window);
-            sc[j][e] = ok ? x : -INFINITY;
-            mx[i] = fmaxf(mx[i], sc[j][e]);
-          }
-      }
-      float alpha[2];
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
-        mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-        if (fast) mx[i] *= scale2;  // (scale2 > 0: the max commutes with it)
-        const float mn = fmaxf(m[i], mx[i]);
-        alpha[i] = mn == -INFINITY ? 1.f : Exp2(m[i] - mn);
-        m[i] = mn;
-      }
-      float ps[2] = {0.f, 0.f};
-      if (fast) {
-#pragma unroll
-        for (int j = 0; j < NS; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int i = e >> 1;
-            const float pj = Exp2(fmaf(sc[j][e], scale2, -m[i]));
-            sc[j][e] = pj;
-            ps[i] += pj;
-          }
-      } else {
-#pragma unroll
-        for (int j = 0; j < NS; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int i = e >> 1;
-            const float pj = sc[j][e] == -INFINITY ? 0.f : Exp2(sc[j][e] - m[i]);
-            sc[j][e] = pj;
-            ps[i] += pj;
-          }
-      }
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        ps[i] += __shfl_xor_sync(0xffffffffu, ps[i], 1);
-        ps[i] += __shfl_xor_sync(0xffffffffu, ps[i], 2);
-        l[i] = l[i] * alpha[i] + ps[i];
-      }
-#pragma unroll
-      for (int j = 0; j < NO; ++j) {
-        o[j][0] *= alpha[0];
-        o[j][1] *= alpha[0];
-        o[j][2] *= alpha[1];
-        o[j][3] *= alpha[1];
-      }
+      SoftmaxStage<NS, NO>(sc, o, m, l, plain && kt + kStage <= ke && kt + kStage <= p0 + 1, p, qr,
+                           k0, ke, q4);
       // O += P V, 16 keys at a time: the score fragments of keys
       // [16c, 16c + 16) are the A fragment as they stand.
 #pragma unroll
@@ -358,29 +261,7 @@ __global__ void __launch_bounds__(kThreads, RW == 4 && D == 64 ? 4 : 1)
       }
     }
   } else {
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      if (!rvalid[i]) continue;
-      if (p.splits == 1) {
-        const float inv = l[i] > 0.f ? 1.f / l[i] : 0.f;
-        bf16* out = reinterpret_cast<bf16*>(p.out) + out_row[i] * D;
-#pragma unroll
-        for (int j = 0; j < NO; ++j)
-          *reinterpret_cast<__nv_bfloat162*>(out + j * 8 + 2 * q4) =
-              __floats2bfloat162_rn(o[j][2 * i] * inv, o[j][2 * i + 1] * inv);
-      } else {
-        const int64_t b = out_row[i] * p.splits + split;
-#pragma unroll
-        for (int j = 0; j < NO; ++j) {
-          p.part_o[b * D + j * 8 + 2 * q4] = o[j][2 * i];
-          p.part_o[b * D + j * 8 + 2 * q4 + 1] = o[j][2 * i + 1];
-        }
-        if (q4 == 0) {
-          p.part_ml[b * 2] = m[i] == -INFINITY ? -INFINITY : m[i] / kLog2e;
-          p.part_ml[b * 2 + 1] = l[i];
-        }
-      }
-    }
+    StoreRows<D, NO>(p, qr, o, m, l, split, q4);
   }
 }
 
@@ -405,6 +286,8 @@ cudaError_t Launch(const AttentionParams& p, cudaStream_t stream) {
 bool MmaAttentionSupported(int head_dim) { return head_dim == 64 || head_dim == 128; }
 
 cudaError_t LaunchMmaAttention(const AttentionParams& p, cudaStream_t stream) {
+  if (p.head_dim == 64 && p.wide && WgmmaAttentionSupported(64))
+    return LaunchWgmmaWideAttention(p, stream);
   if (p.head_dim == 64) return p.wide ? Launch<64, 4>(p, stream) : Launch<64, 1>(p, stream);
   if (p.head_dim == 128) return p.wide ? Launch<128, 4>(p, stream) : Launch<128, 1>(p, stream);
   return cudaErrorInvalidValue;

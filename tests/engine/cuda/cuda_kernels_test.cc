@@ -799,6 +799,19 @@ TEST_P(CudaAttention, MatchesCpuReference) {
     }
   }
   EXPECT_LT(RelErr(got, ref), 2e-2);
+  // On failure, which sequences (and so which key spans) are off.
+  if (RelErr(got, ref) >= 2e-2) {
+    t = 0;
+    for (int s = 0; s < B; ++s) {
+      const size_t at = static_cast<size_t>(t) * nh * D,
+                   len = static_cast<size_t>(seqs[s].n) * nh * D;
+      std::vector<float> g(got.begin() + at, got.begin() + at + len),
+          r(ref.begin() + at, ref.begin() + at + len);
+      ADD_FAILURE() << "sequence " << s << " (start " << seqs[s].start << ", " << seqs[s].n
+                    << " tokens): rel err " << RelErr(g, r);
+      t += seqs[s].n;
+    }
+  }
 }
 
 std::vector<AttnCase> AttnCases() {
