@@ -1,5 +1,5 @@
-"""Short kernel names for the trace readers (kernel_timeline.py,
-step_gaps.py)."""
+"""Shared by the trace readers (kernel_timeline.py, step_gaps.py): short
+kernel names and the cut of a trace into engine steps."""
 import re
 
 
@@ -21,3 +21,17 @@ def short(mangled):
     if args:
         name += "<" + ",".join(re.findall(r"L[a-z](\d+)E", args.group(1))) + ">"
     return name
+
+
+def split_steps(rows, name):
+    """Rows in start order cut into steps, a step starting at each Embed
+    kernel; name(row) gives a row's kernel name."""
+    steps, cur = [], []
+    for r in rows:
+        if "Embed" in name(r) and cur:
+            steps.append(cur)
+            cur = []
+        cur.append(r)
+    if cur:
+        steps.append(cur)
+    return steps

@@ -8,10 +8,9 @@ A step starts at each Embed kernel; steps are kept whose attention grid has
 --tiles tiles and that run no cuBLAS kernel."""
 import argparse
 import collections
-import re
 import statistics
 
-from kernel_names import short
+from kernel_names import short, split_steps
 
 ap = argparse.ArgumentParser()
 ap.add_argument("trace")
@@ -27,14 +26,7 @@ for line in open(a.trace):
     name = short(p[6].strip())
     rows.append((int(p[0]), int(p[1]), (int(p[3]), int(p[4]), int(p[5])), name[:60]))
 
-steps, cur = [], []
-for r in rows:
-    if "Embed" in r[3] and cur:
-        steps.append(cur)
-        cur = []
-    cur.append(r)
-if cur:
-    steps.append(cur)
+steps = split_steps(rows, lambda r: r[3])
 
 def keep(s):
     # Ours are all named ...Kernel; cuBLAS's (nvjet_*, *gemm*) are not.

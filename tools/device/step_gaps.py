@@ -9,7 +9,7 @@ import argparse
 import collections
 import statistics
 
-from kernel_names import short
+from kernel_names import short, split_steps
 
 ap = argparse.ArgumentParser()
 ap.add_argument("trace")
@@ -22,14 +22,7 @@ for line in open(a.trace):
     r = (int(p[0]), int(p[1]), short(p[6].strip())[:60], (int(p[3]), int(p[4])))
     (copies if r[2].startswith("memcpy") else kernels).append(r)
 
-steps, cur = [], []
-for r in kernels:
-    if "Embed" in r[2] and cur:
-        steps.append(cur)
-        cur = []
-    cur.append(r)
-if cur:
-    steps.append(cur)
+steps = split_steps(kernels, lambda r: r[2])
 # The warm-up and graph capture come first; keep the last run's steps:
 # from the last step whose gap before it exceeds 50 ms.
 start = 0

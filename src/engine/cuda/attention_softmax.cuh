@@ -26,6 +26,27 @@ __device__ __forceinline__ float Exp2(float x) {
   return y;
 }
 
+// A tile's sequence and the keys [kb, ke) its split walks: from the window's
+// start (or 0) to its last token's position, split in runs of a multiple
+// of 16 keys.
+struct TileSpan {
+  int s, t0, start, first, p0, kb, ke;
+};
+__device__ __forceinline__ TileSpan SpanOf(const AttentionParams& p, int tile, int n, int split) {
+  TileSpan t;
+  t.s = p.tile_seq[tile];
+  t.t0 = p.tile_t0[tile];
+  t.start = p.seq_start[t.s];
+  t.first = p.seq_first[t.s];
+  t.p0 = p.pos[t.t0];
+  const int hi = p.pos[t.t0 + n - 1] + 1;
+  const int lo = p.window > 0 ? max(0, t.p0 - p.window + 1) : 0;
+  const int chunk = ((hi - lo + p.splits - 1) / p.splits + 15) / 16 * 16;
+  t.kb = lo + split * chunk;
+  t.ke = min(hi, t.kb + chunk);
+  return t;
+}
+
 // A thread's two query rows: whether each is a real row of the tile, its
 // position and its output row (token * nh + head).
 struct QueryRows {

@@ -128,16 +128,11 @@ __global__ void __launch_bounds__(kThreads, 4) WgmmaWideAttentionKernel(const At
     PdlWait();  // every block waits: the kernel ends after the one before it
     return;
   }
-  const int s = p.tile_seq[tile], t0 = p.tile_t0[tile];
+  const TileSpan ts = SpanOf(p, tile, n, split);
+  const int s = ts.s, t0 = ts.t0, start = ts.start, first = ts.first, p0 = ts.p0;
+  const int kb = ts.kb, ke = ts.ke;
   const int G = p.nh / p.nkv;
   const int tpt = 64 / G;
-  const int start = p.seq_start[s], first = p.seq_first[s];
-  const int p0 = p.pos[t0], p1 = p.pos[t0 + n - 1];
-  const int lo = p.window > 0 ? max(0, p0 - p.window + 1) : 0;
-  const int hi = p1 + 1;
-  const int chunk = ((hi - lo + p.splits - 1) / p.splits + 15) / 16 * 16;
-  const int kb = lo + split * chunk;
-  const int ke = min(hi, kb + chunk);
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, q4 = lane & 3;
