@@ -82,8 +82,8 @@ class CudaBackend final : public Backend {
   // Queued on the stream; the picks of the step before come from the
   // device's argmax buffer (the embedding reads them), so consecutive steps
   // run back to back. The buffers a step's copies use (metadata and picks,
-  // host and device) alternate between two slots, and the copies run on a
-  // second stream: the metadata goes up while the step before still runs,
+  // host and device) alternate between two slots, and the copies run on
+  // streams of their own: the metadata goes up while the step before runs,
   // and an all-greedy step's picks come down while the next one runs, so
   // neither copy sits between two steps on the compute stream. Steps that
   // grow the workspaces or capture a graph first wait for those in flight.

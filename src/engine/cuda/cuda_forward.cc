@@ -387,9 +387,10 @@ Status CudaBackend::LaunchStep(std::span<const SeqStep> batch, std::span<const u
   }
   CUDA_RETURN_IF_ERROR(cudaEventRecord(ev[1], stream_));
 
-  if (W > 0 && !any_logits) {
-    // All greedy: the picks come down on the download stream while the next
-    // step runs (it writes the other slot's argmax buffer).
+  // All greedy: the picks come down on the download stream while the next
+  // step runs (it writes the other slot's argmax buffer).
+  const bool picks_async = W > 0 && !any_logits;
+  if (picks_async) {
     CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(down_stream_, ev[1], 0));
     CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_tokens_[slot].get(), argmax_[slot].get(), W * 4,
                                          cudaMemcpyDeviceToHost, down_stream_));
@@ -410,7 +411,7 @@ Status CudaBackend::LaunchStep(std::span<const SeqStep> batch, std::span<const u
       }
     }
   }
-  if (!(W > 0 && !any_logits)) CUDA_RETURN_IF_ERROR(cudaEventRecord(ev[2], stream_));
+  if (!picks_async) CUDA_RETURN_IF_ERROR(cudaEventRecord(ev[2], stream_));
   in_flight_.push_back(std::move(f));
   ++launches_;
   last_greedy_.assign(W, 0);

@@ -129,26 +129,24 @@ __global__ void __launch_bounds__(kThreads, 4) WgmmaWideAttentionKernel(const At
     return;
   }
   const TileSpan ts = SpanOf(p, tile, n, split);
-  const int s = ts.s, t0 = ts.t0, start = ts.start, first = ts.first, p0 = ts.p0;
-  const int kb = ts.kb, ke = ts.ke;
   const int G = p.nh / p.nkv;
   const int tpt = 64 / G;
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, q4 = lane & 3;
-  const QueryRows qr = TileRows(p, warp, g, t0, n, tpt, kvh, G);
-  if (kb >= ke) {
+  const QueryRows qr = TileRows(p, warp, g, ts.t0, n, tpt, kvh, G);
+  if (ts.kb >= ts.ke) {
     PdlWait();
     StoreEmptySplit<kD>(p, qr, split, q4);
     return;
   }
 
-  KvLoader ld(p, s, kvh, start, first, ke, kD);
-  const bool early = min(kb + kStage, ke) <= start;
-  if (early) ld.IssueFixed<kD, kStage, kThreads, true>(kb, Ks, Vs, kD, tid);
+  KvLoader ld(p, ts.s, kvh, ts.start, ts.first, ts.ke, kD);
+  const bool early = min(ts.kb + kStage, ts.ke) <= ts.start;
+  if (early) ld.IssueFixed<kD, kStage, kThreads, true>(ts.kb, Ks, Vs, kD, tid);
   PdlWait();
-  if (!early) ld.IssueFixed<kD, kStage, kThreads, true>(kb, Ks, Vs, kD, tid);
-  LoadQueryTile(p, t0, n, tpt, kvh, 64, kDP, Qs, tid, kThreads);
+  if (!early) ld.IssueFixed<kD, kStage, kThreads, true>(ts.kb, Ks, Vs, kD, tid);
+  LoadQueryTile(p, ts.t0, n, tpt, kvh, 64, kDP, Qs, tid, kThreads);
   __syncthreads();
   // This lane's ldmatrix row of Q. Its fragments are loaded again for every
   // stage: loaded once before the loop, they were live across it, yet the
@@ -162,8 +160,8 @@ __global__ void __launch_bounds__(kThreads, 4) WgmmaWideAttentionKernel(const At
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   const bool plain = p.window == 0 && !(p.softcap > 0.f);
   int buf = 0;
-  for (int kt = kb; kt < ke; kt += kStage) {
-    if (kt + kStage < ke) {
+  for (int kt = ts.kb; kt < ts.ke; kt += kStage) {
+    if (kt + kStage < ts.ke) {
       ld.IssueFixed<kD, kStage, kThreads, true>(kt + kStage, Ks + (buf ^ 1) * kStage * kD,
                                                 Vs + (buf ^ 1) * kStage * kD, kD, tid);
       CpAsyncWait<1>();
@@ -187,8 +185,8 @@ __global__ void __launch_bounds__(kThreads, 4) WgmmaWideAttentionKernel(const At
     WgmmaCommitWait();
     Pin(sc);
     Pin(qf);
-    SoftmaxStage<NS, NO>(sc, o, m, l, plain && kt + kStage <= ke && kt + kStage <= p0 + 1, p, qr,
-                         kt, ke, q4);
+    SoftmaxStage<NS, NO>(sc, o, m, l, plain && kt + kStage <= ts.ke && kt + kStage <= ts.p0 + 1, p,
+                         qr, kt, ts.ke, q4);
     // O += P V, 16 keys at a time: the score fragments of keys
     // [16c, 16c + 16) are the A fragment as they stand.
     uint32_t pa[NS / 2][4];
