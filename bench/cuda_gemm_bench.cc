@@ -22,6 +22,9 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
+#include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -79,7 +82,28 @@ WgmmaGemmPlan WgmmaPlanOf(int code) {
   return p;
 }
 
-void Run(benchmark::State& state, Shape s, int m, Impl impl, int splits) {
+// prefill: the prompt-step forms of the shape (Enqueue's output type and
+// beta: qkv and gate_up bf16, o and down fp32 added into the residual).
+// Random bf16 in [-1, 1): the tensor cores' power (and so the clocks a
+// compute-bound GEMM keeps) depends on the data; constant inputs ran the
+// prompt-sized GEMMs 5-8% faster than the random ones do.
+void FillRandom(void* dst, size_t bytes, uint32_t seed) {
+  std::vector<uint16_t> h(bytes / 2);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  for (uint16_t& v : h) {
+    const float f = u(rng);
+    uint32_t b;
+    std::memcpy(&b, &f, 4);
+    v = static_cast<uint16_t>(b >> 16);
+  }
+  cudaMemcpy(dst, h.data(), bytes, cudaMemcpyHostToDevice);
+}
+
+void Run(benchmark::State& state, Shape s, int m, Impl impl, int splits, bool prefill = false) {
+  const std::string sn = s.name;
+  const bool out_f32 = !prefill || sn == "o" || sn == "down";
+  const float beta = prefill && out_f32 ? 1.f : 0.f;
   if (!DeviceAvailable().ok()) {
     state.SkipWithError("no GPU");
     return;
@@ -87,18 +111,25 @@ void Run(benchmark::State& state, Shape s, int m, Impl impl, int splits) {
   Fixture f;
   cudaDeviceGetAttribute(&f.sms, cudaDevAttrMultiProcessorCount, 0);
   const size_t wbytes = static_cast<size_t>(s.n) * s.k * 2;
-  const size_t copies = std::max<size_t>(2, (200u << 20) / wbytes + 1);
+  // (Prompt-sized GEMMs are compute-bound: two copies.)
+  const size_t copies = prefill ? 2 : std::max<size_t>(2, (200u << 20) / wbytes + 1);
   f.w.resize(copies);
   for (auto& b : f.w) {
     if (!b.Allocate(wbytes).ok()) {
       state.SkipWithError("out of device memory");
       return;
     }
-    cudaMemset(b.get(), 0x3c, wbytes);  // small finite bf16 values
+    if (prefill)
+      FillRandom(b.get(), wbytes, 1);
+    else
+      cudaMemset(b.get(), 0x3c, wbytes);  // small finite bf16 values
   }
   (void)f.x.Allocate(static_cast<size_t>(m) * s.k * 2);
-  (void)f.y.Allocate(static_cast<size_t>(m) * s.n * 4 * kMaxWgmmaSplits);
-  cudaMemset(f.x.get(), 0x3c, f.x.bytes());
+  (void)f.y.Allocate(static_cast<size_t>(m) * s.n * 4 * (prefill ? 1 : kMaxWgmmaSplits));
+  if (prefill)
+    FillRandom(f.x.get(), f.x.bytes(), 2);
+  else
+    cudaMemset(f.x.get(), 0x3c, f.x.bytes());
   cudaMemset(f.y.get(), 0, f.y.bytes());
   cudaStreamCreateWithFlags(&f.stream, cudaStreamNonBlocking);
   cublasCreate(&f.cublas);
@@ -127,7 +158,7 @@ void Run(benchmark::State& state, Shape s, int m, Impl impl, int splits) {
     cublasLtMatmulDescSetAttribute(f.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
     cublasLtMatrixLayoutCreate(&f.la, CUDA_R_16BF, s.k, s.n, s.k);
     cublasLtMatrixLayoutCreate(&f.lb, CUDA_R_16BF, s.k, m, s.k);
-    cublasLtMatrixLayoutCreate(&f.lc, CUDA_R_32F, s.n, m, s.n);
+    cublasLtMatrixLayoutCreate(&f.lc, out_f32 ? CUDA_R_32F : CUDA_R_16BF, s.n, m, s.n);
     cublasLtMatmulPreference_t pref = nullptr;
     cublasLtMatmulPreferenceCreate(&pref);
     const size_t wsb = f.ws.bytes();
@@ -173,14 +204,14 @@ void Run(benchmark::State& state, Shape s, int m, Impl impl, int splits) {
                                    WgmmaPlanOf(splits)) == cudaSuccess;
     if (impl == Impl::kGemv)
       return LaunchGemv(x, w, f.y.get(), true, m, s.n, s.k, 0.f, f.sms, f.stream) == cudaSuccess;
-    const float alpha = 1.f, beta = 0.f;
+    const float alpha = 1.f;
     if (impl == Impl::kLt)
       return cublasLtMatmul(f.lt, f.op, &alpha, w, f.la, x, f.lb, &beta, f.y.get(), f.lc, f.y.get(),
                             f.lc, &f.algo, f.ws.get(), f.ws.bytes(),
                             f.stream) == CUBLAS_STATUS_SUCCESS;
     if (cublasGemmEx(f.cublas, CUBLAS_OP_T, CUBLAS_OP_N, s.n, m, s.k, &alpha, w, CUDA_R_16BF, s.k,
-                     x, CUDA_R_16BF, s.k, &beta, f.y.get(), CUDA_R_32F, s.n, CUBLAS_COMPUTE_32F,
-                     CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS)
+                     x, CUDA_R_16BF, s.k, &beta, f.y.get(), out_f32 ? CUDA_R_32F : CUDA_R_16BF, s.n,
+                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS)
       return false;
     return impl != Impl::kCublasArgmax ||
            LaunchArgmax(f.y.get<float>(), m, s.n, f.picks.get<int32_t>(), f.best.get(), f.stream) ==
@@ -208,6 +239,8 @@ void Run(benchmark::State& state, Shape s, int m, Impl impl, int splits) {
   }
   state.counters["weight_GBps"] = benchmark::Counter(static_cast<double>(wbytes),
                                                      benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["TFLOPs"] =
+      benchmark::Counter(2e-12 * m * s.n * s.k, benchmark::Counter::kIsIterationInvariantRate);
   if (impl == Impl::kWgmma) {
     const WgmmaGemmPlan p = splits > 0 ? WgmmaPlanOf(splits) : WgmmaGemmPlanFor(s.n, s.k, f.sms);
     state.counters["planes"] = splits < 0;
@@ -260,6 +293,21 @@ int Register() {
       }
       for (int a = 0; a < 24; ++a) reg(base + "/lt" + std::to_string(a), Impl::kLt, a);
       if (GemvSupported(m, s.k)) reg(base + "/gemv", Impl::kGemv, 0);
+    }
+    // A full prompt step's GEMMs (8,192 rows): is cuBLAS's default choice
+    // the fastest of its heuristic's candidates?
+    if (std::string(s.name) == "lm_head") continue;
+    for (int m : {2048, 8192}) {
+      const std::string base = std::string("prefill/") + s.name + "/m" + std::to_string(m);
+      auto reg = [&](const std::string& name, Impl impl, int splits) {
+        benchmark::RegisterBenchmark(
+            name.c_str(), [=](benchmark::State& st) { Run(st, s, m, impl, splits, true); })
+            ->UseManualTime()
+            ->Iterations(5)
+            ->Unit(benchmark::kMicrosecond);
+      };
+      reg(base + "/cublas", Impl::kCublas, 0);
+      for (int a = 0; a < 24; ++a) reg(base + "/lt" + std::to_string(a), Impl::kLt, a);
     }
   }
   return 0;

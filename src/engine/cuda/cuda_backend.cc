@@ -36,6 +36,10 @@ int64_t Elements(const std::vector<int64_t>& shape) {
 // multiple of 8 up to 64 rows, of 16 up to 256 (the decode graph buckets
 // stay as they are), of 64 beyond: at most 63 rows more, under 4% of the
 // work of a full 2,048-token step.
+// Row counts from which Gemm's cuBLAS path takes GemmTuner's choice (the
+// prompt steps'; decode steps and their graphs keep cuBLAS's default).
+constexpr int kTuneMinRows = 512;
+
 int GemmRows(int m) {
   const int g = m <= 64 ? 8 : m <= 256 ? 16 : 64;
   return (m + g - 1) / g * g;
@@ -85,6 +89,9 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::Create(const ModelConfig& conf
   // attention instead of inside it (for comparison).
   if (const char* v = std::getenv("AGENTKV_CUDA_FUSED_ROTARY"); v && std::string(v) == "0")
     b->fused_rotary_ = false;
+  // AGENTKV_CUDA_GEMM_TUNE=0: prompt-sized GEMMs on cuBLAS's default choice.
+  if (const char* v = std::getenv("AGENTKV_CUDA_GEMM_TUNE"); v && std::string(v) == "0")
+    b->tune_gemms_ = false;
   if (const char* path = std::getenv("AGENTKV_CUDA_STEP_LOG"); path && *path)
     b->step_log_ = std::fopen(path, "a");
   if (const char* v = std::getenv("AGENTKV_CUDA_PROFILE_BATCH"); v && *v)
@@ -141,6 +148,7 @@ Status CudaBackend::Init(const WeightSource& w) {
   // A fixed workspace: cuBLAS then allocates nothing per call (graph capture).
   RETURN_IF_ERROR(cublas_ws_.Allocate(32u << 20));
   CUBLAS_RETURN_IF_ERROR(cublasSetWorkspace(cublas_, cublas_ws_.get(), cublas_ws_.bytes()));
+  RETURN_IF_ERROR(tuner_.Init(stream_, cublas_ws_.get(), cublas_ws_.bytes()));
 
   const int64_t H = c.hidden_size, I = c.intermediate_size, D = c.head_dim;
   const int64_t nq = c.num_heads * D, nkv = c.num_kv_heads * D;
@@ -313,6 +321,27 @@ Status CudaBackend::WarmUpGemms() {
   if (B < T) {
     RETURN_IF_ERROR(Gemm(h_.get<cuda::bf16_t>(), lm_head_, logits_.get(), true, static_cast<int>(B),
                          c.vocab_size, H, 0.f, B));
+  }
+  if (tune_gemms_ && T >= kTuneMinRows) {
+    // The prompt steps' GEMMs, timed at anchors of 512, 1,024, ... rows and
+    // the capacity (GemmTuner::Run takes the smallest anchor that covers a
+    // step). The tensor cores draw power by the data they see and these
+    // GEMMs run at the power limit, so the inputs are real weights (the
+    // embedding's bytes), not whatever the workspaces held; every buffer
+    // written here is written again by a step before it is read.
+    const size_t eb = static_cast<size_t>(c.vocab_size) * H * 2;
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h_.get(), embed_, std::min(h_.bytes(), eb),
+                                         cudaMemcpyDeviceToDevice, stream_));
+    // Only the bf16 projections (QKV, gate_up): the o and down GEMMs'
+    // tuned choice (fp32 added into the residual) timed faster here but ran
+    // slower inside prompt steps (bench/RESULTS.md item 68).
+    auto* h = h_.get<cuda::bf16_t>();
+    for (int64_t a = kTuneMinRows;; a *= 2) {
+      const int m = static_cast<int>(std::min(a, T));
+      RETURN_IF_ERROR(tuner_.Tune(cublas_, h, L.wqkv, qkv_.get(), false, m, qkv_n, H, 0.f));
+      RETURN_IF_ERROR(tuner_.Tune(cublas_, h, L.w_gate_up, gu_.get(), false, m, 2 * I, H, 0.f));
+      if (m == T) break;
+    }
   }
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   gemms_warm_tokens_ = cap_tokens_;
@@ -586,6 +615,11 @@ Status CudaBackend::Gemm(const cuda::bf16_t* x, const cuda::bf16_t* w, void* y, 
   }
   const float alpha = 1.0f;
   const int rows = static_cast<int>(std::min<int64_t>(GemmRows(m), std::max<int64_t>(max_rows, m)));
+  if (rows >= kTuneMinRows) {
+    bool ran = false;
+    RETURN_IF_ERROR(tuner_.Run(x, w, y, y_f32, rows, n, k, beta, &ran));
+    if (ran) return Status::Ok();
+  }
   // Row-major y[m][n] = x[m][k] . w[n][k]^T is column-major y^T = w^T(op T) x^T.
   CUBLAS_RETURN_IF_ERROR(cublasGemmEx(
       cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, rows, k, &alpha, w, CUDA_R_16BF, k, x, CUDA_R_16BF, k,

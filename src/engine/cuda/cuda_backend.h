@@ -39,6 +39,7 @@
 #include "engine/backend.h"
 #include "engine/cuda/cuda_kernels.h"
 #include "engine/cuda/device_buffer.h"
+#include "engine/cuda/gemm_tuner.h"
 #include "engine/weight_source.h"
 
 namespace agentkv {
@@ -251,6 +252,10 @@ class CudaBackend final : public Backend {
   uint64_t next_read_ticket_ = 1;
   uint64_t reads_done_ = 0;  // every ticket up to this one is complete
   cublasHandle_t cublas_ = nullptr;
+  // Prompt-sized cuBLAS GEMMs with the algorithm timed fastest at
+  // WarmUpGemms (AGENTKV_CUDA_GEMM_TUNE=0: cuBLAS's default choice).
+  cuda::GemmTuner tuner_;
+  bool tune_gemms_ = true;
 
   std::vector<cuda::DeviceBuffer> weight_mem_;  // every weight allocation
   cuda::bf16_t* embed_ = nullptr;
