@@ -12,7 +12,11 @@
 // graph, as in a decode step (launched one by one, the host's ~10 us per
 // launch would be timed). For the LM head also `/cublas_argmax` (cuBLAS
 // then the two-pass argmax) and `/wgmma_argmax[_t128]` (the argmax in the
-// warpgroup GEMM's epilogue, no logits stored). Reported: microseconds per launch (CUDA events
+// warpgroup GEMM's epilogue, no logits stored). `prefill/<shape>/m<rows>/`:
+// the prompt steps' form of each projection at 2,048 and 8,192 rows (QKV
+// and gate_up bf16 out, o and down fp32 added into the residual) on random
+// data, by cuBLAS's default and each heuristic candidate (what GemmTuner
+// chooses among). Reported: microseconds per launch (CUDA events
 // around the graph) and weight bytes per second. Without a GPU (or CUDA)
 // nothing is run.
 #include <benchmark/benchmark.h>
