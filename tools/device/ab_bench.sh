@@ -6,6 +6,11 @@
 #   ROUNDS=3 ARGS='--concurrency 1,64' bash tools/device/ab_bench.sh .devcarry-base .devcarry
 # (OUTPUT=1 ARGS='--concurrency 64 --max-step-tokens 8192' for the prefill
 # bench.)
+# A variant may also be the same build with environment settings:
+# `.devcarry:AGENTKV_CUDA_GEMM_TUNE=0` (settings separated by commas) runs
+# .devcarry's binary with them, so a switch is compared against its default
+# without a second pack:
+#   bash tools/device/ab_bench.sh .devcarry .devcarry:AGENTKV_CUDA_GEMM_TUNE=0
 # Prints per run each level's output tok/s and mean device ms a step; the
 # JSON goes to $OUT/ab_<label>_<round>.json.
 set -uo pipefail
@@ -15,8 +20,11 @@ mkdir -p "$OUT"
 ROUNDS=${ROUNDS:-3}
 ARGS=${ARGS:---concurrency 1,64}
 OUTPUT=${OUTPUT:-128}
-packs=("$@")
-for p in "${packs[@]}"; do
+variants=("$@")
+packs=()
+for v in "${variants[@]}"; do
+  p=${v%%:*}
+  packs+=("$p")
   [ -d "$p/bin" ] || tar -C "$p" -xzf "$p/pack.tgz"
 done
 source tools/device/cuda_env.sh
@@ -27,10 +35,16 @@ if [ ! -d /tmp/llama1b ]; then
     --hidden 2048 --intermediate 8192 --heads 32 --kv-heads 8 --vocab 128256 --tie >/dev/null
 fi
 for r in $(seq 1 "$ROUNDS"); do
-  for p in "${packs[@]}"; do
+  for v in "${variants[@]}"; do
+    p=${v%%:*}
+    settings=()
     label=$(basename "$p")
+    if [ "$v" != "$p" ]; then
+      IFS=, read -r -a settings <<<"${v#*:}"
+      label="$label-$(printf '%s' "${v#*:}" | tr -c 'A-Za-z0-9_=.-' '_')"
+    fi
     # shellcheck disable=SC2086
-    LD_LIBRARY_PATH="$PWD/$p/lib:$LD_LIBRARY_PATH" "$p/bin/agentkv" bench engine \
+    env "${settings[@]}" LD_LIBRARY_PATH="$PWD/$p/lib:$LD_LIBRARY_PATH" "$p/bin/agentkv" bench engine \
       --model /tmp/llama1b --device cuda --prompt 512 --output "$OUTPUT" $ARGS --json \
       >"$OUT/ab_${label}_$r.json" 2>"$OUT/ab_${label}_$r.err"
     python3 - "$OUT/ab_${label}_$r.json" "$label" "$r" <<'PY'

@@ -12,7 +12,10 @@
 #           the decode GEMM microbenchmark (bench/cuda_gemm_bench.cc)
 # bench8b:  the same on a Qwen3-8B shape at concurrency 1 and 64
 # profile:  per-kernel times of decode steps at c1 and c64 (ncu)
-# Logs and JSON go to $OUT (or /tmp/cuda_check); a summary is printed last.
+# Logs and JSON go to $OUT (or /tmp/cuda_check); a summary is printed last,
+# then the roofline tables (so that the end of the output holds them). The
+# run tool brings back at most eight files: BUNDLE=1 packs everything in
+# $OUT into $OUT/check.tgz alone.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/cuda_check}
@@ -100,3 +103,10 @@ for st in "${stages[@]}"; do
   esac
 done
 echo; echo "SUMMARY"; printf '%s\n' "${summary[@]}"
+for f in "$OUT"/roofline_*.md; do
+  [ -f "$f" ] && { echo; echo "== $(basename "$f")"; cat "$f"; }
+done
+if [ -n "${BUNDLE:-}" ]; then
+  tar -C "$OUT" -czf /tmp/cuda_check_bundle.tgz . && find "$OUT" -mindepth 1 -delete &&
+    mv /tmp/cuda_check_bundle.tgz "$OUT/check.tgz"
+fi
