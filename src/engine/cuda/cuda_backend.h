@@ -23,7 +23,9 @@
 // grow (outside the steady state) when a step needs more; the decode loop allocates nothing. Set
 // AGENTKV_CUDA_GRAPHS=0 in the environment to run without graphs, AGENTKV_CUDA_FUSED_ROTARY=0 for a
 // separate rotary kernel in decode steps; AGENTKV_CUDA_LM_ARGMAX=0 for the LM head on cuBLAS and a
-// separate argmax; AGENTKV_CUDA_STEP_LOG=path logs every step (diagnostics).
+// separate argmax; AGENTKV_CUDA_GEMM_TUNE=0 for cuBLAS's default algorithm in the prompt steps'
+// GEMMs (GemmTuner); AGENTKV_CUDA_STEP_LOG=path logs every step (diagnostics). docs/cuda.md lists
+// every switch.
 //
 // Thread-safety: as Backend; one thread at a time. Owns its CUDA stream and
 // cuBLAS handle; uses the current device at creation (device 0 by default).
