@@ -1,8 +1,9 @@
 // Prompt-sized GEMMs through cuBLASLt with the fastest of its heuristic's
 // candidates, timed on this GPU. cublasGemmEx takes the heuristic's first
 // candidate, which for the prompt steps' shapes on an H100 was not the
-// fastest (random bf16 data, 8,192 rows: the o projection 126 -> 111 us,
-// gate_up 771 -> 744; bench/RESULTS.md, CUDA log item 68).
+// fastest (random bf16 data, 8,192 rows: gate_up 771 -> 744 us, QKV 138 ->
+// 133; bench/RESULTS.md, CUDA log item 68). The backend tunes those two;
+// the o and down projections' gains alone did not carry into the steps.
 //
 // y[m][n] = x[m][k] . w[n][k]^T (+ beta * y), x and w bf16, y bf16 or fp32,
 // fp32 accumulation: the same GEMM as CudaBackend::Gemm's cuBLAS path.
