@@ -32,14 +32,14 @@ int64_t Elements(const std::vector<int64_t>& shape) {
   return n;
 }
 
-// The row count cuBLAS runs a GEMM of m rows on (CudaBackend::Gemm): a
-// multiple of 8 up to 64 rows, of 16 up to 256 (the decode graph buckets
-// stay as they are), of 64 beyond: at most 63 rows more, under 4% of the
-// work of a full 2,048-token step.
 // Row counts from which Gemm's cuBLAS path takes GemmTuner's choice (the
 // prompt steps'; decode steps and their graphs keep cuBLAS's default).
 constexpr int kTuneMinRows = 512;
 
+// The row count cuBLAS runs a GEMM of m rows on (CudaBackend::Gemm): a
+// multiple of 8 up to 64 rows, of 16 up to 256 (the decode graph buckets
+// stay as they are), of 64 beyond: at most 63 rows more, under 4% of the
+// work of a full 2,048-token step.
 int GemmRows(int m) {
   const int g = m <= 64 ? 8 : m <= 256 ? 16 : 64;
   return (m + g - 1) / g * g;
@@ -613,17 +613,13 @@ Status CudaBackend::Gemm(const cuda::bf16_t* x, const cuda::bf16_t* w, void* y, 
     CUDA_RETURN_IF_ERROR(cuda::LaunchSkinnyGemm(x, w, y, y_f32, m, n, k, beta, num_sms_, stream_));
     return Status::Ok();
   }
-  const float alpha = 1.0f;
   const int rows = static_cast<int>(std::min<int64_t>(GemmRows(m), std::max<int64_t>(max_rows, m)));
   if (rows >= kTuneMinRows) {
     bool ran = false;
     RETURN_IF_ERROR(tuner_.Run(x, w, y, y_f32, rows, n, k, beta, &ran));
     if (ran) return Status::Ok();
   }
-  // Row-major y[m][n] = x[m][k] . w[n][k]^T is column-major y^T = w^T(op T) x^T.
-  CUBLAS_RETURN_IF_ERROR(cublasGemmEx(
-      cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, rows, k, &alpha, w, CUDA_R_16BF, k, x, CUDA_R_16BF, k,
-      &beta, y, y_f32 ? CUDA_R_32F : CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  CUBLAS_RETURN_IF_ERROR(cuda::GemmTuner::Default(cublas_, x, w, y, y_f32, rows, n, k, beta));
   return Status::Ok();
 }
 

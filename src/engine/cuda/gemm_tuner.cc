@@ -13,16 +13,16 @@ constexpr int kCandidates = 16;  // asked of the heuristic (it offered 8 for the
 constexpr int kTimedLaunches = 5;
 constexpr float kMustBeat = 0.98f;  // of the default's time
 
-// Row-major y[m][n] = x[m][k] . w[n][k]^T is column-major y^T = w^T(op T) x^T.
-cublasStatus_t DefaultGemm(cublasHandle_t cublas, const bf16_t* x, const bf16_t* w, void* y,
-                           bool y_f32, int m, int n, int k, float beta) {
+}  // namespace
+
+cublasStatus_t GemmTuner::Default(cublasHandle_t cublas, const bf16_t* x, const bf16_t* w, void* y,
+                                  bool y_f32, int m, int n, int k, float beta) {
+  // Row-major y[m][n] = x[m][k] . w[n][k]^T is column-major y^T = w^T(op T) x^T.
   const float alpha = 1.f;
   return cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w, CUDA_R_16BF, k, x,
                       CUDA_R_16BF, k, &beta, y, y_f32 ? CUDA_R_32F : CUDA_R_16BF, n,
                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 }
-
-}  // namespace
 
 GemmTuner::~GemmTuner() {
   for (auto& [key, e] : entries_)
@@ -81,7 +81,7 @@ Status GemmTuner::Tune(cublasHandle_t cublas, const bf16_t* x, const bf16_t* w, 
   // kernel, then kTimedLaunches timed back to back.
   const float alpha = 1.f;
   auto launch = [&](int c) -> cublasStatus_t {
-    if (c < 0) return DefaultGemm(cublas, x, w, y, y_f32, m, n, k, beta);
+    if (c < 0) return Default(cublas, x, w, y, y_f32, m, n, k, beta);
     return cublasLtMatmul(lt_, op_, &alpha, w, ent.a, x, ent.b, &beta, y, ent.c, y, ent.c,
                           &res[c].algo, ws_, ws_bytes_, stream_);
   };

@@ -55,6 +55,12 @@ class GemmTuner {
   Status Run(const bf16_t* x, const bf16_t* w, void* y, bool y_f32, int m, int n, int k, float beta,
              bool* ran);
 
+  // cuBLAS's own choice for the same GEMM (cublasGemmEx), on `cublas`'s
+  // stream and workspace: what Tune measures against and callers run when
+  // Run declines.
+  static cublasStatus_t Default(cublasHandle_t cublas, const bf16_t* x, const bf16_t* w, void* y,
+                                bool y_f32, int m, int n, int k, float beta);
+
   // Anchors tuned so far whose choice is not the default (for logs, tests).
   int tuned_non_default() const;
 

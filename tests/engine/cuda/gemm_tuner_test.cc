@@ -88,12 +88,8 @@ class GemmTunerTest : public ::testing::Test {
     const auto* w = g.dw.get<cuda::bf16_t>();
     EXPECT_TRUE(tuner_.Run(x, w, g.dy.get(), f32, m, g.n, g.k, beta, ran).ok());
     if (!*ran) {
-      const float alpha = 1.f;
-      EXPECT_EQ(
-          cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, g.n, m, g.k, &alpha, w, CUDA_R_16BF, g.k,
-                       x, CUDA_R_16BF, g.k, &beta, g.dy.get(), f32 ? CUDA_R_32F : CUDA_R_16BF, g.n,
-                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-          CUBLAS_STATUS_SUCCESS);
+      EXPECT_EQ(cuda::GemmTuner::Default(cublas_, x, w, g.dy.get(), f32, m, g.n, g.k, beta),
+                CUBLAS_STATUS_SUCCESS);
     }
     EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
     std::vector<float> y(count);
