@@ -473,7 +473,14 @@ int GridFor(int64_t n, int threads) {
 // step) are read before the wait, and rows of one float4 per thread (2,048
 // floats at 512 threads) stay in registers between the two passes (longer
 // rows re-read their sums, from L1; two float4s per thread spilled).
+// kParts bounds nparts: the planes' float4s held at once set the registers
+// (kParts 16: 104 a thread, 53K a block; 8: 64, 32K), and a block of 53K
+// left no room on its SM for the warpgroup GEMM blocks around it (12K
+// registers each): the next GEMM's blocks could not become resident, and
+// request their first weights, until the norm ended, nor could the norm's
+// blocks start beside the two blocks of the GEMM before it.
 constexpr int kMaxParts = kMaxWgmmaSplits;
+template <int kParts>
 __global__ void __launch_bounds__(512)
     AddPartsRmsNormKernel(float* x, const float* parts, int nparts, int64_t plane,
                           const int32_t* rows_idx, const float* w, bf16_t* out, int dim, float eps,
@@ -492,13 +499,13 @@ __global__ void __launch_bounds__(512)
   const int64_t pv = plane / 4;
   // x[i] += the planes' float4s at i; returns the sum, written back.
   auto add = [&](int i) {
-    float4 p[kMaxParts];
+    float4 p[kParts];
 #pragma unroll
-    for (int q = 0; q < kMaxParts; ++q)
+    for (int q = 0; q < kParts; ++q)
       if (q < nparts) p[q] = pr[q * pv + i];
     float4 v = xr[i];
 #pragma unroll
-    for (int q = 0; q < kMaxParts; ++q)
+    for (int q = 0; q < kParts; ++q)
       if (q < nparts) {
         v.x += p[q].x;
         v.y += p[q].y;
@@ -588,8 +595,11 @@ cudaError_t LaunchAddPartsRmsNorm(float* x, const float* parts, int nparts, int6
                                   int dim, float eps, bool plus_one, cudaStream_t stream) {
   if (!AddPartsRmsNormSupported(dim, nparts) || plane % 4 != 0) return cudaErrorInvalidValue;
   if (rows <= 0) return cudaSuccess;
-  return LaunchPdl(AddPartsRmsNormKernel, dim3(rows), dim3(NormThreads(dim)), 0, stream, x, parts,
-                   nparts, plane, rows_idx, w, out, dim, eps, plus_one);
+  auto* kernel = nparts > 8   ? AddPartsRmsNormKernel<kMaxParts>
+                 : nparts > 4 ? AddPartsRmsNormKernel<8>
+                              : AddPartsRmsNormKernel<4>;
+  return LaunchPdl(kernel, dim3(rows), dim3(NormThreads(dim)), 0, stream, x, parts, nparts, plane,
+                   rows_idx, w, out, dim, eps, plus_one);
 }
 
 cudaError_t LaunchAddNormed(const float* o, const float* w_post, float* x, const float* w_pre,
