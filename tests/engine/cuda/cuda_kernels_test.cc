@@ -657,25 +657,30 @@ TEST(CudaKernels, ArgmaxTiesAndNaN) {
   EXPECT_EQ(got[3], best3);
 }
 
+// H 96 and 2,064 take the vector path (more chunks than threads at 2,064),
+// 98 the element loop.
 TEST(CudaKernels, EmbedAndSoftcap) {
   AGENTKV_REQUIRE_GPU();
-  std::mt19937 rng(6);
-  const int V = 50, H = 96;
-  auto table = Rounded(Random(V * H, rng));
-  // -1 - r: the r-th pick of the previous step (here 49, then 0).
-  std::vector<int32_t> toks = {3, -2, -1, 3}, picks = {0, 49};
-  auto dt = Upload(Bf16Of(table)), dk = Upload(toks), dp = Upload(picks);
-  for (int32_t& t : toks)
-    if (t < 0) t = picks[-1 - t];
-  auto x = Poisoned<float>(toks.size() * H);
-  ASSERT_EQ(cuda::LaunchEmbed(dt.get<cuda::bf16_t>(), dk.get<int32_t>(), dp.get<int32_t>(), 4, H,
-                              2.5f, x.get<float>(), nullptr),
-            cudaSuccess);
-  ASSERT_EQ(cuda::LaunchSoftcap(x.get<float>(), 4 * H, 3.f, nullptr), cudaSuccess);
-  auto got = Download<float>(x, 4 * H);
-  for (int t = 0; t < 4; ++t)
-    for (int d = 0; d < H; ++d)
-      EXPECT_NEAR(got[t * H + d], 3.f * std::tanh(table[toks[t] * H + d] * 2.5f / 3.f), 1e-5f);
+  for (const int H : {96, 2064, 98}) {
+    SCOPED_TRACE(H);
+    std::mt19937 rng(6);
+    const int V = 50;
+    auto table = Rounded(Random(V * H, rng));
+    // -1 - r: the r-th pick of the previous step (here 49, then 0).
+    std::vector<int32_t> toks = {3, -2, -1, 3}, picks = {0, 49};
+    auto dt = Upload(Bf16Of(table)), dk = Upload(toks), dp = Upload(picks);
+    for (int32_t& t : toks)
+      if (t < 0) t = picks[-1 - t];
+    auto x = Poisoned<float>(toks.size() * H);
+    ASSERT_EQ(cuda::LaunchEmbed(dt.get<cuda::bf16_t>(), dk.get<int32_t>(), dp.get<int32_t>(), 4, H,
+                                2.5f, x.get<float>(), nullptr),
+              cudaSuccess);
+    ASSERT_EQ(cuda::LaunchSoftcap(x.get<float>(), 4 * H, 3.f, nullptr), cudaSuccess);
+    auto got = Download<float>(x, 4 * H);
+    for (int t = 0; t < 4; ++t)
+      for (int d = 0; d < H; ++d)
+        EXPECT_NEAR(got[t * H + d], 3.f * std::tanh(table[toks[t] * H + d] * 2.5f / 3.f), 1e-5f);
+  }
 }
 
 // Paged attention against AttendOne over the same bf16 values: sequences
