@@ -19,16 +19,9 @@
 #include <cstdio>
 #include <vector>
 
-namespace cg = cooperative_groups;
+#include "check_cuda.cuh"
 
-#define CK(x)                                                                                 \
-  do {                                                                                        \
-    cudaError_t e_ = (x);                                                                     \
-    if (e_ != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                           \
-    }                                                                                         \
-  } while (0)
+namespace cg = cooperative_groups;
 
 __device__ float g_sink;
 

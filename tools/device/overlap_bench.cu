@@ -18,21 +18,15 @@
 #include <cstdlib>
 #include <vector>
 
-#define CK(x)                                                                                 \
-  do {                                                                                        \
-    cudaError_t e_ = (x);                                                                     \
-    if (e_ != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                           \
-    }                                                                                         \
-  } while (0)
-#define LK(x)                                                                          \
-  do {                                                                                 \
-    cublasStatus_t s_ = (x);                                                           \
-    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                 \
+#include "check_cuda.cuh"
+
+#define LK(x)                                                                         \
+  do {                                                                                \
+    cublasStatus_t s_ = (x);                                                          \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                \
       std::fprintf(stderr, "%s:%d %s: cublas %d\n", __FILE__, __LINE__, #x, (int)s_); \
-      std::exit(1);                                                                    \
-    }                                                                                  \
+      std::exit(1);                                                                   \
+    }                                                                                 \
   } while (0)
 
 __global__ void Fill(__nv_bfloat16* p, size_t n, unsigned seed) {
@@ -136,7 +130,7 @@ int main() {
   const size_t n8 = (size_t)M * I / 8;
   auto run_act = [&](cudaStream_t s) {
     GatedAct<<<(unsigned)((n8 + 255) / 256), 256, 0, s>>>(reinterpret_cast<const uint4*>(gu),
-                                                           reinterpret_cast<uint2*>(act), n8);
+                                                          reinterpret_cast<uint2*>(act), n8);
   };
   auto time = [&](auto&& body) {
     for (int i = 0; i < 3; ++i) body();

@@ -18,14 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define CK(x)                                                                                 \
-  do {                                                                                        \
-    cudaError_t e_ = (x);                                                                     \
-    if (e_ != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                           \
-    }                                                                                         \
-  } while (0)
+#include "check_cuda.cuh"
 
 constexpr int kRows = 64, kRowBytes = 256, kStageBytes = kRows * kRowBytes;  // 16 KiB
 __device__ unsigned g_sink;
@@ -57,13 +50,17 @@ __global__ void __launch_bounds__(128)
   };
   unsigned acc = 0;
   for (int s = 0; s < S - 1; ++s)
-    if (s < stages) issue(s);
-    else asm volatile("cp.async.commit_group;\n" ::: "memory");
+    if (s < stages)
+      issue(s);
+    else
+      asm volatile("cp.async.commit_group;\n" ::: "memory");
   for (int i = 0; i < stages; ++i) {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(S - 2) : "memory");
     __syncthreads();
-    if (i + S - 1 < stages) issue(i + S - 1);
-    else asm volatile("cp.async.commit_group;\n" ::: "memory");
+    if (i + S - 1 < stages)
+      issue(i + S - 1);
+    else
+      asm volatile("cp.async.commit_group;\n" ::: "memory");
     acc += reinterpret_cast<const unsigned*>(smem + (i % S) * kStageBytes * (kX ? 2 : 1))[tid];
   }
   if (acc == 0x12345678u) g_sink = acc;
@@ -84,16 +81,14 @@ __global__ void __launch_bounds__(128)
   auto issue = [&](int st) {
     if (tid != 0) return;
     const uint32_t bar = Smem(&full[st % S]);
-    asm volatile("mbarrier.arrive.expect_tx.shared.b64 _, [%0], %1;\n" ::"r"(bar),
-                 "r"(kStageBytes)
+    asm volatile("mbarrier.arrive.expect_tx.shared.b64 _, [%0], %1;\n" ::"r"(bar), "r"(kStageBytes)
                  : "memory");
     char* dst = smem + (st % S) * kStageBytes;
     for (int r = 0; r < kRows; ++r)
       asm volatile(
           "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, "
           "[%3];\n" ::"r"(Smem(dst + r * kRowBytes)),
-          "l"(base + r * row_bytes + static_cast<int64_t>(st) * kRowBytes), "n"(kRowBytes),
-          "r"(bar)
+          "l"(base + r * row_bytes + static_cast<int64_t>(st) * kRowBytes), "n"(kRowBytes), "r"(bar)
           : "memory");
   };
   unsigned acc = 0;
@@ -102,8 +97,8 @@ __global__ void __launch_bounds__(128)
     const uint32_t bar = Smem(&full[i % S]);
     const uint32_t parity = (i / S) & 1;
     asm volatile(
-        "{\n.reg .pred p;\nW: mbarrier.try_wait.parity.shared.b64 p, [%0], %1;\n@!p bra W;\n}\n" ::"r"(
-            bar),
+        "{\n.reg .pred p;\nW: mbarrier.try_wait.parity.shared.b64 p, [%0], %1;\n@!p bra W;\n}\n" ::
+            "r"(bar),
         "r"(parity)
         : "memory");
     acc += reinterpret_cast<const unsigned*>(smem + (i % S) * kStageBytes)[tid];
