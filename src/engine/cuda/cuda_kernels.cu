@@ -61,13 +61,10 @@ __global__ void EmbedKernel(const bf16_t* embed, const int32_t* tokens, const in
     float4* xv = reinterpret_cast<float4*>(xr);
     for (int i = threadIdx.x; i < dim / 8; i += blockDim.x) {
       const uint4 v = er[i];
-      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+      const bf16_t* e = reinterpret_cast<const bf16_t*>(&v);
       float f[8];
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        f[2 * j] = __uint_as_float(w[j] << 16) * scale;
-        f[2 * j + 1] = __uint_as_float(w[j] & 0xFFFF0000u) * scale;
-      }
+      for (int j = 0; j < 8; ++j) f[j] = Bf(e[j]) * scale;
       xv[2 * i] = make_float4(f[0], f[1], f[2], f[3]);
       xv[2 * i + 1] = make_float4(f[4], f[5], f[6], f[7]);
     }
