@@ -130,7 +130,7 @@ __global__ void __launch_bounds__(kThreads, 4) WgmmaWideAttentionKernel(const At
   }
   const TileSpan ts = SpanOf(p, tile, n, split);
   const int G = p.nh / p.nkv;
-  const int tpt = 64 / G;
+  const int tpt = DivG(64, G);
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, q4 = lane & 3;
@@ -146,8 +146,9 @@ __global__ void __launch_bounds__(kThreads, 4) WgmmaWideAttentionKernel(const At
   if (early) ld.IssueFixed<kD, kStage, kThreads, true>(ts.kb, Ks, Vs, kD, tid);
   PdlWait();
   if (!early) ld.IssueFixed<kD, kStage, kThreads, true>(ts.kb, Ks, Vs, kD, tid);
-  LoadQueryTile(p, ts.t0, n, tpt, kvh, 64, kDP, Qs, tid, kThreads);
-  __syncthreads();
+  // Waited for with the first stage (the loop's first wait leaves only the
+  // second stage's group in flight).
+  LoadQueryTileAsync<kD>(p, ts.t0, n, tpt, kvh, G, 64, kDP, Qs, tid, kThreads);
   // This lane's ldmatrix row of Q. Its fragments are loaded again for every
   // stage: loaded once before the loop, they were live across it, yet the
   // SASS put P's fragments in their registers (the scores of every stage

@@ -820,10 +820,21 @@ TEST_P(CudaAttention, MatchesCpuReference) {
 }
 
 std::vector<AttnCase> AttnCases() {
-  const std::vector<AttnCase> shapes = {{64, 32, 8, 0, 1},  {64, 32, 8, 0, 7},  {128, 32, 8, 0, 1},
-                                        {128, 32, 8, 0, 4}, {16, 4, 2, 7, 1},   {16, 4, 2, 7, 3},
-                                        {256, 8, 2, 40, 1}, {256, 8, 2, 40, 5}, {32, 4, 1, 0, 2},
-                                        {128, 7, 1, 0, 1},  {64, 16, 1, 0, 3}};
+  const std::vector<AttnCase> shapes = {{64, 32, 8, 0, 1},
+                                        {64, 32, 8, 0, 7},
+                                        {128, 32, 8, 0, 1},
+                                        {128, 32, 8, 0, 4},
+                                        {16, 4, 2, 7, 1},
+                                        {16, 4, 2, 7, 3},
+                                        {256, 8, 2, 40, 1},
+                                        {256, 8, 2, 40, 5},
+                                        {32, 4, 1, 0, 2},
+                                        {128, 7, 1, 0, 1},
+                                        {64, 16, 1, 0, 3},
+                                        // The tensor-core kernels' masked stages
+                                        // with a window, and with a softcap.
+                                        {64, 32, 8, 40, 2},
+                                        {64, 8, 2, 7, 1}};
   std::vector<AttnCase> all;
   for (bool wide : {false, true})
     for (AttnCase c : shapes) {
