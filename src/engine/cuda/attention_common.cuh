@@ -230,10 +230,8 @@ struct KvLoader {
 // LaunchAttention documents; the split merge is the caller's.
 bool MmaAttentionSupported(int head_dim);
 cudaError_t LaunchMmaAttention(const AttentionParams& p, cudaStream_t stream);
-// The warpgroup kernel of cuda_wgmma_attention.cu for wide tiles (prompt
-// steps): head_dim 64 on compute capability 9.0, unless
-// AGENTKV_CUDA_WGMMA_ATTENTION=0. LaunchMmaAttention takes it for those.
-bool WgmmaAttentionSupported(int head_dim);
+// The warpgroup kernel of cuda_wgmma_attention.cu for wide tiles (its
+// support test, WgmmaAttentionSupported, is in cuda_kernels.h).
 cudaError_t LaunchWgmmaWideAttention(const AttentionParams& p, cudaStream_t stream);
 
 }  // namespace agentkv::cuda

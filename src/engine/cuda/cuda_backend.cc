@@ -281,6 +281,25 @@ Status CudaBackend::AllocateKv(const KvLayout& layout) {
     if (bytes) CUDA_RETURN_IF_ERROR(cudaMemsetAsync(kv_[g].get(), 0, bytes, stream_));
     width[g] = 16;
   }
+  // The prompt-step attention's page copies (full-attention groups only:
+  // a sliding ring's slots may be overwritten within the step).
+  kv_map_ok_.fill(false);
+  const size_t nmaps = spec_.groups.size();
+  RETURN_IF_ERROR(kv_maps_.Allocate(nmaps * cuda::kKvTensorMapBytes));
+  for (size_t g = 0; g < nmaps; ++g) {
+    alignas(64) unsigned char map[cuda::kKvTensorMapBytes];
+    const int gi = static_cast<int>(g);
+    if (spec_.RingBlocks(gi, layout.block_size) != 0 || layout.blocks_per_group[g] <= 0 ||
+        !cuda::EncodeKvTensorMap(
+            kv_[g].get<cuda::bf16_t>(), layout.blocks_per_group[g],
+            static_cast<int64_t>(spec_.BytesPerBlock(gi, layout.block_size) / 2),
+            static_cast<int>(spec_.groups[g].layers.size()), layout.block_size,
+            config_.num_kv_heads, config_.head_dim, map))
+      continue;
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(kv_maps_.get<unsigned char>() + g * sizeof(map), map,
+                                         sizeof(map), cudaMemcpyHostToDevice, stream_));
+    kv_map_ok_[g] = true;
+  }
   RETURN_IF_ERROR(EnsureCapacity(options_.max_step_tokens, options_.max_batch, width));
   RETURN_IF_ERROR(WarmUpGemms());
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));

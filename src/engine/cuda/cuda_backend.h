@@ -271,6 +271,10 @@ class CudaBackend final : public Backend {
   std::vector<std::array<int, 4>> tile_scratch_;
 
   std::vector<cuda::DeviceBuffer> kv_;  // per group
+  // Per group, the TMA descriptor of its blocks (cuda::EncodeKvTensorMap,
+  // kKvTensorMapBytes apart) where one could be made; kv_map_ok_ says which.
+  cuda::DeviceBuffer kv_maps_;
+  std::array<bool, kMaxCacheGroups> kv_map_ok_{};
 
   // Workspaces, sized for cap_tokens_ / cap_seqs_.
   int64_t cap_tokens_ = 0, cap_seqs_ = 0, cap_parts_ = 0;

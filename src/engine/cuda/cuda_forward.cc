@@ -534,6 +534,10 @@ Status CudaBackend::Enqueue(const Shape& s, int slot) {
     ap.part_o = part_o_.get<float>();
     ap.part_ml = part_ml_.get<float>();
     ap.out = attn;
+    if (s.wide && fused_store && view.ring == 0 && kv_map_ok_[L.group]) {
+      ap.kv_map = kv_maps_.get<unsigned char>() + L.group * cuda::kKvTensorMapBytes;
+      ap.kv_map_layer = 2 * L.index_in_group;
+    }
     if (fused_rotary) {
       ap.q = ap.k_new = ap.v_new = nullptr;
       ap.qkv = qkv_planes > 0 ? wgmma_planes_.get<float>() : qkv_.get<float>();

@@ -139,8 +139,26 @@ struct AttentionParams {
   const float* inv_freq = nullptr;
   float eps = 0.f;
   bool plus_one = false;
+  // Prompt steps whose keys are all in the cache already (LaunchQkvPostStore
+  // ran; no window): the group's TMA descriptor (EncodeKvTensorMap, in device
+  // memory) lets the warpgroup kernel (head_dim 64, block_size 8 or 16)
+  // copy whole pages; kv_map_layer is this layer's K plane in it (2 * its
+  // index in the group; V is the next). Null: rows by cp.async.
+  const void* kv_map = nullptr;
+  int kv_map_layer = 0;
 };
 inline constexpr int kMaxQkvPlanes = 8;
+// Writes to `map` (kKvTensorMapBytes, 64-byte aligned host memory) the TMA
+// descriptor of a cache group's `blocks` blocks at `base` (`layers` layers,
+// block_stride elements a block, K then V of each layer: [block_size][nkv]
+// [head_dim]) for AttentionParams::kv_map. False where there is none to
+// make: not head_dim 64, block_size not 8 or 16, or no driver entry point.
+inline constexpr size_t kKvTensorMapBytes = 128;
+// Whether prompt steps' attention runs on the warpgroup kernel: head_dim 64
+// on compute capability 9.0, unless AGENTKV_CUDA_WGMMA_ATTENTION=0.
+bool WgmmaAttentionSupported(int head_dim);
+bool EncodeKvTensorMap(const bf16_t* base, int64_t blocks, int64_t block_stride, int layers,
+                       int block_size, int nkv, int head_dim, void* map);
 int TokensPerTile(int group_size, bool wide = false);
 bool WideAttentionSupported(int head_dim);
 // Largest head_dim the attention kernel takes (a multiple of 16).

@@ -18,6 +18,7 @@
 //
 // Built for sm_90a only; LaunchMmaAttention calls it on compute capability
 // 9.0 (AGENTKV_CUDA_WGMMA_ATTENTION=0: never).
+#include <cuda.h>
 #include <cuda_bf16.h>
 
 #include <cstdlib>
@@ -37,8 +38,9 @@ constexpr int kStage = 64;     // keys per stage
 constexpr int kDP = kD + 8;    // Q rows (ldmatrix, conflict-free)
 constexpr int kQBytes = 64 * kDP * 2;
 constexpr int kStageBytes = kStage * kD * 2;  // 8 KiB: one K or V stage
-// Q, alignment slack, two stages of K, then two of V.
-constexpr size_t kSmem = kQBytes + 1024 + 4 * kStageBytes;
+// Q, alignment slack, two stages of K, then two of V, then (TMA path) the
+// two stages' mbarriers.
+constexpr size_t kSmem = kQBytes + 1024 + 4 * kStageBytes + 16;
 
 // A 128-byte swizzled operand of 8-row groups 1024 bytes apart at saddr
 // (within a 1024-byte aligned tile): K-major for B of Q K^T (rows are keys,
@@ -108,6 +110,39 @@ __device__ __forceinline__ void WgmmaCommitWait() {
   asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 }
 
+// The page copies of the TMA path (kTma): one thread requests a stage's K
+// and V pages, 2 * 64 / block_size bulk tensor copies, and every thread
+// waits on the stage's mbarrier. The per-row cp.async form had each thread
+// look up its rows' pages and build their addresses, ~20% of the kernel's
+// instructions (ncu source counters, an 8,192-token prompt step).
+__device__ __forceinline__ void MbarInit(uint32_t bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bar));
+}
+__device__ __forceinline__ void MbarExpectTx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n .reg .pred done;\n"
+      "AGENTKV_MBAR_WAIT%=:\n"
+      " mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      " @!done bra AGENTKV_MBAR_WAIT%=;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+// Box {head_dim, 1, block_size, 1, 1} of the group's 5-d map (see
+// EncodeKvTensorMap) at page `blk`, K/V plane `plane`, head `kvh`.
+__device__ __forceinline__ void TmaPage(uint32_t dst, const void* map, int kvh, int plane, int blk,
+                                        uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4, %5, %6}], [%7];\n" ::"r"(dst),
+      "l"(map), "r"(0), "r"(kvh), "r"(0), "r"(plane), "r"(blk), "r"(bar)
+      : "memory");
+}
+
+template <bool kTma>
 __global__ void __launch_bounds__(kThreads, 4) WgmmaWideAttentionKernel(const AttentionParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   // Before PdlWait this kernel reads only the step metadata and cache rows
@@ -121,6 +156,7 @@ __global__ void __launch_bounds__(kThreads, 4) WgmmaWideAttentionKernel(const At
   bf16* Ks = reinterpret_cast<bf16*>(smem + (kv - raw));
   bf16* Vs = Ks + 2 * kStage * kD;
   const uint32_t ks_addr = kv, vs_addr = kv + 2 * kStageBytes;
+  const uint32_t bars = kv + 4 * kStageBytes;  // kTma: one mbarrier a stage buffer
 
   const int kvh = blockIdx.x, tile = blockIdx.y, split = blockIdx.z;
   const int n = p.tile_n[tile];
@@ -141,13 +177,49 @@ __global__ void __launch_bounds__(kThreads, 4) WgmmaWideAttentionKernel(const At
     return;
   }
 
+  // kTma: the host gave the map only for block sizes 8 and 16 and no
+  // window, so every stage starts on a page (kb is a multiple of 16).
+  const int bs = p.cache.block_size, lbs = __ffs(bs) - 1;
+  const int32_t* table = p.cache.tables + static_cast<int64_t>(ts.s) * *p.cache.table_stride;
+  uint32_t parity = 0;  // kTma: bit b, the phase stage buffer b waits for next
+  // Requests the stage of keys from kt into buffer b: kTma, thread 0's page
+  // copies (pages past ke not requested); else every thread's cp.async rows.
   KvLoader ld(p, ts.s, kvh, ts.start, ts.first, ts.ke, kD);
+  auto issue = [&](int kt, int b) {
+    if constexpr (kTma) {
+      if (tid != 0) return;
+      const int np = (min(kStage, ts.ke - kt) + bs - 1) >> lbs;
+      MbarExpectTx(bars + 8 * b, static_cast<uint32_t>(np * bs * kD * 2 * 2));
+      const int32_t* tb = table + (kt >> lbs);
+      int blk[kStage / 8];
+#pragma unroll
+      for (int i = 0; i < kStage / 8; ++i) blk[i] = i < np ? tb[i] : 0;
+#pragma unroll
+      for (int i = 0; i < kStage / 8; ++i) {
+        if (i >= np) break;
+        const uint32_t off = b * kStageBytes + i * bs * kD * 2;
+        TmaPage(ks_addr + off, p.kv_map, kvh, p.kv_map_layer, blk[i], bars + 8 * b);
+        TmaPage(vs_addr + off, p.kv_map, kvh, p.kv_map_layer + 1, blk[i], bars + 8 * b);
+      }
+    } else {
+      ld.IssueFixed<kD, kStage, kThreads, true>(kt, Ks + b * kStage * kD, Vs + b * kStage * kD, kD,
+                                                tid);
+    }
+  };
+  if constexpr (kTma) {
+    if (tid == 0) {
+      MbarInit(bars);
+      MbarInit(bars + 8);
+      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+  }
   const bool early = min(ts.kb + kStage, ts.ke) <= ts.start;
-  if (early) ld.IssueFixed<kD, kStage, kThreads, true>(ts.kb, Ks, Vs, kD, tid);
+  if (early) issue(ts.kb, 0);
   PdlWait();
-  if (!early) ld.IssueFixed<kD, kStage, kThreads, true>(ts.kb, Ks, Vs, kD, tid);
+  if (!early) issue(ts.kb, 0);
   // Waited for with the first stage (the loop's first wait leaves only the
-  // second stage's group in flight).
+  // second stage's group in flight; kTma: the only group).
   LoadQueryTileAsync<kD>(p, ts.t0, n, tpt, kvh, G, 64, kDP, Qs, tid, kThreads);
   // This lane's ldmatrix row of Q. Its fragments are loaded again for every
   // stage: loaded once before the loop, they were live across it, yet the
@@ -162,16 +234,30 @@ __global__ void __launch_bounds__(kThreads, 4) WgmmaWideAttentionKernel(const At
   const bool plain = p.window == 0 && !(p.softcap > 0.f);
   int buf = 0;
   for (int kt = ts.kb; kt < ts.ke; kt += kStage) {
-    if (kt + kStage < ts.ke) {
-      ld.IssueFixed<kD, kStage, kThreads, true>(kt + kStage, Ks + (buf ^ 1) * kStage * kD,
-                                                Vs + (buf ^ 1) * kStage * kD, kD, tid);
-      CpAsyncWait<1>();
+    const bool more = kt + kStage < ts.ke;
+    if (more) issue(kt + kStage, buf ^ 1);
+    if constexpr (kTma) {
+      CpAsyncWait<0>();  // the query tile (first stage; nothing later)
+      MbarWait(bars + 8 * buf, (parity >> buf) & 1);
+      parity ^= 1u << buf;
+      if (!more && kt + kStage > ts.ke) {
+        // The last stage's V rows from ke on: pages not requested hold
+        // what an earlier stage or block left (P is 0 there, but 0 * NaN is
+        // not); K's are masked by select and need nothing.
+        for (int i = (ts.ke - kt) * (kD / 8) + tid; i < kStage * (kD / 8); i += kThreads)
+          reinterpret_cast<uint4*>(Vs + buf * kStage * kD)[i] = make_uint4(0, 0, 0, 0);
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+      }
     } else {
-      CpAsyncWait<0>();
+      if (more) {
+        CpAsyncWait<1>();
+      } else {
+        CpAsyncWait<0>();
+      }
+      // cp.async wrote through the generic proxy; wgmma reads through the
+      // async one.
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     }
-    // cp.async wrote through the generic proxy; wgmma reads through the
-    // async one.
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     __syncthreads();
     const uint32_t kaddr = ks_addr + buf * kStageBytes, vaddr = vs_addr + buf * kStageBytes;
     float sc[NS][4];
@@ -229,11 +315,53 @@ bool WgmmaAttentionSupported(int head_dim) {
   return on && head_dim == kD;
 }
 
+bool EncodeKvTensorMap(const bf16_t* base, int64_t blocks, int64_t block_stride, int layers,
+                       int block_size, int nkv, int head_dim, void* map) {
+  if (!WgmmaAttentionSupported(head_dim) || (block_size != 8 && block_size != 16) || blocks <= 0 ||
+      layers <= 0 || base == nullptr)
+    return false;
+  using Encode =
+      CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+  static const Encode encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
+                                         &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      return static_cast<Encode>(nullptr);
+    return reinterpret_cast<Encode>(fn);
+  }();
+  if (encode == nullptr) return false;
+  // Innermost first: head_dim elements, the KV head, the row in the block,
+  // the layer's K or V plane (2 * layer + 0 / 1: a layer's V follows its K
+  // as the next layer's K follows its V), the block.
+  const uint64_t e = sizeof(bf16_t);
+  const cuuint64_t dims[5] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(nkv),
+                              static_cast<cuuint64_t>(block_size),
+                              static_cast<cuuint64_t>(2 * layers), static_cast<cuuint64_t>(blocks)};
+  const cuuint64_t strides[4] = {head_dim * e, static_cast<uint64_t>(nkv) * head_dim * e,
+                                 static_cast<uint64_t>(block_size) * nkv * head_dim * e,
+                                 static_cast<uint64_t>(block_stride) * e};
+  const cuuint32_t box[5] = {static_cast<cuuint32_t>(head_dim), 1,
+                             static_cast<cuuint32_t>(block_size), 1, 1};
+  const cuuint32_t step[5] = {1, 1, 1, 1, 1};
+  static_assert(sizeof(CUtensorMap) == kKvTensorMapBytes, "descriptor size");
+  return encode(static_cast<CUtensorMap*>(map), CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 5,
+                const_cast<bf16_t*>(base), dims, strides, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 cudaError_t LaunchWgmmaWideAttention(const AttentionParams& p, cudaStream_t stream) {
   if (!p.wide || p.head_dim != kD || p.nh / p.nkv > 64) return cudaErrorInvalidValue;
   if (p.num_tiles > 65535) return cudaErrorInvalidConfiguration;  // grid y
-  return LaunchPdl(WgmmaWideAttentionKernel, dim3(p.nkv, p.num_tiles, p.splits), dim3(kThreads),
-                   kSmem, stream, p);
+  const dim3 grid(p.nkv, p.num_tiles, p.splits);
+  if (p.kv_map != nullptr && p.window == 0 && p.cache.ring == 0 &&
+      (p.cache.block_size == 8 || p.cache.block_size == 16))
+    return LaunchPdl(WgmmaWideAttentionKernel<true>, grid, dim3(kThreads), kSmem, stream, p);
+  return LaunchPdl(WgmmaWideAttentionKernel<false>, grid, dim3(kThreads), kSmem, stream, p);
 }
 
 }  // namespace agentkv::cuda

@@ -804,6 +804,34 @@ TEST_P(CudaAttention, MatchesCpuReference) {
     }
   }
   EXPECT_LT(RelErr(got, ref), 2e-2);
+  // The warpgroup kernel's page copies (AttentionParams::kv_map): the same
+  // step with its own keys in the cache as well, as LaunchQkvPostStore
+  // leaves a prompt step's. The rows past each sequence stay NaN: the
+  // kernel must not let them into the output.
+  alignas(64) unsigned char map[cuda::kKvTensorMapBytes];
+  if (pc.wide && pc.window == 0 && cuda::WgmmaAttentionSupported(D)) {
+    ASSERT_TRUE(cuda::EncodeKvTensorMap(dc.get<cuda::bf16_t>(), num_blocks, block_stride, 1, bs,
+                                        nkv, D, map));
+    for (int s = 0; s < B; ++s)
+      for (int ps = seqs[s].start; ps < seqs[s].start + seqs[s].n; ++ps) {
+        const int blk = ids[s * width + ps / bs];
+        for (int i = 0; i < row; ++i) {
+          cache[blk * block_stride + (ps % bs) * row + i] = ToBf16(keys[s][ps * row + i]);
+          cache[blk * block_stride + (bs + ps % bs) * row + i] = ToBf16(vals[s][ps * row + i]);
+        }
+      }
+    auto dc2 = Upload(cache);
+    auto dmap = Upload(std::vector<unsigned char>(map, map + sizeof(map)));
+    auto out2 = Poisoned<uint16_t>(static_cast<size_t>(T) * nh * D);
+    // The map names the first upload's blocks: copy the new contents there.
+    ASSERT_EQ(cudaMemcpy(dc.get(), dc2.get(), cache.size() * 2, cudaMemcpyDeviceToDevice),
+              cudaSuccess);
+    p.kv_map = dmap.get();
+    p.out = out2.get<cuda::bf16_t>();
+    ASSERT_EQ(cuda::LaunchAttention(p, nullptr), cudaSuccess);
+    EXPECT_LT(RelErr(DownloadBf16(out2, static_cast<size_t>(T) * nh * D), ref), 2e-2)
+        << "with kv_map";
+  }
   // On failure, which sequences (and so which key spans) are off.
   if (RelErr(got, ref) >= 2e-2) {
     t = 0;
