@@ -501,20 +501,32 @@ Status CudaBackend::Enqueue(const Shape& s, int slot) {
     // K and V go to the cache straight from the rotary kernel unless a ring
     // slot they overwrite may still be read by another query of this step.
     const bool fused_store = view.ring == 0 || s.tokens == s.seqs;
+    // Prompt steps whose attention copies the cache's pages (every key in
+    // it once QkvPost has stored the step's): no k / v rows to write.
+    cuda::AttentionParams ap;
+    ap.wide = s.wide;
+    ap.nh = nh;
+    ap.nkv = nkv;
+    ap.head_dim = D;
+    ap.window = L.window;
+    ap.cache = view;
+    if (s.wide && fused_store && view.ring == 0 && kv_map_ok_[L.group]) {
+      ap.kv_map = kv_maps_.get<unsigned char>() + L.group * cuda::kKvTensorMapBytes;
+      ap.kv_map_layer = 2 * L.index_in_group;
+    }
+    const bool cache_only = !fused_rotary && fused_store && cuda::AttentionReadsCacheOnly(ap);
     if (!fused_rotary && fused_store) {
-      CUDA_RETURN_IF_ERROR(cuda::LaunchQkvPostStore(qkv_.get<cuda::bf16_t>(), L.bqkv, L.q_norm,
-                                                    L.k_norm, inv_freq, pos, tok_seq, T, nh, nkv, D,
-                                                    eps, plus_one, q, k, v, view, stream_));
+      CUDA_RETURN_IF_ERROR(cuda::LaunchQkvPostStore(
+          qkv_.get<cuda::bf16_t>(), L.bqkv, L.q_norm, L.k_norm, inv_freq, pos, tok_seq, T, nh, nkv,
+          D, eps, plus_one, q, cache_only ? nullptr : k, cache_only ? nullptr : v, view, stream_));
     } else if (!fused_rotary) {
       CUDA_RETURN_IF_ERROR(cuda::LaunchQkvPost(qkv_.get<cuda::bf16_t>(), L.bqkv, L.q_norm, L.k_norm,
                                                inv_freq, pos, T, nh, nkv, D, eps, plus_one, q, k, v,
                                                stream_));
     }
-    cuda::AttentionParams ap;
     ap.q = q;
-    ap.k_new = k;
-    ap.v_new = v;
-    ap.cache = view;
+    ap.k_new = cache_only ? nullptr : k;
+    ap.v_new = cache_only ? nullptr : v;
     ap.pos = pos;
     ap.seq_start = meta + ml.seq_start;
     ap.seq_first = meta + ml.seq_first;
@@ -523,21 +535,12 @@ Status CudaBackend::Enqueue(const Shape& s, int slot) {
     ap.tile_n = meta + ml.tile_n;
     ap.num_tiles = s.tiles;
     ap.tokens = T;
-    ap.nh = nh;
-    ap.nkv = nkv;
-    ap.head_dim = D;
-    ap.window = L.window;
     ap.scale = c.AttentionScale();
     ap.softcap = c.attn_logit_softcap;
     ap.splits = s.splits;
-    ap.wide = s.wide;
     ap.part_o = part_o_.get<float>();
     ap.part_ml = part_ml_.get<float>();
     ap.out = attn;
-    if (s.wide && fused_store && view.ring == 0 && kv_map_ok_[L.group]) {
-      ap.kv_map = kv_maps_.get<unsigned char>() + L.group * cuda::kKvTensorMapBytes;
-      ap.kv_map_layer = 2 * L.index_in_group;
-    }
     if (fused_rotary) {
       ap.q = ap.k_new = ap.v_new = nullptr;
       ap.qkv = qkv_planes > 0 ? wgmma_planes_.get<float>() : qkv_.get<float>();

@@ -154,6 +154,12 @@ inline constexpr int kMaxQkvPlanes = 8;
 // [head_dim]) for AttentionParams::kv_map. False where there is none to
 // make: not head_dim 64, block_size not 8 or 16, or no driver entry point.
 inline constexpr size_t kKvTensorMapBytes = 128;
+// Whether LaunchAttention reads every key of this step from the cache (the
+// warpgroup kernel's TMA path: kv_map set, wide tiles, head_dim 64, block
+// size 8 or 16, no window or ring), so that k_new and v_new may be null
+// (and LaunchQkvPostStore of a bf16 projection at head_dim 64 may skip
+// writing k and v).
+bool AttentionReadsCacheOnly(const AttentionParams& p);
 // Whether prompt steps' attention runs on the warpgroup kernel: head_dim 64
 // on compute capability 9.0, unless AGENTKV_CUDA_WGMMA_ATTENTION=0.
 bool WgmmaAttentionSupported(int head_dim);

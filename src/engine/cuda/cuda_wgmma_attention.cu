@@ -367,13 +367,19 @@ bool EncodeKvTensorMap(const bf16_t* base, int64_t blocks, int64_t block_stride,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+bool AttentionReadsCacheOnly(const AttentionParams& p) {
+  return p.wide && p.kv_map != nullptr && WgmmaAttentionSupported(p.head_dim) && p.nkv > 0 &&
+         p.nh / p.nkv <= 64 && p.window == 0 && p.cache.ring == 0 &&
+         (p.cache.block_size == 8 || p.cache.block_size == 16);
+}
+
 cudaError_t LaunchWgmmaWideAttention(const AttentionParams& p, cudaStream_t stream) {
   if (!p.wide || p.head_dim != kD || p.nh / p.nkv > 64) return cudaErrorInvalidValue;
   if (p.num_tiles > 65535) return cudaErrorInvalidConfiguration;  // grid y
   const dim3 grid(p.nkv, p.num_tiles, p.splits);
-  if (p.kv_map != nullptr && p.window == 0 && p.cache.ring == 0 &&
-      (p.cache.block_size == 8 || p.cache.block_size == 16))
+  if (AttentionReadsCacheOnly(p))
     return LaunchPdl(WgmmaWideAttentionKernel<true>, grid, dim3(kThreads), kSmem, stream, p);
+  if (p.k_new == nullptr || p.v_new == nullptr) return cudaErrorInvalidValue;
   return LaunchPdl(WgmmaWideAttentionKernel<false>, grid, dim3(kThreads), kSmem, stream, p);
 }
 

@@ -146,6 +146,42 @@ TEST(CudaKernels, QkvPostMatchesNormAndRope) {
       EXPECT_LT(RelErr(DownloadBf16(q, rq.size()), rq), 1e-2) << D << " " << T << " " << bf16_in;
       EXPECT_LT(RelErr(DownloadBf16(k, rk.size()), rk), 1e-2) << D << " " << T << " " << bf16_in;
       EXPECT_LT(RelErr(DownloadBf16(v, rv.size()), rv), 1e-2) << D << " " << T << " " << bf16_in;
+      if (!bf16_in || D != 64) continue;
+      // Prompt steps whose attention reads the cache: K and V into the
+      // paged cache only (k, v null), q as before. Token t is the only
+      // token of sequence t, its row in block t.
+      const int bs = 16, row = nkv * D;
+      int width = 0;
+      for (int p : pos) width = std::max(width, p / bs + 1);
+      std::vector<int32_t> tables(static_cast<size_t>(T) * width, 0), tok_seq(T);
+      for (int t = 0; t < T; ++t) {
+        tables[static_cast<size_t>(t) * width + pos[t] / bs] = t;
+        tok_seq[t] = t;
+      }
+      auto dtab = Upload(tables), dts = Upload(tok_seq), dw = Upload(std::vector<int32_t>{width});
+      auto cache = Poisoned<uint16_t>(static_cast<size_t>(T) * 2 * bs * row);
+      auto q2 = Poisoned<uint16_t>(T * nh * D);
+      cuda::KvCacheView view;
+      view.base = cache.get<cuda::bf16_t>();
+      view.block_stride = 2 * bs * row;
+      view.block_size = bs;
+      view.tables = dtab.get<int32_t>();
+      view.table_stride = dw.get<int32_t>();
+      ASSERT_EQ(cuda::LaunchQkvPostStore(
+                    dqkv.get<cuda::bf16_t>(), db.get<float>(), dqn.get<float>(), dkn.get<float>(),
+                    dinv.get<float>(), dpos.get<int32_t>(), dts.get<int32_t>(), T, nh, nkv, D,
+                    1e-6f, false, q2.get<cuda::bf16_t>(), nullptr, nullptr, view, nullptr),
+                cudaSuccess);
+      EXPECT_EQ(DownloadBf16(q2, rq.size()), DownloadBf16(q, rq.size())) << T;
+      const std::vector<float> all = DownloadBf16(cache, static_cast<size_t>(T) * 2 * bs * row);
+      std::vector<float> ck, cv;
+      for (int t = 0; t < T; ++t) {
+        const size_t at = static_cast<size_t>(t) * 2 * bs * row + (pos[t] % bs) * row;
+        ck.insert(ck.end(), all.begin() + at, all.begin() + at + row);
+        cv.insert(cv.end(), all.begin() + at + bs * row, all.begin() + at + bs * row + row);
+      }
+      EXPECT_EQ(ck, DownloadBf16(k, rk.size())) << T;
+      EXPECT_EQ(cv, DownloadBf16(v, rv.size())) << T;
     }
 }
 
