@@ -73,7 +73,9 @@ struct KvCacheView {
 // LaunchQkvPost that also stores k and v into the paged cache, as
 // LaunchKvStore would (tokens with pos < 0 skipped). Only where no query of
 // the step still needs a cache slot it overwrites: full-attention groups, or
-// steps of one token per sequence.
+// steps of one token per sequence. k and v may be null for a bf16 projection
+// at head_dim 64 (the cache alone gets K and V; see AttentionReadsCacheOnly);
+// elsewhere null k or v is an invalid value.
 template <typename TIn>
 cudaError_t LaunchQkvPostStore(const TIn* qkv, const float* bias, const float* q_norm,
                                const float* k_norm, const float* inv_freq, const int32_t* pos,
