@@ -16,9 +16,12 @@
 // the prompt steps' form of each projection at 2,048 and 8,192 rows (QKV
 // and gate_up bf16 out, o and down fp32 added into the residual) on random
 // data, by cuBLAS's default and each heuristic candidate (what GemmTuner
-// chooses among). Reported: microseconds per launch (CUDA events
-// around the graph) and weight bytes per second. Without a GPU (or CUDA)
-// nothing is run.
+// chooses among), and for QKV and gate_up the persistent prompt GEMM
+// (`/prompt`); for gate_up also cuBLAS then the gated activation
+// (`/cublas_gated`) against the prompt GEMM with it in its epilogue
+// (`/prompt_gated`), those two also at 128, 256 and 512 rows. Reported: microseconds per launch
+// (CUDA events around the graph) and weight bytes per second. Without a GPU (or CUDA) nothing is
+// run.
 #include <benchmark/benchmark.h>
 
 #ifdef AGENTKV_HAVE_CUDA
@@ -52,11 +55,25 @@ constexpr Shape kShapes[] = {{"qkv", 3072, 2048},
 // kCublasArgmax / kWgmmaArgmax (the LM head): cuBLAS then LaunchArgmax,
 // against the warpgroup GEMM with the argmax in its epilogue and no logits
 // stored.
-enum class Impl { kSkinny, kCublas, kGemv, kLt, kWgmma, kCublasArgmax, kWgmmaArgmax };
+// kPrompt / kPromptGated (prompt steps' qkv and gate_up): the persistent
+// warpgroup GEMM, plain or with the gated activation in its epilogue,
+// against kCublasGated (cuBLAS, then LaunchGatedAct).
+enum class Impl {
+  kSkinny,
+  kCublas,
+  kGemv,
+  kLt,
+  kWgmma,
+  kCublasArgmax,
+  kWgmmaArgmax,
+  kPrompt,
+  kPromptGated,
+  kCublasGated
+};
 
 struct Fixture {
   std::vector<DeviceBuffer> w;
-  DeviceBuffer x, y, ws, wgmma_ws, best, picks, store;
+  DeviceBuffer x, y, ws, wgmma_ws, best, picks, store, act;
   cudaStream_t stream = nullptr;
   cudaGraphExec_t exec = nullptr;
   cublasHandle_t cublas = nullptr;
@@ -135,6 +152,7 @@ void Run(benchmark::State& state, Shape s, int m, Impl impl, int splits, bool pr
   else
     cudaMemset(f.x.get(), 0x3c, f.x.bytes());
   cudaMemset(f.y.get(), 0, f.y.bytes());
+  if (impl == Impl::kCublasGated) (void)f.act.Allocate(static_cast<size_t>(m) * s.n);
   cudaStreamCreateWithFlags(&f.stream, cudaStreamNonBlocking);
   cublasCreate(&f.cublas);
   cublasSetStream(f.cublas, f.stream);
@@ -206,6 +224,9 @@ void Run(benchmark::State& state, Shape s, int m, Impl impl, int splits, bool pr
       return LaunchWgmmaGemmArgmax(x, w, f.y.get<float>(), f.store.get<int32_t>(), m, s.n, s.k,
                                    f.best.get(), f.picks.get<int32_t>(), f.sms, f.stream,
                                    WgmmaPlanOf(splits)) == cudaSuccess;
+    if (impl == Impl::kPrompt || impl == Impl::kPromptGated)
+      return LaunchPromptGemm(x, w, f.y.get<bf16_t>(), m, s.n, s.k,
+                              impl == Impl::kPromptGated ? 0 : -1, f.sms, f.stream) == cudaSuccess;
     if (impl == Impl::kGemv)
       return LaunchGemv(x, w, f.y.get(), true, m, s.n, s.k, 0.f, f.sms, f.stream) == cudaSuccess;
     const float alpha = 1.f;
@@ -217,6 +238,9 @@ void Run(benchmark::State& state, Shape s, int m, Impl impl, int splits, bool pr
                      x, CUDA_R_16BF, s.k, &beta, f.y.get(), out_f32 ? CUDA_R_32F : CUDA_R_16BF, s.n,
                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS)
       return false;
+    if (impl == Impl::kCublasGated)
+      return LaunchGatedAct(f.y.get<bf16_t>(), f.act.get<bf16_t>(), m, s.n / 2, 0, f.stream) ==
+             cudaSuccess;
     return impl != Impl::kCublasArgmax ||
            LaunchArgmax(f.y.get<float>(), m, s.n, f.picks.get<int32_t>(), f.best.get(), f.stream) ==
                cudaSuccess;
@@ -301,7 +325,7 @@ int Register() {
     // A full prompt step's GEMMs (8,192 rows): is cuBLAS's default choice
     // the fastest of its heuristic's candidates?
     if (std::string(s.name) == "lm_head") continue;
-    for (int m : {2048, 8192}) {
+    for (int m : {128, 256, 512, 2048, 8192}) {
       const std::string base = std::string("prefill/") + s.name + "/m" + std::to_string(m);
       auto reg = [&](const std::string& name, Impl impl, int splits) {
         benchmark::RegisterBenchmark(
@@ -310,7 +334,21 @@ int Register() {
             ->Iterations(5)
             ->Unit(benchmark::kMicrosecond);
       };
+      // (Under 2,048 rows only gate_up's two forms: where the backend
+      // switches from cuBLAS and the activation kernel to the prompt GEMM.)
+      if (m < 2048) {
+        if (std::string(s.name) != "gate_up") continue;
+        reg(base + "/cublas_gated", Impl::kCublasGated, 0);
+        if (PromptGemmSupported(m, s.n, s.k)) reg(base + "/prompt_gated", Impl::kPromptGated, 0);
+        continue;
+      }
       reg(base + "/cublas", Impl::kCublas, 0);
+      const bool bf16_out = std::string(s.name) == "qkv" || std::string(s.name) == "gate_up";
+      if (bf16_out && PromptGemmSupported(m, s.n, s.k)) reg(base + "/prompt", Impl::kPrompt, 0);
+      if (std::string(s.name) == "gate_up") {
+        reg(base + "/cublas_gated", Impl::kCublasGated, 0);
+        if (PromptGemmSupported(m, s.n, s.k)) reg(base + "/prompt_gated", Impl::kPromptGated, 0);
+      }
       for (int a = 0; a < 24; ++a) reg(base + "/lt" + std::to_string(a), Impl::kLt, a);
     }
   }

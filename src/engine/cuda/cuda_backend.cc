@@ -119,6 +119,8 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::Create(const ModelConfig& conf
     b->wgmma_min_rows_ = std::atoi(v) > 0 ? std::atoi(v) : kNever;
   if (const char* v = std::getenv("AGENTKV_CUDA_LM_ARGMAX"); v && std::string(v) == "0")
     b->lm_argmax_ = false;
+  if (const char* v = std::getenv("AGENTKV_CUDA_PROMPT_GEMM"); v && std::string(v) == "0")
+    b->prompt_gemm_ = false;
   if (prop.major != 9 || prop.minor != 0) b->wgmma_min_rows_ = kNever;
   if (b->wgmma_min_rows_ <= cuda::kMaxWgmmaRows) {
     RETURN_IF_ERROR(b->wgmma_ws_.Allocate(cuda::WgmmaGemmWorkspaceBytes(b->num_sms_)));

@@ -24,7 +24,8 @@
 // AGENTKV_CUDA_GRAPHS=0 in the environment to run without graphs, AGENTKV_CUDA_FUSED_ROTARY=0 for a
 // separate rotary kernel in decode steps; AGENTKV_CUDA_LM_ARGMAX=0 for the LM head on cuBLAS and a
 // separate argmax; AGENTKV_CUDA_GEMM_TUNE=0 for cuBLAS's default algorithm in the prompt steps'
-// GEMMs (GemmTuner); AGENTKV_CUDA_STEP_LOG=path logs every step (diagnostics). docs/cuda.md lists
+// GEMMs (GemmTuner); AGENTKV_CUDA_PROMPT_GEMM=0 for their gate_up on cuBLAS and a separate
+// activation kernel; AGENTKV_CUDA_STEP_LOG=path logs every step (diagnostics). docs/cuda.md lists
 // every switch.
 //
 // Thread-safety: as Backend; one thread at a time. Owns its CUDA stream and
@@ -290,6 +291,10 @@ class CudaBackend final : public Backend {
   static constexpr int kNever = 1 << 30;
   int wgmma_min_rows_ = kNever;
   bool lm_argmax_ = true;
+  // Prompt steps' gate_up on the persistent warpgroup GEMM with the gated
+  // activation in its epilogue (compute capability 9.0; AGENTKV_CUDA_PROMPT_GEMM=0:
+  // cuBLAS, then the activation kernel).
+  bool prompt_gemm_ = true;
   // Split-K planes of the last ResidualGemm not yet added to x_ (their
   // count; 0: none), each plane_floats_ apart in wgmma_planes_ (which the
   // QKV projection's planes reuse: each user runs after the last reader).

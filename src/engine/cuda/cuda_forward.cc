@@ -583,6 +583,11 @@ Status CudaBackend::Enqueue(const Shape& s, int slot) {
       // The activation in the warpgroup GEMM's epilogue.
       CUDA_RETURN_IF_ERROR(cuda::LaunchWgmmaGemm(h, L.w_gate_up, act, false, T, 2 * I, H, 0.f,
                                                  {wgmma_ws_.get(), num_sms_}, stream_, act_kind));
+    } else if (prompt_gemm_ && T > cuda::kMaxWgmmaRows && cuda::PromptGemmSupported(T, 2 * I, H)) {
+      // Prompt steps: the activation in the persistent GEMM's epilogue (gate_up
+      // never crosses memory; bench/RESULTS.md item 96).
+      CUDA_RETURN_IF_ERROR(
+          cuda::LaunchPromptGemm(h, L.w_gate_up, act, T, 2 * I, H, act_kind, num_sms_, stream_));
     } else {
       RETURN_IF_ERROR(Gemm(h, L.w_gate_up, gu, false, T, 2 * I, H, 0.f, cap_tokens_));
       CUDA_RETURN_IF_ERROR(cuda::LaunchGatedAct(gu, act, T, I, act_kind, stream_));

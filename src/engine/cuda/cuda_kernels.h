@@ -269,6 +269,18 @@ cudaError_t LaunchWgmmaGemm(const bf16_t* x, const bf16_t* w, void* y, bool y_f3
                             int k, float beta, WgmmaGemmWorkspace ws, cudaStream_t stream,
                             int act = -1, bool planes = false, WgmmaGemmPlan plan = {});
 
+// y = x . w^T for prompt steps (x [m][k], w [n][k] bf16; y bf16 [m][n]),
+// compute-bound: a persistent warp-specialised kernel with TMA loads and
+// 128 x 256 warpgroup tiles (cuda_wgmma_prompt_gemm.cu). act >= 0
+// (Activate's codes): y [m][n / 2] = act(x . w[2i]) * (x . w[2i + 1]), the
+// gated activation in the epilogue (rows gate and up interleaved, as
+// LaunchGatedAct reads them), from the fp32 products. Needs compute
+// capability 9.0, n a multiple of 256 and k of 64 (PromptGemmSupported);
+// x, w and y 16-byte aligned. num_sms sizes the grid.
+bool PromptGemmSupported(int m, int n, int k);
+cudaError_t LaunchPromptGemm(const bf16_t* x, const bf16_t* w, bf16_t* y, int m, int n, int k,
+                             int act, int num_sms, cudaStream_t stream);
+
 // The LM head's form: y fp32 [m][n] = x . w^T (beta 0, no split), stored
 // only when store_logits is null or the device int it points to is not 0
 // (read when the kernel runs, so that one captured graph serves steps with

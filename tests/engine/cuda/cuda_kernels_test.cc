@@ -456,6 +456,71 @@ TEST(CudaKernels, WgmmaGemmMatchesLinear) {
             cudaErrorInvalidValue);  // planes are fp32
 }
 
+// The prompt-step GEMM against the CPU Linear (bf16 out) and against Linear
+// then the CPU GatedActivation (the gated form): token counts that leave
+// the last 128-row tile part empty, feature tiles past one raster band
+// (2,560 = 10 tiles), K ending mid-way through the stage ring, and grids of
+// a few blocks so that each block takes several tiles. The row after the
+// last is poisoned and must stay so; two launches give the same bits.
+TEST(CudaKernels, PromptGemmMatchesLinear) {
+  AGENTKV_REQUIRE_GPU();
+  const int sms = Cc90Sms();
+  if (sms == 0) GTEST_SKIP() << "needs compute capability 9.0";
+  std::mt19937 rng(21);
+  struct Case {
+    int m, n, k, grid, act;  // act < 0: plain
+  };
+  const std::vector<Case> cases = {{300, 2560, 320, 7, -1},    {129, 512, 64, sms, -1},
+                                   {1000, 768, 1024, sms, -1}, {1, 256, 128, 1, -1},
+                                   {300, 2560, 320, 7, 0},     {129, 512, 448, 3, 1},
+                                   {1000, 1024, 1024, sms, 0}};
+  for (const Case& c : cases) {
+    const int m = c.m, n = c.n, k = c.k;
+    const std::string what = std::to_string(m) + " " + std::to_string(n) + " " + std::to_string(k) +
+                             " grid " + std::to_string(c.grid) + " act " + std::to_string(c.act);
+    ASSERT_TRUE(cuda::PromptGemmSupported(m, n, k)) << what;
+    const auto x = Rounded(Random(static_cast<size_t>(m) * k, rng));
+    const auto w = Rounded(Random(static_cast<size_t>(n) * k, rng, 0.05f));
+    const int out_n = c.act >= 0 ? n / 2 : n;
+    std::vector<float> ref(static_cast<size_t>(m) * out_n);
+    std::vector<uint16_t> wdev;
+    if (c.act >= 0) {
+      std::vector<float> gu(static_cast<size_t>(m) * n);
+      kernels::Linear(x.data(), w.data(), nullptr, gu.data(), m, n, k);  // [gate | up] rows
+      kernels::GatedActivation(gu.data(), ref.data(), m, n / 2,
+                               c.act == 0 ? Activation::kSilu : Activation::kGeluTanh);
+      wdev = Bf16Of(InterleaveGateUp(w, n / 2, k));
+    } else {
+      kernels::Linear(x.data(), w.data(), nullptr, ref.data(), m, n, k);
+      wdev = Bf16Of(w);
+    }
+    auto dx = Upload(Bf16Of(x)), dw = Upload(wdev);
+    std::vector<uint16_t> first;
+    for (int rep = 0; rep < 2; ++rep) {
+      auto out = Poisoned<uint16_t>(static_cast<size_t>(m + 1) * out_n);
+      ASSERT_EQ(cuda::LaunchPromptGemm(dx.get<cuda::bf16_t>(), dw.get<cuda::bf16_t>(),
+                                       out.get<cuda::bf16_t>(), m, n, k, c.act, c.grid, nullptr),
+                cudaSuccess)
+          << what;
+      const auto raw = Download<uint16_t>(out, static_cast<size_t>(m + 1) * out_n);
+      EXPECT_EQ(std::count(raw.begin() + static_cast<size_t>(m) * out_n, raw.end(), 0xffff), out_n)
+          << what << ": wrote past row m";
+      std::vector<float> got(static_cast<size_t>(m) * out_n);
+      for (size_t i = 0; i < got.size(); ++i) got[i] = FromBf16(raw[i]);
+      EXPECT_LT(RelErr(got, ref), 1e-2) << what;
+      if (rep == 0) {
+        first = raw;
+      } else {
+        EXPECT_EQ(raw, first) << what;
+      }
+    }
+  }
+  EXPECT_FALSE(cuda::PromptGemmSupported(128, 384, 2048));  // not whole 256-feature tiles
+  EXPECT_FALSE(cuda::PromptGemmSupported(128, 2048, 2080));
+  EXPECT_EQ(cuda::LaunchPromptGemm(nullptr, nullptr, nullptr, 128, 384, 2048, -1, sms, nullptr),
+            cudaErrorInvalidValue);
+}
+
 // The LM head's warpgroup GEMM with the argmax in its epilogue: the same
 // index as LaunchArgmax over the logits (exact), ties across and within
 // tiles going to the lower index, rows past m ignored; the logits stored
