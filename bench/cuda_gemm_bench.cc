@@ -16,8 +16,8 @@
 // the prompt steps' form of each projection at 2,048 and 8,192 rows (QKV
 // and gate_up bf16 out, o and down fp32 added into the residual) on random
 // data, by cuBLAS's default and each heuristic candidate (what GemmTuner
-// chooses among), and for QKV and gate_up the persistent prompt GEMM
-// (`/prompt`); for gate_up also cuBLAS then the gated activation
+// chooses among), and the persistent prompt GEMM (`/prompt`: bf16 out, or
+// for o and down its residual form); for gate_up also cuBLAS then the gated activation
 // (`/cublas_gated`) against the prompt GEMM with it in its epilogue
 // (`/prompt_gated`), those two also at 128, 256 and 512 rows. Reported: microseconds per launch
 // (CUDA events around the graph) and weight bytes per second. Without a GPU (or CUDA) nothing is
@@ -57,7 +57,8 @@ constexpr Shape kShapes[] = {{"qkv", 3072, 2048},
 // stored.
 // kPrompt / kPromptGated (prompt steps' qkv and gate_up): the persistent
 // warpgroup GEMM, plain or with the gated activation in its epilogue,
-// against kCublasGated (cuBLAS, then LaunchGatedAct).
+// against kCublasGated (cuBLAS, then LaunchGatedAct); kPromptAdd (o and
+// down): its residual form, fp32 added into y.
 enum class Impl {
   kSkinny,
   kCublas,
@@ -68,7 +69,8 @@ enum class Impl {
   kWgmmaArgmax,
   kPrompt,
   kPromptGated,
-  kCublasGated
+  kCublasGated,
+  kPromptAdd
 };
 
 struct Fixture {
@@ -224,6 +226,9 @@ void Run(benchmark::State& state, Shape s, int m, Impl impl, int splits, bool pr
       return LaunchWgmmaGemmArgmax(x, w, f.y.get<float>(), f.store.get<int32_t>(), m, s.n, s.k,
                                    f.best.get(), f.picks.get<int32_t>(), f.sms, f.stream,
                                    WgmmaPlanOf(splits)) == cudaSuccess;
+    if (impl == Impl::kPromptAdd)
+      return LaunchPromptGemmAdd(x, w, f.y.get<float>(), m, s.n, s.k, f.sms, f.stream) ==
+             cudaSuccess;
     if (impl == Impl::kPrompt || impl == Impl::kPromptGated)
       return LaunchPromptGemm(x, w, f.y.get<bf16_t>(), m, s.n, s.k,
                               impl == Impl::kPromptGated ? 0 : -1, f.sms, f.stream) == cudaSuccess;
@@ -344,7 +349,8 @@ int Register() {
       }
       reg(base + "/cublas", Impl::kCublas, 0);
       const bool bf16_out = std::string(s.name) == "qkv" || std::string(s.name) == "gate_up";
-      if (bf16_out && PromptGemmSupported(m, s.n, s.k)) reg(base + "/prompt", Impl::kPrompt, 0);
+      if (PromptGemmSupported(m, s.n, s.k))
+        reg(base + "/prompt", bf16_out ? Impl::kPrompt : Impl::kPromptAdd, 0);
       if (std::string(s.name) == "gate_up") {
         reg(base + "/cublas_gated", Impl::kCublasGated, 0);
         if (PromptGemmSupported(m, s.n, s.k)) reg(base + "/prompt_gated", Impl::kPromptGated, 0);

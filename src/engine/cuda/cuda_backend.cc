@@ -332,8 +332,14 @@ Status CudaBackend::WarmUpGemms() {
     void* res = c.sandwich_norm ? o_.get() : x_.get();
     const float beta = c.sandwich_norm ? 0.f : 1.f;
     RETURN_IF_ERROR(Gemm(attn_.get<cuda::bf16_t>(), L.wo, res, true, m, H, A, beta, T));
-    RETURN_IF_ERROR(
-        Gemm(h_.get<cuda::bf16_t>(), L.w_gate_up, gu_.get(), false, m, 2 * I, H, 0.f, T));
+    if (UsePromptGemm(m, 2 * I, H)) {
+      CUDA_RETURN_IF_ERROR(cuda::LaunchPromptGemm(
+          h_.get<cuda::bf16_t>(), L.w_gate_up, act_.get<cuda::bf16_t>(), m, 2 * I, H,
+          c.activation == Activation::kSilu ? 0 : 1, num_sms_, stream_));
+    } else {
+      RETURN_IF_ERROR(
+          Gemm(h_.get<cuda::bf16_t>(), L.w_gate_up, gu_.get(), false, m, 2 * I, H, 0.f, T));
+    }
     RETURN_IF_ERROR(Gemm(act_.get<cuda::bf16_t>(), L.w_down, res, true, m, H, I, beta, T));
     if (m <= B)
       RETURN_IF_ERROR(
@@ -360,7 +366,8 @@ Status CudaBackend::WarmUpGemms() {
     for (int64_t a = kTuneMinRows;; a *= 2) {
       const int m = static_cast<int>(std::min(a, T));
       RETURN_IF_ERROR(tuner_.Tune(cublas_, h, L.wqkv, qkv_.get(), false, m, qkv_n, H, 0.f));
-      RETURN_IF_ERROR(tuner_.Tune(cublas_, h, L.w_gate_up, gu_.get(), false, m, 2 * I, H, 0.f));
+      if (!UsePromptGemm(m, 2 * I, H))
+        RETURN_IF_ERROR(tuner_.Tune(cublas_, h, L.w_gate_up, gu_.get(), false, m, 2 * I, H, 0.f));
       if (m == T) break;
     }
   }
@@ -400,7 +407,11 @@ Status CudaBackend::EnsureCapacity(int64_t tokens, int64_t seqs,
       {&v_, T * nkv * D * 2},
       {&attn_, T * nh * D * 2},
       {&o_, T * H * 4},
-      {&gu_, T * 2 * I * 2},
+      // (Not past kMaxWgmmaRows rows where the prompt GEMM takes those.)
+      {&gu_, (UsePromptGemm(static_cast<int>(T), static_cast<int>(2 * I), static_cast<int>(H))
+                  ? std::min<int64_t>(T, cuda::kMaxWgmmaRows)
+                  : T) *
+                 2 * I * 2},
       {&act_, T * I * 2},
       {&logits_, B * c.vocab_size * 4},
       {&argmax_[0], B * 4},
@@ -578,6 +589,10 @@ bool CudaBackend::UseWgmmaArgmax(int rows) const {
          !(c.final_logit_softcap > 0.f) &&
          cuda::WgmmaGemmSupported(rows, c.vocab_size, c.hidden_size);
 }
+bool CudaBackend::UsePromptGemm(int m, int n, int k) const {
+  return prompt_gemm_ && m > cuda::kMaxWgmmaRows && cuda::PromptGemmSupported(m, n, k);
+}
+
 int CudaBackend::PlanesFor(int m, int n, int k) const {
   // (From skinny_min_rows_: fewer rows take the GEMVs, some with the norm
   // fused, which add no planes.)

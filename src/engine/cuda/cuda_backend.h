@@ -193,6 +193,10 @@ class CudaBackend final : public Backend {
   // Whether the LM head of `rows` rows runs on the warpgroup GEMM with the
   // argmax in its epilogue (no softcap; AGENTKV_CUDA_LM_ARGMAX=0: never).
   bool UseWgmmaArgmax(int rows) const;
+  // Whether gate_up (n = 2 * intermediate) of m rows runs on the prompt
+  // GEMM with the activation in its epilogue (prompt_gemm_; more than
+  // kMaxWgmmaRows rows). Where it does, gu_ holds only kMaxWgmmaRows rows.
+  bool UsePromptGemm(int m, int n, int k) const;
   // The residual-adding projections (o, down; y = x += a . w^T): on the
   // warpgroup kernel with K split into planes where it applies, the next
   // norm adding them (pending_planes_); else Gemm with beta 1.

@@ -583,7 +583,7 @@ Status CudaBackend::Enqueue(const Shape& s, int slot) {
       // The activation in the warpgroup GEMM's epilogue.
       CUDA_RETURN_IF_ERROR(cuda::LaunchWgmmaGemm(h, L.w_gate_up, act, false, T, 2 * I, H, 0.f,
                                                  {wgmma_ws_.get(), num_sms_}, stream_, act_kind));
-    } else if (prompt_gemm_ && T > cuda::kMaxWgmmaRows && cuda::PromptGemmSupported(T, 2 * I, H)) {
+    } else if (UsePromptGemm(T, 2 * I, H)) {
       // Prompt steps: the activation in the persistent GEMM's epilogue (gate_up
       // never crosses memory; bench/RESULTS.md item 96).
       CUDA_RETURN_IF_ERROR(

@@ -280,6 +280,10 @@ cudaError_t LaunchWgmmaGemm(const bf16_t* x, const bf16_t* w, void* y, bool y_f3
 bool PromptGemmSupported(int m, int n, int k);
 cudaError_t LaunchPromptGemm(const bf16_t* x, const bf16_t* w, bf16_t* y, int m, int n, int k,
                              int act, int num_sms, cudaStream_t stream);
+// The residual form: y fp32 [m][n] += x . w^T, each tile added by a TMA
+// reduction (one add an element: deterministic) while the kernel goes on.
+cudaError_t LaunchPromptGemmAdd(const bf16_t* x, const bf16_t* w, float* y, int m, int n, int k,
+                                int num_sms, cudaStream_t stream);
 
 // The LM head's form: y fp32 [m][n] = x . w^T (beta 0, no split), stored
 // only when store_logits is null or the device int it points to is not 0

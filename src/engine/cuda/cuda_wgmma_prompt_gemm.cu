@@ -44,17 +44,26 @@ constexpr int kConsumerThreads = 256;
 constexpr int kABytes = kBM * kBK * 2;  // 16 KiB
 constexpr int kBBytes = kBN * kBK * 2;  // 32 KiB
 constexpr int kStageBytes = kABytes + kBBytes;
-constexpr int kOutBytes = kBM * kBN * 2;  // the plain form's output tile (the gated half of it)
 constexpr int kBarBytes = 2 * kStages * 8;
-constexpr int kSlabBytes = kBM * 128;  // 64 bf16 columns of the output tile
-// Plain bf16 output: three stages, so that the whole output tile fits.
-template <bool kGated>
-constexpr int StagesOf() {
-  return kGated ? kStages : 3;
+constexpr int kSlabBytes = kBM * 128;  // 128-byte rows: 64 bf16 or 32 fp32 columns
+
+// The output forms: bf16; bf16 act(gate) * up (half the columns); fp32
+// added into y by TMA reductions.
+enum class Out { kBf16, kGated, kAddF32 };
+// Bytes of the output tile in shared memory. The fp32 form goes out in
+// two halves of 128 columns, each through the same 64 KiB.
+template <Out kOut>
+constexpr int OutBytesOf() {
+  return kOut == Out::kGated ? kBM * kBN : kBM * kBN * 2;
 }
-template <bool kGated>
+// Stages: as many as fit beside the output tile.
+template <Out kOut>
+constexpr int StagesOf() {
+  return kOut == Out::kGated ? kStages : 3;
+}
+template <Out kOut>
 constexpr size_t SmemOf() {
-  return 1024 + StagesOf<kGated>() * kStageBytes + (kGated ? kOutBytes / 2 : kOutBytes) + kBarBytes;
+  return 1024 + StagesOf<kOut>() * kStageBytes + OutBytesOf<kOut>() + kBarBytes;
 }
 
 struct PromptArgs {
@@ -168,20 +177,20 @@ __device__ __forceinline__ void TileOf(int t, int mtiles, int ntiles, int& m0, i
   n0 = (band * kBand + in - mt * width) * kBN;
 }
 
-template <bool kGated>
+template <Out kOut>
 __global__ void __launch_bounds__(kThreads, 1)
     PromptGemmKernel(const __grid_constant__ CUtensorMap xmap,
                      const __grid_constant__ CUtensorMap wmap,
                      const __grid_constant__ CUtensorMap ymap, const PromptArgs a) {
-  constexpr int kSlabs = kGated ? kBN / 128 : kBN / 64;  // 64-column slabs of the output tile
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int S = StagesOf<kGated>();
+  constexpr bool kGated = kOut == Out::kGated;
+  constexpr int S = StagesOf<kOut>();
   extern __shared__ unsigned char smem_raw[];
   const uint32_t raw = SmemU32(smem_raw);
   const uint32_t base = (raw + 1023) & ~1023u;  // the swizzle atoms are 1024-byte aligned
   unsigned char* smem = smem_raw + (base - raw);
   const uint32_t out_s = base + S * kStageBytes;
-  const uint32_t full = out_s + (kGated ? kOutBytes / 2 : kOutBytes);
+  const uint32_t full = out_s + OutBytesOf<kOut>();
   const uint32_t empty = full + S * 8;
   const int tid = threadIdx.x;
   const int mtiles = (a.M + kBM - 1) / kBM, ntiles = a.N / kBN, nk = a.K / kBK;
@@ -252,36 +261,61 @@ __global__ void __launch_bounds__(kThreads, 1)
     // at chunk c ^ (r % 8): the layout a 128-byte-swizzle TMA store reads,
     // and no bank conflicts here), then out by TMA stores that run while
     // the consumers start on the next tile. Rows past M are not stored.
-    if (ct == 0) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
-    ConsumerSync();  // the last tile's stores have read the slabs
     const int r0 = wg * 64 + warp * 16 + (lane >> 2), q = lane & 3;
+    // Half h of the fp32 form: the tile's columns 128 h on; the bf16
+    // forms store the whole tile at once.
+    constexpr int kHalves = kOut == Out::kAddF32 ? 2 : 1;
 #pragma unroll
-    for (int j = 0; j < 32; ++j)
+    for (int hf = 0; hf < kHalves; ++hf) {
+      if (ct == 0) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+      ConsumerSync();  // the last stores have read the slabs
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = r0 + 8 * h;
-        const float g = acc[4 * j + 2 * h], u = acc[4 * j + 2 * h + 1];
-        const int col = kGated ? 4 * j + q : 8 * j + 2 * q;
-        unsigned char* at = smem + S * kStageBytes + (col >> 6) * kSlabBytes + r * 128 +
-                            ((((col & 63) >> 3) ^ (r & 7)) << 4) + (col & 7) * 2;
-        if constexpr (kGated) {
-          *reinterpret_cast<bf16*>(at) = __float2bfloat16_rn(GatedValue(g, u, a.act));
-        } else {
-          *reinterpret_cast<__nv_bfloat162*>(at) = __floats2bfloat162_rn(g, u);
+      for (int j = 16 * hf; j < (kHalves == 2 ? 16 * hf + 16 : 32); ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = r0 + 8 * h;
+          const float g = acc[4 * j + 2 * h], u = acc[4 * j + 2 * h + 1];
+          if constexpr (kOut == Out::kAddF32) {
+            const int col = 8 * j + 2 * q - 128 * hf;  // fp32 column of the half
+            unsigned char* at = smem + S * kStageBytes + (col >> 5) * kSlabBytes + r * 128 +
+                                ((((col & 31) >> 2) ^ (r & 7)) << 4) + (col & 3) * 4;
+            *reinterpret_cast<float2*>(at) = make_float2(g, u);
+          } else {
+            const int col = kGated ? 4 * j + q : 8 * j + 2 * q;
+            unsigned char* at = smem + S * kStageBytes + (col >> 6) * kSlabBytes + r * 128 +
+                                ((((col & 63) >> 3) ^ (r & 7)) << 4) + (col & 7) * 2;
+            if constexpr (kGated) {
+              *reinterpret_cast<bf16*>(at) = __float2bfloat16_rn(GatedValue(g, u, a.act));
+            } else {
+              *reinterpret_cast<__nv_bfloat162*>(at) = __floats2bfloat162_rn(g, u);
+            }
+          }
         }
-      }
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    ConsumerSync();
-    if (ct == 0) {
-      const int col0 = kGated ? n0 / 2 : n0;
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+      ConsumerSync();
+      if (ct == 0) {
+        // Slabs of 128-byte rows: 64 bf16 or 32 fp32 columns each.
+        constexpr int kSlabs = kOut == Out::kGated ? 2 : 4;
+        constexpr int kSlabCols = kOut == Out::kAddF32 ? 32 : 64;
+        const int col0 = kGated ? n0 / 2 : n0 + 128 * hf;
 #pragma unroll
-      for (int sl = 0; sl < kSlabs; ++sl)
-        asm volatile(
-            "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(
-                &ymap),
-            "r"(col0 + sl * 64), "r"(m0), "r"(out_s + sl * kSlabBytes)
-            : "memory");
-      asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+        for (int sl = 0; sl < kSlabs; ++sl) {
+          if constexpr (kOut == Out::kAddF32) {
+            asm volatile(
+                "cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.bulk_group"
+                " [%0, {%1, %2}], [%3];\n" ::"l"(&ymap),
+                "r"(col0 + sl * kSlabCols), "r"(m0), "r"(out_s + sl * kSlabBytes)
+                : "memory");
+          } else {
+            asm volatile(
+                "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::
+                    "l"(&ymap),
+                "r"(col0 + sl * kSlabCols), "r"(m0), "r"(out_s + sl * kSlabBytes)
+                : "memory");
+          }
+        }
+        asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+      }
     }
   }
   if (ct == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
@@ -306,35 +340,36 @@ Encode EncodeFn() {
   return encode;
 }
 
-// A row-major [rows][k] bf16 matrix, boxes of 64 columns x box_rows, 128-byte swizzle.
-bool Map2d(const bf16_t* p, int rows, int k, int box_rows, CUtensorMap* map) {
+// A row-major [rows][cols] matrix (bf16, or fp32 where f32), boxes of 128
+// bytes of columns x box_rows, 128-byte swizzle.
+bool Map2d(const void* p, int rows, int cols, int box_rows, CUtensorMap* map, bool f32 = false) {
   const Encode encode = EncodeFn();
   if (encode == nullptr) return false;
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k) * 2};
-  const cuuint32_t box[2] = {kBK, static_cast<cuuint32_t>(box_rows)};
+  const cuuint64_t e = f32 ? 4 : 2;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols) * e};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(128 / e), static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t step[2] = {1, 1};
-  return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<bf16_t*>(p), dims, strides,
-                box, step, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+  return encode(map, f32 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
+                const_cast<void*>(p), dims, strides, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-template <bool kGated>
+template <Out kOut>
 cudaError_t LaunchKernel(const CUtensorMap& xm, const CUtensorMap& wm, const CUtensorMap& ym,
                          const PromptArgs& a, int num_sms, cudaStream_t stream) {
   static bool raised = false;
   if (!raised) {
-    const cudaError_t e =
-        cudaFuncSetAttribute(PromptGemmKernel<kGated>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             int{SmemOf<kGated>()});
+    const cudaError_t e = cudaFuncSetAttribute(
+        PromptGemmKernel<kOut>, cudaFuncAttributeMaxDynamicSharedMemorySize, int{SmemOf<kOut>()});
     if (e != cudaSuccess) return e;
     raised = true;
   }
   const int tiles = (a.M + kBM - 1) / kBM * (a.N / kBN);
   const int grid = tiles < num_sms ? tiles : num_sms;
-  return LaunchPdl(PromptGemmKernel<kGated>, dim3(grid), dim3(kThreads), SmemOf<kGated>(), stream,
-                   xm, wm, ym, a);
+  return LaunchPdl(PromptGemmKernel<kOut>, dim3(grid), dim3(kThreads), SmemOf<kOut>(), stream, xm,
+                   wm, ym, a);
 }
 
 }  // namespace
@@ -358,8 +393,18 @@ cudaError_t LaunchPromptGemm(const bf16_t* x, const bf16_t* w, bf16_t* y, int m,
       !Map2d(y, m, act >= 0 ? n / 2 : n, kBM, &ym))
     return cudaErrorInvalidValue;
   const PromptArgs a{m, n, k, act};
-  return act >= 0 ? LaunchKernel<true>(xm, wm, ym, a, num_sms, stream)
-                  : LaunchKernel<false>(xm, wm, ym, a, num_sms, stream);
+  return act >= 0 ? LaunchKernel<Out::kGated>(xm, wm, ym, a, num_sms, stream)
+                  : LaunchKernel<Out::kBf16>(xm, wm, ym, a, num_sms, stream);
+}
+
+cudaError_t LaunchPromptGemmAdd(const bf16_t* x, const bf16_t* w, float* y, int m, int n, int k,
+                                int num_sms, cudaStream_t stream) {
+  if (!PromptGemmSupported(m, n, k) || num_sms <= 0) return cudaErrorInvalidValue;
+  CUtensorMap xm, wm, ym;
+  if (!Map2d(x, m, k, kBM, &xm) || !Map2d(w, n, k, kBN, &wm) || !Map2d(y, m, n, kBM, &ym, true))
+    return cudaErrorInvalidValue;
+  const PromptArgs a{m, n, k, -1};
+  return LaunchKernel<Out::kAddF32>(xm, wm, ym, a, num_sms, stream);
 }
 
 }  // namespace agentkv::cuda
