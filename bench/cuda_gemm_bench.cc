@@ -29,6 +29,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -70,7 +71,8 @@ enum class Impl {
   kPrompt,
   kPromptGated,
   kCublasGated,
-  kPromptAdd
+  kPromptAdd,
+  kPromptArgmax
 };
 
 struct Fixture {
@@ -164,8 +166,9 @@ void Run(benchmark::State& state, Shape s, int m, Impl impl, int splits, bool pr
     (void)f.wgmma_ws.Allocate(WgmmaGemmWorkspaceBytes(f.sms));
     cudaMemset(f.wgmma_ws.get(), 0, f.wgmma_ws.bytes());
   }
-  if (impl == Impl::kCublasArgmax || impl == Impl::kWgmmaArgmax) {
-    (void)f.best.Allocate(std::max(ArgmaxScratchBytes(m), WgmmaArgmaxScratchBytes(m, s.n)));
+  if (impl == Impl::kCublasArgmax || impl == Impl::kWgmmaArgmax || impl == Impl::kPromptArgmax) {
+    (void)f.best.Allocate(std::max({ArgmaxScratchBytes(m), WgmmaArgmaxScratchBytes(m, s.n),
+                                    PromptArgmaxScratchBytes(m, s.n)}));
     (void)f.picks.Allocate(static_cast<size_t>(m) * 4);
     (void)f.store.Allocate(4);
     cudaMemset(f.store.get(), 0, 4);  // greedy rows only: no logits stored
@@ -226,6 +229,10 @@ void Run(benchmark::State& state, Shape s, int m, Impl impl, int splits, bool pr
       return LaunchWgmmaGemmArgmax(x, w, f.y.get<float>(), f.store.get<int32_t>(), m, s.n, s.k,
                                    f.best.get(), f.picks.get<int32_t>(), f.sms, f.stream,
                                    WgmmaPlanOf(splits)) == cudaSuccess;
+    if (impl == Impl::kPromptArgmax)
+      return LaunchPromptGemmArgmax(x, w, f.y.get<float>(), f.store.get<int32_t>(), m, s.n, s.k,
+                                    f.best.get(), f.picks.get<int32_t>(), f.sms,
+                                    f.stream) == cudaSuccess;
     if (impl == Impl::kPromptAdd)
       return LaunchPromptGemmAdd(x, w, f.y.get<float>(), m, s.n, s.k, f.sms, f.stream) ==
              cudaSuccess;
@@ -292,7 +299,9 @@ bool WgmmaDevice() {
 
 int Register() {
   for (const Shape& s : kShapes) {
-    for (int m : {1, 8, 16, 32, 64}) {
+    for (int m : {1, 8, 16, 32, 64, 128, 256}) {
+      // (128 and 256 rows: only the LM head's argmax forms.)
+      if (m > 64 && std::string(s.name) != "lm_head") continue;
       const std::string base = std::string(s.name) + "/m" + std::to_string(m);
       auto reg = [&](const std::string& name, Impl impl, int splits) {
         benchmark::RegisterBenchmark(name.c_str(),
@@ -319,6 +328,8 @@ int Register() {
       }
       if (std::string(s.name) == "lm_head") {
         reg(base + "/cublas_argmax", Impl::kCublasArgmax, 0);
+        if (m >= 8 && PromptGemmSupported(m, s.n, s.k))
+          reg(base + "/prompt_argmax", Impl::kPromptArgmax, 0);
         if (WgmmaGemmSupported(m, s.n, s.k) && WgmmaDevice()) {
           reg(base + "/wgmma_argmax", Impl::kWgmmaArgmax, 0);
           reg(base + "/wgmma_argmax_t128", Impl::kWgmmaArgmax, 128 * 1000 + 10 + 1);

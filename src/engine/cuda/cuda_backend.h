@@ -197,6 +197,9 @@ class CudaBackend final : public Backend {
   // GEMM with the activation in its epilogue (prompt_gemm_; more than
   // kMaxWgmmaRows rows). Where it does, gu_ holds only kMaxWgmmaRows rows.
   bool UsePromptGemm(int m, int n, int k) const;
+  // Whether the LM head of `rows` rows (8 or more) runs on the prompt GEMM
+  // with the argmax in its epilogue (lm_argmax_, prompt_gemm_, no softcap).
+  bool UsePromptArgmax(int rows) const;
   // The residual-adding projections (o, down; y = x += a . w^T): on the
   // warpgroup kernel with K split into planes where it applies, the next
   // norm adding them (pending_planes_); else Gemm with beta 1.
@@ -299,6 +302,10 @@ class CudaBackend final : public Backend {
   // activation in its epilogue (compute capability 9.0; AGENTKV_CUDA_PROMPT_GEMM=0:
   // cuBLAS, then the activation kernel).
   bool prompt_gemm_ = true;
+  // The LM head (8+ rows) on the prompt GEMM with the argmax in its epilogue
+  // (AGENTKV_CUDA_PROMPT_ARGMAX=0: the warpgroup GEMM up to 64 rows, cuBLAS
+  // and the argmax kernel beyond).
+  bool prompt_argmax_ = true;
   // Split-K planes of the last ResidualGemm not yet added to x_ (their
   // count; 0: none), each plane_floats_ apart in wgmma_planes_ (which the
   // QKV projection's planes reuse: each user runs after the last reader).

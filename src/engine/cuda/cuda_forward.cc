@@ -605,6 +605,16 @@ Status CudaBackend::Enqueue(const Shape& s, int slot) {
     return Status::Ok();
   }
   float* logits = logits_.get<float>();
+  if (UsePromptArgmax(s.rows)) {
+    // The persistent prompt GEMM streams the LM head's weights at ~3 TB/s
+    // (178 us at 64 rows against 207 for the warpgroup GEMM; bench/RESULTS.md
+    // item 98), with the argmax in its epilogue as below.
+    RETURN_IF_ERROR(Norm(meta + ml.logit_rows, final_norm_, s.rows));
+    CUDA_RETURN_IF_ERROR(cuda::LaunchPromptGemmArgmax(
+        h, lm_head_, logits, meta + ml.store_logits, s.rows, c.vocab_size, H, argmax_scratch_.get(),
+        picks, num_sms_, stream_));
+    return Status::Ok();
+  }
   if (UseWgmmaArgmax(s.rows)) {
     // The argmax in the GEMM's epilogue; logits stored only for steps that
     // sample a row.

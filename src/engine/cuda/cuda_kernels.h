@@ -284,6 +284,14 @@ cudaError_t LaunchPromptGemm(const bf16_t* x, const bf16_t* w, bf16_t* y, int m,
 // reduction (one add an element: deterministic) while the kernel goes on.
 cudaError_t LaunchPromptGemmAdd(const bf16_t* x, const bf16_t* w, float* y, int m, int n, int k,
                                 int num_sms, cudaStream_t stream);
+// The LM head's form (as LaunchWgmmaGemmArgmax, any m): y fp32 [m][n]
+// stored unless store_logits points to a device 0, and argmax[r] of each
+// row as LaunchArgmax defines it, through `scratch`
+// (PromptArgmaxScratchBytes) and LaunchArgmaxOfParts.
+size_t PromptArgmaxScratchBytes(int m, int n);
+cudaError_t LaunchPromptGemmArgmax(const bf16_t* x, const bf16_t* w, float* y,
+                                   const int32_t* store_logits, int m, int n, int k, void* scratch,
+                                   int32_t* argmax, int num_sms, cudaStream_t stream);
 
 // The LM head's form: y fp32 [m][n] = x . w^T (beta 0, no split), stored
 // only when store_logits is null or the device int it points to is not 0

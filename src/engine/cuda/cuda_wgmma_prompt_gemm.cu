@@ -25,7 +25,10 @@
 #include <cuda.h>
 #include <cuda_bf16.h>
 
+#include <climits>
+
 #include "engine/cuda/activation.cuh"
+#include "engine/cuda/argmax.cuh"
 #include "engine/cuda/cuda_kernels.h"
 #include "engine/cuda/pdl.cuh"
 
@@ -48,8 +51,9 @@ constexpr int kBarBytes = 2 * kStages * 8;
 constexpr int kSlabBytes = kBM * 128;  // 128-byte rows: 64 bf16 or 32 fp32 columns
 
 // The output forms: bf16; bf16 act(gate) * up (half the columns); fp32
-// added into y by TMA reductions.
-enum class Out { kBf16, kGated, kAddF32 };
+// added into y by TMA reductions; fp32 logits (stored only if asked) and
+// each row's best feature of the tile (the LM head).
+enum class Out { kBf16, kGated, kAddF32, kArgmax };
 // The output tile leaves shared memory in parts of 32 KiB (two slabs):
 // the gated form's whole tile, the bf16 form's in two parts of 128
 // columns, the fp32 form's in four of 64, so that four stages fit beside
@@ -59,13 +63,15 @@ enum class Out { kBf16, kGated, kAddF32 };
 constexpr int kOutBytes = 2 * kSlabBytes;
 template <Out kOut>
 constexpr int PartsOf() {
-  return kOut == Out::kGated ? 1 : kOut == Out::kBf16 ? 2 : 4;
+  return kOut == Out::kGated ? 1 : kOut == Out::kBf16 ? 2 : 4;  // fp32 forms: 4
 }
 constexpr size_t kSmem = 1024 + kStages * kStageBytes + kOutBytes + kBarBytes;
 
 struct PromptArgs {
-  int M, N, K;
-  int act;  // gated: Activate's code
+  int M = 0, N = 0, K = 0;
+  int act = -1;                    // gated: Activate's code
+  float2* best = nullptr;          // kArgmax: [row][feature tile] (value, index bits)
+  const int32_t* store = nullptr;  // kArgmax: logits stored unless *store == 0
 };
 
 __device__ __forceinline__ uint32_t SmemU32(const void* p) {
@@ -234,11 +240,18 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int ct = tid - 128, wg = ct >> 7, warp = (ct >> 5) & 3, lane = tid & 31;
   float acc[128];
   int it = 0;
+  // kArgmax: whether the logits are stored (the flag is read when the kernel
+  // runs, so that one captured graph serves steps with and without rows
+  // that sample).
+  const bool store_logits = kOut != Out::kArgmax || a.store == nullptr || *a.store != 0;
   for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
     int m0, n0;
     TileOf(t, mtiles, ntiles, m0, n0);
 #pragma unroll
     for (int i = 0; i < 128; ++i) acc[i] = 0.f;
+    // A warpgroup whose 64 rows are all past M (decode-sized M) multiplies
+    // nothing: its rows are zeros and are not stored.
+    const bool live = m0 + wg * 64 < a.M;
     int prev = -1;
     for (int kt = 0; kt < nk; ++kt, ++it) {
       const int s = it % S;
@@ -247,7 +260,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       const uint64_t da = Desc(st + wg * 64 * 128), db = Desc(st + kABytes);
       asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
-      for (int kk = 0; kk < kBK / 16; ++kk) Wgmma256(acc, da + 2 * kk, db + 2 * kk);
+      for (int kk = 0; kk < kBK / 16; ++kk)
+        if (live) Wgmma256(acc, da + 2 * kk, db + 2 * kk);
       asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
       // The stage before this one has been read once its group is done.
       asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
@@ -267,6 +281,29 @@ __global__ void __launch_bounds__(kThreads, 1)
     // the consumers start on the next tile. Rows past M are not stored.
     const int r0 = wg * 64 + warp * 16 + (lane >> 2), q = lane & 3;
     constexpr int kParts = PartsOf<kOut>(), kJ = 32 / kParts;  // fragments j a part
+    if constexpr (kOut == Out::kArgmax) {
+      // Each row's best of the tile's 256 features: a thread's 64, then its
+      // row's four lanes by shuffles (Better: the result does not depend on
+      // the order).
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float bv = -INFINITY;
+        int bi = INT_MAX;
+#pragma unroll
+        for (int j = 0; j < 32; ++j)
+#pragma unroll
+          for (int e = 0; e < 2; ++e)
+            Better(bv, bi, acc[4 * j + 2 * h + e], n0 + 8 * j + 2 * q + e);
+#pragma unroll
+        for (int o = 1; o < 4; o <<= 1)
+          Better(bv, bi, __shfl_xor_sync(0xffffffffu, bv, o), __shfl_xor_sync(0xffffffffu, bi, o));
+        const int row = m0 + r0 + 8 * h;
+        if (q == 0 && row < a.M)
+          a.best[static_cast<int64_t>(row) * (a.N / kBN) + n0 / kBN] =
+              make_float2(bv, __int_as_float(bi));
+      }
+      if (!store_logits) continue;
+    }
 #pragma unroll
     for (int part = 0; part < kParts; ++part) {
       if (ct == 0) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
@@ -277,7 +314,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int h = 0; h < 2; ++h) {
           const int r = r0 + 8 * h;
           const float g = acc[4 * j + 2 * h], u = acc[4 * j + 2 * h + 1];
-          if constexpr (kOut == Out::kAddF32) {
+          if constexpr (kOut == Out::kAddF32 || kOut == Out::kArgmax) {
             const int col = 8 * (j - kJ * part) + 2 * q;  // fp32 column of the part
             unsigned char* at = smem + S * kStageBytes + (col >> 5) * kSlabBytes + r * 128 +
                                 ((((col & 31) >> 2) ^ (r & 7)) << 4) + (col & 3) * 4;
@@ -297,7 +334,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       ConsumerSync();
       if (ct == 0) {
         // Two slabs of 128-byte rows: 64 bf16 or 32 fp32 columns each.
-        constexpr int kSlabCols = kOut == Out::kAddF32 ? 32 : 64;
+        constexpr int kSlabCols = kOut == Out::kAddF32 || kOut == Out::kArgmax ? 32 : 64;
         const int col0 = kGated ? n0 / 2 : n0 + part * 2 * kSlabCols;
 #pragma unroll
         for (int sl = 0; sl < 2; ++sl) {
@@ -357,6 +394,15 @@ bool Map2d(const void* p, int rows, int cols, int box_rows, CUtensorMap* map, bo
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+PromptArgs ArgsOf(int m, int n, int k, int act) {
+  PromptArgs a;
+  a.M = m;
+  a.N = n;
+  a.K = k;
+  a.act = act;
+  return a;
+}
+
 template <Out kOut>
 cudaError_t LaunchKernel(const CUtensorMap& xm, const CUtensorMap& wm, const CUtensorMap& ym,
                          const PromptArgs& a, int num_sms, cudaStream_t stream) {
@@ -393,7 +439,7 @@ cudaError_t LaunchPromptGemm(const bf16_t* x, const bf16_t* w, bf16_t* y, int m,
   if (!Map2d(x, m, k, kBM, &xm) || !Map2d(w, n, k, kBN, &wm) ||
       !Map2d(y, m, act >= 0 ? n / 2 : n, kBM, &ym))
     return cudaErrorInvalidValue;
-  const PromptArgs a{m, n, k, act};
+  const PromptArgs a = ArgsOf(m, n, k, act);
   return act >= 0 ? LaunchKernel<Out::kGated>(xm, wm, ym, a, num_sms, stream)
                   : LaunchKernel<Out::kBf16>(xm, wm, ym, a, num_sms, stream);
 }
@@ -404,8 +450,28 @@ cudaError_t LaunchPromptGemmAdd(const bf16_t* x, const bf16_t* w, float* y, int 
   CUtensorMap xm, wm, ym;
   if (!Map2d(x, m, k, kBM, &xm) || !Map2d(w, n, k, kBN, &wm) || !Map2d(y, m, n, kBM, &ym, true))
     return cudaErrorInvalidValue;
-  const PromptArgs a{m, n, k, -1};
+  const PromptArgs a = ArgsOf(m, n, k, -1);
   return LaunchKernel<Out::kAddF32>(xm, wm, ym, a, num_sms, stream);
+}
+
+size_t PromptArgmaxScratchBytes(int m, int n) {
+  return static_cast<size_t>(m) * (n / kBN) * sizeof(float2);
+}
+
+cudaError_t LaunchPromptGemmArgmax(const bf16_t* x, const bf16_t* w, float* y,
+                                   const int32_t* store_logits, int m, int n, int k, void* scratch,
+                                   int32_t* argmax, int num_sms, cudaStream_t stream) {
+  if (!PromptGemmSupported(m, n, k) || num_sms <= 0 || scratch == nullptr || argmax == nullptr)
+    return cudaErrorInvalidValue;
+  CUtensorMap xm, wm, ym;
+  if (!Map2d(x, m, k, kBM, &xm) || !Map2d(w, n, k, kBN, &wm) || !Map2d(y, m, n, kBM, &ym, true))
+    return cudaErrorInvalidValue;
+  PromptArgs a = ArgsOf(m, n, k, -1);
+  a.best = static_cast<float2*>(scratch);
+  a.store = store_logits;
+  const cudaError_t e = LaunchKernel<Out::kArgmax>(xm, wm, ym, a, num_sms, stream);
+  if (e != cudaSuccess) return e;
+  return LaunchArgmaxOfParts(scratch, m, n / kBN, argmax, stream);
 }
 
 }  // namespace agentkv::cuda

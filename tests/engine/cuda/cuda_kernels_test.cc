@@ -554,6 +554,63 @@ TEST(CudaKernels, PromptGemmMatchesLinear) {
             cudaErrorInvalidValue);
 }
 
+// The prompt GEMM's LM head form: its logits against the CPU Linear, its
+// argmax the same index as LaunchArgmax over those logits (exact), with
+// tied features (duplicate weight rows) in one tile and across tiles going
+// to the lower index; with the device flag at 0 no logit is written.
+TEST(CudaKernels, PromptGemmArgmaxMatchesArgmaxOfLogits) {
+  AGENTKV_REQUIRE_GPU();
+  const int sms = Cc90Sms();
+  if (sms == 0) GTEST_SKIP() << "needs compute capability 9.0";
+  std::mt19937 rng(23);
+  for (auto [m, n, k, grid] :
+       {std::array{64, 2560, 256, sms}, std::array{130, 1024, 128, 5}, std::array{3, 512, 64, 2}}) {
+    const std::string what = std::to_string(m) + " " + std::to_string(n) + " " + std::to_string(k);
+    const auto x = Rounded(Random(static_cast<size_t>(m) * k, rng));
+    auto w = Rounded(Random(static_cast<size_t>(n) * k, rng, 0.05f));
+    for (auto [dst, src] : {std::pair{11, 10}, std::pair{n - 1, 3}})  // ties
+      std::copy_n(w.begin() + static_cast<size_t>(src) * k, k,
+                  w.begin() + static_cast<size_t>(dst) * k);
+    std::vector<float> ref(static_cast<size_t>(m) * n);
+    kernels::Linear(x.data(), w.data(), nullptr, ref.data(), m, n, k);
+    auto dx = Upload(Bf16Of(x)), dw = Upload(Bf16Of(w));
+    cuda::DeviceBuffer scratch, scratch2;
+    ASSERT_TRUE(scratch.Allocate(cuda::PromptArgmaxScratchBytes(m, n)).ok());
+    ASSERT_TRUE(scratch2.Allocate(cuda::ArgmaxScratchBytes(m)).ok());
+    auto picks = Poisoned<int32_t>(m), plain = Poisoned<int32_t>(m);
+    auto y = Poisoned<float>(static_cast<size_t>(m) * n);
+    ASSERT_EQ(cuda::LaunchPromptGemmArgmax(dx.get<cuda::bf16_t>(), dw.get<cuda::bf16_t>(),
+                                           y.get<float>(), nullptr, m, n, k, scratch.get(),
+                                           picks.get<int32_t>(), grid, nullptr),
+              cudaSuccess)
+        << what;
+    EXPECT_LT(RelErr(Download<float>(y, ref.size()), ref), 1e-5) << what;
+    ASSERT_EQ(
+        cuda::LaunchArgmax(y.get<float>(), m, n, plain.get<int32_t>(), scratch2.get(), nullptr),
+        cudaSuccess);
+    const auto got = Download<int32_t>(picks, m);
+    EXPECT_EQ(got, Download<int32_t>(plain, m)) << what;
+    // A row whose best is a tied pair picks the lower index.
+    for (int r = 0; r < m; ++r) {
+      EXPECT_NE(got[r], 11) << what;
+      EXPECT_NE(got[r], n - 1) << what;
+    }
+    // Flag 0: the same picks, the logits not touched.
+    auto flag = Upload(std::vector<int32_t>{0});
+    auto y2 = Poisoned<float>(static_cast<size_t>(m) * n);
+    auto picks2 = Poisoned<int32_t>(m);
+    ASSERT_EQ(cuda::LaunchPromptGemmArgmax(dx.get<cuda::bf16_t>(), dw.get<cuda::bf16_t>(),
+                                           y2.get<float>(), flag.get<int32_t>(), m, n, k,
+                                           scratch.get(), picks2.get<int32_t>(), grid, nullptr),
+              cudaSuccess)
+        << what;
+    EXPECT_EQ(Download<int32_t>(picks2, m), got) << what;
+    const auto raw = Download<uint32_t>(y2, static_cast<size_t>(m) * n);
+    EXPECT_EQ(std::count(raw.begin(), raw.end(), 0xffffffffu), static_cast<long>(raw.size()))
+        << what << ": logits written with the flag at 0";
+  }
+}
+
 // The LM head's warpgroup GEMM with the argmax in its epilogue: the same
 // index as LaunchArgmax over the logits (exact), ties across and within
 // tiles going to the lower index, rows past m ignored; the logits stored
