@@ -15,7 +15,7 @@
 // block-table width from the step metadata), with the rotary applied
 // inside the attention kernel;
 // ForwardSampled picks greedy tokens on the GPU so their logits never cross
-// PCIe (on compute capability 9.0, for 3-64 rows, inside the LM head's
+// PCIe (on compute capability 9.0, from 3 rows, inside the LM head's
 // GEMM, which then stores logits only for steps that sample a row). Steps
 // with prompt chunks keep the QKV projection in bf16 (decode steps in fp32,
 // for the attention kernel that applies the rotary). Workspaces are sized at AllocateKv for
@@ -25,7 +25,8 @@
 // separate rotary kernel in decode steps; AGENTKV_CUDA_LM_ARGMAX=0 for the LM head on cuBLAS and a
 // separate argmax; AGENTKV_CUDA_GEMM_TUNE=0 for cuBLAS's default algorithm in the prompt steps'
 // GEMMs (GemmTuner); AGENTKV_CUDA_PROMPT_GEMM=0 for their gate_up on cuBLAS and a separate
-// activation kernel; AGENTKV_CUDA_STEP_LOG=path logs every step (diagnostics). docs/cuda.md lists
+// activation kernel; AGENTKV_CUDA_PROMPT_ARGMAX=0 for the LM head off the prompt GEMM;
+// AGENTKV_CUDA_STEP_LOG=path logs every step (diagnostics). docs/cuda.md lists
 // every switch.
 //
 // Thread-safety: as Backend; one thread at a time. Owns its CUDA stream and
