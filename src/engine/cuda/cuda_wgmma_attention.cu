@@ -26,6 +26,7 @@
 
 #include "engine/cuda/attention_common.cuh"
 #include "engine/cuda/attention_softmax.cuh"
+#include "engine/cuda/hopper.cuh"
 #include "engine/cuda/mma.cuh"
 #include "engine/cuda/pdl.cuh"
 
@@ -115,22 +116,6 @@ __device__ __forceinline__ void WgmmaCommitWait() {
 // waits on the stage's mbarrier. The per-row cp.async form had each thread
 // look up its rows' pages and build their addresses, ~20% of the kernel's
 // instructions (ncu source counters, an 8,192-token prompt step).
-__device__ __forceinline__ void MbarInit(uint32_t bar) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bar));
-}
-__device__ __forceinline__ void MbarExpectTx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n .reg .pred done;\n"
-      "AGENTKV_MBAR_WAIT%=:\n"
-      " mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      " @!done bra AGENTKV_MBAR_WAIT%=;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
 // Box {head_dim, 1, block_size, 1, 1} of the group's 5-d map (see
 // EncodeKvTensorMap) at page `blk`, K/V plane `plane`, head `kvh`.
 __device__ __forceinline__ void TmaPage(uint32_t dst, const void* map, int kvh, int plane, int blk,
@@ -333,19 +318,7 @@ bool EncodeKvTensorMap(const bf16_t* base, int64_t blocks, int64_t block_stride,
   if (!WgmmaAttentionSupported(head_dim) || (block_size != 8 && block_size != 16) || blocks <= 0 ||
       layers <= 0 || base == nullptr)
     return false;
-  using Encode =
-      CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-  static const Encode encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
-                                         &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess)
-      return static_cast<Encode>(nullptr);
-    return reinterpret_cast<Encode>(fn);
-  }();
+  const TensorMapEncoder encode = TensorMapEncode();
   if (encode == nullptr) return false;
   // Innermost first: head_dim elements, the KV head, the row in the block,
   // the layer's K or V plane (2 * layer + 0 / 1: a layer's V follows its K

@@ -34,6 +34,7 @@
 #include "engine/cuda/argmax.cuh"
 #include "engine/cuda/attention_common.cuh"
 #include "engine/cuda/cuda_kernels.h"
+#include "engine/cuda/hopper.cuh"
 #include "engine/cuda/mma.cuh"
 #include "engine/cuda/pdl.cuh"
 
@@ -72,13 +73,6 @@ struct Cfg {
   static constexpr size_t kSmem =
       1024 + (kStages * kStageBytes > kPartFloats * 4 ? kStages * kStageBytes : kPartFloats * 4);
 };
-
-// A K-major operand of 64 rows x 16 k at `saddr` (inside a 1024-byte aligned
-// tile of 128-byte rows, 128-byte swizzle): 8-row groups 1024 bytes apart.
-__device__ __forceinline__ uint64_t Desc(uint32_t saddr) {
-  return static_cast<uint64_t>((saddr >> 4) & 0x3FFF) | (uint64_t{1} << 16) |
-         (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
-}
 
 // `rows` rows of A * 64 k (from column k0 of a row-major [.][ld] bf16
 // matrix) into A swizzled tiles of 64 k at sbase, rows * 128 bytes apart:
@@ -181,8 +175,8 @@ __global__ void __launch_bounds__(kThreads) WgmmaGemmKernel(const WgmmaArgs a) {
       const int at = kk >> 2, k16 = (kk & 3) * 32;
 #pragma unroll
       for (int t = 0; t < NT; ++t)
-        Wgmma(acc[t], Desc(wslot(s) + (at * NT + t) * kSubBytes + k16),
-              Desc(xslot(s) + at * kSubBytes + k16));
+        Wgmma(acc[t], KMajorDesc(wslot(s) + (at * NT + t) * kSubBytes + k16),
+              KMajorDesc(xslot(s) + at * kSubBytes + k16));
     }
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");

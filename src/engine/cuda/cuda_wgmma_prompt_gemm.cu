@@ -30,6 +30,7 @@
 #include "engine/cuda/activation.cuh"
 #include "engine/cuda/argmax.cuh"
 #include "engine/cuda/cuda_kernels.h"
+#include "engine/cuda/hopper.cuh"
 #include "engine/cuda/pdl.cuh"
 
 namespace agentkv::cuda {
@@ -76,14 +77,6 @@ struct PromptArgs {
 
 __device__ __forceinline__ uint32_t SmemU32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// A K-major operand of 64 rows x 16 k at `saddr` (inside a 1024-byte aligned
-// tile of 128-byte rows, 128-byte swizzle as TMA writes it): 8-row groups
-// 1024 bytes apart.
-__device__ __forceinline__ uint64_t Desc(uint32_t saddr) {
-  return static_cast<uint64_t>((saddr >> 4) & 0x3FFF) | (uint64_t{1} << 16) |
-         (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
 }
 
 __device__ __forceinline__ void Wgmma256(float (&d)[128], uint64_t a, uint64_t b) {
@@ -143,25 +136,6 @@ __device__ __forceinline__ void FenceAcc(float (&d)[128]) {
   for (int i = 0; i < 128; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-__device__ __forceinline__ void BarInit(uint32_t bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
-}
-__device__ __forceinline__ void BarExpectTx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void BarArrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void BarWait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n .reg .pred done;\n"
-      "AGENTKV_PG_WAIT%=:\n"
-      " mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      " @!done bra AGENTKV_PG_WAIT%=;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
 // Box {64 k, rows} of a 2-d map at (k, row).
 __device__ __forceinline__ void Tma2d(uint32_t dst, const CUtensorMap* map, int k, int row,
                                       uint32_t bar) {
@@ -208,8 +182,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (tid == 0) {
     for (int s = 0; s < S; ++s) {
-      BarInit(full + 8 * s, 1);
-      BarInit(empty + 8 * s, kConsumerThreads / 32);  // one arrival a consumer warp
+      MbarInit(full + 8 * s, 1);
+      MbarInit(empty + 8 * s, kConsumerThreads / 32);  // one arrival a consumer warp
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -226,9 +200,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int kt = 0; kt < nk; ++kt, ++it) {
         const int s = it % S;
         const uint32_t ph = (it / S) & 1;
-        BarWait(empty + 8 * s, ph ^ 1);
+        MbarWait(empty + 8 * s, ph ^ 1);
         const uint32_t st = base + s * kStageBytes;
-        BarExpectTx(full + 8 * s, kStageBytes);
+        MbarExpectTx(full + 8 * s, kStageBytes);
         Tma2d(st, &xmap, kt * kBK, m0, full + 8 * s);
         Tma2d(st + kABytes, &wmap, kt * kBK, n0, full + 8 * s);
       }
@@ -255,9 +229,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     int prev = -1;
     for (int kt = 0; kt < nk; ++kt, ++it) {
       const int s = it % S;
-      BarWait(full + 8 * s, (it / S) & 1);
+      MbarWait(full + 8 * s, (it / S) & 1);
       const uint32_t st = base + s * kStageBytes;
-      const uint64_t da = Desc(st + wg * 64 * 128), db = Desc(st + kABytes);
+      const uint64_t da = KMajorDesc(st + wg * 64 * 128), db = KMajorDesc(st + kABytes);
       asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
       for (int kk = 0; kk < kBK / 16; ++kk)
@@ -266,12 +240,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       // The stage before this one has been read once its group is done.
       asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
       FenceAcc(acc);
-      if (prev >= 0 && lane == 0) BarArrive(empty + 8 * prev);
+      if (prev >= 0 && lane == 0) MbarArrive(empty + 8 * prev);
       prev = s;
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     FenceAcc(acc);
-    if (prev >= 0 && lane == 0) BarArrive(empty + 8 * prev);
+    if (prev >= 0 && lane == 0) MbarArrive(empty + 8 * prev);
 
     // D fragment: rows 16 warp + lane / 4 (+ 8) of the warpgroup's 64,
     // features 8 j + 2 (lane % 4) (+ 1). The output tile goes to shared
@@ -360,28 +334,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                            const cuuint64_t*, const cuuint32_t*, const cuuint32_t*,
-                            CUtensorMapInterleave, CUtensorMapSwizzle, CUtensorMapL2promotion,
-                            CUtensorMapFloatOOBfill);
-
-Encode EncodeFn() {
-  static const Encode encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
-                                         &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess)
-      return static_cast<Encode>(nullptr);
-    return reinterpret_cast<Encode>(fn);
-  }();
-  return encode;
-}
-
 // A row-major [rows][cols] matrix (bf16, or fp32 where f32), boxes of 128
 // bytes of columns x box_rows, 128-byte swizzle.
 bool Map2d(const void* p, int rows, int cols, int box_rows, CUtensorMap* map, bool f32 = false) {
-  const Encode encode = EncodeFn();
+  const TensorMapEncoder encode = TensorMapEncode();
   if (encode == nullptr) return false;
   const cuuint64_t e = f32 ? 4 : 2;
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
@@ -427,7 +383,7 @@ bool PromptGemmSupported(int m, int n, int k) {
     return cudaGetDevice(&dev) == cudaSuccess &&
            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
-           major == 9 && minor == 0 && EncodeFn() != nullptr;
+           major == 9 && minor == 0 && TensorMapEncode() != nullptr;
   }();
   return device && m >= 1 && n >= kBN && n % kBN == 0 && k >= kBK && k % kBK == 0;
 }
