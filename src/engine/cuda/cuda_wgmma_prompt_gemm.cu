@@ -1,10 +1,11 @@
-// Hopper warpgroup GEMM for prompt steps: y = x . w^T with x [m][k] (the
-// step's tokens) and w [n][k] bf16, bf16 out, on the tensor cores at the
-// compute roofline's scale, with the gated MLP's activation in its epilogue
-// where asked (gate and up weight rows interleaved, as LaunchGatedAct reads
-// them): gate_up then writes act(gate) * up, half the bytes, and the
-// separate activation kernel (its read of gate_up and write of the result,
-// ~130 us a layer in an 8,192-token step, bench/RESULTS.md item 93) goes.
+// Hopper warpgroup GEMM for prompt-sized products: y = x . w^T with x
+// [m][k] (the step's tokens) and w [n][k] bf16, near the tensor cores'
+// rate, carrying in its epilogue what cuBLAS cannot: the gated MLP's
+// activation (gate and up weight rows interleaved, as LaunchGatedAct reads
+// them: gate_up writes act(gate) * up, and the activation kernel's ~130 us
+// a layer of an 8,192-token step goes, bench/RESULTS.md item 96) and the LM
+// head's argmax (each row's best feature a tile; item 98). Also plain bf16
+// out, and fp32 added into y.
 //
 // Structure (persistent, warp-specialised): one block an SM takes output
 // tiles of 128 tokens x 256 features in turn. Warpgroup 0's first thread
@@ -15,9 +16,9 @@
 // stage on its "empty" mbarrier once their MMAs have read it. The result
 // goes through a swizzled shared-memory tile and out by TMA stores, which
 // run while the consumers start on the next tile (whose first stages have
-// streamed in during the epilogue). Measured (bench/RESULTS.md item 96):
-// gate_up with its activation 789 us at 8,192 rows against 899 for cuBLAS
-// and the activation kernel.
+// streamed in during the epilogue). Measured: gate_up with its activation
+// 784-804 us at 8,192 rows against 887-913 for cuBLAS and the activation
+// kernel; the LM head at 64 rows 178 us against 207 for the warpgroup GEMM.
 // Tiles go out in bands of 8 feature tiles, the token tiles fastest within
 // a band, so that the blocks running at once share their weights in L2.
 //
