@@ -36,14 +36,14 @@ int64_t Elements(const std::vector<int64_t>& shape) {
 // prompt steps'; decode steps and their graphs keep cuBLAS's default).
 constexpr int kTuneMinRows = 512;
 
-// The row count cuBLAS runs a GEMM of m rows on (CudaBackend::Gemm): a
-// multiple of 8 up to 64 rows, of 16 up to 256 (the decode graph buckets
-// stay as they are), of 64 beyond: at most 63 rows more, under 4% of the
-// work of a full 2,048-token step.
 // Rows from which the LM head runs on the prompt GEMM (measured from 8:
 // 184 against 190 us for the warpgroup GEMM; fewer not measured).
 constexpr int kPromptArgmaxMinRows = 8;
 
+// The row count cuBLAS runs a GEMM of m rows on (CudaBackend::Gemm): a
+// multiple of 8 up to 64 rows, of 16 up to 256 (the decode graph buckets
+// stay as they are), of 64 beyond: at most 63 rows more, under 4% of the
+// work of a full 2,048-token step.
 int GemmRows(int m) {
   const int g = m <= 64 ? 8 : m <= 256 ? 16 : 64;
   return (m + g - 1) / g * g;
@@ -604,6 +604,7 @@ bool CudaBackend::UseWgmmaArgmax(int rows) const {
          !(c.final_logit_softcap > 0.f) &&
          cuda::WgmmaGemmSupported(rows, c.vocab_size, c.hidden_size);
 }
+
 bool CudaBackend::UsePromptGemm(int m, int n, int k) const {
   return prompt_gemm_ && m > cuda::kMaxWgmmaRows && cuda::PromptGemmSupported(m, n, k);
 }
