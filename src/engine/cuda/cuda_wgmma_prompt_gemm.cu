@@ -32,6 +32,7 @@
 #include "engine/cuda/argmax.cuh"
 #include "engine/cuda/cuda_kernels.h"
 #include "engine/cuda/hopper.cuh"
+#include "engine/cuda/mma.cuh"
 #include "engine/cuda/pdl.cuh"
 
 namespace agentkv::cuda {
@@ -75,10 +76,6 @@ struct PromptArgs {
   float2* best = nullptr;          // kArgmax: [row][feature tile] (value, index bits)
   const int32_t* store = nullptr;  // kArgmax: logits stored unless *store == 0
 };
-
-__device__ __forceinline__ uint32_t SmemU32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
 
 __device__ __forceinline__ void Wgmma256(float (&d)[128], uint64_t a, uint64_t b) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -171,7 +168,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr bool kGated = kOut == Out::kGated;
   constexpr int S = kStages;
   extern __shared__ unsigned char smem_raw[];
-  const uint32_t raw = SmemU32(smem_raw);
+  const uint32_t raw = SmemAddr(smem_raw);
   const uint32_t base = (raw + 1023) & ~1023u;  // the swizzle atoms are 1024-byte aligned
   unsigned char* smem = smem_raw + (base - raw);
   const uint32_t out_s = base + S * kStageBytes;
