@@ -69,9 +69,14 @@ cmake --build "$BUILD" -j"$(nproc)"
 #    seeded random weights.
 DEFAULT_MODEL=data/models/default
 # Small enough to decode well over 50 tokens/s on one core (bench/RESULTS.md).
+# A 128k context (Claude Code's first request alone is ~20k tokens and it
+# asks for up to 32k out), and replies that end: --eos-bias 1.5 with
+# --lm-head-std 0.2 makes sampled replies (temperature 1, what clients send
+# by default) average about 120 tokens; greedy replies rarely end
+# (bench/RESULTS.md, "Default model").
 SYNTH_ARGS="--arch qwen3 --tokenizer data/tokenizers/qwen3 --out $DEFAULT_MODEL --layers 4
   --hidden 192 --heads 6 --kv-heads 2 --head-dim 32 --intermediate 512
-  --max-position 40960 --seed 1"
+  --max-position 131072 --eos-bias 1.5 --lm-head-std 0.2 --seed 1"
 if [ "$(cat "$DEFAULT_MODEL/.complete" 2>/dev/null)" != "$(echo $SYNTH_ARGS)" ]; then
   log "synthesizing the default model in $DEFAULT_MODEL"
   rm -rf "$DEFAULT_MODEL"

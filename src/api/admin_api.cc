@@ -1,5 +1,8 @@
 #include "api/admin_api.h"
 
+#include <filesystem>
+#include <iostream>
+
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -44,9 +47,22 @@ Reply AdminApi::Status() const {
                    {"preemptions", s.preemptions},
                    {"prompt_tokens", s.prompt_tokens},
                    {"generated_tokens", s.generated_tokens},
-                   {"resident_agents", s.resident_agents}};
+                   {"resident_agents", s.resident_agents},
+                   {"kv_memory_bytes", m->engine().kv_memory_bytes()},
+                   {"sequence_capacity", m->engine().sequence_capacity()}};
+    // Per cache group, with the pool's block count and the tokens it holds.
+    const ModelCacheSpec& spec = m->engine().cache_spec();
     json pools = json::array();
-    for (const auto& p : s.pools) pools.push_back(PoolJson(p));
+    for (size_t g = 0; g < s.pools.size(); ++g) {
+      json p = PoolJson(s.pools[g]);
+      if (g < spec.groups.size()) {
+        p["attention"] = spec.groups[g].kind == AttentionKind::kFull ? "full" : "sliding";
+        p["layers"] = spec.groups[g].layers.size();
+        p["tokens"] = static_cast<int64_t>(s.pools[g].total) * m->engine().block_size();
+      }
+      pools.push_back(std::move(p));
+    }
+    j["engine"]["groups"] = pools;
     j["pools"] = std::move(pools);
   } else {
     j["model"] = nullptr;
@@ -168,21 +184,33 @@ Reply AdminApi::SwapModel(const HttpRequest& req) const {
       body["model"].get<std::string>().empty()) {
     return OpenAiApi::Error(400, "'model' (a checkpoint directory) is required", "model");
   }
-  const std::string dir = body["model"].get<std::string>();
+  const std::string asked = body["model"].get<std::string>();
+  Result<std::string> dir = ModelDirUnder(models_dir_, asked);
+  if (!dir.ok()) return OpenAiApi::Error(403, dir.status().message(), "model");
   ModelHost* host = ctx_.host;
   agent::AgentManager* agents = ctx_.agents;
-  auto work = [host, agents, dir](CallbackBody::ReplyFn reply) {
-    // Draining waits for running generations: never on an io thread.
-    std::thread([host, agents, dir, reply] {
-      auto r = host->Swap(dir);
+  auto work = [host, agents, dir = *dir, asked](CallbackBody::ReplyFn reply) {
+    // Draining waits for running generations: on the host's swap worker,
+    // never on an io thread.
+    const bool started = host->StartSwap(dir, [host, agents, asked, reply](auto r) {
       agents->ForgetResident();
       if (auto now = host->Current()) {
         // Content matching follows the model: its tokenizer, its stored chains.
         (void)AgentBinding::RememberStoredAgents(*now, *agents);
       }
       if (!r.ok()) {
-        const int status = r.status().code() == StatusCode::kCancelled ? 503 : 400;
-        return reply(OpenAiApi::Error(status, r.status().message(), "model"));
+        // The loader's message may quote the files it read: it goes to the
+        // log; the client learns only which kind of failure it was.
+        std::cerr << "model swap to " << asked << " failed: " << r.status().ToString() << "\n";
+        if (r.status().code() == StatusCode::kCancelled) {
+          return reply(OpenAiApi::Error(503, "the server is shutting down", "model"));
+        }
+        return reply(OpenAiApi::Error(
+            400,
+            r.status().code() == StatusCode::kNotFound
+                ? "cannot load " + asked + ": it is not a complete checkpoint directory"
+                : "cannot load " + asked + ": not a checkpoint this server can serve (see its log)",
+            "model"));
       }
       json j = {{"object", "model.swap"},
                 {"old_model", r->old_model},
@@ -196,9 +224,35 @@ Reply AdminApi::SwapModel(const HttpRequest& req) const {
       HttpResponse resp;
       resp.body = Dump(j);
       reply(std::move(resp));
-    }).detach();
+    });
+    if (!started) {
+      reply(OpenAiApi::Error(409, "another model swap is under way; retry when it is done",
+                             "model"));
+    }
   };
   return std::unique_ptr<AsyncBody>(new CallbackBody(work, ctx_.metrics, "/admin/model"));
+}
+
+Result<std::string> AdminApi::ModelDirUnder(const std::string& models_dir,
+                                             const std::string& asked) {
+  namespace fs = std::filesystem;
+  if (models_dir.empty()) return InvalidArgument("model swaps are off: start with --models-dir");
+  std::error_code ec;
+  const fs::path root = fs::canonical(models_dir, ec);
+  if (ec) return InvalidArgument("--models-dir " + models_dir + " does not exist");
+  // Relative names are inside the models directory; absolute ones must be.
+  const fs::path want = fs::path(asked).is_absolute() ? fs::path(asked) : root / asked;
+  const fs::path dir = fs::canonical(want, ec);
+  const std::string refusal = asked + " is not a directory under --models-dir " + models_dir;
+  if (ec || !fs::is_directory(dir, ec)) return InvalidArgument(refusal);
+  // Component-wise: /models-old is not under /models, and symbolic links
+  // were resolved by canonical(), so none leads out.
+  auto r = root.begin(), d = dir.begin();
+  for (; r != root.end(); ++r, ++d) {
+    if (d == dir.end() || *r != *d) return InvalidArgument(refusal);
+  }
+  if (d == dir.end()) return InvalidArgument(refusal);  // the models directory itself
+  return dir.string();
 }
 
 }  // namespace agentkv::api

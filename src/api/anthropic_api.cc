@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api/generation_job.h"
+#include "api/json_fields.h"
 
 namespace agentkv::api {
 namespace {
@@ -35,7 +36,7 @@ std::string TextOf(const json& content) {
   std::string text;
   if (content.is_array()) {
     for (const json& b : content) {
-      if (b.is_object() && b.value("type", "") == "text" && b.contains("text") &&
+      if (b.is_object() && b.contains("type") && b["type"] == "text" && b.contains("text") &&
           b["text"].is_string()) {
         if (!text.empty()) text += "\n";
         text += b["text"].get<std::string>();
@@ -71,7 +72,7 @@ Status Convert(const json& body, Converted* out) {
       return InvalidArgument("messages: each message needs a string 'role'");
     }
     const std::string role = m["role"].get<std::string>();
-    const json content = m.value("content", json(""));
+    const json content = OptionalValue(m, "content", json(""));
     if (!content.is_string() && !content.is_array()) {
       return InvalidArgument("messages: 'content' must be a string or a list of blocks");
     }
@@ -91,20 +92,22 @@ Status Convert(const json& body, Converted* out) {
     ordered_json tool_calls = ordered_json::array();
     for (const json& b : content) {
       if (!b.is_object()) return InvalidArgument("messages: content blocks must be objects");
-      const std::string type = b.value("type", "");
+      ASSIGN_OR_RETURN(const std::string type, OptionalString(b, "type", "messages[].content[]"));
       if (type == "text" && b.contains("text") && b["text"].is_string()) {
         text += b["text"].get<std::string>();
       } else if (type == "tool_use") {
         ordered_json input =
             b.contains("input") ? ordered_json::parse(b["input"].dump()) : ordered_json::object();
-        tool_calls.push_back({{"id", b.value("id", "")},
+        ASSIGN_OR_RETURN(std::string id, OptionalString(b, "id", "tool_use"));
+        ASSIGN_OR_RETURN(std::string name, OptionalString(b, "name", "tool_use"));
+        tool_calls.push_back({{"id", std::move(id)},
                               {"type", "function"},
-                              {"function", {{"name", b.value("name", "")}, {"arguments", input}}}});
+                              {"function", {{"name", std::move(name)}, {"arguments", input}}}});
       } else if (type == "tool_result") {
-        const json rc = b.value("content", json(""));
-        conv.push_back({{"role", "tool"},
-                        {"tool_call_id", b.value("tool_use_id", "")},
-                        {"content", TextOf(rc)}});
+        const json rc = OptionalValue(b, "content", json(""));
+        ASSIGN_OR_RETURN(std::string use_id, OptionalString(b, "tool_use_id", "tool_result"));
+        conv.push_back(
+            {{"role", "tool"}, {"tool_call_id", std::move(use_id)}, {"content", TextOf(rc)}});
       }
       // image, document, thinking and other blocks are ignored.
     }
@@ -118,8 +121,9 @@ Status Convert(const json& body, Converted* out) {
     }
   }
   if (conv.empty()) return InvalidArgument("messages: at least one message is required");
-  const json thinking = body.value("thinking", json(nullptr));
-  out->extra["enable_thinking"] = thinking.is_object() && thinking.value("type", "") == "enabled";
+  const json thinking = OptionalValue(body, "thinking", json(nullptr));
+  ASSIGN_OR_RETURN(const std::string thinking_type, OptionalString(thinking, "type", "thinking"));
+  out->extra["enable_thinking"] = thinking_type == "enabled";
   if (!system.empty()) out->messages.push_back({{"role", "system"}, {"content", system}});
   for (auto& m : conv) out->messages.push_back(std::move(m));
   if (body.contains("tools") && !body["tools"].is_null()) {
@@ -130,10 +134,11 @@ Status Convert(const json& body, Converted* out) {
         return InvalidArgument("tools: each tool needs a string 'name'");
       }
       if (!t.contains("input_schema")) continue;  // server tools
+      ASSIGN_OR_RETURN(std::string description, OptionalString(t, "description", "tools[]"));
       tools.push_back({{"type", "function"},
                        {"function",
                         {{"name", t["name"].get<std::string>()},
-                         {"description", t.value("description", "")},
+                         {"description", std::move(description)},
                          {"parameters", ordered_json::parse(t["input_schema"].dump())}}}});
     }
     if (!tools.empty()) out->tools = std::move(tools);

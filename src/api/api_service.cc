@@ -3,7 +3,11 @@
 #include <cctype>
 #include <ctime>
 #include <exception>
+#include <iostream>
 #include <nlohmann/json.hpp>
+
+#include "api/api_key.h"
+#include "api/json_depth.h"
 
 namespace agentkv::api {
 namespace {
@@ -47,13 +51,27 @@ ApiService::ApiService(ApiContext ctx, ApiServiceOptions options)
       openai_(ctx),
       anthropic_(ctx),
       agents_(ctx),
-      admin_(ctx) {}
+      admin_(ctx, options_.models_dir) {}
+
+int ApiService::AdminRefusal(const HttpRequest& req) const {
+  if (options_.admin_key.empty()) {
+    return options_.guard.loopback && options_.api_key.empty() ? 0 : 403;
+  }
+  const std::string x_api_key = req.Header("x-api-key");
+  const std::string authorization = req.Header("authorization");
+  const bool by_header = KeysEqual(x_api_key, options_.admin_key);
+  const bool by_bearer = KeysEqual(PresentedKey("", authorization), options_.admin_key);
+  return by_header || by_bearer ? 0 : 401;
+}
 
 bool ApiService::Authorized(const HttpRequest& req) const {
   if (options_.api_key.empty()) return true;
-  if (req.Header("x-api-key") == options_.api_key) return true;
-  const std::string auth = req.Header("authorization");
-  return auth == "Bearer " + options_.api_key || auth == "bearer " + options_.api_key;
+  const std::string x_api_key = req.Header("x-api-key");
+  const std::string authorization = req.Header("authorization");
+  // Either header may carry it (some clients send both): both are compared.
+  const bool by_header = KeysEqual(x_api_key, options_.api_key);
+  const bool by_bearer = KeysEqual(PresentedKey("", authorization), options_.api_key);
+  return by_header || by_bearer;
 }
 
 std::string ApiService::RouteLabel(const std::string& path) {
@@ -108,9 +126,12 @@ Reply ApiService::Handle(const HttpRequest& req) const {
   try {
     reply = Route(req);
   } catch (const std::exception& e) {
-    const std::string msg = std::string("internal error: ") + e.what();
-    reply = IsAnthropic(req.path) ? AnthropicApi::Error(500, msg, "api_error")
-                                  : OpenAiApi::Error(500, msg);
+    // The exception's text may quote the request or files the server read:
+    // it goes to the log, never to the client.
+    std::cerr << "internal error on " << req.method << " " << RouteLabel(req.path) << ": "
+              << e.what() << "\n";
+    reply = IsAnthropic(req.path) ? AnthropicApi::Error(500, "internal error", "api_error")
+                                  : OpenAiApi::Error(500, "internal error");
   } catch (...) {
     reply = IsAnthropic(req.path) ? AnthropicApi::Error(500, "internal error", "api_error")
                                   : OpenAiApi::Error(500, "internal error");
@@ -124,13 +145,39 @@ Reply ApiService::Handle(const HttpRequest& req) const {
 
 Reply ApiService::Route(const HttpRequest& req) const {
   const bool get = req.method == "GET", post = req.method == "POST";
+  if (GuardVerdict v = CheckRequest(req, options_.guard); v.status != 0) {
+    if (IsAnthropic(req.path)) {
+      return AnthropicApi::Error(v.status, v.message,
+                                 v.status == 403 ? "permission_error" : "invalid_request_error");
+    }
+    return OpenAiApi::Error(v.status, v.message);
+  }
   if (req.path == "/health" && get) return Json(200, {{"status", "ok"}});
   if (req.path == "/" && (req.method == "HEAD" || get)) return Json(200, {{"status", "ok"}});
+  if (req.path.rfind("/admin/", 0) == 0) {
+    if (const int refusal = AdminRefusal(req); refusal != 0) {
+      return OpenAiApi::Error(refusal,
+                              refusal == 401
+                                  ? "admin endpoints need the admin key (--admin-key)"
+                                  : "admin endpoints are off: start the server with --admin-key "
+                                    "(or on loopback without --api-key)",
+                              "", refusal == 401 ? "invalid_api_key" : "");
+    }
+    if (req.path == "/admin/status" && get) return admin_.Status();
+    if (req.path == "/admin/model" && post) return admin_.SwapModel(req);
+    return OpenAiApi::Error(404, "no route " + req.method + " " + req.path, "", "not_found");
+  }
   if (!Authorized(req)) {
     if (IsAnthropic(req.path)) {
       return AnthropicApi::Error(401, "invalid x-api-key", "authentication_error");
     }
     return OpenAiApi::Error(401, "invalid API key", "", "invalid_api_key");
+  }
+  if (post && JsonNestingDepth(req.body, options_.max_json_depth) > options_.max_json_depth) {
+    const std::string msg = "the request body nests arrays and objects deeper than " +
+                            std::to_string(options_.max_json_depth) + " levels";
+    if (IsAnthropic(req.path)) return AnthropicApi::Error(400, msg, "invalid_request_error");
+    return OpenAiApi::Error(400, msg);
   }
   // /v1/batch/X mirrors /v1/X at LOW priority.
   if (req.path.rfind(kBatch, 0) == 0 && post) {
@@ -182,8 +229,6 @@ Reply ApiService::Route(const HttpRequest& req) const {
       }
     }
   }
-  if (p == "/admin/status" && get) return admin_.Status();
-  if (p == "/admin/model" && post) return admin_.SwapModel(req);
   if (p == "/metrics" && get) return admin_.Metrics();
   if (IsAnthropic(p)) {
     return AnthropicApi::Error(404, "no route " + req.method + " " + p, "not_found_error");

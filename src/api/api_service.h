@@ -3,7 +3,9 @@
 // GET /health, HEAD /, GET /v1/models. `/v1/batch/...` mirrors every
 // generation endpoint at LOW priority. Checks the optional API key
 // (Authorization: Bearer or x-api-key; 401 in the protocol's shape) on
-// everything but /health and HEAD /. Counts answered requests in the
+// everything but /health and HEAD /, after the RequestGuard's checks
+// (browsers: 403 / 415). Refuses POST bodies nested deeper
+// than max_json_depth with a 400 in the protocol's shape. Counts answered requests in the
 // metrics by route and status. Never throws: anything that escapes an
 // adapter becomes a 500 in the protocol's shape.
 //
@@ -20,11 +22,23 @@
 #include "api/anthropic_api.h"
 #include "api/http_types.h"
 #include "api/openai_api.h"
+#include "api/request_guard.h"
 
 namespace agentkv::api {
 
 struct ApiServiceOptions {
   std::string api_key;  // empty: no key needed
+  // POST bodies nested deeper than this (arrays and objects) get a 400
+  // before anything parses them (see api/json_depth.h).
+  int max_json_depth = 64;
+  // Origin / Host / Content-Type checks (api/request_guard.h).
+  RequestGuardOptions guard;
+  // /admin/* needs this key (x-api-key or Bearer). Empty: admin endpoints
+  // work only in the single-user local mode (guard.loopback and no
+  // api_key), where whoever can reach the server owns it.
+  std::string admin_key;
+  // POST /admin/model loads only directories under this one (empty: off).
+  std::string models_dir;
 };
 
 class ApiService {
@@ -44,6 +58,8 @@ class ApiService {
  private:
   Reply Route(const HttpRequest& req) const;
   bool Authorized(const HttpRequest& req) const;
+  // 0 when the request may use /admin/*, else the status to refuse it with.
+  int AdminRefusal(const HttpRequest& req) const;
 
   ApiContext ctx_;
   ApiServiceOptions options_;

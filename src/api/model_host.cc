@@ -14,7 +14,31 @@ double Since(std::chrono::steady_clock::time_point t) {
 ModelHost::ModelHost(ServedModelOptions options, std::unique_ptr<ServedModel> model)
     : options_(std::move(options)), current_(std::move(model)) {}
 
-ModelHost::~ModelHost() = default;
+ModelHost::~ModelHost() { JoinWorker(); }
+
+void ModelHost::JoinWorker() {
+  std::thread w;
+  {
+    std::lock_guard<std::mutex> lock(worker_mu_);
+    w = std::move(worker_);
+  }
+  if (w.joinable()) w.join();
+}
+
+bool ModelHost::StartSwap(std::string model_dir, SwapDone done) {
+  std::lock_guard<std::mutex> lock(worker_mu_);
+  if (worker_busy_) return false;
+  // The previous worker has finished (worker_busy_ is false): reap it.
+  if (worker_.joinable()) worker_.join();
+  worker_busy_ = true;
+  worker_ = std::thread([this, dir = std::move(model_dir), done = std::move(done)] {
+    Result<SwapReport> r = Swap(dir);
+    if (done) done(std::move(r));
+    std::lock_guard<std::mutex> lock(worker_mu_);
+    worker_busy_ = false;
+  });
+  return true;
+}
 
 std::shared_ptr<ServedModel> ModelHost::Current() const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -79,6 +103,7 @@ Result<ModelHost::SwapReport> ModelHost::Swap(const std::string& model_dir) {
 }
 
 Status ModelHost::Shutdown() {
+  JoinWorker();  // a swap under way finishes first (its reply included)
   std::lock_guard<std::mutex> swap_lock(swap_mu_);
   std::shared_ptr<ServedModel> old;
   {

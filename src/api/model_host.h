@@ -13,9 +13,11 @@
 // Shutdown are serialized. Owns the ServedModel (shared with requests).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include "api/served_model.h"
 
@@ -38,6 +40,12 @@ class ModelHost {
   // Swaps to the checkpoint in `model_dir`. InvalidArgument / NotFound when
   // it cannot be loaded (the old model is serving again).
   Result<SwapReport> Swap(const std::string& model_dir);
+  // Swap on the host's own worker thread, then `done` there with the
+  // result. false (and `done` never runs) while another swap started this
+  // way is under way. Shutdown and the destructor join the worker, so
+  // nothing a swap uses is destroyed under it.
+  using SwapDone = std::function<void(Result<SwapReport>)>;
+  bool StartSwap(std::string model_dir, SwapDone done);
   // Completed swaps.
   int64_t swaps() const;
 
@@ -49,7 +57,13 @@ class ModelHost {
   // Drains, flushes and stops `m`'s engine; the flush's status.
   static Status Retire(ServedModel& m, double* drain_s, double* flush_s);
 
+  // Joins a finished or running StartSwap worker.
+  void JoinWorker();
+
   ServedModelOptions options_;
+  std::mutex worker_mu_;  // guards worker_ and worker_busy_
+  std::thread worker_;
+  bool worker_busy_ = false;
   std::mutex swap_mu_;  // one Swap / Shutdown at a time
   mutable std::mutex mu_;
   std::shared_ptr<ServedModel> current_;

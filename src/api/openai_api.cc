@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api/generation_job.h"
+#include "api/json_fields.h"
 
 namespace agentkv::api {
 namespace {
@@ -244,8 +245,8 @@ Status ParseCommon(const HttpRequest& req, const json& body, Common* c) {
     c->stream = body["stream"].get<bool>();
   }
   if (body.contains("stream_options") && body["stream_options"].is_object()) {
-    const json& so = body["stream_options"];
-    c->include_usage = so.value("include_usage", false);
+    ASSIGN_OR_RETURN(c->include_usage,
+                     OptionalBool(body["stream_options"], "include_usage", "stream_options"));
   }
   if (body.contains("n") && !body["n"].is_null() && body["n"] != 1) {
     return InvalidArgument("'n' must be 1: one choice per request is supported");

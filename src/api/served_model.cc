@@ -1,6 +1,9 @@
 #include "api/served_model.h"
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
+#include <limits>
 
 #include "engine/model_files.h"
 #include "store/store_kv_tier.h"
@@ -24,7 +27,8 @@ Result<std::unique_ptr<ServedModel>> ServedModel::Load(const ServedModelOptions&
   EngineOptions eo;
   eo.scheduler.max_batch = options.max_batch;
   eo.scheduler.max_step_tokens = options.max_step_tokens;
-  if (options.kv_memory_bytes > 0) eo.kv_memory_bytes = options.kv_memory_bytes;
+  eo.kv_memory_bytes = options.kv_memory_bytes;
+  eo.kv_memory_fraction = options.kv_memory_fraction;
   ASSIGN_OR_RETURN(ModelFiles files, ModelFiles::Locate(dir));
   ASSIGN_OR_RETURN(m->fingerprint_, files.Fingerprint());
   if (options.store != nullptr && options.persist_kv) {
@@ -71,7 +75,13 @@ Result<EngineRequest> ServedModel::MakeRequest(std::vector<int32_t> prompt, Samp
     return InvalidArgument("the prompt is " + std::to_string(n) +
                            " tokens; the model's context is " + std::to_string(max_context()));
   }
-  const int32_t left = static_cast<int32_t>(max_context() - n);
+  const int64_t capacity = engine_->sequence_capacity();
+  if (n >= capacity) {
+    return InvalidArgument("the prompt is " + std::to_string(n) +
+                           " tokens; the KV pool holds at most " + std::to_string(capacity) +
+                           " tokens for one request (raise --kv-memory)");
+  }
+  const auto left = static_cast<int32_t>(capacity - n);
   if (!params.max_tokens || *params.max_tokens > left) params.max_tokens = left;
   RETURN_IF_ERROR(params.Validate());
   if (max_waiting_ > 0 && engine_->Stats().waiting >= max_waiting_) {
@@ -110,7 +120,13 @@ namespace {
 Status GetFloat(const json& body, const char* key, float* out) {
   if (!body.contains(key) || body[key].is_null()) return Status::Ok();
   if (!body[key].is_number()) return InvalidArgument(std::string("'") + key + "' must be a number");
-  *out = body[key].get<float>();
+  // Converted through double: a value past float's range is out of every
+  // field's range, and converting it to float directly is undefined.
+  const double v = body[key].get<double>();
+  if (!(std::fabs(v) <= static_cast<double>(std::numeric_limits<float>::max()))) {
+    return InvalidArgument(std::string("'") + key + "' is out of range");
+  }
+  *out = static_cast<float>(v);
   return Status::Ok();
 }
 
@@ -123,7 +139,20 @@ Status GetOptionalInt(const json& body, const char* key, std::optional<int64_t>*
       !(v.is_number_float() && v.get<double>() == std::floor(v.get<double>()))) {
     return InvalidArgument(std::string("'") + key + "' must be an integer");
   }
-  const int64_t x = v.get<int64_t>();
+  // Read in the type it was parsed as: converting 1e300 or 2^64 - 1 to
+  // int64 is undefined. Values past int64 saturate (callers clamp them).
+  int64_t x = 0;
+  if (v.is_number_unsigned()) {
+    x = static_cast<int64_t>(
+        std::min<uint64_t>(v.get<uint64_t>(), std::numeric_limits<int64_t>::max()));
+  } else if (v.is_number_integer()) {
+    x = v.get<int64_t>();
+  } else {
+    const double d = v.get<double>();
+    x = d >= 9.2e18    ? std::numeric_limits<int64_t>::max()
+        : d <= -9.2e18 ? -1
+                       : static_cast<int64_t>(d);
+  }
   if (x < 0) return InvalidArgument(std::string("'") + key + "' must not be negative");
   *out = x;
   return Status::Ok();
@@ -153,12 +182,21 @@ Status ParseSampling(const json& body, const char* stop_key, SamplingParams* p) 
     if (s.is_string()) {
       if (!s.get<std::string>().empty()) p->stop.push_back(s.get<std::string>());
     } else if (s.is_array()) {
+      // Bounded before anything is copied; duplicates count once.
+      if (s.size() > kMaxStopStrings) {
+        return InvalidArgument(std::string("'") + stop_key + "' has " + std::to_string(s.size()) +
+                               " entries; at most " + std::to_string(kMaxStopStrings) +
+                               " are allowed");
+      }
       for (const json& e : s) {
         if (!e.is_string()) {
           return InvalidArgument(std::string("'") + stop_key +
                                  "' must be a string or a list of strings");
         }
-        if (!e.get<std::string>().empty()) p->stop.push_back(e.get<std::string>());
+        const std::string& v = e.get_ref<const std::string&>();
+        if (!v.empty() && std::find(p->stop.begin(), p->stop.end(), v) == p->stop.end()) {
+          p->stop.push_back(v);
+        }
       }
     } else {
       return InvalidArgument(std::string("'") + stop_key +

@@ -27,8 +27,11 @@ struct ServedModelOptions {
   std::string model_dir;
   BackendOptions backend;
   int max_batch = 64;
-  int max_step_tokens = 0;       // tokens of one engine step; 0: the backend's default
-  uint64_t kv_memory_bytes = 0;  // 0: the engine's default
+  int max_step_tokens = 0;  // tokens of one engine step; 0: the backend's default
+  // KV pool: this many bytes if > 0, else this share of the memory free
+  // after loading (0: the backend's default; see engine/kv_pool_sizing.h).
+  uint64_t kv_memory_bytes = 0;
+  double kv_memory_fraction = 0;
   // Requests waiting in the engine past which new ones are refused
   // (ResourceExhausted: 429 / 529). 0: no limit.
   int max_waiting = 512;

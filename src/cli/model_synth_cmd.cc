@@ -77,6 +77,14 @@ Registrar reg(
       app.add_option("--hidden", o.hidden, "Hidden size")->capture_default_str();
       app.add_option("--heads", o.heads, "Attention heads")->capture_default_str();
       app.add_option("--kv-heads", o.kv_heads, "Key/value heads (GQA)")->capture_default_str();
+      app.add_option("--lm-head-std", o.lm_head_std,
+                     "Standard deviation of the LM head's weights (0 = 0.02; peaked "
+                     "distributions; needs an untied LM head)")
+          ->capture_default_str();
+      app.add_option("--eos-bias", o.eos_bias,
+                     "Make replies end: the LM head's weight on a constant feature for the "
+                     "eos token (0 = off; needs an untied LM head)")
+          ->capture_default_str();
       app.add_option("--head-dim", o.head_dim, "Head dimension (0: hidden / heads)")
           ->capture_default_str();
       app.add_option("--intermediate", o.intermediate, "MLP intermediate size (0: 3 * hidden)")

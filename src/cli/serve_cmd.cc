@@ -19,10 +19,12 @@
 #include "api/http_server.h"
 #include "api/metrics.h"
 #include "api/model_host.h"
+#include "api/request_guard.h"
 #include "api/served_model.h"
 #include "cli/command.h"
 #include "cli/model_options.h"
 #include "store/agent_store.h"
+#include "util/memory_size.h"
 
 namespace agentkv::cli {
 namespace {
@@ -35,6 +37,10 @@ struct ServeArgs {
   int max_step_tokens = 0;
   std::string kv_memory;
   std::string api_key;
+  int max_json_depth = 64;
+  std::vector<std::string> allow_origin, allow_host;
+  std::string admin_key, models_dir;
+  bool insecure_no_key = false;
   int http_threads = 2;
   int max_queue = 512;
   std::string store_dir = "data/store";
@@ -46,32 +52,29 @@ struct ServeArgs {
   std::string tls_cert, tls_key;
 };
 
-// "268435456", "256M", "1G", "512K" -> bytes; 0 on bad input.
+// "268435456", "256M", "1G", "512K" -> bytes; 0 on bad input (shares such
+// as "0.5" included: these flags take byte counts only).
 uint64_t ParseBytes(const std::string& s) {
-  if (s.empty()) return 0;
-  char* end = nullptr;
-  const double v = std::strtod(s.c_str(), &end);
-  if (end == s.c_str() || v <= 0) return 0;
-  double mult = 1;
-  switch (*end) {
-    case 'k':
-    case 'K':
-      mult = 1024.0;
-      break;
-    case 'm':
-    case 'M':
-      mult = 1024.0 * 1024;
-      break;
-    case 'g':
-    case 'G':
-      mult = 1024.0 * 1024 * 1024;
-      break;
-    case '\0':
-      break;
-    default:
-      return 0;
+  Result<MemorySize> r = ParseMemorySize(s, "");
+  return r.ok() ? r->bytes : 0;
+}
+
+// One line per cache group: what the pool holds, so that a user sees at
+// start-up how much context fits without reading the docs.
+void PrintKvPool(const api::ServedModel& m) {
+  const Engine& e = m.engine();
+  const ModelCacheSpec& spec = e.cache_spec();
+  std::cout << "KV pool: " << FormatBytes(e.kv_memory_bytes()) << ", " << e.sequence_capacity()
+            << " tokens at most for one request\n";
+  for (size_t g = 0; g < spec.groups.size() && g < e.kv_blocks().size(); ++g) {
+    const CacheGroupSpec& group = spec.groups[g];
+    const int64_t blocks = e.kv_blocks()[g];
+    std::cout << "  group " << g << " (" << group.layers.size() << " layers, "
+              << (group.kind == AttentionKind::kFull
+                      ? std::string("full attention")
+                      : "sliding window " + std::to_string(group.window))
+              << "): " << blocks << " blocks = " << blocks * e.block_size() << " tokens\n";
   }
-  return static_cast<uint64_t>(v * mult);
 }
 
 int RunServe(const ServeArgs& a) {
@@ -82,6 +85,14 @@ int RunServe(const ServeArgs& a) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  // Anyone who can reach a non-loopback address could use (and read) every
+  // agent: that takes a key, or saying so.
+  if (!api::IsLoopbackName(a.host) && a.api_key.empty() && !a.insecure_no_key) {
+    std::cerr << "error: --host " << a.host
+              << " is reachable from other machines: set --api-key (or --insecure-no-key to "
+                 "serve without one)\n";
+    return 2;
+  }
   api::ServedModelOptions mo;
   mo.model_dir = a.model.model_dir.empty() ? DefaultModelDir() : a.model.model_dir;
   mo.backend = a.model.backend;
@@ -89,11 +100,14 @@ int RunServe(const ServeArgs& a) {
   mo.max_step_tokens = a.max_step_tokens;
   mo.max_waiting = a.max_queue;
   if (!a.kv_memory.empty()) {
-    mo.kv_memory_bytes = ParseBytes(a.kv_memory);
-    if (mo.kv_memory_bytes == 0) {
-      std::cerr << "error: bad --kv-memory '" << a.kv_memory << "'\n";
+    Result<MemorySize> kv = ParseMemorySize(a.kv_memory, "--kv-memory");
+    if (!kv.ok() || kv->is_zero) {
+      std::cerr << "error: "
+                << (kv.ok() ? "--kv-memory must be more than 0" : kv.status().message()) << "\n";
       return 2;
     }
+    mo.kv_memory_bytes = kv->bytes;
+    mo.kv_memory_fraction = kv->fraction;
   }
   std::unique_ptr<store::AgentStore> agent_store;
   if (!a.store_dir.empty() && a.store_dir != "none") {
@@ -123,13 +137,28 @@ int RunServe(const ServeArgs& a) {
     std::cerr << "error: " << model.status().ToString() << "\n";
     return 1;
   }
+  PrintKvPool(**model);
   api::ModelHost host(mo, std::move(model).value());
   agent::AgentManager agents(agent_store.get());
   api::Metrics metrics;
   if (auto known = api::AgentBinding::RememberStoredAgents(*host.Current(), agents); !known.ok()) {
     std::cerr << "store: " << known.status().ToString() << "\n";
   }
-  api::ApiService service({&host, &agents, &metrics}, {a.api_key});
+  api::ApiServiceOptions service_options;
+  service_options.api_key = a.api_key;
+  service_options.max_json_depth = a.max_json_depth;
+  service_options.guard.loopback = api::IsLoopbackName(a.host);
+  service_options.guard.allowed_origins = a.allow_origin;
+  service_options.guard.allowed_hosts = a.allow_host;
+  service_options.admin_key = a.admin_key;
+  // Swaps load from --models-dir; by default the folder the served model is
+  // in (its siblings).
+  service_options.models_dir =
+      !a.models_dir.empty()
+          ? a.models_dir
+          : std::filesystem::weakly_canonical(mo.model_dir).parent_path().string();
+  if (service_options.models_dir.empty()) service_options.models_dir = ".";
+  api::ApiService service({&host, &agents, &metrics}, service_options);
   api::HttpServerOptions so;
   so.host = a.host;
   so.port = static_cast<uint16_t>(a.port);
@@ -199,12 +228,40 @@ Registrar reg("serve", "Serve the HTTP API (OpenAI and Anthropic protocols)",
                     ->capture_default_str()
                     ->check(CLI::NonNegativeNumber)
                     ->envname("AGENTKV_MAX_STEP_TOKENS");
-                app.add_option("--kv-memory", a->kv_memory,
-                               "KV cache memory in bytes (K/M/G suffixes; default 256M)")
+                app.add_option(
+                       "--kv-memory", a->kv_memory,
+                       "KV pool: bytes (K/M/G suffixes) or a share of the memory free after "
+                       "loading, e.g. 0.8 (default: 0.9 of free GPU memory; 0.25 of "
+                       "available RAM on the CPU)")
                     ->envname("AGENTKV_KV_MEMORY");
                 app.add_option("--api-key", a->api_key,
                                "Require this key (Authorization: Bearer or x-api-key)")
                     ->envname("AGENTKV_API_KEY");
+                app.add_option("--max-json-depth", a->max_json_depth,
+                               "Deepest nesting of arrays and objects a request body may have "
+                               "(deeper: 400)")
+                    ->capture_default_str()
+                    ->check(CLI::Range(1, 1024))
+                    ->envname("AGENTKV_MAX_JSON_DEPTH");
+                app.add_option("--admin-key", a->admin_key,
+                               "Key for /admin/* (x-api-key or Bearer); without it admin "
+                               "endpoints work only on loopback without --api-key")
+                    ->envname("AGENTKV_ADMIN_KEY");
+                app.add_option("--models-dir", a->models_dir,
+                               "POST /admin/model loads only directories under this one "
+                               "(default: the folder holding --model)")
+                    ->envname("AGENTKV_MODELS_DIR");
+                app.add_option("--allow-origin", a->allow_origin,
+                               "Accept requests from web pages of this origin "
+                               "(scheme://host[:port], repeatable; * for any); others get 403")
+                    ->envname("AGENTKV_ALLOW_ORIGIN");
+                app.add_option("--allow-host", a->allow_host,
+                               "Accept this Host name besides the loopback ones when listening "
+                               "on loopback (repeatable)")
+                    ->envname("AGENTKV_ALLOW_HOST");
+                app.add_flag("--insecure-no-key", a->insecure_no_key,
+                             "Listen on a non-loopback address without --api-key")
+                    ->envname("AGENTKV_INSECURE_NO_KEY");
                 app.add_option("--http-threads", a->http_threads, "HTTP I/O threads")
                     ->capture_default_str()
                     ->check(CLI::Range(1, 64))

@@ -28,6 +28,7 @@
 #include "cache/model_cache_spec.h"
 #include "engine/model_config.h"
 #include "util/status.h"
+#include "util/system_memory.h"
 
 namespace agentkv {
 
@@ -87,6 +88,16 @@ class Backend {
   virtual std::string kv_format() const { return "f32"; }
   // Bytes of one KV element (the store's shuffle width).
   virtual uint32_t kv_element_size() const { return 4; }
+
+  // Memory a KV pool of unspecified size is carved from, measured now (call
+  // it once weights and workspaces exist): a GPU's free device memory; the
+  // host's available memory for backends that keep KV in host memory.
+  virtual Result<uint64_t> FreeMemoryBytes() const { return AvailableHostMemoryBytes(); }
+  // The share of FreeMemoryBytes() the KV pool takes by default. Host
+  // memory is shared with everything else on the machine (the host KV tier,
+  // the store's page cache, other programs), so a CPU backend takes a
+  // quarter; a GPU is the server's own.
+  virtual double default_kv_memory_fraction() const { return 0.25; }
 
   // (Re)allocates the KV storage; all previous KV content is lost.
   virtual Status AllocateKv(const KvLayout& layout) = 0;

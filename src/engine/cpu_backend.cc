@@ -122,11 +122,12 @@ Status CpuBackend::LoadWeights(const WeightSource& w) {
 Status CpuBackend::AllocateKv(const KvLayout& layout) {
   if (layout.block_size <= 0) return InvalidArgument("block_size must be positive");
   layout_ = layout;
-  kv_.assign(spec_.groups.size(), {});
+  kv_.clear();
   for (size_t g = 0; g < spec_.groups.size(); ++g) {
-    const size_t floats = spec_.BytesPerBlock(static_cast<int>(g), layout.block_size) / 4 *
-                          static_cast<size_t>(layout.blocks_per_group[g]);
-    kv_[g].assign(floats, 0.0f);
+    const size_t bytes = spec_.BytesPerBlock(static_cast<int>(g), layout.block_size) *
+                         static_cast<size_t>(layout.blocks_per_group[g]);
+    ASSIGN_OR_RETURN(ZeroedBuffer b, ZeroedBuffer::Allocate(bytes));
+    kv_.push_back(std::move(b));
   }
   return Status::Ok();
 }
@@ -139,7 +140,7 @@ float* CpuBackend::KvPtr(int group, int32_t block, int layer_in_group, int which
       (((static_cast<int64_t>(block) * L + layer_in_group) * 2 + which) * layout_.block_size +
        offset) *
       row;
-  return const_cast<float*>(kv_[group].data()) + idx;
+  return kv_[group].as<float>() + idx;
 }
 
 Status CpuBackend::CopyBlocks(std::span<const KvBlockCopy> copies) {

@@ -14,6 +14,7 @@
 #include "engine/cpu_attention.h"
 #include "engine/weight_source.h"
 #include "util/thread_pool.h"
+#include "util/zeroed_buffer.h"
 
 namespace agentkv {
 
@@ -53,7 +54,9 @@ class CpuBackend final : public Backend {
   ModelCacheSpec spec_;
   CpuBackendOptions options_;
   KvLayout layout_;
-  std::vector<std::vector<float>> kv_;  // per group
+  // Per group; mapped zero pages, so a pool sized from a share of the
+  // machine's memory takes memory only as sequences fill it.
+  std::vector<ZeroedBuffer> kv_;
 
   // Embedding and LM head stay in bf16 when the checkpoint stores them so
   // (exact, half the bytes of the largest matrices); else fp32.

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
-#include "cache/kv_memory_budget.h"
+#include "engine/kv_pool_sizing.h"
 #include "engine/stream_detokenizer.h"
 #include "engine/tokenizer.h"
 
@@ -19,20 +19,26 @@ Result<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Backend> backend,
   const ModelCacheSpec& spec = e->backend_->cache_spec();
   e->max_context_ = e->options_.max_context > 0 ? e->options_.max_context
                                                 : std::max(cfg.max_position_embeddings, 1);
-  std::vector<int32_t> blocks = e->options_.blocks_per_group;
-  if (blocks.empty()) {
-    ASSIGN_OR_RETURN(blocks,
-                     BlocksForBudget(spec, e->options_.block_size, e->options_.kv_memory_bytes,
-                                     e->options_.scheduler.max_batch));
-  }
+  if (e->options_.scheduler.max_step_tokens <= 0)
+    e->options_.scheduler.max_step_tokens = e->backend_->default_step_tokens();
+  KvPoolSize pool_size;
+  pool_size.blocks_per_group = e->options_.blocks_per_group;
+  pool_size.bytes = e->options_.kv_memory_bytes;
+  pool_size.fraction = e->options_.kv_memory_fraction;
+  ASSIGN_OR_RETURN(
+      std::vector<int32_t> blocks,
+      SizeKvPool(*e->backend_, e->options_.block_size, pool_size,
+                 e->options_.scheduler.max_step_tokens, e->options_.scheduler.max_batch));
   if (blocks.size() != spec.groups.size())
     return InvalidArgument("engine: blocks_per_group must have one entry per cache group");
   KvLayout layout;
   layout.block_size = e->options_.block_size;
   for (size_t g = 0; g < blocks.size(); ++g) layout.blocks_per_group[g] = blocks[g];
-  if (e->options_.scheduler.max_step_tokens <= 0)
-    e->options_.scheduler.max_step_tokens = e->backend_->default_step_tokens();
   RETURN_IF_ERROR(e->backend_->AllocateKv(layout));
+  e->kv_blocks_ = blocks;
+  e->kv_memory_bytes_ = PoolBytes(spec, e->options_.block_size, blocks);
+  e->sequence_capacity_ = std::min<int64_t>(
+      e->max_context_, SequenceCapacity(spec, e->options_.block_size, blocks, e->max_context_));
   RETURN_IF_ERROR(
       e->backend_->Reserve(e->options_.scheduler.max_step_tokens, e->options_.scheduler.max_batch));
   KvCacheConfig kc;
@@ -69,11 +75,17 @@ Result<RequestHandle> Engine::Submit(EngineRequest request) {
   if (static_cast<int64_t>(request.prompt.size()) >= max_context_)
     return InvalidArgument("the prompt has " + std::to_string(request.prompt.size()) +
                            " tokens; the context holds " + std::to_string(max_context_));
+  if (static_cast<int64_t>(request.prompt.size()) >= sequence_capacity_)
+    return InvalidArgument("the prompt has " + std::to_string(request.prompt.size()) +
+                           " tokens; the KV pool holds at most " +
+                           std::to_string(sequence_capacity_) + " tokens for one request");
   auto s = std::make_unique<Sequence>();
   s->request = std::move(request);
   s->tokens = s->request.prompt;
   s->prompt_len = s->tokens.size();
-  const int32_t room = max_context_ - static_cast<int32_t>(s->prompt_len);
+  // Output is bounded by the pool too: a sequence that outgrew it alone
+  // could only fail mid-stream.
+  const auto room = static_cast<int32_t>(sequence_capacity_ - static_cast<int64_t>(s->prompt_len));
   s->max_new_tokens = std::min(room, s->request.params.max_tokens.value_or(room));
   s->sampler = std::make_unique<Sampler>(s->request.params, cfg.vocab_size);
   s->sampler->AddPrompt(s->tokens);

@@ -50,10 +50,13 @@ struct EngineOptions {
   // scheduler.max_step_tokens <= 0: the backend's default_step_tokens().
   SchedulerOptions scheduler;
   int block_size = 16;
-  // KV memory: blocks per group given directly, else sized from
-  // kv_memory_bytes.
+  // KV memory: blocks per group given directly, else kv_memory_bytes if
+  // > 0, else kv_memory_fraction (0: the backend's default share) of the
+  // memory free once the model and the step workspaces are in place (see
+  // engine/kv_pool_sizing.h).
   std::vector<int32_t> blocks_per_group;
-  uint64_t kv_memory_bytes = 256ull << 20;
+  uint64_t kv_memory_bytes = 0;
+  double kv_memory_fraction = 0;
   bool prefix_caching = true;
   int32_t max_context = 0;  // 0: the model's max_position_embeddings
   // Where KV blocks go after a turn and come back from before a prefill
@@ -144,7 +147,15 @@ class Engine {
   // 0 for an unknown agent.
   int64_t AgentResidentTokens(const std::string& agent_key) const;
   const ModelConfig& config() const { return backend_->config(); }
+  const ModelCacheSpec& cache_spec() const { return backend_->cache_spec(); }
   int32_t max_context() const { return max_context_; }
+  // The KV pool: blocks per cache group (as ModelCacheSpec::groups) and
+  // their bytes.
+  const std::vector<int32_t>& kv_blocks() const { return kv_blocks_; }
+  uint64_t kv_memory_bytes() const { return kv_memory_bytes_; }
+  // The most tokens (prompt and output) one request can hold: the context,
+  // or less when the pool cannot hold that much for one sequence.
+  int64_t sequence_capacity() const { return sequence_capacity_; }
   int block_size() const { return options_.block_size; }
   int max_step_tokens() const { return options_.scheduler.max_step_tokens; }
 
@@ -219,6 +230,9 @@ class Engine {
   const Tokenizer* tokenizer_;
   EngineOptions options_;
   int32_t max_context_ = 0;
+  std::vector<int32_t> kv_blocks_;
+  uint64_t kv_memory_bytes_ = 0;
+  int64_t sequence_capacity_ = 0;
   std::unique_ptr<KvCacheManager> kv_;
   std::unique_ptr<Scheduler> scheduler_;
   std::chrono::steady_clock::time_point start_;

@@ -245,6 +245,31 @@ Status CheckSizes(const SynthOptions& o) {
   return Status::Ok();
 }
 
+// The constant feature of SynthOptions::eos_bias, on the elements
+// [first, first + count) of weight `w` held in `out`.
+void ApplyEosBias(const WeightSpec& w, const ModelConfig& mc, int eos, double bias,
+                  TensorDtype dtype, uint64_t first, uint64_t count, void* out) {
+  const auto ends_with = [&](std::string_view suffix) {
+    return w.name.size() >= suffix.size() &&
+           w.name.compare(w.name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  if (w.shape.size() != 2) return;
+  const auto cols = static_cast<uint64_t>(w.shape[1]);
+  const uint64_t feature = static_cast<uint64_t>(mc.hidden_size) - 1;
+  auto* bytes = static_cast<uint8_t*>(out);
+  for (uint64_t e = first; e < first + count; ++e) {
+    const uint64_t row = e / cols, col = e % cols;
+    if (w.name == "model.embed_tokens.weight") {
+      if (col == feature) Store(dtype, 1.0, bytes, e - first);
+    } else if (w.name == "lm_head.weight") {
+      if (col == feature)
+        Store(dtype, row == static_cast<uint64_t>(eos) ? bias : 0.0, bytes, e - first);
+    } else if (ends_with("o_proj.weight") || ends_with("down_proj.weight")) {
+      if (row == feature) Store(dtype, 0.0, bytes, e - first);
+    }
+  }
+}
+
 }  // namespace
 
 void SynthFill(uint64_t seed, const std::string& name, TensorDtype dtype, double mean,
@@ -306,7 +331,14 @@ Status SynthesizeModel(const SynthOptions& o, const SynthProgress& progress) {
   if (eos.empty())
     return InvalidArgument(tok_cfg.string() + ": no eos_token found in the tokenizer");
 
-  ASSIGN_OR_RETURN(ojson cfg, BuildConfig(o, info, vocab, bos, eos));
+  if (o.eos_bias < 0) return InvalidArgument("--eos-bias must be >= 0");
+  if (o.lm_head_std < 0) return InvalidArgument("--lm-head-std must be >= 0");
+  const bool own_head = o.eos_bias > 0 || o.lm_head_std > 0;
+  if (own_head && o.tie.value_or(false))
+    return InvalidArgument("--eos-bias and --lm-head-std need an untied LM head (drop --tie)");
+  SynthOptions eff = o;
+  if (own_head) eff.tie = false;
+  ASSIGN_OR_RETURN(ojson cfg, BuildConfig(eff, info, vocab, bos, eos));
   // Round-trip through our own loader so a synthesized model always loads.
   ASSIGN_OR_RETURN(ModelConfig mc, ModelConfig::FromJsonText(cfg.dump(), "synthesized config"));
 
@@ -325,6 +357,7 @@ Status SynthesizeModel(const SynthOptions& o, const SynthProgress& progress) {
   uint64_t done = 0;
   for (const auto& w : specs) {
     double mean = 0, stddev = 0.02;
+    if (w.name == "lm_head.weight" && o.lm_head_std > 0) stddev = o.lm_head_std;
     if (w.role == WeightRole::kNorm) {
       mean = mc.gemma_norm ? 0.0 : 1.0;
       stddev = 0.1;
@@ -334,6 +367,8 @@ Status SynthesizeModel(const SynthOptions& o, const SynthProgress& progress) {
       uint64_t count = std::min(kChunk, n - first);
       if (buf.size() < count * esize) buf.resize(count * esize);
       SynthFill(o.seed, w.name, o.dtype, mean, stddev, first, count, buf.data());
+      if (o.eos_bias > 0)
+        ApplyEosBias(w, mc, eos[0], o.eos_bias, o.dtype, first, count, buf.data());
       RETURN_IF_ERROR(writer.Append(buf.data(), count * esize));
       done += count * esize;
       if (progress) progress(done, total);

@@ -40,6 +40,22 @@ struct SynthOptions {
   TensorDtype dtype = TensorDtype::kBF16;
   std::optional<bool> tie;  // default: untied for mistral, tied otherwise
   double rope_theta = 0;    // 0: architecture default
+  // > 0: replies end. Random weights almost never pick the end-of-turn token
+  // (1 in the vocabulary's size), so a random default model would run every
+  // reply to max_tokens. With a bias, the last hidden dimension of every
+  // embedding is 1.0 and every layer's output projections (o_proj,
+  // down_proj) leave that dimension alone, so it reaches the final norm as
+  // a constant feature; the LM head reads it with this weight for the
+  // tokenizer's eos_token and 0 for every other token, which raises that
+  // token's logit by about the same amount at every position. Needs an
+  // untied LM head (the default when set).
+  double eos_bias = 0;
+  // > 0: the standard deviation of an untied LM head's weights instead of
+  // 0.02. Random weights make nearly flat next-token distributions (logits
+  // of about 0.3 standard deviation over a 150k vocabulary); a larger LM
+  // head makes them peaked like a trained model's, so that a biased eos
+  // token can be likely when sampling without being every greedy pick.
+  double lm_head_std = 0;
 };
 
 // Called now and then while weights are written: bytes written, total bytes.

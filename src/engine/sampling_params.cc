@@ -45,8 +45,20 @@ Status SamplingParams::Validate() const {
   if (max_tokens && *max_tokens < 1) {
     return InvalidArgument("max_tokens must be at least 1, got " + std::to_string(*max_tokens));
   }
+  if (stop.size() > kMaxStopStrings) {
+    return InvalidArgument("at most " + std::to_string(kMaxStopStrings) + " stop strings, got " +
+                           std::to_string(stop.size()));
+  }
   for (const std::string& s : stop) {
     if (s.empty()) return InvalidArgument("stop strings must not be empty");
+    if (s.size() > kMaxStopStringBytes) {
+      return InvalidArgument("stop strings must be at most " + std::to_string(kMaxStopStringBytes) +
+                             " bytes, got one of " + std::to_string(s.size()));
+    }
+  }
+  if (stop_token_ids.size() > kMaxStopTokenIds) {
+    return InvalidArgument("at most " + std::to_string(kMaxStopTokenIds) + " stop_token_ids, got " +
+                           std::to_string(stop_token_ids.size()));
   }
   for (int32_t id : stop_token_ids) {
     if (id < 0) return InvalidArgument("stop_token_ids must be >= 0, got " + std::to_string(id));

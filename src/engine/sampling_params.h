@@ -12,6 +12,13 @@
 
 namespace agentkv {
 
+// Stop strings are matched against every generated piece of every sequence
+// on the engine thread, so a request's stop list is bounded: at most this
+// many, each at most this many bytes.
+inline constexpr size_t kMaxStopStrings = 64;
+inline constexpr size_t kMaxStopStringBytes = 512;
+inline constexpr size_t kMaxStopTokenIds = 64;
+
 struct SamplingParams {
   // Most top logprobs a request may ask for (OpenAI's top_logprobs limit).
   static constexpr int kMaxLogprobs = 20;

@@ -3,6 +3,10 @@
 // swap itself: model_host_test and the e2e test).
 #include "api/admin_api.h"
 
+#include <unistd.h>
+
+#include <fstream>
+
 #include <chrono>
 #include <filesystem>
 #include <thread>
@@ -34,6 +38,7 @@ HttpRequest Req(const std::string& method, const std::string& path, const std::s
   r.method = method;
   r.path = path;
   r.body = body;
+  if (method == "POST") r.headers["content-type"] = "application/json";
   return r;
 }
 
@@ -86,11 +91,96 @@ TEST(AdminApiTest, StatusMetricsAndSwapInput) {
     EXPECT_EQ(st, 400) << bad;
     EXPECT_EQ(json::parse(body)["error"]["type"], "invalid_request_error");
   }
+  // Swaps are off without a models directory.
   std::tie(st, body) =
       Drive(svc.Handle(Req("POST", "/admin/model", R"({"model":"/no/such/model"})")));
+  EXPECT_EQ(st, 403) << body;
+
+  // With one: only what is under it loads; a broken checkpoint there is a
+  // 400 that does not quote its files, and the old model serves again.
+  const fs::path models = fs::temp_directory_path() / ("agentkv-admin-" + std::to_string(getpid()));
+  fs::create_directories(models / "broken");
+  {
+    std::ofstream(models / "broken" / "config.json") << "{\"secret\": \"hunter2\"";
+  }
+  ApiServiceOptions so;
+  so.models_dir = models.string();
+  ApiService swapper({&host, &agents, &metrics}, so);
+  std::tie(st, body) =
+      Drive(swapper.Handle(Req("POST", "/admin/model", R"({"model":"/no/such/model"})")));
+  EXPECT_EQ(st, 403) << body;
+  std::tie(st, body) = Drive(swapper.Handle(
+      Req("POST", "/admin/model", json{{"model", dir.string()}}.dump())));  // outside
+  EXPECT_EQ(st, 403) << body;
+  std::tie(st, body) =
+      Drive(swapper.Handle(Req("POST", "/admin/model", R"({"model":"broken"})")));
   EXPECT_EQ(st, 400) << body;
+  EXPECT_EQ(body.find("hunter2"), std::string::npos) << body;
   ASSERT_NE(host.Current(), nullptr);  // the old model serves again
   EXPECT_EQ(host.Current()->name(), "default");
+  fs::remove_all(models);
+  (void)host.Shutdown();
+}
+
+TEST(AdminApiTest, ModelDirsMustLieUnderTheModelsDir) {
+  const fs::path root = fs::temp_directory_path() / ("agentkv-models-" + std::to_string(getpid()));
+  fs::create_directories(root / "m1");
+  fs::create_directories(root.string() + "-old/m2");
+  fs::create_directory_symlink(root.string() + "-old/m2", root / "escape");
+  EXPECT_TRUE(AdminApi::ModelDirUnder(root.string(), "m1").ok());
+  EXPECT_TRUE(AdminApi::ModelDirUnder(root.string(), (root / "m1").string()).ok());
+  EXPECT_TRUE(AdminApi::ModelDirUnder(root.string() + "/", "m1").ok());
+  for (const std::string bad :
+       {std::string("../") + root.filename().string() + "-old/m2", root.string() + "-old/m2",
+        std::string("escape"), std::string("."), std::string("m1/../.."), std::string("missing"),
+        std::string("/")}) {
+    EXPECT_FALSE(AdminApi::ModelDirUnder(root.string(), bad).ok()) << bad;
+  }
+  EXPECT_FALSE(AdminApi::ModelDirUnder("", "m1").ok());
+  fs::remove_all(root);
+  fs::remove_all(root.string() + "-old");
+}
+
+TEST(AdminApiTest, AdminEndpointsNeedTheAdminKeyOrTheLocalMode) {
+  const fs::path dir = fs::path(AGENTKV_DATA_DIR) / "models/default";
+  if (!fs::exists(dir / "config.json")) GTEST_SKIP() << "default model missing";
+  ServedModelOptions o;
+  o.model_dir = dir.string();
+  o.backend.threads = 1;
+  auto m = ServedModel::Load(o);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ModelHost host(o, std::move(m).value());
+  agent::AgentManager agents(nullptr);
+  Metrics metrics;
+  // Local mode: loopback, no key.
+  ApiService local({&host, &agents, &metrics}, {});
+  EXPECT_EQ(Drive(local.Handle(Req("GET", "/admin/status"))).first, 200);
+  // An API key users share does not open admin endpoints.
+  ApiServiceOptions keyed;
+  keyed.api_key = "user-key";
+  ApiService shared({&host, &agents, &metrics}, keyed);
+  HttpRequest r = Req("GET", "/admin/status");
+  r.headers["authorization"] = "Bearer user-key";
+  EXPECT_EQ(Drive(shared.Handle(r)).first, 403);
+  // Nor does a non-loopback listener without a key.
+  ApiServiceOptions open;
+  open.guard.loopback = false;
+  EXPECT_EQ(Drive(ApiService({&host, &agents, &metrics}, open).Handle(Req("GET", "/admin/status")))
+                .first,
+            403);
+  // The admin key does; a wrong one is a 401.
+  keyed.admin_key = "admin-key";
+  ApiService admin({&host, &agents, &metrics}, keyed);
+  EXPECT_EQ(Drive(admin.Handle(r)).first, 401);
+  r.headers["authorization"] = "Bearer admin-key";
+  EXPECT_EQ(Drive(admin.Handle(r)).first, 200);
+  HttpRequest x = Req("GET", "/admin/status");
+  x.headers["x-api-key"] = "admin-key";
+  EXPECT_EQ(Drive(admin.Handle(x)).first, 200);
+  // The admin key is not a user key.
+  HttpRequest gen = Req("GET", "/v1/agents");
+  gen.headers["x-api-key"] = "admin-key";
+  EXPECT_EQ(Drive(admin.Handle(gen)).first, 401);
   (void)host.Shutdown();
 }
 

@@ -93,7 +93,8 @@ const scenarios = {
 
     await step('streamed generate: text events then the reply', async () => {
       const r = await fetch(`${base}/v1/agents/order-1/generate`, {
-        method: 'POST', body: JSON.stringify({ message: 'Third?', max_tokens: 5, stream: true }),
+        method: 'POST', headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ message: 'Third?', max_tokens: 5, stream: true }),
       });
       assert.equal(r.status, 200);
       assert.match(r.headers.get('content-type'), /text\/event-stream/);
@@ -256,7 +257,7 @@ const scenarios = {
     await step('disconnect releases blocks within 200 ms', async () => {
       const ac = new AbortController();
       const r = await fetch(`${base}/v1/agents/dc-1/generate`, {
-        method: 'POST', signal: ac.signal,
+        method: 'POST', signal: ac.signal, headers: { 'content-type': 'application/json' },
         body: JSON.stringify({ message: 'Talk for a long time.', max_tokens: 20000,
                                ignore_eos: true, stream: true }),
       });
@@ -309,8 +310,11 @@ const scenarios = {
       const g = await json('GET', '/v1/agents/swap-1');
       assert.equal(g.body.history.length, 3);
       assert.ok(g.body.cache.stored.length >= 2);  // KV under both fingerprints
+      // Only directories under --models-dir load.
       const bad = await json('POST', '/admin/model', { model: '/nonexistent/model' });
-      assert.equal(bad.status, 400);
+      assert.equal(bad.status, 403);
+      const outside = await json('POST', '/admin/model', { model: '../../' });
+      assert.equal(outside.status, 403);
       const still = await generate('swap-1', 'Still serving?');
       assert.equal(still.turn, 4);
     });

@@ -58,6 +58,7 @@ class AgentsApiTest : public ::testing::Test {
     r.method = method;
     r.path = path;
     r.body = body;
+    if (method == "POST") r.headers["content-type"] = "application/json";
     Reply reply = service_->Handle(r);
     if (auto* resp = std::get_if<HttpResponse>(&reply)) return {resp->status, resp->body};
     auto& b = std::get<std::unique_ptr<AsyncBody>>(reply);

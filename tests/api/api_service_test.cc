@@ -46,6 +46,7 @@ class ApiServiceTest : public ::testing::Test {
     r.method = "POST";
     r.path = path;
     r.body = body;
+    r.headers["content-type"] = "application/json";
     return r;
   }
 
@@ -127,12 +128,101 @@ TEST_F(ApiServiceTest, BadInputIs400) {
             400);
   // A prompt longer than the context.
   std::string huge;
-  for (int i = 0; i < 45000; ++i) huge += "word ";
+  for (int i = 0; i < 140000; ++i) huge += "word ";
   json too_long = {{"messages", {{{"role", "user"}, {"content", huge}}}}, {"max_tokens", 1}};
   auto [st, body] = Drive(svc.Handle(Post("/v1/chat/completions", too_long.dump())));
   EXPECT_EQ(st, 400) << body;
   EXPECT_NE(json::parse(body)["error"]["message"].get<std::string>().find("context"),
             std::string::npos);
+}
+
+TEST_F(ApiServiceTest, DeeplyNestedBodiesAre400BeforeAnyParse) {
+  // 100,000 levels in a field of every POST route: printed or copied
+  // recursively, this overflowed an io thread's stack and killed the process.
+  const std::string deep = std::string(100000, '[') + "1" + std::string(100000, ']');
+  const std::string chat = R"({"messages":[{"role":"user","content":"hi"}],"x":)" + deep + "}";
+  const std::string agent = R"({"message":"hi","metadata":)" + deep + "}";
+  ApiService svc(ctx_, {});
+  for (const char* path :
+       {"/v1/chat/completions", "/v1/completions", "/v1/batch/chat/completions", "/admin/model"}) {
+    auto [st, body] = Drive(svc.Handle(Post(path, chat)));
+    EXPECT_EQ(st, 400) << path;
+    EXPECT_EQ(json::parse(body)["error"]["type"], "invalid_request_error") << path;
+  }
+  for (const char* path : {"/v1/messages", "/v1/messages/count_tokens", "/v1/batch/messages"}) {
+    auto [st, body] = Drive(svc.Handle(Post(path, chat)));
+    EXPECT_EQ(st, 400) << path;
+    EXPECT_EQ(json::parse(body)["type"], "error") << path;
+    EXPECT_EQ(json::parse(body)["error"]["type"], "invalid_request_error") << path;
+  }
+  auto [st, body] = Drive(svc.Handle(Post("/v1/agents/a1/generate", agent)));
+  EXPECT_EQ(st, 400) << body;
+
+  // The limit is configurable; nesting up to it is accepted (the field is
+  // unknown and ignored), one level more is not.
+  ApiServiceOptions o;
+  o.max_json_depth = 8;
+  ApiService narrow(ctx_, o);
+  auto nested = [](int depth) {
+    return R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":1,"x":)" +
+           std::string(static_cast<size_t>(depth - 1), '[') +
+           std::string(static_cast<size_t>(depth - 1), ']') + "}";
+  };
+  EXPECT_EQ(Drive(narrow.Handle(Post("/v1/chat/completions", nested(8)))).first, 200);
+  EXPECT_EQ(Drive(narrow.Handle(Post("/v1/chat/completions", nested(9)))).first, 400);
+}
+
+TEST_F(ApiServiceTest, BrowserRequestsAreRefusedInEachProtocolsShape) {
+  ApiService svc(ctx_, {});
+  HttpRequest plain = Post("/v1/messages", R"({"max_tokens":1,"messages":[]})");
+  plain.headers["content-type"] = "text/plain";
+  auto [st, body] = Drive(svc.Handle(plain));
+  EXPECT_EQ(st, 415) << body;
+  EXPECT_EQ(json::parse(body)["type"], "error");
+  plain.path = "/v1/chat/completions";
+  std::tie(st, body) = Drive(svc.Handle(plain));
+  EXPECT_EQ(st, 415) << body;
+  EXPECT_TRUE(json::parse(body)["error"].is_object());
+
+  HttpRequest page = Post("/v1/messages", R"({"max_tokens":1,"messages":[]})");
+  page.headers["origin"] = "https://evil.example";
+  std::tie(st, body) = Drive(svc.Handle(page));
+  EXPECT_EQ(st, 403) << body;
+  EXPECT_EQ(json::parse(body)["error"]["type"], "permission_error");
+  HttpRequest rebound;
+  rebound.method = "GET";
+  rebound.path = "/v1/agents";
+  rebound.headers["host"] = "rebind.evil.example:8080";
+  EXPECT_EQ(Drive(svc.Handle(rebound)).first, 403);
+  rebound.headers["host"] = "127.0.0.1:8080";
+  EXPECT_EQ(Drive(svc.Handle(rebound)).first, 200);
+}
+
+TEST_F(ApiServiceTest, StopListsAreBounded) {
+  ApiService svc(ctx_, {});
+  auto with_stops = [](const json& stops, const char* key) {
+    return json{
+        {"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", 2}, {key, stops}}
+        .dump();
+  };
+  // A million stop strings cost 16 ms a token for the whole batch: refused.
+  json million = json::array();
+  for (int i = 0; i < 1000000; ++i) million.push_back(std::to_string(i));
+  auto [st, body] = Drive(svc.Handle(Post("/v1/chat/completions", with_stops(million, "stop"))));
+  EXPECT_EQ(st, 400) << body;
+  EXPECT_NE(body.find("at most 64"), std::string::npos) << body;
+  std::tie(st, body) =
+      Drive(svc.Handle(Post("/v1/messages", with_stops(million, "stop_sequences"))));
+  EXPECT_EQ(st, 400) << body;
+  EXPECT_EQ(json::parse(body)["error"]["type"], "invalid_request_error");
+  // One over-long string.
+  std::tie(st, body) = Drive(svc.Handle(
+      Post("/v1/chat/completions", with_stops(json::array({std::string(513, 'z')}), "stop"))));
+  EXPECT_EQ(st, 400) << body;
+  // 64 strings, duplicates among them, are fine.
+  json dup = json::array();
+  for (int i = 0; i < 64; ++i) dup.push_back(i % 2 ? "alpha" : "beta");
+  EXPECT_EQ(Drive(svc.Handle(Post("/v1/chat/completions", with_stops(dup, "stop")))).first, 200);
 }
 
 TEST_F(ApiServiceTest, AnthropicConversionCountsTokens) {

@@ -164,18 +164,33 @@ async function main() {
       (e) => e.status === 400 && e.error && e.error.type === 'error' &&
              e.error.error.type === 'invalid_request_error');
 
+    // A body a browser could send cross-origin without a preflight.
     r = await fetch(`${base}/v1/messages?beta=true`, { method: 'POST', body: 'not json' });
+    assert.equal(r.status, 415);
+    j = await r.json();
+    assert.equal(j.type, 'error');
+    r = await fetch(`${base}/v1/messages?beta=true`, {
+      method: 'POST', headers: { 'content-type': 'application/json' }, body: 'not json',
+    });
     assert.equal(r.status, 400);
     j = await r.json();
     assert.equal(j.type, 'error');
     assert.equal(j.error.type, 'invalid_request_error');
+    // A web page's request (it carries an Origin) and a rebinding page's
+    // (a foreign Host) are refused.
+    r = await fetch(`${base}/v1/chat/completions`, {
+      method: 'POST', body: '{}',
+      headers: { 'content-type': 'application/json', origin: 'https://evil.example' },
+    });
+    assert.equal(r.status, 403);
 
     r = await fetch(`${base}/v1/nothing-here`);
     assert.equal(r.status, 404);
 
-    const huge = 'word '.repeat(50000);
+    const huge = 'word '.repeat(140000);
     r = await fetch(`${base}/v1/completions`, {
-      method: 'POST', body: JSON.stringify({ prompt: huge, max_tokens: 1 }),
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ prompt: huge, max_tokens: 1 }),
     });
     assert.equal(r.status, 400);
     assert.equal((await r.json()).error.type, 'invalid_request_error');

@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 
 #include <gtest/gtest.h>
@@ -76,7 +77,18 @@ TEST(ModelHostTest, SwapsAndSwapsBack) {
   EXPECT_EQ(host.Current()->fingerprint(), fp_a);
   EXPECT_EQ(host.swaps(), 2);
 
+  // Swaps on the host's worker: one at a time, and Shutdown joins a swap
+  // under way (nothing it uses is destroyed under it).
+  std::atomic<int> done{0};
+  std::atomic<bool> ok{false};
+  ASSERT_TRUE(host.StartSwap(so.out_dir.string(), [&](Result<ModelHost::SwapReport> rep) {
+    ok = rep.ok();
+    ++done;
+  }));
+  EXPECT_FALSE(host.StartSwap(dir.string(), [&](auto) { ++done; }));  // busy: refused
   EXPECT_TRUE(host.Shutdown().ok());
+  EXPECT_EQ(done.load(), 1);  // the swap finished before Shutdown returned
+  EXPECT_TRUE(ok.load());
   EXPECT_EQ(host.Current(), nullptr);
   EXPECT_EQ(host.Swap(dir.string()).status().code(), StatusCode::kCancelled);
   st->reset();

@@ -233,8 +233,16 @@ TEST_F(AgentsE2eTest, AgentResumesFromDiskAfterRestart) {
 }
 
 TEST_F(AgentsE2eTest, HotSwapAndBack) {
-  // A second, smaller model with the same tokenizer.
-  const std::string other = store_ + "/model-b";
+  // Swaps load only from --models-dir: a copy of the default model (same
+  // fingerprint) and a second, smaller model with the same tokenizer.
+  const std::string models = store_ + "/models";
+  const std::string model_a = models + "/a";
+  const std::string other = models + "/b";
+  fs::create_directories(model_a);
+  std::error_code ec;
+  fs::copy(fs::path(AGENTKV_DATA_DIR) / "models/default", model_a,
+           fs::copy_options::recursive | fs::copy_options::create_hard_links, ec);
+  if (ec) fs::copy(fs::path(AGENTKV_DATA_DIR) / "models/default", model_a, fs::copy_options::recursive);
   int st = 0;
   const std::string synth =
       RunShell(std::string(AGENTKV_BINARY) + " model synth --arch qwen3 --tokenizer '" +
@@ -244,10 +252,9 @@ TEST_F(AgentsE2eTest, HotSwapAndBack) {
                &st);
   ASSERT_EQ(st, 0) << synth;
   Child c;
-  const int port = Start(&c);
+  const int port = Start(&c, {"--models-dir", models});
   ASSERT_GT(port, 0);
   bool ok = false;
-  const std::string model_a = std::string(AGENTKV_DATA_DIR) + "/models/default";
   const std::string out = Scenario("swap", port, "'" + model_a + "' '" + other + "'", &ok);
   EXPECT_TRUE(ok) << out;
   EXPECT_TRUE(StopServer(c));

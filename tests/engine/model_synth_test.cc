@@ -174,6 +174,44 @@ TEST_F(ModelSynthTest, WeightDistributions) {
   EXPECT_NE(std::memcmp(a.data, b.data, a.nbytes), 0);
 }
 
+TEST_F(ModelSynthTest, EosBiasIsAConstantFeatureReadOnlyForTheEosToken) {
+  RequireTokenizer("qwen3");
+  SynthOptions o = Tiny("qwen3", "qwen3");
+  o.out_dir = dir_ / "eos";
+  o.eos_bias = 1.5;
+  o.lm_head_std = 0.2;
+  ASSERT_TRUE(SynthesizeModel(o).ok());
+  auto c = ModelConfig::Load(o.out_dir);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_FALSE(c->tie_word_embeddings);  // the LM head is its own
+  auto w = Safetensors::Open(o.out_dir);
+  ASSERT_TRUE(w.ok());
+  EXPECT_TRUE(ValidateWeights(*c, *w, TensorDtype::kBF16).ok());
+  const int H = c->hidden_size, f = H - 1, eos = c->eos_token_ids[0];
+  auto at = [](const TensorView& t, int64_t row, int64_t col) {
+    return Bf16ToF32(static_cast<const uint16_t*>(t.data)[row * t.shape[1] + col]);
+  };
+  const TensorView emb = *w->Get("model.embed_tokens.weight");
+  const TensorView head = *w->Get("lm_head.weight");
+  for (int64_t t = 0; t < c->vocab_size; t += 997) {
+    EXPECT_EQ(at(emb, t, f), 1.0f) << t;
+    if (t != eos) EXPECT_EQ(at(head, t, f), 0.0f) << t;
+  }
+  EXPECT_EQ(at(emb, eos, f), 1.0f);
+  EXPECT_EQ(at(head, eos, f), Bf16ToF32(F32ToBf16(1.5f)));
+  // No layer writes the feature's dimension.
+  for (const char* name :
+       {"model.layers.0.self_attn.o_proj.weight", "model.layers.1.mlp.down_proj.weight"}) {
+    const TensorView t = *w->Get(name);
+    for (int64_t col = 0; col < t.shape[1]; ++col) EXPECT_EQ(at(t, f, col), 0.0f) << name;
+    EXPECT_NE(at(t, f - 1, 0), 0.0f) << name;
+  }
+  EXPECT_NEAR(Bf16Stats(head).stddev, 0.2, 0.01);
+
+  o.tie = true;
+  EXPECT_EQ(SynthesizeModel(o).code(), StatusCode::kInvalidArgument);
+}
+
 TEST_F(ModelSynthTest, DeterministicPerSeed) {
   RequireTokenizer("qwen3");
   SynthOptions o = Tiny("qwen3", "qwen3");
@@ -417,19 +455,20 @@ TEST_F(ModelSynthTest, CliWithTheDefaultModelFlags) {
   fs::path out = dir_ / "default";
   ASSERT_EQ(RunCli("model synth --arch qwen3 --tokenizer " + (kTokenizers / "qwen3").string() +
                    " --out " + out.string() +
-                   " --layers 4 --hidden 256 --heads 8 --kv-heads 2 --head-dim 32"
-                   " --intermediate 768 --max-position 40960 --seed 1"),
+                   " --layers 4 --hidden 192 --heads 6 --kv-heads 2 --head-dim 32"
+                   " --intermediate 512 --max-position 131072 --seed 1 --eos-bias 1.5"
+                   " --lm-head-std 0.2"),
             0);
   auto c = ModelConfig::Load(out);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->num_layers, 4);
-  EXPECT_EQ(c->hidden_size, 256);
-  EXPECT_EQ(c->num_heads, 8);
+  EXPECT_EQ(c->hidden_size, 192);
+  EXPECT_EQ(c->num_heads, 6);
   EXPECT_EQ(c->num_kv_heads, 2);
   EXPECT_EQ(c->head_dim, 32);
-  EXPECT_EQ(c->intermediate_size, 768);
-  EXPECT_EQ(c->max_position_embeddings, 40960);
-  EXPECT_GE(c->max_position_embeddings, 32768);  // SPEC: default context >= 32k
+  EXPECT_EQ(c->intermediate_size, 512);
+  EXPECT_GE(c->max_position_embeddings, 131072);  // SPEC: default context >= 128k
+  EXPECT_FALSE(c->tie_word_embeddings);
   auto w = Safetensors::Open(out);
   ASSERT_TRUE(w.ok());
   EXPECT_TRUE(ValidateWeights(*c, *w, TensorDtype::kBF16).ok());

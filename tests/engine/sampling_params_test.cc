@@ -65,6 +65,14 @@ TEST(SamplingParamsTest, RejectsOutOfRange) {
   ExpectInvalid([](SamplingParams& p) { p.stop_token_ids = {5, -1}; }, "stop_token_ids");
   ExpectInvalid([](SamplingParams& p) { p.logprobs = 21; }, "logprobs");
   ExpectInvalid([](SamplingParams& p) { p.logprobs = -1; }, "logprobs");
+  // Stop lists are bounded: 64 strings of 512 bytes, 64 token ids.
+  ExpectInvalid([](SamplingParams& p) { p.stop.assign(65, "x"); }, "at most 64 stop strings");
+  ExpectInvalid([](SamplingParams& p) { p.stop = {std::string(513, 'a')}; }, "512 bytes");
+  ExpectInvalid([](SamplingParams& p) { p.stop_token_ids.assign(65, 3); }, "stop_token_ids");
+  SamplingParams edge;
+  edge.stop.assign(64, std::string(512, 'b'));
+  edge.stop_token_ids.assign(64, 1);
+  EXPECT_TRUE(edge.Validate().ok());
 }
 
 }  // namespace

@@ -274,6 +274,13 @@ Status CudaBackend::UploadF32(const WeightSource& w, const std::vector<std::stri
   return Status::Ok();
 }
 
+Result<uint64_t> CudaBackend::FreeMemoryBytes() const {
+  size_t free = 0, total = 0;
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+  CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free, &total));
+  return static_cast<uint64_t>(free);
+}
+
 Status CudaBackend::AllocateKv(const KvLayout& layout) {
   if (layout.block_size <= 0) return InvalidArgument("block_size must be positive");
   ClearGraphs();

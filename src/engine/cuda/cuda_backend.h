@@ -68,6 +68,12 @@ class CudaBackend final : public Backend {
   std::string kv_format() const override { return "bf16"; }
   uint32_t kv_element_size() const override { return 2; }
 
+  // cudaMemGetInfo's free bytes of this backend's device.
+  Result<uint64_t> FreeMemoryBytes() const override;
+  // 90% of what is free once weights, workspaces and graphs exist: the rest
+  // is the margin for block tables that grow with the longest context,
+  // cuBLAS's workspaces and other processes' contexts.
+  double default_kv_memory_fraction() const override { return 0.90; }
   Status AllocateKv(const KvLayout& layout) override;
   // 8,192: prompt chunks of 2,048 ran below the rate of larger ones; c64
   // 21.1k -> 21.5k tok/s, c128 26.0k -> 27.3k, at ~7 ms more time to first
