@@ -4,9 +4,10 @@
 // frequencies in fp32; the MLP's gate and up rows interleaved, so that a
 // GEMV block holds both halves of its outputs); GEMMs are cuBLAS bf16 x bf16
 // with fp32 accumulation, or a weight-streaming GEMV for one or two rows;
-// the residual stream is fp32, GEMM inputs bf16. The KV cache is bf16, paged,
-// one allocation per cache group in exactly the ReadBlock/WriteBlock layout
-// of backend.h, so those are plain copies. Attention is one flash-style
+// the residual stream is fp32, GEMM inputs bf16. The KV cache is bf16 (or
+// e4m3 with per-row scales, CudaBackendOptions::kv_dtype, docs/kv-fp8.md),
+// paged, one allocation per cache group in exactly the ReadBlock/WriteBlock
+// layout of backend.h, so those are plain copies. Attention is one flash-style
 // kernel over paged KV for prefill chunks and decode tokens alike (see
 // cuda_kernels.h), sliding-window groups as rings like the CPU backend.
 //
