@@ -625,6 +625,31 @@ TEST(CudaBackend, Fp8RestoredBlocksContinueTheSame) {
   EXPECT_EQ(x, y);
 }
 
+// fp8 decode graphs (tables widening mid-run, as GraphsMatchDirectLaunches)
+// against direct launches, and pipelined steps against step by step: the
+// same kernels on the same inputs, so the same picks and (within bf16
+// reduction noise) logits.
+TEST(CudaBackend, Fp8GraphsAndPipelinedStepsMatch) {
+  AGENTKV_REQUIRE_GPU();
+  ModelConfig c = SmallConfig(Architecture::kQwen3);
+  const MapWeights w = Bf16Weights(c, 12);
+  auto a = MakeCuda(c, w, 4, true, KvDtype::kFP8E4M3);
+  auto b = MakeCuda(c, w, 4, false, KvDtype::kFP8E4M3);
+  ASSERT_TRUE(a && b);
+  const auto ga = Drive(*a, 64, 24, 8);
+  const auto gb = Drive(*b, 64, 24, 8);
+  EXPECT_GT(a->graph_steps(), 0);
+  ASSERT_EQ(ga.size(), gb.size());
+  for (size_t i = 0; i < ga.size(); ++i) EXPECT_LT(RelErr(ga[i], gb[i]), 1e-2) << "row " << i;
+  for (bool graphs : {true, false}) {
+    auto x = MakeCuda(c, w, 4, graphs, KvDtype::kFP8E4M3);
+    auto y = MakeCuda(c, w, 4, graphs, KvDtype::kFP8E4M3);
+    ASSERT_TRUE(x && y);
+    const std::vector<int32_t> want = GreedyPicks(*x, 24, /*pipelined=*/false, 8);
+    EXPECT_EQ(GreedyPicks(*y, 24, /*pipelined=*/true, 8), want) << "graphs " << graphs;
+  }
+}
+
 TEST(CudaBackend, Fp8RefusesMisalignedBlocks) {
   AGENTKV_REQUIRE_GPU();
   ModelConfig c = SmallConfig(Architecture::kLlama);  // 2 KV heads
