@@ -13,8 +13,24 @@ size_t KvDtypeBytes(KvDtype d) {
       return 2;
     case KvDtype::kF16:
       return 2;
+    case KvDtype::kFP8E4M3:
+      return 1;
   }
   return 4;
+}
+
+const char* KvDtypeName(KvDtype d) {
+  switch (d) {
+    case KvDtype::kF32:
+      return "f32";
+    case KvDtype::kBF16:
+      return "bf16";
+    case KvDtype::kF16:
+      return "f16";
+    case KvDtype::kFP8E4M3:
+      return "fp8_e4m3";
+  }
+  return "?";
 }
 
 void ModelCacheSpec::BuildGroups() {
@@ -48,7 +64,9 @@ int ModelCacheSpec::IndexInGroup(int layer) const {
 }
 
 size_t ModelCacheSpec::BytesPerTokenPerLayer() const {
-  return 2 * static_cast<size_t>(num_kv_heads) * head_dim * KvDtypeBytes(kv_dtype);
+  // fp8: each (token, KV head) row of K and of V carries an f32 scale.
+  const size_t row_extra = kv_dtype == KvDtype::kFP8E4M3 ? 4 : 0;
+  return 2 * static_cast<size_t>(num_kv_heads) * (head_dim * KvDtypeBytes(kv_dtype) + row_extra);
 }
 
 size_t ModelCacheSpec::BytesPerBlock(int g, int block_size) const {
@@ -71,7 +89,8 @@ int ModelCacheSpec::BlocksFor(int g, int64_t tokens, int block_size) const {
 std::string ModelCacheSpec::ToString() const {
   std::ostringstream os;
   os << "layers=" << num_layers << " kv_heads=" << num_kv_heads << " head_dim=" << head_dim
-     << " bytes/token/layer=" << BytesPerTokenPerLayer() << " groups=[";
+     << " kv=" << KvDtypeName(kv_dtype) << " bytes/token/layer=" << BytesPerTokenPerLayer()
+     << " groups=[";
   for (size_t g = 0; g < groups.size(); ++g) {
     if (g) os << ", ";
     os << (groups[g].kind == AttentionKind::kFull ? "full" : "sliding");

@@ -17,9 +17,14 @@
 namespace agentkv {
 
 enum class AttentionKind { kFull, kSliding };
-enum class KvDtype { kF32, kBF16, kF16 };
+// kFP8E4M3: e4m3 bytes with one f32 scale per (token, KV head) row of K and
+// of V (engine/kv_fp8.h, docs/kv-fp8.md): head_dim + 4 bytes a row.
+enum class KvDtype { kF32, kBF16, kF16, kFP8E4M3 };
 
+// Bytes of one element's value (1 for fp8; its row scales are extra).
 size_t KvDtypeBytes(KvDtype d);
+// "f32", "bf16", "f16", "fp8_e4m3".
+const char* KvDtypeName(KvDtype d);
 
 struct CacheGroupSpec {
   AttentionKind kind = AttentionKind::kFull;
@@ -42,7 +47,7 @@ struct ModelCacheSpec {
   int GroupOf(int layer) const;
   int IndexInGroup(int layer) const;
 
-  // K and V of one token in one layer.
+  // K and V of one token in one layer (for fp8 with the rows' scales).
   size_t BytesPerTokenPerLayer() const;
   // K and V of one block of `block_size` tokens for every layer in group g.
   size_t BytesPerBlock(int g, int block_size) const;

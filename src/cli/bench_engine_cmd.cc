@@ -141,6 +141,9 @@ int RunBench(const BenchArgs& a) {
   nlohmann::json out;
   out["model"] = a.model.model_dir;
   out["device"] = backend->name();
+  out["kv_format"] = backend->kv_format();
+  out["kv_bytes_per_token"] = backend->cache_spec().BytesPerTokenPerLayer() *
+                              static_cast<size_t>(backend->cache_spec().num_layers);
   out["prompt_tokens"] = a.prompt;
   out["output_tokens"] = a.output;
   out["shared_prefix"] = a.shared_prefix;

@@ -13,6 +13,11 @@ void ModelOptions::Add(CLI::App& app, bool model_required) {
       ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--threads", backend.threads, "CPU worker threads (0 = all cores)")
       ->capture_default_str();
+  app.add_option("--kv-dtype", backend.kv_dtype,
+                 "KV cache dtype: bf16 (unquantized: bf16 on cuda, fp32 on the cpu) or fp8 "
+                 "(e4m3, per-row scales; about half the bytes per token)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"bf16", "fp8"}));
 }
 
 void SamplingOptions::Add(CLI::App& app) {

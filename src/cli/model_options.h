@@ -1,5 +1,5 @@
 // Options shared by the commands that load a model: --model, --device,
-// --threads, and sampling flags.
+// --threads, --kv-dtype, and sampling flags.
 #pragma once
 
 #include <CLI/CLI.hpp>

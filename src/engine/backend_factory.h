@@ -12,7 +12,15 @@ namespace agentkv {
 struct BackendOptions {
   std::string device = "cpu";  // "cpu" or "cuda"
   int threads = 0;             // cpu: worker threads, 0 = all cores
+  // "bf16": the backend's unquantized cache (bf16 on cuda; on the cpu, the
+  // reference, fp32 as always); "fp8": e4m3 with per-row scales
+  // (docs/kv-fp8.md). Part of the fingerprint of every persisted KV record.
+  std::string kv_dtype = "bf16";
 };
+
+// The KV dtype `options` asks of its device (see BackendOptions::kv_dtype);
+// InvalidArgument for an unknown name.
+Result<KvDtype> ResolveKvDtype(const BackendOptions& options);
 
 // Loads config.json (+ generation_config.json) and the weights of `model_dir`
 // and builds the backend. KV storage is not allocated yet (AllocateKv).

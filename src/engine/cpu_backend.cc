@@ -9,6 +9,7 @@
 
 #include "engine/cpu_attention.h"
 #include "engine/cpu_kernels.h"
+#include "engine/kv_fp8.h"
 
 namespace agentkv {
 
@@ -51,8 +52,11 @@ Result<std::unique_ptr<CpuBackend>> CpuBackend::Create(const ModelConfig& config
       config.head_dim > 1024) {
     return InvalidArgument("cpu backend: unsupported model shape");
   }
+  if (options.kv_dtype != KvDtype::kF32 && options.kv_dtype != KvDtype::kFP8E4M3)
+    return InvalidArgument(std::string("cpu backend: KV dtype ") + KvDtypeName(options.kv_dtype) +
+                           " is not supported (f32 or fp8_e4m3)");
   std::unique_ptr<CpuBackend> b(new CpuBackend(config, options));
-  b->spec_ = config.CacheSpec(KvDtype::kF32);
+  b->spec_ = config.CacheSpec(options.kv_dtype);
   if (static_cast<int>(b->spec_.groups.size()) > kMaxCacheGroups)
     return InvalidArgument("cpu backend: too many cache groups");
   RETURN_IF_ERROR(b->LoadWeights(weights));
@@ -64,6 +68,9 @@ Result<std::unique_ptr<CpuBackend>> CpuBackend::Create(const ModelConfig& config
   b->options_.threads = threads;
   b->pool_ = std::make_unique<ThreadPool>(threads);
   b->scores_.resize(threads);
+  if (b->fp8())
+    b->deq_.assign(threads,
+                   std::vector<float>(static_cast<size_t>(2) * kDeqRing * config.head_dim));
   return b;
 }
 
@@ -143,13 +150,38 @@ float* CpuBackend::KvPtr(int group, int32_t block, int layer_in_group, int which
   return kv_[group].as<float>() + idx;
 }
 
+std::byte* CpuBackend::BlockBytes(int group, int32_t block) const {
+  return kv_[group].data() +
+         static_cast<size_t>(block) * spec_.BytesPerBlock(group, layout_.block_size);
+}
+
+uint8_t* CpuBackend::Fp8Section(int group, int32_t block, int layer_in_group, int which) const {
+  const int64_t section =
+      kvfp8::SectionBytes(layout_.block_size, spec_.num_kv_heads, spec_.head_dim);
+  return reinterpret_cast<uint8_t*>(BlockBytes(group, block)) +
+         (static_cast<int64_t>(layer_in_group) * 2 + which) * section;
+}
+
+void CpuBackend::QuantizeStepKv(int64_t t) {
+  const int D = config_.head_dim, nh = config_.num_heads, nkv = config_.num_kv_heads;
+  float* k =
+      qkv_.data() + t * static_cast<int64_t>(nh + 2 * nkv) * D + static_cast<int64_t>(nh) * D;
+  for (int r = 0; r < 2 * nkv; ++r) {  // K heads, then V heads, as in qkv_
+    float* row = k + static_cast<int64_t>(r) * D;
+    uint8_t* q = kv8_.data() + (t * 2 * nkv + r) * D;
+    const float scale = kvfp8::QuantizeRow(row, D, q);
+    kv8_scale_[t * 2 * nkv + r] = scale;
+    kvfp8::DequantizeRow(q, scale, D, row);
+  }
+}
+
 Status CpuBackend::CopyBlocks(std::span<const KvBlockCopy> copies) {
   for (const KvBlockCopy& c : copies) {
     if (c.group < 0 || c.group >= static_cast<int>(kv_.size()) || c.src < 0 || c.dst < 0 ||
         c.src >= layout_.blocks_per_group[c.group] || c.dst >= layout_.blocks_per_group[c.group])
       return InvalidArgument("CopyBlocks: block out of range");
-    const size_t n = spec_.BytesPerBlock(c.group, layout_.block_size) / 4;
-    std::memcpy(KvPtr(c.group, c.dst, 0, 0, 0), KvPtr(c.group, c.src, 0, 0, 0), n * 4);
+    const size_t n = spec_.BytesPerBlock(c.group, layout_.block_size);
+    std::memcpy(BlockBytes(c.group, c.dst), BlockBytes(c.group, c.src), n);
   }
   return Status::Ok();
 }
@@ -160,7 +192,7 @@ Status CpuBackend::ReadBlock(int group, int32_t block, std::span<std::byte> out)
     return InvalidArgument("ReadBlock: block out of range");
   const size_t n = spec_.BytesPerBlock(group, layout_.block_size);
   if (out.size() != n) return InvalidArgument("ReadBlock: buffer size mismatch");
-  std::memcpy(out.data(), KvPtr(group, block, 0, 0, 0), n);
+  std::memcpy(out.data(), BlockBytes(group, block), n);
   return Status::Ok();
 }
 
@@ -170,7 +202,7 @@ Status CpuBackend::WriteBlock(int group, int32_t block, std::span<const std::byt
     return InvalidArgument("WriteBlock: block out of range");
   const size_t n = spec_.BytesPerBlock(group, layout_.block_size);
   if (in.size() != n) return InvalidArgument("WriteBlock: buffer size mismatch");
-  std::memcpy(KvPtr(group, block, 0, 0, 0), in.data(), n);
+  std::memcpy(BlockBytes(group, block), in.data(), n);
   return Status::Ok();
 }
 
@@ -194,6 +226,10 @@ void CpuBackend::EnsureScratch(int64_t tokens, int64_t max_keys) {
     last_.resize(T * H);
     tok_seq_.resize(T);
     tok_pos_.resize(T);
+    if (fp8()) {
+      kv8_.resize(T * 2 * c.num_kv_heads * D);
+      kv8_scale_.resize(T * 2 * c.num_kv_heads);
+    }
   }
   if (max_keys > cap_keys_) {
     const int rows = kQueryTile * (c.num_heads / c.num_kv_heads);
@@ -236,7 +272,18 @@ void CpuBackend::Attention(int layer, std::span<const SeqStep> batch) {
       }
       const int32_t lb = p / bs;
       const int32_t blk = table[ring > 0 ? lb % ring : lb];
-      return KvPtr(L.group, blk, L.index_in_group, which, p % bs) + static_cast<int64_t>(kvh) * D;
+      if (!fp8())
+        return KvPtr(L.group, blk, L.index_in_group, which, p % bs) + static_cast<int64_t>(kvh) * D;
+      // Dequantized into this thread's ring: the kernels read a key at
+      // once and hold at most kKeyTile values rows, all of distinct slots.
+      const uint8_t* sec = Fp8Section(L.group, blk, L.index_in_group, which);
+      const int64_t r = static_cast<int64_t>(p % bs) * nkv + kvh;
+      float scale;
+      std::memcpy(&scale, sec + kvfp8::ScalesOffset(bs, nkv, D) + r * 4, 4);
+      float* out =
+          deq_[thread].data() + (static_cast<int64_t>(which) * kDeqRing + p % kDeqRing) * D;
+      kvfp8::DequantizeRow(sec + r * D, scale, D, out);
+      return out;
     };
     if (D % 8 != 0) {  // the reference path, one (token, head) at a time
       for (int64_t t = ch.begin; t < ch.end; ++t) {
@@ -281,6 +328,17 @@ void CpuBackend::WriteKv(int layer, std::span<const SeqStep> batch) {
     const int32_t p = tok_pos_[t];
     const int32_t lb = p / bs;
     const int32_t blk = st.block_tables[L.group][ring > 0 ? lb % ring : lb];
+    if (fp8()) {
+      const int64_t row = static_cast<int64_t>(p % bs) * nkv;
+      for (int which = 0; which < 2; ++which) {
+        uint8_t* sec = Fp8Section(L.group, blk, L.index_in_group, which);
+        std::memcpy(sec + row * D, kv8_.data() + (t * 2 + which) * nkv * D,
+                    static_cast<size_t>(nkv) * D);
+        std::memcpy(sec + kvfp8::ScalesOffset(bs, nkv, D) + row * 4,
+                    kv8_scale_.data() + (t * 2 + which) * nkv, sizeof(float) * nkv);
+      }
+      continue;
+    }
     for (int which = 0; which < 2; ++which) {
       std::memcpy(KvPtr(L.group, blk, L.index_in_group, which, p % bs),
                   qkv_.data() + t * qkv_row + static_cast<int64_t>(nh + which * nkv) * D,
@@ -349,6 +407,7 @@ Status CpuBackend::Forward(std::span<const SeqStep> batch, std::span<float> logi
       }
       kernels::ApplyRope(q, nh, static_cast<int>(D), tok_pos_[i], inv_freq);
       kernels::ApplyRope(k, nkv, static_cast<int>(D), tok_pos_[i], inv_freq);
+      if (fp8()) QuantizeStepKv(i);
     });
     Attention(l, batch);
     WriteKv(l, batch);

@@ -1,7 +1,11 @@
 // CpuBackend: the reference forward pass, fp32 throughout, on the CPU.
 // GEMMs through OpenBLAS; attention, norms and rotary embeddings through
 // engine/cpu_kernels, parallel over (token, head) on a ThreadPool.
-// KV is cached in fp32 in per-group block arrays (see Backend).
+// KV is cached in per-group block arrays (see Backend): fp32 by default, or
+// e4m3 with per-row scales (KvDtype::kFP8E4M3, engine/kv_fp8.h): quantized as
+// it is stored and dequantized as attention reads it. With fp8 the step's
+// own keys are read as the cache will hold them too (quantized once, then
+// dequantized), so a prompt gives the same logits however it is chunked.
 //
 // Thread-safety: as Backend; one engine thread calls it. Internally it uses
 // `threads` worker threads during Forward.
@@ -20,6 +24,8 @@ namespace agentkv {
 
 struct CpuBackendOptions {
   int threads = 0;  // 0: all cores
+  // kF32 (the reference) or kFP8E4M3; anything else is InvalidArgument.
+  KvDtype kv_dtype = KvDtype::kF32;
 };
 
 class CpuBackend final : public Backend {
@@ -32,6 +38,10 @@ class CpuBackend final : public Backend {
   const ModelConfig& config() const override { return config_; }
   const ModelCacheSpec& cache_spec() const override { return spec_; }
   std::string name() const override { return "cpu"; }
+  std::string kv_format() const override { return KvDtypeName(spec_.kv_dtype); }
+  uint32_t kv_element_size() const override {
+    return static_cast<uint32_t>(KvDtypeBytes(spec_.kv_dtype));
+  }
 
   Status AllocateKv(const KvLayout& layout) override;
   const KvLayout& kv_layout() const override { return layout_; }
@@ -46,7 +56,16 @@ class CpuBackend final : public Backend {
   Status LoadWeights(const WeightSource& weights);
   Status CheckBatch(std::span<const SeqStep> batch) const;
   void EnsureScratch(int64_t tokens, int64_t max_keys);
+  // fp32 cache: K (which 0) or V (1) of row `offset` of a block's layer.
   float* KvPtr(int group, int32_t block, int layer_in_group, int which, int offset) const;
+  // A whole block's bytes (either dtype).
+  std::byte* BlockBytes(int group, int32_t block) const;
+  // fp8 cache: the K or V section of a block's layer (engine/kv_fp8.h).
+  uint8_t* Fp8Section(int group, int32_t block, int layer_in_group, int which) const;
+  bool fp8() const { return spec_.kv_dtype == KvDtype::kFP8E4M3; }
+  // fp8: quantizes the step's K and V rows (of qkv_) into kv8_ / kv8_scale_
+  // and replaces them in qkv_ by their dequantized values.
+  void QuantizeStepKv(int64_t t);
   void Attention(int layer, std::span<const SeqStep> batch);
   void WriteKv(int layer, std::span<const SeqStep> batch);
 
@@ -54,7 +73,7 @@ class CpuBackend final : public Backend {
   ModelCacheSpec spec_;
   CpuBackendOptions options_;
   KvLayout layout_;
-  // Per group; mapped zero pages, so a pool sized from a share of the
+  // Per group (for fp8 the block bytes); mapped zero pages, so a pool sized from a share of the
   // machine's memory takes memory only as sequences fill it.
   std::vector<ZeroedBuffer> kv_;
 
@@ -69,6 +88,13 @@ class CpuBackend final : public Backend {
   int64_t cap_tokens_ = 0, cap_keys_ = 0;
   std::vector<float> x_, h_, qkv_, attn_, o_, gu_, act_, last_;
   std::vector<int32_t> tok_seq_, tok_pos_;
+  // fp8: the step's quantized K/V, [T][2][nkv][D] bytes and [T][2][nkv]
+  // scales; per thread, a ring of kDeqRing dequantized K and V rows (the
+  // attention kernels hold at most kKeyTile rows at once).
+  std::vector<uint8_t> kv8_;
+  std::vector<float> kv8_scale_;
+  static constexpr int kDeqRing = 2 * kernels::kKeyTile;
+  std::vector<std::vector<float>> deq_;
   std::vector<int64_t> seq_first_;
   // Attention work: runs of up to kQueryTile tokens of one sequence.
   static constexpr int64_t kQueryTile = 32;

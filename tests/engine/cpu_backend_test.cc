@@ -6,10 +6,13 @@
 #include "engine/cpu_backend.h"
 
 #include "cache/kv_cache_manager.h"
+#include "engine/kv_fp8.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <functional>
 #include <map>
 #include <random>
 
@@ -60,8 +63,9 @@ double RelErr(std::span<const float> a, std::span<const float> b) {
   return std::sqrt(num / std::max(den, 1e-30));
 }
 
-std::unique_ptr<CpuBackend> Make(const ModelConfig& c, const MapWeights& w, int bs, int blocks) {
-  auto b = CpuBackend::Create(c, w, CpuBackendOptions{2});
+std::unique_ptr<CpuBackend> Make(const ModelConfig& c, const MapWeights& w, int bs, int blocks,
+                                 KvDtype kv = KvDtype::kF32) {
+  auto b = CpuBackend::Create(c, w, CpuBackendOptions{2, kv});
   EXPECT_TRUE(b.ok()) << b.status().ToString();
   KvLayout layout;
   layout.block_size = bs;
@@ -74,8 +78,8 @@ std::unique_ptr<CpuBackend> Make(const ModelConfig& c, const MapWeights& w, int 
 // returns the logits after prefill and after every decode step.
 std::vector<std::vector<float>> RunAlone(const ModelConfig& c, const MapWeights& w,
                                          const std::vector<int32_t>& prompt, int chunk, int decode,
-                                         int bs) {
-  auto b = Make(c, w, bs, 4096 / bs + 64);
+                                         int bs, KvDtype kv = KvDtype::kF32) {
+  auto b = Make(c, w, bs, 4096 / bs + 64, kv);
   Tables tab;
   std::vector<std::vector<float>> out;
   std::vector<int32_t> seq = prompt;
@@ -170,6 +174,126 @@ TEST_P(CpuBackendArchTest, BatchOfEightMatchesAlone) {
   }
 }
 
+int Argmax(std::span<const float> v) {
+  return static_cast<int>(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+// Logits after prefilling seq[0, prompt) in chunks of 16 and after each
+// later token of seq, decoded one at a time (the same tokens whatever the
+// logits say, so that two caches are compared on the same inputs).
+std::vector<std::vector<float>> RunForced(const ModelConfig& c, const MapWeights& w,
+                                          const std::vector<int32_t>& seq, int prompt, int bs,
+                                          KvDtype kv) {
+  auto b = Make(c, w, bs, 4096 / bs + 64, kv);
+  Tables tab;
+  std::vector<std::vector<float>> out;
+  std::vector<float> logits(c.vocab_size);
+  for (int pos = 0; pos < static_cast<int>(seq.size());) {
+    const int n = pos < prompt ? std::min(16, prompt - pos) : 1;
+    tab.Ensure(b->cache_spec(), 0, pos + n, bs);
+    const bool want = pos + n >= prompt;
+    SeqStep st = tab.Step(0, std::span(seq).subspan(pos, n), pos, want);
+    EXPECT_TRUE(b->Forward({&st, 1}, logits).ok());
+    if (want) out.push_back(logits);
+    pos += n;
+  }
+  return out;
+}
+
+// A model of closer to real proportions than SmallConfig's (head_dim 64,
+// hidden 256) with weights of standard deviation 1 / sqrt(fan-in), as
+// trained models have them roughly: SmallConfig's 0.2 on a hidden size of
+// 48 makes every layer amplify its input, and any rounding of K/V with it.
+MapWeights Proportioned(ModelConfig& c, uint32_t seed) {
+  c.hidden_size = 256;
+  c.intermediate_size = 512;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.head_dim = 64;
+  if (c.embed_scale != 1.f) c.embed_scale = 16.f;
+  if (c.query_scale != 0.f) c.query_scale = 1.f / 8;
+  MapWeights w = RandomWeights(c, seed);
+  for (auto& [name, v] : w.t) {
+    if (name.find("norm") != std::string::npos || name.find("bias") != std::string::npos) continue;
+    const bool embed = name.find("embed") != std::string::npos;
+    const float fan_in = name.find("down_proj") != std::string::npos ? 512.f
+                         : name.find("o_proj") != std::string::npos  ? 256.f
+                                                                     : 256.f;
+    const float k = embed ? 1.f / 0.2f / 16.f : 1.f / 0.2f / std::sqrt(fan_in);
+    for (float& x : v) x *= k;
+  }
+  return w;
+}
+
+// Top-two gap of a logits row over its standard deviation (as
+// tests/reference/hf_compare.py measures near ties).
+double TopTwoGap(std::span<const float> l) {
+  std::vector<float> v(l.begin(), l.end());
+  std::partial_sort(v.begin(), v.begin() + 2, v.end(), std::greater<float>());
+  double mean = 0, var = 0;
+  for (float x : l) mean += x;
+  mean /= l.size();
+  for (float x : l) var += (x - mean) * (x - mean);
+  return (v[0] - v[1]) / std::sqrt(var / l.size());
+}
+
+// An fp8 (e4m3) KV cache against the fp32 one, on the same tokens, prefill
+// and decode. e4m3 keeps 3 mantissa bits (1/16 relative rounding); on these
+// random models the logits' relative error measures 0.04-0.07, so the bound
+// is 0.1, and the greedy pick must agree except on near ties (top-two gap
+// under 0.2 standard deviations of the row).
+TEST_P(CpuBackendArchTest, Fp8KvMatchesF32WithinTolerance) {
+  ModelConfig c = SmallConfig(GetParam());
+  const MapWeights w = Proportioned(c, 23);
+  const auto seq = Prompt(70, 5, c.vocab_size);
+  const auto ref = RunForced(c, w, seq, 61, 4, KvDtype::kF32);
+  const auto got = RunForced(c, w, seq, 61, 4, KvDtype::kFP8E4M3);
+  ASSERT_EQ(got.size(), ref.size());
+  double worst = 0;
+  int same = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double e = RelErr(got[i], ref[i]);
+    worst = std::max(worst, e);
+    EXPECT_LT(e, 1e-1) << "step " << i;
+    same += Argmax(got[i]) == Argmax(ref[i]) ? 1 : 0;
+    if (TopTwoGap(ref[i]) >= 0.2) EXPECT_EQ(Argmax(got[i]), Argmax(ref[i])) << "step " << i;
+  }
+  std::printf("fp8 KV against fp32: worst relative error %.4f, argmax same %d of %zu\n", worst,
+              same, ref.size());
+  // Quantization is really there: fp8 differs from fp32.
+  EXPECT_GT(worst, 1e-6);
+}
+
+// SmallConfig's models amplify rounding (see Proportioned): there fp8 stays
+// within 0.25 of fp32.
+TEST_P(CpuBackendArchTest, Fp8KvOnSmallModelsStaysBounded) {
+  const ModelConfig c = SmallConfig(GetParam());
+  const MapWeights w = RandomWeights(c, 23);
+  const auto seq = Prompt(70, 5, c.vocab_size);
+  const auto ref = RunForced(c, w, seq, 61, 4, KvDtype::kF32);
+  const auto got = RunForced(c, w, seq, 61, 4, KvDtype::kFP8E4M3);
+  ASSERT_EQ(got.size(), ref.size());
+  double worst = 0;
+  for (size_t i = 0; i < ref.size(); ++i) worst = std::max(worst, RelErr(got[i], ref[i]));
+  std::printf("fp8 KV against fp32 (small model): worst relative error %.4f\n", worst);
+  EXPECT_LT(worst, 0.25);
+}
+
+// With fp8 the step's own keys are read as the cache holds them, so the
+// logits do not depend on how the prompt is chunked or on the block size.
+TEST_P(CpuBackendArchTest, Fp8KvChunkedAndBlockLayoutInvariant) {
+  const ModelConfig c = SmallConfig(GetParam());
+  const MapWeights w = RandomWeights(c, 7);
+  const auto prompt = Prompt(45, 3, c.vocab_size);
+  const auto ref = RunAlone(c, w, prompt, 1000, 5, 64, KvDtype::kFP8E4M3);
+  for (auto [chunk, bs] : {std::pair{1000, 1}, {7, 4}, {3, 16}, {16, 2}}) {
+    const auto got = RunAlone(c, w, prompt, chunk, 5, bs, KvDtype::kFP8E4M3);
+    ASSERT_EQ(got.size(), ref.size());
+    for (size_t i = 0; i < ref.size(); ++i)
+      EXPECT_LT(RelErr(got[i], ref[i]), 1e-4) << "chunk " << chunk << " bs " << bs << " step " << i;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Archs, CpuBackendArchTest,
                          ::testing::Values(Architecture::kLlama, Architecture::kQwen2,
                                            Architecture::kQwen3, Architecture::kGemma3));
@@ -258,6 +382,128 @@ TEST(CpuBackendTest, SharedPrefixBlocksGiveSameLogitsAsUnshared) {
   const std::vector<float> shared = logits;
   const auto alone = RunAlone(c, w, bseq, 1000, 0, bs);
   EXPECT_LT(RelErr(shared, alone[0]), 1e-5);
+}
+
+}  // namespace
+}  // namespace agentkv
+
+namespace agentkv {
+namespace {
+
+TEST(CpuBackendFp8Test, FormatAndBlockBytes) {
+  const ModelConfig c = SmallConfig(Architecture::kQwen3);
+  const MapWeights w = RandomWeights(c, 3);
+  auto f32 = Make(c, w, 4, 8);
+  auto fp8 = Make(c, w, 4, 8, KvDtype::kFP8E4M3);
+  EXPECT_EQ(f32->kv_format(), "f32");
+  EXPECT_EQ(f32->kv_element_size(), 4u);
+  EXPECT_EQ(fp8->kv_format(), "fp8_e4m3");
+  EXPECT_EQ(fp8->kv_element_size(), 1u);
+  // K and V, per KV head head_dim bytes and an f32 scale: 2 * 2 * (16 + 4).
+  EXPECT_EQ(fp8->cache_spec().BytesPerTokenPerLayer(), 80u);
+  EXPECT_EQ(f32->cache_spec().BytesPerTokenPerLayer(), 256u);
+  EXPECT_EQ(fp8->cache_spec().BytesPerBlock(0, 4), 80u * 4 * 3);
+}
+
+TEST(CpuBackendFp8Test, RejectsOtherKvDtypes) {
+  const ModelConfig c = SmallConfig(Architecture::kLlama);
+  const MapWeights w = RandomWeights(c, 3);
+  for (KvDtype d : {KvDtype::kBF16, KvDtype::kF16}) {
+    auto r = CpuBackend::Create(c, w, CpuBackendOptions{1, d});
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  }
+}
+
+// The cache holds, for layer 0 (whose K and V do not depend on attention),
+// exactly QuantizeRow of the fp32 backend's rows, in the documented layout.
+TEST(CpuBackendFp8Test, BlockHoldsQuantizedRowsOfTheF32Cache) {
+  const ModelConfig c = SmallConfig(Architecture::kQwen2);
+  const MapWeights w = RandomWeights(c, 31);
+  const int bs = 4, D = c.head_dim, nkv = c.num_kv_heads;
+  auto f32 = Make(c, w, bs, 8);
+  auto fp8 = Make(c, w, bs, 8, KvDtype::kFP8E4M3);
+  const auto toks = Prompt(bs, 8, c.vocab_size);
+  std::vector<int32_t> table = {2};
+  std::vector<float> logits(c.vocab_size);
+  for (CpuBackend* b : {f32.get(), fp8.get()}) {
+    SeqStep st;
+    st.tokens = toks;
+    st.block_tables[0] = table;
+    st.want_logits = true;
+    ASSERT_TRUE(b->Forward({&st, 1}, logits).ok());
+  }
+  std::vector<std::byte> a(f32->cache_spec().BytesPerBlock(0, bs));
+  std::vector<std::byte> q(fp8->cache_spec().BytesPerBlock(0, bs));
+  ASSERT_TRUE(f32->ReadBlock(0, 2, a).ok());
+  ASSERT_TRUE(fp8->ReadBlock(0, 2, q).ok());
+  const int64_t section = kvfp8::SectionBytes(bs, nkv, D);
+  for (int which = 0; which < 2; ++which) {
+    for (int r = 0; r < bs * nkv; ++r) {
+      const float* x = reinterpret_cast<const float*>(a.data()) +
+                       (static_cast<int64_t>(which) * bs * nkv + r) * D;
+      std::vector<uint8_t> want(D);
+      const float want_scale = kvfp8::QuantizeRow(x, D, want.data());
+      ASSERT_GT(want_scale, 0.f);
+      const auto* sec = reinterpret_cast<const uint8_t*>(q.data()) + which * section;
+      float scale;
+      std::memcpy(&scale, sec + kvfp8::ScalesOffset(bs, nkv, D) + r * 4, 4);
+      EXPECT_EQ(scale, want_scale) << which << " " << r;
+      for (int d = 0; d < D; ++d) {
+        EXPECT_EQ(sec[static_cast<int64_t>(r) * D + d], want[d]) << which << " " << r << " " << d;
+        // e4m3 keeps 3 mantissa bits: within 1/16 relative (or the
+        // subnormal step) of the value.
+        const float deq = kvfp8::Decode(sec[static_cast<int64_t>(r) * D + d]) * scale;
+        EXPECT_LE(std::fabs(deq - x[d]), std::max(std::fabs(x[d]) / 16, scale / 1024) * 1.001f);
+      }
+    }
+  }
+}
+
+// Saving a sequence's fp8 blocks (ReadBlock) and restoring them into
+// another backend (WriteBlock) continues it with the same logits as the
+// backend that computed them; CopyBlocks moves fp8 blocks whole.
+TEST(CpuBackendFp8Test, RestoredAndCopiedBlocksGiveSameLogits) {
+  const ModelConfig c = SmallConfig(Architecture::kGemma3);
+  const MapWeights w = RandomWeights(c, 9);
+  const int bs = 4;
+  auto src = Make(c, w, bs, 32, KvDtype::kFP8E4M3);
+  auto dst = Make(c, w, bs, 32, KvDtype::kFP8E4M3);
+  auto prompt = Prompt(23, 4, c.vocab_size);
+  Tables tab;
+  tab.Ensure(src->cache_spec(), 0, prompt.size() + 1, bs);
+  std::vector<float> logits(c.vocab_size), want(c.vocab_size), got(c.vocab_size);
+  SeqStep st = tab.Step(0, prompt, 0, true);
+  ASSERT_TRUE(src->Forward({&st, 1}, logits).ok());
+  const auto& spec = src->cache_spec();
+  for (size_t g = 0; g < spec.groups.size(); ++g) {
+    const int gi = static_cast<int>(g);
+    std::vector<std::byte> buf(spec.BytesPerBlock(gi, bs) * tab.t[0][g].size());
+    ASSERT_TRUE(src->ReadBlocks(gi, tab.t[0][g], buf).ok());
+    ASSERT_TRUE(dst->WriteBlocks(gi, tab.t[0][g], buf).ok());
+  }
+  prompt.push_back(Argmax(logits));
+  SeqStep next = tab.Step(0, std::span(prompt).subspan(prompt.size() - 1), prompt.size() - 1, true);
+  ASSERT_TRUE(src->Forward({&next, 1}, want).ok());
+  ASSERT_TRUE(dst->Forward({&next, 1}, got).ok());
+  EXPECT_EQ(got, want);
+  // The same through CopyBlocks into fresh blocks of a third table.
+  auto cp = Make(c, w, bs, 64, KvDtype::kFP8E4M3);
+  for (size_t g = 0; g < spec.groups.size(); ++g) {
+    const int gi = static_cast<int>(g);
+    std::vector<std::byte> buf(spec.BytesPerBlock(gi, bs) * tab.t[0][g].size());
+    ASSERT_TRUE(src->ReadBlocks(gi, tab.t[0][g], buf).ok());
+    ASSERT_TRUE(cp->WriteBlocks(gi, tab.t[0][g], buf).ok());
+    std::vector<KvBlockCopy> copies;
+    for (int32_t b : tab.t[0][g]) copies.push_back({gi, b, b + 32});
+    ASSERT_TRUE(cp->CopyBlocks(copies).ok());
+    for (int32_t& b : tab.t[0][g]) b += 32;
+  }
+  // (The decode token's block was copied too; it is rewritten by the step.)
+  SeqStep moved =
+      tab.Step(0, std::span(prompt).subspan(prompt.size() - 1), prompt.size() - 1, true);
+  ASSERT_TRUE(cp->Forward({&moved, 1}, got).ok());
+  EXPECT_EQ(got, want);
 }
 
 }  // namespace

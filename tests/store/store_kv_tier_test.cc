@@ -49,10 +49,11 @@ Done Collect(const RequestHandle& h) {
 // `chunk_blocks` > 0: restores are staged that many blocks at a time (the
 // default stages 64 MiB, so a test model's restore is one chunk).
 std::unique_ptr<Engine> MakeEngine(std::shared_ptr<KvTier> tier, int blocks = 256,
-                                   int chunk_blocks = 0, int save_staging_blocks = 0) {
+                                   int chunk_blocks = 0, int save_staging_blocks = 0,
+                                   KvDtype kv = KvDtype::kF32) {
   const ModelConfig c = SmallConfig(Architecture::kQwen3);
   const MapWeights w = RandomWeights(c, 21);
-  auto backend = CpuBackend::Create(c, w, CpuBackendOptions{1});
+  auto backend = CpuBackend::Create(c, w, CpuBackendOptions{1, kv});
   EXPECT_TRUE(backend.ok());
   EngineOptions o;
   o.block_size = kBlock;
@@ -106,8 +107,8 @@ class StoreKvTierTest : public ::testing::Test {
   }
   // One agent turn on a fresh engine; flushes the store afterwards.
   Done Turn(std::shared_ptr<KvTier> tier, std::vector<int32_t> prompt, int max_tokens,
-            const std::string& agent) {
-    auto e = MakeEngine(tier);
+            const std::string& agent, KvDtype kv = KvDtype::kF32) {
+    auto e = MakeEngine(tier, 256, 0, 0, kv);
     Done d = Collect(e->Submit(Greedy(std::move(prompt), max_tokens, agent)).value());
     e->Stop();
     EXPECT_TRUE(store_->Flush().ok());
@@ -178,6 +179,46 @@ TEST_F(StoreKvTierTest, OtherModelOrFormatNeverRestores) {
   Done same = Turn(Tier(store_.get()), p2, 4, "agent-b");
   EXPECT_EQ(same.finished.cache_source, CacheSource::kDisk);
   EXPECT_EQ(same.finished.restored_tokens, 40);
+}
+
+// The tier of a real backend, tagged with its kv_format and element size
+// (as api/served_model.cc builds it).
+std::shared_ptr<StoreKvTier> BackendTier(AgentStore* store, KvDtype kv) {
+  const ModelConfig c = SmallConfig(Architecture::kQwen3);
+  auto b = CpuBackend::Create(c, RandomWeights(c, 21), CpuBackendOptions{1, kv});
+  EXPECT_TRUE(b.ok());
+  auto t = StoreKvTier::Create(store, kModelFp, (*b)->kv_format(), kBlock, (*b)->kv_element_size());
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  return std::shared_ptr<StoreKvTier>(std::move(t).value());
+}
+
+// An fp8 KV record never loads into an fp32 cache, nor the reverse; each
+// restores into its own dtype with the output of a full prefill.
+TEST_F(StoreKvTierTest, Fp8AndF32RecordsNeverMix) {
+  auto fp8 = BackendTier(store_.get(), KvDtype::kFP8E4M3);
+  auto f32 = BackendTier(store_.get(), KvDtype::kF32);
+  EXPECT_FALSE(fp8->fingerprint() == f32->fingerprint());
+  const std::vector<int32_t> p = Prompt(40);
+  Turn(fp8, p, 4, "agent-8", KvDtype::kFP8E4M3);
+  std::vector<int32_t> p2 = p;
+  p2.push_back(1);
+  Done as_f32 = Turn(f32, p2, 4, "agent-8", KvDtype::kF32);
+  EXPECT_EQ(as_f32.finished.cached_tokens, 0);
+  EXPECT_EQ(as_f32.tokens, Turn(nullptr, p2, 4, "", KvDtype::kF32).tokens);
+  // (That turn stored f32 records of the same agent beside the fp8 ones.)
+  std::vector<int32_t> p3 = p2;
+  p3.insert(p3.end(), as_f32.tokens.begin(), as_f32.tokens.end());
+  p3.push_back(2);
+  Done as_fp8 = Turn(fp8, p3, 4, "agent-8", KvDtype::kFP8E4M3);
+  EXPECT_EQ(as_fp8.finished.cache_source, CacheSource::kDisk);
+  EXPECT_EQ(as_fp8.finished.restored_tokens, 40);  // its own records only
+  EXPECT_EQ(as_fp8.tokens, Turn(nullptr, p3, 4, "", KvDtype::kFP8E4M3).tokens);
+  // And an f32 agent's records never reach an fp8 cache.
+  Turn(f32, Prompt(40, 3), 4, "agent-f", KvDtype::kF32);
+  std::vector<int32_t> q = Prompt(40, 3);
+  q.push_back(5);
+  Done f_as_fp8 = Turn(fp8, q, 4, "agent-f", KvDtype::kFP8E4M3);
+  EXPECT_EQ(f_as_fp8.finished.cached_tokens, 0);
 }
 
 TEST_F(StoreKvTierTest, CorruptRecordEndsPrefixAndOutputIsStillRight) {

@@ -233,5 +233,8 @@ cudaError_t LaunchMmaAttention(const AttentionParams& p, cudaStream_t stream);
 // The warpgroup kernel of cuda_wgmma_attention.cu for wide tiles (its
 // support test, WgmmaAttentionSupported, is in cuda_kernels.h).
 cudaError_t LaunchWgmmaWideAttention(const AttentionParams& p, cudaStream_t stream);
+// The fp8 cache's kernel (cuda_fp8_kv.cu): narrow tiles, p.cache.fp8, keys
+// of the step from p.fp8_new; writes out / part_o / part_ml as above.
+cudaError_t LaunchFp8Attention(const AttentionParams& p, cudaStream_t stream);
 
 }  // namespace agentkv::cuda

@@ -249,7 +249,9 @@ cudaError_t LaunchAttention(const AttentionParams& p, cudaStream_t stream) {
   if (p.qkv_planes < 1 || p.qkv_planes > kMaxQkvPlanes || (p.qkv_planes > 1 && p.qkv == nullptr))
     return cudaErrorInvalidValue;
   cudaError_t e;
-  if (p.wide || (MmaEnabled() && MmaAttentionSupported(p.head_dim))) {
+  if (p.cache.fp8) {  // the one kernel that reads the fp8 cache
+    e = LaunchFp8Attention(p, stream);
+  } else if (p.wide || (MmaEnabled() && MmaAttentionSupported(p.head_dim))) {
     e = LaunchMmaAttention(p, stream);
   } else {
     const size_t smem = SmemBytes(p.head_dim);

@@ -86,6 +86,9 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::Create(const ModelConfig& conf
                          std::to_string(config.head_dim));
   if (config.num_heads / config.num_kv_heads > 16)
     return Unimplemented("cuda backend: more than 16 query heads per KV head");
+  if (options.kv_dtype != KvDtype::kBF16 && options.kv_dtype != KvDtype::kFP8E4M3)
+    return InvalidArgument(std::string("cuda backend: KV dtype ") + KvDtypeName(options.kv_dtype) +
+                           " is not supported (bf16 or fp8_e4m3)");
   std::unique_ptr<CudaBackend> b(new CudaBackend(config, options));
   if (const char* g = std::getenv("AGENTKV_CUDA_GRAPHS"); g && std::string(g) == "0")
     b->options_.graphs = false;
@@ -141,7 +144,7 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::Create(const ModelConfig& conf
 
 Status CudaBackend::Init(const WeightSource& w) {
   const ModelConfig& c = config_;
-  spec_ = c.CacheSpec(KvDtype::kBF16);
+  spec_ = c.CacheSpec(options_.kv_dtype);
   if (static_cast<int>(spec_.groups.size()) > kMaxCacheGroups)
     return InvalidArgument("cuda backend: too many cache groups");
   group_size_ = c.num_heads / c.num_kv_heads;
@@ -283,6 +286,10 @@ Result<uint64_t> CudaBackend::FreeMemoryBytes() const {
 
 Status CudaBackend::AllocateKv(const KvLayout& layout) {
   if (layout.block_size <= 0) return InvalidArgument("block_size must be positive");
+  // fp8 sections (block_size * kv_heads * (head_dim + 4) bytes) must keep
+  // the 16-byte alignment the kernels' vector accesses need.
+  if (fp8() && layout.block_size * config_.num_kv_heads % 4 != 0)
+    return InvalidArgument("fp8 KV cache: block_size x kv heads must be a multiple of 4");
   ClearGraphs();
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   layout_ = layout;
@@ -304,7 +311,7 @@ Status CudaBackend::AllocateKv(const KvLayout& layout) {
   for (size_t g = 0; g < nmaps; ++g) {
     alignas(64) unsigned char map[cuda::kKvTensorMapBytes];
     const int gi = static_cast<int>(g);
-    if (spec_.RingBlocks(gi, layout.block_size) != 0 || layout.blocks_per_group[g] <= 0 ||
+    if (fp8() || spec_.RingBlocks(gi, layout.block_size) != 0 || layout.blocks_per_group[g] <= 0 ||
         !cuda::EncodeKvTensorMap(
             kv_[g].get<cuda::bf16_t>(), layout.blocks_per_group[g],
             static_cast<int64_t>(spec_.BytesPerBlock(gi, layout.block_size) / 2),
@@ -453,6 +460,11 @@ Status CudaBackend::EnsureCapacity(int64_t tokens, int64_t seqs,
     RETURN_IF_ERROR(wt.buf->Allocate(static_cast<size_t>(wt.bytes)));
     // Padding rows of graph steps read what is there: never leave it undefined.
     CUDA_RETURN_IF_ERROR(cudaMemsetAsync(wt.buf->get(), 0, wt.bytes, stream_));
+  }
+  if (fp8()) {
+    const size_t bytes = cuda::Fp8KvRowsBytes(T, static_cast<int>(nkv), static_cast<int>(D));
+    RETURN_IF_ERROR(kv8_.Allocate(bytes));
+    CUDA_RETURN_IF_ERROR(cudaMemsetAsync(kv8_.get(), 0, bytes, stream_));
   }
   for (int i = 0; i < kSlots; ++i) {
     RETURN_IF_ERROR(host_meta_[i].Allocate(static_cast<size_t>(meta) * 4));

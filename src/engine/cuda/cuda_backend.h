@@ -4,9 +4,10 @@
 // frequencies in fp32; the MLP's gate and up rows interleaved, so that a
 // GEMV block holds both halves of its outputs); GEMMs are cuBLAS bf16 x bf16
 // with fp32 accumulation, or a weight-streaming GEMV for one or two rows;
-// the residual stream is fp32, GEMM inputs bf16. The KV cache is bf16, paged,
-// one allocation per cache group in exactly the ReadBlock/WriteBlock layout
-// of backend.h, so those are plain copies. Attention is one flash-style
+// the residual stream is fp32, GEMM inputs bf16. The KV cache is bf16 (or
+// e4m3 with per-row scales, CudaBackendOptions::kv_dtype, docs/kv-fp8.md),
+// paged, one allocation per cache group in exactly the ReadBlock/WriteBlock
+// layout of backend.h, so those are plain copies. Attention is one flash-style
 // kernel over paged KV for prefill chunks and decode tokens alike (see
 // cuda_kernels.h), sliding-window groups as rings like the CPU backend.
 //
@@ -53,6 +54,9 @@ struct CudaBackendOptions {
   int max_step_tokens = 2048;  // initial workspace capacity (grows on demand)
   int max_batch = 256;         // initial sequence capacity (grows on demand)
   bool graphs = true;          // capture decode steps as CUDA graphs
+  // kBF16, or kFP8E4M3 (docs/kv-fp8.md: its own attention kernel over
+  // narrow tiles, no fused rotary, no wide or TMA paths; kv_route.h).
+  KvDtype kv_dtype = KvDtype::kBF16;
 };
 
 class CudaBackend final : public Backend {
@@ -65,8 +69,10 @@ class CudaBackend final : public Backend {
   const ModelConfig& config() const override { return config_; }
   const ModelCacheSpec& cache_spec() const override { return spec_; }
   std::string name() const override { return "cuda"; }
-  std::string kv_format() const override { return "bf16"; }
-  uint32_t kv_element_size() const override { return 2; }
+  std::string kv_format() const override { return KvDtypeName(spec_.kv_dtype); }
+  uint32_t kv_element_size() const override {
+    return static_cast<uint32_t>(KvDtypeBytes(spec_.kv_dtype));
+  }
 
   // cudaMemGetInfo's free bytes of this backend's device.
   Result<uint64_t> FreeMemoryBytes() const override;
@@ -296,6 +302,9 @@ class CudaBackend final : public Backend {
   std::array<int, kMaxCacheGroups> cap_width_{};
   cuda::DeviceBuffer x_, h_, qkv_, q_, k_, v_, attn_, o_, gu_, act_, logits_, argmax_scratch_,
       part_o_, part_ml_, cublas_ws_, wgmma_ws_;
+  // fp8 cache: the step's quantized K/V rows (cuda::Fp8KvRowsAt, cap_tokens_).
+  cuda::DeviceBuffer kv8_;
+  bool fp8() const { return spec_.kv_dtype == KvDtype::kFP8E4M3; }
   // Rows for which Gemm uses the skinny kernel (AGENTKV_CUDA_SKINNY; none
   // by default).
   int skinny_min_rows_ = 3, skinny_max_rows_ = 0;

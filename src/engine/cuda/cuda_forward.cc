@@ -8,6 +8,8 @@
 
 #include "engine/cuda/cuda_backend.h"
 #include "engine/cuda/cuda_backend_layer.h"
+#include "engine/cuda/kv_route.h"
+#include "engine/kv_fp8.h"
 
 namespace agentkv {
 namespace {
@@ -244,7 +246,8 @@ Status CudaBackend::LaunchStep(std::span<const SeqStep> batch, std::span<const u
 
   // Steps with prompt chunks use the wide attention tiles where there are
   // any (a prefill re-reads the prefix once per tile); decode the narrow.
-  const bool wide = !decode && cuda::WideAttentionSupported(config_.head_dim);
+  const bool wide =
+      cuda::RouteWideTiles(fp8(), decode, cuda::WideAttentionSupported(config_.head_dim));
   const int tpt = cuda::TokensPerTile(group_size_, wide);
   for (const SeqStep& st : batch) tiles += (static_cast<int>(st.tokens.size()) + tpt - 1) / tpt;
   const bool graph = options_.graphs && decode;
@@ -470,8 +473,8 @@ Status CudaBackend::Enqueue(const Shape& s, int slot) {
     const Layer& L = layers_[l];
     // Decode steps: the attention kernel applies the rotary itself and
     // stores the token's K and V (one kernel less per layer).
-    const bool fused_rotary =
-        fused_rotary_ && s.tokens == s.seqs && !s.wide && cuda::FusedRotarySupported(D);
+    const bool fused_rotary = cuda::RouteFusedRotary(fp8(), fused_rotary_, s.tokens == s.seqs,
+                                                     s.wide, cuda::FusedRotarySupported(D));
     // Which adds the QKV projection's split-K planes itself, where it has them.
     int qkv_planes = fused_rotary ? PlanesFor(T, qkv_n, H) : 0;
     if (qkv_planes > cuda::kMaxQkvPlanes) qkv_planes = 0;
@@ -498,9 +501,18 @@ Status CudaBackend::Enqueue(const Shape& s, int slot) {
     view.ring = spec_.RingBlocks(L.group, bs);
     view.tables = meta + ml.tables[L.group];
     view.table_stride = meta + ml.strides + L.group;
+    if (fp8()) {  // byte offsets (kv_fp8.h)
+      view.fp8 = true;
+      view.base = reinterpret_cast<cuda::bf16_t*>(kv_[L.group].get<unsigned char>());
+      view.block_stride = static_cast<int64_t>(spec_.BytesPerBlock(L.group, bs));
+      view.layer_offset =
+          static_cast<int64_t>(L.index_in_group) * 2 * kvfp8::SectionBytes(bs, nkv, D);
+    }
     // K and V go to the cache straight from the rotary kernel unless a ring
-    // slot they overwrite may still be read by another query of this step.
-    const bool fused_store = view.ring == 0 || s.tokens == s.seqs;
+    // slot they overwrite may still be read by another query of this step
+    // (fp8: always after attention, from the quantized rows it read).
+    const bool fused_store =
+        cuda::RouteStoreBeforeAttention(fp8(), view.ring != 0, s.tokens == s.seqs);
     // Prompt steps whose attention copies the cache's pages (every key in
     // it once QkvPost has stored the step's): no k / v rows to write.
     cuda::AttentionParams ap;
@@ -510,12 +522,22 @@ Status CudaBackend::Enqueue(const Shape& s, int slot) {
     ap.head_dim = D;
     ap.window = L.window;
     ap.cache = view;
-    if (s.wide && fused_store && view.ring == 0 && kv_map_ok_[L.group]) {
+    if (cuda::RouteKvMap(fp8(), s.wide, fused_store, view.ring != 0, kv_map_ok_[L.group])) {
       ap.kv_map = kv_maps_.get<unsigned char>() + L.group * cuda::kKvTensorMapBytes;
       ap.kv_map_layer = 2 * L.index_in_group;
     }
     const bool cache_only = !fused_rotary && fused_store && cuda::AttentionReadsCacheOnly(ap);
-    if (!fused_rotary && fused_store) {
+    // fp8: the step's K and V quantized once, read by attention from there
+    // and stored into the cache after it.
+    const cuda::Fp8KvRows rows8 =
+        fp8() ? cuda::Fp8KvRowsAt(kv8_.get(), cap_tokens_, nkv, D) : cuda::Fp8KvRows{};
+    if (fp8()) {
+      CUDA_RETURN_IF_ERROR(cuda::LaunchQkvPost(qkv_.get<cuda::bf16_t>(), L.bqkv, L.q_norm, L.k_norm,
+                                               inv_freq, pos, T, nh, nkv, D, eps, plus_one, q, k, v,
+                                               stream_));
+      CUDA_RETURN_IF_ERROR(cuda::LaunchKvQuantizeFp8(k, v, pos, T, nkv, D, rows8, stream_));
+      ap.fp8_new = rows8;
+    } else if (!fused_rotary && fused_store) {
       CUDA_RETURN_IF_ERROR(cuda::LaunchQkvPostStore(
           qkv_.get<cuda::bf16_t>(), L.bqkv, L.q_norm, L.k_norm, inv_freq, pos, tok_seq, T, nh, nkv,
           D, eps, plus_one, q, cache_only ? nullptr : k, cache_only ? nullptr : v, view, stream_));
@@ -554,9 +576,13 @@ Status CudaBackend::Enqueue(const Shape& s, int slot) {
       ap.plus_one = plus_one;
     }
     CUDA_RETURN_IF_ERROR(cuda::LaunchAttention(ap, stream_));
-    if (!fused_store)
+    if (fp8()) {
+      CUDA_RETURN_IF_ERROR(cuda::LaunchKvStoreFp8(rows8, pos, tok_seq, meta + ml.seq_start,
+                                                  meta + ml.seq_first, T, nkv, D, view, stream_));
+    } else if (!fused_store) {
       CUDA_RETURN_IF_ERROR(cuda::LaunchKvStore(k, v, pos, tok_seq, meta + ml.seq_start,
                                                meta + ml.seq_first, T, nkv, D, view, stream_));
+    }
     if (c.sandwich_norm) {
       RETURN_IF_ERROR(Gemm(attn, L.wo, o, true, T, H, nh * D, 0.f, cap_tokens_));
     } else {

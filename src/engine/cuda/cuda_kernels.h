@@ -58,10 +58,14 @@ cudaError_t LaunchQkvPost(const TIn* qkv, const float* bias, const float* q_norm
 
 // Where one layer's K and V live in a group's paged cache: per block, for
 // each layer of the group, K then V, each [block_size][nkv][head_dim] bf16.
+// fp8: K then V are each a section of [block_size][nkv][head_dim] e4m3
+// bytes followed by [block_size][nkv] f32 scales (engine/kv_fp8.h), and
+// base, block_stride and layer_offset count bytes.
 struct KvCacheView {
   bf16_t* base = nullptr;    // the group's block 0
   int64_t block_stride = 0;  // elements per block (all layers of the group)
   int64_t layer_offset = 0;  // elements to this layer's K within a block
+  bool fp8 = false;
   int block_size = 16;
   int ring = 0;                     // sliding groups: ring blocks; 0 for full
   const int32_t* tables = nullptr;  // [seq][*table_stride] block ids
@@ -92,6 +96,42 @@ cudaError_t LaunchKvStore(const bf16_t* k, const bf16_t* v, const int32_t* pos,
                           const int32_t* tok_seq, const int32_t* seq_start,
                           const int32_t* seq_first, int tokens, int nkv, int head_dim,
                           const KvCacheView& cache, cudaStream_t stream);
+
+// The fp8 cache's path. A step's K and V rows quantized as the cache holds
+// them ([T][nkv][head_dim] e4m3 bytes and [T][nkv] f32 scales each),
+// between QkvPost and the store: attention reads the step's own keys from
+// here, so that they are the values later steps will read from the cache.
+struct Fp8KvRows {
+  uint8_t* k = nullptr;
+  uint8_t* v = nullptr;
+  float* k_scale = nullptr;
+  float* v_scale = nullptr;
+};
+// Bytes Fp8KvRows needs for `tokens` tokens, and the rows laid out in
+// `base` (k bytes, v bytes, k scales, v scales; head_dim a multiple of 16).
+inline size_t Fp8KvRowsBytes(int64_t tokens, int nkv, int head_dim) {
+  return static_cast<size_t>(tokens) * nkv * (head_dim + 4) * 2;
+}
+inline Fp8KvRows Fp8KvRowsAt(void* base, int64_t tokens, int nkv, int head_dim) {
+  auto* b = static_cast<uint8_t*>(base);
+  const int64_t n = tokens * nkv;
+  Fp8KvRows r;
+  r.k = b;
+  r.v = b + n * head_dim;
+  r.k_scale = reinterpret_cast<float*>(b + 2 * n * head_dim);
+  r.v_scale = r.k_scale + n;
+  return r;
+}
+// Quantizes k and v (bf16 [T][nkv][D], QkvPost's) row by row into `rows`
+// as engine/kv_fp8.h's QuantizeRow does (bit for bit on the same values);
+// tokens with pos < 0 (padding) are skipped.
+cudaError_t LaunchKvQuantizeFp8(const bf16_t* k, const bf16_t* v, const int32_t* pos, int tokens,
+                                int nkv, int head_dim, Fp8KvRows rows, cudaStream_t stream);
+// Stores `rows` into the fp8 cache (cache.fp8) as LaunchKvStore stores bf16
+// rows (pos < 0 skipped; in a ring the newest token of a slot wins).
+cudaError_t LaunchKvStoreFp8(Fp8KvRows rows, const int32_t* pos, const int32_t* tok_seq,
+                             const int32_t* seq_start, const int32_t* seq_first, int tokens,
+                             int nkv, int head_dim, const KvCacheView& cache, cudaStream_t stream);
 
 // Attention of one layer over paged KV, flash-style (online softmax, tensor
 // cores, no score matrix in memory). Work comes in tiles: tile i covers
@@ -148,6 +188,11 @@ struct AttentionParams {
   // index in the group; V is the next). Null: rows by cp.async.
   const void* kv_map = nullptr;
   int kv_map_layer = 0;
+  // cache.fp8: the step's keys (positions >= seq_start) come from here
+  // (k_new / v_new unused), and only narrow tiles without `qkv` or kv_map
+  // are taken (cudaErrorInvalidValue otherwise; the backend routes fp8
+  // steps so, see kv_route.h): one portable kernel for prefill and decode.
+  Fp8KvRows fp8_new;
 };
 inline constexpr int kMaxQkvPlanes = 8;
 // Writes to `map` (kKvTensorMapBytes, 64-byte aligned host memory) the TMA
