@@ -75,7 +75,9 @@ Metrics* ApiServiceTest::metrics_ = nullptr;
 ApiContext ApiServiceTest::ctx_;
 
 TEST_F(ApiServiceTest, ApiKeyIsCheckedInEachProtocolsShape) {
-  ApiService svc(ctx_, {"secret"});
+  ApiServiceOptions keyed;
+  keyed.api_key = "secret";
+  ApiService svc(ctx_, keyed);
   HttpRequest health;
   health.method = "GET";
   health.path = "/health";

@@ -195,7 +195,9 @@ TEST_F(ModelSynthTest, EosBiasIsAConstantFeatureReadOnlyForTheEosToken) {
   const TensorView head = *w->Get("lm_head.weight");
   for (int64_t t = 0; t < c->vocab_size; t += 997) {
     EXPECT_EQ(at(emb, t, f), 1.0f) << t;
-    if (t != eos) EXPECT_EQ(at(head, t, f), 0.0f) << t;
+    if (t != eos) {
+      EXPECT_EQ(at(head, t, f), 0.0f) << t;
+    }
   }
   EXPECT_EQ(at(emb, eos, f), 1.0f);
   EXPECT_EQ(at(head, eos, f), Bf16ToF32(F32ToBf16(1.5f)));

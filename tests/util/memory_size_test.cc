@@ -31,7 +31,9 @@ TEST(MemorySizeTest, BadInputNamesTheFlag) {
   for (const char* bad : {"", "-1", "1.5", "12X", "4Gx", "abc", "nan", "inf", "0.5G5"}) {
     Result<MemorySize> r = ParseMemorySize(bad, "--kv-memory");
     EXPECT_FALSE(r.ok()) << bad;
-    if (!r.ok()) EXPECT_NE(r.status().message().find("--kv-memory"), std::string::npos) << bad;
+    if (!r.ok()) {
+      EXPECT_NE(r.status().message().find("--kv-memory"), std::string::npos) << bad;
+    }
   }
 }
 
