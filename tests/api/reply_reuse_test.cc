@@ -19,6 +19,7 @@
 #include "api/agent_binding.h"
 #include "api/api_service.h"
 #include "engine/model_synth.h"
+#include "store/agent_store.h"
 
 namespace agentkv::api {
 namespace {
@@ -51,21 +52,26 @@ class ReplyReuseTest : public ::testing::Test {
     delete dir_;
   }
 
-  void SetUp() override {
+  void SetUp() override { Serve(nullptr); }
+  void TearDown() override { Stop(); }
+
+  // A server on the tiny model, with `store` (may be null).
+  void Serve(store::AgentStore* store) {
     ServedModelOptions o;
     o.model_dir = dir_->string();
     o.backend.threads = 1;
     o.max_batch = 4;
+    o.store = store;
     auto m = ServedModel::Load(o);
     ASSERT_TRUE(m.ok()) << m.status().ToString();
     host_ = std::make_unique<ModelHost>(o, std::move(m).value());
-    agents_ = std::make_unique<agent::AgentManager>(nullptr);
+    agents_ = std::make_unique<agent::AgentManager>(store);
     service_ = std::make_unique<ApiService>(ApiContext{host_.get(), agents_.get(), &metrics_},
                                             ApiServiceOptions{});
   }
-  void TearDown() override {
+  void Stop() {
     service_.reset();
-    if (host_) (void)host_->Shutdown();
+    if (host_) EXPECT_TRUE(host_->Shutdown().ok());
     host_.reset();
     agents_.reset();
   }
@@ -265,6 +271,55 @@ TEST_F(ReplyReuseTest, AgentsApiReusesPromptAndReply) {
   json r2 = Call("/v1/agents/ag/generate", {{"message", "More."}, {"max_tokens", 4}});
   ASSERT_TRUE(r2.is_object());
   EXPECT_GE(r2["usage"]["cached_tokens"].get<int64_t>(), FullBlocksOf(p1, c1));
+}
+
+TEST_F(ReplyReuseTest, AfterARestartTheStoredChainIsReused) {
+  // Turn 1 with a store; the server restarts; content matching and reply
+  // reuse then know only the agent's stored chain (full blocks), a prefix of
+  // the ids it held, and turn 2 restores that prefix from disk.
+  Stop();
+  const fs::path store_dir =
+      fs::temp_directory_path() / ("agentkv_reply_reuse_store_" + std::to_string(::getpid()));
+  fs::remove_all(store_dir);
+  store::StoreOptions so;
+  so.sync = false;
+  auto st = store::AgentStore::Open(store_dir.string(), so);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  std::unique_ptr<store::AgentStore> store = std::move(st).value();
+  Serve(store.get());
+  json r1 = Call("/v1/agents/rs/generate", {{"message", "List some colours."},
+                                            {"system", "Be brief."},
+                                            {"max_tokens", 40},
+                                            {"temperature", 1},
+                                            {"seed", 5}});
+  ASSERT_TRUE(r1.is_object());
+  const int64_t p1 = r1["usage"]["prompt_tokens"], c1 = r1["usage"]["completion_tokens"];
+  ReplyIds("rs", p1, r1["text"]);
+  const std::vector<int32_t> held = Remembered("rs");
+  Stop();
+
+  Serve(store.get());
+  auto n = AgentBinding::RememberStoredAgents(model(), *agents_);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(*n, 1u);
+  const std::vector<int32_t> chain = Remembered("rs");
+  ASSERT_EQ(static_cast<int64_t>(chain.size()), FullBlocksOf(p1, c1));
+  ASSERT_LT(chain.size(), held.size());
+  EXPECT_TRUE(std::equal(chain.begin(), chain.end(), held.begin()));
+  json openai_shape = json::array({{{"role", "system"}, {"content", "Be brief."}},
+                                   {{"role", "user"}, {"content", "List some colours."}},
+                                   {{"role", "assistant"}, {"content", r1["text"]}},
+                                   {{"role", "user"}, {"content", "More."}}});
+  ASSERT_TRUE(
+      NormalTokenizationFallsShort("rs", openai_shape, json::object(), FullBlocksOf(p1, c1)));
+  json r2 = Call("/v1/agents/rs/generate", {{"message", "More."}, {"max_tokens", 4}});
+  ASSERT_TRUE(r2.is_object());
+  EXPECT_EQ(r2["turn"], 2);
+  EXPECT_EQ(r2["usage"]["cached_tokens"].get<int64_t>(), FullBlocksOf(p1, c1));
+  EXPECT_EQ(r2["usage"]["cache_source"], "disk");
+  Stop();
+  store.reset();
+  fs::remove_all(store_dir);
 }
 
 }  // namespace
