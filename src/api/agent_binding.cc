@@ -93,11 +93,10 @@ ReplySplice AgentBinding::ReuseReply(const ServedModel& model, agent::AgentManag
   const std::vector<int32_t> previous = agents.identifier().Remembered(agent_id);
   if (previous.empty()) return ReplySplice{std::move(ids)};
   const Tokenizer& tok = model.tokenizer();
-  ReplySplice s = SpliceReplyTokens(
+  return SpliceReplyTokens(
       previous, [&tok](int32_t id) { return tok.TokenBytes(id); },
       [&tok](int32_t id) { return tok.IsAdded(id); }, text, ids,
       [&tok](std::string_view rest) { return tok.Encode(rest, /*add_special_tokens=*/false); });
-  return s;
 }
 
 agent::PrepareFn AgentBinding::Prepare(ModelHost* host, std::shared_ptr<ServedModel> model,
