@@ -135,6 +135,12 @@ void AgentIdentifier::Forget(const std::string& agent) {
   known_.erase(agent);
 }
 
+std::vector<int32_t> AgentIdentifier::Remembered(const std::string& agent) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = known_.find(agent);
+  return it == known_.end() ? std::vector<int32_t>() : it->second.tokens;
+}
+
 void AgentIdentifier::ForgetAll() {
   std::lock_guard<std::mutex> lock(mu_);
   known_.clear();

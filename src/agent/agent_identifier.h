@@ -85,6 +85,9 @@ class AgentIdentifier {
   // Remembers (replaces) `agent`'s token sequence for content matching.
   void Remember(const std::string& agent, std::vector<int32_t> tokens);
   void Forget(const std::string& agent);
+  // The remembered token sequence of `agent` (its last turn's prompt and
+  // generated tokens, or its stored chain after a restart); empty if none.
+  std::vector<int32_t> Remembered(const std::string& agent) const;
   void ForgetAll();
   size_t size() const;
   size_t capacity() const { return max_known_; }

@@ -87,17 +87,32 @@ Status AgentBinding::SwapInProgress() {
   return Cancelled("a model swap is in progress; retry shortly");
 }
 
+ReplySplice AgentBinding::ReuseReply(const ServedModel& model, agent::AgentManager& agents,
+                                     const std::string& agent_id, std::string_view text,
+                                     std::vector<int32_t> ids) {
+  const std::vector<int32_t> previous = agents.identifier().Remembered(agent_id);
+  if (previous.empty()) return ReplySplice{std::move(ids)};
+  const Tokenizer& tok = model.tokenizer();
+  return SpliceReplyTokens(
+      previous, [&tok](int32_t id) { return tok.TokenBytes(id); },
+      [&tok](int32_t id) { return tok.IsAdded(id); }, text, ids,
+      [&tok](std::string_view rest) { return tok.Encode(rest, /*add_special_tokens=*/false); });
+}
+
 agent::PrepareFn AgentBinding::Prepare(ModelHost* host, std::shared_ptr<ServedModel> model,
                                        std::vector<int32_t> prompt, SamplingParams params,
-                                       Priority priority, Reencode reencode) {
+                                       Priority priority, Reencode reencode, ReplyReuse reuse) {
   return [host, model = std::move(model), prompt = std::move(prompt), params = std::move(params),
-          priority, reencode = std::move(reencode)]() -> Result<agent::TurnStart> {
+          priority, reencode = std::move(reencode),
+          reuse = std::move(reuse)]() -> Result<agent::TurnStart> {
     std::shared_ptr<ServedModel> now = host->Current();
     if (!now) return SwapInProgress();
     std::vector<int32_t> p = prompt;
     if (now != model) {
       if (!reencode) return SwapInProgress();
       ASSIGN_OR_RETURN(p, reencode(*now));
+    } else if (reuse.agents != nullptr) {
+      p = ReuseReply(*now, *reuse.agents, reuse.agent_id, reuse.text, std::move(p)).ids;
     }
     agent::TurnStart s;
     ASSIGN_OR_RETURN(s.request, now->MakeRequest(std::move(p), params, priority));

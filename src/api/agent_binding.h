@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "agent/agent_manager.h"
@@ -23,6 +24,7 @@
 #include "api/metrics.h"
 #include "api/model_host.h"
 #include "api/served_model.h"
+#include "engine/reply_splice.h"
 
 namespace agentkv::api {
 
@@ -30,6 +32,14 @@ struct ApiContext {
   ModelHost* host = nullptr;
   agent::AgentManager* agents = nullptr;
   Metrics* metrics = nullptr;
+};
+
+// What a chat turn needs to reuse the agent's own reply: the agent and the
+// rendered prompt text. Null `agents`: no reuse (raw completions).
+struct ReplyReuse {
+  agent::AgentManager* agents = nullptr;
+  std::string agent_id;
+  std::string text;
 };
 
 class AgentBinding {
@@ -57,14 +67,26 @@ class AgentBinding {
   // assistant message (all of them when there is none).
   static nlohmann::ordered_json NewMessages(const nlohmann::ordered_json& messages);
 
+  // The prompt of a turn of `agent_id` whose rendered text is `text` and
+  // whose normal tokenization by `model` is `ids`: the agent's remembered
+  // tokens (its previous prompt and the reply the engine generated, or its
+  // stored chain after a restart) wherever the text agrees with them byte
+  // for byte, then the rest of the text tokenized normally
+  // (SpliceReplyTokens). Call when the turn runs on the agent's strand, so
+  // the previous turn has finished and its tokens are remembered.
+  static ReplySplice ReuseReply(const ServedModel& model, agent::AgentManager& agents,
+                                const std::string& agent_id, std::string_view text,
+                                std::vector<int32_t> ids);
+
   // A PrepareFn submitting `prompt` (rendered by `model`) on the model
-  // serving when the turn runs. If the model was swapped meanwhile,
-  // `reencode` renders the request again with the new one. Unavailable
+  // serving when the turn runs, spliced by ReuseReply when `reuse` names an
+  // agent. If the model was swapped meanwhile, `reencode` renders the
+  // request again with the new one (without reply reuse). Unavailable
   // (kCancelled, 503) while a swap is under way.
   using Reencode = std::function<Result<std::vector<int32_t>>(const ServedModel&)>;
   static agent::PrepareFn Prepare(ModelHost* host, std::shared_ptr<ServedModel> model,
                                   std::vector<int32_t> prompt, SamplingParams params,
-                                  Priority priority, Reencode reencode);
+                                  Priority priority, Reencode reencode, ReplyReuse reuse = {});
 
   // The 503 status every adapter answers while no model is serving.
   static Status SwapInProgress();

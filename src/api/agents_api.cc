@@ -198,7 +198,10 @@ Reply AgentsApi::Generate(const HttpRequest& req, const std::string& agent_id) c
     std::shared_ptr<ServedModel> now = host->Current();
     if (!now) return AgentBinding::SwapInProgress();
     ASSIGN_OR_RETURN(ordered_json m, BuildMessages(*agents, agent_id, system, message));
-    ASSIGN_OR_RETURN(std::vector<int32_t> p, now->EncodeChat(m, nullptr));
+    std::string text;
+    ASSIGN_OR_RETURN(std::vector<int32_t> p,
+                     now->EncodeChat(m, nullptr, ordered_json::object(), true, &text));
+    p = AgentBinding::ReuseReply(*now, *agents, agent_id, text, std::move(p)).ids;
     agent::TurnStart s;
     ASSIGN_OR_RETURN(s.request, now->MakeRequest(std::move(p), params, prio));
     s.engine = &now->engine();

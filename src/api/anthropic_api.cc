@@ -408,7 +408,8 @@ Reply AnthropicApi::Messages(const HttpRequest& req) const {
   std::shared_ptr<ServedModel> served = ctx_.host->Current();
   if (!served) return FromStatus(AgentBinding::SwapInProgress());
   const agent::ContentKey key = AgentBinding::NormalizeSystem(&c.messages);
-  auto prompt = served->EncodeChat(c.messages, c.tools, c.extra);
+  std::string text;  // the rendered prompt, for reusing the agent's own reply
+  auto prompt = served->EncodeChat(c.messages, c.tools, c.extra, true, &text);
   if (!prompt.ok()) return FromStatus(prompt.status());
   if (auto r = served->MakeRequest(*prompt, params, *priority); !r.ok()) {
     return FromStatus(r.status());
@@ -422,8 +423,9 @@ Reply AnthropicApi::Messages(const HttpRequest& req) const {
   auto reencode = [c](const ServedModel& m) { return m.EncodeChat(c.messages, c.tools, c.extra); };
   std::vector<std::string> stops = params.stop;
   auto turn = ctx_.agents->NewTurn(
-      id->agent_id, AgentBinding::Prepare(ctx_.host, served, std::move(prompt).value(), params,
-                                          *priority, reencode));
+      id->agent_id,
+      AgentBinding::Prepare(ctx_.host, served, std::move(prompt).value(), params, *priority,
+                            reencode, {ctx_.agents, id->agent_id, std::move(text)}));
   return std::unique_ptr<AsyncBody>(new MessagesJob(ctx_, std::move(turn), parser, stream,
                                                     AgentBinding::NewMessages(c.messages), model,
                                                     served, std::move(stops)));

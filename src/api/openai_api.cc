@@ -299,7 +299,8 @@ Reply OpenAiApi::ChatCompletions(const HttpRequest& req) const {
   std::shared_ptr<ServedModel> model = ctx_.host->Current();
   if (!model) return FromStatus(AgentBinding::SwapInProgress());
   const agent::ContentKey key = AgentBinding::NormalizeSystem(&messages);
-  auto prompt = model->EncodeChat(messages, tools, extra);
+  std::string text;  // the rendered prompt, for reusing the agent's own reply
+  auto prompt = model->EncodeChat(messages, tools, extra, true, &text);
   if (!prompt.ok()) return FromStatus(prompt.status(), "messages");
   if (auto r = model->MakeRequest(*prompt, c.params, c.priority); !r.ok()) {
     return FromStatus(r.status());
@@ -311,8 +312,9 @@ Reply OpenAiApi::ChatCompletions(const HttpRequest& req) const {
     return m.EncodeChat(messages, tools, extra);
   };
   auto turn = ctx_.agents->NewTurn(
-      id->agent_id, AgentBinding::Prepare(ctx_.host, model, std::move(prompt).value(), c.params,
-                                          c.priority, reencode));
+      id->agent_id,
+      AgentBinding::Prepare(ctx_.host, model, std::move(prompt).value(), c.params, c.priority,
+                            reencode, {ctx_.agents, id->agent_id, std::move(text)}));
   auto parser = OutputParserOptions::ForModelType(model->model_type(), !tools.is_null(), false);
   return std::unique_ptr<AsyncBody>(new ChatJob(ctx_, std::move(turn), parser, c.stream,
                                                 AgentBinding::NewMessages(messages), model->name(),

@@ -45,7 +45,8 @@ Result<std::unique_ptr<ServedModel>> ServedModel::Load(const ServedModelOptions&
 Result<std::vector<int32_t>> ServedModel::EncodeChat(const ordered_json& messages,
                                                      const ordered_json& tools,
                                                      const ordered_json& extra,
-                                                     bool add_generation_prompt) const {
+                                                     bool add_generation_prompt,
+                                                     std::string* text_out) const {
   if (!template_) return InvalidArgument("model " + name_ + " has no chat template");
   ChatTemplate::Input in;
   in.messages = messages;
@@ -53,7 +54,9 @@ Result<std::vector<int32_t>> ServedModel::EncodeChat(const ordered_json& message
   in.add_generation_prompt = add_generation_prompt;
   if (extra.is_object()) in.extra = extra;
   ASSIGN_OR_RETURN(std::string text, template_->Render(in));
-  return tokenizer_->Encode(text, /*add_special_tokens=*/false);
+  std::vector<int32_t> ids = tokenizer_->Encode(text, /*add_special_tokens=*/false);
+  if (text_out != nullptr) *text_out = std::move(text);
+  return ids;
 }
 
 Result<Priority> ServedModel::RequestPriority(const HttpRequest& req, const json& body) {

@@ -60,11 +60,12 @@ class ServedModel {
   // Renders `messages` (OpenAI shape) with `tools` (OpenAI function schemas
   // or null) and the generation prompt (unless `add_generation_prompt` is
   // false), and tokenizes the result. `extra`: more template variables (e.g.
-  // {"enable_thinking": false}).
+  // {"enable_thinking": false}). `text`, if not null, receives the rendered
+  // text (reply reuse compares it with the agent's previous tokens).
   Result<std::vector<int32_t>> EncodeChat(
       const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
       const nlohmann::ordered_json& extra = nlohmann::ordered_json::object(),
-      bool add_generation_prompt = true) const;
+      bool add_generation_prompt = true, std::string* text = nullptr) const;
 
   // Priority from the X-Priority header, else the body's "priority", else
   // NORMAL. InvalidArgument for an unknown name.

@@ -78,6 +78,7 @@ struct Pipeline {
   TokenizerDecoder::StringSet added_contents;
   std::unordered_set<std::string> special_tokens;
   std::vector<bool> special_ids;
+  std::vector<bool> added_ids;
   std::unique_ptr<TokenizerNormalizer> normalizer;
   std::unique_ptr<PreTokenizer> pre_tokenizer;
   std::unique_ptr<BpeModel> model;
@@ -218,6 +219,10 @@ Status BuildPipeline(const json& tj, const json& cj, Pipeline* p) {
   p->special_ids.assign(id_to_token.size(), false);
   for (size_t id = 0; id < id_to_token.size(); ++id)
     if (p->special_tokens.count(id_to_token[id])) p->special_ids[id] = true;
+  p->added_ids.assign(id_to_token.size(), false);
+  for (const AddedInfo& a : p->added) {
+    if (a.id >= 0 && static_cast<size_t>(a.id) < p->added_ids.size()) p->added_ids[a.id] = true;
+  }
 
   auto norm = TokenizerNormalizer::Build(tj.value("normalizer", json()));
   if (!norm.ok()) return norm.status();
@@ -380,6 +385,14 @@ std::string Tokenizer::Decode(std::span<const int32_t> ids, bool skip_special_to
   return DecodeFragment(ids, skip_special_tokens, true);
 }
 
+std::optional<std::string> Tokenizer::TokenBytes(int32_t id) const {
+  const auto& id_to_token = p_->model->id_to_token();
+  if (id < 0 || static_cast<size_t>(id) >= id_to_token.size()) return std::nullopt;
+  const std::string& t = id_to_token[id];
+  if (t.empty()) return std::nullopt;  // a hole in the id space
+  return p_->decoder->TokenBytes(t);
+}
+
 bool Tokenizer::cleans_up_tokenization_spaces() const { return p_->clean_up; }
 
 std::optional<int32_t> Tokenizer::TokenToId(std::string_view token) const {
@@ -401,6 +414,10 @@ int32_t Tokenizer::vocab_size() const {
 
 bool Tokenizer::IsSpecial(int32_t id) const {
   return id >= 0 && static_cast<size_t>(id) < p_->special_ids.size() && p_->special_ids[id];
+}
+
+bool Tokenizer::IsAdded(int32_t id) const {
+  return id >= 0 && static_cast<size_t>(id) < p_->added_ids.size() && p_->added_ids[id];
 }
 
 std::optional<int32_t> Tokenizer::bos_id() const { return p_->bos; }

@@ -68,6 +68,16 @@ class Tokenizer {
   // leading-space strip). Decode(ids) == DecodeFragment(ids, .., true).
   std::string DecodeFragment(std::span<const int32_t> ids, bool skip_special_tokens,
                              bool is_sequence_start) const;
+  // The exact bytes token `id` stands for in text: byte-level and
+  // byte-fallback bytes raw (a UTF-8 character split across tokens is split
+  // across their bytes too, never U+FFFD), added tokens, special ones
+  // included, verbatim, no clean-up. For byte-level BPE (Llama 3, Qwen) and
+  // byte-fallback BPE without a prepended space (Gemma 3), the bytes of the
+  // ids Encode(text, false) returns concatenate to `text` whenever the
+  // normalizer leaves it unchanged. nullopt for ids outside the vocabulary
+  // or in a hole of it, and for decoders whose per-token text depends on the
+  // token's position (see TokenizerDecoder::TokenBytes).
+  std::optional<std::string> TokenBytes(int32_t id) const;
   // Whether Decode rewrites " ." to "." and the like across token borders.
   bool cleans_up_tokenization_spaces() const;
 
@@ -78,6 +88,9 @@ class Tokenizer {
   int32_t vocab_size() const;
   // Added tokens marked special, plus the config's additional_special_tokens.
   bool IsSpecial(int32_t id) const;
+  // tokenizer.json's added tokens, special or not (<|im_start|>, <think>):
+  // Encode always turns their text into their id.
+  bool IsAdded(int32_t id) const;
   std::optional<int32_t> bos_id() const;
   std::optional<int32_t> eos_id() const;
 

@@ -40,6 +40,52 @@ std::string ByteLevelToText(const std::vector<std::string>& toks) {
 
 }  // namespace
 
+std::optional<std::string> TokenizerDecoder::TokenBytes(const std::string& token) const {
+  if (join_with_spaces_) return std::nullopt;
+  std::string t = token;
+  for (const Step& s : steps_) {
+    switch (s.kind) {
+      case Kind::kByteLevel: {
+        if (added_ && added_->count(t)) break;
+        std::string bytes;
+        for (size_t pos = 0; pos < t.size();) {
+          const int b = tu::UnicodeToByte(tu::NextCodePoint(t, &pos));
+          if (b < 0) return std::nullopt;
+          bytes.push_back(static_cast<char>(b));
+        }
+        t = std::move(bytes);
+        break;
+      }
+      case Kind::kByteFallback: {
+        const int b = ByteFallbackValue(t);
+        if (b >= 0) t = std::string(1, static_cast<char>(b));
+        break;
+      }
+      case Kind::kFuse:
+        break;  // joins neighbours; one token's bytes are unchanged
+      case Kind::kStrip:
+        if (s.start != 0 || s.stop != 0) return std::nullopt;
+        break;
+      case Kind::kReplace: {
+        std::string out;
+        size_t last = 0;
+        Status st = s.pattern->ForEachMatch(t, [&](size_t b, size_t e) {
+          out.append(t, last, b - last);
+          out += s.content;
+          last = e;
+        });
+        if (!st.ok()) return std::nullopt;
+        out.append(t, last, std::string::npos);
+        t = std::move(out);
+        break;
+      }
+      case Kind::kMetaspace:
+        return std::nullopt;
+    }
+  }
+  return t;
+}
+
 Status TokenizerDecoder::AddSteps(const nlohmann::json& config) {
   std::string type = config.value("type", std::string());
   Step step;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_set>
@@ -31,6 +32,14 @@ class TokenizerDecoder {
   // `is_sequence_start`: the first token is the first of the sequence
   // (Metaspace strips its leading space only then).
   std::string Decode(std::vector<std::string> tokens, bool is_sequence_start) const;
+
+  // The exact bytes one token stands for wherever it appears in a sequence:
+  // Decode's per-token steps without turning invalid UTF-8 into U+FFFD
+  // (byte-level and byte-fallback bytes come out raw; added tokens are
+  // copied by ByteLevel as Decode copies them). nullopt when the text of a
+  // token depends on its position (Metaspace, Strip), when ByteLevel meets
+  // a character that stands for no byte, and without a decoder.
+  std::optional<std::string> TokenBytes(const std::string& token) const;
 
  private:
   enum class Kind { kByteLevel, kReplace, kByteFallback, kFuse, kStrip, kMetaspace };

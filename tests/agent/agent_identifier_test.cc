@@ -130,6 +130,13 @@ TEST(AgentIdentifierTest, RemembersAtMostMaxKnown) {
   EXPECT_FALSE(ids.Match(std::vector<int32_t>{4, 5, 6}, 1).has_value());
   EXPECT_EQ(ids.Match(std::vector<int32_t>{1, 2, 3, 4}, 1), "a");
   EXPECT_EQ(ids.Match(std::vector<int32_t>{7, 8, 9}, 1), "c");
+  // What reply reuse reads: the latest sequence, none once forgotten.
+  EXPECT_EQ(ids.Remembered("a"), (std::vector<int32_t>{1, 2, 3, 4}));
+  EXPECT_TRUE(ids.Remembered("b").empty());
+  ids.Forget("c");
+  EXPECT_TRUE(ids.Remembered("c").empty());
+  ids.ForgetAll();
+  EXPECT_TRUE(ids.Remembered("a").empty());
 }
 
 }  // namespace

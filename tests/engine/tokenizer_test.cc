@@ -274,6 +274,60 @@ TEST(TokenizerRealTest, SpecialTokenMetadata) {
   EXPECT_EQ(gemma->vocab_size(), 262145);
 }
 
+TEST(TokenizerRealTest, TokenBytesConcatenateToTheEncodedText) {
+  // Byte-level (Llama 3, Qwen3, DeepSeek V3) and byte-fallback (Gemma 3)
+  // tokenizers: the exact bytes of Encode's ids give back the text, special
+  // tokens and characters split across ids included.
+  const std::string texts[] = {
+      "<|im_start|>user\nCaf\xC3\xA9 \xE6\x97\xA5\xE6\x9C\xAC \xF0\x9F\x98\x80 x=1;  \n\t"
+      "end<|im_end|>\n",
+      "<start_of_turn>user\nHello  world \xE2\x82\xAC 12345<end_of_turn>\n",
+      "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n\xCE\xB1\xCE\xB2 ok<|eot_id|>"};
+  for (const char* name : {"qwen3", "llama3_1", "gemma3", "deepseek_v3"}) {
+    auto t = LoadReal(name);
+    if (!t) GTEST_SKIP() << "data/tokenizers missing (run scripts/setup.sh)";
+    for (const std::string& text : texts) {
+      std::string bytes;
+      for (int32_t id : t->Encode(text, false)) {
+        auto b = t->TokenBytes(id);
+        ASSERT_TRUE(b.has_value()) << name << " id " << id;
+        bytes += *b;
+      }
+      EXPECT_EQ(bytes, text) << name;
+    }
+    EXPECT_FALSE(t->TokenBytes(-1).has_value()) << name;
+    EXPECT_FALSE(t->TokenBytes(t->vocab_size()).has_value()) << name;
+  }
+  auto qwen = LoadReal("qwen3");
+  // One byte of a character: the raw byte, where Decode gives U+FFFD.
+  auto byte_e2 = qwen->TokenToId("\xC3\xA2");
+  ASSERT_TRUE(byte_e2.has_value());
+  EXPECT_EQ(qwen->TokenBytes(*byte_e2), std::string("\xE2"));
+  EXPECT_EQ(qwen->TokenBytes(*qwen->TokenToId("<|im_end|>")), "<|im_end|>");
+  auto gemma = LoadReal("gemma3");
+  auto byte_fallback = gemma->TokenToId("<0xE2>");
+  ASSERT_TRUE(byte_fallback.has_value());
+  EXPECT_EQ(gemma->TokenBytes(*byte_fallback), std::string("\xE2"));
+  EXPECT_EQ(gemma->TokenBytes(*gemma->TokenToId("\xE2\x96\x81the")), " the");
+  // Added tokens, special or not.
+  EXPECT_TRUE(qwen->IsAdded(*qwen->TokenToId("<|im_start|>")));
+  EXPECT_TRUE(qwen->IsAdded(*qwen->TokenToId("<think>")));
+  EXPECT_FALSE(qwen->IsAdded(qwen->Encode("hello", false).front()));
+  EXPECT_FALSE(qwen->IsAdded(-1));
+}
+
+TEST(TokenizerDecodeTest, TokenBytesUnknownWherePositionMatters) {
+  // Metaspace strips a space at the sequence start only: no per-token bytes.
+  auto meta = MustLoad(TinyJson(
+      "[]", "",
+      R"({"type": "Metaspace", "replacement": "X", "prepend_scheme": "always", "add_prefix_space": true})",
+      "[]", R"({"type": "Metaspace", "replacement": "X", "add_prefix_space": true})"));
+  EXPECT_FALSE(meta->TokenBytes(1).has_value());
+  // No decoder: tokens are joined with spaces.
+  auto plain = MustLoad(TinyJson("[]", "", "null", "[]", "null"));
+  EXPECT_FALSE(plain->TokenBytes(1).has_value());
+}
+
 TEST(TokenizerRealTest, ConcurrentEncodeMatchesSerial) {
   auto t = LoadReal("llama3_1");
   if (!t) GTEST_SKIP() << "data/tokenizers/llama3_1 missing (run scripts/setup.sh)";
