@@ -79,6 +79,7 @@ class ReplyReuseTest : public ::testing::Test {
   json Call(const std::string& path, const json& body) {
     HttpRequest r;
     r.method = "POST";
+    r.headers["content-type"] = "application/json";
     r.path = path;
     r.body = body.dump();
     Reply reply = service_->Handle(r);
