@@ -35,7 +35,7 @@ struct ServeArgs {
   int max_step_tokens = 0;
   std::string kv_memory;
   std::string api_key;
-  int http_threads = 2;
+  int http_threads = 0;
   int max_queue = 512;
   std::string store_dir = "data/store";
   std::string store_max_bytes;
@@ -205,9 +205,10 @@ Registrar reg("serve", "Serve the HTTP API (OpenAI and Anthropic protocols)",
                 app.add_option("--api-key", a->api_key,
                                "Require this key (Authorization: Bearer or x-api-key)")
                     ->envname("AGENTKV_API_KEY");
-                app.add_option("--http-threads", a->http_threads, "HTTP I/O threads")
+                app.add_option("--http-threads", a->http_threads,
+                               "HTTP I/O threads (0: one per core, 2 to 8)")
                     ->capture_default_str()
-                    ->check(CLI::Range(1, 64))
+                    ->check(CLI::Range(0, 64))
                     ->envname("AGENTKV_HTTP_THREADS");
                 app.add_option("--max-queue", a->max_queue,
                                "Waiting requests past which new ones get 429 / 529 (0 = no limit)")
