@@ -1,11 +1,9 @@
 #include "http_client.h"
 
-#include <sys/socket.h>
-#include <sys/time.h>
-
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <chrono>
 #include <limits>
 
 namespace agentkv::loadgen {
@@ -49,37 +47,46 @@ struct HttpClient::Impl {
   Url url;
   double timeout_s;
   net::io_context ioc;
-  std::optional<tcp::socket> socket;
+  std::optional<beast::tcp_stream> stream;
   beast::flat_buffer buffer;
+
+  // Runs one asynchronous operation to its end under the timeout (the
+  // blocking calls of Asio wait forever).
+  template <class Start>
+  beast::error_code Run(Start start) {
+    beast::error_code result;
+    stream->expires_after(std::chrono::microseconds(static_cast<int64_t>(timeout_s * 1e6)));
+    start([&result](beast::error_code ec, size_t) { result = ec; });
+    ioc.restart();
+    ioc.run();
+    return result;
+  }
 
   beast::error_code Connect() {
     beast::error_code ec;
     tcp::resolver resolver(ioc);
     auto endpoints = resolver.resolve(url.host, std::to_string(url.port), ec);
     if (ec) return ec;
-    socket.emplace(ioc);
-    net::connect(*socket, endpoints, ec);
+    stream.emplace(ioc);
+    stream->expires_after(std::chrono::microseconds(static_cast<int64_t>(timeout_s * 1e6)));
+    stream->async_connect(endpoints, [&ec](beast::error_code e, const tcp::endpoint&) { ec = e; });
+    ioc.restart();
+    ioc.run();
     if (ec) {
-      socket.reset();
+      stream.reset();
       return ec;
     }
-    socket->set_option(tcp::no_delay(true), ec);
-    // Blocking reads and writes give up after the timeout.
-    timeval tv;
-    tv.tv_sec = static_cast<time_t>(timeout_s);
-    tv.tv_usec = static_cast<suseconds_t>((timeout_s - static_cast<double>(tv.tv_sec)) * 1e6);
-    setsockopt(socket->native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    setsockopt(socket->native_handle(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    stream->socket().set_option(tcp::no_delay(true), ec);
     buffer.clear();
     return {};
   }
 
   void Drop() {
-    if (!socket) return;
+    if (!stream) return;
     beast::error_code ignored;
-    socket->shutdown(tcp::socket::shutdown_both, ignored);
-    socket->close(ignored);
-    socket.reset();
+    stream->socket().shutdown(tcp::socket::shutdown_both, ignored);
+    stream->close();
+    stream.reset();
   }
 };
 
@@ -103,14 +110,14 @@ HttpClient::Response HttpClient::Post(const HttpCall& call,
   // A kept-alive connection the server closed fails on the write or on the
   // first read: then one retry on a fresh connection.
   for (int attempt = 0; attempt < 2; ++attempt) {
-    const bool reused = impl_->socket.has_value();
+    const bool reused = impl_->stream.has_value();
     beast::error_code ec;
-    if (!impl_->socket) ec = impl_->Connect();
+    if (!impl_->stream) ec = impl_->Connect();
     if (ec) {
       out.error = "connect: " + ec.message();
       return out;
     }
-    http::write(*impl_->socket, req, ec);
+    ec = impl_->Run([&](auto done) { http::async_write(*impl_->stream, req, done); });
     if (ec) {
       impl_->Drop();
       if (reused) continue;
@@ -125,7 +132,8 @@ HttpClient::Response HttpClient::Post(const HttpCall& call,
       return data.size();
     };
     parser.on_chunk_body(on_chunk);
-    http::read_header(*impl_->socket, impl_->buffer, parser, ec);
+    ec = impl_->Run(
+        [&](auto done) { http::async_read_header(*impl_->stream, impl_->buffer, parser, done); });
     if (ec) {
       impl_->Drop();
       if (reused && ec != beast::error::timeout) continue;
@@ -134,7 +142,8 @@ HttpClient::Response HttpClient::Post(const HttpCall& call,
     }
     out.status = parser.get().result_int();
     while (!parser.is_done()) {
-      http::read_some(*impl_->socket, impl_->buffer, parser, ec);
+      ec = impl_->Run(
+          [&](auto done) { http::async_read_some(*impl_->stream, impl_->buffer, parser, done); });
       if (ec) break;
     }
     if (ec) {

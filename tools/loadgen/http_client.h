@@ -1,5 +1,7 @@
-// HttpClient: one keep-alive HTTP/1.1 connection (plain TCP, Boost.Beast,
-// blocking) that posts a request and hands the response body to a callback
+// HttpClient: one keep-alive HTTP/1.1 connection (plain TCP, Boost.Beast;
+// blocking for the caller: each operation runs on the client's own
+// io_context under the timeout) that posts a request and hands the
+// response body to a callback
 // piece by piece as it arrives, chunked or not, so a streamed reply can be
 // timed event by event. Reconnects when the server closed the connection.
 //

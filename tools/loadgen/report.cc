@@ -128,9 +128,9 @@ json ToJson(const TurnSummary& s) {
 std::string FormatTable(const std::vector<TurnSummary>& turns, const TurnSummary& total,
                         std::optional<double> engine_tok_s) {
   const std::vector<std::pair<std::string, size_t>> cols = {
-      {"turn", 5},      {"ok/req", 9},    {"out tok/s", 11}, {"wall s", 8},
-      {"TTFT p50", 10}, {"TTFT p99", 10}, {"ITL p50", 9},    {"ITL p99", 9},
-      {"prompt", 8},    {"cached", 8},    {"of prev", 8},    {"engine x", 9}};
+      {"turn", 5},      {"ok/req", 9},    {"out tok/s", 11}, {"wall s", 9},
+      {"TTFT p50", 12}, {"TTFT p99", 12}, {"ITL p50", 11},   {"ITL p99", 11},
+      {"prompt", 8},    {"cached", 8},    {"of prev", 8},    {"engine x", 10}};
   std::string out;
   for (size_t c = 0; c < cols.size(); ++c) {
     if (c == cols.size() - 1 && !engine_tok_s) break;

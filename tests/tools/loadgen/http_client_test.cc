@@ -1,6 +1,7 @@
 // HttpClient against the project's own HttpServer on loopback: a streamed
 // body arrives piece by piece, an error reply arrives whole, keep-alive
-// reuses the connection and a closed server is a connection error.
+// reuses the connection and a server that stopped answering is a
+// connection error after the timeout.
 #include "http_client.h"
 
 #include <gtest/gtest.h>
@@ -102,8 +103,11 @@ TEST(HttpClientTest, StreamsPiecesAndKeepsTheConnection) {
   EXPECT_EQ(r.status, 429);
   EXPECT_EQ(body, R"({"error":"busy"})");
   EXPECT_EQ(requests.load(), 3);
+  const uint16_t port = server.port();
   server.Stop();
-  auto gone = client.Post({"/stream", "{}", {}}, [](std::string_view) {});
+  // A server that no longer answers: the read gives up after the timeout.
+  HttpClient late({"127.0.0.1", port}, 0.5);
+  auto gone = late.Post({"/stream", "{}", {}}, [](std::string_view) {});
   EXPECT_EQ(gone.status, 0);
   EXPECT_FALSE(gone.error.empty());
 }
