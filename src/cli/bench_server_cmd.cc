@@ -53,6 +53,7 @@ struct BenchArgs {
   EngineBenchOptions engine;  // the baseline's engine; prompt and output of both
   std::string concurrency = "1,8,16";
   int max_batch = 64, http_threads = 0, repeat = 3;
+  uint64_t kv_memory = 0;  // the served model's KV pool; 0: as serve
   std::string store = "";  // "" = a temporary store, "none" = no store
   bool store_kv = true;    // false: history only, no KV write-behind
   int store_workers = 0;   // 0: as serve (one per hardware thread, at least 4)
@@ -289,6 +290,7 @@ int RunBench(const BenchArgs& a) {
   mo.backend = a.model.backend;
   mo.max_batch = a.max_batch;
   mo.max_step_tokens = a.engine.max_step_tokens;
+  mo.kv_memory_bytes = a.kv_memory;
   mo.max_waiting = 0;
   mo.store = st.get();
   mo.persist_kv = a.store_kv;
@@ -405,6 +407,10 @@ Registrar reg(
       app.add_option("--max-batch", a->max_batch, "Most sequences in one step of the server")
           ->capture_default_str();
       app.add_option("--http-threads", a->http_threads, "HTTP I/O threads (0: as serve)")
+          ->capture_default_str();
+      app.add_option("--kv-memory", a->kv_memory,
+                     "KV pool of the served model, e.g. 40G (0: serve's default)")
+          ->transform(CLI::AsSizeValue(false))
           ->capture_default_str();
       app.add_option("--store", a->store,
                      "Agent store directory (default: a temporary one; 'none': "

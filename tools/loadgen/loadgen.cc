@@ -36,7 +36,7 @@ struct Args {
   std::optional<float> temperature;
   bool allow_eos = false, no_calibrate = false, no_barrier = false, json = false;
   double timeout_s = 600;
-  uint64_t seed = 1;
+  uint64_t seed = 0;  // 0: a new one each run
   std::string session_prefix;
   std::optional<double> engine_tok_s;
   std::string engine_json;
@@ -145,6 +145,12 @@ int Run(Args a) {
     }
   }
   if (a.session_prefix.empty()) a.session_prefix = DefaultSessionPrefix();
+  // A server's prefix cache is content-addressed: text repeated from an
+  // earlier run would be served from cache, so each run writes new text.
+  if (a.seed == 0) {
+    a.seed = static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count()) ^
+             (static_cast<uint64_t>(getpid()) << 32);
+  }
   WorkloadOptions w;
   w.api = *api;
   w.model = a.model;
@@ -296,7 +302,10 @@ int main(int argc, char** argv) {
                "together, like `bench engine`'s requests)");
   app.add_option("--timeout", a.timeout_s, "Seconds any one read or write may wait")
       ->capture_default_str();
-  app.add_option("--seed", a.seed, "Seed of the prompt text")->capture_default_str();
+  app.add_option("--seed", a.seed,
+                 "Seed of the prompt text (0: new text each run, so an earlier run's prompts are "
+                 "not in the server's cache)")
+      ->capture_default_str();
   app.add_option("--session-prefix", a.session_prefix,
                  "Session ids are PREFIX-<agent> (default: unique to this run)");
   app.add_option("--engine-tok-s", a.engine_tok_s,
