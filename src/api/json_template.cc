@@ -15,6 +15,7 @@ JsonTemplate::JsonTemplate(std::string_view before, std::string_view dumped,
     suffix_ = std::string(after);
     return;
   }
+  has_hole_ = true;
   prefix_ += std::string(dumped.substr(0, at));
   suffix_ = std::string(dumped.substr(at + hole.size()));
   suffix_ += std::string(after);
@@ -22,7 +23,7 @@ JsonTemplate::JsonTemplate(std::string_view before, std::string_view dumped,
 
 void JsonTemplate::Render(std::string_view text, std::string* out) const {
   out->append(prefix_);
-  AppendString(text, out);
+  if (has_hole_) AppendString(text, out);
   out->append(suffix_);
 }
 

@@ -34,6 +34,7 @@ class JsonTemplate {
 
  private:
   std::string prefix_, suffix_;
+  bool has_hole_ = false;
 };
 
 }  // namespace agentkv::api
