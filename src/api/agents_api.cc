@@ -4,6 +4,7 @@
 
 #include "api/callback_body.h"
 #include "api/generation_job.h"
+#include "api/json_template.h"
 #include "api/openai_api.h"
 #include "store/store_kv_tier.h"
 #include "util/hash.h"
@@ -77,7 +78,12 @@ class AgentJob : public GenerationJob {
     }
     if (chunk.empty()) return;
     text_ += chunk;
-    if (stream_) *out += "data: " + Dump({{"text", chunk}}) + "\n\n";
+    if (stream_) {
+      if (text_event_.empty()) {
+        text_event_ = JsonTemplate("data: ", Dump({{"text", JsonTemplate::kHole}}), "\n\n");
+      }
+      text_event_.Render(chunk, out);
+    }
   }
 
   void OnFinish(const RequestOutput& f, std::string* out) override {
@@ -121,6 +127,7 @@ class AgentJob : public GenerationJob {
     return f.cached_tokens > 0 ? f.cache_source : CacheSource::kNone;
   }
   std::string text_;
+  JsonTemplate text_event_;  // {"text": ...}, serialized once
 };
 
 json InfoJson(const agent::AgentInfo& a) {

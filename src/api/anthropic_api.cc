@@ -6,6 +6,7 @@
 
 #include "api/generation_job.h"
 #include "api/json_fields.h"
+#include "api/json_template.h"
 
 namespace agentkv::api {
 namespace {
@@ -223,17 +224,34 @@ class MessagesJob : public GenerationJob {
     }
   }
 
+  // Delta({"type": "text_delta", "text": text}) from a template made once
+  // per block.
+  void TextDelta(const std::string& text, std::string* out) {
+    const size_t index = blocks_.size() - 1;
+    if (text_delta_.empty() || text_delta_index_ != index) {
+      text_delta_index_ = index;
+      text_delta_ =
+          JsonTemplate("event: content_block_delta\ndata: ",
+                       Dump({{"type", "content_block_delta"},
+                             {"index", index},
+                             {"delta", {{"type", "text_delta"}, {"text", JsonTemplate::kHole}}}}),
+                       "\n\n");
+    }
+    text_delta_.Render(text, out);
+  }
+
   void OnEvents(const std::vector<OutputEvent>& events, std::string* out) override {
     for (const OutputEvent& e : events) {
       switch (e.kind) {
         case OutputEvent::Kind::kText:
           Open("text", e, out);
-          blocks_.back()["text"] = blocks_.back()["text"].get<std::string>() + e.text;
-          Delta({{"type", "text_delta"}, {"text", e.text}}, out);
+          // In place: a copy of the block's text per token is quadratic.
+          blocks_.back()["text"].get_ref<std::string&>() += e.text;
+          if (stream_) TextDelta(e.text, out);
           break;
         case OutputEvent::Kind::kReasoning:
           Open("thinking", e, out);
-          blocks_.back()["thinking"] = blocks_.back()["thinking"].get<std::string>() + e.text;
+          blocks_.back()["thinking"].get_ref<std::string&>() += e.text;
           Delta({{"type", "thinking_delta"}, {"thinking", e.text}}, out);
           break;
         case OutputEvent::Kind::kToolCallBegin:
@@ -360,6 +378,8 @@ class MessagesJob : public GenerationJob {
   bool pinged_ = false;
   std::string kind_;
   int tool_uses_ = 0;
+  JsonTemplate text_delta_;
+  size_t text_delta_index_ = 0;
 };
 
 HttpResponse FromStatus(const Status& s) {

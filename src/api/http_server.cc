@@ -461,7 +461,9 @@ Status HttpServer::Start() {
   }
   port_ = acc.local_endpoint().port();
   impl_->Accept();
-  const int n = std::max(1, impl_->options.threads);
+  const int n = impl_->options.threads > 0
+                    ? impl_->options.threads
+                    : HttpServer::DefaultThreads(std::thread::hardware_concurrency());
   for (int i = 0; i < n; ++i) impl_->threads.emplace_back([this] { impl_->ioc.run(); });
   return Status::Ok();
 }
@@ -482,5 +484,9 @@ void HttpServer::Stop() {
 }
 
 int HttpServer::connections() const { return impl_->active.load(); }
+
+int HttpServer::DefaultThreads(unsigned hardware_threads) {
+  return std::clamp(static_cast<int>(hardware_threads), 2, 8);
+}
 
 }  // namespace agentkv::api

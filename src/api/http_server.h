@@ -34,7 +34,9 @@ namespace agentkv::api {
 struct HttpServerOptions {
   std::string host = "127.0.0.1";
   uint16_t port = 8080;  // 0: any free port (see port())
-  int threads = 2;
+  // I/O threads; 0: one per hardware thread, at least 2 and at most 8
+  // (every streamed token is an SSE write on one of them).
+  int threads = 0;
   uint64_t body_limit = 8ull << 20;
   // Per-route body limit from (method, path); null or 0: body_limit.
   std::function<uint64_t(const std::string& method, const std::string& path)> route_body_limit;
@@ -66,6 +68,9 @@ class HttpServer {
   uint16_t port() const { return port_; }
   // Connections open now.
   int connections() const;
+  // The I/O threads of HttpServerOptions::threads = 0 on a machine with
+  // `hardware_threads` (0 when unknown).
+  static int DefaultThreads(unsigned hardware_threads);
 
   struct Impl;  // implementation detail, shared with the connections
 

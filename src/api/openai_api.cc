@@ -7,6 +7,7 @@
 
 #include "api/generation_job.h"
 #include "api/json_fields.h"
+#include "api/json_template.h"
 
 namespace agentkv::api {
 namespace {
@@ -79,12 +80,25 @@ class ChatJob : public GenerationJob {
       switch (e.kind) {
         case OutputEvent::Kind::kText:
           content_ += e.text;
-          if (stream_)
-            *out += Sse(Chunk(chat_ ? json{{"content", e.text}} : json(e.text), nullptr));
+          if (stream_) {
+            if (text_chunk_.empty()) {
+              const json hole(JsonTemplate::kHole);
+              text_chunk_ = JsonTemplate(
+                  "data: ", Dump(Chunk(chat_ ? json{{"content", hole}} : hole, nullptr)), "\n\n");
+            }
+            text_chunk_.Render(e.text, out);
+          }
           break;
         case OutputEvent::Kind::kReasoning:
           reasoning_ += e.text;
-          if (stream_) *out += Sse(Chunk({{"reasoning_content", e.text}}, nullptr));
+          if (stream_) {
+            if (reasoning_chunk_.empty()) {
+              reasoning_chunk_ = JsonTemplate(
+                  "data: ", Dump(Chunk({{"reasoning_content", JsonTemplate::kHole}}, nullptr)),
+                  "\n\n");
+            }
+            reasoning_chunk_.Render(e.text, out);
+          }
           break;
         case OutputEvent::Kind::kToolCallBegin:
           calls_[e.tool_index] = {e.id, e.name, ""};
@@ -193,6 +207,9 @@ class ChatJob : public GenerationJob {
   int64_t created_;
   std::string content_, reasoning_;
   std::map<int32_t, Call> calls_;
+  // The per-token chunks, serialized once (the id, model and time are the
+  // same in every chunk of a response).
+  JsonTemplate text_chunk_, reasoning_chunk_;
 };
 
 // Flattens OpenAI content parts ([{type: text, text}]) to a string.

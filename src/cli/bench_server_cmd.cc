@@ -1,9 +1,12 @@
 // agentkv bench server --model DIR --concurrency 1,8,16 --prompt 128 --output 64 [--json]
 //
-// Throughput through the HTTP server versus the engine alone, on one loaded
-// model. At each concurrency level c: (1) engine alone: c requests of fresh
-// random prompt tokens submitted to the served model's engine directly;
-// (2) HTTP: c client threads, each its own agent (session_id), POST
+// Throughput through the HTTP server versus the engine alone. At each
+// concurrency level c: (1) engine alone: the very engine `bench engine`
+// measures at that level (engine_bench.h: the same options, requests and
+// timing), on a backend of its own that is freed before the server loads
+// the model; (2) the served model's engine (as `serve` configures it)
+// driven directly, to tell its configuration apart from the HTTP layer;
+// (3) HTTP: c client threads, each its own agent (session_id), POST
 // /v1/completions with fresh random token prompts and stream the reply
 // (SSE, usage in the last chunk) from an in-process `serve` stack (ApiService
 // + agent layer + store + HttpServer on loopback). Greedy, EOS ignored, so
@@ -32,6 +35,7 @@
 #include "api/metrics.h"
 #include "api/model_host.h"
 #include "cli/command.h"
+#include "cli/engine_bench.h"
 #include "cli/model_options.h"
 #include "store/agent_store.h"
 
@@ -46,8 +50,10 @@ using nlohmann::json;
 
 struct BenchArgs {
   ModelOptions model;
+  EngineBenchOptions engine;  // the baseline's engine; prompt and output of both
   std::string concurrency = "1,8,16";
-  int prompt = 128, output = 64, max_batch = 64, http_threads = 2, repeat = 3;
+  int max_batch = 64, http_threads = 0, repeat = 3;
+  uint64_t kv_memory = 0;  // the served model's KV pool; 0: as serve
   std::string store = "";  // "" = a temporary store, "none" = no store
   bool store_kv = true;    // false: history only, no KV write-behind
   int store_workers = 0;   // 0: as serve (one per hardware thread, at least 4)
@@ -110,6 +116,9 @@ std::vector<std::vector<int32_t>> Prompts(std::mt19937_64& rng, int n, int len, 
   return out;
 }
 
+// The served model's own engine, driven directly (no HTTP): tells the
+// engine's configuration as served (KV memory, context, detokenization,
+// store) apart from the HTTP layer's cost.
 Result<Level> EngineAlone(api::ServedModel& m, const BenchArgs& a,
                           const std::vector<std::vector<int32_t>>& prompts) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -118,7 +127,7 @@ Result<Level> EngineAlone(api::ServedModel& m, const BenchArgs& a,
     SamplingParams sp;
     sp.temperature = 0;
     sp.ignore_eos = true;
-    sp.max_tokens = a.output;
+    sp.max_tokens = a.engine.output;
     ASSIGN_OR_RETURN(RequestHandle h, m.Submit(p, sp, Priority::kNormal));
     hs.push_back(std::move(h));
   }
@@ -192,7 +201,7 @@ Result<Level> ThroughHttp(uint16_t port, const BenchArgs& a,
   for (size_t i = 0; i < prompts.size(); ++i) {
     threads.emplace_back([&, i] {
       const std::string agent = "bench-" + std::to_string(level) + "-" + std::to_string(i);
-      results[i] = PostCompletion(port, agent, prompts[i], a.output);
+      results[i] = PostCompletion(port, agent, prompts[i], a.engine.output);
       latency[i] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     });
   }
@@ -218,11 +227,38 @@ int RunBench(const BenchArgs& a) {
     std::cerr << "error: bad --concurrency '" << a.concurrency << "'\n";
     return 2;
   }
-  if (a.prompt <= 0 || a.output <= 0) {
+  if (a.engine.prompt <= 0 || a.engine.output <= 0) {
     std::cerr << "error: need --prompt > 0 and --output > 0\n";
     return 2;
   }
-  // The store: history is fsynced on every turn, KV written behind.
+  const std::string model_dir = a.model.model_dir.empty() ? DefaultModelDir() : a.model.model_dir;
+  // (1) The engine alone, as `bench engine` runs it, first: its backend is
+  // freed before the served model takes the device's memory.
+  std::mt19937_64 rng(a.seed);
+  std::vector<std::vector<EngineRunResult>> engines(levels.size());
+  {
+    auto created = CreateBackend(model_dir, a.model.backend);
+    if (!created.ok()) {
+      std::cerr << "error: " << created.status().ToString() << "\n";
+      return 1;
+    }
+    std::unique_ptr<Backend> backend = std::move(created).value();
+    const int32_t vocab = backend->config().vocab_size;
+    for (size_t l = 0; l < levels.size(); ++l) {
+      const int c = levels[l];
+      for (int r = 0; r < a.repeat; ++r) {
+        auto e = RunEngineOnce(backend, a.engine, BenchRequests(rng, c, {}, a.engine, vocab), c,
+                               true, "concurrency " + std::to_string(c) + ": engine alone");
+        if (!e.ok()) {
+          std::cerr << "error: engine alone: " << e.status().ToString() << "\n";
+          return 1;
+        }
+        engines[l].push_back(*e);
+      }
+    }
+  }
+  // (2) The served stack. The store: history is fsynced on every turn, KV
+  // written behind.
   std::string store_dir = a.store;
   bool temp_store = false;
   if (store_dir.empty()) {
@@ -250,9 +286,11 @@ int RunBench(const BenchArgs& a) {
     st = std::move(opened).value();
   }
   api::ServedModelOptions mo;
-  mo.model_dir = a.model.model_dir.empty() ? DefaultModelDir() : a.model.model_dir;
+  mo.model_dir = model_dir;
   mo.backend = a.model.backend;
   mo.max_batch = a.max_batch;
+  mo.max_step_tokens = a.engine.max_step_tokens;
+  mo.kv_memory_bytes = a.kv_memory;
   mo.max_waiting = 0;
   mo.store = st.get();
   mo.persist_kv = a.store_kv;
@@ -267,7 +305,7 @@ int RunBench(const BenchArgs& a) {
   api::ApiService service({&host, &agents, &metrics}, {});
   api::HttpServerOptions so;
   so.port = 0;
-  so.threads = a.http_threads;
+  if (a.http_threads > 0) so.threads = a.http_threads;
   so.max_connections = 4096;
   api::HttpServer server(so, [&service](const api::HttpRequest& r) { return service.Handle(r); });
   if (Status s = server.Start(); !s.ok()) {
@@ -276,18 +314,16 @@ int RunBench(const BenchArgs& a) {
   }
   std::shared_ptr<api::ServedModel> m = host.Current();
   const int32_t vocab = m->engine().config().vocab_size;
-  std::mt19937_64 rng(a.seed);
   json out = {{"model", mo.model_dir},
               {"store", st ? (a.store_kv ? "on" : "history only") : "none"},
-              {"prompt_tokens", a.prompt},
-              {"output_tokens", a.output},
-              {"http_threads", a.http_threads},
+              {"prompt_tokens", a.engine.prompt},
+              {"output_tokens", a.engine.output},
+              {"http_threads", so.threads},
               {"repeat", a.repeat},
               {"levels", json::array()}};
   // Warm-up outside the timing.
   {
-    auto warm = EngineAlone(*m, a, Prompts(rng, 1, a.prompt, vocab));
-    if (warm.ok()) warm = ThroughHttp(server.port(), a, Prompts(rng, 1, a.prompt, vocab), 0);
+    auto warm = ThroughHttp(server.port(), a, Prompts(rng, 1, a.engine.prompt, vocab), 0);
     if (!warm.ok()) {
       std::cerr << "error: warm-up: " << warm.status().ToString() << "\n";
       return 1;
@@ -295,21 +331,22 @@ int RunBench(const BenchArgs& a) {
   }
   const bool tty = isatty(STDERR_FILENO);
   int rc = 0;
-  for (int32_t c : levels) {
-    // Alternating runs, the median of each: a shared machine's load drifts.
-    std::vector<Level> engines, https;
+  for (size_t l = 0; l < levels.size(); ++l) {
+    const int c = levels[l];
+    std::vector<Level> served, https;
     Status failed;
-    for (int r = 0; r < a.repeat && failed.ok(); ++r) {
-      if (tty) std::cerr << "\rconcurrency " << c << ": engine alone, run " << r + 1 << std::flush;
-      auto e = EngineAlone(*m, a, Prompts(rng, c, a.prompt, vocab));
+    for (int r = 0; r < a.repeat; ++r) {
+      // Alternating, the median of each: a shared machine's load drifts.
+      if (tty) std::cerr << "\rconcurrency " << c << ": served engine, run " << r + 1 << std::flush;
+      auto e = EngineAlone(*m, a, Prompts(rng, c, a.engine.prompt, vocab));
       if (!e.ok()) {
         failed = e.status();
         break;
       }
-      engines.push_back(*e);
+      served.push_back(*e);
       if (tty) std::cerr << "\rconcurrency " << c << ": through HTTP, run " << r + 1 << std::flush;
       const Diagnostics d0 = Diagnose(st.get(), *m);
-      auto h = ThroughHttp(server.port(), a, Prompts(rng, c, a.prompt, vocab), c * 100 + r);
+      auto h = ThroughHttp(server.port(), a, Prompts(rng, c, a.engine.prompt, vocab), c * 100 + r);
       if (!h.ok()) {
         failed = h.status();
         break;
@@ -323,23 +360,29 @@ int RunBench(const BenchArgs& a) {
       rc = 1;
       break;
     }
-    auto median = [](std::vector<Level> v) {
-      std::sort(v.begin(), v.end(),
-                [](const Level& x, const Level& y) { return x.output_tok_s < y.output_tok_s; });
-      return v[v.size() / 2];
-    };
-    const Level e = median(engines), h = median(https);
-    const Level* engine = &e;
-    const Level* http = &h;
-    const double ratio = http->output_tok_s / engine->output_tok_s;
+    // The median run of each.
+    std::vector<EngineRunResult> es = engines[l];
+    std::sort(es.begin(), es.end(), [](const EngineRunResult& x, const EngineRunResult& y) {
+      return x.output_tok_s < y.output_tok_s;
+    });
+    auto by_speed = [](const Level& x, const Level& y) { return x.output_tok_s < y.output_tok_s; };
+    std::sort(served.begin(), served.end(), by_speed);
+    std::sort(https.begin(), https.end(), by_speed);
+    const EngineRunResult& engine = es[es.size() / 2];
+    const Level& own = served[served.size() / 2];
+    const Level& http = https[https.size() / 2];
+    const double ratio = http.output_tok_s / engine.output_tok_s;
     out["levels"].push_back({{"concurrency", c},
-                             {"engine", ToJson(*engine)},
-                             {"http", ToJson(*http)},
-                             {"ratio", ratio}});
+                             {"engine", ToJson(engine)},
+                             {"served_engine", ToJson(own)},
+                             {"http", ToJson(http)},
+                             {"ratio", ratio},
+                             {"served_engine_ratio", own.output_tok_s / engine.output_tok_s},
+                             {"http_over_served_engine", http.output_tok_s / own.output_tok_s}});
     if (!a.json) {
-      std::cout << "concurrency " << c << ": engine " << engine->output_tok_s
-                << " output tok/s, HTTP " << http->output_tok_s << " output tok/s, ratio " << ratio
-                << "\n";
+      std::cout << "concurrency " << c << ": engine " << engine.output_tok_s
+                << " output tok/s, HTTP " << http.output_tok_s << " output tok/s, ratio " << ratio
+                << " (the served model's engine alone: " << own.output_tok_s << " output tok/s)\n";
     }
   }
   server.Stop();
@@ -360,11 +403,15 @@ Registrar reg(
       a->model.Add(app, /*model_required=*/false);
       app.add_option("--concurrency", a->concurrency, "Comma-separated levels (agents)")
           ->capture_default_str();
-      app.add_option("--prompt", a->prompt, "Prompt tokens per request")->capture_default_str();
-      app.add_option("--output", a->output, "Output tokens per request")->capture_default_str();
-      app.add_option("--max-batch", a->max_batch, "Most sequences in one step")
+      a->engine.Add(app);
+      app.add_option("--max-batch", a->max_batch, "Most sequences in one step of the server")
           ->capture_default_str();
-      app.add_option("--http-threads", a->http_threads, "HTTP I/O threads")->capture_default_str();
+      app.add_option("--http-threads", a->http_threads, "HTTP I/O threads (0: as serve)")
+          ->capture_default_str();
+      app.add_option("--kv-memory", a->kv_memory,
+                     "KV pool of the served model, e.g. 40G (0: serve's default)")
+          ->transform(CLI::AsSizeValue(false))
+          ->capture_default_str();
       app.add_option("--store", a->store,
                      "Agent store directory (default: a temporary one; 'none': "
                      "no store)");

@@ -41,7 +41,7 @@ struct ServeArgs {
   std::vector<std::string> allow_origin, allow_host;
   std::string admin_key, models_dir;
   bool insecure_no_key = false;
-  int http_threads = 2;
+  int http_threads = 0;
   int max_queue = 512;
   std::string store_dir = "data/store";
   std::string store_max_bytes;
@@ -262,9 +262,10 @@ Registrar reg("serve", "Serve the HTTP API (OpenAI and Anthropic protocols)",
                 app.add_flag("--insecure-no-key", a->insecure_no_key,
                              "Listen on a non-loopback address without --api-key")
                     ->envname("AGENTKV_INSECURE_NO_KEY");
-                app.add_option("--http-threads", a->http_threads, "HTTP I/O threads")
+                app.add_option("--http-threads", a->http_threads,
+                               "HTTP I/O threads (0: one per core, 2 to 8)")
                     ->capture_default_str()
-                    ->check(CLI::Range(1, 64))
+                    ->check(CLI::Range(0, 64))
                     ->envname("AGENTKV_HTTP_THREADS");
                 app.add_option("--max-queue", a->max_queue,
                                "Waiting requests past which new ones get 429 / 529 (0 = no limit)")

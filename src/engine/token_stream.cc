@@ -3,16 +3,17 @@
 namespace agentkv {
 
 void TokenStream::Push(RequestOutput event) {
-  std::function<void()> notify;
+  std::shared_ptr<const std::function<void()>> notify;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return;
     if (event.kind != RequestOutput::Kind::kDelta) closed_ = true;
+    // A non-empty queue means the consumer has a wake-up pending already.
+    if (q_.empty()) notify = notify_;
     q_.push_back(std::move(event));
-    notify = notify_;
   }
   cv_.notify_all();
-  if (notify) notify();
+  if (notify) (*notify)();
 }
 
 bool TokenStream::TryPop(RequestOutput* out) {
@@ -32,13 +33,14 @@ RequestOutput TokenStream::Pop() {
 }
 
 void TokenStream::SetNotifier(std::function<void()> notify) {
+  auto shared = notify ? std::make_shared<const std::function<void()>>(std::move(notify)) : nullptr;
   bool pending;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    notify_ = notify;
+    notify_ = shared;
     pending = !q_.empty();
   }
-  if (pending && notify) notify();
+  if (pending && shared) (*shared)();
 }
 
 bool TokenStream::closed() const {

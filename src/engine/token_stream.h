@@ -11,6 +11,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 
 #include "engine/request.h"
@@ -26,8 +27,12 @@ class TokenStream {
   bool TryPop(RequestOutput* out);
   // Blocks until an event is queued.
   RequestOutput Pop();
-  // Called after every Push, on the pushing thread, outside the lock; also
-  // once at registration if events are already queued. Must not block.
+  // Called when a Push finds the queue empty (on the pushing thread,
+  // outside the lock), and once at registration if events are already
+  // queued. Must not block. A consumer woken must drain with TryPop until
+  // it returns false: events pushed while others wait in the queue bring no
+  // further call (at one event per token per stream, a wake-up each would
+  // cost the engine thread a cross-thread post per token).
   void SetNotifier(std::function<void()> notify);
 
   bool closed() const;
@@ -36,7 +41,8 @@ class TokenStream {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<RequestOutput> q_;
-  std::function<void()> notify_;
+  // Shared so that Push copies a pointer, not the function, per event.
+  std::shared_ptr<const std::function<void()>> notify_;
   bool closed_ = false;
 };
 

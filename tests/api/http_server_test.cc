@@ -299,6 +299,13 @@ TEST_F(HttpServerTest, ServesTlsWithASelfSignedCertificate) {
   fs::remove_all(dir);
 }
 
+TEST(HttpServerThreadsTest, DefaultIsOnePerCoreFromTwoToEight) {
+  EXPECT_EQ(HttpServer::DefaultThreads(0), 2);  // unknown
+  EXPECT_EQ(HttpServer::DefaultThreads(1), 2);
+  EXPECT_EQ(HttpServer::DefaultThreads(6), 6);
+  EXPECT_EQ(HttpServer::DefaultThreads(16), 8);
+}
+
 TEST_F(HttpServerTest, TlsNeedsReadableCertificateAndKey) {
   HttpServerOptions o;
   o.port = 0;

@@ -1,0 +1,63 @@
+// The engine-only measurement `agentkv bench engine` makes, shared with
+// `agentkv bench server`, whose baseline must be the very same engine
+// (SPEC section 9: a ratio's baseline runs as users get it): the options
+// that shape the engine (step tokens, batch, KV memory sized for the
+// requests, pipeline, prefix cache), the random requests, and one timed
+// run.
+//
+// Thread-safety: RunEngineOnce uses the backend it is lent exclusively.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+
+namespace agentkv::cli {
+
+// The flags both commands take for the engine they measure.
+struct EngineBenchOptions {
+  int prompt = 128, output = 64;
+  int max_step_tokens = 0;  // 0: the device's default
+  int block_size = 16;
+  bool no_pipeline = false;
+  // --prompt, --output, --max-step-tokens, --block-size, --no-pipeline.
+  void Add(CLI::App& app);
+};
+
+// The engine of a run of `max_batch` concurrent requests of prompt + output
+// tokens: room for exactly that many sequences of that length (KV sized per
+// cache group), greedy pipelining unless disabled.
+EngineOptions BenchEngineOptions(const ModelCacheSpec& spec, const EngineBenchOptions& o,
+                                 int max_batch, bool prefix_caching);
+
+// `n` requests of `o.prompt` tokens (the first `shared_prefix` the same in
+// all, the rest random in [0, vocab)), greedy, EOS ignored, `o.output`
+// tokens each.
+std::vector<EngineRequest> BenchRequests(std::mt19937_64& rng, int n,
+                                         const std::vector<int32_t>& shared_prefix,
+                                         const EngineBenchOptions& o, int32_t vocab);
+
+struct EngineRunResult {
+  double seconds = 0, mean_ttft_ms = 0, output_tok_s = 0, step_ms = 0, forward_ms = 0,
+         device_ms = 0, capture_ms = 0;
+  int64_t graphs_captured = 0, output_tokens = 0, steps = 0, max_batch = 0, cached_tokens = 0,
+          step_tokens = 0;
+};
+
+// Runs `reqs` all at once on a fresh engine (BenchEngineOptions) over
+// `backend`, which is handed back afterwards (also on failure when the
+// engine was made); one short warm-up request first, outside the timing.
+// `label`: the progress line on a terminal.
+Result<EngineRunResult> RunEngineOnce(std::unique_ptr<Backend>& backend,
+                                      const EngineBenchOptions& o,
+                                      const std::vector<EngineRequest>& reqs, int max_batch,
+                                      bool prefix_caching, const std::string& label);
+
+nlohmann::json ToJson(const EngineRunResult& r);
+
+}  // namespace agentkv::cli
