@@ -130,7 +130,7 @@ TEST(AdminApiTest, ModelDirsMustLieUnderTheModelsDir) {
   EXPECT_TRUE(AdminApi::ModelDirUnder(root.string(), "m1").ok());
   EXPECT_TRUE(AdminApi::ModelDirUnder(root.string(), (root / "m1").string()).ok());
   EXPECT_TRUE(AdminApi::ModelDirUnder(root.string() + "/", "m1").ok());
-  for (const std::string bad :
+  for (const std::string& bad :
        {std::string("../") + root.filename().string() + "-old/m2", root.string() + "-old/m2",
         std::string("escape"), std::string("."), std::string("m1/../.."), std::string("missing"),
         std::string("/")}) {

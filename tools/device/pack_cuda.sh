@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Packs the CUDA build for the GPU machine into .devcarry/ (git-ignored):
-# the agentkv binary, the CUDA test and benchmark binaries (stripped), the shared
+# the agentkv binary, the load generator, the CUDA test and benchmark binaries (stripped), the shared
 # libraries they need that a bare machine may lack (not the CUDA libraries:
 # cuBLAS is hundreds of MB and the GPU machine's toolkit has it; see
 # tools/device/cuda_env.sh), and the Llama 3.1 and Qwen3 tokenizers.
@@ -11,7 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${1:-build-cuda}
 rm -rf .devcarry && mkdir -p .devcarry/lib .devcarry/bin .devcarry/tokenizers
-bins=("$BUILD/agentkv" "$BUILD"/engine_cuda_*_test "$BUILD"/cuda_*_bench)
+bins=("$BUILD/agentkv" "$BUILD"/engine_cuda_*_test "$BUILD"/cuda_*_bench
+      "$BUILD/tools/loadgen/agentkv-loadgen")
 for b in "${bins[@]}"; do
   strip -o ".devcarry/bin/$(basename "$b")" "$b"
   ldd "$b" | awk '/=> \//{print $3}' | while read -r lib; do
