@@ -38,6 +38,7 @@ Sequence* Scheduler::PeekWaiting() const {
 void Scheduler::Preempt(Sequence* s) {
   kv_->FreeSequence(s->id);
   s->computed = 0;
+  s->readmit_restore = true;
   ++s->preemptions;
   ++preemptions_;
   running_.erase(std::remove(running_.begin(), running_.end(), s), running_.end());
@@ -51,6 +52,10 @@ int32_t Scheduler::AvailableBlocks() const {
 }
 
 bool Scheduler::TryAdmit(Sequence* s, int32_t budget, ScheduledSeq* out, StepPlan* plan) {
+  if (s->readmit_restore) {
+    s->readmit_restore = false;
+    if (readmit_hook_) readmit_hook_(s);
+  }
   if (!kv_->AddSequence(s->id).ok()) return false;
   auto attached = kv_->AttachCachedPrefix(s->id, s->tokens);
   s->computed = attached.ok() ? *attached : 0;

@@ -39,6 +39,12 @@ struct Sequence {
   int64_t resident_before_restore = 0;
   int64_t restored_tokens = 0;
   bool restore_broken = false;  // a chunk could not be restored: skip the rest
+  // Tokens written back from the host-memory tier (at admission, and before
+  // each re-admission after a preemption).
+  int64_t host_restored_tokens = 0;
+  // Preempted and not admitted since: the scheduler's readmit hook runs
+  // before its next admission.
+  bool readmit_restore = false;
   int preemptions = 0;
   int32_t max_new_tokens = 0;
 
