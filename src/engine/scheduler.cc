@@ -52,14 +52,9 @@ int32_t Scheduler::AvailableBlocks() const {
 }
 
 bool Scheduler::TryAdmit(Sequence* s, int32_t budget, ScheduledSeq* out, StepPlan* plan) {
-  if (s->readmit_restore) {
-    s->readmit_restore = false;
-    if (readmit_hook_) readmit_hook_(s);
-  }
   if (!kv_->AddSequence(s->id).ok()) return false;
   auto attached = kv_->AttachCachedPrefix(s->id, s->tokens);
   s->computed = attached.ok() ? *attached : 0;
-  if (!s->admitted_once) s->cached_prompt_tokens = s->computed;
   // Admit only with room for the whole prompt plus one block of headroom per
   // running sequence, so that admissions do not force preemptions at once.
   const int64_t total = static_cast<int64_t>(s->tokens.size());
@@ -71,6 +66,21 @@ bool Scheduler::TryAdmit(Sequence* s, int32_t budget, ScheduledSeq* out, StepPla
       return false;
     }
   }
+  // A preempted sequence that will be admitted: the hook brings back what
+  // the pool evicted of it, and the prefix is attached again. (Restored
+  // blocks come out of the available ones and are attached: the room
+  // checked above does not change.)
+  if (s->readmit_restore) {
+    s->readmit_restore = false;
+    if (readmit_hook_) {
+      kv_->FreeSequence(s->id);
+      readmit_hook_(s);
+      if (!kv_->AddSequence(s->id).ok()) return false;
+      attached = kv_->AttachCachedPrefix(s->id, s->tokens);
+      s->computed = attached.ok() ? *attached : 0;
+    }
+  }
+  if (!s->admitted_once) s->cached_prompt_tokens = s->computed;
   const int32_t n = static_cast<int32_t>(std::min<int64_t>(s->pending(), budget));
   if (!kv_->EnsureCapacity(s->id, s->computed + n, &plan->copies).ok()) {
     kv_->FreeSequence(s->id);
