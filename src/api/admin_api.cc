@@ -45,6 +45,14 @@ Reply AdminApi::Status() const {
                    {"prompt_tokens", s.prompt_tokens},
                    {"generated_tokens", s.generated_tokens},
                    {"resident_agents", s.resident_agents}};
+    // The host-memory KV tier (capacity 0: off).
+    j["engine"]["host_kv"] = {{"capacity_bytes", s.host_kv_capacity_bytes},
+                              {"bytes", s.host_kv_bytes},
+                              {"blocks", s.host_kv_blocks},
+                              {"hits", s.host_kv_hits},
+                              {"inserts", s.host_kv_inserts},
+                              {"evictions", s.host_kv_evictions},
+                              {"restored_tokens", s.host_restored_tokens}};
     json pools = json::array();
     for (const auto& p : s.pools) pools.push_back(PoolJson(p));
     j["pools"] = std::move(pools);
@@ -107,6 +115,14 @@ Reply AdminApi::Metrics() const {
                      "Sequences preempted",
                      "counter",
                      {{"", static_cast<double>(s.preemptions)}}});
+    extra.push_back({"agentkv_host_kv_bytes",
+                     "Bytes of KV blocks held in the host-memory tier",
+                     "gauge",
+                     {{"", static_cast<double>(s.host_kv_bytes)}}});
+    extra.push_back({"agentkv_host_kv_hit_blocks_total",
+                     "KV blocks found in the host-memory tier",
+                     "counter",
+                     {{"", static_cast<double>(s.host_kv_hits)}}});
     extra.push_back({"agentkv_resident_agents",
                      "Agents with KV resident in the pool",
                      "gauge",

@@ -1,6 +1,9 @@
 #include "api/served_model.h"
 
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "engine/model_files.h"
 #include "store/store_kv_tier.h"
@@ -25,6 +28,7 @@ Result<std::unique_ptr<ServedModel>> ServedModel::Load(const ServedModelOptions&
   eo.scheduler.max_batch = options.max_batch;
   eo.scheduler.max_step_tokens = options.max_step_tokens;
   if (options.kv_memory_bytes > 0) eo.kv_memory_bytes = options.kv_memory_bytes;
+  eo.host_kv_memory_bytes = options.host_kv_memory_bytes;
   ASSIGN_OR_RETURN(ModelFiles files, ModelFiles::Locate(dir));
   ASSIGN_OR_RETURN(m->fingerprint_, files.Fingerprint());
   if (options.store != nullptr && options.persist_kv) {
@@ -36,6 +40,51 @@ Result<std::unique_ptr<ServedModel>> ServedModel::Load(const ServedModelOptions&
   }
   ASSIGN_OR_RETURN(m->engine_, Engine::Create(std::move(backend), m->tokenizer_.get(), eo));
   return m;
+}
+
+uint64_t DefaultHostKvMemoryBytes(uint64_t mem_available_bytes) {
+  const uint64_t quarter = mem_available_bytes / 4;
+  if (quarter < (256ull << 20)) return 0;
+  return std::min<uint64_t>(quarter, 32ull << 30);
+}
+
+Result<uint64_t> ParseHostKvMemory(const std::string& text, uint64_t mem_available_bytes) {
+  const auto bad = [&] {
+    return InvalidArgument("bad --host-kv-memory '" + text +
+                           "': bytes (K/M/G suffix), a fraction below 1, or 0");
+  };
+  if (text.empty()) return bad();
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || !(v >= 0)) return bad();
+  const std::string suffix(end);
+  if (v == 0 && suffix.empty()) return uint64_t{0};
+  if (suffix.empty() && v < 1)
+    return static_cast<uint64_t>(v * static_cast<double>(mem_available_bytes));
+  double mult = 1;
+  if (suffix == "K" || suffix == "k") {
+    mult = 1024.0;
+  } else if (suffix == "M" || suffix == "m") {
+    mult = 1024.0 * 1024;
+  } else if (suffix == "G" || suffix == "g") {
+    mult = 1024.0 * 1024 * 1024;
+  } else if (!suffix.empty()) {
+    return bad();
+  }
+  if (v != static_cast<double>(static_cast<uint64_t>(v)) && suffix.empty()) return bad();
+  return static_cast<uint64_t>(v * mult);
+}
+
+Result<uint64_t> ReadMemAvailableBytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("MemAvailable:", 0) != 0) continue;
+    std::istringstream fields(line.substr(13));
+    uint64_t kib = 0;
+    if (fields >> kib) return kib * 1024;
+  }
+  return NotFound("no MemAvailable in /proc/meminfo");
 }
 
 Result<std::vector<int32_t>> ServedModel::EncodeChat(const ordered_json& messages,

@@ -29,6 +29,9 @@ struct ServedModelOptions {
   int max_batch = 64;
   int max_step_tokens = 0;       // tokens of one engine step; 0: the backend's default
   uint64_t kv_memory_bytes = 0;  // 0: the engine's default
+  // Host-memory KV tier (EngineOptions::host_kv_memory_bytes); 0: none.
+  // `serve` fills it from --host-kv-memory or DefaultHostKvMemoryBytes.
+  uint64_t host_kv_memory_bytes = 0;
   // Requests waiting in the engine past which new ones are refused
   // (ResourceExhausted: 429 / 529). 0: no limit.
   int max_waiting = 512;
@@ -89,6 +92,18 @@ class ServedModel {
   std::unique_ptr<Engine> engine_;
   int max_waiting_ = 0;
 };
+
+// The host-memory KV tier's size when --host-kv-memory is not given, from
+// the host's available memory (/proc/meminfo MemAvailable): a quarter of
+// it, at most 32 GiB (pinning more slows startup and starves the page
+// cache the store reads through), and none when that is under 256 MiB.
+uint64_t DefaultHostKvMemoryBytes(uint64_t mem_available_bytes);
+// --host-kv-memory: bytes with an optional K/M/G suffix, or a fraction in
+// (0, 1) of `mem_available_bytes` ("0.25"); "0" turns the tier off.
+// InvalidArgument for anything else.
+Result<uint64_t> ParseHostKvMemory(const std::string& text, uint64_t mem_available_bytes);
+// MemAvailable of /proc/meminfo in bytes; NotFound where there is none.
+Result<uint64_t> ReadMemAvailableBytes();
 
 // HTTP status for an engine / request Status (400 for bad input, 413, 429,
 // 500 otherwise).

@@ -34,6 +34,7 @@ struct ServeArgs {
   int max_batch = 64;
   int max_step_tokens = 0;
   std::string kv_memory;
+  std::string host_kv_memory;  // empty: api::DefaultHostKvMemoryBytes
   std::string api_key;
   int http_threads = 2;
   int max_queue = 512;
@@ -94,6 +95,17 @@ int RunServe(const ServeArgs& a) {
       std::cerr << "error: bad --kv-memory '" << a.kv_memory << "'\n";
       return 2;
     }
+  }
+  {
+    const Result<uint64_t> mem = api::ReadMemAvailableBytes();
+    const uint64_t avail = mem.ok() ? *mem : 0;
+    auto host_kv = a.host_kv_memory.empty() ? Result<uint64_t>(api::DefaultHostKvMemoryBytes(avail))
+                                            : api::ParseHostKvMemory(a.host_kv_memory, avail);
+    if (!host_kv.ok()) {
+      std::cerr << "error: " << host_kv.status().message() << "\n";
+      return 2;
+    }
+    mo.host_kv_memory_bytes = *host_kv;
   }
   std::unique_ptr<store::AgentStore> agent_store;
   if (!a.store_dir.empty() && a.store_dir != "none") {
@@ -202,6 +214,11 @@ Registrar reg("serve", "Serve the HTTP API (OpenAI and Anthropic protocols)",
                 app.add_option("--kv-memory", a->kv_memory,
                                "KV cache memory in bytes (K/M/G suffixes; default 256M)")
                     ->envname("AGENTKV_KV_MEMORY");
+                app.add_option("--host-kv-memory", a->host_kv_memory,
+                               "Host-memory KV tier between the KV pool and the store: bytes "
+                               "(K/M/G), a fraction of available RAM (0.25), or 0 = off "
+                               "(default a quarter of available RAM, at most 32G)")
+                    ->envname("AGENTKV_HOST_KV_MEMORY");
                 app.add_option("--api-key", a->api_key,
                                "Require this key (Authorization: Bearer or x-api-key)")
                     ->envname("AGENTKV_API_KEY");
