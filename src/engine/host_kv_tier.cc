@@ -100,8 +100,10 @@ bool HostKvTier::Insert(const BlockHash& parent, const BlockHash& hash,
 }
 
 std::vector<HostKvTier::Hit> HostKvTier::Match(std::span<const int32_t> tokens, int32_t first_block,
-                                               int32_t max_blocks, BlockHash parent) {
+                                               int32_t max_blocks, BlockHash parent,
+                                               bool* pending) {
   std::vector<Hit> hits;
+  if (pending != nullptr) *pending = false;
   const int bs = options_.block_size;
   const int64_t full = static_cast<int64_t>(tokens.size()) / bs;
   const int64_t end = std::min<int64_t>(full, static_cast<int64_t>(first_block) + max_blocks);
@@ -111,6 +113,7 @@ std::vector<HostKvTier::Hit> HostKvTier::Match(std::span<const int32_t> tokens, 
     auto it = entries_.find(h);
     if (it == entries_.end()) break;
     Entry& e = it->second;
+    if (!e.committed && pending != nullptr) *pending = true;
     if (!e.committed || !(e.parent == parent) ||
         !std::equal(e.tokens.begin(), e.tokens.end(), bt.begin(), bt.end()))
       break;

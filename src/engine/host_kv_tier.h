@@ -96,12 +96,14 @@ class HostKvTier {
   // (chained hashes from the start of `tokens`), at most `max_blocks`, in
   // order; each is leased (never evicted or overwritten) until Release. The
   // chain hash of block first_block - 1 is `parent` (kRootBlockHash for 0).
+  // `pending` (if given) is set when the run stopped at a block that is
+  // reserved and not committed yet (its bytes are still on their way).
   struct Hit {
     BlockHash hash;
     std::span<const std::byte> data;
   };
   std::vector<Hit> Match(std::span<const int32_t> tokens, int32_t first_block, int32_t max_blocks,
-                         BlockHash parent);
+                         BlockHash parent, bool* pending = nullptr);
   // Ends the lease Match took on each hit.
   void Release(std::span<const Hit> hits);
 

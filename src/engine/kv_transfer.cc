@@ -113,7 +113,9 @@ void KvTransfer::RestoreBeforeReadmit(Sequence* s) {
 }
 
 int32_t KvTransfer::RestoreFromHost(Sequence* s, int64_t usable_blocks) {
-  CommitHostReads(/*wait=*/false);
+  // Blocks evicted moments ago may be what this sequence needs (a
+  // preempted one's, typically): their reads are issued now.
+  FlushEvictions();
   const int bs = options_.block_size;
   const std::span<const int32_t> tokens =
       std::span<const int32_t>(s->tokens).first(static_cast<size_t>(usable_blocks) * bs);
@@ -122,8 +124,16 @@ int32_t KvTransfer::RestoreFromHost(Sequence* s, int64_t usable_blocks) {
   // The chain hash before `first`: the cached head's last block.
   BlockHash parent = kRootBlockHash;
   if (first > 0) parent = HashFullBlocks(tokens.first(static_cast<size_t>(first) * bs), bs).back();
-  std::vector<HostKvTier::Hit> hits =
-      host_->Match(tokens, first, static_cast<int32_t>(usable_blocks - first), parent);
+  const int32_t want = static_cast<int32_t>(usable_blocks - first);
+  bool pending = false;
+  std::vector<HostKvTier::Hit> hits = host_->Match(tokens, first, want, parent, &pending);
+  if (pending) {
+    // The run stops at a block whose device read is still in flight: wait
+    // for the reads (a copy is cheaper than the prefill it saves).
+    host_->Release(hits);
+    CommitHostReads(/*wait=*/true);
+    hits = host_->Match(tokens, first, want, parent);
+  }
   if (hits.empty()) return 0;
   std::vector<BlockHash> hashes;
   for (const HostKvTier::Hit& h : hits) hashes.push_back(h.hash);

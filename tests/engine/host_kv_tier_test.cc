@@ -135,13 +135,19 @@ TEST(HostKvTierTest, LeasedAndReservedSlotsAreNotEvicted) {
   HostKvTier::Slot slot = t->Reserve(kRootBlockHash, b.hashes[0], b.tokens);
   ASSERT_FALSE(slot.empty());
   EXPECT_FALSE(t->Contains(b.hashes[0]));
-  EXPECT_TRUE(t->Match(b.tokens, 0, 1, kRootBlockHash).empty());
+  bool pending = false;
+  EXPECT_TRUE(t->Match(b.tokens, 0, 1, kRootBlockHash, &pending).empty());
+  EXPECT_TRUE(pending);
   // Both slots are taken by a lease and a reservation: nothing can go.
   EXPECT_FALSE(Put(*t, c, 0, 3));
   EXPECT_TRUE(t->Contains(a.hashes[0]));
   std::fill(slot.begin(), slot.end(), std::byte{2});
   t->Commit(b.hashes[0]);
   EXPECT_TRUE(t->Contains(b.hashes[0]));
+  auto hit_b = t->Match(b.tokens, 0, 1, kRootBlockHash, &pending);
+  EXPECT_EQ(hit_b.size(), 1u);
+  EXPECT_FALSE(pending);
+  t->Release(hit_b);
   t->Release(leased);
   // a is the least recently used and no longer leased.
   ASSERT_TRUE(Put(*t, c, 0, 3));
