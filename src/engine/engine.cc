@@ -137,7 +137,7 @@ void Engine::Stop() {
     stopping_ = true;
   }
   cv_.notify_one();
-  if (transfer_) transfer_->Stop();
+  transfer_->Stop();
   if (thread_.joinable()) thread_.join();
 }
 
@@ -145,7 +145,7 @@ std::unique_ptr<Backend> Engine::ReleaseBackend() {
   Stop();
   // Staging and the host tier are freed through the backend's allocator
   // while it lives (save staging still in the tier stays until released).
-  transfer_.reset();
+  transfer_->ReleaseBuffers();
   return std::move(backend_);
 }
 

@@ -1,6 +1,7 @@
 #include "engine/host_kv_tier.h"
 
 #include <algorithm>
+#include <climits>
 #include <cstring>
 #include <string>
 
@@ -14,22 +15,27 @@ Result<std::unique_ptr<HostKvTier>> HostKvTier::Create(Backend& backend,
   if (blocks == 0)
     return InvalidArgument("host KV tier: " + std::to_string(options.capacity_bytes) +
                            " bytes hold no block of " + std::to_string(options.block_bytes));
+  if (blocks > static_cast<size_t>(INT32_MAX))
+    return InvalidArgument("host KV tier: too many blocks of " +
+                           std::to_string(options.block_bytes) + " bytes");
   std::unique_ptr<HostKvTier> t(new HostKvTier(options));
-  const size_t per_arena = std::max<size_t>(1, options.arena_bytes / options.block_bytes);
+  const size_t per_arena =
+      std::min(blocks, std::max<size_t>(1, options.arena_bytes / options.block_bytes));
   for (size_t done = 0; done < blocks;) {
     const size_t n = std::min(per_arena, blocks - done);
     ASSIGN_OR_RETURN(HostBuffer b, backend.AllocateHostBuffer(n * options.block_bytes));
-    const std::span<std::byte> all = b.span();
-    for (size_t i = 0; i < n; ++i)
-      t->slots_.push_back(all.subspan(i * options.block_bytes, options.block_bytes));
     t->arenas_.push_back(std::move(b));
     done += n;
   }
-  // Handed out lowest first, so that a chain stored in order lands in
-  // adjacent slots (one copy per run when it goes back to the device).
-  for (size_t i = t->slots_.size(); i-- > 0;) t->free_slots_.push_back(static_cast<int32_t>(i));
+  t->num_slots_ = static_cast<int32_t>(blocks);
+  t->per_arena_ = static_cast<int32_t>(per_arena);
   t->options_.capacity_bytes = blocks * options.block_bytes;
   return t;
+}
+
+HostKvTier::Slot HostKvTier::SlotAt(int32_t i) const {
+  return arenas_[static_cast<size_t>(i / per_arena_)].span().subspan(
+      static_cast<size_t>(i % per_arena_) * options_.block_bytes, options_.block_bytes);
 }
 
 bool HostKvTier::Contains(const BlockHash& hash) const {
@@ -62,6 +68,9 @@ HostKvTier::Slot HostKvTier::Reserve(const BlockHash& parent, const BlockHash& h
                                      std::span<const int32_t> tokens) {
   if (static_cast<int>(tokens.size()) != options_.block_size) return {};
   if (entries_.count(hash)) return {};
+  // Fresh slots are handed out lowest first, so that a chain stored in
+  // order lands in adjacent slots (one copy per run to and from the device).
+  if (free_slots_.empty() && next_fresh_ < num_slots_) free_slots_.push_back(next_fresh_++);
   if (free_slots_.empty() && !EvictOne()) return {};
   Entry e;
   e.parent = parent;
@@ -70,7 +79,7 @@ HostKvTier::Slot HostKvTier::Reserve(const BlockHash& parent, const BlockHash& h
   free_slots_.pop_back();
   const int32_t slot = e.slot;
   entries_.emplace(hash, std::move(e));
-  return slots_[static_cast<size_t>(slot)];
+  return SlotAt(slot);
 }
 
 void HostKvTier::Commit(const BlockHash& hash) {
@@ -119,7 +128,7 @@ std::vector<HostKvTier::Hit> HostKvTier::Match(std::span<const int32_t> tokens, 
       break;
     ++e.leases;
     lru_.splice(lru_.end(), lru_, e.lru);
-    hits.push_back(Hit{h, slots_[static_cast<size_t>(e.slot)]});
+    hits.push_back(Hit{h, SlotAt(e.slot)});
     parent = h;
   }
   hits_ += static_cast<int64_t>(hits.size());

@@ -71,7 +71,7 @@ class HostKvTier {
 
   size_t block_bytes() const { return options_.block_bytes; }
   int block_size() const { return options_.block_size; }
-  int32_t capacity_blocks() const { return static_cast<int32_t>(slots_.size()); }
+  int32_t capacity_blocks() const { return num_slots_; }
 
   // Whether a committed block is held under `hash` (no LRU change).
   bool Contains(const BlockHash& hash) const;
@@ -124,7 +124,13 @@ class HostKvTier {
 
   HostKvTierOptions options_;
   std::vector<HostBuffer> arenas_;
-  std::vector<Slot> slots_;
+  // Slot i is block i % per_arena_ of arena i / per_arena_. Slots below
+  // next_fresh_ have been handed out; those given back wait in free_slots_
+  // (no per-slot bookkeeping for a tier that is never full).
+  Slot SlotAt(int32_t i) const;
+  int32_t num_slots_ = 0;
+  int32_t per_arena_ = 1;
+  int32_t next_fresh_ = 0;
   std::vector<int32_t> free_slots_;
   std::unordered_map<BlockHash, Entry, BlockHashHasher> entries_;
   std::list<BlockHash> lru_;  // committed entries, least recently used first

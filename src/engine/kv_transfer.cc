@@ -27,6 +27,16 @@ KvTransfer::~KvTransfer() {
   kv_->SetEvictObserver(nullptr);
 }
 
+void KvTransfer::ReleaseBuffers() {
+  Stop();
+  kv_->SetEvictObserver(nullptr);
+  evicted_.clear();
+  host_reads_.clear();
+  host_.reset();
+  restore_slots_.clear();
+  save_staging_.reset();  // its chunks still in the tier keep it until released
+}
+
 void KvTransfer::Stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -51,7 +61,21 @@ Status KvTransfer::Init() {
     ho.capacity_bytes = options_.host_kv_bytes;
     ho.block_bytes = block_bytes_;
     ho.block_size = options_.block_size;
-    ASSIGN_OR_RETURN(host_, HostKvTier::Create(*backend_, ho));
+    // The host may not give that much memory (pinned, on a GPU): then half
+    // of it, else no tier; the engine runs either way.
+    Result<std::unique_ptr<HostKvTier>> h = HostKvTier::Create(*backend_, ho);
+    if (!h.ok() && h.status().code() == StatusCode::kResourceExhausted &&
+        ho.capacity_bytes / 2 >= block_bytes_) {
+      ho.capacity_bytes /= 2;
+      h = HostKvTier::Create(*backend_, ho);
+    }
+    if (h.ok()) {
+      host_ = std::move(h).value();
+    } else if (h.status().code() != StatusCode::kResourceExhausted) {
+      return h.status();
+    }
+  }
+  if (host_) {
     kv_->SetEvictObserver(
         [this](int32_t block, const BlockHash& hash, const BlockHash& parent,
                std::span<const int32_t> tokens) { OnEvict(block, hash, parent, tokens); });

@@ -53,7 +53,8 @@ struct KvTransferOptions {
   std::shared_ptr<KvTier> kv_tier;
   size_t restore_chunk_bytes = 64ull << 20;
   size_t save_staging_bytes = 512ull << 20;
-  // Host-memory tier size; 0: none.
+  // Host-memory tier size; 0: none. Where the host cannot give that much,
+  // half of it, else none.
   uint64_t host_kv_bytes = 0;
 };
 
@@ -87,6 +88,10 @@ class KvTransfer {
 
   // Stops and joins the loader (loads in progress end as cancelled chunks).
   void Stop();
+  // Stop()s and frees host memory (staging, the host tier) through the
+  // backend's allocator, before the backend goes elsewhere. Only residency
+  // queries (AgentResidentTokens) and Stats remain usable.
+  void ReleaseBuffers();
 
   // A new request: brings back what the pool lacks of its prompt from the
   // host tier now, then parks it (returns null) while the store loads the
