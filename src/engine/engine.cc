@@ -55,8 +55,7 @@ Result<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Backend> backend,
                                                       }
                                                       p->cv_.notify_one();
                                                     }));
-  e->scheduler_->SetReadmitHook(
-      [t = e->transfer_.get()](Sequence* s) { t->RestoreBeforeReadmit(s); });
+  e->scheduler_->SetAdmitHook([t = e->transfer_.get()](Sequence* s) { t->RestoreBeforeAdmit(s); });
   e->logits_.resize(static_cast<size_t>(e->options_.scheduler.max_batch) * cfg.vocab_size);
   e->start_ = std::chrono::steady_clock::now();
   e->PublishStats();

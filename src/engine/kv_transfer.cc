@@ -111,7 +111,12 @@ std::unique_ptr<Sequence> KvTransfer::Admit(std::unique_ptr<Sequence> s) {
   s->resident_before_restore = resident * bs;
   s->restore_broken = false;
   int64_t cached = resident;
-  if (host_ && usable > cached) cached += RestoreFromHost(s.get(), usable);
+  if (host_) {
+    if (usable > cached) cached += RestoreFromHost(s.get(), usable);
+    // Restored blocks are idle until admission; if the pool needs them back
+    // meanwhile, they come from the host tier once more.
+    s->restore_before_admit = true;
+  }
   if (!options_.kv_tier || usable <= cached) return s;
   LoadJob job;
   job.id = s->id;
@@ -127,7 +132,7 @@ std::unique_ptr<Sequence> KvTransfer::Admit(std::unique_ptr<Sequence> s) {
   return nullptr;
 }
 
-void KvTransfer::RestoreBeforeReadmit(Sequence* s) {
+void KvTransfer::RestoreBeforeAdmit(Sequence* s) {
   if (!host_) return;
   // Placeholders of picks still in flight are not real tokens yet.
   const int64_t real = static_cast<int64_t>(s->tokens.size()) - s->in_flight;

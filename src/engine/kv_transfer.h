@@ -8,10 +8,11 @@
 // A returning request's prefix comes back in this order: blocks resident in
 // the pool, then the host tier (host-to-device copies from pinned memory,
 // no decoding), then the store (parked while the loader decodes, a chunk at
-// a time), and whatever is left is recomputed by prefill. A preempted
-// sequence is brought back the same way, from the pool and the host tier,
-// before the scheduler admits it again (RestoreBeforeReadmit): blocks the
-// pool evicted meanwhile went to the host tier (OnEvict), so it resumes
+// a time), and whatever is left is recomputed by prefill. Right before the
+// scheduler admits a sequence (the Scheduler's admit hook calls
+// RestoreBeforeAdmit), blocks the pool evicted while it waited come back
+// from the host tier again; so does a preempted sequence's KV: what the
+// pool evicted of it went to the host tier (OnEvict), and it resumes
 // without recomputing where the host tier had room.
 //
 // The engine drives it from the engine thread: Admit (schedule now or park),
@@ -106,9 +107,10 @@ class KvTransfer {
   std::vector<std::unique_ptr<Sequence>> TakeParked();
   size_t parked() const { return loading_.size(); }
 
-  // Before the scheduler admits a preempted sequence again: its blocks that
-  // the pool evicted and the host tier holds go back into the pool.
-  void RestoreBeforeReadmit(Sequence* s);
+  // Before the scheduler admits a sequence (a preempted one, or one that
+  // waited after Admit): its blocks that the pool evicted and the host tier
+  // holds go back into the pool.
+  void RestoreBeforeAdmit(Sequence* s);
 
   // Issues the device reads of blocks the pool evicted since the last call
   // into their host-tier slots. Call before any backend call that may write

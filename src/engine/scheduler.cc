@@ -38,7 +38,7 @@ Sequence* Scheduler::PeekWaiting() const {
 void Scheduler::Preempt(Sequence* s) {
   kv_->FreeSequence(s->id);
   s->computed = 0;
-  s->readmit_restore = true;
+  s->restore_before_admit = true;
   ++s->preemptions;
   ++preemptions_;
   running_.erase(std::remove(running_.begin(), running_.end(), s), running_.end());
@@ -66,15 +66,16 @@ bool Scheduler::TryAdmit(Sequence* s, int32_t budget, ScheduledSeq* out, StepPla
       return false;
     }
   }
-  // A preempted sequence that will be admitted: the hook brings back what
-  // the pool evicted of it, and the prefix is attached again. (Restored
+  // A marked sequence (preempted, say) that will be admitted: the hook
+  // brings back what the pool evicted of it, and the prefix is attached
+  // again. (Restored
   // blocks come out of the available ones and are attached: the room
   // checked above does not change.)
-  if (s->readmit_restore) {
-    s->readmit_restore = false;
-    if (readmit_hook_) {
+  if (s->restore_before_admit) {
+    s->restore_before_admit = false;
+    if (admit_hook_) {
       kv_->FreeSequence(s->id);
-      readmit_hook_(s);
+      admit_hook_(s);
       if (!kv_->AddSequence(s->id).ok()) return false;
       attached = kv_->AttachCachedPrefix(s->id, s->tokens);
       s->computed = attached.ok() ? *attached : 0;

@@ -57,10 +57,11 @@ class Scheduler {
  public:
   Scheduler(KvCacheManager* kv, SchedulerOptions options);
 
-  // Called with a preempted sequence before its next admission attempt (once
-  // per preemption), to bring its evicted blocks back into the prefix cache
-  // from a slower tier. Null: none.
-  void SetReadmitHook(std::function<void(Sequence*)> hook) { readmit_hook_ = std::move(hook); }
+  // Called with a sequence marked restore_before_admit (preempted ones, and
+  // those the engine marks) once it is about to be admitted (there is room),
+  // to bring its evicted blocks back into the prefix cache from a slower
+  // tier; the mark is then cleared. Null: none.
+  void SetAdmitHook(std::function<void(Sequence*)> hook) { admit_hook_ = std::move(hook); }
 
   // Queues a new sequence (tokens and prompt_len set) that arrived at
   // `now_s` (seconds on the engine's clock).
@@ -104,7 +105,7 @@ class Scheduler {
   std::map<WaitKey, Sequence*> waiting_;
   std::vector<Sequence*> running_;  // admission order
   int64_t preemptions_ = 0;
-  std::function<void(Sequence*)> readmit_hook_;
+  std::function<void(Sequence*)> admit_hook_;
 };
 
 }  // namespace agentkv

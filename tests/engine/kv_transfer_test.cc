@@ -312,10 +312,10 @@ TEST_F(KvTransferTest, PreemptedSequenceGetsItsEvictedBlocksBackFromHost) {
   transfer_->FlushEvictions();
   // Placeholders of picks in flight are never restored against.
   s->in_flight = 3;  // only 11 real tokens: 2 whole blocks before the last
-  transfer_->RestoreBeforeReadmit(s.get());
+  transfer_->RestoreBeforeAdmit(s.get());
   EXPECT_EQ(s->host_restored_tokens, 8);
   s->in_flight = 0;
-  transfer_->RestoreBeforeReadmit(s.get());
+  transfer_->RestoreBeforeAdmit(s.get());
   EXPECT_EQ(s->host_restored_tokens, 12);
   EXPECT_EQ(kv_->CachedPrefixTokens(t), 12);
   EXPECT_EQ(CachedFirstBytes(t, 3), (std::vector<uint8_t>{50, 51, 52}));
