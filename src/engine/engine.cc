@@ -136,7 +136,7 @@ void Engine::Stop() {
     stopping_ = true;
   }
   cv_.notify_one();
-  transfer_->Stop();
+  if (transfer_) transfer_->Stop();  // null when Create failed early
   if (thread_.joinable()) thread_.join();
 }
 
@@ -144,7 +144,7 @@ std::unique_ptr<Backend> Engine::ReleaseBackend() {
   Stop();
   // Staging and the host tier are freed through the backend's allocator
   // while it lives (save staging still in the tier stays until released).
-  transfer_->ReleaseBuffers();
+  if (transfer_) transfer_->ReleaseBuffers();
   return std::move(backend_);
 }
 

@@ -284,6 +284,21 @@ TEST(EngineTest, RejectsBadRequestsAndDrains) {
   EXPECT_EQ(e->Submit(Greedy({1, 2}, 4)).status().code(), StatusCode::kCancelled);
 }
 
+// An engine that cannot be built fails cleanly (nothing half-started is
+// left to stop).
+TEST(EngineTest, CreateFailsCleanlyOnABadLayout) {
+  const ModelConfig c = SmallConfig(Architecture::kQwen3);
+  auto backend = CpuBackend::Create(c, RandomWeights(c, 21), CpuBackendOptions{1});
+  ASSERT_TRUE(backend.ok());
+  EngineOptions o;
+  o.block_size = 4;
+  o.host_kv_memory_bytes = 1 << 20;
+  o.blocks_per_group = {16, 16};  // the model has one cache group
+  auto e = Engine::Create(std::move(backend).value(), nullptr, o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), StatusCode::kInvalidArgument);
+}
+
 // Host-memory tier: an agent whose pool blocks were evicted gets them back
 // from host memory (source "host"), and its reply is what a full recompute
 // gives.
