@@ -50,6 +50,14 @@ Reply AdminApi::Status() const {
                    {"resident_agents", s.resident_agents},
                    {"kv_memory_bytes", m->engine().kv_memory_bytes()},
                    {"sequence_capacity", m->engine().sequence_capacity()}};
+    // The host-memory KV tier (capacity 0: off).
+    j["engine"]["host_kv"] = {{"capacity_bytes", s.host_kv_capacity_bytes},
+                              {"bytes", s.host_kv_bytes},
+                              {"blocks", s.host_kv_blocks},
+                              {"hits", s.host_kv_hits},
+                              {"inserts", s.host_kv_inserts},
+                              {"evictions", s.host_kv_evictions},
+                              {"restored_tokens", s.host_restored_tokens}};
     // Per cache group, with the pool's block count and the tokens it holds.
     const ModelCacheSpec& spec = m->engine().cache_spec();
     json pools = json::array();
@@ -123,6 +131,14 @@ Reply AdminApi::Metrics() const {
                      "Sequences preempted",
                      "counter",
                      {{"", static_cast<double>(s.preemptions)}}});
+    extra.push_back({"agentkv_host_kv_bytes",
+                     "Bytes of KV blocks held in the host-memory tier",
+                     "gauge",
+                     {{"", static_cast<double>(s.host_kv_bytes)}}});
+    extra.push_back({"agentkv_host_kv_hit_blocks_total",
+                     "KV blocks found in the host-memory tier",
+                     "counter",
+                     {{"", static_cast<double>(s.host_kv_hits)}}});
     extra.push_back({"agentkv_resident_agents",
                      "Agents with KV resident in the pool",
                      "gauge",
@@ -226,15 +242,15 @@ Reply AdminApi::SwapModel(const HttpRequest& req) const {
       reply(std::move(resp));
     });
     if (!started) {
-      reply(OpenAiApi::Error(409, "another model swap is under way; retry when it is done",
-                             "model"));
+      reply(
+          OpenAiApi::Error(409, "another model swap is under way; retry when it is done", "model"));
     }
   };
   return std::unique_ptr<AsyncBody>(new CallbackBody(work, ctx_.metrics, "/admin/model"));
 }
 
 Result<std::string> AdminApi::ModelDirUnder(const std::string& models_dir,
-                                             const std::string& asked) {
+                                            const std::string& asked) {
   namespace fs = std::filesystem;
   if (models_dir.empty()) return InvalidArgument("model swaps are off: start with --models-dir");
   std::error_code ec;

@@ -7,6 +7,7 @@
 
 #include "engine/model_files.h"
 #include "store/store_kv_tier.h"
+#include "util/memory_size.h"
 
 namespace agentkv::api {
 
@@ -29,6 +30,7 @@ Result<std::unique_ptr<ServedModel>> ServedModel::Load(const ServedModelOptions&
   eo.scheduler.max_step_tokens = options.max_step_tokens;
   eo.kv_memory_bytes = options.kv_memory_bytes;
   eo.kv_memory_fraction = options.kv_memory_fraction;
+  eo.host_kv_memory_bytes = options.host_kv_memory_bytes;
   ASSIGN_OR_RETURN(ModelFiles files, ModelFiles::Locate(dir));
   ASSIGN_OR_RETURN(m->fingerprint_, files.Fingerprint());
   if (options.store != nullptr && options.persist_kv) {
@@ -40,6 +42,21 @@ Result<std::unique_ptr<ServedModel>> ServedModel::Load(const ServedModelOptions&
   }
   ASSIGN_OR_RETURN(m->engine_, Engine::Create(std::move(backend), m->tokenizer_.get(), eo));
   return m;
+}
+
+uint64_t DefaultHostKvMemoryBytes(uint64_t mem_available_bytes) {
+  const uint64_t quarter = mem_available_bytes / 4;
+  if (quarter < (256ull << 20)) return 0;
+  return std::min<uint64_t>(quarter, 32ull << 30);
+}
+
+Result<uint64_t> ParseHostKvMemory(const std::string& text, uint64_t mem_available_bytes) {
+  ASSIGN_OR_RETURN(const MemorySize size, ParseMemorySize(text, "--host-kv-memory"));
+  if (size.is_zero) return uint64_t{0};
+  if (size.fraction > 0) {
+    return static_cast<uint64_t>(size.fraction * static_cast<double>(mem_available_bytes));
+  }
+  return size.bytes;
 }
 
 Result<std::vector<int32_t>> ServedModel::EncodeChat(const ordered_json& messages,

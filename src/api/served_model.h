@@ -32,6 +32,9 @@ struct ServedModelOptions {
   // after loading (0: the backend's default; see engine/kv_pool_sizing.h).
   uint64_t kv_memory_bytes = 0;
   double kv_memory_fraction = 0;
+  // Host-memory KV tier (EngineOptions::host_kv_memory_bytes); 0: none.
+  // `serve` fills it from --host-kv-memory or DefaultHostKvMemoryBytes.
+  uint64_t host_kv_memory_bytes = 0;
   // Requests waiting in the engine past which new ones are refused
   // (ResourceExhausted: 429 / 529). 0: no limit.
   int max_waiting = 512;
@@ -93,6 +96,16 @@ class ServedModel {
   std::unique_ptr<Engine> engine_;
   int max_waiting_ = 0;
 };
+
+// The host-memory KV tier's size when --host-kv-memory is not given, from
+// the host's available memory (/proc/meminfo MemAvailable): a quarter of
+// it, at most 32 GiB (pinning more slows startup and starves the page
+// cache the store reads through), and none when that is under 256 MiB.
+uint64_t DefaultHostKvMemoryBytes(uint64_t mem_available_bytes);
+// --host-kv-memory: bytes with an optional K/M/G/T suffix, or a share of
+// `mem_available_bytes` ("0.25"; util/memory_size.h); "0" turns the tier
+// off. InvalidArgument for anything else.
+Result<uint64_t> ParseHostKvMemory(const std::string& text, uint64_t mem_available_bytes);
 
 // HTTP status for an engine / request Status (400 for bad input, 413, 429,
 // 500 otherwise).

@@ -162,6 +162,12 @@ class KvCacheManager {
     return prefix_->Find(hash);
   }
 
+  // See PrefixCache::SetEvictObserver (the prefix group's evictions); a
+  // no-op when prefix caching is off.
+  void SetEvictObserver(PrefixCache::EvictObserver observer) {
+    if (prefix_) prefix_->SetEvictObserver(std::move(observer));
+  }
+
   // Evicts up to max_blocks idle cached blocks of group g; returns the count.
   int32_t EvictIdle(int group, int32_t max_blocks);
   BlockPoolStats Stats(int group) const { return pools_.at(group)->Stats(); }

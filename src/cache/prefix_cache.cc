@@ -77,6 +77,10 @@ void PrefixCache::OnEvict(int32_t block) {
   if (block < 0 || block >= static_cast<int32_t>(hash_of_block_.size())) return;
   auto& h = hash_of_block_[block];
   if (!h) return;
+  if (observer_) {
+    auto it = map_.find(*h);
+    if (it != map_.end()) observer_(block, *h, it->second.parent, it->second.tokens);
+  }
   map_.erase(*h);
   h.reset();
 }

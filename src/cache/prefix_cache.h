@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <unordered_map>
@@ -52,6 +53,15 @@ class PrefixCache {
               int32_t block);
 
   std::optional<int32_t> Find(const BlockHash& hash) const;
+
+  // Called whenever the pool evicts a cached block, before its entry goes
+  // and before the block id is reused, with what the block holds (so that a
+  // slower tier can keep a copy). Not called by Clear. Null: none.
+  using EvictObserver =
+      std::function<void(int32_t block, const BlockHash& hash, const BlockHash& parent,
+                         std::span<const int32_t> tokens)>;
+  void SetEvictObserver(EvictObserver observer) { observer_ = std::move(observer); }
+
   size_t size() const { return map_.size(); }
   // Forgets every entry; idle cached blocks go back to the free list.
   void Clear();
@@ -74,6 +84,7 @@ class PrefixCache {
   int block_size_;
   std::unordered_map<BlockHash, Entry, BlockHashHasher> map_;
   std::vector<std::optional<BlockHash>> hash_of_block_;
+  EvictObserver observer_;
 };
 
 }  // namespace agentkv

@@ -25,6 +25,7 @@
 #include "cli/model_options.h"
 #include "store/agent_store.h"
 #include "util/memory_size.h"
+#include "util/system_memory.h"
 
 namespace agentkv::cli {
 namespace {
@@ -36,6 +37,7 @@ struct ServeArgs {
   int max_batch = 64;
   int max_step_tokens = 0;
   std::string kv_memory;
+  std::string host_kv_memory;  // empty: api::DefaultHostKvMemoryBytes
   std::string api_key;
   int max_json_depth = 64;
   std::vector<std::string> allow_origin, allow_host;
@@ -108,6 +110,17 @@ int RunServe(const ServeArgs& a) {
     }
     mo.kv_memory_bytes = kv->bytes;
     mo.kv_memory_fraction = kv->fraction;
+  }
+  {
+    const Result<uint64_t> mem = AvailableHostMemoryBytes();
+    const uint64_t avail = mem.ok() ? *mem : 0;
+    auto host_kv = a.host_kv_memory.empty() ? Result<uint64_t>(api::DefaultHostKvMemoryBytes(avail))
+                                            : api::ParseHostKvMemory(a.host_kv_memory, avail);
+    if (!host_kv.ok()) {
+      std::cerr << "error: " << host_kv.status().message() << "\n";
+      return 2;
+    }
+    mo.host_kv_memory_bytes = *host_kv;
   }
   std::unique_ptr<store::AgentStore> agent_store;
   if (!a.store_dir.empty() && a.store_dir != "none") {
@@ -234,6 +247,11 @@ Registrar reg("serve", "Serve the HTTP API (OpenAI and Anthropic protocols)",
                        "loading, e.g. 0.8 (default: 0.9 of free GPU memory; 0.25 of "
                        "available RAM on the CPU)")
                     ->envname("AGENTKV_KV_MEMORY");
+                app.add_option("--host-kv-memory", a->host_kv_memory,
+                               "Host-memory KV tier between the KV pool and the store: bytes "
+                               "(K/M/G), a fraction of available RAM (0.25), or 0 = off "
+                               "(default a quarter of available RAM, at most 32G)")
+                    ->envname("AGENTKV_HOST_KV_MEMORY");
                 app.add_option("--api-key", a->api_key,
                                "Require this key (Authorization: Bearer or x-api-key)")
                     ->envname("AGENTKV_API_KEY");

@@ -46,16 +46,26 @@ Result<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Backend> backend,
   kc.blocks_per_group = blocks;
   kc.enable_prefix_caching = e->options_.prefix_caching;
   ASSIGN_OR_RETURN(e->kv_, KvCacheManager::Create(spec, kc));
-  // Tiers hold prefix-cache blocks; without prefix caching (sliding-window
-  // models) there is nothing to restore into.
-  if (!e->kv_->prefix_caching()) e->options_.kv_tier.reset();
   e->scheduler_ = std::make_unique<Scheduler>(e->kv_.get(), e->options_.scheduler);
+  KvTransferOptions to;
+  to.block_size = e->options_.block_size;
+  to.kv_tier = e->options_.kv_tier;
+  to.restore_chunk_bytes = e->options_.restore_chunk_bytes;
+  to.save_staging_bytes = e->options_.save_staging_bytes;
+  to.host_kv_bytes = e->options_.host_kv_memory_bytes;
+  ASSIGN_OR_RETURN(e->transfer_, KvTransfer::Create(e->backend_.get(), e->kv_.get(), std::move(to),
+                                                    [p = e.get()] {
+                                                      {
+                                                        std::lock_guard<std::mutex> lock(p->mu_);
+                                                        p->transfer_ready_ = true;
+                                                      }
+                                                      p->cv_.notify_one();
+                                                    }));
+  e->scheduler_->SetAdmitHook([t = e->transfer_.get()](Sequence* s) { t->RestoreBeforeAdmit(s); });
   e->logits_.resize(static_cast<size_t>(e->options_.scheduler.max_batch) * cfg.vocab_size);
   e->start_ = std::chrono::steady_clock::now();
   e->PublishStats();
-  RETURN_IF_ERROR(e->InitTierStaging());
   e->thread_ = std::thread([p = e.get()] { p->Loop(); });
-  if (e->options_.kv_tier) e->loader_ = std::thread([p = e.get()] { p->LoaderLoop(); });
   return e;
 }
 
@@ -138,15 +148,15 @@ void Engine::Stop() {
     stopping_ = true;
   }
   cv_.notify_one();
-  loader_cv_.notify_all();
+  if (transfer_) transfer_->Stop();  // null when Create failed early
   if (thread_.joinable()) thread_.join();
-  if (loader_.joinable()) loader_.join();
 }
 
 std::unique_ptr<Backend> Engine::ReleaseBackend() {
   Stop();
-  restore_slots_.clear();  // freed through the backend's allocator while it lives
-  save_staging_.reset();   // its chunks still in the tier keep it until released
+  // Staging and the host tier are freed through the backend's allocator
+  // while it lives (save staging still in the tier stays until released).
+  if (transfer_) transfer_->ReleaseBuffers();
   return std::move(backend_);
 }
 
@@ -156,17 +166,30 @@ EngineStats Engine::Stats() const {
 }
 
 int64_t Engine::AgentResidentTokens(const std::string& agent_key) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = agent_resident_.find(agent_key);
-  return it == agent_resident_.end() ? 0 : it->second;
+  return transfer_->AgentResidentTokens(agent_key);
 }
 
 void Engine::PublishStats() {
   local_.waiting = static_cast<int64_t>(scheduler_->num_waiting());
   local_.running = static_cast<int64_t>(scheduler_->num_running());
   local_.preemptions = scheduler_->preemptions();
-  local_.resident_agents = static_cast<int64_t>(agents_.size());
-  local_.loading = static_cast<int64_t>(loading_.size());
+  const KvTransferStats t = transfer_->Stats();
+  local_.resident_agents = t.resident_agents;
+  local_.loading = t.loading;
+  local_.restored_tokens = t.restored_tokens;
+  local_.restore_problems = t.restore_problems;
+  local_.saved_blocks = t.saved_blocks;
+  local_.save_dropped_blocks = t.save_dropped_blocks;
+  local_.restore_load_seconds = t.restore_load_seconds;
+  local_.restore_write_seconds = t.restore_write_seconds;
+  local_.save_seconds = t.save_seconds;
+  local_.host_restored_tokens = t.host_restored_tokens;
+  local_.host_kv_capacity_bytes = t.host.capacity_bytes;
+  local_.host_kv_bytes = t.host.bytes;
+  local_.host_kv_blocks = t.host.blocks;
+  local_.host_kv_hits = t.host.hits;
+  local_.host_kv_inserts = t.host.inserts;
+  local_.host_kv_evictions = t.host.evictions;
   local_.device_seconds = backend_->device_seconds();
   local_.graph_capture_seconds = backend_->graph_capture_seconds();
   local_.graphs_captured = backend_->graphs_captured();
@@ -181,16 +204,16 @@ void Engine::Loop() {
     std::deque<std::unique_ptr<Sequence>> submitted;
     std::vector<RequestId> cancelled;
     std::vector<std::string> dropped;
-    std::deque<LoadChunk> loaded;
+    bool restored = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
       auto ready = [&] {
         return stopping_ || !submitted_.empty() || !cancelled_.empty() ||
-               !dropped_agents_.empty() || !loaded_.empty() || scheduler_->HasWork();
+               !dropped_agents_.empty() || transfer_ready_ || scheduler_->HasWork();
       };
       // Saves still copying off the device, or waiting for staging, are
       // polled every millisecond.
-      if (!SavesPending()) {
+      if (!transfer_->SavesPending()) {
         cv_.wait(lock, ready);
       } else {
         cv_.wait_for(lock, std::chrono::milliseconds(1), ready);
@@ -199,24 +222,19 @@ void Engine::Loop() {
       submitted.swap(submitted_);
       cancelled.swap(cancelled_);
       dropped.swap(dropped_agents_);
-      loaded.swap(loaded_);
+      restored = transfer_ready_;
+      transfer_ready_ = false;
     }
     const double now = Now();
-    for (auto& c : loaded) ApplyChunk(std::move(c), now);
-    for (auto& s : submitted) Admit(std::move(s), now);
+    if (restored)
+      for (auto& s : transfer_->TakeRestored()) scheduler_->Add(std::move(s), now);
+    for (auto& s : submitted)
+      if (std::unique_ptr<Sequence> ready = transfer_->Admit(std::move(s)))
+        scheduler_->Add(std::move(ready), now);
     for (RequestId id : cancelled) {
       std::unique_ptr<Sequence> s = scheduler_->Remove(id);
-      if (!s) {
-        auto it = loading_.find(id);
-        if (it == loading_.end()) continue;
-        s = std::move(it->second);
-        loading_.erase(it);
-        {
-          std::lock_guard<std::mutex> lock(mu_);
-          load_cancelled_.insert(id);
-        }
-        loader_cv_.notify_all();
-      }
+      if (!s) s = transfer_->CancelParked(id);
+      if (!s) continue;
       RequestOutput ev;
       ev.kind = RequestOutput::Kind::kFinished;
       ev.cancelled = true;
@@ -225,18 +243,7 @@ void Engine::Loop() {
       ev.completion_tokens = s->output_len();
       Emit(s.get(), std::move(ev));
     }
-    for (const std::string& a : dropped) {
-      auto it = agents_.find(a);
-      if (it != agents_.end()) {
-        kv_->ReleaseAgentCache(&it->second.cache);
-        agents_.erase(it);
-      }
-      // The store may delete the agent's blocks with it: forget what we
-      // believed it had, so later saves write data again.
-      tier_has_.clear();
-      std::lock_guard<std::mutex> lock(mu_);
-      agent_resident_.erase(a);
-    }
+    for (const std::string& a : dropped) transfer_->DropAgent(a);
     if (scheduler_->HasWork() || !launched_.empty()) {
       const auto s0 = std::chrono::steady_clock::now();
       Step();
@@ -245,11 +252,12 @@ void Engine::Loop() {
           std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
     }
     if (!outbox_.empty()) Deliver();
-    CompleteSaves(/*wait=*/false);
+    transfer_->CompleteSaves(/*wait=*/false);
     PublishStats();
-    if (!scheduler_->HasWork() && launched_.empty() && loading_.empty() && !SavesPending()) {
+    if (!scheduler_->HasWork() && launched_.empty() && transfer_->parked() == 0 &&
+        !transfer_->SavesPending()) {
       std::lock_guard<std::mutex> lock(mu_);
-      if (submitted_.empty() && loaded_.empty()) {
+      if (submitted_.empty() && !transfer_ready_) {
         idle_ = true;
         idle_cv_.notify_all();
       }
@@ -264,8 +272,7 @@ void Engine::Loop() {
     rest.swap(submitted_);
   }
   for (auto& s : rest) scheduler_->Add(std::move(s), Now());
-  for (auto& [id, s] : loading_) scheduler_->Add(std::move(s), Now());
-  loading_.clear();
+  for (auto& s : transfer_->TakeParked()) scheduler_->Add(std::move(s), Now());
   std::vector<RequestId> ids;
   for (Sequence* s : scheduler_->running()) ids.push_back(s->id);
   while (Sequence* s = scheduler_->PeekWaiting()) {
@@ -277,28 +284,12 @@ void Engine::Loop() {
     if (std::unique_ptr<Sequence> s = scheduler_->Remove(id))
       Finish(s.get(), FinishReason::kNone, true, "");
   }
-  for (auto& [key, agent] : agents_) kv_->ReleaseAgentCache(&agent.cache);
-  agents_.clear();
+  transfer_->ReleaseAgents();
   Deliver();
   // Every turn's KV is handed over before the backend goes back (SIGTERM
-  // and hot-swap persist): staging returns as the tier writes. A tier that
-  // holds staging for half a minute without progress loses the rest.
-  auto last_progress = std::chrono::steady_clock::now();
-  while (SavesPending()) {
-    const size_t before = pending_saves_.size() + save_backlog_.size();
-    const size_t next = save_backlog_.empty() ? 0 : save_backlog_.front().next;
-    CompleteSaves(/*wait=*/true);
-    if (pending_saves_.size() + save_backlog_.size() != before ||
-        (!save_backlog_.empty() && save_backlog_.front().next != next)) {
-      last_progress = std::chrono::steady_clock::now();
-    } else if (std::chrono::steady_clock::now() - last_progress > std::chrono::seconds(30)) {
-      for (const SaveJob& job : save_backlog_)
-        local_.save_dropped_blocks += static_cast<int64_t>(job.blocks.size() - job.next);
-      save_backlog_.clear();
-    } else {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-  }
+  // and hot-swap persist).
+  transfer_->DrainSaves();
+  PublishStats();
   std::lock_guard<std::mutex> lock(mu_);
   idle_ = true;
   idle_cv_.notify_all();
@@ -312,15 +303,21 @@ void Engine::Finish(Sequence* s, FinishReason reason, bool cancelled, std::strin
   ev.text = std::move(tail);
   ev.prompt_tokens = static_cast<int64_t>(s->prompt_len);
   ev.cached_tokens = s->cached_prompt_tokens;
+  // Tokens brought back from a tier (host or store) that the request used;
+  // the deepest tier used names the source.
   ev.restored_tokens = std::clamp<int64_t>(s->cached_prompt_tokens - s->resident_before_restore, 0,
-                                           s->restored_tokens);
-  ev.cache_source = ev.restored_tokens > 0 ? CacheSource::kDisk
+                                           s->restored_tokens + s->host_restored_tokens);
+  ev.cache_source = ev.restored_tokens > 0
+                        ? (s->restored_tokens > 0 ? CacheSource::kDisk : CacheSource::kHost)
                     : ev.cached_tokens > 0 ? CacheSource::kResident
                                            : CacheSource::kNone;
   if (!cancelled) {
     switch (ev.cache_source) {
       case CacheSource::kDisk:
         ++local_.resumed_disk;
+        break;
+      case CacheSource::kHost:
+        ++local_.resumed_host;
         break;
       case CacheSource::kResident:
         ++local_.resumed_resident;
@@ -368,6 +365,9 @@ void Engine::Step() {
     CollectAll();
     return;
   }
+  // Blocks the plan's allocations evicted are read into the host tier
+  // before the copies and the step can overwrite them.
+  transfer_->FlushEvictions();
   Status st = backend_->CopyBlocks(plan.copies);
   kv_->CopiesDone();
   steps_buf_.clear();
@@ -537,7 +537,7 @@ void Engine::CollectOldest() {
   }
   for (RequestId id : done) {
     Sequence* s = scheduler_->Find(id);
-    if (s && !s->request.agent_key.empty() && s->computed > 0) RetireAgent(s);
+    if (s && !s->request.agent_key.empty() && s->computed > 0) transfer_->RetireAgent(s);
     scheduler_->Remove(id);
   }
 }

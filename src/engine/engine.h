@@ -9,6 +9,8 @@
 // then collect the previous step (pipelined) or this one: sample each
 // sequence with its own Sampler, detokenize and stop-check, push events,
 // and retire finished sequences (pinning their KV for their agent).
+// Moving KV between the pool, the host tier and the store (and the agents'
+// residency) is KvTransfer's, driven from this thread.
 //
 // Pipelining: a launched step's picks go into its sequences' tokens as
 // placeholders (Sequence::in_flight) and `computed` moves on, so the next
@@ -31,15 +33,13 @@
 #include <mutex>
 #include <string>
 #include <thread>
-#include <unordered_map>
-#include <unordered_set>
 #include <utility>
 
 #include "cache/kv_cache_manager.h"
 #include "engine/backend.h"
 #include "engine/kv_tier.h"
+#include "engine/kv_transfer.h"
 #include "engine/scheduler.h"
-#include "engine/staging_pool.h"
 #include "engine/token_stream.h"
 
 namespace agentkv {
@@ -73,6 +73,10 @@ struct EngineOptions {
   // store. Blocks evicted from the pool before their turn are not saved
   // (save_dropped_blocks).
   size_t save_staging_bytes = 512ull << 20;
+  // Host-memory KV tier (engine/host_kv_tier.h) between the pool and
+  // kv_tier: blocks the pool evicts and finished turns' blocks, LRU, in
+  // this many bytes of host memory (pinned on a GPU). 0: none.
+  uint64_t host_kv_memory_bytes = 0;
   // Pipelined steps: while the device runs a step in which every sequence
   // picks greedily, the engine plans and launches the next one (its tokens
   // are the device's picks) and only then handles the first one's output,
@@ -94,21 +98,30 @@ struct EngineStats {
   // Where finished requests' cached prompt tokens came from (the deepest
   // tier used), and the KV tier's traffic.
   int64_t resumed_resident = 0;
+  int64_t resumed_host = 0;
   int64_t resumed_disk = 0;
-  int64_t resumed_none = 0;           // nothing cached: full prefill
-  int64_t restored_tokens = 0;        // prompt tokens written back from the tier
-  int64_t restore_problems = 0;       // loads that stopped at a corrupt record or failed
-  int64_t saved_blocks = 0;           // KV blocks handed to the tier (with data)
-  int64_t loading = 0;                // requests waiting for a tier load
-  double restore_load_seconds = 0;    // the loader's time in KvTier::LoadInto
-  double restore_write_seconds = 0;   // the engine thread's time copying it in
-  double save_seconds = 0;            // the engine thread's time handing KV to the tier
-  double step_seconds = 0;            // in Step (scheduling, forward, sampling, output)
-  double forward_seconds = 0;         // of which in the backend's launch and collect calls
-  double device_seconds = 0;          // Backend::device_seconds()
-  double graph_capture_seconds = 0;   // Backend::graph_capture_seconds()
-  int64_t graphs_captured = 0;        // Backend::graphs_captured()
-  int64_t save_dropped_blocks = 0;    // not saved: evicted while waiting for staging
+  int64_t resumed_none = 0;          // nothing cached: full prefill
+  int64_t restored_tokens = 0;       // prompt tokens written back from the tier
+  int64_t restore_problems = 0;      // loads that stopped at a corrupt record or failed
+  int64_t saved_blocks = 0;          // KV blocks handed to the tier (with data)
+  int64_t loading = 0;               // requests waiting for a tier load
+  double restore_load_seconds = 0;   // the loader's time in KvTier::LoadInto
+  double restore_write_seconds = 0;  // the engine thread's time copying it in
+  double save_seconds = 0;           // the engine thread's time handing KV to the tier
+  double step_seconds = 0;           // in Step (scheduling, forward, sampling, output)
+  double forward_seconds = 0;        // of which in the backend's launch and collect calls
+  double device_seconds = 0;         // Backend::device_seconds()
+  double graph_capture_seconds = 0;  // Backend::graph_capture_seconds()
+  int64_t graphs_captured = 0;       // Backend::graphs_captured()
+  int64_t save_dropped_blocks = 0;   // not saved: evicted while waiting for staging
+  // The host-memory tier (all 0 without one).
+  int64_t host_restored_tokens = 0;  // tokens written back from it (admissions, preemptions)
+  int64_t host_kv_capacity_bytes = 0;
+  int64_t host_kv_bytes = 0;  // held by its blocks
+  int64_t host_kv_blocks = 0;
+  int64_t host_kv_hits = 0;  // blocks found in it
+  int64_t host_kv_inserts = 0;
+  int64_t host_kv_evictions = 0;
   std::vector<BlockPoolStats> pools;  // per cache group
 };
 
@@ -192,38 +205,6 @@ class Engine {
   // cache resident after the end).
   void Emit(Sequence* s, RequestOutput ev);
   void Deliver();
-  // KV tier: loads run on loader_ (never on the engine thread); their
-  // results come back through the inbox and are written into the pool here.
-  struct LoadJob {
-    RequestId id = 0;
-    std::vector<int32_t> tokens;
-    int32_t first_block = 0;
-    int32_t max_blocks = 0;
-  };
-  // One staging slot's worth of a load, from the loader to the engine
-  // thread. `last` ends the load (done, stopped early or cancelled).
-  struct LoadChunk {
-    RequestId id = 0;
-    int32_t first_block = 0;  // of the request's tokens
-    int32_t blocks = 0;       // decoded into restore_slots_[slot]
-    int slot = -1;            // -1: none (cancelled or stopping)
-    Status problem;           // why the load stopped early, if it did
-    bool last = false;
-    double load_seconds = 0;
-  };
-  // Pinned staging for restores: kRestoreSlots slots of up to
-  // options_.restore_chunk_bytes, so that the loader decodes one while the
-  // engine copies another in; and the save staging pool (save_staging_).
-  static constexpr int kRestoreSlots = 3;
-  Status InitTierStaging();
-  // Loader thread: a free slot, or -1 once stopping or the load `id` is
-  // cancelled.
-  int AcquireSlot(RequestId id);
-  void Admit(std::unique_ptr<Sequence> s, double now);
-  void ApplyChunk(LoadChunk c, double now);
-  void LoaderLoop();
-  void SaveAgentKv(Sequence* s);
-  void RetireAgent(Sequence* s);
   double Now() const;
 
   std::unique_ptr<Backend> backend_;
@@ -235,6 +216,8 @@ class Engine {
   int64_t sequence_capacity_ = 0;
   std::unique_ptr<KvCacheManager> kv_;
   std::unique_ptr<Scheduler> scheduler_;
+  // KV movement: residency, the host tier, store restores and saves.
+  std::unique_ptr<KvTransfer> transfer_;
   std::chrono::steady_clock::time_point start_;
 
   // Inbox, guarded by mu_.
@@ -244,12 +227,7 @@ class Engine {
   std::deque<std::unique_ptr<Sequence>> submitted_;
   std::vector<RequestId> cancelled_;
   std::vector<std::string> dropped_agents_;
-  std::deque<LoadChunk> loaded_;
-  std::vector<int> free_slots_;                   // of restore_slots_
-  std::unordered_set<RequestId> load_cancelled_;  // loads to stop early
-  std::deque<LoadJob> load_jobs_;                 // guarded by mu_; loader_cv_ wakes the loader
-  std::condition_variable loader_cv_;
-  std::unordered_map<std::string, int64_t> agent_resident_;  // published copy
+  bool transfer_ready_ = false;  // the loader has chunks for KvTransfer::TakeRestored
   bool stopping_ = false;
   bool draining_ = false;
   bool idle_ = true;
@@ -257,49 +235,6 @@ class Engine {
   EngineStats stats_;  // published copy
 
   // Engine-thread state.
-  struct ResidentAgent {
-    AgentCache cache;
-    // Hashes of the agent's chain blocks handed to the tier, in order.
-    std::vector<BlockHash> saved;
-  };
-  std::unordered_map<std::string, ResidentAgent> agents_;
-  // Requests whose tier load is in flight.
-  std::unordered_map<RequestId, std::unique_ptr<Sequence>> loading_;
-  // Blocks this engine knows the tier has (saved or restored): later saves
-  // of them only link the agent's chain. Cleared when it grows too large.
-  std::unordered_set<BlockHash, BlockHashHasher> tier_has_;
-  // A turn's blocks on their way to the tier, in chain order. Blocks the
-  // tier lacks are read (found by hash in the prefix cache, so a block
-  // evicted meanwhile is never read as something else) into save staging,
-  // as many as there are free chunks; the rest wait for chunks to come back.
-  struct SaveJob {
-    std::string agent_key;
-    uint32_t first_index = 0;         // chain index of blocks[0]
-    std::vector<KvTierBlock> blocks;  // data filled as they are staged
-    std::vector<uint8_t> need_data;   // per block: the tier lacks it
-    size_t next = 0;                  // blocks before it are staged
-  };
-  // A staged run of a job, handed to the tier once the backend reports its
-  // reads done.
-  struct PendingSave {
-    uint64_t ticket = 0;
-    std::string agent_key;
-    uint32_t first_index = 0;
-    std::vector<KvTierBlock> blocks;  // data: slices of staging chunks
-  };
-  // Stages backlog jobs while staging chunks are free.
-  void PumpSaves();
-  // Hands finished reads to the tier (with `wait`, every pending one), then
-  // pumps the backlog.
-  void CompleteSaves(bool wait);
-  bool SavesPending() const { return !pending_saves_.empty() || !save_backlog_.empty(); }
-  std::shared_ptr<StagingPool> save_staging_;
-  std::deque<SaveJob> save_backlog_;
-  std::deque<PendingSave> pending_saves_;
-  // Set before the threads start, then read-only (the loader reads them).
-  std::vector<HostBuffer> restore_slots_;
-  size_t tier_block_bytes_ = 0;  // one block of the prefix group
-  int32_t restore_slot_blocks_ = 0;
   std::vector<SeqStep> steps_buf_;
   std::vector<uint8_t> greedy_buf_;
   std::vector<int32_t> picks_buf_;
@@ -308,7 +243,6 @@ class Engine {
   std::vector<std::pair<std::shared_ptr<TokenStream>, RequestOutput>> outbox_;
   EngineStats local_;
   std::thread thread_;
-  std::thread loader_;
 };
 
 }  // namespace agentkv

@@ -1,6 +1,7 @@
-// KvTier: a slower home for KV blocks than the pool (the persistent store;
-// later a host-memory tier). The engine asks it for the blocks that continue
-// a request's resident prefix before prefilling, and hands it the blocks of
+// KvTier: a slower home for KV blocks than the pool (the persistent store).
+// The engine asks it for the blocks that continue a request's prefix before
+// prefilling (after the pool and the host-memory tier, engine/host_kv_tier.h,
+// which is the engine's own and not a KvTier), and hands it the blocks of
 // every finished agent turn, write-behind.
 //
 // Blocks are whole full-attention blocks in the backend's ReadBlock layout,

@@ -48,7 +48,7 @@ struct RequestOutput {
   bool cancelled = false;
   int64_t prompt_tokens = 0;
   int64_t cached_tokens = 0;    // prompt tokens not prefilled (resident or restored)
-  int64_t restored_tokens = 0;  // of those, restored from a KV tier (disk)
+  int64_t restored_tokens = 0;  // of those, restored from a tier (host memory or disk)
   CacheSource cache_source = CacheSource::kNone;
   int64_t completion_tokens = 0;
   double ttft_s = 0;  // submit to first token

@@ -38,6 +38,7 @@ Sequence* Scheduler::PeekWaiting() const {
 void Scheduler::Preempt(Sequence* s) {
   kv_->FreeSequence(s->id);
   s->computed = 0;
+  s->restore_before_admit = true;
   ++s->preemptions;
   ++preemptions_;
   running_.erase(std::remove(running_.begin(), running_.end(), s), running_.end());
@@ -54,7 +55,6 @@ bool Scheduler::TryAdmit(Sequence* s, int32_t budget, ScheduledSeq* out, StepPla
   if (!kv_->AddSequence(s->id).ok()) return false;
   auto attached = kv_->AttachCachedPrefix(s->id, s->tokens);
   s->computed = attached.ok() ? *attached : 0;
-  if (!s->admitted_once) s->cached_prompt_tokens = s->computed;
   // Admit only with room for the whole prompt plus one block of headroom per
   // running sequence, so that admissions do not force preemptions at once.
   const int64_t total = static_cast<int64_t>(s->tokens.size());
@@ -66,6 +66,22 @@ bool Scheduler::TryAdmit(Sequence* s, int32_t budget, ScheduledSeq* out, StepPla
       return false;
     }
   }
+  // A marked sequence (preempted, say) that will be admitted: the hook
+  // brings back what the pool evicted of it, and the prefix is attached
+  // again. (Restored
+  // blocks come out of the available ones and are attached: the room
+  // checked above does not change.)
+  if (s->restore_before_admit) {
+    s->restore_before_admit = false;
+    if (admit_hook_) {
+      kv_->FreeSequence(s->id);
+      admit_hook_(s);
+      if (!kv_->AddSequence(s->id).ok()) return false;
+      attached = kv_->AttachCachedPrefix(s->id, s->tokens);
+      s->computed = attached.ok() ? *attached : 0;
+    }
+  }
+  if (!s->admitted_once) s->cached_prompt_tokens = s->computed;
   const int32_t n = static_cast<int32_t>(std::min<int64_t>(s->pending(), budget));
   if (!kv_->EnsureCapacity(s->id, s->computed + n, &plan->copies).ok()) {
     kv_->FreeSequence(s->id);

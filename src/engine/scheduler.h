@@ -15,7 +15,10 @@
 // running sequence (highest key, latest arrival) is preempted: its blocks are
 // freed and it goes back to the waiting queue with its tokens so far, to be
 // recomputed; its sampler and stop state carry on, so its output is the same
-// as if it had never been preempted. Sequences on hold (Sequence::hold) are
+// as if it had never been preempted. Its full blocks stay in the prefix
+// cache (and what the pool evicts goes to the host tier), and before it is
+// admitted again the readmit hook may bring evicted ones back, so that
+// little is recomputed. Sequences on hold (Sequence::hold) are
 // not scheduled.
 //
 // Thread-safety: none; the engine thread owns it.
@@ -53,6 +56,12 @@ struct StepPlan {
 class Scheduler {
  public:
   Scheduler(KvCacheManager* kv, SchedulerOptions options);
+
+  // Called with a sequence marked restore_before_admit (preempted ones, and
+  // those the engine marks) once it is about to be admitted (there is room),
+  // to bring its evicted blocks back into the prefix cache from a slower
+  // tier; the mark is then cleared. Null: none.
+  void SetAdmitHook(std::function<void(Sequence*)> hook) { admit_hook_ = std::move(hook); }
 
   // Queues a new sequence (tokens and prompt_len set) that arrived at
   // `now_s` (seconds on the engine's clock).
@@ -96,6 +105,7 @@ class Scheduler {
   std::map<WaitKey, Sequence*> waiting_;
   std::vector<Sequence*> running_;  // admission order
   int64_t preemptions_ = 0;
+  std::function<void(Sequence*)> admit_hook_;
 };
 
 }  // namespace agentkv

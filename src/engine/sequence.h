@@ -39,6 +39,13 @@ struct Sequence {
   int64_t resident_before_restore = 0;
   int64_t restored_tokens = 0;
   bool restore_broken = false;  // a chunk could not be restored: skip the rest
+  // Tokens written back from the host-memory tier (on arrival, and before
+  // each admission after that).
+  int64_t host_restored_tokens = 0;
+  // The scheduler's admit hook runs before its next admission (set for
+  // requests that passed through the tiers, and on each preemption), so
+  // that blocks the pool evicted while it waited come back from host memory.
+  bool restore_before_admit = false;
   int preemptions = 0;
   int32_t max_new_tokens = 0;
 

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "api/api_service.h"
+#include "engine/model_synth.h"
 
 namespace agentkv::api {
 namespace {
@@ -25,15 +26,21 @@ class AgentsApiTest : public ::testing::Test {
   void SetUp() override {
     const fs::path dir = fs::path(AGENTKV_DATA_DIR) / "models/default";
     if (!fs::exists(dir / "config.json")) GTEST_SKIP() << "default model missing";
+    MakeTmp();
+    ServedModelOptions o;
+    o.model_dir = dir.string();
+    Start(o);
+  }
+  void MakeTmp() {
     std::string tmpl = (fs::temp_directory_path() / "agentkv_agents_api_XXXXXX").string();
     tmp_ = ::mkdtemp(tmpl.data());
+  }
+  void Start(ServedModelOptions o) {
     store::StoreOptions so;
     so.sync = false;
     auto st = store::AgentStore::Open(tmp_, so);
     ASSERT_TRUE(st.ok()) << st.status().ToString();
     store_ = std::move(st).value();
-    ServedModelOptions o;
-    o.model_dir = dir.string();
     o.backend.threads = 1;
     o.store = store_.get();
     auto m = ServedModel::Load(o);
@@ -172,6 +179,74 @@ TEST_F(AgentsApiTest, BadInputIsOpenAiShaped400) {
   EXPECT_EQ(Call("PUT", "/v1/agents/z").first, 404);
   // Nothing was recorded for the failed requests.
   EXPECT_EQ(json::parse(Call("GET", "/v1/agents").second)["data"].size(), 0u);
+}
+
+// A small pool and a host-memory tier: an agent whose blocks the pool gave
+// up to other agents' long turns resumes from host memory, and says so.
+class AgentsApiHostTierTest : public AgentsApiTest {
+ protected:
+  void SetUp() override {
+    MakeTmp();
+    SynthOptions so;
+    so.arch = "qwen3";
+    so.tokenizer_dir = fs::path(AGENTKV_DATA_DIR) / "tokenizers/qwen3";
+    so.out_dir = fs::path(tmp_) / "model";
+    so.layers = 1;
+    so.hidden = 32;
+    so.heads = 2;
+    so.kv_heads = 1;
+    so.seed = 5;
+    ASSERT_TRUE(SynthesizeModel(so).ok());
+    ServedModelOptions o;
+    o.model_dir = so.out_dir.string();
+    o.max_step_tokens = 256;
+    // One layer, one KV head of 16: 2 KiB per 16-token block; 48 blocks.
+    o.kv_memory_bytes = 48 * 2048;
+    o.host_kv_memory_bytes = 8ull << 20;
+    Start(o);
+  }
+};
+
+TEST_F(AgentsApiHostTierTest, ReturningAgentWhosePoolBlocksWereEvictedResumesFromHost) {
+  const std::string first =
+      R"({"message":"Tell me about the sea and the ships upon it.","system":"You are a )"
+      R"(sailor who answers in long sentences about the weather.","max_tokens":8,)"
+      R"("temperature":0})";
+  auto [st, body] = Call("POST", "/v1/agents/keeper/generate", first);
+  ASSERT_EQ(st, 200) << body;
+  EXPECT_EQ(json::parse(body)["usage"]["cache_source"], "none");
+  // Other agents with long prompts fill the pool several times over.
+  std::string words;
+  for (int i = 0; i < 120; ++i) words += "word" + std::to_string(i) + " ";
+  for (int a = 0; a < 4; ++a) {
+    std::tie(st, body) = Call("POST", "/v1/agents/other" + std::to_string(a) + "/generate",
+                              R"({"message":")" + std::to_string(a) + " " + words +
+                                  R"(","max_tokens":2,"temperature":0})");
+    ASSERT_EQ(st, 200) << body;
+  }
+  const EngineStats before = host_->Current()->engine().Stats();
+  EXPECT_GT(before.host_kv_blocks, 0);
+  std::tie(st, body) = Call("POST", "/v1/agents/keeper/generate",
+                            R"({"message":"And the wind?","max_tokens":4,"temperature":0})");
+  ASSERT_EQ(st, 200) << body;
+  const json r = json::parse(body);
+  EXPECT_EQ(r["usage"]["cache_source"], "host") << body;
+  EXPECT_GT(r["usage"]["cached_tokens"].get<int>(), 16);
+  EXPECT_EQ(host_->Current()->engine().Stats().resumed_host, 1);
+  EXPECT_EQ(agents_->resume_counts().host, 1);
+  // GET /admin/status and /metrics report the tier and the resume.
+  std::tie(st, body) = Call("GET", "/admin/status");
+  ASSERT_EQ(st, 200) << body;
+  const json hk = json::parse(body)["engine"]["host_kv"];
+  EXPECT_EQ(hk["capacity_bytes"], 8 << 20);
+  EXPECT_GT(hk["blocks"].get<int>(), 0);
+  EXPECT_GT(hk["bytes"].get<int64_t>(), 0);
+  EXPECT_GT(hk["hits"].get<int>(), 0);
+  EXPECT_GT(hk["restored_tokens"].get<int>(), 0);
+  std::tie(st, body) = Call("GET", "/metrics");
+  ASSERT_EQ(st, 200) << body;
+  EXPECT_NE(body.find("agentkv_resume_total{source=\"host\"} 1"), std::string::npos) << body;
+  EXPECT_NE(body.find("agentkv_host_kv_bytes "), std::string::npos);
 }
 
 }  // namespace

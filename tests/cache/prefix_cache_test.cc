@@ -137,5 +137,40 @@ TEST(PrefixCacheTest, ClearFreesIdleBlocks) {
   EXPECT_TRUE(pool.CheckInvariants().ok());
 }
 
+// The evict observer sees what an evicted block holds (its hash, parent and
+// tokens) before the entry goes; Clear is not an eviction.
+TEST(PrefixCacheTest, EvictObserverSeesWhatTheBlockHeld) {
+  BlockPool pool(4);
+  PrefixCache cache(&pool, kBs);
+  struct Seen {
+    int32_t block;
+    BlockHash hash, parent;
+    std::vector<int32_t> tokens;
+    bool still_found;
+  };
+  std::vector<Seen> seen;
+  cache.SetEvictObserver([&](int32_t block, const BlockHash& hash, const BlockHash& parent,
+                             std::span<const int32_t> tokens) {
+    seen.push_back(Seen{block, hash, parent, std::vector<int32_t>(tokens.begin(), tokens.end()),
+                        cache.Find(hash).has_value()});
+  });
+  const std::vector<int32_t> t = Iota(2 * kBs, 10);
+  const std::vector<BlockHash> h = HashFullBlocks(t, kBs);
+  std::vector<int32_t> blocks = Register(pool, cache, t);
+  for (auto b = blocks.rbegin(); b != blocks.rend(); ++b) pool.Release(*b);  // tail first
+  EXPECT_EQ(pool.EvictIdle(1), 1);
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].block, blocks[1]);
+  EXPECT_EQ(seen[0].hash, h[1]);
+  EXPECT_EQ(seen[0].parent, h[0]);
+  EXPECT_EQ(seen[0].tokens, std::vector<int32_t>(t.begin() + kBs, t.end()));
+  EXPECT_TRUE(seen[0].still_found);  // called before the entry goes
+  EXPECT_FALSE(cache.Find(h[1]).has_value());
+  cache.Clear();
+  EXPECT_EQ(seen.size(), 1u);
+  cache.SetEvictObserver(nullptr);
+  ASSERT_TRUE(cache.CheckInvariants().ok());
+}
+
 }  // namespace
 }  // namespace agentkv

@@ -33,7 +33,8 @@ Done Collect(const RequestHandle& h) {
 }
 
 std::unique_ptr<Engine> MakeEngine(Architecture arch, int blocks, bool prefix = true,
-                                   int max_batch = 8, bool pipeline = true) {
+                                   int max_batch = 8, bool pipeline = true,
+                                   uint64_t host_kv_bytes = 0) {
   const ModelConfig c = SmallConfig(arch);
   const MapWeights w = RandomWeights(c, 21);
   auto backend = CpuBackend::Create(c, w, CpuBackendOptions{2});
@@ -44,6 +45,7 @@ std::unique_ptr<Engine> MakeEngine(Architecture arch, int blocks, bool prefix = 
   o.scheduler.max_step_tokens = 64;
   o.prefix_caching = prefix;
   o.pipeline = pipeline;
+  o.host_kv_memory_bytes = host_kv_bytes;
   o.blocks_per_group.assign(c.CacheSpec(KvDtype::kF32).groups.size(), blocks);
   auto e = Engine::Create(std::move(backend).value(), nullptr, o);
   EXPECT_TRUE(e.ok()) << e.status().ToString();
@@ -280,6 +282,123 @@ TEST(EngineTest, RejectsBadRequestsAndDrains) {
   e->Drain();
   for (auto& h : hs) EXPECT_TRUE(h.stream->closed());
   EXPECT_EQ(e->Submit(Greedy({1, 2}, 4)).status().code(), StatusCode::kCancelled);
+}
+
+// An engine that cannot be built fails cleanly (nothing half-started is
+// left to stop).
+TEST(EngineTest, CreateFailsCleanlyOnABadLayout) {
+  const ModelConfig c = SmallConfig(Architecture::kQwen3);
+  auto backend = CpuBackend::Create(c, RandomWeights(c, 21), CpuBackendOptions{1});
+  ASSERT_TRUE(backend.ok());
+  EngineOptions o;
+  o.block_size = 4;
+  o.host_kv_memory_bytes = 1 << 20;
+  o.blocks_per_group = {16, 16};  // the model has one cache group
+  auto e = Engine::Create(std::move(backend).value(), nullptr, o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), StatusCode::kInvalidArgument);
+}
+
+// Host-memory tier: an agent whose pool blocks were evicted gets them back
+// from host memory (source "host"), and its reply is what a full recompute
+// gives.
+TEST(EngineHostTierTest, EvictedAgentResumesFromHostWithRecomputedOutput) {
+  auto e = MakeEngine(Architecture::kQwen3, 24, true, 8, true, /*host_kv_bytes=*/1 << 20);
+  auto ref = MakeEngine(Architecture::kQwen3, 256, /*prefix=*/false);
+  std::vector<int32_t> turn1 = Range(1, 30);
+  Done d1 = Collect(e->Submit(Greedy(turn1, 6, "agent-h")).value());
+  ASSERT_EQ(d1.tokens.size(), 6u);
+  // Others' long prompts push the agent's pinned blocks out of the pool.
+  for (int i = 0; i < 2; ++i) Collect(e->Submit(Greedy(Range(40 + i, 80), 2)).value());
+  EXPECT_GT(e->Stats().host_kv_blocks, 0);
+  std::vector<int32_t> turn2 = turn1;
+  turn2.insert(turn2.end(), d1.tokens.begin(), d1.tokens.end());
+  turn2.insert(turn2.end(), {11, 12, 13});
+  Done d2 = Collect(e->Submit(Greedy(turn2, 8, "agent-h")).value());
+  // 30 + 6 tokens, the last never computed: 8 full blocks = 32 tokens.
+  EXPECT_EQ(d2.finished.cached_tokens, 32);
+  EXPECT_EQ(d2.finished.cache_source, CacheSource::kHost);
+  EXPECT_GT(d2.finished.restored_tokens, 0);
+  Done r = Collect(ref->Submit(Greedy(turn2, 8)).value());
+  EXPECT_EQ(r.finished.cached_tokens, 0);
+  EXPECT_EQ(d2.tokens, r.tokens);
+  const EngineStats st = e->Stats();
+  EXPECT_EQ(st.resumed_host, 1);
+  EXPECT_GT(st.host_restored_tokens, 0);
+  EXPECT_GT(st.host_kv_hits, 0);
+  EXPECT_LE(st.host_kv_bytes, st.host_kv_capacity_bytes);
+}
+
+// Without the host tier the same agent recomputes what the pool lost.
+TEST(EngineHostTierTest, WithoutHostTierEvictedBlocksAreRecomputed) {
+  auto e = MakeEngine(Architecture::kQwen3, 24, true, 8, true, /*host_kv_bytes=*/0);
+  std::vector<int32_t> turn1 = Range(1, 30);
+  Done d1 = Collect(e->Submit(Greedy(turn1, 6, "agent-h")).value());
+  for (int i = 0; i < 2; ++i) Collect(e->Submit(Greedy(Range(40 + i, 80), 2)).value());
+  std::vector<int32_t> turn2 = turn1;
+  turn2.insert(turn2.end(), d1.tokens.begin(), d1.tokens.end());
+  turn2.insert(turn2.end(), {11, 12, 13});
+  Done d2 = Collect(e->Submit(Greedy(turn2, 8, "agent-h")).value());
+  EXPECT_LT(d2.finished.cached_tokens, 32);
+  EXPECT_NE(d2.finished.cache_source, CacheSource::kHost);
+  EXPECT_EQ(e->Stats().host_kv_capacity_bytes, 0);
+  EXPECT_EQ(e->Stats().resumed_host, 0);
+}
+
+// Preemption swaps to host memory: a preempted sequence's evicted blocks
+// come back from the host tier, and every output is what an unpreempted run
+// gives.
+TEST(EngineHostTierTest, PreemptedSequencesResumeFromHostWithIdenticalOutput) {
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 6; ++i) prompts.push_back(Range(10 + i, 9 + 3 * i));
+  auto run = [&](int blocks, uint64_t host, EngineStats* stats) {
+    auto e = MakeEngine(Architecture::kQwen3, blocks, /*prefix=*/true, 6, true, host);
+    std::vector<RequestHandle> hs;
+    for (auto& p : prompts) hs.push_back(e->Submit(Greedy(p, 24)).value());
+    std::vector<std::vector<int32_t>> outs;
+    for (auto& h : hs) {
+      Done d = Collect(h);
+      EXPECT_EQ(d.finished.kind, RequestOutput::Kind::kFinished);
+      outs.push_back(d.tokens);
+    }
+    *stats = e->Stats();
+    EXPECT_EQ(stats->pools[0].in_use, 0);
+    return outs;
+  };
+  EngineStats big, small;
+  const auto want = run(512, 0, &big);
+  const auto got = run(22, 1 << 20, &small);
+  EXPECT_EQ(big.preemptions, 0);
+  EXPECT_GT(small.preemptions, 0);
+  EXPECT_GT(small.host_restored_tokens, 0)
+      << "preemptions " << small.preemptions << " host inserts " << small.host_kv_inserts
+      << " hits " << small.host_kv_hits << " evictions " << small.pools[0].evictions;
+  EXPECT_EQ(got, want);
+}
+
+// The tier belongs to its engine: an engine built next on the same backend
+// (as a model swap does) starts with an empty one and never serves the old
+// engine's blocks.
+TEST(EngineHostTierTest, ANewEngineNeverSeesTheOldEnginesHostBlocks) {
+  auto e = MakeEngine(Architecture::kQwen3, 24, true, 8, true, 1 << 20);
+  std::vector<int32_t> turn1 = Range(1, 30);
+  Collect(e->Submit(Greedy(turn1, 6, "agent-h")).value());
+  for (int i = 0; i < 2; ++i) Collect(e->Submit(Greedy(Range(40 + i, 80), 2)).value());
+  ASSERT_GT(e->Stats().host_kv_blocks, 0);
+  std::unique_ptr<Backend> backend = e->ReleaseBackend();
+  EngineOptions o;
+  o.block_size = 4;
+  o.scheduler.max_batch = 8;
+  o.scheduler.max_step_tokens = 64;
+  o.host_kv_memory_bytes = 1 << 20;
+  o.blocks_per_group.assign(1, 24);
+  auto e2 = Engine::Create(std::move(backend), nullptr, o);
+  ASSERT_TRUE(e2.ok()) << e2.status().ToString();
+  EXPECT_EQ((*e2)->Stats().host_kv_blocks, 0);
+  Done d = Collect((*e2)->Submit(Greedy(turn1, 2, "agent-h")).value());
+  EXPECT_EQ(d.finished.cached_tokens, 0);
+  EXPECT_EQ(d.finished.cache_source, CacheSource::kNone);
+  EXPECT_EQ((*e2)->Stats().host_kv_hits, 0);
 }
 
 }  // namespace

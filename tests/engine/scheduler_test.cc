@@ -142,8 +142,40 @@ TEST(SchedulerTest, PreemptsWorstWhenBlocksRunOut) {
   EXPECT_TRUE(preempted);
   EXPECT_EQ(f.sched->num_waiting(), 1u);
   EXPECT_EQ(f.sched->PeekWaiting()->id, b);
+  EXPECT_TRUE(f.sched->PeekWaiting()->restore_before_admit);
   EXPECT_EQ(f.sched->PeekWaiting()->computed, 0);
   EXPECT_GT(f.kv->NumTokens(a), 0);
+  ASSERT_TRUE(f.kv->CheckInvariants().ok());
+}
+
+// The admit hook runs for a marked sequence only once it is about to be
+// admitted (never on an attempt that finds no room), and once per mark;
+// preemption marks a sequence again.
+TEST(SchedulerTest, AdmitHookRunsOncePerMarkWhenThereIsRoom) {
+  SchedulerOptions o;
+  o.max_batch = 4;
+  Fixture f(4, o);  // 4 blocks of 4 tokens
+  std::vector<RequestId> hooked;
+  f.sched->SetAdmitHook([&](Sequence* s) { hooked.push_back(s->id); });
+  const RequestId big = f.Add(Priority::kHigh, 13, 0);  // 4 blocks: the pool
+  const RequestId marked = f.Add(Priority::kNormal, 5, 0);
+  f.sched->Find(marked)->restore_before_admit = true;
+  bool stuck;
+  StepPlan p = f.sched->Schedule(&stuck);
+  ASSERT_EQ(p.seqs.size(), 1u);
+  EXPECT_EQ(p.seqs[0].seq->id, big);
+  EXPECT_TRUE(hooked.empty());  // no room for `marked`: not called
+  EXPECT_TRUE(f.sched->Find(marked)->restore_before_admit);
+  f.sched->Remove(big);
+  p = f.sched->Schedule(&stuck);
+  ASSERT_EQ(p.seqs.size(), 1u);
+  EXPECT_EQ(hooked, std::vector<RequestId>{marked});
+  EXPECT_FALSE(f.sched->Find(marked)->restore_before_admit);
+  // Unmarked admissions and later steps do not call it.
+  f.Add(Priority::kNormal, 3, 1);
+  for (auto& s : p.seqs) ASSERT_TRUE(f.sched->Commit(s).ok());
+  p = f.sched->Schedule(&stuck);
+  EXPECT_EQ(hooked.size(), 1u);
   ASSERT_TRUE(f.kv->CheckInvariants().ok());
 }
 

@@ -1,70 +1,20 @@
-// Engine: the KV tier path. Admit parks a request whose prompt continues
-// past the resident prefix and queues a load job; the loader thread
-// decompresses the stored blocks, a chunk at a time, into pinned staging
-// slots; the engine thread copies each chunk into the pool (one batched
-// host-to-device copy) and registers it in the prefix cache while the loader
-// fills the next slot; the last chunk schedules the request. After a turn,
-// SaveAgentKv hands the tier the blocks new to the agent's chain.
+// KvTransfer: the store's pipelines. Admit parks a request whose prompt
+// continues past the pool and the host tier and queues a load job; the
+// loader thread decompresses the stored blocks, a chunk at a time, into
+// pinned staging slots; the engine thread copies each chunk into the pool
+// (one batched host-to-device copy) and registers it in the prefix cache
+// while the loader fills the next slot; the last chunk releases the request.
+// After a turn, SaveAgentKv hands the tier the blocks new to the agent's
+// chain, read off the device into save staging; the same bytes are kept in
+// the host tier (one host copy) once the read is done.
 #include <chrono>
+#include <limits>
 
-#include "engine/engine.h"
+#include "engine/kv_transfer.h"
 
 namespace agentkv {
 
-Status Engine::InitTierStaging() {
-  const int group = kv_->prefix_group();
-  if (!options_.kv_tier || group < 0) return Status::Ok();
-  tier_block_bytes_ = backend_->cache_spec().BytesPerBlock(group, options_.block_size);
-  const int64_t pool_blocks = kv_->pool(group).Stats().total;
-  restore_slot_blocks_ = static_cast<int32_t>(std::clamp<int64_t>(
-      static_cast<int64_t>(options_.restore_chunk_bytes / tier_block_bytes_), 1, pool_blocks));
-  for (int i = 0; i < kRestoreSlots; ++i) {
-    ASSIGN_OR_RETURN(HostBuffer b,
-                     backend_->AllocateHostBuffer(tier_block_bytes_ * restore_slot_blocks_));
-    restore_slots_.push_back(std::move(b));
-    free_slots_.push_back(i);
-  }
-  // Save staging: chunks of up to 16 MiB, at most the pool's size in all.
-  const size_t bb = tier_block_bytes_;
-  const size_t total =
-      std::min<size_t>(options_.save_staging_bytes, static_cast<size_t>(pool_blocks) * bb);
-  const size_t chunk_blocks =
-      std::clamp<size_t>((16ull << 20) / bb, 1, std::max<size_t>(1, total / bb));
-  const int chunks = static_cast<int>(std::max<size_t>(1, total / (chunk_blocks * bb)));
-  ASSIGN_OR_RETURN(save_staging_, StagingPool::Create(*backend_, chunk_blocks * bb, chunks));
-  return Status::Ok();
-}
-
-void Engine::Admit(std::unique_ptr<Sequence> s, double now) {
-  KvTier* tier = options_.kv_tier.get();
-  if (tier != nullptr) {
-    const int bs = options_.block_size;
-    // Whole blocks that could come from the tier: past what is cached, and
-    // never the last prompt token (its logits start the reply).
-    const int64_t usable = static_cast<int64_t>(s->prompt_len - 1) / bs;
-    const int64_t cached = kv_->CachedPrefixTokens(s->tokens) / bs;
-    if (usable > cached) {
-      LoadJob job;
-      job.id = s->id;
-      job.tokens.assign(s->tokens.begin(), s->tokens.begin() + usable * bs);
-      job.first_block = static_cast<int32_t>(cached);
-      job.max_blocks = static_cast<int32_t>(usable - cached);
-      s->resident_before_restore = cached * bs;
-      s->restore_broken = false;
-      const RequestId id = s->id;
-      loading_.emplace(id, std::move(s));
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        load_jobs_.push_back(std::move(job));
-      }
-      loader_cv_.notify_one();
-      return;
-    }
-  }
-  scheduler_->Add(std::move(s), now);
-}
-
-int Engine::AcquireSlot(RequestId id) {
+int KvTransfer::AcquireSlot(RequestId id) {
   std::unique_lock<std::mutex> lock(mu_);
   loader_cv_.wait(
       lock, [&] { return stopping_ || load_cancelled_.count(id) > 0 || !free_slots_.empty(); });
@@ -74,7 +24,7 @@ int Engine::AcquireSlot(RequestId id) {
   return slot;
 }
 
-void Engine::LoaderLoop() {
+void KvTransfer::LoaderLoop() {
   KvTier* tier = options_.kv_tier.get();
   const int bs = options_.block_size;
   while (true) {
@@ -97,7 +47,7 @@ void Engine::LoaderLoop() {
         // Asks for the whole rest of the job: the tier decodes what fits the
         // slot and prefetches what follows.
         Result<KvTierLoadInto> r = tier->LoadInto(job.tokens, bs, next, end - next,
-                                                  restore_slots_[c.slot].span(), tier_block_bytes_);
+                                                  restore_slots_[c.slot].span(), block_bytes_);
         c.load_seconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         if (r.ok()) {
@@ -116,20 +66,31 @@ void Engine::LoaderLoop() {
         if (last) load_cancelled_.erase(job.id);
         loaded_.push_back(std::move(c));
       }
-      cv_.notify_one();
+      if (wake_) wake_();
       if (last) break;
     }
   }
 }
 
-void Engine::ApplyChunk(LoadChunk c, double now) {
-  local_.restore_load_seconds += c.load_seconds;
+std::vector<std::unique_ptr<Sequence>> KvTransfer::TakeRestored() {
+  std::deque<LoadChunk> loaded;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    loaded.swap(loaded_);
+  }
+  std::vector<std::unique_ptr<Sequence>> ready;
+  for (LoadChunk& c : loaded)
+    if (std::unique_ptr<Sequence> s = ApplyChunk(std::move(c))) ready.push_back(std::move(s));
+  return ready;
+}
+
+std::unique_ptr<Sequence> KvTransfer::ApplyChunk(LoadChunk c) {
+  stats_.restore_load_seconds += c.load_seconds;
   auto it = loading_.find(c.id);
   Sequence* s = it == loading_.end() ? nullptr : it->second.get();
-  if (s != nullptr && c.last && !c.problem.ok()) ++local_.restore_problems;
+  if (s != nullptr && c.last && !c.problem.ok()) ++stats_.restore_problems;
   if (s != nullptr && c.blocks > 0 && !s->restore_broken) {
     const int bs = options_.block_size;
-    const int group = kv_->prefix_group();
     const std::vector<BlockHash> all =
         HashFullBlocks(std::span<const int32_t>(s->tokens).first(
                            static_cast<size_t>(c.first_block + c.blocks) * bs),
@@ -145,20 +106,24 @@ void Engine::ApplyChunk(LoadChunk c, double now) {
           ids.push_back(block);
           return Status::Ok();
         });
+    // Blocks the allocations evicted are read out before they are written.
+    FlushEvictions();
     int32_t written = n;
     if (n > 0) {
       const auto t0 = std::chrono::steady_clock::now();
       Status st = backend_->WriteBlocks(
-          group, std::span<const int32_t>(ids).first(static_cast<size_t>(n)),
-          restore_slots_[c.slot].span().subspan(first_new * tier_block_bytes_,
-                                                static_cast<size_t>(n) * tier_block_bytes_));
-      local_.restore_write_seconds +=
+          group_, std::span<const int32_t>(ids).first(static_cast<size_t>(n)),
+          restore_slots_[c.slot].span().subspan(first_new * block_bytes_,
+                                                static_cast<size_t>(n) * block_bytes_));
+      stats_.restore_write_seconds +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (!st.ok()) {
         // The new blocks are registered but hold garbage: drop every idle
         // cached block of the group (they are idle) rather than serve them.
-        kv_->EvictIdle(group, std::numeric_limits<int32_t>::max());
-        ++local_.restore_problems;
+        capture_evictions_ = false;
+        kv_->EvictIdle(group_, std::numeric_limits<int32_t>::max());
+        capture_evictions_ = true;
+        ++stats_.restore_problems;
         written = 0;
         s->restore_broken = true;
       }
@@ -169,7 +134,7 @@ void Engine::ApplyChunk(LoadChunk c, double now) {
     if (covered < c.blocks) s->restore_broken = true;
     for (int32_t i = 0; i < covered; ++i) tier_has_.insert(hashes[i]);
     s->restored_tokens += static_cast<int64_t>(written) * bs;
-    local_.restored_tokens += static_cast<int64_t>(written) * bs;
+    stats_.restored_tokens += static_cast<int64_t>(written) * bs;
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -177,32 +142,18 @@ void Engine::ApplyChunk(LoadChunk c, double now) {
     if (c.last) load_cancelled_.erase(c.id);
   }
   loader_cv_.notify_all();
-  if (s != nullptr && c.last) {
-    std::unique_ptr<Sequence> owned = std::move(it->second);
-    loading_.erase(it);
-    scheduler_->Add(std::move(owned), now);
-  }
+  if (s == nullptr || !c.last) return nullptr;
+  std::unique_ptr<Sequence> owned = std::move(it->second);
+  loading_.erase(it);
+  return owned;
 }
 
-void Engine::RetireAgent(Sequence* s) {
-  const std::string& key = s->request.agent_key;
-  AgentCache cache = kv_->PinForAgent(s->id);
-  ResidentAgent& a = agents_[key];
-  kv_->ReleaseAgentCache(&a.cache);
-  a.cache = std::move(cache);
-  SaveAgentKv(s);
-  const int64_t resident = kv_->ResidentTokens(a.cache);
-  std::lock_guard<std::mutex> lock(mu_);
-  agent_resident_[key] = resident;
-}
-
-void Engine::SaveAgentKv(Sequence* s) {
+void KvTransfer::SaveAgentKv(Sequence* s) {
   KvTier* tier = options_.kv_tier.get();
-  const int group = kv_->prefix_group();
-  if (tier == nullptr || group < 0 || !save_staging_) return;
+  if (tier == nullptr || group_ < 0 || !save_staging_) return;
   ResidentAgent& a = agents_[s->request.agent_key];
   const std::vector<BlockHash>& hashes = kv_->BlockHashes(s->id);
-  const size_t n = std::min(hashes.size(), kv_->Table(s->id, group).blocks().size());
+  const size_t n = std::min(hashes.size(), kv_->Table(s->id, group_).blocks().size());
   size_t same = 0;
   while (same < n && same < a.saved.size() && a.saved[same] == hashes[same]) ++same;
   if (same == n) {
@@ -215,6 +166,7 @@ void Engine::SaveAgentKv(Sequence* s) {
   SaveJob job;
   job.agent_key = s->request.agent_key;
   job.first_index = static_cast<uint32_t>(same);
+  job.parent = same == 0 ? kRootBlockHash : hashes[same - 1];
   for (size_t i = same; i < n; ++i) {
     KvTierBlock b;
     b.hash = hashes[i];
@@ -228,25 +180,25 @@ void Engine::SaveAgentKv(Sequence* s) {
   a.saved.assign(hashes.begin(), hashes.begin() + n);
   save_backlog_.push_back(std::move(job));
   PumpSaves();
-  local_.save_seconds +=
+  stats_.save_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-void Engine::PumpSaves() {
-  const int group = kv_->prefix_group();
-  const size_t bytes = tier_block_bytes_;
+void KvTransfer::PumpSaves() {
+  const size_t bytes = block_bytes_;
   const size_t per_chunk = save_staging_->chunk_bytes() / bytes;
   while (!save_backlog_.empty()) {
     SaveJob& job = save_backlog_.front();
     PendingSave p;
     p.agent_key = job.agent_key;
     p.first_index = job.first_index + static_cast<uint32_t>(job.next);
+    p.parent = job.next == 0 ? job.parent : job.blocks[job.next - 1].hash;
     std::shared_ptr<std::span<std::byte>> chunk;
     std::vector<int32_t> ids;  // read into `chunk`
     bool failed = false, out_of_staging = false, lost = false;
     auto read_chunk = [&]() {
       if (ids.empty() || failed) return;
-      Result<uint64_t> t = backend_->StartReadBlocks(group, ids, chunk->first(ids.size() * bytes));
+      Result<uint64_t> t = backend_->StartReadBlocks(group_, ids, chunk->first(ids.size() * bytes));
       if (t.ok()) {
         p.ticket = *t;
       } else {
@@ -274,7 +226,7 @@ void Engine::PumpSaves() {
         b.data = SharedBytes(
             chunk, std::string_view(reinterpret_cast<const char*>(slot.data()), slot.size()));
         ids.push_back(*block);
-        ++local_.saved_blocks;
+        ++stats_.saved_blocks;
       }
       p.blocks.push_back(std::move(b));
     }
@@ -288,7 +240,7 @@ void Engine::PumpSaves() {
     }
     if (!p.blocks.empty()) pending_saves_.push_back(std::move(p));
     if (lost) {
-      local_.save_dropped_blocks += static_cast<int64_t>(job.blocks.size() - job.next);
+      stats_.save_dropped_blocks += static_cast<int64_t>(job.blocks.size() - job.next);
       ResidentAgent* a = nullptr;
       if (auto it = agents_.find(job.agent_key); it != agents_.end()) a = &it->second;
       // Forget what the tier will not get, so the agent's next turn saves it.
@@ -305,7 +257,8 @@ void Engine::PumpSaves() {
   }
 }
 
-void Engine::CompleteSaves(bool wait) {
+void KvTransfer::CompleteSaves(bool wait) {
+  if (host_) CommitHostReads(wait);
   KvTier* tier = options_.kv_tier.get();
   while (!pending_saves_.empty()) {
     PendingSave& p = pending_saves_.front();
@@ -314,6 +267,18 @@ void Engine::CompleteSaves(bool wait) {
     // A failed read hands nothing over (its bytes are garbage); the tier
     // may then lack blocks it was thought to have, so forget that.
     if (done.ok()) {
+      if (host_) {
+        // The finished turn's blocks stay in host memory too.
+        BlockHash parent = p.parent;
+        for (const KvTierBlock& b : p.blocks) {
+          if (!b.data.empty() && !host_->Touch(b.hash)) {
+            host_->Insert(parent, b.hash, b.tokens,
+                          std::span<const std::byte>(
+                              reinterpret_cast<const std::byte*>(b.data.data()), b.data.size()));
+          }
+          parent = b.hash;
+        }
+      }
       tier->Save(p.agent_key, p.first_index, std::move(p.blocks));
     } else {
       tier_has_.clear();
@@ -321,6 +286,26 @@ void Engine::CompleteSaves(bool wait) {
     pending_saves_.pop_front();
   }
   if (!save_backlog_.empty() && save_staging_->free_chunks() > 0) PumpSaves();
+}
+
+void KvTransfer::DrainSaves() {
+  auto last_progress = std::chrono::steady_clock::now();
+  while (SavesPending()) {
+    const size_t before = pending_saves_.size() + save_backlog_.size();
+    const size_t next = save_backlog_.empty() ? 0 : save_backlog_.front().next;
+    CompleteSaves(/*wait=*/true);
+    if (pending_saves_.size() + save_backlog_.size() != before ||
+        (!save_backlog_.empty() && save_backlog_.front().next != next)) {
+      last_progress = std::chrono::steady_clock::now();
+    } else if (std::chrono::steady_clock::now() - last_progress > std::chrono::seconds(30)) {
+      for (const SaveJob& job : save_backlog_)
+        stats_.save_dropped_blocks += static_cast<int64_t>(job.blocks.size() - job.next);
+      save_backlog_.clear();
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  if (host_) CommitHostReads(/*wait=*/true);
 }
 
 }  // namespace agentkv

@@ -1,0 +1,265 @@
+// KvTransfer: KV movement between the device pool and the slower tiers, for
+// one engine. It owns the resident agents (their pinned pool blocks), the
+// host-memory tier (engine/host_kv_tier.h), the restore pipeline from the
+// KV tier (the store: a loader thread decoding into pinned staging slots)
+// and the save pipeline to it (finished turns' blocks read off the device
+// into save staging and handed over write-behind).
+//
+// A returning request's prefix comes back in this order: blocks resident in
+// the pool, then the host tier (host-to-device copies from pinned memory,
+// no decoding), then the store (parked while the loader decodes, a chunk at
+// a time), and whatever is left is recomputed by prefill. Right before the
+// scheduler admits a sequence (the Scheduler's admit hook calls
+// RestoreBeforeAdmit), blocks the pool evicted while it waited come back
+// from the host tier again; so does a preempted sequence's KV: what the
+// pool evicted of it went to the host tier (OnEvict), and it resumes
+// without recomputing where the host tier had room.
+//
+// The engine drives it from the engine thread: Admit (schedule now or park),
+// TakeRestored (apply loaded chunks; sequences ready to schedule),
+// FlushEvictions (before any backend call that may overwrite blocks),
+// RetireAgent / DropAgent, CompleteSaves, and at shutdown TakeParked,
+// ReleaseAgents and DrainSaves. The loader thread talks back through an
+// inbox and the `wake` callback.
+//
+// Thread-safety: every method runs on the engine thread except
+// AgentResidentTokens and HasLoaded (any thread), and the loader thread's
+// own work. The backend and the KV cache manager are touched only on the
+// engine thread. Both must outlive this object; Stop() joins the loader.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "cache/kv_cache_manager.h"
+#include "engine/backend.h"
+#include "engine/host_kv_tier.h"
+#include "engine/kv_tier.h"
+#include "engine/sequence.h"
+#include "engine/staging_pool.h"
+
+namespace agentkv {
+
+struct KvTransferOptions {
+  int block_size = 16;
+  // The persistent tier, or null (EngineOptions::kv_tier).
+  std::shared_ptr<KvTier> kv_tier;
+  size_t restore_chunk_bytes = 64ull << 20;
+  size_t save_staging_bytes = 512ull << 20;
+  // Host-memory tier size; 0: none. Where the host cannot give that much,
+  // half of it, else none.
+  uint64_t host_kv_bytes = 0;
+};
+
+// Counters for EngineStats (see there).
+struct KvTransferStats {
+  int64_t resident_agents = 0;
+  int64_t loading = 0;
+  int64_t restored_tokens = 0;       // from the store
+  int64_t host_restored_tokens = 0;  // from the host tier (admissions and re-admissions)
+  int64_t restore_problems = 0;
+  int64_t saved_blocks = 0;
+  int64_t save_dropped_blocks = 0;
+  double restore_load_seconds = 0;
+  double restore_write_seconds = 0;
+  double save_seconds = 0;
+  HostKvTierStats host;
+};
+
+class KvTransfer {
+ public:
+  // Allocates staging (and the host tier) now and starts the loader when
+  // there is a KV tier. Without prefix caching there is nothing to restore
+  // into: the tiers are dropped. `wake` is called (from the loader thread)
+  // when loaded chunks wait for TakeRestored.
+  static Result<std::unique_ptr<KvTransfer>> Create(Backend* backend, KvCacheManager* kv,
+                                                    KvTransferOptions options,
+                                                    std::function<void()> wake);
+  ~KvTransfer();  // Stop()s
+  KvTransfer(const KvTransfer&) = delete;
+  KvTransfer& operator=(const KvTransfer&) = delete;
+
+  // Stops and joins the loader (loads in progress end as cancelled chunks).
+  void Stop();
+  // Stop()s and frees host memory (staging, the host tier) through the
+  // backend's allocator, before the backend goes elsewhere. Only residency
+  // queries (AgentResidentTokens) and Stats remain usable.
+  void ReleaseBuffers();
+
+  // A new request: brings back what the pool lacks of its prompt from the
+  // host tier now, then parks it (returns null) while the store loads the
+  // rest, or returns it to be scheduled at once.
+  std::unique_ptr<Sequence> Admit(std::unique_ptr<Sequence> s);
+  // Applies the chunks the loader finished; returns the requests whose
+  // restore is complete, to be scheduled.
+  std::vector<std::unique_ptr<Sequence>> TakeRestored();
+  // A parked request, removed (its load stops early); null if not parked.
+  std::unique_ptr<Sequence> CancelParked(RequestId id);
+  // Every parked request (shutdown).
+  std::vector<std::unique_ptr<Sequence>> TakeParked();
+  size_t parked() const { return loading_.size(); }
+
+  // Before the scheduler admits a sequence (a preempted one, or one that
+  // waited after Admit): its blocks that the pool evicted and the host tier
+  // holds go back into the pool.
+  void RestoreBeforeAdmit(Sequence* s);
+
+  // Issues the device reads of blocks the pool evicted since the last call
+  // into their host-tier slots. Call before any backend call that may write
+  // blocks (a step, block copies, a restore): reads are ordered before it.
+  void FlushEvictions();
+
+  // A finished turn of an agent: pins its blocks as the agent's resident
+  // cache (releasing the previous turn's) and saves what is new to the tier.
+  void RetireAgent(Sequence* s);
+  // Forgets an agent's resident cache.
+  void DropAgent(const std::string& agent_key);
+  // Unpins every resident agent (shutdown).
+  void ReleaseAgents();
+  // Hands finished save reads to the tier (with `wait`, every pending one),
+  // commits finished host-tier reads, then stages the save backlog.
+  void CompleteSaves(bool wait);
+  bool SavesPending() const { return !pending_saves_.empty() || !save_backlog_.empty(); }
+  // Whether device reads into the host tier are still in flight.
+  bool HostReadsPending() const { return !host_reads_.empty(); }
+  // Shutdown: hands every turn's KV over (a tier that holds staging for 30
+  // seconds without progress loses the rest).
+  void DrainSaves();
+
+  // Any thread.
+  int64_t AgentResidentTokens(const std::string& agent_key) const;
+  bool HasLoaded() const;
+
+  KvTransferStats Stats() const;
+  const HostKvTier* host_tier() const { return host_.get(); }
+
+ private:
+  KvTransfer(Backend* backend, KvCacheManager* kv, KvTransferOptions options,
+             std::function<void()> wake);
+  Status Init();
+
+  // Host tier.
+  // Restores the host tier's run of blocks continuing `s`'s cached prefix
+  // (at most up to block `usable_blocks`); returns blocks written.
+  int32_t RestoreFromHost(Sequence* s, int64_t usable_blocks);
+  void OnEvict(int32_t block, const BlockHash& hash, const BlockHash& parent,
+               std::span<const int32_t> tokens);
+  void CommitHostReads(bool wait);
+
+  // Store restores: loads run on loader_ (never on the engine thread); their
+  // results come back through the inbox and are written into the pool here.
+  struct LoadJob {
+    RequestId id = 0;
+    std::vector<int32_t> tokens;
+    int32_t first_block = 0;
+    int32_t max_blocks = 0;
+  };
+  // One staging slot's worth of a load, from the loader to the engine
+  // thread. `last` ends the load (done, stopped early or cancelled).
+  struct LoadChunk {
+    RequestId id = 0;
+    int32_t first_block = 0;  // of the request's tokens
+    int32_t blocks = 0;       // decoded into restore_slots_[slot]
+    int slot = -1;            // -1: none (cancelled or stopping)
+    Status problem;           // why the load stopped early, if it did
+    bool last = false;
+    double load_seconds = 0;
+  };
+  static constexpr int kRestoreSlots = 3;
+  // Loader thread: a free slot, or -1 once stopping or the load `id` is
+  // cancelled.
+  int AcquireSlot(RequestId id);
+  void LoaderLoop();
+  // Applies one chunk; the request if its load is over.
+  std::unique_ptr<Sequence> ApplyChunk(LoadChunk c);
+
+  // Saves: a turn's blocks on their way to the tier, in chain order. Blocks
+  // the tier lacks are read (found by hash in the prefix cache, so a block
+  // evicted meanwhile is never read as something else) into save staging,
+  // as many as there are free chunks; the rest wait for chunks to come back.
+  struct SaveJob {
+    std::string agent_key;
+    uint32_t first_index = 0;         // chain index of blocks[0]
+    BlockHash parent;                 // chain hash before blocks[0]
+    std::vector<KvTierBlock> blocks;  // data filled as they are staged
+    std::vector<uint8_t> need_data;   // per block: the tier lacks it
+    size_t next = 0;                  // blocks before it are staged
+  };
+  // A staged run of a job, handed to the tier once the backend reports its
+  // reads done.
+  struct PendingSave {
+    uint64_t ticket = 0;
+    std::string agent_key;
+    uint32_t first_index = 0;
+    BlockHash parent;                 // chain hash before blocks[0]
+    std::vector<KvTierBlock> blocks;  // data: slices of staging chunks
+  };
+  void SaveAgentKv(Sequence* s);
+  void PumpSaves();
+
+  Backend* backend_;
+  KvCacheManager* kv_;
+  KvTransferOptions options_;
+  std::function<void()> wake_;
+  int group_ = -1;          // the prefix group
+  size_t block_bytes_ = 0;  // one block of it
+  int32_t restore_slot_blocks_ = 0;
+
+  // Loader inbox and outbox, guarded by mu_.
+  mutable std::mutex mu_;
+  std::condition_variable loader_cv_;
+  bool stopping_ = false;
+  std::deque<LoadJob> load_jobs_;
+  std::deque<LoadChunk> loaded_;
+  std::vector<int> free_slots_;                              // of restore_slots_
+  std::unordered_set<RequestId> load_cancelled_;             // loads to stop early
+  std::unordered_map<std::string, int64_t> agent_resident_;  // published copy
+  // Set before the loader starts, then read-only (the loader reads them).
+  std::vector<HostBuffer> restore_slots_;
+  std::thread loader_;
+
+  // Engine-thread state.
+  struct ResidentAgent {
+    AgentCache cache;
+    // Hashes of the agent's chain blocks handed to the tier, in order.
+    std::vector<BlockHash> saved;
+  };
+  std::unordered_map<std::string, ResidentAgent> agents_;
+  // Requests whose store load is in flight.
+  std::unordered_map<RequestId, std::unique_ptr<Sequence>> loading_;
+  // Blocks this engine knows the tier has (saved or restored): later saves
+  // of them only link the agent's chain. Cleared when it grows too large.
+  std::unordered_set<BlockHash, BlockHashHasher> tier_has_;
+  std::shared_ptr<StagingPool> save_staging_;
+  std::deque<SaveJob> save_backlog_;
+  std::deque<PendingSave> pending_saves_;
+
+  std::unique_ptr<HostKvTier> host_;
+  // Pool blocks evicted since the last FlushEvictions whose bytes go to
+  // these reserved host-tier slots.
+  struct Evicted {
+    int32_t block;
+    BlockHash hash;
+    HostKvTier::Slot slot;
+  };
+  std::vector<Evicted> evicted_;
+  // Device reads into host-tier slots, oldest first; committed once done.
+  struct HostRead {
+    uint64_t ticket = 0;
+    std::vector<BlockHash> hashes;
+  };
+  std::deque<HostRead> host_reads_;
+  bool capture_evictions_ = true;
+
+  KvTransferStats stats_;
+};
+
+}  // namespace agentkv

@@ -1,0 +1,46 @@
+// ServedModel's pure helpers: the host-memory KV tier's default size and
+// the --host-kv-memory syntax, from made-up MemAvailable numbers.
+#include "api/served_model.h"
+
+#include <gtest/gtest.h>
+
+namespace agentkv::api {
+namespace {
+
+constexpr uint64_t kMiB = 1ull << 20;
+constexpr uint64_t kGiB = 1ull << 30;
+
+TEST(HostKvMemoryTest, DefaultIsAQuarterOfAvailableCapped) {
+  EXPECT_EQ(DefaultHostKvMemoryBytes(16 * kGiB), 4 * kGiB);
+  EXPECT_EQ(DefaultHostKvMemoryBytes(100 * kGiB), 25 * kGiB);
+  EXPECT_EQ(DefaultHostKvMemoryBytes(2000 * kGiB), 32 * kGiB);  // the cap
+  EXPECT_EQ(DefaultHostKvMemoryBytes(1 * kGiB), 256 * kMiB);
+  // Too little to be worth it (or MemAvailable unknown): off.
+  EXPECT_EQ(DefaultHostKvMemoryBytes(1 * kGiB - 1), 0u);
+  EXPECT_EQ(DefaultHostKvMemoryBytes(0), 0u);
+}
+
+TEST(HostKvMemoryTest, ParsesBytesFractionsAndOff) {
+  const uint64_t avail = 64 * kGiB;
+  EXPECT_EQ(*ParseHostKvMemory("0", avail), 0u);
+  EXPECT_EQ(*ParseHostKvMemory("512M", avail), 512 * kMiB);
+  EXPECT_EQ(*ParseHostKvMemory("8G", avail), 8 * kGiB);
+  EXPECT_EQ(*ParseHostKvMemory("64k", avail), 64 * 1024u);
+  EXPECT_EQ(*ParseHostKvMemory("1048576", avail), kMiB);
+  EXPECT_EQ(*ParseHostKvMemory("0.25", avail), 16 * kGiB);
+  EXPECT_EQ(*ParseHostKvMemory("0.5", 10 * kGiB), 5 * kGiB);
+  EXPECT_EQ(*ParseHostKvMemory("1.5G", avail), 3 * kGiB / 2);
+}
+
+TEST(HostKvMemoryTest, RefusesWhatIsNotASize) {
+  for (const char* bad : {"", "x", "-1", "-0.5", "12X", "1.5", "4GBs", "G"}) {
+    auto r = ParseHostKvMemory(bad, 64 * kGiB);
+    EXPECT_FALSE(r.ok()) << bad;
+    if (!r.ok()) {
+      EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace agentkv::api

@@ -1,0 +1,325 @@
+// KvTransfer without the engine thread, on the CPU backend with a small
+// random model and an in-memory KV tier: pool evictions land in the host
+// tier with their bytes and come back from it; a finished turn goes to the
+// store and the host tier; the resume order is pool, host, store; store
+// restores run through the loader; parked loads cancel; agents' residency.
+#include "engine/kv_transfer.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "engine/cpu_backend.h"
+#include "test_model.h"
+
+namespace agentkv {
+namespace {
+
+constexpr int kBs = 4;
+
+// A KV tier in memory: the whole contract (chained lookups that check the
+// tokens, write-behind saves that copy what they keep, flush), no disk.
+class MemoryTier : public KvTier {
+ public:
+  const char* source_name() const override { return "memory"; }
+  Result<KvTierLoad> Load(std::span<const int32_t> tokens, int block_size, int32_t first_block,
+                          int32_t max_blocks) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++loads_;
+    KvTierLoad out;
+    const std::vector<BlockHash> hashes = HashFullBlocks(tokens, block_size);
+    for (int64_t i = first_block;
+         i < static_cast<int64_t>(hashes.size()) && i < int64_t{first_block} + max_blocks; ++i) {
+      auto it = blocks_.find(Key(hashes[i]));
+      const auto bt = tokens.subspan(static_cast<size_t>(i) * block_size, block_size);
+      if (it == blocks_.end() ||
+          !std::equal(bt.begin(), bt.end(), it->second.tokens.begin(), it->second.tokens.end()))
+        break;
+      out.blocks.push_back(KvTierBlock{hashes[i], it->second.tokens, SharedBytes(it->second.data)});
+    }
+    return out;
+  }
+  void Save(const std::string&, uint32_t, std::vector<KvTierBlock> blocks) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (KvTierBlock& b : blocks) {
+      if (b.data.size() == 0) continue;
+      blocks_[Key(b.hash)] = Stored{b.tokens, std::string(b.data.data(), b.data.size())};
+    }
+  }
+  Status Flush() override { return Status::Ok(); }
+
+  size_t size() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return blocks_.size();
+  }
+  int loads() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return loads_;
+  }
+
+ private:
+  struct Stored {
+    std::vector<int32_t> tokens;
+    std::string data;
+  };
+  static std::pair<uint64_t, uint64_t> Key(const BlockHash& h) { return {h.lo, h.hi}; }
+  mutable std::mutex mu_;
+  std::map<std::pair<uint64_t, uint64_t>, Stored> blocks_;
+  int loads_ = 0;
+};
+
+class KvTransferTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const ModelConfig c = testing::SmallConfig(Architecture::kLlama);
+    auto b = CpuBackend::Create(c, testing::RandomWeights(c, 5), CpuBackendOptions{1});
+    ASSERT_TRUE(b.ok());
+    backend_ = std::move(b).value();
+    KvLayout layout;
+    layout.block_size = kBs;
+    layout.blocks_per_group[0] = 16;
+    ASSERT_TRUE(backend_->AllocateKv(layout).ok());
+    block_bytes_ = backend_->cache_spec().BytesPerBlock(0, kBs);
+    NewManager();
+  }
+  void NewManager() {
+    transfer_.reset();
+    KvCacheConfig kc;
+    kc.block_size = kBs;
+    kc.blocks_per_group = {16};
+    auto m = KvCacheManager::Create(backend_->cache_spec(), kc);
+    ASSERT_TRUE(m.ok());
+    kv_ = std::move(m).value();
+  }
+  void NewTransfer(uint64_t host_bytes, std::shared_ptr<KvTier> tier) {
+    transfer_.reset();
+    KvTransferOptions o;
+    o.block_size = kBs;
+    o.kv_tier = std::move(tier);
+    o.host_kv_bytes = host_bytes;
+    o.restore_chunk_bytes = 2 * block_bytes_;  // several chunks per load
+    o.save_staging_bytes = 4 * block_bytes_;
+    auto t = KvTransfer::Create(backend_.get(), kv_.get(), o, [this] { ++wakes_; });
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    transfer_ = std::move(t).value();
+  }
+  // Puts a sequence with `tokens` into the pool as if computed: its blocks
+  // hold a pattern derived from `seed` and the block index.
+  void Compute(int64_t id, const std::vector<int32_t>& tokens, uint8_t seed) {
+    ASSERT_TRUE(kv_->AddSequence(id).ok());
+    std::vector<KvBlockCopy> copies;
+    ASSERT_TRUE(kv_->EnsureCapacity(id, static_cast<int64_t>(tokens.size()), &copies).ok());
+    const auto& blocks = kv_->Table(id, 0).blocks();
+    transfer_->FlushEvictions();  // as the engine does before writing blocks
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      std::vector<std::byte> data(block_bytes_, std::byte(seed + i));
+      ASSERT_TRUE(backend_->WriteBlocks(0, std::span(&blocks[i], 1), data).ok());
+    }
+    ASSERT_TRUE(kv_->CommitTokens(id, tokens).ok());
+  }
+  // The pool's bytes of the cached blocks of `tokens` (whole blocks).
+  std::vector<uint8_t> CachedFirstBytes(const std::vector<int32_t>& tokens, int n) {
+    std::vector<uint8_t> out;
+    const std::vector<BlockHash> h = HashFullBlocks(tokens, kBs);
+    std::vector<std::byte> buf(block_bytes_);
+    for (int i = 0; i < n; ++i) {
+      std::optional<int32_t> b = kv_->CachedBlock(h[i]);
+      if (!b) break;
+      EXPECT_TRUE(backend_->ReadBlock(0, *b, buf).ok());
+      // Every byte of the block holds the pattern.
+      EXPECT_EQ(std::count(buf.begin(), buf.end(), buf[0]), static_cast<long>(buf.size()));
+      out.push_back(static_cast<uint8_t>(buf[0]));
+    }
+    return out;
+  }
+  std::unique_ptr<Sequence> Request(int64_t id, std::vector<int32_t> prompt,
+                                    std::string agent = "") {
+    auto s = std::make_unique<Sequence>();
+    s->id = id;
+    s->request.agent_key = std::move(agent);
+    s->request.prompt = prompt;
+    s->tokens = std::move(prompt);
+    s->prompt_len = s->tokens.size();
+    return s;
+  }
+  std::vector<int32_t> Tokens(int n, int32_t from) {
+    std::vector<int32_t> v;
+    for (int i = 0; i < n; ++i) v.push_back((from + 5 * i) % 97);
+    return v;
+  }
+  // Waits for the loader, then applies what it loaded.
+  std::vector<std::unique_ptr<Sequence>> WaitRestored() {
+    std::vector<std::unique_ptr<Sequence>> out;
+    for (int i = 0; i < 5000 && out.empty(); ++i) {
+      for (auto& s : transfer_->TakeRestored()) out.push_back(std::move(s));
+      if (out.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return out;
+  }
+
+  std::unique_ptr<Backend> backend_;
+  size_t block_bytes_ = 0;
+  std::unique_ptr<KvCacheManager> kv_;
+  std::unique_ptr<KvTransfer> transfer_;
+  std::atomic<int> wakes_{0};
+};
+
+TEST_F(KvTransferTest, WithoutTiersEveryRequestIsScheduledAtOnce) {
+  NewTransfer(0, nullptr);
+  auto s = transfer_->Admit(Request(1, Tokens(13, 1)));
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->host_restored_tokens, 0);
+  EXPECT_EQ(transfer_->parked(), 0u);
+  EXPECT_EQ(transfer_->host_tier(), nullptr);
+  EXPECT_EQ(transfer_->Stats().host.capacity_bytes, 0);
+}
+
+TEST_F(KvTransferTest, EvictedBlocksComeBackFromHostWithTheirBytes) {
+  NewTransfer(64 * block_bytes_, nullptr);
+  const std::vector<int32_t> t = Tokens(12, 3);  // 3 full blocks
+  Compute(1, t, 40);
+  kv_->FreeSequence(1);
+  EXPECT_EQ(kv_->CachedPrefixTokens(Tokens(13, 3)), 12);
+  // The pool lets them go; their bytes are read into the host tier.
+  EXPECT_EQ(kv_->EvictIdle(0, 100), 3);
+  transfer_->FlushEvictions();
+  transfer_->CompleteSaves(false);
+  EXPECT_EQ(transfer_->Stats().host.blocks, 3);
+  EXPECT_EQ(kv_->CachedPrefixTokens(Tokens(13, 3)), 0);
+  // A request for the same prefix gets them back before it is scheduled.
+  auto s = transfer_->Admit(Request(2, Tokens(13, 3)));
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->host_restored_tokens, 12);
+  EXPECT_EQ(kv_->CachedPrefixTokens(s->tokens), 12);
+  EXPECT_EQ(CachedFirstBytes(s->tokens, 3), (std::vector<uint8_t>{40, 41, 42}));
+  EXPECT_EQ(transfer_->Stats().host_restored_tokens, 12);
+  EXPECT_TRUE(kv_->CheckInvariants().ok());
+}
+
+TEST_F(KvTransferTest, ADifferentPrefixFindsNothingInHost) {
+  NewTransfer(64 * block_bytes_, nullptr);
+  Compute(1, Tokens(12, 3), 40);
+  kv_->FreeSequence(1);
+  kv_->EvictIdle(0, 100);
+  transfer_->FlushEvictions();
+  std::vector<int32_t> other = Tokens(13, 3);
+  other[0] = 96;  // the first block differs, so every later hash does too
+  auto s = transfer_->Admit(Request(2, other));
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->host_restored_tokens, 0);
+  EXPECT_EQ(kv_->CachedPrefixTokens(other), 0);
+}
+
+TEST_F(KvTransferTest, FinishedTurnGoesToStoreAndHostAndResumesFromHostFirst) {
+  auto tier = std::make_shared<MemoryTier>();
+  NewTransfer(64 * block_bytes_, tier);
+  const std::vector<int32_t> t = Tokens(16, 7);  // 4 full blocks
+  auto s = Request(1, t, "agent");
+  Compute(1, t, 10);
+  transfer_->RetireAgent(s.get());
+  kv_->FreeSequence(1);
+  EXPECT_EQ(transfer_->AgentResidentTokens("agent"), 16);
+  transfer_->CompleteSaves(/*wait=*/true);
+  EXPECT_FALSE(transfer_->SavesPending());
+  EXPECT_EQ(tier->size(), 4u);
+  EXPECT_EQ(transfer_->Stats().saved_blocks, 4);
+  EXPECT_EQ(transfer_->Stats().host.blocks, 4);
+  // The pool forgets the agent entirely.
+  transfer_->DropAgent("agent");
+  EXPECT_EQ(transfer_->AgentResidentTokens("agent"), 0);
+  kv_->EvictIdle(0, 100);
+  transfer_->FlushEvictions();
+  std::vector<int32_t> next = t;
+  next.push_back(1);
+  auto r = transfer_->Admit(Request(2, next, "agent"));
+  ASSERT_NE(r, nullptr);  // the host tier had it all: not parked for the store
+  EXPECT_EQ(r->host_restored_tokens, 16);
+  EXPECT_EQ(r->restored_tokens, 0);
+  EXPECT_EQ(tier->loads(), 0);
+  EXPECT_EQ(CachedFirstBytes(next, 4), (std::vector<uint8_t>{10, 11, 12, 13}));
+}
+
+TEST_F(KvTransferTest, StoreRestoresWhatThePoolAndHostLack) {
+  auto tier = std::make_shared<MemoryTier>();
+  NewTransfer(0, tier);
+  const std::vector<int32_t> t = Tokens(24, 9);  // 6 full blocks
+  auto s = Request(1, t, "agent");
+  Compute(1, t, 20);
+  transfer_->RetireAgent(s.get());
+  kv_->FreeSequence(1);
+  transfer_->DrainSaves();
+  ASSERT_EQ(tier->size(), 6u);
+  transfer_->ReleaseAgents();
+  // A new pool, as after a restart: the first two blocks computed again
+  // (resident), the rest come from the store, in chunks of two.
+  NewManager();
+  NewTransfer(0, tier);
+  Compute(5, std::vector<int32_t>(t.begin(), t.begin() + 8), 20);
+  kv_->FreeSequence(5);
+  std::vector<int32_t> next = t;
+  next.push_back(2);
+  ASSERT_EQ(transfer_->Admit(Request(2, next, "agent")), nullptr);  // parked
+  EXPECT_EQ(transfer_->parked(), 1u);
+  auto ready = WaitRestored();
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_GT(wakes_.load(), 0);
+  EXPECT_EQ(ready[0]->resident_before_restore, 8);
+  EXPECT_EQ(ready[0]->restored_tokens, 16);
+  EXPECT_EQ(transfer_->parked(), 0u);
+  EXPECT_EQ(CachedFirstBytes(next, 6), (std::vector<uint8_t>{20, 21, 22, 23, 24, 25}));
+  EXPECT_EQ(transfer_->Stats().restored_tokens, 16);
+}
+
+TEST_F(KvTransferTest, CancelledParkedRequestComesBackAndItsLoadEnds) {
+  auto tier = std::make_shared<MemoryTier>();
+  NewTransfer(0, tier);
+  const std::vector<int32_t> t = Tokens(24, 11);
+  auto s = Request(1, t, "agent");
+  Compute(1, t, 30);
+  transfer_->RetireAgent(s.get());
+  kv_->FreeSequence(1);
+  transfer_->DrainSaves();
+  transfer_->ReleaseAgents();
+  NewManager();
+  NewTransfer(0, tier);
+  std::vector<int32_t> next = t;
+  next.push_back(3);
+  ASSERT_EQ(transfer_->Admit(Request(2, next)), nullptr);
+  std::unique_ptr<Sequence> back = transfer_->CancelParked(2);
+  ASSERT_NE(back, nullptr);
+  EXPECT_EQ(back->id, 2);
+  EXPECT_EQ(transfer_->CancelParked(2), nullptr);
+  EXPECT_EQ(transfer_->parked(), 0u);
+  // Chunks of the cancelled load are applied to nothing and free their slots.
+  for (int i = 0; i < 200; ++i) {
+    EXPECT_TRUE(transfer_->TakeRestored().empty());
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_FALSE(transfer_->HasLoaded());
+  EXPECT_TRUE(kv_->CheckInvariants().ok());
+}
+
+TEST_F(KvTransferTest, PreemptedSequenceGetsItsEvictedBlocksBackFromHost) {
+  NewTransfer(64 * block_bytes_, nullptr);
+  std::vector<int32_t> t = Tokens(14, 13);  // 3 full blocks and a partial one
+  auto s = Request(1, t);
+  Compute(1, t, 50);
+  kv_->FreeSequence(1);  // preempted
+  kv_->EvictIdle(0, 100);
+  transfer_->FlushEvictions();
+  // Placeholders of picks in flight are never restored against.
+  s->in_flight = 3;  // only 11 real tokens: 2 whole blocks before the last
+  transfer_->RestoreBeforeAdmit(s.get());
+  EXPECT_EQ(s->host_restored_tokens, 8);
+  s->in_flight = 0;
+  transfer_->RestoreBeforeAdmit(s.get());
+  EXPECT_EQ(s->host_restored_tokens, 12);
+  EXPECT_EQ(kv_->CachedPrefixTokens(t), 12);
+  EXPECT_EQ(CachedFirstBytes(t, 3), (std::vector<uint8_t>{50, 51, 52}));
+}
+
+}  // namespace
+}  // namespace agentkv

@@ -1,0 +1,110 @@
+// PlanRestore: the split between recomputing a head and loading the rest,
+// against an exhaustive search over every split, and its limits.
+#include "engine/restore_policy.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+namespace agentkv {
+namespace {
+
+// The model's time for recomputing r blocks and loading the rest.
+double Cost(const RestoreRates& in, int64_t r) {
+  const double busy = std::max(1.0, in.gpu_busy_factor);
+  const double c = r > 0 ? r * busy * in.block_size / in.prefill_tokens_per_s : 0;
+  const double l =
+      r < in.prefix_blocks
+          ? (in.prefix_blocks - r) * static_cast<double>(in.bytes_per_block) / in.tier_bytes_per_s
+          : 0;
+  return std::max(c, l);
+}
+
+RestoreRates Rates(int64_t blocks, double prefill, double tier, size_t block_bytes,
+                   double busy = 1) {
+  RestoreRates r;
+  r.prefix_blocks = blocks;
+  r.block_size = 16;
+  r.prefill_tokens_per_s = prefill;
+  r.tier_bytes_per_s = tier;
+  r.bytes_per_block = block_bytes;
+  r.gpu_busy_factor = busy;
+  return r;
+}
+
+TEST(RestorePolicyTest, MatchesTheBestSplitAndNeverLosesToAPureStrategy) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int64_t> blocks(1, 3000);
+  std::uniform_real_distribution<double> log_prefill(2.5, 5.5);  // 300 .. 300k tok/s
+  std::uniform_real_distribution<double> log_tier(8.0, 10.7);    // 100 MB/s .. 50 GB/s
+  std::uniform_int_distribution<int> block_kib(16, 4096);
+  std::uniform_real_distribution<double> busy(1.0, 4.0);
+  for (int i = 0; i < 300; ++i) {
+    const RestoreRates in =
+        Rates(blocks(rng), std::pow(10.0, log_prefill(rng)), std::pow(10.0, log_tier(rng)),
+              static_cast<size_t>(block_kib(rng)) * 1024, busy(rng));
+    const RestorePlan p = PlanRestore(in);
+    ASSERT_EQ(p.recompute_blocks + p.load_blocks, in.prefix_blocks);
+    double best = Cost(in, 0);
+    for (int64_t r = 1; r <= in.prefix_blocks; ++r) best = std::min(best, Cost(in, r));
+    EXPECT_NEAR(p.seconds, Cost(in, p.recompute_blocks), 1e-12);
+    EXPECT_LE(p.seconds, best * (1 + 1e-9)) << i;
+    EXPECT_NEAR(p.load_all_seconds, Cost(in, 0), 1e-12);
+    EXPECT_NEAR(p.recompute_all_seconds, Cost(in, in.prefix_blocks), 1e-12);
+    EXPECT_LE(p.seconds, 1.1 * std::min(p.load_all_seconds, p.recompute_all_seconds));
+  }
+}
+
+TEST(RestorePolicyTest, BothFinishTogetherWhenTheyAreComparable) {
+  // 20k tokens of a 1B shape (32 KiB a token: 512 KiB a block): prefill
+  // re-does them in 0.21 s, the store delivers them in 0.50 s.
+  const int64_t n = 20480 / 16;
+  const size_t bb = 512 * 1024;
+  const RestoreRates in = Rates(n, 20480 / 0.21, n * static_cast<double>(bb) / 0.50, bb);
+  const RestorePlan p = PlanRestore(in);
+  EXPECT_GT(p.recompute_blocks, 0);
+  EXPECT_GT(p.load_blocks, 0);
+  EXPECT_LT(p.seconds, p.recompute_all_seconds);
+  EXPECT_LT(p.seconds, p.load_all_seconds);
+  // Balanced to within one block of either side.
+  const double c = p.recompute_blocks * 16 / in.prefill_tokens_per_s;
+  const double l = p.load_blocks * static_cast<double>(bb) / in.tier_bytes_per_s;
+  EXPECT_LE(std::abs(c - l), std::max(16 / in.prefill_tokens_per_s, bb / in.tier_bytes_per_s));
+}
+
+TEST(RestorePolicyTest, ABusierDeviceRecomputesLess) {
+  const size_t bb = 512 * 1024;
+  const RestoreRates idle = Rates(1000, 100000, 4e9, bb, 1);
+  const RestoreRates busy = Rates(1000, 100000, 4e9, bb, 3);
+  EXPECT_LT(PlanRestore(busy).recompute_blocks, PlanRestore(idle).recompute_blocks);
+  EXPECT_GT(PlanRestore(idle).recompute_blocks, 0);
+}
+
+TEST(RestorePolicyTest, CpuRatesLoadEverything) {
+  // A CPU prefills about a thousand tokens a second and copies GB/s.
+  const RestorePlan p = PlanRestore(Rates(500, 1000, 5e9, 96 * 1024));
+  EXPECT_EQ(p.recompute_blocks, 0);
+  EXPECT_EQ(p.load_blocks, 500);
+  EXPECT_DOUBLE_EQ(p.seconds, p.load_all_seconds);
+}
+
+TEST(RestorePolicyTest, UnknownOrUnusableRatesFallBackToAPureStrategy) {
+  RestorePlan p = PlanRestore(Rates(40, 0, 1e9, 4096));  // prefill rate unknown
+  EXPECT_EQ(p.recompute_blocks, 0);
+  EXPECT_EQ(p.load_blocks, 40);
+  p = PlanRestore(Rates(40, 5000, 0, 4096));  // the tier delivers nothing
+  EXPECT_EQ(p.recompute_blocks, 40);
+  EXPECT_EQ(p.load_blocks, 0);
+  EXPECT_TRUE(std::isfinite(p.seconds));
+  p = PlanRestore(Rates(0, 5000, 1e9, 4096));
+  EXPECT_EQ(p.recompute_blocks + p.load_blocks, 0);
+  EXPECT_EQ(p.seconds, 0);
+  // A busy factor below 1 counts as an idle device.
+  EXPECT_EQ(PlanRestore(Rates(100, 1e5, 4e9, 1 << 19, 0.2)).recompute_blocks,
+            PlanRestore(Rates(100, 1e5, 4e9, 1 << 19, 1)).recompute_blocks);
+}
+
+}  // namespace
+}  // namespace agentkv
