@@ -35,7 +35,7 @@ async function main() {
 
   await step('chat non-stream', async () => {
     const r = await openai.chat.completions.create({
-      model: 'default', messages, max_tokens: 8, temperature: 0,
+      model: 'default', messages, max_tokens: 8, temperature: 0, ignore_eos: true,
     });
     assert.equal(r.object, 'chat.completion');
     assert.equal(r.choices.length, 1);
@@ -51,7 +51,7 @@ async function main() {
 
   await step('chat stream', async () => {
     const stream = await openai.chat.completions.create({
-      model: 'default', messages, max_tokens: 8, temperature: 0, stream: true,
+      model: 'default', messages, max_tokens: 8, temperature: 0, ignore_eos: true, stream: true,
       stream_options: { include_usage: true },
     });
     let finish = null, usage = null, chunks = 0;
@@ -68,7 +68,7 @@ async function main() {
 
   await step('completions', async () => {
     const r = await openai.completions.create({
-      model: 'default', prompt: 'Once upon a time', max_tokens: 5, temperature: 0,
+      model: 'default', prompt: 'Once upon a time', max_tokens: 5, temperature: 0, ignore_eos: true,
     });
     assert.equal(r.object, 'text_completion');
     assert.equal(typeof r.choices[0].text, 'string');
@@ -77,7 +77,7 @@ async function main() {
 
   await step('messages non-stream', async () => {
     const r = await anthropic.messages.create({
-      model: 'claude-anything', max_tokens: 8, temperature: 0,
+      model: 'claude-anything', max_tokens: 8, temperature: 0, ignore_eos: true,
       system: [{ type: 'text', text: 'You are terse.' }], messages,
     });
     assert.equal(r.type, 'message');
@@ -91,7 +91,7 @@ async function main() {
 
   await step('messages stream', async () => {
     const stream = await anthropic.messages.create({
-      model: 'claude-anything', max_tokens: 8, temperature: 0, stream: true, messages,
+      model: 'claude-anything', max_tokens: 8, temperature: 0, ignore_eos: true, stream: true, messages,
     });
     const types = [];
     let stop = null, out = 0;
@@ -113,7 +113,7 @@ async function main() {
     const r = await fetch(`${base}/v1/messages?beta=true`, {
       method: 'POST',
       headers: { 'content-type': 'application/json', 'anthropic-beta': 'x' },
-      body: JSON.stringify({ model: 'm', max_tokens: 3, temperature: 0, stream: true, messages }),
+      body: JSON.stringify({ model: 'm', max_tokens: 3, temperature: 0, ignore_eos: true, stream: true, messages }),
     });
     assert.equal(r.status, 200);
     assert.match(r.headers.get('content-type'), /text\/event-stream/);
@@ -130,7 +130,7 @@ async function main() {
 
   await step('messages stream helper', async () => {
     const final = await anthropic.messages
-      .stream({ model: 'm', max_tokens: 4, temperature: 0, messages })
+      .stream({ model: 'm', max_tokens: 4, temperature: 0, ignore_eos: true, messages })
       .finalMessage();
     assert.equal(final.role, 'assistant');
     assert.ok(final.usage.output_tokens >= 1 && final.usage.output_tokens <= 4);

@@ -242,7 +242,8 @@ TEST_F(AgentsE2eTest, HotSwapAndBack) {
   std::error_code ec;
   fs::copy(fs::path(AGENTKV_DATA_DIR) / "models/default", model_a,
            fs::copy_options::recursive | fs::copy_options::create_hard_links, ec);
-  if (ec) fs::copy(fs::path(AGENTKV_DATA_DIR) / "models/default", model_a, fs::copy_options::recursive);
+  if (ec)
+    fs::copy(fs::path(AGENTKV_DATA_DIR) / "models/default", model_a, fs::copy_options::recursive);
   int st = 0;
   const std::string synth =
       RunShell(std::string(AGENTKV_BINARY) + " model synth --arch qwen3 --tokenizer '" +

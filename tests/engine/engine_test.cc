@@ -272,11 +272,12 @@ TEST(EngineTest, RejectsBadRequestsAndDrains) {
   EngineRequest bad = Greedy({1, 2}, 4);
   bad.params.temperature = -1;
   EXPECT_EQ(e->Submit(bad).status().code(), StatusCode::kInvalidArgument);
-  // A prompt that can never fit the pool (64 blocks x 4 = 256 tokens) fails
-  // cleanly instead of waiting forever.
-  Done huge = Collect(e->Submit(Greedy(Range(0, 300), 4)).value());
-  EXPECT_EQ(huge.finished.kind, RequestOutput::Kind::kError);
-  EXPECT_EQ(huge.finished.error.code(), StatusCode::kResourceExhausted);
+  // A prompt that can never fit the pool (64 blocks x 4 = 256 tokens) is
+  // refused up front, before anything streams.
+  Result<RequestHandle> huge = e->Submit(Greedy(Range(0, 300), 4));
+  ASSERT_FALSE(huge.ok());
+  EXPECT_EQ(huge.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(huge.status().message().find("at most 256 tokens"), std::string::npos);
   std::vector<RequestHandle> hs;
   for (int i = 0; i < 4; ++i) hs.push_back(e->Submit(Greedy(Range(i, 6), 5)).value());
   e->Drain();
