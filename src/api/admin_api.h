@@ -34,8 +34,7 @@ class AdminApi {
   // The canonical directory `asked` names (relative: inside `models_dir`)
   // if it lies strictly under `models_dir` once symbolic links are
   // resolved; InvalidArgument otherwise.
-  static Result<std::string> ModelDirUnder(const std::string& models_dir,
-                                           const std::string& asked);
+  static Result<std::string> ModelDirUnder(const std::string& models_dir, const std::string& asked);
 
  private:
   ApiContext ctx_;

@@ -100,9 +100,7 @@ TEST(AdminApiTest, StatusMetricsAndSwapInput) {
   // 400 that does not quote its files, and the old model serves again.
   const fs::path models = fs::temp_directory_path() / ("agentkv-admin-" + std::to_string(getpid()));
   fs::create_directories(models / "broken");
-  {
-    std::ofstream(models / "broken" / "config.json") << "{\"secret\": \"hunter2\"";
-  }
+  { std::ofstream(models / "broken" / "config.json") << "{\"secret\": \"hunter2\""; }
   ApiServiceOptions so;
   so.models_dir = models.string();
   ApiService swapper({&host, &agents, &metrics}, so);
@@ -112,8 +110,7 @@ TEST(AdminApiTest, StatusMetricsAndSwapInput) {
   std::tie(st, body) = Drive(swapper.Handle(
       Req("POST", "/admin/model", json{{"model", dir.string()}}.dump())));  // outside
   EXPECT_EQ(st, 403) << body;
-  std::tie(st, body) =
-      Drive(swapper.Handle(Req("POST", "/admin/model", R"({"model":"broken"})")));
+  std::tie(st, body) = Drive(swapper.Handle(Req("POST", "/admin/model", R"({"model":"broken"})")));
   EXPECT_EQ(st, 400) << body;
   EXPECT_EQ(body.find("hunter2"), std::string::npos) << body;
   ASSERT_NE(host.Current(), nullptr);  // the old model serves again
@@ -165,9 +162,9 @@ TEST(AdminApiTest, AdminEndpointsNeedTheAdminKeyOrTheLocalMode) {
   // Nor does a non-loopback listener without a key.
   ApiServiceOptions open;
   open.guard.loopback = false;
-  EXPECT_EQ(Drive(ApiService({&host, &agents, &metrics}, open).Handle(Req("GET", "/admin/status")))
-                .first,
-            403);
+  EXPECT_EQ(
+      Drive(ApiService({&host, &agents, &metrics}, open).Handle(Req("GET", "/admin/status"))).first,
+      403);
   // The admin key does; a wrong one is a 401.
   keyed.admin_key = "admin-key";
   ApiService admin({&host, &agents, &metrics}, keyed);
