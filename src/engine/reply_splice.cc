@@ -2,25 +2,76 @@
 
 #include <algorithm>
 
+#include "engine/tokenizer_unicode.h"
+
 namespace agentkv {
 
 namespace {
 
-// Byte offsets after each leading id of `ids` that continues `text` whole:
-// offsets[0] == 0, offsets[i] is where id i-1 ends. Stops at the first id
-// whose bytes are unknown, empty (nothing to anchor it to the text) or do
-// not continue the text, and once `stop_at` bytes are covered.
-std::vector<size_t> AgreeingOffsets(std::span<const int32_t> ids, const TokenBytesFn& token_bytes,
-                                    std::string_view text, size_t stop_at) {
-  std::vector<size_t> offsets{0};
+// Whether `bytes` ends inside a UTF-8 sequence that the next bytes could
+// still complete: a decoder streaming them waits, where one at the end of
+// the text would emit U+FFFD.
+bool EndsInsideSequence(std::string_view bytes) {
+  const size_t n = bytes.size();
+  for (size_t back = 1; back <= 3 && back <= n; ++back) {
+    const auto b = static_cast<unsigned char>(bytes[n - back]);
+    if ((b & 0xC0) == 0x80) continue;  // a continuation byte: look further back
+    size_t len = 0;
+    unsigned char lower = 0x80, upper = 0xBF;
+    if (b >= 0xC2 && b <= 0xDF) {
+      len = 2;
+    } else if (b >= 0xE0 && b <= 0xEF) {
+      len = 3;
+      if (b == 0xE0) lower = 0xA0;
+      if (b == 0xED) upper = 0x9F;
+    } else if (b >= 0xF0 && b <= 0xF4) {
+      len = 4;
+      if (b == 0xF0) lower = 0x90;
+      if (b == 0xF4) upper = 0x8F;
+    }
+    if (len <= back) return false;  // ASCII, invalid, or a complete sequence
+    // The bytes after the lead must be valid continuations so far.
+    for (size_t k = 1; k < back; ++k) {
+      const auto c = static_cast<unsigned char>(bytes[n - back + k]);
+      if (c < (k == 1 ? lower : 0x80) || c > (k == 1 ? upper : 0xBF)) return false;
+    }
+    return true;
+  }
+  return false;
+}
+
+// Where the leading ids of `ids` that continue `text` end: (ids, byte
+// offset) pairs, ascending, starting with (0, 0). Ids are compared as the
+// server sent them: their bytes decoded to UTF-8 with each invalid sequence
+// replaced by U+FFFD (SanitizeUtf8, as the stream detokenizer does), so a
+// reply whose sampled bytes were not valid UTF-8 agrees with the text the
+// client got and sends back. A run of ids ending inside a character has no
+// boundary of its own: the run is compared once it is complete. Stops at an
+// id whose bytes are unknown, empty (nothing to anchor it to the text) or
+// do not continue the text, and once `stop_at` bytes are covered.
+std::vector<std::pair<size_t, size_t>> AgreeingOffsets(std::span<const int32_t> ids,
+                                                       const TokenBytesFn& token_bytes,
+                                                       std::string_view text, size_t stop_at) {
+  std::vector<std::pair<size_t, size_t>> at{{0, 0}};
   size_t covered = 0;
+  std::string pending;  // bytes of the ids since the last boundary
   for (size_t n = 0; n < ids.size() && covered < stop_at; ++n) {
     std::optional<std::string> b = token_bytes(ids[n]);
-    if (!b || b->empty() || text.substr(covered, b->size()) != *b) break;
-    covered += b->size();
-    offsets.push_back(covered);
+    if (!b || b->empty()) break;
+    pending += *b;
+    if (EndsInsideSequence(pending)) {
+      if (pending.size() > 16) break;  // no character is that long
+      continue;
+    }
+    const std::string sent = tokenizer_unicode::IsValidUtf8(pending)
+                                 ? pending
+                                 : tokenizer_unicode::SanitizeUtf8(pending);
+    if (text.substr(covered, sent.size()) != sent) break;
+    covered += sent.size();
+    at.push_back({n + 1, covered});
+    pending.clear();
   }
-  return offsets;
+  return at;
 }
 
 // Where the normal tokenization's ids sit in the text, up to `stop_at`.
@@ -76,9 +127,11 @@ ReplySplice SpliceReplyTokens(std::span<const int32_t> previous, const TokenByte
                               const IsAddedFn& is_added, std::string_view text,
                               std::span<const int32_t> text_ids, const EncodeTextFn& encode) {
   ReplySplice out;
-  const std::vector<size_t> prev_at = AgreeingOffsets(previous, token_bytes, text, text.size());
+  const std::vector<std::pair<size_t, size_t>> prev_at =
+      AgreeingOffsets(previous, token_bytes, text, text.size());
+  auto by_offset = [](const std::pair<size_t, size_t>& p, size_t x) { return p.second < x; };
   // Bytes the previous ids may cover.
-  size_t limit = prev_at.back();
+  size_t limit = prev_at.back().second;
   if (limit > 0) {
     const NormalLayout norm = LayOut(text_ids, token_bytes, is_added, text, limit);
     limit = std::min(limit, norm.known_until);
@@ -88,9 +141,10 @@ ReplySplice SpliceReplyTokens(std::span<const int32_t> previous, const TokenByte
     // Encode split out of the text, and that one is checked here.)
     for (const auto& [at, id] : norm.added) {
       if (at >= limit) break;
-      auto it = std::lower_bound(prev_at.begin(), prev_at.end(), at);
-      const size_t i = static_cast<size_t>(it - prev_at.begin());
-      if (it == prev_at.end() || *it != at || i + 1 >= prev_at.size() || previous[i] != id) {
+      auto it = std::lower_bound(prev_at.begin(), prev_at.end(), at, by_offset);
+      // An id of its own, boundaries on both sides, the same as the text's.
+      if (it == prev_at.end() || it->second != at || it + 1 == prev_at.end() ||
+          (it + 1)->first != it->first + 1 || previous[it->first] != id) {
         limit = at;
         break;
       }
@@ -98,9 +152,11 @@ ReplySplice SpliceReplyTokens(std::span<const int32_t> previous, const TokenByte
     // The longest reusable prefix ending where the rest can be tokenized:
     // the text's end, a boundary of the normal tokenization, or a character
     // boundary to encode from.
-    ptrdiff_t r = std::upper_bound(prev_at.begin(), prev_at.end(), limit) - prev_at.begin() - 1;
-    for (; r > 0; --r) {
-      const size_t at = prev_at[r];
+    ptrdiff_t j = std::upper_bound(prev_at.begin(), prev_at.end(), limit,
+                                   [](size_t x, const auto& p) { return x < p.second; }) -
+                  prev_at.begin() - 1;
+    for (; j > 0; --j) {
+      const auto [r, at] = prev_at[static_cast<size_t>(j)];
       std::vector<int32_t> tail;
       if (at < text.size()) {
         auto j = std::lower_bound(norm.boundaries.begin(), norm.boundaries.end(), at,
@@ -113,9 +169,9 @@ ReplySplice SpliceReplyTokens(std::span<const int32_t> previous, const TokenByte
           continue;  // the text's rest would start inside a character
         }
       }
-      out.reused_tokens = static_cast<size_t>(r);
+      out.reused_tokens = r;
       out.reused_bytes = at;
-      out.ids.assign(previous.begin(), previous.begin() + r);
+      out.ids.assign(previous.begin(), previous.begin() + static_cast<ptrdiff_t>(r));
       out.ids.insert(out.ids.end(), tail.begin(), tail.end());
       return out;
     }

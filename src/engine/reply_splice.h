@@ -9,20 +9,19 @@
 // other ids would miss from the reply onwards and the turn would recompute
 // the reply and everything after it.
 //
-// The decision: walk the previous ids while each one's exact bytes
-// (Tokenizer::TokenBytes, special tokens included) continue the rendered
-// text byte for byte; the reused prefix ends after the last id that agreed
-// whole, so it always ends on a token boundary and decodes to exactly the
-// text's prefix. Added tokens (<|im_start|>, <think>: what the template
-// writes as control markers) must line up id for id with the text's normal
-// tokenization: ordinary ids that merely spell "<|im_end|>" never stand in
-// for the marker, and reuse stops before such a place (where a normalizer
-// rewrote text, e.g. NFC, the normal ids are placed again at the next added
-// token, which Encode splits out of the raw text). The rest of the text
-// comes from its normal tokenization: the tail of
-// `text_ids` when those ids have a boundary at the same byte (always the
-// case at a special token such as <|im_end|>, which ends every reply), else
-// the rest of the text encoded on its own, from a UTF-8 character boundary.
+// The decision: walk the previous ids while their exact bytes
+// (Tokenizer::TokenBytes, special tokens included), as the server sent them
+// (decoded to UTF-8, an invalid sequence as U+FFFD: what a random or
+// unlucky sample produces and the client sends back), continue the rendered
+// text; the reused prefix ends after the last id that agreed whole, so it
+// always ends on a token boundary and decodes to exactly the text's prefix. Added tokens
+// (<|im_start|>, <think>: what the template writes as control markers) must line up id for id with
+// the text's normal tokenization: ordinary ids that merely spell "<|im_end|>" never stand in for
+// the marker, and reuse stops before such a place (where a normalizer rewrote text, e.g. NFC, the
+// normal ids are placed again at the next added token, which Encode splits out of the raw text).
+// The rest of the text comes from its normal tokenization: the tail of `text_ids` when those ids
+// have a boundary at the same byte (always the case at a special token such as <|im_end|>, which
+// ends every reply), else the rest of the text encoded on its own, from a UTF-8 character boundary.
 // Where the render differs from what the agent held (a template that drops
 // earlier turns' reasoning, a reply the client edited, a stop string cut off
 // the reply), reuse stops at that divergence. Any id sequence is safe for

@@ -71,7 +71,9 @@ class ReplyReuseTest : public ::testing::Test {
   }
   void Stop() {
     service_.reset();
-    if (host_) EXPECT_TRUE(host_->Shutdown().ok());
+    if (host_) {
+      EXPECT_TRUE(host_->Shutdown().ok());
+    }
     host_.reset();
     agents_.reset();
   }

@@ -103,9 +103,11 @@ class ReplySpliceTest : public ::testing::Test {
           ++r.encodes;
           return tok_->Encode(rest, false);
         });
-    // Whatever was reused, the prompt stands for exactly the text.
-    EXPECT_EQ(Bytes(r.splice.ids), text);
-    EXPECT_EQ(Bytes(std::span(r.splice.ids).first(r.splice.reused_tokens)),
+    // Whatever was reused, the prompt stands for exactly the text (as the
+    // server decodes it: invalid UTF-8 as U+FFFD).
+    EXPECT_EQ(tokenizer_unicode::SanitizeUtf8(Bytes(r.splice.ids)), text);
+    EXPECT_EQ(tokenizer_unicode::SanitizeUtf8(
+                  Bytes(std::span(r.splice.ids).first(r.splice.reused_tokens))),
               text.substr(0, r.splice.reused_bytes));
     return r;
   }
@@ -241,6 +243,37 @@ TEST_F(ReplySpliceTest, Utf8CharacterSplitAcrossIds) {
   turn2[2]["content"] = "caf\xEF\xBF\xBD";
   Run replaced = Splice(previous, Render(turn2));
   EXPECT_EQ(replaced.splice.reused_bytes, text1.size() + 3);
+}
+
+TEST_F(ReplySpliceTest, SampledInvalidUtf8IsReusedAsTheClientGotIt) {
+  const std::string text1 = Render(turn1_);
+  const std::vector<int32_t> prompt1 = tok_->Encode(text1, false);
+  // A sample that is not UTF-8: the first two bytes of 日 (E6 97), then
+  // " ok", then a lone continuation byte (97), then "!".
+  std::vector<int32_t> generated = tok_->Encode("so", false);
+  for (uint8_t b : {0xE6, 0x97}) generated.push_back(ByteToken(b));
+  generated = Concat(generated, tok_->Encode(" ok", false));
+  generated.push_back(ByteToken(0x97));
+  generated = Concat(generated, tok_->Encode("!", false));
+  const std::vector<int32_t> previous = Concat(prompt1, generated);
+  // What the server sent, and the client sends back.
+  const std::string sent = tok_->Decode(generated);
+  ASSERT_EQ(sent, "so\xEF\xBF\xBD ok\xEF\xBF\xBD!");
+
+  ordered_json turn2 = turn1_;
+  turn2.push_back({{"role", "assistant"}, {"content", sent}});
+  turn2.push_back({{"role", "user"}, {"content", "Next."}});
+  Run whole = Splice(previous, Render(turn2));
+  EXPECT_EQ(whole.splice.reused_tokens, previous.size());
+
+  // A client that changed the replaced character stops reuse before it.
+  turn2[2]["content"] = "so? ok\xEF\xBF\xBD!";
+  Run edited = Splice(previous, Render(turn2));
+  EXPECT_EQ(edited.splice.reused_tokens, prompt1.size() + tok_->Encode("so", false).size());
+  // And bytes that would complete the character elsewhere are not a match.
+  turn2[2]["content"] = "so\xE6\x97\xA5 ok";
+  Run other = Splice(previous, Render(turn2));
+  EXPECT_EQ(other.splice.reused_tokens, prompt1.size() + tok_->Encode("so", false).size());
 }
 
 TEST_F(ReplySpliceTest, OrdinaryIdsNeverStandInForAControlMarker) {
