@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds and runs the tests that guard memory and thread safety under
 # sanitizers: ASan+UBSan for the block pool, cache manager and store
-# (randomised operations, corruption, crashes), TSan for the engine thread
-# and scheduler. Run after scripts/setup.sh (it needs the packages and data).
+# (randomised operations, corruption, crashes), the host KV tier, KV
+# transfer and reply splicing; TSan for the engine thread, the scheduler and
+# KV transfer's loader thread. Run after scripts/setup.sh (it needs the packages and data).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -22,9 +23,10 @@ ASAN_TESTS=(cache_block_pool_test cache_prefix_cache_test cache_kv_cache_manager
             cache_block_table_test cache_kv_memory_budget_test cache_kv_cache_random_test
             store_agent_store_test store_kv_write_queue_test store_store_corruption_test
             store_store_capacity_test store_store_kv_tier_test store_group_committer_test
-            engine_scheduler_test engine_staging_pool_test)
+            engine_scheduler_test engine_staging_pool_test engine_host_kv_tier_test
+            engine_kv_transfer_test engine_reply_splice_test util_zeroed_buffer_test)
 TSAN_TESTS=(engine_engine_test store_store_kv_tier_test store_group_committer_test
-            engine_staging_pool_test util_thread_pool_test)
+            engine_staging_pool_test util_thread_pool_test engine_kv_transfer_test)
 
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DAGENTKV_SANITIZE=ON >/dev/null
 cmake --build build-asan -j"$(nproc)" --target "${ASAN_TESTS[@]}"
