@@ -63,6 +63,11 @@ Result<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Backend> backend,
                                                     }));
   e->scheduler_->SetAdmitHook([t = e->transfer_.get()](Sequence* s) { t->RestoreBeforeAdmit(s); });
   e->logits_.resize(static_cast<size_t>(e->options_.scheduler.max_batch) * cfg.vocab_size);
+  int sample_threads = e->options_.sample_threads;
+  if (sample_threads <= 0) {
+    sample_threads = std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, 8);
+  }
+  if (sample_threads > 1) e->sample_pool_ = std::make_unique<ThreadPool>(sample_threads);
   e->start_ = std::chrono::steady_clock::now();
   e->PublishStats();
   e->thread_ = std::thread([p = e.get()] { p->Loop(); });
@@ -488,7 +493,34 @@ void Engine::CollectOldest() {
   ++local_.steps;
   local_.last_batch_size = static_cast<int64_t>(step.rows.size());
   local_.max_batch_size = std::max(local_.max_batch_size, local_.last_batch_size);
+  // Sampled rows first, in parallel: each has its own sampler (its own
+  // random stream), so the picks do not depend on the threads.
+  sample_rows_.clear();
+  {
+    int row = -1;
+    for (const LaunchedRow& r : step.rows) {
+      if (!r.want_logits) continue;
+      ++row;
+      if (r.greedy) continue;
+      if (Sequence* s = scheduler_->Find(r.id)) sample_rows_.emplace_back(row, s);
+    }
+  }
+  sample_picks_.assign(sample_rows_.size(), 0);
+  auto sample = [&](int64_t i, int) {
+    const auto [row, s] = sample_rows_[static_cast<size_t>(i)];
+    sample_picks_[static_cast<size_t>(i)] =
+        s->sampler
+            ->Sample(std::span<float>(logits_.data() + static_cast<int64_t>(row) * cfg.vocab_size,
+                                      cfg.vocab_size))
+            .token;
+  };
+  if (sample_pool_ && sample_rows_.size() > 1) {
+    sample_pool_->ParallelFor(static_cast<int64_t>(sample_rows_.size()), 1, sample);
+  } else {
+    for (size_t i = 0; i < sample_rows_.size(); ++i) sample(static_cast<int64_t>(i), 0);
+  }
   int row = -1;
+  size_t sampled = 0;
   std::vector<RequestId> done;
   for (const LaunchedRow& r : step.rows) {
     if (!r.want_logits) continue;
@@ -500,9 +532,7 @@ void Engine::CollectOldest() {
       tok = picks_buf_[row];
       s->sampler->AddOutput(tok);
     } else {
-      tok = s->sampler
-                ->Sample(std::span<float>(logits_.data() + row * cfg.vocab_size, cfg.vocab_size))
-                .token;
+      tok = sample_picks_[sampled++];
     }
     s->tokens[r.pick_at] = tok;
     --s->in_flight;

@@ -402,5 +402,42 @@ TEST(EngineHostTierTest, ANewEngineNeverSeesTheOldEnginesHostBlocks) {
   EXPECT_EQ((*e2)->Stats().host_kv_hits, 0);
 }
 
+// Sampled rows of a step are drawn on several threads: each sequence has
+// its own sampler and seed, so the outputs are those of drawing them one by
+// one on the engine thread, and a mixed greedy / sampled batch keeps its
+// greedy rows as they were.
+TEST(EngineTest, ParallelSamplingGivesTheSerialDraws) {
+  auto run = [](int threads) {
+    const ModelConfig c = SmallConfig(Architecture::kLlama);
+    auto backend = CpuBackend::Create(c, RandomWeights(c, 21), CpuBackendOptions{1});
+    EXPECT_TRUE(backend.ok());
+    EngineOptions o;
+    o.block_size = 4;
+    o.scheduler.max_batch = 8;
+    o.scheduler.max_step_tokens = 64;
+    o.sample_threads = threads;
+    o.blocks_per_group.assign(c.CacheSpec(KvDtype::kF32).groups.size(), 256);
+    auto e = Engine::Create(std::move(backend).value(), nullptr, o);
+    EXPECT_TRUE(e.ok()) << e.status().ToString();
+    std::vector<RequestHandle> hs;
+    for (int i = 0; i < 8; ++i) {
+      EngineRequest r = Greedy(Range(3 + i, 6 + i), 12);
+      if (i % 4 != 0) {  // rows 1-3, 5-7 sampled, 0 and 4 greedy
+        r.params.temperature = 1.0f;
+        r.params.top_p = i % 2 ? 0.9f : 1.0f;
+        r.params.seed = 100 + i;
+      }
+      hs.push_back((*e)->Submit(std::move(r)).value());
+    }
+    std::vector<std::vector<int32_t>> outs;
+    for (auto& h : hs) outs.push_back(Collect(h).tokens);
+    return outs;
+  };
+  const auto serial = run(1);
+  EXPECT_EQ(run(4), serial);
+  EXPECT_EQ(run(0), serial);  // the machine's default
+  for (const auto& out : serial) EXPECT_EQ(out.size(), 12u);
+}
+
 }  // namespace
 }  // namespace agentkv
