@@ -8,6 +8,7 @@
 #include <boost/beast/ssl.hpp>
 #include <cctype>
 #include <exception>
+#include <iostream>
 #include <limits>
 #include <optional>
 
@@ -198,9 +199,13 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     try {
       reply = server_->handler(req);
     } catch (const std::exception& e) {
+      // The text may quote the request or files the server read: the log
+      // gets it, the client does not.
+      std::cerr << "internal error on " << req.method << " " << req.path << ": " << e.what()
+                << "\n";
       HttpResponse r;
       r.status = 500;
-      r.body = PlainError(std::string("internal error: ") + e.what());
+      r.body = PlainError("internal error");
       reply = std::move(r);
     } catch (...) {
       HttpResponse r;
