@@ -262,6 +262,85 @@ int32_t KvCacheManager::RestoreBlocks(std::span<const int32_t> tokens, int32_t f
   return written;
 }
 
+int32_t KvCacheManager::RestoreHeldBlocks(
+    int64_t hold, std::span<const int32_t> tokens, int32_t first_block,
+    std::span<const BlockHash> hashes,
+    const std::function<Status(size_t i, int32_t block)>& write) {
+  if (!prefix_ || first_block < 0) return 0;
+  const int64_t end = static_cast<int64_t>(first_block) + static_cast<int64_t>(hashes.size());
+  if (end * block_size_ > static_cast<int64_t>(tokens.size())) return 0;
+  BlockPool& pool = *pools_[prefix_group_];
+  BlockHash parent = kRootBlockHash;
+  if (first_block > 0)
+    parent =
+        HashFullBlocks(tokens.first(static_cast<size_t>(first_block) * block_size_), block_size_)
+            .back();
+  std::vector<int32_t>& held = holds_[hold];
+  int32_t done = 0;
+  for (int64_t i = first_block; i < end; ++i) {
+    const size_t j = static_cast<size_t>(i - first_block);
+    auto block_tokens = tokens.subspan(static_cast<size_t>(i) * block_size_, block_size_);
+    if (HashBlock(parent, block_tokens) != hashes[j]) break;
+    if (std::optional<int32_t> cached = prefix_->Find(hashes[j])) {
+      pool.AddRef(*cached);
+      held.push_back(*cached);
+    } else {
+      Result<int32_t> b = pool.Allocate();
+      if (!b.ok()) break;
+      if (!write(j, *b).ok() || !prefix_->Insert(parent, hashes[j], block_tokens, *b)) {
+        pool.Release(*b);
+        break;
+      }
+      held.push_back(*b);
+    }
+    parent = hashes[j];
+    ++done;
+  }
+  if (held.empty()) holds_.erase(hold);
+  return done;
+}
+
+void KvCacheManager::ReleaseHold(int64_t hold) {
+  auto it = holds_.find(hold);
+  if (it == holds_.end()) return;
+  BlockPool& pool = *pools_[prefix_group_];
+  // Tail first, so that the head of the run stays most recently used.
+  for (auto b = it->second.rbegin(); b != it->second.rend(); ++b) pool.Release(*b);
+  holds_.erase(it);
+}
+
+int64_t KvCacheManager::held_blocks() const {
+  int64_t n = 0;
+  for (const auto& [id, blocks] : holds_) n += static_cast<int64_t>(blocks.size());
+  return n;
+}
+
+Result<int64_t> KvCacheManager::AttachCachedContinuation(SeqId seq,
+                                                         std::span<const int32_t> tokens) {
+  Sequence* s = Find(seq);
+  if (!s) return NotFound("sequence " + std::to_string(seq));
+  const int64_t have = static_cast<int64_t>(s->tokens.size());
+  if (have % block_size_ != 0 || s->reserved != have)
+    return InvalidArgument("AttachCachedContinuation: sequence " + std::to_string(seq) +
+                           " does not end on a block boundary with nothing reserved");
+  if (static_cast<int64_t>(tokens.size()) < have ||
+      !std::equal(s->tokens.begin(), s->tokens.end(), tokens.begin()))
+    return InvalidArgument("AttachCachedContinuation: tokens do not continue the sequence");
+  if (!prefix_ || tokens.empty()) return int64_t{0};
+  const int64_t max_end = static_cast<int64_t>(tokens.size() - 1) / block_size_;
+  const int64_t first = have / block_size_;
+  if (max_end <= first) return int64_t{0};
+  const BlockHash parent = first == 0 ? kRootBlockHash : s->hashes.back();
+  std::vector<int32_t> blocks =
+      prefix_->AcquireFrom(tokens, static_cast<int32_t>(first), parent,
+                           static_cast<int32_t>(max_end - first), &s->hashes);
+  for (int32_t b : blocks) s->tables[prefix_group_].Append(b);
+  const int64_t n = static_cast<int64_t>(blocks.size()) * block_size_;
+  s->tokens.insert(s->tokens.end(), tokens.begin() + have, tokens.begin() + have + n);
+  s->reserved = have + n;
+  return n;
+}
+
 AgentCache KvCacheManager::PinForAgent(SeqId seq) {
   AgentCache cache;
   const Sequence* s = Find(seq);
@@ -338,6 +417,8 @@ Status KvCacheManager::CheckInvariants() const {
     }
   }
   for (const KvBlockCopy& c : pending_copies_) ++refs[c.group][c.src];
+  for (const auto& [hold, blocks] : holds_)
+    for (int32_t b : blocks) ++refs[prefix_group_][b];
   for (int g = 0; g < num_groups(); ++g)
     for (int32_t b = 0; b < pools_[g]->num_blocks(); ++b)
       if (refs[g][b] != pools_[g]->RefCount(b))

@@ -145,6 +145,32 @@ class KvCacheManager {
   int32_t RestoreBlocks(std::span<const int32_t> tokens, int32_t first_block,
                         std::span<const BlockHash> hashes,
                         const std::function<Status(size_t i, int32_t block)>& write);
+
+  // Split restores (engine/restore_policy.h): the tail of a prefix comes
+  // from a slower tier while its head is being recomputed, so the tail's
+  // blocks go into the prefix cache before the blocks they continue exist.
+  // RestoreHeldBlocks is RestoreBlocks without that requirement: block
+  // first_block + i is registered under hashes[i] (which must equal the
+  // chain hash of `tokens` up to it) and keeps a reference under `hold` (an
+  // id the caller chooses, e.g. the request's), so that nothing evicts it
+  // before the head is there. Blocks cached already are held as they are
+  // (and count as restored). Stops at the first block that cannot be
+  // allocated, written or registered, or whose hash does not match; returns
+  // how many blocks are held for the run, from first_block on.
+  int32_t RestoreHeldBlocks(int64_t hold, std::span<const int32_t> tokens, int32_t first_block,
+                            std::span<const BlockHash> hashes,
+                            const std::function<Status(size_t i, int32_t block)>& write);
+  // Drops the references taken under `hold`: the blocks stay cached (idle).
+  // A no-op for an unknown hold.
+  void ReleaseHold(int64_t hold);
+  int64_t held_blocks() const;
+  // For a sequence whose committed tokens end on a block boundary with no
+  // room reserved past them (its prefill stopped there): appends the cached
+  // blocks that continue `tokens` after them, leaving at least the last
+  // token to compute, as AttachCachedPrefix does for a new sequence. The
+  // attached tokens count as committed. Returns how many were attached.
+  Result<int64_t> AttachCachedContinuation(SeqId seq, std::span<const int32_t> tokens);
+
   // The cache group whose blocks the prefix cache (and so the tiers) hold;
   // -1 when prefix caching is off.
   int prefix_group() const { return prefix_ ? prefix_group_ : -1; }
@@ -203,6 +229,8 @@ class KvCacheManager {
   std::unique_ptr<PrefixCache> prefix_;
   std::unordered_map<SeqId, Sequence> seqs_;
   std::vector<KvBlockCopy> pending_copies_;
+  // RestoreHeldBlocks' references, per hold (prefix group).
+  std::unordered_map<int64_t, std::vector<int32_t>> holds_;
 };
 
 }  // namespace agentkv

@@ -13,14 +13,16 @@ PrefixCache::PrefixCache(BlockPool* pool, int block_size)
 PrefixCache::~PrefixCache() { pool_->SetEvictCallback(nullptr); }
 
 template <typename F>
-int32_t PrefixCache::Walk(std::span<const int32_t> tokens, int32_t max_blocks, F&& on_hit) const {
-  if (block_size_ <= 0) return 0;
-  const int32_t full = static_cast<int32_t>(tokens.size() / block_size_);
-  const int32_t limit = std::min(full, max_blocks);
-  BlockHash parent = kRootBlockHash;
+int32_t PrefixCache::Walk(std::span<const int32_t> tokens, int32_t first_block, BlockHash parent,
+                          int32_t max_blocks, F&& on_hit) const {
+  if (block_size_ <= 0 || first_block < 0) return 0;
+  const int64_t full = static_cast<int64_t>(tokens.size() / block_size_);
+  const int64_t limit = std::min<int64_t>(full - first_block, max_blocks);
   int32_t matched = 0;
   for (; matched < limit; ++matched) {
-    auto block_tokens = tokens.subspan(static_cast<size_t>(matched) * block_size_, block_size_);
+    auto block_tokens = tokens.subspan(
+        (static_cast<size_t>(first_block) + static_cast<size_t>(matched)) * block_size_,
+        block_size_);
     BlockHash h = HashBlock(parent, block_tokens);
     auto it = map_.find(h);
     if (it == map_.end()) break;
@@ -39,7 +41,7 @@ std::vector<int32_t> PrefixCache::Acquire(std::span<const int32_t> tokens, int32
   std::vector<int32_t> blocks;
   // Collect first and take references after: AddRef never evicts, so the
   // entries cannot change under the walk either way, but this keeps Walk const.
-  Walk(tokens, max_blocks, [&](const Entry& e, const BlockHash& h) {
+  Walk(tokens, 0, kRootBlockHash, max_blocks, [&](const Entry& e, const BlockHash& h) {
     blocks.push_back(e.block);
     if (hashes) hashes->push_back(h);
   });
@@ -51,8 +53,20 @@ std::vector<int32_t> PrefixCache::Acquire(std::span<const int32_t> tokens, int32
   return blocks;
 }
 
+std::vector<int32_t> PrefixCache::AcquireFrom(std::span<const int32_t> tokens, int32_t first_block,
+                                              const BlockHash& parent, int32_t max_blocks,
+                                              std::vector<BlockHash>* hashes) {
+  std::vector<int32_t> blocks;
+  Walk(tokens, first_block, parent, max_blocks, [&](const Entry& e, const BlockHash& h) {
+    blocks.push_back(e.block);
+    if (hashes) hashes->push_back(h);
+  });
+  for (int32_t b : blocks) pool_->AddRef(b);
+  return blocks;
+}
+
 int32_t PrefixCache::CountCached(std::span<const int32_t> tokens) const {
-  return Walk(tokens, INT32_MAX, [](const Entry&, const BlockHash&) {});
+  return Walk(tokens, 0, kRootBlockHash, INT32_MAX, [](const Entry&, const BlockHash&) {});
 }
 
 bool PrefixCache::Insert(const BlockHash& parent, const BlockHash& hash,

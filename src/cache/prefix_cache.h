@@ -41,6 +41,12 @@ class PrefixCache {
   // misses in the pool's stats.
   std::vector<int32_t> Acquire(std::span<const int32_t> tokens, int32_t max_blocks,
                                std::vector<BlockHash>* hashes = nullptr);
+  // Acquire for the blocks that continue full block `first_block` of
+  // `tokens`, whose chain hash before it is `parent` (the caller holds the
+  // head, or knows its hashes): at most `max_blocks` of them. Counts nothing.
+  std::vector<int32_t> AcquireFrom(std::span<const int32_t> tokens, int32_t first_block,
+                                   const BlockHash& parent, int32_t max_blocks,
+                                   std::vector<BlockHash>* hashes = nullptr);
   // Number of leading full blocks of `tokens` that Acquire would return now;
   // takes nothing and counts nothing.
   int32_t CountCached(std::span<const int32_t> tokens) const;
@@ -77,7 +83,8 @@ class PrefixCache {
   };
   // Walks the chain; calls `on_hit(entry, hash)` per matched block.
   template <typename F>
-  int32_t Walk(std::span<const int32_t> tokens, int32_t max_blocks, F&& on_hit) const;
+  int32_t Walk(std::span<const int32_t> tokens, int32_t first_block, BlockHash parent,
+               int32_t max_blocks, F&& on_hit) const;
   void OnEvict(int32_t block);
 
   BlockPool* pool_;

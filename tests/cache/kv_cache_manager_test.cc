@@ -313,6 +313,100 @@ TEST(KvCacheManagerTest, ForkedRingCopiesSlotsOnWrite) {
   EXPECT_TRUE(m->CheckInvariants().ok());
 }
 
+TEST(KvCacheManagerTest, SplitRestoreHoldsTheTailUntilTheHeadIsComputed) {
+  // 5 full blocks then one token: the head (blocks 0-1) is recomputed by
+  // sequence 1 while blocks 2-4 come from a tier, held.
+  auto m = Make(FullSpec(), {12});
+  const std::vector<int32_t> prompt = Iota(5 * kBs + 1, 100);
+  const std::vector<BlockHash> all =
+      HashFullBlocks(std::span<const int32_t>(prompt).first(5 * kBs), kBs);
+  std::vector<int32_t> written;
+  const int32_t n = m->RestoreHeldBlocks(
+      /*hold=*/7, prompt, 2, std::span<const BlockHash>(all).subspan(2, 3),
+      [&](size_t i, int32_t block) {
+        EXPECT_EQ(i, written.size());
+        written.push_back(block);
+        return Status::Ok();
+      });
+  ASSERT_EQ(n, 3);
+  EXPECT_EQ(written.size(), 3u);
+  EXPECT_EQ(m->held_blocks(), 3);
+  ASSERT_TRUE(m->CheckInvariants().ok()) << m->CheckInvariants().ToString();
+  // Nothing is attachable from the start yet: the head is missing.
+  EXPECT_EQ(m->CachedPrefixTokens(prompt), 0);
+  // Held blocks survive pressure: the other 9 blocks are all that is left.
+  ASSERT_TRUE(m->AddSequence(2).ok());
+  Append(*m, 2, Iota(9 * kBs, 5000));
+  std::vector<KvBlockCopy> copies;
+  EXPECT_FALSE(m->EnsureCapacity(2, 10 * kBs, &copies).ok());
+  m->FreeSequence(2);
+  // Sequence 1 computes the head, stops at block 2 and attaches the rest.
+  ASSERT_TRUE(m->AddSequence(1).ok());
+  Append(*m, 1, Head(prompt, 2 * kBs));
+  auto attached = m->AttachCachedContinuation(1, prompt);
+  ASSERT_TRUE(attached.ok()) << attached.status().ToString();
+  EXPECT_EQ(*attached, 3 * kBs);
+  EXPECT_EQ(m->NumTokens(1), 5 * kBs);
+  EXPECT_EQ(
+      std::vector<int32_t>(m->Table(1, 0).blocks().begin() + 2, m->Table(1, 0).blocks().end()),
+      written);
+  EXPECT_EQ(m->BlockHashes(1), all);
+  m->ReleaseHold(7);
+  EXPECT_EQ(m->held_blocks(), 0);
+  ASSERT_TRUE(m->CheckInvariants().ok()) << m->CheckInvariants().ToString();
+  // The last token is computed as usual; the chain is whole afterwards.
+  Append(*m, 1, {prompt.back()});
+  m->FreeSequence(1);
+  EXPECT_EQ(m->CachedPrefixTokens(prompt), 5 * kBs);
+  ASSERT_TRUE(m->CheckInvariants().ok()) << m->CheckInvariants().ToString();
+}
+
+TEST(KvCacheManagerTest, SplitRestoreStopsAtAWrongHashOrAFailedWrite) {
+  auto m = Make(FullSpec(), {8});
+  const std::vector<int32_t> prompt = Iota(4 * kBs, 1);
+  std::vector<BlockHash> all = HashFullBlocks(prompt, kBs);
+  std::vector<BlockHash> wrong(all.begin() + 1, all.end());
+  wrong[1] = all[0];  // block 2 under block 0's hash
+  auto ok = [](size_t, int32_t) { return Status::Ok(); };
+  EXPECT_EQ(m->RestoreHeldBlocks(1, prompt, 1, wrong, ok), 1);
+  int calls = 0;
+  auto fail_second = [&](size_t, int32_t) {
+    return ++calls == 2 ? Internal("copy failed") : Status::Ok();
+  };
+  // Block 1 is cached already (held, not written); block 2 is written; 3 fails.
+  EXPECT_EQ(
+      m->RestoreHeldBlocks(2, prompt, 1, std::span<const BlockHash>(all).subspan(1), fail_second),
+      2);
+  EXPECT_EQ(m->held_blocks(), 3);
+  ASSERT_TRUE(m->CheckInvariants().ok()) << m->CheckInvariants().ToString();
+  m->ReleaseHold(1);
+  m->ReleaseHold(2);
+  m->ReleaseHold(3);  // unknown: nothing
+  EXPECT_EQ(m->held_blocks(), 0);
+  EXPECT_EQ(m->Stats(0).in_use, 0);
+  ASSERT_TRUE(m->CheckInvariants().ok()) << m->CheckInvariants().ToString();
+}
+
+TEST(KvCacheManagerTest, AttachCachedContinuationNeedsABlockBoundary) {
+  auto m = Make(FullSpec(), {8});
+  const std::vector<int32_t> prompt = Iota(3 * kBs + 1, 1);
+  ASSERT_TRUE(m->AddSequence(1).ok());
+  Append(*m, 1, Head(prompt, kBs + 1));
+  EXPECT_EQ(m->AttachCachedContinuation(1, prompt).status().code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(m->AddSequence(2).ok());
+  Append(*m, 2, Iota(kBs, 900));
+  EXPECT_EQ(m->AttachCachedContinuation(2, prompt).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(m->AttachCachedContinuation(3, prompt).status().code(), StatusCode::kNotFound);
+  // Nothing cached after the boundary: nothing attached, nothing changes.
+  ASSERT_TRUE(m->AddSequence(4).ok());
+  Append(*m, 4, Head(prompt, kBs));
+  auto none = m->AttachCachedContinuation(4, prompt);
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(*none, 0);
+  EXPECT_EQ(m->NumTokens(4), kBs);
+  ASSERT_TRUE(m->CheckInvariants().ok()) << m->CheckInvariants().ToString();
+}
+
 TEST(KvCacheManagerTest, UnknownSequences) {
   auto m = Make(FullSpec(), {4});
   std::vector<KvBlockCopy> copies;
