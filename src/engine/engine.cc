@@ -53,6 +53,8 @@ Result<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Backend> backend,
   to.restore_chunk_bytes = e->options_.restore_chunk_bytes;
   to.save_staging_bytes = e->options_.save_staging_bytes;
   to.host_kv_bytes = e->options_.host_kv_memory_bytes;
+  to.split_restores = e->options_.split_restores;
+  to.tier_bytes_per_s = e->options_.tier_bytes_per_s;
   ASSIGN_OR_RETURN(e->transfer_, KvTransfer::Create(e->backend_.get(), e->kv_.get(), std::move(to),
                                                     [p = e.get()] {
                                                       {
@@ -62,12 +64,18 @@ Result<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Backend> backend,
                                                       p->cv_.notify_one();
                                                     }));
   e->scheduler_->SetAdmitHook([t = e->transfer_.get()](Sequence* s) { t->RestoreBeforeAdmit(s); });
+  e->scheduler_->SetRemoveHook([t = e->transfer_.get()](Sequence* s) { t->CancelSplit(s->id); });
   e->logits_.resize(static_cast<size_t>(e->options_.scheduler.max_batch) * cfg.vocab_size);
   int sample_threads = e->options_.sample_threads;
   if (sample_threads <= 0) {
     sample_threads = std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, 8);
   }
   if (sample_threads > 1) e->sample_pool_ = std::make_unique<ThreadPool>(sample_threads);
+  PrefillCost cost = e->options_.prefill_cost;
+  if (!cost.known() && e->options_.calibrate_prefill) cost = e->CalibratePrefill();
+  e->transfer_->SetPrefillCost(cost);
+  e->local_.prefill_seconds_per_token = cost.seconds_per_token;
+  e->local_.prefill_seconds_per_token_context = cost.seconds_per_token_context;
   e->start_ = std::chrono::steady_clock::now();
   e->PublishStats();
   e->thread_ = std::thread([p = e.get()] { p->Loop(); });
@@ -198,6 +206,10 @@ void Engine::PublishStats() {
   local_.device_seconds = backend_->device_seconds();
   local_.graph_capture_seconds = backend_->graph_capture_seconds();
   local_.graphs_captured = backend_->graphs_captured();
+  local_.host_write_seconds = t.host_write_seconds;
+  local_.split_restores = t.split_restores;
+  local_.split_recomputed_tokens = t.split_recomputed_tokens;
+  local_.tier_bytes_per_s = t.tier_bytes_per_s;
   local_.pools.clear();
   for (int g = 0; g < kv_->num_groups(); ++g) local_.pools.push_back(kv_->Stats(g));
   std::lock_guard<std::mutex> lock(mu_);
@@ -212,9 +224,12 @@ void Engine::Loop() {
     bool restored = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
+      // A step that found nothing to run while split restores load waits
+      // for the loader (or anything else) instead of spinning.
       auto ready = [&] {
         return stopping_ || !submitted_.empty() || !cancelled_.empty() ||
-               !dropped_agents_.empty() || transfer_ready_ || scheduler_->HasWork();
+               !dropped_agents_.empty() || transfer_ready_ ||
+               (scheduler_->HasWork() && !waiting_on_loads_);
       };
       // Saves still copying off the device, or waiting for staging, are
       // polled every millisecond.
@@ -230,11 +245,16 @@ void Engine::Loop() {
       restored = transfer_ready_;
       transfer_ready_ = false;
     }
+    waiting_on_loads_ = false;
     const double now = Now();
     if (restored)
       for (auto& s : transfer_->TakeRestored()) scheduler_->Add(std::move(s), now);
+    // Recomputing a head delays the running agents: the busier the batch,
+    // the dearer (engine/restore_policy.h).
+    const double busy = 1.0 + static_cast<double>(scheduler_->num_running()) /
+                                  std::max(1, options_.scheduler.max_batch);
     for (auto& s : submitted)
-      if (std::unique_ptr<Sequence> ready = transfer_->Admit(std::move(s)))
+      if (std::unique_ptr<Sequence> ready = transfer_->Admit(std::move(s), busy))
         scheduler_->Add(std::move(ready), now);
     for (RequestId id : cancelled) {
       std::unique_ptr<Sequence> s = scheduler_->Remove(id);
@@ -249,6 +269,7 @@ void Engine::Loop() {
       Emit(s.get(), std::move(ev));
     }
     for (const std::string& a : dropped) transfer_->DropAgent(a);
+    if (transfer_->splits() > 0) AttachSplits();
     if (scheduler_->HasWork() || !launched_.empty()) {
       const auto s0 = std::chrono::steady_clock::now();
       Step();
@@ -368,6 +389,7 @@ void Engine::Step() {
   }
   if (plan.seqs.empty()) {
     CollectAll();
+    waiting_on_loads_ = transfer_->splits_loading() > 0;
     return;
   }
   // Blocks the plan's allocations evicted are read into the host tier
@@ -570,6 +592,63 @@ void Engine::CollectOldest() {
     if (s && !s->request.agent_key.empty() && s->computed > 0) transfer_->RetireAgent(s);
     scheduler_->Remove(id);
   }
+}
+
+void Engine::AttachSplits() {
+  for (RequestId id : transfer_->LoadedSplits()) {
+    Sequence* s = scheduler_->Find(id);
+    if (s == nullptr) {
+      transfer_->CancelSplit(id);
+      continue;
+    }
+    transfer_->AttachSplit(s);
+  }
+}
+
+PrefillCost Engine::CalibratePrefill() {
+  // Chunks of a full step, at position 0 and as deep as the pool allows
+  // (up to 16k tokens, where attention shows); scratch blocks, nothing
+  // committed, so the prefix cache never sees them.
+  const int bs = options_.block_size;
+  const int64_t chunk = options_.scheduler.max_step_tokens / bs * bs;
+  const int64_t pool_tokens =
+      static_cast<int64_t>(kv_->pool(std::max(0, kv_->prefix_group())).NumAvailable()) * bs;
+  const int64_t deep =
+      std::min<int64_t>({16384, pool_tokens - chunk, sequence_capacity_ - chunk - 1});
+  const int64_t pos = deep / bs * bs;
+  if (kv_->prefix_group() < 0 || chunk <= 0 || pos < chunk) return {};
+  const KvCacheManager::SeqId id = -1;
+  if (!kv_->AddSequence(id).ok()) return {};
+  std::vector<KvBlockCopy> copies;
+  if (!kv_->EnsureCapacity(id, pos + chunk, &copies).ok()) {
+    kv_->FreeSequence(id);
+    return {};
+  }
+  const int32_t vocab = backend_->config().vocab_size;
+  std::vector<int32_t> tokens(static_cast<size_t>(chunk));
+  for (size_t i = 0; i < tokens.size(); ++i)
+    tokens[i] = static_cast<int32_t>((i * 7919 + 13) % static_cast<size_t>(vocab));
+  auto timed = [&](int64_t start) -> double {
+    SeqStep step;
+    step.tokens = tokens;
+    step.start_pos = static_cast<int32_t>(start);
+    step.want_logits = true;
+    for (int g = 0; g < kv_->num_groups(); ++g) step.block_tables[g] = kv_->Table(id, g).blocks();
+    const uint8_t greedy = 1;
+    int32_t pick = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    Status st = backend_->LaunchStep(std::span<const SeqStep>(&step, 1),
+                                     std::span<const uint8_t>(&greedy, 1), logits_);
+    if (st.ok()) st = backend_->CollectStep(std::span<int32_t>(&pick, 1));
+    if (!st.ok()) return -1;
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  // The first run pays one-time set-up; the best of two after it counts.
+  timed(0);
+  const double at0 = std::min(timed(0), timed(0));
+  const double at_pos = std::min(timed(pos), timed(pos));
+  kv_->FreeSequence(id);
+  return PrefillCost::FromTimings(chunk, at0, pos, at_pos);
 }
 
 }  // namespace agentkv

@@ -39,6 +39,7 @@
 #include "engine/backend.h"
 #include "engine/kv_tier.h"
 #include "engine/kv_transfer.h"
+#include "engine/restore_policy.h"
 #include "engine/scheduler.h"
 #include "engine/token_stream.h"
 #include "util/thread_pool.h"
@@ -89,6 +90,17 @@ struct EngineOptions {
   // on the engine thread took ~90 ms a step on an H200 host). 0: up to 8,
   // as the machine has cores; 1: on the engine thread.
   int sample_threads = 0;
+  // Restore or recompute (engine/restore_policy.h): for a prompt the store
+  // holds, recompute a head of it while the rest loads, where the rates say
+  // that is faster. False: always load everything the store has.
+  bool split_restores = true;
+  // What prefill costs on this device and model. Unknown (the default):
+  // measured at start-up when calibrate_prefill (two timed prefill chunks,
+  // well under a second on a GPU), else never split.
+  PrefillCost prefill_cost;
+  bool calibrate_prefill = false;
+  // The store's delivery rate assumed until its loads have been timed.
+  double tier_bytes_per_s = 1e9;
 };
 
 struct EngineStats {
@@ -128,6 +140,15 @@ struct EngineStats {
   int64_t host_kv_hits = 0;  // blocks found in it
   int64_t host_kv_inserts = 0;
   int64_t host_kv_evictions = 0;
+  double host_write_seconds = 0;  // copying host-tier blocks into the pool
+  // Restore or recompute: store restores split with a recomputed head, the
+  // tokens those heads held, the store's measured rate (bytes/s, 0 until a
+  // load is timed) and the prefill cost in use (0: unknown).
+  int64_t split_restores = 0;
+  int64_t split_recomputed_tokens = 0;
+  double tier_bytes_per_s = 0;
+  double prefill_seconds_per_token = 0;
+  double prefill_seconds_per_token_context = 0;
   std::vector<BlockPoolStats> pools;  // per cache group
 };
 
@@ -182,6 +203,11 @@ class Engine {
   Engine(std::unique_ptr<Backend> backend, const Tokenizer* tokenizer, EngineOptions options);
   void Loop();
   void Step();
+  // Times two prefill chunks (at the start of the context and deep into
+  // it) on scratch blocks, before serving.
+  PrefillCost CalibratePrefill();
+  // Joins split restores whose tails are loaded to their heads.
+  void AttachSplits();
   // Pipelined steps: what was launched, to handle its output later.
   struct LaunchedRow {
     RequestId id = 0;
@@ -234,6 +260,9 @@ class Engine {
   std::vector<RequestId> cancelled_;
   std::vector<std::string> dropped_agents_;
   bool transfer_ready_ = false;  // the loader has chunks for KvTransfer::TakeRestored
+  // The last step found nothing to run while split restores were loading:
+  // the engine thread sleeps until something arrives (engine thread only).
+  bool waiting_on_loads_ = false;
   bool stopping_ = false;
   bool draining_ = false;
   bool idle_ = true;

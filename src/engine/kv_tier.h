@@ -60,6 +60,18 @@ class KvTier {
   virtual Result<KvTierLoad> Load(std::span<const int32_t> tokens, int block_size,
                                   int32_t first_block, int32_t max_blocks) = 0;
 
+  // How many stored blocks continue full block `first_block` of `tokens`
+  // (as Load would find them, at most `max_blocks`), without reading their
+  // data: the restore policy plans with it. May count a block whose record
+  // turns out unreadable. The default says all of them (an upper bound).
+  virtual Result<int32_t> CountStored(std::span<const int32_t> tokens, int block_size,
+                                      int32_t first_block, int32_t max_blocks) {
+    (void)tokens;
+    (void)block_size;
+    (void)first_block;
+    return max_blocks;
+  }
+
   // Load, with block i's data written to dst[i * block_bytes, +block_bytes)
   // instead of a string of its own, at most dst.size() / block_bytes blocks
   // (the engine hands pinned staging memory that the device copies from).

@@ -101,7 +101,7 @@ Status KvTransfer::Init() {
   return Status::Ok();
 }
 
-std::unique_ptr<Sequence> KvTransfer::Admit(std::unique_ptr<Sequence> s) {
+std::unique_ptr<Sequence> KvTransfer::Admit(std::unique_ptr<Sequence> s, double busy) {
   if (group_ < 0 || (!host_ && !options_.kv_tier)) return s;
   const int bs = options_.block_size;
   // Whole blocks that could come from a tier: past what is cached, and
@@ -123,6 +123,16 @@ std::unique_ptr<Sequence> KvTransfer::Admit(std::unique_ptr<Sequence> s) {
   job.tokens.assign(s->tokens.begin(), s->tokens.begin() + usable * bs);
   job.first_block = static_cast<int32_t>(cached);
   job.max_blocks = static_cast<int32_t>(usable - cached);
+  job.plan = options_.split_restores && prefill_cost_.known();
+  if (job.plan) {
+    job.rates.cached_blocks = cached;
+    job.rates.block_size = bs;
+    job.rates.prefill = prefill_cost_;
+    job.rates.tier_bytes_per_s =
+        load_seconds_ > 0 ? load_bytes_ / load_seconds_ : options_.tier_bytes_per_s;
+    job.rates.bytes_per_block = block_bytes_;
+    job.rates.gpu_busy_factor = busy;
+  }
   loading_.emplace(s->id, std::move(s));
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -190,8 +200,10 @@ int32_t KvTransfer::RestoreFromHost(Sequence* s, int64_t usable_blocks) {
                                std::span<const std::byte>(from, (j - i) * block_bytes_));
     i = j;
   }
-  stats_.restore_write_seconds +=
+  const double write_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  stats_.restore_write_seconds += write_seconds;
+  stats_.host_write_seconds += write_seconds;
   host_->Release(hits);
   if (!st.ok()) {
     // The new blocks are registered but hold garbage: drop every idle cached

@@ -8,7 +8,13 @@
 // A returning request's prefix comes back in this order: blocks resident in
 // the pool, then the host tier (host-to-device copies from pinned memory,
 // no decoding), then the store (parked while the loader decodes, a chunk at
-// a time), and whatever is left is recomputed by prefill. Right before the
+// a time), and whatever is left is recomputed by prefill. For the store's
+// part the loader first counts the stored blocks and plans with
+// PlanRestore (engine/restore_policy.h): where recomputing a head of it
+// while the rest loads is faster than loading it all, the request is
+// scheduled at once with its prefill stopped at the end of the head
+// (Sequence::prefill_limit), the rest is loaded into held pool blocks, and
+// once both are done AttachSplit joins them. Right before the
 // scheduler admits a sequence (the Scheduler's admit hook calls
 // RestoreBeforeAdmit), blocks the pool evicted while it waited come back
 // from the host tier again; so does a preempted sequence's KV: what the
@@ -43,6 +49,7 @@
 #include "engine/backend.h"
 #include "engine/host_kv_tier.h"
 #include "engine/kv_tier.h"
+#include "engine/restore_policy.h"
 #include "engine/sequence.h"
 #include "engine/staging_pool.h"
 
@@ -57,14 +64,24 @@ struct KvTransferOptions {
   // Host-memory tier size; 0: none. Where the host cannot give that much,
   // half of it, else none.
   uint64_t host_kv_bytes = 0;
+  // Restore-or-recompute for the store's part of a prefix. False: load
+  // everything the store has (no split).
+  bool split_restores = true;
+  // What the store delivers, in bytes of KV a second, until loads have
+  // been timed (then their running rate is used).
+  double tier_bytes_per_s = 1e9;
 };
 
 // Counters for EngineStats (see there).
 struct KvTransferStats {
   int64_t resident_agents = 0;
   int64_t loading = 0;
-  int64_t restored_tokens = 0;       // from the store
-  int64_t host_restored_tokens = 0;  // from the host tier (admissions and re-admissions)
+  int64_t restored_tokens = 0;          // from the store
+  int64_t host_restored_tokens = 0;     // from the host tier (admissions and re-admissions)
+  int64_t split_restores = 0;           // store restores split with a recompute
+  int64_t split_recomputed_tokens = 0;  // their recomputed heads
+  double host_write_seconds = 0;        // host tier -> pool copies
+  double tier_bytes_per_s = 0;          // the store's measured rate (0: not yet)
   int64_t restore_problems = 0;
   int64_t saved_blocks = 0;
   int64_t save_dropped_blocks = 0;
@@ -96,8 +113,27 @@ class KvTransfer {
 
   // A new request: brings back what the pool lacks of its prompt from the
   // host tier now, then parks it (returns null) while the store loads the
-  // rest, or returns it to be scheduled at once.
-  std::unique_ptr<Sequence> Admit(std::unique_ptr<Sequence> s);
+  // rest, or returns it to be scheduled at once. `busy` (>= 1) is how
+  // loaded the device is (RestoreRates::gpu_busy_factor).
+  std::unique_ptr<Sequence> Admit(std::unique_ptr<Sequence> s, double busy = 1);
+  // What prefill costs on this device (the engine measures it); unknown:
+  // never split.
+  void SetPrefillCost(PrefillCost cost) { prefill_cost_ = cost; }
+
+  // Split restores. Requests whose tail load is over (done, stopped early
+  // or failed), to be joined by AttachSplit.
+  std::vector<RequestId> LoadedSplits() const;
+  // Joins a loaded split: when `s` is running and its prefill reached its
+  // limit, the loaded tail is attached after its head; when it waits
+  // (preempted), its admission finds the tail in the prefix cache. Then
+  // the tail's blocks are released and the limit cleared. False (nothing
+  // changes) while the head is still being computed.
+  bool AttachSplit(Sequence* s);
+  // Forgets a split of a request that went away (its load stops early).
+  void CancelSplit(RequestId id);
+  size_t splits() const { return splits_.size(); }
+  // Splits whose tail is still loading.
+  size_t splits_loading() const;
   // Applies the chunks the loader finished; returns the requests whose
   // restore is complete, to be scheduled.
   std::vector<std::unique_ptr<Sequence>> TakeRestored();
@@ -161,6 +197,9 @@ class KvTransfer {
     std::vector<int32_t> tokens;
     int32_t first_block = 0;
     int32_t max_blocks = 0;
+    // Plan a split first (the loader counts what the store has).
+    bool plan = false;
+    RestoreRates rates;
   };
   // One staging slot's worth of a load, from the loader to the engine
   // thread. `last` ends the load (done, stopped early or cancelled).
@@ -172,6 +211,9 @@ class KvTransfer {
     Status problem;           // why the load stopped early, if it did
     bool last = false;
     double load_seconds = 0;
+    // >= 0: no data, a split plan: recompute this many blocks before
+    // first_block; the load continues from first_block (unless last).
+    int32_t head_blocks = -1;
   };
   static constexpr int kRestoreSlots = 3;
   // Loader thread: a free slot, or -1 once stopping or the load `id` is
@@ -180,6 +222,21 @@ class KvTransfer {
   void LoaderLoop();
   // Applies one chunk; the request if its load is over.
   std::unique_ptr<Sequence> ApplyChunk(LoadChunk c);
+  // The loader's planning step for a job: true when the job is over (the
+  // plan recomputes everything); else the range to load is narrowed.
+  bool PlanSplit(LoadJob* job, int32_t* next, int32_t* end);
+  // A plan chunk: releases the parked request with its prefill limit.
+  std::unique_ptr<Sequence> StartSplit(const LoadChunk& c);
+  // A data chunk of a split: written into held blocks.
+  void ApplySplitChunk(const LoadChunk& c);
+  // Writes `n` loaded blocks from a restore slot into pool blocks `ids`.
+  Status WriteChunk(const LoadChunk& c, size_t first, std::span<const int32_t> ids);
+  void NoteLoadRate(const LoadChunk& c);
+  // Gives a chunk's restore slot back to the loader.
+  void ReturnSlot(const LoadChunk& c);
+  // Evicts every idle cached block of the group without keeping copies
+  // (after a failed write left registered blocks holding garbage).
+  void DropIdleBlocks();
 
   // Saves: a turn's blocks on their way to the tier, in chain order. Blocks
   // the tier lacks are read (found by hash in the prefix cache, so a block
@@ -235,6 +292,16 @@ class KvTransfer {
   std::unordered_map<std::string, ResidentAgent> agents_;
   // Requests whose store load is in flight.
   std::unordered_map<RequestId, std::unique_ptr<Sequence>> loading_;
+  // Split restores under way (their requests are in the scheduler).
+  struct Split {
+    std::vector<int32_t> tokens;  // the prompt's whole blocks to restore into
+    bool loaded = false;          // the tail's load is over
+    bool broken = false;          // a chunk failed: the rest is not joined
+    int64_t restored_tokens = 0;  // written from the store
+  };
+  std::unordered_map<RequestId, Split> splits_;
+  PrefillCost prefill_cost_;
+  double load_bytes_ = 0, load_seconds_ = 0;  // timed store loads, decayed
   // Blocks this engine knows the tier has (saved or restored): later saves
   // of them only link the agent's chain. Cleared when it grows too large.
   std::unordered_set<BlockHash, BlockHashHasher> tier_has_;

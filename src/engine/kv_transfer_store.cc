@@ -36,8 +36,10 @@ void KvTransfer::LoaderLoop() {
       job = std::move(load_jobs_.front());
       load_jobs_.pop_front();
     }
-    const int32_t end = job.first_block + job.max_blocks;
-    for (int32_t next = job.first_block;;) {
+    int32_t next = job.first_block;
+    int32_t end = job.first_block + job.max_blocks;
+    if (job.plan && PlanSplit(&job, &next, &end)) continue;
+    while (true) {
       LoadChunk c;
       c.id = job.id;
       c.first_block = next;
@@ -86,6 +88,13 @@ std::vector<std::unique_ptr<Sequence>> KvTransfer::TakeRestored() {
 
 std::unique_ptr<Sequence> KvTransfer::ApplyChunk(LoadChunk c) {
   stats_.restore_load_seconds += c.load_seconds;
+  NoteLoadRate(c);
+  if (c.head_blocks >= 0) return StartSplit(c);
+  if (splits_.count(c.id) > 0) {
+    ApplySplitChunk(c);
+    ReturnSlot(c);
+    return nullptr;
+  }
   auto it = loading_.find(c.id);
   Sequence* s = it == loading_.end() ? nullptr : it->second.get();
   if (s != nullptr && c.last && !c.problem.ok()) ++stats_.restore_problems;
@@ -109,24 +118,13 @@ std::unique_ptr<Sequence> KvTransfer::ApplyChunk(LoadChunk c) {
     // Blocks the allocations evicted are read out before they are written.
     FlushEvictions();
     int32_t written = n;
-    if (n > 0) {
-      const auto t0 = std::chrono::steady_clock::now();
-      Status st = backend_->WriteBlocks(
-          group_, std::span<const int32_t>(ids).first(static_cast<size_t>(n)),
-          restore_slots_[c.slot].span().subspan(first_new * block_bytes_,
-                                                static_cast<size_t>(n) * block_bytes_));
-      stats_.restore_write_seconds +=
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (!st.ok()) {
-        // The new blocks are registered but hold garbage: drop every idle
-        // cached block of the group (they are idle) rather than serve them.
-        capture_evictions_ = false;
-        kv_->EvictIdle(group_, std::numeric_limits<int32_t>::max());
-        capture_evictions_ = true;
-        ++stats_.restore_problems;
-        written = 0;
-        s->restore_broken = true;
-      }
+    if (n > 0 && !WriteChunk(c, first_new, std::span<const int32_t>(ids).first(n)).ok()) {
+      // The new blocks are registered but hold garbage: drop every idle
+      // cached block of the group (they are idle) rather than serve them.
+      DropIdleBlocks();
+      ++stats_.restore_problems;
+      written = 0;
+      s->restore_broken = true;
     }
     // Blocks of the chunk that were cached already count as restored too
     // (another request brought them in meanwhile): the chain is intact.
@@ -136,16 +134,36 @@ std::unique_ptr<Sequence> KvTransfer::ApplyChunk(LoadChunk c) {
     s->restored_tokens += static_cast<int64_t>(written) * bs;
     stats_.restored_tokens += static_cast<int64_t>(written) * bs;
   }
+  ReturnSlot(c);
+  if (s == nullptr || !c.last) return nullptr;
+  std::unique_ptr<Sequence> owned = std::move(it->second);
+  loading_.erase(it);
+  return owned;
+}
+
+void KvTransfer::ReturnSlot(const LoadChunk& c) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (c.slot >= 0) free_slots_.push_back(c.slot);
     if (c.last) load_cancelled_.erase(c.id);
   }
   loader_cv_.notify_all();
-  if (s == nullptr || !c.last) return nullptr;
-  std::unique_ptr<Sequence> owned = std::move(it->second);
-  loading_.erase(it);
-  return owned;
+}
+
+Status KvTransfer::WriteChunk(const LoadChunk& c, size_t first, std::span<const int32_t> ids) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Status st = backend_->WriteBlocks(
+      group_, ids,
+      restore_slots_[c.slot].span().subspan(first * block_bytes_, ids.size() * block_bytes_));
+  stats_.restore_write_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return st;
+}
+
+void KvTransfer::DropIdleBlocks() {
+  capture_evictions_ = false;
+  kv_->EvictIdle(group_, std::numeric_limits<int32_t>::max());
+  capture_evictions_ = true;
 }
 
 void KvTransfer::SaveAgentKv(Sequence* s) {

@@ -18,6 +18,7 @@ std::unique_ptr<Sequence> Scheduler::Remove(RequestId id) {
   auto it = all_.find(id);
   if (it == all_.end()) return nullptr;
   Sequence* s = it->second.get();
+  if (s->prefill_limit >= 0 && remove_hook_) remove_hook_(s);
   waiting_.erase(WaitKey{s->key, s->arrival});
   running_.erase(std::remove(running_.begin(), running_.end(), s), running_.end());
   kv_->FreeSequence(id);
@@ -43,6 +44,11 @@ void Scheduler::Preempt(Sequence* s) {
   ++preemptions_;
   running_.erase(std::remove(running_.begin(), running_.end(), s), running_.end());
   waiting_.emplace(WaitKey{s->key, s->arrival}, s);
+}
+
+int64_t Scheduler::PrefillRoom(const Sequence* s) {
+  return s->prefill_limit >= 0 ? std::min(s->pending(), s->prefill_limit - s->computed)
+                               : s->pending();
 }
 
 int32_t Scheduler::AvailableBlocks() const {
@@ -82,7 +88,9 @@ bool Scheduler::TryAdmit(Sequence* s, int32_t budget, ScheduledSeq* out, StepPla
     }
   }
   if (!s->admitted_once) s->cached_prompt_tokens = s->computed;
-  const int32_t n = static_cast<int32_t>(std::min<int64_t>(s->pending(), budget));
+  // Up to a split restore's limit; at it, admitted with nothing to run.
+  const int32_t n =
+      static_cast<int32_t>(std::max<int64_t>(0, std::min<int64_t>(PrefillRoom(s), budget)));
   if (!kv_->EnsureCapacity(s->id, s->computed + n, &plan->copies).ok()) {
     kv_->FreeSequence(s->id);
     s->computed = 0;
@@ -105,7 +113,7 @@ StepPlan Scheduler::Schedule(bool* stuck) {
 
   // 1. One token for every decoding sequence, preempting the worst on need.
   for (Sequence* s : order) {
-    if (s->pending() != 1 || budget <= 0 || s->hold) continue;
+    if (s->pending() != 1 || budget <= 0 || s->hold || PrefillRoom(s) <= 0) continue;
     if (std::find(running_.begin(), running_.end(), s) == running_.end()) continue;
     while (true) {
       Status st = kv_->EnsureCapacity(s->id, s->computed + 1, &plan.copies);
@@ -122,9 +130,9 @@ StepPlan Scheduler::Schedule(bool* stuck) {
   }
   // 2. Prefill chunks of running sequences.
   for (Sequence* s : order) {
-    if (s->pending() <= 1 || budget <= 0 || s->hold) continue;
+    if (s->pending() <= 1 || budget <= 0 || s->hold || PrefillRoom(s) <= 0) continue;
     if (std::find(running_.begin(), running_.end(), s) == running_.end()) continue;
-    const int32_t n = static_cast<int32_t>(std::min<int64_t>(s->pending(), budget));
+    const int32_t n = static_cast<int32_t>(std::min<int64_t>(PrefillRoom(s), budget));
     if (!kv_->EnsureCapacity(s->id, s->computed + n, &plan.copies).ok()) continue;
     plan.seqs.push_back(
         ScheduledSeq{s, n, s->computed + n == static_cast<int64_t>(s->tokens.size())});
@@ -138,7 +146,7 @@ StepPlan Scheduler::Schedule(bool* stuck) {
     if (!TryAdmit(s, budget, &sched, &plan)) break;
     waiting_.erase(waiting_.begin());
     running_.push_back(s);
-    plan.seqs.push_back(sched);
+    if (sched.num_tokens > 0) plan.seqs.push_back(sched);
     budget -= sched.num_tokens;
   }
   *stuck = plan.seqs.empty() && running_.empty() && !waiting_.empty();

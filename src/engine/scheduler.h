@@ -19,7 +19,9 @@
 // cache (and what the pool evicts goes to the host tier), and before it is
 // admitted again the readmit hook may bring evicted ones back, so that
 // little is recomputed. Sequences on hold (Sequence::hold) are
-// not scheduled.
+// not scheduled, and a sequence with a prefill limit (Sequence::
+// prefill_limit: a split restore brings the rest of its prompt) prefills
+// up to it and then waits, running, until the limit is cleared.
 //
 // Thread-safety: none; the engine thread owns it.
 #pragma once
@@ -62,6 +64,9 @@ class Scheduler {
   // to bring its evicted blocks back into the prefix cache from a slower
   // tier; the mark is then cleared. Null: none.
   void SetAdmitHook(std::function<void(Sequence*)> hook) { admit_hook_ = std::move(hook); }
+  // Called with a sequence that Remove takes out while it has a prefill
+  // limit (a split restore under way), before its blocks are freed.
+  void SetRemoveHook(std::function<void(Sequence*)> hook) { remove_hook_ = std::move(hook); }
 
   // Queues a new sequence (tokens and prompt_len set) that arrived at
   // `now_s` (seconds on the engine's clock).
@@ -97,6 +102,8 @@ class Scheduler {
   void Preempt(Sequence* s);
   bool TryAdmit(Sequence* s, int32_t budget, ScheduledSeq* out, StepPlan* plan);
   int32_t AvailableBlocks() const;
+  // Tokens the sequence may prefill now (its prefill limit, if any).
+  static int64_t PrefillRoom(const Sequence* s);
 
   KvCacheManager* kv_;
   SchedulerOptions options_;
@@ -106,6 +113,7 @@ class Scheduler {
   std::vector<Sequence*> running_;  // admission order
   int64_t preemptions_ = 0;
   std::function<void(Sequence*)> admit_hook_;
+  std::function<void(Sequence*)> remove_hook_;
 };
 
 }  // namespace agentkv

@@ -46,6 +46,11 @@ struct Sequence {
   // requests that passed through the tiers, and on each preemption), so
   // that blocks the pool evicted while it waited come back from host memory.
   bool restore_before_admit = false;
+  // A split restore (engine/restore_policy.h) is under way: the head of the
+  // prompt up to this many tokens is recomputed while the rest comes from
+  // the store; prefill stops here until KvTransfer attaches the rest.
+  // -1: none.
+  int64_t prefill_limit = -1;
   int preemptions = 0;
   int32_t max_new_tokens = 0;
 

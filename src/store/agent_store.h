@@ -168,6 +168,9 @@ class AgentStore {
                                         std::span<const BlockHash> hashes,
                                         std::span<const int32_t> tokens, int block_size,
                                         std::span<std::byte> dst, size_t block_bytes);
+  // How many of `hashes` have a stored record, from the first up to the
+  // first missing one; reads no record (a corrupt one still counts).
+  Result<size_t> CountKvPrefix(const ModelFingerprint& fp, std::span<const BlockHash> hashes);
   // Same as LoadKvPrefix, hashing the full blocks of `tokens` with cache/block_hash.h.
   Result<KvPrefix> LoadKvPrefixForTokens(const ModelFingerprint& fp,
                                          std::span<const int32_t> tokens, int block_size);

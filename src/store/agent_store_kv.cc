@@ -314,6 +314,18 @@ Result<KvPrefixInto> AgentStore::LoadKvPrefixInto(const ModelFingerprint& fp,
       });
 }
 
+Result<size_t> AgentStore::CountKvPrefix(const ModelFingerprint& fp,
+                                         std::span<const BlockHash> hashes) {
+  ASSIGN_OR_RETURN(auto r, env_->BeginRead());
+  size_t n = 0;
+  for (const BlockHash& h : hashes) {
+    ASSIGN_OR_RETURN(auto v, r.Get(Db::kKv, KvKey(fp, h)));
+    if (!v) break;
+    ++n;
+  }
+  return n;
+}
+
 Result<KvPrefix> AgentStore::LoadKvPrefixForTokens(const ModelFingerprint& fp,
                                                    std::span<const int32_t> tokens,
                                                    int block_size) {

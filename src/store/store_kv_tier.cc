@@ -66,6 +66,14 @@ Result<KvTierLoad> StoreKvTier::Load(std::span<const int32_t> tokens, int block_
   return out;
 }
 
+Result<int32_t> StoreKvTier::CountStored(std::span<const int32_t> tokens, int block_size,
+                                         int32_t first_block, int32_t max_blocks) {
+  const std::optional<Range> r = RangeOf(tokens, block_size, first_block, max_blocks);
+  if (!r) return 0;
+  ASSIGN_OR_RETURN(size_t n, store_->CountKvPrefix(fp_, r->hashes));
+  return static_cast<int32_t>(n);
+}
+
 Result<KvTierLoadInto> StoreKvTier::LoadInto(std::span<const int32_t> tokens, int block_size,
                                              int32_t first_block, int32_t max_blocks,
                                              std::span<std::byte> dst, size_t block_bytes) {

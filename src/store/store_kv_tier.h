@@ -38,6 +38,8 @@ class StoreKvTier : public KvTier {
   const char* source_name() const override { return "disk"; }
   Result<KvTierLoad> Load(std::span<const int32_t> tokens, int block_size, int32_t first_block,
                           int32_t max_blocks) override;
+  Result<int32_t> CountStored(std::span<const int32_t> tokens, int block_size, int32_t first_block,
+                              int32_t max_blocks) override;
   Result<KvTierLoadInto> LoadInto(std::span<const int32_t> tokens, int block_size,
                                   int32_t first_block, int32_t max_blocks, std::span<std::byte> dst,
                                   size_t block_bytes) override;

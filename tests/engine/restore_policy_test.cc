@@ -14,7 +14,8 @@ namespace {
 // The model's time for recomputing r blocks and loading the rest.
 double Cost(const RestoreRates& in, int64_t r) {
   const double busy = std::max(1.0, in.gpu_busy_factor);
-  const double c = r > 0 ? r * busy * in.block_size / in.prefill_tokens_per_s : 0;
+  const int64_t a = in.cached_blocks * in.block_size;
+  const double c = r > 0 ? busy * in.prefill.Seconds(a, a + r * in.block_size) : 0;
   const double l =
       r < in.prefix_blocks
           ? (in.prefix_blocks - r) * static_cast<double>(in.bytes_per_block) / in.tier_bytes_per_s
@@ -22,12 +23,16 @@ double Cost(const RestoreRates& in, int64_t r) {
   return std::max(c, l);
 }
 
-RestoreRates Rates(int64_t blocks, double prefill, double tier, size_t block_bytes,
-                   double busy = 1) {
+// `prefill`: tokens per second with no context; attention adds
+// `context` (seconds per token per token before it).
+RestoreRates Rates(int64_t blocks, double prefill, double tier, size_t block_bytes, double busy = 1,
+                   double context = 0, int64_t cached = 0) {
   RestoreRates r;
+  r.cached_blocks = cached;
   r.prefix_blocks = blocks;
   r.block_size = 16;
-  r.prefill_tokens_per_s = prefill;
+  if (prefill > 0) r.prefill.seconds_per_token = 1 / prefill;
+  r.prefill.seconds_per_token_context = context;
   r.tier_bytes_per_s = tier;
   r.bytes_per_block = block_bytes;
   r.gpu_busy_factor = busy;
@@ -41,10 +46,13 @@ TEST(RestorePolicyTest, MatchesTheBestSplitAndNeverLosesToAPureStrategy) {
   std::uniform_real_distribution<double> log_tier(8.0, 10.7);    // 100 MB/s .. 50 GB/s
   std::uniform_int_distribution<int> block_kib(16, 4096);
   std::uniform_real_distribution<double> busy(1.0, 4.0);
+  std::uniform_real_distribution<double> log_context(-13, -8);
+  std::uniform_int_distribution<int64_t> cached(0, 2000);
   for (int i = 0; i < 300; ++i) {
     const RestoreRates in =
         Rates(blocks(rng), std::pow(10.0, log_prefill(rng)), std::pow(10.0, log_tier(rng)),
-              static_cast<size_t>(block_kib(rng)) * 1024, busy(rng));
+              static_cast<size_t>(block_kib(rng)) * 1024, busy(rng),
+              i % 3 == 0 ? 0 : std::pow(10.0, log_context(rng)), i % 2 == 0 ? 0 : cached(rng));
     const RestorePlan p = PlanRestore(in);
     ASSERT_EQ(p.recompute_blocks + p.load_blocks, in.prefix_blocks);
     double best = Cost(in, 0);
@@ -69,9 +77,37 @@ TEST(RestorePolicyTest, BothFinishTogetherWhenTheyAreComparable) {
   EXPECT_LT(p.seconds, p.recompute_all_seconds);
   EXPECT_LT(p.seconds, p.load_all_seconds);
   // Balanced to within one block of either side.
-  const double c = p.recompute_blocks * 16 / in.prefill_tokens_per_s;
+  const double per_token = in.prefill.seconds_per_token;
+  const double c = p.recompute_blocks * 16 * per_token;
   const double l = p.load_blocks * static_cast<double>(bb) / in.tier_bytes_per_s;
-  EXPECT_LE(std::abs(c - l), std::max(16 / in.prefill_tokens_per_s, bb / in.tier_bytes_per_s));
+  EXPECT_LE(std::abs(c - l), std::max(16 * per_token, bb / in.tier_bytes_per_s));
+}
+
+TEST(RestorePolicyTest, AttentionMakesLaterBlocksDearerToRecompute) {
+  // The same prefix after 4k cached tokens: recomputing it costs more than
+  // at the start of the context, so less of it is recomputed.
+  const size_t bb = 2 << 20;
+  const RestoreRates start = Rates(2048, 20000, 2e9, bb, 1, 2e-9, 0);
+  const RestoreRates later = Rates(2048, 20000, 2e9, bb, 1, 2e-9, 4096 / 16 * 16);
+  EXPECT_LT(PlanRestore(later).recompute_blocks, PlanRestore(start).recompute_blocks);
+  EXPECT_GT(PlanRestore(later).recompute_blocks, 0);
+}
+
+TEST(RestorePolicyTest, PrefillCostFromTwoTimedChunks) {
+  // 2048 tokens take 0.10 s at the start and 0.26 s after 16k tokens.
+  const PrefillCost c = PrefillCost::FromTimings(2048, 0.10, 16384, 0.26);
+  ASSERT_TRUE(c.known());
+  EXPECT_NEAR(c.Seconds(0, 2048), 0.10, 1e-9);
+  EXPECT_NEAR(c.Seconds(16384, 16384 + 2048), 0.26, 1e-9);
+  EXPECT_NEAR(c.Seconds(0, 4096), c.Seconds(0, 2048) + c.Seconds(2048, 4096), 1e-12);
+  // Noise that makes the later chunk faster means no context term.
+  const PrefillCost flat = PrefillCost::FromTimings(2048, 0.10, 16384, 0.09);
+  EXPECT_EQ(flat.seconds_per_token_context, 0);
+  EXPECT_NEAR(flat.Seconds(0, 2048), 0.10, 1e-9);
+  EXPECT_FALSE(PrefillCost::FromTimings(0, 0.1, 16, 0.2).known());
+  EXPECT_FALSE(PrefillCost::FromTimings(2048, 0, 16, 0.2).known());
+  EXPECT_FALSE(PrefillCost::FromTimings(2048, 0.1, 0, 0.2).known());
+  EXPECT_EQ(c.Seconds(10, 10), 0);
 }
 
 TEST(RestorePolicyTest, ABusierDeviceRecomputesLess) {
