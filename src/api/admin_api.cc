@@ -58,6 +58,17 @@ Reply AdminApi::Status() const {
                               {"inserts", s.host_kv_inserts},
                               {"evictions", s.host_kv_evictions},
                               {"restored_tokens", s.host_restored_tokens}};
+    // Restore or recompute: splits made, the rates they were planned with.
+    j["engine"]["restore"] = {
+        {"split_restores", s.split_restores},
+        {"split_recomputed_tokens", s.split_recomputed_tokens},
+        {"disk_restored_tokens", s.restored_tokens},
+        {"disk_load_seconds", s.restore_load_seconds},
+        {"disk_bytes_per_s", s.tier_bytes_per_s},
+        {"host_restored_tokens", s.host_restored_tokens},
+        {"host_write_seconds", s.host_write_seconds},
+        {"prefill_seconds_per_token", s.prefill_seconds_per_token},
+        {"prefill_seconds_per_token_context", s.prefill_seconds_per_token_context}};
     // Per cache group, with the pool's block count and the tokens it holds.
     const ModelCacheSpec& spec = m->engine().cache_spec();
     json pools = json::array();

@@ -31,6 +31,8 @@ Result<std::unique_ptr<ServedModel>> ServedModel::Load(const ServedModelOptions&
   eo.kv_memory_bytes = options.kv_memory_bytes;
   eo.kv_memory_fraction = options.kv_memory_fraction;
   eo.host_kv_memory_bytes = options.host_kv_memory_bytes;
+  eo.split_restores = options.split_restores;
+  eo.calibrate_prefill = options.calibrate_prefill;
   ASSIGN_OR_RETURN(ModelFiles files, ModelFiles::Locate(dir));
   ASSIGN_OR_RETURN(m->fingerprint_, files.Fingerprint());
   if (options.store != nullptr && options.persist_kv) {

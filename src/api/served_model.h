@@ -35,6 +35,9 @@ struct ServedModelOptions {
   // Host-memory KV tier (EngineOptions::host_kv_memory_bytes); 0: none.
   // `serve` fills it from --host-kv-memory or DefaultHostKvMemoryBytes.
   uint64_t host_kv_memory_bytes = 0;
+  // Restore or recompute (EngineOptions::split_restores, calibrate_prefill).
+  bool split_restores = true;
+  bool calibrate_prefill = false;
   // Requests waiting in the engine past which new ones are refused
   // (ResourceExhausted: 429 / 529). 0: no limit.
   int max_waiting = 512;

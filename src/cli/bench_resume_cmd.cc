@@ -8,9 +8,12 @@
 // turn 2 (the history plus a 16-token message) restores the stored prefix
 // and prefills only the suffix. The same turn 2 on an engine without a store
 // is the re-prefill it is compared with; both must produce the same greedy
-// tokens. Reported: compression ratio, the tier's raw load rate (read +
-// checksum + decompress, timed alone), time to first token restored versus
-// re-prefilled.
+// tokens. Turn 2 also runs with restore-or-recompute (prefill timed at
+// start-up; a head recomputed while the rest loads), resident (on the engine
+// that ran turn 1) and from the host-memory tier (another agent of the same
+// length evicted it there from a pool of one sequence). Reported:
+// compression ratio, the tier's raw load rate (read + checksum + decompress,
+// timed alone), time to first token of each way, host-to-device GB/s.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -65,42 +68,82 @@ struct TurnResult {
   EngineStats stats;
 };
 
-// One request on a fresh engine over `backend` (returned afterwards).
-Result<TurnResult> RunTurn(std::unique_ptr<Backend>& backend, const ResumeArgs& a,
-                           std::shared_ptr<KvTier> tier, const std::vector<int32_t>& prompt,
-                           const std::string& agent) {
+// How an engine of a turn differs from the plain one.
+struct TurnEngine {
+  std::shared_ptr<KvTier> tier;
+  bool split = false;          // restore or recompute (calibrated at start-up)
+  uint64_t host_kv_bytes = 0;  // host-memory tier
+  double pool_sequences = 2;   // pool blocks: this many sequences of the context
+};
+
+struct Turn {
+  std::vector<int32_t> prompt;
+  std::string agent;
+};
+
+// Requests one after the other on a fresh engine over `backend` (returned
+// afterwards); the stats are the engine's after the last one.
+Result<std::vector<TurnResult>> RunTurns(std::unique_ptr<Backend>& backend, const ResumeArgs& a,
+                                         const TurnEngine& te, const std::vector<Turn>& turns) {
   const ModelCacheSpec spec = backend->cache_spec();
   EngineOptions eo;
   eo.block_size = a.block_size;
   eo.scheduler.max_batch = 4;
   eo.scheduler.max_step_tokens = a.max_step_tokens;
-  eo.max_context = static_cast<int32_t>(prompt.size()) + a.output + 2;
+  size_t longest = 0;
+  for (const Turn& t : turns) longest = std::max(longest, t.prompt.size());
+  eo.max_context = static_cast<int32_t>(longest) + a.output + 2;
   for (size_t g = 0; g < spec.groups.size(); ++g)
-    eo.blocks_per_group.push_back(
-        2 * spec.BlocksFor(static_cast<int>(g), eo.max_context, a.block_size) + 8);
-  eo.kv_tier = std::move(tier);
+    eo.blocks_per_group.push_back(static_cast<int32_t>(
+        te.pool_sequences * spec.BlocksFor(static_cast<int>(g), eo.max_context, a.block_size) + 8));
+  eo.kv_tier = te.tier;
+  eo.split_restores = te.split;
+  eo.calibrate_prefill = te.split;
+  eo.host_kv_memory_bytes = te.host_kv_bytes;
   ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(std::move(backend), nullptr, eo));
-  EngineRequest r;
-  r.prompt = prompt;
-  r.params.temperature = 0.0f;
-  r.params.ignore_eos = true;
-  r.params.max_tokens = a.output;
-  r.agent_key = agent;
-  ASSIGN_OR_RETURN(RequestHandle h, engine->Submit(std::move(r)));
-  TurnResult out;
-  while (true) {
-    RequestOutput ev = h.stream->Pop();
-    if (ev.kind == RequestOutput::Kind::kError) return ev.error;
-    if (ev.kind == RequestOutput::Kind::kDelta) {
-      out.tokens.insert(out.tokens.end(), ev.tokens.begin(), ev.tokens.end());
-      continue;
+  std::vector<TurnResult> results;
+  Status failed;
+  for (const Turn& t : turns) {
+    EngineRequest r;
+    r.prompt = t.prompt;
+    r.params.temperature = 0.0f;
+    r.params.ignore_eos = true;
+    r.params.max_tokens = a.output;
+    r.agent_key = t.agent;
+    Result<RequestHandle> h = engine->Submit(std::move(r));
+    if (!h.ok()) {
+      failed = h.status();
+      break;
     }
-    out.finished = std::move(ev);
-    break;
+    TurnResult out;
+    while (true) {
+      RequestOutput ev = h->stream->Pop();
+      if (ev.kind == RequestOutput::Kind::kError) {
+        failed = ev.error;
+        break;
+      }
+      if (ev.kind == RequestOutput::Kind::kDelta) {
+        out.tokens.insert(out.tokens.end(), ev.tokens.begin(), ev.tokens.end());
+        continue;
+      }
+      out.finished = std::move(ev);
+      break;
+    }
+    if (!failed.ok()) break;
+    out.stats = engine->Stats();
+    results.push_back(std::move(out));
   }
-  out.stats = engine->Stats();
   backend = engine->ReleaseBackend();
-  return out;
+  if (!failed.ok()) return failed;
+  return results;
+}
+
+// One request on a fresh engine.
+Result<TurnResult> RunTurn(std::unique_ptr<Backend>& backend, const ResumeArgs& a,
+                           const TurnEngine& te, const std::vector<int32_t>& prompt,
+                           const std::string& agent) {
+  ASSIGN_OR_RETURN(std::vector<TurnResult> r, RunTurns(backend, a, te, {Turn{prompt, agent}}));
+  return std::move(r.front());
 }
 
 Result<nlohmann::json> RunSize(std::unique_ptr<Backend>& backend, const ResumeArgs& a,
@@ -145,7 +188,7 @@ Result<nlohmann::json> RunSize(std::unique_ptr<Backend>& backend, const ResumeAr
   // Turn 1: prefill the history; its KV goes behind to the store.
   progress("prefilling the history");
   const store::KvStoreStats before = st->kv_stats();
-  ASSIGN_OR_RETURN(TurnResult t1, RunTurn(backend, a, tier, history, agent));
+  ASSIGN_OR_RETURN(TurnResult t1, RunTurn(backend, a, TurnEngine{tier}, history, agent));
   progress("persisting");
   const auto persist0 = Clock::now();
   RETURN_IF_ERROR(st->Flush());
@@ -167,13 +210,33 @@ Result<nlohmann::json> RunSize(std::unique_ptr<Backend>& backend, const ResumeAr
   for (const KvTierBlock& b : load.blocks) loaded_bytes += b.data.size();
   RETURN_IF_ERROR(load.problem);
 
-  // Turn 2 after a restart: restored, then re-prefilled for comparison.
+  // Turn 2 after a restart: everything loaded from the store, then with
+  // restore-or-recompute (the head recomputed while the rest loads, where
+  // the start-up timing says so), then re-prefilled for comparison.
   RETURN_IF_ERROR(restart());
   progress("resuming from the store");
-  ASSIGN_OR_RETURN(TurnResult restored, RunTurn(backend, a, tier, turn2, agent));
+  ASSIGN_OR_RETURN(TurnResult restored, RunTurn(backend, a, TurnEngine{tier}, turn2, agent));
+  RETURN_IF_ERROR(restart());
+  progress("resuming from the store, split");
+  ASSIGN_OR_RETURN(TurnResult split, RunTurn(backend, a, TurnEngine{tier, true}, turn2, agent));
   progress("re-prefilling");
-  ASSIGN_OR_RETURN(TurnResult reprefill, RunTurn(backend, a, nullptr, turn2, ""));
+  ASSIGN_OR_RETURN(TurnResult reprefill, RunTurn(backend, a, TurnEngine{}, turn2, ""));
+  // Resident: turn 2 on the engine that ran turn 1. Host tier: a second
+  // agent of the same length runs in between on a pool of one sequence,
+  // which evicts the first agent's blocks into host memory.
+  progress("resident and host tier");
+  ASSIGN_OR_RETURN(std::vector<TurnResult> resident,
+                   RunTurns(backend, a, TurnEngine{}, {{history, "r"}, {turn2, "r"}}));
+  std::vector<int32_t> other(history.size());
+  for (auto& t : other) t = static_cast<int32_t>(rng() % vocab);
+  TurnEngine host_engine;
+  host_engine.host_kv_bytes = 3 * raw + (64ull << 20);
+  host_engine.pool_sequences = 1;
+  ASSIGN_OR_RETURN(std::vector<TurnResult> host,
+                   RunTurns(backend, a, host_engine, {{history, "h"}, {other, "o"}, {turn2, "h"}}));
   if (tty) std::cerr << "\r\033[K";
+  const size_t block_bytes = backend->cache_spec().BytesPerBlock(group, a.block_size);
+  const TurnResult& h2 = host.back();
 
   nlohmann::json j;
   j["history_tokens"] = n;
@@ -205,6 +268,25 @@ Result<nlohmann::json> RunSize(std::unique_ptr<Backend>& backend, const ResumeAr
   j["speedup"] =
       restored.finished.ttft_s > 0 ? reprefill.finished.ttft_s / restored.finished.ttft_s : 0.0;
   j["same_output"] = restored.tokens == reprefill.tokens;
+  j["ttft_split_s"] = split.finished.ttft_s;
+  j["split_recomputed_tokens"] = split.stats.split_recomputed_tokens;
+  j["split_restored_tokens"] = split.finished.restored_tokens;
+  j["prefill_seconds_per_token"] = split.stats.prefill_seconds_per_token;
+  j["prefill_seconds_per_token_context"] = split.stats.prefill_seconds_per_token_context;
+  j["split_same_output"] = split.tokens == reprefill.tokens;
+  j["ttft_resident_s"] = resident.back().finished.ttft_s;
+  j["resident_cached_tokens"] = resident.back().finished.cached_tokens;
+  j["resident_same_output"] = resident.back().tokens == reprefill.tokens;
+  j["ttft_host_s"] = h2.finished.ttft_s;
+  j["host_cache_source"] = std::string(CacheSourceName(h2.finished.cache_source));
+  j["host_cached_tokens"] = h2.finished.cached_tokens;
+  j["host_restored_tokens"] = h2.stats.host_restored_tokens;
+  j["host_write_s"] = h2.stats.host_write_seconds;
+  j["host_bytes_per_s"] = h2.stats.host_write_seconds > 0
+                              ? static_cast<double>(h2.stats.host_restored_tokens) / a.block_size *
+                                    static_cast<double>(block_bytes) / h2.stats.host_write_seconds
+                              : 0.0;
+  j["host_same_output"] = h2.tokens == reprefill.tokens;
   return j;
 }
 
@@ -272,12 +354,19 @@ int RunResume(const ResumeArgs& a) {
       out["sizes"].push_back(*r);
       if (!a.json) {
         const auto& j = *r;
-        std::cout << n << " tokens: TTFT restored " << j["ttft_restored_s"].get<double>()
-                  << " s vs re-prefill " << j["ttft_reprefill_s"].get<double>() << " s (x"
-                  << j["speedup"].get<double>() << "), compression "
-                  << j["compression_ratio"].get<double>() << "x, load "
+        const bool same = j["same_output"].get<bool>() && j["split_same_output"].get<bool>() &&
+                          j["resident_same_output"].get<bool>() &&
+                          j["host_same_output"].get<bool>();
+        std::cout << n << " tokens: TTFT resident " << j["ttft_resident_s"].get<double>()
+                  << " s, host " << j["ttft_host_s"].get<double>() << " s ("
+                  << j["host_bytes_per_s"].get<double>() / 1e9 << " GB/s), disk "
+                  << j["ttft_restored_s"].get<double>() << " s, disk split "
+                  << j["ttft_split_s"].get<double>() << " s ("
+                  << j["split_recomputed_tokens"].get<int64_t>()
+                  << " tokens recomputed), re-prefill " << j["ttft_reprefill_s"].get<double>()
+                  << " s; compression " << j["compression_ratio"].get<double>() << "x, load "
                   << j["load_bytes_per_s"].get<double>() / 1e6 << " MB/s, same output "
-                  << (j["same_output"].get<bool>() ? "yes" : "NO") << "\n";
+                  << (same ? "yes" : "NO") << "\n";
       }
     }
   }

@@ -38,6 +38,7 @@ struct ServeArgs {
   int max_step_tokens = 0;
   std::string kv_memory;
   std::string host_kv_memory;  // empty: api::DefaultHostKvMemoryBytes
+  std::string kv_restore = "auto";
   std::string api_key;
   int max_json_depth = 64;
   std::vector<std::string> allow_origin, allow_host;
@@ -122,6 +123,11 @@ int RunServe(const ServeArgs& a) {
     }
     mo.host_kv_memory_bytes = *host_kv;
   }
+  // Restore or recompute needs the device's prefill cost, timed at start-up
+  // (two prefill chunks: well under a second on a GPU). A CPU prefills far
+  // slower than the store decodes, so there it always loads (no timing).
+  mo.split_restores = a.kv_restore == "auto";
+  mo.calibrate_prefill = mo.split_restores && mo.backend.device != "cpu";
   std::unique_ptr<store::AgentStore> agent_store;
   if (!a.store_dir.empty() && a.store_dir != "none") {
     store::StoreOptions sopt;
@@ -252,6 +258,13 @@ Registrar reg("serve", "Serve the HTTP API (OpenAI and Anthropic protocols)",
                                "(K/M/G), a fraction of available RAM (0.25), or 0 = off "
                                "(default a quarter of available RAM, at most 32G)")
                     ->envname("AGENTKV_HOST_KV_MEMORY");
+                app.add_option("--kv-restore", a->kv_restore,
+                               "Agents coming back from the store: auto = recompute a head of "
+                               "the prompt while the rest loads when that is faster (timed at "
+                               "start-up on a GPU); load = always load all that is stored")
+                    ->capture_default_str()
+                    ->check(CLI::IsMember({"auto", "load"}))
+                    ->envname("AGENTKV_KV_RESTORE");
                 app.add_option("--api-key", a->api_key,
                                "Require this key (Authorization: Bearer or x-api-key)")
                     ->envname("AGENTKV_API_KEY");
