@@ -270,6 +270,7 @@ Result<nlohmann::json> RunSize(std::unique_ptr<Backend>& backend, const ResumeAr
   j["same_output"] = restored.tokens == reprefill.tokens;
   j["ttft_split_s"] = split.finished.ttft_s;
   j["split_recomputed_tokens"] = split.stats.split_recomputed_tokens;
+  j["split_recomputed_all"] = split.stats.recomputed_restores > 0;
   j["split_restored_tokens"] = split.finished.restored_tokens;
   j["prefill_seconds_per_token"] = split.stats.prefill_seconds_per_token;
   j["prefill_seconds_per_token_context"] = split.stats.prefill_seconds_per_token_context;

@@ -55,6 +55,7 @@ Result<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Backend> backend,
   to.host_kv_bytes = e->options_.host_kv_memory_bytes;
   to.split_restores = e->options_.split_restores;
   to.tier_bytes_per_s = e->options_.tier_bytes_per_s;
+  to.tier_latency_s = e->options_.tier_latency_s;
   ASSIGN_OR_RETURN(e->transfer_, KvTransfer::Create(e->backend_.get(), e->kv_.get(), std::move(to),
                                                     [p = e.get()] {
                                                       {
@@ -210,6 +211,8 @@ void Engine::PublishStats() {
   local_.split_restores = t.split_restores;
   local_.split_recomputed_tokens = t.split_recomputed_tokens;
   local_.tier_bytes_per_s = t.tier_bytes_per_s;
+  local_.tier_latency_s = t.tier_latency_s;
+  local_.recomputed_restores = t.recomputed_restores;
   local_.pools.clear();
   for (int g = 0; g < kv_->num_groups(); ++g) local_.pools.push_back(kv_->Stats(g));
   std::lock_guard<std::mutex> lock(mu_);
@@ -607,14 +610,14 @@ void Engine::AttachSplits() {
 
 PrefillCost Engine::CalibratePrefill() {
   // Chunks of a full step, at position 0 and as deep as the pool allows
-  // (up to 16k tokens, where attention shows); scratch blocks, nothing
+  // (up to 32k tokens, where attention shows); scratch blocks, nothing
   // committed, so the prefix cache never sees them.
   const int bs = options_.block_size;
   const int64_t chunk = options_.scheduler.max_step_tokens / bs * bs;
   const int64_t pool_tokens =
       static_cast<int64_t>(kv_->pool(std::max(0, kv_->prefix_group())).NumAvailable()) * bs;
   const int64_t deep =
-      std::min<int64_t>({16384, pool_tokens - chunk, sequence_capacity_ - chunk - 1});
+      std::min<int64_t>({32768, pool_tokens - chunk, sequence_capacity_ - chunk - 1});
   const int64_t pos = deep / bs * bs;
   if (kv_->prefix_group() < 0 || chunk <= 0 || pos < chunk) return {};
   const KvCacheManager::SeqId id = -1;

@@ -99,8 +99,10 @@ struct EngineOptions {
   // well under a second on a GPU), else never split.
   PrefillCost prefill_cost;
   bool calibrate_prefill = false;
-  // The store's delivery rate assumed until its loads have been timed.
+  // The store's delivery rate and latency assumed until its loads have
+  // been timed (cold reads of a zstd store on an NVMe disk).
   double tier_bytes_per_s = 1e9;
+  double tier_latency_s = 0.02;
 };
 
 struct EngineStats {
@@ -146,7 +148,9 @@ struct EngineStats {
   // load is timed) and the prefill cost in use (0: unknown).
   int64_t split_restores = 0;
   int64_t split_recomputed_tokens = 0;
+  int64_t recomputed_restores = 0;  // the store had the prompt; recomputing was faster
   double tier_bytes_per_s = 0;
+  double tier_latency_s = 0;
   double prefill_seconds_per_token = 0;
   double prefill_seconds_per_token_context = 0;
   std::vector<BlockPoolStats> pools;  // per cache group

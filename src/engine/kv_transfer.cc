@@ -48,6 +48,7 @@ void KvTransfer::Stop() {
 
 Status KvTransfer::Init() {
   group_ = kv_->prefix_group();
+  load_latency_s_ = options_.tier_latency_s;
   // Tiers hold prefix-cache blocks; without prefix caching (sliding-window
   // models) there is nothing to restore into.
   if (group_ < 0) {
@@ -125,13 +126,15 @@ std::unique_ptr<Sequence> KvTransfer::Admit(std::unique_ptr<Sequence> s, double 
   job.max_blocks = static_cast<int32_t>(usable - cached);
   job.plan = options_.split_restores && prefill_cost_.known();
   if (job.plan) {
-    job.rates.cached_blocks = cached;
-    job.rates.block_size = bs;
-    job.rates.prefill = prefill_cost_;
-    job.rates.tier_bytes_per_s =
-        load_seconds_ > 0 ? load_bytes_ / load_seconds_ : options_.tier_bytes_per_s;
-    job.rates.bytes_per_block = block_bytes_;
-    job.rates.gpu_busy_factor = busy;
+    job.rates = PlanRates(cached, busy);
+    // Planned with everything stored (the most loading can give): when
+    // recomputing is faster even so, the store is not asked at all.
+    RestoreRates upper = job.rates;
+    upper.prefix_blocks = job.max_blocks;
+    if (PlanRestore(upper).load_blocks == 0) {
+      ++stats_.recomputed_restores;
+      return s;
+    }
   }
   loading_.emplace(s->id, std::move(s));
   {
@@ -140,6 +143,18 @@ std::unique_ptr<Sequence> KvTransfer::Admit(std::unique_ptr<Sequence> s, double 
   }
   loader_cv_.notify_one();
   return nullptr;
+}
+
+RestoreRates KvTransfer::PlanRates(int64_t cached_blocks, double busy) const {
+  RestoreRates r;
+  r.cached_blocks = cached_blocks;
+  r.block_size = options_.block_size;
+  r.prefill = prefill_cost_;
+  r.tier_bytes_per_s = load_seconds_ > 0 ? load_bytes_ / load_seconds_ : options_.tier_bytes_per_s;
+  r.tier_latency_s = load_latency_s_;
+  r.bytes_per_block = block_bytes_;
+  r.gpu_busy_factor = busy;
+  return r;
 }
 
 void KvTransfer::RestoreBeforeAdmit(Sequence* s) {

@@ -70,6 +70,8 @@ struct KvTransferOptions {
   // What the store delivers, in bytes of KV a second, until loads have
   // been timed (then their running rate is used).
   double tier_bytes_per_s = 1e9;
+  // ... and its latency (before the first block of a load arrives).
+  double tier_latency_s = 0.02;
 };
 
 // Counters for EngineStats (see there).
@@ -80,8 +82,10 @@ struct KvTransferStats {
   int64_t host_restored_tokens = 0;     // from the host tier (admissions and re-admissions)
   int64_t split_restores = 0;           // store restores split with a recompute
   int64_t split_recomputed_tokens = 0;  // their recomputed heads
+  int64_t recomputed_restores = 0;      // the store had it; recomputing all was faster
   double host_write_seconds = 0;        // host tier -> pool copies
   double tier_bytes_per_s = 0;          // the store's measured rate (0: not yet)
+  double tier_latency_s = 0;            // and latency (the prior until measured)
   int64_t restore_problems = 0;
   int64_t saved_blocks = 0;
   int64_t save_dropped_blocks = 0;
@@ -214,6 +218,9 @@ class KvTransfer {
     // >= 0: no data, a split plan: recompute this many blocks before
     // first_block; the load continues from first_block (unless last).
     int32_t head_blocks = -1;
+    // The first data chunk of a load: seconds since the loader took the
+    // job (the tier's latency plus this chunk's transfer). -1 otherwise.
+    double since_job_start = -1;
   };
   static constexpr int kRestoreSlots = 3;
   // Loader thread: a free slot, or -1 once stopping or the load `id` is
@@ -302,6 +309,9 @@ class KvTransfer {
   std::unordered_map<RequestId, Split> splits_;
   PrefillCost prefill_cost_;
   double load_bytes_ = 0, load_seconds_ = 0;  // timed store loads, decayed
+  double load_latency_s_ = 0;                 // the tier's, decayed (set in Init)
+  // The rates a plan for `s` uses now (prefix_blocks left to the caller).
+  RestoreRates PlanRates(int64_t cached_blocks, double busy) const;
   // Blocks this engine knows the tier has (saved or restored): later saves
   // of them only link the agent's chain. Cleared when it grows too large.
   std::unordered_set<BlockHash, BlockHashHasher> tier_has_;

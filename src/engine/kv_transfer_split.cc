@@ -154,9 +154,16 @@ void KvTransfer::NoteLoadRate(const LoadChunk& c) {
   if (c.blocks <= 0 || !(c.load_seconds > 0)) return;
   // Older loads count less (the page cache warms, the disk gets busy).
   constexpr double kKeep = 0.9;
-  load_bytes_ = kKeep * load_bytes_ + static_cast<double>(c.blocks) * block_bytes_;
+  const double bytes = static_cast<double>(c.blocks) * block_bytes_;
+  load_bytes_ = kKeep * load_bytes_ + bytes;
   load_seconds_ = kKeep * load_seconds_ + c.load_seconds;
   stats_.tier_bytes_per_s = load_bytes_ / load_seconds_;
+  // The first chunk's time beyond what its bytes take at that rate.
+  if (c.since_job_start >= 0) {
+    const double latency = std::max(0.0, c.since_job_start - bytes / stats_.tier_bytes_per_s);
+    load_latency_s_ = kKeep * load_latency_s_ + (1 - kKeep) * latency;
+  }
+  stats_.tier_latency_s = load_latency_s_;
 }
 
 }  // namespace agentkv

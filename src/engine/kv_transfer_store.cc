@@ -36,10 +36,11 @@ void KvTransfer::LoaderLoop() {
       job = std::move(load_jobs_.front());
       load_jobs_.pop_front();
     }
+    const auto job_start = std::chrono::steady_clock::now();
     int32_t next = job.first_block;
     int32_t end = job.first_block + job.max_blocks;
     if (job.plan && PlanSplit(&job, &next, &end)) continue;
-    while (true) {
+    for (bool first = true;; first = false) {
       LoadChunk c;
       c.id = job.id;
       c.first_block = next;
@@ -52,6 +53,9 @@ void KvTransfer::LoaderLoop() {
                                                   restore_slots_[c.slot].span(), block_bytes_);
         c.load_seconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (first)
+          c.since_job_start =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - job_start).count();
         if (r.ok()) {
           c.blocks = r->blocks;
           c.problem = r->problem;

@@ -43,7 +43,10 @@ RestorePlan PlanRestore(const RestoreRates& rates) {
     if (r <= 0) return 0.0;
     return rates.prefill.known() ? busy * rates.prefill.Seconds(a, a + r * bs) : kInf;
   };
-  auto loading = [&](int64_t r) { return r < n ? static_cast<double>(n - r) * load : 0.0; };
+  const double latency = std::max(0.0, rates.tier_latency_s);
+  auto loading = [&](int64_t r) {
+    return r < n ? latency + static_cast<double>(n - r) * load : 0.0;
+  };
   auto cost = [&](int64_t r) { return std::max(compute(r), loading(r)); };
   plan.recompute_all_seconds = cost(n);
   plan.load_all_seconds = cost(0);

@@ -10,8 +10,8 @@
 // PrefillCost::Seconds over those tokens (a per-token cost plus attention,
 // which grows with the position), stretched by the busy factor (the
 // device's time is shared with other agents, and what the recompute takes
-// from them counts too); loading the other n - r blocks takes
-// (n - r) * bytes_per_block / tier rate. The plan takes the max of the two;
+// from them counts too); loading the other n - r blocks takes the tier's
+// latency plus (n - r) * bytes_per_block / tier rate. The plan takes the max of the two;
 // it is never slower than the better pure strategy (load everything, or
 // recompute everything), since both are among the candidates. On a CPU,
 // where prefill is slow and memory copies fast, it loads everything.
@@ -46,6 +46,9 @@ struct RestoreRates {
   // Bytes per second the tier delivers into the pool (decode included for
   // the store). <= 0: unusable (recompute everything).
   double tier_bytes_per_s = 0;
+  // Seconds before the tier's first block arrives (index lookups, the
+  // first reads from a cold disk), paid once per load.
+  double tier_latency_s = 0;
   size_t bytes_per_block = 0;
   // >= 1: how much longer a recompute takes (and takes from other agents)
   // than on an idle device. Values below 1 count as 1.

@@ -80,6 +80,7 @@ struct EngineSetup {
   bool split = false;  // rates that split a prompt about in half
   int chunk_blocks = 2;
   int max_step_tokens = 64;
+  double tier_latency_s = 0;
 };
 
 size_t BlockBytes() {
@@ -102,6 +103,7 @@ std::unique_ptr<Engine> MakeEngine(const EngineSetup& s) {
     // A block costs 1 ms to recompute and 1 ms to load.
     o.prefill_cost.seconds_per_token = 1e-3 / kBlock;
     o.tier_bytes_per_s = static_cast<double>(BlockBytes()) / 1e-3;
+    o.tier_latency_s = s.tier_latency_s;
   }
   auto e = Engine::Create(std::move(backend).value(), nullptr, o);
   EXPECT_TRUE(e.ok()) << e.status().ToString();
@@ -202,6 +204,18 @@ TEST_F(SplitRestoreTest, HeadDoneFirstWaitsAtItsLimitForTheTail) {
 TEST_F(SplitRestoreTest, TailDoneFirstWaitsForTheHead) {
   // The whole tail in one chunk; the head four tokens a step.
   ExpectSplitMatchesRecompute(EngineSetup{tier_, true, 64, 4});
+}
+
+TEST_F(SplitRestoreTest, ATierSlowToStartIsNotAskedAtAll) {
+  // A second before the first block: recomputing the 40 blocks (40 ms) wins.
+  const std::vector<int32_t> p2 = StoreTurn("agent-r");
+  auto e = MakeEngine(EngineSetup{tier_, true, 2, 64, 1.0});
+  Done got = Collect(e->Submit(Greedy(p2, 12, "agent-r")).value());
+  EXPECT_EQ(e->Stats().recomputed_restores, 1);
+  EXPECT_EQ(e->Stats().split_restores, 0);
+  EXPECT_EQ(got.finished.restored_tokens, 0);
+  EXPECT_EQ(got.finished.cache_source, CacheSource::kNone);
+  EXPECT_EQ(got.tokens, Reference(p2).tokens);
 }
 
 TEST_F(SplitRestoreTest, WithoutRatesEverythingIsLoaded) {
