@@ -53,5 +53,6 @@ for stage in "${stages[@]}"; do
   case $stage in
   1b) run llama1b /tmp/llama1b 4096,32768 ;;
   8b) run qwen3_8b /tmp/qwen3_8b 32768 ;;
+  none) ;;
   esac
 done
