@@ -58,6 +58,13 @@ Reply AdminApi::Status() const {
                               {"inserts", s.host_kv_inserts},
                               {"evictions", s.host_kv_evictions},
                               {"restored_tokens", s.host_restored_tokens}};
+    // Where the engine thread's time goes: steps (scheduling, launching,
+    // collecting, output), of which backend launch and collect calls, and
+    // the device's own busy time.
+    j["engine"]["timing"] = {{"steps", s.steps},
+                             {"step_seconds", s.step_seconds},
+                             {"forward_seconds", s.forward_seconds},
+                             {"device_seconds", s.device_seconds}};
     // Restore or recompute: splits made, the rates they were planned with.
     j["engine"]["restore"] = {
         {"split_restores", s.split_restores},
