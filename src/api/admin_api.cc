@@ -116,7 +116,14 @@ Reply AdminApi::Status() const {
                   {"kv_blocks_written", ks.blocks_written},
                   {"kv_bytes_written", ks.bytes_written},
                   {"kv_blocks_evicted", ks.blocks_evicted},
-                  {"kv_write_errors", ks.write_errors}};
+                  {"kv_write_errors", ks.write_errors},
+                  {"kv_write_yields", st->kv_write_yields()}};
+    // Durable history appends: how long turns waited for them.
+    const store::GroupCommitter::Stats hs = st->history_stats();
+    j["store"]["history"] = {{"requests", hs.requests},
+                             {"transactions", hs.transactions},
+                             {"wait_seconds", hs.wait_seconds},
+                             {"max_wait_seconds", hs.max_wait_seconds}};
   }
   HttpResponse r;
   r.body = Dump(j);

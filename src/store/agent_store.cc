@@ -224,4 +224,6 @@ Result<std::string> AgentStore::GetModel(const ModelFingerprint& fp) {
   return DecodeJsonRecord(static_cast<int>(RecordType::kModel), *v, "models " + fp.Hex());
 }
 
+uint64_t AgentStore::kv_write_yields() const { return env_->background_yields(); }
+
 }  // namespace agentkv::store

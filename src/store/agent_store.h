@@ -179,6 +179,8 @@ class AgentStore {
   KvStoreStats kv_stats() const;
   // History appends: requests, shared transactions, time callers waited.
   GroupCommitter::Stats history_stats() const { return committer_->stats(); }
+  // KV write transactions that waited for a history commit (LmdbEnv).
+  uint64_t kv_write_yields() const;
 
   // --- maintenance ------------------------------------------------------------
   // Checks every record (envelope, structure, KV decompression).

@@ -154,7 +154,7 @@ Status AgentStore::WriteBatch(std::vector<KvChainWrite>& batch) {
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
   uint64_t bytes = 0;
-  Status s = env_->Write([&](LmdbEnv::WriteTxn& t) -> Status {
+  Status s = env_->WriteBackground([&](LmdbEnv::WriteTxn& t) -> Status {
     const int64_t now = Now();
     bytes = 0;
     for (const auto& j : jobs) {
@@ -388,7 +388,7 @@ Result<uint64_t> AgentStore::EvictInTxn(LmdbEnv::WriteTxn& t, uint64_t bytes) {
 
 Result<uint64_t> AgentStore::EvictLru(uint64_t bytes) {
   uint64_t n = 0;
-  RETURN_IF_ERROR(env_->Write([&](LmdbEnv::WriteTxn& t) -> Status {
+  RETURN_IF_ERROR(env_->WriteBackground([&](LmdbEnv::WriteTxn& t) -> Status {
     ASSIGN_OR_RETURN(n, EvictInTxn(t, bytes));
     return Status::Ok();
   }));
@@ -402,7 +402,7 @@ Result<uint64_t> AgentStore::EvictKvTo(uint64_t target_bytes) {
   for (int round = 0; round < 8; ++round) {
     uint64_t n = 0;
     bool done = false;
-    RETURN_IF_ERROR(env_->Write([&](LmdbEnv::WriteTxn& t) -> Status {
+    RETURN_IF_ERROR(env_->WriteBackground([&](LmdbEnv::WriteTxn& t) -> Status {
       ASSIGN_OR_RETURN(uint64_t used, t.UsedBytes());
       done = used <= target_bytes;
       n = 0;

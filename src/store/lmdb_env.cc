@@ -159,8 +159,27 @@ Status LmdbEnv::Grow(uint64_t seen_size) {
   return Status::Ok();
 }
 
-Status LmdbEnv::Write(const std::function<Status(WriteTxn&)>& fn) {
+Status LmdbEnv::WriteAs(const std::function<Status(WriteTxn&)>& fn, bool background) {
   if (options_.read_only) return InvalidArgument("store " + dir_ + " is open read-only");
+  if (background) {
+    std::unique_lock<std::mutex> gate(gate_mu_);
+    if (foreground_ > 0) {
+      background_yields_.fetch_add(1);
+      gate_cv_.wait(gate, [&] { return foreground_ == 0; });
+    }
+  } else {
+    std::lock_guard<std::mutex> gate(gate_mu_);
+    ++foreground_;
+  }
+  struct Leave {
+    LmdbEnv* env;
+    bool foreground;
+    ~Leave() {
+      if (!foreground) return;
+      std::lock_guard<std::mutex> gate(env->gate_mu_);
+      if (--env->foreground_ == 0) env->gate_cv_.notify_all();
+    }
+  } leave{this, !background};
   for (int resized = 0;;) {
     std::shared_lock lock(resize_mu_);
     const uint64_t seen = map_size_.load();

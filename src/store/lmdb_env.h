@@ -17,6 +17,7 @@
 
 #include <array>
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -68,7 +69,16 @@ class LmdbEnv {
   // options.sync). On MDB_MAP_FULL the map is doubled (up to max_map_bytes)
   // and `fn` runs again from scratch, so it must have no effects outside
   // the transaction that a rerun would duplicate. An error from `fn` aborts.
-  Status Write(const std::function<Status(WriteTxn&)>& fn);
+  // Background writes (KV write-behind and its eviction) give way to the
+  // others (history, metadata): one starts only when no other writer is
+  // waiting or running, so a turn's durable history commit waits for at
+  // most the one background transaction already under way. (LMDB's writer
+  // lock is not fair: a busy background writer could take it again and
+  // again ahead of a waiting commit.)
+  Status Write(const std::function<Status(WriteTxn&)>& fn) { return WriteAs(fn, false); }
+  Status WriteBackground(const std::function<Status(WriteTxn&)>& fn) { return WriteAs(fn, true); }
+  // Background writes that waited for foreground ones.
+  uint64_t background_yields() const { return background_yields_.load(); }
 
   // Writes a compacted copy of the environment into the empty directory
   // `dir` (mdb_env_copy2 with MDB_CP_COMPACT).
@@ -85,6 +95,7 @@ class LmdbEnv {
   Status Grow(uint64_t seen_size);
   // Adopts a map size another process set (MDB_MAP_RESIZED).
   Status AdoptMapSize();
+  Status WriteAs(const std::function<Status(WriteTxn&)>& fn, bool background);
 
   MDB_env* env_ = nullptr;
   std::array<MDB_dbi, kDbCount> dbis_{};
@@ -94,6 +105,11 @@ class LmdbEnv {
   std::atomic<uint64_t> map_size_{0};
   // Shared by every transaction, exclusive while the map is resized.
   std::shared_mutex resize_mu_;
+  // Foreground writers waiting or running; background writers wait for 0.
+  std::mutex gate_mu_;
+  std::condition_variable gate_cv_;
+  int foreground_ = 0;
+  std::atomic<uint64_t> background_yields_{0};
 };
 
 // Operations common to read and write transactions.

@@ -20,7 +20,7 @@ l = json.load(open(sys.argv[1]))["levels"][0]
 print("bench engine c64:", {k: l[k] for k in ("output_tok_s", "mean_ttft_ms", "steps", "mean_step_ms", "mean_forward_ms", "mean_device_ms")})
 PY
 ENG=$(python3 -c "import json; print(json.load(open('$OUT/engine.json'))['levels'][0]['output_tok_s'])")
-timing() { curl -s http://127.0.0.1:8080/admin/status | python3 -c "import json,sys; print(json.dumps(json.load(sys.stdin)['engine']['timing']))"; }
+timing() { curl -s http://127.0.0.1:8080/admin/status | python3 -c "import json,sys; j=json.load(sys.stdin); t=j['engine']['timing']; h=j.get('store', {}).get('history', {}); t.update({'hist_' + k: v for k, v in h.items()}); t['kv_write_yields'] = j.get('store', {}).get('kv_write_yields', 0); print(json.dumps(t))"; }
 for store in /tmp/http_gap_store none; do
   rm -rf /tmp/http_gap_store
   agentkv serve --model $M --device cuda --store $store --port 8080 >"$OUT/serve.out" 2>"$OUT/serve.err" &
@@ -41,6 +41,10 @@ if d["steps"]:
     print("   engine per step: host %.3f ms, backend calls %.3f ms, device %.3f ms over %d steps" % (
         1e3 * d["step_seconds"] / d["steps"], 1e3 * d["forward_seconds"] / d["steps"],
         1e3 * d["device_seconds"] / d["steps"], d["steps"]))
+if d.get("hist_requests"):
+    print("   history: %d appends in %d transactions, mean wait %.1f ms, max so far %.1f ms; KV writes that yielded %d" % (
+        d["hist_requests"], d["hist_transactions"], 1e3 * d["hist_wait_seconds"] / d["hist_requests"],
+        1e3 * b["hist_max_wait_seconds"], d["kv_write_yields"]))
 PY
   done
   kill -TERM $PID; wait $PID
