@@ -119,10 +119,12 @@ Result<uint32_t> AgentStore::AppendTurn(std::string_view agent_id, std::string_v
   }
   const std::string value = SealRecord(RecordType::kTurn, messages_json);
   uint32_t turn = 0;
+  bool created = false;
   auto op = [&](LmdbEnv::WriteTxn& t) -> Status {
     const int64_t now = Now();
     ASSIGN_OR_RETURN(auto existing, LoadMetaForUpdate(t, agent_id, now));
     AgentMeta m;
+    created = !existing;
     if (existing) {
       m = std::move(*existing);
     } else {
@@ -144,6 +146,8 @@ Result<uint32_t> AgentStore::AppendTurn(std::string_view agent_id, std::string_v
     if (evicted.ok() && *evicted > 0) s = committer_->Commit(op);
   }
   if (!s.ok()) return s.WithContext("append turn for agent " + std::string(agent_id));
+  // A removed id used again is a new agent: its KV is written again.
+  if (created) ClearTombstone(agent_id);
   return turn;
 }
 

@@ -174,6 +174,60 @@ TEST(AgentStoreTest, SharedPrefixStoredOnceAndRmKeepsShared) {
   EXPECT_EQ(*r->Count(Db::kChains), 0u);
 }
 
+TEST(AgentStoreTest, KvWriteAfterRemovalIsDroppedUntilTheIdIsCreatedAgain) {
+  TempDir dir;
+  auto s = AgentStore::Open(dir.path(), Fast());
+  ASSERT_TRUE(s.ok());
+  auto t = Tokens(16 * 3);
+  ASSERT_TRUE((*s)->AppendTurn("a", "[]").ok());
+  (*s)->PutKvBlocks(MakeChainWrite("a", Fp('1'), t, 16, 1024));
+  ASSERT_TRUE((*s)->Flush().ok());
+  ASSERT_TRUE((*s)->RemoveAgent("a").ok());
+  EXPECT_TRUE((*s)->IsTombstoned("a"));
+  // A save that was still in flight when the agent was deleted: neither its
+  // chain nor its blocks (the conversation's tokens) come back.
+  (*s)->PutKvBlocks(MakeChainWrite("a", Fp('1'), t, 16, 1024));
+  // Another agent's write is untouched.
+  auto other = Tokens(16 * 2, 500);
+  (*s)->PutKvBlocks(MakeChainWrite("b", Fp('1'), other, 16, 1024));
+  ASSERT_TRUE((*s)->Flush().ok());
+  EXPECT_TRUE((*s)->GetKvChain("a", Fp('1'))->empty());
+  EXPECT_EQ((*s)->LoadKvPrefixForTokens(Fp('1'), t, 16)->blocks.size(), 0u);
+  EXPECT_EQ((*s)->GetKvChain("b", Fp('1'))->size(), 2u);
+  EXPECT_EQ((*s)->kv_stats().tombstoned_writes, 1u);
+  {
+    auto r = (*s)->env().BeginRead();
+    EXPECT_EQ(*r->Count(Db::kKv), 2u);
+  }
+  // The id created again is a new agent: its KV is written.
+  ASSERT_TRUE((*s)->AppendTurn("a", "[]").ok());
+  EXPECT_FALSE((*s)->IsTombstoned("a"));
+  (*s)->PutKvBlocks(MakeChainWrite("a", Fp('1'), t, 16, 1024));
+  ASSERT_TRUE((*s)->Flush().ok());
+  EXPECT_EQ((*s)->GetKvChain("a", Fp('1'))->size(), 3u);
+}
+
+TEST(AgentStoreTest, KvWritesQueuedBeforeRemovalNeverOutliveIt) {
+  TempDir dir;
+  auto s = AgentStore::Open(dir.path(), Fast());
+  ASSERT_TRUE(s.ok());
+  ASSERT_TRUE((*s)->AppendTurn("a", "[]").ok());
+  // Many turns' writes queued (each extends the chain by a block), then the
+  // removal right behind them: whichever the writer reached first (written
+  // then removed, or dropped), nothing of the agent is left afterwards.
+  const auto t = Tokens(16 * 50);
+  for (uint32_t i = 0; i < 50; ++i) {
+    const std::vector<int32_t> turn(t.begin(), t.begin() + 16 * (i + 1));
+    (*s)->PutKvBlocks(MakeChainWrite("a", Fp('1'), turn, 16, 4096, /*first_block=*/i));
+  }
+  ASSERT_TRUE((*s)->RemoveAgent("a").ok());
+  ASSERT_TRUE((*s)->Flush().ok());
+  auto r = (*s)->env().BeginRead();
+  EXPECT_EQ(*r->Count(Db::kKv), 0u);
+  EXPECT_EQ(*r->Count(Db::kKvMeta), 0u);
+  EXPECT_EQ(*r->Count(Db::kChains), 0u);
+}
+
 TEST(AgentStoreTest, AppendOnlyWritesNewBlocksAndDivergenceCutsChain) {
   TempDir dir;
   auto s = AgentStore::Open(dir.path(), Fast());
