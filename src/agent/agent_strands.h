@@ -12,8 +12,12 @@
 // (a cancelled or failed turn): the next task then starts after the current
 // one returns, iteratively, never recursively.
 //
+// A task that throws counts as Done (it must not also arrange a Done for
+// later): the tasks behind it start, then the exception propagates to the
+// thread that ran it (the caller of Post or Done).
+//
 // Thread-safety: every method may be called from any thread. Done must be
-// called exactly once per started task.
+// called exactly once per started task that returns normally.
 #pragma once
 
 #include <cstddef>

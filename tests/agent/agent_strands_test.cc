@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -92,6 +93,39 @@ TEST(AgentStrandsTest, SynchronousDoneIsIterative) {
   strands.Done("a");
   EXPECT_EQ(ran, kTasks);
   EXPECT_EQ(strands.Pending("a"), 0u);
+}
+
+TEST(AgentStrandsTest, ThrowingTaskCountsAsDoneAndTheStrandGoesOn) {
+  AgentStrands strands;
+  // Waits behind a running task; the running one then throws on Done's
+  // thread.
+  bool first_ran = false, second_ran = false, third_ran = false;
+  strands.Post("a", [&] { first_ran = true; });  // asynchronous: Done comes later
+  strands.Post("a", [&] {
+    second_ran = true;
+    throw std::runtime_error("task failed");
+  });
+  strands.Post("a", [&] {
+    third_ran = true;
+    strands.Done("a");
+  });
+  EXPECT_TRUE(first_ran);
+  EXPECT_FALSE(second_ran);
+  EXPECT_THROW(strands.Done("a"), std::runtime_error);
+  EXPECT_TRUE(second_ran);
+  EXPECT_TRUE(third_ran);  // the strand is not wedged behind the failure
+  EXPECT_EQ(strands.Pending("a"), 0u);
+  EXPECT_EQ(strands.BusyAgents(), 0u);
+  // A throwing task posted to an idle agent: the poster sees the exception
+  // and the agent takes new tasks.
+  EXPECT_THROW(strands.Post("b", [] { throw std::runtime_error("x"); }), std::runtime_error);
+  bool later = false;
+  strands.Post("b", [&] {
+    later = true;
+    strands.Done("b");
+  });
+  EXPECT_TRUE(later);
+  EXPECT_EQ(strands.Pending("b"), 0u);
 }
 
 }  // namespace

@@ -81,6 +81,23 @@ class Flood : public AsyncBody {
   std::atomic<int>* cancelled_;
 };
 
+// Produces part of its reply, then throws.
+class ThrowingPoll : public AsyncBody {
+ public:
+  ThrowingPoll(bool stream, std::atomic<int>* cancelled) : stream_(stream), cancelled_(cancelled) {}
+  bool streaming() const override { return stream_; }
+  void Start(std::function<void()> wake) override { wake(); }
+  bool Poll(std::string* out) override {
+    *out += stream_ ? "data: part\n\n" : "{\"partial\":";
+    throw std::runtime_error("poll boom");
+  }
+  void Cancel() override { ++*cancelled_; }
+
+ private:
+  bool stream_;
+  std::atomic<int>* cancelled_;
+};
+
 class HttpServerTest : public ::testing::Test {
  protected:
   void StartServer(int max_connections = 8,
@@ -96,6 +113,10 @@ class HttpServerTest : public ::testing::Test {
       if (r.path == "/flood") return std::unique_ptr<AsyncBody>(new Flood(&cancelled_));
       if (r.path == "/finite") return std::unique_ptr<AsyncBody>(new Finite(true));
       if (r.path == "/later") return std::unique_ptr<AsyncBody>(new Finite(false));
+      if (r.path == "/pollthrow")
+        return std::unique_ptr<AsyncBody>(new ThrowingPoll(false, &cancelled_));
+      if (r.path == "/pollthrow-stream")
+        return std::unique_ptr<AsyncBody>(new ThrowingPoll(true, &cancelled_));
       HttpResponse res;
       res.body = "{\"path\":\"" + r.path + "\",\"query\":\"" + r.query +
                  "\",\"len\":" + std::to_string(r.body.size()) + "}";
@@ -194,6 +215,54 @@ TEST_F(HttpServerTest, ClientDisconnectCancelsTheBody) {
   while (cancelled_.load() == 0 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+  EXPECT_EQ(cancelled_.load(), 1);
+}
+
+TEST_F(HttpServerTest, DisconnectAfterAPipelinedByteStillCancelsTheBody) {
+  StartServer();
+  {
+    tcp::socket s = Connect();
+    // One byte of a next request arrives while the stream runs.
+    net::write(s, net::buffer(std::string("GET /stream HTTP/1.1\r\nHost: h\r\n\r\nG")));
+    const std::string r = ReadUntil(s, "data: first");
+    ASSERT_NE(r.find("data: first"), std::string::npos) << r;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (cancelled_.load() == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(cancelled_.load(), 1);
+}
+
+TEST_F(HttpServerTest, PipelinedRequestIsServedAfterAStream) {
+  StartServer();
+  tcp::socket s = Connect();
+  net::write(s, net::buffer(std::string("GET /finite HTTP/1.1\r\nHost: h\r\n\r\n"
+                                        "GET /later HTTP/1.1\r\nHost: h\r\n\r\n")));
+  const std::string r = ReadUntil(s, "{\"ok\":true}");
+  EXPECT_NE(r.find("data: [DONE]"), std::string::npos) << r;
+  EXPECT_NE(r.find("{\"ok\":true}"), std::string::npos) << r;
+}
+
+TEST_F(HttpServerTest, ThrowingPollIs500NotAPartial200) {
+  StartServer();
+  tcp::socket s = Connect();
+  net::write(s, net::buffer(std::string("GET /pollthrow HTTP/1.1\r\nHost: h\r\n\r\n")));
+  const std::string r = ReadUntil(s, "}}");
+  EXPECT_NE(r.find("500"), std::string::npos) << r;
+  EXPECT_EQ(r.find("200 OK"), std::string::npos) << r;
+  EXPECT_EQ(r.find("partial"), std::string::npos) << r;
+  EXPECT_EQ(r.find("poll boom"), std::string::npos) << r;
+  EXPECT_EQ(cancelled_.load(), 1);
+}
+
+TEST_F(HttpServerTest, ThrowingPollCutsAStreamWithoutItsLastChunk) {
+  StartServer();
+  tcp::socket s = Connect();
+  net::write(s, net::buffer(std::string("GET /pollthrow-stream HTTP/1.1\r\nHost: h\r\n\r\n")));
+  const std::string r = ReadUntil(s, "never sent");        // until the server closes
+  EXPECT_EQ(r.find("0\r\n\r\n"), std::string::npos) << r;  // not a complete stream
+  EXPECT_EQ(r.find("data: part"), std::string::npos) << r;
   EXPECT_EQ(cancelled_.load(), 1);
 }
 
