@@ -19,11 +19,12 @@
 //
 // Thread-safety: the static functions are pure; the content index (Remember,
 // Forget, Match, Identify) is guarded by a mutex and may be used from any
-// thread.
+// thread; matching compares sequences outside it.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -77,10 +78,12 @@ class AgentIdentifier {
   // part ignored).
   static std::string NewAgentId(const ContentKey& key);
 
-  // At most `max_known` agents are remembered for content matching; past
-  // it the least recently remembered is forgotten (it can still be found by
-  // its explicit or hashed id).
-  explicit AgentIdentifier(size_t max_known = 4096) : max_known_(max_known) {}
+  // At most `max_known` agents and `max_tokens` tokens in all are
+  // remembered for content matching; past either the least recently
+  // remembered is forgotten (it can still be found by its explicit or
+  // hashed id). The newest sequence is kept even when it alone is larger.
+  explicit AgentIdentifier(size_t max_known = 4096, size_t max_tokens = 32ull << 20)
+      : max_known_(max_known), max_tokens_(max_tokens) {}
 
   // Remembers (replaces) `agent`'s token sequence for content matching.
   void Remember(const std::string& agent, std::vector<int32_t> tokens);
@@ -90,6 +93,8 @@ class AgentIdentifier {
   std::vector<int32_t> Remembered(const std::string& agent) const;
   void ForgetAll();
   size_t size() const;
+  // Tokens remembered, in all.
+  size_t tokens() const;
   size_t capacity() const { return max_known_; }
 
   // The known agent sharing the longest common prefix with `tokens`, if that
@@ -106,15 +111,20 @@ class AgentIdentifier {
 
  private:
   struct Known {
-    std::vector<int32_t> tokens;
+    // Immutable once remembered: Best compares against it outside the lock.
+    std::shared_ptr<const std::vector<int32_t>> tokens;
     uint64_t stamp = 0;
   };
-  // Longest common prefix of `tokens` with any known sequence, and who.
+  // Longest common prefix of `tokens` with any known sequence, and who. The
+  // lock is held only to take a snapshot of the sequences (pointers), not
+  // while they are compared.
   std::pair<size_t, std::string> Best(std::span<const int32_t> tokens) const;
 
   const size_t max_known_;
+  const size_t max_tokens_;
   mutable std::mutex mu_;
   std::unordered_map<std::string, Known> known_;
+  size_t total_tokens_ = 0;
   uint64_t next_stamp_ = 1;
 };
 

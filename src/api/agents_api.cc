@@ -1,11 +1,13 @@
 #include "api/agents_api.h"
 
+#include <charconv>
 #include <nlohmann/json.hpp>
 
 #include "api/callback_body.h"
 #include "api/generation_job.h"
 #include "api/json_template.h"
 #include "api/openai_api.h"
+#include "api/query_params.h"
 #include "store/store_kv_tier.h"
 #include "util/hash.h"
 
@@ -225,12 +227,30 @@ Reply AgentsApi::Generate(const HttpRequest& req, const std::string& agent_id) c
       new AgentJob(ctx_, std::move(turn), parser, stream, std::move(record)));
 }
 
-Reply AgentsApi::List() const {
-  auto list = ctx_.agents->List();
-  if (!list.ok()) return FromStatus(list.status());
+Reply AgentsApi::List(const HttpRequest& req) const {
+  int64_t limit = kDefaultListLimit;
+  if (auto v = QueryParam(req.query, "limit")) {
+    int64_t n = 0;
+    const char* end = v->data() + v->size();
+    auto [p, ec] = std::from_chars(v->data(), end, n);
+    if (ec != std::errc() || p != end || n < 1 || n > kMaxListLimit) {
+      return OpenAiApi::Error(
+          400, "'limit' must be an integer from 1 to " + std::to_string(kMaxListLimit), "limit");
+    }
+    limit = n;
+  }
+  const std::string after = QueryParam(req.query, "after").value_or("");
+  auto page = ctx_.agents->List(after, static_cast<size_t>(limit));
+  if (!page.ok()) return FromStatus(page.status());
   json data = json::array();
-  for (const auto& a : *list) data.push_back(InfoJson(a));
-  return Json(200, {{"object", "list"}, {"data", std::move(data)}});
+  for (const auto& a : page->agents) data.push_back(InfoJson(a));
+  json first = page->agents.empty() ? json(nullptr) : json(page->agents.front().id);
+  json last = page->agents.empty() ? json(nullptr) : json(page->agents.back().id);
+  return Json(200, {{"object", "list"},
+                    {"data", std::move(data)},
+                    {"has_more", page->has_more},
+                    {"first_id", std::move(first)},
+                    {"last_id", std::move(last)}});
 }
 
 Reply AgentsApi::Get(const std::string& agent_id) const {

@@ -8,6 +8,7 @@
 
 #include "api/api_key.h"
 #include "api/json_depth.h"
+#include "api/query_params.h"
 
 namespace agentkv::api {
 namespace {
@@ -27,20 +28,6 @@ bool IsAnthropic(const std::string& path) {
 
 constexpr std::string_view kAgents = "/v1/agents/";
 
-// Percent-decodes a path segment ("a%20b" -> "a b"); malformed escapes stay.
-std::string PercentDecode(const std::string& s) {
-  std::string out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '%' && i + 2 < s.size() && std::isxdigit(static_cast<unsigned char>(s[i + 1])) &&
-        std::isxdigit(static_cast<unsigned char>(s[i + 2]))) {
-      out += static_cast<char>(std::stoi(s.substr(i + 1, 2), nullptr, 16));
-      i += 2;
-    } else {
-      out += s[i];
-    }
-  }
-  return out;
-}
 constexpr std::string_view kBatch = "/v1/batch/";
 
 }  // namespace
@@ -215,7 +202,7 @@ Reply ApiService::Route(const HttpRequest& req) const {
   if (p == "/v1/completions" && post) return openai_.Completions(req);
   if (p == "/v1/messages" && post) return anthropic_.Messages(req);
   if (p == "/v1/messages/count_tokens" && post) return anthropic_.CountTokens(req);
-  if (p == "/v1/agents" && get) return agents_.List();
+  if (p == "/v1/agents" && get) return agents_.List(req);
   if (p.rfind(kAgents, 0) == 0) {
     const std::string rest = p.substr(kAgents.size());
     const size_t slash = rest.find('/');

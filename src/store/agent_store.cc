@@ -3,6 +3,7 @@
 #include "store/agent_store.h"
 
 #include <chrono>
+#include <limits>
 
 #include "store/record_envelope.h"
 #include "store/worker_pool.h"
@@ -171,21 +172,24 @@ Result<AgentMeta> AgentStore::GetAgent(std::string_view agent_id) {
 }
 
 Result<std::vector<AgentMeta>> AgentStore::ListAgents() {
+  return ListAgents({}, std::numeric_limits<size_t>::max());
+}
+
+Result<std::vector<AgentMeta>> AgentStore::ListAgents(std::string_view after, size_t limit) {
   ASSIGN_OR_RETURN(auto r, env_->BeginRead());
   std::vector<AgentMeta> out;
-  Status first_bad;
-  RETURN_IF_ERROR(
-      r.Scan(Db::kAgents, {}, [&](std::string_view k, std::string_view v) -> Result<bool> {
+  if (limit == 0) return out;
+  RETURN_IF_ERROR(r.Scan(
+      Db::kAgents, {},
+      [&](std::string_view k, std::string_view v) -> Result<bool> {
+        if (!after.empty() && k == after) return true;  // the cursor itself
+        // A listing with a corrupt agent still lists the others; the caller
+        // that needs to know runs Verify().
         auto m = DecodeAgentMeta(k, v);
-        if (m.ok()) {
-          out.push_back(std::move(*m));
-        } else if (first_bad.ok()) {
-          first_bad = m.status();
-        }
-        return true;
-      }));
-  // A listing with a corrupt agent still lists the others; the caller that
-  // needs to know runs Verify().
+        if (m.ok()) out.push_back(std::move(*m));
+        return out.size() < limit;
+      },
+      after));
   return out;
 }
 

@@ -139,5 +139,33 @@ TEST(AgentIdentifierTest, RemembersAtMostMaxKnown) {
   EXPECT_TRUE(ids.Remembered("a").empty());
 }
 
+TEST(AgentIdentifierTest, RemembersAtMostMaxTokensInAll) {
+  AgentIdentifier id(/*max_known=*/100, /*max_tokens=*/1000);
+  auto seq = [](int n, int32_t base) {
+    std::vector<int32_t> v(n);
+    for (int i = 0; i < n; ++i) v[i] = base + i;
+    return v;
+  };
+  id.Remember("a", seq(600, 1));
+  id.Remember("b", seq(300, 5000));
+  EXPECT_EQ(id.size(), 2u);
+  EXPECT_EQ(id.tokens(), 900u);
+  id.Remember("c", seq(300, 9000));  // 1,200 > 1,000: the oldest goes
+  EXPECT_EQ(id.size(), 2u);
+  EXPECT_EQ(id.tokens(), 600u);
+  EXPECT_TRUE(id.Remembered("a").empty());
+  EXPECT_FALSE(id.Match(seq(600, 1), 10).has_value());
+  EXPECT_EQ(id.Match(seq(300, 5000), 10), "b");
+  // Replacing a sequence counts only the new one.
+  id.Remember("b", seq(100, 5000));
+  EXPECT_EQ(id.tokens(), 400u);
+  // One sequence larger than the bound is kept alone (the newest).
+  id.Remember("d", seq(2000, 20000));
+  EXPECT_EQ(id.size(), 1u);
+  EXPECT_EQ(id.Match(seq(2000, 20000), 10), "d");
+  id.Forget("d");
+  EXPECT_EQ(id.tokens(), 0u);
+}
+
 }  // namespace
 }  // namespace agentkv::agent

@@ -63,7 +63,8 @@ class AgentsApiTest : public ::testing::Test {
                                    const std::string& body = "") {
     HttpRequest r;
     r.method = method;
-    r.path = path;
+    r.path = path.substr(0, path.find('?'));
+    if (path.find('?') != std::string::npos) r.query = path.substr(path.find('?') + 1);
     r.body = body;
     if (method == "POST") r.headers["content-type"] = "application/json";
     Reply reply = service_->Handle(r);
@@ -146,6 +147,35 @@ TEST_F(AgentsApiTest, GenerateKeepsHistoryAndCache) {
   // nothing of the deleted agent's history in its prompt.
   std::tie(st, body) = Call("POST", "/v1/agents/a1/generate", R"({"message":"Hi","max_tokens":1})");
   EXPECT_EQ(json::parse(body)["turn"], 1);
+}
+
+TEST_F(AgentsApiTest, ListIsPaginatedWithLimitAndAfter) {
+  for (const char* id : {"p1", "p2", "p3"}) ASSERT_TRUE(store_->AppendTurn(id, "[]").ok());
+  auto [st, body] = Call("GET", "/v1/agents?limit=2");
+  ASSERT_EQ(st, 200) << body;
+  json page = json::parse(body);
+  ASSERT_EQ(page["data"].size(), 2u);
+  EXPECT_EQ(page["data"][0]["id"], "p1");
+  EXPECT_EQ(page["has_more"], true);
+  EXPECT_EQ(page["first_id"], "p1");
+  EXPECT_EQ(page["last_id"], "p2");
+  std::tie(st, body) = Call("GET", "/v1/agents?limit=2&after=p2");
+  page = json::parse(body);
+  ASSERT_EQ(page["data"].size(), 1u);
+  EXPECT_EQ(page["data"][0]["id"], "p3");
+  EXPECT_EQ(page["has_more"], false);
+  // `after` is percent-decoded; without a limit the default page holds all.
+  page = json::parse(Call("GET", "/v1/agents?after=p%31").second);
+  ASSERT_EQ(page["data"].size(), 2u);
+  EXPECT_EQ(page["data"][0]["id"], "p2");
+  page = json::parse(Call("GET", "/v1/agents?after=p3").second);
+  EXPECT_TRUE(page["data"].empty());
+  EXPECT_TRUE(page["last_id"].is_null());
+  for (const char* bad : {"limit=0", "limit=1001", "limit=abc", "limit=", "limit=1e3"}) {
+    std::tie(st, body) = Call("GET", std::string("/v1/agents?") + bad);
+    EXPECT_EQ(st, 400) << bad << " -> " << body;
+    EXPECT_EQ(json::parse(body)["error"]["param"], "limit") << bad;
+  }
 }
 
 TEST_F(AgentsApiTest, BadInputIsOpenAiShaped400) {

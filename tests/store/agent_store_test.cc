@@ -49,6 +49,29 @@ TEST(AgentStoreTest, TurnsAreNumberedAndSurviveReopen) {
   EXPECT_EQ((*s)->GetAgent("nobody").status().code(), StatusCode::kNotFound);
 }
 
+TEST(AgentStoreTest, ListsAgentsAPageAtATime) {
+  TempDir dir;
+  auto s = AgentStore::Open(dir.path(), Fast());
+  ASSERT_TRUE(s.ok());
+  for (const char* id : {"b", "a", "c", "d"}) ASSERT_TRUE((*s)->AppendTurn(id, "[]").ok());
+  auto page = (*s)->ListAgents("", 2);
+  ASSERT_TRUE(page.ok());
+  ASSERT_EQ(page->size(), 2u);
+  EXPECT_EQ((*page)[0].id, "a");
+  EXPECT_EQ((*page)[1].id, "b");
+  page = (*s)->ListAgents("b", 2);
+  ASSERT_EQ(page->size(), 2u);
+  EXPECT_EQ((*page)[0].id, "c");
+  EXPECT_EQ((*page)[1].id, "d");
+  EXPECT_TRUE((*s)->ListAgents("d", 2)->empty());
+  // A cursor that is not an agent id starts after where it would sort.
+  page = (*s)->ListAgents("bb", 10);
+  ASSERT_EQ(page->size(), 2u);
+  EXPECT_EQ((*page)[0].id, "c");
+  EXPECT_TRUE((*s)->ListAgents("", 0)->empty());
+  EXPECT_EQ((*s)->ListAgents()->size(), 4u);
+}
+
 TEST(AgentStoreTest, RejectsBadInput) {
   TempDir dir;
   auto s = AgentStore::Open(dir.path(), Fast());
