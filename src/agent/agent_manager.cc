@@ -18,7 +18,8 @@ size_t TurnBytes(const std::string& turn) { return turn.size() + 32; }
 AgentManager::AgentManager(store::AgentStore* store, AgentManagerOptions options)
     : store_(store),
       options_(options),
-      identifier_(options.max_known_agents, options.max_known_tokens) {}
+      identifier_(options.max_known_agents, options.max_known_tokens),
+      strands_(options.executor) {}
 
 AgentInfo& AgentManager::TouchInfo(const std::string& agent) {
   auto it = info_.find(agent);

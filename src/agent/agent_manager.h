@@ -72,6 +72,11 @@ struct AgentManagerOptions {
   // Content matching (AgentIdentifier): agents and tokens remembered.
   size_t max_known_agents = 4096;
   size_t max_known_tokens = 32ull << 20;
+  // Where agents' tasks start (AgentStrands' executor): a worker pool, so
+  // rendering, tokenizing and the store's waits stay off the callers'
+  // threads. Null: inline. It must run every task posted while the manager
+  // lives (stop the pool before destroying the manager).
+  AgentStrands::Executor executor;
 };
 
 // One page of agents, by id (byte order).

@@ -12,7 +12,12 @@ void AgentStrands::Post(const std::string& agent, Task task) {
     if (q.busy) return;
     q.busy = true;
   }
-  Dispatch(agent);
+  Kick(agent);
+}
+
+void AgentStrands::Kick(const std::string& agent) {
+  if (!executor_) return Dispatch(agent);
+  executor_([this, agent] { Dispatch(agent); });
 }
 
 void AgentStrands::Done(const std::string& agent) {
@@ -26,7 +31,7 @@ void AgentStrands::Done(const std::string& agent) {
       return;
     }
   }
-  Dispatch(agent);
+  Kick(agent);
 }
 
 void AgentStrands::Dispatch(const std::string& agent) {

@@ -108,6 +108,13 @@ uint64_t ApiService::BodyLimit(const std::string& method, const std::string& pat
   return kSmall;
 }
 
+bool ApiService::Offload(const HttpRequest& req) {
+  if (req.method != "GET" && req.method != "HEAD") return true;
+  const std::string& p = req.path;
+  return !(p == "/" || p == "/health" || p == "/metrics" || p == "/v1/models" ||
+           p.rfind("/v1/models/", 0) == 0);
+}
+
 Reply ApiService::Handle(const HttpRequest& req) const {
   Reply reply;
   try {

@@ -54,6 +54,11 @@ class ApiService {
   // generate and their /v1/batch mirrors), 1 MiB for everything else.
   static uint64_t BodyLimit(const std::string& method, const std::string& path,
                             uint64_t generation_limit);
+  // Whether a request's handling may block (parsing, rendering and
+  // tokenizing a body, reading or waiting for the store) and belongs on the
+  // worker pool (HttpServerOptions::offload): everything but liveness,
+  // metrics and the model list.
+  static bool Offload(const HttpRequest& req);
 
  private:
   Reply Route(const HttpRequest& req) const;

@@ -199,6 +199,22 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     req.body = std::move(msg.body());
     parser_.reset();
 
+    const auto& o = server_->options;
+    if (o.offload && o.offload_executor && o.offload(req)) {
+      // Handled on the executor; the reply comes back to this strand.
+      auto self = this->shared_from_this();
+      auto shared_req = std::make_shared<HttpRequest>(std::move(req));
+      auto ex = stream_.get_executor();
+      o.offload_executor([self, shared_req, ex] {
+        auto reply = std::make_shared<Reply>(self->CallHandler(*shared_req));
+        net::post(ex, [self, reply] { self->OnReply(std::move(*reply)); });
+      });
+      return;
+    }
+    OnReply(CallHandler(req));
+  }
+
+  Reply CallHandler(const HttpRequest& req) {
     Reply reply;
     try {
       reply = server_->handler(req);
@@ -216,6 +232,15 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       r.status = 500;
       r.body = PlainError("internal error");
       reply = std::move(r);
+    }
+    return reply;
+  }
+
+  void OnReply(Reply reply) {
+    if (closed_) {
+      // The server stopped the connection meanwhile: the work is not wanted.
+      if (auto* b = std::get_if<std::unique_ptr<AsyncBody>>(&reply); b && *b) (*b)->Cancel();
+      return;
     }
     if (auto* r = std::get_if<HttpResponse>(&reply)) return WriteResponse(std::move(*r));
     body_ = std::move(std::get<std::unique_ptr<AsyncBody>>(reply));

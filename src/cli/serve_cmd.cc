@@ -26,6 +26,7 @@
 #include "store/agent_store.h"
 #include "util/memory_size.h"
 #include "util/system_memory.h"
+#include "util/task_pool.h"
 
 namespace agentkv::cli {
 namespace {
@@ -44,10 +45,15 @@ struct ServeArgs {
   std::string admin_key, models_dir;
   bool insecure_no_key = false;
   int http_threads = 0;
+  int workers = 4;
   int max_queue = 512;
   std::string store_dir = "data/store";
   std::string store_max_bytes;
-  std::string max_body = "32M";
+  // A 128k-token conversation is at most ~2 MiB of text (tokens average 3
+  // to 4 bytes; 16 at most, for runs of blanks or repeated characters), and
+  // JSON escaping at most doubles it: 8M holds that with room for tool
+  // definitions and message framing.
+  std::string max_body = "8M";
   int read_timeout_s = 60;
   int write_timeout_s = 30;
   int sse_keepalive_s = 15;
@@ -152,7 +158,14 @@ int RunServe(const ServeArgs& a) {
   }
   PrintKvPool(**model);
   api::ModelHost host(mo, std::move(model).value());
-  agent::AgentManager agents(agent_store.get());
+  // Blocking work of requests (parsing, rendering and tokenizing bodies,
+  // history fsyncs, deletes waiting for the store, agents' turns starting)
+  // runs here, never on the HTTP io threads.
+  TaskPool workers(a.workers, "request workers");
+  auto run_on_workers = [&workers](std::function<void()> f) { workers.Post(std::move(f)); };
+  agent::AgentManagerOptions agent_options;
+  agent_options.executor = run_on_workers;
+  agent::AgentManager agents(agent_store.get(), agent_options);
   api::Metrics metrics;
   if (auto known = api::AgentBinding::RememberStoredAgents(*host.Current(), agents); !known.ok()) {
     std::cerr << "store: " << known.status().ToString() << "\n";
@@ -171,7 +184,7 @@ int RunServe(const ServeArgs& a) {
           ? a.models_dir
           : std::filesystem::weakly_canonical(mo.model_dir).parent_path().string();
   if (service_options.models_dir.empty()) service_options.models_dir = ".";
-  api::ApiService service({&host, &agents, &metrics}, service_options);
+  api::ApiService service({&host, &agents, &metrics, &workers}, service_options);
   api::HttpServerOptions so;
   so.host = a.host;
   so.port = static_cast<uint16_t>(a.port);
@@ -190,6 +203,8 @@ int RunServe(const ServeArgs& a) {
   so.sse_keepalive_ms = a.sse_keepalive_s * 1000;
   so.tls_cert_file = a.tls_cert;
   so.tls_key_file = a.tls_key;
+  so.offload = [](const api::HttpRequest& r) { return api::ApiService::Offload(r); };
+  so.offload_executor = run_on_workers;
   api::HttpServer server(so, [&service](const api::HttpRequest& r) { return service.Handle(r); });
   if (Status s = server.Start(); !s.ok()) {
     std::cerr << "error: " << s.ToString() << "\n";
@@ -209,6 +224,8 @@ int RunServe(const ServeArgs& a) {
   while (server.connections() > 0 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  // The workers' last tasks may still post replies to the io threads.
+  workers.Stop();
   server.Stop();
   if (!down.ok()) std::cerr << "store: " << down.ToString() << "\n";
   if (agent_store) {
@@ -285,6 +302,13 @@ Registrar reg("serve", "Serve the HTTP API (OpenAI and Anthropic protocols)",
                     ->capture_default_str()
                     ->check(CLI::Range(0, 64))
                     ->envname("AGENTKV_HTTP_THREADS");
+                app.add_option("--workers", a->workers,
+                               "Threads for the blocking work of requests (parsing, rendering "
+                               "and tokenizing bodies, history fsyncs, deletes), off the HTTP "
+                               "I/O threads")
+                    ->capture_default_str()
+                    ->check(CLI::Range(1, 256))
+                    ->envname("AGENTKV_WORKERS");
                 app.add_option("--max-queue", a->max_queue,
                                "Waiting requests past which new ones get 429 / 529 (0 = no limit)")
                     ->capture_default_str()

@@ -12,6 +12,8 @@
 
 #include <gtest/gtest.h>
 
+#include "util/task_pool.h"
+
 namespace agentkv::agent {
 namespace {
 
@@ -126,6 +128,40 @@ TEST(AgentStrandsTest, ThrowingTaskCountsAsDoneAndTheStrandGoesOn) {
   });
   EXPECT_TRUE(later);
   EXPECT_EQ(strands.Pending("b"), 0u);
+}
+
+TEST(AgentStrandsTest, WithAnExecutorTasksNeverRunOnThePostersThread) {
+  TaskPool pool(2, "strands");
+  AgentStrands strands([&pool](std::function<void()> f) { pool.Post(std::move(f)); });
+  const auto me = std::this_thread::get_id();
+  std::atomic<int> on_me{0}, ran{0};
+  for (int i = 0; i < 20; ++i) {
+    strands.Post("a", [&] {
+      if (std::this_thread::get_id() == me) ++on_me;
+      ++ran;
+      strands.Done("a");  // synchronous: the next starts after this returns
+    });
+  }
+  // An asynchronous task: its Done, called here, starts the next on the pool.
+  std::atomic<bool> started{false};
+  strands.Post("b", [&] { started = true; });
+  strands.Post("b", [&] {
+    if (std::this_thread::get_id() == me) ++on_me;
+    ++ran;
+    strands.Done("b");
+  });
+  for (int i = 0; i < 10000 && !started; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_TRUE(started);
+  strands.Done("b");
+  for (int i = 0; i < 10000 && ran.load() < 21; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  pool.Stop();
+  EXPECT_EQ(ran.load(), 21);
+  EXPECT_EQ(on_me.load(), 0);
+  EXPECT_EQ(strands.Pending("a") + strands.Pending("b"), 0u);
 }
 
 }  // namespace

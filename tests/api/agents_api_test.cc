@@ -14,6 +14,7 @@
 
 #include "api/api_service.h"
 #include "engine/model_synth.h"
+#include "util/task_pool.h"
 
 namespace agentkv::api {
 namespace {
@@ -147,6 +148,33 @@ TEST_F(AgentsApiTest, GenerateKeepsHistoryAndCache) {
   // nothing of the deleted agent's history in its prompt.
   std::tie(st, body) = Call("POST", "/v1/agents/a1/generate", R"({"message":"Hi","max_tokens":1})");
   EXPECT_EQ(json::parse(body)["turn"], 1);
+}
+
+TEST_F(AgentsApiTest, TurnsRecordAndDeleteOnTheWorkerPool) {
+  // As `serve` runs it: agents' tasks start on the pool and finished turns
+  // are recorded there, never on the thread that polls the reply.
+  TaskPool pool(2, "workers");
+  agent::AgentManagerOptions ao;
+  ao.executor = [&pool](std::function<void()> f) { pool.Post(std::move(f)); };
+  agents_ = std::make_unique<agent::AgentManager>(store_.get(), ao);
+  service_ = std::make_unique<ApiService>(ApiContext{host_.get(), agents_.get(), &metrics_, &pool},
+                                          ApiServiceOptions{});
+  auto [st, body] = Call("POST", "/v1/agents/w1/generate", R"({"message":"Hello","max_tokens":2})");
+  ASSERT_EQ(st, 200) << body;
+  EXPECT_EQ(json::parse(body)["turn"], 1);
+  std::tie(st, body) =
+      Call("POST", "/v1/agents/w1/generate", R"({"message":"Again","max_tokens":2,"stream":true})");
+  ASSERT_EQ(st, 200) << body;
+  EXPECT_NE(body.find("\"turn\":2"), std::string::npos) << body;
+  auto hist = store_->GetHistory("w1");
+  ASSERT_TRUE(hist.ok());
+  EXPECT_EQ(hist->size(), 2u);
+  std::tie(st, body) = Call("DELETE", "/v1/agents/w1");
+  EXPECT_EQ(st, 200) << body;
+  EXPECT_EQ(Call("GET", "/v1/agents/w1").first, 404);
+  service_.reset();
+  pool.Stop();
+  agents_.reset();  // its executor is the pool's
 }
 
 TEST_F(AgentsApiTest, ListIsPaginatedWithLimitAndAfter) {

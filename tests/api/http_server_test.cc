@@ -7,6 +7,7 @@
 #include <boost/asio.hpp>
 #include <boost/asio/ssl.hpp>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
 #include <mutex>
@@ -14,6 +15,8 @@
 #include <thread>
 
 #include <gtest/gtest.h>
+
+#include "util/task_pool.h"
 
 namespace agentkv::api {
 namespace {
@@ -109,6 +112,10 @@ class HttpServerTest : public ::testing::Test {
     if (tweak) tweak(&o);
     server_ = std::make_unique<HttpServer>(o, [this](const HttpRequest& r) -> Reply {
       if (r.path == "/throw") throw std::runtime_error("boom");
+      if (r.path == "/slow") {
+        std::unique_lock<std::mutex> l(slow_mu_);
+        slow_cv_.wait(l, [&] { return slow_released_; });
+      }
       if (r.path == "/stream") return std::unique_ptr<AsyncBody>(new FakeStream(&cancelled_));
       if (r.path == "/flood") return std::unique_ptr<AsyncBody>(new Flood(&cancelled_));
       if (r.path == "/finite") return std::unique_ptr<AsyncBody>(new Finite(true));
@@ -144,9 +151,18 @@ class HttpServerTest : public ::testing::Test {
     return got;
   }
 
+  void ReleaseSlow() {
+    std::lock_guard<std::mutex> l(slow_mu_);
+    slow_released_ = true;
+    slow_cv_.notify_all();
+  }
+
   net::io_context io_;
   std::unique_ptr<HttpServer> server_;
   std::atomic<int> cancelled_{0};
+  std::mutex slow_mu_;
+  std::condition_variable slow_cv_;
+  bool slow_released_ = false;
 };
 
 TEST_F(HttpServerTest, KeepAliveServesSeveralRequests) {
@@ -264,6 +280,43 @@ TEST_F(HttpServerTest, ThrowingPollCutsAStreamWithoutItsLastChunk) {
   EXPECT_EQ(r.find("0\r\n\r\n"), std::string::npos) << r;  // not a complete stream
   EXPECT_EQ(r.find("data: part"), std::string::npos) << r;
   EXPECT_EQ(cancelled_.load(), 1);
+}
+
+TEST_F(HttpServerTest, OffloadedHandlersNeverHoldTheIoThread) {
+  TaskPool pool(2, "offload");
+  StartServer(8, [&](HttpServerOptions* o) {
+    o->threads = 1;  // one io thread: a handler blocking on it would stall everything
+    o->offload = [](const HttpRequest& r) { return r.path != "/a"; };
+    o->offload_executor = [&pool](std::function<void()> f) { pool.Post(std::move(f)); };
+  });
+  tcp::socket slow = Connect();
+  net::write(slow, net::buffer(std::string("GET /slow HTTP/1.1\r\nHost: h\r\n\r\n")));
+  // Should the handler hold the io thread after all, this lets it go after
+  // a while so the test fails instead of hanging.
+  std::thread watchdog([this] {
+    std::unique_lock<std::mutex> l(slow_mu_);
+    slow_cv_.wait_for(l, std::chrono::seconds(10), [&] { return slow_released_; });
+    slow_released_ = true;
+    slow_cv_.notify_all();
+  });
+  tcp::socket quick = Connect();
+  net::write(quick, net::buffer(std::string("GET /a HTTP/1.1\r\nHost: h\r\n\r\n")));
+  const std::string a = ReadUntil(quick, "}");
+  bool answered_while_slow_ran;
+  {
+    std::lock_guard<std::mutex> l(slow_mu_);
+    answered_while_slow_ran = !slow_released_;
+  }
+  EXPECT_TRUE(answered_while_slow_ran);
+  EXPECT_NE(a.find("\"path\":\"/a\""), std::string::npos) << a;
+  // An offloaded stream works as any other.
+  net::write(quick, net::buffer(std::string("GET /finite HTTP/1.1\r\nHost: h\r\n\r\n")));
+  EXPECT_NE(ReadUntil(quick, "0\r\n\r\n").find("data: [DONE]"), std::string::npos);
+  ReleaseSlow();
+  EXPECT_NE(ReadUntil(slow, "}").find("\"path\":\"/slow\""), std::string::npos);
+  watchdog.join();
+  server_->Stop();
+  pool.Stop();
 }
 
 TEST_F(HttpServerTest, BodyLimitsPerRoute) {
