@@ -102,7 +102,31 @@ Result<Identification> AgentIdentifier::ExplicitId(const IdentityHints& h) {
   if (Status s = store::ValidateAgentId(id.agent_id); !s.ok()) {
     return InvalidArgument("bad agent id: " + s.message());
   }
+  ASSIGN_OR_RETURN(id.agent_id, Scope(h.tenant, id.agent_id));
   return id;
+}
+
+Result<std::string> AgentIdentifier::Scope(std::string_view tenant, std::string_view id) {
+  if (tenant.empty()) return std::string(id);
+  std::string scoped = ScopePrefix(tenant);
+  scoped += id;
+  if (Status s = store::ValidateAgentId(scoped); !s.ok()) {
+    return InvalidArgument("bad agent id: at most " + std::to_string(256 - tenant.size() - 1) +
+                           " bytes for this tenant's agents");
+  }
+  return scoped;
+}
+
+std::string AgentIdentifier::Unscope(std::string_view tenant, std::string_view scoped) {
+  const std::string prefix = ScopePrefix(tenant);
+  if (!prefix.empty() && scoped.substr(0, prefix.size()) == prefix) {
+    scoped.remove_prefix(prefix.size());
+  }
+  return std::string(scoped);
+}
+
+std::string AgentIdentifier::ScopePrefix(std::string_view tenant) {
+  return tenant.empty() ? std::string() : std::string(tenant) + "/";
 }
 
 std::string AgentIdentifier::NewAgentId(const ContentKey& key) {
@@ -169,7 +193,8 @@ size_t AgentIdentifier::tokens() const {
   return total_tokens_;
 }
 
-std::pair<size_t, std::string> AgentIdentifier::Best(std::span<const int32_t> tokens) const {
+std::pair<size_t, std::string> AgentIdentifier::Best(std::span<const int32_t> tokens,
+                                                     std::string_view scope) const {
   struct Candidate {
     std::string id;
     std::shared_ptr<const std::vector<int32_t>> seq;
@@ -182,6 +207,7 @@ std::pair<size_t, std::string> AgentIdentifier::Best(std::span<const int32_t> to
     for (const auto& [id, k] : known_) {
       // Only sequences that agree on the first token can share a prefix.
       if (tokens.empty() || k.tokens->empty() || k.tokens->front() != tokens.front()) continue;
+      if (!scope.empty() && id.compare(0, scope.size(), scope) != 0) continue;  // another tenant's
       snapshot.push_back(Candidate{id, k.tokens, k.stamp});
     }
   }
@@ -204,8 +230,8 @@ std::pair<size_t, std::string> AgentIdentifier::Best(std::span<const int32_t> to
 }
 
 std::optional<std::string> AgentIdentifier::Match(std::span<const int32_t> tokens,
-                                                  size_t min_tokens) const {
-  auto [lcp, who] = Best(tokens);
+                                                  size_t min_tokens, std::string_view scope) const {
+  auto [lcp, who] = Best(tokens, scope);
   if (lcp == 0 || lcp < min_tokens) return std::nullopt;
   return who;
 }
@@ -215,12 +241,13 @@ Result<Identification> AgentIdentifier::Identify(
     const std::function<size_t()>& first_turn_tokens) const {
   ASSIGN_OR_RETURN(Identification id, ExplicitId(hints));
   if (!id.agent_id.empty()) return id;
-  auto [lcp, who] = Best(tokens);
+  auto [lcp, who] = Best(tokens, ScopePrefix(hints.tenant));
   if (lcp > 0) {
     const size_t need = first_turn_tokens ? first_turn_tokens() : tokens.size();
     if (lcp >= std::max<size_t>(need, 1)) return Identification{who, IdSource::kContent};
   }
-  return Identification{NewAgentId(key), IdSource::kNew};
+  ASSIGN_OR_RETURN(std::string fresh, Scope(hints.tenant, NewAgentId(key)));
+  return Identification{std::move(fresh), IdSource::kNew};
 }
 
 }  // namespace agentkv::agent

@@ -149,9 +149,13 @@ Result<std::vector<std::string>> AgentManager::History(const std::string& agent)
 }
 
 void AgentManager::MergeMemory(std::map<std::string, AgentInfo>* all, const std::string& after,
-                               size_t limit) const {
-  auto infos = after.empty() ? info_.begin() : info_.upper_bound(after);
-  for (size_t n = 0; infos != info_.end() && n < limit; ++infos, ++n) {
+                               size_t limit, const std::string& prefix) const {
+  // Ids with the prefix sort together, from the prefix itself on.
+  const std::string& from = after > prefix ? after : prefix;
+  auto in_scope = [&](const std::string& id) { return id.compare(0, prefix.size(), prefix) == 0; };
+  auto infos = from.empty() ? info_.begin() : info_.upper_bound(from);
+  if (from == prefix && !prefix.empty()) infos = info_.lower_bound(prefix);
+  for (size_t n = 0; infos != info_.end() && n < limit && in_scope(infos->first); ++infos, ++n) {
     AgentInfo& a = (*all)[infos->first];
     const AgentInfo stored = a;
     a = infos->second.info;
@@ -164,8 +168,9 @@ void AgentManager::MergeMemory(std::map<std::string, AgentInfo>* all, const std:
   }
   // Without a store, an agent whose info was forgotten is still known by
   // its history.
-  auto hist = after.empty() ? memory_.begin() : memory_.upper_bound(after);
-  for (size_t n = 0; hist != memory_.end() && n < limit; ++hist, ++n) {
+  auto hist = from.empty() ? memory_.begin() : memory_.upper_bound(from);
+  if (from == prefix && !prefix.empty()) hist = memory_.lower_bound(prefix);
+  for (size_t n = 0; hist != memory_.end() && n < limit && in_scope(hist->first); ++hist, ++n) {
     AgentInfo& a = (*all)[hist->first];
     a.id = hist->first;
     a.turns = static_cast<uint32_t>(hist->second.turns.size());
@@ -177,12 +182,13 @@ Result<std::vector<AgentInfo>> AgentManager::List() {
   return std::move(page.agents);
 }
 
-Result<AgentPage> AgentManager::List(const std::string& after, size_t limit) {
+Result<AgentPage> AgentManager::List(const std::string& after, size_t limit,
+                                     const std::string& prefix) {
   // One more than asked, from each source: whether more follow.
   const size_t want = limit + 1;
   std::map<std::string, AgentInfo> all;
   if (store_ != nullptr) {
-    ASSIGN_OR_RETURN(std::vector<store::AgentMeta> metas, store_->ListAgents(after, want));
+    ASSIGN_OR_RETURN(std::vector<store::AgentMeta> metas, store_->ListAgents(after, want, prefix));
     for (const auto& m : metas) {
       AgentInfo& a = all[m.id];
       a.id = m.id;
@@ -193,7 +199,7 @@ Result<AgentPage> AgentManager::List(const std::string& after, size_t limit) {
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    MergeMemory(&all, after, want);
+    MergeMemory(&all, after, want, prefix);
   }
   AgentPage page;
   page.has_more = all.size() > limit;

@@ -101,9 +101,10 @@ class AgentManager {
   Result<std::vector<std::string>> History(const std::string& agent);
   // Every agent (store agents and in-memory ones), by id.
   Result<std::vector<AgentInfo>> List();
-  // At most `limit` agents whose id sorts after `after` ("" : from the
-  // first), by id. Reads only that much of the store.
-  Result<AgentPage> List(const std::string& after, size_t limit);
+  // At most `limit` agents whose id starts with `prefix` (one tenant's) and
+  // sorts after `after` ("" : from the first), by id. Reads only that much
+  // of the store.
+  Result<AgentPage> List(const std::string& after, size_t limit, const std::string& prefix = "");
   // One agent; NotFound if unknown.
   Result<AgentInfo> Get(const std::string& agent);
 
@@ -139,8 +140,8 @@ class AgentManager {
   AgentInfo& TouchInfo(const std::string& agent);
   void EraseInfo(const std::string& agent);
   // Under mu_: the in-memory infos and histories merged into `all`.
-  void MergeMemory(std::map<std::string, AgentInfo>* all, const std::string& after,
-                   size_t limit) const;
+  void MergeMemory(std::map<std::string, AgentInfo>* all, const std::string& after, size_t limit,
+                   const std::string& prefix) const;
 
   store::AgentStore* store_;
   const AgentManagerOptions options_;

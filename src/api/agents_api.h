@@ -32,13 +32,15 @@ class AgentsApi {
  public:
   explicit AgentsApi(ApiContext ctx) : ctx_(ctx) {}
 
-  Reply Generate(const HttpRequest& req, const std::string& agent_id) const;
+  // `path_id`: the id in the path, as the client knows it; with tenants it
+  // is scoped to the request's tenant (agent::AgentIdentifier::Scope).
+  Reply Generate(const HttpRequest& req, const std::string& path_id) const;
   Reply List(const HttpRequest& req) const;
 
   static constexpr int64_t kDefaultListLimit = 100;
   static constexpr int64_t kMaxListLimit = 1000;
-  Reply Get(const std::string& agent_id) const;
-  Reply Delete(const std::string& agent_id) const;
+  Reply Get(const HttpRequest& req, const std::string& path_id) const;
+  Reply Delete(const HttpRequest& req, const std::string& path_id) const;
 
  private:
   ApiContext ctx_;

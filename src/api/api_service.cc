@@ -38,11 +38,18 @@ ApiService::ApiService(ApiContext ctx, ApiServiceOptions options)
       openai_(ctx),
       anthropic_(ctx),
       agents_(ctx),
-      admin_(ctx, options_.models_dir) {}
+      admin_(ctx, options_.models_dir),
+      tenants_(options_.tenants) {}
+
+void ApiService::SetTenants(std::shared_ptr<const TenantKeys> tenants) {
+  if (!tenants) return;
+  std::lock_guard<std::mutex> lock(tenants_mu_);
+  tenants_ = std::move(tenants);
+}
 
 int ApiService::AdminRefusal(const HttpRequest& req) const {
   if (options_.admin_key.empty()) {
-    return options_.guard.loopback && options_.api_key.empty() ? 0 : 403;
+    return options_.guard.loopback && options_.api_key.empty() && !options_.tenants ? 0 : 403;
   }
   const std::string x_api_key = req.Header("x-api-key");
   const std::string authorization = req.Header("authorization");
@@ -51,7 +58,22 @@ int ApiService::AdminRefusal(const HttpRequest& req) const {
   return by_header || by_bearer ? 0 : 401;
 }
 
-bool ApiService::Authorized(const HttpRequest& req) const {
+bool ApiService::Authorized(const HttpRequest& req, Tenant* tenant) const {
+  std::shared_ptr<const TenantKeys> tenants;
+  {
+    std::lock_guard<std::mutex> lock(tenants_mu_);
+    tenants = tenants_;
+  }
+  if (tenants) {
+    // Either header may carry the key, as below.
+    const std::string x_api_key = req.Header("x-api-key");
+    const std::string authorization = req.Header("authorization");
+    const Tenant* t = tenants->Find(x_api_key);
+    if (t == nullptr) t = tenants->Find(PresentedKey("", authorization));
+    if (t == nullptr) return false;
+    *tenant = *t;
+    return true;
+  }
   if (options_.api_key.empty()) return true;
   const std::string x_api_key = req.Header("x-api-key");
   const std::string authorization = req.Header("authorization");
@@ -161,12 +183,24 @@ Reply ApiService::Route(const HttpRequest& req) const {
     if (req.path == "/admin/model" && post) return admin_.SwapModel(req);
     return OpenAiApi::Error(404, "no route " + req.method + " " + req.path, "", "not_found");
   }
-  if (!Authorized(req)) {
+  Tenant tenant;
+  if (!Authorized(req, &tenant)) {
     if (IsAnthropic(req.path)) {
       return AnthropicApi::Error(401, "invalid x-api-key", "authentication_error");
     }
     return OpenAiApi::Error(401, "invalid API key", "", "invalid_api_key");
   }
+  if (!tenant.name.empty()) {
+    HttpRequest scoped = req;
+    scoped.tenant = tenant.name;
+    scoped.high_priority_allowed = tenant.high_priority;
+    return RouteAuthorized(scoped);
+  }
+  return RouteAuthorized(req);
+}
+
+Reply ApiService::RouteAuthorized(const HttpRequest& req) const {
+  const bool get = req.method == "GET", post = req.method == "POST";
   if (post && JsonNestingDepth(req.body, options_.max_json_depth) > options_.max_json_depth) {
     const std::string msg = "the request body nests arrays and objects deeper than " +
                             std::to_string(options_.max_json_depth) + " levels";
@@ -181,7 +215,7 @@ Reply ApiService::Route(const HttpRequest& req) const {
     if (low.path.rfind("/v1/batch/", 0) == 0) {
       return OpenAiApi::Error(404, "no route " + req.method + " " + req.path, "", "not_found");
     }
-    return Route(low);
+    return RouteAuthorized(low);
   }
   const std::string& p = req.path;
   if (p == "/v1/models" && get) {
@@ -216,8 +250,8 @@ Reply ApiService::Route(const HttpRequest& req) const {
     const std::string id = PercentDecode(rest.substr(0, slash));
     if (!id.empty()) {
       if (slash == std::string::npos) {
-        if (get) return agents_.Get(id);
-        if (req.method == "DELETE") return agents_.Delete(id);
+        if (get) return agents_.Get(req, id);
+        if (req.method == "DELETE") return agents_.Delete(req, id);
       } else if (rest.substr(slash) == "/generate" && post) {
         return agents_.Generate(req, id);
       }

@@ -84,7 +84,10 @@ Result<Priority> ServedModel::RequestPriority(const HttpRequest& req, const json
     name = p.get<std::string>();
   }
   if (name.empty()) return Priority::kNormal;
-  return ParsePriority(name);
+  ASSIGN_OR_RETURN(Priority p, ParsePriority(name));
+  // A tenant not allowed high priority is served at normal at most.
+  if (p == Priority::kHigh && !req.high_priority_allowed) return Priority::kNormal;
+  return p;
 }
 
 Result<EngineRequest> ServedModel::MakeRequest(std::vector<int32_t> prompt, SamplingParams params,

@@ -71,7 +71,8 @@ class ServedModel {
       bool add_generation_prompt = true, std::string* text = nullptr) const;
 
   // Priority from the X-Priority header, else the body's "priority", else
-  // NORMAL. InvalidArgument for an unknown name.
+  // NORMAL; HIGH becomes NORMAL for a tenant not allowed it
+  // (req.high_priority_allowed). InvalidArgument for an unknown name.
   static Result<Priority> RequestPriority(const HttpRequest& req, const nlohmann::json& body);
 
   // The engine request for a prompt: InvalidArgument when the prompt is

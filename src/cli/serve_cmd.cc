@@ -21,6 +21,7 @@
 #include "api/model_host.h"
 #include "api/request_guard.h"
 #include "api/served_model.h"
+#include "api/tenant_keys.h"
 #include "cli/command.h"
 #include "cli/model_options.h"
 #include "store/agent_store.h"
@@ -40,6 +41,7 @@ struct ServeArgs {
   std::string kv_memory;
   std::string host_kv_memory;  // empty: api::DefaultHostKvMemoryBytes
   std::string api_key;
+  std::string api_keys_file;  // --api-keys: key -> tenant
   int max_json_depth = 64;
   std::vector<std::string> allow_origin, allow_host;
   std::string admin_key, models_dir;
@@ -91,11 +93,26 @@ int RunServe(const ServeArgs& a) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGHUP);  // reloads --api-keys
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  std::shared_ptr<const api::TenantKeys> tenants;
+  if (!a.api_keys_file.empty()) {
+    if (!a.api_key.empty()) {
+      std::cerr << "error: --api-key and --api-keys exclude each other (give the key a tenant "
+                   "in the file)\n";
+      return 2;
+    }
+    auto loaded = api::TenantKeys::Load(a.api_keys_file);
+    if (!loaded.ok()) {
+      std::cerr << "error: " << loaded.status().message() << "\n";
+      return 2;
+    }
+    tenants = std::move(loaded).value();
+  }
   // Anyone who can reach a non-loopback address could use (and read) every
   // agent: that takes a key, or saying so.
-  if (!api::IsLoopbackName(a.host) && a.api_key.empty() && !a.insecure_no_key) {
+  if (!api::IsLoopbackName(a.host) && a.api_key.empty() && !tenants && !a.insecure_no_key) {
     std::cerr << "error: --host " << a.host
               << " is reachable from other machines: set --api-key (or --insecure-no-key to "
                  "serve without one)\n";
@@ -177,6 +194,7 @@ int RunServe(const ServeArgs& a) {
   service_options.guard.allowed_origins = a.allow_origin;
   service_options.guard.allowed_hosts = a.allow_host;
   service_options.admin_key = a.admin_key;
+  service_options.tenants = tenants;
   // Swaps load from --models-dir; by default the folder the served model is
   // in (its siblings).
   service_options.models_dir =
@@ -214,7 +232,17 @@ int RunServe(const ServeArgs& a) {
             << server.port() << std::endl;
 
   int sig = 0;
-  sigwait(&signals, &sig);
+  while (sigwait(&signals, &sig) == 0 && sig == SIGHUP) {
+    if (a.api_keys_file.empty()) continue;
+    // A file that does not load keeps the table in force.
+    auto reloaded = api::TenantKeys::Load(a.api_keys_file);
+    if (!reloaded.ok()) {
+      std::cerr << "SIGHUP: " << reloaded.status().message() << " (keeping the keys in force)\n";
+      continue;
+    }
+    std::cerr << "SIGHUP: " << (*reloaded)->size() << " API keys loaded\n";
+    service.SetTenants(std::move(reloaded).value());
+  }
   std::cerr << "signal " << sig << ": draining\n";
   server.StopAccepting();
   // Drains the engine, flushes the KV tier and stops the engine; replies
@@ -272,6 +300,11 @@ Registrar reg("serve", "Serve the HTTP API (OpenAI and Anthropic protocols)",
                 app.add_option("--api-key", a->api_key,
                                "Require this key (Authorization: Bearer or x-api-key)")
                     ->envname("AGENTKV_API_KEY");
+                app.add_option("--api-keys", a->api_keys_file,
+                               "File of `KEY TENANT [high]` lines: each key's requests see only "
+                               "its tenant's agents, histories and content matches; `high` "
+                               "allows X-Priority: high. Reloaded on SIGHUP")
+                    ->envname("AGENTKV_API_KEYS");
                 app.add_option("--max-json-depth", a->max_json_depth,
                                "Deepest nesting of arrays and objects a request body may have "
                                "(deeper: 400)")

@@ -175,12 +175,18 @@ Result<std::vector<AgentMeta>> AgentStore::ListAgents() {
   return ListAgents({}, std::numeric_limits<size_t>::max());
 }
 
-Result<std::vector<AgentMeta>> AgentStore::ListAgents(std::string_view after, size_t limit) {
+Result<std::vector<AgentMeta>> AgentStore::ListAgents(std::string_view after, size_t limit,
+                                                      std::string_view prefix) {
   ASSIGN_OR_RETURN(auto r, env_->BeginRead());
   std::vector<AgentMeta> out;
   if (limit == 0) return out;
+  // Scan needs a start inside the prefix.
+  if (after.substr(0, prefix.size()) != prefix) {
+    if (after > prefix) return out;  // past every id with the prefix
+    after = {};
+  }
   RETURN_IF_ERROR(r.Scan(
-      Db::kAgents, {},
+      Db::kAgents, prefix,
       [&](std::string_view k, std::string_view v) -> Result<bool> {
         if (!after.empty() && k == after) return true;  // the cursor itself
         // A listing with a corrupt agent still lists the others; the caller

@@ -148,9 +148,10 @@ class AgentStore {
   Status PutAgentExtras(std::string_view agent_id, const nlohmann::json& extras);
   Result<AgentMeta> GetAgent(std::string_view agent_id);
   Result<std::vector<AgentMeta>> ListAgents();
-  // At most `limit` agents whose id sorts after `after` (byte order; "":
-  // from the first), in order.
-  Result<std::vector<AgentMeta>> ListAgents(std::string_view after, size_t limit);
+  // At most `limit` agents whose id starts with `prefix` and sorts after
+  // `after` (byte order; "": from the first), in order.
+  Result<std::vector<AgentMeta>> ListAgents(std::string_view after, size_t limit,
+                                            std::string_view prefix = {});
   Result<std::vector<Turn>> GetHistory(std::string_view agent_id);
   // History, meta, chains and the KV blocks no other chain refers to.
   // Tombstones the id (see above), then waits for the KV writes queued

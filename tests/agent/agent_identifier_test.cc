@@ -167,5 +167,50 @@ TEST(AgentIdentifierTest, RemembersAtMostMaxTokensInAll) {
   EXPECT_EQ(id.tokens(), 0u);
 }
 
+TEST(AgentIdentifierTest, TenantsNeverShareAnAgent) {
+  EXPECT_EQ(*AgentIdentifier::Scope("", "x"), "x");
+  EXPECT_EQ(*AgentIdentifier::Scope("acme", "x"), "acme/x");
+  EXPECT_EQ(AgentIdentifier::Unscope("acme", "acme/x"), "x");
+  EXPECT_EQ(AgentIdentifier::Unscope("", "acme/x"), "acme/x");
+  // The scope takes room from the 256-byte id.
+  EXPECT_EQ(AgentIdentifier::Scope("acme", std::string(252, 'a')).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_TRUE(AgentIdentifier::Scope("acme", std::string(251, 'a')).ok());
+
+  // The same explicit id names two agents under two tenants.
+  IdentityHints a, b;
+  a.session_header = b.session_header = "shared";
+  a.tenant = "acme";
+  b.tenant = "zeta";
+  EXPECT_EQ(AgentIdentifier::ExplicitId(a)->agent_id, "acme/shared");
+  EXPECT_EQ(AgentIdentifier::ExplicitId(b)->agent_id, "zeta/shared");
+  // Another tenant's "acme/shared" is not acme's agent either.
+  IdentityHints forged;
+  forged.path_id = "acme/shared";
+  forged.tenant = "zeta";
+  EXPECT_EQ(AgentIdentifier::ExplicitId(forged)->agent_id, "zeta/acme/shared");
+
+  // Content matching looks only at the tenant's own agents.
+  AgentIdentifier id;
+  const std::vector<int32_t> conv = {5, 6, 7, 8, 9, 10};
+  id.Remember("acme/a1", conv);
+  std::vector<int32_t> next = conv;
+  next.push_back(11);
+  IdentityHints none_a, none_b;
+  none_a.tenant = "acme";
+  none_b.tenant = "zeta";
+  const ContentKey key{"sys", "hi"};
+  auto ra = id.Identify(none_a, key, next, [] { return size_t{3}; });
+  ASSERT_TRUE(ra.ok());
+  EXPECT_EQ(ra->agent_id, "acme/a1");
+  EXPECT_EQ(ra->source, IdSource::kContent);
+  auto rb = id.Identify(none_b, key, next, [] { return size_t{3}; });
+  ASSERT_TRUE(rb.ok());
+  EXPECT_EQ(rb->source, IdSource::kNew);
+  EXPECT_EQ(rb->agent_id, "zeta/" + AgentIdentifier::NewAgentId(key));
+  EXPECT_FALSE(id.Match(next, 3, "zeta/").has_value());
+  EXPECT_EQ(id.Match(next, 3, "acme/"), "acme/a1");
+}
+
 }  // namespace
 }  // namespace agentkv::agent

@@ -77,5 +77,18 @@ TEST(RequestFieldsTest, IntegersOutOfRangeAre400NotConverted) {
             StatusCode::kInvalidArgument);
 }
 
+TEST(RequestFieldsTest, HighPriorityOnlyForTenantsAllowedIt) {
+  HttpRequest req;
+  req.headers["x-priority"] = "high";
+  EXPECT_EQ(*ServedModel::RequestPriority(req, nlohmann::json::object()), Priority::kHigh);
+  req.high_priority_allowed = false;
+  EXPECT_EQ(*ServedModel::RequestPriority(req, nlohmann::json::object()), Priority::kNormal);
+  req.headers.clear();
+  EXPECT_EQ(*ServedModel::RequestPriority(req, nlohmann::json{{"priority", "high"}}),
+            Priority::kNormal);
+  EXPECT_EQ(*ServedModel::RequestPriority(req, nlohmann::json{{"priority", "low"}}),
+            Priority::kLow);
+}
+
 }  // namespace
 }  // namespace agentkv::api
