@@ -70,6 +70,17 @@ TEST(AgentStoreTest, ListsAgentsAPageAtATime) {
   EXPECT_EQ((*page)[0].id, "c");
   EXPECT_TRUE((*s)->ListAgents("", 0)->empty());
   EXPECT_EQ((*s)->ListAgents()->size(), 4u);
+  // Within a prefix (one tenant's ids): only those, from the cursor on.
+  for (const char* id : {"t/x", "t/y", "t/z", "u/a"}) ASSERT_TRUE((*s)->AppendTurn(id, "[]").ok());
+  page = (*s)->ListAgents("", 10, "t/");
+  ASSERT_EQ(page->size(), 3u);
+  EXPECT_EQ((*page)[0].id, "t/x");
+  page = (*s)->ListAgents("t/x", 1, "t/");
+  ASSERT_EQ(page->size(), 1u);
+  EXPECT_EQ((*page)[0].id, "t/y");
+  EXPECT_TRUE((*s)->ListAgents("t/z", 10, "t/")->empty());
+  EXPECT_EQ((*s)->ListAgents("a", 10, "t/")->size(), 3u);  // a cursor before the prefix
+  EXPECT_TRUE((*s)->ListAgents("u", 10, "t/")->empty());   // and one after it
 }
 
 TEST(AgentStoreTest, RejectsBadInput) {
