@@ -51,6 +51,7 @@ struct ServeArgs {
   int max_queue = 512;
   std::string store_dir = "data/store";
   std::string store_max_bytes;
+  std::string history_memory = "512M";  // --store none: in-memory histories
   // A 128k-token conversation is at most ~2 MiB of text (tokens average 3
   // to 4 bytes; 16 at most, for runs of blanks or repeated characters), and
   // JSON escaping at most doubles it: 8M holds that with room for tool
@@ -182,6 +183,11 @@ int RunServe(const ServeArgs& a) {
   auto run_on_workers = [&workers](std::function<void()> f) { workers.Post(std::move(f)); };
   agent::AgentManagerOptions agent_options;
   agent_options.executor = run_on_workers;
+  agent_options.max_memory_history_bytes = ParseBytes(a.history_memory);
+  if (agent_options.max_memory_history_bytes == 0) {
+    std::cerr << "error: bad --history-memory '" << a.history_memory << "'\n";
+    return 2;
+  }
   agent::AgentManager agents(agent_store.get(), agent_options);
   api::Metrics metrics;
   if (auto known = api::AgentBinding::RememberStoredAgents(*host.Current(), agents); !known.ok()) {
@@ -356,6 +362,11 @@ Registrar reg("serve", "Serve the HTTP API (OpenAI and Anthropic protocols)",
                                "Keep the store under this size by evicting least-recently-used "
                                "KV, never history (K/M/G suffixes; default unlimited)")
                     ->envname("AGENTKV_STORE_MAX_BYTES");
+                app.add_option("--history-memory", a->history_memory,
+                               "With --store none: memory for agents' histories; past it the "
+                               "least recently used agent's history is dropped (K/M/G)")
+                    ->capture_default_str()
+                    ->envname("AGENTKV_HISTORY_MEMORY");
                 app.add_option("--max-body", a->max_body,
                                "Largest request body of the generation endpoints (K/M/G "
                                "suffixes); other endpoints take at most 1M")
