@@ -102,7 +102,31 @@ Result<Identification> AgentIdentifier::ExplicitId(const IdentityHints& h) {
   if (Status s = store::ValidateAgentId(id.agent_id); !s.ok()) {
     return InvalidArgument("bad agent id: " + s.message());
   }
+  ASSIGN_OR_RETURN(id.agent_id, Scope(h.tenant, id.agent_id));
   return id;
+}
+
+Result<std::string> AgentIdentifier::Scope(std::string_view tenant, std::string_view id) {
+  if (tenant.empty()) return std::string(id);
+  std::string scoped = ScopePrefix(tenant);
+  scoped += id;
+  if (Status s = store::ValidateAgentId(scoped); !s.ok()) {
+    return InvalidArgument("bad agent id: at most " + std::to_string(256 - tenant.size() - 1) +
+                           " bytes for this tenant's agents");
+  }
+  return scoped;
+}
+
+std::string AgentIdentifier::Unscope(std::string_view tenant, std::string_view scoped) {
+  const std::string prefix = ScopePrefix(tenant);
+  if (!prefix.empty() && scoped.substr(0, prefix.size()) == prefix) {
+    scoped.remove_prefix(prefix.size());
+  }
+  return std::string(scoped);
+}
+
+std::string AgentIdentifier::ScopePrefix(std::string_view tenant) {
+  return tenant.empty() ? std::string() : std::string(tenant) + "/";
 }
 
 std::string AgentIdentifier::NewAgentId(const ContentKey& key) {
@@ -117,33 +141,46 @@ std::string AgentIdentifier::NewAgentId(const ContentKey& key) {
 }
 
 void AgentIdentifier::Remember(const std::string& agent, std::vector<int32_t> tokens) {
+  auto seq = std::make_shared<const std::vector<int32_t>>(std::move(tokens));
   std::lock_guard<std::mutex> lock(mu_);
   Known& k = known_[agent];
-  k.tokens = std::move(tokens);
+  if (k.tokens) total_tokens_ -= k.tokens->size();
+  total_tokens_ += seq->size();
+  k.tokens = std::move(seq);
   k.stamp = next_stamp_++;
-  if (known_.size() > max_known_) {
+  while (known_.size() > 1 && (known_.size() > max_known_ || total_tokens_ > max_tokens_)) {
     auto oldest = known_.begin();
     for (auto it = known_.begin(); it != known_.end(); ++it) {
       if (it->second.stamp < oldest->second.stamp) oldest = it;
     }
+    total_tokens_ -= oldest->second.tokens->size();
     known_.erase(oldest);
   }
 }
 
 void AgentIdentifier::Forget(const std::string& agent) {
   std::lock_guard<std::mutex> lock(mu_);
-  known_.erase(agent);
+  auto it = known_.find(agent);
+  if (it == known_.end()) return;
+  total_tokens_ -= it->second.tokens->size();
+  known_.erase(it);
 }
 
 std::vector<int32_t> AgentIdentifier::Remembered(const std::string& agent) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = known_.find(agent);
-  return it == known_.end() ? std::vector<int32_t>() : it->second.tokens;
+  std::shared_ptr<const std::vector<int32_t>> seq;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = known_.find(agent);
+    if (it == known_.end()) return {};
+    seq = it->second.tokens;
+  }
+  return *seq;
 }
 
 void AgentIdentifier::ForgetAll() {
   std::lock_guard<std::mutex> lock(mu_);
   known_.clear();
+  total_tokens_ = 0;
 }
 
 size_t AgentIdentifier::size() const {
@@ -151,30 +188,50 @@ size_t AgentIdentifier::size() const {
   return known_.size();
 }
 
-std::pair<size_t, std::string> AgentIdentifier::Best(std::span<const int32_t> tokens) const {
+size_t AgentIdentifier::tokens() const {
   std::lock_guard<std::mutex> lock(mu_);
-  size_t best = 0;
-  uint64_t best_stamp = 0;
-  std::string who;
-  for (const auto& [id, k] : known_) {
-    const size_t n = std::min(k.tokens.size(), tokens.size());
-    const size_t lcp = static_cast<size_t>(
-        std::mismatch(k.tokens.begin(), k.tokens.begin() + static_cast<ptrdiff_t>(n),
-                      tokens.begin())
-            .first -
-        k.tokens.begin());
-    if (lcp > best || (lcp == best && lcp > 0 && k.stamp > best_stamp)) {
-      best = lcp;
-      best_stamp = k.stamp;
-      who = id;
+  return total_tokens_;
+}
+
+std::pair<size_t, std::string> AgentIdentifier::Best(std::span<const int32_t> tokens,
+                                                     std::string_view scope) const {
+  struct Candidate {
+    std::string id;
+    std::shared_ptr<const std::vector<int32_t>> seq;
+    uint64_t stamp;
+  };
+  std::vector<Candidate> snapshot;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    snapshot.reserve(known_.size());
+    for (const auto& [id, k] : known_) {
+      // Only sequences that agree on the first token can share a prefix.
+      if (tokens.empty() || k.tokens->empty() || k.tokens->front() != tokens.front()) continue;
+      if (!scope.empty() && id.compare(0, scope.size(), scope) != 0) continue;  // another tenant's
+      snapshot.push_back(Candidate{id, k.tokens, k.stamp});
     }
   }
-  return {best, who};
+  size_t best = 0;
+  uint64_t best_stamp = 0;
+  const std::string* who = nullptr;
+  for (const Candidate& c : snapshot) {
+    const std::vector<int32_t>& seq = *c.seq;
+    const size_t n = std::min(seq.size(), tokens.size());
+    const size_t lcp = static_cast<size_t>(
+        std::mismatch(seq.begin(), seq.begin() + static_cast<ptrdiff_t>(n), tokens.begin()).first -
+        seq.begin());
+    if (lcp > best || (lcp == best && lcp > 0 && c.stamp > best_stamp)) {
+      best = lcp;
+      best_stamp = c.stamp;
+      who = &c.id;
+    }
+  }
+  return {best, who ? *who : std::string()};
 }
 
 std::optional<std::string> AgentIdentifier::Match(std::span<const int32_t> tokens,
-                                                  size_t min_tokens) const {
-  auto [lcp, who] = Best(tokens);
+                                                  size_t min_tokens, std::string_view scope) const {
+  auto [lcp, who] = Best(tokens, scope);
   if (lcp == 0 || lcp < min_tokens) return std::nullopt;
   return who;
 }
@@ -184,12 +241,13 @@ Result<Identification> AgentIdentifier::Identify(
     const std::function<size_t()>& first_turn_tokens) const {
   ASSIGN_OR_RETURN(Identification id, ExplicitId(hints));
   if (!id.agent_id.empty()) return id;
-  auto [lcp, who] = Best(tokens);
+  auto [lcp, who] = Best(tokens, ScopePrefix(hints.tenant));
   if (lcp > 0) {
     const size_t need = first_turn_tokens ? first_turn_tokens() : tokens.size();
     if (lcp >= std::max<size_t>(need, 1)) return Identification{who, IdSource::kContent};
   }
-  return Identification{NewAgentId(key), IdSource::kNew};
+  ASSIGN_OR_RETURN(std::string fresh, Scope(hints.tenant, NewAgentId(key)));
+  return Identification{std::move(fresh), IdSource::kNew};
 }
 
 }  // namespace agentkv::agent

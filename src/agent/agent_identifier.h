@@ -12,6 +12,9 @@
 //      prompt and the first turn;
 //   4. a new agent, "auto-" + a hash of the normalized system prompt and
 //      first user message.
+// With tenants, each step sees only the request's tenant's agents (ids are
+// scoped: Scope), so two tenants never share an agent, even with the same
+// explicit id or the same prompts.
 // Volatile lines clients put in system prompts (Claude Code's
 // `x-anthropic-billing-header: ...`) are removed (StripVolatileLines) by the
 // protocol adapters before rendering, so they take part neither in the
@@ -19,11 +22,12 @@
 //
 // Thread-safety: the static functions are pure; the content index (Remember,
 // Forget, Match, Identify) is guarded by a mutex and may be used from any
-// thread.
+// thread; matching compares sequences outside it.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -45,6 +49,9 @@ struct IdentityHints {
   std::string session_header;    // X-Session-Id
   std::string claude_session;    // X-Claude-Code-Session-Id
   std::string metadata_user_id;  // Anthropic body metadata.user_id
+  // The authenticated tenant (--api-keys), or "" without tenants. Set by the
+  // server, never from the request: every id chosen is scoped to it.
+  std::string tenant;
 };
 
 // What content identification looks at, already normalized.
@@ -70,17 +77,28 @@ class AgentIdentifier {
   // The session id inside a Claude Code metadata.user_id, or nullopt.
   static std::optional<std::string> SessionFromUserId(std::string_view user_id);
   // The first explicit id of `hints` in SPEC order (path first), or "" when
-  // there is none. InvalidArgument when the chosen id is not a valid agent
-  // id (1..256 bytes, no NUL).
+  // there is none, scoped to hints.tenant. InvalidArgument when the chosen
+  // id is not a valid agent id (1..256 bytes with the scope, no NUL).
   static Result<Identification> ExplicitId(const IdentityHints& hints);
+  // Tenants: agents of tenant T are stored and run as "T/ID" (tenant names
+  // have no '/', so the first one splits), and nothing of one tenant's is
+  // reachable under another's scope. Without a tenant, ids are unchanged.
+  static Result<std::string> Scope(std::string_view tenant, std::string_view id);
+  // The id a tenant knows its agent by (Scope undone); `scoped` unchanged
+  // without a tenant.
+  static std::string Unscope(std::string_view tenant, std::string_view scoped);
+  // "T/" ("" without a tenant): the prefix of the tenant's scoped ids.
+  static std::string ScopePrefix(std::string_view tenant);
   // "auto-" + 16 hex digits of a hash of the key (trailing blanks of each
   // part ignored).
   static std::string NewAgentId(const ContentKey& key);
 
-  // At most `max_known` agents are remembered for content matching; past
-  // it the least recently remembered is forgotten (it can still be found by
-  // its explicit or hashed id).
-  explicit AgentIdentifier(size_t max_known = 4096) : max_known_(max_known) {}
+  // At most `max_known` agents and `max_tokens` tokens in all are
+  // remembered for content matching; past either the least recently
+  // remembered is forgotten (it can still be found by its explicit or
+  // hashed id). The newest sequence is kept even when it alone is larger.
+  explicit AgentIdentifier(size_t max_known = 4096, size_t max_tokens = 32ull << 20)
+      : max_known_(max_known), max_tokens_(max_tokens) {}
 
   // Remembers (replaces) `agent`'s token sequence for content matching.
   void Remember(const std::string& agent, std::vector<int32_t> tokens);
@@ -90,12 +108,16 @@ class AgentIdentifier {
   std::vector<int32_t> Remembered(const std::string& agent) const;
   void ForgetAll();
   size_t size() const;
+  // Tokens remembered, in all.
+  size_t tokens() const;
   size_t capacity() const { return max_known_; }
 
   // The known agent sharing the longest common prefix with `tokens`, if that
-  // prefix is at least `min_tokens` long (and at least 1). Ties go to the
+  // prefix is at least `min_tokens` long (and at least 1), among the agents
+  // whose id starts with `scope` (ScopePrefix: one tenant's). Ties go to the
   // most recently remembered.
-  std::optional<std::string> Match(std::span<const int32_t> tokens, size_t min_tokens) const;
+  std::optional<std::string> Match(std::span<const int32_t> tokens, size_t min_tokens,
+                                   std::string_view scope = {}) const;
 
   // The whole rule above. `first_turn_tokens` computes how many tokens the
   // system prompt and first turn take; it is only called when content
@@ -106,15 +128,21 @@ class AgentIdentifier {
 
  private:
   struct Known {
-    std::vector<int32_t> tokens;
+    // Immutable once remembered: Best compares against it outside the lock.
+    std::shared_ptr<const std::vector<int32_t>> tokens;
     uint64_t stamp = 0;
   };
-  // Longest common prefix of `tokens` with any known sequence, and who.
-  std::pair<size_t, std::string> Best(std::span<const int32_t> tokens) const;
+  // Longest common prefix of `tokens` with any known sequence, and who. The
+  // lock is held only to take a snapshot of the sequences (pointers), not
+  // while they are compared.
+  std::pair<size_t, std::string> Best(std::span<const int32_t> tokens,
+                                      std::string_view scope) const;
 
   const size_t max_known_;
+  const size_t max_tokens_;
   mutable std::mutex mu_;
   std::unordered_map<std::string, Known> known_;
+  size_t total_tokens_ = 0;
   uint64_t next_stamp_ = 1;
 };
 

@@ -2,10 +2,47 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 
 namespace agentkv::agent {
 
-AgentManager::AgentManager(store::AgentStore* store) : store_(store) {}
+namespace {
+
+// Bytes an agent's info costs: the entry, its id twice (map key and use
+// list) and the two nodes.
+size_t InfoBytes(const std::string& agent) { return 2 * agent.size() + 384; }
+size_t TurnBytes(const std::string& turn) { return turn.size() + 32; }
+
+}  // namespace
+
+AgentManager::AgentManager(store::AgentStore* store, AgentManagerOptions options)
+    : store_(store),
+      options_(options),
+      identifier_(options.max_known_agents, options.max_known_tokens),
+      strands_(options.executor) {}
+
+AgentInfo& AgentManager::TouchInfo(const std::string& agent) {
+  auto it = info_.find(agent);
+  if (it == info_.end()) {
+    info_lru_.push_front(agent);
+    it = info_.emplace(agent, InfoEntry{AgentInfo{}, info_lru_.begin()}).first;
+    info_bytes_ += InfoBytes(agent);
+  } else {
+    info_lru_.splice(info_lru_.begin(), info_lru_, it->second.lru);
+  }
+  while (info_bytes_ > options_.max_info_bytes && info_lru_.size() > 1) {
+    EraseInfo(info_lru_.back());
+  }
+  return it->second.info;
+}
+
+void AgentManager::EraseInfo(const std::string& agent) {
+  auto it = info_.find(agent);
+  if (it == info_.end()) return;
+  info_bytes_ -= InfoBytes(agent);
+  info_lru_.erase(it->second.lru);
+  info_.erase(it);
+}
 
 int64_t AgentManager::NowMs() const {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -25,11 +62,31 @@ Result<uint32_t> AgentManager::Record(const std::string& agent, const std::strin
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (store_ == nullptr) {
-    auto& turns = memory_[agent];
-    turns.push_back(messages_json);
-    n = static_cast<uint32_t>(turns.size());
+    auto it = memory_.find(agent);
+    if (it == memory_.end()) {
+      memory_lru_.push_front(agent);
+      it = memory_.emplace(agent, MemoryHistory{{}, TurnBytes(agent), memory_lru_.begin()}).first;
+      memory_bytes_ += it->second.bytes;
+    } else {
+      memory_lru_.splice(memory_lru_.begin(), memory_lru_, it->second.lru);
+    }
+    MemoryHistory& h = it->second;
+    h.turns.push_back(messages_json);
+    h.bytes += TurnBytes(messages_json);
+    memory_bytes_ += TurnBytes(messages_json);
+    n = static_cast<uint32_t>(h.turns.size());
+    // Other agents' histories make room, least recently used first.
+    while (memory_bytes_ > options_.max_memory_history_bytes && memory_lru_.size() > 1) {
+      const std::string victim = memory_lru_.back();
+      auto v = memory_.find(victim);
+      memory_bytes_ -= v->second.bytes;
+      memory_lru_.pop_back();
+      memory_.erase(v);
+      EraseInfo(victim);
+      identifier_.Forget(victim);
+    }
   }
-  AgentInfo& info = info_[agent];
+  AgentInfo& info = TouchInfo(agent);
   const int64_t now = NowMs();
   if (info.id.empty()) {
     info.id = agent;
@@ -47,7 +104,8 @@ void AgentManager::NoteFinished(const std::string& agent, const std::vector<int3
   const int64_t total = static_cast<int64_t>(tokens.size());
   identifier_.Remember(agent, std::move(tokens));
   std::lock_guard<std::mutex> lock(mu_);
-  AgentInfo& info = info_[agent];
+  AgentInfo& info = TouchInfo(agent);
+  if (info.id.empty()) info.id = agent;
   info.last_prompt_tokens = finished.prompt_tokens;
   info.last_cached_tokens = finished.cached_tokens;
   CacheSource src = finished.cache_source;
@@ -87,13 +145,50 @@ Result<std::vector<std::string>> AgentManager::History(const std::string& agent)
   std::lock_guard<std::mutex> lock(mu_);
   auto it = memory_.find(agent);
   if (it == memory_.end()) return NotFound("no agent '" + agent + "'");
-  return it->second;
+  return it->second.turns;
+}
+
+void AgentManager::MergeMemory(std::map<std::string, AgentInfo>* all, const std::string& after,
+                               size_t limit, const std::string& prefix) const {
+  // Ids with the prefix sort together, from the prefix itself on.
+  const std::string& from = after > prefix ? after : prefix;
+  auto in_scope = [&](const std::string& id) { return id.compare(0, prefix.size(), prefix) == 0; };
+  auto infos = from.empty() ? info_.begin() : info_.upper_bound(from);
+  if (from == prefix && !prefix.empty()) infos = info_.lower_bound(prefix);
+  for (size_t n = 0; infos != info_.end() && n < limit && in_scope(infos->first); ++infos, ++n) {
+    AgentInfo& a = (*all)[infos->first];
+    const AgentInfo stored = a;
+    a = infos->second.info;
+    a.id = infos->first;
+    if (store_ != nullptr && !stored.id.empty()) {
+      a.turns = stored.turns;
+      a.created_ms = stored.created_ms;
+      a.last_used_ms = stored.last_used_ms;
+    }
+  }
+  // Without a store, an agent whose info was forgotten is still known by
+  // its history.
+  auto hist = from.empty() ? memory_.begin() : memory_.upper_bound(from);
+  if (from == prefix && !prefix.empty()) hist = memory_.lower_bound(prefix);
+  for (size_t n = 0; hist != memory_.end() && n < limit && in_scope(hist->first); ++hist, ++n) {
+    AgentInfo& a = (*all)[hist->first];
+    a.id = hist->first;
+    a.turns = static_cast<uint32_t>(hist->second.turns.size());
+  }
 }
 
 Result<std::vector<AgentInfo>> AgentManager::List() {
+  ASSIGN_OR_RETURN(AgentPage page, List("", std::numeric_limits<size_t>::max() - 1));
+  return std::move(page.agents);
+}
+
+Result<AgentPage> AgentManager::List(const std::string& after, size_t limit,
+                                     const std::string& prefix) {
+  // One more than asked, from each source: whether more follow.
+  const size_t want = limit + 1;
   std::map<std::string, AgentInfo> all;
   if (store_ != nullptr) {
-    ASSIGN_OR_RETURN(std::vector<store::AgentMeta> metas, store_->ListAgents());
+    ASSIGN_OR_RETURN(std::vector<store::AgentMeta> metas, store_->ListAgents(after, want, prefix));
     for (const auto& m : metas) {
       AgentInfo& a = all[m.id];
       a.id = m.id;
@@ -102,24 +197,19 @@ Result<std::vector<AgentInfo>> AgentManager::List() {
       a.last_used_ms = m.last_used_ms;
     }
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& [id, info] : info_) {
-    AgentInfo& a = all[id];
-    const AgentInfo stored = a;
-    a = info;
-    if (store_ != nullptr && !stored.id.empty()) {
-      a.turns = stored.turns;
-      a.created_ms = stored.created_ms;
-      a.last_used_ms = stored.last_used_ms;
-    }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    MergeMemory(&all, after, want, prefix);
   }
-  std::vector<AgentInfo> out;
-  out.reserve(all.size());
+  AgentPage page;
+  page.has_more = all.size() > limit;
+  page.agents.reserve(std::min(all.size(), limit));
   for (auto& [id, a] : all) {
+    if (page.agents.size() == limit) break;
     a.pending = strands_.Pending(id);
-    out.push_back(std::move(a));
+    page.agents.push_back(std::move(a));
   }
-  return out;
+  return page;
 }
 
 Result<AgentInfo> AgentManager::Get(const std::string& agent) {
@@ -142,7 +232,7 @@ Result<AgentInfo> AgentManager::Get(const std::string& agent) {
     auto it = info_.find(agent);
     if (it != info_.end()) {
       const AgentInfo stored = a;
-      a = it->second;
+      a = it->second.info;
       if (known) {
         a.turns = stored.turns;
         a.created_ms = stored.created_ms;
@@ -162,8 +252,14 @@ void AgentManager::Delete(const std::string& agent, std::function<void()> drop_k
     bool known = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      known = info_.erase(agent) > 0;
-      known = memory_.erase(agent) > 0 || known;
+      known = info_.count(agent) > 0;
+      EraseInfo(agent);
+      if (auto h = memory_.find(agent); h != memory_.end()) {
+        known = true;
+        memory_bytes_ -= h->second.bytes;
+        memory_lru_.erase(h->second.lru);
+        memory_.erase(h);
+      }
     }
     identifier_.Forget(agent);
     if (drop_kv) drop_kv();
@@ -185,7 +281,7 @@ void AgentManager::Delete(const std::string& agent, std::function<void()> drop_k
 
 void AgentManager::ForgetResident() {
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto& [id, info] : info_) info.resident_tokens = 0;
+  for (auto& [id, e] : info_) e.info.resident_tokens = 0;
 }
 
 Result<size_t> AgentManager::RememberStoredChains(const store::ModelFingerprint& kv_fp) {

@@ -9,6 +9,8 @@
 // their engine from the protocol layer's PrepareFn, and Delete is handed the
 // function that drops the agent's resident KV.
 //
+// Memory: what it keeps is bounded (AgentManagerOptions).
+//
 // Thread-safety: every method may be called from any thread. Borrows the
 // store (may be null), which must outlive the manager; the manager must
 // outlive every AgentTurn it made.
@@ -17,6 +19,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -55,9 +58,36 @@ struct ResumeCounts {
   int64_t recompute = 0;  // nothing cached: prefilled from the history
 };
 
+// Bounds on what the manager keeps in memory (each least recently used
+// first out past its bound).
+struct AgentManagerOptions {
+  // Runtime knowledge of agents (AgentInfo: last turn's cache use, resident
+  // tokens), about 300 bytes an agent. Past it, the least recently used
+  // agent's is forgotten; with a store the agent itself stays listed.
+  size_t max_info_bytes = 32ull << 20;
+  // Without a store: the histories kept in memory. Past it, the least
+  // recently used agent's whole history is dropped (the agent is gone, as
+  // after a restart); the agent whose turn is being recorded never is.
+  size_t max_memory_history_bytes = 512ull << 20;
+  // Content matching (AgentIdentifier): agents and tokens remembered.
+  size_t max_known_agents = 4096;
+  size_t max_known_tokens = 32ull << 20;
+  // Where agents' tasks start (AgentStrands' executor): a worker pool, so
+  // rendering, tokenizing and the store's waits stay off the callers'
+  // threads. Null: inline. It must run every task posted while the manager
+  // lives (stop the pool before destroying the manager).
+  AgentStrands::Executor executor;
+};
+
+// One page of agents, by id (byte order).
+struct AgentPage {
+  std::vector<AgentInfo> agents;
+  bool has_more = false;  // agents follow the last one
+};
+
 class AgentManager {
  public:
-  explicit AgentManager(store::AgentStore* store);
+  explicit AgentManager(store::AgentStore* store, AgentManagerOptions options = {});
 
   AgentIdentifier& identifier() { return identifier_; }
   AgentStrands& strands() { return strands_; }
@@ -71,6 +101,10 @@ class AgentManager {
   Result<std::vector<std::string>> History(const std::string& agent);
   // Every agent (store agents and in-memory ones), by id.
   Result<std::vector<AgentInfo>> List();
+  // At most `limit` agents whose id starts with `prefix` (one tenant's) and
+  // sorts after `after` ("" : from the first), by id. Reads only that much
+  // of the store.
+  Result<AgentPage> List(const std::string& after, size_t limit, const std::string& prefix = "");
   // One agent; NotFound if unknown.
   Result<AgentInfo> Get(const std::string& agent);
 
@@ -101,14 +135,37 @@ class AgentManager {
   void NoteFinished(const std::string& agent, const std::vector<int32_t>& prompt,
                     std::span<const int32_t> generated, const RequestOutput& finished);
   int64_t NowMs() const;
+  // Under mu_: `agent`'s info, created if absent, made the most recently
+  // used; other agents' infos past the byte bound are forgotten.
+  AgentInfo& TouchInfo(const std::string& agent);
+  void EraseInfo(const std::string& agent);
+  // Under mu_: the in-memory infos and histories merged into `all`.
+  void MergeMemory(std::map<std::string, AgentInfo>* all, const std::string& after, size_t limit,
+                   const std::string& prefix) const;
 
   store::AgentStore* store_;
+  const AgentManagerOptions options_;
   AgentIdentifier identifier_;
   AgentStrands strands_;
 
   mutable std::mutex mu_;
-  std::map<std::string, AgentInfo> info_;                   // runtime knowledge
-  std::map<std::string, std::vector<std::string>> memory_;  // history without a store
+  // Runtime knowledge, and its use order (most recent first).
+  struct InfoEntry {
+    AgentInfo info;
+    std::list<std::string>::iterator lru;
+  };
+  std::map<std::string, InfoEntry> info_;
+  std::list<std::string> info_lru_;
+  size_t info_bytes_ = 0;
+  // History without a store, and its use order (most recent first).
+  struct MemoryHistory {
+    std::vector<std::string> turns;
+    size_t bytes = 0;
+    std::list<std::string>::iterator lru;
+  };
+  std::map<std::string, MemoryHistory> memory_;
+  std::list<std::string> memory_lru_;
+  size_t memory_bytes_ = 0;
   ResumeCounts counts_;
 };
 

@@ -1,5 +1,7 @@
 #include "agent/agent_strands.h"
 
+#include <exception>
+
 namespace agentkv::agent {
 
 void AgentStrands::Post(const std::string& agent, Task task) {
@@ -10,7 +12,12 @@ void AgentStrands::Post(const std::string& agent, Task task) {
     if (q.busy) return;
     q.busy = true;
   }
-  Dispatch(agent);
+  Kick(agent);
+}
+
+void AgentStrands::Kick(const std::string& agent) {
+  if (!executor_) return Dispatch(agent);
+  executor_([this, agent] { Dispatch(agent); });
 }
 
 void AgentStrands::Done(const std::string& agent) {
@@ -24,32 +31,43 @@ void AgentStrands::Done(const std::string& agent) {
       return;
     }
   }
-  Dispatch(agent);
+  Kick(agent);
 }
 
 void AgentStrands::Dispatch(const std::string& agent) {
+  std::exception_ptr error;
   while (true) {
     Task task;
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = queues_.find(agent);
-      if (it == queues_.end()) return;
+      if (it == queues_.end()) break;
       Queue& q = it->second;
       if (q.tasks.empty()) {
         queues_.erase(it);  // idle: forget the agent
-        return;
+        break;
       }
       task = std::move(q.tasks.front());
       q.tasks.pop_front();
       q.dispatching = true;
       q.done_early = false;
     }
-    if (task) task();
+    bool threw = false;
+    try {
+      if (task) task();
+    } catch (...) {
+      // The task is over (it counts as Done), and the strand with it: the
+      // tasks behind it still run, and the exception reaches this caller
+      // once they have been started.
+      threw = true;
+      if (!error) error = std::current_exception();
+    }
     std::lock_guard<std::mutex> lock(mu_);
     Queue& q = queues_[agent];
     q.dispatching = false;
-    if (!q.done_early) return;  // still running; its Done dispatches the next
+    if (!q.done_early && !threw) break;  // still running; its Done dispatches the next
   }
+  if (error) std::rethrow_exception(error);
 }
 
 size_t AgentStrands::Pending(const std::string& agent) const {

@@ -23,6 +23,7 @@ agent::IdentityHints AgentBinding::Hints(const HttpRequest& req, const json& bod
   h.prompt_cache_key = StringField(body, "prompt_cache_key");
   h.session_header = req.Header("x-session-id");
   h.claude_session = req.Header("x-claude-code-session-id");
+  h.tenant = req.tenant;
   if (body.is_object() && body.contains("metadata") && body["metadata"].is_object()) {
     h.metadata_user_id = StringField(body["metadata"], "user_id");
   }

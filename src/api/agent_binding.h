@@ -25,6 +25,7 @@
 #include "api/model_host.h"
 #include "api/served_model.h"
 #include "engine/reply_splice.h"
+#include "util/task_pool.h"
 
 namespace agentkv::api {
 
@@ -32,6 +33,10 @@ struct ApiContext {
   ModelHost* host = nullptr;
   agent::AgentManager* agents = nullptr;
   Metrics* metrics = nullptr;
+  // Blocking work of replies (recording a finished turn: the history's
+  // fsync, then the agent's next turn starting) runs here, off the
+  // connection's io thread; null: inline.
+  TaskPool* workers = nullptr;
 };
 
 // What a chat turn needs to reuse the agent's own reply: the agent and the

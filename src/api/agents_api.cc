@@ -1,11 +1,13 @@
 #include "api/agents_api.h"
 
+#include <charconv>
 #include <nlohmann/json.hpp>
 
 #include "api/callback_body.h"
 #include "api/generation_job.h"
 #include "api/json_template.h"
 #include "api/openai_api.h"
+#include "api/query_params.h"
 #include "store/store_kv_tier.h"
 #include "util/hash.h"
 
@@ -65,10 +67,12 @@ Result<ordered_json> BuildMessages(agent::AgentManager& agents, const std::strin
 
 class AgentJob : public GenerationJob {
  public:
+  // `shown_id`: the id the client knows the agent by (unscoped).
   AgentJob(ApiContext ctx, std::shared_ptr<agent::AgentTurn> turn, OutputParserOptions parser,
-           bool stream, ordered_json new_messages)
+           bool stream, ordered_json new_messages, std::string shown_id)
       : GenerationJob(ctx, std::move(turn), std::move(parser), stream, std::move(new_messages),
-                      "/v1/agents/{id}/generate") {}
+                      "/v1/agents/{id}/generate"),
+        shown_id_(std::move(shown_id)) {}
 
  protected:
   void OnEvents(const std::vector<OutputEvent>& events, std::string* out) override {
@@ -89,7 +93,7 @@ class AgentJob : public GenerationJob {
   void OnFinish(const RequestOutput& f, std::string* out) override {
     std::string finish(FinishReasonName(f.finish));
     if (finish.empty()) finish = "stop";
-    json reply = {{"agent_id", agent_id()},
+    json reply = {{"agent_id", shown_id_},
                   {"turn", turn_number_},
                   {"text", text_},
                   {"finish_reason", finish},
@@ -122,6 +126,7 @@ class AgentJob : public GenerationJob {
   ordered_json ReplyMessage() const override { return {{"role", "assistant"}, {"content", text_}}; }
 
  private:
+  std::string shown_id_;
   static CacheSource Source(const RequestOutput& f) {
     if (f.cache_source == CacheSource::kNone && f.cached_tokens > 0) return CacheSource::kResident;
     return f.cached_tokens > 0 ? f.cache_source : CacheSource::kNone;
@@ -146,12 +151,13 @@ json InfoJson(const agent::AgentInfo& a) {
 
 }  // namespace
 
-Reply AgentsApi::Generate(const HttpRequest& req, const std::string& agent_id) const {
+Reply AgentsApi::Generate(const HttpRequest& req, const std::string& path_id) const {
   agent::IdentityHints hints;
-  hints.path_id = agent_id;
-  if (auto id = agent::AgentIdentifier::ExplicitId(hints); !id.ok()) {
-    return FromStatus(id.status());
-  }
+  hints.path_id = path_id;
+  hints.tenant = req.tenant;
+  auto id = agent::AgentIdentifier::ExplicitId(hints);
+  if (!id.ok()) return FromStatus(id.status());
+  const std::string agent_id = id->agent_id;  // scoped to the tenant
   json body = json::parse(req.body, nullptr, false);
   if (body.is_discarded()) return OpenAiApi::Error(400, "the request body is not valid JSON");
   if (!body.is_object()) return OpenAiApi::Error(400, "the request body must be a JSON object");
@@ -222,20 +228,57 @@ Reply AgentsApi::Generate(const HttpRequest& req, const std::string& agent_id) c
   record.push_back({{"role", "user"}, {"content", message}});
   auto parser = OutputParserOptions::ForModelType(model->model_type(), false, false);
   return std::unique_ptr<AsyncBody>(
-      new AgentJob(ctx_, std::move(turn), parser, stream, std::move(record)));
+      new AgentJob(ctx_, std::move(turn), parser, stream, std::move(record), path_id));
 }
 
-Reply AgentsApi::List() const {
-  auto list = ctx_.agents->List();
-  if (!list.ok()) return FromStatus(list.status());
+Reply AgentsApi::List(const HttpRequest& req) const {
+  int64_t limit = kDefaultListLimit;
+  if (auto v = QueryParam(req.query, "limit")) {
+    int64_t n = 0;
+    const char* end = v->data() + v->size();
+    auto [p, ec] = std::from_chars(v->data(), end, n);
+    if (ec != std::errc() || p != end || n < 1 || n > kMaxListLimit) {
+      return OpenAiApi::Error(
+          400, "'limit' must be an integer from 1 to " + std::to_string(kMaxListLimit), "limit");
+    }
+    limit = n;
+  }
+  // Only the tenant's agents: its scope, and ids shown as it knows them.
+  const std::string scope = agent::AgentIdentifier::ScopePrefix(req.tenant);
+  const std::string after = QueryParam(req.query, "after").value_or("");
+  auto page =
+      ctx_.agents->List(after.empty() ? after : scope + after, static_cast<size_t>(limit), scope);
+  if (!page.ok()) return FromStatus(page.status());
   json data = json::array();
-  for (const auto& a : *list) data.push_back(InfoJson(a));
-  return Json(200, {{"object", "list"}, {"data", std::move(data)}});
+  for (auto& a : page->agents) {
+    a.id = agent::AgentIdentifier::Unscope(req.tenant, a.id);
+    data.push_back(InfoJson(a));
+  }
+  json first = page->agents.empty() ? json(nullptr) : json(page->agents.front().id);
+  json last = page->agents.empty() ? json(nullptr) : json(page->agents.back().id);
+  return Json(200, {{"object", "list"},
+                    {"data", std::move(data)},
+                    {"has_more", page->has_more},
+                    {"first_id", std::move(first)},
+                    {"last_id", std::move(last)}});
 }
 
-Reply AgentsApi::Get(const std::string& agent_id) const {
+Reply AgentsApi::Get(const HttpRequest& req, const std::string& path_id) const {
+  agent::IdentityHints hints;
+  hints.path_id = path_id;
+  hints.tenant = req.tenant;
+  auto id = agent::AgentIdentifier::ExplicitId(hints);
+  if (!id.ok()) return FromStatus(id.status());
+  const std::string agent_id = id->agent_id;  // scoped to the tenant
   auto info = ctx_.agents->Get(agent_id);
-  if (!info.ok()) return FromStatus(info.status());
+  if (!info.ok()) {
+    // Named as the client knows it (never the tenant's scope).
+    if (info.status().code() == StatusCode::kNotFound) {
+      return FromStatus(NotFound("no agent '" + path_id + "'"));
+    }
+    return FromStatus(info.status());
+  }
+  info->id = path_id;
   json j = InfoJson(*info);
   auto history = ctx_.agents->History(agent_id);
   json h = json::array();
@@ -280,23 +323,25 @@ Reply AgentsApi::Get(const std::string& agent_id) const {
   return Json(200, j);
 }
 
-Reply AgentsApi::Delete(const std::string& agent_id) const {
+Reply AgentsApi::Delete(const HttpRequest& req, const std::string& path_id) const {
   agent::IdentityHints hints;
-  hints.path_id = agent_id;
-  if (auto id = agent::AgentIdentifier::ExplicitId(hints); !id.ok()) {
-    return FromStatus(id.status());
-  }
+  hints.path_id = path_id;
+  hints.tenant = req.tenant;
+  auto id = agent::AgentIdentifier::ExplicitId(hints);
+  if (!id.ok()) return FromStatus(id.status());
+  const std::string agent_id = id->agent_id;  // scoped to the tenant
   agent::AgentManager* agents = ctx_.agents;
   ModelHost* host = ctx_.host;
-  auto work = [agents, host, agent_id](CallbackBody::ReplyFn reply) {
+  auto work = [agents, host, agent_id, path_id](CallbackBody::ReplyFn reply) {
     agents->Delete(
         agent_id,
         [host, agent_id] {
           if (auto m = host->Current()) m->engine().DropAgent(agent_id);
         },
-        [reply, agent_id](Status s) {
+        [reply, path_id](Status s) {
+          if (s.code() == StatusCode::kNotFound) s = NotFound("no agent '" + path_id + "'");
           if (!s.ok()) return reply(FromStatus(s));
-          reply(Json(200, {{"id", agent_id}, {"object", "agent.deleted"}, {"deleted", true}}));
+          reply(Json(200, {{"id", path_id}, {"object", "agent.deleted"}, {"deleted", true}}));
         });
   };
   return std::unique_ptr<AsyncBody>(new CallbackBody(work, ctx_.metrics, "/v1/agents/{id}"));

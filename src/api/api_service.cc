@@ -8,6 +8,7 @@
 
 #include "api/api_key.h"
 #include "api/json_depth.h"
+#include "api/query_params.h"
 
 namespace agentkv::api {
 namespace {
@@ -27,20 +28,6 @@ bool IsAnthropic(const std::string& path) {
 
 constexpr std::string_view kAgents = "/v1/agents/";
 
-// Percent-decodes a path segment ("a%20b" -> "a b"); malformed escapes stay.
-std::string PercentDecode(const std::string& s) {
-  std::string out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '%' && i + 2 < s.size() && std::isxdigit(static_cast<unsigned char>(s[i + 1])) &&
-        std::isxdigit(static_cast<unsigned char>(s[i + 2]))) {
-      out += static_cast<char>(std::stoi(s.substr(i + 1, 2), nullptr, 16));
-      i += 2;
-    } else {
-      out += s[i];
-    }
-  }
-  return out;
-}
 constexpr std::string_view kBatch = "/v1/batch/";
 
 }  // namespace
@@ -51,11 +38,18 @@ ApiService::ApiService(ApiContext ctx, ApiServiceOptions options)
       openai_(ctx),
       anthropic_(ctx),
       agents_(ctx),
-      admin_(ctx, options_.models_dir) {}
+      admin_(ctx, options_.models_dir),
+      tenants_(options_.tenants) {}
+
+void ApiService::SetTenants(std::shared_ptr<const TenantKeys> tenants) {
+  if (!tenants) return;
+  std::lock_guard<std::mutex> lock(tenants_mu_);
+  tenants_ = std::move(tenants);
+}
 
 int ApiService::AdminRefusal(const HttpRequest& req) const {
   if (options_.admin_key.empty()) {
-    return options_.guard.loopback && options_.api_key.empty() ? 0 : 403;
+    return options_.guard.loopback && options_.api_key.empty() && !options_.tenants ? 0 : 403;
   }
   const std::string x_api_key = req.Header("x-api-key");
   const std::string authorization = req.Header("authorization");
@@ -64,7 +58,22 @@ int ApiService::AdminRefusal(const HttpRequest& req) const {
   return by_header || by_bearer ? 0 : 401;
 }
 
-bool ApiService::Authorized(const HttpRequest& req) const {
+bool ApiService::Authorized(const HttpRequest& req, Tenant* tenant) const {
+  std::shared_ptr<const TenantKeys> tenants;
+  {
+    std::lock_guard<std::mutex> lock(tenants_mu_);
+    tenants = tenants_;
+  }
+  if (tenants) {
+    // Either header may carry the key, as below.
+    const std::string x_api_key = req.Header("x-api-key");
+    const std::string authorization = req.Header("authorization");
+    const Tenant* t = tenants->Find(x_api_key);
+    if (t == nullptr) t = tenants->Find(PresentedKey("", authorization));
+    if (t == nullptr) return false;
+    *tenant = *t;
+    return true;
+  }
   if (options_.api_key.empty()) return true;
   const std::string x_api_key = req.Header("x-api-key");
   const std::string authorization = req.Header("authorization");
@@ -121,6 +130,13 @@ uint64_t ApiService::BodyLimit(const std::string& method, const std::string& pat
   return kSmall;
 }
 
+bool ApiService::Offload(const HttpRequest& req) {
+  if (req.method != "GET" && req.method != "HEAD") return true;
+  const std::string& p = req.path;
+  return !(p == "/" || p == "/health" || p == "/metrics" || p == "/v1/models" ||
+           p.rfind("/v1/models/", 0) == 0);
+}
+
 Reply ApiService::Handle(const HttpRequest& req) const {
   Reply reply;
   try {
@@ -167,12 +183,24 @@ Reply ApiService::Route(const HttpRequest& req) const {
     if (req.path == "/admin/model" && post) return admin_.SwapModel(req);
     return OpenAiApi::Error(404, "no route " + req.method + " " + req.path, "", "not_found");
   }
-  if (!Authorized(req)) {
+  Tenant tenant;
+  if (!Authorized(req, &tenant)) {
     if (IsAnthropic(req.path)) {
       return AnthropicApi::Error(401, "invalid x-api-key", "authentication_error");
     }
     return OpenAiApi::Error(401, "invalid API key", "", "invalid_api_key");
   }
+  if (!tenant.name.empty()) {
+    HttpRequest scoped = req;
+    scoped.tenant = tenant.name;
+    scoped.high_priority_allowed = tenant.high_priority;
+    return RouteAuthorized(scoped);
+  }
+  return RouteAuthorized(req);
+}
+
+Reply ApiService::RouteAuthorized(const HttpRequest& req) const {
+  const bool get = req.method == "GET", post = req.method == "POST";
   if (post && JsonNestingDepth(req.body, options_.max_json_depth) > options_.max_json_depth) {
     const std::string msg = "the request body nests arrays and objects deeper than " +
                             std::to_string(options_.max_json_depth) + " levels";
@@ -187,7 +215,7 @@ Reply ApiService::Route(const HttpRequest& req) const {
     if (low.path.rfind("/v1/batch/", 0) == 0) {
       return OpenAiApi::Error(404, "no route " + req.method + " " + req.path, "", "not_found");
     }
-    return Route(low);
+    return RouteAuthorized(low);
   }
   const std::string& p = req.path;
   if (p == "/v1/models" && get) {
@@ -215,15 +243,15 @@ Reply ApiService::Route(const HttpRequest& req) const {
   if (p == "/v1/completions" && post) return openai_.Completions(req);
   if (p == "/v1/messages" && post) return anthropic_.Messages(req);
   if (p == "/v1/messages/count_tokens" && post) return anthropic_.CountTokens(req);
-  if (p == "/v1/agents" && get) return agents_.List();
+  if (p == "/v1/agents" && get) return agents_.List(req);
   if (p.rfind(kAgents, 0) == 0) {
     const std::string rest = p.substr(kAgents.size());
     const size_t slash = rest.find('/');
     const std::string id = PercentDecode(rest.substr(0, slash));
     if (!id.empty()) {
       if (slash == std::string::npos) {
-        if (get) return agents_.Get(id);
-        if (req.method == "DELETE") return agents_.Delete(id);
+        if (get) return agents_.Get(req, id);
+        if (req.method == "DELETE") return agents_.Delete(req, id);
       } else if (rest.substr(slash) == "/generate" && post) {
         return agents_.Generate(req, id);
       }

@@ -9,11 +9,16 @@
 // metrics by route and status. Never throws: anything that escapes an
 // adapter becomes a 500 in the protocol's shape.
 //
-// Thread-safety: Handle may be called concurrently. Borrows the
+// With --api-keys (ApiServiceOptions::tenants) each key belongs to a
+// tenant, and requests are served in their tenant's scope (see there).
+//
+// Thread-safety: Handle and SetTenants may be called concurrently. Borrows the
 // ApiContext's objects, which must outlive the service and every reply it
 // made.
 #pragma once
 
+#include <memory>
+#include <mutex>
 #include <string>
 
 #include "api/admin_api.h"
@@ -23,6 +28,7 @@
 #include "api/http_types.h"
 #include "api/openai_api.h"
 #include "api/request_guard.h"
+#include "api/tenant_keys.h"
 
 namespace agentkv::api {
 
@@ -39,6 +45,11 @@ struct ApiServiceOptions {
   std::string admin_key;
   // POST /admin/model loads only directories under this one (empty: off).
   std::string models_dir;
+  // --api-keys: key -> tenant. Set: only its keys are accepted (not
+  // api_key), and each request is served in its tenant's scope: agents,
+  // histories and content matching of other tenants are out of its reach.
+  // Null: today's single-user behaviour (api_key or none).
+  std::shared_ptr<const TenantKeys> tenants;
 };
 
 class ApiService {
@@ -46,6 +57,10 @@ class ApiService {
   ApiService(ApiContext ctx, ApiServiceOptions options);
 
   Reply Handle(const HttpRequest& req) const;
+  // Replaces the tenants table (SIGHUP reload); requests already admitted
+  // keep the tenant they were given. Null is refused (keeps the old one):
+  // turning tenants off needs a restart.
+  void SetTenants(std::shared_ptr<const TenantKeys> tenants);
 
   // The metrics label of a path: the route with ids replaced by {id}.
   static std::string RouteLabel(const std::string& path);
@@ -54,15 +69,25 @@ class ApiService {
   // generate and their /v1/batch mirrors), 1 MiB for everything else.
   static uint64_t BodyLimit(const std::string& method, const std::string& path,
                             uint64_t generation_limit);
+  // Whether a request's handling may block (parsing, rendering and
+  // tokenizing a body, reading or waiting for the store) and belongs on the
+  // worker pool (HttpServerOptions::offload): everything but liveness,
+  // metrics and the model list.
+  static bool Offload(const HttpRequest& req);
 
  private:
   Reply Route(const HttpRequest& req) const;
-  bool Authorized(const HttpRequest& req) const;
+  // Everything past the key check; `req` carries its tenant.
+  Reply RouteAuthorized(const HttpRequest& req) const;
+  // Whether the request's key is accepted; its tenant into `tenant`.
+  bool Authorized(const HttpRequest& req, Tenant* tenant) const;
   // 0 when the request may use /admin/*, else the status to refuse it with.
   int AdminRefusal(const HttpRequest& req) const;
 
   ApiContext ctx_;
   ApiServiceOptions options_;
+  mutable std::mutex tenants_mu_;
+  std::shared_ptr<const TenantKeys> tenants_;  // guarded by tenants_mu_
   OpenAiApi openai_;
   AnthropicApi anthropic_;
   AgentsApi agents_;

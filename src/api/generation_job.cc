@@ -13,20 +13,41 @@ GenerationJob::GenerationJob(ApiContext ctx, std::shared_ptr<agent::AgentTurn> t
       endpoint_(std::move(endpoint)) {}
 
 GenerationJob::~GenerationJob() {
-  if (!done_) turn_->Cancel();
+  // A turn being recorded finishes on its worker: the generation is over
+  // and its history is written even when the client has gone.
+  if (!done_ && !recording_started_) turn_->Cancel();
 }
 
 void GenerationJob::Start(std::function<void()> wake) {
   started_ = true;
   start_ = std::chrono::steady_clock::now();
+  {
+    std::lock_guard<std::mutex> lock(recording_->mu);
+    recording_->wake = wake;
+  }
   agent::AgentTurn::Start(turn_, std::move(wake));
 }
 
 void GenerationJob::Cancel() {
   if (!done_) {
-    turn_->Cancel();
+    if (!recording_started_) turn_->Cancel();
     Done(499);  // nginx's "client closed request", for metrics only
   }
+}
+
+void GenerationJob::Recorded(const Result<uint32_t>& n, const RequestOutput& finished,
+                             std::string* out) {
+  if (!n.ok()) {
+    Fail(n.status().WithContext("recording the turn"), 500, out);
+    return;
+  }
+  turn_number_ = *n;
+  if (ctx_.metrics) {
+    ctx_.metrics->CountTokens(finished.prompt_tokens, finished.cached_tokens,
+                              finished.completion_tokens);
+  }
+  OnFinish(finished, out);
+  Done(status_);
 }
 
 void GenerationJob::Done(int status) {
@@ -42,6 +63,16 @@ void GenerationJob::Fail(const Status& error, int status, std::string* out) {
 
 bool GenerationJob::Poll(std::string* out) {
   if (done_) return true;
+  if (recording_started_) {
+    std::optional<Result<uint32_t>> n;
+    {
+      std::lock_guard<std::mutex> lock(recording_->mu);
+      n = recording_->result;
+    }
+    if (!n) return false;
+    Recorded(*n, finished_, out);
+    return true;
+  }
   switch (turn_->state()) {
     case agent::AgentTurn::State::kQueued:
       return false;
@@ -92,20 +123,29 @@ bool GenerationJob::Poll(std::string* out) {
         }
         nlohmann::ordered_json record = new_messages_;
         record.push_back(ReplyMessage());
-        auto n = turn_->Complete(
-            record.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace),
-            generated_, ev);
-        if (!n.ok()) {
-          Fail(n.status().WithContext("recording the turn"), 500, out);
+        std::string text =
+            record.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+        if (ctx_.workers == nullptr) {
+          Recorded(turn_->Complete(text, generated_, ev), ev, out);
           break;
         }
-        turn_number_ = *n;
-        if (ctx_.metrics) {
-          ctx_.metrics->CountTokens(ev.prompt_tokens, ev.cached_tokens, ev.completion_tokens);
-        }
-        OnFinish(ev, out);
-        Done(status_);
-        break;
+        // The history's fsync (and the agent's next turn, which starts
+        // when this one is recorded) run on a worker; its wake brings the
+        // result back to Poll.
+        recording_started_ = true;
+        finished_ = ev;
+        ctx_.workers->Post(
+            [turn = turn_, st = recording_, text = std::move(text), generated = generated_, ev] {
+              Result<uint32_t> n = turn->Complete(text, generated, ev);
+              std::function<void()> wake;
+              {
+                std::lock_guard<std::mutex> lock(st->mu);
+                st->result = std::move(n);
+                wake = st->wake;
+              }
+              if (wake) wake();
+            });
+        return false;
       }
       case RequestOutput::Kind::kError:
         turn_->Cancel();

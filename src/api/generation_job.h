@@ -5,8 +5,11 @@
 // formats them as a whole JSON reply or as SSE events. When the request
 // finishes, the turn's new messages and the reply are appended to the
 // agent's history (durably, before the last bytes of the response are
-// produced), then the subclass writes its final event. It also feeds the
-// server's metrics (TTFT, inter-token latency, tokens, requests).
+// produced), then the subclass writes its final event. Recording runs on
+// the context's worker pool (an fsync, and the agent's next turn starting
+// behind it): Poll hands it over and the wake brings the result back. It
+// also feeds the server's metrics (TTFT, inter-token latency, tokens,
+// requests).
 //
 // Thread-safety: as AsyncBody: Start / Poll / Cancel on one strand. Shares
 // its AgentTurn with the agent's strand; cancels it if destroyed before it
@@ -14,8 +17,11 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -66,6 +72,18 @@ class GenerationJob : public AsyncBody {
  private:
   void Fail(const Status& error, int status, std::string* out);
   void Done(int status);
+  // The turn was recorded (or failed to be): the reply's end.
+  void Recorded(const Result<uint32_t>& n, const RequestOutput& finished, std::string* out);
+
+  // Shared with the worker that records the turn (it may outlive the job).
+  struct Recording {
+    std::mutex mu;
+    std::function<void()> wake;
+    std::optional<Result<uint32_t>> result;
+  };
+  std::shared_ptr<Recording> recording_ = std::make_shared<Recording>();
+  bool recording_started_ = false;
+  RequestOutput finished_;
 
   ApiContext ctx_;
   std::shared_ptr<agent::AgentTurn> turn_;

@@ -21,6 +21,10 @@ namespace net = boost::asio;
 using tcp = net::ip::tcp;
 
 constexpr size_t kHeaderLimit = 256 << 10;
+// Bytes of pipelined requests kept while a reply is being produced; past
+// it they are dropped and the connection closes after the reply (the
+// client resends them), so the disconnect watch never stops reading.
+constexpr size_t kPipelineLimit = 1 << 20;
 
 std::string Lower(std::string_view s) {
   std::string out(s);
@@ -195,6 +199,22 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     req.body = std::move(msg.body());
     parser_.reset();
 
+    const auto& o = server_->options;
+    if (o.offload && o.offload_executor && o.offload(req)) {
+      // Handled on the executor; the reply comes back to this strand.
+      auto self = this->shared_from_this();
+      auto shared_req = std::make_shared<HttpRequest>(std::move(req));
+      auto ex = stream_.get_executor();
+      o.offload_executor([self, shared_req, ex] {
+        auto reply = std::make_shared<Reply>(self->CallHandler(*shared_req));
+        net::post(ex, [self, reply] { self->OnReply(std::move(*reply)); });
+      });
+      return;
+    }
+    OnReply(CallHandler(req));
+  }
+
+  Reply CallHandler(const HttpRequest& req) {
     Reply reply;
     try {
       reply = server_->handler(req);
@@ -212,6 +232,15 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       r.status = 500;
       r.body = PlainError("internal error");
       reply = std::move(r);
+    }
+    return reply;
+  }
+
+  void OnReply(Reply reply) {
+    if (closed_) {
+      // The server stopped the connection meanwhile: the work is not wanted.
+      if (auto* b = std::get_if<std::unique_ptr<AsyncBody>>(&reply); b && *b) (*b)->Cancel();
+      return;
     }
     if (auto* r = std::get_if<HttpResponse>(&reply)) return WriteResponse(std::move(*r));
     body_ = std::move(std::get<std::unique_ptr<AsyncBody>>(reply));
@@ -258,7 +287,14 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       self->watching_ = false;
       if (!ec) {
         self->buffer_.commit(n);  // a pipelined request; read it later
-        if (self->resume_after_watch_) self->AfterBody();
+        if (self->resume_after_watch_) return self->AfterBody();
+        if (self->buffer_.size() > kPipelineLimit) {
+          self->buffer_.consume(self->buffer_.size());
+          self->keep_alive_ = false;
+        }
+        // Still producing: keep watching, or a disconnect after a
+        // pipelined byte would go unnoticed.
+        if (self->body_ && !self->closed_) self->StartWatch();
         return;
       }
       if (self->resume_after_watch_ && ec == net::error::operation_aborted) {
@@ -290,8 +326,11 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     bool done = false;
     try {
       done = body_->Poll(&pending_);
+    } catch (const std::exception& e) {
+      std::cerr << "internal error while producing a reply: " << e.what() << "\n";
+      return FailBody();
     } catch (...) {
-      done = true;
+      return FailBody();
     }
     if (body_->streaming()) {
       if (!pending_.empty()) {
@@ -316,6 +355,28 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     r.body = std::move(pending_);
     pending_.clear();
     body_.reset();
+    WriteResponse(std::move(r));
+  }
+
+  // The body failed while producing its reply: what it produced so far is
+  // not sent. A plain reply becomes a 500; a stream whose 200 header is out
+  // already is cut off without its last chunk, which clients see as a
+  // broken response rather than a complete one.
+  void FailBody() {
+    const bool streaming = body_->streaming();
+    try {
+      body_->Cancel();
+    } catch (...) {
+    }
+    body_.reset();
+    pending_.clear();
+    if (streaming) {
+      keep_alive_ = false;
+      return Close();
+    }
+    HttpResponse r;
+    r.status = 500;
+    r.body = PlainError("internal error");
     WriteResponse(std::move(r));
   }
 

@@ -14,8 +14,9 @@
 // connection speaks TLS (handshake under the read timeout).
 //
 // Thread-safety: Start and Stop may be called from any thread; the handler
-// is called concurrently from the io threads and must be thread-safe and
-// must not throw (the server turns escaping exceptions into 500s anyway).
+// is called concurrently from the io threads (and the offload executor's)
+// and must be thread-safe and must not throw (the server turns escaping
+// exceptions into 500s anyway).
 #pragma once
 
 #include <atomic>
@@ -47,6 +48,15 @@ struct HttpServerOptions {
   // TLS (OpenSSL, TLS 1.2+): PEM certificate chain and private key. Both
   // empty: plain HTTP.
   std::string tls_cert_file, tls_key_file;
+  // Requests for which `offload` returns true are handled on
+  // `offload_executor` (a worker pool) and their reply comes back to the
+  // connection: the io threads never run handlers that parse, render and
+  // tokenize big bodies or wait for the store, so cheap requests (/health)
+  // and running streams never wait behind them. Either null: every handler
+  // runs on an io thread. The executor must run every task it is given
+  // while the server lives (stop it before destroying the server).
+  std::function<bool(const HttpRequest&)> offload;
+  std::function<void(std::function<void()>)> offload_executor;
 };
 
 class HttpServer {

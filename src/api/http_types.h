@@ -21,6 +21,11 @@ struct HttpRequest {
   std::string query;                           // after '?', may be empty
   std::map<std::string, std::string> headers;  // names lower-cased
   std::string body;
+  // Set by the API service once the key is checked, never from the wire:
+  // the tenant of the key (--api-keys; "" without tenants) and whether it
+  // may ask for high priority.
+  std::string tenant;
+  bool high_priority_allowed = true;
 
   // The header's value, or "" when absent. `name` must be lower case.
   std::string Header(const std::string& name) const {

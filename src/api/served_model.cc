@@ -86,7 +86,10 @@ Result<Priority> ServedModel::RequestPriority(const HttpRequest& req, const json
     name = p.get<std::string>();
   }
   if (name.empty()) return Priority::kNormal;
-  return ParsePriority(name);
+  ASSIGN_OR_RETURN(Priority p, ParsePriority(name));
+  // A tenant not allowed high priority is served at normal at most.
+  if (p == Priority::kHigh && !req.high_priority_allowed) return Priority::kNormal;
+  return p;
 }
 
 Result<EngineRequest> ServedModel::MakeRequest(std::vector<int32_t> prompt, SamplingParams params,
@@ -154,30 +157,47 @@ Status GetFloat(const json& body, const char* key, float* out) {
 
 }  // namespace
 
-Status GetOptionalInt(const json& body, const char* key, std::optional<int64_t>* out) {
+namespace {
+
+// An integer field in [lo, hi]; a number with an integral value counts
+// (clients write 100.0). Read in the type it was parsed as, and range
+// checked before any conversion: converting 1e300 or 2^64 - 1 to a
+// narrower integer is undefined or wraps into something else.
+Status GetIntInRange(const json& body, const char* key, int64_t lo, int64_t hi,
+                     std::optional<int64_t>* out) {
   if (!body.contains(key) || body[key].is_null()) return Status::Ok();
   const json& v = body[key];
   if (!v.is_number_integer() &&
       !(v.is_number_float() && v.get<double>() == std::floor(v.get<double>()))) {
     return InvalidArgument(std::string("'") + key + "' must be an integer");
   }
-  // Read in the type it was parsed as: converting 1e300 or 2^64 - 1 to
-  // int64 is undefined. Values past int64 saturate (callers clamp them).
+  auto out_of_range = [&] {
+    return InvalidArgument(std::string("'") + key + "' is out of range (" + std::to_string(lo) +
+                           " to " + std::to_string(hi) + ")");
+  };
   int64_t x = 0;
   if (v.is_number_unsigned()) {
-    x = static_cast<int64_t>(
-        std::min<uint64_t>(v.get<uint64_t>(), std::numeric_limits<int64_t>::max()));
+    const uint64_t u = v.get<uint64_t>();
+    if (u > static_cast<uint64_t>(hi)) return out_of_range();
+    x = static_cast<int64_t>(u);
   } else if (v.is_number_integer()) {
     x = v.get<int64_t>();
   } else {
     const double d = v.get<double>();
-    x = d >= 9.2e18    ? std::numeric_limits<int64_t>::max()
-        : d <= -9.2e18 ? -1
-                       : static_cast<int64_t>(d);
+    // [-2^63, 2^63) converts exactly; anything else is out of every range.
+    if (!(d >= -9223372036854775808.0 && d < 9223372036854775808.0)) return out_of_range();
+    x = static_cast<int64_t>(d);
   }
-  if (x < 0) return InvalidArgument(std::string("'") + key + "' must not be negative");
+  if (x < lo && lo == 0) return InvalidArgument(std::string("'") + key + "' must not be negative");
+  if (x < lo || x > hi) return out_of_range();
   *out = x;
   return Status::Ok();
+}
+
+}  // namespace
+
+Status GetOptionalInt(const json& body, const char* key, std::optional<int64_t>* out) {
+  return GetIntInRange(body, key, 0, std::numeric_limits<int64_t>::max(), out);
 }
 
 Status ParseSampling(const json& body, const char* stop_key, SamplingParams* p) {
@@ -187,13 +207,19 @@ Status ParseSampling(const json& body, const char* stop_key, SamplingParams* p) 
   RETURN_IF_ERROR(GetFloat(body, "presence_penalty", &p->presence_penalty));
   RETURN_IF_ERROR(GetFloat(body, "frequency_penalty", &p->frequency_penalty));
   RETURN_IF_ERROR(GetFloat(body, "repetition_penalty", &p->repetition_penalty));
-  if (body.contains("top_k") && !body["top_k"].is_null()) {
-    if (!body["top_k"].is_number_integer()) return InvalidArgument("'top_k' must be an integer");
-    p->top_k = body["top_k"].get<int32_t>();
-  }
+  std::optional<int64_t> top_k;
+  RETURN_IF_ERROR(GetIntInRange(body, "top_k", -1, std::numeric_limits<int32_t>::max(), &top_k));
+  if (top_k) p->top_k = static_cast<int32_t>(*top_k);
   if (body.contains("seed") && !body["seed"].is_null()) {
-    if (!body["seed"].is_number_integer()) return InvalidArgument("'seed' must be an integer");
-    p->seed = static_cast<uint64_t>(body["seed"].get<int64_t>());
+    // Any 64-bit pattern: a negative seed is taken modulo 2^64.
+    const json& seed = body["seed"];
+    if (seed.is_number_unsigned()) {
+      p->seed = seed.get<uint64_t>();
+    } else if (seed.is_number_integer()) {
+      p->seed = static_cast<uint64_t>(seed.get<int64_t>());
+    } else {
+      return InvalidArgument("'seed' must be an integer");
+    }
   }
   if (body.contains("ignore_eos") && !body["ignore_eos"].is_null()) {
     if (!body["ignore_eos"].is_boolean()) return InvalidArgument("'ignore_eos' must be a boolean");

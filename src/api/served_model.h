@@ -74,7 +74,8 @@ class ServedModel {
       bool add_generation_prompt = true, std::string* text = nullptr) const;
 
   // Priority from the X-Priority header, else the body's "priority", else
-  // NORMAL. InvalidArgument for an unknown name.
+  // NORMAL; HIGH becomes NORMAL for a tenant not allowed it
+  // (req.high_priority_allowed). InvalidArgument for an unknown name.
   static Result<Priority> RequestPriority(const HttpRequest& req, const nlohmann::json& body);
 
   // The engine request for a prompt: InvalidArgument when the prompt is
@@ -118,11 +119,13 @@ int HttpStatusFor(const Status& s);
 // top_p, top_k, min_p, seed, presence_penalty, frequency_penalty,
 // repetition_penalty, ignore_eos (a vLLM extension), and stop strings from
 // `stop_key` (string or list).
-// InvalidArgument naming the field when one has the wrong type.
+// InvalidArgument naming the field when one has the wrong type or is out of
+// its range (top_k: -1 to 2^31 - 1; seed: any 64-bit integer).
 Status ParseSampling(const nlohmann::json& body, const char* stop_key, SamplingParams* p);
 
-// Reads an optional non-negative integer field; InvalidArgument on a wrong
-// type.
+// Reads an optional non-negative integer field (a number with an integral
+// value counts); InvalidArgument on a wrong type, a negative value or one
+// past int64 (1e300, 2^64 - 1), never a wrapped or saturated value.
 Status GetOptionalInt(const nlohmann::json& body, const char* key, std::optional<int64_t>* out);
 
 }  // namespace agentkv::api

@@ -21,11 +21,13 @@
 #include "api/model_host.h"
 #include "api/request_guard.h"
 #include "api/served_model.h"
+#include "api/tenant_keys.h"
 #include "cli/command.h"
 #include "cli/model_options.h"
 #include "store/agent_store.h"
 #include "util/memory_size.h"
 #include "util/system_memory.h"
+#include "util/task_pool.h"
 
 namespace agentkv::cli {
 namespace {
@@ -40,15 +42,22 @@ struct ServeArgs {
   std::string host_kv_memory;  // empty: api::DefaultHostKvMemoryBytes
   std::string kv_restore = "auto";
   std::string api_key;
+  std::string api_keys_file;  // --api-keys: key -> tenant
   int max_json_depth = 64;
   std::vector<std::string> allow_origin, allow_host;
   std::string admin_key, models_dir;
   bool insecure_no_key = false;
   int http_threads = 0;
+  int workers = 4;
   int max_queue = 512;
   std::string store_dir = "data/store";
   std::string store_max_bytes;
-  std::string max_body = "32M";
+  std::string history_memory = "512M";  // --store none: in-memory histories
+  // A 128k-token conversation is at most ~2 MiB of text (tokens average 3
+  // to 4 bytes; 16 at most, for runs of blanks or repeated characters), and
+  // JSON escaping at most doubles it: 8M holds that with room for tool
+  // definitions and message framing.
+  std::string max_body = "8M";
   int read_timeout_s = 60;
   int write_timeout_s = 30;
   int sse_keepalive_s = 15;
@@ -86,11 +95,26 @@ int RunServe(const ServeArgs& a) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGHUP);  // reloads --api-keys
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  std::shared_ptr<const api::TenantKeys> tenants;
+  if (!a.api_keys_file.empty()) {
+    if (!a.api_key.empty()) {
+      std::cerr << "error: --api-key and --api-keys exclude each other (give the key a tenant "
+                   "in the file)\n";
+      return 2;
+    }
+    auto loaded = api::TenantKeys::Load(a.api_keys_file);
+    if (!loaded.ok()) {
+      std::cerr << "error: " << loaded.status().message() << "\n";
+      return 2;
+    }
+    tenants = std::move(loaded).value();
+  }
   // Anyone who can reach a non-loopback address could use (and read) every
   // agent: that takes a key, or saying so.
-  if (!api::IsLoopbackName(a.host) && a.api_key.empty() && !a.insecure_no_key) {
+  if (!api::IsLoopbackName(a.host) && a.api_key.empty() && !tenants && !a.insecure_no_key) {
     std::cerr << "error: --host " << a.host
               << " is reachable from other machines: set --api-key (or --insecure-no-key to "
                  "serve without one)\n";
@@ -158,7 +182,19 @@ int RunServe(const ServeArgs& a) {
   }
   PrintKvPool(**model);
   api::ModelHost host(mo, std::move(model).value());
-  agent::AgentManager agents(agent_store.get());
+  // Blocking work of requests (parsing, rendering and tokenizing bodies,
+  // history fsyncs, deletes waiting for the store, agents' turns starting)
+  // runs here, never on the HTTP io threads.
+  TaskPool workers(a.workers, "request workers");
+  auto run_on_workers = [&workers](std::function<void()> f) { workers.Post(std::move(f)); };
+  agent::AgentManagerOptions agent_options;
+  agent_options.executor = run_on_workers;
+  agent_options.max_memory_history_bytes = ParseBytes(a.history_memory);
+  if (agent_options.max_memory_history_bytes == 0) {
+    std::cerr << "error: bad --history-memory '" << a.history_memory << "'\n";
+    return 2;
+  }
+  agent::AgentManager agents(agent_store.get(), agent_options);
   api::Metrics metrics;
   if (auto known = api::AgentBinding::RememberStoredAgents(*host.Current(), agents); !known.ok()) {
     std::cerr << "store: " << known.status().ToString() << "\n";
@@ -170,6 +206,7 @@ int RunServe(const ServeArgs& a) {
   service_options.guard.allowed_origins = a.allow_origin;
   service_options.guard.allowed_hosts = a.allow_host;
   service_options.admin_key = a.admin_key;
+  service_options.tenants = tenants;
   // Swaps load from --models-dir; by default the folder the served model is
   // in (its siblings).
   service_options.models_dir =
@@ -177,7 +214,7 @@ int RunServe(const ServeArgs& a) {
           ? a.models_dir
           : std::filesystem::weakly_canonical(mo.model_dir).parent_path().string();
   if (service_options.models_dir.empty()) service_options.models_dir = ".";
-  api::ApiService service({&host, &agents, &metrics}, service_options);
+  api::ApiService service({&host, &agents, &metrics, &workers}, service_options);
   api::HttpServerOptions so;
   so.host = a.host;
   so.port = static_cast<uint16_t>(a.port);
@@ -196,6 +233,8 @@ int RunServe(const ServeArgs& a) {
   so.sse_keepalive_ms = a.sse_keepalive_s * 1000;
   so.tls_cert_file = a.tls_cert;
   so.tls_key_file = a.tls_key;
+  so.offload = [](const api::HttpRequest& r) { return api::ApiService::Offload(r); };
+  so.offload_executor = run_on_workers;
   api::HttpServer server(so, [&service](const api::HttpRequest& r) { return service.Handle(r); });
   if (Status s = server.Start(); !s.ok()) {
     std::cerr << "error: " << s.ToString() << "\n";
@@ -205,7 +244,17 @@ int RunServe(const ServeArgs& a) {
             << server.port() << std::endl;
 
   int sig = 0;
-  sigwait(&signals, &sig);
+  while (sigwait(&signals, &sig) == 0 && sig == SIGHUP) {
+    if (a.api_keys_file.empty()) continue;
+    // A file that does not load keeps the table in force.
+    auto reloaded = api::TenantKeys::Load(a.api_keys_file);
+    if (!reloaded.ok()) {
+      std::cerr << "SIGHUP: " << reloaded.status().message() << " (keeping the keys in force)\n";
+      continue;
+    }
+    std::cerr << "SIGHUP: " << (*reloaded)->size() << " API keys loaded\n";
+    service.SetTenants(std::move(reloaded).value());
+  }
   std::cerr << "signal " << sig << ": draining\n";
   server.StopAccepting();
   // Drains the engine, flushes the KV tier and stops the engine; replies
@@ -215,6 +264,8 @@ int RunServe(const ServeArgs& a) {
   while (server.connections() > 0 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  // The workers' last tasks may still post replies to the io threads.
+  workers.Stop();
   server.Stop();
   if (!down.ok()) std::cerr << "store: " << down.ToString() << "\n";
   if (agent_store) {
@@ -268,6 +319,11 @@ Registrar reg("serve", "Serve the HTTP API (OpenAI and Anthropic protocols)",
                 app.add_option("--api-key", a->api_key,
                                "Require this key (Authorization: Bearer or x-api-key)")
                     ->envname("AGENTKV_API_KEY");
+                app.add_option("--api-keys", a->api_keys_file,
+                               "File of `KEY TENANT [high]` lines: each key's requests see only "
+                               "its tenant's agents, histories and content matches; `high` "
+                               "allows X-Priority: high. Reloaded on SIGHUP")
+                    ->envname("AGENTKV_API_KEYS");
                 app.add_option("--max-json-depth", a->max_json_depth,
                                "Deepest nesting of arrays and objects a request body may have "
                                "(deeper: 400)")
@@ -298,6 +354,13 @@ Registrar reg("serve", "Serve the HTTP API (OpenAI and Anthropic protocols)",
                     ->capture_default_str()
                     ->check(CLI::Range(0, 64))
                     ->envname("AGENTKV_HTTP_THREADS");
+                app.add_option("--workers", a->workers,
+                               "Threads for the blocking work of requests (parsing, rendering "
+                               "and tokenizing bodies, history fsyncs, deletes), off the HTTP "
+                               "I/O threads")
+                    ->capture_default_str()
+                    ->check(CLI::Range(1, 256))
+                    ->envname("AGENTKV_WORKERS");
                 app.add_option("--max-queue", a->max_queue,
                                "Waiting requests past which new ones get 429 / 529 (0 = no limit)")
                     ->capture_default_str()
@@ -312,6 +375,11 @@ Registrar reg("serve", "Serve the HTTP API (OpenAI and Anthropic protocols)",
                                "Keep the store under this size by evicting least-recently-used "
                                "KV, never history (K/M/G suffixes; default unlimited)")
                     ->envname("AGENTKV_STORE_MAX_BYTES");
+                app.add_option("--history-memory", a->history_memory,
+                               "With --store none: memory for agents' histories; past it the "
+                               "least recently used agent's history is dropped (K/M/G)")
+                    ->capture_default_str()
+                    ->envname("AGENTKV_HISTORY_MEMORY");
                 app.add_option("--max-body", a->max_body,
                                "Largest request body of the generation endpoints (K/M/G "
                                "suffixes); other endpoints take at most 1M")

@@ -303,6 +303,15 @@ void KvTransfer::RetireAgent(Sequence* s) {
 }
 
 void KvTransfer::DropAgent(const std::string& agent_key) {
+  // Its saves first: the agent is being deleted, so the ones still waiting
+  // for staging go now, and the ones whose reads are in flight finish into
+  // nothing (CompleteSaves).
+  for (const SaveJob& job : save_backlog_)
+    if (job.agent_key == agent_key)
+      stats_.save_dropped_blocks += static_cast<int64_t>(job.blocks.size() - job.next);
+  std::erase_if(save_backlog_, [&](const SaveJob& job) { return job.agent_key == agent_key; });
+  for (PendingSave& p : pending_saves_)
+    if (p.agent_key == agent_key) p.dropped = true;
   auto it = agents_.find(agent_key);
   if (it != agents_.end()) {
     kv_->ReleaseAgentCache(&it->second.cache);

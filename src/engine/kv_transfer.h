@@ -160,7 +160,8 @@ class KvTransfer {
   // A finished turn of an agent: pins its blocks as the agent's resident
   // cache (releasing the previous turn's) and saves what is new to the tier.
   void RetireAgent(Sequence* s);
-  // Forgets an agent's resident cache.
+  // Forgets an agent's resident cache, and its saves not yet handed to the
+  // tier: none of them reaches the tier (or the host tier) afterwards.
   void DropAgent(const std::string& agent_key);
   // Unpins every resident agent (shutdown).
   void ReleaseAgents();
@@ -265,6 +266,9 @@ class KvTransfer {
     uint32_t first_index = 0;
     BlockHash parent;                 // chain hash before blocks[0]
     std::vector<KvTierBlock> blocks;  // data: slices of staging chunks
+    // The agent was dropped: its reads still finish (the staging is in
+    // use until then), but nothing goes to the tiers.
+    bool dropped = false;
   };
   void SaveAgentKv(Sequence* s);
   void PumpSaves();

@@ -288,7 +288,9 @@ void KvTransfer::CompleteSaves(bool wait) {
     if (done.ok() && !*done) break;
     // A failed read hands nothing over (its bytes are garbage); the tier
     // may then lack blocks it was thought to have, so forget that.
-    if (done.ok()) {
+    if (done.ok() && p.dropped) {
+      // The agent was deleted while its blocks were being read.
+    } else if (done.ok()) {
       if (host_) {
         // The finished turn's blocks stay in host memory too.
         BlockHash parent = p.parent;

@@ -3,6 +3,7 @@
 #include "store/agent_store.h"
 
 #include <chrono>
+#include <limits>
 
 #include "store/record_envelope.h"
 #include "store/worker_pool.h"
@@ -119,10 +120,12 @@ Result<uint32_t> AgentStore::AppendTurn(std::string_view agent_id, std::string_v
   }
   const std::string value = SealRecord(RecordType::kTurn, messages_json);
   uint32_t turn = 0;
+  bool created = false;
   auto op = [&](LmdbEnv::WriteTxn& t) -> Status {
     const int64_t now = Now();
     ASSIGN_OR_RETURN(auto existing, LoadMetaForUpdate(t, agent_id, now));
     AgentMeta m;
+    created = !existing;
     if (existing) {
       m = std::move(*existing);
     } else {
@@ -144,6 +147,8 @@ Result<uint32_t> AgentStore::AppendTurn(std::string_view agent_id, std::string_v
     if (evicted.ok() && *evicted > 0) s = committer_->Commit(op);
   }
   if (!s.ok()) return s.WithContext("append turn for agent " + std::string(agent_id));
+  // A removed id used again is a new agent: its KV is written again.
+  if (created) ClearTombstone(agent_id);
   return turn;
 }
 
@@ -167,21 +172,30 @@ Result<AgentMeta> AgentStore::GetAgent(std::string_view agent_id) {
 }
 
 Result<std::vector<AgentMeta>> AgentStore::ListAgents() {
+  return ListAgents({}, std::numeric_limits<size_t>::max());
+}
+
+Result<std::vector<AgentMeta>> AgentStore::ListAgents(std::string_view after, size_t limit,
+                                                      std::string_view prefix) {
   ASSIGN_OR_RETURN(auto r, env_->BeginRead());
   std::vector<AgentMeta> out;
-  Status first_bad;
-  RETURN_IF_ERROR(
-      r.Scan(Db::kAgents, {}, [&](std::string_view k, std::string_view v) -> Result<bool> {
+  if (limit == 0) return out;
+  // Scan needs a start inside the prefix.
+  if (after.substr(0, prefix.size()) != prefix) {
+    if (after > prefix) return out;  // past every id with the prefix
+    after = {};
+  }
+  RETURN_IF_ERROR(r.Scan(
+      Db::kAgents, prefix,
+      [&](std::string_view k, std::string_view v) -> Result<bool> {
+        if (!after.empty() && k == after) return true;  // the cursor itself
+        // A listing with a corrupt agent still lists the others; the caller
+        // that needs to know runs Verify().
         auto m = DecodeAgentMeta(k, v);
-        if (m.ok()) {
-          out.push_back(std::move(*m));
-        } else if (first_bad.ok()) {
-          first_bad = m.status();
-        }
-        return true;
-      }));
-  // A listing with a corrupt agent still lists the others; the caller that
-  // needs to know runs Verify().
+        if (m.ok()) out.push_back(std::move(*m));
+        return out.size() < limit;
+      },
+      after));
   return out;
 }
 

@@ -7,6 +7,13 @@
 // only enqueues; one writer thread compresses and group-commits; Flush()
 // waits for what was queued before it.
 //
+// Removal wins over write-behind: RemoveAgent tombstones the id first, and a
+// KV write for a tombstoned agent (queued before the removal or handed over
+// after it by a save that was still in flight) is dropped whole, chain and
+// blocks, since a block's tokens are the agent's conversation. The
+// tombstone lasts until AppendTurn creates the agent again (the newest
+// kMaxTombstones removals are remembered).
+//
 // Correctness of served KV: a block is only returned under the fingerprint
 // and chain hash it was written with, after its checksum, sizes and zstd
 // checksum pass. A record that fails is reported (Corruption naming its key)
@@ -21,6 +28,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -28,6 +36,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 #include "cache/block_hash.h"
@@ -109,6 +118,7 @@ struct KvStoreStats {
   uint64_t bytes_written = 0;  // compressed record bytes
   uint64_t blocks_evicted = 0;
   uint64_t write_errors = 0;
+  uint64_t tombstoned_writes = 0;  // KV writes of removed agents, dropped
 };
 
 struct VerifyReport {
@@ -138,10 +148,19 @@ class AgentStore {
   Status PutAgentExtras(std::string_view agent_id, const nlohmann::json& extras);
   Result<AgentMeta> GetAgent(std::string_view agent_id);
   Result<std::vector<AgentMeta>> ListAgents();
+  // At most `limit` agents whose id starts with `prefix` and sorts after
+  // `after` (byte order; "": from the first), in order.
+  Result<std::vector<AgentMeta>> ListAgents(std::string_view after, size_t limit,
+                                            std::string_view prefix = {});
   Result<std::vector<Turn>> GetHistory(std::string_view agent_id);
   // History, meta, chains and the KV blocks no other chain refers to.
-  // Flushes pending KV writes first; callers stop writing the agent's KV.
+  // Tombstones the id (see above), then waits for the KV writes queued
+  // before it, so none of the agent's KV is written after it returns.
   Status RemoveAgent(std::string_view agent_id);
+  // Whether KV writes for `agent_id` are being dropped (removed, not
+  // created again since).
+  bool IsTombstoned(std::string_view agent_id) const;
+  static constexpr size_t kMaxTombstones = 16384;
   Result<AgentSummary> Summarize(std::string_view agent_id);
 
   // --- models ---------------------------------------------------------------
@@ -214,6 +233,8 @@ class AgentStore {
                                   std::span<const int32_t> tokens, int block_size,
                                   size_t max_blocks, const DecodeFn& decode);
   void RecordWriteError(const Status& s);
+  void AddTombstone(std::string_view agent_id);
+  void ClearTombstone(std::string_view agent_id);
   // Evicts at least `bytes` of stored KV (by record size), oldest access
   // first, inside `txn`; returns blocks evicted.
   Result<uint64_t> EvictInTxn(LmdbEnv::WriteTxn& txn, uint64_t bytes);
@@ -229,6 +250,11 @@ class AgentStore {
   std::thread writer_;
   mutable std::mutex err_mu_;
   Status first_error_;
+  // Removed agents whose KV writes are dropped; oldest first in order.
+  mutable std::mutex tomb_mu_;
+  std::unordered_set<std::string> tombstones_;
+  std::deque<std::string> tomb_order_;
+  std::atomic<uint64_t> tombstoned_writes_{0};
   std::atomic<uint64_t> blocks_written_{0}, bytes_written_{0}, blocks_evicted_{0}, write_errors_{0};
 };
 

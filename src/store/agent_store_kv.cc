@@ -61,7 +61,33 @@ Status AddRef(LmdbEnv::WriteTxn& t, const std::string& key, int delta, int64_t n
 
 void AgentStore::PutKvBlocks(KvChainWrite write) {
   if (!queue_) return;  // read-only
+  if (!write.agent_id.empty() && IsTombstoned(write.agent_id)) {
+    ++tombstoned_writes_;
+    return;
+  }
   queue_->Push(std::move(write));
+}
+
+bool AgentStore::IsTombstoned(std::string_view agent_id) const {
+  std::lock_guard lock(tomb_mu_);
+  return !tombstones_.empty() && tombstones_.count(std::string(agent_id)) > 0;
+}
+
+void AgentStore::AddTombstone(std::string_view agent_id) {
+  std::lock_guard lock(tomb_mu_);
+  if (!tombstones_.insert(std::string(agent_id)).second) return;
+  tomb_order_.emplace_back(agent_id);
+  while (tomb_order_.size() > kMaxTombstones) {
+    tombstones_.erase(tomb_order_.front());
+    tomb_order_.pop_front();
+  }
+}
+
+void AgentStore::ClearTombstone(std::string_view agent_id) {
+  std::lock_guard lock(tomb_mu_);
+  if (tombstones_.erase(std::string(agent_id)) == 0) return;
+  auto it = std::find(tomb_order_.begin(), tomb_order_.end(), agent_id);
+  if (it != tomb_order_.end()) tomb_order_.erase(it);
 }
 
 Status AgentStore::Flush() {
@@ -80,6 +106,7 @@ KvStoreStats AgentStore::kv_stats() const {
   s.bytes_written = bytes_written_;
   s.blocks_evicted = blocks_evicted_;
   s.write_errors = write_errors_;
+  s.tombstoned_writes = tombstoned_writes_;
   return s;
 }
 
@@ -92,6 +119,16 @@ void AgentStore::RecordWriteError(const Status& s) {
 void AgentStore::WriterLoop() {
   std::vector<KvChainWrite> batch;
   while (queue_->PopBatch(options_.kv_batch_max_bytes, &batch)) {
+    // Writes queued before their agent's removal are not written after it.
+    const size_t before = batch.size();
+    std::erase_if(batch, [&](const KvChainWrite& w) {
+      return !w.agent_id.empty() && IsTombstoned(w.agent_id);
+    });
+    tombstoned_writes_ += before - batch.size();
+    if (batch.empty()) {
+      queue_->MarkDone();
+      continue;
+    }
     Status s = WriteBatch(batch);
     if (s.code() == StatusCode::kResourceExhausted) {
       // The map or the disk is full: older KV makes room for newer.

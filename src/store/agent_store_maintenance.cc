@@ -32,10 +32,15 @@ Status FsyncPath(const std::string& path, bool dir) {
 
 Status AgentStore::RemoveAgent(std::string_view agent_id) {
   RETURN_IF_ERROR(ValidateAgentId(agent_id));
-  // Pending KV writes land first, so none of this agent's is written after
-  // its removal. An earlier write error (of any agent) is not this removal's
-  // to report: it stays for the next Flush.
-  if (queue_) queue_->WaitResolved();
+  // The tombstone first: the writer drops this agent's queued writes and
+  // PutKvBlocks refuses new ones (saves still in flight elsewhere). Then
+  // the queue resolves, so none of its writes lands after the removal. An
+  // earlier write error (of any agent) is not this removal's to report: it
+  // stays for the next Flush.
+  if (queue_) {
+    AddTombstone(agent_id);
+    queue_->WaitResolved();
+  }
   uint64_t removed_blocks = 0;
   Status s = env_->Write([&](LmdbEnv::WriteTxn& t) -> Status {
     removed_blocks = 0;

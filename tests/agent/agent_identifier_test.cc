@@ -139,5 +139,78 @@ TEST(AgentIdentifierTest, RemembersAtMostMaxKnown) {
   EXPECT_TRUE(ids.Remembered("a").empty());
 }
 
+TEST(AgentIdentifierTest, RemembersAtMostMaxTokensInAll) {
+  AgentIdentifier id(/*max_known=*/100, /*max_tokens=*/1000);
+  auto seq = [](int n, int32_t base) {
+    std::vector<int32_t> v(n);
+    for (int i = 0; i < n; ++i) v[i] = base + i;
+    return v;
+  };
+  id.Remember("a", seq(600, 1));
+  id.Remember("b", seq(300, 5000));
+  EXPECT_EQ(id.size(), 2u);
+  EXPECT_EQ(id.tokens(), 900u);
+  id.Remember("c", seq(300, 9000));  // 1,200 > 1,000: the oldest goes
+  EXPECT_EQ(id.size(), 2u);
+  EXPECT_EQ(id.tokens(), 600u);
+  EXPECT_TRUE(id.Remembered("a").empty());
+  EXPECT_FALSE(id.Match(seq(600, 1), 10).has_value());
+  EXPECT_EQ(id.Match(seq(300, 5000), 10), "b");
+  // Replacing a sequence counts only the new one.
+  id.Remember("b", seq(100, 5000));
+  EXPECT_EQ(id.tokens(), 400u);
+  // One sequence larger than the bound is kept alone (the newest).
+  id.Remember("d", seq(2000, 20000));
+  EXPECT_EQ(id.size(), 1u);
+  EXPECT_EQ(id.Match(seq(2000, 20000), 10), "d");
+  id.Forget("d");
+  EXPECT_EQ(id.tokens(), 0u);
+}
+
+TEST(AgentIdentifierTest, TenantsNeverShareAnAgent) {
+  EXPECT_EQ(*AgentIdentifier::Scope("", "x"), "x");
+  EXPECT_EQ(*AgentIdentifier::Scope("acme", "x"), "acme/x");
+  EXPECT_EQ(AgentIdentifier::Unscope("acme", "acme/x"), "x");
+  EXPECT_EQ(AgentIdentifier::Unscope("", "acme/x"), "acme/x");
+  // The scope takes room from the 256-byte id.
+  EXPECT_EQ(AgentIdentifier::Scope("acme", std::string(252, 'a')).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_TRUE(AgentIdentifier::Scope("acme", std::string(251, 'a')).ok());
+
+  // The same explicit id names two agents under two tenants.
+  IdentityHints a, b;
+  a.session_header = b.session_header = "shared";
+  a.tenant = "acme";
+  b.tenant = "zeta";
+  EXPECT_EQ(AgentIdentifier::ExplicitId(a)->agent_id, "acme/shared");
+  EXPECT_EQ(AgentIdentifier::ExplicitId(b)->agent_id, "zeta/shared");
+  // Another tenant's "acme/shared" is not acme's agent either.
+  IdentityHints forged;
+  forged.path_id = "acme/shared";
+  forged.tenant = "zeta";
+  EXPECT_EQ(AgentIdentifier::ExplicitId(forged)->agent_id, "zeta/acme/shared");
+
+  // Content matching looks only at the tenant's own agents.
+  AgentIdentifier id;
+  const std::vector<int32_t> conv = {5, 6, 7, 8, 9, 10};
+  id.Remember("acme/a1", conv);
+  std::vector<int32_t> next = conv;
+  next.push_back(11);
+  IdentityHints none_a, none_b;
+  none_a.tenant = "acme";
+  none_b.tenant = "zeta";
+  const ContentKey key{"sys", "hi"};
+  auto ra = id.Identify(none_a, key, next, [] { return size_t{3}; });
+  ASSERT_TRUE(ra.ok());
+  EXPECT_EQ(ra->agent_id, "acme/a1");
+  EXPECT_EQ(ra->source, IdSource::kContent);
+  auto rb = id.Identify(none_b, key, next, [] { return size_t{3}; });
+  ASSERT_TRUE(rb.ok());
+  EXPECT_EQ(rb->source, IdSource::kNew);
+  EXPECT_EQ(rb->agent_id, "zeta/" + AgentIdentifier::NewAgentId(key));
+  EXPECT_FALSE(id.Match(next, 3, "zeta/").has_value());
+  EXPECT_EQ(id.Match(next, 3, "acme/"), "acme/a1");
+}
+
 }  // namespace
 }  // namespace agentkv::agent

@@ -259,5 +259,58 @@ TEST_F(AgentManagerTest, HistoryWithoutStoreIsKeptInMemory) {
   EXPECT_EQ((*list)[0].id, "mem");
 }
 
+TEST_F(AgentManagerTest, InMemoryHistoryAndInfoAreBoundedLeastRecentlyUsedFirst) {
+  AgentManagerOptions o;
+  o.max_info_bytes = 1;            // room for the latest agent only
+  o.max_memory_history_bytes = 1;  // the same for histories
+  AgentManager m(nullptr, o);
+  for (const char* id : {"m1", "m2", "m3"}) {
+    auto t = m.NewTurn(id, Prompt(Tokens(8, 10)));
+    AgentTurn::Start(t, [] {});
+    Finish(*t, R"([{"role":"user","content":"x"}])", nullptr);
+  }
+  // The agent whose turn was recorded last is never dropped; the others'
+  // histories (and what was known of them) are gone.
+  EXPECT_EQ(m.History("m1").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(m.History("m2").status().code(), StatusCode::kNotFound);
+  ASSERT_TRUE(m.History("m3").ok());
+  EXPECT_EQ(m.Get("m1").status().code(), StatusCode::kNotFound);
+  auto list = m.List();
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 1u);
+  EXPECT_EQ((*list)[0].id, "m3");
+  EXPECT_EQ((*list)[0].turns, 1u);
+  EXPECT_FALSE(m.identifier().Remembered("m3").empty());
+  EXPECT_TRUE(m.identifier().Remembered("m1").empty());
+}
+
+TEST_F(AgentManagerTest, InfoBoundKeepsStoreAgentsListedAndPagesByIdAfter) {
+  AgentManagerOptions o;
+  o.max_info_bytes = 1;
+  AgentManager m(store_.get(), o);
+  for (const char* id : {"s1", "s2", "s3"}) {
+    auto t = m.NewTurn(id, Prompt(Tokens(8, 10)));
+    AgentTurn::Start(t, [] {});
+    Finish(*t, R"([{"role":"user","content":"x"}])", nullptr);
+  }
+  auto all = m.List();
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->size(), 3u);  // the store still has every agent
+  auto s1 = m.Get("s1");
+  ASSERT_TRUE(s1.ok());
+  EXPECT_EQ(s1->turns, 1u);
+  EXPECT_EQ(s1->resident_tokens, 0);  // what was known of its cache is gone
+  EXPECT_GT(m.Get("s3")->resident_tokens, 0);
+  auto page = m.List("", 2);
+  ASSERT_TRUE(page.ok());
+  ASSERT_EQ(page->agents.size(), 2u);
+  EXPECT_EQ(page->agents[1].id, "s2");
+  EXPECT_TRUE(page->has_more);
+  page = m.List("s2", 2);
+  ASSERT_EQ(page->agents.size(), 1u);
+  EXPECT_EQ(page->agents[0].id, "s3");
+  EXPECT_FALSE(page->has_more);
+}
+
 }  // namespace
 }  // namespace agentkv::agent

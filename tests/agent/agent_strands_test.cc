@@ -6,10 +6,13 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#include "util/task_pool.h"
 
 namespace agentkv::agent {
 namespace {
@@ -92,6 +95,73 @@ TEST(AgentStrandsTest, SynchronousDoneIsIterative) {
   strands.Done("a");
   EXPECT_EQ(ran, kTasks);
   EXPECT_EQ(strands.Pending("a"), 0u);
+}
+
+TEST(AgentStrandsTest, ThrowingTaskCountsAsDoneAndTheStrandGoesOn) {
+  AgentStrands strands;
+  // Waits behind a running task; the running one then throws on Done's
+  // thread.
+  bool first_ran = false, second_ran = false, third_ran = false;
+  strands.Post("a", [&] { first_ran = true; });  // asynchronous: Done comes later
+  strands.Post("a", [&] {
+    second_ran = true;
+    throw std::runtime_error("task failed");
+  });
+  strands.Post("a", [&] {
+    third_ran = true;
+    strands.Done("a");
+  });
+  EXPECT_TRUE(first_ran);
+  EXPECT_FALSE(second_ran);
+  EXPECT_THROW(strands.Done("a"), std::runtime_error);
+  EXPECT_TRUE(second_ran);
+  EXPECT_TRUE(third_ran);  // the strand is not wedged behind the failure
+  EXPECT_EQ(strands.Pending("a"), 0u);
+  EXPECT_EQ(strands.BusyAgents(), 0u);
+  // A throwing task posted to an idle agent: the poster sees the exception
+  // and the agent takes new tasks.
+  EXPECT_THROW(strands.Post("b", [] { throw std::runtime_error("x"); }), std::runtime_error);
+  bool later = false;
+  strands.Post("b", [&] {
+    later = true;
+    strands.Done("b");
+  });
+  EXPECT_TRUE(later);
+  EXPECT_EQ(strands.Pending("b"), 0u);
+}
+
+TEST(AgentStrandsTest, WithAnExecutorTasksNeverRunOnThePostersThread) {
+  TaskPool pool(2, "strands");
+  AgentStrands strands([&pool](std::function<void()> f) { pool.Post(std::move(f)); });
+  const auto me = std::this_thread::get_id();
+  std::atomic<int> on_me{0}, ran{0};
+  for (int i = 0; i < 20; ++i) {
+    strands.Post("a", [&] {
+      if (std::this_thread::get_id() == me) ++on_me;
+      ++ran;
+      strands.Done("a");  // synchronous: the next starts after this returns
+    });
+  }
+  // An asynchronous task: its Done, called here, starts the next on the pool.
+  std::atomic<bool> started{false};
+  strands.Post("b", [&] { started = true; });
+  strands.Post("b", [&] {
+    if (std::this_thread::get_id() == me) ++on_me;
+    ++ran;
+    strands.Done("b");
+  });
+  for (int i = 0; i < 10000 && !started; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_TRUE(started);
+  strands.Done("b");
+  for (int i = 0; i < 10000 && ran.load() < 21; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  pool.Stop();
+  EXPECT_EQ(ran.load(), 21);
+  EXPECT_EQ(on_me.load(), 0);
+  EXPECT_EQ(strands.Pending("a") + strands.Pending("b"), 0u);
 }
 
 }  // namespace

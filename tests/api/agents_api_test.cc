@@ -8,12 +8,14 @@
 
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <thread>
 
 #include <gtest/gtest.h>
 
 #include "api/api_service.h"
 #include "engine/model_synth.h"
+#include "util/task_pool.h"
 
 namespace agentkv::api {
 namespace {
@@ -60,10 +62,13 @@ class AgentsApiTest : public ::testing::Test {
   }
 
   std::pair<int, std::string> Call(const std::string& method, const std::string& path,
-                                   const std::string& body = "") {
+                                   const std::string& body = "",
+                                   const std::map<std::string, std::string>& headers = {}) {
     HttpRequest r;
+    r.headers = headers;
     r.method = method;
-    r.path = path;
+    r.path = path.substr(0, path.find('?'));
+    if (path.find('?') != std::string::npos) r.query = path.substr(path.find('?') + 1);
     r.body = body;
     if (method == "POST") r.headers["content-type"] = "application/json";
     Reply reply = service_->Handle(r);
@@ -146,6 +151,115 @@ TEST_F(AgentsApiTest, GenerateKeepsHistoryAndCache) {
   // nothing of the deleted agent's history in its prompt.
   std::tie(st, body) = Call("POST", "/v1/agents/a1/generate", R"({"message":"Hi","max_tokens":1})");
   EXPECT_EQ(json::parse(body)["turn"], 1);
+}
+
+TEST_F(AgentsApiTest, TurnsRecordAndDeleteOnTheWorkerPool) {
+  // As `serve` runs it: agents' tasks start on the pool and finished turns
+  // are recorded there, never on the thread that polls the reply.
+  TaskPool pool(2, "workers");
+  agent::AgentManagerOptions ao;
+  ao.executor = [&pool](std::function<void()> f) { pool.Post(std::move(f)); };
+  agents_ = std::make_unique<agent::AgentManager>(store_.get(), ao);
+  service_ = std::make_unique<ApiService>(ApiContext{host_.get(), agents_.get(), &metrics_, &pool},
+                                          ApiServiceOptions{});
+  auto [st, body] = Call("POST", "/v1/agents/w1/generate", R"({"message":"Hello","max_tokens":2})");
+  ASSERT_EQ(st, 200) << body;
+  EXPECT_EQ(json::parse(body)["turn"], 1);
+  std::tie(st, body) =
+      Call("POST", "/v1/agents/w1/generate", R"({"message":"Again","max_tokens":2,"stream":true})");
+  ASSERT_EQ(st, 200) << body;
+  EXPECT_NE(body.find("\"turn\":2"), std::string::npos) << body;
+  auto hist = store_->GetHistory("w1");
+  ASSERT_TRUE(hist.ok());
+  EXPECT_EQ(hist->size(), 2u);
+  std::tie(st, body) = Call("DELETE", "/v1/agents/w1");
+  EXPECT_EQ(st, 200) << body;
+  EXPECT_EQ(Call("GET", "/v1/agents/w1").first, 404);
+  service_.reset();
+  pool.Stop();
+  agents_.reset();  // its executor is the pool's
+}
+
+TEST_F(AgentsApiTest, TenantsSeeOnlyTheirOwnAgents) {
+  ApiServiceOptions so;
+  auto keys = TenantKeys::Parse("acme-key-0123456789 acme\nzeta-key-0123456789 zeta\n");
+  ASSERT_TRUE(keys.ok());
+  so.tenants = *keys;
+  service_ = std::make_unique<ApiService>(ApiContext{host_.get(), agents_.get(), &metrics_}, so);
+  const std::map<std::string, std::string> acme = {{"x-api-key", "acme-key-0123456789"}};
+  const std::map<std::string, std::string> zeta = {{"authorization", "Bearer zeta-key-0123456789"}};
+  // No key, or one not in the file: 401.
+  EXPECT_EQ(Call("GET", "/v1/agents").first, 401);
+  EXPECT_EQ(Call("GET", "/v1/agents", "", {{"x-api-key", "acme"}}).first, 401);
+
+  auto [st, body] =
+      Call("POST", "/v1/agents/x/generate", R"({"message":"Hi","max_tokens":1})", acme);
+  ASSERT_EQ(st, 200) << body;
+  EXPECT_EQ(json::parse(body)["agent_id"], "x");        // as the tenant knows it
+  EXPECT_TRUE(store_->GetAgent("acme/x").ok());         // stored in its scope
+  ASSERT_TRUE(store_->AppendTurn("other", "[]").ok());  // an untenanted agent
+
+  json page = json::parse(Call("GET", "/v1/agents", "", acme).second);
+  ASSERT_EQ(page["data"].size(), 1u);
+  EXPECT_EQ(page["data"][0]["id"], "x");
+  EXPECT_EQ(page["last_id"], "x");
+  EXPECT_EQ(json::parse(Call("GET", "/v1/agents?after=x", "", acme).second)["data"].size(), 0u);
+  // Zeta sees none of it: not in its list, not by id, cannot delete it.
+  EXPECT_EQ(json::parse(Call("GET", "/v1/agents", "", zeta).second)["data"].size(), 0u);
+  std::tie(st, body) = Call("GET", "/v1/agents/x", "", zeta);
+  EXPECT_EQ(st, 404);
+  EXPECT_EQ(body.find("zeta/"), std::string::npos) << body;  // scopes are never shown
+  EXPECT_EQ(Call("DELETE", "/v1/agents/x", "", zeta).first, 404);
+  EXPECT_EQ(Call("GET", "/v1/agents/acme%2Fx", "", zeta).first, 404);
+  std::tie(st, body) = Call("GET", "/v1/agents/x", "", acme);
+  ASSERT_EQ(st, 200) << body;
+  EXPECT_EQ(json::parse(body)["id"], "x");
+  EXPECT_EQ(json::parse(body)["history"].size(), 1u);
+  // Zeta's own "x" is another agent.
+  std::tie(st, body) =
+      Call("POST", "/v1/agents/x/generate", R"({"message":"Yo","max_tokens":1})", zeta);
+  ASSERT_EQ(st, 200) << body;
+  EXPECT_EQ(json::parse(body)["turn"], 1);
+  std::tie(st, body) = Call("DELETE", "/v1/agents/x", "", acme);
+  EXPECT_EQ(st, 200) << body;
+  EXPECT_EQ(json::parse(body)["id"], "x");
+  EXPECT_FALSE(store_->GetAgent("acme/x").ok());
+  EXPECT_TRUE(store_->GetAgent("zeta/x").ok());
+  // Reloaded keys: acme's old key is gone.
+  auto reloaded = TenantKeys::Parse("acme-key-new-0123456789 acme\n");
+  ASSERT_TRUE(reloaded.ok());
+  service_->SetTenants(*reloaded);
+  EXPECT_EQ(Call("GET", "/v1/agents", "", acme).first, 401);
+  EXPECT_EQ(Call("GET", "/v1/agents", "", {{"x-api-key", "acme-key-new-0123456789"}}).first, 200);
+}
+
+TEST_F(AgentsApiTest, ListIsPaginatedWithLimitAndAfter) {
+  for (const char* id : {"p1", "p2", "p3"}) ASSERT_TRUE(store_->AppendTurn(id, "[]").ok());
+  auto [st, body] = Call("GET", "/v1/agents?limit=2");
+  ASSERT_EQ(st, 200) << body;
+  json page = json::parse(body);
+  ASSERT_EQ(page["data"].size(), 2u);
+  EXPECT_EQ(page["data"][0]["id"], "p1");
+  EXPECT_EQ(page["has_more"], true);
+  EXPECT_EQ(page["first_id"], "p1");
+  EXPECT_EQ(page["last_id"], "p2");
+  std::tie(st, body) = Call("GET", "/v1/agents?limit=2&after=p2");
+  page = json::parse(body);
+  ASSERT_EQ(page["data"].size(), 1u);
+  EXPECT_EQ(page["data"][0]["id"], "p3");
+  EXPECT_EQ(page["has_more"], false);
+  // `after` is percent-decoded; without a limit the default page holds all.
+  page = json::parse(Call("GET", "/v1/agents?after=p%31").second);
+  ASSERT_EQ(page["data"].size(), 2u);
+  EXPECT_EQ(page["data"][0]["id"], "p2");
+  page = json::parse(Call("GET", "/v1/agents?after=p3").second);
+  EXPECT_TRUE(page["data"].empty());
+  EXPECT_TRUE(page["last_id"].is_null());
+  for (const char* bad : {"limit=0", "limit=1001", "limit=abc", "limit=", "limit=1e3"}) {
+    std::tie(st, body) = Call("GET", std::string("/v1/agents?") + bad);
+    EXPECT_EQ(st, 400) << bad << " -> " << body;
+    EXPECT_EQ(json::parse(body)["error"]["param"], "limit") << bad;
+  }
 }
 
 TEST_F(AgentsApiTest, BadInputIsOpenAiShaped400) {

@@ -7,6 +7,7 @@
 #include <boost/asio.hpp>
 #include <boost/asio/ssl.hpp>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
 #include <mutex>
@@ -14,6 +15,8 @@
 #include <thread>
 
 #include <gtest/gtest.h>
+
+#include "util/task_pool.h"
 
 namespace agentkv::api {
 namespace {
@@ -81,6 +84,23 @@ class Flood : public AsyncBody {
   std::atomic<int>* cancelled_;
 };
 
+// Produces part of its reply, then throws.
+class ThrowingPoll : public AsyncBody {
+ public:
+  ThrowingPoll(bool stream, std::atomic<int>* cancelled) : stream_(stream), cancelled_(cancelled) {}
+  bool streaming() const override { return stream_; }
+  void Start(std::function<void()> wake) override { wake(); }
+  bool Poll(std::string* out) override {
+    *out += stream_ ? "data: part\n\n" : "{\"partial\":";
+    throw std::runtime_error("poll boom");
+  }
+  void Cancel() override { ++*cancelled_; }
+
+ private:
+  bool stream_;
+  std::atomic<int>* cancelled_;
+};
+
 class HttpServerTest : public ::testing::Test {
  protected:
   void StartServer(int max_connections = 8,
@@ -92,10 +112,18 @@ class HttpServerTest : public ::testing::Test {
     if (tweak) tweak(&o);
     server_ = std::make_unique<HttpServer>(o, [this](const HttpRequest& r) -> Reply {
       if (r.path == "/throw") throw std::runtime_error("boom");
+      if (r.path == "/slow") {
+        std::unique_lock<std::mutex> l(slow_mu_);
+        slow_cv_.wait(l, [&] { return slow_released_; });
+      }
       if (r.path == "/stream") return std::unique_ptr<AsyncBody>(new FakeStream(&cancelled_));
       if (r.path == "/flood") return std::unique_ptr<AsyncBody>(new Flood(&cancelled_));
       if (r.path == "/finite") return std::unique_ptr<AsyncBody>(new Finite(true));
       if (r.path == "/later") return std::unique_ptr<AsyncBody>(new Finite(false));
+      if (r.path == "/pollthrow")
+        return std::unique_ptr<AsyncBody>(new ThrowingPoll(false, &cancelled_));
+      if (r.path == "/pollthrow-stream")
+        return std::unique_ptr<AsyncBody>(new ThrowingPoll(true, &cancelled_));
       HttpResponse res;
       res.body = "{\"path\":\"" + r.path + "\",\"query\":\"" + r.query +
                  "\",\"len\":" + std::to_string(r.body.size()) + "}";
@@ -123,9 +151,18 @@ class HttpServerTest : public ::testing::Test {
     return got;
   }
 
+  void ReleaseSlow() {
+    std::lock_guard<std::mutex> l(slow_mu_);
+    slow_released_ = true;
+    slow_cv_.notify_all();
+  }
+
   net::io_context io_;
   std::unique_ptr<HttpServer> server_;
   std::atomic<int> cancelled_{0};
+  std::mutex slow_mu_;
+  std::condition_variable slow_cv_;
+  bool slow_released_ = false;
 };
 
 TEST_F(HttpServerTest, KeepAliveServesSeveralRequests) {
@@ -195,6 +232,91 @@ TEST_F(HttpServerTest, ClientDisconnectCancelsTheBody) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_EQ(cancelled_.load(), 1);
+}
+
+TEST_F(HttpServerTest, DisconnectAfterAPipelinedByteStillCancelsTheBody) {
+  StartServer();
+  {
+    tcp::socket s = Connect();
+    // One byte of a next request arrives while the stream runs.
+    net::write(s, net::buffer(std::string("GET /stream HTTP/1.1\r\nHost: h\r\n\r\nG")));
+    const std::string r = ReadUntil(s, "data: first");
+    ASSERT_NE(r.find("data: first"), std::string::npos) << r;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (cancelled_.load() == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(cancelled_.load(), 1);
+}
+
+TEST_F(HttpServerTest, PipelinedRequestIsServedAfterAStream) {
+  StartServer();
+  tcp::socket s = Connect();
+  net::write(s, net::buffer(std::string("GET /finite HTTP/1.1\r\nHost: h\r\n\r\n"
+                                        "GET /later HTTP/1.1\r\nHost: h\r\n\r\n")));
+  const std::string r = ReadUntil(s, "{\"ok\":true}");
+  EXPECT_NE(r.find("data: [DONE]"), std::string::npos) << r;
+  EXPECT_NE(r.find("{\"ok\":true}"), std::string::npos) << r;
+}
+
+TEST_F(HttpServerTest, ThrowingPollIs500NotAPartial200) {
+  StartServer();
+  tcp::socket s = Connect();
+  net::write(s, net::buffer(std::string("GET /pollthrow HTTP/1.1\r\nHost: h\r\n\r\n")));
+  const std::string r = ReadUntil(s, "}}");
+  EXPECT_NE(r.find("500"), std::string::npos) << r;
+  EXPECT_EQ(r.find("200 OK"), std::string::npos) << r;
+  EXPECT_EQ(r.find("partial"), std::string::npos) << r;
+  EXPECT_EQ(r.find("poll boom"), std::string::npos) << r;
+  EXPECT_EQ(cancelled_.load(), 1);
+}
+
+TEST_F(HttpServerTest, ThrowingPollCutsAStreamWithoutItsLastChunk) {
+  StartServer();
+  tcp::socket s = Connect();
+  net::write(s, net::buffer(std::string("GET /pollthrow-stream HTTP/1.1\r\nHost: h\r\n\r\n")));
+  const std::string r = ReadUntil(s, "never sent");        // until the server closes
+  EXPECT_EQ(r.find("0\r\n\r\n"), std::string::npos) << r;  // not a complete stream
+  EXPECT_EQ(r.find("data: part"), std::string::npos) << r;
+  EXPECT_EQ(cancelled_.load(), 1);
+}
+
+TEST_F(HttpServerTest, OffloadedHandlersNeverHoldTheIoThread) {
+  TaskPool pool(2, "offload");
+  StartServer(8, [&](HttpServerOptions* o) {
+    o->threads = 1;  // one io thread: a handler blocking on it would stall everything
+    o->offload = [](const HttpRequest& r) { return r.path != "/a"; };
+    o->offload_executor = [&pool](std::function<void()> f) { pool.Post(std::move(f)); };
+  });
+  tcp::socket slow = Connect();
+  net::write(slow, net::buffer(std::string("GET /slow HTTP/1.1\r\nHost: h\r\n\r\n")));
+  // Should the handler hold the io thread after all, this lets it go after
+  // a while so the test fails instead of hanging.
+  std::thread watchdog([this] {
+    std::unique_lock<std::mutex> l(slow_mu_);
+    slow_cv_.wait_for(l, std::chrono::seconds(10), [&] { return slow_released_; });
+    slow_released_ = true;
+    slow_cv_.notify_all();
+  });
+  tcp::socket quick = Connect();
+  net::write(quick, net::buffer(std::string("GET /a HTTP/1.1\r\nHost: h\r\n\r\n")));
+  const std::string a = ReadUntil(quick, "}");
+  bool answered_while_slow_ran;
+  {
+    std::lock_guard<std::mutex> l(slow_mu_);
+    answered_while_slow_ran = !slow_released_;
+  }
+  EXPECT_TRUE(answered_while_slow_ran);
+  EXPECT_NE(a.find("\"path\":\"/a\""), std::string::npos) << a;
+  // An offloaded stream works as any other.
+  net::write(quick, net::buffer(std::string("GET /finite HTTP/1.1\r\nHost: h\r\n\r\n")));
+  EXPECT_NE(ReadUntil(quick, "0\r\n\r\n").find("data: [DONE]"), std::string::npos);
+  ReleaseSlow();
+  EXPECT_NE(ReadUntil(slow, "}").find("\"path\":\"/slow\""), std::string::npos);
+  watchdog.join();
+  server_->Stop();
+  pool.Stop();
 }
 
 TEST_F(HttpServerTest, BodyLimitsPerRoute) {

@@ -42,5 +42,53 @@ TEST(HostKvMemoryTest, RefusesWhatIsNotASize) {
   }
 }
 
+TEST(RequestFieldsTest, IntegersOutOfRangeAre400NotConverted) {
+  using nlohmann::json;
+  std::optional<int64_t> v;
+  for (const char* body : {R"({"max_tokens":1e300})", R"({"max_tokens":18446744073709551615})",
+                           R"({"max_tokens":9.3e18})", R"({"max_tokens":-1e300})"}) {
+    v.reset();
+    const Status s = GetOptionalInt(json::parse(body), "max_tokens", &v);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << body;
+    EXPECT_FALSE(v.has_value()) << body;
+  }
+  EXPECT_EQ(GetOptionalInt(json::parse(R"({"max_tokens":-2})"), "max_tokens", &v).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(GetOptionalInt(json::parse(R"({"max_tokens":2.5})"), "max_tokens", &v).code(),
+            StatusCode::kInvalidArgument);
+  ASSERT_TRUE(GetOptionalInt(json::parse(R"({"max_tokens":64.0})"), "max_tokens", &v).ok());
+  EXPECT_EQ(v, 64);
+  ASSERT_TRUE(
+      GetOptionalInt(json::parse(R"({"max_tokens":9223372036854775807})"), "max_tokens", &v).ok());
+  EXPECT_EQ(v, std::numeric_limits<int64_t>::max());  // in range: callers clamp it
+
+  SamplingParams p;
+  EXPECT_EQ(ParseSampling(json::parse(R"({"top_k":10000000000})"), "stop", &p).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseSampling(json::parse(R"({"top_k":-2})"), "stop", &p).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseSampling(json::parse(R"({"top_k":1e300})"), "stop", &p).code(),
+            StatusCode::kInvalidArgument);
+  ASSERT_TRUE(
+      ParseSampling(json::parse(R"({"top_k":-1,"seed":18446744073709551615})"), "stop", &p).ok());
+  EXPECT_EQ(p.top_k, -1);
+  EXPECT_EQ(p.seed, std::numeric_limits<uint64_t>::max());
+  EXPECT_EQ(ParseSampling(json::parse(R"({"temperature":1e300})"), "stop", &p).code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(RequestFieldsTest, HighPriorityOnlyForTenantsAllowedIt) {
+  HttpRequest req;
+  req.headers["x-priority"] = "high";
+  EXPECT_EQ(*ServedModel::RequestPriority(req, nlohmann::json::object()), Priority::kHigh);
+  req.high_priority_allowed = false;
+  EXPECT_EQ(*ServedModel::RequestPriority(req, nlohmann::json::object()), Priority::kNormal);
+  req.headers.clear();
+  EXPECT_EQ(*ServedModel::RequestPriority(req, nlohmann::json{{"priority", "high"}}),
+            Priority::kNormal);
+  EXPECT_EQ(*ServedModel::RequestPriority(req, nlohmann::json{{"priority", "low"}}),
+            Priority::kLow);
+}
+
 }  // namespace
 }  // namespace agentkv::api

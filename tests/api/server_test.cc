@@ -2,9 +2,12 @@
 // official OpenAI and Anthropic npm clients against it (tests/api/clients.cjs),
 // then checks that SIGTERM drains and exits 0. Skipped when node or the npm
 // packages are missing.
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -258,6 +261,93 @@ TEST_F(AgentsE2eTest, HotSwapAndBack) {
   bool ok = false;
   const std::string out = Scenario("swap", port, "'" + model_a + "' '" + other + "'", &ok);
   EXPECT_TRUE(ok) << out;
+  EXPECT_TRUE(StopServer(c));
+}
+
+// GET `path` with `key` (x-api-key; none when empty) over a fresh
+// connection; the response's status, or -1.
+int StatusOfGet(int port, const std::string& path, const std::string& key) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  std::string req = "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n";
+  if (!key.empty()) req += "x-api-key: " + key + "\r\n";
+  req += "\r\n";
+  if (write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) {
+    close(fd);
+    return -1;
+  }
+  std::string got;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) got.append(buf, static_cast<size_t>(n));
+  close(fd);
+  if (got.rfind("HTTP/1.1 ", 0) != 0 || got.size() < 12) return -1;
+  return std::stoi(got.substr(9, 3));
+}
+
+TEST(ServeTest, ApiKeysFileIsReloadedOnSighup) {
+  if (!fs::exists(fs::path(AGENTKV_DATA_DIR) / "models/default/config.json")) {
+    GTEST_SKIP() << "default model missing";
+  }
+  const std::string dir = MakeTempDir();
+  ASSERT_FALSE(dir.empty());
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() { fs::remove_all(dir); }
+  } cleanup{dir};
+  const std::string keys = dir + "/keys";
+  auto write_keys = [&](const std::string& text) {
+    FILE* f = fopen(keys.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    fputs(text.c_str(), f);
+    fclose(f);
+  };
+  write_keys("alice-key-0123456789 alice\n");
+  // --api-key and --api-keys together are refused.
+  {
+    Child bad = StartServer(dir + "/store", {"--api-keys", keys, "--api-key", "x"});
+    ASSERT_GT(bad.pid, 0);
+    int wstatus = 0;
+    waitpid(bad.pid, &wstatus, 0);
+    close(bad.out_fd);
+    EXPECT_TRUE(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 2);
+  }
+  Child c = StartServer(dir + "/store", {"--api-keys", keys});
+  ASSERT_GT(c.pid, 0);
+  std::string seen;
+  const int port = WaitListening(c.out_fd, 60, &seen);
+  if (port <= 0) {
+    kill(c.pid, SIGKILL);
+    waitpid(c.pid, nullptr, 0);
+    FAIL() << "server did not start; stdout: " << seen;
+  }
+  EXPECT_EQ(StatusOfGet(port, "/v1/agents", "alice-key-0123456789"), 200);
+  EXPECT_EQ(StatusOfGet(port, "/v1/agents", "bob-key-0123456789"), 401);
+  EXPECT_EQ(StatusOfGet(port, "/v1/agents", ""), 401);
+  EXPECT_EQ(StatusOfGet(port, "/health", ""), 200);
+
+  write_keys("bob-key-0123456789 bob\n");
+  kill(c.pid, SIGHUP);
+  int bob = 0;
+  for (int i = 0; i < 500 && (bob = StatusOfGet(port, "/v1/agents", "bob-key-0123456789")) != 200;
+       ++i) {
+    usleep(20 * 1000);
+  }
+  EXPECT_EQ(bob, 200);
+  EXPECT_EQ(StatusOfGet(port, "/v1/agents", "alice-key-0123456789"), 401);
+  // A file that does not load keeps the keys in force.
+  write_keys("short bob\n");
+  kill(c.pid, SIGHUP);
+  usleep(200 * 1000);
+  EXPECT_EQ(StatusOfGet(port, "/v1/agents", "bob-key-0123456789"), 200);
   EXPECT_TRUE(StopServer(c));
 }
 

@@ -42,8 +42,9 @@ class MemoryTier : public KvTier {
     }
     return out;
   }
-  void Save(const std::string&, uint32_t, std::vector<KvTierBlock> blocks) override {
+  void Save(const std::string& agent, uint32_t, std::vector<KvTierBlock> blocks) override {
     std::lock_guard<std::mutex> lock(mu_);
+    ++saves_[agent];
     for (KvTierBlock& b : blocks) {
       if (b.data.size() == 0) continue;
       blocks_[Key(b.hash)] = Stored{b.tokens, std::string(b.data.data(), b.data.size())};
@@ -59,6 +60,11 @@ class MemoryTier : public KvTier {
     std::lock_guard<std::mutex> lock(mu_);
     return loads_;
   }
+  int saves(const std::string& agent) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = saves_.find(agent);
+    return it == saves_.end() ? 0 : it->second;
+  }
 
  private:
   struct Stored {
@@ -69,6 +75,7 @@ class MemoryTier : public KvTier {
   mutable std::mutex mu_;
   std::map<std::pair<uint64_t, uint64_t>, Stored> blocks_;
   int loads_ = 0;
+  std::map<std::string, int> saves_;  // Save calls per agent
 };
 
 class KvTransferTest : public ::testing::Test {
@@ -240,6 +247,34 @@ TEST_F(KvTransferTest, FinishedTurnGoesToStoreAndHostAndResumesFromHostFirst) {
   EXPECT_EQ(r->restored_tokens, 0);
   EXPECT_EQ(tier->loads(), 0);
   EXPECT_EQ(CachedFirstBytes(next, 4), (std::vector<uint8_t>{10, 11, 12, 13}));
+}
+
+TEST_F(KvTransferTest, DroppedAgentsQueuedSavesNeverReachTheTiers) {
+  auto tier = std::make_shared<MemoryTier>();
+  NewTransfer(64 * block_bytes_, tier);
+  // Staging holds 4 blocks: 4 of the 6 blocks of "gone" are being read, 2
+  // wait in the backlog, and "kept"'s turn waits behind them.
+  const std::vector<int32_t> g = Tokens(24, 7);
+  auto sg = Request(1, g, "gone");
+  Compute(1, g, 10);
+  transfer_->RetireAgent(sg.get());
+  kv_->FreeSequence(1);
+  const std::vector<int32_t> k = Tokens(8, 50);
+  auto sk = Request(2, k, "kept");
+  Compute(2, k, 30);
+  transfer_->RetireAgent(sk.get());
+  kv_->FreeSequence(2);
+  ASSERT_TRUE(transfer_->SavesPending());
+  // Deleted while its saves are in flight.
+  transfer_->DropAgent("gone");
+  transfer_->DrainSaves();
+  EXPECT_FALSE(transfer_->SavesPending());
+  EXPECT_EQ(tier->saves("gone"), 0);
+  EXPECT_EQ(tier->saves("kept"), 1);
+  EXPECT_EQ(tier->size(), 2u);
+  EXPECT_EQ(transfer_->Stats().host.blocks, 2);
+  EXPECT_EQ(transfer_->AgentResidentTokens("gone"), 0);
+  EXPECT_EQ(transfer_->AgentResidentTokens("kept"), 8);
 }
 
 TEST_F(KvTransferTest, StoreRestoresWhatThePoolAndHostLack) {

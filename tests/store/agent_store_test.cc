@@ -49,6 +49,40 @@ TEST(AgentStoreTest, TurnsAreNumberedAndSurviveReopen) {
   EXPECT_EQ((*s)->GetAgent("nobody").status().code(), StatusCode::kNotFound);
 }
 
+TEST(AgentStoreTest, ListsAgentsAPageAtATime) {
+  TempDir dir;
+  auto s = AgentStore::Open(dir.path(), Fast());
+  ASSERT_TRUE(s.ok());
+  for (const char* id : {"b", "a", "c", "d"}) ASSERT_TRUE((*s)->AppendTurn(id, "[]").ok());
+  auto page = (*s)->ListAgents("", 2);
+  ASSERT_TRUE(page.ok());
+  ASSERT_EQ(page->size(), 2u);
+  EXPECT_EQ((*page)[0].id, "a");
+  EXPECT_EQ((*page)[1].id, "b");
+  page = (*s)->ListAgents("b", 2);
+  ASSERT_EQ(page->size(), 2u);
+  EXPECT_EQ((*page)[0].id, "c");
+  EXPECT_EQ((*page)[1].id, "d");
+  EXPECT_TRUE((*s)->ListAgents("d", 2)->empty());
+  // A cursor that is not an agent id starts after where it would sort.
+  page = (*s)->ListAgents("bb", 10);
+  ASSERT_EQ(page->size(), 2u);
+  EXPECT_EQ((*page)[0].id, "c");
+  EXPECT_TRUE((*s)->ListAgents("", 0)->empty());
+  EXPECT_EQ((*s)->ListAgents()->size(), 4u);
+  // Within a prefix (one tenant's ids): only those, from the cursor on.
+  for (const char* id : {"t/x", "t/y", "t/z", "u/a"}) ASSERT_TRUE((*s)->AppendTurn(id, "[]").ok());
+  page = (*s)->ListAgents("", 10, "t/");
+  ASSERT_EQ(page->size(), 3u);
+  EXPECT_EQ((*page)[0].id, "t/x");
+  page = (*s)->ListAgents("t/x", 1, "t/");
+  ASSERT_EQ(page->size(), 1u);
+  EXPECT_EQ((*page)[0].id, "t/y");
+  EXPECT_TRUE((*s)->ListAgents("t/z", 10, "t/")->empty());
+  EXPECT_EQ((*s)->ListAgents("a", 10, "t/")->size(), 3u);  // a cursor before the prefix
+  EXPECT_TRUE((*s)->ListAgents("u", 10, "t/")->empty());   // and one after it
+}
+
 TEST(AgentStoreTest, RejectsBadInput) {
   TempDir dir;
   auto s = AgentStore::Open(dir.path(), Fast());
@@ -168,6 +202,60 @@ TEST(AgentStoreTest, SharedPrefixStoredOnceAndRmKeepsShared) {
   EXPECT_EQ((*s)->LoadKvPrefixForTokens(Fp('1'), tb, 16)->blocks.size(), 5u);
   EXPECT_EQ((*s)->RemoveAgent("a").code(), StatusCode::kNotFound);
   ASSERT_TRUE((*s)->RemoveAgent("b").ok());
+  auto r = (*s)->env().BeginRead();
+  EXPECT_EQ(*r->Count(Db::kKv), 0u);
+  EXPECT_EQ(*r->Count(Db::kKvMeta), 0u);
+  EXPECT_EQ(*r->Count(Db::kChains), 0u);
+}
+
+TEST(AgentStoreTest, KvWriteAfterRemovalIsDroppedUntilTheIdIsCreatedAgain) {
+  TempDir dir;
+  auto s = AgentStore::Open(dir.path(), Fast());
+  ASSERT_TRUE(s.ok());
+  auto t = Tokens(16 * 3);
+  ASSERT_TRUE((*s)->AppendTurn("a", "[]").ok());
+  (*s)->PutKvBlocks(MakeChainWrite("a", Fp('1'), t, 16, 1024));
+  ASSERT_TRUE((*s)->Flush().ok());
+  ASSERT_TRUE((*s)->RemoveAgent("a").ok());
+  EXPECT_TRUE((*s)->IsTombstoned("a"));
+  // A save that was still in flight when the agent was deleted: neither its
+  // chain nor its blocks (the conversation's tokens) come back.
+  (*s)->PutKvBlocks(MakeChainWrite("a", Fp('1'), t, 16, 1024));
+  // Another agent's write is untouched.
+  auto other = Tokens(16 * 2, 500);
+  (*s)->PutKvBlocks(MakeChainWrite("b", Fp('1'), other, 16, 1024));
+  ASSERT_TRUE((*s)->Flush().ok());
+  EXPECT_TRUE((*s)->GetKvChain("a", Fp('1'))->empty());
+  EXPECT_EQ((*s)->LoadKvPrefixForTokens(Fp('1'), t, 16)->blocks.size(), 0u);
+  EXPECT_EQ((*s)->GetKvChain("b", Fp('1'))->size(), 2u);
+  EXPECT_EQ((*s)->kv_stats().tombstoned_writes, 1u);
+  {
+    auto r = (*s)->env().BeginRead();
+    EXPECT_EQ(*r->Count(Db::kKv), 2u);
+  }
+  // The id created again is a new agent: its KV is written.
+  ASSERT_TRUE((*s)->AppendTurn("a", "[]").ok());
+  EXPECT_FALSE((*s)->IsTombstoned("a"));
+  (*s)->PutKvBlocks(MakeChainWrite("a", Fp('1'), t, 16, 1024));
+  ASSERT_TRUE((*s)->Flush().ok());
+  EXPECT_EQ((*s)->GetKvChain("a", Fp('1'))->size(), 3u);
+}
+
+TEST(AgentStoreTest, KvWritesQueuedBeforeRemovalNeverOutliveIt) {
+  TempDir dir;
+  auto s = AgentStore::Open(dir.path(), Fast());
+  ASSERT_TRUE(s.ok());
+  ASSERT_TRUE((*s)->AppendTurn("a", "[]").ok());
+  // Many turns' writes queued (each extends the chain by a block), then the
+  // removal right behind them: whichever the writer reached first (written
+  // then removed, or dropped), nothing of the agent is left afterwards.
+  const auto t = Tokens(16 * 50);
+  for (uint32_t i = 0; i < 50; ++i) {
+    const std::vector<int32_t> turn(t.begin(), t.begin() + 16 * (i + 1));
+    (*s)->PutKvBlocks(MakeChainWrite("a", Fp('1'), turn, 16, 4096, /*first_block=*/i));
+  }
+  ASSERT_TRUE((*s)->RemoveAgent("a").ok());
+  ASSERT_TRUE((*s)->Flush().ok());
   auto r = (*s)->env().BeginRead();
   EXPECT_EQ(*r->Count(Db::kKv), 0u);
   EXPECT_EQ(*r->Count(Db::kKvMeta), 0u);
