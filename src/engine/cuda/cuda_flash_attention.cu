@@ -34,11 +34,14 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kStage = 64;  // keys per pipeline stage
 
-// fp8: the bf16 K and V tiles are one stage; two stages of e4m3 rows and
-// scales follow them.
+// fp8: the bf16 K and V tiles are one stage; kFp8Stages stages of e4m3 rows
+// and scales follow them. Three, not two: a stage of e4m3 rows is half the
+// bytes of a bf16 one, and decode blocks (a few per SM) need about as many
+// bytes in flight as bf16's two stages to keep the memory busy.
+constexpr int kFp8Stages = 3;
 template <int D>
 constexpr size_t Fp8StagingBytes() {
-  return 2 * static_cast<size_t>(Fp8KvLoader::StageBytes<D, kStage>());
+  return kFp8Stages * static_cast<size_t>(Fp8KvLoader::StageBytes<D, kStage>());
 }
 
 size_t MmaSmemBytes(int D, int rw, bool fp8) {
@@ -83,7 +86,8 @@ __global__ void __launch_bounds__(kThreads, RW == 4 && D == 64 ? 4 : 1)
   bf16* Qs = reinterpret_cast<bf16*>(smem);
   bf16* Ks = Qs + 16 * RW * DP;  // stage b at Ks + b * kStage * DP
   bf16* Vs = Ks + KVS * kStage * DP;
-  // fp8: stage b of the e4m3 rows and scales at staging + b * kStageBytes.
+  // fp8: stage b (< kFp8Stages) of the e4m3 rows and scales at staging + b
+  // * kStageBytes.
   uint8_t* staging = reinterpret_cast<uint8_t*>(Vs + KVS * kStage * DP);
   constexpr int kStageBytes = Fp8KvLoader::StageBytes<D, kStage>();
 
@@ -178,6 +182,7 @@ __global__ void __launch_bounds__(kThreads, RW == 4 && D == 64 ? 4 : 1)
     }
   } else {  // fp8: no fused projection (the launcher refuses qkv)
     if (!early) issue(kb, 0);
+    issue(kb + kStage, 1);  // (past ke: an empty group)
     LoadQueryTile(p, t0, n, tpt, kvh, 16 * RW, DP, Qs, tid, kThreads);
   }
   __syncthreads();
@@ -197,7 +202,13 @@ __global__ void __launch_bounds__(kThreads, RW == 4 && D == 64 ? 4 : 1)
   const bool plain = p.window == 0 && !(p.softcap > 0.f);
   int buf = 0;
   for (int kt = kb; kt < ke; kt += kStage) {
-    if (kt + kStage < ke) {
+    if constexpr (F8) {
+      // Two stages ahead, into the buffer the previous stage used (its
+      // readers passed that stage's closing barrier); one group a stage,
+      // empty past ke, so that the wait is always for the oldest of three.
+      issue(kt + 2 * kStage, buf == 0 ? kFp8Stages - 1 : buf - 1);
+      CpAsyncWait<kFp8Stages - 1>();
+    } else if (kt + kStage < ke) {
       issue(kt + kStage, buf ^ 1);
       CpAsyncWait<1>();
     } else {
@@ -273,8 +284,9 @@ __global__ void __launch_bounds__(kThreads, RW == 4 && D == 64 ? 4 : 1)
       }
     }
     __syncthreads();  // every warp is done with `buf` before it is refilled
-    buf ^= 1;
+    buf = F8 ? (buf + 1 == kFp8Stages ? 0 : buf + 1) : buf ^ 1;
   }
+  if constexpr (F8) CpAsyncWait<0>();  // (only empty groups are left)
 
   if constexpr (RW == 1) {
     // Merge the four warps' states for the same 16 rows: each writes its

@@ -5,7 +5,7 @@
 //
 // Why a staging area: cp.async copies bytes, it cannot widen them. A stage's
 // e4m3 rows and their f32 scales travel by cp.async (16-byte row chunks,
-// double-buffered like the bf16 tiles), and Convert() then writes the stage
+// several stages in flight like the bf16 tiles), and Convert() then writes the stage
 // as bf16 into the tile the tensor-core loop reads with ldmatrix. e4m3
 // values are exact in bf16 (4 significant bits, exponents 2^-9..2^8), so the
 // tile holds the stored values unscaled; the kernel multiplies each score by
@@ -117,7 +117,8 @@ struct Fp8KvLoader {
   }
 
   // The stage of keys [kt, kt + kKeys) into `stage` by cp.async, committed
-  // as one group: each thread keeps one 16-byte column of the rows.
+  // as one group (empty where kt >= ke): each thread keeps one 16-byte
+  // column of the rows.
   template <int kD, int kKeys, int kThreads>
   __device__ __forceinline__ void IssueFixed(int kt, uint8_t* stage, int tid) const {
     constexpr int kVpr = kD / 16;  // 16-byte chunks per row
@@ -128,8 +129,9 @@ struct Fp8KvLoader {
     uint8_t* vd = stage + kKeys * kD;
     float* ksd = reinterpret_cast<float*>(stage + 2 * kKeys * kD);
     float* vsd = ksd + kKeys;
+    // (A stage wholly past ke copies nothing: an empty group.)
 #pragma unroll 1
-    for (int j = tid / kVpr; j < kKeys; j += kRowsPerPass) {
+    for (int j = tid / kVpr; j < kKeys && kt < ke; j += kRowsPerPass) {
       const int kp = kt + j;
       const bool valid = kp < ke;
       const uint8_t* kr = dummy;
