@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine (run tool), from the repository root, with `.devcarry`
 # carried (tools/device/pack_cuda.sh): FP8 KV against bf16 KV, no rebuild.
-#   bash tools/device/fp8_compare.sh [tests] [sanitize] [1b] [8b]
+#   bash tools/device/fp8_compare.sh [tests] [sanitize] [1b] [8b] [profile]
 # tests:    the fp8 CUDA tests (the mma.sync kernel's fp8 loader and the
 #           portable kernel against the dequantized reference, quantize and
 #           store bit for bit, the routing, the backend's fp8 cache against
@@ -12,6 +12,10 @@
 #           flags but --kv-dtype, at 64 agents (512 + 128 tokens), decode at a
 #           32k-token context (one agent, 32768 + 256), and the KV pool
 #           `serve` sizes with no memory flag (tokens resident at once).
+# profile:  per-kernel times (ncu) of two decode steps at a 32k-token
+#           context, 1b shape, bf16 and fp8 (no graphs): the attention and
+#           combine kernels against the roofline of docs/kv-fp8.md (KV bytes
+#           of a step: 1.07 GB bf16, 0.57 GB fp8).
 # No stage named: tests 1b 8b. Logs and JSON go to $OUT (or /tmp/fp8_compare).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -35,6 +39,18 @@ for st in "${stages[@]}"; do
       if "${run[@]}" >"$OUT/${st}_$t.log" 2>&1; then r=pass; else r=FAIL; fi
       echo "== $st $t ($f): $r: $(grep -E -o '^\[  (PASSED|SKIPPED|FAILED)  \] [0-9]+ tests?' "$OUT/${st}_$t.log" | tr '\n' ' ')"
       grep -E "rel err|FAILED|Failure|ERROR SUMMARY|error" "$OUT/${st}_$t.log" | head -40
+    done
+    continue ;;
+  profile)
+    [ -d /tmp/llama1b ] || bash tools/device/resume_tiers.sh none
+    for dt in bf16 fp8; do
+      # The backend profiles its 20th and 21st decode steps of one row.
+      AGENTKV_CUDA_PROFILE_BATCH=1 AGENTKV_CUDA_GRAPHS=0 timeout 400 ncu --profile-from-start off \
+        --clock-control none --metrics gpu__time_duration.sum --csv \
+        agentkv bench engine --model /tmp/llama1b --device cuda --kv-dtype $dt --prompt 32768 \
+        --output 40 --concurrency 1 >"$OUT/ncu32k_$dt.csv" 2>"$OUT/ncu32k_$dt.err"
+      echo "== profile 32k $dt rc=$?"
+      python3 tools/device/kernel_times.py "$OUT/ncu32k_$dt.csv" --steps 2 | tee "$OUT/kernels32k_$dt.md" | head -12
     done
     continue ;;
   esac
