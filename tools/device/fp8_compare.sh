@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # On the GPU machine (run tool), from the repository root, with `.devcarry`
 # carried (tools/device/pack_cuda.sh): FP8 KV against bf16 KV, no rebuild.
-#   bash tools/device/fp8_compare.sh [tests] [sanitize] [1b] [8b] [profile]
+#   bash tools/device/fp8_compare.sh [tests] [sanitize] [kernels] [1b] [8b] [profile]
 # tests:    the fp8 CUDA tests (the mma.sync kernel's fp8 loader and the
 #           portable kernel against the dequantized reference, quantize and
 #           store bit for bit, the routing, the backend's fp8 cache against
 #           the CPU's) and the bf16 attention tests beside them
 # sanitize: the fp8 attention tests under compute-sanitizer memcheck
+# kernels:  bench/cuda_attention_bench.cc: one layer's attention at a 32k
+#           context, bf16 against fp8, decode (K/V GB/s) and the last 2k
+#           chunk of a 32k prompt (TFLOP/s), 1b and 8b head shapes
 # 1b, 8b:   for each model shape (1b: Llama-3.2-1B, 8b: Qwen3-8B; made by
 #           tools/device/resume_tiers.sh or here): `bench engine` with default
 #           flags but --kv-dtype, at 64 agents (512 + 128 tokens), decode at a
@@ -16,13 +19,13 @@
 #           context, 1b shape, bf16 and fp8 (no graphs): the attention and
 #           combine kernels against the roofline of docs/kv-fp8.md (KV bytes
 #           of a step: 1.07 GB bf16, 0.57 GB fp8).
-# No stage named: tests 1b 8b. Logs and JSON go to $OUT (or /tmp/fp8_compare).
+# No stage named: tests kernels 1b 8b. Logs and JSON go to $OUT (or /tmp/fp8_compare).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/fp8_compare}
 mkdir -p "$OUT"
 source tools/device/cuda_env.sh
-stages=("$@"); [ ${#stages[@]} -eq 0 ] && stages=(tests 1b 8b)
+stages=("$@"); [ ${#stages[@]} -eq 0 ] && stages=(tests kernels 1b 8b)
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 # name filter: test binary and gtest filter.
 fp8_tests=("engine_cuda_fp8_kv_tile_test:*" "engine_cuda_cuda_fp8_kv_test:*"
@@ -40,6 +43,10 @@ for st in "${stages[@]}"; do
       echo "== $st $t ($f): $r: $(grep -E -o '^\[  (PASSED|SKIPPED|FAILED)  \] [0-9]+ tests?' "$OUT/${st}_$t.log" | tr '\n' ' ')"
       grep -E "rel err|FAILED|Failure|ERROR SUMMARY|error" "$OUT/${st}_$t.log" | head -40
     done
+    continue ;;
+  kernels)
+    .devcarry/bin/cuda_attention_bench --benchmark_out="$OUT/attention_bench.json" \
+      --benchmark_out_format=json 2>&1 | tee "$OUT/attention_bench.txt" | grep -E "decode|prefill"
     continue ;;
   profile)
     [ -d /tmp/llama1b ] || bash tools/device/resume_tiers.sh none
