@@ -50,9 +50,10 @@ int64_t ModelHost::swaps() const {
   return swaps_;
 }
 
-Status ModelHost::Retire(ServedModel& m, double* drain_s, double* flush_s) {
+Status ModelHost::Retire(ServedModel& m, double drain_seconds, double* drain_s, double* flush_s) {
   auto t = std::chrono::steady_clock::now();
-  m.engine().Drain();
+  // Past the deadline, Stop below cuts the rest off, saving their KV.
+  m.engine().Drain(drain_seconds);
   *drain_s = Since(t);
   t = std::chrono::steady_clock::now();
   // The engine persists every finished agent turn's blocks as it retires
@@ -75,7 +76,7 @@ Result<ModelHost::SwapReport> ModelHost::Swap(const std::string& model_dir) {
   SwapReport report;
   report.old_model = old->name();
   report.old_fingerprint = old->fingerprint();
-  Status flushed = Retire(*old, &report.drain_s, &report.flush_s);
+  Status flushed = Retire(*old, options_.drain_seconds, &report.drain_s, &report.flush_s);
   const std::string old_dir = options_.model_dir;
   old.reset();  // the weights and pool go with the last request holding them
 
@@ -112,7 +113,7 @@ Status ModelHost::Shutdown() {
   }
   if (!old) return Status::Ok();
   double drain_s = 0, flush_s = 0;
-  return Retire(*old, &drain_s, &flush_s);
+  return Retire(*old, options_.drain_seconds, &drain_s, &flush_s);
 }
 
 }  // namespace agentkv::api

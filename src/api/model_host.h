@@ -55,7 +55,7 @@ class ModelHost {
 
  private:
   // Drains, flushes and stops `m`'s engine; the flush's status.
-  static Status Retire(ServedModel& m, double* drain_s, double* flush_s);
+  static Status Retire(ServedModel& m, double drain_seconds, double* drain_s, double* flush_s);
 
   // Joins a finished or running StartSwap worker.
   void JoinWorker();

@@ -28,6 +28,10 @@ struct ServedModelOptions {
   BackendOptions backend;
   int max_batch = 64;
   int max_step_tokens = 0;  // tokens of one engine step; 0: the backend's default
+  // A model swap or a shutdown lets running requests finish for this many
+  // seconds, then cuts them off (their KV so far is saved first; clients
+  // see the request cancelled). < 0: no limit.
+  double drain_seconds = 30;
   // KV pool: this many bytes if > 0, else this share of the memory free
   // after loading (0: the backend's default; see engine/kv_pool_sizing.h).
   uint64_t kv_memory_bytes = 0;

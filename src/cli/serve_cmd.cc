@@ -41,6 +41,7 @@ struct ServeArgs {
   std::string kv_memory;
   std::string host_kv_memory;  // empty: api::DefaultHostKvMemoryBytes
   std::string kv_restore = "auto";
+  double drain_seconds = 30;
   std::string api_key;
   std::string api_keys_file;  // --api-keys: key -> tenant
   int max_json_depth = 64;
@@ -150,6 +151,7 @@ int RunServe(const ServeArgs& a) {
   // Restore or recompute needs the device's prefill cost, timed at start-up
   // (two prefill chunks: well under a second on a GPU). A CPU prefills far
   // slower than the store decodes, so there it always loads (no timing).
+  mo.drain_seconds = a.drain_seconds;
   mo.split_restores = a.kv_restore == "auto";
   mo.calibrate_prefill = mo.split_restores && mo.backend.device != "cpu";
   std::unique_ptr<store::AgentStore> agent_store;
@@ -309,6 +311,12 @@ Registrar reg("serve", "Serve the HTTP API (OpenAI and Anthropic protocols)",
                                "(K/M/G), a fraction of available RAM (0.25), or 0 = off "
                                "(default a quarter of available RAM, at most 32G)")
                     ->envname("AGENTKV_HOST_KV_MEMORY");
+                app.add_option("--drain-seconds", a->drain_seconds,
+                               "On a model swap or shutdown, how long running requests may "
+                               "finish before they are cut off (their KV is saved first; "
+                               "-1 = wait for them)")
+                    ->capture_default_str()
+                    ->envname("AGENTKV_DRAIN_SECONDS");
                 app.add_option("--kv-restore", a->kv_restore,
                                "Agents coming back from the store: auto = recompute a head of "
                                "the prompt while the rest loads when that is faster (timed at "

@@ -148,11 +148,16 @@ void Engine::DropAgent(const std::string& agent_key) {
   cv_.notify_one();
 }
 
-void Engine::Drain() {
+bool Engine::Drain(double timeout_s) {
   std::unique_lock<std::mutex> lock(mu_);
   draining_ = true;
   cv_.notify_one();
-  idle_cv_.wait(lock, [&] { return idle_ || stopping_; });
+  auto done = [&] { return idle_ || stopping_; };
+  if (timeout_s < 0) {
+    idle_cv_.wait(lock, done);
+    return true;
+  }
+  return idle_cv_.wait_for(lock, std::chrono::duration<double>(timeout_s), done);
 }
 
 void Engine::Stop() {
@@ -310,6 +315,11 @@ void Engine::Loop() {
     Finish(gone.get(), FinishReason::kNone, true, "");
   }
   for (RequestId id : ids) {
+    // A running agent's turn is cut off: its KV so far is kept like a
+    // finished turn's (pinned now, saved by DrainSaves below).
+    if (Sequence* s = scheduler_->Find(id);
+        s != nullptr && !s->request.agent_key.empty() && s->computed > 0)
+      transfer_->RetireAgent(s);
     if (std::unique_ptr<Sequence> s = scheduler_->Remove(id))
       Finish(s.get(), FinishReason::kNone, true, "");
   }

@@ -178,9 +178,12 @@ class Engine {
   // Forgets an agent's resident KV.
   void DropAgent(const std::string& agent_key);
   // Stops admitting new requests and waits until every queued and running
-  // request has finished.
-  void Drain();
-  // Cancels everything and joins the engine thread.
+  // request has finished, or `timeout_s` seconds (< 0: no limit) have
+  // passed; false on a timeout (requests still run; Stop ends them).
+  bool Drain(double timeout_s = -1);
+  // Cancels everything and joins the engine thread. The KV of running
+  // agents' turns (prompt and output so far) is saved to the tiers first,
+  // as at the end of a turn, so that a cut-off agent resumes from it.
   void Stop();
   // Stop()s and hands the backend back (to build another engine on it).
   std::unique_ptr<Backend> ReleaseBackend();

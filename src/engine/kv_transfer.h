@@ -127,11 +127,10 @@ class KvTransfer {
   // Split restores. Requests whose tail load is over (done, stopped early
   // or failed), to be joined by AttachSplit.
   std::vector<RequestId> LoadedSplits() const;
-  // Joins a loaded split: when `s` is running and its prefill reached its
-  // limit, the loaded tail is attached after its head; when it waits
-  // (preempted), its admission finds the tail in the prefix cache. Then
-  // the tail's blocks are released and the limit cleared. False (nothing
-  // changes) while the head is still being computed.
+  // Joins a loaded split once `s` is running and its prefill reached its
+  // limit: the loaded tail is attached after its head, its blocks are
+  // released and the limit cleared. False (nothing changes) before that:
+  // the tail stays held while `s` waits or computes its head.
   bool AttachSplit(Sequence* s);
   // Forgets a split of a request that went away (its load stops early).
   void CancelSplit(RequestId id);

@@ -118,17 +118,16 @@ bool KvTransfer::AttachSplit(Sequence* s) {
     return true;
   }
   Split& sp = it->second;
-  if (!sp.loaded) return false;
-  if (kv_->HasSequence(s->id)) {
-    if (s->computed < s->prefill_limit) return false;
-    Result<int64_t> n = kv_->AttachCachedContinuation(s->id, s->tokens);
-    if (n.ok()) {
-      s->computed += *n;
-      s->cached_prompt_tokens += *n;
-    }
+  // Only a running request whose prefill reached the limit can take the
+  // tail. One still waiting (not admitted yet, or preempted) keeps the tail
+  // held: its head may not exist yet, and once admitted it prefills up to
+  // the limit again (or finds head and tail cached, and attaches both).
+  if (!sp.loaded || !kv_->HasSequence(s->id) || s->computed < s->prefill_limit) return false;
+  Result<int64_t> n = kv_->AttachCachedContinuation(s->id, s->tokens);
+  if (n.ok()) {
+    s->computed += *n;
+    s->cached_prompt_tokens += *n;
   }
-  // A waiting (preempted) request finds the tail in the prefix cache when
-  // it is admitted; released now, it is idle cached like any other block.
   s->restored_tokens += sp.restored_tokens;
   kv_->ReleaseHold(s->id);
   splits_.erase(it);

@@ -401,6 +401,41 @@ TEST_F(StoreKvTierTest, StopPersistsWhatWaitsForSaveStaging) {
   EXPECT_EQ(chain->size(), 15u);
 }
 
+// A drain that times out leaves the request running; Stop then cuts it off
+// and its KV so far (prompt and output) is stored, and resumes.
+TEST_F(StoreKvTierTest, DrainDeadlineThenStopSavesTheRunningTurn) {
+  auto tier = Tier(store_.get());
+  auto e = MakeEngine(tier);
+  const std::vector<int32_t> prompt = Prompt(41);
+  RequestHandle h = e->Submit(Greedy(prompt, 100000, "agent-d")).value();
+  // Let it prefill and produce some output first.
+  std::vector<int32_t> got;
+  while (got.size() < 12) {
+    RequestOutput ev = h.stream->Pop();
+    ASSERT_EQ(ev.kind, RequestOutput::Kind::kDelta);
+    got.insert(got.end(), ev.tokens.begin(), ev.tokens.end());
+  }
+  EXPECT_FALSE(e->Drain(0.05));
+  e->Stop();
+  Done rest = Collect(h);
+  EXPECT_TRUE(rest.finished.cancelled);
+  got.insert(got.end(), rest.tokens.begin(), rest.tokens.end());
+  ASSERT_TRUE(store_->Flush().ok());
+  auto chain = store_->GetKvChain("agent-d", tier->fingerprint());
+  ASSERT_TRUE(chain.ok());
+  // Every full block of the prompt and of the output it computed.
+  EXPECT_GE(chain->size(), (prompt.size() + got.size() - 1) / kBlock - 1);
+  EXPECT_GT(chain->size() * kBlock, prompt.size());
+  // The next turn (the cut-off output kept) resumes from the store.
+  std::vector<int32_t> next = prompt;
+  next.insert(next.end(), got.begin(), got.end());
+  next.push_back(7);
+  Done resumed = Turn(tier, next, 4, "agent-d");
+  EXPECT_EQ(resumed.finished.cache_source, CacheSource::kDisk);
+  EXPECT_GT(resumed.finished.restored_tokens, static_cast<int64_t>(prompt.size()));
+  EXPECT_EQ(resumed.tokens, Turn(nullptr, next, 4, "").tokens);
+}
+
 // Blocks evicted from the pool while they wait for staging are not saved
 // (and never read as something else): the stored chain ends before them.
 TEST_F(StoreKvTierTest, BlocksEvictedWhileWaitingForStagingAreDropped) {
