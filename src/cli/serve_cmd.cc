@@ -50,6 +50,7 @@ struct ServeArgs {
   bool insecure_no_key = false;
   int http_threads = 0;
   int workers = 4;
+  int max_connections = api::HttpServerOptions().max_connections;
   int max_queue = 512;
   std::string store_dir = "data/store";
   std::string store_max_bytes;
@@ -221,6 +222,7 @@ int RunServe(const ServeArgs& a) {
   so.host = a.host;
   so.port = static_cast<uint16_t>(a.port);
   so.threads = a.http_threads;
+  so.max_connections = a.max_connections;
   const uint64_t max_body = ParseBytes(a.max_body);
   if (max_body == 0) {
     std::cerr << "error: bad --max-body '" << a.max_body << "'\n";
@@ -369,6 +371,12 @@ Registrar reg("serve", "Serve the HTTP API (OpenAI and Anthropic protocols)",
                     ->capture_default_str()
                     ->check(CLI::Range(1, 256))
                     ->envname("AGENTKV_WORKERS");
+                app.add_option("--max-connections", a->max_connections,
+                               "Open connections past which new ones get 503 (keep it above "
+                               "the number of clients: one that reconnects briefly holds two)")
+                    ->capture_default_str()
+                    ->check(CLI::PositiveNumber)
+                    ->envname("AGENTKV_MAX_CONNECTIONS");
                 app.add_option("--max-queue", a->max_queue,
                                "Waiting requests past which new ones get 429 / 529 (0 = no limit)")
                     ->capture_default_str()

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -204,6 +205,26 @@ TEST_F(HttpServerTest, ConnectionLimitIs503) {
   tcp::socket second = Connect();
   const std::string r = ReadUntil(second, "}}");
   EXPECT_NE(r.find("503"), std::string::npos) << r;
+}
+
+// 256 clients that each hold a connection and reconnect after every reply
+// briefly hold more than 256: the default limit must leave room for that.
+TEST_F(HttpServerTest, DefaultLimitServes256ClientsWhileTheyReconnect) {
+  StartServer(HttpServerOptions().max_connections);
+  std::vector<tcp::socket> held;
+  for (int i = 0; i < 256; ++i) {
+    held.push_back(Connect());
+    net::write(held.back(), net::buffer(std::string("GET /a HTTP/1.1\r\nHost: h\r\n\r\n")));
+    ASSERT_NE(ReadUntil(held.back(), "}").find("200 OK"), std::string::npos) << i;
+  }
+  // Each client opens its next connection before the old one is gone.
+  for (int i = 0; i < 64; ++i) {
+    tcp::socket next = Connect();
+    net::write(next, net::buffer(std::string("GET /b HTTP/1.1\r\nHost: h\r\n\r\n")));
+    const std::string r = ReadUntil(next, "}");
+    ASSERT_NE(r.find("200 OK"), std::string::npos) << i << ": " << r;
+    held[i] = std::move(next);
+  }
 }
 
 TEST_F(HttpServerTest, StreamsAndFinishesAsyncBodies) {

@@ -749,8 +749,10 @@ void AddGlobals(DictObj& g) {
                          return Value::MakeDict(DictFromArgs(a));
                        }));
   g.items.emplace_back(Value::Str("namespace"),
-                       Value::MakeCallable("namespace", [](Interpreter&, CallArgs& a) {
-                         return Value::MakeNamespace(DictFromArgs(a));
+                       Value::MakeCallable("namespace", [](Interpreter& in, CallArgs& a) {
+                         auto ns = DictFromArgs(a);
+                         in.TrackNamespace(ns);
+                         return Value::MakeNamespace(std::move(ns));
                        }));
   g.items.emplace_back(
       Value::Str("raise_exception"),

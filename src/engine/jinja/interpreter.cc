@@ -1,5 +1,8 @@
 #include "engine/jinja/interpreter.h"
 
+#include <algorithm>
+#include <memory>
+
 #include "engine/jinja/builtins.h"
 #include "engine/jinja/error.h"
 #include "engine/jinja/strings.h"
@@ -51,9 +54,52 @@ std::string Interpreter::Render(const NodeList& body, const DictObj& context) {
   scope_ = {root};
   steps_ = 0;
   call_depth_ = 0;
+  struct Cleanup {
+    Interpreter* self;
+    ~Cleanup() { self->BreakCycles(); }
+  } cleanup{this};
   std::string out;
   Exec(body, out);
   return out;
+}
+
+namespace {
+
+// Appends `p` to `list`, first dropping expired entries once the list has
+// reached `*compact_at` (which then becomes twice the live count).
+template <typename T>
+void TrackWeak(std::vector<std::weak_ptr<T>>& list, size_t* compact_at,
+               const std::shared_ptr<T>& p) {
+  if (list.size() >= *compact_at) {
+    std::erase_if(list, [](const std::weak_ptr<T>& w) { return w.expired(); });
+    *compact_at = std::max<size_t>(64, 2 * list.size());
+  }
+  list.push_back(p);
+}
+
+}  // namespace
+
+void Interpreter::TrackNamespace(std::shared_ptr<DictObj> ns) {
+  TrackWeak(namespaces_, &compact_namespaces_at_, ns);
+}
+
+void Interpreter::TrackFrame(const std::shared_ptr<Frame>& frame) {
+  if (frame->tracked) return;
+  frame->tracked = true;
+  TrackWeak(captured_frames_, &compact_frames_at_, frame);
+}
+
+void Interpreter::BreakCycles() {
+  scope_.clear();
+  // Emptying one container may free others; those are skipped (expired).
+  for (auto& w : captured_frames_) {
+    if (auto f = w.lock()) f->vars.clear();
+  }
+  for (auto& w : namespaces_) {
+    if (auto ns = w.lock()) ns->items.clear();
+  }
+  captured_frames_.clear();
+  namespaces_.clear();
 }
 
 const Value* Interpreter::Lookup(const std::string& name) const {
@@ -238,6 +284,7 @@ void Interpreter::ExecFor(const Node& n, const Value& iterable, int depth, std::
 
 Value Interpreter::MakeMacro(const Node& n, bool is_caller) {
   Scope captured = scope_;
+  for (const auto& f : captured) TrackFrame(f);
   std::string name = is_caller ? "caller" : n.name;
   return Value::MakeCallable(name, [&n, captured, this](Interpreter&, CallArgs& args) {
     if (++call_depth_ > limits_.max_call_depth) {

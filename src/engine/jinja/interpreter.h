@@ -50,11 +50,19 @@ class Interpreter {
   ValueList Iterate(const Value& v);
   const Clock& clock() const { return clock_; }
   void Step();
+  // A namespace() the template created. Namespaces and the frames macros
+  // capture are the only containers a template can change after creating
+  // them, so every reference cycle of a render (a macro stored in the frame
+  // it captured, a namespace holding itself or a loop over it) runs through
+  // one of them: Render empties both kinds when it ends, error or not, so
+  // nothing a render made outlives it.
+  void TrackNamespace(std::shared_ptr<DictObj> ns);
 
  private:
   enum class Flow { kNormal, kBreak, kContinue };
   struct Frame {
     std::vector<std::pair<std::string, Value>> vars;
+    bool tracked = false;  // in captured_frames_
   };
   using Scope = std::vector<std::shared_ptr<Frame>>;
 
@@ -66,6 +74,9 @@ class Interpreter {
   Value EvalBinary(const Node& n);
   Value EvalFilter(const Node& n, Value input);
   Value MakeMacro(const Node& n, bool is_caller);
+  void TrackFrame(const std::shared_ptr<Frame>& frame);
+  // Empties the tracked frames and namespaces still alive (see TrackNamespace).
+  void BreakCycles();
   void Append(std::string& out, const Value& v);
   void CheckSize(const std::string& out);
 
@@ -76,6 +87,12 @@ class Interpreter {
   RenderLimits limits_;
   Clock clock_;
   Scope scope_;
+  // Weak: a container nothing else holds is freed as usual. Expired entries
+  // are dropped whenever a list doubles, so a template that makes many
+  // (a macro defined in a long loop) keeps memory bounded by the live ones.
+  std::vector<std::weak_ptr<Frame>> captured_frames_;  // by macros, each once
+  std::vector<std::weak_ptr<DictObj>> namespaces_;
+  size_t compact_frames_at_ = 64, compact_namespaces_at_ = 64;
   uint64_t steps_ = 0;
   int call_depth_ = 0;
 };
