@@ -24,10 +24,11 @@ ASAN_TESTS=(cache_block_pool_test cache_prefix_cache_test cache_kv_cache_manager
             store_agent_store_test store_kv_write_queue_test store_store_corruption_test
             store_store_capacity_test store_store_kv_tier_test store_group_committer_test
             engine_scheduler_test engine_staging_pool_test engine_host_kv_tier_test
-            engine_kv_transfer_test store_split_restore_test engine_reply_splice_test util_zeroed_buffer_test)
+            engine_kv_transfer_test store_split_restore_test engine_reply_splice_test util_zeroed_buffer_test
+            util_task_pool_test store_lmdb_env_test)
 TSAN_TESTS=(engine_engine_test store_store_kv_tier_test store_group_committer_test
             engine_staging_pool_test util_thread_pool_test engine_kv_transfer_test store_split_restore_test
-            store_lmdb_env_test)
+            store_lmdb_env_test util_task_pool_test)
 
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DAGENTKV_SANITIZE=ON >/dev/null
 cmake --build build-asan -j"$(nproc)" --target "${ASAN_TESTS[@]}"
