@@ -13,7 +13,13 @@ OUT=${OUT:-/tmp/agent_memory}
 mkdir -p "$OUT"
 source tools/device/cuda_env.sh
 ENGINE=${ENGINE_TOK_S:+--engine-tok-s $ENGINE_TOK_S}
+# SHAPE=8b: the Qwen3-8B shape instead (made by resume_tiers.sh).
+if [ "${SHAPE:-1b}" = 8b ]; then
+  [ -d /tmp/qwen3_8b ] || bash tools/device/resume_tiers.sh none
+  M=/tmp/qwen3_8b
+else
 M=/tmp/llama1b
+fi
 if [ ! -d $M ]; then
   agentkv model synth --arch llama --tokenizer .devcarry/tokenizers/llama3_1 --out /tmp/tpl_llama \
     --layers 1 --hidden 64 --heads 4 --kv-heads 2 >/dev/null
@@ -22,8 +28,10 @@ if [ ! -d $M ]; then
 fi
 python3 - <<'PY'
 import json
-p = "/tmp/llama1b/config.json"
-c = json.load(open(p)); c["max_position_embeddings"] = 131072; json.dump(c, open(p, "w"), indent=1)
+import os
+for p in ("/tmp/llama1b/config.json", "/tmp/qwen3_8b/config.json"):
+    if os.path.exists(p):
+        c = json.load(open(p)); c["max_position_embeddings"] = 131072; json.dump(c, open(p, "w"), indent=1)
 PY
 STORE=/tmp/agent_memory_store
 rm -rf $STORE
