@@ -1,6 +1,7 @@
 #include "engine/jinja/interpreter.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <memory>
 
 #include "engine/jinja/builtins.h"
@@ -539,7 +540,9 @@ Value Interpreter::Eval(const Node& n) {
                        std::string(n.kind == Node::Kind::kNeg ? "-" : "+") + ": '" +
                        std::string(v.TypeName()) + "'");
         if (n.kind == Node::Kind::kPos) return v.is_bool() ? Value::Int(v.as_int()) : v;
-        return v.is_float() ? Value::Float(-v.as_double()) : Value::Int(-v.as_int());
+        if (v.is_float()) return Value::Float(-v.as_double());
+        if (v.as_int() == INT64_MIN) ThrowRuntime("integer result out of range (64-bit integers)");
+        return Value::Int(-v.as_int());
       }
       case Node::Kind::kNot:
         return Value::Bool(!Eval(*n.a).Truthy());

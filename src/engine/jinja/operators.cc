@@ -1,5 +1,6 @@
 // Python operator semantics, JSON encoding and object methods on Values.
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 
 #include "engine/jinja/builtins.h"
@@ -16,13 +17,49 @@ std::string Quoted(const Value& v) { return "'" + std::string(v.TypeName()) + "'
   ThrowRuntime("unsupported operand type(s) for " + op + ": " + Quoted(a) + " and " + Quoted(b));
 }
 
+// Python's integers never overflow; these are 64-bit, so a result outside
+// int64 is a template error rather than undefined behaviour.
+[[noreturn]] void Overflow() { ThrowRuntime("integer result out of range (64-bit integers)"); }
+
+int64_t IntAdd(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r)) Overflow();
+  return r;
+}
+
+int64_t IntSub(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_sub_overflow(a, b, &r)) Overflow();
+  return r;
+}
+
+int64_t IntMul(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r)) Overflow();
+  return r;
+}
+
+// By squaring: O(log e) steps, so `1 ** 10**18` ends too. Squaring the base
+// overflows only when a later factor would make the result overflow anyway.
+int64_t IntPow(int64_t base, int64_t e) {
+  int64_t r = 1;
+  while (e > 0) {
+    if (e & 1) r = IntMul(r, base);
+    e >>= 1;
+    if (e > 0) base = IntMul(base, base);
+  }
+  return r;
+}
+
 int64_t FloorDiv(int64_t a, int64_t b) {
+  if (a == INT64_MIN && b == -1) Overflow();
   int64_t q = a / b;
   if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
   return q;
 }
 
 int64_t PyMod(int64_t a, int64_t b) {
+  if (b == -1) return 0;  // INT64_MIN % -1 overflows in C++
   int64_t r = a % b;
   if (r != 0 && ((r < 0) != (b < 0))) r += b;
   return r;
@@ -103,7 +140,7 @@ Value BinaryOp(const std::string& op, const Value& a, const Value& b) {
     case '+':
       if (nums)
         return flt ? Value::Float(a.as_double() + b.as_double())
-                   : Value::Int(a.as_int() + b.as_int());
+                   : Value::Int(IntAdd(a.as_int(), b.as_int()));
       if (a.is_string() && b.is_string()) return Value::Str(a.str() + b.str());
       if (a.kind() == b.kind() && a.is_list_like()) {
         ValueList out = a.list();
@@ -120,21 +157,17 @@ Value BinaryOp(const std::string& op, const Value& a, const Value& b) {
     case '-':
       if (nums)
         return flt ? Value::Float(a.as_double() - b.as_double())
-                   : Value::Int(a.as_int() - b.as_int());
+                   : Value::Int(IntSub(a.as_int(), b.as_int()));
       Unsupported("-", a, b);
     case '*':
       if (op == "**") {
         if (!nums) Unsupported("** or pow()", a, b);
-        if (!flt && b.as_int() >= 0) {
-          int64_t r = 1, base = a.as_int();
-          for (int64_t e = b.as_int(); e > 0; --e) r *= base;
-          return Value::Int(r);
-        }
+        if (!flt && b.as_int() >= 0) return Value::Int(IntPow(a.as_int(), b.as_int()));
         return Value::Float(std::pow(a.as_double(), b.as_double()));
       }
       if (nums)
         return flt ? Value::Float(a.as_double() * b.as_double())
-                   : Value::Int(a.as_int() * b.as_int());
+                   : Value::Int(IntMul(a.as_int(), b.as_int()));
       if ((a.is_string() || a.is_list_like()) && (b.is_int() || b.is_bool()))
         return Repeat(a, b.as_int());
       if ((b.is_string() || b.is_list_like()) && (a.is_int() || a.is_bool()))
