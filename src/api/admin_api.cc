@@ -1,5 +1,7 @@
 #include "api/admin_api.h"
 
+#include <algorithm>
+
 #include <filesystem>
 #include <iostream>
 
@@ -72,6 +74,8 @@ Reply AdminApi::Status() const {
         {"disk_restored_tokens", s.restored_tokens},
         {"disk_load_seconds", s.restore_load_seconds},
         {"disk_bytes_per_s", s.tier_bytes_per_s},
+        {"disk_latency_s", s.tier_latency_s},
+        {"recomputed_restores", s.recomputed_restores},
         {"host_restored_tokens", s.host_restored_tokens},
         {"host_write_seconds", s.host_write_seconds},
         {"prefill_seconds_per_token", s.prefill_seconds_per_token},
@@ -97,11 +101,22 @@ Reply AdminApi::Status() const {
   json agents = json::object();
   auto list = ctx_.agents->List();
   if (list.ok()) {
+    // The status stays small however many agents there are: the largest
+    // resident ones only (GET /v1/agents pages through all of them).
+    constexpr size_t kShown = 100;
+    std::vector<std::pair<int64_t, std::string>> res;
+    for (const auto& a : *list)
+      if (a.resident_tokens > 0) res.emplace_back(a.resident_tokens, a.id);
+    const size_t shown = std::min(kShown, res.size());
+    std::partial_sort(res.begin(), res.begin() + static_cast<std::ptrdiff_t>(shown), res.end(),
+                      [](const auto& x, const auto& y) {
+                        return x.first != y.first ? x.first > y.first : x.second < y.second;
+                      });
     json resident = json::array();
-    for (const auto& a : *list) {
-      if (a.resident_tokens > 0) resident.push_back({{"id", a.id}, {"tokens", a.resident_tokens}});
-    }
+    for (size_t i = 0; i < shown; ++i)
+      resident.push_back({{"id", res[i].second}, {"tokens", res[i].first}});
     agents["known"] = list->size();
+    agents["resident_count"] = res.size();
     agents["resident"] = std::move(resident);
   }
   agents["busy"] = ctx_.agents->strands().BusyAgents();

@@ -81,7 +81,15 @@ TEST(AdminApiTest, StatusMetricsAndSwapInput) {
   EXPECT_EQ(s["agents"]["known"], 1);
   ASSERT_EQ(s["agents"]["resident"].size(), 1u);
   EXPECT_EQ(s["agents"]["resident"][0]["id"], "s");
+  EXPECT_EQ(s["agents"]["resident_count"], 1);
   EXPECT_FALSE(s.contains("store"));  // no store
+  // The engine's timing and restore counters are there (a CPU engine
+  // never splits: no prefill cost was timed; no store: no disk rates).
+  EXPECT_GE(s["engine"]["timing"]["steps"].get<int64_t>(), 1);
+  EXPECT_EQ(s["engine"]["restore"]["split_restores"], 0);
+  EXPECT_EQ(s["engine"]["restore"]["prefill_seconds_per_token"], 0.0);
+  EXPECT_EQ(s["engine"]["restore"]["disk_latency_s"], 0.0);
+  EXPECT_EQ(s["engine"]["restore"]["recomputed_restores"], 0);
 
   std::tie(st, body) = Drive(svc.Handle(Req("GET", "/metrics")));
   ASSERT_EQ(st, 200);
