@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+
 namespace agentkv::api {
 namespace {
 
@@ -30,15 +32,17 @@ TEST(TenantKeysTest, ParsesKeysTenantsAndTheHighFlag) {
 }
 
 TEST(TenantKeysTest, RefusesMalformedLinesWithoutQuotingKeys) {
-  const char* bad[] = {"aaaaaaaaaaaaaaaa-key\n",                  // no tenant
-                       "short alice\n",                           // key too short
-                       "aaaaaaaaaaaaaaaa-key ali/ce\n",           // '/' splits scopes
-                       "aaaaaaaaaaaaaaaa-key alice urgent\n",     // unknown flag
-                       "aaaaaaaaaaaaaaaa-key alice high more\n",  // extra field
-                       "aaaaaaaaaaaaaaaa-key alice\naaaaaaaaaaaaaaaa-key bob\n",  // repeated key
-                       ("aaaaaaaaaaaaaaaa-key " + std::string(65, 't') + "\n").c_str()};
+  // std::string: the last one is built here and must outlive the loop.
+  const std::string bad[] = {
+      "aaaaaaaaaaaaaaaa-key\n",                                  // no tenant
+      "short alice\n",                                           // key too short
+      "aaaaaaaaaaaaaaaa-key ali/ce\n",                           // '/' splits scopes
+      "aaaaaaaaaaaaaaaa-key alice urgent\n",                     // unknown flag
+      "aaaaaaaaaaaaaaaa-key alice high more\n",                  // extra field
+      "aaaaaaaaaaaaaaaa-key alice\naaaaaaaaaaaaaaaa-key bob\n",  // repeated key
+      "aaaaaaaaaaaaaaaa-key " + std::string(65, 't') + "\n"};
   int line_two = 0;
-  for (const char* text : bad) {
+  for (const std::string& text : bad) {
     auto t = TenantKeys::Parse(text);
     ASSERT_FALSE(t.ok()) << text;
     EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument) << text;
