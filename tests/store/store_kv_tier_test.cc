@@ -14,6 +14,7 @@
 #include "../engine/test_model.h"
 #include "engine/cpu_backend.h"
 #include "engine/engine.h"
+#include "engine_turns.h"
 #include "store/records.h"
 #include "store_test_util.h"
 
@@ -23,28 +24,14 @@ namespace {
 using agentkv::testing::MapWeights;
 using agentkv::testing::RandomWeights;
 using agentkv::testing::SmallConfig;
+using testing::Collect;
+using testing::Done;
+using testing::Greedy;
+using testing::Prompt;
 using testing::TempDir;
 
 constexpr int kBlock = 4;
 const char kModelFp[] = "0123456789abcdef0123456789abcdef";
-
-struct Done {
-  std::vector<int32_t> tokens;
-  RequestOutput finished;
-};
-
-Done Collect(const RequestHandle& h) {
-  Done d;
-  while (true) {
-    RequestOutput ev = h.stream->Pop();
-    if (ev.kind == RequestOutput::Kind::kDelta) {
-      d.tokens.insert(d.tokens.end(), ev.tokens.begin(), ev.tokens.end());
-      continue;
-    }
-    d.finished = std::move(ev);
-    return d;
-  }
-}
 
 // `chunk_blocks` > 0: restores are staged that many blocks at a time (the
 // default stages 64 MiB, so a test model's restore is one chunk).
@@ -71,22 +58,6 @@ std::unique_ptr<Engine> MakeEngine(std::shared_ptr<KvTier> tier, int blocks = 25
   auto e = Engine::Create(std::move(backend).value(), nullptr, o);
   EXPECT_TRUE(e.ok()) << e.status().ToString();
   return std::move(e).value();
-}
-
-EngineRequest Greedy(std::vector<int32_t> prompt, int max_tokens, std::string agent = "") {
-  EngineRequest r;
-  r.prompt = std::move(prompt);
-  r.params.temperature = 0;
-  r.params.ignore_eos = true;
-  r.params.max_tokens = max_tokens;
-  r.agent_key = std::move(agent);
-  return r;
-}
-
-std::vector<int32_t> Prompt(int n, int salt = 0) {
-  std::vector<int32_t> v;
-  for (int i = 0; i < n; ++i) v.push_back((3 + salt + 7 * i) % 97);
-  return v;
 }
 
 std::shared_ptr<StoreKvTier> Tier(AgentStore* store, const std::string& kv_format = "f32",
