@@ -37,6 +37,7 @@ j = json.load(open(sys.argv[1])); a = json.loads(sys.argv[2]); b = json.loads(sy
 d = {k: b[k] - a[k] for k in a}
 t = j["per_turn"][0]
 print("store", sys.argv[4], {k: t[k] for k in ("wall_s", "output_tok_s", "ttft_ms", "itl_ms", "errors")}, "ratio", round(j.get("ratio_turn1", 0), 3))
+print("   phases ms:", {k: round(v, 1) for k, v in t["phases_ms"].items()}, "engine step time %.1f ms" % (1e3 * d["step_seconds"]))
 if d["steps"]:
     print("   engine per step: host %.3f ms, backend calls %.3f ms, device %.3f ms over %d steps" % (
         1e3 * d["step_seconds"] / d["steps"], 1e3 * d["forward_seconds"] / d["steps"],

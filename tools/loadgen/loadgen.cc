@@ -198,6 +198,7 @@ int Run(Args a) {
         starts[t][agent] = Seconds(Clock::now() - epoch);
         TurnResult r = RunRequest(client, w.api, BuildTurn(w, session, system, history));
         ends[t][agent] = Seconds(Clock::now() - epoch);
+        r.sent_at_s = starts[t][agent];
         history.push_back({"assistant", r.text});
         results[t][agent] = std::move(r);
         const int n = ++done;

@@ -65,6 +65,29 @@ std::string Pad(const std::string& s, size_t width) {
 
 }  // namespace
 
+void Phases(const std::vector<TurnResult>& results, TurnSummary* s) {
+  double first_sent = 1e300;
+  for (const TurnResult& r : results) first_sent = std::min(first_sent, r.sent_at_s);
+  if (results.empty()) return;
+  double first_token = 1e300, last_first_token = 0;
+  std::vector<double> tails;
+  for (const TurnResult& r : results) {
+    const double sent = r.sent_at_s - first_sent;
+    s->last_sent_ms = std::max(s->last_sent_ms, 1000 * sent);
+    s->last_byte_ms = std::max(s->last_byte_ms, 1000 * (sent + r.end_s));
+    if (r.ttft_s < 0) continue;
+    first_token = std::min(first_token, sent + r.ttft_s);
+    last_first_token = std::max(last_first_token, sent + r.ttft_s);
+    s->last_text_ms = std::max(s->last_text_ms, 1000 * (sent + r.last_text_s));
+    tails.push_back(r.end_s - r.last_text_s);
+  }
+  if (tails.empty()) return;
+  s->first_token_ms = 1000 * first_token;
+  s->last_first_token_ms = 1000 * last_first_token;
+  s->tail_p50_ms = 1000 * Percentile(tails, 0.5);
+  s->tail_max_ms = 1000 * Percentile(std::move(tails), 1.0);
+}
+
 double Percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -88,6 +111,7 @@ TurnSummary SummarizeTurn(int turn, const std::vector<TurnResult>& results,
     if (held > 0) s.cached_of_previous = static_cast<double>(cached) / held;
   }
   Finish(&s, std::move(ttft), std::move(itl));
+  Phases(results, &s);
   return s;
 }
 
@@ -121,7 +145,16 @@ json ToJson(const TurnSummary& s) {
             {"cached_of_previous", s.cached_of_previous ? json(*s.cached_of_previous) : json()},
             {"errors", s.errors},
             {"error_samples", s.error_samples}};
-  if (s.turn > 0) j["turn"] = s.turn;
+  if (s.turn > 0) {
+    j["turn"] = s.turn;
+    j["phases_ms"] = {{"last_sent", s.last_sent_ms},
+                      {"first_token", s.first_token_ms},
+                      {"last_first_token", s.last_first_token_ms},
+                      {"last_text", s.last_text_ms},
+                      {"last_byte", s.last_byte_ms},
+                      {"tail_p50", s.tail_p50_ms},
+                      {"tail_max", s.tail_max_ms}};
+  }
   return j;
 }
 

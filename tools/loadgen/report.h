@@ -36,6 +36,13 @@ struct TurnSummary {
   // cached tokens over the previous turn's prompt + reply, of the agents
   // that succeeded in both; absent on the first turn.
   std::optional<double> cached_of_previous;
+  // Where the turn's wall time goes, in ms from its first request sent:
+  // the last request sent, the first and the last first token, the last
+  // output text of any request, and the turn's last byte. tail_*: per
+  // request, from its last output text to its last byte (the final events:
+  // usage, the durable history append before the response completes).
+  double last_sent_ms = 0, first_token_ms = 0, last_first_token_ms = 0, last_text_ms = 0,
+         last_byte_ms = 0, tail_p50_ms = 0, tail_max_ms = 0;
   std::map<std::string, int> errors;       // "429", "stream", "connection", ...
   std::vector<std::string> error_samples;  // a few messages
 };
@@ -49,6 +56,9 @@ TurnSummary SummarizeTurn(int turn, const std::vector<TurnResult>& results,
 // total's ratios weigh each request's tokens.
 TurnSummary SummarizeAll(const std::vector<std::vector<TurnResult>>& turns, double wall_s,
                          int expected_output);
+
+// Fills `s`'s phase fields from one turn's results (sent_at_s set).
+void Phases(const std::vector<TurnResult>& results, TurnSummary* s);
 
 nlohmann::json ToJson(const TurnSummary& s);
 // The table: one row per turn, then the total; with `engine_tok_s`, each

@@ -142,6 +142,7 @@ void StreamReader::Text(const std::string& text, double t, TurnResult* r) {
   if (r->ttft_s < 0) r->ttft_s = t;
   if (last_text_ >= 0) r->gaps_s.push_back(t - last_text_);
   last_text_ = t;
+  r->last_text_s = t;
 }
 
 void StreamReader::OnEvent(const SseEvent& ev, double t, TurnResult* r) {

@@ -57,10 +57,14 @@ HttpCall BuildTurn(const WorkloadOptions& options, const std::string& session_id
 
 // One request's outcome. Times are seconds since the request was sent.
 struct TurnResult {
-  int http_status = 0;         // 0: no HTTP response (connection error)
-  std::string error;           // empty: the turn succeeded
-  double ttft_s = -1;          // first output text; -1: none came
-  double end_s = 0;            // the response's last byte
+  int http_status = 0;      // 0: no HTTP response (connection error)
+  std::string error;        // empty: the turn succeeded
+  double ttft_s = -1;       // first output text; -1: none came
+  double end_s = 0;         // the response's last byte
+  double last_text_s = -1;  // last output text; -1: none came
+  // When the request was sent, in seconds since the run's start (set by
+  // the caller; the phases of a turn are measured from it).
+  double sent_at_s = 0;
   std::vector<double> gaps_s;  // between consecutive events carrying output text
   int64_t prompt_tokens = -1, cached_tokens = -1, completion_tokens = -1;
   std::string text;  // the reply

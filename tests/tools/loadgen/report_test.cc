@@ -57,6 +57,31 @@ TEST(ReportTest, SummarizesTurnsErrorsAndCacheShares) {
   EXPECT_EQ(ToJson(s2)["errors"]["connection"], 1);
 }
 
+TEST(ReportTest, PhasesOfATurnFromItsFirstRequestSent) {
+  // Sent at 10.0 s and 10.5 s; first tokens at +0.1 and +0.2; last text
+  // at +1.0 and +0.8; last bytes 0.05 and 0.25 after the last text.
+  TurnResult a = Ok(100, 0, 10, 0.1);
+  a.sent_at_s = 10.0;
+  a.last_text_s = 1.0;
+  a.end_s = 1.05;
+  TurnResult b = Ok(100, 0, 10, 0.2);
+  b.sent_at_s = 10.5;
+  b.last_text_s = 0.8;
+  b.end_s = 1.05;
+  TurnResult failed;
+  failed.error = "connect: refused";
+  failed.sent_at_s = 10.2;
+  const TurnSummary s = SummarizeTurn(1, {a, b, failed}, nullptr, 2.0, 10);
+  EXPECT_NEAR(s.last_sent_ms, 500, 1e-6);
+  EXPECT_NEAR(s.first_token_ms, 100, 1e-6);
+  EXPECT_NEAR(s.last_first_token_ms, 700, 1e-6);
+  EXPECT_NEAR(s.last_text_ms, 1300, 1e-6);
+  EXPECT_NEAR(s.last_byte_ms, 1550, 1e-6);
+  EXPECT_NEAR(s.tail_p50_ms, 150, 1e-6);
+  EXPECT_NEAR(s.tail_max_ms, 250, 1e-6);
+  EXPECT_NEAR(ToJson(s)["phases_ms"]["last_byte"].get<double>(), 1550, 1e-6);
+}
+
 TEST(ReportTest, ReadsBenchEngineJson) {
   std::string error;
   const std::string two =
