@@ -66,6 +66,7 @@ Reply AdminApi::Status() const {
     j["engine"]["timing"] = {{"steps", s.steps},
                              {"step_seconds", s.step_seconds},
                              {"forward_seconds", s.forward_seconds},
+                             {"between_steps_seconds", s.between_steps_seconds},
                              {"device_seconds", s.device_seconds}};
     // Restore or recompute: splits made, the rates they were planned with.
     j["engine"]["restore"] = {

@@ -254,6 +254,8 @@ void Engine::Loop() {
       transfer_ready_ = false;
     }
     waiting_on_loads_ = false;
+    const auto l0 = std::chrono::steady_clock::now();
+    double in_step = 0;
     const double now = Now();
     if (restored)
       for (auto& s : transfer_->TakeRestored()) scheduler_->Add(std::move(s), now);
@@ -282,11 +284,13 @@ void Engine::Loop() {
       const auto s0 = std::chrono::steady_clock::now();
       Step();
       Deliver();
-      local_.step_seconds +=
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
+      in_step = std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
+      local_.step_seconds += in_step;
     }
     if (!outbox_.empty()) Deliver();
     transfer_->CompleteSaves(/*wait=*/false);
+    local_.between_steps_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - l0).count() - in_step;
     PublishStats();
     if (!scheduler_->HasWork() && launched_.empty() && transfer_->parked() == 0 &&
         !transfer_->SavesPending()) {

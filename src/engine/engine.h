@@ -130,6 +130,9 @@ struct EngineStats {
   double save_seconds = 0;           // the engine thread's time handing KV to the tier
   double step_seconds = 0;           // in Step (scheduling, forward, sampling, output)
   double forward_seconds = 0;        // of which in the backend's launch and collect calls
+  // The engine thread's time outside steps and waits: admitting requests,
+  // restores, handing saved KV to the tiers, delivering output.
+  double between_steps_seconds = 0;
   double device_seconds = 0;         // Backend::device_seconds()
   double graph_capture_seconds = 0;  // Backend::graph_capture_seconds()
   int64_t graphs_captured = 0;       // Backend::graphs_captured()

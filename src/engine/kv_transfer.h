@@ -270,6 +270,9 @@ class KvTransfer {
     bool dropped = false;
   };
   void SaveAgentKv(Sequence* s);
+  // Reads `job`'s blocks that the host tier lacks from the device straight
+  // into host-tier slots (committed once the reads are done).
+  void KeepInHostTier(const SaveJob& job);
   void PumpSaves();
 
   Backend* backend_;

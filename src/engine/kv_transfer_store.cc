@@ -200,10 +200,32 @@ void KvTransfer::SaveAgentKv(Sequence* s) {
     job.blocks.push_back(std::move(b));
   }
   a.saved.assign(hashes.begin(), hashes.begin() + n);
+  KeepInHostTier(job);
   save_backlog_.push_back(std::move(job));
   PumpSaves();
   stats_.save_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void KvTransfer::KeepInHostTier(const SaveJob& job) {
+  if (!host_) return;
+  // The finished turn's blocks stay in host memory too, read straight from
+  // the device into host slots (a DMA beside the steps): copying them out of
+  // the store's staging once the save's read is done would cost the engine
+  // thread a memcpy of every finished turn (1.3 GB for 64 agents of 640
+  // tokens on the 1B shape), between steps.
+  BlockHash parent = job.parent;
+  for (const KvTierBlock& b : job.blocks) {
+    const BlockHash block_parent = parent;
+    parent = b.hash;
+    if (host_->Touch(b.hash)) continue;
+    const std::optional<int32_t> block = kv_->CachedBlock(b.hash);
+    if (!block) continue;
+    HostKvTier::Slot slot = host_->Reserve(block_parent, b.hash, b.tokens);
+    if (slot.empty()) break;  // full of blocks being written or read
+    evicted_.push_back(Evicted{*block, b.hash, slot});
+  }
+  FlushEvictions();
 }
 
 void KvTransfer::PumpSaves() {
@@ -291,18 +313,6 @@ void KvTransfer::CompleteSaves(bool wait) {
     if (done.ok() && p.dropped) {
       // The agent was deleted while its blocks were being read.
     } else if (done.ok()) {
-      if (host_) {
-        // The finished turn's blocks stay in host memory too.
-        BlockHash parent = p.parent;
-        for (const KvTierBlock& b : p.blocks) {
-          if (!b.data.empty() && !host_->Touch(b.hash)) {
-            host_->Insert(parent, b.hash, b.tokens,
-                          std::span<const std::byte>(
-                              reinterpret_cast<const std::byte*>(b.data.data()), b.data.size()));
-          }
-          parent = b.hash;
-        }
-      }
       tier->Save(p.agent_key, p.first_index, std::move(p.blocks));
     } else {
       tier_has_.clear();

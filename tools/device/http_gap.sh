@@ -42,6 +42,7 @@ if d["steps"]:
     print("   engine per step: host %.3f ms, backend calls %.3f ms, device %.3f ms over %d steps" % (
         1e3 * d["step_seconds"] / d["steps"], 1e3 * d["forward_seconds"] / d["steps"],
         1e3 * d["device_seconds"] / d["steps"], d["steps"]))
+    print("   engine thread between steps: %.1f ms" % (1e3 * d["between_steps_seconds"]))
 if d.get("hist_requests"):
     print("   history: %d appends in %d transactions, mean wait %.1f ms, max so far %.1f ms; KV writes that yielded %d" % (
         d["hist_requests"], d["hist_transactions"], 1e3 * d["hist_wait_seconds"] / d["hist_requests"],
