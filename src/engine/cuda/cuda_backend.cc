@@ -57,6 +57,11 @@ CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& op
 CudaBackend::~CudaBackend() {
   ClearGraphs();
   if (stream_) cudaStreamSynchronize(stream_);
+  if (read_stream_) {
+    cudaStreamSynchronize(read_stream_);
+    cudaStreamDestroy(read_stream_);
+  }
+  if (compute_mark_) cudaEventDestroy(compute_mark_);
   for (cudaEvent_t e : read_events_)
     if (e) cudaEventDestroy(e);
   for (auto& slot : step_events_)
@@ -154,6 +159,8 @@ Status CudaBackend::Init(const WeightSource& w) {
   CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&up_stream_, cudaStreamNonBlocking));
   CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&down_stream_, cudaStreamNonBlocking));
+  CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&read_stream_, cudaStreamNonBlocking));
+  CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&compute_mark_, cudaEventDisableTiming));
   CUBLAS_RETURN_IF_ERROR(cublasCreate(&cublas_));
   CUBLAS_RETURN_IF_ERROR(cublasSetStream(cublas_, stream_));
   // A fixed workspace: cuBLAS then allocates nothing per call (graph capture).
@@ -292,7 +299,10 @@ Status CudaBackend::AllocateKv(const KvLayout& layout) {
     return InvalidArgument("fp8 KV cache: block_size x kv heads must be a multiple of 4");
   ClearGraphs();
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(read_stream_));
   layout_ = layout;
+  read_hazards_ = std::make_unique<cuda::KvReadHazards>(
+      std::span<const int32_t>(layout.blocks_per_group.data(), spec_.groups.size()));
   kv_.clear();
   kv_.resize(spec_.groups.size());
   std::array<int, kMaxCacheGroups> width{};
@@ -486,6 +496,7 @@ Status CudaBackend::CopyBlocks(std::span<const KvBlockCopy> copies) {
       return InvalidArgument("CopyBlocks: block out of range");
     const size_t n = spec_.BytesPerBlock(c.group, layout_.block_size);
     std::byte* base = kv_[c.group].get<std::byte>();
+    RETURN_IF_ERROR(WaitForReads(c.group, std::span<const int32_t>(&c.dst, 1)));
     CUDA_RETURN_IF_ERROR(
         cudaMemcpyAsync(base + n * c.dst, base + n * c.src, n, cudaMemcpyDeviceToDevice, stream_));
   }
@@ -549,13 +560,26 @@ Result<uint64_t> CudaBackend::StartReadBlocks(int group, std::span<const int32_t
       CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   }
   const std::byte* base = kv_[group].get<std::byte>();
+  // The read sees the blocks as the steps launched so far leave them.
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(compute_mark_, stream_));
+  CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(read_stream_, compute_mark_, 0));
   for (size_t i = 0; i < blocks.size(); ++i) {
     CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out.data() + i * n, base + n * blocks[i], n,
-                                         cudaMemcpyDeviceToHost, stream_));
+                                         cudaMemcpyDeviceToHost, read_stream_));
   }
   const uint64_t ticket = next_read_ticket_++;
-  CUDA_RETURN_IF_ERROR(cudaEventRecord(read_events_[ticket % kReadEvents], stream_));
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(read_events_[ticket % kReadEvents], read_stream_));
+  read_hazards_->NoteRead(group, blocks, ticket);
   return ticket;
+}
+
+Status CudaBackend::WaitForReads(int group, std::span<const int32_t> blocks) {
+  if (!read_hazards_) return Status::Ok();
+  const uint64_t t = read_hazards_->PendingFor(group, blocks, reads_done_);
+  // A ring slot recorded again since names a later read: waiting for it is
+  // later than needed, never earlier.
+  if (t > 0) CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, read_events_[t % kReadEvents], 0));
+  return Status::Ok();
 }
 
 Result<bool> CudaBackend::ReadDone(uint64_t ticket, bool wait) {
@@ -579,6 +603,7 @@ Status CudaBackend::WriteBlock(int group, int32_t block, std::span<const std::by
     return InvalidArgument("WriteBlock: block out of range");
   const size_t n = spec_.BytesPerBlock(group, layout_.block_size);
   if (in.size() != n) return InvalidArgument("WriteBlock: buffer size mismatch");
+  RETURN_IF_ERROR(WaitForReads(group, std::span<const int32_t>(&block, 1)));
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(kv_[group].get<std::byte>() + n * block, in.data(), n,
                                        cudaMemcpyHostToDevice, stream_));
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
@@ -588,6 +613,7 @@ Status CudaBackend::WriteBlock(int group, int32_t block, std::span<const std::by
 Status CudaBackend::WriteBlocks(int group, std::span<const int32_t> blocks,
                                 std::span<const std::byte> in) {
   ASSIGN_OR_RETURN(const size_t n, CheckBlockBatch("WriteBlocks", group, blocks, in.size()));
+  RETURN_IF_ERROR(WaitForReads(group, blocks));
   std::byte* base = kv_[group].get<std::byte>();
   for (size_t i = 0; i < blocks.size(); ++i) {
     CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(base + n * blocks[i], in.data() + i * n, n,

@@ -45,6 +45,7 @@
 #include "engine/cuda/cuda_kernels.h"
 #include "engine/cuda/device_buffer.h"
 #include "engine/cuda/gemm_tuner.h"
+#include "engine/cuda/kv_read_hazards.h"
 #include "engine/weight_source.h"
 
 namespace agentkv {
@@ -120,9 +121,11 @@ class CudaBackend final : public Backend {
   // back to back at the link's rate.
   Status WriteBlocks(int group, std::span<const int32_t> blocks,
                      std::span<const std::byte> in) override;
-  // One async copy per block on the compute stream, then an event: the
-  // ticket names it. Events come from a ring of kReadEvents; a ticket whose
-  // event was recorded again since is answered by the newer (later) one.
+  // One async copy per block on the KV read stream, after everything on
+  // the compute stream so far, then an event: the ticket names it. Later
+  // writes into those blocks wait for it (cuda::KvReadHazards). Events come
+  // from a ring of kReadEvents; a ticket whose event was recorded again
+  // since is answered by the newer (later) one.
   Result<uint64_t> StartReadBlocks(int group, std::span<const int32_t> blocks,
                                    std::span<std::byte> out) override;
   Result<bool> ReadDone(uint64_t ticket, bool wait) override;
@@ -272,6 +275,16 @@ class CudaBackend final : public Backend {
   double device_seconds_ = 0;
   static constexpr int kReadEvents = 64;
   std::vector<cudaEvent_t> read_events_;
+  // Reads of KV blocks for the host tier and the store run here, beside the
+  // steps: on the compute stream, 64 finished agents' blocks (1.3 GB of the
+  // 1B shape, twice: host tier and store) delayed the next steps by tens of
+  // milliseconds.
+  cudaStream_t read_stream_ = nullptr;
+  cudaEvent_t compute_mark_ = nullptr;  // where a read starts on the compute stream
+  std::unique_ptr<cuda::KvReadHazards> read_hazards_;
+  std::vector<int32_t> written_;  // scratch: blocks a write touches
+  // Makes the compute stream wait for the pending reads of `blocks`.
+  Status WaitForReads(int group, std::span<const int32_t> blocks);
   uint64_t next_read_ticket_ = 1;
   uint64_t reads_done_ = 0;  // every ticket up to this one is complete
   cublasHandle_t cublas_ = nullptr;

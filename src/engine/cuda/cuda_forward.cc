@@ -244,6 +244,17 @@ Status CudaBackend::LaunchStep(std::span<const SeqStep> batch, std::span<const u
     return Status::Ok();
   }
 
+  // Blocks this step stores into may still be being read for the tiers.
+  for (size_t g = 0; g < spec_.groups.size(); ++g) {
+    written_.clear();
+    const int ring = spec_.RingBlocks(static_cast<int>(g), bs);
+    for (const SeqStep& st : batch)
+      cuda::KvReadHazards::WrittenBlocks(st.block_tables[g], st.start_pos,
+                                         st.start_pos + static_cast<int64_t>(st.tokens.size()), bs,
+                                         ring, &written_);
+    RETURN_IF_ERROR(WaitForReads(static_cast<int>(g), written_));
+  }
+
   // Steps with prompt chunks use the wide attention tiles where there are
   // any (a prefill re-reads the prefix once per tile); decode the narrow.
   const bool wide =

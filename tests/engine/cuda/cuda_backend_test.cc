@@ -489,6 +489,25 @@ TEST(CudaBackend, BlocksRoundTripAndCopy) {
     EXPECT_TRUE(std::equal(two.begin() + n, two.end(), pinned->span().begin() + n));
     EXPECT_FALSE(b->StartReadBlocks(g, bad_dst, pinned->span()).ok());
     EXPECT_FALSE(b->ReadDone(*t2 + 100, false).ok());
+    // Reads run on their own stream: a write queued right behind them into
+    // a block being read (a copy here) waits for them, so they deliver the
+    // old bytes. Block 5 holds two[0, n), block 3 two[n, 2n); block 5 is
+    // read 256 times over so that the copy would overtake an unordered read.
+    constexpr int kReads = 256;
+    auto big = b->AllocateHostBuffer(kReads * n);
+    ASSERT_TRUE(big.ok());
+    std::fill(big->span().begin(), big->span().end(), std::byte{0x5a});
+    const std::vector<int32_t> fives(kReads, 5);
+    auto t3 = b->StartReadBlocks(g, fives, big->span());
+    ASSERT_TRUE(t3.ok());
+    const KvBlockCopy overwrite{g, 3, 5};
+    ASSERT_TRUE(b->CopyBlocks(std::span<const KvBlockCopy>(&overwrite, 1)).ok());
+    auto d3 = b->ReadDone(*t3, true);
+    ASSERT_TRUE(d3.ok() && *d3);
+    for (int r = 0; r < kReads; ++r)
+      ASSERT_TRUE(std::equal(two.begin(), two.begin() + n, big->span().begin() + r * n)) << r;
+    ASSERT_TRUE(b->ReadBlock(g, 5, out).ok());
+    EXPECT_TRUE(std::equal(out.begin(), out.end(), two.begin() + n));  // the copy ran after
   }
 }
 
