@@ -559,18 +559,51 @@ Result<uint64_t> CudaBackend::StartReadBlocks(int group, std::span<const int32_t
     for (cudaEvent_t& e : read_events_)
       CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   }
-  const std::byte* base = kv_[group].get<std::byte>();
   // The read sees the blocks as the steps launched so far leave them.
   CUDA_RETURN_IF_ERROR(cudaEventRecord(compute_mark_, stream_));
   CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(read_stream_, compute_mark_, 0));
-  for (size_t i = 0; i < blocks.size(); ++i) {
-    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out.data() + i * n, base + n * blocks[i], n,
-                                         cudaMemcpyDeviceToHost, read_stream_));
-  }
+  RETURN_IF_ERROR(CopyBlockRuns(group, blocks, out.data(), n, /*to_host=*/true, read_stream_));
   const uint64_t ticket = next_read_ticket_++;
   CUDA_RETURN_IF_ERROR(cudaEventRecord(read_events_[ticket % kReadEvents], read_stream_));
   read_hazards_->NoteRead(group, blocks, ticket);
   return ticket;
+}
+
+Status CudaBackend::CopyBlockRuns(int group, std::span<const int32_t> blocks, std::byte* host,
+                                  size_t n, bool to_host, cudaStream_t stream) {
+  runs_.clear();
+  cuda::BlockRuns(blocks, &runs_);
+  std::byte* base = kv_[group].get<std::byte>();
+  batch_dst_.clear();
+  batch_src_.clear();
+  batch_bytes_.clear();
+  for (const cuda::BlockRun& r : runs_) {
+    std::byte* dev = base + n * static_cast<size_t>(r.first_block);
+    std::byte* hst = host + n * static_cast<size_t>(r.first_index);
+    batch_dst_.push_back(to_host ? hst : dev);
+    batch_src_.push_back(to_host ? dev : hst);
+    batch_bytes_.push_back(n * static_cast<size_t>(r.count));
+  }
+  if (runs_.size() > 1) {
+    // One call for the whole batch: a call per block cost the engine thread
+    // ~5 us each, 25 ms for 64 finished agents' blocks.
+    cudaMemcpyAttributes attr{};
+    attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+    attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
+    size_t attr_index = 0;
+    const cudaError_t rc =
+        cudaMemcpyBatchAsync(batch_dst_.data(), batch_src_.data(), batch_bytes_.data(),
+                             batch_dst_.size(), &attr, &attr_index, 1, stream);
+    if (rc == cudaSuccess) return Status::Ok();
+    // Not supported for these pointers (pageable memory on some drivers):
+    // the error is not sticky; copy one run at a time below.
+    (void)cudaGetLastError();
+  }
+  const cudaMemcpyKind kind = to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice;
+  for (size_t i = 0; i < batch_dst_.size(); ++i)
+    CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(batch_dst_[i], batch_src_[i], batch_bytes_[i], kind, stream));
+  return Status::Ok();
 }
 
 Status CudaBackend::WaitForReads(int group, std::span<const int32_t> blocks) {
@@ -614,11 +647,8 @@ Status CudaBackend::WriteBlocks(int group, std::span<const int32_t> blocks,
                                 std::span<const std::byte> in) {
   ASSIGN_OR_RETURN(const size_t n, CheckBlockBatch("WriteBlocks", group, blocks, in.size()));
   RETURN_IF_ERROR(WaitForReads(group, blocks));
-  std::byte* base = kv_[group].get<std::byte>();
-  for (size_t i = 0; i < blocks.size(); ++i) {
-    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(base + n * blocks[i], in.data() + i * n, n,
-                                         cudaMemcpyHostToDevice, stream_));
-  }
+  RETURN_IF_ERROR(CopyBlockRuns(group, blocks, const_cast<std::byte*>(in.data()), n,
+                                /*to_host=*/false, stream_));
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   return Status::Ok();
 }

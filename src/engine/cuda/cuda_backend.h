@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/cuda/block_runs.h"
 #include "engine/cuda/cuda_kernels.h"
 #include "engine/cuda/device_buffer.h"
 #include "engine/cuda/gemm_tuner.h"
@@ -283,6 +284,15 @@ class CudaBackend final : public Backend {
   cudaEvent_t compute_mark_ = nullptr;  // where a read starts on the compute stream
   std::unique_ptr<cuda::KvReadHazards> read_hazards_;
   std::vector<int32_t> written_;  // scratch: blocks a write touches
+  // Copies `blocks` of `group` (n bytes each) to or from `host`, where
+  // block k of the request is at host + k * n: one copy per run of
+  // consecutive ids, issued as one batch on `stream`.
+  Status CopyBlockRuns(int group, std::span<const int32_t> blocks, std::byte* host, size_t n,
+                       bool to_host, cudaStream_t stream);
+  std::vector<cuda::BlockRun> runs_;
+  std::vector<void*> batch_dst_;
+  std::vector<const void*> batch_src_;
+  std::vector<size_t> batch_bytes_;
   // Makes the compute stream wait for the pending reads of `blocks`.
   Status WaitForReads(int group, std::span<const int32_t> blocks);
   uint64_t next_read_ticket_ = 1;
