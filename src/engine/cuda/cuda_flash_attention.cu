@@ -12,10 +12,18 @@
 // RW = 1): the four warps own the same 16 rows and split each 64-key stage
 // between them, merging their partial softmax states through shared memory
 // at the end. Keys come in stages of 64, double-buffered.
+//
+// The kernel is templated on its tile loader: KvLoader (bf16 cache rows
+// straight into the bf16 tiles) or Fp8KvLoader (fp8_kv_tile.cuh: the e4m3
+// rows and their scales into a double-buffered staging area, widened to one
+// bf16 tile per stage; each score is multiplied by its key's scale before
+// the softmax and each weight by its value row's scale before P.V, the row
+// sums staying unscaled). The tensor-core math is the same for both.
 #include <cuda_bf16.h>
 
 #include "engine/cuda/attention_common.cuh"
 #include "engine/cuda/attention_softmax.cuh"
+#include "engine/cuda/fp8_kv_tile.cuh"
 #include "engine/cuda/head_projection.cuh"
 #include "engine/cuda/mma.cuh"
 #include "engine/cuda/pdl.cuh"
@@ -26,11 +34,23 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kStage = 64;  // keys per pipeline stage
 
-size_t MmaSmemBytes(int D, int rw) {
+// fp8: the bf16 K and V tiles are one stage; kFp8Stages stages of e4m3 rows
+// and scales follow them. Three, not two: a stage of e4m3 rows is half the
+// bytes of a bf16 one, and decode blocks (a few per SM) need about as many
+// bytes in flight as bf16's two stages to keep the memory busy.
+constexpr int kFp8Stages = 3;
+template <int D>
+constexpr size_t Fp8StagingBytes() {
+  return kFp8Stages * static_cast<size_t>(Fp8KvLoader::StageBytes<D, kStage>());
+}
+
+size_t MmaSmemBytes(int D, int rw, bool fp8) {
   const size_t DP = D + 8;
   // Q rows, two stages of K and V, (narrow) the step's own K and V row;
   // reused from the start at the end for the warps' merge.
-  const size_t main = (16 * rw + 4 * kStage) * DP * sizeof(bf16) + (rw == 1 ? 2 * D * 2 : 0);
+  const size_t main = fp8 ? (16 * rw + 2 * kStage) * DP * sizeof(bf16) +
+                                (D == 64 ? Fp8StagingBytes<64>() : Fp8StagingBytes<128>())
+                          : (16 * rw + 4 * kStage) * DP * sizeof(bf16) + (rw == 1 ? 2 * D * 2 : 0);
   const size_t merge = rw == 1 ? 4 * 16 * (D + 2) * sizeof(float) : 0;
   return main > merge ? main : merge;
 }
@@ -47,7 +67,7 @@ __device__ __forceinline__ void ProjectHead(const float* src, const float* b, co
 
 // Wide tiles at four blocks per SM (134 registers allowed three, and a
 // 2,048-token prefill step ran 3.1 waves of them).
-template <int D, int RW>
+template <int D, int RW, class Loader>
 __global__ void __launch_bounds__(kThreads, RW == 4 && D == 64 ? 4 : 1)
     MmaAttentionKernel(const AttentionParams p) {
   // Before PdlWait this kernel reads only what no kernel of the step writes:
@@ -61,9 +81,15 @@ __global__ void __launch_bounds__(kThreads, RW == 4 && D == 64 ? 4 : 1)
   constexpr int NO = D / 8;         // output fragments (n8)
   constexpr int KQ = D / 16;        // k16 steps over head_dim
   extern __shared__ __align__(128) unsigned char smem[];
+  constexpr bool F8 = Loader::kFp8;
+  constexpr int KVS = F8 ? 1 : 2;  // stages of bf16 tiles
   bf16* Qs = reinterpret_cast<bf16*>(smem);
   bf16* Ks = Qs + 16 * RW * DP;  // stage b at Ks + b * kStage * DP
-  bf16* Vs = Ks + 2 * kStage * DP;
+  bf16* Vs = Ks + KVS * kStage * DP;
+  // fp8: stage b (< kFp8Stages) of the e4m3 rows and scales at staging + b
+  // * kStageBytes.
+  uint8_t* staging = reinterpret_cast<uint8_t*>(Vs + KVS * kStage * DP);
+  constexpr int kStageBytes = Fp8KvLoader::StageBytes<D, kStage>();
 
   // Heads fastest: the tiles come in the order the caller sorted them
   // (longest first for prefill), not one head's tiles after another's.
@@ -91,53 +117,72 @@ __global__ void __launch_bounds__(kThreads, RW == 4 && D == 64 ? 4 : 1)
     return;
   }
 
-  KvLoader ld(p, s, kvh, start, first, ke, DP, RW == 1);
+  const Loader ld = [&] {
+    if constexpr (F8)
+      return Loader(p, s, kvh, start, first, ke, RW == 1);
+    else
+      return Loader(p, s, kvh, start, first, ke, DP, RW == 1);
+  }();
+  const bf16* kn = nullptr;
+  const bf16* vn = nullptr;
+  // Stage kt into buffer b (bf16: the tiles; fp8: the staging area).
+  auto issue = [&](int kt, int b) {
+    if constexpr (F8)
+      ld.template IssueFixed<D, kStage, kThreads>(kt, staging + b * kStageBytes, tid);
+    else
+      ld.template IssueFixed<D, kStage, kThreads>(kt, Ks + b * kStage * DP, Vs + b * kStage * DP,
+                                                  DP, tid, kn, vn);
+  };
   // The first stage goes out before the wait where all its keys are older
   // than the step's tokens (the previous kernels' latency hides its own).
   const bool early = min(kb + kStage, ke) <= start;
-  if (early) ld.IssueFixed<D, kStage, kThreads>(kb, Ks, Vs, DP, tid);
+  if (early) issue(kb, 0);
   PdlWait();
-  const bf16* kn = nullptr;
-  const bf16* vn = nullptr;
-  if (RW == 1 && p.qkv != nullptr) {
-    // The projection, not q / k_new / v_new (decode: one token, pos start).
-    const int heads = p.nh + 2 * p.nkv;
-    const float* row = p.qkv + static_cast<int64_t>(t0) * heads * D;
-    const float* brow = p.bias;
-    const float pos = static_cast<float>(start);
-    if (kb <= start && start < ke) {
-      // This block's keys include the token: its K and V, into shared
-      // memory for the stage that holds it and into the cache.
-      bf16* Kn = Vs + 2 * kStage * DP;
-      bf16* Vn = Kn + D;
-      if (warp < 2) {
-        const int hh = warp == 0 ? p.nh + kvh : p.nh + p.nkv + kvh;
-        bf16* dst = warp == 0 ? Kn : Vn;
-        ProjectHead<D>(row + hh * D, brow ? brow + hh * D : nullptr, warp == 0 ? p.k_norm : nullptr,
-                       p, pos, warp == 0, dst, lane);
-        __syncwarp();
-        bf16* crow = ld.CacheRow(start) +
-                     (warp == 0 ? 0 : static_cast<int64_t>(p.cache.block_size) * ld.kv_row);
-        for (int i = lane; i < D / 8; i += 32)
-          reinterpret_cast<uint4*>(crow)[i] = reinterpret_cast<const uint4*>(dst)[i];
+  if constexpr (!F8) {
+    if (RW == 1 && p.qkv != nullptr) {
+      // The projection, not q / k_new / v_new (decode: one token, pos start).
+      const int heads = p.nh + 2 * p.nkv;
+      const float* row = p.qkv + static_cast<int64_t>(t0) * heads * D;
+      const float* brow = p.bias;
+      const float pos = static_cast<float>(start);
+      if (kb <= start && start < ke) {
+        // This block's keys include the token: its K and V, into shared
+        // memory for the stage that holds it and into the cache.
+        bf16* Kn = Vs + 2 * kStage * DP;
+        bf16* Vn = Kn + D;
+        if (warp < 2) {
+          const int hh = warp == 0 ? p.nh + kvh : p.nh + p.nkv + kvh;
+          bf16* dst = warp == 0 ? Kn : Vn;
+          ProjectHead<D>(row + hh * D, brow ? brow + hh * D : nullptr,
+                         warp == 0 ? p.k_norm : nullptr, p, pos, warp == 0, dst, lane);
+          __syncwarp();
+          bf16* crow = ld.CacheRow(start) +
+                       (warp == 0 ? 0 : static_cast<int64_t>(p.cache.block_size) * ld.kv_row);
+          for (int i = lane; i < D / 8; i += 32)
+            reinterpret_cast<uint4*>(crow)[i] = reinterpret_cast<const uint4*>(dst)[i];
+        }
+        __syncthreads();
+        kn = Kn;
+        vn = Vn;
       }
-      __syncthreads();
-      kn = Kn;
-      vn = Vn;
-    }
-    if (!early) ld.IssueFixed<D, kStage, kThreads>(kb, Ks, Vs, DP, tid, kn, vn);
-    for (int r = warp; r < 16; r += 4) {
-      bf16* dst = Qs + r * DP;
-      if (r < G) {
-        const int hh = kvh * G + r;
-        ProjectHead<D>(row + hh * D, brow ? brow + hh * D : nullptr, p.q_norm, p, pos, true, dst,
-                       lane);
-      } else {
-        for (int i = lane; i < D; i += 32) dst[i] = __float2bfloat16_rn(0.f);
+      if (!early) issue(kb, 0);
+      for (int r = warp; r < 16; r += 4) {
+        bf16* dst = Qs + r * DP;
+        if (r < G) {
+          const int hh = kvh * G + r;
+          ProjectHead<D>(row + hh * D, brow ? brow + hh * D : nullptr, p.q_norm, p, pos, true, dst,
+                         lane);
+        } else {
+          for (int i = lane; i < D; i += 32) dst[i] = __float2bfloat16_rn(0.f);
+        }
       }
+    } else {
+      if (!early) issue(kb, 0);
+      LoadQueryTile(p, t0, n, tpt, kvh, 16 * RW, DP, Qs, tid, kThreads);
     }
-  } else {
-    if (!early) ld.IssueFixed<D, kStage, kThreads>(kb, Ks, Vs, DP, tid);
+  } else {  // fp8: no fused projection (the launcher refuses qkv)
+    if (!early) issue(kb, 0);
+    issue(kb + kStage, 1);  // (past ke: an empty group)
     LoadQueryTile(p, t0, n, tpt, kvh, 16 * RW, DP, Qs, tid, kThreads);
   }
   __syncthreads();
@@ -157,18 +202,31 @@ __global__ void __launch_bounds__(kThreads, RW == 4 && D == 64 ? 4 : 1)
   const bool plain = p.window == 0 && !(p.softcap > 0.f);
   int buf = 0;
   for (int kt = kb; kt < ke; kt += kStage) {
-    if (kt + kStage < ke) {
-      ld.IssueFixed<D, kStage, kThreads>(kt + kStage, Ks + (buf ^ 1) * kStage * DP,
-                                         Vs + (buf ^ 1) * kStage * DP, DP, tid, kn, vn);
+    if constexpr (F8) {
+      // Two stages ahead, into the buffer the previous stage used (its
+      // readers passed that stage's closing barrier); one group a stage,
+      // empty past ke, so that the wait is always for the oldest of three.
+      issue(kt + 2 * kStage, buf == 0 ? kFp8Stages - 1 : buf - 1);
+      CpAsyncWait<kFp8Stages - 1>();
+    } else if (kt + kStage < ke) {
+      issue(kt + kStage, buf ^ 1);
       CpAsyncWait<1>();
     } else {
       CpAsyncWait<0>();
     }
     __syncthreads();
+    const uint8_t* stage = staging + buf * kStageBytes;
+    if constexpr (F8) {
+      // (The tiles' last readers finished before the previous stage's
+      // closing barrier.)
+      Fp8KvLoader::Convert<D, kStage, kThreads>(stage, Ks, Vs, DP, tid);
+      __syncthreads();
+    }
     const int k0 = kt + kw * KPW;  // this warp's first key of the stage
     if (k0 < ke) {
-      const bf16* Kb = Ks + buf * kStage * DP + kw * KPW * DP;
-      const bf16* Vb = Vs + buf * kStage * DP + kw * KPW * DP;
+      const int tb = F8 ? 0 : buf;  // the bf16 tiles' stage
+      const bf16* Kb = Ks + tb * kStage * DP + kw * KPW * DP;
+      const bf16* Vb = Vs + tb * kStage * DP + kw * KPW * DP;
       float sc[NS][4];
 #pragma unroll
       for (int j = 0; j < NS; ++j) {  // S = Q K^T, 8 keys at a time
@@ -182,9 +240,31 @@ __global__ void __launch_bounds__(kThreads, RW == 4 && D == 64 ? 4 : 1)
           Mma(sc[j], qf[kk + 1], b[2], b[3]);
         }
       }
+      if constexpr (F8) {  // the keys' scales (0 past ke: those are masked)
+        const float* ksc = Fp8KvLoader::KeyScales<D, kStage>(stage) + kw * KPW + 2 * q4;
+#pragma unroll
+        for (int j = 0; j < NS; ++j) {
+          const float2 f = *reinterpret_cast<const float2*>(ksc + j * 8);
+          sc[j][0] *= f.x;
+          sc[j][1] *= f.y;
+          sc[j][2] *= f.x;
+          sc[j][3] *= f.y;
+        }
+      }
       // Online softmax over the two rows; a row's four lanes share it.
       SoftmaxStage<NS, NO>(sc, o, m, l, plain && kt + kStage <= ke && kt + kStage <= p0 + 1, p, qr,
                            k0, ke, q4);
+      if constexpr (F8) {  // the value rows' scales, into the weights
+        const float* vsc = Fp8KvLoader::ValueScales<D, kStage>(stage) + kw * KPW + 2 * q4;
+#pragma unroll
+        for (int j = 0; j < NS; ++j) {
+          const float2 f = *reinterpret_cast<const float2*>(vsc + j * 8);
+          sc[j][0] *= f.x;
+          sc[j][1] *= f.y;
+          sc[j][2] *= f.x;
+          sc[j][3] *= f.y;
+        }
+      }
       // O += P V, 16 keys at a time: the score fragments of keys
       // [16c, 16c + 16) are the A fragment as they stand.
 #pragma unroll
@@ -204,8 +284,9 @@ __global__ void __launch_bounds__(kThreads, RW == 4 && D == 64 ? 4 : 1)
       }
     }
     __syncthreads();  // every warp is done with `buf` before it is refilled
-    buf ^= 1;
+    buf = F8 ? (buf + 1 == kFp8Stages ? 0 : buf + 1) : buf ^ 1;
   }
+  if constexpr (F8) CpAsyncWait<0>();  // (only empty groups are left)
 
   if constexpr (RW == 1) {
     // Merge the four warps' states for the same 16 rows: each writes its
@@ -260,20 +341,20 @@ __global__ void __launch_bounds__(kThreads, RW == 4 && D == 64 ? 4 : 1)
   }
 }
 
-template <int D, int RW>
+template <int D, int RW, class Loader = KvLoader>
 cudaError_t Launch(const AttentionParams& p, cudaStream_t stream) {
-  const size_t smem = MmaSmemBytes(D, RW);
+  const size_t smem = MmaSmemBytes(D, RW, Loader::kFp8);
   static bool raised = false;
   if (smem > 48 * 1024 && !raised) {
     const cudaError_t e =
-        cudaFuncSetAttribute(MmaAttentionKernel<D, RW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(smem));
+        cudaFuncSetAttribute(MmaAttentionKernel<D, RW, Loader>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (e != cudaSuccess) return e;
     raised = true;
   }
   if (p.num_tiles > 65535) return cudaErrorInvalidConfiguration;  // grid y
-  return LaunchPdl(MmaAttentionKernel<D, RW>, dim3(p.nkv, p.num_tiles, p.splits), dim3(kThreads),
-                   smem, stream, p);
+  return LaunchPdl(MmaAttentionKernel<D, RW, Loader>, dim3(p.nkv, p.num_tiles, p.splits),
+                   dim3(kThreads), smem, stream, p);
 }
 
 }  // namespace
@@ -281,6 +362,17 @@ cudaError_t Launch(const AttentionParams& p, cudaStream_t stream) {
 bool MmaAttentionSupported(int head_dim) { return head_dim == 64 || head_dim == 128; }
 
 cudaError_t LaunchMmaAttention(const AttentionParams& p, cudaStream_t stream) {
+  if (p.cache.fp8) {  // wide (prompt) and narrow (decode) tiles alike
+    if (p.qkv != nullptr || p.kv_map != nullptr || p.fp8_new.k == nullptr ||
+        p.fp8_new.v == nullptr || p.fp8_new.k_scale == nullptr || p.fp8_new.v_scale == nullptr)
+      return cudaErrorInvalidValue;
+    if (p.head_dim == 64)
+      return p.wide ? Launch<64, 4, Fp8KvLoader>(p, stream) : Launch<64, 1, Fp8KvLoader>(p, stream);
+    if (p.head_dim == 128)
+      return p.wide ? Launch<128, 4, Fp8KvLoader>(p, stream)
+                    : Launch<128, 1, Fp8KvLoader>(p, stream);
+    return cudaErrorInvalidValue;
+  }
   if (p.head_dim == 64 && p.wide && WgmmaAttentionSupported(64))
     return LaunchWgmmaWideAttention(p, stream);
   if (p.head_dim == 64) return p.wide ? Launch<64, 4>(p, stream) : Launch<64, 1>(p, stream);

@@ -1,0 +1,193 @@
+// Reading the fp8 (e4m3) KV cache (engine/kv_fp8.h's block layout) in the
+// attention kernels (device code only): the exact e4m3 -> bf16 widening and
+// the tile loader the mma.sync flash kernel (cuda_flash_attention.cu) takes
+// in place of KvLoader for an fp8 cache.
+//
+// Why a staging area: cp.async copies bytes, it cannot widen them. A stage's
+// e4m3 rows and their f32 scales travel by cp.async (16-byte row chunks,
+// several stages in flight like the bf16 tiles), and Convert() then writes the stage
+// as bf16 into the tile the tensor-core loop reads with ldmatrix. e4m3
+// values are exact in bf16 (4 significant bits, exponents 2^-9..2^8), so the
+// tile holds the stored values unscaled; the kernel multiplies each score by
+// its key's scale and each softmax weight by its value row's scale.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+#include "engine/cuda/attention_common.cuh"
+#include "engine/cuda/cuda_kernels.h"
+
+namespace agentkv::cuda {
+
+// Eight e4m3 bytes (a uint2) -> eight bf16 in a uint4, exactly (e4m3 ->
+// f16 in hardware, f16 -> f32 -> bf16 without rounding: every e4m3 value
+// is a normal f16 and a bf16).
+__device__ __forceinline__ uint4 E4m3x8ToBf16(uint2 in) {
+  const uint32_t w[2] = {in.x, in.y};
+  uint4 out;
+  uint32_t* o = &out.x;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const __nv_fp8x2_storage_t pair = static_cast<__nv_fp8x2_storage_t>(w[i] >> (16 * h));
+      const __half2 h2(__nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3));
+      const float2 f = __half22float2(h2);
+      const __nv_bfloat162 b = __floats2bfloat162_rn(f.x, f.y);
+      o[2 * i + h] = *reinterpret_cast<const uint32_t*>(&b);
+    }
+  }
+  return out;
+}
+
+// cp.async of 4 bytes (a scale); zero-filled when !valid.
+__device__ __forceinline__ void CpAsync4(void* smem, const void* gmem, bool valid) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int n = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
+}
+
+// The loader of an fp8 cache's K/V stages. A stage of kKeys keys at head_dim
+// kD is Fp8KvLoader::StageBytes<kD, kKeys>() bytes of shared memory (16-byte
+// aligned): K bytes [kKeys][kD], V bytes [kKeys][kD], K scales [kKeys], V
+// scales [kKeys] (f32). Keys at positions >= start are this step's
+// (AttentionParams::fp8_new, quantized before attention), older ones the
+// paged cache's; keys from ke on are zeros with scale 0.
+struct Fp8KvLoader {
+  static constexpr bool kFp8 = true;
+  KvCacheView c;
+  const uint8_t* cache;
+  Fp8KvRows fresh;
+  const uint8_t* dummy;  // a valid address for zero-filled loads
+  const int32_t* table;
+  int64_t kv_row;     // bytes of a token's K (or V) row in a section: nkv * D
+  int64_t section;    // bytes of a K (or V) section of a layer
+  int64_t scales_at;  // offset of the scales within a section
+  int nkv, kvh, start, first, ke, D;
+  bool evict_first;  // as KvLoader's (decode: read once a step)
+  uint64_t policy;
+
+  template <int kD, int kKeys>
+  static constexpr int StageBytes() {
+    return kKeys * (2 * kD + 8);
+  }
+
+  __device__ __forceinline__ Fp8KvLoader(const AttentionParams& p, int s, int kvh_, int start_,
+                                         int first_, int ke_, bool evict_first_)
+      : c(p.cache),
+        cache(reinterpret_cast<const uint8_t*>(p.cache.base)),
+        fresh(p.fp8_new),
+        dummy(reinterpret_cast<const uint8_t*>(p.q)),
+        table(p.cache.tables + static_cast<int64_t>(s) * *p.cache.table_stride),
+        kv_row(static_cast<int64_t>(p.nkv) * p.head_dim),
+        section(static_cast<int64_t>(p.cache.block_size) * p.nkv * (p.head_dim + 4)),
+        scales_at(static_cast<int64_t>(p.cache.block_size) * p.nkv * p.head_dim),
+        nkv(p.nkv),
+        kvh(kvh_),
+        start(start_),
+        first(first_),
+        ke(ke_),
+        D(p.head_dim),
+        evict_first(evict_first_),
+        policy(evict_first_ ? EvictFirstPolicy() : 0) {}
+
+  // Key kp's K and V rows and their scales.
+  __device__ __forceinline__ void Rows(int kp, const uint8_t*& kr, const uint8_t*& vr,
+                                       const float*& ks, const float*& vs) const {
+    if (kp >= start) {
+      const int64_t r = static_cast<int64_t>(first + kp - start) * nkv + kvh;
+      kr = fresh.k + r * D;
+      vr = fresh.v + r * D;
+      ks = fresh.k_scale + r;
+      vs = fresh.v_scale + r;
+    } else {
+      const int bs = c.block_size;
+      const int lb = (bs & (bs - 1)) == 0 ? kp >> (__ffs(bs) - 1) : kp / bs;
+      const int in = kp - lb * bs;
+      const int64_t blk = table[c.ring > 0 ? lb % c.ring : lb];
+      const uint8_t* sec = cache + blk * c.block_stride + c.layer_offset;
+      kr = sec + in * kv_row + kvh * D;
+      vr = kr + section;
+      ks = reinterpret_cast<const float*>(sec + scales_at) + static_cast<int64_t>(in) * nkv + kvh;
+      vs = reinterpret_cast<const float*>(reinterpret_cast<const uint8_t*>(ks) + section);
+    }
+  }
+
+  // The stage of keys [kt, kt + kKeys) into `stage` by cp.async, committed
+  // as one group (empty where kt >= ke): each thread keeps one 16-byte
+  // column of the rows.
+  template <int kD, int kKeys, int kThreads>
+  __device__ __forceinline__ void IssueFixed(int kt, uint8_t* stage, int tid) const {
+    constexpr int kVpr = kD / 16;  // 16-byte chunks per row
+    static_assert(kThreads % kVpr == 0, "threads must cover whole rows");
+    constexpr int kRowsPerPass = kThreads / kVpr;
+    const int col = tid % kVpr;
+    uint8_t* kd = stage;
+    uint8_t* vd = stage + kKeys * kD;
+    float* ksd = reinterpret_cast<float*>(stage + 2 * kKeys * kD);
+    float* vsd = ksd + kKeys;
+    // (A stage wholly past ke copies nothing: an empty group.)
+#pragma unroll 1
+    for (int j = tid / kVpr; j < kKeys && kt < ke; j += kRowsPerPass) {
+      const int kp = kt + j;
+      const bool valid = kp < ke;
+      const uint8_t* kr = dummy;
+      const uint8_t* vr = dummy;
+      const float* ks = reinterpret_cast<const float*>(dummy);
+      const float* vs = ks;
+      if (valid) {
+        Rows(kp, kr, vr, ks, vs);
+        kr += col * 16;
+        vr += col * 16;
+      }
+      if (evict_first) {
+        CpAsync16Hint(kd + j * kD + col * 16, kr, valid, policy);
+        CpAsync16Hint(vd + j * kD + col * 16, vr, valid, policy);
+      } else {
+        CpAsync16(kd + j * kD + col * 16, kr, valid);
+        CpAsync16(vd + j * kD + col * 16, vr, valid);
+      }
+      if (col == 0) {
+        CpAsync4(ksd + j, ks, valid);
+        CpAsync4(vsd + j, vs, valid);
+      }
+    }
+    CpAsyncCommit();
+  }
+
+  // A stage's scales (kKeys floats each) in shared memory.
+  template <int kD, int kKeys>
+  __device__ __forceinline__ static const float* KeyScales(const uint8_t* stage) {
+    return reinterpret_cast<const float*>(stage + 2 * kKeys * kD);
+  }
+  template <int kD, int kKeys>
+  __device__ __forceinline__ static const float* ValueScales(const uint8_t* stage) {
+    return KeyScales<kD, kKeys>(stage) + kKeys;
+  }
+
+  // Widens a landed stage into the bf16 tiles Kd / Vd (rows of DP
+  // elements), 8 bytes a thread at a time (consecutive threads read
+  // consecutive bytes and write consecutive 16-byte runs: no bank
+  // conflicts). The caller synchronises before and after.
+  template <int kD, int kKeys, int kThreads>
+  __device__ __forceinline__ static void Convert(const uint8_t* stage, bf16* Kd, bf16* Vd, int DP,
+                                                 int tid) {
+    constexpr int kVpr = kD / 8;  // 8-byte groups per row
+    constexpr int kGroups = kKeys * kVpr;
+    static_assert(kGroups % kThreads == 0, "threads must cover the stage evenly");
+    constexpr int kIters = kGroups / kThreads;  // per K (and per V)
+#pragma unroll
+    for (int it = 0; it < 2 * kIters; ++it) {
+      const bool v = it >= kIters;
+      const int gi = tid + (v ? it - kIters : it) * kThreads;
+      const int j = gi / kVpr, col = gi % kVpr;
+      const uint2 raw = reinterpret_cast<const uint2*>(stage + (v ? kKeys * kD : 0))[gi];
+      *reinterpret_cast<uint4*>((v ? Vd : Kd) + j * DP + col * 8) = E4m3x8ToBf16(raw);
+    }
+  }
+};
+
+}  // namespace agentkv::cuda
