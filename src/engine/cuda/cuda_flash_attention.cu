@@ -15,10 +15,13 @@
 //
 // The kernel is templated on its tile loader: KvLoader (bf16 cache rows
 // straight into the bf16 tiles) or Fp8KvLoader (fp8_kv_tile.cuh: the e4m3
-// rows and their scales into a double-buffered staging area, widened to one
-// bf16 tile per stage; each score is multiplied by its key's scale before
-// the softmax and each weight by its value row's scale before P.V, the row
-// sums staying unscaled). The tensor-core math is the same for both.
+// rows and their scales into a staging area three stages deep, widened to
+// one bf16 tile per stage; each score is multiplied by its key's scale
+// before the softmax and each weight by its value row's scale before P.V,
+// the row sums staying unscaled). The tensor-core math is the same for
+// both. With fp8 on narrow tiles each warp loads, waits for and widens only
+// its own 16 keys of a stage, without block barriers between stages. The
+// shared-memory layout of every instantiation is mma_attention_layout.h's.
 #include <cuda_bf16.h>
 
 #include "engine/cuda/attention_common.cuh"
@@ -26,34 +29,15 @@
 #include "engine/cuda/fp8_kv_tile.cuh"
 #include "engine/cuda/head_projection.cuh"
 #include "engine/cuda/mma.cuh"
+#include "engine/cuda/mma_attention_layout.h"
 #include "engine/cuda/pdl.cuh"
 
 namespace agentkv::cuda {
 namespace {
 
-constexpr int kThreads = 128;
-constexpr int kStage = 64;  // keys per pipeline stage
-
-// fp8: the bf16 K and V tiles are one stage; kFp8Stages stages of e4m3 rows
-// and scales follow them. Three, not two: a stage of e4m3 rows is half the
-// bytes of a bf16 one, and decode blocks (a few per SM) need about as many
-// bytes in flight as bf16's two stages to keep the memory busy.
-constexpr int kFp8Stages = 3;
-template <int D>
-constexpr size_t Fp8StagingBytes() {
-  return kFp8Stages * static_cast<size_t>(Fp8KvLoader::StageBytes<D, kStage>());
-}
-
-size_t MmaSmemBytes(int D, int rw, bool fp8) {
-  const size_t DP = D + 8;
-  // Q rows, two stages of K and V, (narrow) the step's own K and V row;
-  // reused from the start at the end for the warps' merge.
-  const size_t main = fp8 ? (16 * rw + 2 * kStage) * DP * sizeof(bf16) +
-                                (D == 64 ? Fp8StagingBytes<64>() : Fp8StagingBytes<128>())
-                          : (16 * rw + 4 * kStage) * DP * sizeof(bf16) + (rw == 1 ? 2 * D * 2 : 0);
-  const size_t merge = rw == 1 ? 4 * 16 * (D + 2) * sizeof(float) : 0;
-  return main > merge ? main : merge;
-}
+constexpr int kThreads = kMmaThreads;
+constexpr int kStage = kMmaStage;  // keys per pipeline stage
+constexpr int kFp8Stages = kMmaFp8Stages;
 
 // What LaunchQkvPost does to one head, by one warp (head_projection.cuh).
 template <int D>
@@ -82,14 +66,21 @@ __global__ void __launch_bounds__(kThreads, RW == 4 && D == 64 ? 4 : 1)
   constexpr int KQ = D / 16;        // k16 steps over head_dim
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr bool F8 = Loader::kFp8;
-  constexpr int KVS = F8 ? 1 : 2;  // stages of bf16 tiles
-  bf16* Qs = reinterpret_cast<bf16*>(smem);
-  bf16* Ks = Qs + 16 * RW * DP;  // stage b at Ks + b * kStage * DP
-  bf16* Vs = Ks + KVS * kStage * DP;
+  // Narrow fp8 tiles: each warp streams its own KPW keys of every stage
+  // (issues their rows, waits for its own copies, widens them into its own
+  // rows of the bf16 tiles) and meets the other warps only at the merge: no
+  // block barrier per stage. Wide tiles share every key, so the block
+  // loads and widens each stage together.
+  constexpr bool kWarpStages = F8 && RW == 1;
+  constexpr MmaAttentionLayout L = MmaLayout(D, RW, F8);
+  static_assert(L.dp == DP && L.key_warps == KW, "the layout is this kernel's");
+  bf16* Qs = reinterpret_cast<bf16*>(smem + L.q_at);
+  bf16* Ks = reinterpret_cast<bf16*>(smem + L.k_at);  // stage b at Ks + b * kStage * DP
+  bf16* Vs = reinterpret_cast<bf16*>(smem + L.v_at);
   // fp8: stage b (< kFp8Stages) of the e4m3 rows and scales at staging + b
   // * kStageBytes.
-  uint8_t* staging = reinterpret_cast<uint8_t*>(Vs + KVS * kStage * DP);
-  constexpr int kStageBytes = Fp8KvLoader::StageBytes<D, kStage>();
+  uint8_t* staging = smem + L.staging_at;
+  constexpr int kStageBytes = static_cast<int>(L.stage_bytes);
 
   // Heads fastest: the tiles come in the order the caller sorted them
   // (longest first for prefill), not one head's tiles after another's.
@@ -127,7 +118,9 @@ __global__ void __launch_bounds__(kThreads, RW == 4 && D == 64 ? 4 : 1)
   const bf16* vn = nullptr;
   // Stage kt into buffer b (bf16: the tiles; fp8: the staging area).
   auto issue = [&](int kt, int b) {
-    if constexpr (F8)
+    if constexpr (kWarpStages)
+      ld.template IssueRows<D, kStage, KPW, 32>(kt, kw * KPW, staging + b * kStageBytes, lane);
+    else if constexpr (F8)
       ld.template IssueFixed<D, kStage, kThreads>(kt, staging + b * kStageBytes, tid);
     else
       ld.template IssueFixed<D, kStage, kThreads>(kt, Ks + b * kStage * DP, Vs + b * kStage * DP,
@@ -148,7 +141,7 @@ __global__ void __launch_bounds__(kThreads, RW == 4 && D == 64 ? 4 : 1)
       if (kb <= start && start < ke) {
         // This block's keys include the token: its K and V, into shared
         // memory for the stage that holds it and into the cache.
-        bf16* Kn = Vs + 2 * kStage * DP;
+        bf16* Kn = reinterpret_cast<bf16*>(smem + L.own_at);
         bf16* Vn = Kn + D;
         if (warp < 2) {
           const int hh = warp == 0 ? p.nh + kvh : p.nh + p.nkv + kvh;
@@ -214,15 +207,24 @@ __global__ void __launch_bounds__(kThreads, RW == 4 && D == 64 ? 4 : 1)
     } else {
       CpAsyncWait<0>();
     }
-    __syncthreads();
+    const int k0 = kt + kw * KPW;  // this warp's first key of the stage
     const uint8_t* stage = staging + buf * kStageBytes;
-    if constexpr (F8) {
+    if constexpr (kWarpStages) {
+      // Only this warp's copies and rows: its own wait, then the lanes see
+      // each other's. (Its rows' last readers passed the previous stage's
+      // closing __syncwarp.)
+      __syncwarp();
+      if (k0 < ke) Fp8KvLoader::ConvertRows<D, kStage, KPW, 32>(stage, Ks, Vs, DP, kw * KPW, lane);
+      __syncwarp();
+    } else if constexpr (F8) {
+      __syncthreads();
       // (The tiles' last readers finished before the previous stage's
       // closing barrier.)
       Fp8KvLoader::Convert<D, kStage, kThreads>(stage, Ks, Vs, DP, tid);
       __syncthreads();
+    } else {
+      __syncthreads();
     }
-    const int k0 = kt + kw * KPW;  // this warp's first key of the stage
     if (k0 < ke) {
       const int tb = F8 ? 0 : buf;  // the bf16 tiles' stage
       const bf16* Kb = Ks + tb * kStage * DP + kw * KPW * DP;
@@ -283,10 +285,16 @@ __global__ void __launch_bounds__(kThreads, RW == 4 && D == 64 ? 4 : 1)
         }
       }
     }
-    __syncthreads();  // every warp is done with `buf` before it is refilled
+    // Every reader of `buf` is done with it before it is refilled.
+    if constexpr (kWarpStages)
+      __syncwarp();
+    else
+      __syncthreads();
     buf = F8 ? (buf + 1 == kFp8Stages ? 0 : buf + 1) : buf ^ 1;
   }
   if constexpr (F8) CpAsyncWait<0>();  // (only empty groups are left)
+  // The merge below reuses the tiles: every warp must be past its stages.
+  if constexpr (kWarpStages) __syncthreads();
 
   if constexpr (RW == 1) {
     // Merge the four warps' states for the same 16 rows: each writes its
@@ -343,9 +351,11 @@ __global__ void __launch_bounds__(kThreads, RW == 4 && D == 64 ? 4 : 1)
 
 template <int D, int RW, class Loader = KvLoader>
 cudaError_t Launch(const AttentionParams& p, cudaStream_t stream) {
-  const size_t smem = MmaSmemBytes(D, RW, Loader::kFp8);
+  constexpr MmaAttentionLayout kLayout = MmaLayout(D, RW, Loader::kFp8);
+  static_assert(kLayout.bytes <= kMmaMaxSmemBytes, "the tiles must fit a block");
+  const size_t smem = kLayout.bytes;
   static bool raised = false;
-  if (smem > 48 * 1024 && !raised) {
+  if (smem > kDefaultSmemBytes && !raised) {
     const cudaError_t e =
         cudaFuncSetAttribute(MmaAttentionKernel<D, RW, Loader>,
                              cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));

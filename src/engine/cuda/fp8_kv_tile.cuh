@@ -19,28 +19,23 @@
 
 #include "engine/cuda/attention_common.cuh"
 #include "engine/cuda/cuda_kernels.h"
+#include "engine/cuda/mma_attention_layout.h"
 
 namespace agentkv::cuda {
 
 // Eight e4m3 bytes (a uint2) -> eight bf16 in a uint4, exactly (e4m3 ->
 // f16 in hardware, f16 -> f32 -> bf16 without rounding: every e4m3 value
 // is a normal f16 and a bf16).
+__device__ __forceinline__ uint32_t E4m3x2ToBf16x2(uint32_t two_bytes) {
+  const __nv_fp8x2_storage_t pair = static_cast<__nv_fp8x2_storage_t>(two_bytes & 0xffffu);
+  const __half2 h2(__nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3));
+  const float2 f = __half22float2(h2);
+  const __nv_bfloat162 b = __floats2bfloat162_rn(f.x, f.y);
+  return *reinterpret_cast<const uint32_t*>(&b);
+}
 __device__ __forceinline__ uint4 E4m3x8ToBf16(uint2 in) {
-  const uint32_t w[2] = {in.x, in.y};
-  uint4 out;
-  uint32_t* o = &out.x;
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const __nv_fp8x2_storage_t pair = static_cast<__nv_fp8x2_storage_t>(w[i] >> (16 * h));
-      const __half2 h2(__nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3));
-      const float2 f = __half22float2(h2);
-      const __nv_bfloat162 b = __floats2bfloat162_rn(f.x, f.y);
-      o[2 * i + h] = *reinterpret_cast<const uint32_t*>(&b);
-    }
-  }
-  return out;
+  return make_uint4(E4m3x2ToBf16x2(in.x), E4m3x2ToBf16x2(in.x >> 16), E4m3x2ToBf16x2(in.y),
+                    E4m3x2ToBf16x2(in.y >> 16));
 }
 
 // cp.async of 4 bytes (a scale); zero-filled when !valid.
@@ -72,7 +67,7 @@ struct Fp8KvLoader {
 
   template <int kD, int kKeys>
   static constexpr int StageBytes() {
-    return kKeys * (2 * kD + 8);
+    return static_cast<int>(Fp8StageBytes(kD, kKeys));
   }
 
   __device__ __forceinline__ Fp8KvLoader(const AttentionParams& p, int s, int kvh_, int start_,
@@ -116,77 +111,111 @@ struct Fp8KvLoader {
     }
   }
 
-  // The stage of keys [kt, kt + kKeys) into `stage` by cp.async, committed
-  // as one group (empty where kt >= ke): each thread keeps one 16-byte
-  // column of the rows.
-  template <int kD, int kKeys, int kThreads>
-  __device__ __forceinline__ void IssueFixed(int kt, uint8_t* stage, int tid) const {
-    constexpr int kVpr = kD / 16;  // 16-byte chunks per row
-    static_assert(kThreads % kVpr == 0, "threads must cover whole rows");
-    constexpr int kRowsPerPass = kThreads / kVpr;
-    const int col = tid % kVpr;
+  // Key kp's row (zeros from ke on) into row j of `stage` (kKeys rows): this
+  // thread's 16-byte column col, and with col 0 the two scales.
+  template <int kD, int kKeys>
+  __device__ __forceinline__ void CopyRow(int kp, int j, int col, uint8_t* stage) const {
     uint8_t* kd = stage;
     uint8_t* vd = stage + kKeys * kD;
-    float* ksd = reinterpret_cast<float*>(stage + 2 * kKeys * kD);
-    float* vsd = ksd + kKeys;
-    // (A stage wholly past ke copies nothing: an empty group.)
-#pragma unroll 1
-    for (int j = tid / kVpr; j < kKeys && kt < ke; j += kRowsPerPass) {
-      const int kp = kt + j;
-      const bool valid = kp < ke;
-      const uint8_t* kr = dummy;
-      const uint8_t* vr = dummy;
-      const float* ks = reinterpret_cast<const float*>(dummy);
-      const float* vs = ks;
-      if (valid) {
-        Rows(kp, kr, vr, ks, vs);
-        kr += col * 16;
-        vr += col * 16;
-      }
-      if (evict_first) {
-        CpAsync16Hint(kd + j * kD + col * 16, kr, valid, policy);
-        CpAsync16Hint(vd + j * kD + col * 16, vr, valid, policy);
+    float* ksd = reinterpret_cast<float*>(stage + Fp8KeyScalesAt(kD, kKeys));
+    float* vsd = reinterpret_cast<float*>(stage + Fp8ValueScalesAt(kD, kKeys));
+    const bool valid = kp < ke;
+    const uint8_t* kr = dummy;
+    const uint8_t* vr = dummy;
+    const float* ks = reinterpret_cast<const float*>(dummy);
+    const float* vs = ks;
+    if (valid) {
+      Rows(kp, kr, vr, ks, vs);
+      kr += col * 16;
+      vr += col * 16;
+    }
+    if (evict_first) {
+      CpAsync16Hint(kd + j * kD + col * 16, kr, valid, policy);
+      CpAsync16Hint(vd + j * kD + col * 16, vr, valid, policy);
+    } else {
+      CpAsync16(kd + j * kD + col * 16, kr, valid);
+      CpAsync16(vd + j * kD + col * 16, vr, valid);
+    }
+    if (col == 0) {
+      CpAsync4(ksd + j, ks, valid);
+      CpAsync4(vsd + j, vs, valid);
+    }
+  }
+
+  // Keys [kt + row0, kt + row0 + kRows) of the stage of keys [kt, kt +
+  // kKeys) into rows row0.. of `stage` by cp.async, by kLanes threads (t:
+  // this one's index among them), each keeping one 16-byte column of the
+  // rows; committed as one group (empty where kt + row0 >= ke). The whole
+  // block (row0 0, kRows kKeys, kLanes the block) or one warp (its own
+  // rows: only that warp reads them, after its own wait and a __syncwarp).
+  template <int kD, int kKeys, int kRows, int kLanes>
+  __device__ __forceinline__ void IssueRows(int kt, int row0, uint8_t* stage, int t) const {
+    static_assert(Fp8IssueCovers(kD, kRows, kLanes), "lanes must cover whole rows");
+    constexpr int kVpr = kD / 16;  // 16-byte chunks per row
+    constexpr int kRowsPerPass = kLanes / kVpr;
+    constexpr int kPasses = kRows / kRowsPerPass;
+    const int col = t % kVpr;
+    const int j0 = row0 + t / kVpr;
+    if (kt + row0 < ke) {
+      if constexpr (kLanes == 32) {
+        // One warp's few rows: unrolled, so that the rows' page-table
+        // reads overlap instead of each waiting for the one before.
+#pragma unroll
+        for (int i = 0; i < kPasses; ++i)
+          CopyRow<kD, kKeys>(kt + j0 + i * kRowsPerPass, j0 + i * kRowsPerPass, col, stage);
       } else {
-        CpAsync16(kd + j * kD + col * 16, kr, valid);
-        CpAsync16(vd + j * kD + col * 16, vr, valid);
-      }
-      if (col == 0) {
-        CpAsync4(ksd + j, ks, valid);
-        CpAsync4(vsd + j, vs, valid);
+#pragma unroll 1
+        for (int i = 0; i < kPasses; ++i)
+          CopyRow<kD, kKeys>(kt + j0 + i * kRowsPerPass, j0 + i * kRowsPerPass, col, stage);
       }
     }
     CpAsyncCommit();
   }
 
+  // The whole stage by the block (prompt tiles: every warp reads every key).
+  template <int kD, int kKeys, int kThreads>
+  __device__ __forceinline__ void IssueFixed(int kt, uint8_t* stage, int tid) const {
+    IssueRows<kD, kKeys, kKeys, kThreads>(kt, 0, stage, tid);
+  }
+
   // A stage's scales (kKeys floats each) in shared memory.
   template <int kD, int kKeys>
   __device__ __forceinline__ static const float* KeyScales(const uint8_t* stage) {
-    return reinterpret_cast<const float*>(stage + 2 * kKeys * kD);
+    return reinterpret_cast<const float*>(stage + Fp8KeyScalesAt(kD, kKeys));
   }
   template <int kD, int kKeys>
   __device__ __forceinline__ static const float* ValueScales(const uint8_t* stage) {
-    return KeyScales<kD, kKeys>(stage) + kKeys;
+    return reinterpret_cast<const float*>(stage + Fp8ValueScalesAt(kD, kKeys));
   }
 
-  // Widens a landed stage into the bf16 tiles Kd / Vd (rows of DP
-  // elements), 8 bytes a thread at a time (consecutive threads read
-  // consecutive bytes and write consecutive 16-byte runs: no bank
-  // conflicts). The caller synchronises before and after.
-  template <int kD, int kKeys, int kThreads>
-  __device__ __forceinline__ static void Convert(const uint8_t* stage, bf16* Kd, bf16* Vd, int DP,
-                                                 int tid) {
-    constexpr int kVpr = kD / 8;  // 8-byte groups per row
-    constexpr int kGroups = kKeys * kVpr;
-    static_assert(kGroups % kThreads == 0, "threads must cover the stage evenly");
-    constexpr int kIters = kGroups / kThreads;  // per K (and per V)
+  // Widens rows [row0, row0 + kRows) of a landed stage (kKeys rows) into
+  // the same rows of the bf16 tiles Kd / Vd (rows of DP elements), by kLanes
+  // threads (t: this one's index), 8 bytes a thread at a time (consecutive
+  // threads read consecutive bytes and write consecutive 16-byte runs: no
+  // bank conflicts). The caller synchronises the threads before and after.
+  template <int kD, int kKeys, int kRows, int kLanes>
+  __device__ __forceinline__ static void ConvertRows(const uint8_t* stage, bf16* Kd, bf16* Vd,
+                                                     int DP, int row0, int t) {
+    static_assert(Fp8ConvertCovers(kD, kRows, kLanes), "threads must cover the rows evenly");
+    constexpr int kVpr = kD / 8;                   // 8-byte groups per row
+    constexpr int kIters = kRows * kVpr / kLanes;  // per K (and per V)
+    const uint2* kq = reinterpret_cast<const uint2*>(stage + row0 * kD);
+    const uint2* vq = reinterpret_cast<const uint2*>(stage + (kKeys + row0) * kD);
 #pragma unroll
     for (int it = 0; it < 2 * kIters; ++it) {
       const bool v = it >= kIters;
-      const int gi = tid + (v ? it - kIters : it) * kThreads;
-      const int j = gi / kVpr, col = gi % kVpr;
-      const uint2 raw = reinterpret_cast<const uint2*>(stage + (v ? kKeys * kD : 0))[gi];
+      const int gi = t + (v ? it - kIters : it) * kLanes;
+      const int j = row0 + gi / kVpr, col = gi % kVpr;
+      const uint2 raw = (v ? vq : kq)[gi];
       *reinterpret_cast<uint4*>((v ? Vd : Kd) + j * DP + col * 8) = E4m3x8ToBf16(raw);
     }
+  }
+
+  // The whole stage by the block.
+  template <int kD, int kKeys, int kThreads>
+  __device__ __forceinline__ static void Convert(const uint8_t* stage, bf16* Kd, bf16* Vd, int DP,
+                                                 int tid) {
+    ConvertRows<kD, kKeys, kKeys, kThreads>(stage, Kd, Vd, DP, 0, tid);
   }
 };
 
