@@ -37,7 +37,6 @@ namespace {
 
 constexpr int kThreads = kMmaThreads;
 constexpr int kStage = kMmaStage;  // keys per pipeline stage
-constexpr int kFp8Stages = kMmaFp8Stages;
 
 // What LaunchQkvPost does to one head, by one warp (head_projection.cuh).
 template <int D>
@@ -77,10 +76,12 @@ __global__ void __launch_bounds__(kThreads, RW == 4 && D == 64 ? 4 : 1)
   bf16* Qs = reinterpret_cast<bf16*>(smem + L.q_at);
   bf16* Ks = reinterpret_cast<bf16*>(smem + L.k_at);  // stage b at Ks + b * kStage * DP
   bf16* Vs = reinterpret_cast<bf16*>(smem + L.v_at);
-  // fp8: stage b (< kFp8Stages) of the e4m3 rows and scales at staging + b
-  // * kStageBytes.
+  // fp8: stage b (< FS) of the e4m3 rows and scales at staging + b *
+  // kStageBytes; FS - 1 of them in flight.
   uint8_t* staging = smem + L.staging_at;
   constexpr int kStageBytes = static_cast<int>(L.stage_bytes);
+  constexpr int FS = F8 ? L.fp8_stages : 2;
+  static_assert(!F8 || FS >= 2, "at least one stage in flight");
 
   // Heads fastest: the tiles come in the order the caller sorted them
   // (longest first for prefill), not one head's tiles after another's.
@@ -175,7 +176,8 @@ __global__ void __launch_bounds__(kThreads, RW == 4 && D == 64 ? 4 : 1)
     }
   } else {  // fp8: no fused projection (the launcher refuses qkv)
     if (!early) issue(kb, 0);
-    issue(kb + kStage, 1);  // (past ke: an empty group)
+#pragma unroll
+    for (int b = 1; b < FS - 1; ++b) issue(kb + b * kStage, b);  // (past ke: empty groups)
     LoadQueryTile(p, t0, n, tpt, kvh, 16 * RW, DP, Qs, tid, kThreads);
   }
   __syncthreads();
@@ -196,11 +198,11 @@ __global__ void __launch_bounds__(kThreads, RW == 4 && D == 64 ? 4 : 1)
   int buf = 0;
   for (int kt = kb; kt < ke; kt += kStage) {
     if constexpr (F8) {
-      // Two stages ahead, into the buffer the previous stage used (its
+      // FS - 1 stages ahead, into the buffer the previous stage used (its
       // readers passed that stage's closing barrier); one group a stage,
-      // empty past ke, so that the wait is always for the oldest of three.
-      issue(kt + 2 * kStage, buf == 0 ? kFp8Stages - 1 : buf - 1);
-      CpAsyncWait<kFp8Stages - 1>();
+      // empty past ke, so that the wait is always for the oldest of FS.
+      issue(kt + (FS - 1) * kStage, buf == 0 ? FS - 1 : buf - 1);
+      CpAsyncWait<FS - 1>();
     } else if (kt + kStage < ke) {
       issue(kt + kStage, buf ^ 1);
       CpAsyncWait<1>();
@@ -290,7 +292,7 @@ __global__ void __launch_bounds__(kThreads, RW == 4 && D == 64 ? 4 : 1)
       __syncwarp();
     else
       __syncthreads();
-    buf = F8 ? (buf + 1 == kFp8Stages ? 0 : buf + 1) : buf ^ 1;
+    buf = F8 ? (buf + 1 == FS ? 0 : buf + 1) : buf ^ 1;
   }
   if constexpr (F8) CpAsyncWait<0>();  // (only empty groups are left)
   // The merge below reuses the tiles: every warp must be past its stages.

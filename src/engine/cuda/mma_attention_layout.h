@@ -18,10 +18,14 @@ namespace agentkv::cuda {
 inline constexpr int kMmaThreads = 128;  // four warps
 inline constexpr int kMmaWarps = kMmaThreads / 32;
 inline constexpr int kMmaStage = 64;  // keys per pipeline stage
-// fp8: stages of e4m3 rows in flight. Three, not two: a stage of e4m3 rows is
-// half the bytes of a bf16 one, and decode blocks (a few per SM) need about
-// as many bytes in flight as bf16's two stages to keep the memory busy.
-inline constexpr int kMmaFp8Stages = 3;
+// fp8: staging stages of e4m3 rows (all but the one being widened are in
+// flight). Prompt (wide) tiles: three; a stage of e4m3 rows is half the
+// bytes of a bf16 one, and the tiles are bound by their MMAs. Decode
+// (narrow) tiles: four. A block walks its keys one stage after another with
+// little work per stage, so a stage costs about a memory round trip over
+// the stages ahead; four is as deep as goes without costing a block per SM
+// against three (54 KiB at head_dim 64, four an SM; 104 KiB at 128, two).
+constexpr int MmaFp8Stages(int /*D*/, int rw) { return rw == 1 ? 4 : 3; }
 // The most dynamic shared memory a block may opt into on sm_90.
 inline constexpr size_t kMmaMaxSmemBytes = 227 * 1024;
 // Launches above this need cudaFuncAttributeMaxDynamicSharedMemorySize.
@@ -57,8 +61,9 @@ struct MmaAttentionLayout {
   size_t v_at = 0;    // same
   size_t own_at = 0;  // bf16 narrow: the step's own K row, then its V row ([D] bf16 each)
   size_t own_bytes = 0;
-  size_t staging_at = 0;   // fp8: kMmaFp8Stages stages of stage_bytes
+  size_t staging_at = 0;   // fp8: fp8_stages stages of stage_bytes
   size_t stage_bytes = 0;  // fp8: Fp8StageBytes(D, kMmaStage)
+  int fp8_stages = 0;      // fp8: MmaFp8Stages(D, rw)
   size_t main_bytes = 0;   // everything above
   size_t merge_bytes = 0;  // narrow: the warps' merge, [4][16][D + 2] f32 from offset 0
   size_t bytes = 0;        // what a launch asks for: max(main, merge)
@@ -79,7 +84,8 @@ constexpr MmaAttentionLayout MmaLayout(int D, int rw, bool fp8) {
   l.own_bytes = !fp8 && rw == 1 ? 2 * static_cast<size_t>(D) * bf : 0;
   l.staging_at = l.own_at + l.own_bytes;
   l.stage_bytes = fp8 ? Fp8StageBytes(D, kMmaStage) : 0;
-  l.main_bytes = l.staging_at + (fp8 ? kMmaFp8Stages * l.stage_bytes : 0);
+  l.fp8_stages = fp8 ? MmaFp8Stages(D, rw) : 0;
+  l.main_bytes = l.staging_at + static_cast<size_t>(l.fp8_stages) * l.stage_bytes;
   l.merge_bytes = rw == 1 ? static_cast<size_t>(kMmaWarps) * 16 * (D + 2) * 4 : 0;
   l.bytes = l.main_bytes > l.merge_bytes ? l.main_bytes : l.merge_bytes;
   return l;

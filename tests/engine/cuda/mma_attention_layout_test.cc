@@ -46,7 +46,7 @@ TEST(MmaAttentionLayout, EveryRegionIsAlignedAndInBounds) {
     EXPECT_LE(k_end, l.v_at);
     EXPECT_LE(v_end, l.own_at);
     EXPECT_LE(l.own_at + l.own_bytes, l.staging_at);
-    const size_t staging_end = l.staging_at + (c.fp8 ? kMmaFp8Stages * l.stage_bytes : 0);
+    const size_t staging_end = l.staging_at + l.fp8_stages * l.stage_bytes;
     EXPECT_LE(staging_end, l.main_bytes);
     EXPECT_LE(l.main_bytes, l.bytes);
     EXPECT_LE(l.merge_bytes, l.bytes);
@@ -83,7 +83,8 @@ TEST(MmaAttentionLayout, Fp8StagesAreAlignedAndInBounds) {
     EXPECT_EQ(ks, 2u * kMmaStage * c.D);  // after K [keys][D] and V [keys][D] bytes
     EXPECT_EQ(vs - ks, 4u * kMmaStage);
     EXPECT_EQ(vs + 4u * kMmaStage, l.stage_bytes);
-    for (int b = 0; b < kMmaFp8Stages; ++b) {
+    EXPECT_GE(l.fp8_stages, 2);  // one being widened, at least one in flight
+    for (int b = 0; b < l.fp8_stages; ++b) {
       const size_t at = l.staging_at + b * l.stage_bytes;
       EXPECT_TRUE(Aligned16(at)) << b;
       EXPECT_LE(at + l.stage_bytes, l.bytes) << b;
@@ -114,6 +115,23 @@ TEST(MmaAttentionLayout, BytesAboveTheDefaultNeedTheAttribute) {
   }
   EXPECT_GT(above, 0);  // head_dim 128 tiles do not fit the default
   EXPECT_GT(MmaLayout(128, 1, true).bytes, kDefaultSmemBytes);
+}
+
+// Deeper fp8 decode staging must not cost a block per SM: an sm_90 SM has
+// 228 KiB of shared memory, 1 KiB of it reserved per block; decode grids of
+// one long sequence (kv_heads x 32 splits, 256 blocks at 8 KV heads) fill
+// 132 SMs at two blocks each.
+TEST(MmaAttentionLayout, Fp8DecodeStagingKeepsBlocksPerSm) {
+  auto per_sm = [](size_t bytes) { return static_cast<int>((228 * 1024) / (bytes + 1024)); };
+  EXPECT_GE(per_sm(MmaLayout(64, 1, true).bytes), 3);
+  EXPECT_GE(per_sm(MmaLayout(128, 1, true).bytes), 2);
+  // As many as three stages (the prompt tiles' depth) would allow.
+  for (int D : {64, 128}) {
+    const MmaAttentionLayout l = MmaLayout(D, 1, true);
+    const size_t three = l.bytes - (l.fp8_stages - 3) * l.stage_bytes;
+    EXPECT_EQ(per_sm(l.bytes), per_sm(three)) << D;
+  }
+  EXPECT_GT(MmaLayout(64, 1, true).fp8_stages, MmaLayout(64, 4, true).fp8_stages);
 }
 
 // The fp8 loaders' thread coverage: the block over a whole stage (wide
