@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # On the GPU machine (run tool), from the repository root, with `.devcarry`
 # carried (tools/device/pack_cuda.sh): FP8 KV against bf16 KV, no rebuild.
-#   bash tools/device/fp8_compare.sh [tests] [sanitize] [kernels] [1b] [8b] [profile]
+#   bash tools/device/fp8_compare.sh [tests] [sanitize] [sass] [kernels] [1b] [8b] [profile]
 # tests:    the fp8 CUDA tests (the mma.sync kernel's fp8 loader and the
 #           portable kernel against the dequantized reference, quantize and
 #           store bit for bit, the routing, the backend's fp8 cache against
 #           the CPU's) and the bf16 attention tests beside them
-# sanitize: the fp8 attention tests under compute-sanitizer memcheck
+# sanitize: the fp8 attention tests under compute-sanitizer memcheck (an
+#           illegal instruction or address is reported with its kernel,
+#           SASS offset and source line: the build has -lineinfo)
+# sass:     traps (BPT) in the SASS of the mma.sync attention kernels, per
+#           instantiation (cuobjdump of the fp8 tile test binary)
 # kernels:  bench/cuda_attention_bench.cc: one layer's attention at a 32k
 #           context, bf16 against fp8, decode (K/V GB/s) and the last 2k
 #           chunk of a 32k prompt (TFLOP/s), 1b and 8b head shapes
@@ -29,6 +33,7 @@ stages=("$@"); [ ${#stages[@]} -eq 0 ] && stages=(tests kernels 1b 8b)
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 # name filter: test binary and gtest filter.
 fp8_tests=("engine_cuda_fp8_kv_tile_test:*" "engine_cuda_cuda_fp8_kv_test:*"
+           "engine_cuda_mma_attention_layout_test:*"
            "engine_cuda_kv_route_test:*" "engine_cuda_cuda_backend_test:*Fp8*"
            "engine_cuda_cuda_kernels_test:*Attention*")
 for st in "${stages[@]}"; do
@@ -41,8 +46,15 @@ for st in "${stages[@]}"; do
       [ "$st" = sanitize ] && run=(compute-sanitizer --tool memcheck --error-exitcode 9 "${run[@]}")
       if "${run[@]}" >"$OUT/${st}_$t.log" 2>&1; then r=pass; else r=FAIL; fi
       echo "== $st $t ($f): $r: $(grep -E -o '^\[  (PASSED|SKIPPED|FAILED)  \] [0-9]+ tests?' "$OUT/${st}_$t.log" | tr '\n' ' ')"
-      grep -E "rel err|FAILED|Failure|ERROR SUMMARY|error" "$OUT/${st}_$t.log" | head -40
+      grep -E "rel err|FAILED|Failure|ERROR SUMMARY|error|Illegal|Invalid|Misaligned|Out of range|^=+ +at " \
+        "$OUT/${st}_$t.log" | head -40
     done
+    continue ;;
+  sass)
+    # One line per kernel: its name and how many trap instructions it has.
+    cuobjdump -sass .devcarry/bin/engine_cuda_fp8_kv_tile_test >"$OUT/sass_fp8_tile.txt" 2>&1
+    awk '/Function :/ {if (f) print n, f; f = $3; n = 0} /BPT|TRAP/ {n++} END {if (f) print n, f}' \
+      "$OUT/sass_fp8_tile.txt" | grep -E "MmaAttention|Fp8" | tee "$OUT/sass_traps.txt"
     continue ;;
   kernels)
     .devcarry/bin/cuda_attention_bench --benchmark_out="$OUT/attention_bench.json" \
