@@ -269,6 +269,12 @@ INSTANTIATE_TEST_SUITE_P(
         // Narrow tiles: prompt chunks of several tokens, and decode.
         TileCase{"chunk_narrow_d64", 64, false, 3, 0, 16, {{200, 9}, {0, 6}}},
         TileCase{"decode_long_d64", 64, false, 32, 0, 16, {{4999, 1}, {37, 1}, {0, 1}}},
+        // Head_dim 128 decode from one stage up (a first failure says how
+        // deep it takes): 41 keys (the fourth warp has none), 2-4 stages a
+        // split, a chunk of several tokens.
+        TileCase{"decode_one_stage_d128", 128, false, 1, 0, 16, {{40, 1}}},
+        TileCase{"decode_stages_d128", 128, false, 2, 0, 16, {{400, 1}, {130, 1}}},
+        TileCase{"chunk_narrow_d128", 128, false, 2, 0, 16, {{300, 7}, {0, 4}}},
         TileCase{"decode_long_d128", 128, false, 8, 0, 16, {{6000, 1}, {15, 1}, {16, 1}}},
         TileCase{"decode_one_split_d64", 64, false, 1, 0, 16, {{2048, 1}}},
         TileCase{"decode_window_d128", 128, false, 4, 256, 16, {{3000, 1}, {100, 1}}},
