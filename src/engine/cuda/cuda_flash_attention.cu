@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(kThreads, RW == 4 && D == 64 ? 4 : 1)
 
   const Loader ld = [&] {
     if constexpr (F8)
-      return Loader(p, s, kvh, start, first, ke, RW == 1);
+      return Loader(p, s, kvh, start, first, ke);
     else
       return Loader(p, s, kvh, start, first, ke, DP, RW == 1);
   }();

@@ -62,16 +62,18 @@ struct Fp8KvLoader {
   int64_t section;    // bytes of a K (or V) section of a layer
   int64_t scales_at;  // offset of the scales within a section
   int nkv, kvh, start, first, ke, D;
-  bool evict_first;  // as KvLoader's (decode: read once a step)
-  uint64_t policy;
 
   template <int kD, int kKeys>
   static constexpr int StageBytes() {
     return static_cast<int>(Fp8StageBytes(kD, kKeys));
   }
 
+  // (No L2 eviction hint, unlike KvLoader's decode loads: CUDA 13.0's
+  // ptxas compiled the hinted cp.async of the head_dim 128 decode loop to
+  // an LDGSTS form none of the working kernels has, and an H200 stopped on
+  // it with an illegal instruction; see docs/kv-fp8.md.)
   __device__ __forceinline__ Fp8KvLoader(const AttentionParams& p, int s, int kvh_, int start_,
-                                         int first_, int ke_, bool evict_first_)
+                                         int first_, int ke_)
       : c(p.cache),
         cache(reinterpret_cast<const uint8_t*>(p.cache.base)),
         fresh(p.fp8_new),
@@ -85,9 +87,7 @@ struct Fp8KvLoader {
         start(start_),
         first(first_),
         ke(ke_),
-        D(p.head_dim),
-        evict_first(evict_first_),
-        policy(evict_first_ ? EvictFirstPolicy() : 0) {}
+        D(p.head_dim) {}
 
   // Key kp's K and V rows and their scales.
   __device__ __forceinline__ void Rows(int kp, const uint8_t*& kr, const uint8_t*& vr,
@@ -129,13 +129,8 @@ struct Fp8KvLoader {
       kr += col * 16;
       vr += col * 16;
     }
-    if (evict_first) {
-      CpAsync16Hint(kd + j * kD + col * 16, kr, valid, policy);
-      CpAsync16Hint(vd + j * kD + col * 16, vr, valid, policy);
-    } else {
-      CpAsync16(kd + j * kD + col * 16, kr, valid);
-      CpAsync16(vd + j * kD + col * 16, vr, valid);
-    }
+    CpAsync16(kd + j * kD + col * 16, kr, valid);
+    CpAsync16(vd + j * kD + col * 16, vr, valid);
     if (col == 0) {
       CpAsync4(ksd + j, ks, valid);
       CpAsync4(vsd + j, vs, valid);
