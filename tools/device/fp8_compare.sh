@@ -9,8 +9,10 @@
 # sanitize: the fp8 attention tests under compute-sanitizer memcheck (an
 #           illegal instruction or address is reported with its kernel,
 #           SASS offset and source line: the build has -lineinfo)
-# sass:     traps (BPT) in the SASS of the mma.sync attention kernels, per
-#           instantiation (cuobjdump of the fp8 tile test binary)
+# sass:     per mma.sync attention kernel (cuobjdump of the fp8 tile test
+#           binary): its trap (BPT) count and each form of its cp.async
+#           (LDGSTS) instructions with how many there are (the CPU test
+#           engine_cuda_cuda_flash_attention_sass_test checks the encodings)
 # kernels:  bench/cuda_attention_bench.cc: one layer's attention at a 32k
 #           context, bf16 against fp8, decode (K/V GB/s) and the last 2k
 #           chunk of a 32k prompt (TFLOP/s), 1b and 8b head shapes
@@ -51,10 +53,11 @@ for st in "${stages[@]}"; do
     done
     continue ;;
   sass)
-    # One line per kernel: its name and how many trap instructions it has.
     cuobjdump -sass .devcarry/bin/engine_cuda_fp8_kv_tile_test >"$OUT/sass_fp8_tile.txt" 2>&1
-    awk '/Function :/ {if (f) print n, f; f = $3; n = 0} /BPT|TRAP/ {n++} END {if (f) print n, f}' \
-      "$OUT/sass_fp8_tile.txt" | grep -E "MmaAttention|Fp8" | tee "$OUT/sass_traps.txt"
+    awk '/Function :/ {f = $3} f ~ /MmaAttention/ && /BPT|TRAP/ {print f, "TRAP"}
+         f ~ /MmaAttention/ && /LDGSTS/ {l = $0; sub(/.*LDGSTS/, "LDGSTS", l); sub(/ *;.*/, "", l);
+           gsub(/R[0-9]+/, "R", l); gsub(/0x[0-9a-f]+/, "imm", l); print f, l}' \
+      "$OUT/sass_fp8_tile.txt" | sort | uniq -c | tee "$OUT/sass_ldgsts.txt"
     continue ;;
   kernels)
     .devcarry/bin/cuda_attention_bench --benchmark_out="$OUT/attention_bench.json" \
