@@ -35,7 +35,7 @@ stages=("$@"); [ ${#stages[@]} -eq 0 ] && stages=(tests kernels 1b 8b)
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 # name filter: test binary and gtest filter.
 fp8_tests=("engine_cuda_fp8_kv_tile_test:*" "engine_cuda_cuda_fp8_kv_test:*"
-           "engine_cuda_mma_attention_layout_test:*"
+           "engine_cuda_mma_attention_layout_test:*" "engine_cuda_cuda_flash_attention_sass_test:*"
            "engine_cuda_kv_route_test:*" "engine_cuda_cuda_backend_test:*Fp8*"
            "engine_cuda_cuda_kernels_test:*Attention*")
 for st in "${stages[@]}"; do
