@@ -92,6 +92,7 @@ __device__ __forceinline__ void LoadQueryTileAsync(const AttentionParams& p, int
 // commits them as one group. Keys at positions >= start are this step's
 // (k_new / v_new), older ones the paged cache's.
 struct KvLoader {
+  static constexpr bool kFp8 = false;  // (Fp8KvLoader, fp8_kv_tile.cuh: true)
   KvCacheView c;
   const bf16* cache;
   const bf16* knew;

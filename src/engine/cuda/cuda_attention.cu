@@ -13,6 +13,7 @@
 
 #include "engine/cuda/attention_common.cuh"
 #include "engine/cuda/cuda_kernels.h"
+#include "engine/cuda/kv_route.h"
 #include "engine/cuda/pdl.cuh"
 
 namespace agentkv::cuda {
@@ -249,8 +250,12 @@ cudaError_t LaunchAttention(const AttentionParams& p, cudaStream_t stream) {
   if (p.qkv_planes < 1 || p.qkv_planes > kMaxQkvPlanes || (p.qkv_planes > 1 && p.qkv == nullptr))
     return cudaErrorInvalidValue;
   cudaError_t e;
-  if (p.cache.fp8) {  // the one kernel that reads the fp8 cache
-    e = LaunchFp8Attention(p, stream);
+  if (p.cache.fp8) {
+    // The mma.sync kernel with the fp8 tile loader where it has the
+    // head_dim, the portable narrow-tile kernel elsewhere.
+    e = RouteFp8Mma(p.wide, MmaEnabled(), MmaAttentionSupported(p.head_dim))
+            ? LaunchMmaAttention(p, stream)
+            : LaunchFp8Attention(p, stream);
   } else if (p.wide || (MmaEnabled() && MmaAttentionSupported(p.head_dim))) {
     e = LaunchMmaAttention(p, stream);
   } else {

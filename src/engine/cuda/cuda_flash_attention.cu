@@ -12,28 +12,31 @@
 // RW = 1): the four warps own the same 16 rows and split each 64-key stage
 // between them, merging their partial softmax states through shared memory
 // at the end. Keys come in stages of 64, double-buffered.
+//
+// The kernel is templated on its tile loader: KvLoader (bf16 cache rows
+// straight into the bf16 tiles) or Fp8KvLoader (fp8_kv_tile.cuh: the e4m3
+// rows and their scales into a staging area three stages deep, widened to
+// one bf16 tile per stage; each score is multiplied by its key's scale
+// before the softmax and each weight by its value row's scale before P.V,
+// the row sums staying unscaled). The tensor-core math is the same for
+// both. With fp8 on narrow tiles each warp loads, waits for and widens only
+// its own 16 keys of a stage, without block barriers between stages. The
+// shared-memory layout of every instantiation is mma_attention_layout.h's.
 #include <cuda_bf16.h>
 
 #include "engine/cuda/attention_common.cuh"
 #include "engine/cuda/attention_softmax.cuh"
+#include "engine/cuda/fp8_kv_tile.cuh"
 #include "engine/cuda/head_projection.cuh"
 #include "engine/cuda/mma.cuh"
+#include "engine/cuda/mma_attention_layout.h"
 #include "engine/cuda/pdl.cuh"
 
 namespace agentkv::cuda {
 namespace {
 
-constexpr int kThreads = 128;
-constexpr int kStage = 64;  // keys per pipeline stage
-
-size_t MmaSmemBytes(int D, int rw) {
-  const size_t DP = D + 8;
-  // Q rows, two stages of K and V, (narrow) the step's own K and V row;
-  // reused from the start at the end for the warps' merge.
-  const size_t main = (16 * rw + 4 * kStage) * DP * sizeof(bf16) + (rw == 1 ? 2 * D * 2 : 0);
-  const size_t merge = rw == 1 ? 4 * 16 * (D + 2) * sizeof(float) : 0;
-  return main > merge ? main : merge;
-}
+constexpr int kThreads = kMmaThreads;
+constexpr int kStage = kMmaStage;  // keys per pipeline stage
 
 // What LaunchQkvPost does to one head, by one warp (head_projection.cuh).
 template <int D>
@@ -47,7 +50,7 @@ __device__ __forceinline__ void ProjectHead(const float* src, const float* b, co
 
 // Wide tiles at four blocks per SM (134 registers allowed three, and a
 // 2,048-token prefill step ran 3.1 waves of them).
-template <int D, int RW>
+template <int D, int RW, class Loader>
 __global__ void __launch_bounds__(kThreads, RW == 4 && D == 64 ? 4 : 1)
     MmaAttentionKernel(const AttentionParams p) {
   // Before PdlWait this kernel reads only what no kernel of the step writes:
@@ -61,9 +64,24 @@ __global__ void __launch_bounds__(kThreads, RW == 4 && D == 64 ? 4 : 1)
   constexpr int NO = D / 8;         // output fragments (n8)
   constexpr int KQ = D / 16;        // k16 steps over head_dim
   extern __shared__ __align__(128) unsigned char smem[];
-  bf16* Qs = reinterpret_cast<bf16*>(smem);
-  bf16* Ks = Qs + 16 * RW * DP;  // stage b at Ks + b * kStage * DP
-  bf16* Vs = Ks + 2 * kStage * DP;
+  constexpr bool F8 = Loader::kFp8;
+  // Narrow fp8 tiles: each warp streams its own KPW keys of every stage
+  // (issues their rows, waits for its own copies, widens them into its own
+  // rows of the bf16 tiles) and meets the other warps only at the merge: no
+  // block barrier per stage. Wide tiles share every key, so the block
+  // loads and widens each stage together.
+  constexpr bool kWarpStages = F8 && RW == 1;
+  constexpr MmaAttentionLayout L = MmaLayout(D, RW, F8);
+  static_assert(L.dp == DP && L.key_warps == KW, "the layout is this kernel's");
+  bf16* Qs = reinterpret_cast<bf16*>(smem + L.q_at);
+  bf16* Ks = reinterpret_cast<bf16*>(smem + L.k_at);  // stage b at Ks + b * kStage * DP
+  bf16* Vs = reinterpret_cast<bf16*>(smem + L.v_at);
+  // fp8: stage b (< FS) of the e4m3 rows and scales at staging + b *
+  // kStageBytes; FS - 1 of them in flight.
+  uint8_t* staging = smem + L.staging_at;
+  constexpr int kStageBytes = static_cast<int>(L.stage_bytes);
+  constexpr int FS = F8 ? L.fp8_stages : 2;
+  static_assert(!F8 || FS >= 2, "at least one stage in flight");
 
   // Heads fastest: the tiles come in the order the caller sorted them
   // (longest first for prefill), not one head's tiles after another's.
@@ -91,53 +109,75 @@ __global__ void __launch_bounds__(kThreads, RW == 4 && D == 64 ? 4 : 1)
     return;
   }
 
-  KvLoader ld(p, s, kvh, start, first, ke, DP, RW == 1);
+  const Loader ld = [&] {
+    if constexpr (F8)
+      return Loader(p, s, kvh, start, first, ke);
+    else
+      return Loader(p, s, kvh, start, first, ke, DP, RW == 1);
+  }();
+  const bf16* kn = nullptr;
+  const bf16* vn = nullptr;
+  // Stage kt into buffer b (bf16: the tiles; fp8: the staging area).
+  auto issue = [&](int kt, int b) {
+    if constexpr (kWarpStages)
+      ld.template IssueRows<D, kStage, KPW, 32>(kt, kw * KPW, staging + b * kStageBytes, lane);
+    else if constexpr (F8)
+      ld.template IssueFixed<D, kStage, kThreads>(kt, staging + b * kStageBytes, tid);
+    else
+      ld.template IssueFixed<D, kStage, kThreads>(kt, Ks + b * kStage * DP, Vs + b * kStage * DP,
+                                                  DP, tid, kn, vn);
+  };
   // The first stage goes out before the wait where all its keys are older
   // than the step's tokens (the previous kernels' latency hides its own).
   const bool early = min(kb + kStage, ke) <= start;
-  if (early) ld.IssueFixed<D, kStage, kThreads>(kb, Ks, Vs, DP, tid);
+  if (early) issue(kb, 0);
   PdlWait();
-  const bf16* kn = nullptr;
-  const bf16* vn = nullptr;
-  if (RW == 1 && p.qkv != nullptr) {
-    // The projection, not q / k_new / v_new (decode: one token, pos start).
-    const int heads = p.nh + 2 * p.nkv;
-    const float* row = p.qkv + static_cast<int64_t>(t0) * heads * D;
-    const float* brow = p.bias;
-    const float pos = static_cast<float>(start);
-    if (kb <= start && start < ke) {
-      // This block's keys include the token: its K and V, into shared
-      // memory for the stage that holds it and into the cache.
-      bf16* Kn = Vs + 2 * kStage * DP;
-      bf16* Vn = Kn + D;
-      if (warp < 2) {
-        const int hh = warp == 0 ? p.nh + kvh : p.nh + p.nkv + kvh;
-        bf16* dst = warp == 0 ? Kn : Vn;
-        ProjectHead<D>(row + hh * D, brow ? brow + hh * D : nullptr, warp == 0 ? p.k_norm : nullptr,
-                       p, pos, warp == 0, dst, lane);
-        __syncwarp();
-        bf16* crow = ld.CacheRow(start) +
-                     (warp == 0 ? 0 : static_cast<int64_t>(p.cache.block_size) * ld.kv_row);
-        for (int i = lane; i < D / 8; i += 32)
-          reinterpret_cast<uint4*>(crow)[i] = reinterpret_cast<const uint4*>(dst)[i];
+  if constexpr (!F8) {
+    if (RW == 1 && p.qkv != nullptr) {
+      // The projection, not q / k_new / v_new (decode: one token, pos start).
+      const int heads = p.nh + 2 * p.nkv;
+      const float* row = p.qkv + static_cast<int64_t>(t0) * heads * D;
+      const float* brow = p.bias;
+      const float pos = static_cast<float>(start);
+      if (kb <= start && start < ke) {
+        // This block's keys include the token: its K and V, into shared
+        // memory for the stage that holds it and into the cache.
+        bf16* Kn = reinterpret_cast<bf16*>(smem + L.own_at);
+        bf16* Vn = Kn + D;
+        if (warp < 2) {
+          const int hh = warp == 0 ? p.nh + kvh : p.nh + p.nkv + kvh;
+          bf16* dst = warp == 0 ? Kn : Vn;
+          ProjectHead<D>(row + hh * D, brow ? brow + hh * D : nullptr,
+                         warp == 0 ? p.k_norm : nullptr, p, pos, warp == 0, dst, lane);
+          __syncwarp();
+          bf16* crow = ld.CacheRow(start) +
+                       (warp == 0 ? 0 : static_cast<int64_t>(p.cache.block_size) * ld.kv_row);
+          for (int i = lane; i < D / 8; i += 32)
+            reinterpret_cast<uint4*>(crow)[i] = reinterpret_cast<const uint4*>(dst)[i];
+        }
+        __syncthreads();
+        kn = Kn;
+        vn = Vn;
       }
-      __syncthreads();
-      kn = Kn;
-      vn = Vn;
-    }
-    if (!early) ld.IssueFixed<D, kStage, kThreads>(kb, Ks, Vs, DP, tid, kn, vn);
-    for (int r = warp; r < 16; r += 4) {
-      bf16* dst = Qs + r * DP;
-      if (r < G) {
-        const int hh = kvh * G + r;
-        ProjectHead<D>(row + hh * D, brow ? brow + hh * D : nullptr, p.q_norm, p, pos, true, dst,
-                       lane);
-      } else {
-        for (int i = lane; i < D; i += 32) dst[i] = __float2bfloat16_rn(0.f);
+      if (!early) issue(kb, 0);
+      for (int r = warp; r < 16; r += 4) {
+        bf16* dst = Qs + r * DP;
+        if (r < G) {
+          const int hh = kvh * G + r;
+          ProjectHead<D>(row + hh * D, brow ? brow + hh * D : nullptr, p.q_norm, p, pos, true, dst,
+                         lane);
+        } else {
+          for (int i = lane; i < D; i += 32) dst[i] = __float2bfloat16_rn(0.f);
+        }
       }
+    } else {
+      if (!early) issue(kb, 0);
+      LoadQueryTile(p, t0, n, tpt, kvh, 16 * RW, DP, Qs, tid, kThreads);
     }
-  } else {
-    if (!early) ld.IssueFixed<D, kStage, kThreads>(kb, Ks, Vs, DP, tid);
+  } else {  // fp8: no fused projection (the launcher refuses qkv)
+    if (!early) issue(kb, 0);
+#pragma unroll
+    for (int b = 1; b < FS - 1; ++b) issue(kb + b * kStage, b);  // (past ke: empty groups)
     LoadQueryTile(p, t0, n, tpt, kvh, 16 * RW, DP, Qs, tid, kThreads);
   }
   __syncthreads();
@@ -157,18 +197,40 @@ __global__ void __launch_bounds__(kThreads, RW == 4 && D == 64 ? 4 : 1)
   const bool plain = p.window == 0 && !(p.softcap > 0.f);
   int buf = 0;
   for (int kt = kb; kt < ke; kt += kStage) {
-    if (kt + kStage < ke) {
-      ld.IssueFixed<D, kStage, kThreads>(kt + kStage, Ks + (buf ^ 1) * kStage * DP,
-                                         Vs + (buf ^ 1) * kStage * DP, DP, tid, kn, vn);
+    if constexpr (F8) {
+      // FS - 1 stages ahead, into the buffer the previous stage used (its
+      // readers passed that stage's closing barrier); one group a stage,
+      // empty past ke, so that the wait is always for the oldest of FS.
+      issue(kt + (FS - 1) * kStage, buf == 0 ? FS - 1 : buf - 1);
+      CpAsyncWait<FS - 1>();
+    } else if (kt + kStage < ke) {
+      issue(kt + kStage, buf ^ 1);
       CpAsyncWait<1>();
     } else {
       CpAsyncWait<0>();
     }
-    __syncthreads();
     const int k0 = kt + kw * KPW;  // this warp's first key of the stage
+    const uint8_t* stage = staging + buf * kStageBytes;
+    if constexpr (kWarpStages) {
+      // Only this warp's copies and rows: its own wait, then the lanes see
+      // each other's. (Its rows' last readers passed the previous stage's
+      // closing __syncwarp.)
+      __syncwarp();
+      if (k0 < ke) Fp8KvLoader::ConvertRows<D, kStage, KPW, 32>(stage, Ks, Vs, DP, kw * KPW, lane);
+      __syncwarp();
+    } else if constexpr (F8) {
+      __syncthreads();
+      // (The tiles' last readers finished before the previous stage's
+      // closing barrier.)
+      Fp8KvLoader::Convert<D, kStage, kThreads>(stage, Ks, Vs, DP, tid);
+      __syncthreads();
+    } else {
+      __syncthreads();
+    }
     if (k0 < ke) {
-      const bf16* Kb = Ks + buf * kStage * DP + kw * KPW * DP;
-      const bf16* Vb = Vs + buf * kStage * DP + kw * KPW * DP;
+      const int tb = F8 ? 0 : buf;  // the bf16 tiles' stage
+      const bf16* Kb = Ks + tb * kStage * DP + kw * KPW * DP;
+      const bf16* Vb = Vs + tb * kStage * DP + kw * KPW * DP;
       float sc[NS][4];
 #pragma unroll
       for (int j = 0; j < NS; ++j) {  // S = Q K^T, 8 keys at a time
@@ -182,9 +244,31 @@ __global__ void __launch_bounds__(kThreads, RW == 4 && D == 64 ? 4 : 1)
           Mma(sc[j], qf[kk + 1], b[2], b[3]);
         }
       }
+      if constexpr (F8) {  // the keys' scales (0 past ke: those are masked)
+        const float* ksc = Fp8KvLoader::KeyScales<D, kStage>(stage) + kw * KPW + 2 * q4;
+#pragma unroll
+        for (int j = 0; j < NS; ++j) {
+          const float2 f = *reinterpret_cast<const float2*>(ksc + j * 8);
+          sc[j][0] *= f.x;
+          sc[j][1] *= f.y;
+          sc[j][2] *= f.x;
+          sc[j][3] *= f.y;
+        }
+      }
       // Online softmax over the two rows; a row's four lanes share it.
       SoftmaxStage<NS, NO>(sc, o, m, l, plain && kt + kStage <= ke && kt + kStage <= p0 + 1, p, qr,
                            k0, ke, q4);
+      if constexpr (F8) {  // the value rows' scales, into the weights
+        const float* vsc = Fp8KvLoader::ValueScales<D, kStage>(stage) + kw * KPW + 2 * q4;
+#pragma unroll
+        for (int j = 0; j < NS; ++j) {
+          const float2 f = *reinterpret_cast<const float2*>(vsc + j * 8);
+          sc[j][0] *= f.x;
+          sc[j][1] *= f.y;
+          sc[j][2] *= f.x;
+          sc[j][3] *= f.y;
+        }
+      }
       // O += P V, 16 keys at a time: the score fragments of keys
       // [16c, 16c + 16) are the A fragment as they stand.
 #pragma unroll
@@ -203,9 +287,16 @@ __global__ void __launch_bounds__(kThreads, RW == 4 && D == 64 ? 4 : 1)
         }
       }
     }
-    __syncthreads();  // every warp is done with `buf` before it is refilled
-    buf ^= 1;
+    // Every reader of `buf` is done with it before it is refilled.
+    if constexpr (kWarpStages)
+      __syncwarp();
+    else
+      __syncthreads();
+    buf = F8 ? (buf + 1 == FS ? 0 : buf + 1) : buf ^ 1;
   }
+  if constexpr (F8) CpAsyncWait<0>();  // (only empty groups are left)
+  // The merge below reuses the tiles: every warp must be past its stages.
+  if constexpr (kWarpStages) __syncthreads();
 
   if constexpr (RW == 1) {
     // Merge the four warps' states for the same 16 rows: each writes its
@@ -260,20 +351,22 @@ __global__ void __launch_bounds__(kThreads, RW == 4 && D == 64 ? 4 : 1)
   }
 }
 
-template <int D, int RW>
+template <int D, int RW, class Loader = KvLoader>
 cudaError_t Launch(const AttentionParams& p, cudaStream_t stream) {
-  const size_t smem = MmaSmemBytes(D, RW);
+  constexpr MmaAttentionLayout kLayout = MmaLayout(D, RW, Loader::kFp8);
+  static_assert(kLayout.bytes <= kMmaMaxSmemBytes, "the tiles must fit a block");
+  const size_t smem = kLayout.bytes;
   static bool raised = false;
-  if (smem > 48 * 1024 && !raised) {
+  if (smem > kDefaultSmemBytes && !raised) {
     const cudaError_t e =
-        cudaFuncSetAttribute(MmaAttentionKernel<D, RW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(smem));
+        cudaFuncSetAttribute(MmaAttentionKernel<D, RW, Loader>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (e != cudaSuccess) return e;
     raised = true;
   }
   if (p.num_tiles > 65535) return cudaErrorInvalidConfiguration;  // grid y
-  return LaunchPdl(MmaAttentionKernel<D, RW>, dim3(p.nkv, p.num_tiles, p.splits), dim3(kThreads),
-                   smem, stream, p);
+  return LaunchPdl(MmaAttentionKernel<D, RW, Loader>, dim3(p.nkv, p.num_tiles, p.splits),
+                   dim3(kThreads), smem, stream, p);
 }
 
 }  // namespace
@@ -281,6 +374,17 @@ cudaError_t Launch(const AttentionParams& p, cudaStream_t stream) {
 bool MmaAttentionSupported(int head_dim) { return head_dim == 64 || head_dim == 128; }
 
 cudaError_t LaunchMmaAttention(const AttentionParams& p, cudaStream_t stream) {
+  if (p.cache.fp8) {  // wide (prompt) and narrow (decode) tiles alike
+    if (p.qkv != nullptr || p.kv_map != nullptr || p.fp8_new.k == nullptr ||
+        p.fp8_new.v == nullptr || p.fp8_new.k_scale == nullptr || p.fp8_new.v_scale == nullptr)
+      return cudaErrorInvalidValue;
+    if (p.head_dim == 64)
+      return p.wide ? Launch<64, 4, Fp8KvLoader>(p, stream) : Launch<64, 1, Fp8KvLoader>(p, stream);
+    if (p.head_dim == 128)
+      return p.wide ? Launch<128, 4, Fp8KvLoader>(p, stream)
+                    : Launch<128, 1, Fp8KvLoader>(p, stream);
+    return cudaErrorInvalidValue;
+  }
   if (p.head_dim == 64 && p.wide && WgmmaAttentionSupported(64))
     return LaunchWgmmaWideAttention(p, stream);
   if (p.head_dim == 64) return p.wide ? Launch<64, 4>(p, stream) : Launch<64, 1>(p, stream);

@@ -257,8 +257,7 @@ Status CudaBackend::LaunchStep(std::span<const SeqStep> batch, std::span<const u
 
   // Steps with prompt chunks use the wide attention tiles where there are
   // any (a prefill re-reads the prefix once per tile); decode the narrow.
-  const bool wide =
-      cuda::RouteWideTiles(fp8(), decode, cuda::WideAttentionSupported(config_.head_dim));
+  const bool wide = cuda::RouteWideTiles(decode, cuda::WideAttentionSupported(config_.head_dim));
   const int tpt = cuda::TokensPerTile(group_size_, wide);
   for (const SeqStep& st : batch) tiles += (static_cast<int>(st.tokens.size()) + tpt - 1) / tpt;
   const bool graph = options_.graphs && decode;

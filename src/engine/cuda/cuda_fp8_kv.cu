@@ -1,8 +1,10 @@
 // The fp8 (e4m3) KV cache's kernels (docs/kv-fp8.md): quantizing a step's K
 // and V rows with one f32 scale per (token, KV head) row, storing them into
-// the paged cache, and attention over it.
+// the paged cache, and the portable attention over it for head_dims the
+// mma.sync kernel lacks (at 64 and 128 that kernel reads the fp8 cache
+// itself through Fp8KvLoader, fp8_kv_tile.cuh; kv_route.h decides).
 //
-// The attention is the WMMA kernel of cuda_attention.cu in structure (16
+// The portable attention is the WMMA kernel of cuda_attention.cu in structure (16
 // query rows of one KV head a block, 32 keys a tile, scores and P.V on the
 // tensor cores, online softmax in fp32, key splits merged by its combine
 // kernel) with the K/V tiles converted on their way into shared memory:
@@ -18,6 +20,7 @@
 
 #include "engine/cuda/attention_common.cuh"
 #include "engine/cuda/cuda_kernels.h"
+#include "engine/cuda/fp8_kv_tile.cuh"
 #include "engine/cuda/pdl.cuh"
 
 namespace agentkv::cuda {
@@ -33,25 +36,6 @@ __device__ __forceinline__ uint8_t EncodeE4m3(float x) {
 
 __device__ __forceinline__ float Bf16Bits(bf16_t v) {
   return __uint_as_float(static_cast<uint32_t>(v) << 16);
-}
-
-// Eight e4m3 bytes (a uint2) -> eight bf16 in a uint4, exactly.
-__device__ __forceinline__ uint4 E4m3x8ToBf16(uint2 in) {
-  uint32_t w[2] = {in.x, in.y};
-  uint4 out;
-  uint32_t* o = &out.x;
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const __nv_fp8x2_storage_t pair = static_cast<__nv_fp8x2_storage_t>(w[i] >> (16 * h));
-      const __half2 h2(__nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3));
-      const float2 f = __half22float2(h2);
-      const __nv_bfloat162 b = __floats2bfloat162_rn(f.x, f.y);
-      o[2 * i + h] = *reinterpret_cast<const uint32_t*>(&b);
-    }
-  }
-  return out;
 }
 
 // One warp per (token, row): rows 0..nkv-1 are K heads, nkv..2nkv-1 V heads.

@@ -189,9 +189,10 @@ struct AttentionParams {
   const void* kv_map = nullptr;
   int kv_map_layer = 0;
   // cache.fp8: the step's keys (positions >= seq_start) come from here
-  // (k_new / v_new unused), and only narrow tiles without `qkv` or kv_map
-  // are taken (cudaErrorInvalidValue otherwise; the backend routes fp8
-  // steps so, see kv_route.h): one portable kernel for prefill and decode.
+  // (k_new / v_new unused); `qkv` and kv_map are refused
+  // (cudaErrorInvalidValue), and so are wide tiles where
+  // WideAttentionSupported(head_dim) is false (the backend routes fp8 steps
+  // so, see kv_route.h).
   Fp8KvRows fp8_new;
 };
 inline constexpr int kMaxQkvPlanes = 8;

@@ -1,18 +1,28 @@
-// Which attention path a step takes, given the KV cache dtype: the bf16
-// cache has the fast paths (wide warpgroup / mma.sync prompt tiles, TMA page
-// copies, decode attention that applies the rotary and stores K/V itself);
-// the fp8 cache (engine/kv_fp8.h) has one portable kernel over narrow tiles
-// fed by QkvPost, LaunchKvQuantizeFp8 and, after attention,
-// LaunchKvStoreFp8, so every fp8 step is routed away from the bf16-only
-// kernels. Pure functions (host and device), tested without a GPU.
+// Which attention path a step takes, given the KV cache dtype. Both caches
+// have the mma.sync flash kernel (cuda_flash_attention.cu) for wide prompt
+// tiles and narrow decode tiles split across blocks where it has the
+// head_dim (64, 128); fp8 (engine/kv_fp8.h) through its fp8 tile loader
+// (fp8_kv_tile.cuh), fed by QkvPost, LaunchKvQuantizeFp8 and, after
+// attention, LaunchKvStoreFp8, and the portable narrow-tile kernel of
+// cuda_fp8_kv.cu for other head_dims. What only bf16 has: the warpgroup
+// prompt kernel and its TMA page copies, and the decode attention that
+// applies the rotary and stores bf16 K/V itself. Pure functions (host and
+// device), tested without a GPU.
 #pragma once
 
 namespace agentkv::cuda {
 
 // Wide (64-row) attention tiles: steps with prompt chunks, where the
-// head_dim has them, and never with fp8.
-inline bool RouteWideTiles(bool fp8, bool decode, bool wide_supported) {
-  return !fp8 && !decode && wide_supported;
+// head_dim has them (WideAttentionSupported: the mma.sync kernel's, which
+// reads both caches).
+inline bool RouteWideTiles(bool decode, bool wide_supported) { return !decode && wide_supported; }
+
+// The kernel of an fp8 step's attention: the mma.sync kernel where it has
+// the head_dim, for wide tiles always, for narrow ones unless mma.sync
+// attention is turned off (AGENTKV_CUDA_MMA_ATTENTION=0, for comparison);
+// false: the portable kernel (narrow tiles only).
+inline bool RouteFp8Mma(bool wide, bool mma_enabled, bool mma_supported) {
+  return mma_supported && (wide || mma_enabled);
 }
 
 // The decode attention that applies the rotary and stores the token's K and
