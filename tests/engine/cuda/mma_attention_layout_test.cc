@@ -111,7 +111,9 @@ TEST(MmaAttentionLayout, BytesAboveTheDefaultNeedTheAttribute) {
     const MmaAttentionLayout l = MmaLayout(c.D, c.rw, c.fp8);
     if (l.bytes > kDefaultSmemBytes) ++above;
     // Bigger heads never take fewer bytes.
-    if (c.D == 64) EXPECT_LT(l.bytes, MmaLayout(128, c.rw, c.fp8).bytes) << Name(c);
+    if (c.D == 64) {
+      EXPECT_LT(l.bytes, MmaLayout(128, c.rw, c.fp8).bytes) << Name(c);
+    }
   }
   EXPECT_GT(above, 0);  // head_dim 128 tiles do not fit the default
   EXPECT_GT(MmaLayout(128, 1, true).bytes, kDefaultSmemBytes);
