@@ -36,20 +36,20 @@ class SlowTier : public KvTier {
   SlowTier(std::shared_ptr<KvTier> inner, std::chrono::milliseconds delay)
       : inner_(std::move(inner)), delay_(delay) {}
   const char* source_name() const override { return inner_->source_name(); }
-  Result<int32_t> CountStored(std::span<const int32_t> tokens, int block_size, int32_t first_block,
-                              int32_t max_blocks) override {
-    return inner_->CountStored(tokens, block_size, first_block, max_blocks);
+  Result<int32_t> CountStored(std::span<const int32_t> tokens, const BlockHash& root,
+                              int block_size, int32_t first_block, int32_t max_blocks) override {
+    return inner_->CountStored(tokens, root, block_size, first_block, max_blocks);
   }
-  Result<KvTierLoad> Load(std::span<const int32_t> tokens, int block_size, int32_t first_block,
-                          int32_t max_blocks) override {
+  Result<KvTierLoad> Load(std::span<const int32_t> tokens, const BlockHash& root, int block_size,
+                          int32_t first_block, int32_t max_blocks) override {
     std::this_thread::sleep_for(delay_);
-    return inner_->Load(tokens, block_size, first_block, max_blocks);
+    return inner_->Load(tokens, root, block_size, first_block, max_blocks);
   }
-  Result<KvTierLoadInto> LoadInto(std::span<const int32_t> tokens, int block_size,
-                                  int32_t first_block, int32_t max_blocks, std::span<std::byte> dst,
-                                  size_t block_bytes) override {
+  Result<KvTierLoadInto> LoadInto(std::span<const int32_t> tokens, const BlockHash& root,
+                                  int block_size, int32_t first_block, int32_t max_blocks,
+                                  std::span<std::byte> dst, size_t block_bytes) override {
     std::this_thread::sleep_for(delay_);
-    return inner_->LoadInto(tokens, block_size, first_block, max_blocks, dst, block_bytes);
+    return inner_->LoadInto(tokens, root, block_size, first_block, max_blocks, dst, block_bytes);
   }
   void Save(const std::string& agent_key, uint32_t first_index,
             std::vector<KvTierBlock> blocks) override {
@@ -154,12 +154,12 @@ class SplitRestoreTest : public ::testing::Test {
 
 TEST_F(SplitRestoreTest, CountStoredStopsAtTheFirstMissingBlock) {
   const std::vector<int32_t> p2 = StoreTurn("agent-c");
-  auto n = tier_->CountStored(p2, kBlock, 0, 1000);
+  auto n = tier_->CountStored(p2, kRootBlockHash, kBlock, 0, 1000);
   ASSERT_TRUE(n.ok());
   EXPECT_EQ(*n, 40);
-  EXPECT_EQ(*tier_->CountStored(p2, kBlock, 10, 1000), 30);
-  EXPECT_EQ(*tier_->CountStored(p2, kBlock, 10, 5), 5);
-  EXPECT_EQ(*tier_->CountStored(Prompt(100, 3), kBlock, 0, 1000), 0);
+  EXPECT_EQ(*tier_->CountStored(p2, kRootBlockHash, kBlock, 10, 1000), 30);
+  EXPECT_EQ(*tier_->CountStored(p2, kRootBlockHash, kBlock, 10, 5), 5);
+  EXPECT_EQ(*tier_->CountStored(Prompt(100, 3), kRootBlockHash, kBlock, 0, 1000), 0);
 }
 
 TEST_F(SplitRestoreTest, SplitGivesTheOutputOfARecompute) {
