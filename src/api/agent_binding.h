@@ -94,11 +94,11 @@ class AgentBinding {
                                 std::vector<int32_t> ids);
 
   // A PrepareFn submitting `prompt` (rendered by `model`) under
-  // `cache_salt` (CacheSalt) on the model
-  // serving when the turn runs, spliced by ReuseReply when `reuse` names an
-  // agent. If the model was swapped meanwhile, `reencode` renders the
-  // request again with the new one (without reply reuse). Unavailable
-  // (kCancelled, 503) while a swap is under way.
+  // `cache_salt` (CacheSalt) on the model serving when the turn runs,
+  // spliced by ReuseReply when `reuse` names an agent. If the model was
+  // swapped meanwhile, `reencode` renders the request again with the new
+  // one (without reply reuse). Unavailable (kCancelled, 503) while a swap is
+  // under way.
   using Reencode = std::function<Result<std::vector<int32_t>>(const ServedModel&)>;
   static agent::PrepareFn Prepare(ModelHost* host, std::shared_ptr<ServedModel> model,
                                   std::vector<int32_t> prompt, SamplingParams params,

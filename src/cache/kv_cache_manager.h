@@ -140,17 +140,17 @@ class KvCacheManager {
 
   // Restore from a slower tier (the persistent store): puts `hashes.size()`
   // blocks continuing full block `first_block` of `tokens` (the chain from
-  // `root`) into the prefix
-  // cache as idle cached blocks, where AttachCachedPrefix finds them. For
-  // each block not cached yet it allocates a block of the prefix group, calls
-  // `write(i, block)` to fill it (i indexes `hashes`) and registers it under
-  // hashes[i]. The cached blocks of `tokens` before it are held meanwhile, so
-  // the allocations cannot evict the head of the chain. Requires
-  // hashes[i] == HashBlock(chain from root up to block first_block + i) (the caller
-  // got them with the data). Stops at the first block that cannot be
-  // allocated or written (returns what came before, not an error), and
-  // returns 0 when blocks [0, first_block) are no longer all cached. Returns
-  // how many blocks it wrote. 0 when prefix caching is off.
+  // `root`) into the prefix cache as idle cached blocks, where
+  // AttachCachedPrefix finds them. For each block not cached yet it
+  // allocates a block of the prefix group, calls `write(i, block)` to fill
+  // it (i indexes `hashes`) and registers it under hashes[i]. The cached
+  // blocks of `tokens` before it are held meanwhile, so the allocations
+  // cannot evict the head of the chain. Requires hashes[i] ==
+  // HashBlock(chain from `root` up to block first_block + i) (the caller got
+  // them with the data). Stops at the first block that cannot be allocated
+  // or written (returns what came before, not an error), and returns 0 when
+  // blocks [0, first_block) are no longer all cached. Returns how many
+  // blocks it wrote. 0 when prefix caching is off.
   int32_t RestoreBlocks(std::span<const int32_t> tokens, const BlockHash& root, int32_t first_block,
                         std::span<const BlockHash> hashes,
                         const std::function<Status(size_t i, int32_t block)>& write);
@@ -161,12 +161,12 @@ class KvCacheManager {
   // RestoreHeldBlocks is RestoreBlocks without that requirement: block
   // first_block + i is registered under hashes[i] (which must equal the
   // chain hash of `tokens`, from `root`, up to it) and keeps a reference
-  // under `hold` (an
-  // id the caller chooses, e.g. the request's), so that nothing evicts it
-  // before the head is there. Blocks cached already are held as they are
-  // (and count as restored). Stops at the first block that cannot be
-  // allocated, written or registered, or whose hash does not match; returns
-  // how many blocks are held for the run, from first_block on.
+  // under `hold` (an id the caller chooses, e.g. the request's), so that
+  // nothing evicts it before the head is there. Blocks cached already are
+  // held as they are (and count as restored). Stops at the first block that
+  // cannot be allocated, written or registered, or whose hash does not
+  // match; returns how many blocks are held for the run, from first_block
+  // on.
   int32_t RestoreHeldBlocks(int64_t hold, std::span<const int32_t> tokens, const BlockHash& root,
                             int32_t first_block, std::span<const BlockHash> hashes,
                             const std::function<Status(size_t i, int32_t block)>& write);
