@@ -112,10 +112,13 @@ class SplitRestoreTest : public ::testing::Test {
 
   // Turn 1 of an agent (161 prompt tokens, 2 generated: 40 stored blocks)
   // on its own engine; returns turn 2's prompt (42 whole blocks and a bit).
-  std::vector<int32_t> StoreTurn(const std::string& agent) {
+  // `salt`: the turn's cache salt (a tenant's).
+  std::vector<int32_t> StoreTurn(const std::string& agent, const std::string& salt = "") {
     std::vector<int32_t> p = Prompt(161);
     auto e = MakeEngine(EngineSetup{tier_});
-    Done d = Collect(e->Submit(Greedy(p, 2, agent)).value());
+    EngineRequest r = Greedy(p, 2, agent);
+    r.cache_salt = salt;
+    Done d = Collect(e->Submit(std::move(r)).value());
     e->Stop();
     EXPECT_TRUE(store_->Flush().ok());
     p.insert(p.end(), d.tokens.begin(), d.tokens.end());
@@ -151,6 +154,39 @@ class SplitRestoreTest : public ::testing::Test {
   std::unique_ptr<AgentStore> store_;
   std::shared_ptr<StoreKvTier> tier_;
 };
+
+// A tenant's stored prefix (salted chain) splits and restores for that
+// tenant as an unsalted one does; another tenant's request counts nothing
+// stored and recomputes, with the same output.
+TEST_F(SplitRestoreTest, SaltedPrefixSplitsForItsOwnSaltOnly) {
+  const std::vector<int32_t> p2 = StoreTurn("acme/s", "4:acme");
+  EXPECT_EQ(*tier_->CountStored(p2, ChainRoot("4:acme"), kBlock, 0, 1000), 40);
+  EXPECT_EQ(*tier_->CountStored(p2, ChainRoot("4:zeta"), kBlock, 0, 1000), 0);
+  EXPECT_EQ(*tier_->CountStored(p2, kRootBlockHash, kBlock, 0, 1000), 0);
+  const Done want = Reference(p2);
+  {
+    auto e = MakeEngine(EngineSetup{tier_, /*split=*/true});
+    EngineRequest r = Greedy(p2, 12, "zeta/s");
+    r.cache_salt = "4:zeta";
+    Done other = Collect(e->Submit(std::move(r)).value());
+    EXPECT_EQ(other.finished.cached_tokens, 0);
+    EXPECT_EQ(e->Stats().split_restores, 0);
+    EXPECT_EQ(other.tokens, want.tokens);
+    e->Stop();
+  }
+  auto e = MakeEngine(EngineSetup{tier_, /*split=*/true});
+  EngineRequest r = Greedy(p2, 12, "acme/s");
+  r.cache_salt = "4:acme";
+  Done own = Collect(e->Submit(std::move(r)).value());
+  const EngineStats st = e->Stats();
+  EXPECT_EQ(st.split_restores, 1);
+  EXPECT_GT(own.finished.restored_tokens, 0);
+  EXPECT_EQ(own.finished.restored_tokens + st.split_recomputed_tokens, 40 * kBlock);
+  EXPECT_EQ(own.tokens, want.tokens);
+  e->Drain();
+  EXPECT_EQ(e->Stats().pools[0].in_use, 0);
+  e->Stop();
+}
 
 TEST_F(SplitRestoreTest, CountStoredStopsAtTheFirstMissingBlock) {
   const std::vector<int32_t> p2 = StoreTurn("agent-c");
