@@ -297,6 +297,19 @@ TEST_F(AgentsApiTest, TenantsShareNoCachedPrompts) {
     EXPECT_EQ(st, 400) << body;
     EXPECT_NE(body.find("cache_salt"), std::string::npos) << body;
   }
+  // The other protocols refuse a bad salt the same way.
+  json bad_chat = chat;
+  bad_chat["cache_salt"] = json::array();
+  std::tie(st, body) = Call("POST", "/v1/chat/completions", bad_chat.dump(), acme);
+  EXPECT_EQ(st, 400) << body;
+  EXPECT_NE(body.find("cache_salt"), std::string::npos) << body;
+  const json bad_messages = {{"model", "m"},
+                             {"max_tokens", 2},
+                             {"messages", {{{"role", "user"}, {"content", "Hi"}}}},
+                             {"cache_salt", 5}};
+  std::tie(st, body) = Call("POST", "/v1/messages", bad_messages.dump(), acme);
+  EXPECT_EQ(st, 400) << body;
+  EXPECT_NE(body.find("cache_salt"), std::string::npos) << body;
 }
 
 TEST_F(AgentsApiTest, ListIsPaginatedWithLimitAndAfter) {
