@@ -30,6 +30,23 @@ agent::IdentityHints AgentBinding::Hints(const HttpRequest& req, const json& bod
   return h;
 }
 
+Result<std::string> AgentBinding::CacheSalt(const HttpRequest& req, const json& body) {
+  std::string salt;
+  if (body.is_object() && body.contains("cache_salt") && !body["cache_salt"].is_null()) {
+    const json& s = body["cache_salt"];
+    if (!s.is_string()) return InvalidArgument("'cache_salt' must be a string");
+    salt = s.get<std::string>();
+    if (salt.empty()) return InvalidArgument("'cache_salt' must not be empty");
+    if (salt.size() > kMaxCacheSaltBytes)
+      return InvalidArgument("'cache_salt' is longer than " + std::to_string(kMaxCacheSaltBytes) +
+                             " bytes");
+  }
+  if (req.tenant.empty() && salt.empty()) return std::string();
+  // Length-prefixed: tenant "ab" with salt "c" never meets tenant "a" with
+  // salt "bc".
+  return std::to_string(req.tenant.size()) + ":" + req.tenant + salt;
+}
+
 agent::ContentKey AgentBinding::NormalizeSystem(ordered_json* messages) {
   agent::ContentKey key;
   bool have_user = false;
@@ -102,9 +119,10 @@ ReplySplice AgentBinding::ReuseReply(const ServedModel& model, agent::AgentManag
 
 agent::PrepareFn AgentBinding::Prepare(ModelHost* host, std::shared_ptr<ServedModel> model,
                                        std::vector<int32_t> prompt, SamplingParams params,
-                                       Priority priority, Reencode reencode, ReplyReuse reuse) {
+                                       Priority priority, std::string cache_salt, Reencode reencode,
+                                       ReplyReuse reuse) {
   return [host, model = std::move(model), prompt = std::move(prompt), params = std::move(params),
-          priority, reencode = std::move(reencode),
+          priority, cache_salt = std::move(cache_salt), reencode = std::move(reencode),
           reuse = std::move(reuse)]() -> Result<agent::TurnStart> {
     std::shared_ptr<ServedModel> now = host->Current();
     if (!now) return SwapInProgress();
@@ -117,6 +135,7 @@ agent::PrepareFn AgentBinding::Prepare(ModelHost* host, std::shared_ptr<ServedMo
     }
     agent::TurnStart s;
     ASSIGN_OR_RETURN(s.request, now->MakeRequest(std::move(p), params, priority));
+    s.request.cache_salt = cache_salt;
     s.engine = &now->engine();
     s.keep_alive = now;
     return s;

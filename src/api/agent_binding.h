@@ -54,6 +54,16 @@ class AgentBinding {
   // headers (non-string body fields are ignored).
   static agent::IdentityHints Hints(const HttpRequest& req, const nlohmann::json& body);
 
+  // The engine's cache salt (EngineRequest::cache_salt) for a request: its
+  // tenant (req.tenant, set by the server from the key) and the body's
+  // optional "cache_salt" string (vLLM's), "<tenant bytes>:<tenant><body
+  // salt>" so that no two (tenant, salt) pairs meet; "" when both are empty
+  // (no tenants, no body salt: the unsalted cache of a single user).
+  // InvalidArgument when "cache_salt" is not a string, is empty or is longer
+  // than kMaxCacheSaltBytes. A null "cache_salt" is absent.
+  static constexpr size_t kMaxCacheSaltBytes = 1024;
+  static Result<std::string> CacheSalt(const HttpRequest& req, const nlohmann::json& body);
+
   // Strips volatile lines from every system message of `messages` (OpenAI
   // shape, content strings) in place; returns the system prompt and first
   // user message for identification.
@@ -83,15 +93,17 @@ class AgentBinding {
                                 const std::string& agent_id, std::string_view text,
                                 std::vector<int32_t> ids);
 
-  // A PrepareFn submitting `prompt` (rendered by `model`) on the model
-  // serving when the turn runs, spliced by ReuseReply when `reuse` names an
-  // agent. If the model was swapped meanwhile, `reencode` renders the
-  // request again with the new one (without reply reuse). Unavailable
-  // (kCancelled, 503) while a swap is under way.
+  // A PrepareFn submitting `prompt` (rendered by `model`) under
+  // `cache_salt` (CacheSalt) on the model serving when the turn runs,
+  // spliced by ReuseReply when `reuse` names an agent. If the model was
+  // swapped meanwhile, `reencode` renders the request again with the new
+  // one (without reply reuse). Unavailable (kCancelled, 503) while a swap is
+  // under way.
   using Reencode = std::function<Result<std::vector<int32_t>>(const ServedModel&)>;
   static agent::PrepareFn Prepare(ModelHost* host, std::shared_ptr<ServedModel> model,
                                   std::vector<int32_t> prompt, SamplingParams params,
-                                  Priority priority, Reencode reencode, ReplyReuse reuse = {});
+                                  Priority priority, std::string cache_salt, Reencode reencode,
+                                  ReplyReuse reuse = {});
 
   // The 503 status every adapter answers while no model is serving.
   static Status SwapInProgress();

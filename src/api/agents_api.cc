@@ -190,6 +190,8 @@ Reply AgentsApi::Generate(const HttpRequest& req, const std::string& path_id) co
   }
   auto priority = ServedModel::RequestPriority(req, body);
   if (!priority.ok()) return FromStatus(priority.status(), "priority");
+  auto cache_salt = AgentBinding::CacheSalt(req, body);
+  if (!cache_salt.ok()) return FromStatus(cache_salt.status(), "cache_salt");
   std::shared_ptr<ServedModel> model = ctx_.host->Current();
   if (!model) return FromStatus(AgentBinding::SwapInProgress());
 
@@ -206,8 +208,8 @@ Reply AgentsApi::Generate(const HttpRequest& req, const std::string& path_id) co
   agent::AgentManager* agents = ctx_.agents;
   ModelHost* host = ctx_.host;
   const Priority prio = *priority;
-  agent::PrepareFn prepare = [agents, host, agent_id, system, message, params,
-                              prio]() -> Result<agent::TurnStart> {
+  agent::PrepareFn prepare = [agents, host, agent_id, system, message, params, prio,
+                              salt = std::move(cache_salt).value()]() -> Result<agent::TurnStart> {
     std::shared_ptr<ServedModel> now = host->Current();
     if (!now) return AgentBinding::SwapInProgress();
     ASSIGN_OR_RETURN(ordered_json m, BuildMessages(*agents, agent_id, system, message));
@@ -217,6 +219,7 @@ Reply AgentsApi::Generate(const HttpRequest& req, const std::string& path_id) co
     p = AgentBinding::ReuseReply(*now, *agents, agent_id, text, std::move(p)).ids;
     agent::TurnStart s;
     ASSIGN_OR_RETURN(s.request, now->MakeRequest(std::move(p), params, prio));
+    s.request.cache_salt = salt;
     s.engine = &now->engine();
     s.keep_alive = now;
     return s;

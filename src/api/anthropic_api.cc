@@ -425,6 +425,8 @@ Reply AnthropicApi::Messages(const HttpRequest& req) const {
   }
   auto priority = ServedModel::RequestPriority(req, *body);
   if (!priority.ok()) return FromStatus(priority.status());
+  auto salt = AgentBinding::CacheSalt(req, *body);
+  if (!salt.ok()) return FromStatus(salt.status());
   std::shared_ptr<ServedModel> served = ctx_.host->Current();
   if (!served) return FromStatus(AgentBinding::SwapInProgress());
   const agent::ContentKey key = AgentBinding::NormalizeSystem(&c.messages);
@@ -443,9 +445,9 @@ Reply AnthropicApi::Messages(const HttpRequest& req) const {
   auto reencode = [c](const ServedModel& m) { return m.EncodeChat(c.messages, c.tools, c.extra); };
   std::vector<std::string> stops = params.stop;
   auto turn = ctx_.agents->NewTurn(
-      id->agent_id,
-      AgentBinding::Prepare(ctx_.host, served, std::move(prompt).value(), params, *priority,
-                            reencode, {ctx_.agents, id->agent_id, std::move(text)}));
+      id->agent_id, AgentBinding::Prepare(ctx_.host, served, std::move(prompt).value(), params,
+                                          *priority, std::move(salt).value(), reencode,
+                                          {ctx_.agents, id->agent_id, std::move(text)}));
   return std::unique_ptr<AsyncBody>(new MessagesJob(ctx_, std::move(turn), parser, stream,
                                                     AgentBinding::NewMessages(c.messages), model,
                                                     served, std::move(stops)));

@@ -47,7 +47,8 @@ struct ApiServiceOptions {
   std::string models_dir;
   // --api-keys: key -> tenant. Set: only its keys are accepted (not
   // api_key), and each request is served in its tenant's scope: agents,
-  // histories and content matching of other tenants are out of its reach.
+  // histories, content matching and cached KV (its requests' cache salt,
+  // AgentBinding::CacheSalt) of other tenants are out of its reach.
   // Null: today's single-user behaviour (api_key or none).
   std::shared_ptr<const TenantKeys> tenants;
 };

@@ -306,6 +306,8 @@ Reply OpenAiApi::ChatCompletions(const HttpRequest& req) const {
   }
   Common c;
   if (Status s = ParseCommon(req, body, &c); !s.ok()) return FromStatus(s);
+  auto salt = AgentBinding::CacheSalt(req, body);
+  if (!salt.ok()) return FromStatus(salt.status(), "cache_salt");
   ordered_json extra = ordered_json::object();
   if (body.contains("chat_template_kwargs") && !body["chat_template_kwargs"].is_null()) {
     if (!body["chat_template_kwargs"].is_object()) {
@@ -329,9 +331,9 @@ Reply OpenAiApi::ChatCompletions(const HttpRequest& req) const {
     return m.EncodeChat(messages, tools, extra);
   };
   auto turn = ctx_.agents->NewTurn(
-      id->agent_id,
-      AgentBinding::Prepare(ctx_.host, model, std::move(prompt).value(), c.params, c.priority,
-                            reencode, {ctx_.agents, id->agent_id, std::move(text)}));
+      id->agent_id, AgentBinding::Prepare(ctx_.host, model, std::move(prompt).value(), c.params,
+                                          c.priority, std::move(salt).value(), reencode,
+                                          {ctx_.agents, id->agent_id, std::move(text)}));
   auto parser = OutputParserOptions::ForModelType(model->model_type(), !tools.is_null(), false);
   return std::unique_ptr<AsyncBody>(new ChatJob(ctx_, std::move(turn), parser, c.stream,
                                                 AgentBinding::NewMessages(messages), model->name(),
@@ -371,6 +373,8 @@ Reply OpenAiApi::Completions(const HttpRequest& req) const {
   c.params.max_tokens = 16;  // OpenAI's default for completions
   if (Status s = ParseCommon(req, body, &c); !s.ok()) return FromStatus(s);
   if (!body.contains("max_tokens") || body["max_tokens"].is_null()) c.params.max_tokens = 16;
+  auto salt = AgentBinding::CacheSalt(req, body);
+  if (!salt.ok()) return FromStatus(salt.status(), "cache_salt");
   if (auto r = model->MakeRequest(prompt, c.params, c.priority); !r.ok()) {
     return FromStatus(r.status(), "prompt");
   }
@@ -386,8 +390,8 @@ Reply OpenAiApi::Completions(const HttpRequest& req) const {
     };
   }
   auto turn = ctx_.agents->NewTurn(
-      id->agent_id,
-      AgentBinding::Prepare(ctx_.host, model, std::move(prompt), c.params, c.priority, reencode));
+      id->agent_id, AgentBinding::Prepare(ctx_.host, model, std::move(prompt), c.params, c.priority,
+                                          std::move(salt).value(), reencode));
   auto parser = OutputParserOptions::ForModelType("", false, false);
   ordered_json record = ordered_json::array({{{"role", "user"}, {"content", text}}});
   return std::unique_ptr<AsyncBody>(new ChatJob(ctx_, std::move(turn), parser, c.stream,

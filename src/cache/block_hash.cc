@@ -6,6 +6,24 @@
 
 namespace agentkv {
 
+namespace {
+
+// Prefixed to a salt before hashing it into a chain root: no block hash's
+// input (a 16-byte parent, then tokens) is meant to look like a root's.
+constexpr std::string_view kSaltDomain = "agentkv-cache-salt-v1:";
+
+}  // namespace
+
+BlockHash ChainRoot(std::string_view salt) {
+  if (salt.empty()) return kRootBlockHash;
+  XXH3_state_t state;
+  XXH3_128bits_reset(&state);
+  XXH3_128bits_update(&state, kSaltDomain.data(), kSaltDomain.size());
+  XXH3_128bits_update(&state, salt.data(), salt.size());
+  XXH128_hash_t h = XXH3_128bits_digest(&state);
+  return BlockHash{h.low64, h.high64};
+}
+
 BlockHash HashBlock(const BlockHash& parent, std::span<const int32_t> tokens) {
   XXH3_state_t state;
   XXH3_128bits_reset(&state);

@@ -45,9 +45,10 @@ const KvCacheManager::Sequence* KvCacheManager::Find(SeqId seq) const {
   return it == seqs_.end() ? nullptr : &it->second;
 }
 
-Status KvCacheManager::AddSequence(SeqId seq) {
+Status KvCacheManager::AddSequence(SeqId seq, const BlockHash& root) {
   if (seqs_.count(seq)) return InvalidArgument("sequence " + std::to_string(seq) + " exists");
   Sequence s;
+  s.root = root;
   for (int r : ring_blocks_) s.tables.emplace_back(block_size_, r);
   seqs_.emplace(seq, std::move(s));
   return Status::Ok();
@@ -62,7 +63,7 @@ Result<int64_t> KvCacheManager::AttachCachedPrefix(SeqId seq, std::span<const in
   if (!prefix_ || prompt.empty()) return int64_t{0};
   // The last prompt token is always computed: its logits start the reply.
   const int32_t max_blocks = static_cast<int32_t>((prompt.size() - 1) / block_size_);
-  std::vector<int32_t> blocks = prefix_->Acquire(prompt, max_blocks, &s->hashes);
+  std::vector<int32_t> blocks = prefix_->Acquire(prompt, s->root, max_blocks, &s->hashes);
   for (int32_t b : blocks) s->tables[prefix_group_].Append(b);
   const int64_t n = static_cast<int64_t>(blocks.size()) * block_size_;
   s->tokens.assign(prompt.begin(), prompt.begin() + n);
@@ -70,10 +71,11 @@ Result<int64_t> KvCacheManager::AttachCachedPrefix(SeqId seq, std::span<const in
   return n;
 }
 
-int64_t KvCacheManager::CachedPrefixTokens(std::span<const int32_t> prompt) const {
+int64_t KvCacheManager::CachedPrefixTokens(std::span<const int32_t> prompt,
+                                           const BlockHash& root) const {
   if (!prefix_ || prompt.empty()) return 0;
   const int64_t max_blocks = static_cast<int64_t>(prompt.size() - 1) / block_size_;
-  const int64_t found = prefix_->CountCached(prompt);
+  const int64_t found = prefix_->CountCached(prompt, root);
   return std::min(found, max_blocks) * block_size_;
 }
 
@@ -178,7 +180,7 @@ void KvCacheManager::RegisterFullBlocks(Sequence& s) {
   const size_t full = s.tokens.size() / block_size_;
   std::span<const int32_t> all(s.tokens);
   for (size_t i = s.hashes.size(); i < full; ++i) {
-    const BlockHash parent = i == 0 ? kRootBlockHash : s.hashes[i - 1];
+    const BlockHash parent = i == 0 ? s.root : s.hashes[i - 1];
     auto block_tokens = all.subspan(i * block_size_, block_size_);
     const BlockHash h = HashBlock(parent, block_tokens);
     s.hashes.push_back(h);
@@ -231,8 +233,8 @@ const std::vector<BlockHash>& KvCacheManager::BlockHashes(SeqId seq) const {
   return s ? s->hashes : kEmpty;
 }
 
-int32_t KvCacheManager::RestoreBlocks(std::span<const int32_t> tokens, int32_t first_block,
-                                      std::span<const BlockHash> hashes,
+int32_t KvCacheManager::RestoreBlocks(std::span<const int32_t> tokens, const BlockHash& root,
+                                      int32_t first_block, std::span<const BlockHash> hashes,
                                       const std::function<Status(size_t i, int32_t block)>& write) {
   if (!prefix_ || first_block < 0) return 0;
   const int64_t end = static_cast<int64_t>(first_block) + static_cast<int64_t>(hashes.size());
@@ -241,12 +243,12 @@ int32_t KvCacheManager::RestoreBlocks(std::span<const int32_t> tokens, int32_t f
   std::vector<BlockHash> chain;
   // References on the cached head (and, below, on each new block) until the
   // end, so that allocating one restored block never evicts another.
-  std::vector<int32_t> held = prefix_->Acquire(tokens, static_cast<int32_t>(end), &chain);
+  std::vector<int32_t> held = prefix_->Acquire(tokens, root, static_cast<int32_t>(end), &chain);
   int32_t written = 0;
   if (static_cast<int32_t>(held.size()) >= first_block) {
     for (int64_t i = static_cast<int64_t>(held.size()); i < end; ++i) {
       const size_t j = static_cast<size_t>(i - first_block);
-      const BlockHash parent = i == 0 ? kRootBlockHash : chain[i - 1];
+      const BlockHash parent = i == 0 ? root : chain[i - 1];
       auto block_tokens = tokens.subspan(static_cast<size_t>(i) * block_size_, block_size_);
       if (HashBlock(parent, block_tokens) != hashes[j]) break;
       Result<int32_t> b = pool.Allocate();
@@ -263,18 +265,18 @@ int32_t KvCacheManager::RestoreBlocks(std::span<const int32_t> tokens, int32_t f
 }
 
 int32_t KvCacheManager::RestoreHeldBlocks(
-    int64_t hold, std::span<const int32_t> tokens, int32_t first_block,
+    int64_t hold, std::span<const int32_t> tokens, const BlockHash& root, int32_t first_block,
     std::span<const BlockHash> hashes,
     const std::function<Status(size_t i, int32_t block)>& write) {
   if (!prefix_ || first_block < 0) return 0;
   const int64_t end = static_cast<int64_t>(first_block) + static_cast<int64_t>(hashes.size());
   if (end * block_size_ > static_cast<int64_t>(tokens.size())) return 0;
   BlockPool& pool = *pools_[prefix_group_];
-  BlockHash parent = kRootBlockHash;
+  BlockHash parent = root;
   if (first_block > 0)
-    parent =
-        HashFullBlocks(tokens.first(static_cast<size_t>(first_block) * block_size_), block_size_)
-            .back();
+    parent = HashFullBlocks(tokens.first(static_cast<size_t>(first_block) * block_size_),
+                            block_size_, root)
+                 .back();
   std::vector<int32_t>& held = holds_[hold];
   int32_t done = 0;
   for (int64_t i = first_block; i < end; ++i) {
@@ -330,7 +332,7 @@ Result<int64_t> KvCacheManager::AttachCachedContinuation(SeqId seq,
   const int64_t max_end = static_cast<int64_t>(tokens.size() - 1) / block_size_;
   const int64_t first = have / block_size_;
   if (max_end <= first) return int64_t{0};
-  const BlockHash parent = first == 0 ? kRootBlockHash : s->hashes.back();
+  const BlockHash parent = first == 0 ? s->root : s->hashes.back();
   std::vector<int32_t> blocks =
       prefix_->AcquireFrom(tokens, static_cast<int32_t>(first), parent,
                            static_cast<int32_t>(max_end - first), &s->hashes);

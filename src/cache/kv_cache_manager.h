@@ -3,8 +3,8 @@
 // per group, and a PrefixCache for the full-attention group.
 //
 // Step protocol for the scheduler (engine thread):
-//   1. AddSequence(id); optionally AttachCachedPrefix(id, prompt) -> tokens
-//      whose KV is already there.
+//   1. AddSequence(id, root); optionally AttachCachedPrefix(id, prompt) ->
+//      tokens whose KV is already there.
 //   2. Before a step that appends n tokens: EnsureCapacity(id, NumTokens + n,
 //      &copies). All-or-nothing: on ResourceExhausted nothing changed, so the
 //      scheduler can preempt someone (FreeSequence) and retry.
@@ -23,6 +23,11 @@
 // is still there. Then PinForAgent the new sequence and ReleaseAgentCache the
 // old handle. The trailing partial block is not cached (< block_size tokens
 // to recompute).
+//
+// Salts: each sequence's hash chain starts at its root (cache/block_hash.h
+// ChainRoot: kRootBlockHash unsalted, else the tenant's salt), so its blocks
+// are found only by sequences, restores and tiers using the same root:
+// another tenant's identical prompt shares nothing and learns nothing.
 //
 // Sliding-window models: ring blocks are overwritten in place, so they cannot
 // be content-addressed; and a full-attention prefix hit is useless without the
@@ -94,15 +99,18 @@ class KvCacheManager {
   bool prefix_caching() const { return prefix_ != nullptr; }
 
   // Sequences. InvalidArgument for an id in use / NotFound for an unknown one.
-  Status AddSequence(SeqId seq);
+  // `root`: where the sequence's hash chain starts (ChainRoot of its salt);
+  // every prefix lookup and registration for it uses that chain.
+  Status AddSequence(SeqId seq, const BlockHash& root = kRootBlockHash);
   bool HasSequence(SeqId seq) const { return seqs_.count(seq) > 0; }
   // For a sequence with no tokens yet: takes the longest cached prefix of
   // `prompt` (whole blocks, always leaving at least the last prompt token to
   // compute) and returns how many tokens it covers (0 if prefix caching is
   // off). Those tokens count as committed.
   Result<int64_t> AttachCachedPrefix(SeqId seq, std::span<const int32_t> prompt);
-  // Tokens of `prompt` that AttachCachedPrefix would cover now.
-  int64_t CachedPrefixTokens(std::span<const int32_t> prompt) const;
+  // Tokens of `prompt` that AttachCachedPrefix would cover now, for a
+  // sequence whose chain starts at `root`.
+  int64_t CachedPrefixTokens(std::span<const int32_t> prompt, const BlockHash& root) const;
 
   // Makes room for the sequence to hold `num_tokens` tokens in every group,
   // allocating blocks on demand and replacing shared blocks that the step will
@@ -131,18 +139,19 @@ class KvCacheManager {
   const std::vector<BlockHash>& BlockHashes(SeqId seq) const;
 
   // Restore from a slower tier (the persistent store): puts `hashes.size()`
-  // blocks continuing full block `first_block` of `tokens` into the prefix
-  // cache as idle cached blocks, where AttachCachedPrefix finds them. For
-  // each block not cached yet it allocates a block of the prefix group, calls
-  // `write(i, block)` to fill it (i indexes `hashes`) and registers it under
-  // hashes[i]. The cached blocks of `tokens` before it are held meanwhile, so
-  // the allocations cannot evict the head of the chain. Requires
-  // hashes[i] == HashBlock(chain up to block first_block + i) (the caller
-  // got them with the data). Stops at the first block that cannot be
-  // allocated or written (returns what came before, not an error), and
-  // returns 0 when blocks [0, first_block) are no longer all cached. Returns
-  // how many blocks it wrote. 0 when prefix caching is off.
-  int32_t RestoreBlocks(std::span<const int32_t> tokens, int32_t first_block,
+  // blocks continuing full block `first_block` of `tokens` (the chain from
+  // `root`) into the prefix cache as idle cached blocks, where
+  // AttachCachedPrefix finds them. For each block not cached yet it
+  // allocates a block of the prefix group, calls `write(i, block)` to fill
+  // it (i indexes `hashes`) and registers it under hashes[i]. The cached
+  // blocks of `tokens` before it are held meanwhile, so the allocations
+  // cannot evict the head of the chain. Requires hashes[i] ==
+  // HashBlock(chain from `root` up to block first_block + i) (the caller got
+  // them with the data). Stops at the first block that cannot be allocated
+  // or written (returns what came before, not an error), and returns 0 when
+  // blocks [0, first_block) are no longer all cached. Returns how many
+  // blocks it wrote. 0 when prefix caching is off.
+  int32_t RestoreBlocks(std::span<const int32_t> tokens, const BlockHash& root, int32_t first_block,
                         std::span<const BlockHash> hashes,
                         const std::function<Status(size_t i, int32_t block)>& write);
 
@@ -151,14 +160,15 @@ class KvCacheManager {
   // blocks go into the prefix cache before the blocks they continue exist.
   // RestoreHeldBlocks is RestoreBlocks without that requirement: block
   // first_block + i is registered under hashes[i] (which must equal the
-  // chain hash of `tokens` up to it) and keeps a reference under `hold` (an
-  // id the caller chooses, e.g. the request's), so that nothing evicts it
-  // before the head is there. Blocks cached already are held as they are
-  // (and count as restored). Stops at the first block that cannot be
-  // allocated, written or registered, or whose hash does not match; returns
-  // how many blocks are held for the run, from first_block on.
-  int32_t RestoreHeldBlocks(int64_t hold, std::span<const int32_t> tokens, int32_t first_block,
-                            std::span<const BlockHash> hashes,
+  // chain hash of `tokens`, from `root`, up to it) and keeps a reference
+  // under `hold` (an id the caller chooses, e.g. the request's), so that
+  // nothing evicts it before the head is there. Blocks cached already are
+  // held as they are (and count as restored). Stops at the first block that
+  // cannot be allocated, written or registered, or whose hash does not
+  // match; returns how many blocks are held for the run, from first_block
+  // on.
+  int32_t RestoreHeldBlocks(int64_t hold, std::span<const int32_t> tokens, const BlockHash& root,
+                            int32_t first_block, std::span<const BlockHash> hashes,
                             const std::function<Status(size_t i, int32_t block)>& write);
   // Drops the references taken under `hold`: the blocks stay cached (idle).
   // A no-op for an unknown hold.
@@ -210,6 +220,7 @@ class KvCacheManager {
     std::vector<int32_t> tokens;     // committed
     int64_t reserved = 0;            // tokens the tables have room for
     std::vector<BlockHash> hashes;   // full blocks registered so far (prefix caching)
+    BlockHash root;                  // the chain's start (AddSequence)
   };
   KvCacheManager() = default;
   Sequence* Find(SeqId seq);

@@ -36,12 +36,12 @@ int32_t PrefixCache::Walk(std::span<const int32_t> tokens, int32_t first_block, 
   return matched;
 }
 
-std::vector<int32_t> PrefixCache::Acquire(std::span<const int32_t> tokens, int32_t max_blocks,
-                                          std::vector<BlockHash>* hashes) {
+std::vector<int32_t> PrefixCache::Acquire(std::span<const int32_t> tokens, const BlockHash& root,
+                                          int32_t max_blocks, std::vector<BlockHash>* hashes) {
   std::vector<int32_t> blocks;
   // Collect first and take references after: AddRef never evicts, so the
   // entries cannot change under the walk either way, but this keeps Walk const.
-  Walk(tokens, 0, kRootBlockHash, max_blocks, [&](const Entry& e, const BlockHash& h) {
+  Walk(tokens, 0, root, max_blocks, [&](const Entry& e, const BlockHash& h) {
     blocks.push_back(e.block);
     if (hashes) hashes->push_back(h);
   });
@@ -65,8 +65,8 @@ std::vector<int32_t> PrefixCache::AcquireFrom(std::span<const int32_t> tokens, i
   return blocks;
 }
 
-int32_t PrefixCache::CountCached(std::span<const int32_t> tokens) const {
-  return Walk(tokens, 0, kRootBlockHash, INT32_MAX, [](const Entry&, const BlockHash&) {});
+int32_t PrefixCache::CountCached(std::span<const int32_t> tokens, const BlockHash& root) const {
+  return Walk(tokens, 0, root, INT32_MAX, [](const Entry&, const BlockHash&) {});
 }
 
 bool PrefixCache::Insert(const BlockHash& parent, const BlockHash& hash,

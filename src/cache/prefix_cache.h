@@ -34,22 +34,23 @@ class PrefixCache {
 
   int block_size() const { return block_size_; }
 
-  // The blocks of the longest cached prefix of `tokens`, at most `max_blocks`
+  // The blocks of the longest cached prefix of `tokens` in the chain that
+  // starts at `root` (ChainRoot of the request's salt), at most `max_blocks`
   // of them, with a reference taken on each (the caller releases them). Each
-  // step checks the chained hash, the parent hash and the stored tokens.
-  // Appends the matched blocks' hashes to `hashes` if given. Counts hits and
-  // misses in the pool's stats.
-  std::vector<int32_t> Acquire(std::span<const int32_t> tokens, int32_t max_blocks,
-                               std::vector<BlockHash>* hashes = nullptr);
+  // step checks the chained hash, the parent hash and the stored tokens, so
+  // blocks of another root are never matched. Appends the matched blocks'
+  // hashes to `hashes` if given. Counts hits and misses in the pool's stats.
+  std::vector<int32_t> Acquire(std::span<const int32_t> tokens, const BlockHash& root,
+                               int32_t max_blocks, std::vector<BlockHash>* hashes = nullptr);
   // Acquire for the blocks that continue full block `first_block` of
   // `tokens`, whose chain hash before it is `parent` (the caller holds the
   // head, or knows its hashes): at most `max_blocks` of them. Counts nothing.
   std::vector<int32_t> AcquireFrom(std::span<const int32_t> tokens, int32_t first_block,
                                    const BlockHash& parent, int32_t max_blocks,
                                    std::vector<BlockHash>* hashes = nullptr);
-  // Number of leading full blocks of `tokens` that Acquire would return now;
-  // takes nothing and counts nothing.
-  int32_t CountCached(std::span<const int32_t> tokens) const;
+  // Number of leading full blocks of `tokens` (chain from `root`) that
+  // Acquire would return now; takes nothing and counts nothing.
+  int32_t CountCached(std::span<const int32_t> tokens, const BlockHash& root) const;
 
   // Registers referenced block `block`, holding `tokens` (exactly block_size)
   // after a block whose hash is `parent`, under `hash`. False (and nothing

@@ -203,8 +203,8 @@ Result<nlohmann::json> RunSize(std::unique_ptr<Backend>& backend, const ResumeAr
   RETURN_IF_ERROR(restart());
   progress("loading alone");
   const auto load0 = Clock::now();
-  ASSIGN_OR_RETURN(KvTierLoad load,
-                   tier->Load(turn2, a.block_size, 0, static_cast<int32_t>(turn2.size())));
+  ASSIGN_OR_RETURN(KvTierLoad load, tier->Load(turn2, kRootBlockHash, a.block_size, 0,
+                                               static_cast<int32_t>(turn2.size())));
   const double load_s = Since(load0);
   uint64_t loaded_bytes = 0;
   for (const KvTierBlock& b : load.blocks) loaded_bytes += b.data.size();

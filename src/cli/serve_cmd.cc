@@ -338,8 +338,9 @@ Registrar reg("serve", "Serve the HTTP API (OpenAI and Anthropic protocols)",
                     ->envname("AGENTKV_API_KEY");
                 app.add_option("--api-keys", a->api_keys_file,
                                "File of `KEY TENANT [high]` lines: each key's requests see only "
-                               "its tenant's agents, histories and content matches; `high` "
-                               "allows X-Priority: high. Reloaded on SIGHUP")
+                               "its tenant's agents, histories, content matches and cached KV "
+                               "(salted block hashes); `high` allows X-Priority: high. Reloaded "
+                               "on SIGHUP")
                     ->envname("AGENTKV_API_KEYS");
                 app.add_option("--max-json-depth", a->max_json_depth,
                                "Deepest nesting of arrays and objects a request body may have "

@@ -107,6 +107,7 @@ Result<RequestHandle> Engine::Submit(EngineRequest request) {
   s->request = std::move(request);
   s->tokens = s->request.prompt;
   s->prompt_len = s->tokens.size();
+  s->cache_root = ChainRoot(s->request.cache_salt);
   // Output is bounded by the pool too: a sequence that outgrew it alone
   // could only fail mid-stream.
   const auto room = static_cast<int32_t>(sequence_capacity_ - static_cast<int64_t>(s->prompt_len));

@@ -6,7 +6,8 @@
 //
 // Blocks are whole full-attention blocks in the backend's ReadBlock layout,
 // addressed by their chained BlockHash (cache/block_hash.h), so a block is
-// only ever found for exactly the token prefix it was computed from. The
+// only ever found for exactly the token prefix it was computed from, under
+// the same salt (each lookup names its chain's root: ChainRoot). The
 // tier is bound to one model and KV format (fingerprint): a block written
 // under another never comes back.
 //
@@ -55,18 +56,19 @@ class KvTier {
   virtual const char* source_name() const = 0;
 
   // The longest run of stored blocks continuing full block `first_block` of
-  // `tokens` (hashes[first_block ...] chained from the start of `tokens`),
-  // at most `max_blocks`. Fails only on I/O errors.
-  virtual Result<KvTierLoad> Load(std::span<const int32_t> tokens, int block_size,
-                                  int32_t first_block, int32_t max_blocks) = 0;
+  // `tokens` (hashes[first_block ...] chained from `root` at the start of
+  // `tokens`), at most `max_blocks`. Fails only on I/O errors.
+  virtual Result<KvTierLoad> Load(std::span<const int32_t> tokens, const BlockHash& root,
+                                  int block_size, int32_t first_block, int32_t max_blocks) = 0;
 
   // How many stored blocks continue full block `first_block` of `tokens`
   // (as Load would find them, at most `max_blocks`), without reading their
   // data: the restore policy plans with it. May count a block whose record
   // turns out unreadable. The default says all of them (an upper bound).
-  virtual Result<int32_t> CountStored(std::span<const int32_t> tokens, int block_size,
-                                      int32_t first_block, int32_t max_blocks) {
+  virtual Result<int32_t> CountStored(std::span<const int32_t> tokens, const BlockHash& root,
+                                      int block_size, int32_t first_block, int32_t max_blocks) {
     (void)tokens;
+    (void)root;
     (void)block_size;
     (void)first_block;
     return max_blocks;
@@ -77,14 +79,14 @@ class KvTier {
   // (the engine hands pinned staging memory that the device copies from).
   // A stored block of another size ends the run as a problem. The default
   // goes through Load and copies.
-  virtual Result<KvTierLoadInto> LoadInto(std::span<const int32_t> tokens, int block_size,
-                                          int32_t first_block, int32_t max_blocks,
+  virtual Result<KvTierLoadInto> LoadInto(std::span<const int32_t> tokens, const BlockHash& root,
+                                          int block_size, int32_t first_block, int32_t max_blocks,
                                           std::span<std::byte> dst, size_t block_bytes) {
     KvTierLoadInto out;
     if (block_bytes == 0) return out;
     const auto fit = static_cast<int32_t>(std::min<size_t>(dst.size() / block_bytes, INT32_MAX));
     ASSIGN_OR_RETURN(KvTierLoad got,
-                     Load(tokens, block_size, first_block, std::min(max_blocks, fit)));
+                     Load(tokens, root, block_size, first_block, std::min(max_blocks, fit)));
     out.problem = got.problem;
     for (const KvTierBlock& b : got.blocks) {
       if (b.data.size() != block_bytes) {

@@ -108,7 +108,7 @@ std::unique_ptr<Sequence> KvTransfer::Admit(std::unique_ptr<Sequence> s, double 
   // Whole blocks that could come from a tier: past what is cached, and
   // never the last prompt token (its logits start the reply).
   const int64_t usable = static_cast<int64_t>(s->prompt_len - 1) / bs;
-  const int64_t resident = kv_->CachedPrefixTokens(s->tokens) / bs;
+  const int64_t resident = kv_->CachedPrefixTokens(s->tokens, s->cache_root) / bs;
   s->resident_before_restore = resident * bs;
   s->restore_broken = false;
   int64_t cached = resident;
@@ -122,6 +122,7 @@ std::unique_ptr<Sequence> KvTransfer::Admit(std::unique_ptr<Sequence> s, double 
   LoadJob job;
   job.id = s->id;
   job.tokens.assign(s->tokens.begin(), s->tokens.begin() + usable * bs);
+  job.root = s->cache_root;
   job.first_block = static_cast<int32_t>(cached);
   job.max_blocks = static_cast<int32_t>(usable - cached);
   job.plan = options_.split_restores && prefill_cost_.known();
@@ -173,11 +174,14 @@ int32_t KvTransfer::RestoreFromHost(Sequence* s, int64_t usable_blocks) {
   const int bs = options_.block_size;
   const std::span<const int32_t> tokens =
       std::span<const int32_t>(s->tokens).first(static_cast<size_t>(usable_blocks) * bs);
-  const int32_t first = static_cast<int32_t>(kv_->CachedPrefixTokens(s->tokens) / bs);
+  const int32_t first =
+      static_cast<int32_t>(kv_->CachedPrefixTokens(s->tokens, s->cache_root) / bs);
   if (first >= usable_blocks) return 0;
   // The chain hash before `first`: the cached head's last block.
-  BlockHash parent = kRootBlockHash;
-  if (first > 0) parent = HashFullBlocks(tokens.first(static_cast<size_t>(first) * bs), bs).back();
+  BlockHash parent = s->cache_root;
+  if (first > 0)
+    parent =
+        HashFullBlocks(tokens.first(static_cast<size_t>(first) * bs), bs, s->cache_root).back();
   const int32_t want = static_cast<int32_t>(usable_blocks - first);
   bool pending = false;
   std::vector<HostKvTier::Hit> hits = host_->Match(tokens, first, want, parent, &pending);
@@ -196,11 +200,12 @@ int32_t KvTransfer::RestoreFromHost(Sequence* s, int64_t usable_blocks) {
   // into the host tier, never the leased hits.
   std::vector<int32_t> ids;
   std::vector<size_t> which;
-  const int32_t n = kv_->RestoreBlocks(s->tokens, first, hashes, [&](size_t i, int32_t block) {
-    ids.push_back(block);
-    which.push_back(i);
-    return Status::Ok();
-  });
+  const int32_t n =
+      kv_->RestoreBlocks(s->tokens, s->cache_root, first, hashes, [&](size_t i, int32_t block) {
+        ids.push_back(block);
+        which.push_back(i);
+        return Status::Ok();
+      });
   FlushEvictions();
   const auto t0 = std::chrono::steady_clock::now();
   Status st;

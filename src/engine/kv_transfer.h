@@ -199,6 +199,7 @@ class KvTransfer {
   struct LoadJob {
     RequestId id = 0;
     std::vector<int32_t> tokens;
+    BlockHash root;  // the chain's start (Sequence::cache_root)
     int32_t first_block = 0;
     int32_t max_blocks = 0;
     // Plan a split first (the loader counts what the store has).
@@ -308,6 +309,7 @@ class KvTransfer {
   // Split restores under way (their requests are in the scheduler).
   struct Split {
     std::vector<int32_t> tokens;  // the prompt's whole blocks to restore into
+    BlockHash root;               // their chain's start (Sequence::cache_root)
     bool loaded = false;          // the tail's load is over
     bool broken = false;          // a chunk failed: the rest is not joined
     int64_t restored_tokens = 0;  // written from the store

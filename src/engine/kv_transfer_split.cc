@@ -10,8 +10,8 @@
 namespace agentkv {
 
 bool KvTransfer::PlanSplit(LoadJob* job, int32_t* next, int32_t* end) {
-  Result<int32_t> stored = options_.kv_tier->CountStored(job->tokens, options_.block_size,
-                                                         job->first_block, job->max_blocks);
+  Result<int32_t> stored = options_.kv_tier->CountStored(
+      job->tokens, job->root, options_.block_size, job->first_block, job->max_blocks);
   // Errors surface in the load itself.
   if (!stored.ok()) return false;
   RestoreRates rates = job->rates;
@@ -49,6 +49,7 @@ std::unique_ptr<Sequence> KvTransfer::StartSplit(const LoadChunk& c) {
   Split& sp = splits_[c.id];
   const size_t whole = (s->prompt_len - 1) / bs * bs;
   sp.tokens.assign(s->tokens.begin(), s->tokens.begin() + static_cast<std::ptrdiff_t>(whole));
+  sp.root = s->cache_root;
   return s;
 }
 
@@ -64,16 +65,16 @@ void KvTransfer::ApplySplitChunk(const LoadChunk& c) {
     return;
   }
   const std::vector<BlockHash> all =
-      HashFullBlocks(std::span<const int32_t>(sp.tokens).first(end), bs);
+      HashFullBlocks(std::span<const int32_t>(sp.tokens).first(end), bs, sp.root);
   const std::span<const BlockHash> hashes = std::span(all).subspan(c.first_block);
   // Blocks cached already are held as they are; the new ones are written
   // right after, in runs of consecutive chunk positions.
   std::vector<std::pair<size_t, int32_t>> fresh;
-  const int32_t n =
-      kv_->RestoreHeldBlocks(c.id, sp.tokens, c.first_block, hashes, [&](size_t i, int32_t block) {
-        fresh.emplace_back(i, block);
-        return Status::Ok();
-      });
+  const int32_t n = kv_->RestoreHeldBlocks(c.id, sp.tokens, sp.root, c.first_block, hashes,
+                                           [&](size_t i, int32_t block) {
+                                             fresh.emplace_back(i, block);
+                                             return Status::Ok();
+                                           });
   FlushEvictions();
   Status st;
   for (size_t i = 0; i < fresh.size() && st.ok();) {

@@ -49,7 +49,7 @@ void KvTransfer::LoaderLoop() {
         const auto t0 = std::chrono::steady_clock::now();
         // Asks for the whole rest of the job: the tier decodes what fits the
         // slot and prefetches what follows.
-        Result<KvTierLoadInto> r = tier->LoadInto(job.tokens, bs, next, end - next,
+        Result<KvTierLoadInto> r = tier->LoadInto(job.tokens, job.root, bs, next, end - next,
                                                   restore_slots_[c.slot].span(), block_bytes_);
         c.load_seconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -107,18 +107,18 @@ std::unique_ptr<Sequence> KvTransfer::ApplyChunk(LoadChunk c) {
     const std::vector<BlockHash> all =
         HashFullBlocks(std::span<const int32_t>(s->tokens).first(
                            static_cast<size_t>(c.first_block + c.blocks) * bs),
-                       bs);
+                       bs, s->cache_root);
     const std::span<const BlockHash> hashes = std::span(all).subspan(c.first_block);
     // The manager allocates and registers; the chunk's data goes in with one
     // batched copy right after, before any step can read those blocks.
     size_t first_new = 0;
     std::vector<int32_t> ids;
-    const int32_t n =
-        kv_->RestoreBlocks(s->tokens, c.first_block, hashes, [&](size_t i, int32_t block) {
-          if (ids.empty()) first_new = i;
-          ids.push_back(block);
-          return Status::Ok();
-        });
+    const int32_t n = kv_->RestoreBlocks(s->tokens, s->cache_root, c.first_block, hashes,
+                                         [&](size_t i, int32_t block) {
+                                           if (ids.empty()) first_new = i;
+                                           ids.push_back(block);
+                                           return Status::Ok();
+                                         });
     // Blocks the allocations evicted are read out before they are written.
     FlushEvictions();
     int32_t written = n;
@@ -188,7 +188,7 @@ void KvTransfer::SaveAgentKv(Sequence* s) {
   SaveJob job;
   job.agent_key = s->request.agent_key;
   job.first_index = static_cast<uint32_t>(same);
-  job.parent = same == 0 ? kRootBlockHash : hashes[same - 1];
+  job.parent = same == 0 ? s->cache_root : hashes[same - 1];
   for (size_t i = same; i < n; ++i) {
     KvTierBlock b;
     b.hash = hashes[i];

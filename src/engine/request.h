@@ -36,6 +36,11 @@ struct EngineRequest {
   // Agent whose resident blocks this request extends, and who keeps this
   // request's KV resident after it ends. Empty: none.
   std::string agent_key;
+  // Salts the KV block hash chain (cache/block_hash.h ChainRoot): the
+  // request shares cached KV, in the pool and in every tier, only with
+  // requests of the same salt. The server sets the tenant here; empty:
+  // unsalted (no tenants), the chain as it always was.
+  std::string cache_salt;
 };
 
 struct RequestOutput {

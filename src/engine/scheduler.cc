@@ -58,7 +58,7 @@ int32_t Scheduler::AvailableBlocks() const {
 }
 
 bool Scheduler::TryAdmit(Sequence* s, int32_t budget, ScheduledSeq* out, StepPlan* plan) {
-  if (!kv_->AddSequence(s->id).ok()) return false;
+  if (!kv_->AddSequence(s->id, s->cache_root).ok()) return false;
   auto attached = kv_->AttachCachedPrefix(s->id, s->tokens);
   s->computed = attached.ok() ? *attached : 0;
   // Admit only with room for the whole prompt plus one block of headroom per
@@ -82,7 +82,7 @@ bool Scheduler::TryAdmit(Sequence* s, int32_t budget, ScheduledSeq* out, StepPla
     if (admit_hook_) {
       kv_->FreeSequence(s->id);
       admit_hook_(s);
-      if (!kv_->AddSequence(s->id).ok()) return false;
+      if (!kv_->AddSequence(s->id, s->cache_root).ok()) return false;
       attached = kv_->AttachCachedPrefix(s->id, s->tokens);
       s->computed = attached.ok() ? *attached : 0;
     }

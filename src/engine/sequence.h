@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "cache/block_hash.h"
 #include "engine/request.h"
 #include "engine/sampler.h"
 #include "engine/stop_checker.h"
@@ -31,6 +32,8 @@ struct Sequence {
 
   std::vector<int32_t> tokens;  // prompt, then output
   size_t prompt_len = 0;
+  // Where the KV hash chain of `tokens` starts: ChainRoot(request.cache_salt).
+  BlockHash cache_root;
   int64_t computed = 0;              // leading tokens whose KV is in the cache
   int64_t cached_prompt_tokens = 0;  // found in the cache at first admission
   bool admitted_once = false;

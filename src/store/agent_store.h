@@ -190,7 +190,8 @@ class AgentStore {
   // How many of `hashes` have a stored record, from the first up to the
   // first missing one; reads no record (a corrupt one still counts).
   Result<size_t> CountKvPrefix(const ModelFingerprint& fp, std::span<const BlockHash> hashes);
-  // Same as LoadKvPrefix, hashing the full blocks of `tokens` with cache/block_hash.h.
+  // Same as LoadKvPrefix, hashing the full blocks of `tokens` with cache/block_hash.h
+  // (the unsalted chain: a salted request's blocks are not found).
   Result<KvPrefix> LoadKvPrefixForTokens(const ModelFingerprint& fp,
                                          std::span<const int32_t> tokens, int block_size);
   // The agent's chain under `fp` from block 0 up to the first gap.

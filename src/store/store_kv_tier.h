@@ -36,13 +36,13 @@ class StoreKvTier : public KvTier {
                                         const std::string& kv_format, int block_size);
 
   const char* source_name() const override { return "disk"; }
-  Result<KvTierLoad> Load(std::span<const int32_t> tokens, int block_size, int32_t first_block,
-                          int32_t max_blocks) override;
-  Result<int32_t> CountStored(std::span<const int32_t> tokens, int block_size, int32_t first_block,
-                              int32_t max_blocks) override;
-  Result<KvTierLoadInto> LoadInto(std::span<const int32_t> tokens, int block_size,
-                                  int32_t first_block, int32_t max_blocks, std::span<std::byte> dst,
-                                  size_t block_bytes) override;
+  Result<KvTierLoad> Load(std::span<const int32_t> tokens, const BlockHash& root, int block_size,
+                          int32_t first_block, int32_t max_blocks) override;
+  Result<int32_t> CountStored(std::span<const int32_t> tokens, const BlockHash& root,
+                              int block_size, int32_t first_block, int32_t max_blocks) override;
+  Result<KvTierLoadInto> LoadInto(std::span<const int32_t> tokens, const BlockHash& root,
+                                  int block_size, int32_t first_block, int32_t max_blocks,
+                                  std::span<std::byte> dst, size_t block_bytes) override;
   void Save(const std::string& agent_key, uint32_t first_index,
             std::vector<KvTierBlock> blocks) override;
   Status Flush() override { return store_->Flush(); }
@@ -54,13 +54,14 @@ class StoreKvTier : public KvTier {
       : store_(store), fp_(fp), element_size_(element_size) {}
 
   // Blocks [first_block, first_block + max_blocks) of `tokens` that are
-  // full: their chained hashes and tokens; nullopt when there are none.
+  // full: their hashes (chained from `root`) and tokens; nullopt when there
+  // are none.
   struct Range {
     std::vector<BlockHash> hashes;
     std::span<const int32_t> tokens;
   };
-  static std::optional<Range> RangeOf(std::span<const int32_t> tokens, int block_size,
-                                      int32_t first_block, int32_t max_blocks);
+  static std::optional<Range> RangeOf(std::span<const int32_t> tokens, const BlockHash& root,
+                                      int block_size, int32_t first_block, int32_t max_blocks);
 
   AgentStore* store_;
   ModelFingerprint fp_;

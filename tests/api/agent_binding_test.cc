@@ -36,6 +36,36 @@ TEST(AgentBindingTest, HintsFromBodyAndHeaders) {
   EXPECT_TRUE(h.metadata_user_id.empty());
 }
 
+// The engine's cache salt: the tenant and the body's "cache_salt", never
+// two pairs on one salt; nothing at all without either (the unsalted
+// cache of a single user, as before tenants).
+TEST(AgentBindingTest, CacheSaltFromTenantAndBody) {
+  HttpRequest none;
+  EXPECT_EQ(*AgentBinding::CacheSalt(none, json::object()), "");
+  EXPECT_EQ(*AgentBinding::CacheSalt(none, json{{"cache_salt", nullptr}}), "");
+  HttpRequest ab;
+  ab.tenant = "ab";
+  HttpRequest a;
+  a.tenant = "a";
+  const std::string t_ab = *AgentBinding::CacheSalt(ab, json::object());
+  EXPECT_FALSE(t_ab.empty());
+  EXPECT_NE(t_ab, *AgentBinding::CacheSalt(a, json::object()));
+  EXPECT_NE(*AgentBinding::CacheSalt(ab, json{{"cache_salt", "c"}}),
+            *AgentBinding::CacheSalt(a, json{{"cache_salt", "bc"}}));
+  EXPECT_NE(*AgentBinding::CacheSalt(ab, json{{"cache_salt", "c"}}), t_ab);
+  EXPECT_NE(*AgentBinding::CacheSalt(none, json{{"cache_salt", "c"}}), "");
+  EXPECT_EQ(*AgentBinding::CacheSalt(ab, json{{"cache_salt", "c"}}),
+            *AgentBinding::CacheSalt(ab, json{{"cache_salt", "c"}}));
+  for (const json& bad : {json(1), json(""), json::array(),
+                          json(std::string(AgentBinding::kMaxCacheSaltBytes + 1, 'x'))}) {
+    auto r = AgentBinding::CacheSalt(ab, json{{"cache_salt", bad}});
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad.dump();
+  }
+  EXPECT_TRUE(AgentBinding::CacheSalt(
+                  ab, json{{"cache_salt", std::string(AgentBinding::kMaxCacheSaltBytes, 'x')}})
+                  .ok());
+}
+
 TEST(AgentBindingTest, NormalizeStripsBillingHeaderFromSystemMessages) {
   ordered_json msgs = ordered_json::parse(R"([
     {"role": "system", "content": "x-anthropic-billing-header: cc_version=1; cch=abc;\nYou are Claude Code."},

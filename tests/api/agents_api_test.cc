@@ -233,6 +233,85 @@ TEST_F(AgentsApiTest, TenantsSeeOnlyTheirOwnAgents) {
   EXPECT_EQ(Call("GET", "/v1/agents", "", {{"x-api-key", "acme-key-new-0123456789"}}).first, 200);
 }
 
+// Tenants share no cached prompts: the same system prompt and message from
+// another tenant finds nothing cached (cached_tokens would reveal the
+// first tenant's prompt), over the agents API and OpenAI chat alike; the
+// same tenant's other agents still reuse it. A body "cache_salt" salts
+// further within a tenant.
+TEST_F(AgentsApiTest, TenantsShareNoCachedPrompts) {
+  ApiServiceOptions so;
+  auto keys = TenantKeys::Parse("acme-key-0123456789 acme\nzeta-key-0123456789 zeta\n");
+  ASSERT_TRUE(keys.ok());
+  so.tenants = *keys;
+  service_ = std::make_unique<ApiService>(ApiContext{host_.get(), agents_.get(), &metrics_}, so);
+  const std::map<std::string, std::string> acme = {{"x-api-key", "acme-key-0123456789"}};
+  const std::map<std::string, std::string> zeta = {{"x-api-key", "zeta-key-0123456789"}};
+  const std::string system =
+      "You are the build assistant of a large project. Answer in one short sentence, cite the "
+      "file you looked at, and never guess at a command you have not seen run successfully.";
+  const json req = {{"system", system},
+                    {"message", "Which target builds the server binary?"},
+                    {"max_tokens", 2},
+                    {"temperature", 0}};
+  auto cached = [](const std::string& body) {
+    return json::parse(body)["usage"]["cached_tokens"].get<int>();
+  };
+  auto [st, body] = Call("POST", "/v1/agents/x/generate", req.dump(), acme);
+  ASSERT_EQ(st, 200) << body;
+  EXPECT_EQ(cached(body), 0);
+  std::tie(st, body) = Call("POST", "/v1/agents/x/generate", req.dump(), zeta);
+  ASSERT_EQ(st, 200) << body;
+  EXPECT_EQ(cached(body), 0);
+  EXPECT_EQ(json::parse(body)["usage"]["cache_source"], "none");
+  // OpenAI chat: acme's conversation is cached for acme, not for zeta.
+  const json chat = {{"messages",
+                      {{{"role", "system"}, {"content", "Reply in French. " + system}},
+                       {{"role", "user"}, {"content", "Which target builds the server binary?"}}}},
+                     {"max_tokens", 2},
+                     {"temperature", 0}};
+  auto chat_cached = [](const std::string& body) {
+    return json::parse(body)["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>();
+  };
+  std::tie(st, body) = Call("POST", "/v1/chat/completions", chat.dump(), acme);
+  ASSERT_EQ(st, 200) << body;
+  EXPECT_EQ(chat_cached(body), 0);
+  std::tie(st, body) = Call("POST", "/v1/chat/completions", chat.dump(), zeta);
+  ASSERT_EQ(st, 200) << body;
+  EXPECT_EQ(chat_cached(body), 0);
+  // Acme's other agent reuses acme's prompt.
+  std::tie(st, body) = Call("POST", "/v1/agents/y/generate", req.dump(), acme);
+  ASSERT_EQ(st, 200) << body;
+  EXPECT_GT(cached(body), 0);
+  // A body salt is another cache inside the tenant.
+  json salted = req;
+  salted["cache_salt"] = "user-17";
+  std::tie(st, body) = Call("POST", "/v1/agents/z/generate", salted.dump(), acme);
+  ASSERT_EQ(st, 200) << body;
+  EXPECT_EQ(cached(body), 0);
+  std::tie(st, body) = Call("POST", "/v1/agents/w/generate", salted.dump(), acme);
+  ASSERT_EQ(st, 200) << body;
+  EXPECT_GT(cached(body), 0);
+  for (const json bad : {json(17), json(""), json(std::string(2000, 's'))}) {
+    salted["cache_salt"] = bad;
+    std::tie(st, body) = Call("POST", "/v1/agents/v/generate", salted.dump(), acme);
+    EXPECT_EQ(st, 400) << body;
+    EXPECT_NE(body.find("cache_salt"), std::string::npos) << body;
+  }
+  // The other protocols refuse a bad salt the same way.
+  json bad_chat = chat;
+  bad_chat["cache_salt"] = json::array();
+  std::tie(st, body) = Call("POST", "/v1/chat/completions", bad_chat.dump(), acme);
+  EXPECT_EQ(st, 400) << body;
+  EXPECT_NE(body.find("cache_salt"), std::string::npos) << body;
+  const json bad_messages = {{"model", "m"},
+                             {"max_tokens", 2},
+                             {"messages", {{{"role", "user"}, {"content", "Hi"}}}},
+                             {"cache_salt", 5}};
+  std::tie(st, body) = Call("POST", "/v1/messages", bad_messages.dump(), acme);
+  EXPECT_EQ(st, 400) << body;
+  EXPECT_NE(body.find("cache_salt"), std::string::npos) << body;
+}
+
 TEST_F(AgentsApiTest, ListIsPaginatedWithLimitAndAfter) {
   for (const char* id : {"p1", "p2", "p3"}) ASSERT_TRUE(store_->AppendTurn(id, "[]").ok());
   auto [st, body] = Call("GET", "/v1/agents?limit=2");

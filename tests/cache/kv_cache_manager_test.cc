@@ -55,6 +55,47 @@ TEST(KvCacheManagerTest, CreateValidatesConfig) {
   EXPECT_FALSE(KvCacheManager::Create(FullSpec(), cfg).ok());
 }
 
+// Sequences of different chain roots (tenants' salts) never share a block,
+// even with identical tokens: nothing is attached, counted or restored
+// across roots; the same root still shares.
+TEST(KvCacheManagerTest, SaltedChainsShareNoBlocks) {
+  auto m = Make(FullSpec(), {32});
+  const BlockHash acme = ChainRoot("4:acme");
+  const BlockHash zeta = ChainRoot("4:zeta");
+  const std::vector<int32_t> p = Iota(3 * kBs + 1);
+  ASSERT_TRUE(m->AddSequence(1, acme).ok());
+  EXPECT_EQ(*m->AttachCachedPrefix(1, p), 0);
+  Append(*m, 1, p);
+  m->FreeSequence(1);
+  EXPECT_EQ(m->CachedPrefixTokens(p, acme), 3 * kBs);
+  EXPECT_EQ(m->CachedPrefixTokens(p, zeta), 0);
+  EXPECT_EQ(m->CachedPrefixTokens(p, kRootBlockHash), 0);
+
+  ASSERT_TRUE(m->AddSequence(2, zeta).ok());
+  EXPECT_EQ(*m->AttachCachedPrefix(2, p), 0);
+  Append(*m, 2, p);
+  ASSERT_TRUE(m->AddSequence(3).ok());  // unsalted
+  EXPECT_EQ(*m->AttachCachedPrefix(3, p), 0);
+  ASSERT_TRUE(m->AddSequence(4, acme).ok());
+  EXPECT_EQ(*m->AttachCachedPrefix(4, p), 3 * kBs);
+  for (int i = 0; i < 3; ++i) EXPECT_NE(m->Table(2, 0).blocks()[i], m->Table(4, 0).blocks()[i]);
+  EXPECT_EQ(m->BlockHashes(4), HashFullBlocks(std::span(p).first(3 * kBs), kBs, acme));
+
+  // A restore of acme's hashes into zeta's chain does not match its chain.
+  m->FreeSequence(2);
+  m->FreeSequence(3);
+  m->FreeSequence(4);
+  ASSERT_EQ(m->EvictIdle(0, 1000), 6);
+  const std::vector<BlockHash> acme_hashes = HashFullBlocks(std::span(p).first(3 * kBs), kBs, acme);
+  auto ok = [](size_t, int32_t) { return Status::Ok(); };
+  EXPECT_EQ(m->RestoreBlocks(p, zeta, 0, acme_hashes, ok), 0);
+  EXPECT_EQ(m->RestoreHeldBlocks(9, p, zeta, 0, acme_hashes, ok), 0);
+  EXPECT_EQ(m->RestoreBlocks(p, acme, 0, acme_hashes, ok), 3);
+  EXPECT_EQ(m->CachedPrefixTokens(p, acme), 3 * kBs);
+  EXPECT_EQ(m->CachedPrefixTokens(p, zeta), 0);
+  EXPECT_TRUE(m->CheckInvariants().ok()) << m->CheckInvariants().ToString();
+}
+
 TEST(KvCacheManagerTest, AllocatesOnDemand) {
   auto m = Make(FullSpec(), {8});
   ASSERT_TRUE(m->AddSequence(1).ok());
@@ -86,7 +127,7 @@ TEST(KvCacheManagerTest, CommonPrefixSharesPhysicalBlocks) {
   Append(*m, 1, a);
 
   ASSERT_TRUE(m->AddSequence(2).ok());
-  EXPECT_EQ(m->CachedPrefixTokens(b), 3 * kBs);
+  EXPECT_EQ(m->CachedPrefixTokens(b, kRootBlockHash), 3 * kBs);
   Result<int64_t> hit = m->AttachCachedPrefix(2, b);
   ASSERT_TRUE(hit.ok());
   EXPECT_EQ(*hit, 3 * kBs);
@@ -194,11 +235,12 @@ TEST(KvCacheManagerTest, EvictsLeastRecentlyUsedPrefixFirst) {
   ASSERT_TRUE(m->AddSequence(3).ok());
   Append(*m, 3, Iota(2 * kBs, 500));
   // a's two tail blocks went, b is intact.
-  EXPECT_EQ(m->CachedPrefixTokens(a), kBs);
-  EXPECT_EQ(m->CachedPrefixTokens(b), 2 * kBs);  // whole prompt: last block recomputed
+  EXPECT_EQ(m->CachedPrefixTokens(a, kRootBlockHash), kBs);
+  EXPECT_EQ(m->CachedPrefixTokens(b, kRootBlockHash),
+            2 * kBs);  // whole prompt: last block recomputed
   std::vector<int32_t> b_longer = b;
   b_longer.push_back(1);
-  EXPECT_EQ(m->CachedPrefixTokens(b_longer), 3 * kBs);
+  EXPECT_EQ(m->CachedPrefixTokens(b_longer, kRootBlockHash), 3 * kBs);
   EXPECT_EQ(m->Stats(0).evictions, 2);
 }
 
@@ -321,19 +363,19 @@ TEST(KvCacheManagerTest, SplitRestoreHoldsTheTailUntilTheHeadIsComputed) {
   const std::vector<BlockHash> all =
       HashFullBlocks(std::span<const int32_t>(prompt).first(5 * kBs), kBs);
   std::vector<int32_t> written;
-  const int32_t n = m->RestoreHeldBlocks(
-      /*hold=*/7, prompt, 2, std::span<const BlockHash>(all).subspan(2, 3),
-      [&](size_t i, int32_t block) {
-        EXPECT_EQ(i, written.size());
-        written.push_back(block);
-        return Status::Ok();
-      });
+  const int32_t n = m->RestoreHeldBlocks(/*hold=*/7, prompt, kRootBlockHash, 2,
+                                         std::span<const BlockHash>(all).subspan(2, 3),
+                                         [&](size_t i, int32_t block) {
+                                           EXPECT_EQ(i, written.size());
+                                           written.push_back(block);
+                                           return Status::Ok();
+                                         });
   ASSERT_EQ(n, 3);
   EXPECT_EQ(written.size(), 3u);
   EXPECT_EQ(m->held_blocks(), 3);
   ASSERT_TRUE(m->CheckInvariants().ok()) << m->CheckInvariants().ToString();
   // Nothing is attachable from the start yet: the head is missing.
-  EXPECT_EQ(m->CachedPrefixTokens(prompt), 0);
+  EXPECT_EQ(m->CachedPrefixTokens(prompt, kRootBlockHash), 0);
   // Held blocks survive pressure: the other 9 blocks are all that is left.
   ASSERT_TRUE(m->AddSequence(2).ok());
   Append(*m, 2, Iota(9 * kBs, 5000));
@@ -357,7 +399,7 @@ TEST(KvCacheManagerTest, SplitRestoreHoldsTheTailUntilTheHeadIsComputed) {
   // The last token is computed as usual; the chain is whole afterwards.
   Append(*m, 1, {prompt.back()});
   m->FreeSequence(1);
-  EXPECT_EQ(m->CachedPrefixTokens(prompt), 5 * kBs);
+  EXPECT_EQ(m->CachedPrefixTokens(prompt, kRootBlockHash), 5 * kBs);
   ASSERT_TRUE(m->CheckInvariants().ok()) << m->CheckInvariants().ToString();
 }
 
@@ -368,15 +410,15 @@ TEST(KvCacheManagerTest, SplitRestoreStopsAtAWrongHashOrAFailedWrite) {
   std::vector<BlockHash> wrong(all.begin() + 1, all.end());
   wrong[1] = all[0];  // block 2 under block 0's hash
   auto ok = [](size_t, int32_t) { return Status::Ok(); };
-  EXPECT_EQ(m->RestoreHeldBlocks(1, prompt, 1, wrong, ok), 1);
+  EXPECT_EQ(m->RestoreHeldBlocks(1, prompt, kRootBlockHash, 1, wrong, ok), 1);
   int calls = 0;
   auto fail_second = [&](size_t, int32_t) {
     return ++calls == 2 ? Internal("copy failed") : Status::Ok();
   };
   // Block 1 is cached already (held, not written); block 2 is written; 3 fails.
-  EXPECT_EQ(
-      m->RestoreHeldBlocks(2, prompt, 1, std::span<const BlockHash>(all).subspan(1), fail_second),
-      2);
+  EXPECT_EQ(m->RestoreHeldBlocks(2, prompt, kRootBlockHash, 1,
+                                 std::span<const BlockHash>(all).subspan(1), fail_second),
+            2);
   EXPECT_EQ(m->held_blocks(), 3);
   ASSERT_TRUE(m->CheckInvariants().ok()) << m->CheckInvariants().ToString();
   m->ReleaseHold(1);

@@ -213,7 +213,7 @@ class Harness {
       agent_resident_[id] = r;
       std::vector<int32_t> probe = agent_tokens_[id];
       probe.push_back(0);
-      ASSERT_GE(m_->CachedPrefixTokens(probe), r);
+      ASSERT_GE(m_->CachedPrefixTokens(probe, kRootBlockHash), r);
     }
   }
 

@@ -57,9 +57,9 @@ TEST(PrefixCacheTest, AcquiresLongestCachedPrefixWithReferences) {
 
   std::vector<int32_t> q = a;
   q[2 * kBs + 1] = 1000;  // diverges inside the third block
-  EXPECT_EQ(cache.CountCached(q), 2);
+  EXPECT_EQ(cache.CountCached(q, kRootBlockHash), 2);
   std::vector<BlockHash> hashes;
-  std::vector<int32_t> got = cache.Acquire(q, 10, &hashes);
+  std::vector<int32_t> got = cache.Acquire(q, kRootBlockHash, 10, &hashes);
   EXPECT_EQ(got, (std::vector<int32_t>{blocks[0], blocks[1]}));
   EXPECT_EQ(hashes.size(), 2u);
   EXPECT_EQ(pool.RefCount(blocks[0]), 2);
@@ -68,12 +68,12 @@ TEST(PrefixCacheTest, AcquiresLongestCachedPrefixWithReferences) {
   EXPECT_EQ(pool.Stats().prefix_misses, 1);
 
   // max_blocks caps the match.
-  std::vector<int32_t> one = cache.Acquire(a, 1);
+  std::vector<int32_t> one = cache.Acquire(a, kRootBlockHash, 1);
   EXPECT_EQ(one, (std::vector<int32_t>{blocks[0]}));
   // A different first block matches nothing, even if later blocks are equal.
   std::vector<int32_t> r = a;
   r[0] = 1000;
-  EXPECT_TRUE(cache.Acquire(r, 10).empty());
+  EXPECT_TRUE(cache.Acquire(r, kRootBlockHash, 10).empty());
 }
 
 TEST(PrefixCacheTest, EvictionRemovesEntries) {
@@ -83,13 +83,13 @@ TEST(PrefixCacheTest, EvictionRemovesEntries) {
   std::vector<int32_t> blocks = Register(pool, cache, a);
   for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) pool.Release(*it);
   EXPECT_EQ(pool.Stats().cached, 3);
-  EXPECT_EQ(cache.CountCached(a), 3);
+  EXPECT_EQ(cache.CountCached(a, kRootBlockHash), 3);
   // Tail released first -> evicted first; the head survives.
   ASSERT_TRUE(pool.Allocate().ok());
   EXPECT_EQ(cache.size(), 2u);
-  EXPECT_EQ(cache.CountCached(a), 2);
+  EXPECT_EQ(cache.CountCached(a, kRootBlockHash), 2);
   ASSERT_TRUE(pool.Allocate().ok());
-  EXPECT_EQ(cache.CountCached(a), 1);
+  EXPECT_EQ(cache.CountCached(a, kRootBlockHash), 1);
   EXPECT_TRUE(cache.CheckInvariants().ok());
 }
 
@@ -101,8 +101,8 @@ TEST(PrefixCacheTest, StoredTokensAreVerifiedBeforeReuse) {
   // Simulate a hash collision: `other`'s content filed under `real`'s hash.
   int32_t b = *pool.Allocate();
   ASSERT_TRUE(cache.Insert(kRootBlockHash, HashBlock(kRootBlockHash, real), other, b));
-  EXPECT_EQ(cache.CountCached(real), 0);
-  EXPECT_TRUE(cache.Acquire(real, 1).empty());
+  EXPECT_EQ(cache.CountCached(real, kRootBlockHash), 0);
+  EXPECT_TRUE(cache.Acquire(real, kRootBlockHash, 1).empty());
   EXPECT_EQ(pool.RefCount(b), 1);
 }
 

@@ -85,6 +85,36 @@ TEST(EngineTest, SharedPrefixIsReusedAndGivesSameOutput) {
   EXPECT_GT(shared->Stats().pools[0].prefix_hits, 0);
 }
 
+EngineRequest Salted(std::vector<int32_t> prompt, int max_tokens, std::string salt,
+                     std::string agent = "") {
+  EngineRequest r = Greedy(std::move(prompt), max_tokens, std::move(agent));
+  r.cache_salt = std::move(salt);
+  return r;
+}
+
+// Tenants (cache salts): the same prompt under another salt, or none, finds
+// nothing cached (cached_tokens would tell one tenant another's prompt),
+// and computes the same output; the same salt still reuses the prefix.
+TEST(EngineTest, CacheSaltsShareNoPrefix) {
+  auto e = MakeEngine(Architecture::kQwen3, 256, true);
+  std::vector<int32_t> p = Range(3, 12);  // 3 full blocks of 4
+  p.insert(p.end(), {5, 6});
+  Done a = Collect(e->Submit(Salted(p, 6, "4:acme")).value());
+  EXPECT_EQ(a.finished.cached_tokens, 0);
+  Done z = Collect(e->Submit(Salted(p, 6, "4:zeta")).value());
+  EXPECT_EQ(z.finished.cached_tokens, 0);
+  EXPECT_EQ(z.finished.cache_source, CacheSource::kNone);
+  EXPECT_EQ(z.tokens, a.tokens);
+  Done plain = Collect(e->Submit(Greedy(p, 6)).value());
+  EXPECT_EQ(plain.finished.cached_tokens, 0);
+  EXPECT_EQ(plain.tokens, a.tokens);
+  Done a2 = Collect(e->Submit(Salted(p, 6, "4:acme")).value());
+  EXPECT_EQ(a2.finished.cached_tokens, 12);
+  EXPECT_EQ(a2.tokens, a.tokens);
+  Done plain2 = Collect(e->Submit(Greedy(p, 6)).value());
+  EXPECT_EQ(plain2.finished.cached_tokens, 12);
+}
+
 TEST(EngineTest, AgentResidentCacheCarriesToTheNextTurn) {
   auto e = MakeEngine(Architecture::kLlama, 256);
   std::vector<int32_t> turn1 = Range(1, 10);
@@ -400,6 +430,27 @@ TEST(EngineHostTierTest, ANewEngineNeverSeesTheOldEnginesHostBlocks) {
   EXPECT_EQ(d.finished.cached_tokens, 0);
   EXPECT_EQ(d.finished.cache_source, CacheSource::kNone);
   EXPECT_EQ((*e2)->Stats().host_kv_hits, 0);
+}
+
+// The host tier is keyed by the salted chain too: an agent's blocks that
+// the pool evicted come back for its own tenant only.
+TEST(EngineHostTierTest, HostTierServesOnlyTheSameSalt) {
+  auto e = MakeEngine(Architecture::kQwen3, 24, true, 8, true, /*host_kv_bytes=*/1 << 20);
+  std::vector<int32_t> turn1 = Range(1, 30);
+  Done d1 = Collect(e->Submit(Salted(turn1, 6, "4:acme", "acme/a")).value());
+  for (int i = 0; i < 2; ++i) Collect(e->Submit(Greedy(Range(40 + i, 80), 2)).value());
+  ASSERT_GT(e->Stats().host_kv_blocks, 0);
+  std::vector<int32_t> turn2 = turn1;
+  turn2.insert(turn2.end(), d1.tokens.begin(), d1.tokens.end());
+  turn2.insert(turn2.end(), {11, 12, 13});
+  const int64_t hits = e->Stats().host_kv_hits;
+  Done other = Collect(e->Submit(Salted(turn2, 8, "4:zeta", "zeta/a")).value());
+  EXPECT_EQ(other.finished.cached_tokens, 0);
+  EXPECT_EQ(other.finished.cache_source, CacheSource::kNone);
+  EXPECT_EQ(e->Stats().host_kv_hits, hits);
+  Done own = Collect(e->Submit(Salted(turn2, 8, "4:acme", "acme/a")).value());
+  EXPECT_GT(own.finished.cached_tokens, 0);
+  EXPECT_EQ(own.tokens, other.tokens);
 }
 
 // Sampled rows of a step are drawn on several threads: each sequence has

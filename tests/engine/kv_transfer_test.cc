@@ -25,12 +25,12 @@ constexpr int kBs = 4;
 class MemoryTier : public KvTier {
  public:
   const char* source_name() const override { return "memory"; }
-  Result<KvTierLoad> Load(std::span<const int32_t> tokens, int block_size, int32_t first_block,
-                          int32_t max_blocks) override {
+  Result<KvTierLoad> Load(std::span<const int32_t> tokens, const BlockHash& root, int block_size,
+                          int32_t first_block, int32_t max_blocks) override {
     std::lock_guard<std::mutex> lock(mu_);
     ++loads_;
     KvTierLoad out;
-    const std::vector<BlockHash> hashes = HashFullBlocks(tokens, block_size);
+    const std::vector<BlockHash> hashes = HashFullBlocks(tokens, block_size, root);
     for (int64_t i = first_block;
          i < static_cast<int64_t>(hashes.size()) && i < int64_t{first_block} + max_blocks; ++i) {
       auto it = blocks_.find(Key(hashes[i]));
@@ -189,18 +189,18 @@ TEST_F(KvTransferTest, EvictedBlocksComeBackFromHostWithTheirBytes) {
   const std::vector<int32_t> t = Tokens(12, 3);  // 3 full blocks
   Compute(1, t, 40);
   kv_->FreeSequence(1);
-  EXPECT_EQ(kv_->CachedPrefixTokens(Tokens(13, 3)), 12);
+  EXPECT_EQ(kv_->CachedPrefixTokens(Tokens(13, 3), kRootBlockHash), 12);
   // The pool lets them go; their bytes are read into the host tier.
   EXPECT_EQ(kv_->EvictIdle(0, 100), 3);
   transfer_->FlushEvictions();
   transfer_->CompleteSaves(false);
   EXPECT_EQ(transfer_->Stats().host.blocks, 3);
-  EXPECT_EQ(kv_->CachedPrefixTokens(Tokens(13, 3)), 0);
+  EXPECT_EQ(kv_->CachedPrefixTokens(Tokens(13, 3), kRootBlockHash), 0);
   // A request for the same prefix gets them back before it is scheduled.
   auto s = transfer_->Admit(Request(2, Tokens(13, 3)));
   ASSERT_NE(s, nullptr);
   EXPECT_EQ(s->host_restored_tokens, 12);
-  EXPECT_EQ(kv_->CachedPrefixTokens(s->tokens), 12);
+  EXPECT_EQ(kv_->CachedPrefixTokens(s->tokens, kRootBlockHash), 12);
   EXPECT_EQ(CachedFirstBytes(s->tokens, 3), (std::vector<uint8_t>{40, 41, 42}));
   EXPECT_EQ(transfer_->Stats().host_restored_tokens, 12);
   EXPECT_TRUE(kv_->CheckInvariants().ok());
@@ -217,7 +217,7 @@ TEST_F(KvTransferTest, ADifferentPrefixFindsNothingInHost) {
   auto s = transfer_->Admit(Request(2, other));
   ASSERT_NE(s, nullptr);
   EXPECT_EQ(s->host_restored_tokens, 0);
-  EXPECT_EQ(kv_->CachedPrefixTokens(other), 0);
+  EXPECT_EQ(kv_->CachedPrefixTokens(other, kRootBlockHash), 0);
 }
 
 TEST_F(KvTransferTest, FinishedTurnGoesToStoreAndHostAndResumesFromHostFirst) {
@@ -355,7 +355,7 @@ TEST_F(KvTransferTest, PreemptedSequenceGetsItsEvictedBlocksBackFromHost) {
   s->in_flight = 0;
   transfer_->RestoreBeforeAdmit(s.get());
   EXPECT_EQ(s->host_restored_tokens, 12);
-  EXPECT_EQ(kv_->CachedPrefixTokens(t), 12);
+  EXPECT_EQ(kv_->CachedPrefixTokens(t, kRootBlockHash), 12);
   EXPECT_EQ(CachedFirstBytes(t, 3), (std::vector<uint8_t>{50, 51, 52}));
 }
 

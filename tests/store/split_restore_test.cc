@@ -36,20 +36,20 @@ class SlowTier : public KvTier {
   SlowTier(std::shared_ptr<KvTier> inner, std::chrono::milliseconds delay)
       : inner_(std::move(inner)), delay_(delay) {}
   const char* source_name() const override { return inner_->source_name(); }
-  Result<int32_t> CountStored(std::span<const int32_t> tokens, int block_size, int32_t first_block,
-                              int32_t max_blocks) override {
-    return inner_->CountStored(tokens, block_size, first_block, max_blocks);
+  Result<int32_t> CountStored(std::span<const int32_t> tokens, const BlockHash& root,
+                              int block_size, int32_t first_block, int32_t max_blocks) override {
+    return inner_->CountStored(tokens, root, block_size, first_block, max_blocks);
   }
-  Result<KvTierLoad> Load(std::span<const int32_t> tokens, int block_size, int32_t first_block,
-                          int32_t max_blocks) override {
+  Result<KvTierLoad> Load(std::span<const int32_t> tokens, const BlockHash& root, int block_size,
+                          int32_t first_block, int32_t max_blocks) override {
     std::this_thread::sleep_for(delay_);
-    return inner_->Load(tokens, block_size, first_block, max_blocks);
+    return inner_->Load(tokens, root, block_size, first_block, max_blocks);
   }
-  Result<KvTierLoadInto> LoadInto(std::span<const int32_t> tokens, int block_size,
-                                  int32_t first_block, int32_t max_blocks, std::span<std::byte> dst,
-                                  size_t block_bytes) override {
+  Result<KvTierLoadInto> LoadInto(std::span<const int32_t> tokens, const BlockHash& root,
+                                  int block_size, int32_t first_block, int32_t max_blocks,
+                                  std::span<std::byte> dst, size_t block_bytes) override {
     std::this_thread::sleep_for(delay_);
-    return inner_->LoadInto(tokens, block_size, first_block, max_blocks, dst, block_bytes);
+    return inner_->LoadInto(tokens, root, block_size, first_block, max_blocks, dst, block_bytes);
   }
   void Save(const std::string& agent_key, uint32_t first_index,
             std::vector<KvTierBlock> blocks) override {
@@ -112,10 +112,13 @@ class SplitRestoreTest : public ::testing::Test {
 
   // Turn 1 of an agent (161 prompt tokens, 2 generated: 40 stored blocks)
   // on its own engine; returns turn 2's prompt (42 whole blocks and a bit).
-  std::vector<int32_t> StoreTurn(const std::string& agent) {
+  // `salt`: the turn's cache salt (a tenant's).
+  std::vector<int32_t> StoreTurn(const std::string& agent, const std::string& salt = "") {
     std::vector<int32_t> p = Prompt(161);
     auto e = MakeEngine(EngineSetup{tier_});
-    Done d = Collect(e->Submit(Greedy(p, 2, agent)).value());
+    EngineRequest r = Greedy(p, 2, agent);
+    r.cache_salt = salt;
+    Done d = Collect(e->Submit(std::move(r)).value());
     e->Stop();
     EXPECT_TRUE(store_->Flush().ok());
     p.insert(p.end(), d.tokens.begin(), d.tokens.end());
@@ -152,14 +155,47 @@ class SplitRestoreTest : public ::testing::Test {
   std::shared_ptr<StoreKvTier> tier_;
 };
 
+// A tenant's stored prefix (salted chain) splits and restores for that
+// tenant as an unsalted one does; another tenant's request counts nothing
+// stored and recomputes, with the same output.
+TEST_F(SplitRestoreTest, SaltedPrefixSplitsForItsOwnSaltOnly) {
+  const std::vector<int32_t> p2 = StoreTurn("acme/s", "4:acme");
+  EXPECT_EQ(*tier_->CountStored(p2, ChainRoot("4:acme"), kBlock, 0, 1000), 40);
+  EXPECT_EQ(*tier_->CountStored(p2, ChainRoot("4:zeta"), kBlock, 0, 1000), 0);
+  EXPECT_EQ(*tier_->CountStored(p2, kRootBlockHash, kBlock, 0, 1000), 0);
+  const Done want = Reference(p2);
+  {
+    auto e = MakeEngine(EngineSetup{tier_, /*split=*/true});
+    EngineRequest r = Greedy(p2, 12, "zeta/s");
+    r.cache_salt = "4:zeta";
+    Done other = Collect(e->Submit(std::move(r)).value());
+    EXPECT_EQ(other.finished.cached_tokens, 0);
+    EXPECT_EQ(e->Stats().split_restores, 0);
+    EXPECT_EQ(other.tokens, want.tokens);
+    e->Stop();
+  }
+  auto e = MakeEngine(EngineSetup{tier_, /*split=*/true});
+  EngineRequest r = Greedy(p2, 12, "acme/s");
+  r.cache_salt = "4:acme";
+  Done own = Collect(e->Submit(std::move(r)).value());
+  const EngineStats st = e->Stats();
+  EXPECT_EQ(st.split_restores, 1);
+  EXPECT_GT(own.finished.restored_tokens, 0);
+  EXPECT_EQ(own.finished.restored_tokens + st.split_recomputed_tokens, 40 * kBlock);
+  EXPECT_EQ(own.tokens, want.tokens);
+  e->Drain();
+  EXPECT_EQ(e->Stats().pools[0].in_use, 0);
+  e->Stop();
+}
+
 TEST_F(SplitRestoreTest, CountStoredStopsAtTheFirstMissingBlock) {
   const std::vector<int32_t> p2 = StoreTurn("agent-c");
-  auto n = tier_->CountStored(p2, kBlock, 0, 1000);
+  auto n = tier_->CountStored(p2, kRootBlockHash, kBlock, 0, 1000);
   ASSERT_TRUE(n.ok());
   EXPECT_EQ(*n, 40);
-  EXPECT_EQ(*tier_->CountStored(p2, kBlock, 10, 1000), 30);
-  EXPECT_EQ(*tier_->CountStored(p2, kBlock, 10, 5), 5);
-  EXPECT_EQ(*tier_->CountStored(Prompt(100, 3), kBlock, 0, 1000), 0);
+  EXPECT_EQ(*tier_->CountStored(p2, kRootBlockHash, kBlock, 10, 1000), 30);
+  EXPECT_EQ(*tier_->CountStored(p2, kRootBlockHash, kBlock, 10, 5), 5);
+  EXPECT_EQ(*tier_->CountStored(Prompt(100, 3), kRootBlockHash, kBlock, 0, 1000), 0);
 }
 
 TEST_F(SplitRestoreTest, SplitGivesTheOutputOfARecompute) {

@@ -152,6 +152,42 @@ TEST_F(StoreKvTierTest, OtherModelOrFormatNeverRestores) {
   EXPECT_EQ(same.finished.restored_tokens, 40);
 }
 
+// Tenants: KV records are keyed by the salted chain, so after a restart a
+// tenant's stored blocks restore for that tenant only; another tenant (or
+// an unsalted request) with the same prompt recomputes it.
+TEST_F(StoreKvTierTest, SaltedRecordsRestoreOnlyForTheirSalt) {
+  auto tier = Tier(store_.get());
+  auto turn = [&](std::vector<int32_t> prompt, const std::string& salt, const std::string& agent) {
+    auto e = MakeEngine(tier);
+    EngineRequest r = Greedy(std::move(prompt), 4, agent);
+    r.cache_salt = salt;
+    Done d = Collect(e->Submit(std::move(r)).value());
+    e->Stop();
+    EXPECT_TRUE(store_->Flush().ok());
+    return d;
+  };
+  const std::vector<int32_t> p = Prompt(40);
+  Done first = turn(p, "4:acme", "acme/a");
+  EXPECT_EQ(first.finished.cached_tokens, 0);
+  std::vector<int32_t> p2 = p;
+  p2.push_back(1);
+  Done zeta = turn(p2, "4:zeta", "zeta/a");
+  EXPECT_EQ(zeta.finished.cached_tokens, 0);
+  EXPECT_EQ(zeta.finished.cache_source, CacheSource::kNone);
+  Done plain = turn(p2, "", "b");
+  EXPECT_EQ(plain.finished.cached_tokens, 0);
+  Done acme = turn(p2, "4:acme", "acme/a");
+  EXPECT_EQ(acme.finished.cache_source, CacheSource::kDisk);
+  EXPECT_EQ(acme.finished.restored_tokens, 40);
+  EXPECT_EQ(acme.tokens, zeta.tokens);
+  EXPECT_EQ(acme.tokens, plain.tokens);
+  // The chain the store keeps for acme's agent is the salted one.
+  auto chain = store_->GetKvChain("acme/a", tier->fingerprint());
+  ASSERT_TRUE(chain.ok());
+  ASSERT_GE(chain->size(), 10u);
+  EXPECT_EQ(chain->front().hash, HashFullBlocks(p, kBlock, ChainRoot("4:acme")).front());
+}
+
 // The tier of a real backend, tagged with its kv_format and element size
 // (as api/served_model.cc builds it).
 std::shared_ptr<StoreKvTier> BackendTier(AgentStore* store, KvDtype kv) {
@@ -291,9 +327,9 @@ class GatedTier : public KvTier {
  public:
   explicit GatedTier(std::shared_ptr<StoreKvTier> inner) : inner_(std::move(inner)) {}
   const char* source_name() const override { return inner_->source_name(); }
-  Result<KvTierLoad> Load(std::span<const int32_t> tokens, int block_size, int32_t first_block,
-                          int32_t max_blocks) override {
-    return inner_->Load(tokens, block_size, first_block, max_blocks);
+  Result<KvTierLoad> Load(std::span<const int32_t> tokens, const BlockHash& root, int block_size,
+                          int32_t first_block, int32_t max_blocks) override {
+    return inner_->Load(tokens, root, block_size, first_block, max_blocks);
   }
   void Save(const std::string& agent_key, uint32_t first_index,
             std::vector<KvTierBlock> blocks) override {
