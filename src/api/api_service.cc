@@ -35,11 +35,11 @@ constexpr std::string_view kBatch = "/v1/batch/";
 ApiService::ApiService(ApiContext ctx, ApiServiceOptions options)
     : ctx_(ctx),
       options_(std::move(options)),
+      tenants_(options_.tenants),
       openai_(ctx),
       anthropic_(ctx),
       agents_(ctx),
-      admin_(ctx, options_.models_dir),
-      tenants_(options_.tenants) {}
+      admin_(ctx, options_.models_dir) {}
 
 void ApiService::SetTenants(std::shared_ptr<const TenantKeys> tenants) {
   if (!tenants) return;
