@@ -83,9 +83,9 @@ PickMode ChoosePickMode(const SamplingParams& p) {
 int32_t SampleDraw(std::span<float> logits, const SampleSettings& s) {
   const size_t vocab = logits.size();
   const float inv_t = 1.0f / s.temperature;
-  float m = -std::numeric_limits<float>::infinity();
-  for (float v : logits) m = std::max(m, v);
-  if (!std::isfinite(m)) return Argmax(logits);
+  const int32_t best = Argmax(logits);
+  const float m = logits[static_cast<size_t>(best)];
+  if (!std::isfinite(m)) return best;
 
   // From here on logits[i] holds token i's unnormalized probability; the
   // best token's is exactly 1. Orders below are by (weight desc, id asc).
@@ -165,7 +165,7 @@ int32_t SampleDraw(std::span<float> logits, const SampleSettings& s) {
     if (keep(i)) mass += logits[i];
   }
   double u = s.u * mass;
-  int32_t last = Argmax(logits);
+  int32_t last = best;  // nothing kept (1 / T overflowed): the argmax
   for (size_t i = 0; i < vocab; ++i) {
     if (!keep(i)) continue;
     last = static_cast<int32_t>(i);

@@ -3,9 +3,9 @@
 // rows a backend may pick itself.
 //
 // The distribution (as Hugging Face and vLLM order it):
-//   1. m = the largest logit (NaN ignored). If m is not finite (all -inf or
-//      NaN, or some +inf) the pick is the argmax: lowest id of the largest
-//      logit, NaN never wins, id 0 if none beats -inf.
+//   1. The argmax: lowest id of the largest logit m, NaN never wins, id 0 if
+//      none beats -inf. If m is not finite (all -inf or NaN, or some +inf)
+//      it is the pick.
 //   2. w_i = expf((l_i - m) * (1 / T)) in float (NaN -> 0); the best token's
 //      weight is exactly 1. Tokens are ordered by (w desc, id asc).
 //   3. top_k (0 < k < vocab): the first k tokens in that order are kept.
@@ -16,12 +16,15 @@
 //   6. The draw, an inverse CDF over the kept tokens in id order: with M the
 //      kept weights' sum (double), the first kept id whose running sum
 //      exceeds u * M. If rounding leaves no such id, the last kept id; if
-//      nothing is kept (possible only when 1 / T overflows), the argmax of w.
+//      nothing is kept (possible only when 1 / T overflows), the argmax.
 // The CUDA kernel (engine/cuda/sample_kernel.cu) computes the same kept set
 // without sorting; its float exp and summation order may differ from the
 // CPU's by rounding, so the two pick the same token except where u * M (or
 // top_p's target, or a weight against min_p) lies within rounding of a
 // boundary.
+//
+// A sampled row draws its u whatever the logits (also where the argmax is
+// the pick), so that the draws of a seeded sequence do not depend on them.
 //
 // Thread-safety: SampleDraw keeps per-thread scratch; any thread may call it.
 #pragma once

@@ -224,21 +224,14 @@ __global__ void __launch_bounds__(kThreads)
   if (p.mode != PickMode::kDevice) return;
   Row row{logits + static_cast<int64_t>(r) * vocab, vocab, 0.f, 0.f};
 
-  // 1. The largest logit; the argmax if it is not finite.
+  // 1. The argmax and largest logit; the argmax is the pick if that is not
+  // finite, or if nothing is kept below.
   float m = -CUDART_INF_F;
-  for (int i = threadIdx.x; i < vocab; i += kThreads) m = fmaxf(m, row.x[i]);
-  {
-    float bv = m;
-    int bi = 0;
-    BlockBest(bv, bi, sh);
-    m = bv;
-  }
+  int best = 0;
+  for (int i = threadIdx.x; i < vocab; i += kThreads) Better(m, best, row.x[i], i);
+  BlockBest(m, best, sh);
   if (!isfinite(m)) {
-    float bv = -CUDART_INF_F;
-    int bi = 0;
-    for (int i = threadIdx.x; i < vocab; i += kThreads) Better(bv, bi, row.x[i], i);
-    BlockBest(bv, bi, sh);
-    if (threadIdx.x == 0) out[r] = bi;
+    if (threadIdx.x == 0) out[r] = best;
     return;
   }
   row.m = m;
@@ -278,7 +271,8 @@ __global__ void __launch_bounds__(kThreads)
       const double w = __uint_as_float(v);
       // The fewest ties (in id order) that reach the target; sum(w > v) <
       // target, as the search found.
-      const int ties = max(1, static_cast<int>(ceil((target - gt_sum) / w)));
+      const int ties = static_cast<int>(
+          fmin(fmax(1.0, ceil((target - gt_sum) / w)), static_cast<double>(vocab)));
       int id = NthTie(row, v, ties, sh);
       // Rounding may ask for more ties than the set holds: then all of them
       // (the set's ties at v are a prefix in id order of all ties at v).
@@ -318,16 +312,15 @@ __global__ void __launch_bounds__(kThreads)
   int li = last >= 0 ? -last : 0;
   BlockBest(lv, li, sh);
   const int last_kept = lv == 0.f ? -li : -1;
-  if (last_kept < 0) {  // nothing kept: the argmax of the weights
-    float bv = -CUDART_INF_F;
-    int bi = 0;
-    for (int i = threadIdx.x; i < vocab; i += kThreads) Better(bv, bi, row.W(i), i);
-    BlockBest(bv, bi, sh);
-    if (threadIdx.x == 0) out[r] = bi;
+  if (last_kept < 0) {  // nothing kept (1 / T overflowed): the argmax
+    if (threadIdx.x == 0) out[r] = best;
     return;
   }
   const double target = p.sample.u * mass;
-  if (incl > target) atomicMin(&sh.first, static_cast<int>(threadIdx.x));
+  // The first thread with kept tokens whose inclusive sum exceeds the
+  // target (if rounding put the crossing's own sum at the target, the next
+  // such thread, whose first kept token is then the pick).
+  if (own > 0.0 && incl > target) atomicMin(&sh.first, static_cast<int>(threadIdx.x));
   __syncthreads();
   const int first = sh.first;
   if (first == kThreads) {  // rounding: u * M reached the total
@@ -336,7 +329,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   if (static_cast<int>(threadIdx.x) == first) {
     double run = threadIdx.x > 0 ? sh.incl[threadIdx.x - 1] : 0.0;
-    int pick = last >= 0 ? last : last_kept;
+    int pick = last;  // rounding: the crossing is past this chunk's last kept token
     for (int i = begin; i < end; ++i) {
       float w;
       if (!kept(i, w)) continue;
