@@ -37,6 +37,11 @@ TEST(BackendTest, PipelinedStepsPickAsStepByStep) {
     // Every third step samples a row: the pipeline drains around it.
     auto d = Make(c, w);
     EXPECT_EQ(GreedyPicks(*d, 12, /*pipelined=*/true, 5, /*sample_every=*/3), want);
+    // Row 1 drawn by the backend: the next step reads its pick (prev_row).
+    auto e = Make(c, w), f = Make(c, w);
+    const std::vector<int32_t> drawn = GreedyPicks(*e, 12, false, 5, 0, /*draw_row1=*/true);
+    EXPECT_EQ(GreedyPicks(*f, 12, true, 5, 0, true), drawn);
+    EXPECT_NE(drawn, want);
   }
 }
 
