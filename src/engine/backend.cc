@@ -1,7 +1,10 @@
 #include "engine/backend.h"
 
 #include <algorithm>
+#include <limits>
 #include <string>
+
+#include "engine/sample_draw.h"
 
 namespace agentkv {
 
@@ -38,7 +41,31 @@ Status CheckSteps(std::span<const SeqStep> batch, const ModelConfig& config,
   return Status::Ok();
 }
 
-Status Backend::LaunchStep(std::span<const SeqStep> batch, std::span<const uint8_t> greedy_rows,
+Status Backend::ForwardSampled(std::span<const SeqStep> batch, std::span<const RowPick> rows,
+                               std::span<int32_t> tokens, std::span<float> logits) {
+  RETURN_IF_ERROR(Forward(batch, logits));
+  const int64_t vocab = config().vocab_size;
+  for (size_t r = 0; r < rows.size() && r < tokens.size(); ++r) {
+    if (rows[r].mode == PickMode::kHost) continue;
+    const std::span<float> row = logits.subspan(static_cast<size_t>(r * vocab), vocab);
+    if (rows[r].mode == PickMode::kGreedy) {
+      int32_t best = 0;
+      float best_v = -std::numeric_limits<float>::infinity();
+      for (int64_t i = 0; i < vocab; ++i) {
+        if (row[i] > best_v) {  // strict: the lowest id wins ties; NaN never wins
+          best_v = row[i];
+          best = static_cast<int32_t>(i);
+        }
+      }
+      tokens[r] = best;
+    } else {
+      tokens[r] = SampleDraw(row, rows[r].sample);
+    }
+  }
+  return Status::Ok();
+}
+
+Status Backend::LaunchStep(std::span<const SeqStep> batch, std::span<const RowPick> rows,
                            std::span<float> logits) {
   if (static_cast<int>(launched_.size()) >= kMaxStepsInFlight)
     return Internal("LaunchStep: " + std::to_string(kMaxStepsInFlight) +
@@ -47,9 +74,9 @@ Status Backend::LaunchStep(std::span<const SeqStep> batch, std::span<const uint8
   std::vector<SeqStep> steps(batch.begin(), batch.end());
   std::vector<std::vector<int32_t>> owned;
   owned.reserve(steps.size());
-  int rows = 0;
+  int num_rows = 0;
   for (SeqStep& st : steps) {
-    rows += st.want_logits ? 1 : 0;
+    num_rows += st.want_logits ? 1 : 0;
     if (st.prev_row < 0) continue;
     if (st.tokens.empty() || st.prev_row >= static_cast<int32_t>(last_picks_.size()))
       return InvalidArgument("LaunchStep: prev_row " + std::to_string(st.prev_row) +
@@ -59,8 +86,8 @@ Status Backend::LaunchStep(std::span<const SeqStep> batch, std::span<const uint8
     st.tokens = owned.back();
     st.prev_row = -1;
   }
-  std::vector<int32_t> picks(rows, 0);
-  RETURN_IF_ERROR(ForwardSampled(steps, greedy_rows, picks, logits));
+  std::vector<int32_t> picks(num_rows, 0);
+  RETURN_IF_ERROR(ForwardSampled(steps, rows, picks, logits));
   last_picks_ = picks;
   launched_.push_back(std::move(picks));
   return Status::Ok();

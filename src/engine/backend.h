@@ -17,7 +17,6 @@
 #include <array>
 #include <cstdint>
 #include <deque>
-#include <limits>
 #include <memory>
 #include <new>
 #include <span>
@@ -27,6 +26,7 @@
 #include "cache/kv_cache_manager.h"
 #include "cache/model_cache_spec.h"
 #include "engine/model_config.h"
+#include "engine/row_pick.h"
 #include "util/status.h"
 #include "util/system_memory.h"
 
@@ -58,8 +58,8 @@ struct SeqStep {
   std::array<std::span<const int32_t>, kMaxCacheGroups> block_tables{};
   bool want_logits = false;  // logits of the last new token
   // >= 0 (LaunchStep only): the last of `tokens` is not read; the step uses
-  // instead the greedy pick of want_logits row `prev_row` of the step
-  // launched just before it, which may still be running.
+  // instead the pick of want_logits row `prev_row` (a kGreedy or kDevice
+  // row) of the step launched just before it, which may still be running.
   int32_t prev_row = -1;
 };
 
@@ -88,6 +88,14 @@ class Backend {
   virtual std::string kv_format() const { return "f32"; }
   // Bytes of one KV element (the store's shuffle width).
   virtual uint32_t kv_element_size() const { return 4; }
+
+  // The plan the uint8_t shorthands below stand for.
+  static std::vector<RowPick> GreedyRows(std::span<const uint8_t> greedy_rows) {
+    std::vector<RowPick> rows(greedy_rows.size());
+    for (size_t r = 0; r < rows.size(); ++r)
+      rows[r].mode = greedy_rows[r] ? PickMode::kGreedy : PickMode::kHost;
+    return rows;
+  }
 
   // Memory a KV pool of unspecified size is carved from, measured now (call
   // it once weights and workspaces exist): a GPU's free device memory; the
@@ -122,50 +130,48 @@ class Backend {
   // want_logits, in batch order; it must hold at least that many.
   virtual Status Forward(std::span<const SeqStep> batch, std::span<float> logits) = 0;
 
-  // Forward with greedy picking where it is wanted, so that a device backend
-  // need not copy those rows' logits to the host. For the r-th SeqStep with
-  // want_logits: if greedy_rows[r] is non-zero, tokens[r] receives the argmax
-  // of its logits (lowest id on ties, NaN never wins: as Sampler's greedy
-  // pick) and logits row r is left unspecified; otherwise logits row r is
-  // filled as Forward does. greedy_rows and tokens hold one entry per row.
-  // The default runs Forward and picks on the host.
-  virtual Status ForwardSampled(std::span<const SeqStep> batch,
-                                std::span<const uint8_t> greedy_rows, std::span<int32_t> tokens,
-                                std::span<float> logits) {
-    RETURN_IF_ERROR(Forward(batch, logits));
-    const int64_t vocab = config().vocab_size;
-    for (size_t r = 0; r < greedy_rows.size() && r < tokens.size(); ++r) {
-      if (!greedy_rows[r]) continue;
-      const float* row = logits.data() + static_cast<int64_t>(r) * vocab;
-      int32_t best = 0;
-      float best_v = -std::numeric_limits<float>::infinity();
-      for (int64_t i = 0; i < vocab; ++i) {
-        if (row[i] > best_v) {
-          best_v = row[i];
-          best = static_cast<int32_t>(i);
-        }
-      }
-      tokens[r] = best;
-    }
-    return Status::Ok();
+  // Forward with the picking each row's RowPick asks for (engine/row_pick.h),
+  // so that a device backend need not copy the logits of rows it picks
+  // itself. For the r-th SeqStep with want_logits, rows[r] says:
+  //   kGreedy: tokens[r] receives the argmax of its logits (lowest id on
+  //     ties, NaN never wins: as Sampler's greedy pick);
+  //   kDevice: tokens[r] receives SampleDraw(logits, rows[r].sample)
+  //     (engine/sample_draw.h; a GPU computes the same draw on the device);
+  //   kHost (or r beyond rows): logits row r is filled as Forward does.
+  // Logits rows of kGreedy and kDevice rows are left unspecified. tokens
+  // holds one entry per row. The default runs Forward and picks on the host
+  // with the CPU reference functions, so every backend serves the same plan.
+  virtual Status ForwardSampled(std::span<const SeqStep> batch, std::span<const RowPick> rows,
+                                std::span<int32_t> tokens, std::span<float> logits);
+  // Shorthand: greedy_rows[r] non-zero = kGreedy, zero = kHost.
+  Status ForwardSampled(std::span<const SeqStep> batch, std::span<const uint8_t> greedy_rows,
+                        std::span<int32_t> tokens, std::span<float> logits) {
+    const std::vector<RowPick> rows = GreedyRows(greedy_rows);
+    return ForwardSampled(batch, rows, tokens, logits);
   }
 
   // Pipelined steps, so that the host prepares step N + 1 while the device
   // runs step N. LaunchStep starts a step as ForwardSampled would and may
   // return before it has run; CollectStep waits for the oldest launched step
   // not yet collected and writes its picks (one per want_logits row, as
-  // ForwardSampled's `tokens`; rows not in greedy_rows are left unspecified
-  // and their logits go to `logits`, which must stay valid and untouched
-  // until the step is collected). Steps run in launch order; at most
+  // ForwardSampled's `tokens`; kHost rows' picks are left unspecified and
+  // their logits go to `logits`, which must stay valid and untouched until
+  // the step is collected). Steps run in launch order; at most
   // kMaxStepsInFlight are launched and not collected (Internal
-  // beyond). `batch` is read during the call only. A SeqStep's prev_row
-  // names a greedy row of the step launched just before, with no Forward or
-  // ForwardSampled in between. An error from LaunchStep means the step did
-  // not start; from CollectStep, that its picks are unusable. The default
-  // runs ForwardSampled inside LaunchStep.
+  // beyond). `batch` and `rows` are read during the call only. A SeqStep's
+  // prev_row names a kGreedy or kDevice row of the step launched just
+  // before, with no Forward or ForwardSampled in between. An error from
+  // LaunchStep means the step did not start; from CollectStep, that its
+  // picks are unusable. The default runs ForwardSampled inside LaunchStep.
   static constexpr int kMaxStepsInFlight = 2;
-  virtual Status LaunchStep(std::span<const SeqStep> batch, std::span<const uint8_t> greedy_rows,
+  virtual Status LaunchStep(std::span<const SeqStep> batch, std::span<const RowPick> rows,
                             std::span<float> logits);
+  // Shorthand as for ForwardSampled.
+  Status LaunchStep(std::span<const SeqStep> batch, std::span<const uint8_t> greedy_rows,
+                    std::span<float> logits) {
+    const std::vector<RowPick> rows = GreedyRows(greedy_rows);
+    return LaunchStep(batch, rows, logits);
+  }
   virtual Status CollectStep(std::span<int32_t> picks);
   // Steps launched and not collected yet.
   virtual int steps_in_flight() const { return static_cast<int>(launched_.size()); }

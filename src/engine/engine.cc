@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "engine/kv_pool_sizing.h"
+#include "engine/sample_draw.h"
 #include "engine/stream_detokenizer.h"
 #include "engine/tokenizer.h"
 
@@ -416,9 +417,9 @@ void Engine::Step() {
   Status st = backend_->CopyBlocks(plan.copies);
   kv_->CopiesDone();
   steps_buf_.clear();
-  greedy_buf_.clear();
+  pick_buf_.clear();
   LaunchedStep launched;
-  bool all_greedy = true;
+  bool all_on_backend = true;
   for (const ScheduledSeq& sc : plan.seqs) {
     Sequence* s = sc.seq;
     SeqStep step;
@@ -434,18 +435,22 @@ void Engine::Step() {
     steps_buf_.push_back(step);
     LaunchedRow row{s->id, s->computed, sc.num_tokens, sc.want_logits, false, 0};
     if (sc.want_logits) {
-      // Plain greedy rows are picked by the backend (on the GPU for cuda),
-      // so their logits need not reach the host.
-      const SamplingParams& sp = s->sampler->params();
-      row.greedy = sp.greedy() && !sp.has_penalties() && !sp.logprobs;
-      all_greedy = all_greedy && row.greedy;
-      greedy_buf_.push_back(row.greedy);
+      // Greedy and plain sampled rows are picked by the backend (on the GPU
+      // for cuda), so their logits need not reach the host. A drawn row's
+      // uniform comes from its Sampler now, one per token in token order,
+      // as Sample() would draw it.
+      RowPick pick;
+      pick.mode = ChoosePickMode(s->sampler->params());
+      if (pick.mode == PickMode::kDevice) pick.sample = s->sampler->NextDraw();
+      row.backend_pick = pick.mode != PickMode::kHost;
+      all_on_backend = all_on_backend && row.backend_pick;
+      pick_buf_.push_back(pick);
       ++launched.picks;
     }
     launched.rows.push_back(row);
   }
   const auto f0 = std::chrono::steady_clock::now();
-  if (st.ok()) st = backend_->LaunchStep(steps_buf_, greedy_buf_, logits_);
+  if (st.ok()) st = backend_->LaunchStep(steps_buf_, pick_buf_, logits_);
   local_.forward_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - f0).count();
   if (!st.ok()) {
@@ -478,7 +483,7 @@ void Engine::Step() {
   // The previous step's picks complete this one's tokens.
   if (launched_.size() > 1) CollectOldest();
   CommitNewest();
-  if (!options_.pipeline || !all_greedy) CollectAll();
+  if (!options_.pipeline || !all_on_backend) CollectAll();
 }
 
 void Engine::CommitNewest() {
@@ -541,7 +546,7 @@ void Engine::CollectOldest() {
     for (const LaunchedRow& r : step.rows) {
       if (!r.want_logits) continue;
       ++row;
-      if (r.greedy) continue;
+      if (r.backend_pick) continue;
       if (Sequence* s = scheduler_->Find(r.id)) sample_rows_.emplace_back(row, s);
     }
   }
@@ -568,7 +573,7 @@ void Engine::CollectOldest() {
     Sequence* s = scheduler_->Find(r.id);
     if (s == nullptr) continue;  // cancelled, failed or finished meanwhile
     int32_t tok;
-    if (r.greedy) {
+    if (r.backend_pick) {
       tok = picks_buf_[row];
       s->sampler->AddOutput(tok);
     } else {

@@ -9,6 +9,12 @@
 // then collect the previous step (pipelined) or this one: sample each
 // sequence with its own Sampler, detokenize and stop-check, push events,
 // and retire finished sequences (pinning their KV for their agent).
+// Rows are picked where ChoosePickMode (engine/sample_draw.h) says: greedy
+// and plain temperature / top_k / top_p / min_p rows by the backend (on a
+// GPU without copying logits; the draw's uniform comes from the sequence's
+// Sampler at launch), rows with penalties or logprobs by the Sampler on the
+// host from copied logits. Only steps whose rows are all picked by the
+// backend pipeline.
 // Moving KV between the pool, the host tier and the store (and the agents'
 // residency) is KvTransfer's, driven from this thread.
 //
@@ -85,7 +91,8 @@ struct EngineOptions {
   // so the device does not wait for the host between steps. Off: each
   // step is collected before the next is planned (same output).
   bool pipeline = true;
-  // Threads that sample a step's non-greedy rows (each row its own sampler
+  // Threads that sample a step's kHost rows (penalties or logprobs; each
+  // row its own sampler
   // over the whole vocabulary: at 64 rows x 128k tokens, serial sampling
   // on the engine thread took ~90 ms a step on an H200 host). 0: up to 8,
   // as the machine has cores; 1: on the engine thread.
@@ -224,8 +231,8 @@ class Engine {
     int64_t first = 0;  // the sequence's `computed` before the step
     int32_t num_tokens = 0;
     bool want_logits = false;
-    bool greedy = false;
-    int64_t pick_at = 0;  // index of the pick's placeholder in tokens
+    bool backend_pick = false;  // kGreedy or kDevice: the backend picks
+    int64_t pick_at = 0;        // index of the pick's placeholder in tokens
   };
   struct LaunchedStep {
     std::vector<LaunchedRow> rows;
@@ -281,11 +288,11 @@ class Engine {
 
   // Engine-thread state.
   std::vector<SeqStep> steps_buf_;
-  std::vector<uint8_t> greedy_buf_;
+  std::vector<RowPick> pick_buf_;
   std::vector<int32_t> picks_buf_;
   std::deque<LaunchedStep> launched_;  // oldest first
   std::vector<float> logits_;
-  // Non-greedy rows of the step being collected: their sequences and picks.
+  // kHost rows of the step being collected: their sequences and picks.
   std::vector<std::pair<int, Sequence*>> sample_rows_;
   std::vector<int32_t> sample_picks_;
   std::unique_ptr<ThreadPool> sample_pool_;  // null: sample on the engine thread

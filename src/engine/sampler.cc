@@ -7,36 +7,23 @@
 #include <limits>
 #include <random>
 
+#include "engine/sample_draw.h"
+
 namespace agentkv {
 namespace {
 
 constexpr uint32_t kPromptBit = 0x80000000u;
 constexpr uint32_t kCountMask = 0x7fffffffu;
 
-struct Candidate {
-  float value;  // logit, later the unnormalized probability
-  int32_t id;
-};
-
-// Larger logit first; lowest id on ties, so selection is a total order and
-// the result does not depend on the standard library's algorithm.
-inline bool Before(const Candidate& a, const Candidate& b) {
-  return a.value > b.value || (a.value == b.value && a.id < b.id);
-}
-
 // Scratch shared by all samplers on one thread (the engine thread samples
 // sequences one after another); holding one per sequence would cost ~1 MB
 // each for a 150k vocabulary.
 struct Scratch {
-  std::vector<Candidate> cand;
   std::vector<float> raw;
 };
 Scratch& ThreadScratch(size_t vocab) {
   thread_local Scratch s;
-  if (s.cand.size() < vocab) {
-    s.cand.resize(vocab);
-    s.raw.resize(vocab);
-  }
+  if (s.raw.size() < vocab) s.raw.resize(vocab);
   return s;
 }
 
@@ -59,40 +46,6 @@ int32_t Argmax(std::span<const float> v) {
     }
   }
   return best;
-}
-
-// The last candidate (in Before order) of the shortest prefix whose weights
-// sum to at least `target`: a quickselect on mass, O(n) expected, no sort.
-// Reorders cand[0..n).
-Candidate NucleusBoundary(Candidate* cand, size_t n, double target) {
-  size_t lo = 0, hi = n;
-  double need = target;
-  Candidate last = cand[0];
-  while (lo < hi) {
-    const size_t mid = lo + (hi - lo) / 2;
-    // Median of three as pivot.
-    Candidate a = cand[lo], b = cand[mid], c = cand[hi - 1];
-    if (Before(b, a)) std::swap(a, b);
-    if (Before(c, b)) std::swap(b, c);
-    if (Before(b, a)) std::swap(a, b);
-    const Candidate pivot = b;
-    Candidate* p =
-        std::partition(cand + lo, cand + hi, [&](const Candidate& x) { return Before(x, pivot); });
-    double before = 0.0;
-    for (Candidate* it = cand + lo; it != p; ++it) before += it->value;
-    if (p != cand + lo && before >= need) {
-      hi = static_cast<size_t>(p - cand);
-      continue;
-    }
-    last = pivot;
-    if (before + pivot.value >= need) return pivot;
-    need -= before + pivot.value;
-    // Put the pivot first in the after-part and step past it.
-    Candidate* q = std::find_if(p, cand + hi, [&](const Candidate& x) { return x.id == pivot.id; });
-    std::swap(*p, *q);
-    lo = static_cast<size_t>(p - cand) + 1;
-  }
-  return last;  // rounding: the whole set is the nucleus
 }
 
 }  // namespace
@@ -199,7 +152,7 @@ SampledToken Sampler::Sample(std::span<float> logits) {
     ComputeLogprobs(raw);
   }
   ApplyPenalties(logits);
-  const int32_t token = params_.greedy() ? Argmax(logits) : SampleStochastic(logits);
+  const int32_t token = params_.greedy() ? Argmax(logits) : SampleDraw(logits, NextDraw());
   AddOutput(token);
 
   SampledToken out;
@@ -211,99 +164,14 @@ SampledToken Sampler::Sample(std::span<float> logits) {
   return out;
 }
 
-int32_t Sampler::SampleStochastic(std::span<float> logits) {
-  const size_t vocab = logits.size();
-  const float inv_t = 1.0f / params_.temperature;
-  float m = -std::numeric_limits<float>::infinity();
-  for (float v : logits) m = std::max(m, v);
-  if (!std::isfinite(m)) return Argmax(logits);
-
-  // From here on logits[i] holds token i's unnormalized probability; the
-  // best token's is exactly 1. Orders below are by (weight desc, id asc).
-  double total = 0.0;
-  for (float& v : logits) {
-    // Float exp: about 3x cheaper than double over a 150k vocabulary, and
-    // exact enough for drawing.
-    float w = std::exp((v - m) * inv_t);
-    if (std::isnan(w)) w = 0.0f;
-    v = w;
-    total += w;
-  }
-
-  // Tokens ordered at or before `boundary` survive top_k / top_p.
-  bool bounded = false;
-  Candidate boundary{0.0f, 0};
-  const bool use_top_k = params_.top_k > 0 && static_cast<size_t>(params_.top_k) < vocab;
-  const bool use_top_p = params_.top_p < 1.0f;
-  if (use_top_k || use_top_p) {
-    Scratch& s = ThreadScratch(vocab);
-    Candidate* cand = s.cand.data();
-    size_t n = 0;
-    if (use_top_k) {
-      n = static_cast<size_t>(params_.top_k);
-      // A heap of the n best so far, worst on top: one cheap comparison per
-      // token for the usual small k, instead of a selection over the vocab.
-      auto worse_on_top = [](const Candidate& a, const Candidate& b) { return Before(a, b); };
-      size_t size = 0;
-      for (size_t i = 0; i < vocab; ++i) {
-        const Candidate c{logits[i], static_cast<int32_t>(i)};
-        if (size < n) {
-          cand[size++] = c;
-          std::push_heap(cand, cand + size, worse_on_top);
-        } else if (Before(c, cand[0])) {
-          std::pop_heap(cand, cand + size, worse_on_top);
-          cand[size - 1] = c;
-          std::push_heap(cand, cand + size, worse_on_top);
-        }
-      }
-      boundary = cand[0];
-      bounded = true;
-      total = 0.0;
-      for (size_t i = 0; i < n; ++i) total += cand[i].value;
-    } else {
-      // The nucleus is usually a few hundred tokens: collect those above a
-      // weight threshold, lowering it until they hold top_p of the mass.
-      for (float threshold : {1e-3f, 1e-6f, 0.0f}) {
-        n = 0;
-        double mass = 0.0;
-        for (size_t i = 0; i < vocab; ++i) {
-          if (logits[i] >= threshold) {
-            cand[n++] = {logits[i], static_cast<int32_t>(i)};
-            mass += logits[i];
-          }
-        }
-        if (mass >= params_.top_p * total) break;
-      }
-    }
-    if (use_top_p) {
-      boundary = NucleusBoundary(cand, n, params_.top_p * total);
-      bounded = true;
-    }
-  }
-
-  // min_p relative to the best token, whose weight is 1.
-  const float cut = params_.min_p;
-  auto keep = [&](size_t i) {
-    const float w = logits[i];
-    if (w <= 0.0f || w < cut) return false;
-    return !bounded || w > boundary.value ||
-           (w == boundary.value && static_cast<int32_t>(i) <= boundary.id);
-  };
-  // Drawing by scanning ids in order makes the result independent of the
-  // order selection left the candidates in.
-  double mass = 0.0;
-  for (size_t i = 0; i < vocab; ++i) {
-    if (keep(i)) mass += logits[i];
-  }
-  double u = NextUniform() * mass;
-  int32_t last = Argmax(logits);
-  for (size_t i = 0; i < vocab; ++i) {
-    if (!keep(i)) continue;
-    last = static_cast<int32_t>(i);
-    u -= logits[i];
-    if (u < 0.0) return last;
-  }
-  return last;  // rounding left u a hair above zero
+SampleSettings Sampler::NextDraw() {
+  SampleSettings d;
+  d.temperature = params_.temperature;
+  d.top_k = params_.top_k;
+  d.top_p = params_.top_p;
+  d.min_p = params_.min_p;
+  d.u = NextUniform();
+  return d;
 }
 
 }  // namespace agentkv

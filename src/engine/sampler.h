@@ -4,9 +4,20 @@
 //
 // Order of operations (as Hugging Face and vLLM): repetition penalty ->
 // presence/frequency penalties -> temperature -> top_k -> top_p -> min_p ->
-// draw. Greedy (temperature 0) is argmax after penalties, lowest id on ties.
-// Seeded sampling uses a private xoshiro256** generator, so the same seed and
-// logits give the same tokens on every run and machine.
+// draw; the steps after the penalties are SampleDraw (engine/sample_draw.h,
+// which defines them exactly). Greedy (temperature 0) is argmax after
+// penalties, lowest id on ties. Seeded sampling uses a private xoshiro256**
+// generator, so the same seed and logits give the same tokens on every run
+// and machine.
+//
+// Rows sampled elsewhere: a sequence whose params need no penalties and no
+// logprobs (ChoosePickMode == kDevice) may be drawn by the backend, where
+// the logits are. NextDraw() then gives the backend the settings and the
+// uniform u, drawn from this Sampler's generator exactly as Sample() would
+// draw it (one u per sampled token, in token order), and the caller records
+// the token the backend picked with AddOutput(). Both ways give the same
+// tokens for the same seed and logits (up to the CPU / GPU rounding
+// SampleDraw describes).
 //
 // Thread-safety: none; one thread uses a Sampler at a time (the engine
 // thread). Sample() allocates nothing after the first call on a thread: the
@@ -19,6 +30,7 @@
 #include <span>
 #include <vector>
 
+#include "engine/row_pick.h"
 #include "engine/sampling_params.h"
 
 namespace agentkv {
@@ -50,6 +62,12 @@ class Sampler {
   // after a restart, forced tokens), so penalties see it.
   void AddOutput(int32_t token);
 
+  // The settings and a fresh uniform for one token drawn outside this
+  // Sampler (SampleDraw, or a backend doing the same on its device); advances
+  // the generator as one Sample() of a sampled row does. Requires
+  // temperature > 0.
+  SampleSettings NextDraw();
+
   // Picks the next token and records it as output. `logits` (vocab_size
   // long) is used as scratch and left clobbered.
   SampledToken Sample(std::span<float> logits);
@@ -63,7 +81,6 @@ class Sampler {
   uint64_t seed() const { return seed_; }
 
  private:
-  int32_t SampleStochastic(std::span<float> logits);
   void ComputeLogprobs(std::span<const float> raw);
   double NextUniform();  // [0, 1), 53 random bits
   uint64_t NextU64();

@@ -2,9 +2,12 @@
 // ForwardSampled), on the CPU backend.
 #include "engine/backend.h"
 
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
 #include "engine/cpu_backend.h"
+#include "engine/sample_draw.h"
 #include "step_driver.h"
 #include "test_model.h"
 
@@ -34,6 +37,11 @@ TEST(BackendTest, PipelinedStepsPickAsStepByStep) {
     // Every third step samples a row: the pipeline drains around it.
     auto d = Make(c, w);
     EXPECT_EQ(GreedyPicks(*d, 12, /*pipelined=*/true, 5, /*sample_every=*/3), want);
+    // Row 1 drawn by the backend: the next step reads its pick (prev_row).
+    auto e = Make(c, w), f = Make(c, w);
+    const std::vector<int32_t> drawn = GreedyPicks(*e, 12, false, 5, 0, /*draw_row1=*/true);
+    EXPECT_EQ(GreedyPicks(*f, 12, true, 5, 0, true), drawn);
+    EXPECT_NE(drawn, want);
   }
 }
 
@@ -65,6 +73,56 @@ TEST(BackendTest, PipelinedStepsRejectMisuse) {
   EXPECT_EQ(b->LaunchStep({&st, 1}, greedy, logits).code(), StatusCode::kInvalidArgument);
   ASSERT_TRUE(b->CollectStep(picks).ok());
   EXPECT_EQ(b->steps_in_flight(), 0);
+}
+
+// One step with a greedy, a drawn and a host row: the default
+// ForwardSampled picks the first two with the CPU references on Forward's
+// logits and leaves the host row's logits as Forward gives them; through
+// LaunchStep / CollectStep the same.
+TEST(BackendTest, ForwardSampledPicksEachRowAsPlanned) {
+  const ModelConfig c = SmallConfig(Architecture::kLlama);
+  const MapWeights w = RandomWeights(c, 6);
+  auto ref = Make(c, w), b = Make(c, w), p = Make(c, w);
+  const int64_t V = c.vocab_size;
+  std::vector<std::vector<int32_t>> toks = {{5, 6, 7}, {9, 10}, {11, 12, 13, 14}};
+  std::vector<std::vector<int32_t>> tables = {{0}, {1}, {2}};
+  std::vector<SeqStep> steps(3);
+  for (int s = 0; s < 3; ++s) {
+    steps[s].tokens = toks[s];
+    steps[s].block_tables[0] = tables[s];
+    steps[s].want_logits = true;
+  }
+  std::vector<float> logits(3 * V);
+  ASSERT_TRUE(ref->Forward(steps, logits).ok());
+  std::vector<RowPick> rows(3);
+  rows[0].mode = PickMode::kGreedy;
+  rows[1].mode = PickMode::kDevice;
+  rows[1].sample.temperature = 1.5f;
+  rows[1].sample.top_k = 30;
+  rows[1].sample.top_p = 0.95f;
+  rows[1].sample.u = 0.61;
+  rows[2].mode = PickMode::kHost;
+  const std::vector<float> row0(logits.begin(), logits.begin() + V);
+  std::vector<float> row1(logits.begin() + V, logits.begin() + 2 * V);
+  const std::vector<float> row2(logits.begin() + 2 * V, logits.end());
+  const int32_t greedy =
+      static_cast<int32_t>(std::max_element(row0.begin(), row0.end()) - row0.begin());
+  const int32_t drawn = SampleDraw(row1, rows[1].sample);
+
+  std::vector<float> got(3 * V, -1.0f);
+  std::vector<int32_t> picks(3, -1);
+  ASSERT_TRUE(b->ForwardSampled(steps, rows, picks, got).ok());
+  EXPECT_EQ(picks[0], greedy);
+  EXPECT_EQ(picks[1], drawn);
+  EXPECT_EQ(std::vector<float>(got.begin() + 2 * V, got.end()), row2);
+
+  std::vector<float> got2(3 * V, -1.0f);
+  std::vector<int32_t> picks2(3, -1);
+  ASSERT_TRUE(p->LaunchStep(steps, rows, got2).ok());
+  ASSERT_TRUE(p->CollectStep(picks2).ok());
+  EXPECT_EQ(picks2[0], greedy);
+  EXPECT_EQ(picks2[1], drawn);
+  EXPECT_EQ(std::vector<float>(got2.begin() + 2 * V, got2.end()), row2);
 }
 
 }  // namespace

@@ -477,6 +477,9 @@ TEST(EngineTest, ParallelSamplingGivesTheSerialDraws) {
         r.params.temperature = 1.0f;
         r.params.top_p = i % 2 ? 0.9f : 1.0f;
         r.params.seed = 100 + i;
+        // Logprobs keep a row on the host sampler (the threads); row 7 is
+        // drawn by the backend.
+        if (i != 7) r.params.logprobs = 0;
       }
       hs.push_back((*e)->Submit(std::move(r)).value());
     }
@@ -488,6 +491,60 @@ TEST(EngineTest, ParallelSamplingGivesTheSerialDraws) {
   EXPECT_EQ(run(4), serial);
   EXPECT_EQ(run(0), serial);  // the machine's default
   for (const auto& out : serial) EXPECT_EQ(out.size(), 12u);
+}
+
+// A seeded sampled request gives the same tokens whether the backend draws
+// it (plain params: PickMode::kDevice) or its Sampler draws it from the
+// logits (logprobs asked: kHost, the way every sampled row went before the
+// backends drew): the backend's draw takes its uniform from the sequence's
+// Sampler at launch. Both kinds in one batch; pipelined or not; run after
+// run.
+TEST(EngineTest, BackendDrawnRowsGiveTheSamplersTokens) {
+  auto run = [](bool pipeline, bool with_host_rows) {
+    auto e = MakeEngine(Architecture::kLlama, 256, true, 8, pipeline);
+    std::vector<RequestHandle> hs;
+    for (int i = 0; i < 8; ++i) {
+      if (i % 2 && !with_host_rows) continue;
+      const int pair = i / 2;
+      EngineRequest r = Greedy(Range(3 + pair, 6 + pair), 16);
+      r.params.temperature = 1.0f;  // the OpenAI and Anthropic default, nothing else set
+      if (pair == 1) r.params.top_p = 0.9f;
+      if (pair == 2) {
+        r.params.top_k = 20;
+        r.params.min_p = 0.05f;
+      }
+      if (pair == 3) {
+        r.params.temperature = 0.7f;
+        r.params.top_k = 40;
+        r.params.top_p = 0.8f;
+      }
+      r.params.seed = 500 + pair;
+      if (i % 2) r.params.logprobs = 0;  // the host sampler's row of the pair
+      hs.push_back(e->Submit(std::move(r)).value());
+    }
+    std::vector<std::vector<int32_t>> outs;
+    for (auto& h : hs) outs.push_back(Collect(h).tokens);
+    return outs;
+  };
+  const auto mixed = run(true, true);
+  ASSERT_EQ(mixed.size(), 8u);
+  for (int pair = 0; pair < 4; ++pair) {
+    EXPECT_EQ(mixed[2 * pair].size(), 16u);
+    EXPECT_EQ(mixed[2 * pair], mixed[2 * pair + 1]) << "pair " << pair;
+  }
+  EXPECT_EQ(run(true, true), mixed);  // reproducible
+  EXPECT_EQ(run(false, true), mixed);
+  // Backend-drawn rows alone pipeline; the same tokens.
+  const auto drawn = run(true, false);
+  ASSERT_EQ(drawn.size(), 4u);
+  for (int pair = 0; pair < 4; ++pair) EXPECT_EQ(drawn[pair], mixed[2 * pair]) << "pair " << pair;
+  // And they are draws, not the greedy tokens.
+  auto e = MakeEngine(Architecture::kLlama, 256, true, 8, true);
+  int differ = 0;
+  for (int pair = 0; pair < 4; ++pair)
+    differ +=
+        Collect(e->Submit(Greedy(Range(3 + pair, 6 + pair), 16)).value()).tokens != mixed[2 * pair];
+  EXPECT_GT(differ, 0);
 }
 
 }  // namespace

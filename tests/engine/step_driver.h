@@ -39,9 +39,11 @@ inline SeqStep StepOf(const TestSeq& s, int n, bool want) {
 // sample_every > 0: decode steps k with k % sample_every == 1 sample row 1
 // (its logits come back; the host takes their argmax, the same token) and
 // are collected at once, the step after them taking every token from the
-// host.
+// host. With draw_row1, row 1 of every decode step is drawn by the backend
+// (PickMode::kDevice: temperature 1, top_k 40, top_p 0.9, u from a fixed
+// sequence) instead of picked greedily, in both modes.
 inline std::vector<int32_t> GreedyPicks(Backend& b, int decode, bool pipelined, uint32_t seed,
-                                        int sample_every = 0) {
+                                        int sample_every = 0, bool draw_row1 = false) {
   using Seq = TestSeq;
   const ModelCacheSpec& spec = b.cache_spec();
   const int bs = b.kv_layout().block_size;
@@ -105,13 +107,21 @@ inline std::vector<int32_t> GreedyPicks(Backend& b, int decode, bool pipelined, 
     }
   };
   for (int k = 0; k < decode; ++k) {
+    std::vector<RowPick> plan(3);
+    for (RowPick& p : plan) p.mode = PickMode::kGreedy;
+    if (draw_row1) {
+      plan[1].mode = PickMode::kDevice;
+      plan[1].sample.top_k = 40;
+      plan[1].sample.top_p = 0.9f;
+      plan[1].sample.u = (k * 0.6180339887 + 0.1) - static_cast<int>(k * 0.6180339887 + 0.1);
+    }
     std::vector<SeqStep> steps;
     for (int i = 0; i < 3; ++i) {
       steps.push_back(step_of(i, 1, true));
       if (pending) steps.back().prev_row = i;
     }
     if (!pipelined) {
-      EXPECT_TRUE(b.ForwardSampled(steps, greedy, picks, logits).ok());
+      EXPECT_TRUE(b.ForwardSampled(steps, plan, picks, logits).ok());
       for (int i = 0; i < 3; ++i) {
         seqs[i].computed += 1;
         seqs[i].tokens.push_back(picks[i]);
@@ -120,8 +130,8 @@ inline std::vector<int32_t> GreedyPicks(Backend& b, int decode, bool pipelined, 
       continue;
     }
     const bool sampled = sample_every > 0 && k % sample_every == 1;
-    const std::vector<uint8_t> g = sampled ? std::vector<uint8_t>{1, 0, 1} : greedy;
-    const Status st = b.LaunchStep(steps, g, logits);
+    if (sampled) plan[1].mode = PickMode::kHost;
+    const Status st = b.LaunchStep(steps, plan, logits);
     EXPECT_TRUE(st.ok()) << st.ToString();
     for (Seq& s : seqs) s.computed += 1;
     if (pending) {

@@ -464,6 +464,8 @@ Status CudaBackend::EnsureCapacity(int64_t tokens, int64_t seqs,
       {&part_ml_, cap_parts_ * nh * 2 * 4},
       {&meta_[0], meta * 4},
       {&meta_[1], meta * 4},
+      {&row_picks_[0], B * static_cast<int64_t>(sizeof(RowPick))},
+      {&row_picks_[1], B * static_cast<int64_t>(sizeof(RowPick))},
   };
   static_assert(kSlots == 2, "one entry per slot above");
   for (const Want& wt : wants) {
@@ -479,6 +481,7 @@ Status CudaBackend::EnsureCapacity(int64_t tokens, int64_t seqs,
   for (int i = 0; i < kSlots; ++i) {
     RETURN_IF_ERROR(host_meta_[i].Allocate(static_cast<size_t>(meta) * 4));
     RETURN_IF_ERROR(host_tokens_[i].Allocate(static_cast<size_t>(B) * 4));
+    RETURN_IF_ERROR(host_row_picks_[i].Allocate(static_cast<size_t>(B) * sizeof(RowPick)));
   }
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   return Status::Ok();

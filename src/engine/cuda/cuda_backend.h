@@ -17,7 +17,9 @@
 // inside the attention kernel;
 // ForwardSampled picks greedy tokens on the GPU so their logits never cross
 // PCIe (on compute capability 9.0, from 3 rows, inside the LM head's
-// GEMM, which then stores logits only for steps that sample a row). Steps
+// GEMM, which then stores logits only for steps that sample a row), and
+// draws kDevice rows there too (LaunchSampleRows after the LM head, into
+// the same picks buffer: such steps pipeline like greedy ones). Steps
 // with prompt chunks keep the QKV projection in bf16 (decode steps in fp32,
 // for the attention kernel that applies the rotary). Workspaces are sized at AllocateKv for
 // `max_step_tokens` tokens and `max_batch` sequences, at Reserve for the engine's limits, and only
@@ -96,7 +98,9 @@ class CudaBackend final : public Backend {
   const KvLayout& kv_layout() const override { return layout_; }
   Status CopyBlocks(std::span<const KvBlockCopy> copies) override;
   Status Forward(std::span<const SeqStep> batch, std::span<float> logits) override;
-  Status ForwardSampled(std::span<const SeqStep> batch, std::span<const uint8_t> greedy_rows,
+  using Backend::ForwardSampled;
+  using Backend::LaunchStep;
+  Status ForwardSampled(std::span<const SeqStep> batch, std::span<const RowPick> rows,
                         std::span<int32_t> tokens, std::span<float> logits) override;
   // Queued on the stream; the picks of the step before come from the
   // device's argmax buffer (the embedding reads them), so consecutive steps
@@ -107,7 +111,7 @@ class CudaBackend final : public Backend {
   // neither copy sits between two steps on the compute stream. Steps that
   // grow the workspaces or capture a graph first wait for those in flight.
   // Forward / ForwardSampled refuse to run while steps are in flight.
-  Status LaunchStep(std::span<const SeqStep> batch, std::span<const uint8_t> greedy_rows,
+  Status LaunchStep(std::span<const SeqStep> batch, std::span<const RowPick> rows,
                     std::span<float> logits) override;
   Status CollectStep(std::span<int32_t> picks) override;
   int steps_in_flight() const override { return static_cast<int>(in_flight_.size()); }
@@ -169,7 +173,7 @@ class CudaBackend final : public Backend {
                                  size_t buffer_bytes) const;
   Status EnsureCapacity(int64_t tokens, int64_t seqs,
                         const std::array<int, kMaxCacheGroups>& width);
-  Status Run(std::span<const SeqStep> batch, std::span<const uint8_t> greedy_rows,
+  Status Run(std::span<const SeqStep> batch, std::span<const RowPick> rows,
              std::span<int32_t> tokens, std::span<float> logits);
   // The picks of the steps in flight, waited for and kept on the host (before
   // anything that reallocates the buffers they are in).
@@ -187,8 +191,9 @@ class CudaBackend final : public Backend {
   };
   std::vector<InFlight> in_flight_;  // oldest first, at most kMaxStepsInFlight
   uint64_t launches_ = 0;
-  // The last step launched: its want_logits rows that were greedy (what
-  // prev_row may name) and, once collected, its picks.
+  // The last step launched: its want_logits rows picked on the device
+  // (kGreedy or kDevice: what prev_row may name) and, once collected, its
+  // picks.
   std::vector<uint8_t> last_greedy_;
   std::vector<int32_t> last_picks_;
   // The forward pass of shape `s` on the stream, reading the metadata of
@@ -354,6 +359,10 @@ class CudaBackend final : public Backend {
   // Per slot: the step's metadata and its picks (the LM head's argmax).
   cuda::DeviceBuffer meta_[kSlots], argmax_[kSlots];
   cuda::PinnedBuffer host_meta_[kSlots], host_tokens_[kSlots];
+  // Per slot: the step's RowPicks (one per want_logits row) for
+  // LaunchSampleRows, uploaded with the metadata when a row is kDevice.
+  cuda::DeviceBuffer row_picks_[kSlots];
+  cuda::PinnedBuffer host_row_picks_[kSlots];
   cuda::PinnedBuffer read_staging_;  // ReadBlocks
 
   std::map<int, cudaGraphExec_t> graphs_;  // by GraphKey(bucket, slot)

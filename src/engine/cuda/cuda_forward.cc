@@ -133,29 +133,28 @@ Status CudaBackend::Forward(std::span<const SeqStep> batch, std::span<float> log
   return Run(batch, {}, {}, logits);
 }
 
-Status CudaBackend::ForwardSampled(std::span<const SeqStep> batch,
-                                   std::span<const uint8_t> greedy_rows, std::span<int32_t> tokens,
-                                   std::span<float> logits) {
-  return Run(batch, greedy_rows, tokens, logits);
+Status CudaBackend::ForwardSampled(std::span<const SeqStep> batch, std::span<const RowPick> rows,
+                                   std::span<int32_t> tokens, std::span<float> logits) {
+  return Run(batch, rows, tokens, logits);
 }
 
-Status CudaBackend::Run(std::span<const SeqStep> batch, std::span<const uint8_t> greedy_rows,
+Status CudaBackend::Run(std::span<const SeqStep> batch, std::span<const RowPick> rows,
                         std::span<int32_t> out_tokens, std::span<float> logits) {
   if (!in_flight_.empty()) return Internal("Forward: pipelined steps are in flight");
   for (const SeqStep& st : batch)
     if (st.prev_row >= 0) return InvalidArgument("Forward: prev_row is for LaunchStep only");
-  // Greedy rows are picked into out_tokens, which must hold each of them.
+  // Rows picked on the device go to out_tokens, which must hold each of them.
   const int W = static_cast<int>(
       std::count_if(batch.begin(), batch.end(), [](const SeqStep& st) { return st.want_logits; }));
-  const int greedy = static_cast<int>(std::min<size_t>(W, greedy_rows.size()));
-  for (int r = 0; r < greedy; ++r)
-    if (greedy_rows[r] && r >= static_cast<int>(out_tokens.size()))
+  const int planned = static_cast<int>(std::min<size_t>(W, rows.size()));
+  for (int r = 0; r < planned; ++r)
+    if (rows[r].mode != PickMode::kHost && r >= static_cast<int>(out_tokens.size()))
       return InvalidArgument("Forward: tokens buffer too small");
-  RETURN_IF_ERROR(LaunchStep(batch, greedy_rows, logits));
+  RETURN_IF_ERROR(LaunchStep(batch, rows, logits));
   std::vector<int32_t> picks(W);
   RETURN_IF_ERROR(CollectStep(picks));
-  for (int r = 0; r < greedy; ++r)
-    if (greedy_rows[r]) out_tokens[r] = picks[r];
+  for (int r = 0; r < planned; ++r)
+    if (rows[r].mode != PickMode::kHost) out_tokens[r] = picks[r];
   return Status::Ok();
 }
 
@@ -196,7 +195,7 @@ Status CudaBackend::CollectStep(std::span<int32_t> picks) {
   return Status::Ok();
 }
 
-Status CudaBackend::LaunchStep(std::span<const SeqStep> batch, std::span<const uint8_t> greedy_rows,
+Status CudaBackend::LaunchStep(std::span<const SeqStep> batch, std::span<const RowPick> rows,
                                std::span<float> logits) {
   if (static_cast<int>(in_flight_.size()) >= kMaxStepsInFlight)
     return Internal("LaunchStep: " + std::to_string(kMaxStepsInFlight) +
@@ -206,7 +205,7 @@ Status CudaBackend::LaunchStep(std::span<const SeqStep> batch, std::span<const u
     if (st.prev_row >= 0 &&
         (st.prev_row >= static_cast<int>(last_greedy_.size()) || !last_greedy_[st.prev_row]))
       return InvalidArgument("LaunchStep: prev_row " + std::to_string(st.prev_row) +
-                             " names no greedy row of the previous step");
+                             " names no device-picked row of the previous step");
   const int64_t V = config_.vocab_size;
   const int B = static_cast<int>(batch.size());
   int T = 0, W = 0, tiles = 0;
@@ -226,11 +225,17 @@ Status CudaBackend::LaunchStep(std::span<const SeqStep> batch, std::span<const u
                                                   : (end + bs - 1) / bs);
     }
   }
-  bool any_greedy = false, any_logits = false;
+  // any_logits: some row's logits go to the host; any_draw: some row is
+  // drawn on the device (LaunchSampleRows reads the stored logits).
+  bool any_greedy = false, any_logits = false, any_draw = false;
+  auto mode = [&](int r) {
+    return r < static_cast<int>(rows.size()) ? rows[r].mode : PickMode::kHost;
+  };
   for (int r = 0; r < W; ++r) {
-    const bool g = r < static_cast<int>(greedy_rows.size()) && greedy_rows[r];
-    any_greedy = any_greedy || g;
-    any_logits = any_logits || !g;
+    const PickMode pm = mode(r);
+    any_greedy = any_greedy || pm != PickMode::kHost;
+    any_logits = any_logits || pm == PickMode::kHost;
+    any_draw = any_draw || pm == PickMode::kDevice;
   }
   if (any_logits && static_cast<int64_t>(logits.size()) < W * V)
     return InvalidArgument("Forward: logits buffer too small");
@@ -297,7 +302,7 @@ Status CudaBackend::LaunchStep(std::span<const SeqStep> batch, std::span<const u
   int32_t* m = host_meta_[slot].get<int32_t>();
   int t = 0, tile = 0, row = 0;
   for (int g = 0; g < kMaxCacheGroups; ++g) m[ml.strides + g] = stride;
-  m[ml.store_logits] = any_logits ? 1 : 0;
+  m[ml.store_logits] = any_logits || any_draw ? 1 : 0;
   for (int s = 0; s < B; ++s) {
     const SeqStep& st = batch[s];
     const int n = static_cast<int>(st.tokens.size());
@@ -380,6 +385,12 @@ Status CudaBackend::LaunchStep(std::span<const SeqStep> batch, std::span<const u
   // while the step before runs.
   CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(meta_[slot].get(), m, meta_ints * 4, cudaMemcpyHostToDevice, up_stream_));
+  if (any_draw) {
+    RowPick* hp = host_row_picks_[slot].get<RowPick>();
+    for (int r = 0; r < W; ++r) hp[r] = r < static_cast<int>(rows.size()) ? rows[r] : RowPick{};
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(row_picks_[slot].get(), hp, W * sizeof(RowPick),
+                                         cudaMemcpyHostToDevice, up_stream_));
+  }
   CUDA_RETURN_IF_ERROR(cudaEventRecord(ev[3], up_stream_));
   CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, ev[3], 0));
   CUDA_RETURN_IF_ERROR(cudaEventRecord(ev[0], stream_));
@@ -398,10 +409,16 @@ Status CudaBackend::LaunchStep(std::span<const SeqStep> batch, std::span<const u
   } else {
     RETURN_IF_ERROR(Enqueue(sh, slot));
   }
+  // Drawn rows overwrite their argmax in the picks buffer (outside the
+  // graphs: they hold the greedy step's kernels only).
+  if (any_draw)
+    CUDA_RETURN_IF_ERROR(cuda::LaunchSampleRows(logits_.get<float>(), W, config_.vocab_size,
+                                                row_picks_[slot].get<RowPick>(),
+                                                argmax_[slot].get<int32_t>(), stream_));
   CUDA_RETURN_IF_ERROR(cudaEventRecord(ev[1], stream_));
 
-  // All greedy: the picks come down on the download stream while the next
-  // step runs (it writes the other slot's argmax buffer).
+  // All picked on the device: the picks come down on the download stream
+  // while the next step runs (it writes the other slot's argmax buffer).
   const bool picks_async = W > 0 && !any_logits;
   if (picks_async) {
     CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(down_stream_, ev[1], 0));
@@ -418,7 +435,7 @@ Status CudaBackend::LaunchStep(std::span<const SeqStep> batch, std::span<const u
                                            cudaMemcpyDeviceToHost, stream_));
     } else {
       for (int r = 0; r < W; ++r) {
-        if (r < static_cast<int>(greedy_rows.size()) && greedy_rows[r]) continue;
+        if (mode(r) != PickMode::kHost) continue;
         CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logits.data() + r * V, logits_.get<float>() + r * V,
                                              V * 4, cudaMemcpyDeviceToHost, stream_));
       }
@@ -428,8 +445,7 @@ Status CudaBackend::LaunchStep(std::span<const SeqStep> batch, std::span<const u
   in_flight_.push_back(std::move(f));
   ++launches_;
   last_greedy_.assign(W, 0);
-  for (int r = 0; r < W && r < static_cast<int>(greedy_rows.size()); ++r)
-    last_greedy_[r] = greedy_rows[r];
+  for (int r = 0; r < W; ++r) last_greedy_[r] = mode(r) != PickMode::kHost ? 1 : 0;
   return Status::Ok();
 }
 

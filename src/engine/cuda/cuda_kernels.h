@@ -12,6 +12,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "engine/row_pick.h"
+
 namespace agentkv::cuda {
 
 using bf16_t = uint16_t;
@@ -355,6 +357,17 @@ cudaError_t LaunchWgmmaGemmArgmax(const bf16_t* x, const bf16_t* w, float* y,
 
 // x = cap * tanh(x / cap) over n floats.
 cudaError_t LaunchSoftcap(float* x, int64_t n, float cap, cudaStream_t stream);
+
+// For each row r < rows with picks[r].mode == kDevice: out[r] = the token
+// SampleDraw (engine/sample_draw.h) draws from logits row r (vocab floats,
+// rows contiguous) with picks[r].sample; other rows' out[r] are left as they
+// are. One block of 512 threads per row; picks is a device array. The same
+// token as the CPU's SampleDraw except where u * M, top_p's target or a
+// weight against min_p lies within float rounding of a boundary (float
+// expf here and there may differ by an ulp or two; sums run in double in
+// another order).
+cudaError_t LaunchSampleRows(const float* logits, int rows, int vocab, const RowPick* picks,
+                             int32_t* out, cudaStream_t stream);
 
 // out[r] = argmax of row r (cols floats): lowest index on ties, NaN never wins,
 // 0 when nothing beats -inf.

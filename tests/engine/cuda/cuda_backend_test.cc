@@ -24,6 +24,7 @@
 #include "../test_model.h"
 #include "engine/cpu_backend.h"
 #include "engine/cuda/cuda_backend.h"
+#include "engine/sample_draw.h"
 
 namespace agentkv {
 namespace {
@@ -377,6 +378,106 @@ TEST(CudaBackend, PipelinedStepsWithSampledRowsPickAsStepByStep) {
     EXPECT_EQ(GreedyPicks(*b, 20, /*pipelined=*/true, 9, /*sample_every=*/3), want)
         << "wide " << wide;
     EXPECT_GT(b->graph_steps(), 10);
+  }
+}
+
+// Rows drawn on the GPU (PickMode::kDevice) in pipelined decode steps, the
+// next step reading the drawn token on the device: the same picks as step
+// by step, with and without graphs, on both LM-head paths; mixed with steps
+// whose row 1 goes to the host.
+TEST(CudaBackend, PipelinedStepsWithDrawnRowsPickAsStepByStep) {
+  AGENTKV_REQUIRE_GPU();
+  for (const bool wide : {false, true}) {
+    ModelConfig c = wide ? WideConfig(Architecture::kLlama) : SmallConfig(Architecture::kLlama);
+    const MapWeights w = Bf16Weights(c, 17);
+    for (bool graphs : {true, false}) {
+      auto a = MakeCuda(c, w, 4, graphs);
+      auto b = MakeCuda(c, w, 4, graphs);
+      auto d = MakeCuda(c, w, 4, graphs);
+      ASSERT_TRUE(a && b && d);
+      const std::vector<int32_t> want = GreedyPicks(*a, 20, false, 9, 0, /*draw_row1=*/true);
+      EXPECT_EQ(GreedyPicks(*b, 20, true, 9, 0, true), want) << "wide " << wide;
+      // Every third step's row 1 from the host instead (its argmax), the
+      // pipeline draining around those steps: it runs through.
+      EXPECT_EQ(GreedyPicks(*d, 20, true, 9, 3, true).size(), want.size());
+      if (graphs) EXPECT_GT(b->graph_steps(), 10);
+    }
+  }
+}
+
+// A drawn row's token is SampleDraw's on the logits Forward returns for the
+// same step (or u, top_p or min_p moved by 1e-6 of itself changes the CPU's
+// pick: float rounding may decide there), next to greedy and host rows.
+TEST(CudaBackend, ForwardSampledDrawsAsTheCpuReference) {
+  AGENTKV_REQUIRE_GPU();
+  for (const bool wide : {false, true}) {
+    ModelConfig c = wide ? WideConfig(Architecture::kLlama) : SmallConfig(Architecture::kLlama);
+    const MapWeights w = Bf16Weights(c, 18);
+    auto b = MakeCuda(c, w, 16);
+    ASSERT_TRUE(b);
+    Pager pager(b->cache_spec(), 16);
+    const int n = 4;
+    std::vector<Seq> seqs(n);
+    for (int i = 0; i < n; ++i) {
+      for (int j = 0; j < 5 + i; ++j) seqs[i].tokens.push_back((11 * j + i) % c.vocab_size);
+      pager.Ensure(seqs[i], seqs[i].tokens.size());
+    }
+    std::vector<SeqStep> steps;
+    for (auto& s : seqs) steps.push_back(StepOf(s, static_cast<int>(s.tokens.size()), true));
+    std::vector<float> logits(n * c.vocab_size, NAN);
+    ASSERT_TRUE(b->Forward(steps, logits).ok());
+    int checked = 0;
+    for (int trial = 0; trial < 16; ++trial) {
+      std::vector<RowPick> plan(n);
+      plan[0].mode = PickMode::kDevice;
+      plan[1].mode = PickMode::kGreedy;
+      plan[2].mode = PickMode::kHost;
+      plan[3].mode = PickMode::kDevice;
+      for (int r : {0, 3}) {
+        plan[r].sample.temperature = 0.5f + 0.1f * trial;
+        plan[r].sample.top_k = trial % 3 == 0 ? 0 : 5 + trial;
+        plan[r].sample.top_p = trial % 2 ? 0.85f : 1.0f;
+        plan[r].sample.min_p = trial % 4 == 3 ? 0.05f : 0.0f;
+        plan[r].sample.u = (trial * 0.37 + r * 0.11) - static_cast<int>(trial * 0.37 + r * 0.11);
+      }
+      std::vector<int32_t> toks(n, -1);
+      std::vector<float> logits2(n * c.vocab_size, NAN);
+      ASSERT_TRUE(b->ForwardSampled(steps, plan, toks, logits2).ok());
+      for (int r = 0; r < n; ++r) {
+        std::vector<float> row(logits.begin() + r * c.vocab_size,
+                               logits.begin() + (r + 1) * c.vocab_size);
+        if (plan[r].mode == PickMode::kHost) {
+          EXPECT_LT(
+              RelErr(std::span<const float>(logits2.data() + r * c.vocab_size, c.vocab_size), row),
+              1e-6);
+          continue;
+        }
+        if (plan[r].mode == PickMode::kGreedy) {
+          EXPECT_EQ(toks[r], std::max_element(row.begin(), row.end()) - row.begin());
+          continue;
+        }
+        std::vector<float> buf = row;
+        const int32_t want = SampleDraw(buf, plan[r].sample);
+        if (toks[r] == want) {
+          ++checked;
+          continue;
+        }
+        bool near = false;
+        for (double f : {1 - 1e-6, 1 + 1e-6}) {
+          for (int which = 0; which < 3; ++which) {
+            SampleSettings s = plan[r].sample;
+            if (which == 0) s.u *= f;
+            if (which == 1) s.top_p = static_cast<float>(std::min(1.0, s.top_p * f));
+            if (which == 2) s.min_p = static_cast<float>(s.min_p * f);
+            buf = row;
+            near = near || SampleDraw(buf, s) != want;
+          }
+        }
+        EXPECT_TRUE(near) << "wide " << wide << " trial " << trial << " row " << r << ": gpu "
+                          << toks[r] << " cpu " << want;
+      }
+    }
+    EXPECT_GE(checked, 28);
   }
 }
 

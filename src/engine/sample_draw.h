@@ -1,0 +1,54 @@
+// SampleDraw: the truncated-sampling draw shared by the CPU Sampler and the
+// backends that sample on the device, and ChoosePickMode, the decision which
+// rows a backend may pick itself.
+//
+// The distribution (as Hugging Face and vLLM order it):
+//   1. The argmax: lowest id of the largest logit m, NaN never wins, id 0 if
+//      none beats -inf. If m is not finite (all -inf or NaN, or some +inf)
+//      it is the pick.
+//   2. w_i = expf((l_i - m) * (1 / T)) in float (NaN -> 0); the best token's
+//      weight is exactly 1. Tokens are ordered by (w desc, id asc).
+//   3. top_k (0 < k < vocab): the first k tokens in that order are kept.
+//   4. top_p (< 1): of the tokens kept so far, the shortest prefix (in that
+//      order) whose weights sum to at least top_p times their total.
+//   5. min_p: tokens with w < min_p (relative to the best, whose w is 1)
+//      and tokens with w == 0 are dropped.
+//   6. The draw, an inverse CDF over the kept tokens in id order: with M the
+//      kept weights' sum (double), the first kept id whose running sum
+//      exceeds u * M. If rounding leaves no such id, the last kept id; if
+//      nothing is kept (possible only when 1 / T overflows), the argmax.
+// The CUDA kernel (engine/cuda/sample_kernel.cu) computes the same kept set
+// without sorting; its float exp and summation order may differ from the
+// CPU's by rounding, so the two pick the same token except where u * M (or
+// top_p's target, or a weight against min_p) lies within rounding of a
+// boundary.
+//
+// A sampled row draws its u whatever the logits (also where the argmax is
+// the pick), so that the draws of a seeded sequence do not depend on them.
+//
+// Thread-safety: SampleDraw keeps per-thread scratch; any thread may call it.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "engine/row_pick.h"
+#include "engine/sampling_params.h"
+
+namespace agentkv {
+
+// How a sequence's rows are picked: kGreedy for temperature 0 without
+// penalties or logprobs; kDevice for temperature > 0 without penalties or
+// logprobs (only temperature, top_k, top_p, min_p shape the draw); kHost
+// otherwise (the Sampler needs the whole logits row). Pure.
+PickMode ChoosePickMode(const SamplingParams& params);
+inline bool DeviceSamplable(const SamplingParams& params) {
+  return ChoosePickMode(params) == PickMode::kDevice;
+}
+
+// The draw defined above on one row of logits (vocabulary long, not empty),
+// used as scratch and left clobbered. Allocates nothing after a thread's
+// first call for a vocabulary size.
+int32_t SampleDraw(std::span<float> logits, const SampleSettings& s);
+
+}  // namespace agentkv

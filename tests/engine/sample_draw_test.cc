@@ -1,0 +1,196 @@
+// SampleDraw (the CPU reference of the draw a backend makes on its device)
+// on constructed logits, where the kept set and the inverse-CDF pick can be
+// worked out by hand; ChoosePickMode; Sampler::NextDraw against Sample.
+#include "engine/sample_draw.h"
+
+#include <cmath>
+#include <limits>
+#include <set>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "engine/sampler.h"
+
+namespace agentkv {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
+
+SampleSettings Settings(float t, int32_t top_k, float top_p, float min_p, double u) {
+  SampleSettings s;
+  s.temperature = t;
+  s.top_k = top_k;
+  s.top_p = top_p;
+  s.min_p = min_p;
+  s.u = u;
+  return s;
+}
+
+int32_t Draw(std::vector<float> logits, const SampleSettings& s) { return SampleDraw(logits, s); }
+
+// Every token the draw can give, u swept over [0, 1).
+std::vector<int32_t> Reachable(const std::vector<float>& logits, SampleSettings s) {
+  std::vector<int32_t> seen(logits.size(), 0);
+  for (int i = 0; i < 1000; ++i) {
+    s.u = i / 1000.0;
+    seen[static_cast<size_t>(Draw(logits, s))] = 1;
+  }
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < seen.size(); ++i)
+    if (seen[i]) ids.push_back(static_cast<int32_t>(i));
+  return ids;
+}
+
+TEST(ChoosePickModeTest, OnlyPlainParamsArePickedByTheBackend) {
+  SamplingParams p;
+  EXPECT_EQ(ChoosePickMode(p), PickMode::kDevice);  // temperature 1, the APIs' default
+  EXPECT_TRUE(DeviceSamplable(p));
+  p.top_k = 40;
+  p.top_p = 0.9f;
+  p.min_p = 0.05f;
+  p.seed = 3;
+  p.temperature = 0.7f;
+  EXPECT_EQ(ChoosePickMode(p), PickMode::kDevice);
+  p.temperature = 0;
+  EXPECT_EQ(ChoosePickMode(p), PickMode::kGreedy);
+  EXPECT_FALSE(DeviceSamplable(p));
+  for (int which = 0; which < 4; ++which) {
+    SamplingParams q;
+    q.temperature = which % 2 ? 0.0f : 1.0f;
+    if (which < 2) q.repetition_penalty = 1.1f;
+    if (which == 2) q.presence_penalty = 0.5f;
+    if (which == 3) q.frequency_penalty = -0.5f;
+    EXPECT_EQ(ChoosePickMode(q), PickMode::kHost) << which;
+  }
+  SamplingParams lp;
+  lp.logprobs = 0;  // even the sampled token's logprob needs the whole row
+  EXPECT_EQ(ChoosePickMode(lp), PickMode::kHost);
+  lp.temperature = 0;
+  EXPECT_EQ(ChoosePickMode(lp), PickMode::kHost);
+}
+
+TEST(SampleDrawTest, InverseCdfInIdOrder) {
+  const std::vector<float> equal(4, 0.0f);  // weights 1, 1, 1, 1; M = 4
+  EXPECT_EQ(Draw(equal, Settings(1, 0, 1, 0, 0.0)), 0);
+  EXPECT_EQ(Draw(equal, Settings(1, 0, 1, 0, 0.2499)), 0);
+  EXPECT_EQ(Draw(equal, Settings(1, 0, 1, 0, 0.25)), 1);  // running sum 1 is not > 1
+  EXPECT_EQ(Draw(equal, Settings(1, 0, 1, 0, 0.3)), 1);
+  EXPECT_EQ(Draw(equal, Settings(1, 0, 1, 0, 0.75)), 3);
+  EXPECT_EQ(Draw(equal, Settings(1, 0, 1, 0, std::nextafter(1.0, 0.0))), 3);
+  // Weights 1 and e^-1 at T = 2 for logits 0, -2: token 0 below 1 / (1 + e^-1).
+  const double split = 1.0 / (1.0 + std::exp(-1.0));
+  EXPECT_EQ(Draw({0.0f, -2.0f}, Settings(2, 0, 1, 0, split - 1e-4)), 0);
+  EXPECT_EQ(Draw({0.0f, -2.0f}, Settings(2, 0, 1, 0, split + 1e-4)), 1);
+  // Ids order the draw, not weights: the heavy token last.
+  EXPECT_EQ(Draw({-1.0f, -1.0f, 5.0f}, Settings(1, 0, 1, 0, 0.0)), 0);
+  EXPECT_EQ(Draw({-1.0f, -1.0f, 5.0f}, Settings(1, 0, 1, 0, 0.5)), 2);
+}
+
+TEST(SampleDrawTest, TopKTiesKeepTheLowestIds) {
+  // Weights 1 at ids 1, 2, 3 (tied best), e^-3 at 0 and 4; k = 2 keeps ids
+  // 1 and 2, each half of the kept mass.
+  const std::vector<float> l = {0.0f, 3.0f, 3.0f, 3.0f, 0.0f};
+  EXPECT_EQ(Reachable(l, Settings(1, 2, 1, 0, 0)), (std::vector<int32_t>{1, 2}));
+  EXPECT_EQ(Draw(l, Settings(1, 2, 1, 0, 0.4999)), 1);
+  EXPECT_EQ(Draw(l, Settings(1, 2, 1, 0, 0.5)), 2);
+  // k = 4: all three tied plus the lower-id of the two e^-3 tokens.
+  EXPECT_EQ(Reachable(l, Settings(1, 4, 1, 0, 0)), (std::vector<int32_t>{0, 1, 2, 3}));
+  // k at or beyond the vocabulary is off.
+  EXPECT_EQ(Reachable(l, Settings(1, 5, 1, 0, 0)), (std::vector<int32_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(Reachable(l, Settings(1, 1000, 1, 0, 0)), (std::vector<int32_t>{0, 1, 2, 3, 4}));
+}
+
+TEST(SampleDrawTest, TopPKeepsTheShortestPrefixReachingTheTarget) {
+  // Weights 1, e^-1, e^-2, e^-3 (total 1.553).
+  const std::vector<float> l = {0.0f, -1.0f, -2.0f, -3.0f};
+  EXPECT_EQ(Reachable(l, Settings(1, 0, 0.6f, 0, 0)), (std::vector<int32_t>{0}));  // 0.93 <= 1
+  EXPECT_EQ(Reachable(l, Settings(1, 0, 0.7f, 0, 0)), (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(Reachable(l, Settings(1, 0, 0.95f, 0, 0)), (std::vector<int32_t>{0, 1, 2}));
+  EXPECT_EQ(Reachable(l, Settings(1, 0, 0.99f, 0, 0)), (std::vector<int32_t>{0, 1, 2, 3}));
+  // A target met exactly by a prefix keeps that prefix and nothing more:
+  // four equal weights, top_p 0.5 -> 2 of 4, the lower ids.
+  const std::vector<float> eq(4, 1.5f);
+  EXPECT_EQ(Reachable(eq, Settings(1, 0, 0.5f, 0, 0)), (std::vector<int32_t>{0, 1}));
+  // Ties straddling the boundary: weights 1 (id 3), then e^-1 at ids 0, 1,
+  // 2; top_p of (1 + 1.5 e^-1) / (1 + 3 e^-1) needs two of the three ties.
+  const std::vector<float> st = {-1.0f, -1.0f, -1.0f, 0.0f};
+  const float p = static_cast<float>((1 + 1.5 * std::exp(-1.0)) / (1 + 3 * std::exp(-1.0)));
+  EXPECT_EQ(Reachable(st, Settings(1, 0, p, 0, 0)), (std::vector<int32_t>{0, 1, 3}));
+  // top_p applies to the top_k set's mass: k = 2 keeps ids 3 and 0 (mass
+  // 1 + e^-1); 0.8 of it needs both.
+  EXPECT_EQ(Reachable(st, Settings(1, 2, 0.8f, 0, 0)), (std::vector<int32_t>{0, 3}));
+  EXPECT_EQ(Reachable(st, Settings(1, 2, 0.7f, 0, 0)), (std::vector<int32_t>{3}));
+}
+
+TEST(SampleDrawTest, MinPIsRelativeToTheBestAndAppliesLast) {
+  const std::vector<float> l = {0.0f, -1.0f, -2.0f, -3.0f};  // 1, .368, .135, .050
+  EXPECT_EQ(Reachable(l, Settings(1, 0, 1, 0.2f, 0)), (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(Reachable(l, Settings(1, 0, 1, 0.1f, 0)), (std::vector<int32_t>{0, 1, 2}));
+  EXPECT_EQ(Reachable(l, Settings(1, 0, 1, 1.0f, 0)), (std::vector<int32_t>{0}));
+  // The draw renormalizes over what min_p kept: 1 / (1 + e^-1).
+  const double split = 1.0 / (1.0 + std::exp(-1.0));
+  EXPECT_EQ(Draw(l, Settings(1, 0, 1, 0.2f, split - 1e-4)), 0);
+  EXPECT_EQ(Draw(l, Settings(1, 0, 1, 0.2f, split + 1e-4)), 1);
+  // After top_p (which saw every weight): top_p 0.99 keeps all four, min_p
+  // then drops two.
+  EXPECT_EQ(Reachable(l, Settings(1, 0, 0.99f, 0.2f, 0)), (std::vector<int32_t>{0, 1}));
+}
+
+TEST(SampleDrawTest, TemperatureExtremes) {
+  const std::vector<float> l = {1.0f, 1.01f, 0.5f, 1.01f};
+  // T -> 0: only the best tokens keep weight; ties split by id order.
+  EXPECT_EQ(Reachable(l, Settings(1e-30f, 0, 1, 0, 0)), (std::vector<int32_t>{1, 3}));
+  // 1 / T overflowing leaves nothing kept: the argmax.
+  EXPECT_EQ(Reachable(l, Settings(1e-45f, 0, 1, 0, 0)), (std::vector<int32_t>{1}));
+  // T = 2 (the largest valid): every token reachable.
+  EXPECT_EQ(Reachable(l, Settings(2.0f, 0, 1, 0, 0)), (std::vector<int32_t>{0, 1, 2, 3}));
+}
+
+TEST(SampleDrawTest, NonFiniteRowsFallBackToTheArgmax) {
+  for (double u : {0.0, 0.5, 0.999}) {
+    EXPECT_EQ(Draw({-kInf, -kInf, -kInf}, Settings(1, 0, 1, 0, u)), 0);
+    EXPECT_EQ(Draw({kNan, kNan}, Settings(1, 0, 1, 0, u)), 0);
+    EXPECT_EQ(Draw({kNan, -kInf, kNan}, Settings(1, 0, 1, 0, u)), 0);
+    EXPECT_EQ(Draw({kNan, 2.0f, kInf, kInf}, Settings(1, 5, 0.5f, 0.1f, u)), 2);
+  }
+  // NaN and -inf tokens in a finite row are never drawn.
+  const std::vector<float> l = {kNan, 1.0f, -kInf, 1.0f, kNan};
+  EXPECT_EQ(Reachable(l, Settings(1, 0, 1, 0, 0)), (std::vector<int32_t>{1, 3}));
+  EXPECT_EQ(Reachable(l, Settings(1, 3, 0.99f, 0, 0)), (std::vector<int32_t>{1, 3}));
+}
+
+// NextDraw advances the generator as Sample does, so a sequence drawn by a
+// backend gives the tokens the Sampler would have given.
+TEST(SampleDrawTest, NextDrawGivesSamplesTokens) {
+  SamplingParams p;
+  p.temperature = 0.9f;
+  p.top_k = 50;
+  p.top_p = 0.9f;
+  p.min_p = 0.01f;
+  p.seed = 1234;
+  std::vector<float> logits(300);
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = std::sin(0.37f * i) * 4.0f;
+  Sampler host(p, 300), device(p, 300);
+  std::vector<int32_t> a, b;
+  for (int i = 0; i < 64; ++i) {
+    std::vector<float> buf = logits;
+    a.push_back(host.Sample(buf).token);
+    const SampleSettings s = device.NextDraw();
+    EXPECT_GE(s.u, 0.0);
+    EXPECT_LT(s.u, 1.0);
+    EXPECT_EQ(s.temperature, p.temperature);
+    EXPECT_EQ(s.top_k, p.top_k);
+    EXPECT_EQ(s.top_p, p.top_p);
+    EXPECT_EQ(s.min_p, p.min_p);
+    buf = logits;
+    b.push_back(SampleDraw(buf, s));
+    device.AddOutput(b.back());
+  }
+  EXPECT_EQ(a, b);
+  EXPECT_GT(std::set<int32_t>(a.begin(), a.end()).size(), 3u);  // it did sample
+}
+
+}  // namespace
+}  // namespace agentkv
