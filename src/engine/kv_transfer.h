@@ -46,9 +46,9 @@
 #include <vector>
 
 #include "cache/kv_cache_manager.h"
+#include "cache/kv_tier.h"
 #include "engine/backend.h"
 #include "engine/host_kv_tier.h"
-#include "engine/kv_tier.h"
 #include "engine/restore_policy.h"
 #include "engine/sequence.h"
 #include "engine/staging_pool.h"

@@ -1,4 +1,4 @@
-// StoreKvTier: the persistent store as the engine's KV tier (engine/kv_tier.h).
+// StoreKvTier: the persistent store as the engine's KV tier (cache/kv_tier.h).
 // Binds an AgentStore to one KV fingerprint: the model's fingerprint combined
 // with the backend's KV format (dtype, e.g. "f32" on the CPU, "bf16" on the
 // GPU) and the block size, so blocks computed by another model, another
@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/kv_tier.h"
+#include "cache/kv_tier.h"
 #include "store/agent_store.h"
 
 namespace agentkv::store {
