@@ -9,7 +9,7 @@
 #include <random>
 #include <string>
 
-#include "engine/tokenizer.h"
+#include "engine/text/tokenizer.h"
 
 namespace {
 

@@ -3,7 +3,7 @@
 //  - encode: Encode the rest as text (with and without special tokens),
 //    Decode the ids back; for Llama 3.1 (byte-level BPE, no normalizer) the
 //    ids' TokenBytes must concatenate to valid UTF-8 input exactly (the
-//    contract in engine/tokenizer.h).
+//    contract in engine/text/tokenizer.h).
 //  - decode: the rest as little-endian int32 ids (any value: ids outside the
 //    vocabulary are skipped), decoded whole, as fragments and per token;
 //    Decode(ids) must equal DecodeFragment(ids, .., true).
@@ -19,7 +19,7 @@
 
 #include <utf8proc.h>
 
-#include "engine/tokenizer.h"
+#include "engine/text/tokenizer.h"
 
 namespace {
 

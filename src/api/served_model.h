@@ -18,7 +18,7 @@
 #include "engine/backend_factory.h"
 #include "engine/chat_template.h"
 #include "engine/engine.h"
-#include "engine/tokenizer.h"
+#include "engine/text/tokenizer.h"
 #include "store/agent_store.h"
 
 namespace agentkv::api {

@@ -9,7 +9,7 @@
 #include "cli/model_options.h"
 #include "engine/chat_template.h"
 #include "engine/engine.h"
-#include "engine/tokenizer.h"
+#include "engine/text/tokenizer.h"
 
 namespace agentkv::cli {
 namespace {

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "cli/command.h"
-#include "engine/tokenizer.h"
+#include "engine/text/tokenizer.h"
 
 namespace agentkv::cli {
 namespace {

@@ -5,8 +5,8 @@
 
 #include "engine/kv_pool_sizing.h"
 #include "engine/sample_draw.h"
-#include "engine/stream_detokenizer.h"
-#include "engine/tokenizer.h"
+#include "engine/text/stream_detokenizer.h"
+#include "engine/text/tokenizer.h"
 
 namespace agentkv {
 

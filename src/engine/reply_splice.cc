@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "engine/tokenizer_unicode.h"
+#include "engine/text/tokenizer_unicode.h"
 
 namespace agentkv {
 

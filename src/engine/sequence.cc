@@ -1,6 +1,6 @@
 #include "engine/sequence.h"
 
-#include "engine/stream_detokenizer.h"
+#include "engine/text/stream_detokenizer.h"
 
 namespace agentkv {
 

@@ -13,7 +13,7 @@
 
 #include "cache/block_hash.h"
 #include "engine/backend_factory.h"
-#include "engine/tokenizer.h"
+#include "engine/text/tokenizer.h"
 
 namespace agentkv::agent {
 namespace {

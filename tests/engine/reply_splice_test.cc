@@ -13,8 +13,8 @@
 #include <filesystem>
 
 #include "engine/chat_template.h"
-#include "engine/tokenizer.h"
-#include "engine/tokenizer_unicode.h"
+#include "engine/text/tokenizer.h"
+#include "engine/text/tokenizer_unicode.h"
 
 namespace agentkv {
 namespace {

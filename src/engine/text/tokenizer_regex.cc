@@ -1,12 +1,12 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
-#include "engine/tokenizer_regex.h"
+#include "engine/text/tokenizer_regex.h"
 
 #include <pcre2.h>
 
 #include <cstdio>
 #include <utility>
 
-#include "engine/tokenizer_unicode.h"
+#include "engine/text/tokenizer_unicode.h"
 
 namespace agentkv {
 namespace {

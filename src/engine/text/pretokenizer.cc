@@ -1,4 +1,4 @@
-#include "engine/pretokenizer.h"
+#include "engine/text/pretokenizer.h"
 
 #include <nlohmann/json.hpp>
 

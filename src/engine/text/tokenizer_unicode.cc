@@ -1,4 +1,4 @@
-#include "engine/tokenizer_unicode.h"
+#include "engine/text/tokenizer_unicode.h"
 
 #include <utf8proc.h>
 

@@ -1,8 +1,8 @@
-#include "engine/tokenizer_normalizer.h"
+#include "engine/text/tokenizer_normalizer.h"
 
 #include <nlohmann/json.hpp>
 
-#include "engine/tokenizer_unicode.h"
+#include "engine/text/tokenizer_unicode.h"
 
 namespace agentkv {
 

@@ -1,7 +1,7 @@
 // Unit tests of Tokenizer: error paths, BPE merge order and formats, byte
 // fallback, added tokens, invalid UTF-8, thread safety, the CLI. Identity
 // with the reference on real tokenizers is tokenizer_reference_test.cc.
-#include "engine/tokenizer.h"
+#include "engine/text/tokenizer.h"
 
 #include <gtest/gtest.h>
 
@@ -11,8 +11,8 @@
 #include <thread>
 
 #include <random>
-#include "engine/tokenizer_regex.h"
-#include "engine/tokenizer_unicode.h"
+#include "engine/text/tokenizer_regex.h"
+#include "engine/text/tokenizer_unicode.h"
 
 namespace agentkv {
 namespace {

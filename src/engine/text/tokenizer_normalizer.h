@@ -12,7 +12,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "engine/tokenizer_regex.h"
+#include "engine/text/tokenizer_regex.h"
 #include "util/status.h"
 
 namespace agentkv {

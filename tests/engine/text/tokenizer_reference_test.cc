@@ -9,7 +9,7 @@
 #include <sstream>
 #include <string>
 
-#include "engine/tokenizer.h"
+#include "engine/text/tokenizer.h"
 
 namespace agentkv {
 namespace {

@@ -1,8 +1,8 @@
-#include "engine/stream_detokenizer.h"
+#include "engine/text/stream_detokenizer.h"
 
 #include <string_view>
 
-#include "engine/tokenizer.h"
+#include "engine/text/tokenizer.h"
 
 namespace agentkv {
 

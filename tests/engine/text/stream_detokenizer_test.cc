@@ -1,15 +1,15 @@
 // StreamDetokenizer: pieces are valid UTF-8 and their concatenation equals
 // Tokenizer::Decode of all ids, on real tokenizers (byte-level, byte
 // fallback, clean-up of spaces) and a Metaspace one.
-#include "engine/stream_detokenizer.h"
+#include "engine/text/stream_detokenizer.h"
 
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <random>
 
-#include "engine/tokenizer.h"
-#include "engine/tokenizer_unicode.h"
+#include "engine/text/tokenizer.h"
+#include "engine/text/tokenizer_unicode.h"
 
 namespace agentkv {
 namespace {

@@ -1,4 +1,4 @@
-#include "engine/tokenizer_bpe.h"
+#include "engine/text/tokenizer_bpe.h"
 
 #include <xxhash.h>
 
@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <queue>
 
-#include "engine/tokenizer_unicode.h"
+#include "engine/text/tokenizer_unicode.h"
 
 namespace agentkv {
 

@@ -1,4 +1,4 @@
-#include "engine/tokenizer.h"
+#include "engine/text/tokenizer.h"
 
 #include <deque>
 #include <fstream>
@@ -6,11 +6,11 @@
 #include <sstream>
 #include <unordered_set>
 
-#include "engine/pretokenizer.h"
-#include "engine/tokenizer_bpe.h"
-#include "engine/tokenizer_decoder.h"
-#include "engine/tokenizer_normalizer.h"
-#include "engine/tokenizer_unicode.h"
+#include "engine/text/pretokenizer.h"
+#include "engine/text/tokenizer_bpe.h"
+#include "engine/text/tokenizer_decoder.h"
+#include "engine/text/tokenizer_normalizer.h"
+#include "engine/text/tokenizer_unicode.h"
 
 namespace agentkv {
 
