@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "engine/chat_template.h"
+#include "engine/text/chat/chat_template.h"
 
 namespace agentkv {
 namespace {

@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api/json_depth.h"
-#include "engine/chat_template.h"
+#include "engine/text/chat/chat_template.h"
 
 namespace {
 

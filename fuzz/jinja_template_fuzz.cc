@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/jinja/template.h"
+#include "engine/text/chat/jinja/template.h"
 
 namespace {
 

@@ -16,8 +16,8 @@
 
 #include "api/http_types.h"
 #include "engine/backend_factory.h"
-#include "engine/chat_template.h"
 #include "engine/engine.h"
+#include "engine/text/chat/chat_template.h"
 #include "engine/text/tokenizer.h"
 #include "store/agent_store.h"
 

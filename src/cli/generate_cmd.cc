@@ -7,8 +7,8 @@
 
 #include "cli/command.h"
 #include "cli/model_options.h"
-#include "engine/chat_template.h"
 #include "engine/engine.h"
+#include "engine/text/chat/chat_template.h"
 #include "engine/text/tokenizer.h"
 
 namespace agentkv::cli {

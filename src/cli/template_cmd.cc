@@ -8,7 +8,7 @@
 #include <string>
 
 #include "cli/command.h"
-#include "engine/chat_template.h"
+#include "engine/text/chat/chat_template.h"
 
 namespace agentkv::cli {
 namespace {

@@ -12,7 +12,7 @@
 
 #include <filesystem>
 
-#include "engine/chat_template.h"
+#include "engine/text/chat/chat_template.h"
 #include "engine/text/tokenizer.h"
 #include "engine/text/tokenizer_unicode.h"
 

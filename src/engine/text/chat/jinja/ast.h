@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/jinja/value.h"
+#include "engine/text/chat/jinja/value.h"
 
 namespace agentkv::jinja {
 

@@ -13,9 +13,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/jinja/interpreter.h"
-#include "engine/jinja/lexer.h"
-#include "engine/jinja/value.h"
+#include "engine/text/chat/jinja/interpreter.h"
+#include "engine/text/chat/jinja/lexer.h"
+#include "engine/text/chat/jinja/value.h"
 #include "util/status.h"
 
 namespace agentkv::jinja {

@@ -1,7 +1,7 @@
 // Chat templates of real models (Qwen3, Llama 3.1, Gemma 3, DeepSeek V3)
 // rendered by agentkv against Python jinja2 called as transformers calls it,
 // on seeded random conversations; plus the template loader's choices.
-#include "engine/chat_template.h"
+#include "engine/text/chat/chat_template.h"
 
 #include <gtest/gtest.h>
 

@@ -4,8 +4,8 @@
 
 #include <vector>
 
-#include "engine/jinja/ast.h"
-#include "engine/jinja/lexer.h"
+#include "engine/text/chat/jinja/ast.h"
+#include "engine/text/chat/jinja/lexer.h"
 
 namespace agentkv::jinja {
 

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "engine/jinja/value.h"
+#include "engine/text/chat/jinja/value.h"
 
 namespace agentkv::jinja {
 

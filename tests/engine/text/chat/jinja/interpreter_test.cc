@@ -5,14 +5,14 @@
 // request rendered with such a template leaks (found by fuzz/jinja_template_fuzz).
 // A context value the template references must be released with the
 // context: its use count tells whether anything of the render survived.
-#include "engine/jinja/interpreter.h"
+#include "engine/text/chat/jinja/interpreter.h"
 
 #include <memory>
 #include <string>
 
 #include <gtest/gtest.h>
 
-#include "engine/jinja/template.h"
+#include "engine/text/chat/jinja/template.h"
 
 namespace agentkv::jinja {
 namespace {

@@ -1,7 +1,7 @@
-#include "engine/jinja/template.h"
+#include "engine/text/chat/jinja/template.h"
 
-#include "engine/jinja/error.h"
-#include "engine/jinja/parser.h"
+#include "engine/text/chat/jinja/error.h"
+#include "engine/text/chat/jinja/parser.h"
 
 namespace agentkv::jinja {
 namespace {

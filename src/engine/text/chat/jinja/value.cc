@@ -1,4 +1,4 @@
-#include "engine/jinja/value.h"
+#include "engine/text/chat/jinja/value.h"
 
 #include <utf8proc.h>
 
@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "engine/jinja/error.h"
+#include "engine/text/chat/jinja/error.h"
 
 namespace agentkv::jinja {
 

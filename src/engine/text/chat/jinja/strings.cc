@@ -1,4 +1,4 @@
-#include "engine/jinja/strings.h"
+#include "engine/text/chat/jinja/strings.h"
 
 #include <utf8proc.h>
 

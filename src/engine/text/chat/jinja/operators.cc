@@ -3,10 +3,10 @@
 #include <cstdint>
 #include <cstdio>
 
-#include "engine/jinja/builtins.h"
-#include "engine/jinja/error.h"
-#include "engine/jinja/interpreter.h"
-#include "engine/jinja/strings.h"
+#include "engine/text/chat/jinja/builtins.h"
+#include "engine/text/chat/jinja/error.h"
+#include "engine/text/chat/jinja/interpreter.h"
+#include "engine/text/chat/jinja/strings.h"
 
 namespace agentkv::jinja {
 namespace {

@@ -1,10 +1,10 @@
 // Methods of str, dict and list that the sandbox lets templates call.
 #include <unordered_set>
 
-#include "engine/jinja/builtins.h"
-#include "engine/jinja/error.h"
-#include "engine/jinja/interpreter.h"
-#include "engine/jinja/strings.h"
+#include "engine/text/chat/jinja/builtins.h"
+#include "engine/text/chat/jinja/error.h"
+#include "engine/text/chat/jinja/interpreter.h"
+#include "engine/text/chat/jinja/strings.h"
 
 namespace agentkv::jinja {
 namespace {

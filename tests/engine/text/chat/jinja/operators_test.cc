@@ -6,7 +6,7 @@
 
 #include <gtest/gtest.h>
 
-#include "engine/jinja/template.h"
+#include "engine/text/chat/jinja/template.h"
 
 namespace agentkv::jinja {
 namespace {

@@ -1,8 +1,8 @@
-#include "engine/jinja/lexer.h"
+#include "engine/text/chat/jinja/lexer.h"
 
 #include <cctype>
 
-#include "engine/jinja/error.h"
+#include "engine/text/chat/jinja/error.h"
 
 namespace agentkv::jinja {
 namespace {

@@ -11,8 +11,8 @@
 #include <utility>
 #include <vector>
 
-#include "engine/jinja/ast.h"
-#include "engine/jinja/value.h"
+#include "engine/text/chat/jinja/ast.h"
+#include "engine/text/chat/jinja/value.h"
 
 namespace agentkv::jinja {
 

@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/jinja/template.h"
+#include "engine/text/chat/jinja/template.h"
 #include "util/status.h"
 
 namespace agentkv {

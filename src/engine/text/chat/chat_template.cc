@@ -1,4 +1,4 @@
-#include "engine/chat_template.h"
+#include "engine/text/chat/chat_template.h"
 
 #include <filesystem>
 #include <fstream>

@@ -1,15 +1,15 @@
 // Filters, tests and globals with jinja2 3.1 semantics (and transformers'
 // tojson, raise_exception and strftime_now).
-#include "engine/jinja/builtins.h"
+#include "engine/text/chat/jinja/builtins.h"
 
 #include <algorithm>
 #include <cmath>
 #include <ctime>
 #include <unordered_map>
 
-#include "engine/jinja/error.h"
-#include "engine/jinja/interpreter.h"
-#include "engine/jinja/strings.h"
+#include "engine/text/chat/jinja/error.h"
+#include "engine/text/chat/jinja/interpreter.h"
+#include "engine/text/chat/jinja/strings.h"
 
 namespace agentkv::jinja {
 namespace {

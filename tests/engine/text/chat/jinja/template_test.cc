@@ -1,6 +1,6 @@
 // The jinja engine against Python jinja2 (configured as transformers does) on
 // a catalogue of snippets, plus the limits that stop runaway templates.
-#include "engine/jinja/template.h"
+#include "engine/text/chat/jinja/template.h"
 
 #include <gtest/gtest.h>
 

@@ -1,11 +1,11 @@
-#include "engine/jinja/parser.h"
+#include "engine/text/chat/jinja/parser.h"
 
 #include <charconv>
 #include <cstdlib>
 #include <set>
 
-#include "engine/jinja/builtins.h"
-#include "engine/jinja/error.h"
+#include "engine/text/chat/jinja/builtins.h"
+#include "engine/text/chat/jinja/error.h"
 
 namespace agentkv::jinja {
 namespace {
