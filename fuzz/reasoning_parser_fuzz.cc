@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/output_parser.h"
-#include "engine/reasoning_parser.h"
+#include "engine/text/output/output_parser.h"
+#include "engine/text/output/reasoning_parser.h"
 #include "stream_pieces.h"
 
 namespace {

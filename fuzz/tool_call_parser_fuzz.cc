@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/tool_call_parser.h"
+#include "engine/text/output/tool_call_parser.h"
 #include "stream_pieces.h"
 
 namespace {

@@ -29,7 +29,7 @@
 #include "api/agent_binding.h"
 #include "api/http_types.h"
 #include "engine/engine.h"
-#include "engine/output_parser.h"
+#include "engine/text/output/output_parser.h"
 
 namespace agentkv::api {
 

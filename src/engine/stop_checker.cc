@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <utility>
 
-#include "engine/partial_match.h"
+#include "engine/text/output/partial_match.h"
 
 namespace agentkv {
 

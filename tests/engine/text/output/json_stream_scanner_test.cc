@@ -1,4 +1,4 @@
-#include "engine/json_stream_scanner.h"
+#include "engine/text/output/json_stream_scanner.h"
 
 #include <string>
 #include <vector>

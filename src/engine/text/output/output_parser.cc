@@ -1,4 +1,4 @@
-#include "engine/output_parser.h"
+#include "engine/text/output/output_parser.h"
 
 #include <utility>
 

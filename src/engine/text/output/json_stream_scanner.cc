@@ -1,6 +1,6 @@
-#include "engine/json_stream_scanner.h"
+#include "engine/text/output/json_stream_scanner.h"
 
-#include "engine/partial_match.h"
+#include "engine/text/output/partial_match.h"
 
 namespace agentkv {
 namespace {

@@ -1,8 +1,8 @@
-#include "engine/reasoning_parser.h"
+#include "engine/text/output/reasoning_parser.h"
 
 #include <utility>
 
-#include "engine/partial_match.h"
+#include "engine/text/output/partial_match.h"
 
 namespace agentkv {
 

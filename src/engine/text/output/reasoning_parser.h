@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/output_event.h"
+#include "engine/text/output/output_event.h"
 
 namespace agentkv {
 

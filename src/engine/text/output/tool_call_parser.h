@@ -29,8 +29,8 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/json_stream_scanner.h"
-#include "engine/output_event.h"
+#include "engine/text/output/json_stream_scanner.h"
+#include "engine/text/output/output_event.h"
 
 namespace agentkv {
 

@@ -8,9 +8,9 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/output_event.h"
-#include "engine/reasoning_parser.h"
-#include "engine/tool_call_parser.h"
+#include "engine/text/output/output_event.h"
+#include "engine/text/output/reasoning_parser.h"
+#include "engine/text/output/tool_call_parser.h"
 
 namespace agentkv {
 

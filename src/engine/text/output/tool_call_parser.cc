@@ -1,11 +1,11 @@
-#include "engine/tool_call_parser.h"
+#include "engine/text/output/tool_call_parser.h"
 
 #include <algorithm>
 #include <utility>
 
 #include <nlohmann/json.hpp>
 
-#include "engine/partial_match.h"
+#include "engine/text/output/partial_match.h"
 
 namespace agentkv {
 namespace {

@@ -1,4 +1,4 @@
-#include "engine/tool_call_parser.h"
+#include "engine/text/output/tool_call_parser.h"
 
 #include <string>
 #include <vector>

@@ -1,4 +1,4 @@
-#include "engine/reasoning_parser.h"
+#include "engine/text/output/reasoning_parser.h"
 
 #include <string>
 #include <vector>
