@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <limits>
 
-#include "engine/model_files.h"
+#include "engine/model/model_files.h"
 #include "store/store_kv_tier.h"
 #include "util/memory_size.h"
 

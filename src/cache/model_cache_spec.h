@@ -1,5 +1,5 @@
 // ModelCacheSpec: the shape of a model's KV cache, derived from config.json by
-// engine/model_config (cache/ knows nothing of configs). The block pool is
+// engine/model/model_config (cache/ knows nothing of configs). The block pool is
 // configured from it.
 //
 // Layers are split into cache groups: one group per distinct attention kind

@@ -27,7 +27,7 @@
 #include "cli/command.h"
 #include "cli/model_options.h"
 #include "engine/engine.h"
-#include "engine/model_files.h"
+#include "engine/model/model_files.h"
 #include "store/store_kv_tier.h"
 
 namespace agentkv::cli {

@@ -1,5 +1,5 @@
 // `agentkv model synth`: writes a checkpoint with a real architecture and
-// tokenizer and seeded random weights (see engine/model_synth.h).
+// tokenizer and seeded random weights (see engine/model/model_synth.h).
 #include <unistd.h>
 
 #include <chrono>
@@ -7,8 +7,8 @@
 #include <memory>
 
 #include "cli/command.h"
-#include "engine/model_synth.h"
-#include "engine/safetensors_file.h"
+#include "engine/model/model_synth.h"
+#include "engine/model/safetensors_file.h"
 
 namespace agentkv::cli {
 namespace {

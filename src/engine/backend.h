@@ -25,7 +25,7 @@
 
 #include "cache/kv_cache_manager.h"
 #include "cache/model_cache_spec.h"
-#include "engine/model_config.h"
+#include "engine/model/model_config.h"
 #include "engine/row_pick.h"
 #include "util/status.h"
 #include "util/system_memory.h"

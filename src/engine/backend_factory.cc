@@ -1,7 +1,7 @@
 #include "engine/backend_factory.h"
 
 #include "engine/cpu_backend.h"
-#include "engine/safetensors_weights.h"
+#include "engine/model/safetensors_weights.h"
 #ifdef AGENTKV_HAVE_CUDA
 #include "engine/cuda/cuda_backend.h"
 #endif

@@ -16,7 +16,7 @@
 
 #include "engine/backend.h"
 #include "engine/cpu_attention.h"
-#include "engine/weight_source.h"
+#include "engine/model/weight_source.h"
 #include "util/thread_pool.h"
 #include "util/zeroed_buffer.h"
 

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "engine/model_config.h"
+#include "engine/model/model_config.h"
 #include "util/thread_pool.h"
 
 namespace agentkv::kernels {

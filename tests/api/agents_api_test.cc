@@ -14,7 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "api/api_service.h"
-#include "engine/model_synth.h"
+#include "engine/model/model_synth.h"
 #include "util/task_pool.h"
 
 namespace agentkv::api {

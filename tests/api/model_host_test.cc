@@ -10,7 +10,7 @@
 
 #include <gtest/gtest.h>
 
-#include "engine/model_synth.h"
+#include "engine/model/model_synth.h"
 
 namespace agentkv::api {
 namespace {

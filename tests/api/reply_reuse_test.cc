@@ -18,7 +18,7 @@
 
 #include "api/agent_binding.h"
 #include "api/api_service.h"
-#include "engine/model_synth.h"
+#include "engine/model/model_synth.h"
 #include "store/agent_store.h"
 
 namespace agentkv::api {

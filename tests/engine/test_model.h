@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/model_config.h"
-#include "engine/weight_source.h"
+#include "engine/model/model_config.h"
+#include "engine/model/weight_source.h"
 
 namespace agentkv::testing {
 

@@ -49,7 +49,7 @@
 #include "engine/cuda/device_buffer.h"
 #include "engine/cuda/gemm_tuner.h"
 #include "engine/cuda/kv_read_hazards.h"
-#include "engine/weight_source.h"
+#include "engine/model/weight_source.h"
 
 namespace agentkv {
 

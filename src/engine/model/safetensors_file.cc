@@ -1,4 +1,4 @@
-#include "engine/safetensors_file.h"
+#include "engine/model/safetensors_file.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -1,4 +1,4 @@
-#include "engine/safetensors_weights.h"
+#include "engine/model/safetensors_weights.h"
 
 #include <cstring>
 

@@ -1,4 +1,4 @@
-#include "engine/safetensors_writer.h"
+#include "engine/model/safetensors_writer.h"
 
 #include <cerrno>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "engine/model_files.h"
+#include "engine/model/model_files.h"
 
 #include <fcntl.h>
 #include <unistd.h>

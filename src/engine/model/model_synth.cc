@@ -1,4 +1,4 @@
-#include "engine/model_synth.h"
+#include "engine/model/model_synth.h"
 
 #include <cmath>
 #include <fstream>
@@ -6,9 +6,9 @@
 #include <set>
 #include <sstream>
 
-#include "engine/model_config.h"
-#include "engine/safetensors_writer.h"
-#include "engine/weight_spec.h"
+#include "engine/model/model_config.h"
+#include "engine/model/safetensors_writer.h"
+#include "engine/model/weight_spec.h"
 #include "util/bf16.h"
 #include "util/hash.h"
 

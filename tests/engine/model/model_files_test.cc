@@ -1,4 +1,4 @@
-#include "engine/model_files.h"
+#include "engine/model/model_files.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "engine/safetensors_writer.h"
+#include "engine/model/safetensors_writer.h"
 
 namespace agentkv {
 namespace {

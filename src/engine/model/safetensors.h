@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/safetensors_file.h"
+#include "engine/model/safetensors_file.h"
 #include "util/status.h"
 
 namespace agentkv {

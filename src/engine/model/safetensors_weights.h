@@ -6,8 +6,8 @@
 
 #include <filesystem>
 
-#include "engine/safetensors.h"
-#include "engine/weight_source.h"
+#include "engine/model/safetensors.h"
+#include "engine/model/weight_source.h"
 
 namespace agentkv {
 

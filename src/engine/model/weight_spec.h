@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/model_config.h"
-#include "engine/safetensors.h"
+#include "engine/model/model_config.h"
+#include "engine/model/safetensors.h"
 #include "util/status.h"
 
 namespace agentkv {

@@ -1,4 +1,4 @@
-#include "engine/safetensors.h"
+#include "engine/model/safetensors.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -8,8 +8,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "engine/safetensors_file.h"
-#include "engine/safetensors_writer.h"
+#include "engine/model/safetensors_file.h"
+#include "engine/model/safetensors_writer.h"
 
 namespace agentkv {
 namespace {

@@ -1,4 +1,4 @@
-#include "engine/weight_spec.h"
+#include "engine/model/weight_spec.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "engine/safetensors_writer.h"
+#include "engine/model/safetensors_writer.h"
 
 namespace agentkv {
 namespace {

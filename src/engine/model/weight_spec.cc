@@ -1,4 +1,4 @@
-#include "engine/weight_spec.h"
+#include "engine/model/weight_spec.h"
 
 namespace agentkv {
 

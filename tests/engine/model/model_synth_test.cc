@@ -1,4 +1,4 @@
-#include "engine/model_synth.h"
+#include "engine/model/model_synth.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -9,10 +9,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "engine/model_config.h"
-#include "engine/model_files.h"
-#include "engine/safetensors.h"
-#include "engine/weight_spec.h"
+#include "engine/model/model_config.h"
+#include "engine/model/model_files.h"
+#include "engine/model/safetensors.h"
+#include "engine/model/weight_spec.h"
 #include "util/bf16.h"
 
 namespace agentkv {
