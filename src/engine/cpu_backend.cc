@@ -7,6 +7,7 @@
 #include <cstring>
 #include <thread>
 
+#include "engine/backend/rope.h"
 #include "engine/cpu_attention.h"
 #include "engine/cpu_kernels.h"
 #include "engine/kv_fp8.h"

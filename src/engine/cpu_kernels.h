@@ -19,10 +19,6 @@ namespace agentkv::kernels {
 void RmsNorm(const float* x, const float* w, float* y, int64_t rows, int dim, float eps,
              bool plus_one);
 
-// Inverse frequencies of rotary embeddings (head_dim / 2 of them), with the
-// scaling of `rope` applied (linear, llama3).
-std::vector<float> RopeInvFreq(const RopeSpec& rope, int head_dim);
-
 // Rotates `heads` vectors of `head_dim` at `pos` in place, in the
 // rotate-half convention (pairs i and i + head_dim / 2).
 void ApplyRope(float* x, int heads, int head_dim, int32_t pos, const float* inv_freq);

@@ -4,7 +4,7 @@
 #include <chrono>
 
 #include "engine/kv_pool_sizing.h"
-#include "engine/sample_draw.h"
+#include "engine/pick_mode.h"
 #include "engine/text/stream_detokenizer.h"
 #include "engine/text/tokenizer.h"
 

@@ -9,7 +9,7 @@
 // then collect the previous step (pipelined) or this one: sample each
 // sequence with its own Sampler, detokenize and stop-check, push events,
 // and retire finished sequences (pinning their KV for their agent).
-// Rows are picked where ChoosePickMode (engine/sample_draw.h) says: greedy
+// Rows are picked where ChoosePickMode (engine/pick_mode.h) says: greedy
 // and plain temperature / top_k / top_p / min_p rows by the backend (on a
 // GPU without copying logits; the draw's uniform comes from the sequence's
 // Sampler at launch), rows with penalties or logprobs by the Sampler on the

@@ -75,11 +75,6 @@ Candidate NucleusBoundary(Candidate* cand, size_t n, double target) {
 
 }  // namespace
 
-PickMode ChoosePickMode(const SamplingParams& p) {
-  if (p.has_penalties() || p.logprobs) return PickMode::kHost;
-  return p.greedy() ? PickMode::kGreedy : PickMode::kDevice;
-}
-
 int32_t SampleDraw(std::span<float> logits, const SampleSettings& s) {
   const size_t vocab = logits.size();
   const float inv_t = 1.0f / s.temperature;

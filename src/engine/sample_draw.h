@@ -1,6 +1,6 @@
 // SampleDraw: the truncated-sampling draw shared by the CPU Sampler and the
-// backends that sample on the device, and ChoosePickMode, the decision which
-// rows a backend may pick itself.
+// backends that sample on the device (which rows a backend may pick itself
+// is ChoosePickMode's decision, engine/pick_mode.h).
 //
 // The distribution (as Hugging Face and vLLM order it):
 //   1. The argmax: lowest id of the largest logit m, NaN never wins, id 0 if
@@ -33,18 +33,8 @@
 #include <span>
 
 #include "engine/row_pick.h"
-#include "engine/sampling_params.h"
 
 namespace agentkv {
-
-// How a sequence's rows are picked: kGreedy for temperature 0 without
-// penalties or logprobs; kDevice for temperature > 0 without penalties or
-// logprobs (only temperature, top_k, top_p, min_p shape the draw); kHost
-// otherwise (the Sampler needs the whole logits row). Pure.
-PickMode ChoosePickMode(const SamplingParams& params);
-inline bool DeviceSamplable(const SamplingParams& params) {
-  return ChoosePickMode(params) == PickMode::kDevice;
-}
 
 // The draw defined above on one row of logits (vocabulary long, not empty),
 // used as scratch and left clobbered. Allocates nothing after a thread's

@@ -1,16 +1,13 @@
 // SampleDraw (the CPU reference of the draw a backend makes on its device)
 // on constructed logits, where the kept set and the inverse-CDF pick can be
-// worked out by hand; ChoosePickMode; Sampler::NextDraw against Sample.
+// worked out by hand.
 #include "engine/sample_draw.h"
 
 #include <cmath>
 #include <limits>
-#include <set>
 #include <vector>
 
 #include <gtest/gtest.h>
-
-#include "engine/sampler.h"
 
 namespace agentkv {
 namespace {
@@ -41,34 +38,6 @@ std::vector<int32_t> Reachable(const std::vector<float>& logits, SampleSettings 
   for (size_t i = 0; i < seen.size(); ++i)
     if (seen[i]) ids.push_back(static_cast<int32_t>(i));
   return ids;
-}
-
-TEST(ChoosePickModeTest, OnlyPlainParamsArePickedByTheBackend) {
-  SamplingParams p;
-  EXPECT_EQ(ChoosePickMode(p), PickMode::kDevice);  // temperature 1, the APIs' default
-  EXPECT_TRUE(DeviceSamplable(p));
-  p.top_k = 40;
-  p.top_p = 0.9f;
-  p.min_p = 0.05f;
-  p.seed = 3;
-  p.temperature = 0.7f;
-  EXPECT_EQ(ChoosePickMode(p), PickMode::kDevice);
-  p.temperature = 0;
-  EXPECT_EQ(ChoosePickMode(p), PickMode::kGreedy);
-  EXPECT_FALSE(DeviceSamplable(p));
-  for (int which = 0; which < 4; ++which) {
-    SamplingParams q;
-    q.temperature = which % 2 ? 0.0f : 1.0f;
-    if (which < 2) q.repetition_penalty = 1.1f;
-    if (which == 2) q.presence_penalty = 0.5f;
-    if (which == 3) q.frequency_penalty = -0.5f;
-    EXPECT_EQ(ChoosePickMode(q), PickMode::kHost) << which;
-  }
-  SamplingParams lp;
-  lp.logprobs = 0;  // even the sampled token's logprob needs the whole row
-  EXPECT_EQ(ChoosePickMode(lp), PickMode::kHost);
-  lp.temperature = 0;
-  EXPECT_EQ(ChoosePickMode(lp), PickMode::kHost);
 }
 
 TEST(SampleDrawTest, InverseCdfInIdOrder) {
@@ -159,37 +128,6 @@ TEST(SampleDrawTest, NonFiniteRowsFallBackToTheArgmax) {
   const std::vector<float> l = {kNan, 1.0f, -kInf, 1.0f, kNan};
   EXPECT_EQ(Reachable(l, Settings(1, 0, 1, 0, 0)), (std::vector<int32_t>{1, 3}));
   EXPECT_EQ(Reachable(l, Settings(1, 3, 0.99f, 0, 0)), (std::vector<int32_t>{1, 3}));
-}
-
-// NextDraw advances the generator as Sample does, so a sequence drawn by a
-// backend gives the tokens the Sampler would have given.
-TEST(SampleDrawTest, NextDrawGivesSamplesTokens) {
-  SamplingParams p;
-  p.temperature = 0.9f;
-  p.top_k = 50;
-  p.top_p = 0.9f;
-  p.min_p = 0.01f;
-  p.seed = 1234;
-  std::vector<float> logits(300);
-  for (size_t i = 0; i < logits.size(); ++i) logits[i] = std::sin(0.37f * i) * 4.0f;
-  Sampler host(p, 300), device(p, 300);
-  std::vector<int32_t> a, b;
-  for (int i = 0; i < 64; ++i) {
-    std::vector<float> buf = logits;
-    a.push_back(host.Sample(buf).token);
-    const SampleSettings s = device.NextDraw();
-    EXPECT_GE(s.u, 0.0);
-    EXPECT_LT(s.u, 1.0);
-    EXPECT_EQ(s.temperature, p.temperature);
-    EXPECT_EQ(s.top_k, p.top_k);
-    EXPECT_EQ(s.top_p, p.top_p);
-    EXPECT_EQ(s.min_p, p.min_p);
-    buf = logits;
-    b.push_back(SampleDraw(buf, s));
-    device.AddOutput(b.back());
-  }
-  EXPECT_EQ(a, b);
-  EXPECT_GT(std::set<int32_t>(a.begin(), a.end()).size(), 3u);  // it did sample
 }
 
 }  // namespace

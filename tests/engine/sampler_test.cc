@@ -10,6 +10,8 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/sample_draw.h"
+
 namespace agentkv {
 namespace {
 
@@ -318,6 +320,37 @@ TEST(SamplerTest, LogprobsComeFromTheRawDistribution) {
   SampledToken t = n.Sample(l);
   EXPECT_FALSE(t.logprob.has_value());
   EXPECT_TRUE(t.top_logprobs.empty());
+}
+
+// NextDraw advances the generator as Sample does, so a sequence drawn by a
+// backend gives the tokens the Sampler would have given.
+TEST(SampleDrawTest, NextDrawGivesSamplesTokens) {
+  SamplingParams p;
+  p.temperature = 0.9f;
+  p.top_k = 50;
+  p.top_p = 0.9f;
+  p.min_p = 0.01f;
+  p.seed = 1234;
+  std::vector<float> logits(300);
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = std::sin(0.37f * i) * 4.0f;
+  Sampler host(p, 300), device(p, 300);
+  std::vector<int32_t> a, b;
+  for (int i = 0; i < 64; ++i) {
+    std::vector<float> buf = logits;
+    a.push_back(host.Sample(buf).token);
+    const SampleSettings s = device.NextDraw();
+    EXPECT_GE(s.u, 0.0);
+    EXPECT_LT(s.u, 1.0);
+    EXPECT_EQ(s.temperature, p.temperature);
+    EXPECT_EQ(s.top_k, p.top_k);
+    EXPECT_EQ(s.top_p, p.top_p);
+    EXPECT_EQ(s.min_p, p.min_p);
+    buf = logits;
+    b.push_back(SampleDraw(buf, s));
+    device.AddOutput(b.back());
+  }
+  EXPECT_EQ(a, b);
+  EXPECT_GT(std::set<int32_t>(a.begin(), a.end()).size(), 3u);  // it did sample
 }
 
 }  // namespace

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "engine/cpu_kernels.h"
+#include "engine/backend/rope.h"
 #include "engine/cuda/cuda_backend_layer.h"
 
 namespace agentkv {

@@ -1,0 +1,17 @@
+// RopeInvFreq: the inverse frequencies of rotary embeddings a model's
+// RopeSpec defines. Both backends rotate with this one table (the CPU
+// backend per position, the CUDA backend uploads it), so they agree on the
+// scaling. Pure; thread-safe.
+#pragma once
+
+#include <vector>
+
+#include "engine/model/model_config.h"
+
+namespace agentkv::kernels {
+
+// head_dim / 2 inverse frequencies, with the scaling of `rope` applied
+// (linear, llama3).
+std::vector<float> RopeInvFreq(const RopeSpec& rope, int head_dim);
+
+}  // namespace agentkv::kernels
