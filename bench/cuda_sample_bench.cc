@@ -1,4 +1,4 @@
-// Drawing tokens on the GPU (LaunchSampleRows, engine/sample_draw.h's draw)
+// Drawing tokens on the GPU (LaunchSampleRows, engine/backend/sample_draw.h's draw)
 // against the greedy pick's argmax (LaunchArgmax), at 1, 8 and 64 rows of
 // the Llama 3 (128,256) and Qwen (151,936) vocabularies, for the sampling
 // settings clients send: temperature alone (the OpenAI and Anthropic
@@ -16,10 +16,10 @@
 #include <string>
 #include <vector>
 
+#include "engine/backend/row_pick.h"
 #include "engine/cuda/cuda_kernels.h"
 #include "engine/cuda/cuda_status.h"
 #include "engine/cuda/device_buffer.h"
-#include "engine/row_pick.h"
 
 namespace agentkv::cuda {
 namespace {

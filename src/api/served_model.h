@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "api/http_types.h"
-#include "engine/backend_factory.h"
+#include "engine/backend/backend_factory.h"
 #include "engine/engine.h"
 #include "engine/text/chat/chat_template.h"
 #include "engine/text/tokenizer.h"

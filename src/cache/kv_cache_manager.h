@@ -68,7 +68,7 @@ struct KvCacheConfig {
 };
 
 // Copy the whole of block `src` to block `dst` in group `group`. Same fields
-// as engine/backend.h's BlockCopy (which cache/ cannot include).
+// as engine/backend/backend.h's BlockCopy (which cache/ cannot include).
 struct KvBlockCopy {
   int32_t group = 0;
   int32_t src = -1;

@@ -18,7 +18,7 @@ namespace agentkv {
 
 enum class AttentionKind { kFull, kSliding };
 // kFP8E4M3: e4m3 bytes with one f32 scale per (token, KV head) row of K and
-// of V (engine/kv_fp8.h, docs/kv-fp8.md): head_dim + 4 bytes a row.
+// of V (engine/backend/kv_fp8.h, docs/kv-fp8.md): head_dim + 4 bytes a row.
 enum class KvDtype { kF32, kBF16, kF16, kFP8E4M3 };
 
 // Bytes of one element's value (1 for fp8; its row scales are extra).

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/backend_factory.h"
+#include "engine/backend/backend_factory.h"
 #include "engine/sampling_params.h"
 
 namespace agentkv::cli {

@@ -7,10 +7,10 @@
 #include <cstring>
 #include <thread>
 
-#include "engine/backend/rope.h"
+#include "engine/backend/backend/rope.h"
+#include "engine/backend/kv_fp8.h"
 #include "engine/cpu_attention.h"
 #include "engine/cpu_kernels.h"
-#include "engine/kv_fp8.h"
 
 namespace agentkv {
 

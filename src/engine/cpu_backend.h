@@ -2,7 +2,7 @@
 // GEMMs through OpenBLAS; attention, norms and rotary embeddings through
 // engine/cpu_kernels, parallel over (token, head) on a ThreadPool.
 // KV is cached in per-group block arrays (see Backend): fp32 by default, or
-// e4m3 with per-row scales (KvDtype::kFP8E4M3, engine/kv_fp8.h): quantized as
+// e4m3 with per-row scales (KvDtype::kFP8E4M3, engine/backend/kv_fp8.h): quantized as
 // it is stored and dequantized as attention reads it. With fp8 the step's
 // own keys are read as the cache will hold them too (quantized once, then
 // dequantized), so a prompt gives the same logits however it is chunked.
@@ -14,7 +14,7 @@
 #include <memory>
 #include <vector>
 
-#include "engine/backend.h"
+#include "engine/backend/backend.h"
 #include "engine/cpu_attention.h"
 #include "engine/model/weight_source.h"
 #include "util/thread_pool.h"
@@ -60,7 +60,7 @@ class CpuBackend final : public Backend {
   float* KvPtr(int group, int32_t block, int layer_in_group, int which, int offset) const;
   // A whole block's bytes (either dtype).
   std::byte* BlockBytes(int group, int32_t block) const;
-  // fp8 cache: the K or V section of a block's layer (engine/kv_fp8.h).
+  // fp8 cache: the K or V section of a block's layer (engine/backend/kv_fp8.h).
   uint8_t* Fp8Section(int group, int32_t block, int layer_in_group, int which) const;
   bool fp8() const { return spec_.kv_dtype == KvDtype::kFP8E4M3; }
   // fp8: quantizes the step's K and V rows (of qkv_) into kv8_ / kv8_scale_

@@ -37,7 +37,7 @@
 #include <vector>
 
 #include "cache/block_hash.h"
-#include "engine/backend.h"
+#include "engine/backend/backend.h"
 #include "util/status.h"
 
 namespace agentkv {

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "cache/model_cache_spec.h"
-#include "engine/backend.h"
+#include "engine/backend/backend.h"
 #include "util/status.h"
 
 namespace agentkv {

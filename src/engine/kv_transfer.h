@@ -47,7 +47,7 @@
 
 #include "cache/kv_cache_manager.h"
 #include "cache/kv_tier.h"
-#include "engine/backend.h"
+#include "engine/backend/backend.h"
 #include "engine/host_kv_tier.h"
 #include "engine/restore_policy.h"
 #include "engine/sequence.h"

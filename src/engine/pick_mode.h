@@ -1,9 +1,9 @@
 // ChoosePickMode: the decision which rows of a sequence the backend may pick
-// itself (RowPick, engine/row_pick.h) and which the engine's Sampler picks.
+// itself (RowPick, engine/backend/row_pick.h) and which the engine's Sampler picks.
 // Pure; thread-safe.
 #pragma once
 
-#include "engine/row_pick.h"
+#include "engine/backend/row_pick.h"
 #include "engine/sampling_params.h"
 
 namespace agentkv {

@@ -7,7 +7,7 @@
 #include <limits>
 #include <random>
 
-#include "engine/sample_draw.h"
+#include "engine/backend/sample_draw.h"
 
 namespace agentkv {
 namespace {

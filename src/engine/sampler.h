@@ -4,7 +4,7 @@
 //
 // Order of operations (as Hugging Face and vLLM): repetition penalty ->
 // presence/frequency penalties -> temperature -> top_k -> top_p -> min_p ->
-// draw; the steps after the penalties are SampleDraw (engine/sample_draw.h,
+// draw; the steps after the penalties are SampleDraw (engine/backend/sample_draw.h,
 // which defines them exactly). Greedy (temperature 0) is argmax after
 // penalties, lowest id on ties. Seeded sampling uses a private xoshiro256**
 // generator, so the same seed and logits give the same tokens on every run
@@ -30,7 +30,7 @@
 #include <span>
 #include <vector>
 
-#include "engine/row_pick.h"
+#include "engine/backend/row_pick.h"
 #include "engine/sampling_params.h"
 
 namespace agentkv {

@@ -17,7 +17,7 @@
 #include <span>
 #include <vector>
 
-#include "engine/backend.h"
+#include "engine/backend/backend.h"
 #include "util/status.h"
 
 namespace agentkv {

@@ -12,7 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "cache/block_hash.h"
-#include "engine/backend_factory.h"
+#include "engine/backend/backend_factory.h"
 #include "engine/text/tokenizer.h"
 
 namespace agentkv::agent {

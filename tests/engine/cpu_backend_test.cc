@@ -6,7 +6,7 @@
 #include "engine/cpu_backend.h"
 
 #include "cache/kv_cache_manager.h"
-#include "engine/kv_fp8.h"
+#include "engine/backend/kv_fp8.h"
 
 #include <gtest/gtest.h>
 

@@ -10,7 +10,7 @@
 
 #include <gtest/gtest.h>
 
-#include "engine/sample_draw.h"
+#include "engine/backend/sample_draw.h"
 
 namespace agentkv {
 namespace {

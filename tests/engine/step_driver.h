@@ -9,7 +9,7 @@
 #include <span>
 #include <vector>
 
-#include "engine/backend.h"
+#include "engine/backend/backend.h"
 #include "gtest/gtest.h"
 
 namespace agentkv::testing {

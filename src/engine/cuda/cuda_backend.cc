@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "engine/backend/rope.h"
+#include "engine/backend/backend/rope.h"
 #include "engine/cuda/cuda_backend_layer.h"
 
 namespace agentkv {

@@ -43,7 +43,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/backend.h"
+#include "engine/backend/backend.h"
 #include "engine/cuda/block_runs.h"
 #include "engine/cuda/cuda_kernels.h"
 #include "engine/cuda/device_buffer.h"

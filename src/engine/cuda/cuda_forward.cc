@@ -6,10 +6,10 @@
 
 #include <cuda_profiler_api.h>
 
+#include "engine/backend/kv_fp8.h"
 #include "engine/cuda/cuda_backend.h"
 #include "engine/cuda/cuda_backend_layer.h"
 #include "engine/cuda/kv_route.h"
-#include "engine/kv_fp8.h"
 
 namespace agentkv {
 namespace {

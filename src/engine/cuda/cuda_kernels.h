@@ -12,7 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "engine/row_pick.h"
+#include "engine/backend/row_pick.h"
 
 namespace agentkv::cuda {
 
@@ -61,7 +61,7 @@ cudaError_t LaunchQkvPost(const TIn* qkv, const float* bias, const float* q_norm
 // Where one layer's K and V live in a group's paged cache: per block, for
 // each layer of the group, K then V, each [block_size][nkv][head_dim] bf16.
 // fp8: K then V are each a section of [block_size][nkv][head_dim] e4m3
-// bytes followed by [block_size][nkv] f32 scales (engine/kv_fp8.h), and
+// bytes followed by [block_size][nkv] f32 scales (engine/backend/kv_fp8.h), and
 // base, block_stride and layer_offset count bytes.
 struct KvCacheView {
   bf16_t* base = nullptr;    // the group's block 0
@@ -125,7 +125,7 @@ inline Fp8KvRows Fp8KvRowsAt(void* base, int64_t tokens, int nkv, int head_dim) 
   return r;
 }
 // Quantizes k and v (bf16 [T][nkv][D], QkvPost's) row by row into `rows`
-// as engine/kv_fp8.h's QuantizeRow does (bit for bit on the same values);
+// as engine/backend/kv_fp8.h's QuantizeRow does (bit for bit on the same values);
 // tokens with pos < 0 (padding) are skipped.
 cudaError_t LaunchKvQuantizeFp8(const bf16_t* k, const bf16_t* v, const int32_t* pos, int tokens,
                                 int nkv, int head_dim, Fp8KvRows rows, cudaStream_t stream);
@@ -359,7 +359,7 @@ cudaError_t LaunchWgmmaGemmArgmax(const bf16_t* x, const bf16_t* w, float* y,
 cudaError_t LaunchSoftcap(float* x, int64_t n, float cap, cudaStream_t stream);
 
 // For each row r < rows with picks[r].mode == kDevice: out[r] = the token
-// SampleDraw (engine/sample_draw.h) draws from logits row r (vocab floats,
+// SampleDraw (engine/backend/sample_draw.h) draws from logits row r (vocab floats,
 // rows contiguous) with picks[r].sample; other rows' out[r] are left as they
 // are. One block of 512 threads per row; picks is a device array. The same
 // token as the CPU's SampleDraw except where u * M, top_p's target or a

@@ -1,4 +1,4 @@
-// Reading the fp8 (e4m3) KV cache (engine/kv_fp8.h's block layout) in the
+// Reading the fp8 (e4m3) KV cache (engine/backend/kv_fp8.h's block layout) in the
 // attention kernels (device code only): the exact e4m3 -> bf16 widening and
 // the tile loader the mma.sync flash kernel (cuda_flash_attention.cu) takes
 // in place of KvLoader for an fp8 cache.

@@ -1,7 +1,7 @@
 // Which attention path a step takes, given the KV cache dtype. Both caches
 // have the mma.sync flash kernel (cuda_flash_attention.cu) for wide prompt
 // tiles and narrow decode tiles split across blocks where it has the
-// head_dim (64, 128); fp8 (engine/kv_fp8.h) through its fp8 tile loader
+// head_dim (64, 128); fp8 (engine/backend/kv_fp8.h) through its fp8 tile loader
 // (fp8_kv_tile.cuh), fed by QkvPost, LaunchKvQuantizeFp8 and, after
 // attention, LaunchKvStoreFp8, and the portable narrow-tile kernel of
 // cuda_fp8_kv.cu for other head_dims. What only bf16 has: the warpgroup

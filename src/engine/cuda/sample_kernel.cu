@@ -1,4 +1,4 @@
-// LaunchSampleRows: SampleDraw (engine/sample_draw.h) on the device, one
+// LaunchSampleRows: SampleDraw (engine/backend/sample_draw.h) on the device, one
 // block per row, without sorting the vocabulary.
 //
 // Weights are recomputed from the logits in every pass (w = expf((l - m) /
@@ -18,9 +18,9 @@
 
 #include <cstdint>
 
+#include "engine/backend/row_pick.h"
 #include "engine/cuda/argmax.cuh"
 #include "engine/cuda/cuda_kernels.h"
-#include "engine/row_pick.h"
 
 namespace agentkv::cuda {
 namespace {

@@ -22,9 +22,9 @@
 
 #include "../step_driver.h"
 #include "../test_model.h"
+#include "engine/backend/sample_draw.h"
 #include "engine/cpu_backend.h"
 #include "engine/cuda/cuda_backend.h"
-#include "engine/sample_draw.h"
 
 namespace agentkv {
 namespace {

@@ -1,5 +1,5 @@
 // The fp8 KV cache's kernels (cuda_fp8_kv.cu) against the CPU reference
-// (engine/kv_fp8.h): quantization bit for bit, the store into the paged
+// (engine/backend/kv_fp8.h): quantization bit for bit, the store into the paged
 // layout (rings included), and attention over an fp8 cache (narrow tiles:
 // the mma.sync kernel's fp8 loader at head_dim 64 and 128, the portable
 // kernel at 32 and 256) against a double precision reference on the
@@ -15,8 +15,8 @@
 #include <random>
 #include <vector>
 
+#include "engine/backend/kv_fp8.h"
 #include "engine/cuda/cuda_kernels.h"
-#include "engine/kv_fp8.h"
 
 namespace agentkv::cuda {
 namespace {

@@ -17,7 +17,7 @@
 #include <string>
 #include <utility>
 
-#include "engine/backend/rope.h"
+#include "engine/backend/backend/rope.h"
 #include "engine/cpu_kernels.h"
 #include "engine/cuda/cuda_kernels.h"
 

@@ -28,8 +28,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/backend/kv_fp8.h"
 #include "engine/cuda/cuda_kernels.h"
-#include "engine/kv_fp8.h"
 
 namespace agentkv::cuda {
 namespace {

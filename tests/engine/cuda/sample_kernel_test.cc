@@ -21,8 +21,8 @@
 #include <random>
 #include <vector>
 
+#include "engine/backend/sample_draw.h"
 #include "engine/cuda/cuda_kernels.h"
-#include "engine/sample_draw.h"
 
 namespace agentkv {
 namespace {

@@ -25,8 +25,8 @@
 
 #include "cache/kv_cache_manager.h"
 #include "cache/model_cache_spec.h"
+#include "engine/backend/row_pick.h"
 #include "engine/model/model_config.h"
-#include "engine/row_pick.h"
 #include "util/status.h"
 #include "util/system_memory.h"
 
@@ -130,13 +130,13 @@ class Backend {
   // want_logits, in batch order; it must hold at least that many.
   virtual Status Forward(std::span<const SeqStep> batch, std::span<float> logits) = 0;
 
-  // Forward with the picking each row's RowPick asks for (engine/row_pick.h),
+  // Forward with the picking each row's RowPick asks for (engine/backend/row_pick.h),
   // so that a device backend need not copy the logits of rows it picks
   // itself. For the r-th SeqStep with want_logits, rows[r] says:
   //   kGreedy: tokens[r] receives the argmax of its logits (lowest id on
   //     ties, NaN never wins: as Sampler's greedy pick);
   //   kDevice: tokens[r] receives SampleDraw(logits, rows[r].sample)
-  //     (engine/sample_draw.h; a GPU computes the same draw on the device);
+  //     (engine/backend/sample_draw.h; a GPU computes the same draw on the device);
   //   kHost (or r beyond rows): logits row r is filled as Forward does.
   // Logits rows of kGreedy and kDevice rows are left unspecified. tokens
   // holds one entry per row. The default runs Forward and picks on the host

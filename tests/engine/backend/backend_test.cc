@@ -1,15 +1,15 @@
 // Backend's default pipelined steps (LaunchStep / CollectStep over
 // ForwardSampled), on the CPU backend.
-#include "engine/backend.h"
+#include "engine/backend/backend.h"
 
 #include <algorithm>
 
 #include <gtest/gtest.h>
 
+#include "../step_driver.h"
+#include "../test_model.h"
+#include "engine/backend/sample_draw.h"
 #include "engine/cpu_backend.h"
-#include "engine/sample_draw.h"
-#include "step_driver.h"
-#include "test_model.h"
 
 namespace agentkv {
 namespace {

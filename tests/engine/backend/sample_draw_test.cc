@@ -1,7 +1,7 @@
 // SampleDraw (the CPU reference of the draw a backend makes on its device)
 // on constructed logits, where the kept set and the inverse-CDF pick can be
 // worked out by hand.
-#include "engine/sample_draw.h"
+#include "engine/backend/sample_draw.h"
 
 #include <cmath>
 #include <limits>

@@ -1,6 +1,6 @@
 // What --kv-dtype means on each device (ResolveKvDtype), and that
 // CreateBackend refuses an unknown one before loading anything.
-#include "engine/backend_factory.h"
+#include "engine/backend/backend_factory.h"
 
 #include <gtest/gtest.h>
 

@@ -7,7 +7,7 @@
 //   kGreedy: argmax, lowest id on ties, NaN never wins.
 //   kDevice: a draw from the distribution `sample` describes, made where
 //            the logits are (on a GPU: no logits copy), exactly as SampleDraw
-//            (engine/sample_draw.h) defines it.
+//            (engine/backend/sample_draw.h) defines it.
 #pragma once
 
 #include <cstdint>

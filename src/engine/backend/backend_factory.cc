@@ -1,4 +1,4 @@
-#include "engine/backend_factory.h"
+#include "engine/backend/backend_factory.h"
 
 #include "engine/cpu_backend.h"
 #include "engine/model/safetensors_weights.h"

@@ -1,4 +1,4 @@
-#include "engine/sample_draw.h"
+#include "engine/backend/sample_draw.h"
 
 #include <algorithm>
 #include <cmath>

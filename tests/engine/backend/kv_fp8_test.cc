@@ -1,7 +1,7 @@
 // e4m3 encode/decode against values worked out by hand (1 sign bit, 4
 // exponent bits with bias 7, 3 mantissa bits; max 448; no infinities; NaN
 // 0x7f / 0xff; round to nearest even), and the per-row quantization.
-#include "engine/kv_fp8.h"
+#include "engine/backend/kv_fp8.h"
 
 #include <gtest/gtest.h>
 

@@ -1,10 +1,10 @@
-#include "engine/backend.h"
+#include "engine/backend/backend.h"
 
 #include <algorithm>
 #include <limits>
 #include <string>
 
-#include "engine/sample_draw.h"
+#include "engine/backend/sample_draw.h"
 
 namespace agentkv {
 

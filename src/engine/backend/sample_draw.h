@@ -32,7 +32,7 @@
 #include <cstdint>
 #include <span>
 
-#include "engine/row_pick.h"
+#include "engine/backend/row_pick.h"
 
 namespace agentkv {
 
