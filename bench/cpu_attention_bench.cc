@@ -7,8 +7,8 @@
 #include <random>
 #include <vector>
 
-#include "engine/cpu_attention.h"
-#include "engine/cpu_kernels.h"
+#include "engine/backend/cpu/cpu_attention.h"
+#include "engine/backend/cpu/cpu_kernels.h"
 
 namespace agentkv::kernels {
 namespace {

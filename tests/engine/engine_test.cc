@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "engine/cpu_backend.h"
+#include "engine/backend/cpu/cpu_backend.h"
 #include "test_model.h"
 
 namespace agentkv {

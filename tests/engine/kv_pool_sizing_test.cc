@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include "engine/cpu_backend.h"
+#include "engine/backend/cpu/cpu_backend.h"
 #include "engine/engine.h"
 #include "test_model.h"
 

@@ -12,7 +12,7 @@
 #include <mutex>
 #include <thread>
 
-#include "engine/cpu_backend.h"
+#include "engine/backend/cpu/cpu_backend.h"
 #include "test_model.h"
 
 namespace agentkv {

@@ -5,7 +5,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine/cpu_backend.h"
+#include "engine/backend/cpu/cpu_backend.h"
 #include "test_model.h"
 
 namespace agentkv {

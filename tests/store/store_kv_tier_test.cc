@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "../engine/test_model.h"
-#include "engine/cpu_backend.h"
+#include "engine/backend/cpu/cpu_backend.h"
 #include "engine/engine.h"
 #include "engine_turns.h"
 #include "store/records.h"

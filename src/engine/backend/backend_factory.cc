@@ -1,6 +1,6 @@
 #include "engine/backend/backend_factory.h"
 
-#include "engine/cpu_backend.h"
+#include "engine/backend/cpu/cpu_backend.h"
 #include "engine/model/safetensors_weights.h"
 #ifdef AGENTKV_HAVE_CUDA
 #include "engine/cuda/cuda_backend.h"

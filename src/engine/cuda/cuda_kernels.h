@@ -4,7 +4,7 @@
 // raw bfloat16 bits). Each launcher enqueues on `stream` and returns the
 // launch error (not the kernel's outcome: that shows at the next
 // synchronisation). None allocates, so all may be captured in CUDA graphs.
-// The CPU references are engine/cpu_kernels.h.
+// The CPU references are engine/backend/cpu/cpu_kernels.h.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -22,8 +22,8 @@
 
 #include "../step_driver.h"
 #include "../test_model.h"
+#include "engine/backend/cpu/cpu_backend.h"
 #include "engine/backend/sample_draw.h"
-#include "engine/cpu_backend.h"
 #include "engine/cuda/cuda_backend.h"
 
 namespace agentkv {

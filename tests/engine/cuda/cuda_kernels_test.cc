@@ -1,4 +1,4 @@
-// Each CUDA kernel against its CPU reference (engine/cpu_kernels.h) on fresh
+// Each CUDA kernel against its CPU reference (engine/backend/cpu/cpu_kernels.h) on fresh
 // random inputs, outputs poisoned with NaN before the launch so an unwritten
 // element fails. Tolerances (relative L2 error): 1e-2 where the kernel's
 // output is bf16 (rounding alone is ~3e-3); 2e-2 for attention, whose
@@ -18,7 +18,7 @@
 #include <utility>
 
 #include "engine/backend/backend/rope.h"
-#include "engine/cpu_kernels.h"
+#include "engine/backend/cpu/cpu_kernels.h"
 #include "engine/cuda/cuda_kernels.h"
 
 namespace agentkv {

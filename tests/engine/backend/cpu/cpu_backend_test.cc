@@ -3,7 +3,7 @@
 // chunks, over many small blocks or one large one. (Agreement with Hugging
 // Face transformers is checked by tests/reference/hf_compare.py on the GPU
 // machine.)
-#include "engine/cpu_backend.h"
+#include "engine/backend/cpu/cpu_backend.h"
 
 #include "cache/kv_cache_manager.h"
 #include "engine/backend/kv_fp8.h"
@@ -16,7 +16,7 @@
 #include <map>
 #include <random>
 
-#include "test_model.h"
+#include "../../test_model.h"
 
 namespace agentkv {
 namespace {

@@ -1,4 +1,4 @@
-#include "engine/cpu_backend.h"
+#include "engine/backend/cpu/cpu_backend.h"
 
 #include <cblas.h>
 
@@ -8,9 +8,9 @@
 #include <thread>
 
 #include "engine/backend/backend/rope.h"
+#include "engine/backend/cpu/cpu_attention.h"
+#include "engine/backend/cpu/cpu_kernels.h"
 #include "engine/backend/kv_fp8.h"
-#include "engine/cpu_attention.h"
-#include "engine/cpu_kernels.h"
 
 namespace agentkv {
 

@@ -2,7 +2,7 @@
 // one-query reference, on random inputs with NaN-poisoned outputs. Tolerance:
 // 2e-5 relative to the output's scale (the vector exp is within 2e-7; the
 // rest is summation order).
-#include "engine/cpu_attention.h"
+#include "engine/backend/cpu/cpu_attention.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include <random>
 #include <vector>
 
-#include "engine/cpu_kernels.h"
+#include "engine/backend/cpu/cpu_kernels.h"
 
 namespace agentkv::kernels {
 namespace {

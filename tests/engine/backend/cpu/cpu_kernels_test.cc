@@ -1,6 +1,6 @@
 // The weight-streaming Linear kernels against a plain double-precision
 // reference, on random inputs with poisoned outputs.
-#include "engine/cpu_kernels.h"
+#include "engine/backend/cpu/cpu_kernels.h"
 
 #include <gtest/gtest.h>
 

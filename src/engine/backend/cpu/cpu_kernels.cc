@@ -1,4 +1,4 @@
-#include "engine/cpu_kernels.h"
+#include "engine/backend/cpu/cpu_kernels.h"
 
 #include <cblas.h>
 

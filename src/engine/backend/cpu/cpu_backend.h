@@ -1,6 +1,6 @@
 // CpuBackend: the reference forward pass, fp32 throughout, on the CPU.
 // GEMMs through OpenBLAS; attention, norms and rotary embeddings through
-// engine/cpu_kernels, parallel over (token, head) on a ThreadPool.
+// engine/backend/cpu/cpu_kernels, parallel over (token, head) on a ThreadPool.
 // KV is cached in per-group block arrays (see Backend): fp32 by default, or
 // e4m3 with per-row scales (KvDtype::kFP8E4M3, engine/backend/kv_fp8.h): quantized as
 // it is stored and dequantized as attention reads it. With fp8 the step's
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "engine/backend/backend.h"
-#include "engine/cpu_attention.h"
+#include "engine/backend/cpu/cpu_attention.h"
 #include "engine/model/weight_source.h"
 #include "util/thread_pool.h"
 #include "util/zeroed_buffer.h"
