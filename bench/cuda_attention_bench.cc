@@ -27,10 +27,10 @@
 #include <string>
 #include <vector>
 
+#include "engine/backend/cuda/device_buffer.h"
+#include "engine/backend/cuda/kernels/kernels.h"
+#include "engine/backend/cuda/status.h"
 #include "engine/backend/kv_fp8.h"
-#include "engine/cuda/cuda_kernels.h"
-#include "engine/cuda/cuda_status.h"
-#include "engine/cuda/device_buffer.h"
 
 namespace agentkv::cuda {
 namespace {

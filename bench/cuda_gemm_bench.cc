@@ -36,9 +36,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/cuda/cuda_kernels.h"
-#include "engine/cuda/cuda_status.h"
-#include "engine/cuda/device_buffer.h"
+#include "engine/backend/cuda/device_buffer.h"
+#include "engine/backend/cuda/kernels/kernels.h"
+#include "engine/backend/cuda/status.h"
 
 namespace agentkv::cuda {
 namespace {

@@ -16,10 +16,10 @@
 #include <string>
 #include <vector>
 
+#include "engine/backend/cuda/device_buffer.h"
+#include "engine/backend/cuda/kernels/kernels.h"
+#include "engine/backend/cuda/status.h"
 #include "engine/backend/row_pick.h"
-#include "engine/cuda/cuda_kernels.h"
-#include "engine/cuda/cuda_status.h"
-#include "engine/cuda/device_buffer.h"
 
 namespace agentkv::cuda {
 namespace {

@@ -1,13 +1,13 @@
 # ---- CUDA backend (issue 7) --------------------------------------------------
 # Included from CMakeLists.txt after the layer libraries exist. Finds nvcc on
 # its own (CUDACXX, PATH, or /usr/local/cuda/bin/nvcc); without a toolkit, or
-# with -DAGENTKV_CUDA=OFF, the src/engine/cuda sources are left out of
+# with -DAGENTKV_CUDA=OFF, the src/engine/backend/cuda sources are left out of
 # agentkv_engine and `--device cuda` says the build has no CUDA backend.
 # Sanitizer builds default to no CUDA (AUTO), to keep their compile time down.
 #
 # With CUDA: the .cu kernels form agentkv_cuda_kernels (built for sm_90 by
 # default, CMAKE_CUDA_ARCHITECTURES overrides), the host code in
-# src/engine/cuda/*.cc stays in agentkv_engine, which links cudart, cublas and
+# src/engine/backend/cuda/*.cc stays in agentkv_engine, which links cudart, cublas and
 # cublasLt dynamically from the toolkit and defines AGENTKV_HAVE_CUDA for
 # everything that links it.
 set(AGENTKV_CUDA AUTO CACHE STRING "Build the CUDA backend: AUTO, ON or OFF")
@@ -55,12 +55,12 @@ get_target_property(_agentkv_engine_srcs agentkv_engine SOURCES)
 if(AGENTKV_HAVE_CUDA)
   message(STATUS "agentkv: CUDA backend ON (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, "
                  "architectures ${CMAKE_CUDA_ARCHITECTURES})")
-  file(GLOB_RECURSE _agentkv_cu CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/engine/cuda/*.cu)
+  file(GLOB_RECURSE _agentkv_cu CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/engine/backend/cuda/kernels/*.cu)
   # Kernels with Hopper-only instructions (wgmma) are built for sm_90a alone,
   # in their own library; the backend calls them on compute capability 9.0.
   set(_agentkv_cu_sm90a ${_agentkv_cu})
-  list(FILTER _agentkv_cu_sm90a INCLUDE REGEX "/cuda_wgmma_[^/]*\\.cu$")
-  list(FILTER _agentkv_cu EXCLUDE REGEX "/cuda_wgmma_[^/]*\\.cu$")
+  list(FILTER _agentkv_cu_sm90a INCLUDE REGEX "/wgmma_[^/]*\\.cu$")
+  list(FILTER _agentkv_cu EXCLUDE REGEX "/wgmma_[^/]*\\.cu$")
   add_library(agentkv_cuda_kernels STATIC ${_agentkv_cu})
   # The directory's compile options (-mavx2, -Wall for g++) are not nvcc's:
   # replace them for the kernels.
@@ -83,7 +83,7 @@ if(AGENTKV_HAVE_CUDA)
   target_compile_definitions(agentkv_engine PUBLIC AGENTKV_HAVE_CUDA=1)
 else()
   message(STATUS "agentkv: CUDA backend OFF")
-  list(FILTER _agentkv_engine_srcs EXCLUDE REGEX "/src/engine/cuda/")
+  list(FILTER _agentkv_engine_srcs EXCLUDE REGEX "/src/engine/backend/cuda/")
   set_target_properties(agentkv_engine PROPERTIES SOURCES "${_agentkv_engine_srcs}")
 endif()
 # ---- end CUDA backend ---------------------------------------------------------

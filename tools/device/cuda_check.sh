@@ -32,20 +32,20 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --f
 for st in "${stages[@]}"; do
   case $st in
   tests)
-    for t in .devcarry/bin/engine_cuda_*_test; do
+    for t in .devcarry/bin/engine_backend_cuda_*_test; do
       if "$t" --gtest_brief=1 >"$OUT/$(basename "$t").log" 2>&1; then r=pass; else r=FAIL; fi
       # --gtest_brief prints no per-test OK lines: the summary lines count.
       note "$(basename "$t"): $r ($(grep -E -o '^\[==========\] [0-9]+ tests?' "$OUT/$(basename "$t").log" | grep -E -o '[0-9]+ tests?' | head -1) run; $(grep -E -o '^\[  (PASSED|SKIPPED|FAILED)  \] [0-9]+ tests?' "$OUT/$(basename "$t").log" | tr '\n' ' '))"
       grep -E "FAILED|Failure|error" "$OUT/$(basename "$t").log" | head -20
     done ;;
   sanitize)
-    if compute-sanitizer --tool memcheck --error-exitcode 9 .devcarry/bin/engine_cuda_cuda_kernels_test \
+    if compute-sanitizer --tool memcheck --error-exitcode 9 .devcarry/bin/engine_backend_cuda_kernels_kernels_test \
         --gtest_brief=1 >"$OUT/sanitize_kernels.log" 2>&1; then r=clean; else r=FAIL; fi
     note "compute-sanitizer memcheck kernels: $r"; tail -5 "$OUT/sanitize_kernels.log"
-    if compute-sanitizer --tool memcheck --error-exitcode 9 .devcarry/bin/engine_cuda_cuda_backend_test \
+    if compute-sanitizer --tool memcheck --error-exitcode 9 .devcarry/bin/engine_backend_cuda_backend_test \
         --gtest_brief=1 --gtest_filter='*qwen3*:*gemma3_c6*:CudaBackend.*' >"$OUT/sanitize_backend.log" 2>&1; then r=clean; else r=FAIL; fi
     note "compute-sanitizer memcheck backend (qwen3, gemma3, CudaBackend.*): $r"; tail -5 "$OUT/sanitize_backend.log"
-    if compute-sanitizer --tool racecheck --error-exitcode 9 .devcarry/bin/engine_cuda_cuda_kernels_test \
+    if compute-sanitizer --tool racecheck --error-exitcode 9 .devcarry/bin/engine_backend_cuda_kernels_kernels_test \
         --gtest_brief=1 --gtest_filter='Shapes/*' >"$OUT/racecheck.log" 2>&1; then r=clean; else r=FAIL; fi
     note "compute-sanitizer racecheck attention: $r"; tail -3 "$OUT/racecheck.log" ;;
   hf)

@@ -12,7 +12,7 @@
 # sass:     per mma.sync attention kernel (cuobjdump of the fp8 tile test
 #           binary): its trap (BPT) count and each form of its cp.async
 #           (LDGSTS) instructions with how many there are (the CPU test
-#           engine_cuda_cuda_flash_attention_sass_test checks the encodings)
+#           engine_backend_cuda_kernels_flash_attention_sass_test checks the encodings)
 # kernels:  bench/cuda_attention_bench.cc: one layer's attention at a 32k
 #           context, bf16 against fp8, decode (K/V GB/s) and the last 2k
 #           chunk of a 32k prompt (TFLOP/s), 1b and 8b head shapes
@@ -34,10 +34,12 @@ source tools/device/cuda_env.sh
 stages=("$@"); [ ${#stages[@]} -eq 0 ] && stages=(tests kernels 1b 8b)
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 # name filter: test binary and gtest filter.
-fp8_tests=("engine_cuda_fp8_kv_tile_test:*" "engine_cuda_cuda_fp8_kv_test:*"
-           "engine_cuda_mma_attention_layout_test:*" "engine_cuda_cuda_flash_attention_sass_test:*"
-           "engine_cuda_kv_route_test:*" "engine_cuda_cuda_backend_test:*Fp8*"
-           "engine_cuda_cuda_kernels_test:*Attention*")
+fp8_tests=("engine_backend_cuda_kernels_fp8_kv_tile_test:*"
+           "engine_backend_cuda_kernels_fp8_kv_test:*"
+           "engine_backend_cuda_kernels_mma_attention_layout_test:*"
+           "engine_backend_cuda_kernels_flash_attention_sass_test:*"
+           "engine_backend_cuda_kernels_kv_route_test:*" "engine_backend_cuda_backend_test:*Fp8*"
+           "engine_backend_cuda_kernels_kernels_test:*Attention*")
 for st in "${stages[@]}"; do
   case $st in
   tests|sanitize)
@@ -53,7 +55,7 @@ for st in "${stages[@]}"; do
     done
     continue ;;
   sass)
-    cuobjdump -sass .devcarry/bin/engine_cuda_fp8_kv_tile_test >"$OUT/sass_fp8_tile.txt" 2>&1
+    cuobjdump -sass .devcarry/bin/engine_backend_cuda_kernels_fp8_kv_tile_test >"$OUT/sass_fp8_tile.txt" 2>&1
     awk '/Function :/ {f = $3} f ~ /MmaAttention/ && /BPT|TRAP/ {print f, "TRAP"}
          f ~ /MmaAttention/ && /LDGSTS/ {l = $0; sub(/.*LDGSTS/, "LDGSTS", l); sub(/ *;.*/, "", l);
            gsub(/R[0-9]+/, "R", l); gsub(/0x[0-9a-f]+/, "imm", l); print f, l}' \

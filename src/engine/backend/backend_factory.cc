@@ -3,7 +3,7 @@
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/model/safetensors_weights.h"
 #ifdef AGENTKV_HAVE_CUDA
-#include "engine/cuda/cuda_backend.h"
+#include "engine/backend/cuda/backend.h"
 #endif
 
 namespace agentkv {

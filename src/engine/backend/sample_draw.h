@@ -17,7 +17,7 @@
 //      kept weights' sum (double), the first kept id whose running sum
 //      exceeds u * M. If rounding leaves no such id, the last kept id; if
 //      nothing is kept (possible only when 1 / T overflows), the argmax.
-// The CUDA kernel (engine/cuda/sample_kernel.cu) computes the same kept set
+// The CUDA kernel (engine/backend/cuda/kernels/sample_kernel.cu) computes the same kept set
 // without sorting; its float exp and summation order may differ from the
 // CPU's by rounding, so the two pick the same token except where u * M (or
 // top_p's target, or a weight against min_p) lies within rounding of a

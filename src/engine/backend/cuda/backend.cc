@@ -1,0 +1,763 @@
+// CudaBackend: creation, weights, KV storage and workspaces. The forward
+// pass itself is in forward.cc.
+#include "engine/backend/cuda/backend.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "engine/backend/backend/rope.h"
+#include "engine/backend/cuda/backend_layer.h"
+
+namespace agentkv {
+namespace {
+
+// Decode steps from this many rows run their GEMMs (but the LM head's) on
+// the warpgroup kernel on compute capability 9.0 (bench/RESULTS.md item 44:
+// c4 +10%, c8 +9%, c16-c64 +5-10% against cuBLAS); one and two rows keep
+// the GEMVs.
+constexpr int kWgmmaMinRows = 3;
+constexpr int kWgmmaMaxHidden = 2048;
+
+uint16_t F32ToBf16Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+int64_t Elements(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// Row counts from which Gemm's cuBLAS path takes GemmTuner's choice (the
+// prompt steps'; decode steps and their graphs keep cuBLAS's default).
+constexpr int kTuneMinRows = 512;
+
+// Rows from which the LM head runs on the prompt GEMM (measured from 8:
+// 184 against 190 us for the warpgroup GEMM; fewer not measured).
+constexpr int kPromptArgmaxMinRows = 8;
+
+// The row count cuBLAS runs a GEMM of m rows on (CudaBackend::Gemm): a
+// multiple of 8 up to 64 rows, of 16 up to 256 (the decode graph buckets
+// stay as they are), of 64 beyond: at most 63 rows more, under 4% of the
+// work of a full 2,048-token step.
+int GemmRows(int m) {
+  const int g = m <= 64 ? 8 : m <= 256 ? 16 : 64;
+  return (m + g - 1) / g * g;
+}
+
+}  // namespace
+
+CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& options)
+    : config_(config), options_(options) {}
+
+CudaBackend::~CudaBackend() {
+  ClearGraphs();
+  if (stream_) cudaStreamSynchronize(stream_);
+  if (read_stream_) {
+    cudaStreamSynchronize(read_stream_);
+    cudaStreamDestroy(read_stream_);
+  }
+  if (compute_mark_) cudaEventDestroy(compute_mark_);
+  for (cudaEvent_t e : read_events_)
+    if (e) cudaEventDestroy(e);
+  for (auto& slot : step_events_)
+    for (cudaEvent_t e : slot)
+      if (e) cudaEventDestroy(e);
+  if (cublas_) cublasDestroy(cublas_);
+  if (step_log_) std::fclose(step_log_);
+  for (cudaStream_t cs : {up_stream_, down_stream_}) {
+    if (!cs) continue;
+    cudaStreamSynchronize(cs);
+    cudaStreamDestroy(cs);
+  }
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+Result<std::unique_ptr<CudaBackend>> CudaBackend::Create(const ModelConfig& config,
+                                                         const WeightSource& weights,
+                                                         const CudaBackendOptions& options) {
+  RETURN_IF_ERROR(cuda::DeviceAvailable());
+  if (config.num_layers <= 0 || config.hidden_size <= 0 || config.num_heads <= 0 ||
+      config.num_kv_heads <= 0 || config.head_dim <= 0 || config.vocab_size <= 0 ||
+      config.num_heads % config.num_kv_heads != 0)
+    return InvalidArgument("cuda backend: unsupported model shape");
+  if (config.head_dim % 16 != 0 || config.head_dim > cuda::kMaxAttentionHeadDim)
+    return Unimplemented("cuda backend: head_dim must be a multiple of 16 up to " +
+                         std::to_string(cuda::kMaxAttentionHeadDim) + ", not " +
+                         std::to_string(config.head_dim));
+  if (config.num_heads / config.num_kv_heads > 16)
+    return Unimplemented("cuda backend: more than 16 query heads per KV head");
+  if (options.kv_dtype != KvDtype::kBF16 && options.kv_dtype != KvDtype::kFP8E4M3)
+    return InvalidArgument(std::string("cuda backend: KV dtype ") + KvDtypeName(options.kv_dtype) +
+                           " is not supported (bf16 or fp8_e4m3)");
+  std::unique_ptr<CudaBackend> b(new CudaBackend(config, options));
+  if (const char* g = std::getenv("AGENTKV_CUDA_GRAPHS"); g && std::string(g) == "0")
+    b->options_.graphs = false;
+  // AGENTKV_CUDA_FUSED_ROTARY=0: decode steps run the rotary kernel before
+  // attention instead of inside it (for comparison).
+  if (const char* v = std::getenv("AGENTKV_CUDA_FUSED_ROTARY"); v && std::string(v) == "0")
+    b->fused_rotary_ = false;
+  // AGENTKV_CUDA_GEMM_TUNE=0: prompt-sized GEMMs on cuBLAS's default choice.
+  if (const char* v = std::getenv("AGENTKV_CUDA_GEMM_TUNE"); v && std::string(v) == "0")
+    b->tune_gemms_ = false;
+  if (const char* path = std::getenv("AGENTKV_CUDA_STEP_LOG"); path && *path)
+    b->step_log_ = std::fopen(path, "a");
+  if (const char* v = std::getenv("AGENTKV_CUDA_PROFILE_BATCH"); v && *v)
+    b->profile_batch_ = std::atoi(v);
+  // AGENTKV_CUDA_SKINNY=1: the skinny tensor-core GEMM for 3-8 rows; =all:
+  // also for 1 and 2 (in place of the GEMV). Off by default: it beats cuBLAS
+  // in isolation but not inside a step (bench/RESULTS.md).
+  if (const char* v = std::getenv("AGENTKV_CUDA_SKINNY"); v != nullptr) {
+    if (std::string(v) == "1") b->skinny_max_rows_ = cuda::kMaxSkinnyRows;
+    if (std::string(v) == "all") {
+      b->skinny_min_rows_ = 1;
+      b->skinny_max_rows_ = cuda::kMaxSkinnyRows;
+    }
+  }
+  RETURN_IF_ERROR(b->Init(weights));
+  // The warpgroup GEMM on compute capability 9.0 from kWgmmaMinRows rows up
+  // to kMaxWgmmaRows; AGENTKV_CUDA_WGMMA=<rows> from that many (any model
+  // size), 0: never.
+  cudaDeviceProp prop{};
+  CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, b->options_.device));
+  // Off for hidden sizes above kWgmmaMaxHidden unless asked for: on the
+  // Qwen3-8B shape (4,096) decode steps measured 4-5% slower than cuBLAS.
+  b->wgmma_min_rows_ = config.hidden_size <= kWgmmaMaxHidden ? kWgmmaMinRows : kNever;
+  if (const char* v = std::getenv("AGENTKV_CUDA_WGMMA"); v != nullptr)
+    b->wgmma_min_rows_ = std::atoi(v) > 0 ? std::atoi(v) : kNever;
+  if (const char* v = std::getenv("AGENTKV_CUDA_LM_ARGMAX"); v && std::string(v) == "0")
+    b->lm_argmax_ = false;
+  if (const char* v = std::getenv("AGENTKV_CUDA_PROMPT_GEMM"); v && std::string(v) == "0")
+    b->prompt_gemm_ = false;
+  if (const char* v = std::getenv("AGENTKV_CUDA_PROMPT_ARGMAX"); v && std::string(v) == "0")
+    b->prompt_argmax_ = false;
+  if (prop.major != 9 || prop.minor != 0) b->wgmma_min_rows_ = kNever;
+  if (b->wgmma_min_rows_ <= cuda::kMaxWgmmaRows) {
+    RETURN_IF_ERROR(b->wgmma_ws_.Allocate(cuda::WgmmaGemmWorkspaceBytes(b->num_sms_)));
+    CUDA_RETURN_IF_ERROR(cudaMemset(b->wgmma_ws_.get(), 0, b->wgmma_ws_.bytes()));
+    const int64_t qkv_n = (config.num_heads + 2 * config.num_kv_heads) * config.head_dim;
+    RETURN_IF_ERROR(
+        b->wgmma_planes_.Allocate(static_cast<size_t>(cuda::kMaxWgmmaSplits) * cuda::kMaxWgmmaRows *
+                                  std::max<int64_t>(config.hidden_size, qkv_n) * 4));
+  }
+  return b;
+}
+
+Status CudaBackend::Init(const WeightSource& w) {
+  const ModelConfig& c = config_;
+  spec_ = c.CacheSpec(options_.kv_dtype);
+  if (static_cast<int>(spec_.groups.size()) > kMaxCacheGroups)
+    return InvalidArgument("cuda backend: too many cache groups");
+  group_size_ = c.num_heads / c.num_kv_heads;
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+  CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, options_.device));
+  CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&up_stream_, cudaStreamNonBlocking));
+  CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&down_stream_, cudaStreamNonBlocking));
+  CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&read_stream_, cudaStreamNonBlocking));
+  CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&compute_mark_, cudaEventDisableTiming));
+  CUBLAS_RETURN_IF_ERROR(cublasCreate(&cublas_));
+  CUBLAS_RETURN_IF_ERROR(cublasSetStream(cublas_, stream_));
+  // A fixed workspace: cuBLAS then allocates nothing per call (graph capture).
+  RETURN_IF_ERROR(cublas_ws_.Allocate(32u << 20));
+  CUBLAS_RETURN_IF_ERROR(cublasSetWorkspace(cublas_, cublas_ws_.get(), cublas_ws_.bytes()));
+  RETURN_IF_ERROR(tuner_.Init(stream_, cublas_ws_.get(), cublas_ws_.bytes()));
+
+  const int64_t H = c.hidden_size, I = c.intermediate_size, D = c.head_dim;
+  const int64_t nq = c.num_heads * D, nkv = c.num_kv_heads * D;
+  RETURN_IF_ERROR(UploadBf16(w, {"model.embed_tokens.weight"}, {{c.vocab_size, H}}, &embed_));
+  lm_head_ = embed_;
+  if (!c.tie_word_embeddings)
+    RETURN_IF_ERROR(UploadBf16(w, {"lm_head.weight"}, {{c.vocab_size, H}}, &lm_head_));
+  RETURN_IF_ERROR(UploadF32(w, {"model.norm.weight"}, {{H}}, &final_norm_));
+  layers_.resize(c.num_layers);
+  for (int l = 0; l < c.num_layers; ++l) {
+    Layer& L = layers_[l];
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    RETURN_IF_ERROR(UploadF32(w, {p + "input_layernorm.weight"}, {{H}}, &L.in_norm));
+    RETURN_IF_ERROR(
+        UploadF32(w, {p + "post_attention_layernorm.weight"}, {{H}}, &L.post_attn_norm));
+    if (c.sandwich_norm) {
+      RETURN_IF_ERROR(
+          UploadF32(w, {p + "pre_feedforward_layernorm.weight"}, {{H}}, &L.pre_ff_norm));
+      RETURN_IF_ERROR(
+          UploadF32(w, {p + "post_feedforward_layernorm.weight"}, {{H}}, &L.post_ff_norm));
+    }
+    RETURN_IF_ERROR(UploadBf16(w,
+                               {p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight",
+                                p + "self_attn.v_proj.weight"},
+                               {{nq, H}, {nkv, H}, {nkv, H}}, &L.wqkv));
+    if (c.attention_bias)
+      RETURN_IF_ERROR(UploadF32(
+          w,
+          {p + "self_attn.q_proj.bias", p + "self_attn.k_proj.bias", p + "self_attn.v_proj.bias"},
+          {{nq}, {nkv}, {nkv}}, &L.bqkv));
+    if (c.qk_norm) {
+      RETURN_IF_ERROR(UploadF32(w, {p + "self_attn.q_norm.weight"}, {{D}}, &L.q_norm));
+      RETURN_IF_ERROR(UploadF32(w, {p + "self_attn.k_norm.weight"}, {{D}}, &L.k_norm));
+    }
+    RETURN_IF_ERROR(UploadBf16(w, {p + "self_attn.o_proj.weight"}, {{H, nq}}, &L.wo));
+    // Gate and up rows interleaved (cuda::LaunchGatedAct's layout).
+    RETURN_IF_ERROR(UploadBf16(w, {p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"},
+                               {{I, H}, {I, H}}, &L.w_gate_up, /*interleave_rows=*/true));
+    RETURN_IF_ERROR(UploadBf16(w, {p + "mlp.down_proj.weight"}, {{H, I}}, &L.w_down));
+    L.kind = c.layer_kinds.at(l);
+    L.window = c.layer_windows.at(l);
+    L.group = spec_.GroupOf(l);
+    L.index_in_group = spec_.IndexInGroup(l);
+  }
+  for (auto [rope, out] :
+       {std::pair{&c.rope, &inv_freq_global_}, std::pair{&c.rope_local, &inv_freq_local_}}) {
+    const std::vector<float> f = kernels::RopeInvFreq(*rope, c.head_dim);
+    cuda::DeviceBuffer buf;
+    RETURN_IF_ERROR(buf.Allocate(f.size() * sizeof(float)));
+    CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(buf.get(), f.data(), f.size() * sizeof(float), cudaMemcpyHostToDevice));
+    *out = buf.get<float>();
+    weight_mem_.push_back(std::move(buf));
+  }
+  return Status::Ok();
+}
+
+Status CudaBackend::UploadBf16(const WeightSource& w, const std::vector<std::string>& names,
+                               const std::vector<std::vector<int64_t>>& shapes, cuda::bf16_t** out,
+                               bool interleave_rows) {
+  int64_t total = 0;
+  for (const auto& s : shapes) total += Elements(s);
+  if (interleave_rows && (names.size() != 2 || shapes[0] != shapes[1] || shapes[0].size() != 2))
+    return InvalidArgument("UploadBf16: rows interleave two matrices of one shape");
+  cuda::DeviceBuffer buf;
+  RETURN_IF_ERROR(buf.Allocate(static_cast<size_t>(total) * 2));
+  std::vector<std::vector<uint16_t>> all;
+  int64_t off = 0;
+  for (size_t i = 0; i < names.size(); ++i) {
+    std::vector<uint16_t> bits;
+    if (auto e = w.LoadBf16IfStored(names[i], shapes[i]); e.ok()) {
+      bits = std::move(e).value();
+    } else {
+      ASSIGN_OR_RETURN(std::vector<float> f, w.LoadF32(names[i], shapes[i]));
+      bits.resize(f.size());
+      for (size_t j = 0; j < f.size(); ++j) bits[j] = F32ToBf16Bits(f[j]);
+    }
+    if (interleave_rows) {
+      all.push_back(std::move(bits));
+      continue;
+    }
+    CUDA_RETURN_IF_ERROR(cudaMemcpy(buf.get<uint16_t>() + off, bits.data(), bits.size() * 2,
+                                    cudaMemcpyHostToDevice));
+    off += static_cast<int64_t>(bits.size());
+  }
+  if (interleave_rows) {
+    const int64_t rows = shapes[0][0], cols = shapes[0][1];
+    std::vector<uint16_t> mixed(static_cast<size_t>(total));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int h = 0; h < 2; ++h)
+        std::copy_n(all[h].begin() + r * cols, cols, mixed.begin() + (2 * r + h) * cols);
+    CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(buf.get<uint16_t>(), mixed.data(), mixed.size() * 2, cudaMemcpyHostToDevice));
+  }
+  *out = buf.get<cuda::bf16_t>();
+  weight_mem_.push_back(std::move(buf));
+  return Status::Ok();
+}
+
+Status CudaBackend::UploadF32(const WeightSource& w, const std::vector<std::string>& names,
+                              const std::vector<std::vector<int64_t>>& shapes, float** out) {
+  int64_t total = 0;
+  for (const auto& s : shapes) total += Elements(s);
+  cuda::DeviceBuffer buf;
+  RETURN_IF_ERROR(buf.Allocate(static_cast<size_t>(total) * 4));
+  int64_t off = 0;
+  for (size_t i = 0; i < names.size(); ++i) {
+    ASSIGN_OR_RETURN(std::vector<float> f, w.LoadF32(names[i], shapes[i]));
+    CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(buf.get<float>() + off, f.data(), f.size() * 4, cudaMemcpyHostToDevice));
+    off += static_cast<int64_t>(f.size());
+  }
+  *out = buf.get<float>();
+  weight_mem_.push_back(std::move(buf));
+  return Status::Ok();
+}
+
+Result<uint64_t> CudaBackend::FreeMemoryBytes() const {
+  size_t free = 0, total = 0;
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+  CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free, &total));
+  return static_cast<uint64_t>(free);
+}
+
+Status CudaBackend::AllocateKv(const KvLayout& layout) {
+  if (layout.block_size <= 0) return InvalidArgument("block_size must be positive");
+  // fp8 sections (block_size * kv_heads * (head_dim + 4) bytes) must keep
+  // the 16-byte alignment the kernels' vector accesses need.
+  if (fp8() && layout.block_size * config_.num_kv_heads % 4 != 0)
+    return InvalidArgument("fp8 KV cache: block_size x kv heads must be a multiple of 4");
+  ClearGraphs();
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(read_stream_));
+  layout_ = layout;
+  read_hazards_ = std::make_unique<cuda::KvReadHazards>(
+      std::span<const int32_t>(layout.blocks_per_group.data(), spec_.groups.size()));
+  kv_.clear();
+  kv_.resize(spec_.groups.size());
+  std::array<int, kMaxCacheGroups> width{};
+  for (size_t g = 0; g < spec_.groups.size(); ++g) {
+    const size_t bytes = spec_.BytesPerBlock(static_cast<int>(g), layout.block_size) *
+                         static_cast<size_t>(layout.blocks_per_group[g]);
+    RETURN_IF_ERROR(kv_[g].Allocate(bytes));
+    if (bytes) CUDA_RETURN_IF_ERROR(cudaMemsetAsync(kv_[g].get(), 0, bytes, stream_));
+    width[g] = 16;
+  }
+  // The prompt-step attention's page copies (full-attention groups only:
+  // a sliding ring's slots may be overwritten within the step).
+  kv_map_ok_.fill(false);
+  const size_t nmaps = spec_.groups.size();
+  RETURN_IF_ERROR(kv_maps_.Allocate(nmaps * cuda::kKvTensorMapBytes));
+  for (size_t g = 0; g < nmaps; ++g) {
+    alignas(64) unsigned char map[cuda::kKvTensorMapBytes];
+    const int gi = static_cast<int>(g);
+    if (fp8() || spec_.RingBlocks(gi, layout.block_size) != 0 || layout.blocks_per_group[g] <= 0 ||
+        !cuda::EncodeKvTensorMap(
+            kv_[g].get<cuda::bf16_t>(), layout.blocks_per_group[g],
+            static_cast<int64_t>(spec_.BytesPerBlock(gi, layout.block_size) / 2),
+            static_cast<int>(spec_.groups[g].layers.size()), layout.block_size,
+            config_.num_kv_heads, config_.head_dim, map))
+      continue;
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(kv_maps_.get<unsigned char>() + g * sizeof(map), map,
+                                         sizeof(map), cudaMemcpyHostToDevice, stream_));
+    kv_map_ok_[g] = true;
+  }
+  RETURN_IF_ERROR(EnsureCapacity(options_.max_step_tokens, options_.max_batch, width));
+  RETURN_IF_ERROR(WarmUpGemms());
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  return Status::Ok();
+}
+
+Status CudaBackend::WarmUpGemms() {
+  const ModelConfig& c = config_;
+  const int H = c.hidden_size, I = c.intermediate_size, A = c.num_heads * c.head_dim;
+  const int qkv_n = (c.num_heads + 2 * c.num_kv_heads) * c.head_dim;
+  const Layer& L = layers_[0];
+  if (cap_tokens_ <= gemms_warm_tokens_) return Status::Ok();
+  // Every row count Gemm hands cuBLAS up to the capacity (GemmRows).
+  std::vector<int> rows;
+  for (int m = 1; m < cap_tokens_; m = GemmRows(m) + 1) rows.push_back(GemmRows(m));
+  rows.push_back(static_cast<int>(cap_tokens_));
+  const int64_t T = cap_tokens_, B = cap_seqs_;
+  for (int m : rows) {
+    if (m <= gemms_warm_tokens_ || m > T) continue;
+    // Inputs are whatever the workspaces hold; every output is overwritten
+    // before it is read by a real step.
+    // QKV: fp32 for decode steps (the fused-rotary attention), bf16 for
+    // steps with prompt chunks (QkvPost).
+    RETURN_IF_ERROR(Gemm(h_.get<cuda::bf16_t>(), L.wqkv, qkv_.get(), true, m, qkv_n, H, 0.f, T));
+    RETURN_IF_ERROR(Gemm(h_.get<cuda::bf16_t>(), L.wqkv, qkv_.get(), false, m, qkv_n, H, 0.f, T));
+    // As Enqueue calls them: sandwich-norm models write o, the others add
+    // into the residual stream x (another cuBLAS kernel family).
+    void* res = c.sandwich_norm ? o_.get() : x_.get();
+    const float beta = c.sandwich_norm ? 0.f : 1.f;
+    RETURN_IF_ERROR(Gemm(attn_.get<cuda::bf16_t>(), L.wo, res, true, m, H, A, beta, T));
+    if (UsePromptGemm(m, 2 * I, H)) {
+      CUDA_RETURN_IF_ERROR(cuda::LaunchPromptGemm(
+          h_.get<cuda::bf16_t>(), L.w_gate_up, act_.get<cuda::bf16_t>(), m, 2 * I, H,
+          c.activation == Activation::kSilu ? 0 : 1, num_sms_, stream_));
+    } else {
+      RETURN_IF_ERROR(
+          Gemm(h_.get<cuda::bf16_t>(), L.w_gate_up, gu_.get(), false, m, 2 * I, H, 0.f, T));
+    }
+    RETURN_IF_ERROR(Gemm(act_.get<cuda::bf16_t>(), L.w_down, res, true, m, H, I, beta, T));
+    if (m <= B && UsePromptArgmax(m)) {
+      // (Its first launch sets the kernel's attributes: not inside a graph
+      // capture.)
+      CUDA_RETURN_IF_ERROR(cuda::LaunchPromptGemmArgmax(
+          h_.get<cuda::bf16_t>(), lm_head_, logits_.get<float>(), nullptr, m, c.vocab_size, H,
+          argmax_scratch_.get(), argmax_[0].get<int32_t>(), num_sms_, stream_));
+    } else if (m <= B) {
+      RETURN_IF_ERROR(
+          Gemm(h_.get<cuda::bf16_t>(), lm_head_, logits_.get(), true, m, c.vocab_size, H, 0.f, B));
+    }
+  }
+  if (B < T) {
+    RETURN_IF_ERROR(Gemm(h_.get<cuda::bf16_t>(), lm_head_, logits_.get(), true, static_cast<int>(B),
+                         c.vocab_size, H, 0.f, B));
+  }
+  if (tune_gemms_ && T >= kTuneMinRows) {
+    // The prompt steps' GEMMs, timed at anchors of 512, 1,024, ... rows and
+    // the capacity (GemmTuner::Run takes the smallest anchor that covers a
+    // step). The tensor cores draw power by the data they see and these
+    // GEMMs run at the power limit, so the inputs are real weights (the
+    // embedding's bytes), not whatever the workspaces held; every buffer
+    // written here is written again by a step before it is read.
+    const size_t eb = static_cast<size_t>(c.vocab_size) * H * 2;
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h_.get(), embed_, std::min(h_.bytes(), eb),
+                                         cudaMemcpyDeviceToDevice, stream_));
+    // Only the bf16 projections (QKV, gate_up): the o and down GEMMs'
+    // tuned choice (fp32 added into the residual) timed faster here but ran
+    // slower inside prompt steps (bench/RESULTS.md item 68).
+    auto* h = h_.get<cuda::bf16_t>();
+    for (int64_t a = kTuneMinRows;; a *= 2) {
+      const int m = static_cast<int>(std::min(a, T));
+      RETURN_IF_ERROR(tuner_.Tune(cublas_, h, L.wqkv, qkv_.get(), false, m, qkv_n, H, 0.f));
+      if (!UsePromptGemm(m, 2 * I, H))
+        RETURN_IF_ERROR(tuner_.Tune(cublas_, h, L.w_gate_up, gu_.get(), false, m, 2 * I, H, 0.f));
+      if (m == T) break;
+    }
+  }
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  gemms_warm_tokens_ = cap_tokens_;
+  return Status::Ok();
+}
+
+Status CudaBackend::EnsureCapacity(int64_t tokens, int64_t seqs,
+                                   const std::array<int, kMaxCacheGroups>& width) {
+  bool fits = tokens <= cap_tokens_ && seqs <= cap_seqs_;
+  for (int g = 0; g < kMaxCacheGroups; ++g) fits = fits && width[g] <= cap_width_[g];
+  if (fits) return Status::Ok();
+  ClearGraphs();
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(up_stream_));
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(down_stream_));
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  cap_seqs_ = std::max(cap_seqs_, seqs);
+  cap_tokens_ = std::max({cap_tokens_, tokens, cap_seqs_});
+  for (int g = 0; g < kMaxCacheGroups; ++g) cap_width_[g] = std::max(cap_width_[g], width[g]);
+  cap_parts_ = std::max<int64_t>(4096, cap_seqs_);
+  const ModelConfig& c = config_;
+  const int64_t T = cap_tokens_, B = cap_seqs_, H = c.hidden_size, D = c.head_dim;
+  const int64_t nh = c.num_heads, nkv = c.num_kv_heads, I = c.intermediate_size;
+  struct Want {
+    cuda::DeviceBuffer* buf;
+    int64_t bytes;
+  };
+  int64_t meta = kMaxCacheGroups + 1 + 7 * T + 2 * B + 1;
+  for (int g = 0; g < kMaxCacheGroups; ++g) meta += B * cap_width_[g];
+  const Want wants[] = {
+      {&x_, T * H * 4},
+      {&h_, T * H * 2},
+      {&qkv_, T * (nh + 2 * nkv) * D * 4},
+      {&q_, T * nh * D * 2},
+      {&k_, T * nkv * D * 2},
+      {&v_, T * nkv * D * 2},
+      {&attn_, T * nh * D * 2},
+      {&o_, T * H * 4},
+      // (Not past kMaxWgmmaRows rows where the prompt GEMM takes those.)
+      {&gu_, (UsePromptGemm(static_cast<int>(T), static_cast<int>(2 * I), static_cast<int>(H))
+                  ? std::min<int64_t>(T, cuda::kMaxWgmmaRows)
+                  : T) *
+                 2 * I * 2},
+      {&act_, T * I * 2},
+      {&logits_, B * c.vocab_size * 4},
+      {&argmax_[0], B * 4},
+      {&argmax_[1], B * 4},
+      {&argmax_scratch_,
+       static_cast<int64_t>(std::max(
+           {cuda::ArgmaxScratchBytes(static_cast<int>(B)),
+            cuda::WgmmaArgmaxScratchBytes(
+                static_cast<int>(std::min<int64_t>(B, cuda::kMaxWgmmaRows)),
+                static_cast<int>(c.vocab_size)),
+            cuda::PromptArgmaxScratchBytes(static_cast<int>(B), static_cast<int>(c.vocab_size))}))},
+      {&part_o_, cap_parts_ * nh * D * 4},
+      {&part_ml_, cap_parts_ * nh * 2 * 4},
+      {&meta_[0], meta * 4},
+      {&meta_[1], meta * 4},
+      {&row_picks_[0], B * static_cast<int64_t>(sizeof(RowPick))},
+      {&row_picks_[1], B * static_cast<int64_t>(sizeof(RowPick))},
+  };
+  static_assert(kSlots == 2, "one entry per slot above");
+  for (const Want& wt : wants) {
+    RETURN_IF_ERROR(wt.buf->Allocate(static_cast<size_t>(wt.bytes)));
+    // Padding rows of graph steps read what is there: never leave it undefined.
+    CUDA_RETURN_IF_ERROR(cudaMemsetAsync(wt.buf->get(), 0, wt.bytes, stream_));
+  }
+  if (fp8()) {
+    const size_t bytes = cuda::Fp8KvRowsBytes(T, static_cast<int>(nkv), static_cast<int>(D));
+    RETURN_IF_ERROR(kv8_.Allocate(bytes));
+    CUDA_RETURN_IF_ERROR(cudaMemsetAsync(kv8_.get(), 0, bytes, stream_));
+  }
+  for (int i = 0; i < kSlots; ++i) {
+    RETURN_IF_ERROR(host_meta_[i].Allocate(static_cast<size_t>(meta) * 4));
+    RETURN_IF_ERROR(host_tokens_[i].Allocate(static_cast<size_t>(B) * 4));
+    RETURN_IF_ERROR(host_row_picks_[i].Allocate(static_cast<size_t>(B) * sizeof(RowPick)));
+  }
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  return Status::Ok();
+}
+
+void CudaBackend::ClearGraphs() {
+  for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+  graphs_.clear();
+}
+
+Status CudaBackend::CopyBlocks(std::span<const KvBlockCopy> copies) {
+  for (const KvBlockCopy& c : copies) {
+    if (c.group < 0 || c.group >= static_cast<int>(kv_.size()) || c.src < 0 || c.dst < 0 ||
+        c.src >= layout_.blocks_per_group[c.group] || c.dst >= layout_.blocks_per_group[c.group])
+      return InvalidArgument("CopyBlocks: block out of range");
+    const size_t n = spec_.BytesPerBlock(c.group, layout_.block_size);
+    std::byte* base = kv_[c.group].get<std::byte>();
+    RETURN_IF_ERROR(WaitForReads(c.group, std::span<const int32_t>(&c.dst, 1)));
+    CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(base + n * c.dst, base + n * c.src, n, cudaMemcpyDeviceToDevice, stream_));
+  }
+  return Status::Ok();
+}
+
+Status CudaBackend::ReadBlock(int group, int32_t block, std::span<std::byte> out) {
+  if (group < 0 || group >= static_cast<int>(kv_.size()) || block < 0 ||
+      block >= layout_.blocks_per_group[group])
+    return InvalidArgument("ReadBlock: block out of range");
+  const size_t n = spec_.BytesPerBlock(group, layout_.block_size);
+  if (out.size() != n) return InvalidArgument("ReadBlock: buffer size mismatch");
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out.data(), kv_[group].get<std::byte>() + n * block, n,
+                                       cudaMemcpyDeviceToHost, stream_));
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  return Status::Ok();
+}
+
+Result<size_t> CudaBackend::CheckBlockBatch(const char* what, int group,
+                                            std::span<const int32_t> blocks,
+                                            size_t buffer_bytes) const {
+  if (group < 0 || group >= static_cast<int>(kv_.size()))
+    return InvalidArgument(std::string(what) + ": group out of range");
+  const size_t n = spec_.BytesPerBlock(group, layout_.block_size);
+  if (buffer_bytes != n * blocks.size())
+    return InvalidArgument(std::string(what) + ": buffer size mismatch");
+  for (int32_t b : blocks)
+    if (b < 0 || b >= layout_.blocks_per_group[group])
+      return InvalidArgument(std::string(what) + ": block out of range");
+  return n;
+}
+
+Status CudaBackend::ReadBlocks(int group, std::span<const int32_t> blocks,
+                               std::span<std::byte> out) {
+  ASSIGN_OR_RETURN(const size_t n, CheckBlockBatch("ReadBlocks", group, blocks, out.size()));
+  if (blocks.empty()) return Status::Ok();
+  constexpr size_t kChunk = 64ull << 20;
+  const size_t per = std::max<size_t>(1, kChunk / n);  // blocks per synchronisation
+  const size_t want = std::min(per, blocks.size()) * n;
+  if (read_staging_.bytes() < want) RETURN_IF_ERROR(read_staging_.Allocate(want));
+  std::byte* staging = read_staging_.get<std::byte>();
+  for (size_t first = 0; first < blocks.size(); first += per) {
+    const size_t count = std::min(per, blocks.size() - first);
+    for (size_t i = 0; i < count; ++i) {
+      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(staging + i * n,
+                                           kv_[group].get<std::byte>() + n * blocks[first + i], n,
+                                           cudaMemcpyDeviceToHost, stream_));
+    }
+    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    std::memcpy(out.data() + first * n, staging, count * n);
+  }
+  return Status::Ok();
+}
+
+Result<uint64_t> CudaBackend::StartReadBlocks(int group, std::span<const int32_t> blocks,
+                                              std::span<std::byte> out) {
+  ASSIGN_OR_RETURN(const size_t n, CheckBlockBatch("StartReadBlocks", group, blocks, out.size()));
+  if (read_events_.empty()) {
+    read_events_.resize(kReadEvents);
+    for (cudaEvent_t& e : read_events_)
+      CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  }
+  // The read sees the blocks as the steps launched so far leave them.
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(compute_mark_, stream_));
+  CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(read_stream_, compute_mark_, 0));
+  RETURN_IF_ERROR(CopyBlockRuns(group, blocks, out.data(), n, /*to_host=*/true, read_stream_));
+  const uint64_t ticket = next_read_ticket_++;
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(read_events_[ticket % kReadEvents], read_stream_));
+  read_hazards_->NoteRead(group, blocks, ticket);
+  return ticket;
+}
+
+Status CudaBackend::CopyBlockRuns(int group, std::span<const int32_t> blocks, std::byte* host,
+                                  size_t n, bool to_host, cudaStream_t stream) {
+  runs_.clear();
+  cuda::BlockRuns(blocks, &runs_);
+  std::byte* base = kv_[group].get<std::byte>();
+  batch_dst_.clear();
+  batch_src_.clear();
+  batch_bytes_.clear();
+  for (const cuda::BlockRun& r : runs_) {
+    std::byte* dev = base + n * static_cast<size_t>(r.first_block);
+    std::byte* hst = host + n * static_cast<size_t>(r.first_index);
+    batch_dst_.push_back(to_host ? hst : dev);
+    batch_src_.push_back(to_host ? dev : hst);
+    batch_bytes_.push_back(n * static_cast<size_t>(r.count));
+  }
+  if (runs_.size() > 1) {
+    // One call for the whole batch: a call per block cost the engine thread
+    // ~5 us each, 25 ms for 64 finished agents' blocks.
+    cudaMemcpyAttributes attr{};
+    attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+    attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
+    size_t attr_index = 0;
+    const cudaError_t rc =
+        cudaMemcpyBatchAsync(batch_dst_.data(), batch_src_.data(), batch_bytes_.data(),
+                             batch_dst_.size(), &attr, &attr_index, 1, stream);
+    if (rc == cudaSuccess) return Status::Ok();
+    // Not supported for these pointers (pageable memory on some drivers):
+    // the error is not sticky; copy one run at a time below.
+    (void)cudaGetLastError();
+  }
+  const cudaMemcpyKind kind = to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice;
+  for (size_t i = 0; i < batch_dst_.size(); ++i)
+    CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(batch_dst_[i], batch_src_[i], batch_bytes_[i], kind, stream));
+  return Status::Ok();
+}
+
+Status CudaBackend::WaitForReads(int group, std::span<const int32_t> blocks) {
+  if (!read_hazards_) return Status::Ok();
+  const uint64_t t = read_hazards_->PendingFor(group, blocks, reads_done_);
+  // A ring slot recorded again since names a later read: waiting for it is
+  // later than needed, never earlier.
+  if (t > 0) CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, read_events_[t % kReadEvents], 0));
+  return Status::Ok();
+}
+
+Result<bool> CudaBackend::ReadDone(uint64_t ticket, bool wait) {
+  if (ticket <= reads_done_) return true;
+  if (ticket >= next_read_ticket_) return InvalidArgument("ReadDone: unknown ticket");
+  cudaEvent_t e = read_events_[ticket % kReadEvents];
+  if (wait) {
+    CUDA_RETURN_IF_ERROR(cudaEventSynchronize(e));
+  } else {
+    const cudaError_t rc = cudaEventQuery(e);
+    if (rc == cudaErrorNotReady) return false;
+    CUDA_RETURN_IF_ERROR(rc);
+  }
+  reads_done_ = ticket;  // one stream: earlier tickets finished first
+  return true;
+}
+
+Status CudaBackend::WriteBlock(int group, int32_t block, std::span<const std::byte> in) {
+  if (group < 0 || group >= static_cast<int>(kv_.size()) || block < 0 ||
+      block >= layout_.blocks_per_group[group])
+    return InvalidArgument("WriteBlock: block out of range");
+  const size_t n = spec_.BytesPerBlock(group, layout_.block_size);
+  if (in.size() != n) return InvalidArgument("WriteBlock: buffer size mismatch");
+  RETURN_IF_ERROR(WaitForReads(group, std::span<const int32_t>(&block, 1)));
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(kv_[group].get<std::byte>() + n * block, in.data(), n,
+                                       cudaMemcpyHostToDevice, stream_));
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  return Status::Ok();
+}
+
+Status CudaBackend::WriteBlocks(int group, std::span<const int32_t> blocks,
+                                std::span<const std::byte> in) {
+  ASSIGN_OR_RETURN(const size_t n, CheckBlockBatch("WriteBlocks", group, blocks, in.size()));
+  RETURN_IF_ERROR(WaitForReads(group, blocks));
+  RETURN_IF_ERROR(CopyBlockRuns(group, blocks, const_cast<std::byte*>(in.data()), n,
+                                /*to_host=*/false, stream_));
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  return Status::Ok();
+}
+
+Result<HostBuffer> CudaBackend::AllocateHostBuffer(size_t bytes) {
+  void* p = nullptr;
+  if (bytes > 0) CUDA_RETURN_IF_ERROR(cudaHostAlloc(&p, bytes, cudaHostAllocDefault));
+  return HostBuffer(static_cast<std::byte*>(p), bytes, [](std::byte* q) {
+    if (q != nullptr) cudaFreeHost(q);
+  });
+}
+
+Status CudaBackend::CheckBatch(std::span<const SeqStep> batch) const {
+  if (kv_.empty()) return InvalidArgument("Forward: KV storage not allocated");
+  return CheckSteps(batch, config_, spec_, layout_, /*allow_prev_row=*/true);
+}
+
+bool CudaBackend::UseWgmma(int m, int n, int k) const {
+  // Not the LM head either: its 2,000 tiles leave the early weight loads
+  // nothing to overlap, and cuBLAS was as fast.
+  return m >= wgmma_min_rows_ && n <= 32768 && cuda::WgmmaGemmSupported(m, n, k) &&
+         cuda::WgmmaGemmPlanFor(n, k, num_sms_).splits == 1;
+}
+
+bool CudaBackend::UseWgmmaArgmax(int rows) const {
+  const ModelConfig& c = config_;
+  return lm_argmax_ && rows >= wgmma_min_rows_ && rows >= skinny_min_rows_ &&
+         !(c.final_logit_softcap > 0.f) &&
+         cuda::WgmmaGemmSupported(rows, c.vocab_size, c.hidden_size);
+}
+
+bool CudaBackend::UsePromptGemm(int m, int n, int k) const {
+  return prompt_gemm_ && m > cuda::kMaxWgmmaRows && cuda::PromptGemmSupported(m, n, k);
+}
+
+bool CudaBackend::UsePromptArgmax(int rows) const {
+  const ModelConfig& c = config_;
+  return lm_argmax_ && prompt_gemm_ && prompt_argmax_ && rows >= kPromptArgmaxMinRows &&
+         !(c.final_logit_softcap > 0.f) &&
+         cuda::PromptGemmSupported(rows, c.vocab_size, c.hidden_size);
+}
+
+int CudaBackend::PlanesFor(int m, int n, int k) const {
+  // (From skinny_min_rows_: fewer rows take the GEMVs, some with the norm
+  // fused, which add no planes.)
+  if (m < wgmma_min_rows_ || m < skinny_min_rows_ || !cuda::WgmmaGemmSupported(m, n, k)) return 0;
+  const int splits = cuda::WgmmaGemmPlanFor(n, k, num_sms_).splits;
+  return splits > 1 && cuda::AddPartsRmsNormSupported(n, splits) ? splits : 0;
+}
+
+Status CudaBackend::ResidualGemm(const cuda::bf16_t* a, const cuda::bf16_t* w, int m, int n,
+                                 int k) {
+  const int splits = pending_planes_ == 0 ? PlanesFor(m, n, k) : 0;
+  if (splits > 0) {
+    CUDA_RETURN_IF_ERROR(cuda::LaunchWgmmaGemm(a, w, wgmma_planes_.get(), true, m, n, k, 0.f,
+                                               {wgmma_ws_.get(), num_sms_}, stream_, -1, true));
+    pending_planes_ = splits;
+    plane_floats_ = static_cast<int64_t>(m) * n;
+    return Status::Ok();
+  }
+  return Gemm(a, w, x_.get<float>(), true, m, n, k, 1.f, cap_tokens_);
+}
+
+Status CudaBackend::Norm(const int32_t* rows, const float* norm_w, int m) {
+  const ModelConfig& c = config_;
+  auto* h = h_.get<cuda::bf16_t>();
+  float* x = x_.get<float>();
+  if (pending_planes_ > 0) {
+    CUDA_RETURN_IF_ERROR(cuda::LaunchAddPartsRmsNorm(
+        x, wgmma_planes_.get<float>(), pending_planes_, plane_floats_, rows, norm_w, h, m,
+        c.hidden_size, c.rms_norm_eps, c.gemma_norm, stream_));
+    pending_planes_ = 0;
+    return Status::Ok();
+  }
+  CUDA_RETURN_IF_ERROR(cuda::LaunchRmsNorm(x, rows, norm_w, h, m, c.hidden_size, c.rms_norm_eps,
+                                           c.gemma_norm, stream_));
+  return Status::Ok();
+}
+
+Status CudaBackend::Gemm(const cuda::bf16_t* x, const cuda::bf16_t* w, void* y, bool y_f32, int m,
+                         int n, int k, float beta, int64_t max_rows) {
+  if (m <= 0) return Status::Ok();
+  // The weight-streaming GEMV beat cuBLAS at 1 row (c1 655 -> 683 tok/s) but
+  // lost at 8 (c8 3833 -> 3210: its x reads from shared memory grow with the
+  // rows): used up to 2 rows.
+  if (m < skinny_min_rows_ && cuda::GemvSupported(m, k)) {
+    CUDA_RETURN_IF_ERROR(cuda::LaunchGemv(x, w, y, y_f32, m, n, k, beta, num_sms_, stream_));
+    return Status::Ok();
+  }
+  if (UseWgmma(m, n, k)) {
+    CUDA_RETURN_IF_ERROR(
+        cuda::LaunchWgmmaGemm(x, w, y, y_f32, m, n, k, beta, {wgmma_ws_.get(), num_sms_}, stream_));
+    return Status::Ok();
+  }
+  if (m <= skinny_max_rows_ && cuda::SkinnyGemmSupported(m, n, k)) {
+    CUDA_RETURN_IF_ERROR(cuda::LaunchSkinnyGemm(x, w, y, y_f32, m, n, k, beta, num_sms_, stream_));
+    return Status::Ok();
+  }
+  const int rows = static_cast<int>(std::min<int64_t>(GemmRows(m), std::max<int64_t>(max_rows, m)));
+  if (rows >= kTuneMinRows) {
+    bool ran = false;
+    RETURN_IF_ERROR(tuner_.Run(x, w, y, y_f32, rows, n, k, beta, &ran));
+    if (ran) return Status::Ok();
+  }
+  CUBLAS_RETURN_IF_ERROR(cuda::GemmTuner::Default(cublas_, x, w, y, y_f32, rows, n, k, beta));
+  return Status::Ok();
+}
+
+}  // namespace agentkv

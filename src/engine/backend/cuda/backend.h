@@ -1,0 +1,382 @@
+// CudaBackend: the forward pass on one NVIDIA GPU (Hopper, sm_90).
+//
+// Weights live on the GPU in bf16 (norm weights, biases and rotary
+// frequencies in fp32; the MLP's gate and up rows interleaved, so that a
+// GEMV block holds both halves of its outputs); GEMMs are cuBLAS bf16 x bf16
+// with fp32 accumulation, or a weight-streaming GEMV for one or two rows;
+// the residual stream is fp32, GEMM inputs bf16. The KV cache is bf16 (or
+// e4m3 with per-row scales, CudaBackendOptions::kv_dtype, docs/kv-fp8.md),
+// paged, one allocation per cache group in exactly the ReadBlock/WriteBlock
+// layout of backend.h, so those are plain copies. Attention is one flash-style
+// kernel over paged KV for prefill chunks and decode tokens alike (see
+// kernels.h), sliding-window groups as rings like the CPU backend.
+//
+// Steps where every sequence decodes one token and wants logits run as a
+// CUDA graph captured once per batch-size bucket (the kernels read the
+// block-table width from the step metadata), with the rotary applied
+// inside the attention kernel;
+// ForwardSampled picks greedy tokens on the GPU so their logits never cross
+// PCIe (on compute capability 9.0, from 3 rows, inside the LM head's
+// GEMM, which then stores logits only for steps that sample a row), and
+// draws kDevice rows there too (LaunchSampleRows after the LM head, into
+// the same picks buffer: such steps pipeline like greedy ones). Steps
+// with prompt chunks keep the QKV projection in bf16 (decode steps in fp32,
+// for the attention kernel that applies the rotary). Workspaces are sized at AllocateKv for
+// `max_step_tokens` tokens and `max_batch` sequences, at Reserve for the engine's limits, and only
+// grow (outside the steady state) when a step needs more; the decode loop allocates nothing. Set
+// AGENTKV_CUDA_GRAPHS=0 in the environment to run without graphs, AGENTKV_CUDA_FUSED_ROTARY=0 for a
+// separate rotary kernel in decode steps; AGENTKV_CUDA_LM_ARGMAX=0 for the LM head on cuBLAS and a
+// separate argmax; AGENTKV_CUDA_GEMM_TUNE=0 for cuBLAS's default algorithm in the prompt steps'
+// GEMMs (GemmTuner); AGENTKV_CUDA_PROMPT_GEMM=0 for their gate_up on cuBLAS and a separate
+// activation kernel; AGENTKV_CUDA_PROMPT_ARGMAX=0 for the LM head off the prompt GEMM;
+// AGENTKV_CUDA_STEP_LOG=path logs every step (diagnostics). docs/cuda.md lists
+// every switch.
+//
+// Thread-safety: as Backend; one thread at a time. Owns its CUDA stream and
+// cuBLAS handle; uses the current device at creation (device 0 by default).
+#pragma once
+
+#include <array>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "engine/backend/backend.h"
+#include "engine/backend/cuda/block_runs.h"
+#include "engine/backend/cuda/device_buffer.h"
+#include "engine/backend/cuda/gemm_tuner.h"
+#include "engine/backend/cuda/kernels/kernels.h"
+#include "engine/backend/cuda/kv_read_hazards.h"
+#include "engine/model/weight_source.h"
+
+namespace agentkv {
+
+struct CudaBackendOptions {
+  int device = 0;
+  int max_step_tokens = 2048;  // initial workspace capacity (grows on demand)
+  int max_batch = 256;         // initial sequence capacity (grows on demand)
+  bool graphs = true;          // capture decode steps as CUDA graphs
+  // kBF16, or kFP8E4M3 (docs/kv-fp8.md: its own attention kernel over
+  // narrow tiles, no fused rotary, no wide or TMA paths; kv_route.h).
+  KvDtype kv_dtype = KvDtype::kBF16;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  static Result<std::unique_ptr<CudaBackend>> Create(const ModelConfig& config,
+                                                     const WeightSource& weights,
+                                                     const CudaBackendOptions& options);
+  ~CudaBackend() override;
+
+  const ModelConfig& config() const override { return config_; }
+  const ModelCacheSpec& cache_spec() const override { return spec_; }
+  std::string name() const override { return "cuda"; }
+  std::string kv_format() const override { return KvDtypeName(spec_.kv_dtype); }
+  uint32_t kv_element_size() const override {
+    return static_cast<uint32_t>(KvDtypeBytes(spec_.kv_dtype));
+  }
+
+  // cudaMemGetInfo's free bytes of this backend's device.
+  Result<uint64_t> FreeMemoryBytes() const override;
+  // 90% of what is free once weights, workspaces and graphs exist: the rest
+  // is the margin for block tables that grow with the longest context,
+  // cuBLAS's workspaces and other processes' contexts.
+  double default_kv_memory_fraction() const override { return 0.90; }
+  Status AllocateKv(const KvLayout& layout) override;
+  // 8,192: prompt chunks of 2,048 ran below the rate of larger ones; c64
+  // 21.1k -> 21.5k tok/s, c128 26.0k -> 27.3k, at ~7 ms more time to first
+  // token and longer steps for sequences decoding beside a long prompt
+  // (bench/RESULTS.md).
+  int default_step_tokens() const override { return 8192; }
+  // Grows the workspaces, warms the GEMMs up to max_step_tokens rows and
+  // captures the decode graphs. (Block tables still grow with the longest
+  // context seen: reserving the model's whole context would make every
+  // graph step of a multi-group model copy the widest tables.)
+  Status Reserve(int max_step_tokens, int max_batch) override;
+  const KvLayout& kv_layout() const override { return layout_; }
+  Status CopyBlocks(std::span<const KvBlockCopy> copies) override;
+  Status Forward(std::span<const SeqStep> batch, std::span<float> logits) override;
+  using Backend::ForwardSampled;
+  using Backend::LaunchStep;
+  Status ForwardSampled(std::span<const SeqStep> batch, std::span<const RowPick> rows,
+                        std::span<int32_t> tokens, std::span<float> logits) override;
+  // Queued on the stream; the picks of the step before come from the
+  // device's argmax buffer (the embedding reads them), so consecutive steps
+  // run back to back. The buffers a step's copies use (metadata and picks,
+  // host and device) alternate between two slots, and the copies run on
+  // streams of their own: the metadata goes up while the step before runs,
+  // and an all-greedy step's picks come down while the next one runs, so
+  // neither copy sits between two steps on the compute stream. Steps that
+  // grow the workspaces or capture a graph first wait for those in flight.
+  // Forward / ForwardSampled refuse to run while steps are in flight.
+  Status LaunchStep(std::span<const SeqStep> batch, std::span<const RowPick> rows,
+                    std::span<float> logits) override;
+  Status CollectStep(std::span<int32_t> picks) override;
+  int steps_in_flight() const override { return static_cast<int>(in_flight_.size()); }
+  Status ReadBlock(int group, int32_t block, std::span<std::byte> out) override;
+  Status WriteBlock(int group, int32_t block, std::span<const std::byte> in) override;
+  // Every copy goes async into a pinned staging buffer (grown on demand, kept),
+  // one synchronisation per 64 MiB: a per-block synchronous copy to pageable
+  // memory stalled the engine thread for whole agent turns of KV.
+  Status ReadBlocks(int group, std::span<const int32_t> blocks, std::span<std::byte> out) override;
+  // Checks every block id, then one async copy per block and one
+  // synchronisation: from pinned memory (AllocateHostBuffer) the copies run
+  // back to back at the link's rate.
+  Status WriteBlocks(int group, std::span<const int32_t> blocks,
+                     std::span<const std::byte> in) override;
+  // One async copy per block on the KV read stream, after everything on
+  // the compute stream so far, then an event: the ticket names it. Later
+  // writes into those blocks wait for it (cuda::KvReadHazards). Events come
+  // from a ring of kReadEvents; a ticket whose event was recorded again
+  // since is answered by the newer (later) one.
+  Result<uint64_t> StartReadBlocks(int group, std::span<const int32_t> blocks,
+                                   std::span<std::byte> out) override;
+  Result<bool> ReadDone(uint64_t ticket, bool wait) override;
+  // Pinned (cudaHostAlloc) memory.
+  Result<HostBuffer> AllocateHostBuffer(size_t bytes) override;
+
+  double device_seconds() const override { return device_seconds_; }
+  // Steps run through a captured graph so far (for tests and benchmarks).
+  int64_t graph_steps() const { return graph_steps_; }
+  double graph_capture_seconds() const override { return capture_seconds_; }
+  int64_t graphs_captured() const override { return graphs_captured_; }
+
+ private:
+  struct Layer;
+  // The sizes one enqueued forward pass is built for; a graph is valid for
+  // exactly one shape.
+  struct Shape {
+    int tokens = 0;     // rows of every activation (padded in graphs)
+    int seqs = 0;       // sequence entries (padded in graphs)
+    int tiles = 0;      // attention tiles
+    int rows = 0;       // logits rows
+    int splits = 1;     // attention key splits
+    bool wide = false;  // wide attention tiles (steps with prompt chunks)
+    // Block-table ints reserved per sequence and group: the step's own
+    // width, or in graphs the capacity (the width itself is in the metadata).
+    std::array<int, kMaxCacheGroups> table_space{};
+  };
+
+  CudaBackend(const ModelConfig& config, const CudaBackendOptions& options);
+  Status Init(const WeightSource& weights);
+  Status UploadBf16(const WeightSource& w, const std::vector<std::string>& names,
+                    const std::vector<std::vector<int64_t>>& shapes, cuda::bf16_t** out,
+                    bool interleave_rows = false);
+  Status UploadF32(const WeightSource& w, const std::vector<std::string>& names,
+                   const std::vector<std::vector<int64_t>>& shapes, float** out);
+  Status CheckBatch(std::span<const SeqStep> batch) const;
+  // The checks every batched block copy makes (group, every block id,
+  // buffer of exactly blocks.size() blocks); returns the bytes per block.
+  Result<size_t> CheckBlockBatch(const char* what, int group, std::span<const int32_t> blocks,
+                                 size_t buffer_bytes) const;
+  Status EnsureCapacity(int64_t tokens, int64_t seqs,
+                        const std::array<int, kMaxCacheGroups>& width);
+  Status Run(std::span<const SeqStep> batch, std::span<const RowPick> rows,
+             std::span<int32_t> tokens, std::span<float> logits);
+  // The picks of the steps in flight, waited for and kept on the host (before
+  // anything that reallocates the buffers they are in).
+  Status SettleInFlight();
+  // A launched step until it is collected.
+  struct InFlight {
+    int slot = 0;
+    int picks = 0;  // want_logits rows
+    bool settled = false;
+    std::vector<int32_t> host_picks;  // once settled
+    // For the step log and the profiler.
+    int T = 0, B = 0, padded = 0, stride = 0, splits = 0;
+    double capture_ms = 0;
+    bool profile_stop = false;
+  };
+  std::vector<InFlight> in_flight_;  // oldest first, at most kMaxStepsInFlight
+  uint64_t launches_ = 0;
+  // The last step launched: its want_logits rows picked on the device
+  // (kGreedy or kDevice: what prev_row may name) and, once collected, its
+  // picks.
+  std::vector<uint8_t> last_greedy_;
+  std::vector<int32_t> last_picks_;
+  // The forward pass of shape `s` on the stream, reading the metadata of
+  // `slot`, writing the picks to that slot's argmax buffer and reading the
+  // previous step's from the other slot's.
+  Status Enqueue(const Shape& s, int slot);
+  // y[m][n] = x[m][k] . w[n][k]^T (+ beta * y). cuBLAS runs it on m rounded
+  // up by GemmRows (at most max_rows, what x and y hold): rows are
+  // independent, the extra ones are scratch, and every row count cuBLAS
+  // sees is one WarmUpGemms ran. Its first call at an unseen row count took
+  // 5-15 ms (kernel selection and loading): prefill chunks of arbitrary
+  // length met it again and again.
+  Status Gemm(const cuda::bf16_t* x, const cuda::bf16_t* w, void* y, bool y_f32, int m, int n,
+              int k, float beta, int64_t max_rows);
+  // Whether Gemm runs an m-row [n][k] GEMM on the warpgroup kernel (plans
+  // without split K: with it the last block's reduction made the o, QKV
+  // and down projections slower than cuBLAS; bench/RESULTS.md item 44).
+  bool UseWgmma(int m, int n, int k) const;
+  // Whether the LM head of `rows` rows runs on the warpgroup GEMM with the
+  // argmax in its epilogue (no softcap; AGENTKV_CUDA_LM_ARGMAX=0: never).
+  bool UseWgmmaArgmax(int rows) const;
+  // Whether gate_up (n = 2 * intermediate) of m rows runs on the prompt
+  // GEMM with the activation in its epilogue (prompt_gemm_; more than
+  // kMaxWgmmaRows rows). Where it does, gu_ holds only kMaxWgmmaRows rows.
+  bool UsePromptGemm(int m, int n, int k) const;
+  // Whether the LM head of `rows` rows (8 or more) runs on the prompt GEMM
+  // with the argmax in its epilogue (lm_argmax_, prompt_gemm_, no softcap).
+  bool UsePromptArgmax(int rows) const;
+  // The residual-adding projections (o, down; y = x += a . w^T): on the
+  // warpgroup kernel with K split into planes where it applies, the next
+  // norm adding them (pending_planes_); else Gemm with beta 1.
+  Status ResidualGemm(const cuda::bf16_t* a, const cuda::bf16_t* w, int m, int n, int k);
+  // The plan with which an m-row [n][k] GEMM leaves split-K planes in
+  // wgmma_planes_ for the next kernel to add (its splits; 0: it does not).
+  int PlanesFor(int m, int n, int k) const;
+  // h = RMSNorm(x[rows]) (rows null: all m), adding the pending planes first.
+  Status Norm(const int32_t* rows, const float* norm_w, int m);
+  // y = RMSNorm(x[rows]) . w^T, through h_ (y fp32, or bf16).
+  Status NormGemm(const float* x, const int32_t* rows, const float* norm_w, const cuda::bf16_t* w,
+                  void* y, int m, int n, int64_t max_rows, bool y_f32 = true);
+  int SplitsFor(int tiles, int tokens, int64_t max_keys) const;
+  // The shape of a graph step of `bucket` sequences (width-independent).
+  Shape GraphShape(int bucket) const;
+  // Captures the graph of every bucket up to the sequence capacity that has
+  // none yet: the first graph step after start or a workspace growth pays
+  // for all of them at once instead of stalling later steps.
+  Status CaptureGraphs();
+  // Runs every GEMM shape of the model once at each row count Gemm can hand
+  // cuBLAS (GemmRows) up to the token capacity, those not run yet.
+  Status WarmUpGemms();
+  int64_t gemms_warm_tokens_ = 0;  // row counts up to this are warm
+  void ClearGraphs();
+
+  // Offsets (in int32) of the per-step metadata arrays in meta_ / host_meta_;
+  // a function of the Shape alone, so a graph's addresses stay valid.
+  struct MetaLayout {
+    // store_logits: 1 if some row of the step samples (the LM head then
+    // stores its logits; greedy rows need only the argmax).
+    size_t strides, store_logits, tokens, pos, tok_seq, tile_seq, tile_t0, tile_n, logit_rows,
+        seq_start, seq_first;
+    std::array<size_t, kMaxCacheGroups> tables;
+    size_t total;
+  };
+  static MetaLayout Layout(const Shape& s);
+
+  ModelConfig config_;
+  ModelCacheSpec spec_;
+  CudaBackendOptions options_;
+  KvLayout layout_;
+  int num_sms_ = 0;
+  int group_size_ = 1;
+  cudaStream_t stream_ = nullptr;
+  // Per-step copies off the compute stream, one stream each way: a pick's
+  // download waits for its step to end, and the next step's metadata must
+  // not queue behind that wait.
+  cudaStream_t up_stream_ = nullptr, down_stream_ = nullptr;
+  // Per slot: the start and end of each forward pass on the stream
+  // (device_seconds), the end of its copies back (CollectStep waits on it)
+  // and its metadata's arrival on the device (the forward pass waits on it).
+  // A slot is reused two launches later, after its step was collected, so
+  // its buffers are idle by then.
+  static constexpr int kSlots = Backend::kMaxStepsInFlight;
+  static_assert(kSlots >= 2, "the embedding reads the previous slot's picks");
+  cudaEvent_t step_events_[kSlots][4] = {};
+  double device_seconds_ = 0;
+  static constexpr int kReadEvents = 64;
+  std::vector<cudaEvent_t> read_events_;
+  // Reads of KV blocks for the host tier and the store run here, beside the
+  // steps: on the compute stream, 64 finished agents' blocks (1.3 GB of the
+  // 1B shape, twice: host tier and store) delayed the next steps by tens of
+  // milliseconds.
+  cudaStream_t read_stream_ = nullptr;
+  cudaEvent_t compute_mark_ = nullptr;  // where a read starts on the compute stream
+  std::unique_ptr<cuda::KvReadHazards> read_hazards_;
+  std::vector<int32_t> written_;  // scratch: blocks a write touches
+  // Copies `blocks` of `group` (n bytes each) to or from `host`, where
+  // block k of the request is at host + k * n: one copy per run of
+  // consecutive ids, issued as one batch on `stream`.
+  Status CopyBlockRuns(int group, std::span<const int32_t> blocks, std::byte* host, size_t n,
+                       bool to_host, cudaStream_t stream);
+  std::vector<cuda::BlockRun> runs_;
+  std::vector<void*> batch_dst_;
+  std::vector<const void*> batch_src_;
+  std::vector<size_t> batch_bytes_;
+  // Makes the compute stream wait for the pending reads of `blocks`.
+  Status WaitForReads(int group, std::span<const int32_t> blocks);
+  uint64_t next_read_ticket_ = 1;
+  uint64_t reads_done_ = 0;  // every ticket up to this one is complete
+  cublasHandle_t cublas_ = nullptr;
+  // Prompt-sized cuBLAS GEMMs with the algorithm timed fastest at
+  // WarmUpGemms (AGENTKV_CUDA_GEMM_TUNE=0: cuBLAS's default choice).
+  cuda::GemmTuner tuner_;
+  bool tune_gemms_ = true;
+
+  std::vector<cuda::DeviceBuffer> weight_mem_;  // every weight allocation
+  cuda::bf16_t* embed_ = nullptr;
+  cuda::bf16_t* lm_head_ = nullptr;  // == embed_ when tied
+  float* final_norm_ = nullptr;
+  float* inv_freq_global_ = nullptr;
+  float* inv_freq_local_ = nullptr;
+  std::vector<Layer> layers_;
+  bool fused_rotary_ = true;  // AttentionParams::qkv for decode steps
+  // Per-step scratch for ordering attention tiles (capacity kept).
+  std::vector<std::array<int, 4>> tile_scratch_;
+
+  std::vector<cuda::DeviceBuffer> kv_;  // per group
+  // Per group, the TMA descriptor of its blocks (cuda::EncodeKvTensorMap,
+  // kKvTensorMapBytes apart) where one could be made; kv_map_ok_ says which.
+  cuda::DeviceBuffer kv_maps_;
+  std::array<bool, kMaxCacheGroups> kv_map_ok_{};
+
+  // Workspaces, sized for cap_tokens_ / cap_seqs_.
+  int64_t cap_tokens_ = 0, cap_seqs_ = 0, cap_parts_ = 0;
+  std::array<int, kMaxCacheGroups> cap_width_{};
+  cuda::DeviceBuffer x_, h_, qkv_, q_, k_, v_, attn_, o_, gu_, act_, logits_, argmax_scratch_,
+      part_o_, part_ml_, cublas_ws_, wgmma_ws_;
+  // fp8 cache: the step's quantized K/V rows (cuda::Fp8KvRowsAt, cap_tokens_).
+  cuda::DeviceBuffer kv8_;
+  bool fp8() const { return spec_.kv_dtype == KvDtype::kFP8E4M3; }
+  // Rows for which Gemm uses the skinny kernel (AGENTKV_CUDA_SKINNY; none
+  // by default).
+  int skinny_min_rows_ = 3, skinny_max_rows_ = 0;
+  // Rows from which Gemm uses the warpgroup GEMM (up to kMaxWgmmaRows;
+  // AGENTKV_CUDA_WGMMA; kNever off compute capability 9.0), and its split-K
+  // scratch (wgmma_ws_).
+  static constexpr int kNever = 1 << 30;
+  int wgmma_min_rows_ = kNever;
+  bool lm_argmax_ = true;
+  // Prompt steps' gate_up on the persistent warpgroup GEMM with the gated
+  // activation in its epilogue (compute capability 9.0; AGENTKV_CUDA_PROMPT_GEMM=0:
+  // cuBLAS, then the activation kernel).
+  bool prompt_gemm_ = true;
+  // The LM head (8+ rows) on the prompt GEMM with the argmax in its epilogue
+  // (AGENTKV_CUDA_PROMPT_ARGMAX=0: the warpgroup GEMM up to 64 rows, cuBLAS
+  // and the argmax kernel beyond).
+  bool prompt_argmax_ = true;
+  // Split-K planes of the last ResidualGemm not yet added to x_ (their
+  // count; 0: none), each plane_floats_ apart in wgmma_planes_ (which the
+  // QKV projection's planes reuse: each user runs after the last reader).
+  cuda::DeviceBuffer wgmma_planes_;
+  int pending_planes_ = 0;
+  int64_t plane_floats_ = 0;
+  // Per slot: the step's metadata and its picks (the LM head's argmax).
+  cuda::DeviceBuffer meta_[kSlots], argmax_[kSlots];
+  cuda::PinnedBuffer host_meta_[kSlots], host_tokens_[kSlots];
+  // Per slot: the step's RowPicks (one per want_logits row) for
+  // LaunchSampleRows, uploaded with the metadata when a row is kDevice.
+  cuda::DeviceBuffer row_picks_[kSlots];
+  cuda::PinnedBuffer host_row_picks_[kSlots];
+  cuda::PinnedBuffer read_staging_;  // ReadBlocks
+
+  std::map<int, cudaGraphExec_t> graphs_;  // by GraphKey(bucket, slot)
+  static int GraphKey(int bucket, int slot) { return bucket * kSlots + slot; }
+  int64_t graph_steps_ = 0;
+  int64_t graphs_captured_ = 0;
+  double capture_seconds_ = 0;  // host time capturing and instantiating graphs
+  // AGENTKV_CUDA_STEP_LOG=path: one line per step (tokens, sequences, graph
+  // bucket or 0, table stride, attention splits, capture ms, device ms).
+  std::FILE* step_log_ = nullptr;
+  // AGENTKV_CUDA_PROFILE_BATCH=B: the profiler (ncu --profile-from-start off)
+  // records the 20th and 21st pure decode steps of exactly B sequences.
+  int profile_batch_ = 0;
+  int profile_seen_ = 0;
+};
+
+}  // namespace agentkv

@@ -1,0 +1,28 @@
+// CudaBackend::Layer: one decoder layer's weights on the GPU (pointers into
+// CudaBackend's weight allocations; null where the architecture has none).
+// Private to the backend's .cc files.
+#pragma once
+
+#include "engine/backend/cuda/backend.h"
+
+namespace agentkv {
+
+struct CudaBackend::Layer {
+  float* in_norm = nullptr;
+  float* post_attn_norm = nullptr;
+  float* pre_ff_norm = nullptr;
+  float* post_ff_norm = nullptr;
+  cuda::bf16_t* wqkv = nullptr;  // [q | k | v] rows
+  float* bqkv = nullptr;
+  float* q_norm = nullptr;
+  float* k_norm = nullptr;
+  cuda::bf16_t* wo = nullptr;
+  cuda::bf16_t* w_gate_up = nullptr;  // gate and up rows interleaved
+  cuda::bf16_t* w_down = nullptr;
+  AttentionKind kind = AttentionKind::kFull;
+  int window = 0;
+  int group = 0;
+  int index_in_group = 0;
+};
+
+}  // namespace agentkv

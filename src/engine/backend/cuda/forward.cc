@@ -1,0 +1,689 @@
+// CudaBackend: the forward pass (metadata, kernel sequence, CUDA graphs).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+
+#include <cuda_profiler_api.h>
+
+#include "engine/backend/cuda/backend.h"
+#include "engine/backend/cuda/backend_layer.h"
+#include "engine/backend/cuda/kernels/kv_route.h"
+#include "engine/backend/kv_fp8.h"
+
+namespace agentkv {
+namespace {
+
+// Decode batch sizes graphs are captured for; a batch runs in the smallest
+// bucket that holds it, padded.
+int Bucket(int b) {
+  static constexpr int kBuckets[] = {1,  2,  4,  8,   16,  24,  32,  40,  48, 56,
+                                     64, 80, 96, 112, 128, 160, 192, 224, 256};
+  for (int k : kBuckets)
+    if (b <= k) return k;
+  return (b + 63) / 64 * 64;
+}
+
+int Pow2AtLeast(int64_t n) {
+  int p = 16;
+  while (p < n) p *= 2;
+  return p;
+}
+
+}  // namespace
+
+CudaBackend::MetaLayout CudaBackend::Layout(const Shape& s) {
+  MetaLayout m{};
+  size_t o = 0;
+  auto take = [&o](size_t n) {
+    const size_t at = o;
+    o += n;
+    return at;
+  };
+  m.strides = take(kMaxCacheGroups);
+  m.store_logits = take(1);
+  m.tokens = take(s.tokens);
+  m.pos = take(s.tokens);
+  m.tok_seq = take(s.tokens);
+  m.tile_seq = take(s.tiles);
+  m.tile_t0 = take(s.tiles);
+  m.tile_n = take(s.tiles);
+  m.logit_rows = take(s.rows);
+  m.seq_start = take(s.seqs);
+  m.seq_first = take(s.seqs + 1);
+  for (int g = 0; g < kMaxCacheGroups; ++g)
+    m.tables[g] = take(static_cast<size_t>(s.seqs) * s.table_space[g]);
+  m.total = o;
+  return m;
+}
+
+int CudaBackend::SplitsFor(int tiles, int tokens, int64_t max_keys) const {
+  // A block per SM at least, and no block walking more than ~256 keys (its
+  // tiles are a serial chain of loads and syncs).
+  const int per = std::max(1, tiles * config_.num_kv_heads);
+  const int fill = (num_sms_ + per - 1) / per;
+  // (Decode only: prefill tiles are many and already fill the GPU.)
+  const int len = tiles == tokens ? static_cast<int>((max_keys + 255) / 256) : 1;
+  int s = std::clamp(std::max(fill, len), 1, 32);
+  while (s > 1 && static_cast<int64_t>(tokens) * s > cap_parts_) --s;
+  return s;
+}
+
+CudaBackend::Shape CudaBackend::GraphShape(int bucket) const {
+  Shape sh;
+  sh.tokens = sh.seqs = sh.tiles = sh.rows = bucket;
+  for (size_t g = 0; g < spec_.groups.size(); ++g) sh.table_space[g] = cap_width_[g];
+  // Splits from the bucket alone (the graph must not depend on the context
+  // length; the kernel divides each sequence's own keys among them): about
+  // 4 blocks per SM, as many as 32 per head for small batches. The decode
+  // kernel's four warps already split each block's keys; more global splits
+  // measured slower (c64 18.0k tok/s at 16 per SM, 19.5k at 4, 16.1k at 64).
+  // AGENTKV_CUDA_DECODE_BLOCKS_PER_SM overrides the 4 (for measurements).
+  static const int per_sm = [] {
+    const char* v = std::getenv("AGENTKV_CUDA_DECODE_BLOCKS_PER_SM");
+    return v != nullptr && std::atoi(v) > 0 ? std::atoi(v) : 4;
+  }();
+  const int per = std::max(1, bucket * config_.num_kv_heads);
+  int s = std::clamp(per_sm * num_sms_ / per, 1, 32);
+  while (s > 1 && static_cast<int64_t>(bucket) * s > cap_parts_) --s;
+  sh.splits = s;
+  return sh;
+}
+
+Status CudaBackend::Reserve(int max_step_tokens, int max_batch) {
+  if (kv_.empty()) return InvalidArgument("Reserve: AllocateKv first");
+  if (max_step_tokens <= 0 || max_batch <= 0)
+    return InvalidArgument("Reserve: limits must be positive");
+  RETURN_IF_ERROR(EnsureCapacity(max_step_tokens, max_batch, cap_width_));
+  RETURN_IF_ERROR(WarmUpGemms());
+  if (options_.graphs) RETURN_IF_ERROR(CaptureGraphs());
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  return Status::Ok();
+}
+
+Status CudaBackend::CaptureGraphs() {
+  for (int b = 1; b <= cap_seqs_; b = Bucket(b) + 1) {
+    const int bucket = Bucket(b);
+    for (int slot = 0; slot < kSlots; ++slot) {
+      if (bucket > cap_seqs_ || graphs_.count(GraphKey(bucket, slot))) continue;
+      const auto c0 = std::chrono::steady_clock::now();
+      cudaGraph_t g = nullptr;
+      CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+      Status st = Enqueue(GraphShape(bucket), slot);
+      const cudaError_t end = cudaStreamEndCapture(stream_, &g);
+      if (!st.ok()) {
+        if (g) cudaGraphDestroy(g);
+        return st;
+      }
+      CUDA_RETURN_IF_ERROR(end);
+      cudaGraphExec_t exec = nullptr;
+      const cudaError_t inst = cudaGraphInstantiate(&exec, g, 0);
+      cudaGraphDestroy(g);
+      CUDA_RETURN_IF_ERROR(inst);
+      graphs_.emplace(GraphKey(bucket, slot), exec);
+      capture_seconds_ +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
+      ++graphs_captured_;
+    }
+  }
+  return Status::Ok();
+}
+
+Status CudaBackend::Forward(std::span<const SeqStep> batch, std::span<float> logits) {
+  return Run(batch, {}, {}, logits);
+}
+
+Status CudaBackend::ForwardSampled(std::span<const SeqStep> batch, std::span<const RowPick> rows,
+                                   std::span<int32_t> tokens, std::span<float> logits) {
+  return Run(batch, rows, tokens, logits);
+}
+
+Status CudaBackend::Run(std::span<const SeqStep> batch, std::span<const RowPick> rows,
+                        std::span<int32_t> out_tokens, std::span<float> logits) {
+  if (!in_flight_.empty()) return Internal("Forward: pipelined steps are in flight");
+  for (const SeqStep& st : batch)
+    if (st.prev_row >= 0) return InvalidArgument("Forward: prev_row is for LaunchStep only");
+  // Rows picked on the device go to out_tokens, which must hold each of them.
+  const int W = static_cast<int>(
+      std::count_if(batch.begin(), batch.end(), [](const SeqStep& st) { return st.want_logits; }));
+  const int planned = static_cast<int>(std::min<size_t>(W, rows.size()));
+  for (int r = 0; r < planned; ++r)
+    if (rows[r].mode != PickMode::kHost && r >= static_cast<int>(out_tokens.size()))
+      return InvalidArgument("Forward: tokens buffer too small");
+  RETURN_IF_ERROR(LaunchStep(batch, rows, logits));
+  std::vector<int32_t> picks(W);
+  RETURN_IF_ERROR(CollectStep(picks));
+  for (int r = 0; r < planned; ++r)
+    if (rows[r].mode != PickMode::kHost) out_tokens[r] = picks[r];
+  return Status::Ok();
+}
+
+Status CudaBackend::SettleInFlight() {
+  if (in_flight_.empty()) return Status::Ok();
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(up_stream_));
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(down_stream_));
+  for (InFlight& f : in_flight_) {
+    if (f.settled) continue;
+    const int32_t* tk = host_tokens_[f.slot].get<int32_t>();
+    f.host_picks.assign(tk, tk + f.picks);
+    f.settled = true;
+  }
+  return Status::Ok();
+}
+
+Status CudaBackend::CollectStep(std::span<int32_t> picks) {
+  if (in_flight_.empty()) return Internal("CollectStep: no step in flight");
+  if (static_cast<int>(picks.size()) < in_flight_.front().picks)
+    return InvalidArgument("CollectStep: picks buffer too small");
+  InFlight f = std::move(in_flight_.front());
+  in_flight_.erase(in_flight_.begin());
+  if (!f.settled) {
+    CUDA_RETURN_IF_ERROR(cudaEventSynchronize(step_events_[f.slot][2]));
+    const int32_t* tk = host_tokens_[f.slot].get<int32_t>();
+    f.host_picks.assign(tk, tk + f.picks);
+  }
+  if (f.profile_stop) CUDA_RETURN_IF_ERROR(cudaProfilerStop());
+  float ms = 0.f;
+  if (cudaEventElapsedTime(&ms, step_events_[f.slot][0], step_events_[f.slot][1]) == cudaSuccess)
+    device_seconds_ += ms / 1000.0;
+  if (step_log_ && f.T > 0)
+    std::fprintf(step_log_, "%d %d %d %d %d %.3f %.3f\n", f.T, f.B, f.padded, f.stride, f.splits,
+                 f.capture_ms, ms);
+  std::copy(f.host_picks.begin(), f.host_picks.end(), picks.begin());
+  if (in_flight_.empty()) last_picks_ = std::move(f.host_picks);  // the last step launched
+  return Status::Ok();
+}
+
+Status CudaBackend::LaunchStep(std::span<const SeqStep> batch, std::span<const RowPick> rows,
+                               std::span<float> logits) {
+  if (static_cast<int>(in_flight_.size()) >= kMaxStepsInFlight)
+    return Internal("LaunchStep: " + std::to_string(kMaxStepsInFlight) +
+                    " steps already in flight");
+  RETURN_IF_ERROR(CheckBatch(batch));
+  for (const SeqStep& st : batch)
+    if (st.prev_row >= 0 &&
+        (st.prev_row >= static_cast<int>(last_greedy_.size()) || !last_greedy_[st.prev_row]))
+      return InvalidArgument("LaunchStep: prev_row " + std::to_string(st.prev_row) +
+                             " names no device-picked row of the previous step");
+  const int64_t V = config_.vocab_size;
+  const int B = static_cast<int>(batch.size());
+  int T = 0, W = 0, tiles = 0;
+  bool decode = B > 0;
+  int64_t need_blocks = 1;
+  const int bs = layout_.block_size;
+  for (const SeqStep& st : batch) {
+    const int n = static_cast<int>(st.tokens.size());
+    T += n;
+    W += st.want_logits ? 1 : 0;
+    decode = decode && n == 1 && st.want_logits;
+    const int64_t end = st.start_pos + static_cast<int64_t>(n);
+    for (size_t g = 0; g < spec_.groups.size(); ++g) {
+      const int ring = spec_.RingBlocks(static_cast<int>(g), bs);
+      need_blocks =
+          std::max<int64_t>(need_blocks, ring > 0 ? std::min<int64_t>(ring, (end + bs - 1) / bs)
+                                                  : (end + bs - 1) / bs);
+    }
+  }
+  // any_logits: some row's logits go to the host; any_draw: some row is
+  // drawn on the device (LaunchSampleRows reads the stored logits).
+  bool any_greedy = false, any_logits = false, any_draw = false;
+  auto mode = [&](int r) {
+    return r < static_cast<int>(rows.size()) ? rows[r].mode : PickMode::kHost;
+  };
+  for (int r = 0; r < W; ++r) {
+    const PickMode pm = mode(r);
+    any_greedy = any_greedy || pm != PickMode::kHost;
+    any_logits = any_logits || pm == PickMode::kHost;
+    any_draw = any_draw || pm == PickMode::kDevice;
+  }
+  if (any_logits && static_cast<int64_t>(logits.size()) < W * V)
+    return InvalidArgument("Forward: logits buffer too small");
+  if (T == 0) {  // nothing to run: collected as a step without picks
+    InFlight f;
+    f.settled = true;
+    in_flight_.push_back(std::move(f));
+    ++launches_;
+    last_greedy_.clear();
+    last_picks_.clear();
+    return Status::Ok();
+  }
+
+  // Blocks this step stores into may still be being read for the tiers.
+  for (size_t g = 0; g < spec_.groups.size(); ++g) {
+    written_.clear();
+    const int ring = spec_.RingBlocks(static_cast<int>(g), bs);
+    for (const SeqStep& st : batch)
+      cuda::KvReadHazards::WrittenBlocks(st.block_tables[g], st.start_pos,
+                                         st.start_pos + static_cast<int64_t>(st.tokens.size()), bs,
+                                         ring, &written_);
+    RETURN_IF_ERROR(WaitForReads(static_cast<int>(g), written_));
+  }
+
+  // Steps with prompt chunks use the wide attention tiles where there are
+  // any (a prefill re-reads the prefix once per tile); decode the narrow.
+  const bool wide = cuda::RouteWideTiles(decode, cuda::WideAttentionSupported(config_.head_dim));
+  const int tpt = cuda::TokensPerTile(group_size_, wide);
+  for (const SeqStep& st : batch) tiles += (static_cast<int>(st.tokens.size()) + tpt - 1) / tpt;
+  const bool graph = options_.graphs && decode;
+  const int padded = graph ? Bucket(B) : B;
+  const int slot = static_cast<int>(launches_ % kSlots);
+  const int stride = Pow2AtLeast(need_blocks);
+  std::array<int, kMaxCacheGroups> width{};
+  for (size_t g = 0; g < spec_.groups.size(); ++g) width[g] = stride;
+  {
+    // Growing reallocates the picks' buffers and capturing needs an idle
+    // stream: the steps in flight finish first (rare: Reserve sized both).
+    bool fits = (graph ? padded : T) <= cap_tokens_ && padded <= cap_seqs_;
+    for (size_t g = 0; g < spec_.groups.size(); ++g) fits = fits && width[g] <= cap_width_[g];
+    if (!fits || (graph && !graphs_.count(GraphKey(padded, slot))))
+      RETURN_IF_ERROR(SettleInFlight());
+  }
+  RETURN_IF_ERROR(EnsureCapacity(graph ? padded : T, padded, width));
+  // The previous step's picks: from the device while it may still run.
+  const bool prev_on_device = !in_flight_.empty() && !in_flight_.back().settled;
+  const std::vector<int32_t>& prev_host =
+      in_flight_.empty() ? last_picks_ : in_flight_.back().host_picks;
+  Shape sh;
+  if (graph) {
+    sh = GraphShape(padded);
+  } else {
+    sh.tokens = T;
+    sh.seqs = B;
+    sh.tiles = tiles;
+    sh.rows = W;
+    sh.wide = wide;
+    for (size_t g = 0; g < spec_.groups.size(); ++g) sh.table_space[g] = stride;
+    sh.splits = SplitsFor(sh.tiles, sh.tokens, static_cast<int64_t>(stride) * bs);
+  }
+
+  // Per-step metadata, in the layout of `sh`.
+  const MetaLayout ml = Layout(sh);
+  int32_t* m = host_meta_[slot].get<int32_t>();
+  int t = 0, tile = 0, row = 0;
+  for (int g = 0; g < kMaxCacheGroups; ++g) m[ml.strides + g] = stride;
+  m[ml.store_logits] = any_logits || any_draw ? 1 : 0;
+  for (int s = 0; s < B; ++s) {
+    const SeqStep& st = batch[s];
+    const int n = static_cast<int>(st.tokens.size());
+    m[ml.seq_start + s] = st.start_pos;
+    m[ml.seq_first + s] = t;
+    for (int i = 0; i < n; i += tpt, ++tile) {
+      m[ml.tile_seq + tile] = s;
+      m[ml.tile_t0 + tile] = t + i;
+      m[ml.tile_n + tile] = std::min(tpt, n - i);
+    }
+    for (int i = 0; i < n; ++i, ++t) {
+      m[ml.tokens + t] = st.tokens[i];
+      // (-1 - row: the embedding reads the pick of `row` from argmax_.)
+      if (i == n - 1 && st.prev_row >= 0)
+        m[ml.tokens + t] = prev_on_device ? -1 - st.prev_row : prev_host[st.prev_row];
+      m[ml.pos + t] = st.start_pos + i;
+      m[ml.tok_seq + t] = s;
+    }
+    if (st.want_logits) m[ml.logit_rows + row++] = t - 1;
+    for (size_t g = 0; g < spec_.groups.size(); ++g) {
+      int32_t* tab = m + ml.tables[g] + static_cast<size_t>(s) * stride;
+      const size_t k = std::min<size_t>(st.block_tables[g].size(), stride);
+      std::copy_n(st.block_tables[g].begin(), k, tab);
+      std::fill(tab + k, tab + stride, 0);
+    }
+  }
+  if (!graph && tiles > 1) {
+    // Longest key span first (the kernel takes tiles in this order): with
+    // one prompt's tiles in position order, its last, longest ones started
+    // last and the step waited on them.
+    tile_scratch_.clear();
+    for (int i = 0; i < tiles; ++i) {
+      const int t0 = m[ml.tile_t0 + i], n = m[ml.tile_n + i];
+      tile_scratch_.push_back({m[ml.pos + t0 + n - 1], m[ml.tile_seq + i], t0, n});
+    }
+    std::sort(tile_scratch_.begin(), tile_scratch_.end(),
+              [](const auto& a, const auto& b) { return a[0] > b[0]; });
+    for (int i = 0; i < tiles; ++i) {
+      m[ml.tile_seq + i] = tile_scratch_[i][1];
+      m[ml.tile_t0 + i] = tile_scratch_[i][2];
+      m[ml.tile_n + i] = tile_scratch_[i][3];
+    }
+  }
+  for (int s = B; s < padded; ++s, ++t, ++tile, ++row) {  // graph padding
+    m[ml.seq_start + s] = 0;
+    m[ml.seq_first + s] = t;
+    m[ml.tile_seq + tile] = s;
+    m[ml.tile_t0 + tile] = t;
+    m[ml.tile_n + tile] = 0;
+    m[ml.tokens + t] = 0;
+    m[ml.pos + t] = -1;
+    m[ml.tok_seq + t] = s;
+    m[ml.logit_rows + row] = 0;
+    for (size_t g = 0; g < spec_.groups.size(); ++g)
+      std::fill_n(m + ml.tables[g] + static_cast<size_t>(s) * stride, stride, 0);
+  }
+  m[ml.seq_first + padded] = t;
+  // Up to the last group's rows (in graphs its reserved tail is not sent).
+  const size_t meta_ints =
+      ml.tables[spec_.groups.size() - 1] + static_cast<size_t>(padded) * stride;
+  if (!step_events_[0][0]) {
+    for (auto& sl : step_events_)
+      for (cudaEvent_t& e : sl) CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
+  }
+  cudaEvent_t* ev = step_events_[slot];
+  InFlight f;
+  f.slot = slot;
+  f.picks = W;
+  f.T = T;
+  f.B = B;
+  f.padded = graph ? padded : 0;
+  f.stride = stride;
+  f.splits = sh.splits;
+  const bool profiled =
+      profile_batch_ == B && T == B && ++profile_seen_ >= 20 && profile_seen_ <= 21;
+  if (profiled && profile_seen_ == 20) CUDA_RETURN_IF_ERROR(cudaProfilerStart());
+  f.profile_stop = profiled && profile_seen_ == 21;
+  // The slot's device metadata was last read by the step launched two
+  // before this one, which has been collected: the copy may start now,
+  // while the step before runs.
+  CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(meta_[slot].get(), m, meta_ints * 4, cudaMemcpyHostToDevice, up_stream_));
+  if (any_draw) {
+    RowPick* hp = host_row_picks_[slot].get<RowPick>();
+    for (int r = 0; r < W; ++r) hp[r] = r < static_cast<int>(rows.size()) ? rows[r] : RowPick{};
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(row_picks_[slot].get(), hp, W * sizeof(RowPick),
+                                         cudaMemcpyHostToDevice, up_stream_));
+  }
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(ev[3], up_stream_));
+  CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, ev[3], 0));
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(ev[0], stream_));
+
+  if (graph) {
+    auto it = graphs_.find(GraphKey(padded, slot));
+    if (it == graphs_.end()) {
+      const double before = capture_seconds_;
+      RETURN_IF_ERROR(CaptureGraphs());
+      f.capture_ms = 1000 * (capture_seconds_ - before);
+      it = graphs_.find(GraphKey(padded, slot));
+      if (it == graphs_.end()) return Internal("Forward: no graph for batch " + std::to_string(B));
+    }
+    CUDA_RETURN_IF_ERROR(cudaGraphLaunch(it->second, stream_));
+    ++graph_steps_;
+  } else {
+    RETURN_IF_ERROR(Enqueue(sh, slot));
+  }
+  // Drawn rows overwrite their argmax in the picks buffer (outside the
+  // graphs: they hold the greedy step's kernels only).
+  if (any_draw)
+    CUDA_RETURN_IF_ERROR(cuda::LaunchSampleRows(logits_.get<float>(), W, config_.vocab_size,
+                                                row_picks_[slot].get<RowPick>(),
+                                                argmax_[slot].get<int32_t>(), stream_));
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(ev[1], stream_));
+
+  // All picked on the device: the picks come down on the download stream
+  // while the next step runs (it writes the other slot's argmax buffer).
+  const bool picks_async = W > 0 && !any_logits;
+  if (picks_async) {
+    CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(down_stream_, ev[1], 0));
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_tokens_[slot].get(), argmax_[slot].get(), W * 4,
+                                         cudaMemcpyDeviceToHost, down_stream_));
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(ev[2], down_stream_));
+  } else if (W > 0) {
+    // Logits (one buffer for every step) come down before the next step.
+    if (any_greedy)
+      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_tokens_[slot].get(), argmax_[slot].get(), W * 4,
+                                           cudaMemcpyDeviceToHost, stream_));
+    if (!any_greedy) {
+      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logits.data(), logits_.get(), W * V * 4,
+                                           cudaMemcpyDeviceToHost, stream_));
+    } else {
+      for (int r = 0; r < W; ++r) {
+        if (mode(r) != PickMode::kHost) continue;
+        CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logits.data() + r * V, logits_.get<float>() + r * V,
+                                             V * 4, cudaMemcpyDeviceToHost, stream_));
+      }
+    }
+  }
+  if (!picks_async) CUDA_RETURN_IF_ERROR(cudaEventRecord(ev[2], stream_));
+  in_flight_.push_back(std::move(f));
+  ++launches_;
+  last_greedy_.assign(W, 0);
+  for (int r = 0; r < W; ++r) last_greedy_[r] = mode(r) != PickMode::kHost ? 1 : 0;
+  return Status::Ok();
+}
+
+Status CudaBackend::NormGemm(const float* x, const int32_t* rows, const float* norm_w,
+                             const cuda::bf16_t* w, void* y, int m, int n, int64_t max_rows,
+                             bool y_f32) {
+  const ModelConfig& c = config_;
+  const int H = c.hidden_size;
+  // One or two rows and a grid of about one wave (the QKV projection): the
+  // GEMV normalises x itself while its first weight loads are in flight.
+  // With more blocks (the MLP, the LM head) every block re-reads x and the
+  // norm weights and the later waves cannot hide it: measured slower than a
+  // separate norm kernel (bench/RESULTS.md, CUDA log).
+  if (rows == nullptr && n <= 4096 && pending_planes_ == 0 && cuda::NormGemvSupported(m, H)) {
+    CUDA_RETURN_IF_ERROR(cuda::LaunchNormGemv(x, norm_w, c.rms_norm_eps, c.gemma_norm, w, y, y_f32,
+                                              m, n, H, 0.f, stream_));
+    return Status::Ok();
+  }
+  RETURN_IF_ERROR(Norm(rows, norm_w, m));
+  return Gemm(h_.get<cuda::bf16_t>(), w, y, y_f32, m, n, H, 0.f, max_rows);
+}
+
+Status CudaBackend::Enqueue(const Shape& s, int slot) {
+  const ModelConfig& c = config_;
+  const int T = s.tokens, H = c.hidden_size, I = c.intermediate_size, D = c.head_dim;
+  const int nh = c.num_heads, nkv = c.num_kv_heads;
+  const int qkv_n = (nh + 2 * nkv) * D;
+  const float eps = c.rms_norm_eps;
+  const bool plus_one = c.gemma_norm;
+  const int bs = layout_.block_size;
+  const MetaLayout ml = Layout(s);
+  int32_t* meta = meta_[slot].get<int32_t>();
+  int32_t* picks = argmax_[slot].get<int32_t>();
+  const int32_t* prev_picks = argmax_[(slot + kSlots - 1) % kSlots].get<int32_t>();
+  const int32_t* pos = meta + ml.pos;
+  const int32_t* tok_seq = meta + ml.tok_seq;
+  float* x = x_.get<float>();
+  float* o = o_.get<float>();
+  auto* h = h_.get<cuda::bf16_t>();
+  auto* q = q_.get<cuda::bf16_t>();
+  auto* k = k_.get<cuda::bf16_t>();
+  auto* v = v_.get<cuda::bf16_t>();
+  auto* attn = attn_.get<cuda::bf16_t>();
+  auto* gu = gu_.get<cuda::bf16_t>();
+  auto* act = act_.get<cuda::bf16_t>();
+
+  pending_planes_ = 0;
+  CUDA_RETURN_IF_ERROR(
+      cuda::LaunchEmbed(embed_, meta + ml.tokens, prev_picks, T, H, c.embed_scale, x, stream_));
+  for (int l = 0; l < c.num_layers; ++l) {
+    const Layer& L = layers_[l];
+    // Decode steps: the attention kernel applies the rotary itself and
+    // stores the token's K and V (one kernel less per layer).
+    const bool fused_rotary = cuda::RouteFusedRotary(fp8(), fused_rotary_, s.tokens == s.seqs,
+                                                     s.wide, cuda::FusedRotarySupported(D));
+    // Which adds the QKV projection's split-K planes itself, where it has them.
+    int qkv_planes = fused_rotary ? PlanesFor(T, qkv_n, H) : 0;
+    if (qkv_planes > cuda::kMaxQkvPlanes) qkv_planes = 0;
+    if (qkv_planes > 0) {
+      RETURN_IF_ERROR(Norm(nullptr, L.in_norm, T));
+      CUDA_RETURN_IF_ERROR(cuda::LaunchWgmmaGemm(h, L.wqkv, wgmma_planes_.get(), true, T, qkv_n, H,
+                                                 0.f, {wgmma_ws_.get(), num_sms_}, stream_, -1,
+                                                 true));
+    } else {
+      // Steps with prompt chunks: the projection in bf16 for QkvPost (half
+      // the bytes of fp32 through memory); decode steps keep fp32 for the
+      // fused-rotary attention.
+      RETURN_IF_ERROR(NormGemm(x, nullptr, L.in_norm, L.wqkv, qkv_.get(), T, qkv_n, cap_tokens_,
+                               /*y_f32=*/fused_rotary));
+    }
+    const float* inv_freq = L.kind == AttentionKind::kSliding && c.arch == Architecture::kGemma3
+                                ? inv_freq_local_
+                                : inv_freq_global_;
+    cuda::KvCacheView view;
+    view.base = kv_[L.group].get<cuda::bf16_t>();
+    view.block_stride = static_cast<int64_t>(spec_.BytesPerBlock(L.group, bs) / 2);
+    view.layer_offset = static_cast<int64_t>(L.index_in_group) * 2 * bs * nkv * D;
+    view.block_size = bs;
+    view.ring = spec_.RingBlocks(L.group, bs);
+    view.tables = meta + ml.tables[L.group];
+    view.table_stride = meta + ml.strides + L.group;
+    if (fp8()) {  // byte offsets (kv_fp8.h)
+      view.fp8 = true;
+      view.base = reinterpret_cast<cuda::bf16_t*>(kv_[L.group].get<unsigned char>());
+      view.block_stride = static_cast<int64_t>(spec_.BytesPerBlock(L.group, bs));
+      view.layer_offset =
+          static_cast<int64_t>(L.index_in_group) * 2 * kvfp8::SectionBytes(bs, nkv, D);
+    }
+    // K and V go to the cache straight from the rotary kernel unless a ring
+    // slot they overwrite may still be read by another query of this step
+    // (fp8: always after attention, from the quantized rows it read).
+    const bool fused_store =
+        cuda::RouteStoreBeforeAttention(fp8(), view.ring != 0, s.tokens == s.seqs);
+    // Prompt steps whose attention copies the cache's pages (every key in
+    // it once QkvPost has stored the step's): no k / v rows to write.
+    cuda::AttentionParams ap;
+    ap.wide = s.wide;
+    ap.nh = nh;
+    ap.nkv = nkv;
+    ap.head_dim = D;
+    ap.window = L.window;
+    ap.cache = view;
+    if (cuda::RouteKvMap(fp8(), s.wide, fused_store, view.ring != 0, kv_map_ok_[L.group])) {
+      ap.kv_map = kv_maps_.get<unsigned char>() + L.group * cuda::kKvTensorMapBytes;
+      ap.kv_map_layer = 2 * L.index_in_group;
+    }
+    const bool cache_only = !fused_rotary && fused_store && cuda::AttentionReadsCacheOnly(ap);
+    // fp8: the step's K and V quantized once, read by attention from there
+    // and stored into the cache after it.
+    const cuda::Fp8KvRows rows8 =
+        fp8() ? cuda::Fp8KvRowsAt(kv8_.get(), cap_tokens_, nkv, D) : cuda::Fp8KvRows{};
+    if (fp8()) {
+      CUDA_RETURN_IF_ERROR(cuda::LaunchQkvPost(qkv_.get<cuda::bf16_t>(), L.bqkv, L.q_norm, L.k_norm,
+                                               inv_freq, pos, T, nh, nkv, D, eps, plus_one, q, k, v,
+                                               stream_));
+      CUDA_RETURN_IF_ERROR(cuda::LaunchKvQuantizeFp8(k, v, pos, T, nkv, D, rows8, stream_));
+      ap.fp8_new = rows8;
+    } else if (!fused_rotary && fused_store) {
+      CUDA_RETURN_IF_ERROR(cuda::LaunchQkvPostStore(
+          qkv_.get<cuda::bf16_t>(), L.bqkv, L.q_norm, L.k_norm, inv_freq, pos, tok_seq, T, nh, nkv,
+          D, eps, plus_one, q, cache_only ? nullptr : k, cache_only ? nullptr : v, view, stream_));
+    } else if (!fused_rotary) {
+      CUDA_RETURN_IF_ERROR(cuda::LaunchQkvPost(qkv_.get<cuda::bf16_t>(), L.bqkv, L.q_norm, L.k_norm,
+                                               inv_freq, pos, T, nh, nkv, D, eps, plus_one, q, k, v,
+                                               stream_));
+    }
+    ap.q = q;
+    ap.k_new = cache_only ? nullptr : k;
+    ap.v_new = cache_only ? nullptr : v;
+    ap.pos = pos;
+    ap.seq_start = meta + ml.seq_start;
+    ap.seq_first = meta + ml.seq_first;
+    ap.tile_seq = meta + ml.tile_seq;
+    ap.tile_t0 = meta + ml.tile_t0;
+    ap.tile_n = meta + ml.tile_n;
+    ap.num_tiles = s.tiles;
+    ap.tokens = T;
+    ap.scale = c.AttentionScale();
+    ap.softcap = c.attn_logit_softcap;
+    ap.splits = s.splits;
+    ap.part_o = part_o_.get<float>();
+    ap.part_ml = part_ml_.get<float>();
+    ap.out = attn;
+    if (fused_rotary) {
+      ap.q = ap.k_new = ap.v_new = nullptr;
+      ap.qkv = qkv_planes > 0 ? wgmma_planes_.get<float>() : qkv_.get<float>();
+      ap.qkv_planes = std::max(1, qkv_planes);
+      ap.qkv_plane = static_cast<int64_t>(T) * qkv_n;
+      ap.bias = L.bqkv;
+      ap.q_norm = L.q_norm;
+      ap.k_norm = L.k_norm;
+      ap.inv_freq = inv_freq;
+      ap.eps = eps;
+      ap.plus_one = plus_one;
+    }
+    CUDA_RETURN_IF_ERROR(cuda::LaunchAttention(ap, stream_));
+    if (fp8()) {
+      CUDA_RETURN_IF_ERROR(cuda::LaunchKvStoreFp8(rows8, pos, tok_seq, meta + ml.seq_start,
+                                                  meta + ml.seq_first, T, nkv, D, view, stream_));
+    } else if (!fused_store) {
+      CUDA_RETURN_IF_ERROR(cuda::LaunchKvStore(k, v, pos, tok_seq, meta + ml.seq_start,
+                                               meta + ml.seq_first, T, nkv, D, view, stream_));
+    }
+    if (c.sandwich_norm) {
+      RETURN_IF_ERROR(Gemm(attn, L.wo, o, true, T, H, nh * D, 0.f, cap_tokens_));
+    } else {
+      RETURN_IF_ERROR(ResidualGemm(attn, L.wo, T, H, nh * D));
+    }
+    if (c.sandwich_norm)
+      CUDA_RETURN_IF_ERROR(cuda::LaunchAddNormed(o, L.post_attn_norm, x, L.pre_ff_norm, h, T, H,
+                                                 eps, plus_one, stream_));
+    const int act_kind = c.activation == Activation::kSilu ? 0 : 1;
+    // One or two rows: the MLP norm, the gate_up GEMV and the activation in
+    // one kernel. (Sandwich norms: AddNormed above already wrote h.)
+    const bool norm_gemv_act = !c.sandwich_norm && T < skinny_min_rows_ && pending_planes_ == 0 &&
+                               cuda::NormGemvGatedActEnabled() &&
+                               cuda::NormGemvGatedActSupported(T, 2 * I, H);
+    if (!c.sandwich_norm && !norm_gemv_act) RETURN_IF_ERROR(Norm(nullptr, L.post_attn_norm, T));
+    if (norm_gemv_act) {
+      CUDA_RETURN_IF_ERROR(cuda::LaunchNormGemvGatedAct(
+          x, L.post_attn_norm, eps, plus_one, L.w_gate_up, act, T, 2 * I, H, act_kind, stream_));
+    } else if (T < skinny_min_rows_ && cuda::GemvGatedActSupported(T, 2 * I, H)) {
+      // One or two rows: the activation in the GEMV's epilogue.
+      CUDA_RETURN_IF_ERROR(
+          cuda::LaunchGemvGatedAct(h, L.w_gate_up, act, T, 2 * I, H, act_kind, stream_));
+    } else if (UseWgmma(T, 2 * I, H)) {
+      // The activation in the warpgroup GEMM's epilogue.
+      CUDA_RETURN_IF_ERROR(cuda::LaunchWgmmaGemm(h, L.w_gate_up, act, false, T, 2 * I, H, 0.f,
+                                                 {wgmma_ws_.get(), num_sms_}, stream_, act_kind));
+    } else if (UsePromptGemm(T, 2 * I, H)) {
+      // Prompt steps: the activation in the persistent GEMM's epilogue (gate_up
+      // never crosses memory; bench/RESULTS.md item 96).
+      CUDA_RETURN_IF_ERROR(
+          cuda::LaunchPromptGemm(h, L.w_gate_up, act, T, 2 * I, H, act_kind, num_sms_, stream_));
+    } else {
+      RETURN_IF_ERROR(Gemm(h, L.w_gate_up, gu, false, T, 2 * I, H, 0.f, cap_tokens_));
+      CUDA_RETURN_IF_ERROR(cuda::LaunchGatedAct(gu, act, T, I, act_kind, stream_));
+    }
+    if (c.sandwich_norm) {
+      RETURN_IF_ERROR(Gemm(act, L.w_down, o, true, T, H, I, 0.f, cap_tokens_));
+      CUDA_RETURN_IF_ERROR(cuda::LaunchAddNormed(o, L.post_ff_norm, x, nullptr, nullptr, T, H, eps,
+                                                 plus_one, stream_));
+    } else {
+      RETURN_IF_ERROR(ResidualGemm(act, L.w_down, T, H, I));
+    }
+  }
+  if (s.rows == 0) {
+    pending_planes_ = 0;  // x after the last layer is read by nothing
+    return Status::Ok();
+  }
+  float* logits = logits_.get<float>();
+  if (UsePromptArgmax(s.rows)) {
+    // The persistent prompt GEMM streams the LM head's weights at ~3 TB/s
+    // (178 us at 64 rows against 207 for the warpgroup GEMM; bench/RESULTS.md
+    // item 98), with the argmax in its epilogue as below.
+    RETURN_IF_ERROR(Norm(meta + ml.logit_rows, final_norm_, s.rows));
+    CUDA_RETURN_IF_ERROR(cuda::LaunchPromptGemmArgmax(
+        h, lm_head_, logits, meta + ml.store_logits, s.rows, c.vocab_size, H, argmax_scratch_.get(),
+        picks, num_sms_, stream_));
+    return Status::Ok();
+  }
+  if (UseWgmmaArgmax(s.rows)) {
+    // The argmax in the GEMM's epilogue; logits stored only for steps that
+    // sample a row.
+    RETURN_IF_ERROR(Norm(meta + ml.logit_rows, final_norm_, s.rows));
+    CUDA_RETURN_IF_ERROR(cuda::LaunchWgmmaGemmArgmax(h, lm_head_, logits, meta + ml.store_logits,
+                                                     s.rows, c.vocab_size, H, argmax_scratch_.get(),
+                                                     picks, num_sms_, stream_));
+    return Status::Ok();
+  }
+  RETURN_IF_ERROR(NormGemm(x, meta + ml.logit_rows, final_norm_, lm_head_, logits, s.rows,
+                           c.vocab_size, cap_seqs_));
+  if (c.final_logit_softcap > 0.f)
+    CUDA_RETURN_IF_ERROR(cuda::LaunchSoftcap(logits, static_cast<int64_t>(s.rows) * c.vocab_size,
+                                             c.final_logit_softcap, stream_));
+  CUDA_RETURN_IF_ERROR(
+      cuda::LaunchArgmax(logits, s.rows, c.vocab_size, picks, argmax_scratch_.get(), stream_));
+  return Status::Ok();
+}
+
+}  // namespace agentkv
