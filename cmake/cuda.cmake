@@ -1,15 +1,17 @@
 # ---- CUDA backend (issue 7) --------------------------------------------------
-# Included from CMakeLists.txt after the layer libraries exist. Finds nvcc on
+# Included from CMakeLists.txt once the libraries it links exist (backend
+# interface, model, cache, util). Finds nvcc on
 # its own (CUDACXX, PATH, or /usr/local/cuda/bin/nvcc); without a toolkit, or
-# with -DAGENTKV_CUDA=OFF, the src/engine/backend/cuda sources are left out of
-# agentkv_engine and `--device cuda` says the build has no CUDA backend.
+# with -DAGENTKV_CUDA=OFF, src/engine/backend/cuda is not built and
+# `--device cuda` says the build has no CUDA backend.
 # Sanitizer builds default to no CUDA (AUTO), to keep their compile time down.
 #
-# With CUDA: the .cu kernels form agentkv_cuda_kernels (built for sm_90 by
-# default, CMAKE_CUDA_ARCHITECTURES overrides), the host code in
-# src/engine/backend/cuda/*.cc stays in agentkv_engine, which links cudart, cublas and
-# cublasLt dynamically from the toolkit and defines AGENTKV_HAVE_CUDA for
-# everything that links it.
+# With CUDA: the .cu kernels (src/engine/backend/cuda/kernels) form
+# agentkv_cuda_kernels (built for sm_90 by default, CMAKE_CUDA_ARCHITECTURES
+# overrides) and agentkv_cuda_sm90a (the wgmma kernels); the host code in
+# src/engine/backend/cuda/*.cc is agentkv_backend_cuda, which links cudart,
+# cublas and cublasLt dynamically from the toolkit and defines
+# AGENTKV_HAVE_CUDA for everything that links it.
 set(AGENTKV_CUDA AUTO CACHE STRING "Build the CUDA backend: AUTO, ON or OFF")
 set_property(CACHE AGENTKV_CUDA PROPERTY STRINGS AUTO ON OFF)
 
@@ -51,11 +53,10 @@ if(_agentkv_want_cuda)
   endif()
 endif()
 
-get_target_property(_agentkv_engine_srcs agentkv_engine SOURCES)
 if(AGENTKV_HAVE_CUDA)
   message(STATUS "agentkv: CUDA backend ON (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, "
                  "architectures ${CMAKE_CUDA_ARCHITECTURES})")
-  file(GLOB_RECURSE _agentkv_cu CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/engine/backend/cuda/kernels/*.cu)
+  file(GLOB _agentkv_cu CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/engine/backend/cuda/kernels/*.cu)
   # Kernels with Hopper-only instructions (wgmma) are built for sm_90a alone,
   # in their own library; the backend calls them on compute capability 9.0.
   set(_agentkv_cu_sm90a ${_agentkv_cu})
@@ -78,12 +79,15 @@ if(AGENTKV_HAVE_CUDA)
   # LaunchAttention (sm_90) dispatches prompt steps to the warpgroup
   # attention (sm_90a): the two static libraries refer to each other.
   target_link_libraries(agentkv_cuda_kernels PUBLIC agentkv_cuda_sm90a)
-  target_link_libraries(agentkv_engine PUBLIC agentkv_cuda_sm90a agentkv_cuda_kernels CUDA::cudart CUDA::cublas
-                        CUDA::cublasLt)
-  target_compile_definitions(agentkv_engine PUBLIC AGENTKV_HAVE_CUDA=1)
+  # The host code (src/engine/backend/cuda/*.cc): CudaBackend over the kernels.
+  file(GLOB _agentkv_cuda_host CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/engine/backend/cuda/*.cc)
+  add_library(agentkv_backend_cuda STATIC ${_agentkv_cuda_host})
+  target_include_directories(agentkv_backend_cuda PUBLIC ${CMAKE_SOURCE_DIR}/src)
+  target_link_libraries(agentkv_backend_cuda PUBLIC agentkv_backend agentkv_model agentkv_cache
+                        agentkv_util agentkv_cuda_sm90a agentkv_cuda_kernels CUDA::cudart
+                        CUDA::cublas CUDA::cublasLt)
+  target_compile_definitions(agentkv_backend_cuda PUBLIC AGENTKV_HAVE_CUDA=1)
 else()
   message(STATUS "agentkv: CUDA backend OFF")
-  list(FILTER _agentkv_engine_srcs EXCLUDE REGEX "/src/engine/backend/cuda/")
-  set_target_properties(agentkv_engine PROPERTIES SOURCES "${_agentkv_engine_srcs}")
 endif()
 # ---- end CUDA backend ---------------------------------------------------------
