@@ -1,4 +1,4 @@
-#include "engine/backend/backend/rope.h"
+#include "engine/backend/rope.h"
 
 #include <cmath>
 

@@ -1,5 +1,5 @@
 // RopeInvFreq: the scalings of rotary frequencies against their definitions.
-#include "engine/backend/backend/rope.h"
+#include "engine/backend/rope.h"
 
 #include <gtest/gtest.h>
 

@@ -7,10 +7,10 @@
 #include <cstring>
 #include <thread>
 
-#include "engine/backend/backend/rope.h"
 #include "engine/backend/cpu/cpu_attention.h"
 #include "engine/backend/cpu/cpu_kernels.h"
 #include "engine/backend/kv_fp8.h"
+#include "engine/backend/rope.h"
 
 namespace agentkv {
 

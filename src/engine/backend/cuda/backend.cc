@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "engine/backend/backend/rope.h"
 #include "engine/backend/cuda/backend_layer.h"
+#include "engine/backend/rope.h"
 
 namespace agentkv {
 namespace {

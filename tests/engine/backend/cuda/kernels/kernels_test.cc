@@ -17,9 +17,9 @@
 #include <string>
 #include <utility>
 
-#include "engine/backend/backend/rope.h"
 #include "engine/backend/cpu/cpu_kernels.h"
 #include "engine/backend/cuda/kernels/kernels.h"
+#include "engine/backend/rope.h"
 
 namespace agentkv {
 namespace {
