@@ -400,7 +400,9 @@ TEST(CudaBackend, PipelinedStepsWithDrawnRowsPickAsStepByStep) {
       // Every third step's row 1 from the host instead (its argmax), the
       // pipeline draining around those steps: it runs through.
       EXPECT_EQ(GreedyPicks(*d, 20, true, 9, 3, true).size(), want.size());
-      if (graphs) EXPECT_GT(b->graph_steps(), 10);
+      if (graphs) {
+        EXPECT_GT(b->graph_steps(), 10);
+      }
     }
   }
 }
