@@ -130,7 +130,7 @@ std::unique_ptr<Backend> MakeCpu(const ModelConfig& c, const MapWeights& w, int 
 std::unique_ptr<CudaBackend> MakeCuda(const ModelConfig& c, const MapWeights& w, int bs,
                                       bool graphs = true, KvDtype kv = KvDtype::kBF16) {
   CudaBackendOptions o;
-  o.graphs = graphs;
+  o.tuning.graphs = graphs;
   o.kv_dtype = kv;
   o.max_step_tokens = 64;  // small, so that steps must grow it
   o.max_batch = 2;
