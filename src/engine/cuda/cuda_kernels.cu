@@ -683,10 +683,9 @@ constexpr int kManyRows = 256;
 
 int NormThreads(int dim) { return dim >= 1024 ? 512 : dim >= 256 ? 256 : 128; }
 
-}  // namespace
-
-namespace {
+// SetPdlLaunches's setting.
 std::atomic<bool> pdl_launches{true};
+
 }  // namespace
 
 void SetPdlLaunches(bool on) { pdl_launches.store(on, std::memory_order_relaxed); }
