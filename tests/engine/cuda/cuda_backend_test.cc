@@ -128,9 +128,9 @@ std::unique_ptr<Backend> MakeCpu(const ModelConfig& c, const MapWeights& w, int 
 }
 
 std::unique_ptr<CudaBackend> MakeCuda(const ModelConfig& c, const MapWeights& w, int bs,
-                                      bool graphs = true, KvDtype kv = KvDtype::kBF16) {
+                                      const CudaTuning& tuning, KvDtype kv = KvDtype::kBF16) {
   CudaBackendOptions o;
-  o.graphs = graphs;
+  o.tuning = tuning;
   o.kv_dtype = kv;
   o.max_step_tokens = 64;  // small, so that steps must grow it
   o.max_batch = 2;
@@ -142,6 +142,13 @@ std::unique_ptr<CudaBackend> MakeCuda(const ModelConfig& c, const MapWeights& w,
   for (int g = 0; g < kMaxCacheGroups; ++g) layout.blocks_per_group[g] = kBlocks;
   EXPECT_TRUE((*b)->AllocateKv(layout).ok());
   return std::move(b).value();
+}
+
+std::unique_ptr<CudaBackend> MakeCuda(const ModelConfig& c, const MapWeights& w, int bs,
+                                      bool graphs = true, KvDtype kv = KvDtype::kBF16) {
+  CudaTuning t;
+  t.graphs = graphs;
+  return MakeCuda(c, w, bs, t, kv);
 }
 
 // Weights rounded to bf16, so both backends run exactly the same model.
@@ -246,6 +253,60 @@ INSTANTIATE_TEST_SUITE_P(Archs, CudaBackendVsCpu,
                                            ArchCase{Architecture::kQwen3, 16, 16, true},
                                            ArchCase{Architecture::kGemma3, 7, 4, true}),
                          [](const auto& info) { return CaseName(info.param); });
+
+// The kernels CudaTuning's switches fall back on, each switch away from its
+// default (in two sets, as some exclude others), teacher-forced against the
+// CPU as LogitsAndGreedyMatch is; and the step log written where it asks.
+TEST(CudaBackend, TuningSwitchesKeepTheCpusLogits) {
+  AGENTKV_REQUIRE_GPU();
+  const std::string log_path = ::testing::TempDir() + "cuda_tuning_steps.log";
+  std::remove(log_path.c_str());
+  CudaTuning off;  // the older or plainer kernel everywhere
+  off.fused_rotary = false;
+  off.gemm_tune = false;
+  off.wgmma_rows = 0;
+  off.lm_argmax = false;
+  off.prompt_gemm = false;
+  off.prompt_argmax = false;
+  off.wgmma_attention = false;
+  off.mma_attention = false;
+  off.gemv_pipe = false;
+  off.pdl = false;
+  off.step_log = log_path;
+  CudaTuning more;  // the opt-in kernels
+  more.skinny = CudaTuning::Skinny::kAll;
+  more.decode_blocks_per_sm = 16;
+  for (const bool wide : {false, true}) {
+    ModelConfig c = wide ? WideConfig(Architecture::kQwen3) : SmallConfig(Architecture::kLlama);
+    const MapWeights w = Bf16Weights(c, 11);
+    auto cpu = MakeCpu(c, w, 16);
+    std::vector<int32_t> cpu_picks;
+    const auto ref = Drive(*cpu, 64, 12, 5, nullptr, &cpu_picks);
+    for (const CudaTuning& t : {off, more}) {
+      const std::string what = std::string(wide ? "wide" : "small") +
+                               (t.skinny == CudaTuning::Skinny::kAll ? " opt-in" : " off");
+      auto gpu = MakeCuda(c, w, 16, t);
+      ASSERT_TRUE(gpu) << what;
+      const auto got = Drive(*gpu, 64, 12, 5, &cpu_picks);
+      ASSERT_EQ(ref.size(), got.size()) << what;
+      double sum = 0;
+      for (size_t i = 0; i < ref.size(); ++i) {
+        const double e = RelErr(got[i], ref[i]);
+        EXPECT_LT(e, 6e-2) << what << " row " << i;
+        sum += e;
+      }
+      EXPECT_LT(sum / ref.size(), 2e-2) << what << ": mean logits error";
+    }
+  }
+  // One line per step (the backends flushed it when they closed the file).
+  std::FILE* f = std::fopen(log_path.c_str(), "r");
+  ASSERT_NE(f, nullptr) << "no step log at " << log_path;
+  int lines = 0;
+  for (int ch; (ch = std::fgetc(f)) != EOF;) lines += ch == '\n';
+  std::fclose(f);
+  EXPECT_GE(lines, 2 * 12) << "both runs of `off` log their steps";
+  std::remove(log_path.c_str());
+}
 
 TEST(CudaBackend, GraphsMatchDirectLaunches) {
   AGENTKV_REQUIRE_GPU();
