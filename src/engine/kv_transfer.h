@@ -87,6 +87,9 @@ struct KvTransferOptions {
 struct KvTransferStats {
   int64_t resident_agents = 0;
   int64_t loading = 0;
+  // Restored tokens count when their copies into the pool are issued; a
+  // copy failing later (its blocks are then dropped) also counts in
+  // restore_problems.
   int64_t restored_tokens = 0;          // from the store
   int64_t host_restored_tokens = 0;     // from the host tier (admissions and re-admissions)
   int64_t split_restores = 0;           // store restores split with a recompute
