@@ -57,6 +57,8 @@ CudaBackend::~CudaBackend() {
   if (compute_mark_) cudaEventDestroy(compute_mark_);
   for (cudaEvent_t e : read_events_)
     if (e) cudaEventDestroy(e);
+  for (cudaEvent_t e : write_events_)
+    if (e) cudaEventDestroy(e);
   for (auto& slot : step_events_)
     for (cudaEvent_t e : slot)
       if (e) cudaEventDestroy(e);
@@ -585,9 +587,14 @@ Status CudaBackend::WaitForReads(int group, std::span<const int32_t> blocks) {
 }
 
 Result<bool> CudaBackend::ReadDone(uint64_t ticket, bool wait) {
-  if (ticket <= reads_done_) return true;
-  if (ticket >= next_read_ticket_) return InvalidArgument("ReadDone: unknown ticket");
-  cudaEvent_t e = read_events_[ticket % kReadEvents];
+  return TicketDone(read_events_, ticket, next_read_ticket_, &reads_done_, wait, "ReadDone");
+}
+
+Result<bool> CudaBackend::TicketDone(const std::vector<cudaEvent_t>& events, uint64_t ticket,
+                                     uint64_t next, uint64_t* done, bool wait, const char* what) {
+  if (ticket <= *done) return true;
+  if (ticket >= next) return InvalidArgument(std::string(what) + ": unknown ticket");
+  cudaEvent_t e = events[ticket % events.size()];
   if (wait) {
     CUDA_RETURN_IF_ERROR(cudaEventSynchronize(e));
   } else {
@@ -595,8 +602,37 @@ Result<bool> CudaBackend::ReadDone(uint64_t ticket, bool wait) {
     if (rc == cudaErrorNotReady) return false;
     CUDA_RETURN_IF_ERROR(rc);
   }
-  reads_done_ = ticket;  // one stream: earlier tickets finished first
+  *done = ticket;  // one stream: earlier tickets finished first
   return true;
+}
+
+Result<uint64_t> CudaBackend::StartWriteBlocks(int group, std::span<const int32_t> blocks,
+                                               std::span<const std::byte> in) {
+  ASSIGN_OR_RETURN(const size_t n, CheckBlockBatch("StartWriteBlocks", group, blocks, in.size()));
+  if (write_events_.empty()) {
+    write_events_.resize(kWriteEvents);
+    for (cudaEvent_t& e : write_events_)
+      CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  }
+  RETURN_IF_ERROR(WaitForReads(group, blocks));
+  if (Status st = CopyBlockRuns(group, blocks, const_cast<std::byte*>(in.data()), n,
+                                /*to_host=*/false, stream_);
+      !st.ok()) {
+    // Runs issued before the failure must not read `in` once we return.
+    (void)cudaStreamSynchronize(stream_);
+    return st;
+  }
+  const uint64_t ticket = next_write_ticket_++;
+  if (const cudaError_t rc = cudaEventRecord(write_events_[ticket % kWriteEvents], stream_);
+      rc != cudaSuccess) {
+    (void)cudaStreamSynchronize(stream_);
+    CUDA_RETURN_IF_ERROR(rc);
+  }
+  return ticket;
+}
+
+Result<bool> CudaBackend::WriteDone(uint64_t ticket, bool wait) {
+  return TicketDone(write_events_, ticket, next_write_ticket_, &writes_done_, wait, "WriteDone");
 }
 
 Status CudaBackend::WriteBlock(int group, int32_t block, std::span<const std::byte> in) {

@@ -162,6 +162,15 @@ class CudaBackend final : public Backend {
   Result<uint64_t> StartReadBlocks(int group, std::span<const int32_t> blocks,
                                    std::span<std::byte> out) override;
   Result<bool> ReadDone(uint64_t ticket, bool wait) override;
+  // Copies on the compute stream (after the pending reads of those blocks,
+  // cuda::KvReadHazards), batched as StartReadBlocks's, then an event from
+  // a ring of kWriteEvents: steps, block copies and reads issued later run
+  // after the copies by stream order, so the engine thread never waits for
+  // them; the event only tells when `in` may be reused. A ticket whose
+  // event was recorded again since is answered by the newer one.
+  Result<uint64_t> StartWriteBlocks(int group, std::span<const int32_t> blocks,
+                                    std::span<const std::byte> in) override;
+  Result<bool> WriteDone(uint64_t ticket, bool wait) override;
   // Pinned (cudaHostAlloc) memory.
   Result<HostBuffer> AllocateHostBuffer(size_t bytes) override;
 
@@ -331,6 +340,15 @@ class CudaBackend final : public Backend {
   Status WaitForReads(int group, std::span<const int32_t> blocks);
   uint64_t next_read_ticket_ = 1;
   uint64_t reads_done_ = 0;  // every ticket up to this one is complete
+  // Asynchronous writes (StartWriteBlocks), tickets as for the reads.
+  static constexpr int kWriteEvents = 64;
+  std::vector<cudaEvent_t> write_events_;
+  uint64_t next_write_ticket_ = 1;
+  uint64_t writes_done_ = 0;
+  // Whether `ticket` of a ring of `events` (tickets below `next`; every one
+  // up to *done is known complete) is done; waits for it with `wait`.
+  static Result<bool> TicketDone(const std::vector<cudaEvent_t>& events, uint64_t ticket,
+                                 uint64_t next, uint64_t* done, bool wait, const char* what);
   cublasHandle_t cublas_ = nullptr;
   // Prompt-sized cuBLAS GEMMs with the algorithm timed fastest at
   // WarmUpGemms (CudaTuning::gemm_tune off: cuBLAS's default choice).

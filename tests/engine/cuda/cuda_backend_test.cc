@@ -705,6 +705,70 @@ TEST(CudaBackend, RestoredBlocksContinueTheSame) {
   EXPECT_EQ(la, lb);
 }
 
+// A restore through StartWriteBlocks: nothing waits for the copies, yet a
+// step or a read issued after them sees the new bytes (stream order), and
+// a read started before them still delivers the old ones.
+TEST(CudaBackend, AsyncWritesAreSeenByLaterStepsAndReads) {
+  AGENTKV_REQUIRE_GPU();
+  ModelConfig c = SmallConfig(Architecture::kLlama);
+  const MapWeights w = Bf16Weights(c, 15);
+  auto a = MakeCuda(c, w, 16);
+  auto b = MakeCuda(c, w, 16);
+  ASSERT_TRUE(a && b);
+  Seq s;
+  for (int j = 0; j < 40; ++j) s.tokens.push_back((13 * j + 5) % c.vocab_size);
+  Pager pager(a->cache_spec(), 16);
+  pager.Ensure(s, 41);
+  std::vector<float> la(c.vocab_size), lb(c.vocab_size);
+  SeqStep st = StepOf(s, 40, true);
+  ASSERT_TRUE(a->Forward(std::span<const SeqStep>(&st, 1), la).ok());
+  const size_t n = a->cache_spec().BytesPerBlock(0, 16);
+  const std::vector<int32_t> blocks = s.tables[0];
+  ASSERT_GE(blocks.size(), 2u);
+  auto src = b->AllocateHostBuffer(blocks.size() * n);
+  ASSERT_TRUE(src.ok());
+  ASSERT_TRUE(a->ReadBlocks(0, blocks, src->span()).ok());
+  // Block blocks[0] of b holds a pattern; a read of it starts before the
+  // restore.
+  const std::vector<std::byte> old(n, std::byte{0x11});
+  ASSERT_TRUE(b->WriteBlock(0, blocks[0], old).ok());
+  auto before = b->AllocateHostBuffer(n);
+  ASSERT_TRUE(before.ok());
+  auto rt = b->StartReadBlocks(0, std::span<const int32_t>(blocks.data(), 1), before->span());
+  ASSERT_TRUE(rt.ok());
+  auto t = b->StartWriteBlocks(0, blocks, src->span());
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  // No wait: the next step runs on the restored KV.
+  s.tokens.push_back(3);
+  s.computed = 40;
+  SeqStep next = StepOf(s, 1, true);
+  ASSERT_TRUE(a->Forward(std::span<const SeqStep>(&next, 1), la).ok());
+  ASSERT_TRUE(b->Forward(std::span<const SeqStep>(&next, 1), lb).ok());
+  EXPECT_EQ(la, lb);
+  auto rd = b->ReadDone(*rt, true);
+  ASSERT_TRUE(rd.ok() && *rd);
+  EXPECT_TRUE(std::equal(old.begin(), old.end(), before->span().begin()));
+  // A read issued after the write (no wait in between) sees the new bytes.
+  std::vector<std::byte> out(n);
+  auto t2 = b->StartWriteBlocks(0, std::span<const int32_t>(blocks.data() + 1, 1),
+                                src->span().subspan(0, n));
+  ASSERT_TRUE(t2.ok());
+  EXPECT_GT(*t2, *t);
+  ASSERT_TRUE(b->ReadBlock(0, blocks[1], out).ok());
+  EXPECT_TRUE(std::equal(out.begin(), out.end(), src->span().begin()));
+  // Done in order: the later ticket done means the earlier is.
+  auto d2 = b->WriteDone(*t2, true);
+  ASSERT_TRUE(d2.ok() && *d2);
+  auto d1 = b->WriteDone(*t, false);
+  ASSERT_TRUE(d1.ok() && *d1);
+  EXPECT_FALSE(b->WriteDone(*t2 + 100, false).ok());
+  // Bad ids and sizes start nothing.
+  const std::vector<int32_t> bad = {blocks[0], 1 << 20};
+  EXPECT_FALSE(b->StartWriteBlocks(0, bad, src->span().first(2 * n)).ok());
+  EXPECT_FALSE(b->StartWriteBlocks(0, blocks, src->span().first(n)).ok());
+  EXPECT_FALSE(b->StartWriteBlocks(7, blocks, src->span()).ok());
+}
+
 // The fp8 KV cache (docs/kv-fp8.md) against the CPU's fp8 cache,
 // teacher-forced as above. Both quantize K/V row by row; their inputs differ
 // by the GPU's bf16 rounding, so a value near a rounding boundary of e4m3
