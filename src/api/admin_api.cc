@@ -79,6 +79,8 @@ Reply AdminApi::Status() const {
         {"recomputed_restores", s.recomputed_restores},
         {"host_restored_tokens", s.host_restored_tokens},
         {"host_write_seconds", s.host_write_seconds},
+        {"host_write_done_seconds", s.host_write_done_seconds},
+        {"disk_write_done_seconds", s.restore_write_done_seconds},
         {"prefill_seconds_per_token", s.prefill_seconds_per_token},
         {"prefill_seconds_per_token_context", s.prefill_seconds_per_token_context}};
     // Per cache group, with the pool's block count and the tokens it holds.

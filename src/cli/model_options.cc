@@ -18,6 +18,9 @@ void ModelOptions::Add(CLI::App& app, bool model_required) {
                  "(e4m3, per-row scales; about half the bytes per token)")
       ->capture_default_str()
       ->check(CLI::IsMember({"bf16", "fp8"}));
+  // Switches for comparisons and diagnostics, not flags: scripts set them
+  // around any command (docs/cuda.md).
+  backend.cuda = CudaTuningFromEnv([](const char* name) { return std::getenv(name); });
 }
 
 void SamplingOptions::Add(CLI::App& app) {

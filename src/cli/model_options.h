@@ -1,5 +1,6 @@
 // Options shared by the commands that load a model: --model, --device,
-// --threads, --kv-dtype, and sampling flags.
+// --threads, --kv-dtype, the CUDA backend's tuning (from the environment),
+// and sampling flags.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -14,6 +15,8 @@ namespace agentkv::cli {
 struct ModelOptions {
   std::string model_dir;
   BackendOptions backend;
+  // Registers the flags, and fills backend.cuda from the AGENTKV_CUDA_*
+  // variables (the process's environment, read here and nowhere else).
   void Add(CLI::App& app, bool model_required = true);
 };
 

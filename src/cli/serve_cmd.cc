@@ -92,6 +92,17 @@ void PrintKvPool(const api::ServedModel& m) {
   }
 }
 
+// The thread that waits for signals (sigwait in RunServe).
+pthread_t g_signal_waiter;
+
+// Threads that libraries start before main (OpenBLAS's workers) do not
+// block the signals RunServe waits for. One delivered there, while the
+// waiting thread is busy (starting up, reloading the keys), would take its
+// default action and end the process without draining. The handler gives it
+// to the waiting thread instead, which has it blocked, so it stays pending
+// until sigwait takes it. pthread_kill is async-signal-safe.
+extern "C" void ForwardToSignalWaiter(int sig) { pthread_kill(g_signal_waiter, sig); }
+
 int RunServe(const ServeArgs& a) {
   // Signals go to this thread only (sigwait below), never to workers.
   sigset_t signals;
@@ -100,6 +111,12 @@ int RunServe(const ServeArgs& a) {
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGHUP);  // reloads --api-keys
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  g_signal_waiter = pthread_self();
+  struct sigaction forward {};
+  forward.sa_handler = ForwardToSignalWaiter;
+  sigemptyset(&forward.sa_mask);
+  forward.sa_flags = SA_RESTART;
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &forward, nullptr);
 
   std::shared_ptr<const api::TenantKeys> tenants;
   if (!a.api_keys_file.empty()) {

@@ -203,6 +203,7 @@ void Engine::PublishStats() {
   local_.save_dropped_blocks = t.save_dropped_blocks;
   local_.restore_load_seconds = t.restore_load_seconds;
   local_.restore_write_seconds = t.restore_write_seconds;
+  local_.restore_write_done_seconds = t.restore_write_done_seconds;
   local_.save_seconds = t.save_seconds;
   local_.host_restored_tokens = t.host_restored_tokens;
   local_.host_kv_capacity_bytes = t.host.capacity_bytes;
@@ -215,6 +216,7 @@ void Engine::PublishStats() {
   local_.graph_capture_seconds = backend_->graph_capture_seconds();
   local_.graphs_captured = backend_->graphs_captured();
   local_.host_write_seconds = t.host_write_seconds;
+  local_.host_write_done_seconds = t.host_write_done_seconds;
   local_.split_restores = t.split_restores;
   local_.split_recomputed_tokens = t.split_recomputed_tokens;
   local_.tier_bytes_per_s = t.tier_bytes_per_s;
@@ -241,9 +243,10 @@ void Engine::Loop() {
                !dropped_agents_.empty() || transfer_ready_ ||
                (scheduler_->HasWork() && !waiting_on_loads_);
       };
-      // Saves still copying off the device, or waiting for staging, are
-      // polled every millisecond.
-      if (!transfer_->SavesPending()) {
+      // Saves still copying off the device, or waiting for staging, and
+      // restore copies holding their host sources are polled every
+      // millisecond.
+      if (!transfer_->SavesPending() && !transfer_->WritesPending()) {
         cv_.wait(lock, ready);
       } else {
         cv_.wait_for(lock, std::chrono::milliseconds(1), ready);
@@ -295,7 +298,7 @@ void Engine::Loop() {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - l0).count() - in_step;
     PublishStats();
     if (!scheduler_->HasWork() && launched_.empty() && transfer_->parked() == 0 &&
-        !transfer_->SavesPending()) {
+        !transfer_->SavesPending() && !transfer_->WritesPending()) {
       std::lock_guard<std::mutex> lock(mu_);
       if (submitted_.empty() && !transfer_ready_) {
         idle_ = true;

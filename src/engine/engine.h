@@ -133,7 +133,7 @@ struct EngineStats {
   int64_t saved_blocks = 0;          // KV blocks handed to the tier (with data)
   int64_t loading = 0;               // requests waiting for a tier load
   double restore_load_seconds = 0;   // the loader's time in KvTier::LoadInto
-  double restore_write_seconds = 0;  // the engine thread's time copying it in
+  double restore_write_seconds = 0;  // the engine thread's time issuing its copies
   double save_seconds = 0;           // the engine thread's time handing KV to the tier
   double step_seconds = 0;           // in Step (scheduling, forward, sampling, output)
   double forward_seconds = 0;        // of which in the backend's launch and collect calls
@@ -152,7 +152,14 @@ struct EngineStats {
   int64_t host_kv_hits = 0;  // blocks found in it
   int64_t host_kv_inserts = 0;
   int64_t host_kv_evictions = 0;
-  double host_write_seconds = 0;  // copying host-tier blocks into the pool
+  // Restored blocks are copied into the pool asynchronously: the *_write_
+  // seconds above and here are the engine thread's time issuing the copies;
+  // the *_done_ ones sum, per host-tier restore or store chunk, the time
+  // from issue until the engine saw the copies done (late by up to one loop
+  // iteration): divide the bytes by those for a rate.
+  double host_write_seconds = 0;  // issuing host-tier blocks' copies into the pool
+  double host_write_done_seconds = 0;
+  double restore_write_done_seconds = 0;  // store chunks only
   // Restore or recompute: store restores split with a recomputed head, the
   // tokens those heads held, the store's measured rate (bytes/s, 0 until a
   // load is timed) and the prefill cost in use (0: unknown).

@@ -24,11 +24,14 @@ Result<std::unique_ptr<KvTransfer>> KvTransfer::Create(Backend* backend, KvCache
 
 KvTransfer::~KvTransfer() {
   Stop();
+  // Copies may still read host-tier slots and restore slots.
+  CompleteWrites(/*wait=*/true);
   kv_->SetEvictObserver(nullptr);
 }
 
 void KvTransfer::ReleaseBuffers() {
   Stop();
+  CompleteWrites(/*wait=*/true);
   kv_->SetEvictObserver(nullptr);
   evicted_.clear();
   host_reads_.clear();
@@ -207,24 +210,38 @@ int32_t KvTransfer::RestoreFromHost(Sequence* s, int64_t usable_blocks) {
         return Status::Ok();
       });
   FlushEvictions();
-  const auto t0 = std::chrono::steady_clock::now();
+  PendingWrite w;
+  w.issued = std::chrono::steady_clock::now();
   Status st;
-  // One copy per run of hits in adjacent host slots.
+  // One copy per run of hits in adjacent host slots, none waited for: the
+  // hits stay leased until the backend is done reading them.
   for (size_t i = 0; i < static_cast<size_t>(n) && st.ok();) {
     size_t j = i + 1;
     while (j < static_cast<size_t>(n) && which[j] == which[j - 1] + 1 &&
            hits[which[j]].data.data() == hits[which[j - 1]].data.data() + block_bytes_)
       ++j;
     const std::byte* from = hits[which[i]].data.data();
-    st = backend_->WriteBlocks(group_, std::span<const int32_t>(ids).subspan(i, j - i),
-                               std::span<const std::byte>(from, (j - i) * block_bytes_));
+    Result<uint64_t> t =
+        backend_->StartWriteBlocks(group_, std::span<const int32_t>(ids).subspan(i, j - i),
+                                   std::span<const std::byte>(from, (j - i) * block_bytes_));
+    if (t.ok()) {
+      w.any = true;
+      w.ticket = *t;
+    } else {
+      st = t.status();
+    }
     i = j;
   }
-  const double write_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  stats_.restore_write_seconds += write_seconds;
-  stats_.host_write_seconds += write_seconds;
-  host_->Release(hits);
+  const double issue_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - w.issued).count();
+  stats_.restore_write_seconds += issue_seconds;
+  stats_.host_write_seconds += issue_seconds;
+  if (w.any) {
+    w.hits = std::move(hits);
+    HoldUntilWritten(std::move(w));
+  } else {
+    host_->Release(hits);
+  }
   if (!st.ok()) {
     // The new blocks are registered but hold garbage: drop every idle cached
     // block of the group (they are idle) rather than serve them.
@@ -240,6 +257,38 @@ int32_t KvTransfer::RestoreFromHost(Sequence* s, int64_t usable_blocks) {
   s->host_restored_tokens += static_cast<int64_t>(n) * bs;
   stats_.host_restored_tokens += static_cast<int64_t>(n) * bs;
   return covered;
+}
+
+void KvTransfer::HoldUntilWritten(PendingWrite w) {
+  if (!w.any) return;
+  pending_writes_.push_back(std::move(w));
+  // A synchronous backend is done already: nothing stays held.
+  CompleteWrites(/*wait=*/false);
+}
+
+void KvTransfer::CompleteWrites(bool wait) {
+  while (!pending_writes_.empty()) {
+    PendingWrite& w = pending_writes_.front();
+    Result<bool> done = backend_->WriteDone(w.ticket, wait);
+    if (done.ok() && !*done) break;
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - w.issued).count();
+    if (w.slot >= 0) {
+      stats_.restore_write_done_seconds += seconds;
+    } else {
+      stats_.host_write_done_seconds += seconds;
+    }
+    if (!done.ok()) {
+      // The blocks may not hold the bytes; they are idle unless a step
+      // already took them, so drop every idle cached block of the group
+      // rather than serve them.
+      DropIdleBlocks();
+      ++stats_.restore_problems;
+    }
+    if (!w.hits.empty()) host_->Release(w.hits);
+    if (w.slot >= 0) FreeSlot(w.slot);
+    pending_writes_.pop_front();
+  }
 }
 
 void KvTransfer::OnEvict(int32_t block, const BlockHash& hash, const BlockHash& parent,

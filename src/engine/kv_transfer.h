@@ -6,9 +6,9 @@
 // into save staging and handed over write-behind).
 //
 // A returning request's prefix comes back in this order: blocks resident in
-// the pool, then the host tier (host-to-device copies from pinned memory,
-// no decoding), then the store (parked while the loader decodes, a chunk at
-// a time), and whatever is left is recomputed by prefill. For the store's
+// the pool, then the host tier (asynchronous host-to-device copies from
+// pinned memory, no decoding), then the store (parked while the loader
+// decodes, a chunk at a time), and whatever is left is recomputed by prefill. For the store's
 // part the loader first counts the stored blocks and plans with
 // PlanRestore (engine/restore_policy.h): where recomputing a head of it
 // while the rest loads is faster than loading it all, the request is
@@ -28,12 +28,21 @@
 // ReleaseAgents and DrainSaves. The loader thread talks back through an
 // inbox and the `wake` callback.
 //
+// Restores write the pool with Backend::StartWriteBlocks and do not wait:
+// the backend orders the copies before any later step or read of those
+// blocks. Only their sources wait: host-tier slots stay leased (never
+// evicted or overwritten) and restore slots stay away from the loader
+// until the backend reports the copies done, which CompleteSaves polls
+// (WritesPending says whether to keep polling). DrainSaves, ReleaseBuffers
+// and the destructor wait for them.
+//
 // Thread-safety: every method runs on the engine thread except
 // AgentResidentTokens and HasLoaded (any thread), and the loader thread's
 // own work. The backend and the KV cache manager are touched only on the
 // engine thread. Both must outlive this object; Stop() joins the loader.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -78,19 +87,32 @@ struct KvTransferOptions {
 struct KvTransferStats {
   int64_t resident_agents = 0;
   int64_t loading = 0;
+  // Restored tokens count when their copies into the pool are issued; a
+  // copy failing later (its blocks are then dropped) also counts in
+  // restore_problems.
   int64_t restored_tokens = 0;          // from the store
   int64_t host_restored_tokens = 0;     // from the host tier (admissions and re-admissions)
   int64_t split_restores = 0;           // store restores split with a recompute
   int64_t split_recomputed_tokens = 0;  // their recomputed heads
   int64_t recomputed_restores = 0;      // the store had it; recomputing all was faster
-  double host_write_seconds = 0;        // host tier -> pool copies
+  double host_write_seconds = 0;        // issuing host tier -> pool copies
   double tier_bytes_per_s = 0;          // the store's measured rate (0: not yet)
   double tier_latency_s = 0;            // and latency (the prior until measured)
   int64_t restore_problems = 0;
   int64_t saved_blocks = 0;
   int64_t save_dropped_blocks = 0;
   double restore_load_seconds = 0;
+  // Copies into the pool are asynchronous (a step issued later runs after
+  // them on the device). restore_write_seconds is the engine thread's time
+  // issuing them, from both tiers (host_write_seconds is the host tier's
+  // part of it). The *_done_seconds sum, per host-tier restore
+  // (host_write_) or store chunk (restore_write_), the time from the first
+  // issue until the engine saw the copies done: it includes the issue and
+  // is late by up to one engine loop iteration (completion is polled); it
+  // is the time to divide the bytes by for a rate.
   double restore_write_seconds = 0;
+  double restore_write_done_seconds = 0;
+  double host_write_done_seconds = 0;
   double save_seconds = 0;
   HostKvTierStats host;
 };
@@ -164,14 +186,18 @@ class KvTransfer {
   void DropAgent(const std::string& agent_key);
   // Unpins every resident agent (shutdown).
   void ReleaseAgents();
-  // Hands finished save reads to the tier (with `wait`, every pending one),
-  // commits finished host-tier reads, then stages the save backlog.
+  // Frees the sources of finished restore copies, hands finished save
+  // reads to the tier, commits finished host-tier reads (with `wait`, all
+  // of them), then stages the save backlog.
   void CompleteSaves(bool wait);
   bool SavesPending() const { return !pending_saves_.empty() || !save_backlog_.empty(); }
+  // Whether restore copies into the pool are still in flight (their host
+  // sources held): CompleteSaves frees them once done.
+  bool WritesPending() const { return !pending_writes_.empty(); }
   // Whether device reads into the host tier are still in flight.
   bool HostReadsPending() const { return !host_reads_.empty(); }
   // Shutdown: hands every turn's KV over (a tier that holds staging for 30
-  // seconds without progress loses the rest).
+  // seconds without progress loses the rest) and waits for restore copies.
   void DrainSaves();
 
   // Any thread.
@@ -235,13 +261,32 @@ class KvTransfer {
   bool PlanSplit(LoadJob* job, int32_t* next, int32_t* end);
   // A plan chunk: releases the parked request with its prefill limit.
   std::unique_ptr<Sequence> StartSplit(const LoadChunk& c);
+  // Copies into the pool from one host source (a run of host-tier hits, or
+  // a restore slot), issued and not known done; the source is held until
+  // the backend reports `ticket` (the last one issued from it) done.
+  struct PendingWrite {
+    bool any = false;  // a copy was issued (else nothing to wait for)
+    uint64_t ticket = 0;
+    std::vector<HostKvTier::Hit> hits;  // host-tier leases, released when done
+    int slot = -1;                      // a restore slot, returned when done
+    std::chrono::steady_clock::time_point issued;
+  };
+  // Holds `w`'s source until its copies are done (at once if they are).
+  void HoldUntilWritten(PendingWrite w);
+  // Frees the sources of finished copies, oldest first; with `wait`, of
+  // every one.
+  void CompleteWrites(bool wait);
   // A data chunk of a split: written into held blocks.
-  void ApplySplitChunk(const LoadChunk& c);
-  // Writes `n` loaded blocks from a restore slot into pool blocks `ids`.
-  Status WriteChunk(const LoadChunk& c, size_t first, std::span<const int32_t> ids);
+  void ApplySplitChunk(const LoadChunk& c, PendingWrite* w);
+  // Starts writing loaded blocks from a restore slot (from block `first`
+  // of it) into pool blocks `ids`; the ticket goes to `w`.
+  Status WriteChunk(const LoadChunk& c, size_t first, std::span<const int32_t> ids,
+                    PendingWrite* w);
   void NoteLoadRate(const LoadChunk& c);
-  // Gives a chunk's restore slot back to the loader.
-  void ReturnSlot(const LoadChunk& c);
+  // Gives a chunk's restore slot back to the loader once `w`'s copies from
+  // it are done.
+  void ReturnSlot(const LoadChunk& c, PendingWrite w);
+  void FreeSlot(int slot);
   // Evicts every idle cached block of the group without keeping copies
   // (after a failed write left registered blocks holding garbage).
   void DropIdleBlocks();
@@ -342,6 +387,7 @@ class KvTransfer {
     std::vector<BlockHash> hashes;
   };
   std::deque<HostRead> host_reads_;
+  std::deque<PendingWrite> pending_writes_;  // oldest first
   bool capture_evictions_ = true;
 
   KvTransferStats stats_;

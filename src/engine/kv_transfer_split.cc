@@ -53,7 +53,7 @@ std::unique_ptr<Sequence> KvTransfer::StartSplit(const LoadChunk& c) {
   return s;
 }
 
-void KvTransfer::ApplySplitChunk(const LoadChunk& c) {
+void KvTransfer::ApplySplitChunk(const LoadChunk& c, PendingWrite* w) {
   Split& sp = splits_.at(c.id);
   if (c.last) sp.loaded = true;
   if (c.last && !c.problem.ok()) ++stats_.restore_problems;
@@ -82,7 +82,7 @@ void KvTransfer::ApplySplitChunk(const LoadChunk& c) {
     while (j < fresh.size() && fresh[j].first == fresh[j - 1].first + 1) ++j;
     std::vector<int32_t> ids;
     for (size_t k = i; k < j; ++k) ids.push_back(fresh[k].second);
-    st = WriteChunk(c, fresh[i].first, ids);
+    st = WriteChunk(c, fresh[i].first, ids, w);
     i = j;
   }
   if (!st.ok()) {

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "deferred_write_backend.h"
 #include "engine/backend/cpu/cpu_backend.h"
 #include "test_model.h"
 
@@ -34,11 +35,16 @@ Done Collect(const RequestHandle& h) {
 
 std::unique_ptr<Engine> MakeEngine(Architecture arch, int blocks, bool prefix = true,
                                    int max_batch = 8, bool pipeline = true,
-                                   uint64_t host_kv_bytes = 0) {
+                                   uint64_t host_kv_bytes = 0, int deferred_write_polls = 0) {
   const ModelConfig c = SmallConfig(arch);
   const MapWeights w = RandomWeights(c, 21);
-  auto backend = CpuBackend::Create(c, w, CpuBackendOptions{2});
-  EXPECT_TRUE(backend.ok());
+  auto cpu = CpuBackend::Create(c, w, CpuBackendOptions{2});
+  EXPECT_TRUE(cpu.ok());
+  std::unique_ptr<Backend> backend = std::move(cpu).value();
+  // > 0: restore copies are reported done only after that many polls.
+  if (deferred_write_polls > 0)
+    backend =
+        std::make_unique<testing::DeferredWriteBackend>(std::move(backend), deferred_write_polls);
   EngineOptions o;
   o.block_size = 4;
   o.scheduler.max_batch = max_batch;
@@ -47,7 +53,7 @@ std::unique_ptr<Engine> MakeEngine(Architecture arch, int blocks, bool prefix = 
   o.pipeline = pipeline;
   o.host_kv_memory_bytes = host_kv_bytes;
   o.blocks_per_group.assign(c.CacheSpec(KvDtype::kF32).groups.size(), blocks);
-  auto e = Engine::Create(std::move(backend).value(), nullptr, o);
+  auto e = Engine::Create(std::move(backend), nullptr, o);
   EXPECT_TRUE(e.ok()) << e.status().ToString();
   return std::move(e).value();
 }
@@ -358,6 +364,38 @@ TEST(EngineHostTierTest, EvictedAgentResumesFromHostWithRecomputedOutput) {
   EXPECT_GT(st.host_restored_tokens, 0);
   EXPECT_GT(st.host_kv_hits, 0);
   EXPECT_LE(st.host_kv_bytes, st.host_kv_capacity_bytes);
+}
+
+// The same with restore copies that finish late (as a GPU's asynchronous
+// ones): the engine never waits for them, the steps after them see the
+// restored KV, and the host-tier slots they read stay untouched until done.
+TEST(EngineHostTierTest, EvictedAgentResumesFromHostThroughAsynchronousCopies) {
+  auto e = MakeEngine(Architecture::kQwen3, 24, true, 8, true, /*host_kv_bytes=*/1 << 20,
+                      /*deferred_write_polls=*/4);
+  auto ref = MakeEngine(Architecture::kQwen3, 256, /*prefix=*/false);
+  std::vector<int32_t> turn1 = Range(1, 30);
+  Done d1 = Collect(e->Submit(Greedy(turn1, 6, "agent-h")).value());
+  for (int i = 0; i < 2; ++i) Collect(e->Submit(Greedy(Range(40 + i, 80), 2)).value());
+  std::vector<int32_t> turn2 = turn1;
+  turn2.insert(turn2.end(), d1.tokens.begin(), d1.tokens.end());
+  turn2.insert(turn2.end(), {11, 12, 13});
+  Done d2 = Collect(e->Submit(Greedy(turn2, 8, "agent-h")).value());
+  EXPECT_EQ(d2.finished.cached_tokens, 32);
+  EXPECT_EQ(d2.finished.cache_source, CacheSource::kHost);
+  Done r = Collect(ref->Submit(Greedy(turn2, 8)).value());
+  EXPECT_EQ(d2.tokens, r.tokens);
+  // Others keep running while the copies of a restore are in flight.
+  for (int i = 0; i < 3; ++i) Collect(e->Submit(Greedy(Range(60 + i, 40), 3)).value());
+  ASSERT_TRUE(e->Drain(-1));
+  const EngineStats st = e->Stats();
+  EXPECT_GT(st.host_restored_tokens, 0);
+  EXPECT_GT(st.host_write_done_seconds, 0);
+  std::unique_ptr<Backend> b = e->ReleaseBackend();
+  auto* dev = dynamic_cast<testing::DeferredWriteBackend*>(b.get());
+  ASSERT_NE(dev, nullptr);
+  EXPECT_GT(dev->writes_started(), 0);
+  EXPECT_EQ(dev->writes_pending(), 0u);
+  EXPECT_EQ(dev->source_changes(), 0);
 }
 
 // Without the host tier the same agent recomputes what the pool lost.

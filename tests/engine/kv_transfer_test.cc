@@ -3,6 +3,9 @@
 // tier with their bytes and come back from it; a finished turn goes to the
 // store and the host tier; the resume order is pool, host, store; store
 // restores run through the loader; parked loads cancel; agents' residency.
+// Restore copies are asynchronous: with a backend that reports them done
+// late (testing::DeferredWriteBackend), their host sources (host-tier
+// slots, restore slots) stay untouched until then.
 #include "engine/kv_transfer.h"
 
 #include <gtest/gtest.h>
@@ -12,6 +15,7 @@
 #include <mutex>
 #include <thread>
 
+#include "deferred_write_backend.h"
 #include "engine/backend/cpu/cpu_backend.h"
 #include "test_model.h"
 
@@ -92,6 +96,14 @@ class KvTransferTest : public ::testing::Test {
     block_bytes_ = backend_->cache_spec().BytesPerBlock(0, kBs);
     NewManager();
   }
+  // Wraps the backend so that restore copies are reported done only after
+  // `polls` non-waiting polls. Call before NewTransfer.
+  testing::DeferredWriteBackend* UseDeferredWrites(int polls) {
+    auto d = std::make_unique<testing::DeferredWriteBackend>(std::move(backend_), polls);
+    testing::DeferredWriteBackend* raw = d.get();
+    backend_ = std::move(d);
+    return raw;
+  }
   void NewManager() {
     transfer_.reset();
     KvCacheConfig kc;
@@ -162,6 +174,7 @@ class KvTransferTest : public ::testing::Test {
     std::vector<std::unique_ptr<Sequence>> out;
     for (int i = 0; i < 5000 && out.empty(); ++i) {
       for (auto& s : transfer_->TakeRestored()) out.push_back(std::move(s));
+      transfer_->CompleteSaves(/*wait=*/false);  // as the engine loop does
       if (out.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     return out;
@@ -200,6 +213,8 @@ TEST_F(KvTransferTest, EvictedBlocksComeBackFromHostWithTheirBytes) {
   auto s = transfer_->Admit(Request(2, Tokens(13, 3)));
   ASSERT_NE(s, nullptr);
   EXPECT_EQ(s->host_restored_tokens, 12);
+  // A synchronous backend's copies are done at once: nothing stays held.
+  EXPECT_FALSE(transfer_->WritesPending());
   EXPECT_EQ(kv_->CachedPrefixTokens(s->tokens, kRootBlockHash), 12);
   EXPECT_EQ(CachedFirstBytes(s->tokens, 3), (std::vector<uint8_t>{40, 41, 42}));
   EXPECT_EQ(transfer_->Stats().host_restored_tokens, 12);
@@ -358,6 +373,156 @@ TEST_F(KvTransferTest, PreemptedSequenceGetsItsEvictedBlocksBackFromHost) {
   EXPECT_EQ(kv_->CachedPrefixTokens(t, kRootBlockHash), 12);
   EXPECT_EQ(CachedFirstBytes(t, 3), (std::vector<uint8_t>{50, 51, 52}));
 }
+
+// Puts `t` (seed `seed`) in the pool, then lets the pool evict it into the
+// host tier.
+#define EVICT_TO_HOST(id, t, seed)   \
+  do {                               \
+    Compute(id, t, seed);            \
+    kv_->FreeSequence(id);           \
+    kv_->EvictIdle(0, 100);          \
+    transfer_->FlushEvictions();     \
+    transfer_->CompleteSaves(false); \
+  } while (0)
+
+TEST_F(KvTransferTest, HostSlotsStayLeasedUntilTheRestoreCopiesAreDone) {
+  testing::DeferredWriteBackend* dev = UseDeferredWrites(/*polls=*/50);
+  NewTransfer(4 * block_bytes_, nullptr);        // four host slots
+  const std::vector<int32_t> t = Tokens(12, 3);  // 3 full blocks
+  EVICT_TO_HOST(1, t, 40);
+  ASSERT_EQ(transfer_->Stats().host.blocks, 3);
+  auto s = transfer_->Admit(Request(2, Tokens(13, 3)));
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->host_restored_tokens, 12);
+  // Issued, not waited for.
+  EXPECT_TRUE(transfer_->WritesPending());
+  EXPECT_GT(dev->writes_pending(), 0u);
+  // Reads issued later see the restored bytes without any wait.
+  EXPECT_EQ(CachedFirstBytes(s->tokens, 3), (std::vector<uint8_t>{40, 41, 42}));
+  // Other blocks pass through the host tier meanwhile: three of its four
+  // slots are the copies' sources, so only one takes a new block; the
+  // leased ones are neither evicted nor overwritten.
+  EVICT_TO_HOST(3, Tokens(16, 50), 60);
+  const std::vector<BlockHash> h = HashFullBlocks(t, kBs);
+  for (const BlockHash& x : h) EXPECT_TRUE(transfer_->host_tier()->Contains(x));
+  EXPECT_EQ(transfer_->Stats().host.blocks, 4);
+  EXPECT_EQ(transfer_->Stats().host.evictions, 0);
+  EXPECT_TRUE(transfer_->WritesPending());
+  // Polled until done (the engine loop's CompleteSaves), the leases end...
+  for (int i = 0; i < 100 && transfer_->WritesPending(); ++i) transfer_->CompleteSaves(false);
+  EXPECT_FALSE(transfer_->WritesPending());
+  EXPECT_EQ(dev->writes_pending(), 0u);
+  EXPECT_EQ(dev->source_changes(), 0);
+  EXPECT_GT(transfer_->Stats().host_write_done_seconds, 0);
+  // ... and the blocks are evictable again.
+  EVICT_TO_HOST(4, Tokens(16, 70), 80);
+  for (const BlockHash& x : h) EXPECT_FALSE(transfer_->host_tier()->Contains(x));
+  EXPECT_GE(transfer_->Stats().host.evictions, 3);
+  EXPECT_TRUE(kv_->CheckInvariants().ok());
+}
+
+TEST_F(KvTransferTest, PendingRestoreCopiesAreWaitedForAtDrainAndRelease) {
+  testing::DeferredWriteBackend* dev = UseDeferredWrites(/*polls=*/1000);
+  NewTransfer(64 * block_bytes_, nullptr);
+  const std::vector<int32_t> t = Tokens(12, 3);
+  EVICT_TO_HOST(1, t, 40);
+  auto s = transfer_->Admit(Request(2, Tokens(13, 3)));
+  ASSERT_NE(s, nullptr);
+  ASSERT_TRUE(transfer_->WritesPending());
+  transfer_->DrainSaves();
+  EXPECT_FALSE(transfer_->WritesPending());
+  EXPECT_EQ(dev->writes_pending(), 0u);
+  // Restored again after the pool lost them once more, then the buffers go
+  // (a model swap) with the copies in flight: they are waited for first.
+  kv_->EvictIdle(0, 100);
+  transfer_->FlushEvictions();
+  auto r = transfer_->Admit(Request(3, Tokens(13, 3)));
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->host_restored_tokens, 12);
+  ASSERT_TRUE(transfer_->WritesPending());
+  transfer_->ReleaseBuffers();
+  EXPECT_FALSE(transfer_->WritesPending());
+  EXPECT_EQ(dev->writes_pending(), 0u);
+  EXPECT_EQ(dev->source_changes(), 0);
+  EXPECT_EQ(CachedFirstBytes(r->tokens, 3), (std::vector<uint8_t>{40, 41, 42}));
+}
+
+TEST_F(KvTransferTest, ARestoreCopyThatFailsToStartRestoresNothing) {
+  testing::DeferredWriteBackend* dev = UseDeferredWrites(/*polls=*/3);
+  NewTransfer(64 * block_bytes_, nullptr);
+  const std::vector<int32_t> t = Tokens(12, 3);
+  EVICT_TO_HOST(1, t, 40);
+  dev->FailNextStart();
+  auto s = transfer_->Admit(Request(2, Tokens(13, 3)));
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->host_restored_tokens, 0);
+  EXPECT_EQ(transfer_->Stats().restore_problems, 1);
+  EXPECT_FALSE(transfer_->WritesPending());  // nothing issued, nothing held
+  EXPECT_EQ(kv_->CachedPrefixTokens(s->tokens, kRootBlockHash), 0);
+  // The host blocks were not lost: the next request gets them.
+  auto r = transfer_->Admit(Request(3, Tokens(13, 3)));
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->host_restored_tokens, 12);
+  EXPECT_EQ(CachedFirstBytes(r->tokens, 3), (std::vector<uint8_t>{40, 41, 42}));
+  EXPECT_TRUE(kv_->CheckInvariants().ok());
+}
+
+TEST_F(KvTransferTest, ARestoreCopyThatFailsLateDropsItsBlocks) {
+  testing::DeferredWriteBackend* dev = UseDeferredWrites(/*polls=*/3);
+  NewTransfer(64 * block_bytes_, nullptr);
+  const std::vector<int32_t> t = Tokens(12, 3);
+  EVICT_TO_HOST(1, t, 40);
+  dev->FailNextDone();
+  auto s = transfer_->Admit(Request(2, Tokens(13, 3)));
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(kv_->CachedPrefixTokens(s->tokens, kRootBlockHash), 12);
+  for (int i = 0; i < 10 && transfer_->WritesPending(); ++i) transfer_->CompleteSaves(false);
+  EXPECT_FALSE(transfer_->WritesPending());
+  // The blocks may hold anything: the pool serves them no longer.
+  EXPECT_EQ(transfer_->Stats().restore_problems, 1);
+  EXPECT_EQ(kv_->CachedPrefixTokens(s->tokens, kRootBlockHash), 0);
+  // The leases ended: the host tier serves the blocks again.
+  auto r = transfer_->Admit(Request(3, Tokens(13, 3)));
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->host_restored_tokens, 12);
+  transfer_->DrainSaves();
+  EXPECT_EQ(CachedFirstBytes(r->tokens, 3), (std::vector<uint8_t>{40, 41, 42}));
+  EXPECT_TRUE(kv_->CheckInvariants().ok());
+}
+
+TEST_F(KvTransferTest, StoreRestoreSlotsGoBackOnlyOnceTheirCopiesAreDone) {
+  testing::DeferredWriteBackend* dev = UseDeferredWrites(/*polls=*/3);
+  auto tier = std::make_shared<MemoryTier>();
+  NewTransfer(0, tier);
+  const std::vector<int32_t> t = Tokens(40, 9);  // 10 full blocks
+  auto s = Request(1, t, "agent");
+  Compute(1, t, 20);
+  transfer_->RetireAgent(s.get());
+  kv_->FreeSequence(1);
+  transfer_->DrainSaves();
+  ASSERT_EQ(tier->size(), 10u);
+  transfer_->ReleaseAgents();
+  NewManager();
+  NewTransfer(0, tier);
+  std::vector<int32_t> next = t;
+  next.push_back(2);
+  // Five chunks of two blocks through three restore slots: each slot is
+  // refilled only once the copy out of it is done.
+  ASSERT_EQ(transfer_->Admit(Request(2, next, "agent")), nullptr);
+  const int64_t started = dev->writes_started();
+  auto ready = WaitRestored();
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0]->restored_tokens, 40);
+  EXPECT_EQ(dev->writes_started() - started, 5);
+  transfer_->DrainSaves();
+  EXPECT_FALSE(transfer_->WritesPending());
+  EXPECT_EQ(dev->source_changes(), 0);
+  EXPECT_EQ(CachedFirstBytes(next, 10),
+            (std::vector<uint8_t>{20, 21, 22, 23, 24, 25, 26, 27, 28, 29}));
+  EXPECT_GT(transfer_->Stats().restore_write_done_seconds, 0);
+}
+
+#undef EVICT_TO_HOST
 
 }  // namespace
 }  // namespace agentkv

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <thread>
 
+#include "../engine/deferred_write_backend.h"
 #include "../engine/test_model.h"
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/engine.h"
@@ -35,13 +36,19 @@ const char kModelFp[] = "0123456789abcdef0123456789abcdef";
 
 // `chunk_blocks` > 0: restores are staged that many blocks at a time (the
 // default stages 64 MiB, so a test model's restore is one chunk).
+// `deferred_write_polls` > 0: restore copies are reported done only after
+// that many polls (agentkv::testing::DeferredWriteBackend).
 std::unique_ptr<Engine> MakeEngine(std::shared_ptr<KvTier> tier, int blocks = 256,
                                    int chunk_blocks = 0, int save_staging_blocks = 0,
-                                   KvDtype kv = KvDtype::kF32) {
+                                   KvDtype kv = KvDtype::kF32, int deferred_write_polls = 0) {
   const ModelConfig c = SmallConfig(Architecture::kQwen3);
   const MapWeights w = RandomWeights(c, 21);
-  auto backend = CpuBackend::Create(c, w, CpuBackendOptions{1, kv});
-  EXPECT_TRUE(backend.ok());
+  auto cpu = CpuBackend::Create(c, w, CpuBackendOptions{1, kv});
+  EXPECT_TRUE(cpu.ok());
+  std::unique_ptr<Backend> backend = std::move(cpu).value();
+  if (deferred_write_polls > 0)
+    backend = std::make_unique<agentkv::testing::DeferredWriteBackend>(std::move(backend),
+                                                                       deferred_write_polls);
   EngineOptions o;
   o.block_size = kBlock;
   o.scheduler.max_batch = 8;
@@ -55,7 +62,7 @@ std::unique_ptr<Engine> MakeEngine(std::shared_ptr<KvTier> tier, int blocks = 25
     o.save_staging_bytes =
         save_staging_blocks * c.CacheSpec(KvDtype::kF32).BytesPerBlock(0, kBlock);
   }
-  auto e = Engine::Create(std::move(backend).value(), nullptr, o);
+  auto e = Engine::Create(std::move(backend), nullptr, o);
   EXPECT_TRUE(e.ok()) << e.status().ToString();
   return std::move(e).value();
 }
@@ -292,6 +299,32 @@ TEST_F(StoreKvTierTest, ChunkedRestoreSameOutputAndStopsAtCorruption) {
   EXPECT_EQ(restored.finished.restored_tokens, 13 * kBlock);
   EXPECT_EQ(e->Stats().restore_problems, 1);
   EXPECT_EQ(restored.tokens, reference.tokens);
+}
+
+// The same chunked restore with copies into the pool that finish late (as a
+// GPU's asynchronous ones): the output is still a recompute's, and no
+// staging slot is refilled before the copy out of it is done.
+TEST_F(StoreKvTierTest, ChunkedRestoreThroughLateCopiesSameOutput) {
+  auto tier = Tier(store_.get());
+  const std::vector<int32_t> p = Prompt(100);
+  Turn(tier, p, 2, "agent-k");
+  std::vector<int32_t> p2 = p;
+  p2.push_back(6);
+  Done reference = Turn(nullptr, p2, 6, "");
+  auto e = MakeEngine(tier, 256, 3, 0, KvDtype::kF32, /*deferred_write_polls=*/3);
+  Done restored = Collect(e->Submit(Greedy(p2, 6, "agent-k")).value());
+  e->Drain();
+  EXPECT_EQ(restored.finished.cache_source, CacheSource::kDisk);
+  EXPECT_EQ(restored.finished.restored_tokens, 100);  // 25 blocks in 9 chunks
+  EXPECT_EQ(restored.tokens, reference.tokens);
+  EXPECT_EQ(e->Stats().restore_problems, 0);
+  EXPECT_GT(e->Stats().restore_write_done_seconds, 0.0);
+  std::unique_ptr<Backend> b = e->ReleaseBackend();
+  auto* dev = dynamic_cast<agentkv::testing::DeferredWriteBackend*>(b.get());
+  ASSERT_NE(dev, nullptr);
+  EXPECT_EQ(dev->writes_started(), 9);
+  EXPECT_EQ(dev->writes_pending(), 0u);
+  EXPECT_EQ(dev->source_changes(), 0);
 }
 
 // Several agents restoring at once through three staging slots, one of them

@@ -220,6 +220,26 @@ class Backend {
       RETURN_IF_ERROR(WriteBlock(group, blocks[i], in.subspan(i * n, n)));
     return Status::Ok();
   }
+  // Starts writing in[i * BytesPerBlock ...] into blocks[i] for all i and
+  // returns a ticket for WriteDone, without waiting for the copies. They
+  // are ordered after every backend call issued before (so a read started
+  // earlier still sees the old bytes) and before every one issued after it
+  // (a later step, block copy or read sees the new bytes): the caller need
+  // not wait before using the blocks. What it must wait for is `in`: it
+  // has to stay valid and unchanged until WriteDone reports the ticket done
+  // (from AllocateHostBuffer memory a device backend copies
+  // asynchronously). On an error nothing of this call is pending (earlier
+  // tickets still are). The default writes synchronously (WriteBlocks) and
+  // returns a ticket that is done at once.
+  virtual Result<uint64_t> StartWriteBlocks(int group, std::span<const int32_t> blocks,
+                                            std::span<const std::byte> in) {
+    RETURN_IF_ERROR(WriteBlocks(group, blocks, in));
+    return uint64_t{0};
+  }
+  // Whether the writes of `ticket` (and of every earlier ticket) are done,
+  // so their sources may be reused; with `wait`, returns once they are. An
+  // error means the blocks may not hold the bytes (the sources are free).
+  virtual Result<bool> WriteDone(uint64_t /*ticket*/, bool /*wait*/) { return true; }
   // Seconds the device spent on forward passes so far, from the start of
   // each pass's input copy to the end of its last kernel, as the device's
   // own clock measures it (0 where there is no device).

@@ -29,6 +29,7 @@ Result<std::unique_ptr<Backend>> CreateBackend(const std::filesystem::path& mode
 #ifdef AGENTKV_HAVE_CUDA
     CudaBackendOptions co;
     co.kv_dtype = kv_dtype;
+    co.tuning = options.cuda;
     ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> b, CudaBackend::Create(config, weights, co));
     return std::unique_ptr<Backend>(std::move(b));
 #else

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "engine/backend/backend.h"
+#include "engine/backend/cuda_tuning.h"
 
 namespace agentkv {
 
@@ -16,6 +17,9 @@ struct BackendOptions {
   // reference, fp32 as always); "fp8": e4m3 with per-row scales
   // (docs/kv-fp8.md). Part of the fingerprint of every persisted KV record.
   std::string kv_dtype = "bf16";
+  // cuda: kernel choices and diagnostics (the command line fills them from
+  // the AGENTKV_CUDA_* variables; docs/cuda.md).
+  CudaTuning cuda;
 };
 
 // The KV dtype `options` asks of its device (see BackendOptions::kv_dtype);

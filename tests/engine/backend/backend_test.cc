@@ -125,5 +125,25 @@ TEST(BackendTest, ForwardSampledPicksEachRowAsPlanned) {
   EXPECT_EQ(std::vector<float>(got2.begin() + 2 * V, got2.end()), row2);
 }
 
+// A backend without asynchronous copies writes in StartWriteBlocks itself:
+// its tickets are done at once, and errors start nothing.
+TEST(BackendTest, StartWriteBlocksWritesAtOnceByDefault) {
+  const ModelConfig c = SmallConfig(Architecture::kQwen3);
+  auto b = Make(c, RandomWeights(c, 3));
+  const size_t n = b->cache_spec().BytesPerBlock(0, 4);
+  std::vector<std::byte> in(2 * n);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<std::byte>(i * 7 + 1);
+  const std::vector<int32_t> ids = {9, 4};
+  auto t = b->StartWriteBlocks(0, ids, in);
+  ASSERT_TRUE(t.ok());
+  std::fill(in.begin(), in.end(), std::byte{0});  // the source is free at once
+  auto done = b->WriteDone(*t, false);
+  ASSERT_TRUE(done.ok() && *done);
+  std::vector<std::byte> out(n);
+  ASSERT_TRUE(b->ReadBlock(0, 4, out).ok());
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(out[i], static_cast<std::byte>((n + i) * 7 + 1));
+  EXPECT_FALSE(b->StartWriteBlocks(0, ids, std::span<const std::byte>(in).first(n)).ok());
+}
+
 }  // namespace
 }  // namespace agentkv

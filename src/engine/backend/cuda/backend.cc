@@ -11,13 +11,6 @@
 namespace agentkv {
 namespace {
 
-// Decode steps from this many rows run their GEMMs (but the LM head's) on
-// the warpgroup kernel on compute capability 9.0 (bench/RESULTS.md item 44:
-// c4 +10%, c8 +9%, c16-c64 +5-10% against cuBLAS); one and two rows keep
-// the GEMVs.
-constexpr int kWgmmaMinRows = 3;
-constexpr int kWgmmaMaxHidden = 2048;
-
 uint16_t F32ToBf16Bits(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
@@ -64,6 +57,8 @@ CudaBackend::~CudaBackend() {
   if (compute_mark_) cudaEventDestroy(compute_mark_);
   for (cudaEvent_t e : read_events_)
     if (e) cudaEventDestroy(e);
+  for (cudaEvent_t e : write_events_)
+    if (e) cudaEventDestroy(e);
   for (auto& slot : step_events_)
     for (cudaEvent_t e : slot)
       if (e) cudaEventDestroy(e);
@@ -95,47 +90,16 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::Create(const ModelConfig& conf
     return InvalidArgument(std::string("cuda backend: KV dtype ") + KvDtypeName(options.kv_dtype) +
                            " is not supported (bf16 or fp8_e4m3)");
   std::unique_ptr<CudaBackend> b(new CudaBackend(config, options));
-  if (const char* g = std::getenv("AGENTKV_CUDA_GRAPHS"); g && std::string(g) == "0")
-    b->options_.graphs = false;
-  // AGENTKV_CUDA_FUSED_ROTARY=0: decode steps run the rotary kernel before
-  // attention instead of inside it (for comparison).
-  if (const char* v = std::getenv("AGENTKV_CUDA_FUSED_ROTARY"); v && std::string(v) == "0")
-    b->fused_rotary_ = false;
-  // AGENTKV_CUDA_GEMM_TUNE=0: prompt-sized GEMMs on cuBLAS's default choice.
-  if (const char* v = std::getenv("AGENTKV_CUDA_GEMM_TUNE"); v && std::string(v) == "0")
-    b->tune_gemms_ = false;
-  if (const char* path = std::getenv("AGENTKV_CUDA_STEP_LOG"); path && *path)
-    b->step_log_ = std::fopen(path, "a");
-  if (const char* v = std::getenv("AGENTKV_CUDA_PROFILE_BATCH"); v && *v)
-    b->profile_batch_ = std::atoi(v);
-  // AGENTKV_CUDA_SKINNY=1: the skinny tensor-core GEMM for 3-8 rows; =all:
-  // also for 1 and 2 (in place of the GEMV). Off by default: it beats cuBLAS
-  // in isolation but not inside a step (bench/RESULTS.md).
-  if (const char* v = std::getenv("AGENTKV_CUDA_SKINNY"); v != nullptr) {
-    if (std::string(v) == "1") b->skinny_max_rows_ = cuda::kMaxSkinnyRows;
-    if (std::string(v) == "all") {
-      b->skinny_min_rows_ = 1;
-      b->skinny_max_rows_ = cuda::kMaxSkinnyRows;
-    }
-  }
+  const CudaTuning& t = options.tuning;
+  if (!t.step_log.empty()) b->step_log_ = std::fopen(t.step_log.c_str(), "a");
+  const cuda::SkinnyRows skinny = cuda::SkinnyRowsFor(t, cuda::kMaxSkinnyRows);
+  b->skinny_min_rows_ = skinny.min_rows;
+  b->skinny_max_rows_ = skinny.max_rows;
   RETURN_IF_ERROR(b->Init(weights));
-  // The warpgroup GEMM on compute capability 9.0 from kWgmmaMinRows rows up
-  // to kMaxWgmmaRows; AGENTKV_CUDA_WGMMA=<rows> from that many (any model
-  // size), 0: never.
   cudaDeviceProp prop{};
   CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, b->options_.device));
-  // Off for hidden sizes above kWgmmaMaxHidden unless asked for: on the
-  // Qwen3-8B shape (4,096) decode steps measured 4-5% slower than cuBLAS.
-  b->wgmma_min_rows_ = config.hidden_size <= kWgmmaMaxHidden ? kWgmmaMinRows : kNever;
-  if (const char* v = std::getenv("AGENTKV_CUDA_WGMMA"); v != nullptr)
-    b->wgmma_min_rows_ = std::atoi(v) > 0 ? std::atoi(v) : kNever;
-  if (const char* v = std::getenv("AGENTKV_CUDA_LM_ARGMAX"); v && std::string(v) == "0")
-    b->lm_argmax_ = false;
-  if (const char* v = std::getenv("AGENTKV_CUDA_PROMPT_GEMM"); v && std::string(v) == "0")
-    b->prompt_gemm_ = false;
-  if (const char* v = std::getenv("AGENTKV_CUDA_PROMPT_ARGMAX"); v && std::string(v) == "0")
-    b->prompt_argmax_ = false;
-  if (prop.major != 9 || prop.minor != 0) b->wgmma_min_rows_ = kNever;
+  b->wgmma_min_rows_ =
+      cuda::WgmmaMinRows(t, config.hidden_size, /*sm90=*/prop.major == 9 && prop.minor == 0);
   if (b->wgmma_min_rows_ <= cuda::kMaxWgmmaRows) {
     RETURN_IF_ERROR(b->wgmma_ws_.Allocate(cuda::WgmmaGemmWorkspaceBytes(b->num_sms_)));
     CUDA_RETURN_IF_ERROR(cudaMemset(b->wgmma_ws_.get(), 0, b->wgmma_ws_.bytes()));
@@ -144,6 +108,8 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::Create(const ModelConfig& conf
         b->wgmma_planes_.Allocate(static_cast<size_t>(cuda::kMaxWgmmaSplits) * cuda::kMaxWgmmaRows *
                                   std::max<int64_t>(config.hidden_size, qkv_n) * 4));
   }
+  // Process-wide: the launches of every backend follow the last one created.
+  cuda::SetPdlLaunches(t.pdl);
   return b;
 }
 
@@ -166,7 +132,8 @@ Status CudaBackend::Init(const WeightSource& w) {
   // A fixed workspace: cuBLAS then allocates nothing per call (graph capture).
   RETURN_IF_ERROR(cublas_ws_.Allocate(32u << 20));
   CUBLAS_RETURN_IF_ERROR(cublasSetWorkspace(cublas_, cublas_ws_.get(), cublas_ws_.bytes()));
-  RETURN_IF_ERROR(tuner_.Init(stream_, cublas_ws_.get(), cublas_ws_.bytes()));
+  RETURN_IF_ERROR(
+      tuner_.Init(stream_, cublas_ws_.get(), cublas_ws_.bytes(), options_.tuning.gemm_tune_log));
 
   const int64_t H = c.hidden_size, I = c.intermediate_size, D = c.head_dim;
   const int64_t nq = c.num_heads * D, nkv = c.num_kv_heads * D;
@@ -321,7 +288,8 @@ Status CudaBackend::AllocateKv(const KvLayout& layout) {
   for (size_t g = 0; g < nmaps; ++g) {
     alignas(64) unsigned char map[cuda::kKvTensorMapBytes];
     const int gi = static_cast<int>(g);
-    if (fp8() || spec_.RingBlocks(gi, layout.block_size) != 0 || layout.blocks_per_group[g] <= 0 ||
+    if (fp8() || !options_.tuning.wgmma_attention || spec_.RingBlocks(gi, layout.block_size) != 0 ||
+        layout.blocks_per_group[g] <= 0 ||
         !cuda::EncodeKvTensorMap(
             kv_[g].get<cuda::bf16_t>(), layout.blocks_per_group[g],
             static_cast<int64_t>(spec_.BytesPerBlock(gi, layout.block_size) / 2),
@@ -386,7 +354,7 @@ Status CudaBackend::WarmUpGemms() {
     RETURN_IF_ERROR(Gemm(h_.get<cuda::bf16_t>(), lm_head_, logits_.get(), true, static_cast<int>(B),
                          c.vocab_size, H, 0.f, B));
   }
-  if (tune_gemms_ && T >= kTuneMinRows) {
+  if (options_.tuning.gemm_tune && T >= kTuneMinRows) {
     // The prompt steps' GEMMs, timed at anchors of 512, 1,024, ... rows and
     // the capacity (GemmTuner::Run takes the smallest anchor that covers a
     // step). The tensor cores draw power by the data they see and these
@@ -619,9 +587,14 @@ Status CudaBackend::WaitForReads(int group, std::span<const int32_t> blocks) {
 }
 
 Result<bool> CudaBackend::ReadDone(uint64_t ticket, bool wait) {
-  if (ticket <= reads_done_) return true;
-  if (ticket >= next_read_ticket_) return InvalidArgument("ReadDone: unknown ticket");
-  cudaEvent_t e = read_events_[ticket % kReadEvents];
+  return TicketDone(read_events_, ticket, next_read_ticket_, &reads_done_, wait, "ReadDone");
+}
+
+Result<bool> CudaBackend::TicketDone(const std::vector<cudaEvent_t>& events, uint64_t ticket,
+                                     uint64_t next, uint64_t* done, bool wait, const char* what) {
+  if (ticket <= *done) return true;
+  if (ticket >= next) return InvalidArgument(std::string(what) + ": unknown ticket");
+  cudaEvent_t e = events[ticket % events.size()];
   if (wait) {
     CUDA_RETURN_IF_ERROR(cudaEventSynchronize(e));
   } else {
@@ -629,8 +602,37 @@ Result<bool> CudaBackend::ReadDone(uint64_t ticket, bool wait) {
     if (rc == cudaErrorNotReady) return false;
     CUDA_RETURN_IF_ERROR(rc);
   }
-  reads_done_ = ticket;  // one stream: earlier tickets finished first
+  *done = ticket;  // one stream: earlier tickets finished first
   return true;
+}
+
+Result<uint64_t> CudaBackend::StartWriteBlocks(int group, std::span<const int32_t> blocks,
+                                               std::span<const std::byte> in) {
+  ASSIGN_OR_RETURN(const size_t n, CheckBlockBatch("StartWriteBlocks", group, blocks, in.size()));
+  if (write_events_.empty()) {
+    write_events_.resize(kWriteEvents);
+    for (cudaEvent_t& e : write_events_)
+      CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  }
+  RETURN_IF_ERROR(WaitForReads(group, blocks));
+  if (Status st = CopyBlockRuns(group, blocks, const_cast<std::byte*>(in.data()), n,
+                                /*to_host=*/false, stream_);
+      !st.ok()) {
+    // Runs issued before the failure must not read `in` once we return.
+    (void)cudaStreamSynchronize(stream_);
+    return st;
+  }
+  const uint64_t ticket = next_write_ticket_++;
+  if (const cudaError_t rc = cudaEventRecord(write_events_[ticket % kWriteEvents], stream_);
+      rc != cudaSuccess) {
+    (void)cudaStreamSynchronize(stream_);
+    CUDA_RETURN_IF_ERROR(rc);
+  }
+  return ticket;
+}
+
+Result<bool> CudaBackend::WriteDone(uint64_t ticket, bool wait) {
+  return TicketDone(write_events_, ticket, next_write_ticket_, &writes_done_, wait, "WriteDone");
 }
 
 Status CudaBackend::WriteBlock(int group, int32_t block, std::span<const std::byte> in) {
@@ -678,18 +680,20 @@ bool CudaBackend::UseWgmma(int m, int n, int k) const {
 
 bool CudaBackend::UseWgmmaArgmax(int rows) const {
   const ModelConfig& c = config_;
-  return lm_argmax_ && rows >= wgmma_min_rows_ && rows >= skinny_min_rows_ &&
+  return options_.tuning.lm_argmax && rows >= wgmma_min_rows_ && rows >= skinny_min_rows_ &&
          !(c.final_logit_softcap > 0.f) &&
          cuda::WgmmaGemmSupported(rows, c.vocab_size, c.hidden_size);
 }
 
 bool CudaBackend::UsePromptGemm(int m, int n, int k) const {
-  return prompt_gemm_ && m > cuda::kMaxWgmmaRows && cuda::PromptGemmSupported(m, n, k);
+  return options_.tuning.prompt_gemm && m > cuda::kMaxWgmmaRows &&
+         cuda::PromptGemmSupported(m, n, k);
 }
 
 bool CudaBackend::UsePromptArgmax(int rows) const {
   const ModelConfig& c = config_;
-  return lm_argmax_ && prompt_gemm_ && prompt_argmax_ && rows >= kPromptArgmaxMinRows &&
+  const CudaTuning& t = options_.tuning;
+  return t.lm_argmax && t.prompt_gemm && t.prompt_argmax && rows >= kPromptArgmaxMinRows &&
          !(c.final_logit_softcap > 0.f) &&
          cuda::PromptGemmSupported(rows, c.vocab_size, c.hidden_size);
 }
@@ -738,7 +742,8 @@ Status CudaBackend::Gemm(const cuda::bf16_t* x, const cuda::bf16_t* w, void* y, 
   // lost at 8 (c8 3833 -> 3210: its x reads from shared memory grow with the
   // rows): used up to 2 rows.
   if (m < skinny_min_rows_ && cuda::GemvSupported(m, k)) {
-    CUDA_RETURN_IF_ERROR(cuda::LaunchGemv(x, w, y, y_f32, m, n, k, beta, num_sms_, stream_));
+    CUDA_RETURN_IF_ERROR(cuda::LaunchGemv(x, w, y, y_f32, m, n, k, beta, num_sms_, stream_,
+                                          options_.tuning.gemv_pipe));
     return Status::Ok();
   }
   if (UseWgmma(m, n, k)) {

@@ -1,39 +1,64 @@
-// CudaBackend: the forward pass on one NVIDIA GPU (Hopper, sm_90).
+// CudaBackend: the forward pass on one NVIDIA GPU, built for Hopper (sm_90;
+// the warpgroup kernels run on compute capability 9.0 only, and the steps
+// take other kernels elsewhere).
 //
 // Weights live on the GPU in bf16 (norm weights, biases and rotary
 // frequencies in fp32; the MLP's gate and up rows interleaved, so that a
-// GEMV block holds both halves of its outputs); GEMMs are cuBLAS bf16 x bf16
-// with fp32 accumulation, or a weight-streaming GEMV for one or two rows;
-// the residual stream is fp32, GEMM inputs bf16. The KV cache is bf16 (or
-// e4m3 with per-row scales, CudaBackendOptions::kv_dtype, docs/kv-fp8.md),
-// paged, one allocation per cache group in exactly the ReadBlock/WriteBlock
-// layout of backend.h, so those are plain copies. Attention is one flash-style
-// kernel over paged KV for prefill chunks and decode tokens alike (see
-// kernels.h), sliding-window groups as rings like the CPU backend.
+// block holds both halves of its outputs and the gated activation can sit
+// in a GEMM's epilogue); the residual stream is fp32, GEMM inputs bf16,
+// accumulation fp32. The GEMMs by rows (Gemm, NormGemm, ResidualGemm):
+// - 1 and 2 rows: weight-streaming GEMVs (kernels/gemv.cu), the RMSNorm fused
+//   into the QKV projection's and, with the gated activation, the MLP's;
+// - 3 to 64 rows: the warpgroup GEMM (kernels/wgmma_gemm.cu; hidden sizes up to
+//   2,048) where its plan needs no split K, and the o, down and decode QKV
+//   projections with K split into planes that the next norm or the
+//   attention adds; the LM head with the argmax in its epilogue;
+// - more than 64 rows: gate_up on the persistent TMA warpgroup GEMM
+//   (kernels/wgmma_prompt_gemm.cu) with the activation in its epilogue, and
+//   the LM head of 8 or more rows on it with the argmax;
+// - the rest on cuBLAS, at row counts rounded up to ones WarmUpGemms ran,
+//   from 512 rows the QKV and gate_up projections on the cuBLASLt algorithm
+//   GemmTuner timed fastest. (The skinny GEMM is for comparisons only.)
+//
+// The KV cache is bf16, or e4m3 with per-row scales
+// (CudaBackendOptions::kv_dtype, docs/kv-fp8.md), paged, one allocation per
+// cache group in exactly the ReadBlock/WriteBlock layout of backend.h, so
+// those are plain copies; sliding-window groups are rings, as in the CPU
+// backend. Attention is flash-style over the pages (kernels/kernels.h,
+// kernels/kv_route.h): steps with prompt chunks in wide tiles of 64 query rows, on
+// the warpgroup kernel at head_dim 64 (kernels/wgmma_attention.cu; bf16, whole
+// pages copied by TMA where every key is in the cache) or the mma.sync
+// kernel (kernels/flash_attention.cu, head_dim 64 and 128, both caches);
+// decode steps in narrow tiles with the keys split across blocks, on the
+// mma.sync kernel, which for bf16 also applies the rotary and stores the
+// token's K and V (the QKV projection stays fp32 for it; prompt steps
+// round it to bf16 for QkvPost); other head_dims on the portable WMMA
+// kernel (kernels/attention.cu, for fp8 kernels/fp8_kv.cu). fp8 steps quantize
+// their K and V rows once, attention reads the step's keys from those, and
+// they go into the cache after it.
 //
 // Steps where every sequence decodes one token and wants logits run as a
-// CUDA graph captured once per batch-size bucket (the kernels read the
-// block-table width from the step metadata), with the rotary applied
-// inside the attention kernel;
-// ForwardSampled picks greedy tokens on the GPU so their logits never cross
-// PCIe (on compute capability 9.0, from 3 rows, inside the LM head's
-// GEMM, which then stores logits only for steps that sample a row), and
-// draws kDevice rows there too (LaunchSampleRows after the LM head, into
-// the same picks buffer: such steps pipeline like greedy ones). Steps
-// with prompt chunks keep the QKV projection in bf16 (decode steps in fp32,
-// for the attention kernel that applies the rotary). Workspaces are sized at AllocateKv for
-// `max_step_tokens` tokens and `max_batch` sequences, at Reserve for the engine's limits, and only
-// grow (outside the steady state) when a step needs more; the decode loop allocates nothing. Set
-// AGENTKV_CUDA_GRAPHS=0 in the environment to run without graphs, AGENTKV_CUDA_FUSED_ROTARY=0 for a
-// separate rotary kernel in decode steps; AGENTKV_CUDA_LM_ARGMAX=0 for the LM head on cuBLAS and a
-// separate argmax; AGENTKV_CUDA_GEMM_TUNE=0 for cuBLAS's default algorithm in the prompt steps'
-// GEMMs (GemmTuner); AGENTKV_CUDA_PROMPT_GEMM=0 for their gate_up on cuBLAS and a separate
-// activation kernel; AGENTKV_CUDA_PROMPT_ARGMAX=0 for the LM head off the prompt GEMM;
-// AGENTKV_CUDA_STEP_LOG=path logs every step (diagnostics). docs/cuda.md lists
-// every switch.
+// CUDA graph captured once per batch-size bucket and slot (the kernels read
+// the block-table width from the step metadata). Kernels launch with
+// programmatic dependent launch on sm_90+, so that each one's blocks are
+// resident before the one before ends. LaunchStep queues a step and
+// returns; CollectStep waits for its picks: greedy rows are picked on the
+// GPU (the LM head's epilogue, or the argmax kernel) and kDevice rows drawn
+// there (LaunchSampleRows), so only kHost rows' logits cross PCIe and the
+// next step's embedding reads the picks on the device. Reads of KV blocks
+// for the host tier and the store (StartReadBlocks) run on a stream of
+// their own beside the steps; a step writing into a block still being read
+// waits for that read (cuda::KvReadHazards). Workspaces are sized at
+// AllocateKv for `max_step_tokens` tokens and `max_batch` sequences, at
+// Reserve for the engine's limits, and only grow (outside the steady state)
+// when a step needs more; the decode loop allocates nothing.
 //
-// Thread-safety: as Backend; one thread at a time. Owns its CUDA stream and
-// cuBLAS handle; uses the current device at creation (device 0 by default).
+// CudaBackendOptions::tuning (CudaTuning) turns each of these choices off
+// for comparisons and diagnostics; docs/cuda.md lists the switches.
+//
+// Thread-safety: as Backend; one thread at a time. Owns its CUDA streams and
+// cuBLAS handle; runs on options.device (0 by default), made current at
+// creation.
 #pragma once
 
 #include <array>
@@ -44,6 +69,7 @@
 #include <vector>
 
 #include "engine/backend/backend.h"
+#include "engine/backend/cuda_tuning.h"
 #include "engine/backend/cuda/block_runs.h"
 #include "engine/backend/cuda/device_buffer.h"
 #include "engine/backend/cuda/gemm_tuner.h"
@@ -57,7 +83,9 @@ struct CudaBackendOptions {
   int device = 0;
   int max_step_tokens = 2048;  // initial workspace capacity (grows on demand)
   int max_batch = 256;         // initial sequence capacity (grows on demand)
-  bool graphs = true;          // capture decode steps as CUDA graphs
+  // Kernel choices and diagnostics (graphs among them); the defaults are
+  // the measured best.
+  CudaTuning tuning;
   // kBF16, or kFP8E4M3 (docs/kv-fp8.md: its own attention kernel over
   // narrow tiles, no fused rotary, no wide or TMA paths; kv_route.h).
   KvDtype kv_dtype = KvDtype::kBF16;
@@ -134,6 +162,15 @@ class CudaBackend final : public Backend {
   Result<uint64_t> StartReadBlocks(int group, std::span<const int32_t> blocks,
                                    std::span<std::byte> out) override;
   Result<bool> ReadDone(uint64_t ticket, bool wait) override;
+  // Copies on the compute stream (after the pending reads of those blocks,
+  // cuda::KvReadHazards), batched as StartReadBlocks's, then an event from
+  // a ring of kWriteEvents: steps, block copies and reads issued later run
+  // after the copies by stream order, so the engine thread never waits for
+  // them; the event only tells when `in` may be reused. A ticket whose
+  // event was recorded again since is answered by the newer one.
+  Result<uint64_t> StartWriteBlocks(int group, std::span<const int32_t> blocks,
+                                    std::span<const std::byte> in) override;
+  Result<bool> WriteDone(uint64_t ticket, bool wait) override;
   // Pinned (cudaHostAlloc) memory.
   Result<HostBuffer> AllocateHostBuffer(size_t bytes) override;
 
@@ -213,14 +250,15 @@ class CudaBackend final : public Backend {
   // and down projections slower than cuBLAS; bench/RESULTS.md item 44).
   bool UseWgmma(int m, int n, int k) const;
   // Whether the LM head of `rows` rows runs on the warpgroup GEMM with the
-  // argmax in its epilogue (no softcap; AGENTKV_CUDA_LM_ARGMAX=0: never).
+  // argmax in its epilogue (no softcap; CudaTuning::lm_argmax off: never).
   bool UseWgmmaArgmax(int rows) const;
   // Whether gate_up (n = 2 * intermediate) of m rows runs on the prompt
-  // GEMM with the activation in its epilogue (prompt_gemm_; more than
+  // GEMM with the activation in its epilogue (CudaTuning::prompt_gemm; more than
   // kMaxWgmmaRows rows). Where it does, gu_ holds only kMaxWgmmaRows rows.
   bool UsePromptGemm(int m, int n, int k) const;
   // Whether the LM head of `rows` rows (8 or more) runs on the prompt GEMM
-  // with the argmax in its epilogue (lm_argmax_, prompt_gemm_, no softcap).
+  // with the argmax in its epilogue (CudaTuning's lm_argmax, prompt_gemm and
+  // prompt_argmax; no softcap).
   bool UsePromptArgmax(int rows) const;
   // The residual-adding projections (o, down; y = x += a . w^T): on the
   // warpgroup kernel with K split into planes where it applies, the next
@@ -302,11 +340,19 @@ class CudaBackend final : public Backend {
   Status WaitForReads(int group, std::span<const int32_t> blocks);
   uint64_t next_read_ticket_ = 1;
   uint64_t reads_done_ = 0;  // every ticket up to this one is complete
+  // Asynchronous writes (StartWriteBlocks), tickets as for the reads.
+  static constexpr int kWriteEvents = 64;
+  std::vector<cudaEvent_t> write_events_;
+  uint64_t next_write_ticket_ = 1;
+  uint64_t writes_done_ = 0;
+  // Whether `ticket` of a ring of `events` (tickets below `next`; every one
+  // up to *done is known complete) is done; waits for it with `wait`.
+  static Result<bool> TicketDone(const std::vector<cudaEvent_t>& events, uint64_t ticket,
+                                 uint64_t next, uint64_t* done, bool wait, const char* what);
   cublasHandle_t cublas_ = nullptr;
   // Prompt-sized cuBLAS GEMMs with the algorithm timed fastest at
-  // WarmUpGemms (AGENTKV_CUDA_GEMM_TUNE=0: cuBLAS's default choice).
+  // WarmUpGemms (CudaTuning::gemm_tune off: cuBLAS's default choice).
   cuda::GemmTuner tuner_;
-  bool tune_gemms_ = true;
 
   std::vector<cuda::DeviceBuffer> weight_mem_;  // every weight allocation
   cuda::bf16_t* embed_ = nullptr;
@@ -315,7 +361,6 @@ class CudaBackend final : public Backend {
   float* inv_freq_global_ = nullptr;
   float* inv_freq_local_ = nullptr;
   std::vector<Layer> layers_;
-  bool fused_rotary_ = true;  // AttentionParams::qkv for decode steps
   // Per-step scratch for ordering attention tiles (capacity kept).
   std::vector<std::array<int, 4>> tile_scratch_;
 
@@ -333,23 +378,13 @@ class CudaBackend final : public Backend {
   // fp8 cache: the step's quantized K/V rows (cuda::Fp8KvRowsAt, cap_tokens_).
   cuda::DeviceBuffer kv8_;
   bool fp8() const { return spec_.kv_dtype == KvDtype::kFP8E4M3; }
-  // Rows for which Gemm uses the skinny kernel (AGENTKV_CUDA_SKINNY; none
-  // by default).
+  // Fewer rows than skinny_min_rows_ take the GEMVs; up to skinny_max_rows_
+  // Gemm uses the skinny kernel (cuda::SkinnyRowsFor; none by default).
   int skinny_min_rows_ = 3, skinny_max_rows_ = 0;
   // Rows from which Gemm uses the warpgroup GEMM (up to kMaxWgmmaRows;
-  // AGENTKV_CUDA_WGMMA; kNever off compute capability 9.0), and its split-K
-  // scratch (wgmma_ws_).
-  static constexpr int kNever = 1 << 30;
-  int wgmma_min_rows_ = kNever;
-  bool lm_argmax_ = true;
-  // Prompt steps' gate_up on the persistent warpgroup GEMM with the gated
-  // activation in its epilogue (compute capability 9.0; AGENTKV_CUDA_PROMPT_GEMM=0:
-  // cuBLAS, then the activation kernel).
-  bool prompt_gemm_ = true;
-  // The LM head (8+ rows) on the prompt GEMM with the argmax in its epilogue
-  // (AGENTKV_CUDA_PROMPT_ARGMAX=0: the warpgroup GEMM up to 64 rows, cuBLAS
-  // and the argmax kernel beyond).
-  bool prompt_argmax_ = true;
+  // cuda::WgmmaMinRows: kNeverRows off compute capability 9.0), and its
+  // split-K scratch (wgmma_ws_).
+  int wgmma_min_rows_ = cuda::kNeverRows;
   // Split-K planes of the last ResidualGemm not yet added to x_ (their
   // count; 0: none), each plane_floats_ apart in wgmma_planes_ (which the
   // QKV projection's planes reuse: each user runs after the last reader).
@@ -370,12 +405,9 @@ class CudaBackend final : public Backend {
   int64_t graph_steps_ = 0;
   int64_t graphs_captured_ = 0;
   double capture_seconds_ = 0;  // host time capturing and instantiating graphs
-  // AGENTKV_CUDA_STEP_LOG=path: one line per step (tokens, sequences, graph
-  // bucket or 0, table stride, attention splits, capture ms, device ms).
+  // CudaTuning::step_log opened for appending (null: none).
   std::FILE* step_log_ = nullptr;
-  // AGENTKV_CUDA_PROFILE_BATCH=B: the profiler (ncu --profile-from-start off)
-  // records the 20th and 21st pure decode steps of exactly B sequences.
-  int profile_batch_ = 0;
+  // Pure decode steps of CudaTuning::profile_batch sequences seen so far.
   int profile_seen_ = 0;
 };
 

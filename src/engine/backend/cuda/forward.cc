@@ -2,7 +2,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 
 #include <cuda_profiler_api.h>
 
@@ -78,11 +77,8 @@ CudaBackend::Shape CudaBackend::GraphShape(int bucket) const {
   // 4 blocks per SM, as many as 32 per head for small batches. The decode
   // kernel's four warps already split each block's keys; more global splits
   // measured slower (c64 18.0k tok/s at 16 per SM, 19.5k at 4, 16.1k at 64).
-  // AGENTKV_CUDA_DECODE_BLOCKS_PER_SM overrides the 4 (for measurements).
-  static const int per_sm = [] {
-    const char* v = std::getenv("AGENTKV_CUDA_DECODE_BLOCKS_PER_SM");
-    return v != nullptr && std::atoi(v) > 0 ? std::atoi(v) : 4;
-  }();
+  // CudaTuning::decode_blocks_per_sm overrides the 4 (for measurements).
+  const int per_sm = options_.tuning.decode_blocks_per_sm;
   const int per = std::max(1, bucket * config_.num_kv_heads);
   int s = std::clamp(per_sm * num_sms_ / per, 1, 32);
   while (s > 1 && static_cast<int64_t>(bucket) * s > cap_parts_) --s;
@@ -96,7 +92,7 @@ Status CudaBackend::Reserve(int max_step_tokens, int max_batch) {
     return InvalidArgument("Reserve: limits must be positive");
   RETURN_IF_ERROR(EnsureCapacity(max_step_tokens, max_batch, cap_width_));
   RETURN_IF_ERROR(WarmUpGemms());
-  if (options_.graphs) RETURN_IF_ERROR(CaptureGraphs());
+  if (options_.tuning.graphs) RETURN_IF_ERROR(CaptureGraphs());
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   return Status::Ok();
 }
@@ -265,7 +261,7 @@ Status CudaBackend::LaunchStep(std::span<const SeqStep> batch, std::span<const R
   const bool wide = cuda::RouteWideTiles(decode, cuda::WideAttentionSupported(config_.head_dim));
   const int tpt = cuda::TokensPerTile(group_size_, wide);
   for (const SeqStep& st : batch) tiles += (static_cast<int>(st.tokens.size()) + tpt - 1) / tpt;
-  const bool graph = options_.graphs && decode;
+  const bool graph = options_.tuning.graphs && decode;
   const int padded = graph ? Bucket(B) : B;
   const int slot = static_cast<int>(launches_ % kSlots);
   const int stride = Pow2AtLeast(need_blocks);
@@ -377,7 +373,7 @@ Status CudaBackend::LaunchStep(std::span<const SeqStep> batch, std::span<const R
   f.stride = stride;
   f.splits = sh.splits;
   const bool profiled =
-      profile_batch_ == B && T == B && ++profile_seen_ >= 20 && profile_seen_ <= 21;
+      options_.tuning.profile_batch == B && T == B && ++profile_seen_ >= 20 && profile_seen_ <= 21;
   if (profiled && profile_seen_ == 20) CUDA_RETURN_IF_ERROR(cudaProfilerStart());
   f.profile_stop = profiled && profile_seen_ == 21;
   // The slot's device metadata was last read by the step launched two
@@ -495,12 +491,15 @@ Status CudaBackend::Enqueue(const Shape& s, int slot) {
   pending_planes_ = 0;
   CUDA_RETURN_IF_ERROR(
       cuda::LaunchEmbed(embed_, meta + ml.tokens, prev_picks, T, H, c.embed_scale, x, stream_));
+  const CudaTuning& tuning = options_.tuning;
   for (int l = 0; l < c.num_layers; ++l) {
     const Layer& L = layers_[l];
     // Decode steps: the attention kernel applies the rotary itself and
-    // stores the token's K and V (one kernel less per layer).
-    const bool fused_rotary = cuda::RouteFusedRotary(fp8(), fused_rotary_, s.tokens == s.seqs,
-                                                     s.wide, cuda::FusedRotarySupported(D));
+    // stores the token's K and V (one kernel less per layer; the mma.sync
+    // kernel's, so not with it turned off).
+    const bool fused_rotary =
+        cuda::RouteFusedRotary(fp8(), tuning.fused_rotary, s.tokens == s.seqs, s.wide,
+                               tuning.mma_attention && cuda::FusedRotarySupported(D));
     // Which adds the QKV projection's split-K planes itself, where it has them.
     int qkv_planes = fused_rotary ? PlanesFor(T, qkv_n, H) : 0;
     if (qkv_planes > cuda::kMaxQkvPlanes) qkv_planes = 0;
@@ -542,6 +541,8 @@ Status CudaBackend::Enqueue(const Shape& s, int slot) {
     // Prompt steps whose attention copies the cache's pages (every key in
     // it once QkvPost has stored the step's): no k / v rows to write.
     cuda::AttentionParams ap;
+    ap.mma = tuning.mma_attention;
+    ap.wgmma = tuning.wgmma_attention;
     ap.wide = s.wide;
     ap.nh = nh;
     ap.nkv = nkv;
@@ -621,8 +622,7 @@ Status CudaBackend::Enqueue(const Shape& s, int slot) {
     // One or two rows: the MLP norm, the gate_up GEMV and the activation in
     // one kernel. (Sandwich norms: AddNormed above already wrote h.)
     const bool norm_gemv_act = !c.sandwich_norm && T < skinny_min_rows_ && pending_planes_ == 0 &&
-                               cuda::NormGemvGatedActEnabled() &&
-                               cuda::NormGemvGatedActSupported(T, 2 * I, H);
+                               tuning.gemv_pipe && cuda::NormGemvGatedActSupported(T, 2 * I, H);
     if (!c.sandwich_norm && !norm_gemv_act) RETURN_IF_ERROR(Norm(nullptr, L.post_attn_norm, T));
     if (norm_gemv_act) {
       CUDA_RETURN_IF_ERROR(cuda::LaunchNormGemvGatedAct(

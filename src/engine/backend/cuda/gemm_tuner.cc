@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 
 #include "engine/backend/cuda/status.h"
 
@@ -34,11 +33,12 @@ GemmTuner::~GemmTuner() {
   if (lt_ != nullptr) cublasLtDestroy(lt_);
 }
 
-Status GemmTuner::Init(cudaStream_t stream, void* ws, size_t ws_bytes) {
+Status GemmTuner::Init(cudaStream_t stream, void* ws, size_t ws_bytes, bool log) {
   if (lt_ != nullptr) return Internal("GemmTuner: Init called twice");
   stream_ = stream;
   ws_ = ws;
   ws_bytes_ = ws_bytes;
+  log_ = log;
   CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&lt_));
   CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&op_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
@@ -106,7 +106,7 @@ Status GemmTuner::Tune(cublasHandle_t cublas, const bf16_t* x, const bf16_t* w, 
     ent.use_default = false;
     ent.algo = res[best].algo;
   }
-  if (std::getenv("AGENTKV_CUDA_GEMM_TUNE_LOG") != nullptr) {
+  if (log_) {
     int tile = -1;
     if (best >= 0)
       cublasLtMatmulAlgoConfigGetAttribute(&res[best].algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile,

@@ -36,8 +36,10 @@ class GemmTuner {
   ~GemmTuner();
 
   // ws: a device workspace of ws_bytes that every call may use (it is also
-  // cuBLAS's: both run on `stream`, in order).
-  Status Init(cudaStream_t stream, void* ws, size_t ws_bytes);
+  // cuBLAS's: both run on `stream`, in order). log: Tune prints each
+  // decision (default and best time, candidate) to stderr
+  // (CudaTuning::gemm_tune_log).
+  Status Init(cudaStream_t stream, void* ws, size_t ws_bytes, bool log);
 
   // Times cublasGemmEx's default and each heuristic candidate for this GEMM
   // at m rows (x, w and y must hold m x k, n x k and m x n elements, y is
@@ -76,6 +78,7 @@ class GemmTuner {
   cudaStream_t stream_ = nullptr;
   void* ws_ = nullptr;
   size_t ws_bytes_ = 0;
+  bool log_ = false;
   cublasLtHandle_t lt_ = nullptr;
   cublasLtMatmulDesc_t op_ = nullptr;
   cudaEvent_t ev_[2] = {nullptr, nullptr};

@@ -128,9 +128,9 @@ std::unique_ptr<Backend> MakeCpu(const ModelConfig& c, const MapWeights& w, int 
 }
 
 std::unique_ptr<CudaBackend> MakeCuda(const ModelConfig& c, const MapWeights& w, int bs,
-                                      bool graphs = true, KvDtype kv = KvDtype::kBF16) {
+                                      const CudaTuning& tuning, KvDtype kv = KvDtype::kBF16) {
   CudaBackendOptions o;
-  o.graphs = graphs;
+  o.tuning = tuning;
   o.kv_dtype = kv;
   o.max_step_tokens = 64;  // small, so that steps must grow it
   o.max_batch = 2;
@@ -142,6 +142,13 @@ std::unique_ptr<CudaBackend> MakeCuda(const ModelConfig& c, const MapWeights& w,
   for (int g = 0; g < kMaxCacheGroups; ++g) layout.blocks_per_group[g] = kBlocks;
   EXPECT_TRUE((*b)->AllocateKv(layout).ok());
   return std::move(b).value();
+}
+
+std::unique_ptr<CudaBackend> MakeCuda(const ModelConfig& c, const MapWeights& w, int bs,
+                                      bool graphs = true, KvDtype kv = KvDtype::kBF16) {
+  CudaTuning t;
+  t.graphs = graphs;
+  return MakeCuda(c, w, bs, t, kv);
 }
 
 // Weights rounded to bf16, so both backends run exactly the same model.
@@ -246,6 +253,60 @@ INSTANTIATE_TEST_SUITE_P(Archs, CudaBackendVsCpu,
                                            ArchCase{Architecture::kQwen3, 16, 16, true},
                                            ArchCase{Architecture::kGemma3, 7, 4, true}),
                          [](const auto& info) { return CaseName(info.param); });
+
+// The kernels CudaTuning's switches fall back on, each switch away from its
+// default (in two sets, as some exclude others), teacher-forced against the
+// CPU as LogitsAndGreedyMatch is; and the step log written where it asks.
+TEST(CudaBackend, TuningSwitchesKeepTheCpusLogits) {
+  AGENTKV_REQUIRE_GPU();
+  const std::string log_path = ::testing::TempDir() + "cuda_tuning_steps.log";
+  std::remove(log_path.c_str());
+  CudaTuning off;  // the older or plainer kernel everywhere
+  off.fused_rotary = false;
+  off.gemm_tune = false;
+  off.wgmma_rows = 0;
+  off.lm_argmax = false;
+  off.prompt_gemm = false;
+  off.prompt_argmax = false;
+  off.wgmma_attention = false;
+  off.mma_attention = false;
+  off.gemv_pipe = false;
+  off.pdl = false;
+  off.step_log = log_path;
+  CudaTuning more;  // the opt-in kernels
+  more.skinny = CudaTuning::Skinny::kAll;
+  more.decode_blocks_per_sm = 16;
+  for (const bool wide : {false, true}) {
+    ModelConfig c = wide ? WideConfig(Architecture::kQwen3) : SmallConfig(Architecture::kLlama);
+    const MapWeights w = Bf16Weights(c, 11);
+    auto cpu = MakeCpu(c, w, 16);
+    std::vector<int32_t> cpu_picks;
+    const auto ref = Drive(*cpu, 64, 12, 5, nullptr, &cpu_picks);
+    for (const CudaTuning& t : {off, more}) {
+      const std::string what = std::string(wide ? "wide" : "small") +
+                               (t.skinny == CudaTuning::Skinny::kAll ? " opt-in" : " off");
+      auto gpu = MakeCuda(c, w, 16, t);
+      ASSERT_TRUE(gpu) << what;
+      const auto got = Drive(*gpu, 64, 12, 5, &cpu_picks);
+      ASSERT_EQ(ref.size(), got.size()) << what;
+      double sum = 0;
+      for (size_t i = 0; i < ref.size(); ++i) {
+        const double e = RelErr(got[i], ref[i]);
+        EXPECT_LT(e, 6e-2) << what << " row " << i;
+        sum += e;
+      }
+      EXPECT_LT(sum / ref.size(), 2e-2) << what << ": mean logits error";
+    }
+  }
+  // One line per step (the backends flushed it when they closed the file).
+  std::FILE* f = std::fopen(log_path.c_str(), "r");
+  ASSERT_NE(f, nullptr) << "no step log at " << log_path;
+  int lines = 0;
+  for (int ch; (ch = std::fgetc(f)) != EOF;) lines += ch == '\n';
+  std::fclose(f);
+  EXPECT_GE(lines, 2 * 12) << "both runs of `off` log their steps";
+  std::remove(log_path.c_str());
+}
 
 TEST(CudaBackend, GraphsMatchDirectLaunches) {
   AGENTKV_REQUIRE_GPU();
@@ -400,7 +461,9 @@ TEST(CudaBackend, PipelinedStepsWithDrawnRowsPickAsStepByStep) {
       // Every third step's row 1 from the host instead (its argmax), the
       // pipeline draining around those steps: it runs through.
       EXPECT_EQ(GreedyPicks(*d, 20, true, 9, 3, true).size(), want.size());
-      if (graphs) EXPECT_GT(b->graph_steps(), 10);
+      if (graphs) {
+        EXPECT_GT(b->graph_steps(), 10);
+      }
     }
   }
 }
@@ -640,6 +703,70 @@ TEST(CudaBackend, RestoredBlocksContinueTheSame) {
   ASSERT_TRUE(a->Forward(std::span<const SeqStep>(&next, 1), la).ok());
   ASSERT_TRUE(b->Forward(std::span<const SeqStep>(&next, 1), lb).ok());
   EXPECT_EQ(la, lb);
+}
+
+// A restore through StartWriteBlocks: nothing waits for the copies, yet a
+// step or a read issued after them sees the new bytes (stream order), and
+// a read started before them still delivers the old ones.
+TEST(CudaBackend, AsyncWritesAreSeenByLaterStepsAndReads) {
+  AGENTKV_REQUIRE_GPU();
+  ModelConfig c = SmallConfig(Architecture::kLlama);
+  const MapWeights w = Bf16Weights(c, 15);
+  auto a = MakeCuda(c, w, 16);
+  auto b = MakeCuda(c, w, 16);
+  ASSERT_TRUE(a && b);
+  Seq s;
+  for (int j = 0; j < 40; ++j) s.tokens.push_back((13 * j + 5) % c.vocab_size);
+  Pager pager(a->cache_spec(), 16);
+  pager.Ensure(s, 41);
+  std::vector<float> la(c.vocab_size), lb(c.vocab_size);
+  SeqStep st = StepOf(s, 40, true);
+  ASSERT_TRUE(a->Forward(std::span<const SeqStep>(&st, 1), la).ok());
+  const size_t n = a->cache_spec().BytesPerBlock(0, 16);
+  const std::vector<int32_t> blocks = s.tables[0];
+  ASSERT_GE(blocks.size(), 2u);
+  auto src = b->AllocateHostBuffer(blocks.size() * n);
+  ASSERT_TRUE(src.ok());
+  ASSERT_TRUE(a->ReadBlocks(0, blocks, src->span()).ok());
+  // Block blocks[0] of b holds a pattern; a read of it starts before the
+  // restore.
+  const std::vector<std::byte> old(n, std::byte{0x11});
+  ASSERT_TRUE(b->WriteBlock(0, blocks[0], old).ok());
+  auto before = b->AllocateHostBuffer(n);
+  ASSERT_TRUE(before.ok());
+  auto rt = b->StartReadBlocks(0, std::span<const int32_t>(blocks.data(), 1), before->span());
+  ASSERT_TRUE(rt.ok());
+  auto t = b->StartWriteBlocks(0, blocks, src->span());
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  // No wait: the next step runs on the restored KV.
+  s.tokens.push_back(3);
+  s.computed = 40;
+  SeqStep next = StepOf(s, 1, true);
+  ASSERT_TRUE(a->Forward(std::span<const SeqStep>(&next, 1), la).ok());
+  ASSERT_TRUE(b->Forward(std::span<const SeqStep>(&next, 1), lb).ok());
+  EXPECT_EQ(la, lb);
+  auto rd = b->ReadDone(*rt, true);
+  ASSERT_TRUE(rd.ok() && *rd);
+  EXPECT_TRUE(std::equal(old.begin(), old.end(), before->span().begin()));
+  // A read issued after the write (no wait in between) sees the new bytes.
+  std::vector<std::byte> out(n);
+  auto t2 = b->StartWriteBlocks(0, std::span<const int32_t>(blocks.data() + 1, 1),
+                                src->span().subspan(0, n));
+  ASSERT_TRUE(t2.ok());
+  EXPECT_GT(*t2, *t);
+  ASSERT_TRUE(b->ReadBlock(0, blocks[1], out).ok());
+  EXPECT_TRUE(std::equal(out.begin(), out.end(), src->span().begin()));
+  // Done in order: the later ticket done means the earlier is.
+  auto d2 = b->WriteDone(*t2, true);
+  ASSERT_TRUE(d2.ok() && *d2);
+  auto d1 = b->WriteDone(*t, false);
+  ASSERT_TRUE(d1.ok() && *d1);
+  EXPECT_FALSE(b->WriteDone(*t2 + 100, false).ok());
+  // Bad ids and sizes start nothing.
+  const std::vector<int32_t> bad = {blocks[0], 1 << 20};
+  EXPECT_FALSE(b->StartWriteBlocks(0, bad, src->span().first(2 * n)).ok());
+  EXPECT_FALSE(b->StartWriteBlocks(0, blocks, src->span().first(n)).ok());
+  EXPECT_FALSE(b->StartWriteBlocks(7, blocks, src->span()).ok());
 }
 
 // The fp8 KV cache (docs/kv-fp8.md) against the CPU's fp8 cache,

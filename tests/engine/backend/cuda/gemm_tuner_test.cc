@@ -64,7 +64,7 @@ class GemmTunerTest : public ::testing::Test {
     ASSERT_EQ(cublasSetStream(cublas_, stream_), CUBLAS_STATUS_SUCCESS);
     ASSERT_TRUE(ws_.Allocate(8u << 20).ok());
     ASSERT_EQ(cublasSetWorkspace(cublas_, ws_.get(), ws_.bytes()), CUBLAS_STATUS_SUCCESS);
-    ASSERT_TRUE(tuner_.Init(stream_, ws_.get(), ws_.bytes()).ok());
+    ASSERT_TRUE(tuner_.Init(stream_, ws_.get(), ws_.bytes(), /*log=*/false).ok());
   }
   void TearDown() override {
     if (cublas_ != nullptr) cublasDestroy(cublas_);

@@ -8,8 +8,6 @@
 #include <mma.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <string>
 
 #include "engine/backend/cuda/kernels/attention_common.cuh"
 #include "engine/backend/cuda/kernels/kernels.h"
@@ -227,17 +225,7 @@ int TokensPerTile(int group_size, bool wide) {
   return group_size > 0 ? (wide ? 64 : kRows) / group_size : 0;
 }
 
-namespace {
-bool MmaEnabled() {
-  static const bool mma = [] {
-    const char* v = std::getenv("AGENTKV_CUDA_MMA_ATTENTION");
-    return v == nullptr || std::string(v) != "0";
-  }();
-  return mma;
-}
-}  // namespace
-
-bool FusedRotarySupported(int head_dim) { return MmaEnabled() && MmaAttentionSupported(head_dim); }
+bool FusedRotarySupported(int head_dim) { return MmaAttentionSupported(head_dim); }
 
 cudaError_t LaunchAttention(const AttentionParams& p, cudaStream_t stream) {
   if (p.num_tiles <= 0) return cudaSuccess;
@@ -245,7 +233,7 @@ cudaError_t LaunchAttention(const AttentionParams& p, cudaStream_t stream) {
       p.nh % p.nkv != 0 || p.nh / p.nkv > kRows || p.splits < 1 || p.splits > 32)
     return cudaErrorInvalidValue;
   if (p.wide && !WideAttentionSupported(p.head_dim)) return cudaErrorInvalidValue;
-  if (p.qkv != nullptr && (p.wide || !FusedRotarySupported(p.head_dim)))
+  if (p.qkv != nullptr && (p.wide || !p.mma || !FusedRotarySupported(p.head_dim)))
     return cudaErrorInvalidValue;
   if (p.qkv_planes < 1 || p.qkv_planes > kMaxQkvPlanes || (p.qkv_planes > 1 && p.qkv == nullptr))
     return cudaErrorInvalidValue;
@@ -253,10 +241,10 @@ cudaError_t LaunchAttention(const AttentionParams& p, cudaStream_t stream) {
   if (p.cache.fp8) {
     // The mma.sync kernel with the fp8 tile loader where it has the
     // head_dim, the portable narrow-tile kernel elsewhere.
-    e = RouteFp8Mma(p.wide, MmaEnabled(), MmaAttentionSupported(p.head_dim))
+    e = RouteFp8Mma(p.wide, p.mma, MmaAttentionSupported(p.head_dim))
             ? LaunchMmaAttention(p, stream)
             : LaunchFp8Attention(p, stream);
-  } else if (p.wide || (MmaEnabled() && MmaAttentionSupported(p.head_dim))) {
+  } else if (RouteBf16Mma(p.wide, p.mma, MmaAttentionSupported(p.head_dim))) {
     e = LaunchMmaAttention(p, stream);
   } else {
     const size_t smem = SmemBytes(p.head_dim);

@@ -226,8 +226,8 @@ struct KvLoader {
 };
 
 // The mma.sync kernels of flash_attention.cu (head_dim 64 and 128);
-// LaunchAttention uses them where supported (AGENTKV_CUDA_MMA_ATTENTION=0:
-// never, for comparison). They write out / part_o / part_ml as
+// LaunchAttention uses them where supported (AttentionParams::mma false:
+// for wide tiles only, for comparison). They write out / part_o / part_ml as
 // LaunchAttention documents; the split merge is the caller's.
 bool MmaAttentionSupported(int head_dim);
 cudaError_t LaunchMmaAttention(const AttentionParams& p, cudaStream_t stream);

@@ -385,7 +385,7 @@ cudaError_t LaunchMmaAttention(const AttentionParams& p, cudaStream_t stream) {
                     : Launch<128, 1, Fp8KvLoader>(p, stream);
     return cudaErrorInvalidValue;
   }
-  if (p.head_dim == 64 && p.wide && WgmmaAttentionSupported(64))
+  if (p.head_dim == 64 && p.wide && p.wgmma && WgmmaAttentionSupported(64))
     return LaunchWgmmaWideAttention(p, stream);
   if (p.head_dim == 64) return p.wide ? Launch<64, 4>(p, stream) : Launch<64, 1>(p, stream);
   if (p.head_dim == 128) return p.wide ? Launch<128, 4>(p, stream) : Launch<128, 1>(p, stream);

@@ -12,8 +12,6 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <string>
 
 #include "engine/backend/cuda/kernels/activation.cuh"
 #include "engine/backend/cuda/kernels/kernels.h"
@@ -381,22 +379,14 @@ int NumSms() {
 
 // 4 stages per warp (16 KiB), one block of 8 warps per SM: measured against
 // 2 stages at 2 blocks per SM, 3 stages, and 4 at 2 blocks per SM
-// (bench/RESULTS.md); AGENTKV_CUDA_GEMV_PIPE=0 keeps every shape on
-// GemvKernel (for comparison).
+// (bench/RESULTS.md); Launch's `pipe` false keeps every shape on
+// GemvKernel (for comparison; CudaTuning::gemv_pipe).
 constexpr int kPipeStages = 4;
 // The long-row GEMV (the MLP's down projection) follows the pipelined
 // gate_up kernel: with 2 stages (64 KiB) its block fits on an SM beside
 // that kernel's 133 KiB and is resident, prefetching, while it runs; with
 // 4 it waited for the SM to empty (c1 889 -> 910 tok/s, bench/RESULTS.md).
 constexpr int kPipeStagesDown = 2;
-
-bool PipeEnabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("AGENTKV_CUDA_GEMV_PIPE");
-    return v == nullptr || std::string(v) != "0";
-  }();
-  return on;
-}
 
 template <int M, bool kNorm, bool kAct, int kStages = kPipeStages>
 cudaError_t LaunchPipe(const GemvArgs& a, cudaStream_t stream) {
@@ -439,12 +429,12 @@ cudaError_t LaunchS(const GemvArgs& a, cudaStream_t stream) {
 }
 
 template <int M, bool kNorm, bool kAct = false>
-cudaError_t Launch(const GemvArgs& a, cudaStream_t stream) {
+cudaError_t Launch(const GemvArgs& a, bool pipe, cudaStream_t stream) {
   // The pipelined kernel where it measured faster: the MLP norm fused into
   // the gate_up GEMV (normalising x once per SM, not once per 8 rows), and
   // rows of 8,192 and more (GemvKernel runs them in two waves).
-  if (PipeEnabled() && kNorm && kAct) return LaunchPipe<M, kNorm, kAct>(a, stream);
-  if (PipeEnabled() && !kNorm && !kAct && a.K >= 8192)
+  if (pipe && kNorm && kAct) return LaunchPipe<M, kNorm, kAct>(a, stream);
+  if (pipe && !kNorm && !kAct && a.K >= 8192)
     return LaunchPipe<M, kNorm, kAct, kPipeStagesDown>(a, stream);
   switch (SplitFor(a.K)) {
     case 4:
@@ -469,27 +459,27 @@ bool NormGemvSupported(int m, int k) {
 }
 
 cudaError_t LaunchGemv(const bf16_t* x, const bf16_t* w, void* y, bool y_f32, int m, int n, int k,
-                       float beta, int num_sms, cudaStream_t stream) {
+                       float beta, int num_sms, cudaStream_t stream, bool pipe) {
   (void)num_sms;
   if (!GemvSupported(m, k)) return cudaErrorInvalidValue;
   const GemvArgs a{x, nullptr, 0.f, false, w, y, n, k, beta, y_f32, 0};
   switch (m) {
     case 1:
-      return Launch<1, false>(a, stream);
+      return Launch<1, false>(a, pipe, stream);
     case 2:
-      return Launch<2, false>(a, stream);
+      return Launch<2, false>(a, pipe, stream);
     case 3:
-      return Launch<3, false>(a, stream);
+      return Launch<3, false>(a, pipe, stream);
     case 4:
-      return Launch<4, false>(a, stream);
+      return Launch<4, false>(a, pipe, stream);
     case 5:
-      return Launch<5, false>(a, stream);
+      return Launch<5, false>(a, pipe, stream);
     case 6:
-      return Launch<6, false>(a, stream);
+      return Launch<6, false>(a, pipe, stream);
     case 7:
-      return Launch<7, false>(a, stream);
+      return Launch<7, false>(a, pipe, stream);
     default:
-      return Launch<8, false>(a, stream);
+      return Launch<8, false>(a, pipe, stream);
   }
 }
 
@@ -498,7 +488,8 @@ cudaError_t LaunchNormGemv(const float* x, const float* norm_w, float eps, bool 
                            cudaStream_t stream) {
   if (!NormGemvSupported(m, k)) return cudaErrorInvalidValue;
   const GemvArgs a{x, norm_w, eps, plus_one, w, y, n, k, beta, y_f32, 0};
-  return m == 1 ? Launch<1, true>(a, stream) : Launch<2, true>(a, stream);
+  // (Launch has no pipelined form of this shape: `pipe` changes nothing.)
+  return m == 1 ? Launch<1, true>(a, true, stream) : Launch<2, true>(a, true, stream);
 }
 
 bool GemvGatedActSupported(int m, int n, int k) {
@@ -509,14 +500,13 @@ cudaError_t LaunchGemvGatedAct(const bf16_t* x, const bf16_t* w, bf16_t* out, in
                                int act, cudaStream_t stream) {
   if (!GemvGatedActSupported(m, n, k)) return cudaErrorInvalidValue;
   const GemvArgs a{x, nullptr, 0.f, false, w, out, n, k, 0.f, false, act};
-  return m == 1 ? Launch<1, false, true>(a, stream) : Launch<2, false, true>(a, stream);
+  // (Launch has no pipelined form of this shape: `pipe` changes nothing.)
+  return m == 1 ? Launch<1, false, true>(a, true, stream) : Launch<2, false, true>(a, true, stream);
 }
 
 bool NormGemvGatedActSupported(int m, int n, int k) {
   return m <= kMaxNormGemvRows && n % 2 == 0 && NormGemvSupported(m, k);
 }
-
-bool NormGemvGatedActEnabled() { return PipeEnabled(); }
 
 cudaError_t LaunchNormGemvGatedAct(const float* x, const float* norm_w, float eps, bool plus_one,
                                    const bf16_t* w, bf16_t* out, int m, int n, int k, int act,

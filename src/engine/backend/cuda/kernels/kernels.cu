@@ -3,10 +3,10 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cfloat>
 #include <climits>
 #include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
 #include "engine/backend/cuda/kernels/activation.cuh"
@@ -683,19 +683,23 @@ constexpr int kManyRows = 256;
 
 int NormThreads(int dim) { return dim >= 1024 ? 512 : dim >= 256 ? 256 : 128; }
 
+// SetPdlLaunches's setting.
+std::atomic<bool> pdl_launches{true};
+
 }  // namespace
 
+void SetPdlLaunches(bool on) { pdl_launches.store(on, std::memory_order_relaxed); }
+
 bool PdlEnabled() {
-  static const bool on = [] {
-    const char* env = std::getenv("AGENTKV_CUDA_PDL");
-    if (env != nullptr && std::strcmp(env, "0") == 0) return false;
+  // The device's compute capability, asked once.
+  static const bool supported = [] {
     int dev = 0, major = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) return false;
     if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
       return false;
     return major >= 9;
   }();
-  return on;
+  return supported && pdl_launches.load(std::memory_order_relaxed);
 }
 
 cudaError_t LaunchEmbed(const bf16_t* embed, const int32_t* tokens, const int32_t* picks, int rows,

@@ -4,7 +4,9 @@
 // raw bfloat16 bits). Each launcher enqueues on `stream` and returns the
 // launch error (not the kernel's outcome: that shows at the next
 // synchronisation). None allocates, so all may be captured in CUDA graphs.
-// The CPU references are engine/backend/cpu/cpu_kernels.h.
+// Kernel choices made for comparison (CudaTuning) come in as arguments,
+// except programmatic dependent launch (SetPdlLaunches). The CPU references
+// are engine/backend/cpu/cpu_kernels.h.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -17,6 +19,13 @@
 namespace agentkv::cuda {
 
 using bf16_t = uint16_t;
+
+// Whether launchers launch with programmatic dependent launch (pdl.cuh)
+// where the device has it (sm_90+): on until set otherwise. Process-wide,
+// for every launcher (CudaBackend::Create sets it from CudaTuning::pdl);
+// launches read it as they are made, graphs keep what they were captured
+// with. Thread-safe.
+void SetPdlLaunches(bool on);
 
 // x[t] = embed[tokens[t]] * scale (fp32 out), rows of `dim`. A negative
 // tokens[t] stands for picks[-1 - tokens[t]] (the previous step's greedy
@@ -196,6 +205,13 @@ struct AttentionParams {
   // WideAttentionSupported(head_dim) is false (the backend routes fp8 steps
   // so, see kv_route.h).
   Fp8KvRows fp8_new;
+  // Kernel choices (CudaTuning, for comparison). mma: narrow tiles on the
+  // mma.sync kernel where it has the head_dim (false: the portable WMMA
+  // kernel; `qkv` is then refused). wgmma: wide bf16 tiles on the warpgroup
+  // kernel where WgmmaAttentionSupported (false: the mma.sync kernel;
+  // kv_map is then ignored and AttentionReadsCacheOnly false).
+  bool mma = true;
+  bool wgmma = true;
 };
 inline constexpr int kMaxQkvPlanes = 8;
 // Writes to `map` (kKvTensorMapBytes, 64-byte aligned host memory) the TMA
@@ -210,8 +226,8 @@ inline constexpr size_t kKvTensorMapBytes = 128;
 // (and LaunchQkvPostStore of a bf16 projection at head_dim 64 may skip
 // writing k and v).
 bool AttentionReadsCacheOnly(const AttentionParams& p);
-// Whether prompt steps' attention runs on the warpgroup kernel: head_dim 64
-// on compute capability 9.0, unless AGENTKV_CUDA_WGMMA_ATTENTION=0.
+// Whether prompt steps' attention can run on the warpgroup kernel: head_dim
+// 64 on compute capability 9.0 (AttentionParams::wgmma chooses it).
 bool WgmmaAttentionSupported(int head_dim);
 bool EncodeKvTensorMap(const bf16_t* base, int64_t blocks, int64_t block_stride, int layers,
                        int block_size, int nkv, int head_dim, void* map);
@@ -220,8 +236,8 @@ bool WideAttentionSupported(int head_dim);
 // Largest head_dim the attention kernel takes (a multiple of 16).
 inline constexpr int kMaxAttentionHeadDim = 256;
 cudaError_t LaunchAttention(const AttentionParams& p, cudaStream_t stream);
-// Whether LaunchAttention takes AttentionParams::qkv for decode steps
-// (the mma kernels run for this head_dim).
+// Whether LaunchAttention takes AttentionParams::qkv for decode steps at
+// this head_dim (the mma.sync kernel's; AttentionParams::mma must be set).
 bool FusedRotarySupported(int head_dim);
 
 // out[r][i] = act(gate_up[r][2i]) * gate_up[r][2i + 1]: rows of 2n with
@@ -233,11 +249,13 @@ cudaError_t LaunchGatedAct(const bf16_t* gate_up, bf16_t* out, int rows, int n, 
 
 // y[m][n] = x[m] . w[n] + beta * y[m][n] (x [m][k], w [n][k] bf16; y fp32
 // or bf16) for decode steps of at most kMaxGemvRows rows; k a multiple of 8
-// and m * k * 2 <= 32 KiB (GemvSupported). num_sms sizes the grid.
+// and m * k * 2 <= 32 KiB (GemvSupported). num_sms sizes the grid. pipe:
+// k of 8,192 or more on the pipelined kernel (CudaTuning::gemv_pipe; false:
+// the plain one, for comparison).
 inline constexpr int kMaxGemvRows = 8;
 bool GemvSupported(int m, int k);
 cudaError_t LaunchGemv(const bf16_t* x, const bf16_t* w, void* y, bool y_f32, int m, int n, int k,
-                       float beta, int num_sms, cudaStream_t stream);
+                       float beta, int num_sms, cudaStream_t stream, bool pipe = true);
 
 // y[m][n] = RmsNorm(x[m], norm_w) . w[n] + beta * y[m][n] with x fp32 [m][k]
 // (the residual stream), normalised as LaunchRmsNorm does, in one kernel;
@@ -259,10 +277,9 @@ cudaError_t LaunchGemvGatedAct(const bf16_t* x, const bf16_t* w, bf16_t* out, in
 
 // out = act(gate) * up of RmsNorm(x[m], norm_w) . w, as LaunchRmsNorm then
 // LaunchGemvGatedAct, in one kernel (x fp32 [m][k]); for m <= kMaxNormGemvRows,
-// k <= 4096, n even. Enabled unless AGENTKV_CUDA_GEMV_PIPE=0 (the backend then
-// launches the two kernels).
+// k <= 4096, n even. A pipelined kernel: the backend launches the two
+// kernels instead where CudaTuning::gemv_pipe is off.
 bool NormGemvGatedActSupported(int m, int n, int k);
-bool NormGemvGatedActEnabled();
 cudaError_t LaunchNormGemvGatedAct(const float* x, const float* norm_w, float eps, bool plus_one,
                                    const bf16_t* w, bf16_t* out, int m, int n, int k, int act,
                                    cudaStream_t stream);

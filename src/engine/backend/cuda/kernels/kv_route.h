@@ -19,10 +19,19 @@ inline bool RouteWideTiles(bool decode, bool wide_supported) { return !decode &&
 
 // The kernel of an fp8 step's attention: the mma.sync kernel where it has
 // the head_dim, for wide tiles always, for narrow ones unless mma.sync
-// attention is turned off (AGENTKV_CUDA_MMA_ATTENTION=0, for comparison);
+// attention is turned off (CudaTuning::mma_attention, for comparison);
 // false: the portable kernel (narrow tiles only).
 inline bool RouteFp8Mma(bool wide, bool mma_enabled, bool mma_supported) {
   return mma_supported && (wide || mma_enabled);
+}
+
+// The same for a bf16 step: true for the mma.sync kernel (which hands wide
+// tiles at head_dim 64 on to the warpgroup kernel where that is on), for
+// wide tiles always (only head_dims it has get them), for narrow ones where
+// it has the head_dim unless mma.sync attention is turned off; false: the
+// portable kernel.
+inline bool RouteBf16Mma(bool wide, bool mma_enabled, bool mma_supported) {
+  return wide || (mma_enabled && mma_supported);
 }
 
 // The decode attention that applies the rotary and stores the token's K and

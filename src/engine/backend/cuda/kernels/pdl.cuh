@@ -11,7 +11,8 @@
 // call PdlLaunchDependents() as early as it likes: the next kernel still
 // waits in its own PdlWait for this one to finish and its writes to show.
 //
-// AGENTKV_CUDA_PDL=0 launches everything plainly (for comparison). Devices
+// SetPdlLaunches(false) (cuda_kernels.h; CudaTuning::pdl) launches
+// everything plainly (for comparison). Devices
 // before sm_90 have no such launches: the instructions compile to nothing
 // and the attribute is not set.
 #pragma once
@@ -34,8 +35,8 @@ __device__ __forceinline__ void PdlLaunchDependents() {
 #endif
 }
 
-// Whether launches carry the programmatic-serialization attribute (device
-// sm_90 or newer, and AGENTKV_CUDA_PDL is not 0). Decided once.
+// Whether launches carry the programmatic-serialization attribute: the
+// device is sm_90 or newer (asked once) and SetPdlLaunches left them on.
 bool PdlEnabled();
 
 // LaunchPdl for a kernel whose blocks form clusters of cluster_y blocks

@@ -11,7 +11,7 @@
 // Measured against cuBLAS on the Llama-3.2-1B shapes (bench/RESULTS.md):
 // ahead by 3-13% at 8 rows in a graph of back-to-back launches, behind from
 // 16 rows on; inside a decode step it lost (c8 4,700 -> 4,560 tok/s), so
-// the backend uses it only when AGENTKV_CUDA_SKINNY asks. Two earlier
+// the backend uses it only when CudaTuning::skinny asks. Two earlier
 // designs lost everywhere and are gone: partials met in global memory and
 // added by the last block of a tile (its serial reads made o and down 2-4x
 // slower), and weights staged through a cp.async pipeline in swizzled

@@ -17,12 +17,9 @@
 // described by the same descriptor form.
 //
 // Built for sm_90a only; LaunchMmaAttention calls it on compute capability
-// 9.0 (AGENTKV_CUDA_WGMMA_ATTENTION=0: never).
+// 9.0 (AttentionParams::wgmma false: never).
 #include <cuda.h>
 #include <cuda_bf16.h>
-
-#include <cstdlib>
-#include <string>
 
 #include "engine/backend/cuda/kernels/attention_common.cuh"
 #include "engine/backend/cuda/kernels/attention_softmax.cuh"
@@ -300,9 +297,8 @@ __global__ void __launch_bounds__(kThreads, 4) WgmmaWideAttentionKernel(const At
 }  // namespace
 
 bool WgmmaAttentionSupported(int head_dim) {
-  static const bool on = [] {
-    const char* v = std::getenv("AGENTKV_CUDA_WGMMA_ATTENTION");
-    if (v != nullptr && std::string(v) == "0") return false;
+  // The device's compute capability, asked once.
+  static const bool sm90 = [] {
     int dev = 0, major = 0, minor = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
@@ -310,7 +306,7 @@ bool WgmmaAttentionSupported(int head_dim) {
       return false;
     return major == 9 && minor == 0;
   }();
-  return on && head_dim == kD;
+  return sm90 && head_dim == kD;
 }
 
 bool EncodeKvTensorMap(const bf16_t* base, int64_t blocks, int64_t block_stride, int layers,
@@ -341,8 +337,8 @@ bool EncodeKvTensorMap(const bf16_t* base, int64_t blocks, int64_t block_stride,
 }
 
 bool AttentionReadsCacheOnly(const AttentionParams& p) {
-  return p.wide && p.kv_map != nullptr && WgmmaAttentionSupported(p.head_dim) && p.nkv > 0 &&
-         p.nh / p.nkv <= 64 && p.window == 0 && p.cache.ring == 0 &&
+  return p.wide && p.wgmma && p.kv_map != nullptr && WgmmaAttentionSupported(p.head_dim) &&
+         p.nkv > 0 && p.nh / p.nkv <= 64 && p.window == 0 && p.cache.ring == 0 &&
          (p.cache.block_size == 8 || p.cache.block_size == 16);
 }
 

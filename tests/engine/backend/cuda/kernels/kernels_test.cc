@@ -292,22 +292,25 @@ TEST(CudaKernels, GemvMatchesLinear) {
     for (auto [n, k] :
          {std::pair{3072, 2048}, std::pair{2048, 8192}, std::pair{37, 264}, std::pair{300, 8456}}) {
       if (!cuda::GemvSupported(m, k)) continue;
-      for (bool f32 : {true, false}) {
-        const auto x = Rounded(Random(m * k, rng)),
-                   w = Rounded(Random(static_cast<size_t>(n) * k, rng, 0.05f));
-        const auto y0 = Rounded(Random(m * n, rng));
-        auto dx = Upload(Bf16Of(x)), dw = Upload(Bf16Of(w));
-        cuda::DeviceBuffer dy = f32 ? Upload(y0) : Upload(Bf16Of(y0));
-        const float beta = f32 ? 1.f : 0.f;
-        ASSERT_EQ(cuda::LaunchGemv(dx.get<cuda::bf16_t>(), dw.get<cuda::bf16_t>(), dy.get(), f32, m,
-                                   n, k, beta, 132, nullptr),
-                  cudaSuccess);
-        std::vector<float> ref(m * n);
-        kernels::Linear(x.data(), w.data(), nullptr, ref.data(), m, n, k);
-        for (int i = 0; i < m * n; ++i) ref[i] += beta * y0[i];
-        const auto got = f32 ? Download<float>(dy, m * n) : DownloadBf16(dy, m * n);
-        EXPECT_LT(RelErr(got, ref), f32 ? 1e-5 : 1e-2) << m << " " << n << " " << k;
-      }
+      // pipe false: every shape on the plain kernel (CudaTuning::gemv_pipe).
+      for (bool f32 : {true, false})
+        for (bool pipe : {true, false}) {
+          const auto x = Rounded(Random(m * k, rng)),
+                     w = Rounded(Random(static_cast<size_t>(n) * k, rng, 0.05f));
+          const auto y0 = Rounded(Random(m * n, rng));
+          auto dx = Upload(Bf16Of(x)), dw = Upload(Bf16Of(w));
+          cuda::DeviceBuffer dy = f32 ? Upload(y0) : Upload(Bf16Of(y0));
+          const float beta = f32 ? 1.f : 0.f;
+          ASSERT_EQ(cuda::LaunchGemv(dx.get<cuda::bf16_t>(), dw.get<cuda::bf16_t>(), dy.get(), f32,
+                                     m, n, k, beta, 132, nullptr, pipe),
+                    cudaSuccess);
+          std::vector<float> ref(m * n);
+          kernels::Linear(x.data(), w.data(), nullptr, ref.data(), m, n, k);
+          for (int i = 0; i < m * n; ++i) ref[i] += beta * y0[i];
+          const auto got = f32 ? Download<float>(dy, m * n) : DownloadBf16(dy, m * n);
+          EXPECT_LT(RelErr(got, ref), f32 ? 1e-5 : 1e-2)
+              << m << " " << n << " " << k << " pipe " << pipe;
+        }
     }
   }
 }
@@ -996,6 +999,18 @@ TEST_P(CudaAttention, MatchesCpuReference) {
     }
   }
   EXPECT_LT(RelErr(got, ref), 2e-2);
+  // The kernels CudaTuning's switches fall back on (AttentionParams::mma and
+  // wgmma off): narrow tiles on the portable kernel, wide ones on the
+  // mma.sync kernel.
+  {
+    cuda::AttentionParams plain = p;
+    plain.mma = plain.wgmma = false;
+    auto out_plain = Poisoned<uint16_t>(static_cast<size_t>(T) * nh * D);
+    plain.out = out_plain.get<cuda::bf16_t>();
+    ASSERT_EQ(cuda::LaunchAttention(plain, nullptr), cudaSuccess);
+    EXPECT_LT(RelErr(DownloadBf16(out_plain, static_cast<size_t>(T) * nh * D), ref), 2e-2)
+        << "mma and wgmma off";
+  }
   // The warpgroup kernel's page copies (AttentionParams::kv_map): the same
   // step with its own keys in the cache as well, as LaunchQkvPostStore
   // leaves a prompt step's. The rows past each sequence stay NaN: the
@@ -1185,6 +1200,11 @@ TEST(CudaKernels, FusedRotaryAttentionMatchesQkvPostThenAttention) {
   wide.head_dim = 64;
   wide.wide = true;
   EXPECT_EQ(cuda::LaunchAttention(wide, nullptr), cudaErrorInvalidValue);
+  // Nor without the mma.sync kernel (the portable one has no such path).
+  cuda::AttentionParams plain = wide;
+  plain.wide = false;
+  plain.mma = false;
+  EXPECT_EQ(cuda::LaunchAttention(plain, nullptr), cudaErrorInvalidValue);
 }
 
 }  // namespace

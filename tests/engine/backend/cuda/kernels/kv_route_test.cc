@@ -53,5 +53,16 @@ TEST(KvRoute, Fp8ReadsThroughTheMmaKernelWhereItHasTheHeadDim) {
     EXPECT_FALSE(RouteFp8Mma(bits & 1, bits & 2, /*mma_supported=*/false)) << bits;
 }
 
+// bf16 attention: wide tiles always on the mma.sync kernel (only head_dims
+// it has get them), narrow ones where it has the head_dim unless turned
+// off; the portable kernel otherwise.
+TEST(KvRoute, Bf16ReadsThroughTheMmaKernelUnlessTurnedOff) {
+  for (int bits = 0; bits < 4; ++bits)
+    EXPECT_TRUE(RouteBf16Mma(/*wide=*/true, bits & 1, bits & 2)) << bits;
+  EXPECT_TRUE(RouteBf16Mma(/*wide=*/false, /*mma_enabled=*/true, /*mma_supported=*/true));
+  EXPECT_FALSE(RouteBf16Mma(/*wide=*/false, /*mma_enabled=*/false, /*mma_supported=*/true));
+  EXPECT_FALSE(RouteBf16Mma(/*wide=*/false, /*mma_enabled=*/true, /*mma_supported=*/false));
+}
+
 }  // namespace
 }  // namespace agentkv::cuda

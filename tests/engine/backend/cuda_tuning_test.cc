@@ -1,0 +1,153 @@
+// CudaTuning (cuda_tuning.h) on the host, no GPU: what each AGENTKV_CUDA_*
+// value makes of its field (the defaults kept for unset and unknown values,
+// as the command line has always read them), and the row thresholds and
+// attention routes a tuning set through the struct gives.
+#include "engine/backend/cuda_tuning.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "engine/backend/cuda/kernels/kv_route.h"
+
+namespace agentkv {
+namespace {
+
+using Env = std::map<std::string, std::string>;
+
+CudaTuning FromEnv(const Env& env) {
+  return CudaTuningFromEnv([&env](const char* name) -> const char* {
+    auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  });
+}
+
+TEST(CudaTuning, NoVariablesGiveTheDocumentedDefaults) {
+  const CudaTuning t = FromEnv({});
+  EXPECT_TRUE(t.graphs);
+  EXPECT_TRUE(t.fused_rotary);
+  EXPECT_TRUE(t.gemm_tune);
+  EXPECT_FALSE(t.gemm_tune_log);
+  EXPECT_EQ(t.wgmma_rows, CudaTuning::kAuto);
+  EXPECT_TRUE(t.lm_argmax);
+  EXPECT_TRUE(t.prompt_gemm);
+  EXPECT_TRUE(t.prompt_argmax);
+  EXPECT_TRUE(t.wgmma_attention);
+  EXPECT_TRUE(t.mma_attention);
+  EXPECT_EQ(t.skinny, CudaTuning::Skinny::kOff);
+  EXPECT_TRUE(t.gemv_pipe);
+  EXPECT_TRUE(t.pdl);
+  EXPECT_EQ(t.decode_blocks_per_sm, 4);
+  EXPECT_EQ(t.step_log, "");
+  EXPECT_EQ(t.profile_batch, 0);
+}
+
+// Each switch that is on by default: off for "0" only, and only itself.
+TEST(CudaTuning, ZeroTurnsEachSwitchOffAndNothingElse) {
+  const std::map<std::string, bool CudaTuning::*> switches = {
+      {"AGENTKV_CUDA_GRAPHS", &CudaTuning::graphs},
+      {"AGENTKV_CUDA_FUSED_ROTARY", &CudaTuning::fused_rotary},
+      {"AGENTKV_CUDA_GEMM_TUNE", &CudaTuning::gemm_tune},
+      {"AGENTKV_CUDA_LM_ARGMAX", &CudaTuning::lm_argmax},
+      {"AGENTKV_CUDA_PROMPT_GEMM", &CudaTuning::prompt_gemm},
+      {"AGENTKV_CUDA_PROMPT_ARGMAX", &CudaTuning::prompt_argmax},
+      {"AGENTKV_CUDA_WGMMA_ATTENTION", &CudaTuning::wgmma_attention},
+      {"AGENTKV_CUDA_MMA_ATTENTION", &CudaTuning::mma_attention},
+      {"AGENTKV_CUDA_GEMV_PIPE", &CudaTuning::gemv_pipe},
+      {"AGENTKV_CUDA_PDL", &CudaTuning::pdl},
+  };
+  for (const auto& [name, field] : switches) {
+    const CudaTuning off = FromEnv({{name, "0"}});
+    for (const auto& [other, f] : switches)
+      EXPECT_EQ(off.*f, other != name) << name << " " << other;
+    for (const char* v : {"1", "", "false", "00", "off"})
+      EXPECT_TRUE(FromEnv({{name, v}}).*field) << name << "=" << v;
+  }
+}
+
+TEST(CudaTuning, TuneLogIsOnWhenSetToAnything) {
+  EXPECT_FALSE(FromEnv({}).gemm_tune_log);
+  for (const char* v : {"1", "0", ""})
+    EXPECT_TRUE(FromEnv({{"AGENTKV_CUDA_GEMM_TUNE_LOG", v}}).gemm_tune_log) << v;
+}
+
+TEST(CudaTuning, WgmmaRowsArePositiveCountsOrNever) {
+  EXPECT_EQ(FromEnv({{"AGENTKV_CUDA_WGMMA", "16"}}).wgmma_rows, 16);
+  EXPECT_EQ(FromEnv({{"AGENTKV_CUDA_WGMMA", "1"}}).wgmma_rows, 1);
+  for (const char* v : {"0", "-3", "abc", ""})
+    EXPECT_EQ(FromEnv({{"AGENTKV_CUDA_WGMMA", v}}).wgmma_rows, 0) << v;
+}
+
+TEST(CudaTuning, SkinnyKnowsOneAndAll) {
+  EXPECT_EQ(FromEnv({{"AGENTKV_CUDA_SKINNY", "1"}}).skinny, CudaTuning::Skinny::kFromThree);
+  EXPECT_EQ(FromEnv({{"AGENTKV_CUDA_SKINNY", "all"}}).skinny, CudaTuning::Skinny::kAll);
+  for (const char* v : {"0", "2", "ALL", ""})
+    EXPECT_EQ(FromEnv({{"AGENTKV_CUDA_SKINNY", v}}).skinny, CudaTuning::Skinny::kOff) << v;
+}
+
+TEST(CudaTuning, DecodeBlocksPerSmTakesPositiveCounts) {
+  EXPECT_EQ(FromEnv({{"AGENTKV_CUDA_DECODE_BLOCKS_PER_SM", "16"}}).decode_blocks_per_sm, 16);
+  for (const char* v : {"0", "-1", "x", ""})
+    EXPECT_EQ(FromEnv({{"AGENTKV_CUDA_DECODE_BLOCKS_PER_SM", v}}).decode_blocks_per_sm, 4) << v;
+}
+
+TEST(CudaTuning, StepLogAndProfileBatch) {
+  const CudaTuning t =
+      FromEnv({{"AGENTKV_CUDA_STEP_LOG", "/tmp/steps.log"}, {"AGENTKV_CUDA_PROFILE_BATCH", "64"}});
+  EXPECT_EQ(t.step_log, "/tmp/steps.log");
+  EXPECT_EQ(t.profile_batch, 64);
+  const CudaTuning empty =
+      FromEnv({{"AGENTKV_CUDA_STEP_LOG", ""}, {"AGENTKV_CUDA_PROFILE_BATCH", ""}});
+  EXPECT_EQ(empty.step_log, "");
+  EXPECT_EQ(empty.profile_batch, 0);
+}
+
+TEST(CudaTuning, WgmmaMinRowsFollowTheTuning) {
+  using cuda::kNeverRows;
+  using cuda::WgmmaMinRows;
+  const CudaTuning def;
+  EXPECT_EQ(WgmmaMinRows(def, 2048, true), cuda::kWgmmaMinRows);
+  EXPECT_EQ(WgmmaMinRows(def, 4096, true), kNeverRows);  // above kWgmmaMaxHidden
+  // Asked for: any hidden size.
+  const CudaTuning rows16 = FromEnv({{"AGENTKV_CUDA_WGMMA", "16"}});
+  EXPECT_EQ(WgmmaMinRows(rows16, 4096, true), 16);
+  EXPECT_EQ(WgmmaMinRows(rows16, 2048, true), 16);
+  const CudaTuning never = FromEnv({{"AGENTKV_CUDA_WGMMA", "0"}});
+  EXPECT_EQ(WgmmaMinRows(never, 2048, true), kNeverRows);
+  // Off compute capability 9.0 whatever the tuning says.
+  for (const CudaTuning& t : {def, rows16, never})
+    for (int hidden : {1024, 4096}) EXPECT_EQ(WgmmaMinRows(t, hidden, false), kNeverRows);
+}
+
+TEST(CudaTuning, SkinnyRowsFollowTheTuning) {
+  CudaTuning t;
+  cuda::SkinnyRows r = cuda::SkinnyRowsFor(t, 8);
+  EXPECT_EQ(r.min_rows, 3);  // 1-2 rows on the GEMVs
+  EXPECT_EQ(r.max_rows, 0);  // no skinny GEMM
+  t.skinny = CudaTuning::Skinny::kFromThree;
+  r = cuda::SkinnyRowsFor(t, 8);
+  EXPECT_EQ(r.min_rows, 3);
+  EXPECT_EQ(r.max_rows, 8);
+  t.skinny = CudaTuning::Skinny::kAll;
+  r = cuda::SkinnyRowsFor(t, 8);
+  EXPECT_EQ(r.min_rows, 1);  // no GEMVs
+  EXPECT_EQ(r.max_rows, 8);
+}
+
+// The mma.sync switch as LaunchAttention reads it (AttentionParams::mma
+// from CudaTuning::mma_attention): narrow tiles go to the portable kernel,
+// wide ones keep the mma.sync kernel.
+TEST(CudaTuning, MmaAttentionSwitchRoutesNarrowTiles) {
+  const CudaTuning on = FromEnv({});
+  const CudaTuning off = FromEnv({{"AGENTKV_CUDA_MMA_ATTENTION", "0"}});
+  for (const bool wide : {false, true}) {
+    EXPECT_TRUE(cuda::RouteBf16Mma(wide, on.mma_attention, /*mma_supported=*/true)) << wide;
+    EXPECT_TRUE(cuda::RouteFp8Mma(wide, on.mma_attention, /*mma_supported=*/true)) << wide;
+    EXPECT_EQ(cuda::RouteBf16Mma(wide, off.mma_attention, true), wide);
+    EXPECT_EQ(cuda::RouteFp8Mma(wide, off.mma_attention, true), wide);
+  }
+}
+
+}  // namespace
+}  // namespace agentkv
