@@ -291,7 +291,7 @@ TEST_F(AgentsApiTest, TenantsShareNoCachedPrompts) {
   std::tie(st, body) = Call("POST", "/v1/agents/w/generate", salted.dump(), acme);
   ASSERT_EQ(st, 200) << body;
   EXPECT_GT(cached(body), 0);
-  for (const json bad : {json(17), json(""), json(std::string(2000, 's'))}) {
+  for (const json& bad : {json(17), json(""), json(std::string(2000, 's'))}) {
     salted["cache_salt"] = bad;
     std::tie(st, body) = Call("POST", "/v1/agents/v/generate", salted.dump(), acme);
     EXPECT_EQ(st, 400) << body;
