@@ -2,8 +2,8 @@
 # Builds and runs the tests that guard memory and thread safety under
 # sanitizers: ASan+UBSan for the block pool, cache manager and store
 # (randomised operations, corruption, crashes), the host KV tier, KV
-# transfer and reply splicing; TSan for the engine thread, the scheduler and
-# KV transfer's loader thread. Run after scripts/setup.sh (it needs the packages and data).
+# transfer and reply splicing; TSan for the engine thread, the scheduler,
+# KV transfer's loader thread, the agents' strands and the HTTP server. Run after scripts/setup.sh (it needs the packages and data).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -28,7 +28,8 @@ ASAN_TESTS=(cache_block_pool_test cache_prefix_cache_test cache_kv_cache_manager
             util_task_pool_test store_lmdb_env_test)
 TSAN_TESTS=(engine_engine_test store_store_kv_tier_test store_group_committer_test
             engine_staging_pool_test util_thread_pool_test engine_kv_transfer_test store_split_restore_test
-            store_lmdb_env_test util_task_pool_test)
+            store_lmdb_env_test util_task_pool_test agent_agent_strands_test agent_agent_manager_test
+            api_http_server_test)
 
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DAGENTKV_SANITIZE=ON >/dev/null
 cmake --build build-asan -j"$(nproc)" --target "${ASAN_TESTS[@]}"
