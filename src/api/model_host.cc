@@ -50,18 +50,20 @@ int64_t ModelHost::swaps() const {
   return swaps_;
 }
 
-Status ModelHost::Retire(ServedModel& m, double drain_seconds, double* drain_s, double* flush_s) {
+Status ModelHost::Retire(ServedModel& m, double drain_seconds, ShutdownTimes* times) {
   auto t = std::chrono::steady_clock::now();
   // Past the deadline, Stop below cuts the rest off, saving their KV.
-  m.engine().Drain(drain_seconds);
-  *drain_s = Since(t);
+  times->drained = m.engine().Drain(drain_seconds);
+  times->drain_s = Since(t);
   t = std::chrono::steady_clock::now();
   // The engine persists every finished agent turn's blocks as it retires
   // them; Flush waits until those writes are durable.
   Status s;
   if (KvTier* tier = m.kv_tier()) s = tier->Flush();
-  *flush_s = Since(t);
+  times->flush_s = Since(t);
+  t = std::chrono::steady_clock::now();
   m.engine().Stop();
+  times->stop_s = Since(t);
   return s;
 }
 
@@ -76,7 +78,10 @@ Result<ModelHost::SwapReport> ModelHost::Swap(const std::string& model_dir) {
   SwapReport report;
   report.old_model = old->name();
   report.old_fingerprint = old->fingerprint();
-  Status flushed = Retire(*old, options_.drain_seconds, &report.drain_s, &report.flush_s);
+  ShutdownTimes times;
+  Status flushed = Retire(*old, options_.drain_seconds, &times);
+  report.drain_s = times.drain_s;
+  report.flush_s = times.flush_s;
   const std::string old_dir = options_.model_dir;
   old.reset();  // the weights and pool go with the last request holding them
 
@@ -103,7 +108,7 @@ Result<ModelHost::SwapReport> ModelHost::Swap(const std::string& model_dir) {
   return report;
 }
 
-Status ModelHost::Shutdown() {
+Status ModelHost::Shutdown(ShutdownTimes* times) {
   JoinWorker();  // a swap under way finishes first (its reply included)
   std::lock_guard<std::mutex> swap_lock(swap_mu_);
   std::shared_ptr<ServedModel> old;
@@ -112,8 +117,8 @@ Status ModelHost::Shutdown() {
     old = std::move(current_);
   }
   if (!old) return Status::Ok();
-  double drain_s = 0, flush_s = 0;
-  return Retire(*old, options_.drain_seconds, &drain_s, &flush_s);
+  ShutdownTimes local;
+  return Retire(*old, options_.drain_seconds, times ? times : &local);
 }
 
 }  // namespace agentkv::api

@@ -49,13 +49,19 @@ class ModelHost {
   // Completed swaps.
   int64_t swaps() const;
 
+  // How long each part of a Shutdown took (the serve command logs them, so
+  // a slow stop says where it waited).
+  struct ShutdownTimes {
+    double drain_s = 0, flush_s = 0, stop_s = 0;
+    bool drained = true;  // false: the drain deadline cut running requests off
+  };
   // Stops admitting, drains, flushes the KV tier and stops the engine
-  // (SIGTERM). Current() is null afterwards.
-  Status Shutdown();
+  // (SIGTERM). Current() is null afterwards. `times` may be null.
+  Status Shutdown(ShutdownTimes* times = nullptr);
 
  private:
   // Drains, flushes and stops `m`'s engine; the flush's status.
-  static Status Retire(ServedModel& m, double drain_seconds, double* drain_s, double* flush_s);
+  static Status Retire(ServedModel& m, double drain_seconds, ShutdownTimes* times);
 
   // Joins a finished or running StartSwap worker.
   void JoinWorker();

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <iomanip>
 #include <iostream>
 #include <thread>
 
@@ -90,6 +91,10 @@ void PrintKvPool(const api::ServedModel& m) {
                       : "sliding window " + std::to_string(group.window))
               << "): " << blocks << " blocks = " << blocks * e.block_size() << " tokens\n";
   }
+}
+
+double SecondsSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
 // The thread that waits for signals (sigwait in RunServe).
@@ -287,18 +292,30 @@ int RunServe(const ServeArgs& a) {
   server.StopAccepting();
   // Drains the engine, flushes the KV tier and stops the engine; replies
   // already produced still reach their clients below.
-  Status down = host.Shutdown();
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  api::ModelHost::ShutdownTimes times;
+  Status down = host.Shutdown(&times);
+  auto t = std::chrono::steady_clock::now();
+  const auto deadline = t + std::chrono::seconds(2);
   while (server.connections() > 0 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  const double replies_s = SecondsSince(t);
+  t = std::chrono::steady_clock::now();
   // The workers' last tasks may still post replies to the io threads.
   workers.Stop();
   server.Stop();
+  const double http_s = SecondsSince(t);
   if (!down.ok()) std::cerr << "store: " << down.ToString() << "\n";
+  t = std::chrono::steady_clock::now();
   if (agent_store) {
     if (Status s = agent_store->Flush(); !s.ok()) std::cerr << "store: " << s.ToString() << "\n";
   }
+  // Each phase's time, so a slow stop says where it waited.
+  std::cerr << std::fixed << std::setprecision(2) << "stopped: drain " << times.drain_s
+            << (times.drained ? " s" : " s (deadline: running requests cut off)") << ", KV flush "
+            << times.flush_s << " s, engine stop " << times.stop_s << " s, last replies "
+            << replies_s << " s, HTTP " << http_s << " s, store flush " << SecondsSince(t)
+            << " s\n";
   return 0;
 }
 

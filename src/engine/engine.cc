@@ -237,10 +237,14 @@ void Engine::Loop() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       // A step that found nothing to run while split restores load waits
-      // for the loader (or anything else) instead of spinning.
+      // for the loader (or anything else) instead of spinning. A step still
+      // in flight after its sequences finished (one stopped on a sampled
+      // stop token while the next step was already launched) is collected
+      // now: left there, the engine would never report idle and a drain
+      // would wait out its whole deadline.
       auto ready = [&] {
         return stopping_ || !submitted_.empty() || !cancelled_.empty() ||
-               !dropped_agents_.empty() || transfer_ready_ ||
+               !dropped_agents_.empty() || transfer_ready_ || !launched_.empty() ||
                (scheduler_->HasWork() && !waiting_on_loads_);
       };
       // Saves still copying off the device, or waiting for staging, and

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -94,17 +95,23 @@ std::string RunShell(const std::string& cmd, int* status) {
 }
 
 // Sends SIGTERM and waits for a clean exit; false (after SIGKILL) if the
-// server did not exit 0 within 20 s.
+// server did not exit 0 within 60 s (the drain alone may take its 30).
 bool StopServer(Child& c) {
   kill(c.pid, SIGTERM);
   int wstatus = 0;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   pid_t r = 0;
   while ((r = waitpid(c.pid, &wstatus, WNOHANG)) == 0 &&
          std::chrono::steady_clock::now() < deadline) {
     usleep(20 * 1000);
   }
   if (r == 0) {
+    // Where it hangs: every thread's stack (gdb is on the test machines).
+    int st = 0;
+    std::cerr << RunShell("timeout 60 gdb -p " + std::to_string(c.pid) +
+                              " -batch -ex 'thread apply all bt' 2>&1 | grep -v '^\\[New LWP'",
+                          &st)
+              << "\n";
     kill(c.pid, SIGKILL);
     waitpid(c.pid, &wstatus, 0);
   }
@@ -420,22 +427,7 @@ TEST(ServeTest, OfficialClientsAgainstServer) {
   EXPECT_NE(out.find("ALL OK"), std::string::npos) << out;
 
   // SIGTERM: drain and exit 0.
-  kill(c.pid, SIGTERM);
-  int wstatus = 0;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  pid_t r = 0;
-  while ((r = waitpid(c.pid, &wstatus, WNOHANG)) == 0 &&
-         std::chrono::steady_clock::now() < deadline) {
-    usleep(50 * 1000);
-  }
-  if (r == 0) {
-    kill(c.pid, SIGKILL);
-    waitpid(c.pid, &wstatus, 0);
-    FAIL() << "server did not exit after SIGTERM";
-  }
-  EXPECT_TRUE(WIFEXITED(wstatus));
-  EXPECT_EQ(WEXITSTATUS(wstatus), 0);
-  close(c.out_fd);
+  EXPECT_TRUE(StopServer(c));
 }
 
 }  // namespace

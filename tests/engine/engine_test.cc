@@ -121,6 +121,22 @@ TEST(EngineTest, CacheSaltsShareNoPrefix) {
   EXPECT_EQ(plain2.finished.cached_tokens, 12);
 }
 
+// A sequence that stops on a sampled stop token leaves the step launched
+// after it (pipelining) in flight; the engine still goes idle, so a drain
+// returns at once instead of waiting out its deadline.
+TEST(EngineTest, DrainReturnsAfterAStopTokenEndsAPipelinedSequence) {
+  auto e = MakeEngine(Architecture::kQwen3, 256, true, 8, /*pipeline=*/true);
+  const std::vector<int32_t> prompt = Range(4, 9);
+  Done free_run = Collect(e->Submit(Greedy(prompt, 8)).value());
+  ASSERT_EQ(free_run.tokens.size(), 8u);
+  EngineRequest stopped = Greedy(prompt, 8);
+  stopped.params.stop_token_ids = {free_run.tokens[3]};
+  Done d = Collect(e->Submit(stopped).value());
+  EXPECT_EQ(d.finished.finish, FinishReason::kStop);
+  EXPECT_LE(d.tokens.size(), 4u);
+  EXPECT_TRUE(e->Drain(5.0)) << "the engine never went idle";
+}
+
 TEST(EngineTest, AgentResidentCacheCarriesToTheNextTurn) {
   auto e = MakeEngine(Architecture::kLlama, 256);
   std::vector<int32_t> turn1 = Range(1, 10);
