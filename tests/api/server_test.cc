@@ -164,28 +164,26 @@ class AgentsE2eTest : public ::testing::Test {
     return out;
   }
 
+  // A server started with `flags` runs scenario `name` and stops cleanly.
+  void RunOnItsOwnServer(const std::string& name, std::vector<std::string> flags = {},
+                         const std::string& args = "", const std::string& env = "") {
+    Child c;
+    const int port = Start(&c, std::move(flags));
+    ASSERT_GT(port, 0);
+    bool ok = false;
+    const std::string out = Scenario(name, port, args, &ok, env);
+    EXPECT_TRUE(ok) << out;
+    EXPECT_TRUE(StopServer(c));
+  }
+
   fs::path npm_;
   std::string store_;
 };
 
-TEST_F(AgentsE2eTest, ConcurrentTurnsOfOneAgentRunInOrder) {
-  Child c;
-  const int port = Start(&c);
-  ASSERT_GT(port, 0);
-  bool ok = false;
-  const std::string out = Scenario("order", port, "", &ok);
-  EXPECT_TRUE(ok) << out;
-  EXPECT_TRUE(StopServer(c));
-}
+TEST_F(AgentsE2eTest, ConcurrentTurnsOfOneAgentRunInOrder) { RunOnItsOwnServer("order"); }
 
 TEST_F(AgentsE2eTest, WrongApiKeyIs401InEachProtocolsShape) {
-  Child c;
-  const int port = Start(&c, {"--api-key", "sekret"});
-  ASSERT_GT(port, 0);
-  bool ok = false;
-  const std::string out = Scenario("apikey", port, "sekret", &ok);
-  EXPECT_TRUE(ok) << out;
-  EXPECT_TRUE(StopServer(c));
+  RunOnItsOwnServer("apikey", {"--api-key", "sekret"}, "sekret");
 }
 
 TEST_F(AgentsE2eTest, ServesHttpsWithTlsFlags) {
@@ -197,35 +195,13 @@ TEST_F(AgentsE2eTest, ServesHttpsWithTlsFlags) {
           key + "' -out '" + cert + "' > /dev/null 2>&1",
       &st);
   if (st != 0) GTEST_SKIP() << "the openssl command is missing";
-  Child c;
-  const int port = Start(&c, {"--tls-cert", cert, "--tls-key", key});
-  ASSERT_GT(port, 0);
-  bool ok = false;
-  const std::string out =
-      Scenario("tls", port, "", &ok, "AGENTKV_TEST_TLS=1 NODE_EXTRA_CA_CERTS='" + cert + "'");
-  EXPECT_TRUE(ok) << out;
-  EXPECT_TRUE(StopServer(c));
+  RunOnItsOwnServer("tls", {"--tls-cert", cert, "--tls-key", key}, "",
+                    "AGENTKV_TEST_TLS=1 NODE_EXTRA_CA_CERTS='" + cert + "'");
 }
 
-TEST_F(AgentsE2eTest, SixteenAgentsShareABatch) {
-  Child c;
-  const int port = Start(&c);
-  ASSERT_GT(port, 0);
-  bool ok = false;
-  const std::string out = Scenario("parallel", port, "", &ok);
-  EXPECT_TRUE(ok) << out;
-  EXPECT_TRUE(StopServer(c));
-}
+TEST_F(AgentsE2eTest, SixteenAgentsShareABatch) { RunOnItsOwnServer("parallel"); }
 
-TEST_F(AgentsE2eTest, ClientDisconnectReleasesBlocks) {
-  Child c;
-  const int port = Start(&c);
-  ASSERT_GT(port, 0);
-  bool ok = false;
-  const std::string out = Scenario("disconnect", port, "", &ok);
-  EXPECT_TRUE(ok) << out;
-  EXPECT_TRUE(StopServer(c));
-}
+TEST_F(AgentsE2eTest, ClientDisconnectReleasesBlocks) { RunOnItsOwnServer("disconnect"); }
 
 TEST_F(AgentsE2eTest, AgentResumesFromDiskAfterRestart) {
   Child c;
@@ -262,13 +238,7 @@ TEST_F(AgentsE2eTest, HotSwapAndBack) {
                    "--seed 7 2>&1",
                &st);
   ASSERT_EQ(st, 0) << synth;
-  Child c;
-  const int port = Start(&c, {"--models-dir", models});
-  ASSERT_GT(port, 0);
-  bool ok = false;
-  const std::string out = Scenario("swap", port, "'" + model_a + "' '" + other + "'", &ok);
-  EXPECT_TRUE(ok) << out;
-  EXPECT_TRUE(StopServer(c));
+  RunOnItsOwnServer("swap", {"--models-dir", models}, "'" + model_a + "' '" + other + "'");
 }
 
 // GET `path` with `key` (x-api-key; none when empty) over a fresh
