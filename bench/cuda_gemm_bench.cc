@@ -37,7 +37,12 @@
 #include <vector>
 
 #include "engine/backend/cuda/device_buffer.h"
-#include "engine/backend/cuda/kernels/kernels.h"
+#include "engine/backend/cuda/kernels/activation.h"
+#include "engine/backend/cuda/kernels/argmax.h"
+#include "engine/backend/cuda/kernels/gemv.h"
+#include "engine/backend/cuda/kernels/skinny_gemm.h"
+#include "engine/backend/cuda/kernels/wgmma_gemm.h"
+#include "engine/backend/cuda/kernels/wgmma_prompt_gemm.h"
 #include "engine/backend/cuda/status.h"
 
 namespace agentkv::cuda {

@@ -39,13 +39,16 @@ for st in "${stages[@]}"; do
       grep -E "FAILED|Failure|error" "$OUT/$(basename "$t").log" | head -20
     done ;;
   sanitize)
-    if compute-sanitizer --tool memcheck --error-exitcode 9 .devcarry/bin/engine_backend_cuda_kernels_kernels_test \
-        --gtest_brief=1 >"$OUT/sanitize_kernels.log" 2>&1; then r=clean; else r=FAIL; fi
-    note "compute-sanitizer memcheck kernels: $r"; tail -5 "$OUT/sanitize_kernels.log"
+    for t in .devcarry/bin/engine_backend_cuda_kernels_*_test; do
+      log="$OUT/sanitize_$(basename "$t").log"
+      if compute-sanitizer --tool memcheck --error-exitcode 9 "$t" --gtest_brief=1 >"$log" 2>&1; then
+        r=clean; else r=FAIL; fi
+      note "compute-sanitizer memcheck $(basename "$t"): $r"; tail -5 "$log"
+    done
     if compute-sanitizer --tool memcheck --error-exitcode 9 .devcarry/bin/engine_backend_cuda_backend_test \
         --gtest_brief=1 --gtest_filter='*qwen3*:*gemma3_c6*:CudaBackend.*' >"$OUT/sanitize_backend.log" 2>&1; then r=clean; else r=FAIL; fi
     note "compute-sanitizer memcheck backend (qwen3, gemma3, CudaBackend.*): $r"; tail -5 "$OUT/sanitize_backend.log"
-    if compute-sanitizer --tool racecheck --error-exitcode 9 .devcarry/bin/engine_backend_cuda_kernels_kernels_test \
+    if compute-sanitizer --tool racecheck --error-exitcode 9 .devcarry/bin/engine_backend_cuda_kernels_attention_test \
         --gtest_brief=1 --gtest_filter='Shapes/*' >"$OUT/racecheck.log" 2>&1; then r=clean; else r=FAIL; fi
     note "compute-sanitizer racecheck attention: $r"; tail -3 "$OUT/racecheck.log" ;;
   hf)

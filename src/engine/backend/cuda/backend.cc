@@ -6,6 +6,14 @@
 #include <cstring>
 
 #include "engine/backend/cuda/backend_layer.h"
+#include "engine/backend/cuda/kernels/argmax.h"
+#include "engine/backend/cuda/kernels/attention.h"
+#include "engine/backend/cuda/kernels/fp8_kv.h"
+#include "engine/backend/cuda/kernels/gemv.h"
+#include "engine/backend/cuda/kernels/norm.h"
+#include "engine/backend/cuda/kernels/skinny_gemm.h"
+#include "engine/backend/cuda/kernels/wgmma_gemm.h"
+#include "engine/backend/cuda/kernels/wgmma_prompt_gemm.h"
 #include "engine/backend/rope.h"
 
 namespace agentkv {

@@ -72,7 +72,7 @@
 #include "engine/backend/cuda/block_runs.h"
 #include "engine/backend/cuda/device_buffer.h"
 #include "engine/backend/cuda/gemm_tuner.h"
-#include "engine/backend/cuda/kernels/kernels.h"
+#include "engine/backend/cuda/kernels/launch.h"
 #include "engine/backend/cuda/kv_read_hazards.h"
 #include "engine/backend/cuda_tuning.h"
 #include "engine/model/weight_source.h"

@@ -7,7 +7,18 @@
 
 #include "engine/backend/cuda/backend.h"
 #include "engine/backend/cuda/backend_layer.h"
+#include "engine/backend/cuda/kernels/activation.h"
+#include "engine/backend/cuda/kernels/argmax.h"
+#include "engine/backend/cuda/kernels/attention.h"
+#include "engine/backend/cuda/kernels/elementwise.h"
+#include "engine/backend/cuda/kernels/fp8_kv.h"
+#include "engine/backend/cuda/kernels/gemv.h"
 #include "engine/backend/cuda/kernels/kv_route.h"
+#include "engine/backend/cuda/kernels/norm.h"
+#include "engine/backend/cuda/kernels/qkv_post.h"
+#include "engine/backend/cuda/kernels/sample_kernel.h"
+#include "engine/backend/cuda/kernels/wgmma_gemm.h"
+#include "engine/backend/cuda/kernels/wgmma_prompt_gemm.h"
 #include "engine/backend/kv_fp8.h"
 
 namespace agentkv {

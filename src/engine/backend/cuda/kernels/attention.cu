@@ -10,7 +10,7 @@
 #include <algorithm>
 
 #include "engine/backend/cuda/kernels/attention_common.cuh"
-#include "engine/backend/cuda/kernels/kernels.h"
+#include "engine/backend/cuda/kernels/attention.h"
 #include "engine/backend/cuda/kernels/kv_route.h"
 #include "engine/backend/cuda/kernels/pdl.cuh"
 

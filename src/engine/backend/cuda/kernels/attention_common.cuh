@@ -4,7 +4,8 @@
 
 #include <cuda_bf16.h>
 
-#include "engine/backend/cuda/kernels/kernels.h"
+#include "engine/backend/cuda/kernels/attention.h"
+#include "engine/backend/cuda/kernels/qkv_post.h"
 
 namespace agentkv::cuda {
 
@@ -232,7 +233,7 @@ struct KvLoader {
 bool MmaAttentionSupported(int head_dim);
 cudaError_t LaunchMmaAttention(const AttentionParams& p, cudaStream_t stream);
 // The warpgroup kernel of wgmma_attention.cu for wide tiles (its
-// support test, WgmmaAttentionSupported, is in kernels.h).
+// support test, WgmmaAttentionSupported, is in attention.h).
 cudaError_t LaunchWgmmaWideAttention(const AttentionParams& p, cudaStream_t stream);
 // The fp8 cache's kernel (fp8_kv.cu): narrow tiles, p.cache.fp8, keys
 // of the step from p.fp8_new; writes out / part_o / part_ml as above.

@@ -20,7 +20,9 @@
 
 #include "engine/backend/cuda/kernels/attention_common.cuh"
 #include "engine/backend/cuda/kernels/fp8_kv_tile.cuh"
-#include "engine/backend/cuda/kernels/kernels.h"
+#include "engine/backend/cuda/kernels/fp8_kv.h"
+#include "engine/backend/cuda/kernels/attention.h"
+#include "engine/backend/cuda/kernels/qkv_post.h"
 #include "engine/backend/cuda/kernels/pdl.cuh"
 
 namespace agentkv::cuda {

@@ -14,7 +14,8 @@
 #include <algorithm>
 
 #include "engine/backend/cuda/kernels/activation.cuh"
-#include "engine/backend/cuda/kernels/kernels.h"
+#include "engine/backend/cuda/kernels/gemv.h"
+#include "engine/backend/cuda/kernels/launch.h"
 #include "engine/backend/cuda/kernels/pdl.cuh"
 
 namespace agentkv::cuda {

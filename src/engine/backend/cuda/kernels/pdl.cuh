@@ -11,7 +11,7 @@
 // call PdlLaunchDependents() as early as it likes: the next kernel still
 // waits in its own PdlWait for this one to finish and its writes to show.
 //
-// SetPdlLaunches(false) (cuda_kernels.h; CudaTuning::pdl) launches
+// SetPdlLaunches(false) (launch.h; CudaTuning::pdl) launches
 // everything plainly (for comparison). Devices
 // before sm_90 have no such launches: the instructions compile to nothing
 // and the attribute is not set.

@@ -19,7 +19,7 @@
 #include <cstdint>
 
 #include "engine/backend/cuda/kernels/argmax.cuh"
-#include "engine/backend/cuda/kernels/kernels.h"
+#include "engine/backend/cuda/kernels/sample_kernel.h"
 #include "engine/backend/row_pick.h"
 
 namespace agentkv::cuda {

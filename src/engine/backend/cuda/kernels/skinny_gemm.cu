@@ -20,7 +20,8 @@
 #include <cuda_bf16.h>
 
 #include "engine/backend/cuda/kernels/attention_common.cuh"
-#include "engine/backend/cuda/kernels/kernels.h"
+#include "engine/backend/cuda/kernels/skinny_gemm.h"
+#include "engine/backend/cuda/kernels/launch.h"
 #include "engine/backend/cuda/kernels/mma.cuh"
 #include "engine/backend/cuda/kernels/pdl.cuh"
 

@@ -31,7 +31,8 @@
 #include "engine/backend/cuda/kernels/activation.cuh"
 #include "engine/backend/cuda/kernels/argmax.cuh"
 #include "engine/backend/cuda/kernels/hopper.cuh"
-#include "engine/backend/cuda/kernels/kernels.h"
+#include "engine/backend/cuda/kernels/wgmma_prompt_gemm.h"
+#include "engine/backend/cuda/kernels/argmax.h"
 #include "engine/backend/cuda/kernels/mma.cuh"
 #include "engine/backend/cuda/kernels/pdl.cuh"
 
