@@ -5,7 +5,7 @@
 // (CudaTuningFromEnv, docs/cuda.md lists them); CudaBackendOptions carries
 // it, and the backend passes each choice down to the launchers that need
 // it (AttentionParams, LaunchGemv's `pipe`, GemmTuner::Init's `log`,
-// SetPdlLaunches). Tests set the fields directly.
+// LaunchConfig::pdl). Tests set the fields directly.
 //
 // Also the pure functions that turn a CudaTuning into the backend's row
 // thresholds, so that they can be tested without a GPU. No CUDA headers:

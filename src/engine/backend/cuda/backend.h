@@ -304,6 +304,9 @@ class CudaBackend final : public Backend {
   int num_sms_ = 0;
   int group_size_ = 1;
   cudaStream_t stream_ = nullptr;
+  // The kernels' launches: on stream_, with programmatic dependent launch
+  // unless CudaTuning::pdl is off.
+  cuda::LaunchConfig launch_;
   // Per-step copies off the compute stream, one stream each way: a pick's
   // download waits for its step to end, and the next step's metadata must
   // not queue behind that wait.

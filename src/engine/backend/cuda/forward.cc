@@ -421,7 +421,7 @@ Status CudaBackend::LaunchStep(std::span<const SeqStep> batch, std::span<const R
   if (any_draw)
     CUDA_RETURN_IF_ERROR(cuda::LaunchSampleRows(logits_.get<float>(), W, config_.vocab_size,
                                                 row_picks_[slot].get<RowPick>(),
-                                                argmax_[slot].get<int32_t>(), stream_));
+                                                argmax_[slot].get<int32_t>(), launch_));
   CUDA_RETURN_IF_ERROR(cudaEventRecord(ev[1], stream_));
 
   // All picked on the device: the picks come down on the download stream
@@ -468,7 +468,7 @@ Status CudaBackend::NormGemm(const float* x, const int32_t* rows, const float* n
   // separate norm kernel (bench/RESULTS.md, CUDA log).
   if (rows == nullptr && n <= 4096 && pending_planes_ == 0 && cuda::NormGemvSupported(m, H)) {
     CUDA_RETURN_IF_ERROR(cuda::LaunchNormGemv(x, norm_w, c.rms_norm_eps, c.gemma_norm, w, y, y_f32,
-                                              m, n, H, 0.f, stream_));
+                                              m, n, H, 0.f, launch_));
     return Status::Ok();
   }
   RETURN_IF_ERROR(Norm(rows, norm_w, m));
@@ -501,7 +501,7 @@ Status CudaBackend::Enqueue(const Shape& s, int slot) {
 
   pending_planes_ = 0;
   CUDA_RETURN_IF_ERROR(
-      cuda::LaunchEmbed(embed_, meta + ml.tokens, prev_picks, T, H, c.embed_scale, x, stream_));
+      cuda::LaunchEmbed(embed_, meta + ml.tokens, prev_picks, T, H, c.embed_scale, x, launch_));
   const CudaTuning& tuning = options_.tuning;
   for (int l = 0; l < c.num_layers; ++l) {
     const Layer& L = layers_[l];
@@ -517,7 +517,7 @@ Status CudaBackend::Enqueue(const Shape& s, int slot) {
     if (qkv_planes > 0) {
       RETURN_IF_ERROR(Norm(nullptr, L.in_norm, T));
       CUDA_RETURN_IF_ERROR(cuda::LaunchWgmmaGemm(h, L.wqkv, wgmma_planes_.get(), true, T, qkv_n, H,
-                                                 0.f, {wgmma_ws_.get(), num_sms_}, stream_, -1,
+                                                 0.f, {wgmma_ws_.get(), num_sms_}, launch_, -1,
                                                  true));
     } else {
       // Steps with prompt chunks: the projection in bf16 for QkvPost (half
@@ -572,17 +572,17 @@ Status CudaBackend::Enqueue(const Shape& s, int slot) {
     if (fp8()) {
       CUDA_RETURN_IF_ERROR(cuda::LaunchQkvPost(qkv_.get<cuda::bf16_t>(), L.bqkv, L.q_norm, L.k_norm,
                                                inv_freq, pos, T, nh, nkv, D, eps, plus_one, q, k, v,
-                                               stream_));
-      CUDA_RETURN_IF_ERROR(cuda::LaunchKvQuantizeFp8(k, v, pos, T, nkv, D, rows8, stream_));
+                                               launch_));
+      CUDA_RETURN_IF_ERROR(cuda::LaunchKvQuantizeFp8(k, v, pos, T, nkv, D, rows8, launch_));
       ap.fp8_new = rows8;
     } else if (!fused_rotary && fused_store) {
       CUDA_RETURN_IF_ERROR(cuda::LaunchQkvPostStore(
           qkv_.get<cuda::bf16_t>(), L.bqkv, L.q_norm, L.k_norm, inv_freq, pos, tok_seq, T, nh, nkv,
-          D, eps, plus_one, q, cache_only ? nullptr : k, cache_only ? nullptr : v, view, stream_));
+          D, eps, plus_one, q, cache_only ? nullptr : k, cache_only ? nullptr : v, view, launch_));
     } else if (!fused_rotary) {
       CUDA_RETURN_IF_ERROR(cuda::LaunchQkvPost(qkv_.get<cuda::bf16_t>(), L.bqkv, L.q_norm, L.k_norm,
                                                inv_freq, pos, T, nh, nkv, D, eps, plus_one, q, k, v,
-                                               stream_));
+                                               launch_));
     }
     ap.q = q;
     ap.k_new = cache_only ? nullptr : k;
@@ -613,13 +613,13 @@ Status CudaBackend::Enqueue(const Shape& s, int slot) {
       ap.eps = eps;
       ap.plus_one = plus_one;
     }
-    CUDA_RETURN_IF_ERROR(cuda::LaunchAttention(ap, stream_));
+    CUDA_RETURN_IF_ERROR(cuda::LaunchAttention(ap, launch_));
     if (fp8()) {
       CUDA_RETURN_IF_ERROR(cuda::LaunchKvStoreFp8(rows8, pos, tok_seq, meta + ml.seq_start,
-                                                  meta + ml.seq_first, T, nkv, D, view, stream_));
+                                                  meta + ml.seq_first, T, nkv, D, view, launch_));
     } else if (!fused_store) {
       CUDA_RETURN_IF_ERROR(cuda::LaunchKvStore(k, v, pos, tok_seq, meta + ml.seq_start,
-                                               meta + ml.seq_first, T, nkv, D, view, stream_));
+                                               meta + ml.seq_first, T, nkv, D, view, launch_));
     }
     if (c.sandwich_norm) {
       RETURN_IF_ERROR(Gemm(attn, L.wo, o, true, T, H, nh * D, 0.f, cap_tokens_));
@@ -628,7 +628,7 @@ Status CudaBackend::Enqueue(const Shape& s, int slot) {
     }
     if (c.sandwich_norm)
       CUDA_RETURN_IF_ERROR(cuda::LaunchAddNormed(o, L.post_attn_norm, x, L.pre_ff_norm, h, T, H,
-                                                 eps, plus_one, stream_));
+                                                 eps, plus_one, launch_));
     const int act_kind = c.activation == Activation::kSilu ? 0 : 1;
     // One or two rows: the MLP norm, the gate_up GEMV and the activation in
     // one kernel. (Sandwich norms: AddNormed above already wrote h.)
@@ -637,28 +637,28 @@ Status CudaBackend::Enqueue(const Shape& s, int slot) {
     if (!c.sandwich_norm && !norm_gemv_act) RETURN_IF_ERROR(Norm(nullptr, L.post_attn_norm, T));
     if (norm_gemv_act) {
       CUDA_RETURN_IF_ERROR(cuda::LaunchNormGemvGatedAct(
-          x, L.post_attn_norm, eps, plus_one, L.w_gate_up, act, T, 2 * I, H, act_kind, stream_));
+          x, L.post_attn_norm, eps, plus_one, L.w_gate_up, act, T, 2 * I, H, act_kind, launch_));
     } else if (T < skinny_min_rows_ && cuda::GemvGatedActSupported(T, 2 * I, H)) {
       // One or two rows: the activation in the GEMV's epilogue.
       CUDA_RETURN_IF_ERROR(
-          cuda::LaunchGemvGatedAct(h, L.w_gate_up, act, T, 2 * I, H, act_kind, stream_));
+          cuda::LaunchGemvGatedAct(h, L.w_gate_up, act, T, 2 * I, H, act_kind, launch_));
     } else if (UseWgmma(T, 2 * I, H)) {
       // The activation in the warpgroup GEMM's epilogue.
       CUDA_RETURN_IF_ERROR(cuda::LaunchWgmmaGemm(h, L.w_gate_up, act, false, T, 2 * I, H, 0.f,
-                                                 {wgmma_ws_.get(), num_sms_}, stream_, act_kind));
+                                                 {wgmma_ws_.get(), num_sms_}, launch_, act_kind));
     } else if (UsePromptGemm(T, 2 * I, H)) {
       // Prompt steps: the activation in the persistent GEMM's epilogue (gate_up
       // never crosses memory; bench/RESULTS.md item 96).
       CUDA_RETURN_IF_ERROR(
-          cuda::LaunchPromptGemm(h, L.w_gate_up, act, T, 2 * I, H, act_kind, num_sms_, stream_));
+          cuda::LaunchPromptGemm(h, L.w_gate_up, act, T, 2 * I, H, act_kind, num_sms_, launch_));
     } else {
       RETURN_IF_ERROR(Gemm(h, L.w_gate_up, gu, false, T, 2 * I, H, 0.f, cap_tokens_));
-      CUDA_RETURN_IF_ERROR(cuda::LaunchGatedAct(gu, act, T, I, act_kind, stream_));
+      CUDA_RETURN_IF_ERROR(cuda::LaunchGatedAct(gu, act, T, I, act_kind, launch_));
     }
     if (c.sandwich_norm) {
       RETURN_IF_ERROR(Gemm(act, L.w_down, o, true, T, H, I, 0.f, cap_tokens_));
       CUDA_RETURN_IF_ERROR(cuda::LaunchAddNormed(o, L.post_ff_norm, x, nullptr, nullptr, T, H, eps,
-                                                 plus_one, stream_));
+                                                 plus_one, launch_));
     } else {
       RETURN_IF_ERROR(ResidualGemm(act, L.w_down, T, H, I));
     }
@@ -675,7 +675,7 @@ Status CudaBackend::Enqueue(const Shape& s, int slot) {
     RETURN_IF_ERROR(Norm(meta + ml.logit_rows, final_norm_, s.rows));
     CUDA_RETURN_IF_ERROR(cuda::LaunchPromptGemmArgmax(
         h, lm_head_, logits, meta + ml.store_logits, s.rows, c.vocab_size, H, argmax_scratch_.get(),
-        picks, num_sms_, stream_));
+        picks, num_sms_, launch_));
     return Status::Ok();
   }
   if (UseWgmmaArgmax(s.rows)) {
@@ -684,16 +684,16 @@ Status CudaBackend::Enqueue(const Shape& s, int slot) {
     RETURN_IF_ERROR(Norm(meta + ml.logit_rows, final_norm_, s.rows));
     CUDA_RETURN_IF_ERROR(cuda::LaunchWgmmaGemmArgmax(h, lm_head_, logits, meta + ml.store_logits,
                                                      s.rows, c.vocab_size, H, argmax_scratch_.get(),
-                                                     picks, num_sms_, stream_));
+                                                     picks, num_sms_, launch_));
     return Status::Ok();
   }
   RETURN_IF_ERROR(NormGemm(x, meta + ml.logit_rows, final_norm_, lm_head_, logits, s.rows,
                            c.vocab_size, cap_seqs_));
   if (c.final_logit_softcap > 0.f)
     CUDA_RETURN_IF_ERROR(cuda::LaunchSoftcap(logits, static_cast<int64_t>(s.rows) * c.vocab_size,
-                                             c.final_logit_softcap, stream_));
+                                             c.final_logit_softcap, launch_));
   CUDA_RETURN_IF_ERROR(
-      cuda::LaunchArgmax(logits, s.rows, c.vocab_size, picks, argmax_scratch_.get(), stream_));
+      cuda::LaunchArgmax(logits, s.rows, c.vocab_size, picks, argmax_scratch_.get(), launch_));
   return Status::Ok();
 }
 

@@ -63,17 +63,17 @@ __global__ void GatedActVecKernel(const bf16_t* gu, bf16_t* out, int n, int act)
 }  // namespace
 
 cudaError_t LaunchGatedAct(const bf16_t* gate_up, bf16_t* out, int rows, int n, int act,
-                           cudaStream_t stream) {
+                           LaunchConfig launch) {
   if (rows <= 0) return cudaSuccess;
   if (n % 4 == 0) {
     const bool wide = rows >= kManyRows;
     const int per = wide ? 128 * 4 : 128, nv = n / 4;
     const int bx = std::min(64, (nv + per - 1) / per);
     return LaunchPdl(wide ? GatedActVecKernel<4> : GatedActVecKernel<1>, dim3(bx, rows), dim3(128),
-                     0, stream, gate_up, out, n, act);
+                     0, launch, gate_up, out, n, act);
   }
   const int bx = (n + 255) / 256 < 64 ? (n + 255) / 256 : 64;
-  return LaunchPdl(GatedActKernel, dim3(bx, rows), dim3(256), 0, stream, gate_up, out, n, act);
+  return LaunchPdl(GatedActKernel, dim3(bx, rows), dim3(256), 0, launch, gate_up, out, n, act);
 }
 
 }  // namespace agentkv::cuda

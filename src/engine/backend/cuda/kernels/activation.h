@@ -15,6 +15,6 @@ namespace agentkv::cuda {
 // (so that a GEMV block holds both halves of its outputs; see
 // LaunchGemvGatedAct). bf16 in and out. act: 0 SiLU, 1 GELU (tanh).
 cudaError_t LaunchGatedAct(const bf16_t* gate_up, bf16_t* out, int rows, int n, int act,
-                           cudaStream_t stream);
+                           LaunchConfig launch);
 
 }  // namespace agentkv::cuda

@@ -82,20 +82,20 @@ __global__ void ArgmaxKernel(const float2* part, int chunks, int32_t* out) {
 }  // namespace
 
 cudaError_t LaunchArgmax(const float* x, int rows, int cols, int32_t* out, void* scratch,
-                         cudaStream_t stream) {
+                         LaunchConfig launch) {
   if (rows <= 0) return cudaSuccess;
   float2* part = static_cast<float2*>(scratch);
   cudaError_t e =
-      LaunchPdl(ArgmaxPartKernel, dim3(kArgmaxChunks, rows), dim3(256), 0, stream, x, cols, part);
+      LaunchPdl(ArgmaxPartKernel, dim3(kArgmaxChunks, rows), dim3(256), 0, launch, x, cols, part);
   if (e != cudaSuccess) return e;
-  return LaunchPdl(ArgmaxKernel, dim3(rows), dim3(64), 0, stream, part, kArgmaxChunks, out);
+  return LaunchPdl(ArgmaxKernel, dim3(rows), dim3(64), 0, launch, part, kArgmaxChunks, out);
 }
 
 cudaError_t LaunchArgmaxOfParts(const void* parts, int rows, int chunks, int32_t* out,
-                                cudaStream_t stream) {
+                                LaunchConfig launch) {
   if (rows <= 0) return cudaSuccess;
   if (chunks <= 0) return cudaErrorInvalidValue;
-  return LaunchPdl(ArgmaxKernel, dim3(rows), dim3(chunks > 64 ? 256 : 64), 0, stream,
+  return LaunchPdl(ArgmaxKernel, dim3(rows), dim3(chunks > 64 ? 256 : 64), 0, launch,
                    static_cast<const float2*>(parts), chunks, out);
 }
 

@@ -19,10 +19,10 @@ inline constexpr size_t ArgmaxScratchBytes(int rows) {
   return static_cast<size_t>(rows) * kArgmaxChunks * 8;
 }
 cudaError_t LaunchArgmax(const float* x, int rows, int cols, int32_t* out, void* scratch,
-                         cudaStream_t stream);
+                         LaunchConfig launch);
 // LaunchArgmax's second pass alone: out[r] from the (value, index as int
 // bits) float2 pairs parts[r][chunks], the bests of a row's chunks.
 cudaError_t LaunchArgmaxOfParts(const void* parts, int rows, int chunks, int32_t* out,
-                                cudaStream_t stream);
+                                LaunchConfig launch);
 
 }  // namespace agentkv::cuda

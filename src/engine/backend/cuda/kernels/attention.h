@@ -104,7 +104,7 @@ int TokensPerTile(int group_size, bool wide = false);
 bool WideAttentionSupported(int head_dim);
 // Largest head_dim the attention kernel takes (a multiple of 16).
 inline constexpr int kMaxAttentionHeadDim = 256;
-cudaError_t LaunchAttention(const AttentionParams& p, cudaStream_t stream);
+cudaError_t LaunchAttention(const AttentionParams& p, LaunchConfig launch);
 // Whether LaunchAttention takes AttentionParams::qkv for decode steps at
 // this head_dim (the mma.sync kernel's; AttentionParams::mma must be set).
 bool FusedRotarySupported(int head_dim);

@@ -49,24 +49,24 @@ int GridFor(int64_t n, int threads) {
 
 }  // namespace
 
-cudaError_t LaunchSoftcap(float* x, int64_t n, float cap, cudaStream_t stream) {
+cudaError_t LaunchSoftcap(float* x, int64_t n, float cap, LaunchConfig launch) {
   if (n <= 0) return cudaSuccess;
-  return LaunchPdl(SoftcapKernel, dim3(GridFor(n, 256)), dim3(256), 0, stream, x, n, cap);
+  return LaunchPdl(SoftcapKernel, dim3(GridFor(n, 256)), dim3(256), 0, launch, x, n, cap);
 }
 
-cudaError_t LaunchF32ToBf16(const float* in, bf16_t* out, int64_t n, cudaStream_t stream) {
+cudaError_t LaunchF32ToBf16(const float* in, bf16_t* out, int64_t n, LaunchConfig launch) {
   if (n <= 0) return cudaSuccess;
-  return LaunchPdl(F32ToBf16Kernel, dim3(GridFor(n, 256)), dim3(256), 0, stream, in, out, n);
+  return LaunchPdl(F32ToBf16Kernel, dim3(GridFor(n, 256)), dim3(256), 0, launch, in, out, n);
 }
 
-cudaError_t LaunchBf16ToF32(const bf16_t* in, float* out, int64_t n, cudaStream_t stream) {
+cudaError_t LaunchBf16ToF32(const bf16_t* in, float* out, int64_t n, LaunchConfig launch) {
   if (n <= 0) return cudaSuccess;
-  return LaunchPdl(Bf16ToF32Kernel, dim3(GridFor(n, 256)), dim3(256), 0, stream, in, out, n);
+  return LaunchPdl(Bf16ToF32Kernel, dim3(GridFor(n, 256)), dim3(256), 0, launch, in, out, n);
 }
 
-cudaError_t LaunchFill(float* x, int64_t n, float value, cudaStream_t stream) {
+cudaError_t LaunchFill(float* x, int64_t n, float value, LaunchConfig launch) {
   if (n <= 0) return cudaSuccess;
-  return LaunchPdl(FillKernel, dim3(GridFor(n, 256)), dim3(256), 0, stream, x, n, value);
+  return LaunchPdl(FillKernel, dim3(GridFor(n, 256)), dim3(256), 0, launch, x, n, value);
 }
 
 }  // namespace agentkv::cuda

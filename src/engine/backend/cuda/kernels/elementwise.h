@@ -11,13 +11,13 @@
 namespace agentkv::cuda {
 
 // x = cap * tanh(x / cap) over n floats.
-cudaError_t LaunchSoftcap(float* x, int64_t n, float cap, cudaStream_t stream);
+cudaError_t LaunchSoftcap(float* x, int64_t n, float cap, LaunchConfig launch);
 
 // fp32 -> bf16 (round to nearest even), and back.
-cudaError_t LaunchF32ToBf16(const float* in, bf16_t* out, int64_t n, cudaStream_t stream);
-cudaError_t LaunchBf16ToF32(const bf16_t* in, float* out, int64_t n, cudaStream_t stream);
+cudaError_t LaunchF32ToBf16(const float* in, bf16_t* out, int64_t n, LaunchConfig launch);
+cudaError_t LaunchBf16ToF32(const bf16_t* in, float* out, int64_t n, LaunchConfig launch);
 
 // Fills n floats with `value` (tests poison outputs with NaN).
-cudaError_t LaunchFill(float* x, int64_t n, float value, cudaStream_t stream);
+cudaError_t LaunchFill(float* x, int64_t n, float value, LaunchConfig launch);
 
 }  // namespace agentkv::cuda

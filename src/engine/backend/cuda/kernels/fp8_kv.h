@@ -41,11 +41,11 @@ inline Fp8KvRows Fp8KvRowsAt(void* base, int64_t tokens, int nkv, int head_dim) 
 // as engine/backend/kv_fp8.h's QuantizeRow does (bit for bit on the same values);
 // tokens with pos < 0 (padding) are skipped.
 cudaError_t LaunchKvQuantizeFp8(const bf16_t* k, const bf16_t* v, const int32_t* pos, int tokens,
-                                int nkv, int head_dim, Fp8KvRows rows, cudaStream_t stream);
+                                int nkv, int head_dim, Fp8KvRows rows, LaunchConfig launch);
 // Stores `rows` into the fp8 cache (cache.fp8) as LaunchKvStore stores bf16
 // rows (pos < 0 skipped; in a ring the newest token of a slot wins).
 cudaError_t LaunchKvStoreFp8(Fp8KvRows rows, const int32_t* pos, const int32_t* tok_seq,
                              const int32_t* seq_start, const int32_t* seq_first, int tokens,
-                             int nkv, int head_dim, const KvCacheView& cache, cudaStream_t stream);
+                             int nkv, int head_dim, const KvCacheView& cache, LaunchConfig launch);
 
 }  // namespace agentkv::cuda

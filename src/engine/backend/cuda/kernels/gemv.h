@@ -19,7 +19,7 @@ namespace agentkv::cuda {
 inline constexpr int kMaxGemvRows = 8;
 bool GemvSupported(int m, int k);
 cudaError_t LaunchGemv(const bf16_t* x, const bf16_t* w, void* y, bool y_f32, int m, int n, int k,
-                       float beta, int num_sms, cudaStream_t stream, bool pipe = true);
+                       float beta, int num_sms, LaunchConfig launch, bool pipe = true);
 
 // y[m][n] = RmsNorm(x[m], norm_w) . w[n] + beta * y[m][n] with x fp32 [m][k]
 // (the residual stream), normalised as LaunchRmsNorm does, in one kernel;
@@ -28,7 +28,7 @@ inline constexpr int kMaxNormGemvRows = 2;
 bool NormGemvSupported(int m, int k);
 cudaError_t LaunchNormGemv(const float* x, const float* norm_w, float eps, bool plus_one,
                            const bf16_t* w, void* y, bool y_f32, int m, int n, int k, float beta,
-                           cudaStream_t stream);
+                           LaunchConfig launch);
 
 // out[m][i] = act(x[m] . w[2i]) * (x[m] . w[2i + 1]), bf16 [m][n / 2]: the
 // gate_up GEMV with the gated activation in its epilogue (w's rows gate and
@@ -37,7 +37,7 @@ cudaError_t LaunchNormGemv(const float* x, const float* norm_w, float eps, bool 
 inline constexpr int kMaxGemvActRows = 2;
 bool GemvGatedActSupported(int m, int n, int k);
 cudaError_t LaunchGemvGatedAct(const bf16_t* x, const bf16_t* w, bf16_t* out, int m, int n, int k,
-                               int act, cudaStream_t stream);
+                               int act, LaunchConfig launch);
 
 // out = act(gate) * up of RmsNorm(x[m], norm_w) . w, as LaunchRmsNorm then
 // LaunchGemvGatedAct, in one kernel (x fp32 [m][k]); for m <= kMaxNormGemvRows,
@@ -46,6 +46,6 @@ cudaError_t LaunchGemvGatedAct(const bf16_t* x, const bf16_t* w, bf16_t* out, in
 bool NormGemvGatedActSupported(int m, int n, int k);
 cudaError_t LaunchNormGemvGatedAct(const float* x, const float* norm_w, float eps, bool plus_one,
                                    const bf16_t* w, bf16_t* out, int m, int n, int k, int act,
-                                   cudaStream_t stream);
+                                   LaunchConfig launch);
 
 }  // namespace agentkv::cuda

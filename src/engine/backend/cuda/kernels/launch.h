@@ -2,12 +2,12 @@
 // behind plain functions (one header per op family, named after its .cu
 // file) so that host code (the backend, tests) needs no CUDA compiler.
 // Every pointer is a device pointer unless said otherwise; bf16 values
-// travel as uint16_t (the raw bfloat16 bits). Each launcher enqueues on
-// `stream` and returns the launch error (not the kernel's outcome: that
-// shows at the next synchronisation). None allocates, so all may be
+// travel as uint16_t (the raw bfloat16 bits). Each launcher enqueues as its
+// LaunchConfig says and returns the launch error (not the kernel's outcome:
+// that shows at the next synchronisation). None allocates, so all may be
 // captured in CUDA graphs. Kernel choices made for comparison (CudaTuning)
-// come in as arguments, except programmatic dependent launch
-// (SetPdlLaunches). The CPU references are
+// come in as arguments, programmatic dependent launch among them
+// (LaunchConfig::pdl). The CPU references are
 // engine/backend/cpu/cpu_kernels.h.
 #pragma once
 
@@ -19,11 +19,17 @@ namespace agentkv::cuda {
 
 using bf16_t = uint16_t;
 
-// Whether launchers launch with programmatic dependent launch (pdl.cuh)
-// where the device has it (sm_90+): on until set otherwise. Process-wide,
-// for every launcher (CudaBackend::Create sets it from CudaTuning::pdl);
-// launches read it as they are made, graphs keep what they were captured
-// with. Thread-safe.
-void SetPdlLaunches(bool on);
+// Where and how a launcher launches: on `stream`, with programmatic
+// dependent launch (pdl.cuh) where `pdl` is set and the device has it
+// (sm_90+; elsewhere plainly). A stream alone converts to a config with pdl
+// on, so tests and benchmarks pass their stream; the backend passes
+// CudaTuning::pdl with its stream. A captured graph keeps the launches it
+// was captured with.
+struct LaunchConfig {
+  // (Implicit: a stream is a complete config.)
+  LaunchConfig(cudaStream_t s = nullptr, bool p = true) : stream(s), pdl(p) {}  // NOLINT
+  cudaStream_t stream;
+  bool pdl;
+};
 
 }  // namespace agentkv::cuda

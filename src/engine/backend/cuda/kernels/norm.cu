@@ -212,16 +212,16 @@ int NormThreads(int dim) { return dim >= 1024 ? 512 : dim >= 256 ? 256 : 128; }
 }  // namespace
 
 cudaError_t LaunchEmbed(const bf16_t* embed, const int32_t* tokens, const int32_t* picks, int rows,
-                        int dim, float scale, float* x, cudaStream_t stream) {
+                        int dim, float scale, float* x, LaunchConfig launch) {
   if (rows <= 0) return cudaSuccess;
   const bool vec = dim % 8 == 0 && reinterpret_cast<uintptr_t>(embed) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(x) % 16 == 0;
-  return LaunchPdl(EmbedKernel, dim3(rows), dim3(256), 0, stream, embed, tokens, picks, dim, scale,
+  return LaunchPdl(EmbedKernel, dim3(rows), dim3(256), 0, launch, embed, tokens, picks, dim, scale,
                    x, vec);
 }
 
 cudaError_t LaunchRmsNorm(const float* x, const int32_t* rows_idx, const float* w, bf16_t* out,
-                          int rows, int dim, float eps, bool plus_one, cudaStream_t stream) {
+                          int rows, int dim, float eps, bool plus_one, LaunchConfig launch) {
   if (rows <= 0) return cudaSuccess;
   const int threads = NormThreads(dim);
   if (dim % 4 == 0 && dim <= threads * 4 * kNormVec) {
@@ -231,10 +231,10 @@ cudaError_t LaunchRmsNorm(const float* x, const int32_t* rows_idx, const float* 
     const int vec_threads = rows >= kManyRows
                                 ? std::max(32, (dim / 4 + kNormVec * 32 - 1) / (kNormVec * 32) * 32)
                                 : threads;
-    return LaunchPdl(RmsNormVecKernel, dim3(rows), dim3(vec_threads), 0, stream, x, rows_idx, w,
+    return LaunchPdl(RmsNormVecKernel, dim3(rows), dim3(vec_threads), 0, launch, x, rows_idx, w,
                      out, dim, eps, plus_one);
   }
-  return LaunchPdl(RmsNormKernel, dim3(rows), dim3(threads), 0, stream, x, rows_idx, w, out, dim,
+  return LaunchPdl(RmsNormKernel, dim3(rows), dim3(threads), 0, launch, x, rows_idx, w, out, dim,
                    eps, plus_one);
 }
 
@@ -244,21 +244,21 @@ bool AddPartsRmsNormSupported(int dim, int nparts) {
 
 cudaError_t LaunchAddPartsRmsNorm(float* x, const float* parts, int nparts, int64_t plane,
                                   const int32_t* rows_idx, const float* w, bf16_t* out, int rows,
-                                  int dim, float eps, bool plus_one, cudaStream_t stream) {
+                                  int dim, float eps, bool plus_one, LaunchConfig launch) {
   if (!AddPartsRmsNormSupported(dim, nparts) || plane % 4 != 0) return cudaErrorInvalidValue;
   if (rows <= 0) return cudaSuccess;
   auto* kernel = nparts > 8   ? AddPartsRmsNormKernel<kMaxParts>
                  : nparts > 4 ? AddPartsRmsNormKernel<8>
                               : AddPartsRmsNormKernel<4>;
-  return LaunchPdl(kernel, dim3(rows), dim3(NormThreads(dim)), 0, stream, x, parts, nparts, plane,
+  return LaunchPdl(kernel, dim3(rows), dim3(NormThreads(dim)), 0, launch, x, parts, nparts, plane,
                    rows_idx, w, out, dim, eps, plus_one);
 }
 
 cudaError_t LaunchAddNormed(const float* o, const float* w_post, float* x, const float* w_pre,
                             bf16_t* h, int rows, int dim, float eps, bool plus_one,
-                            cudaStream_t stream) {
+                            LaunchConfig launch) {
   if (rows <= 0) return cudaSuccess;
-  return LaunchPdl(AddNormedKernel, dim3(rows), dim3(NormThreads(dim)), 0, stream, o, w_post, x,
+  return LaunchPdl(AddNormedKernel, dim3(rows), dim3(NormThreads(dim)), 0, launch, o, w_post, x,
                    w_pre, h, dim, eps, plus_one);
 }
 

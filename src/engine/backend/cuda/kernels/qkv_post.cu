@@ -306,17 +306,17 @@ cudaError_t LaunchQkvPostStore(const TIn* qkv, const float* bias, const float* q
                                const float* k_norm, const float* inv_freq, const int32_t* pos,
                                const int32_t* tok_seq, int tokens, int nh, int nkv, int head_dim,
                                float eps, bool plus_one, bf16_t* q, bf16_t* k, bf16_t* v,
-                               const KvCacheView& cache, cudaStream_t stream) {
+                               const KvCacheView& cache, LaunchConfig launch) {
   if (tokens <= 0) return cudaSuccess;
   if constexpr (std::is_same_v<TIn, bf16_t>) {
     if (head_dim == 64)
       return LaunchPdl(QkvPostVecKernel, dim3((tokens + kQkvVecTokens - 1) / kQkvVecTokens),
-                       dim3(32 * kQkvVecTokens), 0, stream, qkv, bias, q_norm, k_norm, inv_freq,
+                       dim3(32 * kQkvVecTokens), 0, launch, qkv, bias, q_norm, k_norm, inv_freq,
                        pos, tokens, nh, nkv, eps, plus_one, q, k, v, tok_seq, cache);
   }
   if (k == nullptr || v == nullptr) return cudaErrorInvalidValue;  // (QkvPostVecKernel only)
   const dim3 grid = QkvPostGrid(tokens, nh + 2 * nkv);
-  return LaunchPdl(QkvPostFor<TIn>(head_dim), grid, dim3(32 * kQkvPostWarps), 0, stream, qkv, bias,
+  return LaunchPdl(QkvPostFor<TIn>(head_dim), grid, dim3(32 * kQkvPostWarps), 0, launch, qkv, bias,
                    q_norm, k_norm, inv_freq, pos, nh, nkv, head_dim, eps, plus_one, q, k, v,
                    tok_seq, cache);
 }
@@ -324,18 +324,18 @@ template <typename TIn>
 cudaError_t LaunchQkvPost(const TIn* qkv, const float* bias, const float* q_norm,
                           const float* k_norm, const float* inv_freq, const int32_t* pos,
                           int tokens, int nh, int nkv, int head_dim, float eps, bool plus_one,
-                          bf16_t* q, bf16_t* k, bf16_t* v, cudaStream_t stream) {
+                          bf16_t* q, bf16_t* k, bf16_t* v, LaunchConfig launch) {
   return LaunchQkvPostStore(qkv, bias, q_norm, k_norm, inv_freq, pos, nullptr, tokens, nh, nkv,
-                            head_dim, eps, plus_one, q, k, v, KvCacheView{}, stream);
+                            head_dim, eps, plus_one, q, k, v, KvCacheView{}, launch);
 }
 #define AGENTKV_QKV_POST(T)                                                                      \
   template cudaError_t LaunchQkvPost<T>(const T*, const float*, const float*, const float*,      \
                                         const float*, const int32_t*, int, int, int, int, float, \
-                                        bool, bf16_t*, bf16_t*, bf16_t*, cudaStream_t);          \
+                                        bool, bf16_t*, bf16_t*, bf16_t*, LaunchConfig);          \
   template cudaError_t LaunchQkvPostStore<T>(const T*, const float*, const float*, const float*, \
                                              const float*, const int32_t*, const int32_t*, int,  \
                                              int, int, int, float, bool, bf16_t*, bf16_t*,       \
-                                             bf16_t*, const KvCacheView&, cudaStream_t);
+                                             bf16_t*, const KvCacheView&, LaunchConfig);
 AGENTKV_QKV_POST(float)
 AGENTKV_QKV_POST(bf16_t)
 #undef AGENTKV_QKV_POST
@@ -343,9 +343,9 @@ AGENTKV_QKV_POST(bf16_t)
 cudaError_t LaunchKvStore(const bf16_t* k, const bf16_t* v, const int32_t* pos,
                           const int32_t* tok_seq, const int32_t* seq_start,
                           const int32_t* seq_first, int tokens, int nkv, int head_dim,
-                          const KvCacheView& cache, cudaStream_t stream) {
+                          const KvCacheView& cache, LaunchConfig launch) {
   if (tokens <= 0) return cudaSuccess;
-  return LaunchPdl(KvStoreKernel, dim3(tokens), dim3(128), 0, stream, k, v, pos, tok_seq, seq_start,
+  return LaunchPdl(KvStoreKernel, dim3(tokens), dim3(128), 0, launch, k, v, pos, tok_seq, seq_start,
                    seq_first, nkv, head_dim, cache);
 }
 

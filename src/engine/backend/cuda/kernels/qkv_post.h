@@ -23,7 +23,7 @@ template <typename TIn>
 cudaError_t LaunchQkvPost(const TIn* qkv, const float* bias, const float* q_norm,
                           const float* k_norm, const float* inv_freq, const int32_t* pos,
                           int tokens, int nh, int nkv, int head_dim, float eps, bool plus_one,
-                          bf16_t* q, bf16_t* k, bf16_t* v, cudaStream_t stream);
+                          bf16_t* q, bf16_t* k, bf16_t* v, LaunchConfig launch);
 
 // Where one layer's K and V live in a group's paged cache: per block, for
 // each layer of the group, K then V, each [block_size][nkv][head_dim] bf16.
@@ -54,7 +54,7 @@ cudaError_t LaunchQkvPostStore(const TIn* qkv, const float* bias, const float* q
                                const float* k_norm, const float* inv_freq, const int32_t* pos,
                                const int32_t* tok_seq, int tokens, int nh, int nkv, int head_dim,
                                float eps, bool plus_one, bf16_t* q, bf16_t* k, bf16_t* v,
-                               const KvCacheView& cache, cudaStream_t stream);
+                               const KvCacheView& cache, LaunchConfig launch);
 
 // Stores this step's K and V (bf16 [T][nkv][D]) into the cache at pos[t] of
 // sequence tok_seq[t]; tokens with pos < 0 (padding) are skipped. In a ring,
@@ -64,6 +64,6 @@ cudaError_t LaunchQkvPostStore(const TIn* qkv, const float* bias, const float* q
 cudaError_t LaunchKvStore(const bf16_t* k, const bf16_t* v, const int32_t* pos,
                           const int32_t* tok_seq, const int32_t* seq_start,
                           const int32_t* seq_first, int tokens, int nkv, int head_dim,
-                          const KvCacheView& cache, cudaStream_t stream);
+                          const KvCacheView& cache, LaunchConfig launch);
 
 }  // namespace agentkv::cuda

@@ -20,6 +20,6 @@ namespace agentkv::cuda {
 // expf here and there may differ by an ulp or two; sums run in double in
 // another order).
 cudaError_t LaunchSampleRows(const float* logits, int rows, int vocab, const RowPick* picks,
-                             int32_t* out, cudaStream_t stream);
+                             int32_t* out, LaunchConfig launch);
 
 }  // namespace agentkv::cuda

@@ -22,6 +22,6 @@ int SkinnyGemmSplits(int n, int k, int num_sms);
 // splits: 0 for SkinnyGemmSplits, else a power of two up to 8 (for
 // measurements).
 cudaError_t LaunchSkinnyGemm(const bf16_t* x, const bf16_t* w, void* y, bool y_f32, int m, int n,
-                             int k, float beta, int num_sms, cudaStream_t stream, int splits = 0);
+                             int k, float beta, int num_sms, LaunchConfig launch, int splits = 0);
 
 }  // namespace agentkv::cuda

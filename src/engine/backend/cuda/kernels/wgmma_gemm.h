@@ -45,7 +45,7 @@ WgmmaGemmPlan WgmmaGemmPlanFor(int n, int k, int num_sms);
 // refused (cudaErrorInvalidValue), as are other invalid arguments.
 inline constexpr int kMaxWgmmaSplits = 16;
 cudaError_t LaunchWgmmaGemm(const bf16_t* x, const bf16_t* w, void* y, bool y_f32, int m, int n,
-                            int k, float beta, WgmmaGemmWorkspace ws, cudaStream_t stream,
+                            int k, float beta, WgmmaGemmWorkspace ws, LaunchConfig launch,
                             int act = -1, bool planes = false, WgmmaGemmPlan plan = {});
 
 // The LM head's form: y fp32 [m][n] = x . w^T (beta 0, no split), stored
@@ -59,7 +59,7 @@ cudaError_t LaunchWgmmaGemm(const bf16_t* x, const bf16_t* w, void* y, bool y_f3
 size_t WgmmaArgmaxScratchBytes(int m, int n, WgmmaGemmPlan plan = {});
 cudaError_t LaunchWgmmaGemmArgmax(const bf16_t* x, const bf16_t* w, float* y,
                                   const int32_t* store_logits, int m, int n, int k, void* scratch,
-                                  int32_t* argmax, int num_sms, cudaStream_t stream,
+                                  int32_t* argmax, int num_sms, LaunchConfig launch,
                                   WgmmaGemmPlan plan = {});
 
 }  // namespace agentkv::cuda

@@ -30,11 +30,11 @@
 
 #include "engine/backend/cuda/kernels/activation.cuh"
 #include "engine/backend/cuda/kernels/argmax.cuh"
-#include "engine/backend/cuda/kernels/hopper.cuh"
-#include "engine/backend/cuda/kernels/wgmma_prompt_gemm.h"
 #include "engine/backend/cuda/kernels/argmax.h"
+#include "engine/backend/cuda/kernels/hopper.cuh"
 #include "engine/backend/cuda/kernels/mma.cuh"
 #include "engine/backend/cuda/kernels/pdl.cuh"
+#include "engine/backend/cuda/kernels/wgmma_prompt_gemm.h"
 
 namespace agentkv::cuda {
 namespace {
@@ -360,7 +360,7 @@ PromptArgs ArgsOf(int m, int n, int k, int act) {
 
 template <Out kOut>
 cudaError_t LaunchKernel(const CUtensorMap& xm, const CUtensorMap& wm, const CUtensorMap& ym,
-                         const PromptArgs& a, int num_sms, cudaStream_t stream) {
+                         const PromptArgs& a, int num_sms, LaunchConfig launch) {
   static bool raised = false;
   if (!raised) {
     const cudaError_t e = cudaFuncSetAttribute(
@@ -370,7 +370,7 @@ cudaError_t LaunchKernel(const CUtensorMap& xm, const CUtensorMap& wm, const CUt
   }
   const int tiles = (a.M + kBM - 1) / kBM * (a.N / kBN);
   const int grid = tiles < num_sms ? tiles : num_sms;
-  return LaunchPdl(PromptGemmKernel<kOut>, dim3(grid), dim3(kThreads), kSmem, stream, xm, wm, ym,
+  return LaunchPdl(PromptGemmKernel<kOut>, dim3(grid), dim3(kThreads), kSmem, launch, xm, wm, ym,
                    a);
 }
 
@@ -388,25 +388,25 @@ bool PromptGemmSupported(int m, int n, int k) {
 }
 
 cudaError_t LaunchPromptGemm(const bf16_t* x, const bf16_t* w, bf16_t* y, int m, int n, int k,
-                             int act, int num_sms, cudaStream_t stream) {
+                             int act, int num_sms, LaunchConfig launch) {
   if (!PromptGemmSupported(m, n, k) || num_sms <= 0 || act > 1) return cudaErrorInvalidValue;
   CUtensorMap xm, wm, ym;
   if (!Map2d(x, m, k, kBM, &xm) || !Map2d(w, n, k, kBN, &wm) ||
       !Map2d(y, m, act >= 0 ? n / 2 : n, kBM, &ym))
     return cudaErrorInvalidValue;
   const PromptArgs a = ArgsOf(m, n, k, act);
-  return act >= 0 ? LaunchKernel<Out::kGated>(xm, wm, ym, a, num_sms, stream)
-                  : LaunchKernel<Out::kBf16>(xm, wm, ym, a, num_sms, stream);
+  return act >= 0 ? LaunchKernel<Out::kGated>(xm, wm, ym, a, num_sms, launch)
+                  : LaunchKernel<Out::kBf16>(xm, wm, ym, a, num_sms, launch);
 }
 
 cudaError_t LaunchPromptGemmAdd(const bf16_t* x, const bf16_t* w, float* y, int m, int n, int k,
-                                int num_sms, cudaStream_t stream) {
+                                int num_sms, LaunchConfig launch) {
   if (!PromptGemmSupported(m, n, k) || num_sms <= 0) return cudaErrorInvalidValue;
   CUtensorMap xm, wm, ym;
   if (!Map2d(x, m, k, kBM, &xm) || !Map2d(w, n, k, kBN, &wm) || !Map2d(y, m, n, kBM, &ym, true))
     return cudaErrorInvalidValue;
   const PromptArgs a = ArgsOf(m, n, k, -1);
-  return LaunchKernel<Out::kAddF32>(xm, wm, ym, a, num_sms, stream);
+  return LaunchKernel<Out::kAddF32>(xm, wm, ym, a, num_sms, launch);
 }
 
 size_t PromptArgmaxScratchBytes(int m, int n) {
@@ -415,7 +415,7 @@ size_t PromptArgmaxScratchBytes(int m, int n) {
 
 cudaError_t LaunchPromptGemmArgmax(const bf16_t* x, const bf16_t* w, float* y,
                                    const int32_t* store_logits, int m, int n, int k, void* scratch,
-                                   int32_t* argmax, int num_sms, cudaStream_t stream) {
+                                   int32_t* argmax, int num_sms, LaunchConfig launch) {
   if (!PromptGemmSupported(m, n, k) || num_sms <= 0 || scratch == nullptr || argmax == nullptr)
     return cudaErrorInvalidValue;
   CUtensorMap xm, wm, ym;
@@ -424,9 +424,9 @@ cudaError_t LaunchPromptGemmArgmax(const bf16_t* x, const bf16_t* w, float* y,
   PromptArgs a = ArgsOf(m, n, k, -1);
   a.best = static_cast<float2*>(scratch);
   a.store = store_logits;
-  const cudaError_t e = LaunchKernel<Out::kArgmax>(xm, wm, ym, a, num_sms, stream);
+  const cudaError_t e = LaunchKernel<Out::kArgmax>(xm, wm, ym, a, num_sms, launch);
   if (e != cudaSuccess) return e;
-  return LaunchArgmaxOfParts(scratch, m, n / kBN, argmax, stream);
+  return LaunchArgmaxOfParts(scratch, m, n / kBN, argmax, launch);
 }
 
 }  // namespace agentkv::cuda

@@ -22,11 +22,11 @@ namespace agentkv::cuda {
 // x, w and y 16-byte aligned. num_sms sizes the grid.
 bool PromptGemmSupported(int m, int n, int k);
 cudaError_t LaunchPromptGemm(const bf16_t* x, const bf16_t* w, bf16_t* y, int m, int n, int k,
-                             int act, int num_sms, cudaStream_t stream);
+                             int act, int num_sms, LaunchConfig launch);
 // The residual form: y fp32 [m][n] += x . w^T, each tile added by a TMA
 // reduction (one add an element: deterministic) while the kernel goes on.
 cudaError_t LaunchPromptGemmAdd(const bf16_t* x, const bf16_t* w, float* y, int m, int n, int k,
-                                int num_sms, cudaStream_t stream);
+                                int num_sms, LaunchConfig launch);
 // The LM head's form (as LaunchWgmmaGemmArgmax, any m): y fp32 [m][n]
 // stored unless store_logits points to a device 0, and argmax[r] of each
 // row as LaunchArgmax defines it, through `scratch`
@@ -34,6 +34,6 @@ cudaError_t LaunchPromptGemmAdd(const bf16_t* x, const bf16_t* w, float* y, int 
 size_t PromptArgmaxScratchBytes(int m, int n);
 cudaError_t LaunchPromptGemmArgmax(const bf16_t* x, const bf16_t* w, float* y,
                                    const int32_t* store_logits, int m, int n, int k, void* scratch,
-                                   int32_t* argmax, int num_sms, cudaStream_t stream);
+                                   int32_t* argmax, int num_sms, LaunchConfig launch);
 
 }  // namespace agentkv::cuda
