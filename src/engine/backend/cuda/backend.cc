@@ -11,7 +11,6 @@
 #include "engine/backend/cuda/kernels/fp8_kv.h"
 #include "engine/backend/cuda/kernels/gemv.h"
 #include "engine/backend/cuda/kernels/norm.h"
-#include "engine/backend/cuda/kernels/skinny_gemm.h"
 #include "engine/backend/cuda/kernels/wgmma_gemm.h"
 #include "engine/backend/cuda/kernels/wgmma_prompt_gemm.h"
 #include "engine/backend/rope.h"
@@ -100,9 +99,6 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::Create(const ModelConfig& conf
   std::unique_ptr<CudaBackend> b(new CudaBackend(config, options));
   const CudaTuning& t = options.tuning;
   if (!t.step_log.empty()) b->step_log_ = std::fopen(t.step_log.c_str(), "a");
-  const cuda::SkinnyRows skinny = cuda::SkinnyRowsFor(t, cuda::kMaxSkinnyRows);
-  b->skinny_min_rows_ = skinny.min_rows;
-  b->skinny_max_rows_ = skinny.max_rows;
   RETURN_IF_ERROR(b->Init(weights));
   cudaDeviceProp prop{};
   CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, b->options_.device));
@@ -688,7 +684,7 @@ bool CudaBackend::UseWgmma(int m, int n, int k) const {
 
 bool CudaBackend::UseWgmmaArgmax(int rows) const {
   const ModelConfig& c = config_;
-  return options_.tuning.lm_argmax && rows >= wgmma_min_rows_ && rows >= skinny_min_rows_ &&
+  return options_.tuning.lm_argmax && rows >= wgmma_min_rows_ && rows > kGemvMaxRows &&
          !(c.final_logit_softcap > 0.f) &&
          cuda::WgmmaGemmSupported(rows, c.vocab_size, c.hidden_size);
 }
@@ -707,9 +703,9 @@ bool CudaBackend::UsePromptArgmax(int rows) const {
 }
 
 int CudaBackend::PlanesFor(int m, int n, int k) const {
-  // (From skinny_min_rows_: fewer rows take the GEMVs, some with the norm
+  // (Above kGemvMaxRows: fewer rows take the GEMVs, some with the norm
   // fused, which add no planes.)
-  if (m < wgmma_min_rows_ || m < skinny_min_rows_ || !cuda::WgmmaGemmSupported(m, n, k)) return 0;
+  if (m < wgmma_min_rows_ || m <= kGemvMaxRows || !cuda::WgmmaGemmSupported(m, n, k)) return 0;
   const int splits = cuda::WgmmaGemmPlanFor(n, k, num_sms_).splits;
   return splits > 1 && cuda::AddPartsRmsNormSupported(n, splits) ? splits : 0;
 }
@@ -749,7 +745,7 @@ Status CudaBackend::Gemm(const cuda::bf16_t* x, const cuda::bf16_t* w, void* y, 
   // The weight-streaming GEMV beat cuBLAS at 1 row (c1 655 -> 683 tok/s) but
   // lost at 8 (c8 3833 -> 3210: its x reads from shared memory grow with the
   // rows): used up to 2 rows.
-  if (m < skinny_min_rows_ && cuda::GemvSupported(m, k)) {
+  if (m <= kGemvMaxRows && cuda::GemvSupported(m, k)) {
     CUDA_RETURN_IF_ERROR(cuda::LaunchGemv(x, w, y, y_f32, m, n, k, beta, num_sms_, launch_,
                                           options_.tuning.gemv_pipe));
     return Status::Ok();
@@ -757,10 +753,6 @@ Status CudaBackend::Gemm(const cuda::bf16_t* x, const cuda::bf16_t* w, void* y, 
   if (UseWgmma(m, n, k)) {
     CUDA_RETURN_IF_ERROR(
         cuda::LaunchWgmmaGemm(x, w, y, y_f32, m, n, k, beta, {wgmma_ws_.get(), num_sms_}, launch_));
-    return Status::Ok();
-  }
-  if (m <= skinny_max_rows_ && cuda::SkinnyGemmSupported(m, n, k)) {
-    CUDA_RETURN_IF_ERROR(cuda::LaunchSkinnyGemm(x, w, y, y_f32, m, n, k, beta, num_sms_, launch_));
     return Status::Ok();
   }
   const int rows = static_cast<int>(std::min<int64_t>(GemmRows(m), std::max<int64_t>(max_rows, m)));

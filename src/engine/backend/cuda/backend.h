@@ -381,9 +381,9 @@ class CudaBackend final : public Backend {
   // fp8 cache: the step's quantized K/V rows (cuda::Fp8KvRowsAt, cap_tokens_).
   cuda::DeviceBuffer kv8_;
   bool fp8() const { return spec_.kv_dtype == KvDtype::kFP8E4M3; }
-  // Fewer rows than skinny_min_rows_ take the GEMVs; up to skinny_max_rows_
-  // Gemm uses the skinny kernel (cuda::SkinnyRowsFor; none by default).
-  int skinny_min_rows_ = 3, skinny_max_rows_ = 0;
+  // Up to this many rows the GEMMs run on the weight-streaming GEMVs
+  // (kernels/gemv.h); more rows take the warpgroup GEMM or cuBLAS.
+  static constexpr int kGemvMaxRows = 2;
   // Rows from which Gemm uses the warpgroup GEMM (up to kMaxWgmmaRows;
   // cuda::WgmmaMinRows: kNeverRows off compute capability 9.0), and its
   // split-K scratch (wgmma_ws_).

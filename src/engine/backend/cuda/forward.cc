@@ -632,13 +632,13 @@ Status CudaBackend::Enqueue(const Shape& s, int slot) {
     const int act_kind = c.activation == Activation::kSilu ? 0 : 1;
     // One or two rows: the MLP norm, the gate_up GEMV and the activation in
     // one kernel. (Sandwich norms: AddNormed above already wrote h.)
-    const bool norm_gemv_act = !c.sandwich_norm && T < skinny_min_rows_ && pending_planes_ == 0 &&
+    const bool norm_gemv_act = !c.sandwich_norm && T <= kGemvMaxRows && pending_planes_ == 0 &&
                                tuning.gemv_pipe && cuda::NormGemvGatedActSupported(T, 2 * I, H);
     if (!c.sandwich_norm && !norm_gemv_act) RETURN_IF_ERROR(Norm(nullptr, L.post_attn_norm, T));
     if (norm_gemv_act) {
       CUDA_RETURN_IF_ERROR(cuda::LaunchNormGemvGatedAct(
           x, L.post_attn_norm, eps, plus_one, L.w_gate_up, act, T, 2 * I, H, act_kind, launch_));
-    } else if (T < skinny_min_rows_ && cuda::GemvGatedActSupported(T, 2 * I, H)) {
+    } else if (T <= kGemvMaxRows && cuda::GemvGatedActSupported(T, 2 * I, H)) {
       // One or two rows: the activation in the GEMV's epilogue.
       CUDA_RETURN_IF_ERROR(
           cuda::LaunchGemvGatedAct(h, L.w_gate_up, act, T, 2 * I, H, act_kind, launch_));

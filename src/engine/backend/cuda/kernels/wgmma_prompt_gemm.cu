@@ -5,7 +5,7 @@
 // them: gate_up writes act(gate) * up, and the activation kernel's ~130 us
 // a layer of an 8,192-token step goes, bench/RESULTS.md item 96) and the LM
 // head's argmax (each row's best feature a tile; item 98). Also plain bf16
-// out, and fp32 added into y.
+// out. (Its fp32 residual form lost to cuBLAS: dev/cuda/prompt_gemm_add.cu.)
 //
 // Structure (persistent, warp-specialised): one block an SM takes output
 // tiles of 128 tokens x 256 features in turn. Warpgroup 0's first thread
@@ -55,9 +55,9 @@ constexpr int kBarBytes = 2 * kStages * 8;
 constexpr int kSlabBytes = kBM * 128;  // 128-byte rows: 64 bf16 or 32 fp32 columns
 
 // The output forms: bf16; bf16 act(gate) * up (half the columns); fp32
-// added into y by TMA reductions; fp32 logits (stored only if asked) and
-// each row's best feature of the tile (the LM head).
-enum class Out { kBf16, kGated, kAddF32, kArgmax };
+// logits (stored only if asked) and each row's best feature of the tile
+// (the LM head).
+enum class Out { kBf16, kGated, kArgmax };
 // The output tile leaves shared memory in parts of 32 KiB (two slabs):
 // the gated form's whole tile, the bf16 form's in two parts of 128
 // columns, the fp32 form's in four of 64, so that four stages fit beside
@@ -287,7 +287,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int h = 0; h < 2; ++h) {
           const int r = r0 + 8 * h;
           const float g = acc[4 * j + 2 * h], u = acc[4 * j + 2 * h + 1];
-          if constexpr (kOut == Out::kAddF32 || kOut == Out::kArgmax) {
+          if constexpr (kOut == Out::kArgmax) {
             const int col = 8 * (j - kJ * part) + 2 * q;  // fp32 column of the part
             unsigned char* at = smem + S * kStageBytes + (col >> 5) * kSlabBytes + r * 128 +
                                 ((((col & 31) >> 2) ^ (r & 7)) << 4) + (col & 3) * 4;
@@ -307,23 +307,15 @@ __global__ void __launch_bounds__(kThreads, 1)
       ConsumerSync();
       if (ct == 0) {
         // Two slabs of 128-byte rows: 64 bf16 or 32 fp32 columns each.
-        constexpr int kSlabCols = kOut == Out::kAddF32 || kOut == Out::kArgmax ? 32 : 64;
+        constexpr int kSlabCols = kOut == Out::kArgmax ? 32 : 64;
         const int col0 = kGated ? n0 / 2 : n0 + part * 2 * kSlabCols;
 #pragma unroll
         for (int sl = 0; sl < 2; ++sl) {
-          if constexpr (kOut == Out::kAddF32) {
-            asm volatile(
-                "cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.bulk_group"
-                " [%0, {%1, %2}], [%3];\n" ::"l"(&ymap),
-                "r"(col0 + sl * kSlabCols), "r"(m0), "r"(out_s + sl * kSlabBytes)
-                : "memory");
-          } else {
-            asm volatile(
-                "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::
-                    "l"(&ymap),
-                "r"(col0 + sl * kSlabCols), "r"(m0), "r"(out_s + sl * kSlabBytes)
-                : "memory");
-          }
+          asm volatile(
+              "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(
+                  &ymap),
+              "r"(col0 + sl * kSlabCols), "r"(m0), "r"(out_s + sl * kSlabBytes)
+              : "memory");
         }
         asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
       }
@@ -397,16 +389,6 @@ cudaError_t LaunchPromptGemm(const bf16_t* x, const bf16_t* w, bf16_t* y, int m,
   const PromptArgs a = ArgsOf(m, n, k, act);
   return act >= 0 ? LaunchKernel<Out::kGated>(xm, wm, ym, a, num_sms, launch)
                   : LaunchKernel<Out::kBf16>(xm, wm, ym, a, num_sms, launch);
-}
-
-cudaError_t LaunchPromptGemmAdd(const bf16_t* x, const bf16_t* w, float* y, int m, int n, int k,
-                                int num_sms, LaunchConfig launch) {
-  if (!PromptGemmSupported(m, n, k) || num_sms <= 0) return cudaErrorInvalidValue;
-  CUtensorMap xm, wm, ym;
-  if (!Map2d(x, m, k, kBM, &xm) || !Map2d(w, n, k, kBN, &wm) || !Map2d(y, m, n, kBM, &ym, true))
-    return cudaErrorInvalidValue;
-  const PromptArgs a = ArgsOf(m, n, k, -1);
-  return LaunchKernel<Out::kAddF32>(xm, wm, ym, a, num_sms, launch);
 }
 
 size_t PromptArgmaxScratchBytes(int m, int n) {

@@ -23,10 +23,6 @@ namespace agentkv::cuda {
 bool PromptGemmSupported(int m, int n, int k);
 cudaError_t LaunchPromptGemm(const bf16_t* x, const bf16_t* w, bf16_t* y, int m, int n, int k,
                              int act, int num_sms, LaunchConfig launch);
-// The residual form: y fp32 [m][n] += x . w^T, each tile added by a TMA
-// reduction (one add an element: deterministic) while the kernel goes on.
-cudaError_t LaunchPromptGemmAdd(const bf16_t* x, const bf16_t* w, float* y, int m, int n, int k,
-                                int num_sms, LaunchConfig launch);
 // The LM head's form (as LaunchWgmmaGemmArgmax, any m): y fp32 [m][n]
 // stored unless store_logits points to a device 0, and argmax[r] of each
 // row as LaunchArgmax defines it, through `scratch`

@@ -23,12 +23,11 @@ namespace {
 
 using namespace agentkv::testing;
 
-// The prompt-step GEMM against the CPU Linear (bf16 out; fp32 added into y)
-// and against Linear then the CPU GatedActivation (the gated form): token counts that leave
-// the last 128-row tile part empty, feature tiles past one raster band
-// (2,560 = 10 tiles), K ending mid-way through the stage ring, and grids of
-// a few blocks so that each block takes several tiles. The row after the
-// last is poisoned and must stay so; two launches give the same bits.
+// The prompt-step GEMM against the CPU Linear (bf16 out) and against Linear then the CPU
+// GatedActivation (the gated form): token counts that leave the last 128-row tile part empty,
+// feature tiles past one raster band (2,560 = 10 tiles), K ending mid-way through the stage ring,
+// and grids of a few blocks so that each block takes several tiles. The row after the last is
+// poisoned and must stay so; two launches give the same bits.
 TEST(CudaKernels, PromptGemmMatchesLinear) {
   AGENTKV_REQUIRE_GPU();
   const int sms = Cc90Sms();
@@ -79,39 +78,6 @@ TEST(CudaKernels, PromptGemmMatchesLinear) {
         first = raw;
       } else {
         EXPECT_EQ(raw, first) << what;
-      }
-    }
-  }
-  // The residual form: y += x . w^T in fp32 (one add an element), rows
-  // past m left as they were.
-  for (auto [m, n, k, grid] : {std::array{300, 2560, 320, 7}, std::array{129, 512, 1024, sms},
-                               std::array{1, 256, 64, 1}}) {
-    const std::string what = std::to_string(m) + " " + std::to_string(n) + " " + std::to_string(k) +
-                             " grid " + std::to_string(grid) + " add";
-    const auto x = Rounded(Random(static_cast<size_t>(m) * k, rng));
-    const auto w = Rounded(Random(static_cast<size_t>(n) * k, rng, 0.05f));
-    auto y0 = Random(static_cast<size_t>(m + 1) * n, rng);
-    std::fill(y0.begin() + static_cast<size_t>(m) * n, y0.end(), 12345.f);
-    std::vector<float> ref(static_cast<size_t>(m) * n);
-    kernels::Linear(x.data(), w.data(), nullptr, ref.data(), m, n, k);
-    for (size_t i = 0; i < ref.size(); ++i) ref[i] += y0[i];
-    auto dx = Upload(Bf16Of(x)), dw = Upload(Bf16Of(w));
-    std::vector<float> first;
-    for (int rep = 0; rep < 2; ++rep) {
-      auto dy = Upload(y0);
-      ASSERT_EQ(cuda::LaunchPromptGemmAdd(dx.get<cuda::bf16_t>(), dw.get<cuda::bf16_t>(),
-                                          dy.get<float>(), m, n, k, grid, nullptr),
-                cudaSuccess)
-          << what;
-      auto got = Download<float>(dy, static_cast<size_t>(m + 1) * n);
-      EXPECT_EQ(std::count(got.begin() + static_cast<size_t>(m) * n, got.end(), 12345.f), n)
-          << what << ": wrote past row m";
-      got.resize(static_cast<size_t>(m) * n);
-      EXPECT_LT(RelErr(got, ref), 1e-5) << what;
-      if (rep == 0) {
-        first = got;
-      } else {
-        EXPECT_EQ(got, first) << what;
       }
     }
   }

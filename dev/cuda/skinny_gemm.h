@@ -1,5 +1,6 @@
-// The skinny tensor-core GEMM (skinny_gemm.cu); launch.h says what all
-// launchers share.
+// The skinny tensor-core GEMM (skinny_gemm.cu), kept as an experiment
+// (dev/cuda/README.md). Launchers as in
+// src/engine/backend/cuda/kernels/launch.h.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -11,7 +11,7 @@
 // Measured against cuBLAS on the Llama-3.2-1B shapes (bench/RESULTS.md):
 // ahead by 3-13% at 8 rows in a graph of back-to-back launches, behind from
 // 16 rows on; inside a decode step it lost (c8 4,700 -> 4,560 tok/s), so
-// the backend uses it only when CudaTuning::skinny asks. Two earlier
+// the backend never used it (dev/cuda/README.md). Two earlier
 // designs lost everywhere and are gone: partials met in global memory and
 // added by the last block of a tile (its serial reads made o and down 2-4x
 // slower), and weights staged through a cp.async pipeline in swizzled
@@ -19,11 +19,11 @@
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
+#include "dev/cuda/skinny_gemm.h"
 #include "engine/backend/cuda/kernels/attention_common.cuh"
 #include "engine/backend/cuda/kernels/launch.h"
 #include "engine/backend/cuda/kernels/mma.cuh"
 #include "engine/backend/cuda/kernels/pdl.cuh"
-#include "engine/backend/cuda/kernels/skinny_gemm.h"
 
 namespace agentkv::cuda {
 namespace {
