@@ -35,7 +35,8 @@
 // cache group in exactly the ReadBlock/WriteBlock layout of backend.h, so
 // those are plain copies; sliding-window groups are rings, as in the CPU
 // backend. Attention is flash-style over the pages (kernels/attention.h;
-// kernels/kv_route.h decides the path per step and cache group):
+// kernels/kv_route.h's rules, applied per step and cache group by
+// cuda::RouteStep, step_plan.h):
 // - steps with prompt chunks: wide tiles of 64 query rows where the
 //   head_dim has them (64, 128): at head_dim 64 with bf16 on compute
 //   capability 9.0 on the warpgroup kernel (kernels/wgmma_attention.cu; whole pages copied by TMA
@@ -58,8 +59,9 @@
 // CUDA graph captured once per batch-size bucket and slot (the kernels read
 // the block-table width from the step metadata). Kernels launch with
 // programmatic dependent launch on sm_90+ (cuda::LaunchConfig), so that each
-// one's blocks are resident before the one before ends. LaunchStep queues a
-// step and returns; CollectStep waits for its
+// one's blocks are resident before the one before ends. LaunchStep plans a
+// step (step_plan.h: sizes, metadata, routes), has Enqueue launch what the
+// plan says, and returns; CollectStep waits for its
 // picks: greedy rows are picked on the GPU (the LM head's epilogue, or the
 // argmax kernel) and kDevice rows drawn there (LaunchSampleRows), so only
 // kHost rows' logits cross PCIe and the next step's embedding reads the
@@ -92,6 +94,7 @@
 #include "engine/backend/cuda/gemm_tuner.h"
 #include "engine/backend/cuda/kernels/launch.h"
 #include "engine/backend/cuda/kv_read_hazards.h"
+#include "engine/backend/cuda/step_plan.h"
 #include "engine/backend/cuda_tuning.h"
 #include "engine/model/weight_source.h"
 
@@ -200,20 +203,6 @@ class CudaBackend final : public Backend {
 
  private:
   struct Layer;
-  // The sizes one enqueued forward pass is built for; a graph is valid for
-  // exactly one shape.
-  struct Shape {
-    int tokens = 0;     // rows of every activation (padded in graphs)
-    int seqs = 0;       // sequence entries (padded in graphs)
-    int tiles = 0;      // attention tiles
-    int rows = 0;       // logits rows
-    int splits = 1;     // attention key splits
-    bool wide = false;  // wide attention tiles (steps with prompt chunks)
-    // Block-table ints reserved per sequence and group: the step's own
-    // width, or in graphs the capacity (the width itself is in the metadata).
-    std::array<int, kMaxCacheGroups> table_space{};
-  };
-
   CudaBackend(const ModelConfig& config, const CudaBackendOptions& options);
   Status Init(const WeightSource& weights);
   Status UploadBf16(const WeightSource& w, const std::vector<std::string>& names,
@@ -251,10 +240,14 @@ class CudaBackend final : public Backend {
   // picks.
   std::vector<uint8_t> last_greedy_;
   std::vector<int32_t> last_picks_;
-  // The forward pass of shape `s` on the stream, reading the metadata of
-  // `slot`, writing the picks to that slot's argmax buffer and reading the
-  // previous step's from the other slot's.
-  Status Enqueue(const Shape& s, int slot);
+  // The executor: the forward pass of shape `s` on the stream, each cache
+  // group's attention as cuda::RouteStep says, reading the metadata of
+  // `slot` (cuda::WriteStepMeta's), writing the picks to that slot's argmax
+  // buffer and reading the previous step's from the other slot's.
+  Status Enqueue(const cuda::StepShape& s, int slot);
+  // What the step plan needs to know of the model, the device, the tuning
+  // and the KV allocation (step_plan.h).
+  cuda::StepModel PlanModel() const;
   // y[m][n] = x[m][k] . w[n][k]^T (+ beta * y). cuBLAS runs it on m rounded
   // up by GemmRows (at most max_rows, what x and y hold): rows are
   // independent, the extra ones are scratch, and every row count cuBLAS
@@ -290,9 +283,9 @@ class CudaBackend final : public Backend {
   // y = RMSNorm(x[rows]) . w^T, through h_ (y fp32, or bf16).
   Status NormGemm(const float* x, const int32_t* rows, const float* norm_w, const cuda::bf16_t* w,
                   void* y, int m, int n, int64_t max_rows, bool y_f32 = true);
-  int SplitsFor(int tiles, int tokens, int64_t max_keys) const;
-  // The shape of a graph step of `bucket` sequences (width-independent).
-  Shape GraphShape(int bucket) const;
+  // The shape of a graph step of `bucket` sequences (width-independent;
+  // cuda::GraphShape at the current capacity).
+  cuda::StepShape GraphShape(int bucket) const;
   // Captures the graph of every bucket up to the sequence capacity that has
   // none yet: the first graph step after start or a workspace growth pays
   // for all of them at once instead of stalling later steps.
@@ -302,18 +295,6 @@ class CudaBackend final : public Backend {
   Status WarmUpGemms();
   int64_t gemms_warm_tokens_ = 0;  // row counts up to this are warm
   void ClearGraphs();
-
-  // Offsets (in int32) of the per-step metadata arrays in meta_ / host_meta_;
-  // a function of the Shape alone, so a graph's addresses stay valid.
-  struct MetaLayout {
-    // store_logits: 1 if some row of the step samples (the LM head then
-    // stores its logits; greedy rows need only the argmax).
-    size_t strides, store_logits, tokens, pos, tok_seq, tile_seq, tile_t0, tile_n, logit_rows,
-        seq_start, seq_first;
-    std::array<size_t, kMaxCacheGroups> tables;
-    size_t total;
-  };
-  static MetaLayout Layout(const Shape& s);
 
   ModelConfig config_;
   ModelCacheSpec spec_;
