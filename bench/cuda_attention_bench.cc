@@ -28,7 +28,8 @@
 #include <vector>
 
 #include "engine/backend/cuda/device_buffer.h"
-#include "engine/backend/cuda/kernels/kernels.h"
+#include "engine/backend/cuda/kernels/attention.h"
+#include "engine/backend/cuda/kernels/fp8_kv.h"
 #include "engine/backend/cuda/status.h"
 #include "engine/backend/kv_fp8.h"
 

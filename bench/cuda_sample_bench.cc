@@ -17,7 +17,8 @@
 #include <vector>
 
 #include "engine/backend/cuda/device_buffer.h"
-#include "engine/backend/cuda/kernels/kernels.h"
+#include "engine/backend/cuda/kernels/argmax.h"
+#include "engine/backend/cuda/kernels/sample_kernel.h"
 #include "engine/backend/cuda/status.h"
 #include "engine/backend/row_pick.h"
 

@@ -11,7 +11,7 @@
 # bench:    copy bandwidth and bf16 matmul peak, then `agentkv bench engine
 #           --device cuda` on a Llama-3.2-1B shape (512 prompt + 128 output;
 #           concurrency 1..256; prefill) with graphs, and c1/c64 without;
-#           the decode GEMM microbenchmark (bench/cuda_gemm_bench.cc)
+#           the decode GEMM microbenchmark (dev/cuda/cuda_gemm_bench.cc)
 # bench8b:  the same on a Qwen3-8B shape at concurrency 1 and 64
 # profile:  per-kernel times of decode steps at c1 and c64 (ncu)
 # Logs and JSON go to $OUT (or /tmp/cuda_check); a summary is printed last,
@@ -32,20 +32,23 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --f
 for st in "${stages[@]}"; do
   case $st in
   tests)
-    for t in .devcarry/bin/engine_backend_cuda_*_test; do
+    for t in .devcarry/bin/engine_backend_cuda_*_test .devcarry/bin/dev_cuda_*_test; do
       if "$t" --gtest_brief=1 >"$OUT/$(basename "$t").log" 2>&1; then r=pass; else r=FAIL; fi
       # --gtest_brief prints no per-test OK lines: the summary lines count.
       note "$(basename "$t"): $r ($(grep -E -o '^\[==========\] [0-9]+ tests?' "$OUT/$(basename "$t").log" | grep -E -o '[0-9]+ tests?' | head -1) run; $(grep -E -o '^\[  (PASSED|SKIPPED|FAILED)  \] [0-9]+ tests?' "$OUT/$(basename "$t").log" | tr '\n' ' '))"
       grep -E "FAILED|Failure|error" "$OUT/$(basename "$t").log" | head -20
     done ;;
   sanitize)
-    if compute-sanitizer --tool memcheck --error-exitcode 9 .devcarry/bin/engine_backend_cuda_kernels_kernels_test \
-        --gtest_brief=1 >"$OUT/sanitize_kernels.log" 2>&1; then r=clean; else r=FAIL; fi
-    note "compute-sanitizer memcheck kernels: $r"; tail -5 "$OUT/sanitize_kernels.log"
+    for t in .devcarry/bin/engine_backend_cuda_kernels_*_test; do
+      log="$OUT/sanitize_$(basename "$t").log"
+      if compute-sanitizer --tool memcheck --error-exitcode 9 "$t" --gtest_brief=1 >"$log" 2>&1; then
+        r=clean; else r=FAIL; fi
+      note "compute-sanitizer memcheck $(basename "$t"): $r"; tail -5 "$log"
+    done
     if compute-sanitizer --tool memcheck --error-exitcode 9 .devcarry/bin/engine_backend_cuda_backend_test \
         --gtest_brief=1 --gtest_filter='*qwen3*:*gemma3_c6*:CudaBackend.*' >"$OUT/sanitize_backend.log" 2>&1; then r=clean; else r=FAIL; fi
     note "compute-sanitizer memcheck backend (qwen3, gemma3, CudaBackend.*): $r"; tail -5 "$OUT/sanitize_backend.log"
-    if compute-sanitizer --tool racecheck --error-exitcode 9 .devcarry/bin/engine_backend_cuda_kernels_kernels_test \
+    if compute-sanitizer --tool racecheck --error-exitcode 9 .devcarry/bin/engine_backend_cuda_kernels_attention_test \
         --gtest_brief=1 --gtest_filter='Shapes/*' >"$OUT/racecheck.log" 2>&1; then r=clean; else r=FAIL; fi
     note "compute-sanitizer racecheck attention: $r"; tail -3 "$OUT/racecheck.log" ;;
   hf)

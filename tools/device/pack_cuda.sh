@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${1:-build-cuda}
 rm -rf .devcarry && mkdir -p .devcarry/lib .devcarry/bin .devcarry/tokenizers
-bins=("$BUILD/agentkv" "$BUILD"/engine_backend_cuda_*_test "$BUILD"/cuda_*_bench
+bins=("$BUILD/agentkv" "$BUILD"/engine_backend_cuda_*_test "$BUILD"/dev_cuda_*_test "$BUILD"/cuda_*_bench
       "$BUILD/tools/loadgen/agentkv-loadgen")
 for b in "${bins[@]}"; do
   strip -o ".devcarry/bin/$(basename "$b")" "$b"

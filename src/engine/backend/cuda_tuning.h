@@ -5,7 +5,7 @@
 // (CudaTuningFromEnv, docs/cuda.md lists them); CudaBackendOptions carries
 // it, and the backend passes each choice down to the launchers that need
 // it (AttentionParams, LaunchGemv's `pipe`, GemmTuner::Init's `log`,
-// SetPdlLaunches). Tests set the fields directly.
+// LaunchConfig::pdl). Tests set the fields directly.
 //
 // Also the pure functions that turn a CudaTuning into the backend's row
 // thresholds, so that they can be tested without a GPU. No CUDA headers:
@@ -61,12 +61,6 @@ struct CudaTuning {
   // head_dim (AGENTKV_CUDA_MMA_ATTENTION=0: the portable WMMA kernel, and no
   // fused rotary).
   bool mma_attention = true;
-  // The skinny tensor-core GEMM (off by default: it beats cuBLAS in
-  // isolation but not inside a step, bench/RESULTS.md): kFromThree for 3-8
-  // rows (AGENTKV_CUDA_SKINNY=1), kAll also for 1 and 2 in place of the
-  // GEMVs (=all); other values: kOff.
-  enum class Skinny { kOff, kFromThree, kAll };
-  Skinny skinny = Skinny::kOff;
   // The pipelined GEMV kernels: the MLP norm, gate_up GEMV and activation in
   // one kernel for 1-2 rows, and GEMVs of k 8,192+ (AGENTKV_CUDA_GEMV_PIPE=0:
   // every shape on the plain GEMV, the norm a kernel of its own).
@@ -114,10 +108,6 @@ inline CudaTuning CudaTuningFromEnv(const std::function<const char*(const char*)
   t.prompt_argmax = !off("AGENTKV_CUDA_PROMPT_ARGMAX");
   t.wgmma_attention = !off("AGENTKV_CUDA_WGMMA_ATTENTION");
   t.mma_attention = !off("AGENTKV_CUDA_MMA_ATTENTION");
-  if (const char* v = get("AGENTKV_CUDA_SKINNY"); v != nullptr) {
-    if (std::string_view(v) == "1") t.skinny = CudaTuning::Skinny::kFromThree;
-    if (std::string_view(v) == "all") t.skinny = CudaTuning::Skinny::kAll;
-  }
   t.gemv_pipe = !off("AGENTKV_CUDA_GEMV_PIPE");
   t.pdl = !off("AGENTKV_CUDA_PDL");
   if (const int n = positive(get("AGENTKV_CUDA_DECODE_BLOCKS_PER_SM")); n > 0)
@@ -149,26 +139,6 @@ inline int WgmmaMinRows(const CudaTuning& t, int hidden_size, bool sm90) {
   if (!sm90 || t.wgmma_rows == 0) return kNeverRows;
   if (t.wgmma_rows > 0) return t.wgmma_rows;
   return hidden_size <= kWgmmaMaxHidden ? kWgmmaMinRows : kNeverRows;
-}
-
-// Which row counts the backend's GEMMs give the GEMV and the skinny GEMM:
-// fewer than min_rows rows take the GEMVs; min_rows to max_rows the skinny
-// kernel (where it applies; max_rows 0: never). max_skinny_rows is the
-// kernel's limit (kMaxSkinnyRows).
-struct SkinnyRows {
-  int min_rows = 3;
-  int max_rows = 0;
-};
-inline SkinnyRows SkinnyRowsFor(const CudaTuning& t, int max_skinny_rows) {
-  switch (t.skinny) {
-    case CudaTuning::Skinny::kFromThree:
-      return {3, max_skinny_rows};
-    case CudaTuning::Skinny::kAll:
-      return {1, max_skinny_rows};
-    case CudaTuning::Skinny::kOff:
-      break;
-  }
-  return {};
 }
 
 }  // namespace cuda

@@ -35,7 +35,6 @@ TEST(CudaTuning, NoVariablesGiveTheDocumentedDefaults) {
   EXPECT_TRUE(t.prompt_argmax);
   EXPECT_TRUE(t.wgmma_attention);
   EXPECT_TRUE(t.mma_attention);
-  EXPECT_EQ(t.skinny, CudaTuning::Skinny::kOff);
   EXPECT_TRUE(t.gemv_pipe);
   EXPECT_TRUE(t.pdl);
   EXPECT_EQ(t.decode_blocks_per_sm, 4);
@@ -79,13 +78,6 @@ TEST(CudaTuning, WgmmaRowsArePositiveCountsOrNever) {
     EXPECT_EQ(FromEnv({{"AGENTKV_CUDA_WGMMA", v}}).wgmma_rows, 0) << v;
 }
 
-TEST(CudaTuning, SkinnyKnowsOneAndAll) {
-  EXPECT_EQ(FromEnv({{"AGENTKV_CUDA_SKINNY", "1"}}).skinny, CudaTuning::Skinny::kFromThree);
-  EXPECT_EQ(FromEnv({{"AGENTKV_CUDA_SKINNY", "all"}}).skinny, CudaTuning::Skinny::kAll);
-  for (const char* v : {"0", "2", "ALL", ""})
-    EXPECT_EQ(FromEnv({{"AGENTKV_CUDA_SKINNY", v}}).skinny, CudaTuning::Skinny::kOff) << v;
-}
-
 TEST(CudaTuning, DecodeBlocksPerSmTakesPositiveCounts) {
   EXPECT_EQ(FromEnv({{"AGENTKV_CUDA_DECODE_BLOCKS_PER_SM", "16"}}).decode_blocks_per_sm, 16);
   for (const char* v : {"0", "-1", "x", ""})
@@ -118,21 +110,6 @@ TEST(CudaTuning, WgmmaMinRowsFollowTheTuning) {
   // Off compute capability 9.0 whatever the tuning says.
   for (const CudaTuning& t : {def, rows16, never})
     for (int hidden : {1024, 4096}) EXPECT_EQ(WgmmaMinRows(t, hidden, false), kNeverRows);
-}
-
-TEST(CudaTuning, SkinnyRowsFollowTheTuning) {
-  CudaTuning t;
-  cuda::SkinnyRows r = cuda::SkinnyRowsFor(t, 8);
-  EXPECT_EQ(r.min_rows, 3);  // 1-2 rows on the GEMVs
-  EXPECT_EQ(r.max_rows, 0);  // no skinny GEMM
-  t.skinny = CudaTuning::Skinny::kFromThree;
-  r = cuda::SkinnyRowsFor(t, 8);
-  EXPECT_EQ(r.min_rows, 3);
-  EXPECT_EQ(r.max_rows, 8);
-  t.skinny = CudaTuning::Skinny::kAll;
-  r = cuda::SkinnyRowsFor(t, 8);
-  EXPECT_EQ(r.min_rows, 1);  // no GEMVs
-  EXPECT_EQ(r.max_rows, 8);
 }
 
 // The mma.sync switch as LaunchAttention reads it (AttentionParams::mma

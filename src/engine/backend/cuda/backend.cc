@@ -6,6 +6,13 @@
 #include <cstring>
 
 #include "engine/backend/cuda/backend_layer.h"
+#include "engine/backend/cuda/kernels/argmax.h"
+#include "engine/backend/cuda/kernels/attention.h"
+#include "engine/backend/cuda/kernels/fp8_kv.h"
+#include "engine/backend/cuda/kernels/gemv.h"
+#include "engine/backend/cuda/kernels/norm.h"
+#include "engine/backend/cuda/kernels/wgmma_gemm.h"
+#include "engine/backend/cuda/kernels/wgmma_prompt_gemm.h"
 #include "engine/backend/rope.h"
 
 namespace agentkv {
@@ -92,9 +99,6 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::Create(const ModelConfig& conf
   std::unique_ptr<CudaBackend> b(new CudaBackend(config, options));
   const CudaTuning& t = options.tuning;
   if (!t.step_log.empty()) b->step_log_ = std::fopen(t.step_log.c_str(), "a");
-  const cuda::SkinnyRows skinny = cuda::SkinnyRowsFor(t, cuda::kMaxSkinnyRows);
-  b->skinny_min_rows_ = skinny.min_rows;
-  b->skinny_max_rows_ = skinny.max_rows;
   RETURN_IF_ERROR(b->Init(weights));
   cudaDeviceProp prop{};
   CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, b->options_.device));
@@ -108,8 +112,6 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::Create(const ModelConfig& conf
         b->wgmma_planes_.Allocate(static_cast<size_t>(cuda::kMaxWgmmaSplits) * cuda::kMaxWgmmaRows *
                                   std::max<int64_t>(config.hidden_size, qkv_n) * 4));
   }
-  // Process-wide: the launches of every backend follow the last one created.
-  cuda::SetPdlLaunches(t.pdl);
   return b;
 }
 
@@ -123,6 +125,8 @@ Status CudaBackend::Init(const WeightSource& w) {
   CUDA_RETURN_IF_ERROR(
       cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, options_.device));
   CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  // Every kernel of the steps launches so (CudaTuning::pdl off: plainly).
+  launch_ = cuda::LaunchConfig(stream_, options_.tuning.pdl);
   CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&up_stream_, cudaStreamNonBlocking));
   CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&down_stream_, cudaStreamNonBlocking));
   CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&read_stream_, cudaStreamNonBlocking));
@@ -333,7 +337,7 @@ Status CudaBackend::WarmUpGemms() {
     if (UsePromptGemm(m, 2 * I, H)) {
       CUDA_RETURN_IF_ERROR(cuda::LaunchPromptGemm(
           h_.get<cuda::bf16_t>(), L.w_gate_up, act_.get<cuda::bf16_t>(), m, 2 * I, H,
-          c.activation == Activation::kSilu ? 0 : 1, num_sms_, stream_));
+          c.activation == Activation::kSilu ? 0 : 1, num_sms_, launch_));
     } else {
       RETURN_IF_ERROR(
           Gemm(h_.get<cuda::bf16_t>(), L.w_gate_up, gu_.get(), false, m, 2 * I, H, 0.f, T));
@@ -344,7 +348,7 @@ Status CudaBackend::WarmUpGemms() {
       // capture.)
       CUDA_RETURN_IF_ERROR(cuda::LaunchPromptGemmArgmax(
           h_.get<cuda::bf16_t>(), lm_head_, logits_.get<float>(), nullptr, m, c.vocab_size, H,
-          argmax_scratch_.get(), argmax_[0].get<int32_t>(), num_sms_, stream_));
+          argmax_scratch_.get(), argmax_[0].get<int32_t>(), num_sms_, launch_));
     } else if (m <= B) {
       RETURN_IF_ERROR(
           Gemm(h_.get<cuda::bf16_t>(), lm_head_, logits_.get(), true, m, c.vocab_size, H, 0.f, B));
@@ -680,7 +684,7 @@ bool CudaBackend::UseWgmma(int m, int n, int k) const {
 
 bool CudaBackend::UseWgmmaArgmax(int rows) const {
   const ModelConfig& c = config_;
-  return options_.tuning.lm_argmax && rows >= wgmma_min_rows_ && rows >= skinny_min_rows_ &&
+  return options_.tuning.lm_argmax && rows >= wgmma_min_rows_ && rows > kGemvMaxRows &&
          !(c.final_logit_softcap > 0.f) &&
          cuda::WgmmaGemmSupported(rows, c.vocab_size, c.hidden_size);
 }
@@ -699,9 +703,9 @@ bool CudaBackend::UsePromptArgmax(int rows) const {
 }
 
 int CudaBackend::PlanesFor(int m, int n, int k) const {
-  // (From skinny_min_rows_: fewer rows take the GEMVs, some with the norm
+  // (Above kGemvMaxRows: fewer rows take the GEMVs, some with the norm
   // fused, which add no planes.)
-  if (m < wgmma_min_rows_ || m < skinny_min_rows_ || !cuda::WgmmaGemmSupported(m, n, k)) return 0;
+  if (m < wgmma_min_rows_ || m <= kGemvMaxRows || !cuda::WgmmaGemmSupported(m, n, k)) return 0;
   const int splits = cuda::WgmmaGemmPlanFor(n, k, num_sms_).splits;
   return splits > 1 && cuda::AddPartsRmsNormSupported(n, splits) ? splits : 0;
 }
@@ -711,7 +715,7 @@ Status CudaBackend::ResidualGemm(const cuda::bf16_t* a, const cuda::bf16_t* w, i
   const int splits = pending_planes_ == 0 ? PlanesFor(m, n, k) : 0;
   if (splits > 0) {
     CUDA_RETURN_IF_ERROR(cuda::LaunchWgmmaGemm(a, w, wgmma_planes_.get(), true, m, n, k, 0.f,
-                                               {wgmma_ws_.get(), num_sms_}, stream_, -1, true));
+                                               {wgmma_ws_.get(), num_sms_}, launch_, -1, true));
     pending_planes_ = splits;
     plane_floats_ = static_cast<int64_t>(m) * n;
     return Status::Ok();
@@ -726,12 +730,12 @@ Status CudaBackend::Norm(const int32_t* rows, const float* norm_w, int m) {
   if (pending_planes_ > 0) {
     CUDA_RETURN_IF_ERROR(cuda::LaunchAddPartsRmsNorm(
         x, wgmma_planes_.get<float>(), pending_planes_, plane_floats_, rows, norm_w, h, m,
-        c.hidden_size, c.rms_norm_eps, c.gemma_norm, stream_));
+        c.hidden_size, c.rms_norm_eps, c.gemma_norm, launch_));
     pending_planes_ = 0;
     return Status::Ok();
   }
   CUDA_RETURN_IF_ERROR(cuda::LaunchRmsNorm(x, rows, norm_w, h, m, c.hidden_size, c.rms_norm_eps,
-                                           c.gemma_norm, stream_));
+                                           c.gemma_norm, launch_));
   return Status::Ok();
 }
 
@@ -741,18 +745,14 @@ Status CudaBackend::Gemm(const cuda::bf16_t* x, const cuda::bf16_t* w, void* y, 
   // The weight-streaming GEMV beat cuBLAS at 1 row (c1 655 -> 683 tok/s) but
   // lost at 8 (c8 3833 -> 3210: its x reads from shared memory grow with the
   // rows): used up to 2 rows.
-  if (m < skinny_min_rows_ && cuda::GemvSupported(m, k)) {
-    CUDA_RETURN_IF_ERROR(cuda::LaunchGemv(x, w, y, y_f32, m, n, k, beta, num_sms_, stream_,
+  if (m <= kGemvMaxRows && cuda::GemvSupported(m, k)) {
+    CUDA_RETURN_IF_ERROR(cuda::LaunchGemv(x, w, y, y_f32, m, n, k, beta, num_sms_, launch_,
                                           options_.tuning.gemv_pipe));
     return Status::Ok();
   }
   if (UseWgmma(m, n, k)) {
     CUDA_RETURN_IF_ERROR(
-        cuda::LaunchWgmmaGemm(x, w, y, y_f32, m, n, k, beta, {wgmma_ws_.get(), num_sms_}, stream_));
-    return Status::Ok();
-  }
-  if (m <= skinny_max_rows_ && cuda::SkinnyGemmSupported(m, n, k)) {
-    CUDA_RETURN_IF_ERROR(cuda::LaunchSkinnyGemm(x, w, y, y_f32, m, n, k, beta, num_sms_, stream_));
+        cuda::LaunchWgmmaGemm(x, w, y, y_f32, m, n, k, beta, {wgmma_ws_.get(), num_sms_}, launch_));
     return Status::Ok();
   }
   const int rows = static_cast<int>(std::min<int64_t>(GemmRows(m), std::max<int64_t>(max_rows, m)));

@@ -6,52 +6,72 @@
 // frequencies in fp32; the MLP's gate and up rows interleaved, so that a
 // block holds both halves of its outputs and the gated activation can sit
 // in a GEMM's epilogue); the residual stream is fp32, GEMM inputs bf16,
-// accumulation fp32. The GEMMs by rows (Gemm, NormGemm, ResidualGemm):
-// - 1 and 2 rows: weight-streaming GEMVs (kernels/gemv.cu), the RMSNorm fused
-//   into the QKV projection's and, with the gated activation, the MLP's;
-// - 3 to 64 rows: the warpgroup GEMM (kernels/wgmma_gemm.cu; hidden sizes up to
-//   2,048) where its plan needs no split K, and the o, down and decode QKV
-//   projections with K split into planes that the next norm or the
-//   attention adds; the LM head with the argmax in its epilogue;
+// accumulation fp32.
+//
+// GEMMs, by the step's rows (Gemm, NormGemm, ResidualGemm, Enqueue):
+// - 1 and 2 rows (kGemvMaxRows): weight-streaming GEMVs (kernels/gemv.h),
+//   pipelined from k 8,192; the QKV projection with the RMSNorm fused in
+//   (hidden size and outputs up to 4,096); gate_up with the gated
+//   activation in its epilogue, and the MLP's norm fused in too where
+//   CudaTuning::gemv_pipe is on and no sandwich norm came before.
+// - 3 to 64 rows, compute capability 9.0 and hidden sizes up to 2,048
+//   (cuda::WgmmaMinRows): the warpgroup GEMM (kernels/wgmma_gemm.h) where
+//   its plan needs no split K, gate_up with the activation in its epilogue;
+//   the o and down projections, and the decode QKV projection, with K split
+//   into fp32 planes that the next norm (AddPartsRmsNorm) or the decode
+//   attention adds; the LM head of 3 to 7 rows with the argmax in its
+//   epilogue.
 // - more than 64 rows: gate_up on the persistent TMA warpgroup GEMM
-//   (kernels/wgmma_prompt_gemm.cu) with the activation in its epilogue, and
-//   the LM head of 8 or more rows on it with the argmax;
-// - the rest on cuBLAS, at row counts rounded up to ones WarmUpGemms ran,
+//   (kernels/wgmma_prompt_gemm.h) with the activation in its epilogue.
+// - the LM head of 8 or more rows on the persistent GEMM with the argmax in
+//   its epilogue (logits stored only when some row samples).
+// - the rest on cuBLAS, at row counts rounded up to ones WarmUpGemms ran;
 //   from 512 rows the QKV and gate_up projections on the cuBLASLt algorithm
-//   GemmTuner timed fastest. (The skinny GEMM is for comparisons only.)
+//   GemmTuner timed fastest. Then the activation kernel, softcap and the
+//   two-pass argmax where no epilogue did it.
 //
 // The KV cache is bf16, or e4m3 with per-row scales
 // (CudaBackendOptions::kv_dtype, docs/kv-fp8.md), paged, one allocation per
 // cache group in exactly the ReadBlock/WriteBlock layout of backend.h, so
 // those are plain copies; sliding-window groups are rings, as in the CPU
-// backend. Attention is flash-style over the pages (kernels/kernels.h,
-// kernels/kv_route.h): steps with prompt chunks in wide tiles of 64 query rows, on
-// the warpgroup kernel at head_dim 64 (kernels/wgmma_attention.cu; bf16, whole
-// pages copied by TMA where every key is in the cache) or the mma.sync
-// kernel (kernels/flash_attention.cu, head_dim 64 and 128, both caches);
-// decode steps in narrow tiles with the keys split across blocks, on the
-// mma.sync kernel, which for bf16 also applies the rotary and stores the
-// token's K and V (the QKV projection stays fp32 for it; prompt steps
-// round it to bf16 for QkvPost); other head_dims on the portable WMMA
-// kernel (kernels/attention.cu, for fp8 kernels/fp8_kv.cu). fp8 steps quantize
-// their K and V rows once, attention reads the step's keys from those, and
-// they go into the cache after it.
+// backend. Attention is flash-style over the pages (kernels/attention.h;
+// kernels/kv_route.h's rules, applied per step and cache group by
+// cuda::RouteStep, step_plan.h):
+// - steps with prompt chunks: wide tiles of 64 query rows where the
+//   head_dim has them (64, 128): at head_dim 64 with bf16 on compute
+//   capability 9.0 on the warpgroup kernel (kernels/wgmma_attention.cu; whole pages copied by TMA
+//   where every key is in the cache: full-attention groups, K and V stored by QkvPost first), else
+//   on the mma.sync kernel (kernels/flash_attention.cu, both caches); other head_dims narrow tiles
+//   as below.
+// - decode steps: narrow tiles of 16 query rows, keys split across blocks,
+//   on the mma.sync kernel where it has the head_dim, which for bf16 also
+//   applies the rotary and stores the token's K and V (the QKV projection
+//   stays fp32 for it; prompt steps round it to bf16 for QkvPost); other
+//   head_dims (or CudaTuning::mma_attention off) on the portable WMMA kernel
+//   (kernels/attention.cu; for fp8 kernels/fp8_kv.cu).
+// K and V reach the cache before attention (QkvPostStore, or the fused
+// decode kernel) except where a ring slot they overwrite may still be read
+// in the step (prompt chunks in sliding groups: KvStore after attention).
+// fp8 steps quantize their K and V rows once, attention reads the step's
+// keys from those, and they go into the cache after it.
 //
 // Steps where every sequence decodes one token and wants logits run as a
 // CUDA graph captured once per batch-size bucket and slot (the kernels read
 // the block-table width from the step metadata). Kernels launch with
-// programmatic dependent launch on sm_90+, so that each one's blocks are
-// resident before the one before ends. LaunchStep queues a step and
-// returns; CollectStep waits for its picks: greedy rows are picked on the
-// GPU (the LM head's epilogue, or the argmax kernel) and kDevice rows drawn
-// there (LaunchSampleRows), so only kHost rows' logits cross PCIe and the
-// next step's embedding reads the picks on the device. Reads of KV blocks
-// for the host tier and the store (StartReadBlocks) run on a stream of
-// their own beside the steps; a step writing into a block still being read
-// waits for that read (cuda::KvReadHazards). Workspaces are sized at
-// AllocateKv for `max_step_tokens` tokens and `max_batch` sequences, at
-// Reserve for the engine's limits, and only grow (outside the steady state)
-// when a step needs more; the decode loop allocates nothing.
+// programmatic dependent launch on sm_90+ (cuda::LaunchConfig), so that each
+// one's blocks are resident before the one before ends. LaunchStep plans a
+// step (step_plan.h: sizes, metadata, routes), has Enqueue launch what the
+// plan says, and returns; CollectStep waits for its
+// picks: greedy rows are picked on the GPU (the LM head's epilogue, or the
+// argmax kernel) and kDevice rows drawn there (LaunchSampleRows), so only
+// kHost rows' logits cross PCIe and the next step's embedding reads the
+// picks on the device. Reads of KV blocks for the host tier and the store
+// (StartReadBlocks) run on a stream of their own beside the steps; a step
+// writing into a block still being read waits for that read
+// (cuda::KvReadHazards). Workspaces are sized at AllocateKv for
+// `max_step_tokens` tokens and `max_batch` sequences, at Reserve for the
+// engine's limits, and only grow (outside the steady state) when a step
+// needs more; the decode loop allocates nothing.
 //
 // CudaBackendOptions::tuning (CudaTuning) turns each of these choices off
 // for comparisons and diagnostics; docs/cuda.md lists the switches.
@@ -72,8 +92,9 @@
 #include "engine/backend/cuda/block_runs.h"
 #include "engine/backend/cuda/device_buffer.h"
 #include "engine/backend/cuda/gemm_tuner.h"
-#include "engine/backend/cuda/kernels/kernels.h"
+#include "engine/backend/cuda/kernels/launch.h"
 #include "engine/backend/cuda/kv_read_hazards.h"
+#include "engine/backend/cuda/step_plan.h"
 #include "engine/backend/cuda_tuning.h"
 #include "engine/model/weight_source.h"
 
@@ -182,20 +203,6 @@ class CudaBackend final : public Backend {
 
  private:
   struct Layer;
-  // The sizes one enqueued forward pass is built for; a graph is valid for
-  // exactly one shape.
-  struct Shape {
-    int tokens = 0;     // rows of every activation (padded in graphs)
-    int seqs = 0;       // sequence entries (padded in graphs)
-    int tiles = 0;      // attention tiles
-    int rows = 0;       // logits rows
-    int splits = 1;     // attention key splits
-    bool wide = false;  // wide attention tiles (steps with prompt chunks)
-    // Block-table ints reserved per sequence and group: the step's own
-    // width, or in graphs the capacity (the width itself is in the metadata).
-    std::array<int, kMaxCacheGroups> table_space{};
-  };
-
   CudaBackend(const ModelConfig& config, const CudaBackendOptions& options);
   Status Init(const WeightSource& weights);
   Status UploadBf16(const WeightSource& w, const std::vector<std::string>& names,
@@ -233,10 +240,14 @@ class CudaBackend final : public Backend {
   // picks.
   std::vector<uint8_t> last_greedy_;
   std::vector<int32_t> last_picks_;
-  // The forward pass of shape `s` on the stream, reading the metadata of
-  // `slot`, writing the picks to that slot's argmax buffer and reading the
-  // previous step's from the other slot's.
-  Status Enqueue(const Shape& s, int slot);
+  // The executor: the forward pass of shape `s` on the stream, each cache
+  // group's attention as cuda::RouteStep says, reading the metadata of
+  // `slot` (cuda::WriteStepMeta's), writing the picks to that slot's argmax
+  // buffer and reading the previous step's from the other slot's.
+  Status Enqueue(const cuda::StepShape& s, int slot);
+  // What the step plan needs to know of the model, the device, the tuning
+  // and the KV allocation (step_plan.h).
+  cuda::StepModel PlanModel() const;
   // y[m][n] = x[m][k] . w[n][k]^T (+ beta * y). cuBLAS runs it on m rounded
   // up by GemmRows (at most max_rows, what x and y hold): rows are
   // independent, the extra ones are scratch, and every row count cuBLAS
@@ -272,9 +283,9 @@ class CudaBackend final : public Backend {
   // y = RMSNorm(x[rows]) . w^T, through h_ (y fp32, or bf16).
   Status NormGemm(const float* x, const int32_t* rows, const float* norm_w, const cuda::bf16_t* w,
                   void* y, int m, int n, int64_t max_rows, bool y_f32 = true);
-  int SplitsFor(int tiles, int tokens, int64_t max_keys) const;
-  // The shape of a graph step of `bucket` sequences (width-independent).
-  Shape GraphShape(int bucket) const;
+  // The shape of a graph step of `bucket` sequences (width-independent;
+  // cuda::GraphShape at the current capacity).
+  cuda::StepShape GraphShape(int bucket) const;
   // Captures the graph of every bucket up to the sequence capacity that has
   // none yet: the first graph step after start or a workspace growth pays
   // for all of them at once instead of stalling later steps.
@@ -285,18 +296,6 @@ class CudaBackend final : public Backend {
   int64_t gemms_warm_tokens_ = 0;  // row counts up to this are warm
   void ClearGraphs();
 
-  // Offsets (in int32) of the per-step metadata arrays in meta_ / host_meta_;
-  // a function of the Shape alone, so a graph's addresses stay valid.
-  struct MetaLayout {
-    // store_logits: 1 if some row of the step samples (the LM head then
-    // stores its logits; greedy rows need only the argmax).
-    size_t strides, store_logits, tokens, pos, tok_seq, tile_seq, tile_t0, tile_n, logit_rows,
-        seq_start, seq_first;
-    std::array<size_t, kMaxCacheGroups> tables;
-    size_t total;
-  };
-  static MetaLayout Layout(const Shape& s);
-
   ModelConfig config_;
   ModelCacheSpec spec_;
   CudaBackendOptions options_;
@@ -304,6 +303,9 @@ class CudaBackend final : public Backend {
   int num_sms_ = 0;
   int group_size_ = 1;
   cudaStream_t stream_ = nullptr;
+  // The kernels' launches: on stream_, with programmatic dependent launch
+  // unless CudaTuning::pdl is off.
+  cuda::LaunchConfig launch_;
   // Per-step copies off the compute stream, one stream each way: a pick's
   // download waits for its step to end, and the next step's metadata must
   // not queue behind that wait.
@@ -378,9 +380,9 @@ class CudaBackend final : public Backend {
   // fp8 cache: the step's quantized K/V rows (cuda::Fp8KvRowsAt, cap_tokens_).
   cuda::DeviceBuffer kv8_;
   bool fp8() const { return spec_.kv_dtype == KvDtype::kFP8E4M3; }
-  // Fewer rows than skinny_min_rows_ take the GEMVs; up to skinny_max_rows_
-  // Gemm uses the skinny kernel (cuda::SkinnyRowsFor; none by default).
-  int skinny_min_rows_ = 3, skinny_max_rows_ = 0;
+  // Up to this many rows the GEMMs run on the weight-streaming GEMVs
+  // (kernels/gemv.h); more rows take the warpgroup GEMM or cuBLAS.
+  static constexpr int kGemvMaxRows = 2;
   // Rows from which Gemm uses the warpgroup GEMM (up to kMaxWgmmaRows;
   // cuda::WgmmaMinRows: kNeverRows off compute capability 9.0), and its
   // split-K scratch (wgmma_ws_).

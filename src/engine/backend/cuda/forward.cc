@@ -7,83 +7,43 @@
 
 #include "engine/backend/cuda/backend.h"
 #include "engine/backend/cuda/backend_layer.h"
-#include "engine/backend/cuda/kernels/kv_route.h"
+#include "engine/backend/cuda/kernels/activation.h"
+#include "engine/backend/cuda/kernels/argmax.h"
+#include "engine/backend/cuda/kernels/attention.h"
+#include "engine/backend/cuda/kernels/elementwise.h"
+#include "engine/backend/cuda/kernels/fp8_kv.h"
+#include "engine/backend/cuda/kernels/gemv.h"
+#include "engine/backend/cuda/kernels/norm.h"
+#include "engine/backend/cuda/kernels/qkv_post.h"
+#include "engine/backend/cuda/kernels/sample_kernel.h"
+#include "engine/backend/cuda/kernels/wgmma_gemm.h"
+#include "engine/backend/cuda/kernels/wgmma_prompt_gemm.h"
+#include "engine/backend/cuda/step_plan.h"
 #include "engine/backend/kv_fp8.h"
 
 namespace agentkv {
-namespace {
 
-// Decode batch sizes graphs are captured for; a batch runs in the smallest
-// bucket that holds it, padded.
-int Bucket(int b) {
-  static constexpr int kBuckets[] = {1,  2,  4,  8,   16,  24,  32,  40,  48, 56,
-                                     64, 80, 96, 112, 128, 160, 192, 224, 256};
-  for (int k : kBuckets)
-    if (b <= k) return k;
-  return (b + 63) / 64 * 64;
-}
-
-int Pow2AtLeast(int64_t n) {
-  int p = 16;
-  while (p < n) p *= 2;
-  return p;
-}
-
-}  // namespace
-
-CudaBackend::MetaLayout CudaBackend::Layout(const Shape& s) {
-  MetaLayout m{};
-  size_t o = 0;
-  auto take = [&o](size_t n) {
-    const size_t at = o;
-    o += n;
-    return at;
-  };
-  m.strides = take(kMaxCacheGroups);
-  m.store_logits = take(1);
-  m.tokens = take(s.tokens);
-  m.pos = take(s.tokens);
-  m.tok_seq = take(s.tokens);
-  m.tile_seq = take(s.tiles);
-  m.tile_t0 = take(s.tiles);
-  m.tile_n = take(s.tiles);
-  m.logit_rows = take(s.rows);
-  m.seq_start = take(s.seqs);
-  m.seq_first = take(s.seqs + 1);
-  for (int g = 0; g < kMaxCacheGroups; ++g)
-    m.tables[g] = take(static_cast<size_t>(s.seqs) * s.table_space[g]);
-  m.total = o;
+cuda::StepModel CudaBackend::PlanModel() const {
+  const CudaTuning& tuning = options_.tuning;
+  cuda::StepModel m;
+  m.num_kv_heads = config_.num_kv_heads;
+  m.narrow_tile_tokens = cuda::TokensPerTile(group_size_, false);
+  m.wide_tile_tokens = cuda::TokensPerTile(group_size_, true);
+  m.wide_supported = cuda::WideAttentionSupported(config_.head_dim);
+  m.fused_rotary_supported = cuda::FusedRotarySupported(config_.head_dim);
+  m.fp8 = fp8();
+  m.graphs = tuning.graphs;
+  m.fused_rotary = tuning.fused_rotary;
+  m.mma_attention = tuning.mma_attention;
+  m.decode_blocks_per_sm = tuning.decode_blocks_per_sm;
+  m.num_sms = num_sms_;
+  m.kv_map_ok = kv_map_ok_;
   return m;
 }
 
-int CudaBackend::SplitsFor(int tiles, int tokens, int64_t max_keys) const {
-  // A block per SM at least, and no block walking more than ~256 keys (its
-  // tiles are a serial chain of loads and syncs).
-  const int per = std::max(1, tiles * config_.num_kv_heads);
-  const int fill = (num_sms_ + per - 1) / per;
-  // (Decode only: prefill tiles are many and already fill the GPU.)
-  const int len = tiles == tokens ? static_cast<int>((max_keys + 255) / 256) : 1;
-  int s = std::clamp(std::max(fill, len), 1, 32);
-  while (s > 1 && static_cast<int64_t>(tokens) * s > cap_parts_) --s;
-  return s;
-}
-
-CudaBackend::Shape CudaBackend::GraphShape(int bucket) const {
-  Shape sh;
-  sh.tokens = sh.seqs = sh.tiles = sh.rows = bucket;
-  for (size_t g = 0; g < spec_.groups.size(); ++g) sh.table_space[g] = cap_width_[g];
-  // Splits from the bucket alone (the graph must not depend on the context
-  // length; the kernel divides each sequence's own keys among them): about
-  // 4 blocks per SM, as many as 32 per head for small batches. The decode
-  // kernel's four warps already split each block's keys; more global splits
-  // measured slower (c64 18.0k tok/s at 16 per SM, 19.5k at 4, 16.1k at 64).
-  // CudaTuning::decode_blocks_per_sm overrides the 4 (for measurements).
-  const int per_sm = options_.tuning.decode_blocks_per_sm;
-  const int per = std::max(1, bucket * config_.num_kv_heads);
-  int s = std::clamp(per_sm * num_sms_ / per, 1, 32);
-  while (s > 1 && static_cast<int64_t>(bucket) * s > cap_parts_) --s;
-  sh.splits = s;
-  return sh;
+cuda::StepShape CudaBackend::GraphShape(int bucket) const {
+  return cuda::GraphShape(bucket, static_cast<int>(spec_.groups.size()), PlanModel(),
+                          {cap_parts_, cap_width_});
 }
 
 Status CudaBackend::Reserve(int max_step_tokens, int max_batch) {
@@ -98,8 +58,8 @@ Status CudaBackend::Reserve(int max_step_tokens, int max_batch) {
 }
 
 Status CudaBackend::CaptureGraphs() {
-  for (int b = 1; b <= cap_seqs_; b = Bucket(b) + 1) {
-    const int bucket = Bucket(b);
+  for (int b = 1; b <= cap_seqs_; b = cuda::DecodeBucket(b) + 1) {
+    const int bucket = cuda::DecodeBucket(b);
     for (int slot = 0; slot < kSlots; ++slot) {
       if (bucket > cap_seqs_ || graphs_.count(GraphKey(bucket, slot))) continue;
       const auto c0 = std::chrono::steady_clock::now();
@@ -203,37 +163,13 @@ Status CudaBackend::LaunchStep(std::span<const SeqStep> batch, std::span<const R
       return InvalidArgument("LaunchStep: prev_row " + std::to_string(st.prev_row) +
                              " names no device-picked row of the previous step");
   const int64_t V = config_.vocab_size;
-  const int B = static_cast<int>(batch.size());
-  int T = 0, W = 0, tiles = 0;
-  bool decode = B > 0;
-  int64_t need_blocks = 1;
   const int bs = layout_.block_size;
-  for (const SeqStep& st : batch) {
-    const int n = static_cast<int>(st.tokens.size());
-    T += n;
-    W += st.want_logits ? 1 : 0;
-    decode = decode && n == 1 && st.want_logits;
-    const int64_t end = st.start_pos + static_cast<int64_t>(n);
-    for (size_t g = 0; g < spec_.groups.size(); ++g) {
-      const int ring = spec_.RingBlocks(static_cast<int>(g), bs);
-      need_blocks =
-          std::max<int64_t>(need_blocks, ring > 0 ? std::min<int64_t>(ring, (end + bs - 1) / bs)
-                                                  : (end + bs - 1) / bs);
-    }
-  }
-  // any_logits: some row's logits go to the host; any_draw: some row is
-  // drawn on the device (LaunchSampleRows reads the stored logits).
-  bool any_greedy = false, any_logits = false, any_draw = false;
-  auto mode = [&](int r) {
-    return r < static_cast<int>(rows.size()) ? rows[r].mode : PickMode::kHost;
-  };
-  for (int r = 0; r < W; ++r) {
-    const PickMode pm = mode(r);
-    any_greedy = any_greedy || pm != PickMode::kHost;
-    any_logits = any_logits || pm == PickMode::kHost;
-    any_draw = any_draw || pm == PickMode::kDevice;
-  }
-  if (any_logits && static_cast<int64_t>(logits.size()) < W * V)
+  const cuda::StepModel model = PlanModel();
+  const cuda::StepSizes z = cuda::SizeStep(batch, rows, spec_, bs, model);
+  const int B = z.seqs, T = z.tokens, W = z.rows;
+  const bool graph = z.graph;
+  const int padded = z.padded, stride = z.stride;
+  if (z.any_logits && static_cast<int64_t>(logits.size()) < W * V)
     return InvalidArgument("Forward: logits buffer too small");
   if (T == 0) {  // nothing to run: collected as a step without picks
     InFlight f;
@@ -256,109 +192,28 @@ Status CudaBackend::LaunchStep(std::span<const SeqStep> batch, std::span<const R
     RETURN_IF_ERROR(WaitForReads(static_cast<int>(g), written_));
   }
 
-  // Steps with prompt chunks use the wide attention tiles where there are
-  // any (a prefill re-reads the prefix once per tile); decode the narrow.
-  const bool wide = cuda::RouteWideTiles(decode, cuda::WideAttentionSupported(config_.head_dim));
-  const int tpt = cuda::TokensPerTile(group_size_, wide);
-  for (const SeqStep& st : batch) tiles += (static_cast<int>(st.tokens.size()) + tpt - 1) / tpt;
-  const bool graph = options_.tuning.graphs && decode;
-  const int padded = graph ? Bucket(B) : B;
   const int slot = static_cast<int>(launches_ % kSlots);
-  const int stride = Pow2AtLeast(need_blocks);
   std::array<int, kMaxCacheGroups> width{};
   for (size_t g = 0; g < spec_.groups.size(); ++g) width[g] = stride;
   {
     // Growing reallocates the picks' buffers and capturing needs an idle
     // stream: the steps in flight finish first (rare: Reserve sized both).
-    bool fits = (graph ? padded : T) <= cap_tokens_ && padded <= cap_seqs_;
+    bool fits = z.workspace_tokens() <= cap_tokens_ && padded <= cap_seqs_;
     for (size_t g = 0; g < spec_.groups.size(); ++g) fits = fits && width[g] <= cap_width_[g];
     if (!fits || (graph && !graphs_.count(GraphKey(padded, slot))))
       RETURN_IF_ERROR(SettleInFlight());
   }
-  RETURN_IF_ERROR(EnsureCapacity(graph ? padded : T, padded, width));
+  RETURN_IF_ERROR(EnsureCapacity(z.workspace_tokens(), padded, width));
   // The previous step's picks: from the device while it may still run.
   const bool prev_on_device = !in_flight_.empty() && !in_flight_.back().settled;
   const std::vector<int32_t>& prev_host =
       in_flight_.empty() ? last_picks_ : in_flight_.back().host_picks;
-  Shape sh;
-  if (graph) {
-    sh = GraphShape(padded);
-  } else {
-    sh.tokens = T;
-    sh.seqs = B;
-    sh.tiles = tiles;
-    sh.rows = W;
-    sh.wide = wide;
-    for (size_t g = 0; g < spec_.groups.size(); ++g) sh.table_space[g] = stride;
-    sh.splits = SplitsFor(sh.tiles, sh.tokens, static_cast<int64_t>(stride) * bs);
-  }
-
-  // Per-step metadata, in the layout of `sh`.
-  const MetaLayout ml = Layout(sh);
+  const cuda::StepPlan plan = cuda::BuildStepPlan(z, spec_, bs, model, {cap_parts_, cap_width_});
   int32_t* m = host_meta_[slot].get<int32_t>();
-  int t = 0, tile = 0, row = 0;
-  for (int g = 0; g < kMaxCacheGroups; ++g) m[ml.strides + g] = stride;
-  m[ml.store_logits] = any_logits || any_draw ? 1 : 0;
-  for (int s = 0; s < B; ++s) {
-    const SeqStep& st = batch[s];
-    const int n = static_cast<int>(st.tokens.size());
-    m[ml.seq_start + s] = st.start_pos;
-    m[ml.seq_first + s] = t;
-    for (int i = 0; i < n; i += tpt, ++tile) {
-      m[ml.tile_seq + tile] = s;
-      m[ml.tile_t0 + tile] = t + i;
-      m[ml.tile_n + tile] = std::min(tpt, n - i);
-    }
-    for (int i = 0; i < n; ++i, ++t) {
-      m[ml.tokens + t] = st.tokens[i];
-      // (-1 - row: the embedding reads the pick of `row` from argmax_.)
-      if (i == n - 1 && st.prev_row >= 0)
-        m[ml.tokens + t] = prev_on_device ? -1 - st.prev_row : prev_host[st.prev_row];
-      m[ml.pos + t] = st.start_pos + i;
-      m[ml.tok_seq + t] = s;
-    }
-    if (st.want_logits) m[ml.logit_rows + row++] = t - 1;
-    for (size_t g = 0; g < spec_.groups.size(); ++g) {
-      int32_t* tab = m + ml.tables[g] + static_cast<size_t>(s) * stride;
-      const size_t k = std::min<size_t>(st.block_tables[g].size(), stride);
-      std::copy_n(st.block_tables[g].begin(), k, tab);
-      std::fill(tab + k, tab + stride, 0);
-    }
-  }
-  if (!graph && tiles > 1) {
-    // Longest key span first (the kernel takes tiles in this order): with
-    // one prompt's tiles in position order, its last, longest ones started
-    // last and the step waited on them.
-    tile_scratch_.clear();
-    for (int i = 0; i < tiles; ++i) {
-      const int t0 = m[ml.tile_t0 + i], n = m[ml.tile_n + i];
-      tile_scratch_.push_back({m[ml.pos + t0 + n - 1], m[ml.tile_seq + i], t0, n});
-    }
-    std::sort(tile_scratch_.begin(), tile_scratch_.end(),
-              [](const auto& a, const auto& b) { return a[0] > b[0]; });
-    for (int i = 0; i < tiles; ++i) {
-      m[ml.tile_seq + i] = tile_scratch_[i][1];
-      m[ml.tile_t0 + i] = tile_scratch_[i][2];
-      m[ml.tile_n + i] = tile_scratch_[i][3];
-    }
-  }
-  for (int s = B; s < padded; ++s, ++t, ++tile, ++row) {  // graph padding
-    m[ml.seq_start + s] = 0;
-    m[ml.seq_first + s] = t;
-    m[ml.tile_seq + tile] = s;
-    m[ml.tile_t0 + tile] = t;
-    m[ml.tile_n + tile] = 0;
-    m[ml.tokens + t] = 0;
-    m[ml.pos + t] = -1;
-    m[ml.tok_seq + t] = s;
-    m[ml.logit_rows + row] = 0;
-    for (size_t g = 0; g < spec_.groups.size(); ++g)
-      std::fill_n(m + ml.tables[g] + static_cast<size_t>(s) * stride, stride, 0);
-  }
-  m[ml.seq_first + padded] = t;
-  // Up to the last group's rows (in graphs its reserved tail is not sent).
-  const size_t meta_ints =
-      ml.tables[spec_.groups.size() - 1] + static_cast<size_t>(padded) * stride;
+  cuda::WriteStepMeta(batch, plan, static_cast<int>(spec_.groups.size()),
+                      {prev_on_device, prev_host}, std::span<int32_t>(m, plan.layout.total),
+                      &tile_scratch_);
+  const size_t meta_ints = plan.meta_ints;
   if (!step_events_[0][0]) {
     for (auto& sl : step_events_)
       for (cudaEvent_t& e : sl) CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
@@ -371,7 +226,7 @@ Status CudaBackend::LaunchStep(std::span<const SeqStep> batch, std::span<const R
   f.B = B;
   f.padded = graph ? padded : 0;
   f.stride = stride;
-  f.splits = sh.splits;
+  f.splits = plan.shape.splits;
   const bool profiled =
       options_.tuning.profile_batch == B && T == B && ++profile_seen_ >= 20 && profile_seen_ <= 21;
   if (profiled && profile_seen_ == 20) CUDA_RETURN_IF_ERROR(cudaProfilerStart());
@@ -381,7 +236,7 @@ Status CudaBackend::LaunchStep(std::span<const SeqStep> batch, std::span<const R
   // while the step before runs.
   CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(meta_[slot].get(), m, meta_ints * 4, cudaMemcpyHostToDevice, up_stream_));
-  if (any_draw) {
+  if (z.any_draw) {
     RowPick* hp = host_row_picks_[slot].get<RowPick>();
     for (int r = 0; r < W; ++r) hp[r] = r < static_cast<int>(rows.size()) ? rows[r] : RowPick{};
     CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(row_picks_[slot].get(), hp, W * sizeof(RowPick),
@@ -403,19 +258,19 @@ Status CudaBackend::LaunchStep(std::span<const SeqStep> batch, std::span<const R
     CUDA_RETURN_IF_ERROR(cudaGraphLaunch(it->second, stream_));
     ++graph_steps_;
   } else {
-    RETURN_IF_ERROR(Enqueue(sh, slot));
+    RETURN_IF_ERROR(Enqueue(plan.shape, slot));
   }
   // Drawn rows overwrite their argmax in the picks buffer (outside the
   // graphs: they hold the greedy step's kernels only).
-  if (any_draw)
+  if (z.any_draw)
     CUDA_RETURN_IF_ERROR(cuda::LaunchSampleRows(logits_.get<float>(), W, config_.vocab_size,
                                                 row_picks_[slot].get<RowPick>(),
-                                                argmax_[slot].get<int32_t>(), stream_));
+                                                argmax_[slot].get<int32_t>(), launch_));
   CUDA_RETURN_IF_ERROR(cudaEventRecord(ev[1], stream_));
 
   // All picked on the device: the picks come down on the download stream
   // while the next step runs (it writes the other slot's argmax buffer).
-  const bool picks_async = W > 0 && !any_logits;
+  const bool picks_async = W > 0 && !z.any_logits;
   if (picks_async) {
     CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(down_stream_, ev[1], 0));
     CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_tokens_[slot].get(), argmax_[slot].get(), W * 4,
@@ -423,15 +278,15 @@ Status CudaBackend::LaunchStep(std::span<const SeqStep> batch, std::span<const R
     CUDA_RETURN_IF_ERROR(cudaEventRecord(ev[2], down_stream_));
   } else if (W > 0) {
     // Logits (one buffer for every step) come down before the next step.
-    if (any_greedy)
+    if (z.any_greedy)
       CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_tokens_[slot].get(), argmax_[slot].get(), W * 4,
                                            cudaMemcpyDeviceToHost, stream_));
-    if (!any_greedy) {
+    if (!z.any_greedy) {
       CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logits.data(), logits_.get(), W * V * 4,
                                            cudaMemcpyDeviceToHost, stream_));
     } else {
       for (int r = 0; r < W; ++r) {
-        if (mode(r) != PickMode::kHost) continue;
+        if (cuda::RowMode(rows, r) != PickMode::kHost) continue;
         CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logits.data() + r * V, logits_.get<float>() + r * V,
                                              V * 4, cudaMemcpyDeviceToHost, stream_));
       }
@@ -441,7 +296,7 @@ Status CudaBackend::LaunchStep(std::span<const SeqStep> batch, std::span<const R
   in_flight_.push_back(std::move(f));
   ++launches_;
   last_greedy_.assign(W, 0);
-  for (int r = 0; r < W; ++r) last_greedy_[r] = mode(r) != PickMode::kHost ? 1 : 0;
+  for (int r = 0; r < W; ++r) last_greedy_[r] = cuda::RowMode(rows, r) != PickMode::kHost ? 1 : 0;
   return Status::Ok();
 }
 
@@ -457,14 +312,14 @@ Status CudaBackend::NormGemm(const float* x, const int32_t* rows, const float* n
   // separate norm kernel (bench/RESULTS.md, CUDA log).
   if (rows == nullptr && n <= 4096 && pending_planes_ == 0 && cuda::NormGemvSupported(m, H)) {
     CUDA_RETURN_IF_ERROR(cuda::LaunchNormGemv(x, norm_w, c.rms_norm_eps, c.gemma_norm, w, y, y_f32,
-                                              m, n, H, 0.f, stream_));
+                                              m, n, H, 0.f, launch_));
     return Status::Ok();
   }
   RETURN_IF_ERROR(Norm(rows, norm_w, m));
   return Gemm(h_.get<cuda::bf16_t>(), w, y, y_f32, m, n, H, 0.f, max_rows);
 }
 
-Status CudaBackend::Enqueue(const Shape& s, int slot) {
+Status CudaBackend::Enqueue(const cuda::StepShape& s, int slot) {
   const ModelConfig& c = config_;
   const int T = s.tokens, H = c.hidden_size, I = c.intermediate_size, D = c.head_dim;
   const int nh = c.num_heads, nkv = c.num_kv_heads;
@@ -472,7 +327,9 @@ Status CudaBackend::Enqueue(const Shape& s, int slot) {
   const float eps = c.rms_norm_eps;
   const bool plus_one = c.gemma_norm;
   const int bs = layout_.block_size;
-  const MetaLayout ml = Layout(s);
+  const cuda::MetaLayout ml = cuda::LayoutOf(s);
+  // How each cache group runs attention in a step of this shape.
+  const cuda::StepRoutes routes = cuda::RouteStep(s, spec_, bs, PlanModel());
   int32_t* meta = meta_[slot].get<int32_t>();
   int32_t* picks = argmax_[slot].get<int32_t>();
   const int32_t* prev_picks = argmax_[(slot + kSlots - 1) % kSlots].get<int32_t>();
@@ -490,23 +347,19 @@ Status CudaBackend::Enqueue(const Shape& s, int slot) {
 
   pending_planes_ = 0;
   CUDA_RETURN_IF_ERROR(
-      cuda::LaunchEmbed(embed_, meta + ml.tokens, prev_picks, T, H, c.embed_scale, x, stream_));
+      cuda::LaunchEmbed(embed_, meta + ml.tokens, prev_picks, T, H, c.embed_scale, x, launch_));
   const CudaTuning& tuning = options_.tuning;
   for (int l = 0; l < c.num_layers; ++l) {
     const Layer& L = layers_[l];
-    // Decode steps: the attention kernel applies the rotary itself and
-    // stores the token's K and V (one kernel less per layer; the mma.sync
-    // kernel's, so not with it turned off).
-    const bool fused_rotary =
-        cuda::RouteFusedRotary(fp8(), tuning.fused_rotary, s.tokens == s.seqs, s.wide,
-                               tuning.mma_attention && cuda::FusedRotarySupported(D));
+    const cuda::AttentionRoute& route = routes.groups[L.group];
+    const bool fused_rotary = route.fused_rotary;
     // Which adds the QKV projection's split-K planes itself, where it has them.
     int qkv_planes = fused_rotary ? PlanesFor(T, qkv_n, H) : 0;
     if (qkv_planes > cuda::kMaxQkvPlanes) qkv_planes = 0;
     if (qkv_planes > 0) {
       RETURN_IF_ERROR(Norm(nullptr, L.in_norm, T));
       CUDA_RETURN_IF_ERROR(cuda::LaunchWgmmaGemm(h, L.wqkv, wgmma_planes_.get(), true, T, qkv_n, H,
-                                                 0.f, {wgmma_ws_.get(), num_sms_}, stream_, -1,
+                                                 0.f, {wgmma_ws_.get(), num_sms_}, launch_, -1,
                                                  true));
     } else {
       // Steps with prompt chunks: the projection in bf16 for QkvPost (half
@@ -533,11 +386,7 @@ Status CudaBackend::Enqueue(const Shape& s, int slot) {
       view.layer_offset =
           static_cast<int64_t>(L.index_in_group) * 2 * kvfp8::SectionBytes(bs, nkv, D);
     }
-    // K and V go to the cache straight from the rotary kernel unless a ring
-    // slot they overwrite may still be read by another query of this step
-    // (fp8: always after attention, from the quantized rows it read).
-    const bool fused_store =
-        cuda::RouteStoreBeforeAttention(fp8(), view.ring != 0, s.tokens == s.seqs);
+    const bool fused_store = route.store_before;
     // Prompt steps whose attention copies the cache's pages (every key in
     // it once QkvPost has stored the step's): no k / v rows to write.
     cuda::AttentionParams ap;
@@ -549,7 +398,7 @@ Status CudaBackend::Enqueue(const Shape& s, int slot) {
     ap.head_dim = D;
     ap.window = L.window;
     ap.cache = view;
-    if (cuda::RouteKvMap(fp8(), s.wide, fused_store, view.ring != 0, kv_map_ok_[L.group])) {
+    if (route.kv_map) {
       ap.kv_map = kv_maps_.get<unsigned char>() + L.group * cuda::kKvTensorMapBytes;
       ap.kv_map_layer = 2 * L.index_in_group;
     }
@@ -558,20 +407,21 @@ Status CudaBackend::Enqueue(const Shape& s, int slot) {
     // and stored into the cache after it.
     const cuda::Fp8KvRows rows8 =
         fp8() ? cuda::Fp8KvRowsAt(kv8_.get(), cap_tokens_, nkv, D) : cuda::Fp8KvRows{};
-    if (fp8()) {
+    using Qkv = cuda::AttentionRoute::Qkv;
+    if (route.qkv == Qkv::kPostQuantize8) {
       CUDA_RETURN_IF_ERROR(cuda::LaunchQkvPost(qkv_.get<cuda::bf16_t>(), L.bqkv, L.q_norm, L.k_norm,
                                                inv_freq, pos, T, nh, nkv, D, eps, plus_one, q, k, v,
-                                               stream_));
-      CUDA_RETURN_IF_ERROR(cuda::LaunchKvQuantizeFp8(k, v, pos, T, nkv, D, rows8, stream_));
+                                               launch_));
+      CUDA_RETURN_IF_ERROR(cuda::LaunchKvQuantizeFp8(k, v, pos, T, nkv, D, rows8, launch_));
       ap.fp8_new = rows8;
-    } else if (!fused_rotary && fused_store) {
+    } else if (route.qkv == Qkv::kPostStore) {
       CUDA_RETURN_IF_ERROR(cuda::LaunchQkvPostStore(
           qkv_.get<cuda::bf16_t>(), L.bqkv, L.q_norm, L.k_norm, inv_freq, pos, tok_seq, T, nh, nkv,
-          D, eps, plus_one, q, cache_only ? nullptr : k, cache_only ? nullptr : v, view, stream_));
-    } else if (!fused_rotary) {
+          D, eps, plus_one, q, cache_only ? nullptr : k, cache_only ? nullptr : v, view, launch_));
+    } else if (route.qkv == Qkv::kPost) {
       CUDA_RETURN_IF_ERROR(cuda::LaunchQkvPost(qkv_.get<cuda::bf16_t>(), L.bqkv, L.q_norm, L.k_norm,
                                                inv_freq, pos, T, nh, nkv, D, eps, plus_one, q, k, v,
-                                               stream_));
+                                               launch_));
     }
     ap.q = q;
     ap.k_new = cache_only ? nullptr : k;
@@ -602,13 +452,14 @@ Status CudaBackend::Enqueue(const Shape& s, int slot) {
       ap.eps = eps;
       ap.plus_one = plus_one;
     }
-    CUDA_RETURN_IF_ERROR(cuda::LaunchAttention(ap, stream_));
-    if (fp8()) {
+    CUDA_RETURN_IF_ERROR(cuda::LaunchAttention(ap, launch_));
+    using StoreAfter = cuda::AttentionRoute::StoreAfter;
+    if (route.store_after == StoreAfter::kFp8) {
       CUDA_RETURN_IF_ERROR(cuda::LaunchKvStoreFp8(rows8, pos, tok_seq, meta + ml.seq_start,
-                                                  meta + ml.seq_first, T, nkv, D, view, stream_));
-    } else if (!fused_store) {
+                                                  meta + ml.seq_first, T, nkv, D, view, launch_));
+    } else if (route.store_after == StoreAfter::kBf16) {
       CUDA_RETURN_IF_ERROR(cuda::LaunchKvStore(k, v, pos, tok_seq, meta + ml.seq_start,
-                                               meta + ml.seq_first, T, nkv, D, view, stream_));
+                                               meta + ml.seq_first, T, nkv, D, view, launch_));
     }
     if (c.sandwich_norm) {
       RETURN_IF_ERROR(Gemm(attn, L.wo, o, true, T, H, nh * D, 0.f, cap_tokens_));
@@ -617,37 +468,37 @@ Status CudaBackend::Enqueue(const Shape& s, int slot) {
     }
     if (c.sandwich_norm)
       CUDA_RETURN_IF_ERROR(cuda::LaunchAddNormed(o, L.post_attn_norm, x, L.pre_ff_norm, h, T, H,
-                                                 eps, plus_one, stream_));
+                                                 eps, plus_one, launch_));
     const int act_kind = c.activation == Activation::kSilu ? 0 : 1;
     // One or two rows: the MLP norm, the gate_up GEMV and the activation in
     // one kernel. (Sandwich norms: AddNormed above already wrote h.)
-    const bool norm_gemv_act = !c.sandwich_norm && T < skinny_min_rows_ && pending_planes_ == 0 &&
+    const bool norm_gemv_act = !c.sandwich_norm && T <= kGemvMaxRows && pending_planes_ == 0 &&
                                tuning.gemv_pipe && cuda::NormGemvGatedActSupported(T, 2 * I, H);
     if (!c.sandwich_norm && !norm_gemv_act) RETURN_IF_ERROR(Norm(nullptr, L.post_attn_norm, T));
     if (norm_gemv_act) {
       CUDA_RETURN_IF_ERROR(cuda::LaunchNormGemvGatedAct(
-          x, L.post_attn_norm, eps, plus_one, L.w_gate_up, act, T, 2 * I, H, act_kind, stream_));
-    } else if (T < skinny_min_rows_ && cuda::GemvGatedActSupported(T, 2 * I, H)) {
+          x, L.post_attn_norm, eps, plus_one, L.w_gate_up, act, T, 2 * I, H, act_kind, launch_));
+    } else if (T <= kGemvMaxRows && cuda::GemvGatedActSupported(T, 2 * I, H)) {
       // One or two rows: the activation in the GEMV's epilogue.
       CUDA_RETURN_IF_ERROR(
-          cuda::LaunchGemvGatedAct(h, L.w_gate_up, act, T, 2 * I, H, act_kind, stream_));
+          cuda::LaunchGemvGatedAct(h, L.w_gate_up, act, T, 2 * I, H, act_kind, launch_));
     } else if (UseWgmma(T, 2 * I, H)) {
       // The activation in the warpgroup GEMM's epilogue.
       CUDA_RETURN_IF_ERROR(cuda::LaunchWgmmaGemm(h, L.w_gate_up, act, false, T, 2 * I, H, 0.f,
-                                                 {wgmma_ws_.get(), num_sms_}, stream_, act_kind));
+                                                 {wgmma_ws_.get(), num_sms_}, launch_, act_kind));
     } else if (UsePromptGemm(T, 2 * I, H)) {
       // Prompt steps: the activation in the persistent GEMM's epilogue (gate_up
       // never crosses memory; bench/RESULTS.md item 96).
       CUDA_RETURN_IF_ERROR(
-          cuda::LaunchPromptGemm(h, L.w_gate_up, act, T, 2 * I, H, act_kind, num_sms_, stream_));
+          cuda::LaunchPromptGemm(h, L.w_gate_up, act, T, 2 * I, H, act_kind, num_sms_, launch_));
     } else {
       RETURN_IF_ERROR(Gemm(h, L.w_gate_up, gu, false, T, 2 * I, H, 0.f, cap_tokens_));
-      CUDA_RETURN_IF_ERROR(cuda::LaunchGatedAct(gu, act, T, I, act_kind, stream_));
+      CUDA_RETURN_IF_ERROR(cuda::LaunchGatedAct(gu, act, T, I, act_kind, launch_));
     }
     if (c.sandwich_norm) {
       RETURN_IF_ERROR(Gemm(act, L.w_down, o, true, T, H, I, 0.f, cap_tokens_));
       CUDA_RETURN_IF_ERROR(cuda::LaunchAddNormed(o, L.post_ff_norm, x, nullptr, nullptr, T, H, eps,
-                                                 plus_one, stream_));
+                                                 plus_one, launch_));
     } else {
       RETURN_IF_ERROR(ResidualGemm(act, L.w_down, T, H, I));
     }
@@ -664,7 +515,7 @@ Status CudaBackend::Enqueue(const Shape& s, int slot) {
     RETURN_IF_ERROR(Norm(meta + ml.logit_rows, final_norm_, s.rows));
     CUDA_RETURN_IF_ERROR(cuda::LaunchPromptGemmArgmax(
         h, lm_head_, logits, meta + ml.store_logits, s.rows, c.vocab_size, H, argmax_scratch_.get(),
-        picks, num_sms_, stream_));
+        picks, num_sms_, launch_));
     return Status::Ok();
   }
   if (UseWgmmaArgmax(s.rows)) {
@@ -673,16 +524,16 @@ Status CudaBackend::Enqueue(const Shape& s, int slot) {
     RETURN_IF_ERROR(Norm(meta + ml.logit_rows, final_norm_, s.rows));
     CUDA_RETURN_IF_ERROR(cuda::LaunchWgmmaGemmArgmax(h, lm_head_, logits, meta + ml.store_logits,
                                                      s.rows, c.vocab_size, H, argmax_scratch_.get(),
-                                                     picks, num_sms_, stream_));
+                                                     picks, num_sms_, launch_));
     return Status::Ok();
   }
   RETURN_IF_ERROR(NormGemm(x, meta + ml.logit_rows, final_norm_, lm_head_, logits, s.rows,
                            c.vocab_size, cap_seqs_));
   if (c.final_logit_softcap > 0.f)
     CUDA_RETURN_IF_ERROR(cuda::LaunchSoftcap(logits, static_cast<int64_t>(s.rows) * c.vocab_size,
-                                             c.final_logit_softcap, stream_));
+                                             c.final_logit_softcap, launch_));
   CUDA_RETURN_IF_ERROR(
-      cuda::LaunchArgmax(logits, s.rows, c.vocab_size, picks, argmax_scratch_.get(), stream_));
+      cuda::LaunchArgmax(logits, s.rows, c.vocab_size, picks, argmax_scratch_.get(), launch_));
   return Status::Ok();
 }
 

@@ -23,7 +23,7 @@
 #include <map>
 #include <tuple>
 
-#include "engine/backend/cuda/kernels/kernels.h"
+#include "engine/backend/cuda/kernels/launch.h"
 #include "util/status.h"
 
 namespace agentkv::cuda {

@@ -273,8 +273,7 @@ TEST(CudaBackend, TuningSwitchesKeepTheCpusLogits) {
   off.gemv_pipe = false;
   off.pdl = false;
   off.step_log = log_path;
-  CudaTuning more;  // the opt-in kernels
-  more.skinny = CudaTuning::Skinny::kAll;
+  CudaTuning more;  // the opt-in settings
   more.decode_blocks_per_sm = 16;
   for (const bool wide : {false, true}) {
     ModelConfig c = wide ? WideConfig(Architecture::kQwen3) : SmallConfig(Architecture::kLlama);
@@ -284,7 +283,7 @@ TEST(CudaBackend, TuningSwitchesKeepTheCpusLogits) {
     const auto ref = Drive(*cpu, 64, 12, 5, nullptr, &cpu_picks);
     for (const CudaTuning& t : {off, more}) {
       const std::string what = std::string(wide ? "wide" : "small") +
-                               (t.skinny == CudaTuning::Skinny::kAll ? " opt-in" : " off");
+                               (t.decode_blocks_per_sm == 16 ? " opt-in" : " off");
       auto gpu = MakeCuda(c, w, 16, t);
       ASSERT_TRUE(gpu) << what;
       const auto got = Drive(*gpu, 64, 12, 5, &cpu_picks);

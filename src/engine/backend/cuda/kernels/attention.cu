@@ -9,8 +9,8 @@
 
 #include <algorithm>
 
+#include "engine/backend/cuda/kernels/attention.h"
 #include "engine/backend/cuda/kernels/attention_common.cuh"
-#include "engine/backend/cuda/kernels/kernels.h"
 #include "engine/backend/cuda/kernels/kv_route.h"
 #include "engine/backend/cuda/kernels/pdl.cuh"
 
@@ -227,7 +227,7 @@ int TokensPerTile(int group_size, bool wide) {
 
 bool FusedRotarySupported(int head_dim) { return MmaAttentionSupported(head_dim); }
 
-cudaError_t LaunchAttention(const AttentionParams& p, cudaStream_t stream) {
+cudaError_t LaunchAttention(const AttentionParams& p, LaunchConfig launch) {
   if (p.num_tiles <= 0) return cudaSuccess;
   if (p.head_dim % 16 != 0 || p.head_dim > kMaxAttentionHeadDim || p.nkv <= 0 ||
       p.nh % p.nkv != 0 || p.nh / p.nkv > kRows || p.splits < 1 || p.splits > 32)
@@ -242,10 +242,10 @@ cudaError_t LaunchAttention(const AttentionParams& p, cudaStream_t stream) {
     // The mma.sync kernel with the fp8 tile loader where it has the
     // head_dim, the portable narrow-tile kernel elsewhere.
     e = RouteFp8Mma(p.wide, p.mma, MmaAttentionSupported(p.head_dim))
-            ? LaunchMmaAttention(p, stream)
-            : LaunchFp8Attention(p, stream);
+            ? LaunchMmaAttention(p, launch)
+            : LaunchFp8Attention(p, launch);
   } else if (RouteBf16Mma(p.wide, p.mma, MmaAttentionSupported(p.head_dim))) {
-    e = LaunchMmaAttention(p, stream);
+    e = LaunchMmaAttention(p, launch);
   } else {
     const size_t smem = SmemBytes(p.head_dim);
     static bool raised = false;
@@ -255,11 +255,11 @@ cudaError_t LaunchAttention(const AttentionParams& p, cudaStream_t stream) {
       if (e != cudaSuccess) return e;
       raised = true;
     }
-    e = LaunchPdl(AttentionKernel, dim3(p.num_tiles, p.nkv, p.splits), dim3(kThreads), smem, stream,
+    e = LaunchPdl(AttentionKernel, dim3(p.num_tiles, p.nkv, p.splits), dim3(kThreads), smem, launch,
                   p);
   }
   if (e != cudaSuccess || p.splits == 1) return e;
-  return LaunchPdl(CombineKernel, dim3(p.tokens, p.nh), dim3(std::max(32, p.head_dim)), 0, stream,
+  return LaunchPdl(CombineKernel, dim3(p.tokens, p.nh), dim3(std::max(32, p.head_dim)), 0, launch,
                    p);
 }
 

@@ -4,7 +4,8 @@
 
 #include <cuda_bf16.h>
 
-#include "engine/backend/cuda/kernels/kernels.h"
+#include "engine/backend/cuda/kernels/attention.h"
+#include "engine/backend/cuda/kernels/qkv_post.h"
 
 namespace agentkv::cuda {
 
@@ -230,12 +231,12 @@ struct KvLoader {
 // for wide tiles only, for comparison). They write out / part_o / part_ml as
 // LaunchAttention documents; the split merge is the caller's.
 bool MmaAttentionSupported(int head_dim);
-cudaError_t LaunchMmaAttention(const AttentionParams& p, cudaStream_t stream);
+cudaError_t LaunchMmaAttention(const AttentionParams& p, LaunchConfig launch);
 // The warpgroup kernel of wgmma_attention.cu for wide tiles (its
-// support test, WgmmaAttentionSupported, is in kernels.h).
-cudaError_t LaunchWgmmaWideAttention(const AttentionParams& p, cudaStream_t stream);
+// support test, WgmmaAttentionSupported, is in attention.h).
+cudaError_t LaunchWgmmaWideAttention(const AttentionParams& p, LaunchConfig launch);
 // The fp8 cache's kernel (fp8_kv.cu): narrow tiles, p.cache.fp8, keys
 // of the step from p.fp8_new; writes out / part_o / part_ml as above.
-cudaError_t LaunchFp8Attention(const AttentionParams& p, cudaStream_t stream);
+cudaError_t LaunchFp8Attention(const AttentionParams& p, LaunchConfig launch);
 
 }  // namespace agentkv::cuda

@@ -9,8 +9,8 @@
 
 #include <cuda_bf16.h>
 
+#include "engine/backend/cuda/kernels/attention.h"
 #include "engine/backend/cuda/kernels/attention_common.cuh"
-#include "engine/backend/cuda/kernels/kernels.h"
 
 namespace agentkv::cuda {
 

@@ -352,7 +352,7 @@ __global__ void __launch_bounds__(kThreads, RW == 4 && D == 64 ? 4 : 1)
 }
 
 template <int D, int RW, class Loader = KvLoader>
-cudaError_t Launch(const AttentionParams& p, cudaStream_t stream) {
+cudaError_t Launch(const AttentionParams& p, LaunchConfig launch) {
   constexpr MmaAttentionLayout kLayout = MmaLayout(D, RW, Loader::kFp8);
   static_assert(kLayout.bytes <= kMmaMaxSmemBytes, "the tiles must fit a block");
   const size_t smem = kLayout.bytes;
@@ -366,29 +366,29 @@ cudaError_t Launch(const AttentionParams& p, cudaStream_t stream) {
   }
   if (p.num_tiles > 65535) return cudaErrorInvalidConfiguration;  // grid y
   return LaunchPdl(MmaAttentionKernel<D, RW, Loader>, dim3(p.nkv, p.num_tiles, p.splits),
-                   dim3(kThreads), smem, stream, p);
+                   dim3(kThreads), smem, launch, p);
 }
 
 }  // namespace
 
 bool MmaAttentionSupported(int head_dim) { return head_dim == 64 || head_dim == 128; }
 
-cudaError_t LaunchMmaAttention(const AttentionParams& p, cudaStream_t stream) {
+cudaError_t LaunchMmaAttention(const AttentionParams& p, LaunchConfig launch) {
   if (p.cache.fp8) {  // wide (prompt) and narrow (decode) tiles alike
     if (p.qkv != nullptr || p.kv_map != nullptr || p.fp8_new.k == nullptr ||
         p.fp8_new.v == nullptr || p.fp8_new.k_scale == nullptr || p.fp8_new.v_scale == nullptr)
       return cudaErrorInvalidValue;
     if (p.head_dim == 64)
-      return p.wide ? Launch<64, 4, Fp8KvLoader>(p, stream) : Launch<64, 1, Fp8KvLoader>(p, stream);
+      return p.wide ? Launch<64, 4, Fp8KvLoader>(p, launch) : Launch<64, 1, Fp8KvLoader>(p, launch);
     if (p.head_dim == 128)
-      return p.wide ? Launch<128, 4, Fp8KvLoader>(p, stream)
-                    : Launch<128, 1, Fp8KvLoader>(p, stream);
+      return p.wide ? Launch<128, 4, Fp8KvLoader>(p, launch)
+                    : Launch<128, 1, Fp8KvLoader>(p, launch);
     return cudaErrorInvalidValue;
   }
   if (p.head_dim == 64 && p.wide && p.wgmma && WgmmaAttentionSupported(64))
-    return LaunchWgmmaWideAttention(p, stream);
-  if (p.head_dim == 64) return p.wide ? Launch<64, 4>(p, stream) : Launch<64, 1>(p, stream);
-  if (p.head_dim == 128) return p.wide ? Launch<128, 4>(p, stream) : Launch<128, 1>(p, stream);
+    return LaunchWgmmaWideAttention(p, launch);
+  if (p.head_dim == 64) return p.wide ? Launch<64, 4>(p, launch) : Launch<64, 1>(p, launch);
+  if (p.head_dim == 128) return p.wide ? Launch<128, 4>(p, launch) : Launch<128, 1>(p, launch);
   return cudaErrorInvalidValue;
 }
 

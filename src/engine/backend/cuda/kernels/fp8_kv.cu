@@ -18,10 +18,12 @@
 #include <cuda_fp8.h>
 #include <mma.h>
 
+#include "engine/backend/cuda/kernels/attention.h"
 #include "engine/backend/cuda/kernels/attention_common.cuh"
+#include "engine/backend/cuda/kernels/fp8_kv.h"
 #include "engine/backend/cuda/kernels/fp8_kv_tile.cuh"
-#include "engine/backend/cuda/kernels/kernels.h"
 #include "engine/backend/cuda/kernels/pdl.cuh"
+#include "engine/backend/cuda/kernels/qkv_post.h"
 
 namespace agentkv::cuda {
 namespace {
@@ -303,25 +305,25 @@ __global__ void __launch_bounds__(kThreads) Fp8AttentionKernel(const AttentionPa
 }  // namespace
 
 cudaError_t LaunchKvQuantizeFp8(const bf16_t* k, const bf16_t* v, const int32_t* pos, int tokens,
-                                int nkv, int head_dim, Fp8KvRows rows, cudaStream_t stream) {
+                                int nkv, int head_dim, Fp8KvRows rows, LaunchConfig launch) {
   if (tokens <= 0) return cudaSuccess;
   if (head_dim % 16 != 0 || nkv <= 0) return cudaErrorInvalidValue;
   const int64_t r = static_cast<int64_t>(tokens) * 2 * nkv;
   return LaunchPdl(KvQuantizeFp8Kernel,
                    dim3(static_cast<unsigned>((r + kQuantWarps - 1) / kQuantWarps)),
-                   dim3(32 * kQuantWarps), 0, stream, k, v, pos, tokens, nkv, head_dim, rows);
+                   dim3(32 * kQuantWarps), 0, launch, k, v, pos, tokens, nkv, head_dim, rows);
 }
 
 cudaError_t LaunchKvStoreFp8(Fp8KvRows rows, const int32_t* pos, const int32_t* tok_seq,
                              const int32_t* seq_start, const int32_t* seq_first, int tokens,
-                             int nkv, int head_dim, const KvCacheView& cache, cudaStream_t stream) {
+                             int nkv, int head_dim, const KvCacheView& cache, LaunchConfig launch) {
   if (tokens <= 0) return cudaSuccess;
   if (!cache.fp8 || head_dim % 16 != 0 || nkv <= 0) return cudaErrorInvalidValue;
-  return LaunchPdl(KvStoreFp8Kernel, dim3(tokens), dim3(128), 0, stream, rows, pos, tok_seq,
+  return LaunchPdl(KvStoreFp8Kernel, dim3(tokens), dim3(128), 0, launch, rows, pos, tok_seq,
                    seq_start, seq_first, nkv, head_dim, cache);
 }
 
-cudaError_t LaunchFp8Attention(const AttentionParams& p, cudaStream_t stream) {
+cudaError_t LaunchFp8Attention(const AttentionParams& p, LaunchConfig launch) {
   if (!p.cache.fp8 || p.wide || p.qkv != nullptr || p.kv_map != nullptr || p.fp8_new.k == nullptr ||
       p.fp8_new.v == nullptr || p.fp8_new.k_scale == nullptr || p.fp8_new.v_scale == nullptr)
     return cudaErrorInvalidValue;
@@ -335,7 +337,7 @@ cudaError_t LaunchFp8Attention(const AttentionParams& p, cudaStream_t stream) {
     raised = true;
   }
   return LaunchPdl(Fp8AttentionKernel, dim3(p.num_tiles, p.nkv, p.splits), dim3(kThreads), smem,
-                   stream, p);
+                   launch, p);
 }
 
 }  // namespace agentkv::cuda

@@ -17,9 +17,11 @@
 
 #include <cstdint>
 
+#include "engine/backend/cuda/kernels/attention.h"
 #include "engine/backend/cuda/kernels/attention_common.cuh"
-#include "engine/backend/cuda/kernels/kernels.h"
+#include "engine/backend/cuda/kernels/fp8_kv.h"
 #include "engine/backend/cuda/kernels/mma_attention_layout.h"
+#include "engine/backend/cuda/kernels/qkv_post.h"
 
 namespace agentkv::cuda {
 

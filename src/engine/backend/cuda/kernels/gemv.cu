@@ -14,7 +14,8 @@
 #include <algorithm>
 
 #include "engine/backend/cuda/kernels/activation.cuh"
-#include "engine/backend/cuda/kernels/kernels.h"
+#include "engine/backend/cuda/kernels/gemv.h"
+#include "engine/backend/cuda/kernels/launch.h"
 #include "engine/backend/cuda/kernels/pdl.cuh"
 
 namespace agentkv::cuda {
@@ -389,7 +390,7 @@ constexpr int kPipeStages = 4;
 constexpr int kPipeStagesDown = 2;
 
 template <int M, bool kNorm, bool kAct, int kStages = kPipeStages>
-cudaError_t LaunchPipe(const GemvArgs& a, cudaStream_t stream) {
+cudaError_t LaunchPipe(const GemvArgs& a, LaunchConfig launch) {
   const size_t smem = static_cast<size_t>(kWarps) * kStages * kStageVecs * 16 +
                       static_cast<size_t>(M) * a.K * sizeof(bf16_t);
   auto kernel = GemvPipeKernel<M, kStages, kNorm, kAct>;
@@ -400,7 +401,7 @@ cudaError_t LaunchPipe(const GemvArgs& a, cudaStream_t stream) {
   }
   const int units = kAct ? a.N / 2 : a.N;
   const int blocks = std::max(1, std::min(NumSms(), (units + kWarps - 1) / kWarps));
-  return LaunchPdl(kernel, dim3(blocks), dim3(kWarps * 32), smem, stream, a);
+  return LaunchPdl(kernel, dim3(blocks), dim3(kWarps * 32), smem, launch, a);
 }
 
 // Warps per row: enough that each warp's share is one round of loads
@@ -413,7 +414,7 @@ int SplitFor(int k) {
 }
 
 template <int M, int S, bool kNorm, bool kAct>
-cudaError_t LaunchS(const GemvArgs& a, cudaStream_t stream) {
+cudaError_t LaunchS(const GemvArgs& a, LaunchConfig launch) {
   const size_t smem = static_cast<size_t>(M) * a.K * sizeof(bf16_t);
   auto kernel = M == 1 && kNorm && !kAct ? NormGemv1Kernel<S> : GemvKernel<M, S, kNorm, kAct>;
   if (smem > 48 * 1024) {
@@ -425,24 +426,24 @@ cudaError_t LaunchS(const GemvArgs& a, cudaStream_t stream) {
   // One row per warp group: short rows leave no time to ramp a grid-stride
   // loop.
   const int blocks = (a.N + kRowsPerBlock - 1) / kRowsPerBlock;
-  return LaunchPdl(kernel, dim3(blocks), dim3(kWarps * 32), smem, stream, a);
+  return LaunchPdl(kernel, dim3(blocks), dim3(kWarps * 32), smem, launch, a);
 }
 
 template <int M, bool kNorm, bool kAct = false>
-cudaError_t Launch(const GemvArgs& a, bool pipe, cudaStream_t stream) {
+cudaError_t Launch(const GemvArgs& a, bool pipe, LaunchConfig launch) {
   // The pipelined kernel where it measured faster: the MLP norm fused into
   // the gate_up GEMV (normalising x once per SM, not once per 8 rows), and
   // rows of 8,192 and more (GemvKernel runs them in two waves).
-  if (pipe && kNorm && kAct) return LaunchPipe<M, kNorm, kAct>(a, stream);
+  if (pipe && kNorm && kAct) return LaunchPipe<M, kNorm, kAct>(a, launch);
   if (pipe && !kNorm && !kAct && a.K >= 8192)
-    return LaunchPipe<M, kNorm, kAct, kPipeStagesDown>(a, stream);
+    return LaunchPipe<M, kNorm, kAct, kPipeStagesDown>(a, launch);
   switch (SplitFor(a.K)) {
     case 4:
-      return LaunchS<M, 4, kNorm, kAct>(a, stream);
+      return LaunchS<M, 4, kNorm, kAct>(a, launch);
     case 2:
-      return LaunchS<M, 2, kNorm, kAct>(a, stream);
+      return LaunchS<M, 2, kNorm, kAct>(a, launch);
     default:
-      return LaunchS<M, 1, kNorm, kAct>(a, stream);
+      return LaunchS<M, 1, kNorm, kAct>(a, launch);
   }
 }
 
@@ -459,37 +460,37 @@ bool NormGemvSupported(int m, int k) {
 }
 
 cudaError_t LaunchGemv(const bf16_t* x, const bf16_t* w, void* y, bool y_f32, int m, int n, int k,
-                       float beta, int num_sms, cudaStream_t stream, bool pipe) {
+                       float beta, int num_sms, LaunchConfig launch, bool pipe) {
   (void)num_sms;
   if (!GemvSupported(m, k)) return cudaErrorInvalidValue;
   const GemvArgs a{x, nullptr, 0.f, false, w, y, n, k, beta, y_f32, 0};
   switch (m) {
     case 1:
-      return Launch<1, false>(a, pipe, stream);
+      return Launch<1, false>(a, pipe, launch);
     case 2:
-      return Launch<2, false>(a, pipe, stream);
+      return Launch<2, false>(a, pipe, launch);
     case 3:
-      return Launch<3, false>(a, pipe, stream);
+      return Launch<3, false>(a, pipe, launch);
     case 4:
-      return Launch<4, false>(a, pipe, stream);
+      return Launch<4, false>(a, pipe, launch);
     case 5:
-      return Launch<5, false>(a, pipe, stream);
+      return Launch<5, false>(a, pipe, launch);
     case 6:
-      return Launch<6, false>(a, pipe, stream);
+      return Launch<6, false>(a, pipe, launch);
     case 7:
-      return Launch<7, false>(a, pipe, stream);
+      return Launch<7, false>(a, pipe, launch);
     default:
-      return Launch<8, false>(a, pipe, stream);
+      return Launch<8, false>(a, pipe, launch);
   }
 }
 
 cudaError_t LaunchNormGemv(const float* x, const float* norm_w, float eps, bool plus_one,
                            const bf16_t* w, void* y, bool y_f32, int m, int n, int k, float beta,
-                           cudaStream_t stream) {
+                           LaunchConfig launch) {
   if (!NormGemvSupported(m, k)) return cudaErrorInvalidValue;
   const GemvArgs a{x, norm_w, eps, plus_one, w, y, n, k, beta, y_f32, 0};
   // (Launch has no pipelined form of this shape: `pipe` changes nothing.)
-  return m == 1 ? Launch<1, true>(a, true, stream) : Launch<2, true>(a, true, stream);
+  return m == 1 ? Launch<1, true>(a, true, launch) : Launch<2, true>(a, true, launch);
 }
 
 bool GemvGatedActSupported(int m, int n, int k) {
@@ -497,11 +498,11 @@ bool GemvGatedActSupported(int m, int n, int k) {
 }
 
 cudaError_t LaunchGemvGatedAct(const bf16_t* x, const bf16_t* w, bf16_t* out, int m, int n, int k,
-                               int act, cudaStream_t stream) {
+                               int act, LaunchConfig launch) {
   if (!GemvGatedActSupported(m, n, k)) return cudaErrorInvalidValue;
   const GemvArgs a{x, nullptr, 0.f, false, w, out, n, k, 0.f, false, act};
   // (Launch has no pipelined form of this shape: `pipe` changes nothing.)
-  return m == 1 ? Launch<1, false, true>(a, true, stream) : Launch<2, false, true>(a, true, stream);
+  return m == 1 ? Launch<1, false, true>(a, true, launch) : Launch<2, false, true>(a, true, launch);
 }
 
 bool NormGemvGatedActSupported(int m, int n, int k) {
@@ -510,10 +511,10 @@ bool NormGemvGatedActSupported(int m, int n, int k) {
 
 cudaError_t LaunchNormGemvGatedAct(const float* x, const float* norm_w, float eps, bool plus_one,
                                    const bf16_t* w, bf16_t* out, int m, int n, int k, int act,
-                                   cudaStream_t stream) {
+                                   LaunchConfig launch) {
   if (!NormGemvGatedActSupported(m, n, k)) return cudaErrorInvalidValue;
   const GemvArgs a{x, norm_w, eps, plus_one, w, out, n, k, 0.f, false, act};
-  return m == 1 ? LaunchPipe<1, true, true>(a, stream) : LaunchPipe<2, true, true>(a, stream);
+  return m == 1 ? LaunchPipe<1, true, true>(a, launch) : LaunchPipe<2, true, true>(a, launch);
 }
 
 }  // namespace agentkv::cuda

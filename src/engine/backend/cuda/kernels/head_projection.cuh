@@ -9,7 +9,7 @@
 
 #include <cuda_bf16.h>
 
-#include "engine/backend/cuda/kernels/kernels.h"
+#include "engine/backend/cuda/kernels/attention.h"
 
 namespace agentkv::cuda {
 

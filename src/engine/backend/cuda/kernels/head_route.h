@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-#include "engine/backend/cuda/kernels/kernels.h"
+#include "engine/backend/cuda/kernels/qkv_post.h"
 
 namespace agentkv::cuda {
 

@@ -1,5 +1,5 @@
 // Tensor-core building blocks shared by the mma.sync kernels (attention,
-// skinny GEMM; GemmArgs also by the warpgroup GEMM): ldmatrix loads from
+// dev/cuda's skinny GEMM; GemmArgs also by the warpgroup GEMM): ldmatrix loads from
 // shared memory and the m16n8k16 bf16 MMA with fp32 accumulators, in the
 // fragment layouts of the PTX ISA.
 #pragma once

@@ -11,15 +11,16 @@
 // call PdlLaunchDependents() as early as it likes: the next kernel still
 // waits in its own PdlWait for this one to finish and its writes to show.
 //
-// SetPdlLaunches(false) (cuda_kernels.h; CudaTuning::pdl) launches
-// everything plainly (for comparison). Devices
-// before sm_90 have no such launches: the instructions compile to nothing
-// and the attribute is not set.
+// A LaunchConfig with pdl off (launch.h; CudaTuning::pdl) launches plainly
+// (for comparison). Devices before sm_90 have no such launches: the
+// instructions compile to nothing and the attribute is not set.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <utility>
+
+#include "engine/backend/cuda/kernels/launch.h"
 
 namespace agentkv::cuda {
 
@@ -35,20 +36,20 @@ __device__ __forceinline__ void PdlLaunchDependents() {
 #endif
 }
 
-// Whether launches carry the programmatic-serialization attribute: the
-// device is sm_90 or newer (asked once) and SetPdlLaunches left them on.
-bool PdlEnabled();
+// Whether the current device has programmatic dependent launch (sm_90 or
+// newer; asked once per process: a property of the hardware, not a switch).
+bool PdlSupported();
 
 // LaunchPdl for a kernel whose blocks form clusters of cluster_y blocks
 // along y (1: no clusters).
 template <typename... KernelArgs, typename... Args>
 cudaError_t LaunchPdlClustered(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem,
-                               int cluster_y, cudaStream_t stream, Args&&... args) {
+                               int cluster_y, const LaunchConfig& launch, Args&&... args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
+  cfg.stream = launch.stream;
   cudaLaunchAttribute attr[2];
   int n = 0;
   if (cluster_y > 1) {
@@ -58,7 +59,7 @@ cudaError_t LaunchPdlClustered(void (*kernel)(KernelArgs...), dim3 grid, dim3 bl
     attr[n].val.clusterDim.z = 1;
     ++n;
   }
-  if (PdlEnabled()) {
+  if (launch.pdl && PdlSupported()) {
     attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[n].val.programmaticStreamSerializationAllowed = 1;
     ++n;
@@ -70,8 +71,17 @@ cudaError_t LaunchPdlClustered(void (*kernel)(KernelArgs...), dim3 grid, dim3 bl
 
 template <typename... KernelArgs, typename... Args>
 cudaError_t LaunchPdl(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem,
-                      cudaStream_t stream, Args&&... args) {
-  return LaunchPdlClustered(kernel, grid, block, smem, 1, stream, std::forward<Args>(args)...);
+                      const LaunchConfig& launch, Args&&... args) {
+  return LaunchPdlClustered(kernel, grid, block, smem, 1, launch, std::forward<Args>(args)...);
 }
+
+// A bare stream would launch with pdl on whatever the caller was given:
+// launchers pass their LaunchConfig on.
+template <typename... KernelArgs, typename... Args>
+cudaError_t LaunchPdlClustered(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem,
+                               int cluster_y, cudaStream_t stream, Args&&... args) = delete;
+template <typename... KernelArgs, typename... Args>
+cudaError_t LaunchPdl(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem,
+                      cudaStream_t stream, Args&&... args) = delete;
 
 }  // namespace agentkv::cuda

@@ -19,7 +19,7 @@
 #include <cstdint>
 
 #include "engine/backend/cuda/kernels/argmax.cuh"
-#include "engine/backend/cuda/kernels/kernels.h"
+#include "engine/backend/cuda/kernels/sample_kernel.h"
 #include "engine/backend/row_pick.h"
 
 namespace agentkv::cuda {
@@ -346,9 +346,9 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace
 
 cudaError_t LaunchSampleRows(const float* logits, int rows, int vocab, const RowPick* picks,
-                             int32_t* out, cudaStream_t stream) {
+                             int32_t* out, LaunchConfig launch) {
   if (rows <= 0) return cudaSuccess;
-  SampleRowsKernel<<<rows, kThreads, 0, stream>>>(logits, vocab, picks, out);
+  SampleRowsKernel<<<rows, kThreads, 0, launch.stream>>>(logits, vocab, picks, out);
   return cudaGetLastError();
 }
 

@@ -342,14 +342,14 @@ bool AttentionReadsCacheOnly(const AttentionParams& p) {
          (p.cache.block_size == 8 || p.cache.block_size == 16);
 }
 
-cudaError_t LaunchWgmmaWideAttention(const AttentionParams& p, cudaStream_t stream) {
+cudaError_t LaunchWgmmaWideAttention(const AttentionParams& p, LaunchConfig launch) {
   if (!p.wide || p.head_dim != kD || p.nh / p.nkv > 64) return cudaErrorInvalidValue;
   if (p.num_tiles > 65535) return cudaErrorInvalidConfiguration;  // grid y
   const dim3 grid(p.nkv, p.num_tiles, p.splits);
   if (AttentionReadsCacheOnly(p))
-    return LaunchPdl(WgmmaWideAttentionKernel<true>, grid, dim3(kThreads), kSmem, stream, p);
+    return LaunchPdl(WgmmaWideAttentionKernel<true>, grid, dim3(kThreads), kSmem, launch, p);
   if (p.k_new == nullptr || p.v_new == nullptr) return cudaErrorInvalidValue;
-  return LaunchPdl(WgmmaWideAttentionKernel<false>, grid, dim3(kThreads), kSmem, stream, p);
+  return LaunchPdl(WgmmaWideAttentionKernel<false>, grid, dim3(kThreads), kSmem, launch, p);
 }
 
 }  // namespace agentkv::cuda

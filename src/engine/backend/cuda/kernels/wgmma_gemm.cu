@@ -32,11 +32,12 @@
 
 #include "engine/backend/cuda/kernels/activation.cuh"
 #include "engine/backend/cuda/kernels/argmax.cuh"
+#include "engine/backend/cuda/kernels/argmax.h"
 #include "engine/backend/cuda/kernels/attention_common.cuh"
 #include "engine/backend/cuda/kernels/hopper.cuh"
-#include "engine/backend/cuda/kernels/kernels.h"
 #include "engine/backend/cuda/kernels/mma.cuh"
 #include "engine/backend/cuda/kernels/pdl.cuh"
+#include "engine/backend/cuda/kernels/wgmma_gemm.h"
 
 namespace agentkv::cuda {
 namespace {
@@ -312,7 +313,7 @@ __global__ void __launch_bounds__(kThreads) WgmmaGemmKernel(const WgmmaArgs a) {
 }
 
 template <int NT, int S, int A, bool kArgmax = false>
-cudaError_t LaunchNt(const WgmmaArgs& a, int splits, cudaStream_t stream) {
+cudaError_t LaunchNt(const WgmmaArgs& a, int splits, LaunchConfig launch) {
   using C = Cfg<NT, S, A>;
   if (a.K % C::kBK != 0 || a.K / C::kBK < splits) return cudaErrorInvalidValue;
   static bool raised = false;
@@ -325,17 +326,17 @@ cudaError_t LaunchNt(const WgmmaArgs& a, int splits, cudaStream_t stream) {
   }
   return LaunchPdl(WgmmaGemmKernel<NT, S, A, kArgmax>,
                    dim3((a.N + C::kTileN - 1) / C::kTileN, splits), dim3(kThreads), C::kSmem,
-                   stream, a);
+                   launch, a);
 }
 
 // The instantiation for a plan (tile and stage size).
 template <bool kArgmax = false>
-cudaError_t Launch(const WgmmaArgs& a, WgmmaGemmPlan plan, cudaStream_t stream) {
+cudaError_t Launch(const WgmmaArgs& a, WgmmaGemmPlan plan, LaunchConfig launch) {
   if (plan.tile == 128)
-    return plan.k128 ? LaunchNt<2, 4, 2, kArgmax>(a, plan.splits, stream)
-                     : LaunchNt<2, 5, 1, kArgmax>(a, plan.splits, stream);
-  return plan.k128 ? LaunchNt<1, 3, 2, kArgmax>(a, plan.splits, stream)
-                   : LaunchNt<1, 6, 1, kArgmax>(a, plan.splits, stream);
+    return plan.k128 ? LaunchNt<2, 4, 2, kArgmax>(a, plan.splits, launch)
+                     : LaunchNt<2, 5, 1, kArgmax>(a, plan.splits, launch);
+  return plan.k128 ? LaunchNt<1, 3, 2, kArgmax>(a, plan.splits, launch)
+                   : LaunchNt<1, 6, 1, kArgmax>(a, plan.splits, launch);
 }
 
 }  // namespace
@@ -366,7 +367,7 @@ WgmmaGemmPlan WgmmaGemmPlanFor(int n, int k, int num_sms) {
 }
 
 cudaError_t LaunchWgmmaGemm(const bf16_t* x, const bf16_t* w, void* y, bool y_f32, int m, int n,
-                            int k, float beta, WgmmaGemmWorkspace ws, cudaStream_t stream, int act,
+                            int k, float beta, WgmmaGemmWorkspace ws, LaunchConfig launch, int act,
                             bool planes, WgmmaGemmPlan plan) {
   if (!WgmmaGemmSupported(m, n, k) || ws.num_sms <= 0) return cudaErrorInvalidValue;
   if (plan.tile == 0) plan = WgmmaGemmPlanFor(n, k, ws.num_sms);
@@ -387,7 +388,7 @@ cudaError_t LaunchWgmmaGemm(const bf16_t* x, const bf16_t* w, void* y, bool y_f3
                                            static_cast<size_t>(room) * kSubFloats);
   a.act = act;
   a.planes = planes;
-  return Launch(a, plan, stream);
+  return Launch(a, plan, launch);
 }
 
 size_t WgmmaArgmaxScratchBytes(int m, int n, WgmmaGemmPlan plan) {
@@ -397,7 +398,7 @@ size_t WgmmaArgmaxScratchBytes(int m, int n, WgmmaGemmPlan plan) {
 
 cudaError_t LaunchWgmmaGemmArgmax(const bf16_t* x, const bf16_t* w, float* y,
                                   const int32_t* store_logits, int m, int n, int k, void* scratch,
-                                  int32_t* argmax, int num_sms, cudaStream_t stream,
+                                  int32_t* argmax, int num_sms, LaunchConfig launch,
                                   WgmmaGemmPlan plan) {
   if (!WgmmaGemmSupported(m, n, k) || num_sms <= 0 || scratch == nullptr || argmax == nullptr)
     return cudaErrorInvalidValue;
@@ -412,9 +413,9 @@ cudaError_t LaunchWgmmaGemmArgmax(const bf16_t* x, const bf16_t* w, float* y,
       reinterpret_cast<const bf16*>(x), reinterpret_cast<const bf16*>(w), y, m, n, k, 0.f, true};
   a.best = static_cast<float2*>(scratch);
   a.store = store_logits;
-  const cudaError_t e = Launch<true>(a, plan, stream);
+  const cudaError_t e = Launch<true>(a, plan, launch);
   if (e != cudaSuccess) return e;
-  return LaunchArgmaxOfParts(scratch, m, n / plan.tile, argmax, stream);
+  return LaunchArgmaxOfParts(scratch, m, n / plan.tile, argmax, launch);
 }
 
 }  // namespace agentkv::cuda

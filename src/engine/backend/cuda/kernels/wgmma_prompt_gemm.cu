@@ -5,7 +5,7 @@
 // them: gate_up writes act(gate) * up, and the activation kernel's ~130 us
 // a layer of an 8,192-token step goes, bench/RESULTS.md item 96) and the LM
 // head's argmax (each row's best feature a tile; item 98). Also plain bf16
-// out, and fp32 added into y.
+// out. (Its fp32 residual form lost to cuBLAS: dev/cuda/prompt_gemm_add.cu.)
 //
 // Structure (persistent, warp-specialised): one block an SM takes output
 // tiles of 128 tokens x 256 features in turn. Warpgroup 0's first thread
@@ -30,10 +30,11 @@
 
 #include "engine/backend/cuda/kernels/activation.cuh"
 #include "engine/backend/cuda/kernels/argmax.cuh"
+#include "engine/backend/cuda/kernels/argmax.h"
 #include "engine/backend/cuda/kernels/hopper.cuh"
-#include "engine/backend/cuda/kernels/kernels.h"
 #include "engine/backend/cuda/kernels/mma.cuh"
 #include "engine/backend/cuda/kernels/pdl.cuh"
+#include "engine/backend/cuda/kernels/wgmma_prompt_gemm.h"
 
 namespace agentkv::cuda {
 namespace {
@@ -54,9 +55,9 @@ constexpr int kBarBytes = 2 * kStages * 8;
 constexpr int kSlabBytes = kBM * 128;  // 128-byte rows: 64 bf16 or 32 fp32 columns
 
 // The output forms: bf16; bf16 act(gate) * up (half the columns); fp32
-// added into y by TMA reductions; fp32 logits (stored only if asked) and
-// each row's best feature of the tile (the LM head).
-enum class Out { kBf16, kGated, kAddF32, kArgmax };
+// logits (stored only if asked) and each row's best feature of the tile
+// (the LM head).
+enum class Out { kBf16, kGated, kArgmax };
 // The output tile leaves shared memory in parts of 32 KiB (two slabs):
 // the gated form's whole tile, the bf16 form's in two parts of 128
 // columns, the fp32 form's in four of 64, so that four stages fit beside
@@ -286,7 +287,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int h = 0; h < 2; ++h) {
           const int r = r0 + 8 * h;
           const float g = acc[4 * j + 2 * h], u = acc[4 * j + 2 * h + 1];
-          if constexpr (kOut == Out::kAddF32 || kOut == Out::kArgmax) {
+          if constexpr (kOut == Out::kArgmax) {
             const int col = 8 * (j - kJ * part) + 2 * q;  // fp32 column of the part
             unsigned char* at = smem + S * kStageBytes + (col >> 5) * kSlabBytes + r * 128 +
                                 ((((col & 31) >> 2) ^ (r & 7)) << 4) + (col & 3) * 4;
@@ -306,23 +307,15 @@ __global__ void __launch_bounds__(kThreads, 1)
       ConsumerSync();
       if (ct == 0) {
         // Two slabs of 128-byte rows: 64 bf16 or 32 fp32 columns each.
-        constexpr int kSlabCols = kOut == Out::kAddF32 || kOut == Out::kArgmax ? 32 : 64;
+        constexpr int kSlabCols = kOut == Out::kArgmax ? 32 : 64;
         const int col0 = kGated ? n0 / 2 : n0 + part * 2 * kSlabCols;
 #pragma unroll
         for (int sl = 0; sl < 2; ++sl) {
-          if constexpr (kOut == Out::kAddF32) {
-            asm volatile(
-                "cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.bulk_group"
-                " [%0, {%1, %2}], [%3];\n" ::"l"(&ymap),
-                "r"(col0 + sl * kSlabCols), "r"(m0), "r"(out_s + sl * kSlabBytes)
-                : "memory");
-          } else {
-            asm volatile(
-                "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::
-                    "l"(&ymap),
-                "r"(col0 + sl * kSlabCols), "r"(m0), "r"(out_s + sl * kSlabBytes)
-                : "memory");
-          }
+          asm volatile(
+              "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(
+                  &ymap),
+              "r"(col0 + sl * kSlabCols), "r"(m0), "r"(out_s + sl * kSlabBytes)
+              : "memory");
         }
         asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
       }
@@ -359,7 +352,7 @@ PromptArgs ArgsOf(int m, int n, int k, int act) {
 
 template <Out kOut>
 cudaError_t LaunchKernel(const CUtensorMap& xm, const CUtensorMap& wm, const CUtensorMap& ym,
-                         const PromptArgs& a, int num_sms, cudaStream_t stream) {
+                         const PromptArgs& a, int num_sms, LaunchConfig launch) {
   static bool raised = false;
   if (!raised) {
     const cudaError_t e = cudaFuncSetAttribute(
@@ -369,7 +362,7 @@ cudaError_t LaunchKernel(const CUtensorMap& xm, const CUtensorMap& wm, const CUt
   }
   const int tiles = (a.M + kBM - 1) / kBM * (a.N / kBN);
   const int grid = tiles < num_sms ? tiles : num_sms;
-  return LaunchPdl(PromptGemmKernel<kOut>, dim3(grid), dim3(kThreads), kSmem, stream, xm, wm, ym,
+  return LaunchPdl(PromptGemmKernel<kOut>, dim3(grid), dim3(kThreads), kSmem, launch, xm, wm, ym,
                    a);
 }
 
@@ -387,25 +380,15 @@ bool PromptGemmSupported(int m, int n, int k) {
 }
 
 cudaError_t LaunchPromptGemm(const bf16_t* x, const bf16_t* w, bf16_t* y, int m, int n, int k,
-                             int act, int num_sms, cudaStream_t stream) {
+                             int act, int num_sms, LaunchConfig launch) {
   if (!PromptGemmSupported(m, n, k) || num_sms <= 0 || act > 1) return cudaErrorInvalidValue;
   CUtensorMap xm, wm, ym;
   if (!Map2d(x, m, k, kBM, &xm) || !Map2d(w, n, k, kBN, &wm) ||
       !Map2d(y, m, act >= 0 ? n / 2 : n, kBM, &ym))
     return cudaErrorInvalidValue;
   const PromptArgs a = ArgsOf(m, n, k, act);
-  return act >= 0 ? LaunchKernel<Out::kGated>(xm, wm, ym, a, num_sms, stream)
-                  : LaunchKernel<Out::kBf16>(xm, wm, ym, a, num_sms, stream);
-}
-
-cudaError_t LaunchPromptGemmAdd(const bf16_t* x, const bf16_t* w, float* y, int m, int n, int k,
-                                int num_sms, cudaStream_t stream) {
-  if (!PromptGemmSupported(m, n, k) || num_sms <= 0) return cudaErrorInvalidValue;
-  CUtensorMap xm, wm, ym;
-  if (!Map2d(x, m, k, kBM, &xm) || !Map2d(w, n, k, kBN, &wm) || !Map2d(y, m, n, kBM, &ym, true))
-    return cudaErrorInvalidValue;
-  const PromptArgs a = ArgsOf(m, n, k, -1);
-  return LaunchKernel<Out::kAddF32>(xm, wm, ym, a, num_sms, stream);
+  return act >= 0 ? LaunchKernel<Out::kGated>(xm, wm, ym, a, num_sms, launch)
+                  : LaunchKernel<Out::kBf16>(xm, wm, ym, a, num_sms, launch);
 }
 
 size_t PromptArgmaxScratchBytes(int m, int n) {
@@ -414,7 +397,7 @@ size_t PromptArgmaxScratchBytes(int m, int n) {
 
 cudaError_t LaunchPromptGemmArgmax(const bf16_t* x, const bf16_t* w, float* y,
                                    const int32_t* store_logits, int m, int n, int k, void* scratch,
-                                   int32_t* argmax, int num_sms, cudaStream_t stream) {
+                                   int32_t* argmax, int num_sms, LaunchConfig launch) {
   if (!PromptGemmSupported(m, n, k) || num_sms <= 0 || scratch == nullptr || argmax == nullptr)
     return cudaErrorInvalidValue;
   CUtensorMap xm, wm, ym;
@@ -423,9 +406,9 @@ cudaError_t LaunchPromptGemmArgmax(const bf16_t* x, const bf16_t* w, float* y,
   PromptArgs a = ArgsOf(m, n, k, -1);
   a.best = static_cast<float2*>(scratch);
   a.store = store_logits;
-  const cudaError_t e = LaunchKernel<Out::kArgmax>(xm, wm, ym, a, num_sms, stream);
+  const cudaError_t e = LaunchKernel<Out::kArgmax>(xm, wm, ym, a, num_sms, launch);
   if (e != cudaSuccess) return e;
-  return LaunchArgmaxOfParts(scratch, m, n / kBN, argmax, stream);
+  return LaunchArgmaxOfParts(scratch, m, n / kBN, argmax, launch);
 }
 
 }  // namespace agentkv::cuda

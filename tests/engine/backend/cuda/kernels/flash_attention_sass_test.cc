@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/backend/cuda/kernels/kernels.h"
+#include "engine/backend/cuda/kernels/attention.h"
 
 namespace agentkv::cuda {
 namespace {

@@ -15,7 +15,9 @@
 #include <random>
 #include <vector>
 
-#include "engine/backend/cuda/kernels/kernels.h"
+#include "engine/backend/cuda/kernels/attention.h"
+#include "engine/backend/cuda/kernels/fp8_kv.h"
+#include "engine/backend/cuda/kernels/qkv_post.h"
 #include "engine/backend/kv_fp8.h"
 
 namespace agentkv::cuda {

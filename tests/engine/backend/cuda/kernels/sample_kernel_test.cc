@@ -21,7 +21,7 @@
 #include <random>
 #include <vector>
 
-#include "engine/backend/cuda/kernels/kernels.h"
+#include "engine/backend/cuda/kernels/sample_kernel.h"
 #include "engine/backend/sample_draw.h"
 
 namespace agentkv {

@@ -36,8 +36,14 @@
 #include <string>
 #include <vector>
 
+#include "dev/cuda/prompt_gemm_add.h"
+#include "dev/cuda/skinny_gemm.h"
 #include "engine/backend/cuda/device_buffer.h"
-#include "engine/backend/cuda/kernels/kernels.h"
+#include "engine/backend/cuda/kernels/activation.h"
+#include "engine/backend/cuda/kernels/argmax.h"
+#include "engine/backend/cuda/kernels/gemv.h"
+#include "engine/backend/cuda/kernels/wgmma_gemm.h"
+#include "engine/backend/cuda/kernels/wgmma_prompt_gemm.h"
 #include "engine/backend/cuda/status.h"
 
 namespace agentkv::cuda {
@@ -234,7 +240,7 @@ void Run(benchmark::State& state, Shape s, int m, Impl impl, int splits, bool pr
                                     f.best.get(), f.picks.get<int32_t>(), f.sms,
                                     f.stream) == cudaSuccess;
     if (impl == Impl::kPromptAdd)
-      return LaunchPromptGemmAdd(x, w, f.y.get<float>(), m, s.n, s.k, f.sms, f.stream) ==
+      return dev::LaunchPromptGemmAdd(x, w, f.y.get<float>(), m, s.n, s.k, f.sms, f.stream) ==
              cudaSuccess;
     if (impl == Impl::kPrompt || impl == Impl::kPromptGated)
       return LaunchPromptGemm(x, w, f.y.get<bf16_t>(), m, s.n, s.k,

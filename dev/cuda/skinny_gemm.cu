@@ -11,7 +11,7 @@
 // Measured against cuBLAS on the Llama-3.2-1B shapes (bench/RESULTS.md):
 // ahead by 3-13% at 8 rows in a graph of back-to-back launches, behind from
 // 16 rows on; inside a decode step it lost (c8 4,700 -> 4,560 tok/s), so
-// the backend uses it only when CudaTuning::skinny asks. Two earlier
+// the backend never used it (dev/cuda/README.md). Two earlier
 // designs lost everywhere and are gone: partials met in global memory and
 // added by the last block of a tile (its serial reads made o and down 2-4x
 // slower), and weights staged through a cp.async pipeline in swizzled
@@ -19,8 +19,9 @@
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
+#include "dev/cuda/skinny_gemm.h"
 #include "engine/backend/cuda/kernels/attention_common.cuh"
-#include "engine/backend/cuda/kernels/kernels.h"
+#include "engine/backend/cuda/kernels/launch.h"
 #include "engine/backend/cuda/kernels/mma.cuh"
 #include "engine/backend/cuda/kernels/pdl.cuh"
 
@@ -180,18 +181,18 @@ __global__ void __launch_bounds__(kThreads) DirectGemmKernel(const GemmArgs a) {
 
 template <typename Kernel>
 cudaError_t LaunchClustered(Kernel kernel, const GemmArgs& a, int splits, size_t smem,
-                            cudaStream_t stream) {
+                            LaunchConfig launch) {
   const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              static_cast<int>(smem));
   if (e != cudaSuccess) return e;
   const int tiles = (a.N + kTileN - 1) / kTileN;
-  return LaunchPdlClustered(kernel, dim3(tiles, splits), dim3(kThreads), smem, splits, stream, a);
+  return LaunchPdlClustered(kernel, dim3(tiles, splits), dim3(kThreads), smem, splits, launch, a);
 }
 
 template <int MT>
-cudaError_t LaunchMt(const GemmArgs& a, int splits, cudaStream_t stream) {
+cudaError_t LaunchMt(const GemmArgs& a, int splits, LaunchConfig launch) {
   const size_t smem = static_cast<size_t>(2) * MT * 8 * kXStride * sizeof(bf16);
-  return LaunchClustered(DirectGemmKernel<MT>, a, splits, smem, stream);
+  return LaunchClustered(DirectGemmKernel<MT>, a, splits, smem, launch);
 }
 
 }  // namespace
@@ -210,14 +211,14 @@ int SkinnyGemmSplits(int n, int k, int num_sms) {
 }
 
 cudaError_t LaunchSkinnyGemm(const bf16_t* x, const bf16_t* w, void* y, bool y_f32, int m, int n,
-                             int k, float beta, int num_sms, cudaStream_t stream, int splits) {
+                             int k, float beta, int num_sms, LaunchConfig launch, int splits) {
   if (!SkinnyGemmSupported(m, n, k) || num_sms <= 0) return cudaErrorInvalidValue;
   if (splits == 0) splits = SkinnyGemmSplits(n, k, num_sms);
   if (splits < 1 || splits > kMaxSplits || (splits & (splits - 1)) != 0 || splits > k / kChunk)
     return cudaErrorInvalidValue;
   const GemmArgs a{
       reinterpret_cast<const bf16*>(x), reinterpret_cast<const bf16*>(w), y, m, n, k, beta, y_f32};
-  return LaunchMt<1>(a, splits, stream);
+  return LaunchMt<1>(a, splits, launch);
 }
 
 }  // namespace agentkv::cuda

@@ -1,0 +1,363 @@
+// The CUDA backend's step plan (step_plan.h): sizes, shapes, attention
+// routes and the metadata a step uploads, on the host (no GPU, no CUDA
+// toolkit needed).
+#include "engine/backend/cuda/step_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace agentkv::cuda {
+namespace {
+
+// One full-attention layer, and with `sliding` a second layer of a
+// 32-token window (its own group, a ring).
+ModelCacheSpec Spec(bool sliding) {
+  ModelCacheSpec s;
+  s.num_layers = sliding ? 2 : 1;
+  s.num_kv_heads = 2;
+  s.head_dim = 64;
+  s.kv_dtype = KvDtype::kBF16;
+  s.layer_kinds = {AttentionKind::kFull};
+  s.layer_windows = {0};
+  if (sliding) {
+    s.layer_kinds.push_back(AttentionKind::kSliding);
+    s.layer_windows.push_back(32);
+  }
+  s.BuildGroups();
+  return s;
+}
+
+StepModel Model() {
+  StepModel m;
+  m.num_kv_heads = 2;
+  m.wide_supported = true;
+  m.narrow_tile_tokens = 4;  // 16 rows, 4 query heads per KV head
+  m.wide_tile_tokens = 16;
+  m.fused_rotary_supported = true;
+  m.num_sms = 132;
+  m.kv_map_ok.fill(true);
+  return m;
+}
+
+// A batch whose steps own their tokens and tables.
+struct Batch {
+  std::vector<std::vector<int32_t>> tokens, tables;
+  std::vector<SeqStep> steps;
+  void Add(int n, int start, bool logits, int prev_row = -1) {
+    tokens.emplace_back();
+    for (int i = 0; i < n; ++i) tokens.back().push_back(100 * static_cast<int>(steps.size()) + i);
+    const int blocks = (start + n + 15) / 16;
+    tables.emplace_back();
+    for (int b = 0; b < blocks; ++b)
+      tables.back().push_back(10 * static_cast<int>(steps.size()) + b);
+    SeqStep st;
+    st.start_pos = start;
+    st.want_logits = logits;
+    st.prev_row = prev_row;
+    steps.push_back(st);
+  }
+  // Spans into the vectors, once they no longer move.
+  std::span<const SeqStep> Done(int groups = 1) {
+    for (size_t i = 0; i < steps.size(); ++i) {
+      steps[i].tokens = tokens[i];
+      for (int g = 0; g < groups; ++g) steps[i].block_tables[g] = tables[i];
+    }
+    return steps;
+  }
+};
+
+TEST(StepPlan, BucketsAndStrides) {
+  EXPECT_EQ(DecodeBucket(1), 1);
+  EXPECT_EQ(DecodeBucket(3), 4);
+  EXPECT_EQ(DecodeBucket(17), 24);
+  EXPECT_EQ(DecodeBucket(256), 256);
+  EXPECT_EQ(DecodeBucket(257), 320);
+  EXPECT_EQ(Pow2AtLeast(0), 16);
+  EXPECT_EQ(Pow2AtLeast(16), 16);
+  EXPECT_EQ(Pow2AtLeast(17), 32);
+  EXPECT_EQ(Pow2AtLeast(1000), 1024);
+}
+
+TEST(StepPlan, PureDecodeRunsAsAPaddedGraph) {
+  Batch b;
+  for (int s = 0; s < 3; ++s) b.Add(1, 40 + s, true);
+  const ModelCacheSpec spec = Spec(false);
+  const StepSizes z = SizeStep(b.Done(), {}, spec, 16, Model());
+  EXPECT_TRUE(z.decode);
+  EXPECT_TRUE(z.graph);
+  EXPECT_FALSE(z.wide);
+  EXPECT_EQ(z.tokens, 3);
+  EXPECT_EQ(z.rows, 3);
+  EXPECT_EQ(z.padded, 4);
+  EXPECT_EQ(z.workspace_tokens(), 4);
+  EXPECT_EQ(z.tiles, 3);
+  EXPECT_EQ(z.need_blocks, 3);  // 43 tokens in blocks of 16
+  EXPECT_EQ(z.stride, 16);
+  // No rows given: every row's logits go to the host.
+  EXPECT_TRUE(z.any_logits);
+  EXPECT_FALSE(z.any_greedy);
+
+  StepModel off = Model();
+  off.graphs = false;
+  const StepSizes plain = SizeStep(b.Done(), {}, spec, 16, off);
+  EXPECT_FALSE(plain.graph);
+  EXPECT_EQ(plain.padded, 3);
+  EXPECT_EQ(plain.workspace_tokens(), 3);
+}
+
+TEST(StepPlan, MixedPrefillAndDecodeTakeWideTiles) {
+  Batch b;
+  b.Add(37, 0, true);    // a prompt chunk: 3 wide tiles of 16
+  b.Add(1, 90, true);    // a decoding sequence
+  b.Add(16, 16, false);  // a chunk that samples nothing
+  const ModelCacheSpec spec = Spec(false);
+  const StepSizes z = SizeStep(b.Done(), {}, spec, 16, Model());
+  EXPECT_FALSE(z.decode);
+  EXPECT_FALSE(z.graph);
+  EXPECT_TRUE(z.wide);
+  EXPECT_EQ(z.tokens_per_tile, 16);
+  EXPECT_EQ(z.tiles, 3 + 1 + 1);
+  EXPECT_EQ(z.tokens, 54);
+  EXPECT_EQ(z.rows, 2);
+  EXPECT_EQ(z.padded, 3);
+  EXPECT_EQ(z.need_blocks, 6);  // 91 tokens
+  // Where the head_dim has no wide tiles, prompt steps stay narrow.
+  StepModel narrow = Model();
+  narrow.wide_supported = false;
+  const StepSizes n = SizeStep(b.Done(), {}, spec, 16, narrow);
+  EXPECT_FALSE(n.wide);
+  EXPECT_EQ(n.tokens_per_tile, 4);
+  EXPECT_EQ(n.tiles, 10 + 1 + 4);
+  // One decode row without logits is not a decode step either.
+  Batch d;
+  d.Add(1, 5, true);
+  d.Add(1, 5, false);
+  EXPECT_FALSE(SizeStep(d.Done(), {}, spec, 16, Model()).decode);
+}
+
+TEST(StepPlan, PickModesOfTheRows) {
+  Batch b;
+  for (int s = 0; s < 3; ++s) b.Add(1, 3, true);
+  const ModelCacheSpec spec = Spec(false);
+  std::vector<RowPick> rows(2);
+  rows[0].mode = PickMode::kGreedy;
+  rows[1].mode = PickMode::kGreedy;
+  // Row 2 is past `rows`: kHost.
+  EXPECT_EQ(RowMode(rows, 2), PickMode::kHost);
+  StepSizes z = SizeStep(b.Done(), rows, spec, 16, Model());
+  EXPECT_TRUE(z.any_greedy);
+  EXPECT_TRUE(z.any_logits);
+  EXPECT_FALSE(z.any_draw);
+  rows.push_back(RowPick{});
+  rows[2].mode = PickMode::kDevice;
+  z = SizeStep(b.Done(), rows, spec, 16, Model());
+  EXPECT_FALSE(z.any_logits);
+  EXPECT_TRUE(z.any_draw);
+  for (RowPick& r : rows) r.mode = PickMode::kGreedy;
+  z = SizeStep(b.Done(), rows, spec, 16, Model());
+  EXPECT_TRUE(z.any_greedy);
+  EXPECT_FALSE(z.any_logits || z.any_draw);
+}
+
+TEST(StepPlan, SlidingRingsDoNotWidenTheTables) {
+  // Full group: 300 tokens need 19 blocks; the ring of the sliding group
+  // (window 32) needs at most 3, so the full group sets the stride.
+  Batch b;
+  b.Add(1, 299, true);
+  const ModelCacheSpec spec = Spec(true);
+  ASSERT_EQ(spec.groups.size(), 2u);
+  ASSERT_GT(spec.RingBlocks(1, 16), 0);
+  const StepSizes z = SizeStep(b.Done(2), {}, spec, 16, Model());
+  EXPECT_EQ(z.need_blocks, 19);
+  EXPECT_EQ(z.stride, 32);
+}
+
+TEST(StepPlan, SplitsFillTheGpuAndRespectThePartials) {
+  const StepModel m = Model();  // 132 SMs, 2 KV heads
+  // Decode, 4 tiles of short context: a block per SM (132 / 8 -> 17).
+  EXPECT_EQ(AttentionSplits(4, 4, 256, m, 1 << 20), 17);
+  // Long context: one split per 256 keys, at most 32.
+  EXPECT_EQ(AttentionSplits(64, 64, 20000, m, 1 << 20), 32);
+  // Prefill (tiles != tokens): only the fill.
+  EXPECT_EQ(AttentionSplits(100, 1600, 20000, m, 1 << 20), 1);
+  // tokens * splits within the partials.
+  EXPECT_EQ(AttentionSplits(4, 4, 256, m, 40), 10);
+}
+
+TEST(StepPlan, GraphShapesComeFromTheBucketAndTheCapacity) {
+  const ModelCacheSpec spec = Spec(true);
+  StepCapacity cap;
+  cap.parts = 4096;
+  cap.width = {64, 16, 0, 0};  // (at least the stride: EnsureCapacity)
+  const StepShape s = GraphShape(64, 2, Model(), cap);
+  EXPECT_EQ(s.tokens, 64);
+  EXPECT_EQ(s.seqs, 64);
+  EXPECT_EQ(s.tiles, 64);
+  EXPECT_EQ(s.rows, 64);
+  EXPECT_EQ(s.table_space[0], 64);
+  EXPECT_EQ(s.table_space[1], 16);
+  EXPECT_EQ(s.splits, 4 * 132 / (64 * 2));               // about 4 blocks per SM
+  EXPECT_EQ(GraphShape(1, 2, Model(), cap).splits, 32);  // at most 32
+  StepModel more = Model();
+  more.decode_blocks_per_sm = 16;
+  EXPECT_EQ(GraphShape(64, 2, more, cap).splits, 16);
+  cap.parts = 512;  // 64 rows x 8 splits
+  EXPECT_EQ(GraphShape(64, 2, more, cap).splits, 8);
+
+  // BuildStepPlan of a graph step uses it; of others the step's own sizes.
+  Batch b;
+  for (int i = 0; i < 3; ++i) b.Add(1, 20, true);
+  const StepSizes z = SizeStep(b.Done(2), {}, spec, 16, Model());
+  cap.parts = 4096;
+  const StepPlan p = BuildStepPlan(z, spec, 16, Model(), cap);
+  EXPECT_EQ(p.shape.tokens, 4);
+  EXPECT_EQ(p.shape.table_space[0], 64);
+  EXPECT_EQ(p.meta_ints, p.layout.tables[1] + 4u * z.stride);
+  EXPECT_LE(p.meta_ints, p.layout.total);
+}
+
+TEST(StepPlan, AttentionRoutesPerGroup) {
+  const ModelCacheSpec spec = Spec(true);
+  StepShape decode;
+  decode.tokens = decode.seqs = decode.tiles = decode.rows = 4;
+  StepRoutes r = RouteStep(decode, spec, 16, Model());
+  EXPECT_TRUE(r.fused_rotary);
+  for (int g = 0; g < 2; ++g) {
+    EXPECT_EQ(r.groups[g].qkv, AttentionRoute::Qkv::kInAttention) << g;
+    EXPECT_TRUE(r.groups[g].store_before) << g;  // one token a sequence
+    EXPECT_EQ(r.groups[g].store_after, AttentionRoute::StoreAfter::kNone) << g;
+    EXPECT_FALSE(r.groups[g].kv_map) << g;  // narrow tiles
+  }
+  StepShape prefill;
+  prefill.tokens = 100;
+  prefill.seqs = 2;
+  prefill.tiles = 7;
+  prefill.wide = true;
+  r = RouteStep(prefill, spec, 16, Model());
+  EXPECT_FALSE(r.fused_rotary);
+  // Full group: stored by QkvPost, pages copied by TMA.
+  EXPECT_EQ(r.groups[0].qkv, AttentionRoute::Qkv::kPostStore);
+  EXPECT_TRUE(r.groups[0].kv_map);
+  EXPECT_EQ(r.groups[0].store_after, AttentionRoute::StoreAfter::kNone);
+  // Ring: its slots may still be read by this step's queries: stored after.
+  EXPECT_EQ(r.groups[1].qkv, AttentionRoute::Qkv::kPost);
+  EXPECT_FALSE(r.groups[1].kv_map);
+  EXPECT_EQ(r.groups[1].store_after, AttentionRoute::StoreAfter::kBf16);
+  // No TMA descriptor for the group: rows by cp.async.
+  StepModel nomap = Model();
+  nomap.kv_map_ok[0] = false;
+  EXPECT_FALSE(RouteStep(prefill, spec, 16, nomap).groups[0].kv_map);
+  // Fused rotary turned off, or mma.sync attention off, or unsupported.
+  for (int which = 0; which < 3; ++which) {
+    StepModel m = Model();
+    (which == 0 ? m.fused_rotary : which == 1 ? m.mma_attention : m.fused_rotary_supported) = false;
+    const StepRoutes d = RouteStep(decode, spec, 16, m);
+    EXPECT_FALSE(d.fused_rotary) << which;
+    EXPECT_EQ(d.groups[0].qkv, AttentionRoute::Qkv::kPostStore) << which;
+  }
+  // fp8: quantized rows, stored after attention, never fused or mapped.
+  StepModel f8 = Model();
+  f8.fp8 = true;
+  for (const StepShape& s : {decode, prefill}) {
+    const StepRoutes q = RouteStep(s, spec, 16, f8);
+    EXPECT_FALSE(q.fused_rotary);
+    for (int g = 0; g < 2; ++g) {
+      EXPECT_EQ(q.groups[g].qkv, AttentionRoute::Qkv::kPostQuantize8);
+      EXPECT_EQ(q.groups[g].store_after, AttentionRoute::StoreAfter::kFp8);
+      EXPECT_FALSE(q.groups[g].kv_map);
+    }
+  }
+}
+
+TEST(StepPlan, MetadataOfAMixedStep) {
+  Batch b;
+  b.Add(20, 0, true);  // prompt: tiles of 16 (wide)
+  b.Add(1, 33, true, /*prev_row=*/1);
+  b.Add(3, 7, false);
+  const ModelCacheSpec spec = Spec(false);
+  const StepSizes z = SizeStep(b.Done(), {}, spec, 16, Model());
+  StepCapacity cap;
+  cap.parts = 4096;
+  cap.width = {16, 0, 0, 0};
+  const StepPlan p = BuildStepPlan(z, spec, 16, Model(), cap);
+  ASSERT_EQ(p.shape.tokens, 24);
+  ASSERT_EQ(p.shape.tiles, 4);
+  std::vector<int32_t> meta(p.layout.total, -7);
+  std::vector<std::array<int, 4>> scratch;
+  const std::vector<int32_t> host_picks = {11, 22};
+  const MetaLayout& ml = p.layout;
+
+  WriteStepMeta(b.steps, p, 1, {false, host_picks}, meta, &scratch);
+  EXPECT_EQ(meta[ml.strides], z.stride);
+  EXPECT_EQ(meta[ml.store_logits], 1);  // rows default to kHost
+  // Tokens, positions and their sequences, in batch order.
+  EXPECT_EQ(meta[ml.tokens + 0], 0);
+  EXPECT_EQ(meta[ml.tokens + 19], 19);
+  EXPECT_EQ(meta[ml.tokens + 20], 22);  // prev_row 1's pick, from the host
+  EXPECT_EQ(meta[ml.pos + 20], 33);
+  EXPECT_EQ(meta[ml.tok_seq + 20], 1);
+  EXPECT_EQ(meta[ml.tokens + 21], 200);
+  EXPECT_EQ(meta[ml.pos + 23], 9);
+  EXPECT_EQ(meta[ml.seq_start + 2], 7);
+  EXPECT_EQ(meta[ml.seq_first + 0], 0);
+  EXPECT_EQ(meta[ml.seq_first + 1], 20);
+  EXPECT_EQ(meta[ml.seq_first + 2], 21);
+  EXPECT_EQ(meta[ml.seq_first + 3], 24);
+  // Logits rows: the last token of each sequence that wants them.
+  EXPECT_EQ(meta[ml.logit_rows + 0], 19);
+  EXPECT_EQ(meta[ml.logit_rows + 1], 20);
+  // Tiles, longest key span first: the prompt's second tile (positions to
+  // 19), the decode token (33), ... sorted by last position, descending.
+  std::vector<int> last;
+  for (int i = 0; i < p.shape.tiles; ++i) {
+    const int t0 = meta[ml.tile_t0 + i], n = meta[ml.tile_n + i];
+    last.push_back(meta[ml.pos + t0 + n - 1]);
+  }
+  EXPECT_EQ(last, (std::vector<int>{33, 19, 15, 9}));
+  // Tables zero-padded to the stride.
+  EXPECT_EQ(meta[ml.tables[0] + 16 * 1 + 0], 10);
+  EXPECT_EQ(meta[ml.tables[0] + 16 * 1 + 2], 12);
+  EXPECT_EQ(meta[ml.tables[0] + 16 * 1 + 3], 0);
+
+  // The previous step still running: the embedding reads row 1's pick.
+  WriteStepMeta(b.steps, p, 1, {true, {}}, meta, &scratch);
+  EXPECT_EQ(meta[ml.tokens + 20], -1 - 1);
+}
+
+TEST(StepPlan, GraphPaddingSequencesAreEmpty) {
+  Batch b;
+  for (int s = 0; s < 3; ++s) b.Add(1, 5, true);
+  const ModelCacheSpec spec = Spec(false);
+  std::vector<RowPick> rows(3);
+  for (RowPick& r : rows) r.mode = PickMode::kGreedy;
+  const StepSizes z = SizeStep(b.Done(), rows, spec, 16, Model());
+  ASSERT_TRUE(z.graph);
+  StepCapacity cap;
+  cap.parts = 4096;
+  cap.width = {32, 0, 0, 0};
+  const StepPlan p = BuildStepPlan(z, spec, 16, Model(), cap);
+  std::vector<int32_t> meta(p.layout.total, -7);
+  std::vector<std::array<int, 4>> scratch;
+  WriteStepMeta(b.steps, p, 1, {}, meta, &scratch);
+  const MetaLayout& ml = p.layout;
+  EXPECT_EQ(meta[ml.store_logits], 0);  // all greedy: no logits stored
+  EXPECT_EQ(meta[ml.pos + 3], -1);
+  EXPECT_EQ(meta[ml.tokens + 3], 0);
+  EXPECT_EQ(meta[ml.tile_n + 3], 0);
+  EXPECT_EQ(meta[ml.tile_seq + 3], 3);
+  EXPECT_EQ(meta[ml.seq_first + 4], 4);
+  EXPECT_EQ(meta[ml.logit_rows + 3], 0);
+  // Graph tiles stay in sequence order.
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(meta[ml.tile_seq + i], i);
+  // Tables at the step's stride (the kernels read it from the metadata),
+  // padding sequences' zeroed; the capacity's width is only reserved.
+  EXPECT_EQ(meta[ml.strides], 16);
+  EXPECT_EQ(meta[ml.tables[0] + 16 * 2], 20);
+  EXPECT_EQ(meta[ml.tables[0] + 16 * 3], 0);
+  EXPECT_EQ(p.meta_ints, ml.tables[0] + 4u * 16);
+  EXPECT_EQ(ml.total, ml.tables[0] + 4u * 32);
+}
+
+}  // namespace
+}  // namespace agentkv::cuda
