@@ -22,7 +22,7 @@ namespace {
 const std::vector<agentkv::ChatTemplate>& Templates() {
   static const std::vector<agentkv::ChatTemplate> templates = [] {
     std::vector<agentkv::ChatTemplate> t;
-    for (const char* name : {"qwen3", "llama3_1", "gemma3", "deepseek_v3"}) {
+    for (const char* name : {"qwen3", "llama3_1", "gemma3", "deepseek_v3", "gptoss"}) {
       const std::string dir = std::string(AGENTKV_DATA_DIR) + "/tokenizers/" + name;
       auto loaded = agentkv::ChatTemplate::LoadFromModelDir(dir);
       if (!loaded.ok()) {

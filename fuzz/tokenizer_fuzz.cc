@@ -31,7 +31,7 @@ struct Named {
 const std::vector<Named>& Tokenizers() {
   static const std::vector<Named> all = [] {
     std::vector<Named> t;
-    for (const char* name : {"qwen3", "llama3_1", "gemma3", "deepseek_v3"}) {
+    for (const char* name : {"qwen3", "llama3_1", "gemma3", "deepseek_v3", "gptoss"}) {
       const std::string path =
           std::string(AGENTKV_DATA_DIR) + "/tokenizers/" + name + "/tokenizer.json";
       auto loaded = agentkv::Tokenizer::Load(path);

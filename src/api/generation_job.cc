@@ -109,11 +109,11 @@ bool GenerationJob::Poll(std::string* out) {
     }
     switch (ev.kind) {
       case RequestOutput::Kind::kDelta:
-        parser_.Feed(ev.text, &events_);
+        parser_.Feed(ev.tokens, ev.text, &events_);
         if (!events_.empty()) OnEvents(events_, out);
         break;
       case RequestOutput::Kind::kFinished: {
-        parser_.Feed(ev.text, &events_);
+        parser_.Feed(ev.tokens, ev.text, &events_);
         parser_.Finish(&events_);
         if (!events_.empty()) OnEvents(events_, out);
         if (ev.cancelled) {

@@ -315,6 +315,14 @@ Reply OpenAiApi::ChatCompletions(const HttpRequest& req) const {
     }
     extra = ordered_json::parse(body["chat_template_kwargs"].dump());
   }
+  // OpenAI's reasoning_effort reaches templates that read it (GPT-OSS's
+  // harmony template); chat_template_kwargs wins.
+  if (body.contains("reasoning_effort") && !body["reasoning_effort"].is_null()) {
+    if (!body["reasoning_effort"].is_string()) {
+      return Error(400, "'reasoning_effort' must be a string", "reasoning_effort");
+    }
+    if (!extra.contains("reasoning_effort")) extra["reasoning_effort"] = body["reasoning_effort"];
+  }
   std::shared_ptr<ServedModel> model = ctx_.host->Current();
   if (!model) return FromStatus(AgentBinding::SwapInProgress());
   const agent::ContentKey key = AgentBinding::NormalizeSystem(&messages);
@@ -334,7 +342,7 @@ Reply OpenAiApi::ChatCompletions(const HttpRequest& req) const {
       id->agent_id, AgentBinding::Prepare(ctx_.host, model, std::move(prompt).value(), c.params,
                                           c.priority, std::move(salt).value(), reencode,
                                           {ctx_.agents, id->agent_id, std::move(text)}));
-  auto parser = OutputParserOptions::ForModelType(model->model_type(), !tools.is_null(), false);
+  auto parser = ServedModel::ParserOptions(model, !tools.is_null());
   return std::unique_ptr<AsyncBody>(new ChatJob(ctx_, std::move(turn), parser, c.stream,
                                                 AgentBinding::NewMessages(messages), model->name(),
                                                 c.include_usage, /*chat=*/true));

@@ -61,6 +61,13 @@ Result<uint64_t> ParseHostKvMemory(const std::string& text, uint64_t mem_availab
   return size.bytes;
 }
 
+OutputParserOptions ServedModel::ParserOptions(const std::shared_ptr<const ServedModel>& model,
+                                               bool tools) {
+  OutputParserOptions o = OutputParserOptions::ForModelType(model->model_type(), tools, false);
+  o.tokenizer = std::shared_ptr<const Tokenizer>(model, model->tokenizer_.get());
+  return o;
+}
+
 Result<std::vector<int32_t>> ServedModel::EncodeChat(const ordered_json& messages,
                                                      const ordered_json& tools,
                                                      const ordered_json& extra,

@@ -18,6 +18,7 @@
 #include "engine/backend/backend_factory.h"
 #include "engine/engine.h"
 #include "engine/text/chat/chat_template.h"
+#include "engine/text/output/output_parser.h"
 #include "engine/text/tokenizer.h"
 #include "store/agent_store.h"
 
@@ -76,6 +77,12 @@ class ServedModel {
       const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
       const nlohmann::ordered_json& extra = nlohmann::ordered_json::object(),
       bool add_generation_prompt = true, std::string* text = nullptr) const;
+
+  // The output parser for `model`'s family (OutputParserOptions::ForModelType
+  // with its model_type), given the tokenizer a format that reads token ids
+  // needs (harmony); that tokenizer keeps `model` alive.
+  static OutputParserOptions ParserOptions(const std::shared_ptr<const ServedModel>& model,
+                                           bool tools);
 
   // Priority from the X-Priority header, else the body's "priority", else
   // NORMAL; HIGH becomes NORMAL for a tenant not allowed it

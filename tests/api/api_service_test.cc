@@ -121,6 +121,17 @@ TEST_F(ApiServiceTest, BadInputIs400) {
     EXPECT_EQ(st, 400) << b << " -> " << body;
     EXPECT_EQ(json::parse(body)["error"]["type"], "invalid_request_error") << b;
   }
+  // OpenAI's reasoning_effort is a template variable: a string.
+  EXPECT_EQ(Drive(svc.Handle(Post("/v1/chat/completions",
+                                  R"({"messages":[{"role":"user","content":"x"}],)"
+                                  R"("reasoning_effort":5,"max_tokens":1})")))
+                .first,
+            400);
+  EXPECT_EQ(Drive(svc.Handle(Post("/v1/chat/completions",
+                                  R"({"messages":[{"role":"user","content":"x"}],)"
+                                  R"("reasoning_effort":"high","max_tokens":1})")))
+                .first,
+            200);
   HttpRequest pri = Post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}]})");
   pri.headers["x-priority"] = "sometimes";
   EXPECT_EQ(Drive(svc.Handle(pri)).first, 400);

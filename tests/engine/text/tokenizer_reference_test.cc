@@ -112,7 +112,7 @@ TEST_P(TokenizerReferenceTest, MatchesTransformersJs) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTokenizers, TokenizerReferenceTest,
-                         ::testing::Values("qwen3", "llama3_1", "gemma3", "deepseek_v3"),
+                         ::testing::Values("qwen3", "llama3_1", "gemma3", "deepseek_v3", "gptoss"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

@@ -10,7 +10,11 @@
 #include <fstream>
 #include <thread>
 
+#include <deque>
+#include <nlohmann/json.hpp>
 #include <random>
+
+#include "engine/text/pretokenizer.h"
 #include "engine/text/tokenizer_regex.h"
 #include "engine/text/tokenizer_unicode.h"
 
@@ -274,6 +278,57 @@ TEST(TokenizerRealTest, SpecialTokenMetadata) {
   EXPECT_EQ(gemma->vocab_size(), 262145);
 }
 
+TEST(TokenizerRealTest, HarmonyMarkersAreSingleSpecialIds) {
+  // GPT-OSS's o200k_harmony: the chat format's markers are one special id
+  // each, wherever they occur, and "<|return|>" ends generation.
+  auto t = LoadReal("gptoss");
+  if (!t) GTEST_SKIP() << "data/tokenizers/gptoss missing (run scripts/setup.sh)";
+  const std::pair<const char*, int32_t> markers[] = {
+      {"<|start|>", 200006},    {"<|channel|>", 200005}, {"<|message|>", 200008},
+      {"<|end|>", 200007},      {"<|return|>", 200002},  {"<|call|>", 200012},
+      {"<|constrain|>", 200003}};
+  for (const auto& [text, id] : markers) {
+    EXPECT_EQ(t->Encode(text, false), Ids{id}) << text;
+    EXPECT_EQ(t->TokenToId(text), id) << text;
+    EXPECT_TRUE(t->IsSpecial(id)) << text;
+  }
+  EXPECT_EQ(t->eos_id(), 200002);
+  // No BOS is added: the post-processor is ByteLevel only.
+  EXPECT_EQ(t->Encode("hi", true), t->Encode("hi", false));
+  const Ids ids = t->Encode(
+      "<|start|>assistant to=functions.f<|channel|>commentary json<|message|>{}<|call|>", false);
+  ASSERT_GE(ids.size(), 6u);
+  EXPECT_EQ(ids.front(), 200006);
+  EXPECT_EQ(ids.back(), 200012);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), 200005), 1);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), 200008), 1);
+  // A near miss is ordinary text.
+  EXPECT_GT(t->Encode("<|start |>", false).size(), 1u);
+  EXPECT_EQ(t->Decode(t->Encode("HELLO'S world'S", false)), "HELLO'S world'S");
+}
+
+TEST(TokenizerRealTest, HarmonyPreTokenizerWords) {
+  // o200k's pattern: case-insensitive contractions stay on their word,
+  // upper-then-lower letter runs split where the case changes back, digits
+  // go in threes, marks join letters.
+  std::ifstream in(kData / "tokenizers" / "gptoss" / "tokenizer.json");
+  if (!in) GTEST_SKIP() << "data/tokenizers/gptoss missing (run scripts/setup.sh)";
+  nlohmann::json j = nlohmann::json::parse(in);
+  auto pre = PreTokenizer::Build(j.at("pre_tokenizer"));
+  ASSERT_TRUE(pre.ok()) << pre.status().ToString();
+  auto words = [&](std::string_view text) {
+    std::deque<std::string> arena;
+    std::vector<std::string_view> out;
+    EXPECT_TRUE((*pre)->Run(text, 0, &arena, &out).ok());
+    return std::vector<std::string>(out.begin(), out.end());
+  };
+  using W = std::vector<std::string>;
+  EXPECT_EQ(words("IT'S don'T We'LL"), (W{"IT'S", " don'T", " We'LL"}));
+  EXPECT_EQ(words("xyzABC 1234567"), (W{"xyz", "ABC", " ", "123", "456", "7"}));
+  EXPECT_EQ(words("e\xCC\x81t\xC3\xA9"), (W{"e\xCC\x81t\xC3\xA9"}));
+  EXPECT_EQ(words("a\n\n b"), (W{"a", "\n\n", " b"}));
+}
+
 TEST(TokenizerRealTest, TokenBytesConcatenateToTheEncodedText) {
   // Byte-level (Llama 3, Qwen3, DeepSeek V3) and byte-fallback (Gemma 3)
   // tokenizers: the exact bytes of Encode's ids give back the text, special
@@ -282,8 +337,10 @@ TEST(TokenizerRealTest, TokenBytesConcatenateToTheEncodedText) {
       "<|im_start|>user\nCaf\xC3\xA9 \xE6\x97\xA5\xE6\x9C\xAC \xF0\x9F\x98\x80 x=1;  \n\t"
       "end<|im_end|>\n",
       "<start_of_turn>user\nHello  world \xE2\x82\xAC 12345<end_of_turn>\n",
-      "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n\xCE\xB1\xCE\xB2 ok<|eot_id|>"};
-  for (const char* name : {"qwen3", "llama3_1", "gemma3", "deepseek_v3"}) {
+      "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n\xCE\xB1\xCE\xB2 ok<|eot_id|>",
+      "<|start|>assistant<|channel|>analysis<|message|>\xC7\x85"
+      "a IT'S<|end|>"};
+  for (const char* name : {"qwen3", "llama3_1", "gemma3", "deepseek_v3", "gptoss"}) {
     auto t = LoadReal(name);
     if (!t) GTEST_SKIP() << "data/tokenizers missing (run scripts/setup.sh)";
     for (const std::string& text : texts) {

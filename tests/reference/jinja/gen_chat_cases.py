@@ -14,7 +14,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_env  # noqa: E402
 
-MODELS = ("qwen3", "llama3_1", "gemma3", "deepseek_v3")
+MODELS = ("qwen3", "llama3_1", "gemma3", "deepseek_v3", "gptoss")
 
 WORDS = [
     "the", "model", "should", "call", "a", "tool", "weather", "in", "Paris", "today", "please",
@@ -236,8 +236,80 @@ def deepseek_conversation(rng, tools):
     return msgs
 
 
+def harmony_content(rng):
+    r = rng.random()
+    if r < 0.1:
+        return [{"type": "text", "text": text(rng)} for _ in range(rng.randint(1, 3))]
+    if r < 0.103:
+        return [{"type": "image"}]  # not text: the template raises
+    return text(rng)
+
+
+def harmony_conversation(rng, tools):
+    msgs = []
+    if rng.random() < 0.6:
+        msgs.append({"role": rng.choice(["system", "system", "developer"]),
+                     "content": harmony_content(rng)})
+    for _ in range(rng.randint(1, 5)):
+        msgs.append({"role": "user", "content": harmony_content(rng)})
+        if rng.random() < 0.45:
+            a = {"role": "assistant", "content": rng.choice(["", "", None, text(rng)])}
+            r = rng.random()
+            if r < 0.5:
+                a["reasoning_content"] = text(rng)
+            elif r < 0.7:
+                a["thinking"] = text(rng)
+            calls = [tool_call(rng, tools, rng.random() < 0.3) for _ in range(rng.randint(1, 3))]
+            if rng.random() < 0.15:
+                calls = [c["function"] for c in calls]
+            a["tool_calls"] = calls
+            msgs.append(a)
+            for i in range(len(calls) + (1 if rng.random() < 0.05 else 0)):
+                res = {"role": "tool", "content": rng.choice(
+                    [text(rng), text(rng), {"ok": True, "n": rng.randint(0, 99)}])}
+                if rng.random() < 0.3:
+                    res["name"] = ident(rng)
+                msgs.append(res)
+        a = {"role": "assistant", "content": harmony_content(rng)}
+        if rng.random() < 0.4:
+            a["reasoning_content"] = text(rng)
+        msgs.append(a)
+        if rng.random() < 0.05:
+            msgs.append({"role": "system", "content": text(rng)})
+    if rng.random() < 0.4 and msgs[-1]["role"] == "assistant":
+        msgs.pop()
+    r = rng.random()
+    if r < 0.03:
+        msgs.append({"role": "critic", "content": text(rng)})  # unknown role: raises
+    elif r < 0.05:
+        msgs.insert(0, {"role": "tool", "content": "orphan"})  # no call before it: raises
+    return msgs
+
+
+def harmony_extra(rng):
+    extra = {}
+    if rng.random() < 0.5:
+        extra["reasoning_effort"] = rng.choice(["low", "medium", "high"] * 5 + ["extreme"])
+    if rng.random() < 0.2:
+        extra["model_identity"] = text(rng, 1, 8)
+    if rng.random() < 0.2:
+        extra["builtin_tools"] = rng.choice([["browser"], ["python"], ["browser", "python"],
+                                             ["python", "browser"], []] * 3 + [["calculator"]])
+    return extra
+
+
 GENERATORS = {"qwen3": qwen3_conversation, "llama3_1": llama_conversation,
-              "gemma3": gemma_conversation, "deepseek_v3": deepseek_conversation}
+              "gemma3": gemma_conversation, "deepseek_v3": deepseek_conversation,
+              "gptoss": harmony_conversation}
+
+
+def template_source(data_dir, model, config):
+    """chat_template.jinja beside tokenizer_config.json wins, as in transformers."""
+    path = os.path.join(data_dir, "tokenizers", model, "chat_template.jinja")
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    return config["chat_template"]
 
 
 def main():
@@ -253,7 +325,7 @@ def main():
         with open(os.path.join(args.data_dir, "tokenizers", model, "tokenizer_config.json"),
                   encoding="utf-8") as f:
             config = json.load(f)
-        source = config["chat_template"]
+        source = template_source(args.data_dir, model, config)
         specials = hf_env.special_tokens(config)
         rng = random.Random("%s:%d" % (model, args.seed))
         for _ in range(args.count):
@@ -263,6 +335,8 @@ def main():
             extra = {}
             if model == "qwen3" and rng.random() < 0.2:
                 extra["enable_thinking"] = rng.random() < 0.5
+            if model == "gptoss":
+                extra = harmony_extra(rng)
             ctx = dict(specials)
             ctx.update(messages=messages, tools=tools, documents=None, add_generation_prompt=agp)
             ctx.update(extra)

@@ -148,6 +148,25 @@ SNIPPETS = [
     "{{ raise_exception('boom: ' ~ n) }}",
     "{{ strftime_now('%Y-%m-%d %H:%M:%S') }} {{ strftime_now('%d %b %Y') }}",
     "{{ namespace(a=1).a }} {{ dict(x=1).x }}",
+    # What harmony (GPT-OSS) templates use.
+    "{% macro m() %}{% if model_identity is not defined %}{% set model_identity = 'id' %}{% endif %}"
+    "{{ model_identity }}{% endmacro %}{{ m() }}|{{ model_identity }}|{{ m() }}",
+    "{% for m in msgs[1:] %}{{ m.role }}({% for f in msgs[1:][loop.index:] %}{{ f.role }},{% endfor %});{% endfor %}",
+    "{{ 'content' in msgs[0] }} {{ 'thinking' in msgs[0] }} {{ 'extra' not in msgs[2] }}",
+    "{{ '\"' + words|join('\" | \"') + '\"' }} {{ 'a' + lst|length|string }}",
+    "{% macro r(s, req, is_nullable=false) %}{{ is_nullable }}{{ req|length }}{{ s.a|length > 2 }}{% endmacro %}"
+    "{{ r(d, lst) }} {{ r(d, [], true) }} {{ r(d, req=[1], is_nullable=nil) }}",
+    "{{ lst is iterable and lst is not string and lst is not mapping and lst[0] is defined }} "
+    "{{ s is iterable and s is not string }} {{ d is iterable and d is not mapping }}",
+    "{% for m in msgs %}{% set m = m.role %}{{ m }}{% endfor %}|{% set found = false %}"
+    "{% for x in lst %}{% set found = true %}{% endfor %}{{ found }}",
+    "{{ (d.nope or []) }} {{ 'b' not in (d.nope or []) }} {{ 'x' if missing is defined else 'json' }}",
+    "{{ 'x' + msgs[0].content|tojson + 'y' }} {{ '<' + esc|tojson + '>' }}",
+    "{% set ns = namespace(name=none, found=false) %}{{ ns.name is none }}{% set ns.name = 'f' %}"
+    "{% for x in lst %}{% if x == 2 %}{% set ns.found = true %}{% endif %}{% endfor %}{{ ns.name }}{{ ns.found }}",
+    "{{- 'x' }}\n<|start|>assistant\n{%- if t -%}\n<|start|>assistant\n{%- endif -%}\n",
+    "{{ strftime_now('%Y-%m-%d') }} {{ 'Reasoning: ' + (nil or 'medium') }}",
+    "{% for b in ['browser', 'python'] %}{{ '## ' ~ b ~ '\\n\\n' }}{% endfor %}",
     # Errors.
     "{% if %}",
     "{% for x in lst %}",

@@ -71,7 +71,9 @@ function makeSpecials(model) {
     '<|im_start|><|im_start|>', '<|im_start|>|>', '<<|im_start|>>', '<start_of_turn >',
     '< start_of_turn>', '<start_of_turn', '<bos', 'bos>', '<<bos>>', '<|begin_of_text|',
     '<|begin_of_tex|>', '<|reserved_special_token_999|>', '<unused>', '<0x4>', '<0xZZ>',
-    '<0x41', '<|endoftext|>x', 'x<|endoftext|>', ' <|im_end|> ', '\n<|im_end|>\n', '< b>'];
+    '<0x41', '<|endoftext|>x', 'x<|endoftext|>', ' <|im_end|> ', '\n<|im_end|>\n', '< b>',
+    '<|start', '<|channel|', 'channel|>', '<|Start|>', '<|end|>>', '<|return|>x', '<|call |>',
+    ' to=functions.x', '<|constrain|>json'];
   const extra = (model.added || []).map((a) => a.content);
   return { list: common.concat(extra), near };
 }
@@ -139,7 +141,12 @@ function generate(seed, count, model) {
     '1234567890', '3.14159', ' 42 ', '日本語のテキストです。', '中文测试，包括标点。',
     '한국어 텍스트', '😀😀😀', 'naïve café', 'e\u0301e\u0301', '    def f():\n        pass\n',
     ' .', 'a . b , c ! d ? e', " ' ", " n't", 'x ' + '.'.repeat(5), ' ' + ' '.repeat(300),
-    '\u2581\u2581 hi \u2581', '<0x41><0x42>', '\ufeffBOM', 'tab\tsep\tvalues\n'];
+    '\u2581\u2581 hi \u2581', '<0x41><0x42>', '\ufeffBOM', 'tab\tsep\tvalues\n',
+    '<|start|>system<|message|>Reasoning: high<|end|><|start|>assistant<|channel|>analysis' +
+    '<|message|>Think.<|end|><|start|>assistant<|channel|>final<|message|>Done.<|return|>',
+    '<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>' +
+    '{"city": "Paris"}<|call|>', "HELLO'S World'S can'T We'LL", '\u01c5ungla \u02b0ello \u0915\u093f',
+    'ABCdef DEFghi xyzABC'];
   for (const f of fixed) out.push(f);
   while (out.length < count) {
     const r = rnd();

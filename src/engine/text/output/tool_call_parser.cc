@@ -53,6 +53,7 @@ ToolCallParser::ToolCallParser(ToolCallParserOptions options) : opts_(std::move(
       mode_ = Mode::kLlamaStart;
       break;
     case ToolCallFormat::kNone:
+    case ToolCallFormat::kHarmony:
       mode_ = Mode::kPassThrough;
       break;
   }
@@ -60,11 +61,11 @@ ToolCallParser::ToolCallParser(ToolCallParserOptions options) : opts_(std::move(
 
 bool ToolCallParser::tagged() const { return !open_tag_.empty(); }
 
-std::string ToolCallParser::CallId(int32_t index) const {
+std::string ToolCallId(std::string_view prefix, uint64_t seed, int32_t index) {
   static constexpr char kAlphabet[] =
       "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
-  uint64_t x = opts_.id_seed ^ (0xd1b54a32d192ed03ull * static_cast<uint64_t>(index + 1));
-  std::string id = opts_.id_prefix;
+  uint64_t x = seed ^ (0xd1b54a32d192ed03ull * static_cast<uint64_t>(index + 1));
+  std::string id(prefix);
   uint64_t r = 0;
   for (int i = 0; i < 24; ++i) {
     if (i % 10 == 0) r = SplitMix64(x);
@@ -333,7 +334,7 @@ void ToolCallParser::TryBegin(std::vector<OutputEvent>* out) {
   begun_ = true;
   index_ = next_index_++;
   OutputEvent e = CallEvent(Kind::kToolCallBegin, index_);
-  e.id = CallId(index_);
+  e.id = ToolCallId(opts_.id_prefix, opts_.id_seed, index_);
   e.name = *name_;
   AppendMerged(out, std::move(e));
 }
@@ -378,7 +379,7 @@ void ToolCallParser::CompleteCall(std::vector<OutputEvent>* out) {
   if (!begun_) {
     index_ = next_index_++;
     OutputEvent e = CallEvent(Kind::kToolCallBegin, index_);
-    e.id = CallId(index_);
+    e.id = ToolCallId(opts_.id_prefix, opts_.id_seed, index_);
     e.name = *name_;
     AppendMerged(out, std::move(e));
     begun_ = true;

@@ -11,6 +11,8 @@
 //    by the first non-space characters.
 //  - kGemmaFenced: ```tool_call\n{"name": ..., "arguments": {...}}\n``` blocks
 //    (agentkv's convention; Gemma 3 has no native format).
+//  - kHarmony: GPT-OSS's messages to functions.NAME; HarmonyParser reads
+//    them (this class passes such text through, as with kNone).
 //  - kNone: all text.
 //
 // Markers split across pieces at any byte are held back until decided. A
@@ -34,7 +36,7 @@
 
 namespace agentkv {
 
-enum class ToolCallFormat { kNone, kHermes, kLlama31Json, kGemmaFenced };
+enum class ToolCallFormat { kNone, kHermes, kLlama31Json, kGemmaFenced, kHarmony };
 
 struct ToolCallParserOptions {
   ToolCallFormat format = ToolCallFormat::kNone;
@@ -44,6 +46,9 @@ struct ToolCallParserOptions {
   std::string id_prefix = "call_";
   uint64_t id_seed = 0;
 };
+
+// A call's id: `prefix` + 24 alphanumerics derived from `seed` and `index`.
+std::string ToolCallId(std::string_view prefix, uint64_t seed, int32_t index);
 
 class ToolCallParser {
  public:
@@ -81,7 +86,6 @@ class ToolCallParser {
   void TryBegin(std::vector<OutputEvent>* out);
   void FlushArgs(std::vector<OutputEvent>* out);
   void EmitText(std::string_view t, std::vector<OutputEvent>* out);
-  std::string CallId(int32_t index) const;
   bool tagged() const;
 
   ToolCallParserOptions opts_;

@@ -1,4 +1,5 @@
-// Chat templates of real models (Qwen3, Llama 3.1, Gemma 3, DeepSeek V3)
+// Chat templates of real models (Qwen3, Llama 3.1, Gemma 3, DeepSeek V3, and
+// agentkv's harmony template for GPT-OSS)
 // rendered by agentkv against Python jinja2 called as transformers calls it,
 // on seeded random conversations; plus the template loader's choices.
 #include "engine/text/chat/chat_template.h"
@@ -9,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "jinja/reference_util.h"
 
@@ -31,6 +33,8 @@ TEST_P(ChatTemplateReferenceTest, MatchesPythonOnSeededConversations) {
   const std::string dir = std::string(AGENTKV_DATA_DIR) + "/tokenizers/" + model;
   if (!std::filesystem::exists(dir + "/tokenizer_config.json"))
     GTEST_SKIP() << dir << " is missing; run scripts/setup.sh";
+  if (model == "gptoss" && !std::filesystem::exists(dir + "/chat_template.jinja"))
+    GTEST_SKIP() << dir << "/chat_template.jinja is missing; run scripts/setup.sh";
   if (!jt::HaveReferenceJinja()) GTEST_SKIP() << "python3-jinja2 is not installed";
   std::string out =
       jt::RunPython(std::string(AGENTKV_SOURCE_DIR) + "/tests/reference/jinja/gen_chat_cases.py " +
@@ -84,7 +88,7 @@ TEST_P(ChatTemplateReferenceTest, MatchesPythonOnSeededConversations) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, ChatTemplateReferenceTest,
-                         ::testing::Values("qwen3", "llama3_1", "gemma3", "deepseek_v3"));
+                         ::testing::Values("qwen3", "llama3_1", "gemma3", "deepseek_v3", "gptoss"));
 
 std::string ReadAll(FILE* f) {
   std::string out;
@@ -179,6 +183,111 @@ TEST(ChatTemplateTest, MissingTemplateIsNotFound) {
   auto t = ChatTemplate::LoadFromModelDir(dir.path());
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().code(), StatusCode::kNotFound);
+}
+
+// agentkv's harmony template (GPT-OSS): the layout the model was trained on.
+Result<ChatTemplate> HarmonyTemplate() {
+  std::ifstream in(std::string(AGENTKV_SOURCE_DIR) + "/data/chat_templates/harmony.jinja");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ChatTemplate::FromSource(ss.str(), {{"eos_token", "<|return|>"}});
+}
+
+nlohmann::ordered_json HarmonyConversation() {
+  return nlohmann::ordered_json::parse(R"([
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "Weather in Paris?"},
+    {"role": "assistant", "content": "", "reasoning_content": "Old thought.",
+     "tool_calls": [{"type": "function", "function": {"name": "get_weather",
+                                                      "arguments": {"city": "Paris"}}}]},
+    {"role": "tool", "content": "sunny"},
+    {"role": "assistant", "content": "Sunny."},
+    {"role": "user", "content": "And Rome?"},
+    {"role": "assistant", "content": null, "reasoning_content": "Call again.",
+     "tool_calls": [{"function": {"name": "get_weather", "arguments": "{\"city\":\"Rome\"}"}}]},
+    {"role": "tool", "content": {"sky": "clear"}}
+  ])");
+}
+
+TEST(ChatTemplateTest, HarmonyTemplateWritesChannelsAndToolCalls) {
+  auto t = HarmonyTemplate();
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ChatTemplate::Input in;
+  in.messages = HarmonyConversation();
+  in.tools = nlohmann::ordered_json::parse(R"([{"type": "function", "function": {
+      "name": "get_weather", "description": "Weather now.",
+      "parameters": {"type": "object", "required": ["city"], "properties": {
+        "city": {"type": "string", "description": "A city"},
+        "unit": {"type": "string", "enum": ["c", "f"], "default": "c"}}}}}])");
+  in.extra = {{"reasoning_effort", "high"}};
+  auto got = t->Render(in, FixedClock());
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  const std::string& p = *got;
+  auto has = [&](std::string_view s) { return p.find(s) != std::string::npos; };
+  EXPECT_TRUE(p.starts_with("<|start|>system<|message|>")) << p;
+  EXPECT_TRUE(has("Current date: 2024-07-26\n\nReasoning: high\n\n")) << p;
+  EXPECT_TRUE(has("<|start|>developer<|message|># Instructions\n\nBe brief.\n\n# Tools")) << p;
+  EXPECT_TRUE(
+      has("namespace functions {\n\n// Weather now.\ntype get_weather = (_: {\n// A city\n"
+          "city: string,\nunit?: \"c\" | \"f\", // default: \"c\"\n}) => any;\n\n"
+          "} // namespace functions<|end|>"))
+      << p;
+  EXPECT_TRUE(
+      has("<|start|>assistant to=functions.get_weather<|channel|>commentary json"
+          "<|message|>{\"city\": \"Paris\"}<|call|>"
+          "<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>"
+          "sunny<|end|><|start|>assistant<|channel|>final<|message|>Sunny.<|end|>"))
+      << p;
+  // Reasoning survives only in the turn in progress.
+  EXPECT_FALSE(has("Old thought.")) << p;
+  EXPECT_TRUE(
+      has("<|start|>assistant<|channel|>analysis<|message|>Call again.<|end|>"
+          "<|start|>assistant to=functions.get_weather<|channel|>commentary json"
+          "<|message|>{\"city\":\"Rome\"}<|call|><|start|>functions.get_weather "
+          "to=assistant<|channel|>commentary<|message|>{\"sky\": \"clear\"}<|end|>"))
+      << p;
+  EXPECT_TRUE(p.ends_with("<|end|><|start|>assistant")) << p;
+  in.add_generation_prompt = false;
+  EXPECT_TRUE(t->Render(in, FixedClock())->ends_with("<|end|>"));
+}
+
+TEST(ChatTemplateTest, HarmonyTemplateRejectsWhatItCannotWrite) {
+  auto t = HarmonyTemplate();
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  auto error_of = [&](nlohmann::ordered_json messages, nlohmann::ordered_json extra) {
+    ChatTemplate::Input in;
+    in.messages = std::move(messages);
+    in.extra = std::move(extra);
+    auto r = t->Render(in, FixedClock());
+    EXPECT_FALSE(r.ok());
+    if (r.ok()) return std::string();
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    return std::string(r.status().message());
+  };
+  const auto user = nlohmann::ordered_json::parse(R"([{"role": "user", "content": "hi"}])");
+  auto has = [](const std::string& s, std::string_view what) {
+    return s.find(what) != std::string::npos;
+  };
+  EXPECT_TRUE(has(error_of(user, {{"reasoning_effort", "extreme"}}), "reasoning_effort"));
+  EXPECT_TRUE(has(error_of(user, {{"builtin_tools", {"calculator"}}}), "calculator"));
+  EXPECT_TRUE(has(error_of(nlohmann::ordered_json::parse(R"([{"role": "critic", "content": "x"}])"),
+                           nlohmann::ordered_json::object()),
+                  "unknown role: critic"));
+  EXPECT_TRUE(has(error_of(nlohmann::ordered_json::parse(R"([{"role": "tool", "content": "x"}])"),
+                           nlohmann::ordered_json::object()),
+                  "tool result"));
+  // The defaults: medium effort, agentkv's identity, no built-in tools.
+  ChatTemplate::Input in;
+  in.messages = user;
+  auto ok = t->Render(in, FixedClock());
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_TRUE(has(*ok, "Reasoning: medium")) << *ok;
+  EXPECT_FALSE(has(*ok, "# Tools")) << *ok;
+  in.extra = {{"builtin_tools", {"python"}}, {"model_identity", "You are Z."}};
+  ok = t->Render(in, FixedClock());
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_TRUE(ok->starts_with("<|start|>system<|message|>You are Z.\n")) << *ok;
+  EXPECT_TRUE(has(*ok, "# Tools\n\n## python\n\n")) << *ok;
 }
 
 TEST(ChatTemplateTest, BrokenTemplateReportsLine) {

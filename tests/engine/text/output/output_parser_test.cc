@@ -1,5 +1,6 @@
 #include "engine/text/output/output_parser.h"
 
+#include <filesystem>
 #include <functional>
 #include <random>
 #include <string>
@@ -254,6 +255,57 @@ Message Llama(Gen& g) {
   return m;
 }
 
+// GPT-OSS output as the tokens decode with their markers: reasoning,
+// answers, preambles and tool calls (with the recipient before or after the
+// channel), after a prompt that ends with <|start|>assistant.
+Message Harmony(Gen& g) {
+  Message m;
+  int index = 0;
+  std::string last;  // kind of the last expected delta ("" after a call)
+  const int items = g.Int(1, 4);
+  for (int i = 0; i < items; ++i) {
+    if (i > 0) m.text += "<|start|>assistant";
+    if (g.Chance(0.6)) {
+      const std::string channel =
+          g.Pick(std::vector<std::string>{"analysis", "final", "commentary"});
+      const std::string body = g.Text();
+      const std::string kind = channel == "analysis" ? "reasoning" : "text";
+      m.text += "<|channel|>" + channel + "<|message|>" + body +
+                (channel == "final" && g.Chance(0.5) ? "<|return|>" : "<|end|>");
+      if (last == kind) {
+        m.expected.back() += body;
+      } else {
+        m.expected.push_back(kind + ":" + body);
+      }
+      last = kind;
+      continue;
+    }
+    const std::string name = g.Pick(std::vector<std::string>{"get_weather", "Read", "a.b-c", "x1"});
+    const Json args = g.Object(0);
+    std::string body =
+        g.Pick(std::vector<std::string>{"", " ", "\n"}) + args.dump(g.Chance(0.3) ? 2 : -1);
+    const int breakage = g.Chance(0.15) ? g.Int(1, 3) : 0;
+    if (breakage == 1) body.pop_back();
+    if (breakage == 2) body = "[1]";
+    if (breakage == 3) body = "{\"a\": oops}";
+    m.text +=
+        (g.Chance(0.5) ? " to=functions." + name + "<|channel|>commentary json"
+                       : "<|channel|>commentary to=functions." + name + " <|constrain|>json") +
+        "<|message|>" + body + "<|call|>";
+    if (breakage) m.malformed = true;
+    m.expected.push_back("begin:" + std::to_string(index) + ":" + name);
+    m.expected.push_back("args:" + std::to_string(index) + ":" + args.dump());
+    m.expected.push_back("end:" + std::to_string(index));
+    ++index;
+    last.clear();
+  }
+  // Generation stops on <|return|> / <|call|>, which the text then lacks.
+  for (std::string_view end : {"<|return|>", "<|call|>"}) {
+    if (m.text.ends_with(end) && g.Chance(0.5)) m.text.resize(m.text.size() - end.size());
+  }
+  return m;
+}
+
 std::vector<std::vector<std::string>> Splits(Gen& g, const std::string& text) {
   std::vector<std::vector<std::string>> splits;
   splits.push_back({text});
@@ -327,6 +379,62 @@ TEST(OutputParserTest, GeneratedLlamaMessagesAreSplitInvariant) {
     o.tools.stream_arguments = stream;
     CheckGenerated("llama", o, Llama);
   }
+}
+
+}  // namespace
+}  // namespace agentkv
+
+namespace agentkv {
+namespace {
+
+TEST(OutputParserTest, GeneratedHarmonyMessagesAreSplitInvariant) {
+  for (bool stream : {true, false}) {
+    OutputParserOptions o = OutputParserOptions::ForModelType("gpt_oss", /*tools=*/true, false);
+    EXPECT_TRUE(o.harmony);
+    o.tools.stream_arguments = stream;
+    CheckGenerated("gpt_oss", o, Harmony);
+  }
+}
+
+TEST(OutputParserTest, HarmonyReadsTokenIdsWithItsMarkers) {
+  const auto path = std::filesystem::path(AGENTKV_DATA_DIR) / "tokenizers/gptoss/tokenizer.json";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " missing (run scripts/setup.sh)";
+  auto tok = Tokenizer::Load(path);
+  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+  std::shared_ptr<const Tokenizer> shared = std::move(tok).value();
+  const std::string text =
+      "<|channel|>analysis<|message|>Weather needed; caf\xC3\xA9 \xF0\x9F\x98\x80.<|end|>"
+      "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json"
+      "<|message|>{\"city\": \"Z\xC3\xBCrich\"}";
+  const std::vector<int32_t> ids = shared->Encode(text, false);
+  OutputParserOptions o = OutputParserOptions::ForModelType("gpt_oss", true, false);
+  const Events want = Parse(o, {text});
+  EXPECT_EQ(Normalize(want),
+            (std::vector<std::string>{"reasoning:Weather needed; caf\xC3\xA9 \xF0\x9F\x98\x80.",
+                                      "begin:0:get_weather", "args:0:{\"city\":\"Z\xC3\xBCrich\"}",
+                                      "end:0"}));
+  // One id at a time, as the engine streams them; the engine's text (no
+  // markers) is ignored.
+  o.tokenizer = shared;
+  OutputParser p(o);
+  Events got;
+  for (int32_t id : ids) p.Feed(std::span<const int32_t>(&id, 1), "ignored", &got);
+  p.Finish(&got);
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(p.num_tool_calls(), 1);
+  // Without a tokenizer the engine's text is read: no markers, all text.
+  OutputParserOptions bare = OutputParserOptions::ForModelType("gpt_oss", true, false);
+  OutputParser q(bare);
+  Events plain;
+  q.Feed(ids, "analysisWeather needed.", &plain);
+  q.Finish(&plain);
+  EXPECT_EQ(Normalize(plain), (std::vector<std::string>{"text:analysisWeather needed."}));
+  // Other formats read the text, not the ids.
+  OutputParser qwen(OutputParserOptions::ForModelType("qwen3", false, false));
+  Events qe;
+  qwen.Feed(ids, "<think>r</think>answer", &qe);
+  qwen.Finish(&qe);
+  EXPECT_EQ(Normalize(qe), (std::vector<std::string>{"reasoning:r", "text:answer"}));
 }
 
 }  // namespace
