@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <chrono>
 
+#include "engine/finish_reason.h"
 #include "engine/kv_pool_sizing.h"
 #include "engine/pick_mode.h"
+#include "engine/stop_checker.h"
 #include "engine/text/stream_detokenizer.h"
 #include "engine/text/tokenizer.h"
 

@@ -44,6 +44,7 @@
 #include "cache/kv_cache_manager.h"
 #include "cache/kv_tier.h"
 #include "engine/backend/backend.h"
+#include "engine/finish_reason.h"
 #include "engine/kv_transfer.h"
 #include "engine/restore_policy.h"
 #include "engine/scheduler.h"
