@@ -11,15 +11,25 @@ namespace {
 // Bytes an agent's info costs: the entry, its id twice (map key and use
 // list) and the two nodes.
 size_t InfoBytes(const std::string& agent) { return 2 * agent.size() + 384; }
-size_t TurnBytes(const std::string& turn) { return turn.size() + 32; }
 
 }  // namespace
 
 AgentManager::AgentManager(store::AgentStore* store, AgentManagerOptions options)
     : store_(store),
       options_(options),
+      memory_(store != nullptr ? nullptr
+                               : std::make_unique<store::MemoryHistoryStore>(
+                                     options.max_memory_history_bytes,
+                                     [this](const std::string& agent) { ForgetDropped(agent); })),
+      history_(store != nullptr ? static_cast<store::HistoryStore&>(*store) : *memory_),
       identifier_(options.max_known_agents, options.max_known_tokens),
       strands_(options.executor) {}
+
+void AgentManager::ForgetDropped(const std::string& agent) {
+  std::lock_guard<std::mutex> lock(mu_);
+  EraseInfo(agent);
+  identifier_.Forget(agent);
+}
 
 AgentInfo& AgentManager::TouchInfo(const std::string& agent) {
   auto it = info_.find(agent);
@@ -56,36 +66,8 @@ std::shared_ptr<AgentTurn> AgentManager::NewTurn(std::string agent_id, PrepareFn
 
 Result<uint32_t> AgentManager::Record(const std::string& agent, const std::string& messages_json,
                                       const std::string& system_hash) {
-  uint32_t n = 0;
-  if (store_ != nullptr) {
-    ASSIGN_OR_RETURN(n, store_->AppendTurn(agent, messages_json, system_hash));
-  }
+  ASSIGN_OR_RETURN(const uint32_t n, history_.AppendTurn(agent, messages_json, system_hash));
   std::lock_guard<std::mutex> lock(mu_);
-  if (store_ == nullptr) {
-    auto it = memory_.find(agent);
-    if (it == memory_.end()) {
-      memory_lru_.push_front(agent);
-      it = memory_.emplace(agent, MemoryHistory{{}, TurnBytes(agent), memory_lru_.begin()}).first;
-      memory_bytes_ += it->second.bytes;
-    } else {
-      memory_lru_.splice(memory_lru_.begin(), memory_lru_, it->second.lru);
-    }
-    MemoryHistory& h = it->second;
-    h.turns.push_back(messages_json);
-    h.bytes += TurnBytes(messages_json);
-    memory_bytes_ += TurnBytes(messages_json);
-    n = static_cast<uint32_t>(h.turns.size());
-    // Other agents' histories make room, least recently used first.
-    while (memory_bytes_ > options_.max_memory_history_bytes && memory_lru_.size() > 1) {
-      const std::string victim = memory_lru_.back();
-      auto v = memory_.find(victim);
-      memory_bytes_ -= v->second.bytes;
-      memory_lru_.pop_back();
-      memory_.erase(v);
-      EraseInfo(victim);
-      identifier_.Forget(victim);
-    }
-  }
   AgentInfo& info = TouchInfo(agent);
   const int64_t now = NowMs();
   if (info.id.empty()) {
@@ -131,25 +113,15 @@ void AgentManager::NoteFinished(const std::string& agent, const std::vector<int3
 }
 
 Result<std::vector<std::string>> AgentManager::History(const std::string& agent) {
-  if (store_ != nullptr) {
-    ASSIGN_OR_RETURN(std::vector<store::Turn> turns, store_->GetHistory(agent));
-    if (turns.empty()) {
-      auto meta = store_->GetAgent(agent);
-      if (!meta.ok()) return meta.status();
-    }
-    std::vector<std::string> out;
-    out.reserve(turns.size());
-    for (auto& t : turns) out.push_back(std::move(t.messages_json));
-    return out;
-  }
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = memory_.find(agent);
-  if (it == memory_.end()) return NotFound("no agent '" + agent + "'");
-  return it->second.turns;
+  ASSIGN_OR_RETURN(std::vector<store::Turn> turns, history_.GetHistory(agent));
+  std::vector<std::string> out;
+  out.reserve(turns.size());
+  for (auto& t : turns) out.push_back(std::move(t.messages_json));
+  return out;
 }
 
-void AgentManager::MergeMemory(std::map<std::string, AgentInfo>* all, const std::string& after,
-                               size_t limit, const std::string& prefix) const {
+void AgentManager::MergeInfo(std::map<std::string, AgentInfo>* all, const std::string& after,
+                             size_t limit, const std::string& prefix) const {
   // Ids with the prefix sort together, from the prefix itself on.
   const std::string& from = after > prefix ? after : prefix;
   auto in_scope = [&](const std::string& id) { return id.compare(0, prefix.size(), prefix) == 0; };
@@ -160,20 +132,11 @@ void AgentManager::MergeMemory(std::map<std::string, AgentInfo>* all, const std:
     const AgentInfo stored = a;
     a = infos->second.info;
     a.id = infos->first;
-    if (store_ != nullptr && !stored.id.empty()) {
+    if (!stored.id.empty()) {  // the store's count and times win
       a.turns = stored.turns;
       a.created_ms = stored.created_ms;
       a.last_used_ms = stored.last_used_ms;
     }
-  }
-  // Without a store, an agent whose info was forgotten is still known by
-  // its history.
-  auto hist = from.empty() ? memory_.begin() : memory_.upper_bound(from);
-  if (from == prefix && !prefix.empty()) hist = memory_.lower_bound(prefix);
-  for (size_t n = 0; hist != memory_.end() && n < limit && in_scope(hist->first); ++hist, ++n) {
-    AgentInfo& a = (*all)[hist->first];
-    a.id = hist->first;
-    a.turns = static_cast<uint32_t>(hist->second.turns.size());
   }
 }
 
@@ -187,19 +150,17 @@ Result<AgentPage> AgentManager::List(const std::string& after, size_t limit,
   // One more than asked, from each source: whether more follow.
   const size_t want = limit + 1;
   std::map<std::string, AgentInfo> all;
-  if (store_ != nullptr) {
-    ASSIGN_OR_RETURN(std::vector<store::AgentMeta> metas, store_->ListAgents(after, want, prefix));
-    for (const auto& m : metas) {
-      AgentInfo& a = all[m.id];
-      a.id = m.id;
-      a.turns = m.turns;
-      a.created_ms = m.created_ms;
-      a.last_used_ms = m.last_used_ms;
-    }
+  ASSIGN_OR_RETURN(std::vector<store::AgentMeta> metas, history_.ListAgents(after, want, prefix));
+  for (const auto& m : metas) {
+    AgentInfo& a = all[m.id];
+    a.id = m.id;
+    a.turns = m.turns;
+    a.created_ms = m.created_ms;
+    a.last_used_ms = m.last_used_ms;
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    MergeMemory(&all, after, want, prefix);
+    MergeInfo(&all, after, want, prefix);
   }
   AgentPage page;
   page.has_more = all.size() > limit;
@@ -215,17 +176,15 @@ Result<AgentPage> AgentManager::List(const std::string& after, size_t limit,
 Result<AgentInfo> AgentManager::Get(const std::string& agent) {
   AgentInfo a;
   bool known = false;
-  if (store_ != nullptr) {
-    auto meta = store_->GetAgent(agent);
-    if (meta.ok()) {
-      known = true;
-      a.id = agent;
-      a.turns = meta->turns;
-      a.created_ms = meta->created_ms;
-      a.last_used_ms = meta->last_used_ms;
-    } else if (meta.status().code() != StatusCode::kNotFound) {
-      return meta.status();
-    }
+  auto meta = history_.GetAgent(agent);
+  if (meta.ok()) {
+    known = true;
+    a.id = agent;
+    a.turns = meta->turns;
+    a.created_ms = meta->created_ms;
+    a.last_used_ms = meta->last_used_ms;
+  } else if (meta.status().code() != StatusCode::kNotFound) {
+    return meta.status();
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -254,24 +213,16 @@ void AgentManager::Delete(const std::string& agent, std::function<void()> drop_k
       std::lock_guard<std::mutex> lock(mu_);
       known = info_.count(agent) > 0;
       EraseInfo(agent);
-      if (auto h = memory_.find(agent); h != memory_.end()) {
-        known = true;
-        memory_bytes_ -= h->second.bytes;
-        memory_lru_.erase(h->second.lru);
-        memory_.erase(h);
-      }
     }
     identifier_.Forget(agent);
     if (drop_kv) drop_kv();
     Status s;
-    if (store_ != nullptr) {
-      auto meta = store_->GetAgent(agent);
-      if (meta.ok()) {
-        known = true;
-        s = store_->RemoveAgent(agent);
-      } else if (meta.status().code() != StatusCode::kNotFound) {
-        s = meta.status();
-      }
+    auto meta = history_.GetAgent(agent);
+    if (meta.ok()) {
+      known = true;
+      s = history_.RemoveAgent(agent);
+    } else if (meta.status().code() != StatusCode::kNotFound) {
+      s = meta.status();
     }
     if (s.ok() && !known) s = NotFound("no agent '" + agent + "'");
     strands_.Done(agent);
@@ -286,15 +237,14 @@ void AgentManager::ForgetResident() {
 
 Result<size_t> AgentManager::RememberStoredChains(const store::ModelFingerprint& kv_fp) {
   identifier_.ForgetAll();
-  if (store_ == nullptr) return size_t{0};
-  ASSIGN_OR_RETURN(std::vector<store::AgentMeta> metas, store_->ListAgents());
+  ASSIGN_OR_RETURN(std::vector<store::AgentMeta> metas, history_.ListAgents());
   std::sort(metas.begin(), metas.end(),
             [](const auto& a, const auto& b) { return a.last_used_ms > b.last_used_ms; });
   if (metas.size() > identifier_.capacity()) metas.resize(identifier_.capacity());
   size_t loaded = 0;
   // Oldest first, so the most recent are remembered last (ties go to them).
   for (auto it = metas.rbegin(); it != metas.rend(); ++it) {
-    ASSIGN_OR_RETURN(std::vector<store::ChainEntry> chain, store_->GetKvChain(it->id, kv_fp));
+    ASSIGN_OR_RETURN(std::vector<store::ChainEntry> chain, history_.GetKvChain(it->id, kv_fp));
     if (chain.empty()) continue;
     std::vector<int32_t> tokens;
     for (const auto& e : chain) tokens.insert(tokens.end(), e.tokens.begin(), e.tokens.end());

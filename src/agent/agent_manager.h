@@ -1,9 +1,10 @@
 // AgentManager: the agent layer's entry point. It identifies agents
 // (AgentIdentifier), orders each agent's turns (AgentStrands), keeps the
-// history (in the AgentStore when there is one, durable on every turn;
-// otherwise in memory) and what is known of each agent's cache (where its
-// last turn's prompt came from, how many tokens it left resident), and
-// counts where resumed prompts came from (resident, host, disk, recompute).
+// history in a HistoryStore (the AgentStore when there is one, durable on
+// every turn; otherwise a MemoryHistoryStore of its own) and what is known
+// of each agent's cache (where its last turn's prompt came from, how many
+// tokens it left resident), and counts where resumed prompts came from
+// (resident, host, disk, recompute).
 //
 // The manager knows nothing of HTTP or of which model is served: turns get
 // their engine from the protocol layer's PrepareFn, and Delete is handed the
@@ -13,7 +14,9 @@
 //
 // Thread-safety: every method may be called from any thread. Borrows the
 // store (may be null), which must outlive the manager; the manager must
-// outlive every AgentTurn it made.
+// outlive every AgentTurn it made. Lock order: the history store's lock,
+// then the manager's (a MemoryHistoryStore reports dropped agents under
+// its lock), never the reverse.
 #pragma once
 
 #include <atomic>
@@ -31,6 +34,8 @@
 #include "agent/agent_turn.h"
 #include "engine/request.h"
 #include "store/agent_store.h"
+#include "store/history_store.h"
+#include "store/memory_history_store.h"
 
 namespace agentkv::agent {
 
@@ -63,11 +68,12 @@ struct ResumeCounts {
 struct AgentManagerOptions {
   // Runtime knowledge of agents (AgentInfo: last turn's cache use, resident
   // tokens), about 300 bytes an agent. Past it, the least recently used
-  // agent's is forgotten; with a store the agent itself stays listed.
+  // agent's is forgotten; the agent itself stays listed by its history.
   size_t max_info_bytes = 32ull << 20;
-  // Without a store: the histories kept in memory. Past it, the least
-  // recently used agent's whole history is dropped (the agent is gone, as
-  // after a restart); the agent whose turn is being recorded never is.
+  // Without a store: the histories kept in memory (MemoryHistoryStore).
+  // Past it, the least recently used agent's whole history is dropped, and
+  // all that is known of it (the agent is gone, as after a restart); the
+  // agent whose turn is being recorded never is.
   size_t max_memory_history_bytes = 512ull << 20;
   // Content matching (AgentIdentifier): agents and tokens remembered.
   size_t max_known_agents = 4096;
@@ -87,10 +93,13 @@ struct AgentPage {
 
 class AgentManager {
  public:
+  // `store`: the durable store, or null to keep histories in memory
+  // (bounded by options.max_memory_history_bytes).
   explicit AgentManager(store::AgentStore* store, AgentManagerOptions options = {});
 
   AgentIdentifier& identifier() { return identifier_; }
   AgentStrands& strands() { return strands_; }
+  // The durable store, or null (histories in memory).
   store::AgentStore* store() const { return store_; }
 
   // A turn of `agent_id`, not started yet (AgentTurn::Start).
@@ -139,12 +148,17 @@ class AgentManager {
   // used; other agents' infos past the byte bound are forgotten.
   AgentInfo& TouchInfo(const std::string& agent);
   void EraseInfo(const std::string& agent);
-  // Under mu_: the in-memory infos and histories merged into `all`.
-  void MergeMemory(std::map<std::string, AgentInfo>* all, const std::string& after, size_t limit,
-                   const std::string& prefix) const;
+  // Under mu_: the infos in the page merged over the stored agents `all`.
+  void MergeInfo(std::map<std::string, AgentInfo>* all, const std::string& after, size_t limit,
+                 const std::string& prefix) const;
+  // The history store dropped `agent` to make room: forget it everywhere.
+  void ForgetDropped(const std::string& agent);
 
   store::AgentStore* store_;
   const AgentManagerOptions options_;
+  // Without a durable store, the histories in memory.
+  std::unique_ptr<store::MemoryHistoryStore> memory_;
+  store::HistoryStore& history_;
   AgentIdentifier identifier_;
   AgentStrands strands_;
 
@@ -157,15 +171,6 @@ class AgentManager {
   std::map<std::string, InfoEntry> info_;
   std::list<std::string> info_lru_;
   size_t info_bytes_ = 0;
-  // History without a store, and its use order (most recent first).
-  struct MemoryHistory {
-    std::vector<std::string> turns;
-    size_t bytes = 0;
-    std::list<std::string>::iterator lru;
-  };
-  std::map<std::string, MemoryHistory> memory_;
-  std::list<std::string> memory_lru_;
-  size_t memory_bytes_ = 0;
   ResumeCounts counts_;
 };
 

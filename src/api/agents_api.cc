@@ -8,6 +8,7 @@
 #include "api/json_template.h"
 #include "api/openai_api.h"
 #include "api/query_params.h"
+#include "engine/finish_reason.h"
 #include "store/store_kv_tier.h"
 #include "util/hash.h"
 

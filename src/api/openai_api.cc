@@ -8,6 +8,7 @@
 #include "api/generation_job.h"
 #include "api/json_fields.h"
 #include "api/json_template.h"
+#include "engine/finish_reason.h"
 
 namespace agentkv::api {
 namespace {

@@ -8,6 +8,7 @@
 #include "cli/command.h"
 #include "cli/model_options.h"
 #include "engine/engine.h"
+#include "engine/finish_reason.h"
 #include "engine/text/chat/chat_template.h"
 #include "engine/text/tokenizer.h"
 

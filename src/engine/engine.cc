@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <chrono>
 
+#include "engine/finish_reason.h"
 #include "engine/kv_pool_sizing.h"
 #include "engine/pick_mode.h"
+#include "engine/stop_checker.h"
 #include "engine/text/stream_detokenizer.h"
 #include "engine/text/tokenizer.h"
 
@@ -229,90 +231,130 @@ void Engine::PublishStats() {
 }
 
 void Engine::Loop() {
-  while (true) {
-    std::deque<std::unique_ptr<Sequence>> submitted;
-    std::vector<RequestId> cancelled;
-    std::vector<std::string> dropped;
-    bool restored = false;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      // A step that found nothing to run while split restores load waits
-      // for the loader (or anything else) instead of spinning. A step still
-      // in flight after its sequences finished (one stopped on a sampled
-      // stop token while the next step was already launched) is collected
-      // now: left there, the engine would never report idle and a drain
-      // would wait out its whole deadline.
-      auto ready = [&] {
-        return stopping_ || !submitted_.empty() || !cancelled_.empty() ||
-               !dropped_agents_.empty() || transfer_ready_ || !launched_.empty() ||
-               (scheduler_->HasWork() && !waiting_on_loads_);
-      };
-      // Saves still copying off the device, or waiting for staging, and
-      // restore copies holding their host sources are polled every
-      // millisecond.
-      if (!transfer_->SavesPending() && !transfer_->WritesPending()) {
-        cv_.wait(lock, ready);
-      } else {
-        cv_.wait_for(lock, std::chrono::milliseconds(1), ready);
-      }
-      if (stopping_) break;
-      submitted.swap(submitted_);
-      cancelled.swap(cancelled_);
-      dropped.swap(dropped_agents_);
-      restored = transfer_ready_;
-      transfer_ready_ = false;
-    }
-    waiting_on_loads_ = false;
-    const auto l0 = std::chrono::steady_clock::now();
-    double in_step = 0;
+  while (std::optional<Inbox> inbox = WaitForWork()) {
+    const auto t0 = std::chrono::steady_clock::now();
     const double now = Now();
-    if (restored)
-      for (auto& s : transfer_->TakeRestored()) scheduler_->Add(std::move(s), now);
-    // Recomputing a head delays the running agents: the busier the batch,
-    // the dearer (engine/restore_policy.h).
-    const double busy = 1.0 + static_cast<double>(scheduler_->num_running()) /
-                                  std::max(1, options_.scheduler.max_batch);
-    for (auto& s : submitted)
-      if (std::unique_ptr<Sequence> ready = transfer_->Admit(std::move(s), busy))
-        scheduler_->Add(std::move(ready), now);
-    for (RequestId id : cancelled) {
-      std::unique_ptr<Sequence> s = scheduler_->Remove(id);
-      if (!s) s = transfer_->CancelParked(id);
-      if (!s) continue;
-      RequestOutput ev;
-      ev.kind = RequestOutput::Kind::kFinished;
-      ev.cancelled = true;
-      ev.prompt_tokens = static_cast<int64_t>(s->prompt_len);
-      ev.cached_tokens = s->cached_prompt_tokens;
-      ev.completion_tokens = s->output_len();
-      Emit(s.get(), std::move(ev));
-    }
-    for (const std::string& a : dropped) transfer_->DropAgent(a);
-    if (transfer_->splits() > 0) AttachSplits();
-    if (scheduler_->HasWork() || !launched_.empty()) {
-      const auto s0 = std::chrono::steady_clock::now();
-      Step();
-      Deliver();
-      in_step = std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
-      local_.step_seconds += in_step;
-    }
-    if (!outbox_.empty()) Deliver();
+    if (inbox->restored) AdmitRestored(now);
+    AdmitSubmitted(inbox->submitted, now);
+    ApplyCancellations(inbox->cancelled);
+    DropAgents(inbox->dropped);
+    const double in_step = RunStep();
+    if (!outbox_.empty()) Deliver();  // the phases' events when no step ran
     transfer_->CompleteSaves(/*wait=*/false);
     local_.between_steps_seconds +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - l0).count() - in_step;
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() - in_step;
     PublishStats();
-    if (!scheduler_->HasWork() && launched_.empty() && transfer_->parked() == 0 &&
-        !transfer_->SavesPending() && !transfer_->WritesPending()) {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (submitted_.empty() && !transfer_ready_) {
-        idle_ = true;
-        idle_cv_.notify_all();
-      }
-    }
+    PublishIdle();
   }
-  // Stopping: everything still queued or running ends as cancelled (after
-  // the steps in flight, whose tokens are delivered).
+  Shutdown();
+}
+
+std::optional<Engine::Inbox> Engine::WaitForWork() {
+  Inbox inbox;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    // A step that found nothing to run while split restores load waits
+    // for the loader (or anything else) instead of spinning. A step still
+    // in flight after its sequences finished (one stopped on a sampled
+    // stop token while the next step was already launched) is collected
+    // now: left there, the engine would never report idle and a drain
+    // would wait out its whole deadline.
+    auto ready = [&] {
+      return stopping_ || !submitted_.empty() || !cancelled_.empty() || !dropped_agents_.empty() ||
+             transfer_ready_ || !launched_.empty() || (scheduler_->HasWork() && !waiting_on_loads_);
+    };
+    // Saves still copying off the device, or waiting for staging, and
+    // restore copies holding their host sources are polled every
+    // millisecond.
+    if (!transfer_->SavesPending() && !transfer_->WritesPending()) {
+      cv_.wait(lock, ready);
+    } else {
+      cv_.wait_for(lock, std::chrono::milliseconds(1), ready);
+    }
+    if (stopping_) return std::nullopt;
+    inbox.submitted.swap(submitted_);
+    inbox.cancelled.swap(cancelled_);
+    inbox.dropped.swap(dropped_agents_);
+    inbox.restored = transfer_ready_;
+    transfer_ready_ = false;
+  }
+  waiting_on_loads_ = false;
+  return inbox;
+}
+
+void Engine::AdmitRestored(double now) {
+  for (auto& s : transfer_->TakeRestored()) scheduler_->Add(std::move(s), now);
+}
+
+void Engine::AdmitSubmitted(std::deque<std::unique_ptr<Sequence>>& submitted, double now) {
+  // Recomputing a head delays the running agents: the busier the batch,
+  // the dearer (engine/restore_policy.h).
+  const double busy = 1.0 + static_cast<double>(scheduler_->num_running()) /
+                                std::max(1, options_.scheduler.max_batch);
+  for (auto& s : submitted)
+    if (std::unique_ptr<Sequence> ready = transfer_->Admit(std::move(s), busy))
+      scheduler_->Add(std::move(ready), now);
+}
+
+void Engine::ApplyCancellations(const std::vector<RequestId>& cancelled) {
+  for (RequestId id : cancelled) {
+    std::unique_ptr<Sequence> s = scheduler_->Remove(id);
+    if (!s) s = transfer_->CancelParked(id);
+    if (!s) continue;
+    RequestOutput ev;
+    ev.kind = RequestOutput::Kind::kFinished;
+    ev.cancelled = true;
+    ev.prompt_tokens = static_cast<int64_t>(s->prompt_len);
+    ev.cached_tokens = s->cached_prompt_tokens;
+    ev.completion_tokens = s->output_len();
+    Emit(s.get(), std::move(ev));
+  }
+}
+
+void Engine::DropAgents(const std::vector<std::string>& agents) {
+  for (const std::string& a : agents) transfer_->DropAgent(a);
+}
+
+double Engine::RunStep() {
+  if (transfer_->splits() > 0) AttachSplits();
+  if (!scheduler_->HasWork() && launched_.empty()) return 0;
+  const auto s0 = std::chrono::steady_clock::now();
+  Step();
+  Deliver();
+  const double in_step =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
+  local_.step_seconds += in_step;
+  return in_step;
+}
+
+void Engine::PublishIdle() {
+  if (scheduler_->HasWork() || !launched_.empty() || transfer_->parked() != 0 ||
+      transfer_->SavesPending() || transfer_->WritesPending())
+    return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (submitted_.empty() && !transfer_ready_) {
+    idle_ = true;
+    idle_cv_.notify_all();
+  }
+}
+
+void Engine::Shutdown() {
+  // Everything still queued or running ends as cancelled, after the steps
+  // in flight, whose tokens are delivered.
   CollectAll();
+  CancelEverything();
+  transfer_->ReleaseAgents();
+  Deliver();
+  // Every turn's KV is handed over before the backend goes back (SIGTERM
+  // and hot-swap persist).
+  transfer_->DrainSaves();
+  PublishStats();
+  std::lock_guard<std::mutex> lock(mu_);
+  idle_ = true;
+  idle_cv_.notify_all();
+}
+
+void Engine::CancelEverything() {
   std::deque<std::unique_ptr<Sequence>> rest;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -329,22 +371,13 @@ void Engine::Loop() {
   }
   for (RequestId id : ids) {
     // A running agent's turn is cut off: its KV so far is kept like a
-    // finished turn's (pinned now, saved by DrainSaves below).
+    // finished turn's (pinned now, saved by DrainSaves in Shutdown).
     if (Sequence* s = scheduler_->Find(id);
         s != nullptr && !s->request.agent_key.empty() && s->computed > 0)
       transfer_->RetireAgent(s);
     if (std::unique_ptr<Sequence> s = scheduler_->Remove(id))
       Finish(s.get(), FinishReason::kNone, true, "");
   }
-  transfer_->ReleaseAgents();
-  Deliver();
-  // Every turn's KV is handed over before the backend goes back (SIGTERM
-  // and hot-swap persist).
-  transfer_->DrainSaves();
-  PublishStats();
-  std::lock_guard<std::mutex> lock(mu_);
-  idle_ = true;
-  idle_cv_.notify_all();
 }
 
 void Engine::Finish(Sequence* s, FinishReason reason, bool cancelled, std::string tail) {

@@ -37,13 +37,16 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "cache/kv_cache_manager.h"
 #include "cache/kv_tier.h"
 #include "engine/backend/backend.h"
+#include "engine/finish_reason.h"
 #include "engine/kv_transfer.h"
 #include "engine/restore_policy.h"
 #include "engine/scheduler.h"
@@ -225,7 +228,42 @@ class Engine {
 
  private:
   Engine(std::unique_ptr<Backend> backend, const Tokenizer* tokenizer, EngineOptions options);
+  // The engine thread: one iteration per wake-up, as the phases below in
+  // order, then Shutdown once stopping.
   void Loop();
+  // What other threads queued since the last iteration.
+  struct Inbox {
+    std::deque<std::unique_ptr<Sequence>> submitted;
+    std::vector<RequestId> cancelled;
+    std::vector<std::string> dropped;
+    bool restored = false;  // the loader has chunks for KvTransfer::TakeRestored
+  };
+  // Sleeps until there is work (polling each millisecond while saves or
+  // restore copies are pending) and takes the inbox; nullopt once stopping.
+  std::optional<Inbox> WaitForWork();
+  // Sequences whose restores finished loading go (back) to the scheduler.
+  void AdmitRestored(double now);
+  // New requests go to KvTransfer::Admit (which may park them to restore
+  // their KV first) and those ready to run to the scheduler; empties the
+  // pointers of `submitted`.
+  void AdmitSubmitted(std::deque<std::unique_ptr<Sequence>>& submitted, double now);
+  // Ends each cancelled request still queued, running or parked with a
+  // cancelled kFinished event (its blocks free before the next step).
+  void ApplyCancellations(const std::vector<RequestId>& cancelled);
+  // Forgets the named agents' resident KV.
+  void DropAgents(const std::vector<std::string>& agents);
+  // Joins loaded split restores, then plans, launches and collects one step
+  // if anything runs and delivers its events; returns its seconds (0: none).
+  double RunStep();
+  // Tells Drain() the engine is idle when nothing is queued, running,
+  // parked or being saved.
+  void PublishIdle();
+  // Stopping: collects the steps in flight, cancels everything, saves every
+  // agent's KV and wakes Drain().
+  void Shutdown();
+  // Ends every queued, parked, waiting and running request as cancelled; a
+  // running agent's KV so far is retired to it as at the end of a turn.
+  void CancelEverything();
   void Step();
   // Times two prefill chunks (at the start of the context and deep into
   // it) on scratch blocks, before serving.

@@ -10,8 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/finish_reason.h"
 #include "engine/sampling_params.h"
-#include "engine/stop_checker.h"
 #include "util/status.h"
 
 namespace agentkv {

@@ -7,18 +7,6 @@
 
 namespace agentkv {
 
-std::string_view FinishReasonName(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::kStop:
-      return "stop";
-    case FinishReason::kLength:
-      return "length";
-    case FinishReason::kNone:
-      break;
-  }
-  return "";
-}
-
 StopChecker::StopChecker(const SamplingParams& params, std::span<const int32_t> eos_token_ids)
     : stops_(params.stop), max_tokens_(params.max_tokens.value_or(0)) {
   std::erase_if(stops_, [](const std::string& s) { return s.empty(); });

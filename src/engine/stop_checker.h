@@ -19,14 +19,10 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/finish_reason.h"
 #include "engine/sampling_params.h"
 
 namespace agentkv {
-
-enum class FinishReason { kNone, kStop, kLength };
-
-// "stop", "length", or "" for kNone (the OpenAI finish_reason strings).
-std::string_view FinishReasonName(FinishReason reason);
 
 struct StopUpdate {
   std::string text;  // safe to emit now; may be empty

@@ -1,6 +1,7 @@
 // AgentStore: the persistent agent store (SPEC section 5). Agents' metadata
 // and history, per-agent KV chains, content-addressed KV blocks and model
-// fingerprints in one LMDB environment (docs/store-format.md).
+// fingerprints in one LMDB environment (docs/store-format.md). As a
+// HistoryStore it is the durable one: it never drops history.
 //
 // Durability: AppendTurn, PutAgentExtras, PutModel and RemoveAgent commit
 // and fsync before they return OK. KV writes are write-behind: PutKvBlocks
@@ -42,6 +43,7 @@
 #include "cache/block_hash.h"
 #include "store/fingerprint.h"
 #include "store/group_committer.h"
+#include "store/history_store.h"
 #include "store/kv_write_queue.h"
 #include "store/lmdb_env.h"
 #include "store/records.h"
@@ -72,11 +74,6 @@ struct StoreOptions {
   bool read_only = false;                  // inspection (ls/show/verify) beside a server
   // Milliseconds since the epoch; tests inject a fake clock.
   std::function<int64_t()> clock;
-};
-
-struct Turn {
-  uint32_t number = 0;        // 1-based
-  std::string messages_json;  // as given to AppendTurn
 };
 
 struct KvBlock {
@@ -130,11 +127,11 @@ struct VerifyReport {
   bool ok() const { return problems.empty(); }
 };
 
-class AgentStore {
+class AgentStore : public HistoryStore {
  public:
   static Result<std::unique_ptr<AgentStore>> Open(const std::string& dir,
                                                   StoreOptions options = {});
-  ~AgentStore();
+  ~AgentStore() override;
   AgentStore(const AgentStore&) = delete;
   AgentStore& operator=(const AgentStore&) = delete;
 
@@ -143,20 +140,20 @@ class AgentStore {
   // creating the agent on its first turn; returns the turn number.
   // `system_prompt_hash` is recorded when the agent is created.
   Result<uint32_t> AppendTurn(std::string_view agent_id, std::string_view messages_json,
-                              std::string_view system_prompt_hash = {});
+                              std::string_view system_prompt_hash = {}) override;
   // Replaces the agent's caller-owned extras object.
   Status PutAgentExtras(std::string_view agent_id, const nlohmann::json& extras);
-  Result<AgentMeta> GetAgent(std::string_view agent_id);
-  Result<std::vector<AgentMeta>> ListAgents();
+  Result<AgentMeta> GetAgent(std::string_view agent_id) override;
+  Result<std::vector<AgentMeta>> ListAgents() override;
   // At most `limit` agents whose id starts with `prefix` and sorts after
   // `after` (byte order; "": from the first), in order.
   Result<std::vector<AgentMeta>> ListAgents(std::string_view after, size_t limit,
-                                            std::string_view prefix = {});
-  Result<std::vector<Turn>> GetHistory(std::string_view agent_id);
+                                            std::string_view prefix = {}) override;
+  Result<std::vector<Turn>> GetHistory(std::string_view agent_id) override;
   // History, meta, chains and the KV blocks no other chain refers to.
   // Tombstones the id (see above), then waits for the KV writes queued
   // before it, so none of the agent's KV is written after it returns.
-  Status RemoveAgent(std::string_view agent_id);
+  Status RemoveAgent(std::string_view agent_id) override;
   // Whether KV writes for `agent_id` are being dropped (removed, not
   // created again since).
   bool IsTombstoned(std::string_view agent_id) const;
@@ -195,7 +192,8 @@ class AgentStore {
   Result<KvPrefix> LoadKvPrefixForTokens(const ModelFingerprint& fp,
                                          std::span<const int32_t> tokens, int block_size);
   // The agent's chain under `fp` from block 0 up to the first gap.
-  Result<std::vector<ChainEntry>> GetKvChain(std::string_view agent_id, const ModelFingerprint& fp);
+  Result<std::vector<ChainEntry>> GetKvChain(std::string_view agent_id,
+                                             const ModelFingerprint& fp) override;
   KvStoreStats kv_stats() const;
   // History appends: requests, shared transactions, time callers waited.
   GroupCommitter::Stats history_stats() const { return committer_->stats(); }

@@ -1,7 +1,10 @@
-// AgentManager and AgentTurn on the real default model and a real store:
+// AgentManager and AgentTurn on the real default model, each scenario on
+// both history stores (the LMDB store and, without one, the memory store):
 // one agent's turns run in arrival order (the second sees the history and
 // the cache the first left), a cancelled queued turn lets the next one run,
-// history is durable, and Delete removes the agent everywhere.
+// Delete removes the agent everywhere, listing pages by id. Then what only
+// one store does: stored KV chains feed content matching; the memory
+// store's bound drops whole agents.
 #include "agent/agent_manager.h"
 
 #include <chrono>
@@ -96,13 +99,30 @@ class AgentManagerTest : public ::testing::Test {
   std::unique_ptr<AgentManager> manager_;
 };
 
+enum class Kind { kLmdb, kMemory };
+
+// The same scenarios with the manager on the LMDB store or on none (its
+// own memory store).
+class AgentManagerOnBothStores : public AgentManagerTest,
+                                 public ::testing::WithParamInterface<Kind> {
+ protected:
+  void SetUp() override {
+    AgentManagerTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    manager_ = Make();
+  }
+  std::unique_ptr<AgentManager> Make(AgentManagerOptions o = {}) {
+    return std::make_unique<AgentManager>(GetParam() == Kind::kLmdb ? store_.get() : nullptr, o);
+  }
+};
+
 std::vector<int32_t> Tokens(int n, int32_t base) {
   std::vector<int32_t> t;
   for (int i = 0; i < n; ++i) t.push_back(base + (i * 7) % 1000);
   return t;
 }
 
-TEST_F(AgentManagerTest, OneAgentsTurnsRunInOrderAndTheSecondSeesTheFirst) {
+TEST_P(AgentManagerOnBothStores, OneAgentsTurnsRunInOrderAndTheSecondSeesTheFirst) {
   const std::vector<int32_t> p1 = Tokens(48, 100);
   size_t history_seen_by_second = 99;
   auto t1 = manager_->NewTurn("agent-1", Prompt(p1));
@@ -124,6 +144,7 @@ TEST_F(AgentManagerTest, OneAgentsTurnsRunInOrderAndTheSecondSeesTheFirst) {
   EXPECT_EQ(n1, 1u);
   EXPECT_EQ(n2, 2u);
   EXPECT_EQ(history_seen_by_second, 1u);
+  EXPECT_EQ(manager_->store(), GetParam() == Kind::kLmdb ? store_.get() : nullptr);
   // The first turn's KV stayed resident for the agent.
   EXPECT_GE(f2.cached_tokens, 32);
   EXPECT_EQ(f2.prompt_tokens, 68);
@@ -145,7 +166,7 @@ TEST_F(AgentManagerTest, OneAgentsTurnsRunInOrderAndTheSecondSeesTheFirst) {
   EXPECT_EQ(manager_->identifier().Match(next, 40), "agent-1");
 }
 
-TEST_F(AgentManagerTest, CancelledQueuedTurnLetsTheNextRun) {
+TEST_P(AgentManagerOnBothStores, CancelledQueuedTurnLetsTheNextRun) {
   auto t1 = manager_->NewTurn("a", Prompt(Tokens(20, 10)));
   bool prepared2 = false;
   auto t2 = manager_->NewTurn("a", [&]() -> Result<TurnStart> {
@@ -165,7 +186,7 @@ TEST_F(AgentManagerTest, CancelledQueuedTurnLetsTheNextRun) {
   EXPECT_EQ(n3, 2u);
 }
 
-TEST_F(AgentManagerTest, FailedPrepareReleasesTheStrand) {
+TEST_P(AgentManagerOnBothStores, FailedPrepareReleasesTheStrand) {
   auto t1 = manager_->NewTurn("a", [] { return Result<TurnStart>(InvalidArgument("too long")); });
   auto t2 = manager_->NewTurn("a", Prompt(Tokens(8, 10)));
   AgentTurn::Start(t1, [] {});
@@ -177,7 +198,7 @@ TEST_F(AgentManagerTest, FailedPrepareReleasesTheStrand) {
   EXPECT_EQ(n, 1u);
 }
 
-TEST_F(AgentManagerTest, DeleteRemovesHistoryAndRunsAfterQueuedTurns) {
+TEST_P(AgentManagerOnBothStores, DeleteRemovesHistoryAndRunsAfterQueuedTurns) {
   auto t1 = manager_->NewTurn("gone", Prompt(Tokens(40, 10)));
   AgentTurn::Start(t1, [] {});
   bool dropped = false;
@@ -245,18 +266,41 @@ TEST_F(AgentManagerTest, ContentMatchingKnowsStoredChainsAfterARestart) {
   EXPECT_FALSE(manager_->identifier().Match(next, 1).has_value());
 }
 
-TEST_F(AgentManagerTest, HistoryWithoutStoreIsKeptInMemory) {
+TEST_F(AgentManagerTest, WithoutAStoreNoChainsAreRememberedAndNothingIsStored) {
   AgentManager m(nullptr);
   auto t = m.NewTurn("mem", Prompt(Tokens(8, 10)));
   AgentTurn::Start(t, [] {});
   Finish(*t, R"([{"role":"user","content":"x"}])", nullptr);
-  auto h = m.History("mem");
-  ASSERT_TRUE(h.ok());
-  EXPECT_EQ(h->size(), 1u);
+  ASSERT_TRUE(m.History("mem").ok());
+  EXPECT_EQ(store_->GetAgent("mem").status().code(), StatusCode::kNotFound);
+  m.identifier().Remember("stale", {1, 2, 3});
+  auto n = m.RememberStoredChains(store::ModelFingerprint::FromHex(std::string(32, 'a')).value());
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(*n, 0u);
+  EXPECT_EQ(m.identifier().size(), 0u);
+}
+
+TEST_F(AgentManagerTest, DroppedInMemoryHistoryTakesWhatWasKnownOfTheAgent) {
+  AgentManagerOptions o;
+  o.max_memory_history_bytes = 1;  // room for the latest agent's history only
+  AgentManager m(nullptr, o);
+  for (const char* id : {"m1", "m2"}) {
+    auto t = m.NewTurn(id, Prompt(Tokens(8, 10)));
+    AgentTurn::Start(t, [] {});
+    Finish(*t, R"([{"role":"user","content":"x"}])", nullptr);
+  }
+  // The runtime knowledge had room; it went with the history.
+  EXPECT_EQ(m.Get("m1").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(m.History("m1").status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(m.identifier().Remembered("m1").empty());
+  auto m2 = m.Get("m2");
+  ASSERT_TRUE(m2.ok());
+  EXPECT_EQ(m2->turns, 1u);
+  EXPECT_GT(m2->resident_tokens, 0);
   auto list = m.List();
   ASSERT_TRUE(list.ok());
   ASSERT_EQ(list->size(), 1u);
-  EXPECT_EQ((*list)[0].id, "mem");
+  EXPECT_EQ((*list)[0].id, "m2");
 }
 
 TEST_F(AgentManagerTest, InMemoryHistoryAndInfoAreBoundedLeastRecentlyUsedFirst) {
@@ -284,10 +328,11 @@ TEST_F(AgentManagerTest, InMemoryHistoryAndInfoAreBoundedLeastRecentlyUsedFirst)
   EXPECT_TRUE(m.identifier().Remembered("m1").empty());
 }
 
-TEST_F(AgentManagerTest, InfoBoundKeepsStoreAgentsListedAndPagesByIdAfter) {
+TEST_P(AgentManagerOnBothStores, InfoBoundKeepsStoreAgentsListedAndPagesByIdAfter) {
   AgentManagerOptions o;
   o.max_info_bytes = 1;
-  AgentManager m(store_.get(), o);
+  std::unique_ptr<AgentManager> made = Make(o);
+  AgentManager& m = *made;
   for (const char* id : {"s1", "s2", "s3"}) {
     auto t = m.NewTurn(id, Prompt(Tokens(8, 10)));
     AgentTurn::Start(t, [] {});
@@ -311,6 +356,12 @@ TEST_F(AgentManagerTest, InfoBoundKeepsStoreAgentsListedAndPagesByIdAfter) {
   EXPECT_EQ(page->agents[0].id, "s3");
   EXPECT_FALSE(page->has_more);
 }
+
+INSTANTIATE_TEST_SUITE_P(Stores, AgentManagerOnBothStores,
+                         ::testing::Values(Kind::kLmdb, Kind::kMemory),
+                         [](const ::testing::TestParamInfo<Kind>& info) {
+                           return info.param == Kind::kLmdb ? "Lmdb" : "Memory";
+                         });
 
 }  // namespace
 }  // namespace agentkv::agent

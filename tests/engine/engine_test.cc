@@ -6,6 +6,7 @@
 
 #include "deferred_write_backend.h"
 #include "engine/backend/cpu/cpu_backend.h"
+#include "engine/finish_reason.h"
 #include "test_model.h"
 
 namespace agentkv {

@@ -7,6 +7,7 @@
 
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/engine.h"
+#include "engine/finish_reason.h"
 #include "test_model.h"
 
 namespace agentkv {

@@ -15,6 +15,7 @@
 #include "../engine/test_model.h"
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/engine.h"
+#include "engine/finish_reason.h"
 #include "engine_turns.h"
 #include "store/records.h"
 #include "store_test_util.h"
