@@ -53,6 +53,7 @@ uint8_t F32ToFp4(float x) {
 
 void PackMxfp4(const float* w, int64_t rows, int64_t cols, uint8_t* blocks, uint8_t* exponents) {
   const int64_t groups = cols / kMxfp4Block;
+#pragma omp parallel for schedule(static) if (rows * cols > (1 << 16))
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t g = 0; g < groups; ++g) {
       const float* v = w + r * cols + g * kMxfp4Block;
@@ -82,6 +83,7 @@ void PackFp8Block(const float* w, int64_t rows, int64_t cols, int block_rows, in
   const int64_t tr = CeilDiv(rows, block_rows), tc = CeilDiv(cols, block_cols);
   for (int64_t i = 0; i < tr; ++i) {
     const int64_t r0 = i * block_rows, r1 = std::min(rows, r0 + block_rows);
+#pragma omp parallel for schedule(static) if ((r1 - r0) * cols > (1 << 16))
     for (int64_t j = 0; j < tc; ++j) {
       const int64_t c0 = j * block_cols, c1 = std::min(cols, c0 + block_cols);
       float amax = 0.f;
@@ -96,6 +98,7 @@ void PackFp8Block(const float* w, int64_t rows, int64_t cols, int block_rows, in
 }
 
 void PackFp8Channel(const float* w, int64_t rows, int64_t cols, uint8_t* codes, float* scales) {
+#pragma omp parallel for schedule(static) if (rows * cols > (1 << 16))
   for (int64_t r = 0; r < rows; ++r) {
     float amax = 0.f;
     for (int64_t c = 0; c < cols; ++c) amax = std::max(amax, std::fabs(w[r * cols + c]));

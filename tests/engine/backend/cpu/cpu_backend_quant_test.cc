@@ -75,7 +75,7 @@ uint64_t ExpectedBytes(const Safetensors& st) {
   return n;
 }
 
-std::vector<std::vector<float>> Run(Backend& b, int steps_decode) {
+std::vector<std::vector<float>> RunSteps(Backend& b, int steps_decode) {
   const int bs = 16;
   KvLayout layout;
   layout.block_size = bs;
@@ -143,8 +143,8 @@ TEST_P(CpuBackendQuantTest, LogitsEqualTheDequantizedModel) {
   auto ref = CpuBackend::Create(plain, deq, CpuBackendOptions{2, KvDtype::kF32});
   ASSERT_TRUE(ref.ok()) << ref.status().ToString();
 
-  const auto got = Run(**quant, 3);
-  const auto want = Run(**ref, 3);
+  const auto got = RunSteps(**quant, 3);
+  const auto want = RunSteps(**ref, 3);
   ASSERT_EQ(got.size(), want.size());
   for (size_t s = 0; s < got.size(); ++s) {
     float amax = 0, diff = 0;
