@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -186,6 +187,31 @@ TEST_F(ModelSynthQuantTest, Fp8CheckpointsHoldTheBf16ModelsValues) {
             << row << " " << c;
       }
   }
+}
+
+std::string ReadAll(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+
+TEST_F(ModelSynthQuantTest, CliQuantFlag) {
+  if (!HaveTokenizer()) GTEST_SKIP() << "qwen3 tokenizer not set up";
+  if (!fs::exists(AGENTKV_BINARY)) GTEST_SKIP() << "agentkv binary not built";
+  const std::string base = std::string(AGENTKV_BINARY) + " model synth --arch qwen3 --tokenizer " +
+                           (kTokenizers / "qwen3").string() +
+                           " --layers 1 --hidden 160 --heads 4 --kv-heads 2 --head-dim 32"
+                           " --intermediate 136 --seed 9 --out ";
+  const auto run = [](const std::string& cmd) {
+    return std::system((cmd + " >/dev/null 2>&1").c_str());
+  };
+  // The flag gives what the library gives.
+  ASSERT_EQ(run(base + (dir_ / "cli").string() + " --quant fp8-channel"), 0);
+  ASSERT_TRUE(SynthesizeModel(Tiny("lib", SynthQuant::kFp8Channel)).ok());
+  for (const char* f : {"model.safetensors", "config.json"})
+    EXPECT_EQ(ReadAll(dir_ / "cli" / f), ReadAll(dir_ / "lib" / f)) << f;
+  EXPECT_NE(run(base + (dir_ / "bad").string() + " --quant int4"), 0);
+  EXPECT_NE(run(base + (dir_ / "mx").string() + " --quant mxfp4"), 0);
+  EXPECT_FALSE(fs::exists(dir_ / "mx" / "config.json"));
 }
 
 TEST_F(ModelSynthQuantTest, Mxfp4OnADenseArchIsAClearError) {

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 
 #include "../../model/quant_test_util.h"
@@ -155,6 +156,7 @@ TEST_P(CpuBackendQuantTest, LogitsEqualTheDequantizedModel) {
     // Same fp32 arithmetic on the same weight values; only the order of
     // the sums may differ (tiles): within 1e-5 of the largest logit.
     EXPECT_LE(diff, 1e-5f * amax) << "step " << s << " amax " << amax;
+    std::printf("step %zu: max |logit difference| %.3g of max |logit| %.3g\n", s, diff, amax);
     EXPECT_GT(amax, 0.f);
   }
   // Memory: the quantized sizes, well under the fp32 model's.
