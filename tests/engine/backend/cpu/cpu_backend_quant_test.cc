@@ -8,7 +8,9 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <set>
 
 #include "../../model/quant_test_util.h"
 #include "../../test_model.h"
@@ -16,6 +18,7 @@
 #include "engine/model/model_synth.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/safetensors_weights.h"
+#include "engine/model/safetensors_writer.h"
 #include "engine/model/weight_spec.h"
 #include "util/bf16.h"
 
@@ -41,6 +44,10 @@ MapWeights Dequantized(const ModelConfig& config, const Safetensors& st) {
     if (t->dtype == TensorDtype::kBF16) {
       for (int64_t i = 0; i < t->numel(); ++i)
         v[i] = Bf16ToF32(static_cast<uint16_t>(bytes[2 * i] | (bytes[2 * i + 1] << 8)));
+      continue;
+    }
+    if (t->dtype == TensorDtype::kF32) {
+      std::memcpy(v.data(), t->data, t->nbytes);
       continue;
     }
     EXPECT_EQ(t->dtype, TensorDtype::kF8E4M3) << spec.name;
@@ -106,28 +113,9 @@ std::vector<std::vector<float>> RunSteps(Backend& b, int steps_decode) {
   return out;
 }
 
-class CpuBackendQuantTest : public ::testing::TestWithParam<SynthQuant> {};
-
-TEST_P(CpuBackendQuantTest, LogitsEqualTheDequantizedModel) {
-  if (!fs::exists(kTokenizers / "qwen3" / "tokenizer.json"))
-    GTEST_SKIP() << "qwen3 tokenizer not set up (scripts/setup.sh)";
-  const fs::path dir =
-      fs::path(::testing::TempDir()) / ("cpu_quant_" + std::to_string(::getpid()) + "_" +
-                                        std::to_string(static_cast<int>(GetParam())));
-  SynthOptions o;
-  o.arch = "qwen3";
-  o.tokenizer_dir = kTokenizers / "qwen3";
-  o.out_dir = dir;
-  o.layers = 2;
-  o.hidden = 160;  // two 128-wide tiles, the second ragged
-  o.heads = 4;
-  o.kv_heads = 2;
-  o.head_dim = 32;       // q 128 rows; k, v 64 rows: ragged tiles
-  o.intermediate = 200;  // ragged both ways in gate/up and down
-  o.seed = 5;
-  o.quant = GetParam();
-  ASSERT_TRUE(SynthesizeModel(o).ok());
-
+// The checkpoint in `dir` on the CPU backend against the same model with its
+// weights dequantized by this test, and its weight memory.
+void ExpectMatchesDequantized(const fs::path& dir) {
   auto config = ModelConfig::Load(dir);
   ASSERT_TRUE(config.ok()) << config.status().ToString();
   ASSERT_TRUE(config->quant.quantized());
@@ -162,11 +150,93 @@ TEST_P(CpuBackendQuantTest, LogitsEqualTheDequantizedModel) {
   // Memory: the quantized sizes, well under the fp32 model's.
   EXPECT_EQ((*quant)->weight_bytes(), ExpectedBytes(weights->safetensors()));
   EXPECT_LT((*quant)->weight_bytes(), (*ref)->weight_bytes());
+}
+
+class CpuBackendQuantTest : public ::testing::TestWithParam<SynthQuant> {};
+
+TEST_P(CpuBackendQuantTest, LogitsEqualTheDequantizedModel) {
+  if (!fs::exists(kTokenizers / "qwen3" / "tokenizer.json"))
+    GTEST_SKIP() << "qwen3 tokenizer not set up (scripts/setup.sh)";
+  const fs::path dir =
+      fs::path(::testing::TempDir()) / ("cpu_quant_" + std::to_string(::getpid()) + "_" +
+                                        std::to_string(static_cast<int>(GetParam())));
+  SynthOptions o;
+  o.arch = "qwen3";
+  o.tokenizer_dir = kTokenizers / "qwen3";
+  o.out_dir = dir;
+  o.layers = 2;
+  o.hidden = 160;  // two 128-wide tiles, the second ragged
+  o.heads = 4;
+  o.kv_heads = 2;
+  o.head_dim = 32;       // q 128 rows; k, v 64 rows: ragged tiles
+  o.intermediate = 200;  // ragged both ways in gate/up and down
+  o.seed = 5;
+  o.quant = GetParam();
+  ASSERT_TRUE(SynthesizeModel(o).ok());
+
+  ExpectMatchesDequantized(dir);
   fs::remove_all(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, CpuBackendQuantTest,
                          ::testing::Values(SynthQuant::kFp8, SynthQuant::kFp8Channel));
+
+// Modules a checkpoint leaves unconverted load as float beside quantized
+// ones, also inside a fused stack: layer 0's q_proj (first of q | k | v) and
+// layer 1's v_proj (last) stored as F32.
+TEST(CpuBackendQuantMixedTest, UnconvertedModulesInsideAQuantizedStack) {
+  if (!fs::exists(kTokenizers / "qwen3" / "tokenizer.json"))
+    GTEST_SKIP() << "qwen3 tokenizer not set up (scripts/setup.sh)";
+  const fs::path root =
+      fs::path(::testing::TempDir()) / ("cpu_quant_mixed_" + std::to_string(::getpid()));
+  SynthOptions o;
+  o.arch = "qwen3";
+  o.tokenizer_dir = kTokenizers / "qwen3";
+  o.out_dir = root / "fp8";
+  o.layers = 2;
+  o.hidden = 160;
+  o.heads = 4;
+  o.kv_heads = 2;
+  o.head_dim = 32;
+  o.intermediate = 200;
+  o.seed = 8;
+  o.quant = SynthQuant::kFp8;
+  ASSERT_TRUE(SynthesizeModel(o).ok());
+  auto config = ModelConfig::Load(o.out_dir);
+  ASSERT_TRUE(config.ok());
+  auto st = Safetensors::Open(o.out_dir);
+  ASSERT_TRUE(st.ok());
+  ModelConfig plain = *config;
+  plain.quant = QuantConfig{};
+  const MapWeights deq = Dequantized(plain, *st);
+  const std::set<std::string> as_f32 = {"model.layers.0.self_attn.q_proj.weight",
+                                        "model.layers.1.self_attn.v_proj.weight"};
+  std::vector<SafetensorsWriter::Tensor> tensors;
+  for (const std::string& name : st->Names()) {
+    if (as_f32.count(name.substr(0, name.size() - 10)) && name.ends_with("_scale_inv")) continue;
+    auto t = st->Get(name);
+    SafetensorsWriter::Tensor w{name, t->dtype, t->shape, {}};
+    if (as_f32.count(name)) {
+      const std::vector<float>& v = deq.t.at(name);
+      w.dtype = TensorDtype::kF32;
+      w.bytes.assign(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+    } else {
+      w.bytes.assign(static_cast<const char*>(t->data), t->nbytes);
+    }
+    tensors.push_back(std::move(w));
+  }
+  const fs::path mixed = root / "mixed";
+  fs::create_directories(mixed);
+  for (const auto& e : fs::directory_iterator(o.out_dir))
+    if (e.path().extension() == ".json") fs::copy_file(e.path(), mixed / e.path().filename());
+  ASSERT_TRUE(SafetensorsWriter::WriteFile(mixed / "model.safetensors", tensors).ok());
+  auto w = SafetensorsWeights::Open(mixed);
+  ASSERT_TRUE(w.ok());
+  EXPECT_FALSE(w->IsQuantized("model.layers.0.self_attn.q_proj.weight"));
+  EXPECT_TRUE(w->IsQuantized("model.layers.0.self_attn.k_proj.weight"));
+  ExpectMatchesDequantized(mixed);
+  fs::remove_all(root);
+}
 
 // A checkpoint whose weights are F8 but whose config.json lost its
 // quantization_config fails to load, naming the tensor.
