@@ -16,6 +16,7 @@ namespace {
 struct SynthFlags {
   SynthOptions opts;
   std::string dtype = "bf16";
+  std::string quant = "none";
   bool tie = false;
   bool no_tie = false;
 };
@@ -34,6 +35,13 @@ int RunSynth(SynthFlags& f) {
   } else {
     f.opts.dtype = TensorDtype::kF32;
   }
+
+  auto quant = ParseSynthQuant(f.quant);
+  if (!quant.ok()) {
+    std::fprintf(stderr, "error: %s\n", quant.status().ToString().c_str());
+    return 2;
+  }
+  f.opts.quant = *quant;
 
   const bool tty = isatty(STDERR_FILENO) != 0;
   auto last = std::chrono::steady_clock::now();
@@ -100,6 +108,12 @@ Registrar reg(
       app.add_option("--seed", o.seed, "Weight seed")->capture_default_str();
       app.add_option("--dtype", f->dtype, "Weight dtype")
           ->check(CLI::IsMember({"bf16", "f16", "f32"}))
+          ->capture_default_str();
+      app.add_option("--quant", f->quant,
+                     "Store the linear layers quantized as published checkpoints do: fp8 "
+                     "(e4m3, 128x128 block scales), fp8-channel (compressed-tensors, per-channel "
+                     "scales), mxfp4 (gpt_oss experts)")
+          ->check(CLI::IsMember({"none", "fp8", "fp8-channel", "mxfp4"}))
           ->capture_default_str();
       app.add_flag("--tie", f->tie, "Tie lm_head to the embeddings (default except mistral)");
       app.add_flag("--no-tie", f->no_tie, "Separate lm_head weights");

@@ -279,6 +279,7 @@ Result<ModelConfig> ModelConfig::FromJsonText(const std::string& text,
                            "MistralForCausalLM, Gemma3ForCausalLM)");
   c.arch = *arch;
   const bool gemma = c.arch == Architecture::kGemma3;
+  ASSIGN_OR_RETURN(c.quant, ParseQuantConfig(root, src));
 
   if (!rd.Has("torch_dtype")) RETURN_IF_ERROR(rd.String("dtype", &c.torch_dtype));
   RETURN_IF_ERROR(rd.String("torch_dtype", &c.torch_dtype));

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cache/model_cache_spec.h"
+#include "engine/model/quant_config.h"
 #include "util/status.h"
 
 namespace agentkv {
@@ -66,6 +67,9 @@ struct ModelConfig {
   float query_scale = 0.0f;          // attention scale; 0 means 1/sqrt(head_dim)
   float final_logit_softcap = 0.0f;  // 0 = none
   float attn_logit_softcap = 0.0f;   // 0 = none
+
+  // config.json's quantization_config (engine/model/quant_config.h).
+  QuantConfig quant;
 
   int bos_token_id = -1;
   std::vector<int32_t> eos_token_ids;  // config.json and generation_config.json

@@ -50,6 +50,9 @@ void Store(TensorDtype dtype, double v, uint8_t* out, uint64_t i) {
       for (int b = 0; b < 4; ++b) out[4 * i + b] = static_cast<uint8_t>(u >> (8 * b));
       break;
     }
+    case TensorDtype::kU8:
+    case TensorDtype::kF8E4M3:
+      break;  // not a synth dtype: quantized tensors go through model_synth_quant
   }
 }
 
@@ -339,6 +342,8 @@ Status SynthesizeModel(const SynthOptions& o, const SynthProgress& progress) {
   SynthOptions eff = o;
   if (own_head) eff.tie = false;
   ASSIGN_OR_RETURN(ojson cfg, BuildConfig(eff, info, vocab, bos, eos));
+  RETURN_IF_ERROR(CheckSynthQuant(o.quant, o.arch));
+  if (o.quant != SynthQuant::kNone) cfg["quantization_config"] = SynthQuantConfig(o.quant);
   // Round-trip through our own loader so a synthesized model always loads.
   ASSIGN_OR_RETURN(ModelConfig mc, ModelConfig::FromJsonText(cfg.dump(), "synthesized config"));
 
@@ -348,7 +353,21 @@ Status SynthesizeModel(const SynthOptions& o, const SynthProgress& progress) {
 
   const std::vector<WeightSpec> specs = ExpectedWeights(mc);
   SafetensorsWriter writer(o.out_dir / "model.safetensors");
-  for (const auto& w : specs) RETURN_IF_ERROR(writer.Add(w.name, o.dtype, w.shape));
+  // Quantized weights are stored [.., out, in]; GPT-OSS's bf16 experts are
+  // [E, in, out], so theirs is the transpose.
+  auto quant_shape = [](const WeightSpec& w, QuantFormat f) {
+    std::vector<int64_t> s = w.shape;
+    if (f == QuantFormat::kMxfp4 && s.size() == 3) std::swap(s[1], s[2]);
+    return s;
+  };
+  for (const auto& w : specs) {
+    QuantFormat qf;
+    if (SynthQuantizes(o.quant, w, &qf)) {
+      RETURN_IF_ERROR(DeclareQuantized(writer, w.name, quant_shape(w, qf), qf));
+    } else {
+      RETURN_IF_ERROR(writer.Add(w.name, o.dtype, w.shape));
+    }
+  }
   RETURN_IF_ERROR(writer.Begin());
   const uint64_t total = writer.data_bytes();
   const size_t esize = TensorDtypeSize(o.dtype);
@@ -363,6 +382,29 @@ Status SynthesizeModel(const SynthOptions& o, const SynthProgress& progress) {
       stddev = 0.1;
     }
     const uint64_t n = static_cast<uint64_t>(NumElements(w.shape));
+    if (QuantFormat qf; SynthQuantizes(o.quant, w, &qf)) {
+      const std::vector<int64_t> qs = quant_shape(w, qf);
+      const bool transposed = qs != w.shape;
+      SynthValues values = [&](uint64_t first, uint64_t count, float* out) {
+        if (!transposed) {
+          SynthFill(o.seed, w.name, TensorDtype::kF32, mean, stddev, first, count, out);
+          if (o.eos_bias > 0)
+            ApplyEosBias(w, mc, eos[0], o.eos_bias, TensorDtype::kF32, first, count, out);
+          return;
+        }
+        // Element (e, row, col) of [E, out, in] is (e, col, row) of the draws.
+        const uint64_t rows = qs[1], cols = qs[2];
+        for (uint64_t i = first; i < first + count; ++i) {
+          const uint64_t e = i / (rows * cols), row = i / cols % rows, col = i % cols;
+          SynthFill(o.seed, w.name, TensorDtype::kF32, mean, stddev, (e * cols + col) * rows + row,
+                    1, out + (i - first));
+        }
+      };
+      ASSIGN_OR_RETURN(uint64_t bytes, WriteQuantized(writer, qs, qf, values));
+      done += bytes;
+      if (progress) progress(done, total);
+      continue;
+    }
     for (uint64_t first = 0; first < n; first += kChunk) {
       uint64_t count = std::min(kChunk, n - first);
       if (buf.size() < count * esize) buf.resize(count * esize);

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/model/model_synth_quant.h"
 #include "engine/model/safetensors_file.h"
 #include "util/status.h"
 
@@ -56,6 +57,9 @@ struct SynthOptions {
   // head makes them peaked like a trained model's, so that a biased eos
   // token can be likely when sampling without being every greedy pick.
   double lm_head_std = 0;
+  // Quantized storage of the linear layers (engine/model/model_synth_quant.h):
+  // their values are the same draws as unquantized, packed.
+  SynthQuant quant = SynthQuant::kNone;
 };
 
 // Called now and then while weights are written: bytes written, total bytes.

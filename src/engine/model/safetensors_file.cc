@@ -39,8 +39,15 @@ size_t TensorDtypeSize(TensorDtype d) {
       return 2;
     case TensorDtype::kF32:
       return 4;
+    case TensorDtype::kU8:
+    case TensorDtype::kF8E4M3:
+      return 1;
   }
   return 4;
+}
+
+bool IsFloatDtype(TensorDtype d) {
+  return d == TensorDtype::kBF16 || d == TensorDtype::kF16 || d == TensorDtype::kF32;
 }
 
 std::string_view TensorDtypeName(TensorDtype d) {
@@ -51,6 +58,10 @@ std::string_view TensorDtypeName(TensorDtype d) {
       return "F16";
     case TensorDtype::kF32:
       return "F32";
+    case TensorDtype::kU8:
+      return "U8";
+    case TensorDtype::kF8E4M3:
+      return "F8_E4M3";
   }
   return "F32";
 }
@@ -63,6 +74,10 @@ std::string_view TensorDtypeTorchName(TensorDtype d) {
       return "float16";
     case TensorDtype::kF32:
       return "float32";
+    case TensorDtype::kU8:
+      return "uint8";
+    case TensorDtype::kF8E4M3:
+      return "float8_e4m3fn";
   }
   return "float32";
 }
@@ -71,8 +86,10 @@ Result<TensorDtype> ParseTensorDtype(std::string_view name) {
   if (name == "BF16") return TensorDtype::kBF16;
   if (name == "F16") return TensorDtype::kF16;
   if (name == "F32") return TensorDtype::kF32;
+  if (name == "U8") return TensorDtype::kU8;
+  if (name == "F8_E4M3") return TensorDtype::kF8E4M3;
   return InvalidArgument("unsupported tensor dtype " + std::string(name) +
-                         " (supported: BF16, F16, F32)");
+                         " (supported: BF16, F16, F32, U8, F8_E4M3)");
 }
 
 int64_t NumElements(const std::vector<int64_t>& shape) {

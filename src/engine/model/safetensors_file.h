@@ -22,16 +22,22 @@
 
 namespace agentkv {
 
-// The element types the engine computes with. Files may hold others (I64
-// buffers, F8); those open fine but Get() on such a tensor fails.
-enum class TensorDtype { kBF16, kF16, kF32 };
+// The element types the engine reads: the float types it computes with, and
+// the stored types of quantized weights (U8: MXFP4 blocks and scales;
+// F8_E4M3: FP8 weights), which engine/model/quant_format.h decodes. Files may
+// hold others (I64 buffers, F8_E5M2); those open fine but Get() on such a
+// tensor fails.
+enum class TensorDtype { kBF16, kF16, kF32, kU8, kF8E4M3 };
 
 size_t TensorDtypeSize(TensorDtype d);
-// "BF16", "F16", "F32": the safetensors spelling.
+// Whether `d` is a float type the engine computes with (BF16, F16, F32).
+bool IsFloatDtype(TensorDtype d);
+// "BF16", "F16", "F32", "U8", "F8_E4M3": the safetensors spelling.
 std::string_view TensorDtypeName(TensorDtype d);
 // Accepts the safetensors spelling; anything else is InvalidArgument.
 Result<TensorDtype> ParseTensorDtype(std::string_view name);
-// "bfloat16", "float16", "float32": the config.json torch_dtype spelling.
+// "bfloat16", "float16", "float32", "uint8", "float8_e4m3fn": the torch
+// spelling (config.json torch_dtype).
 std::string_view TensorDtypeTorchName(TensorDtype d);
 
 int64_t NumElements(const std::vector<int64_t>& shape);

@@ -1,7 +1,9 @@
 // SafetensorsWeights: a WeightSource over a checkpoint's safetensors files;
-// tensors are converted from bf16, fp16 or fp32 to fp32 on request.
+// tensors are converted from bf16, fp16 or fp32 to fp32 on request, and
+// quantized linear weights (F8_E4M3 with their scales, MXFP4 blocks and
+// scales) are handed out as stored (engine/model/quant_format.h).
 //
-// Thread-safety: LoadF32 may be called concurrently.
+// Thread-safety: every method may be called concurrently.
 #pragma once
 
 #include <filesystem>
@@ -21,6 +23,9 @@ class SafetensorsWeights final : public WeightSource {
                                      std::span<const int64_t> shape) const override;
   Result<std::vector<uint16_t>> LoadBf16IfStored(const std::string& name,
                                                  std::span<const int64_t> shape) const override;
+  bool IsQuantized(const std::string& name) const override;
+  Result<QuantizedWeight> LoadQuantized(const std::string& name, std::span<const int64_t> shape,
+                                        const QuantConfig& quant) const override;
   const Safetensors& safetensors() const { return st_; }
 
  private:

@@ -21,6 +21,9 @@ struct CpuBackend::Layer {
   std::vector<float> wo;
   std::vector<float> w_gate_up;  // [gate | up] rows, fused into one GEMM
   std::vector<float> w_down;
+  // Quantized checkpoints: the same four matrices kept quantized (the fp32
+  // vectors above stay empty); engine/backend/cpu/cpu_quant_matmul.h.
+  QuantMatrix q_wqkv, q_wo, q_w_gate_up, q_w_down;
   AttentionKind kind = AttentionKind::kFull;
   int window = 0;
   int group = 0;
@@ -35,6 +38,28 @@ Status Append(std::vector<float>& dst, const WeightSource& w, const std::string&
   ASSIGN_OR_RETURN(std::vector<float> t, w.LoadF32(name, s));
   dst.insert(dst.end(), t.begin(), t.end());
   return Status::Ok();
+}
+
+// A linear weight [out, in], appended to a stacked matrix: kept quantized
+// when the checkpoint stores it so (then `q` holds the whole stack, earlier
+// fp32 parts moved into it), else fp32 rows in `dst`.
+Status AppendLinear(std::vector<float>& dst, QuantMatrix& q, const WeightSource& w,
+                    const QuantConfig& quant, const std::string& name, int64_t out, int64_t in) {
+  const std::vector<int64_t> shape = {out, in};
+  if (w.IsQuantized(name)) {
+    ASSIGN_OR_RETURN(QuantizedWeight qw, w.LoadQuantized(name, shape, quant));
+    if (q.empty() && !dst.empty()) {
+      const int64_t rows = static_cast<int64_t>(dst.size()) / in;
+      RETURN_IF_ERROR(q.AppendF32(std::move(dst), rows, in));
+      dst.clear();
+    }
+    return q.Append(std::move(qw)).WithContext(name);
+  }
+  if (!q.empty()) {
+    ASSIGN_OR_RETURN(std::vector<float> t, w.LoadF32(name, shape));
+    return q.AppendF32(std::move(t), out, in).WithContext(name);
+  }
+  return Append(dst, w, name, {out, in});
 }
 
 }  // namespace
@@ -103,9 +128,12 @@ Status CpuBackend::LoadWeights(const WeightSource& w) {
       RETURN_IF_ERROR(Append(L.pre_ff_norm, w, p + "pre_feedforward_layernorm.weight", {H}));
       RETURN_IF_ERROR(Append(L.post_ff_norm, w, p + "post_feedforward_layernorm.weight", {H}));
     }
-    RETURN_IF_ERROR(Append(L.wqkv, w, p + "self_attn.q_proj.weight", {nq, H}));
-    RETURN_IF_ERROR(Append(L.wqkv, w, p + "self_attn.k_proj.weight", {nkv, H}));
-    RETURN_IF_ERROR(Append(L.wqkv, w, p + "self_attn.v_proj.weight", {nkv, H}));
+    RETURN_IF_ERROR(
+        AppendLinear(L.wqkv, L.q_wqkv, w, c.quant, p + "self_attn.q_proj.weight", nq, H));
+    RETURN_IF_ERROR(
+        AppendLinear(L.wqkv, L.q_wqkv, w, c.quant, p + "self_attn.k_proj.weight", nkv, H));
+    RETURN_IF_ERROR(
+        AppendLinear(L.wqkv, L.q_wqkv, w, c.quant, p + "self_attn.v_proj.weight", nkv, H));
     if (c.attention_bias) {
       RETURN_IF_ERROR(Append(L.bqkv, w, p + "self_attn.q_proj.bias", {nq}));
       RETURN_IF_ERROR(Append(L.bqkv, w, p + "self_attn.k_proj.bias", {nkv}));
@@ -115,14 +143,27 @@ Status CpuBackend::LoadWeights(const WeightSource& w) {
       RETURN_IF_ERROR(Append(L.q_norm, w, p + "self_attn.q_norm.weight", {D}));
       RETURN_IF_ERROR(Append(L.k_norm, w, p + "self_attn.k_norm.weight", {D}));
     }
-    RETURN_IF_ERROR(Append(L.wo, w, p + "self_attn.o_proj.weight", {H, nq}));
-    RETURN_IF_ERROR(Append(L.w_gate_up, w, p + "mlp.gate_proj.weight", {I, H}));
-    RETURN_IF_ERROR(Append(L.w_gate_up, w, p + "mlp.up_proj.weight", {I, H}));
-    RETURN_IF_ERROR(Append(L.w_down, w, p + "mlp.down_proj.weight", {H, I}));
+    RETURN_IF_ERROR(AppendLinear(L.wo, L.q_wo, w, c.quant, p + "self_attn.o_proj.weight", H, nq));
+    RETURN_IF_ERROR(
+        AppendLinear(L.w_gate_up, L.q_w_gate_up, w, c.quant, p + "mlp.gate_proj.weight", I, H));
+    RETURN_IF_ERROR(
+        AppendLinear(L.w_gate_up, L.q_w_gate_up, w, c.quant, p + "mlp.up_proj.weight", I, H));
+    RETURN_IF_ERROR(
+        AppendLinear(L.w_down, L.q_w_down, w, c.quant, p + "mlp.down_proj.weight", H, I));
     L.kind = c.layer_kinds.at(l);
     L.window = c.layer_windows.at(l);
     L.group = spec_.GroupOf(l);
     L.index_in_group = spec_.IndexInGroup(l);
+  }
+  auto f32 = [](const std::vector<float>& v) { return v.size() * sizeof(float); };
+  weight_bytes_ = f32(embed_) + f32(final_norm_) + f32(lm_head_) +
+                  (embed_bf16_.size() + lm_head_bf16_.size()) * sizeof(uint16_t);
+  for (const Layer& L : layers_) {
+    for (const auto* v : {&L.in_norm, &L.post_attn_norm, &L.pre_ff_norm, &L.post_ff_norm, &L.wqkv,
+                          &L.bqkv, &L.q_norm, &L.k_norm, &L.wo, &L.w_gate_up, &L.w_down})
+      weight_bytes_ += f32(*v);
+    for (const auto* q : {&L.q_wqkv, &L.q_wo, &L.q_w_gate_up, &L.q_w_down})
+      weight_bytes_ += q->bytes();
   }
   return Status::Ok();
 }
@@ -393,8 +434,8 @@ Status CpuBackend::Forward(std::span<const SeqStep> batch, std::span<float> logi
   for (int l = 0; l < c.num_layers; ++l) {
     const Layer& L = layers_[l];
     kernels::RmsNorm(x_.data(), L.in_norm.data(), h_.data(), T, H, c.rms_norm_eps, plus_one);
-    kernels::Linear(h_.data(), L.wqkv.data(), L.bqkv.empty() ? nullptr : L.bqkv.data(), qkv_.data(),
-                    T, qkv_row, H, pool_.get());
+    DenseLinear(h_.data(), L.wqkv, L.q_wqkv, L.bqkv.empty() ? nullptr : L.bqkv.data(), qkv_.data(),
+                T, qkv_row, H, pool_.get(), qscratch_);
     // Only Gemma 3 gives sliding layers their own rotary base.
     const float* inv_freq = L.kind == AttentionKind::kSliding && c.arch == Architecture::kGemma3
                                 ? inv_freq_local_.data()
@@ -412,8 +453,8 @@ Status CpuBackend::Forward(std::span<const SeqStep> batch, std::span<float> logi
     });
     Attention(l, batch);
     WriteKv(l, batch);
-    kernels::Linear(attn_.data(), L.wo.data(), nullptr, o_.data(), T, H,
-                    static_cast<int64_t>(nh) * D, pool_.get());
+    DenseLinear(attn_.data(), L.wo, L.q_wo, nullptr, o_.data(), T, H, static_cast<int64_t>(nh) * D,
+                pool_.get(), qscratch_);
     if (c.sandwich_norm) {
       kernels::RmsNorm(o_.data(), L.post_attn_norm.data(), o_.data(), T, H, c.rms_norm_eps,
                        plus_one);
@@ -424,9 +465,11 @@ Status CpuBackend::Forward(std::span<const SeqStep> batch, std::span<float> logi
       kernels::RmsNorm(x_.data(), L.post_attn_norm.data(), h_.data(), T, H, c.rms_norm_eps,
                        plus_one);
     }
-    kernels::Linear(h_.data(), L.w_gate_up.data(), nullptr, gu_.data(), T, 2 * I, H, pool_.get());
+    DenseLinear(h_.data(), L.w_gate_up, L.q_w_gate_up, nullptr, gu_.data(), T, 2 * I, H,
+                pool_.get(), qscratch_);
     kernels::GatedActivation(gu_.data(), act_.data(), T, static_cast<int>(I), c.activation);
-    kernels::Linear(act_.data(), L.w_down.data(), nullptr, o_.data(), T, H, I, pool_.get());
+    DenseLinear(act_.data(), L.w_down, L.q_w_down, nullptr, o_.data(), T, H, I, pool_.get(),
+                qscratch_);
     if (c.sandwich_norm) {
       kernels::RmsNorm(o_.data(), L.post_ff_norm.data(), o_.data(), T, H, c.rms_norm_eps, plus_one);
     }

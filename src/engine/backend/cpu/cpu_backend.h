@@ -16,6 +16,7 @@
 
 #include "engine/backend/backend.h"
 #include "engine/backend/cpu/cpu_attention.h"
+#include "engine/backend/cpu/cpu_quant_matmul.h"
 #include "engine/model/weight_source.h"
 #include "util/thread_pool.h"
 #include "util/zeroed_buffer.h"
@@ -48,6 +49,9 @@ class CpuBackend final : public Backend {
   Status CopyBlocks(std::span<const KvBlockCopy> copies) override;
   Status Forward(std::span<const SeqStep> batch, std::span<float> logits) override;
   Status ReadBlock(int group, int32_t block, std::span<std::byte> out) override;
+  // Bytes the weights take in memory: quantized linear layers (FP8, MXFP4)
+  // count their stored size, not an fp32 copy (none exists).
+  uint64_t weight_bytes() const { return weight_bytes_; }
   Status WriteBlock(int group, int32_t block, std::span<const std::byte> in) override;
 
  private:
@@ -83,6 +87,8 @@ class CpuBackend final : public Backend {
   std::vector<uint16_t> embed_bf16_, lm_head_bf16_;
   std::vector<Layer> layers_;
   std::vector<float> inv_freq_global_, inv_freq_local_;
+  uint64_t weight_bytes_ = 0;
+  QuantScratch qscratch_;  // quantized linear layers' dequantized tiles
 
   // Scratch, grown outside the steady state and reused every step.
   int64_t cap_tokens_ = 0, cap_keys_ = 0;
