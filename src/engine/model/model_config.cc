@@ -308,9 +308,8 @@ Status ParseMoe(const Reader& rd, ModelConfig* c) {
   if (oss) RETURN_IF_ERROR(rd.Int("experts_per_token", &m.experts_per_token));
   RETURN_IF_ERROR(rd.Int("num_experts_per_tok", &m.experts_per_token));
   if (m.experts_per_token <= 0 || m.experts_per_token > m.num_experts)
-    return rd.Error("num_experts_per_tok",
-                    "must be between 1 and the number of experts (" +
-                        std::to_string(m.num_experts) + ")");
+    return rd.Error("num_experts_per_tok", "must be between 1 and the number of experts (" +
+                                               std::to_string(m.num_experts) + ")");
   if (oss) {
     m.expert_intermediate = c->intermediate_size;
     m.routing = MoeRouting::kTopKThenSoftmax;

@@ -83,10 +83,10 @@ struct ModelConfig {
   float rms_norm_eps = 1e-6f;
   Activation activation = Activation::kSilu;
   bool tie_word_embeddings = false;
-  bool attention_bias = false;  // q/k/v projections carry a bias (Qwen2, GPT-OSS)
-  bool o_proj_bias = false;     // o_proj carries a bias too (GPT-OSS)
+  bool attention_bias = false;   // q/k/v projections carry a bias (Qwen2, GPT-OSS)
+  bool o_proj_bias = false;      // o_proj carries a bias too (GPT-OSS)
   bool attention_sinks = false;  // per-head learned sink logit (GPT-OSS self_attn.sinks)
-  bool qk_norm = false;         // per-head RMSNorm on q and k (Qwen3, Gemma 3)
+  bool qk_norm = false;          // per-head RMSNorm on q and k (Qwen3, Gemma 3)
 
   // Per-layer attention kind and window (tokens a query sees, itself
   // included); window 0 for full attention.

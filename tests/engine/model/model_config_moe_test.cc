@@ -58,12 +58,9 @@ json GptOss20bV5() {
   json j = GptOss20b();
   j.erase("rope_scaling");
   j.erase("rope_theta");
-  j["rope_parameters"] = {{"beta_fast", 32.0},
-                          {"beta_slow", 1.0},
-                          {"factor", 32.0},
-                          {"original_max_position_embeddings", 4096},
-                          {"rope_theta", 150000.0},
-                          {"rope_type", "yarn"},
+  j["rope_parameters"] = {{"beta_fast", 32.0},      {"beta_slow", 1.0},
+                          {"factor", 32.0},         {"original_max_position_embeddings", 4096},
+                          {"rope_theta", 150000.0}, {"rope_type", "yarn"},
                           {"truncate", false}};
   j["dtype"] = "bfloat16";
   return j;
@@ -178,9 +175,9 @@ TEST(ModelConfigMoeTest, GptOssBothRopeConventionsLoadTheSameModel) {
 
 TEST(ModelConfigMoeTest, GptOssDefaultsWithoutOptionalFields) {
   json j = GptOss20b();
-  for (const char* k : {"layer_types", "sliding_window", "rope_scaling", "rope_theta",
-                        "swiglu_limit", "experts_per_token", "num_experts_per_tok",
-                        "attention_bias"})
+  for (const char* k :
+       {"layer_types", "sliding_window", "rope_scaling", "rope_theta", "swiglu_limit",
+        "experts_per_token", "num_experts_per_tok", "attention_bias"})
     j.erase(k);
   auto c = Parse(j);
   ASSERT_TRUE(c.ok()) << c.status().ToString();

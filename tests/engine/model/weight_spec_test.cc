@@ -77,8 +77,8 @@ std::map<std::string, WeightSpec> ByName(const ModelConfig& c) {
 }
 
 TEST(WeightSpecTest, GptOssNamesShapesAndRoles) {
-  ModelConfig c = Config("GptOssForCausalLM", false,
-                         {{"num_local_experts", 5}, {"num_experts_per_tok", 2}});
+  ModelConfig c =
+      Config("GptOssForCausalLM", false, {{"num_local_experts", 5}, {"num_experts_per_tok", 2}});
   const auto m = ByName(c);
   // embed + 17 per layer (norms 2, q/k/v/o weights and biases 8, sinks,
   // router weight and bias, 4 expert tensors) + final norm + lm_head.
