@@ -12,6 +12,8 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include <sys/wait.h>
+
 #include "engine/backend/backend_factory.h"
 #include "engine/engine.h"
 #include "engine/model/model_config.h"
@@ -170,10 +172,41 @@ TEST_F(ModelSynthMoeTest, GptOssEosBiasReachesTheLogits) {
   EXPECT_EQ(static_cast<const uint16_t*>(b->data)[31] & 0x7fff, 0);
 }
 
-struct Run {
-  std::vector<int32_t> tokens;
-  std::vector<float> prefill_logits;
-};
+int RunCli(const std::string& args) {
+  std::string cmd = std::string(AGENTKV_BINARY) + " " + args + " >/dev/null 2>&1";
+  int rc = std::system(cmd.c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+std::string ReadAll(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+
+// The command line's expert flags reach the library: the same checkpoint as
+// Tiny() for both architectures, and bad combinations refused.
+TEST_F(ModelSynthMoeTest, CliMatchesTheLibrary) {
+  if (!fs::exists(AGENTKV_BINARY)) GTEST_SKIP() << "agentkv binary not built";
+  for (const std::string arch : {"gpt_oss", "qwen3_moe"}) {
+    SynthOptions o = Tiny(arch);
+    ASSERT_TRUE(SynthesizeModel(o).ok());
+    const fs::path out = dir_ / ("cli_" + arch);
+    std::string flags = "model synth --arch " + arch + " --tokenizer " + o.tokenizer_dir.string() +
+                        " --out " + out.string() +
+                        " --layers 4 --hidden 32 --heads 4 --kv-heads 2 --head-dim 16"
+                        " --intermediate 24 --experts 6 --max-position 4096 --seed 5"
+                        " --lm-head-std 0.5";
+    flags += arch == "gpt_oss" ? " --sliding-window 8" : " --moe-intermediate 12";
+    ASSERT_EQ(RunCli(flags), 0) << flags;
+    for (const char* f : {"model.safetensors", "config.json"})
+      EXPECT_EQ(ReadAll(out / f), ReadAll(o.out_dir / f)) << arch << " " << f;
+  }
+  const std::string base = "model synth --tokenizer " + (kTokenizers / "qwen3").string() +
+                           " --out " + (dir_ / "x").string() + " --layers 1 --hidden 32";
+  EXPECT_NE(RunCli(base + " --arch gpt_oss --experts 2 --experts-per-token 3"), 0);
+  EXPECT_NE(RunCli(base + " --arch qwen3 --experts 4"), 0);
+  EXPECT_FALSE(fs::exists(dir_ / "x" / "config.json"));
+}
 
 std::vector<int32_t> Prompt(int n) {
   std::mt19937 rng(17);
