@@ -46,11 +46,11 @@ std::vector<float> RopeInvFreq(const RopeSpec& rope, int head_dim) {
     }
     low = std::max(low, 0.0);
     high = std::min(high, dim - 1);
-    const float lo = static_cast<float>(low);
-    float hi = static_cast<float>(high);
-    if (lo == hi) hi += 0.001f;  // no division by zero
+    if (low == high) high += 0.001;  // no division by zero
+    // The bounds in double, the ramp in float32, as transformers has them.
+    const float lo = static_cast<float>(low), span = static_cast<float>(high - low);
     for (int i = 0; i < half; ++i) {
-      const float ramp = std::clamp((static_cast<float>(i) - lo) / (hi - lo), 0.0f, 1.0f);
+      const float ramp = std::clamp((static_cast<float>(i) - lo) / span, 0.0f, 1.0f);
       const float extrapolation = 1.0f - ramp;  // weight of the unscaled frequency
       const float pos_freq =
           std::pow(rope.theta, static_cast<float>(2 * i) / static_cast<float>(head_dim));
