@@ -76,7 +76,8 @@ Registrar reg(
       SynthOptions& o = f->opts;
       app.add_option("--arch", o.arch, "Architecture")
           ->required()
-          ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "mistral", "gemma3"}));
+          ->check(CLI::IsMember(
+              {"llama", "qwen2", "qwen3", "mistral", "gemma3", "gpt_oss", "qwen3_moe"}));
       app.add_option("--tokenizer", o.tokenizer_dir,
                      "Directory with tokenizer.json and tokenizer_config.json")
           ->required();
@@ -95,15 +96,25 @@ Registrar reg(
           ->capture_default_str();
       app.add_option("--head-dim", o.head_dim, "Head dimension (0: hidden / heads)")
           ->capture_default_str();
-      app.add_option("--intermediate", o.intermediate, "MLP intermediate size (0: 3 * hidden)")
+      app.add_option("--intermediate", o.intermediate,
+                     "MLP intermediate size (0: 3 * hidden; gpt_oss: the experts', 0: hidden)")
+          ->capture_default_str();
+      app.add_option("--experts", o.experts, "Experts per layer (gpt_oss, qwen3_moe; 0: 8)")
+          ->capture_default_str();
+      app.add_option("--experts-per-token", o.experts_per_token,
+                     "Experts each token is routed to (0: gpt_oss 4, qwen3_moe 2)")
+          ->capture_default_str();
+      app.add_option("--moe-intermediate", o.moe_intermediate,
+                     "qwen3_moe expert intermediate size (0: hidden)")
           ->capture_default_str();
       app.add_option("--vocab", o.vocab,
                      "Vocabulary size (0: the tokenizer's highest token id + 1)")
           ->capture_default_str();
       app.add_option("--max-position", o.max_position, "max_position_embeddings")
           ->capture_default_str();
-      app.add_option("--sliding-window", o.sliding_window,
-                     "Sliding window (0: architecture default; gemma3 512, others none)")
+      app.add_option(
+             "--sliding-window", o.sliding_window,
+             "Sliding window (0: architecture default; gemma3 512, gpt_oss 128, others none)")
           ->capture_default_str();
       app.add_option("--seed", o.seed, "Weight seed")->capture_default_str();
       app.add_option("--dtype", f->dtype, "Weight dtype")

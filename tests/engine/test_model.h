@@ -10,6 +10,7 @@
 
 #include "engine/model/model_config.h"
 #include "engine/model/weight_source.h"
+#include "engine/model/weight_spec.h"
 
 namespace agentkv::testing {
 
@@ -63,6 +64,39 @@ inline ModelConfig SmallConfig(Architecture arch) {
     c.layer_kinds = {AttentionKind::kSliding, AttentionKind::kSliding, AttentionKind::kFull};
     c.layer_windows = {7, 7, 0};
   }
+  if (arch == Architecture::kGptOss) {
+    // Sliding (window 7), full, sliding; attention biases and sinks; YaRN
+    // with a ramp inside the 8 frequencies; 5 experts, 4 per token.
+    c.intermediate_size = 24;
+    c.attention_bias = true;
+    c.o_proj_bias = true;
+    c.attention_sinks = true;
+    c.rope.theta = 150000.f;
+    c.rope.type = "yarn";
+    c.rope.factor = 32.f;
+    c.rope.original_max_position = 4096;
+    c.rope.truncate = false;
+    c.rope_local = c.rope;
+    c.layer_kinds = {AttentionKind::kSliding, AttentionKind::kFull, AttentionKind::kSliding};
+    c.layer_windows = {7, 0, 7};
+    c.moe.num_experts = 5;
+    c.moe.experts_per_token = 4;
+    c.moe.expert_intermediate = 24;
+    c.moe.routing = MoeRouting::kTopKThenSoftmax;
+    c.moe.router_bias = true;
+    c.moe.expert_bias = true;
+    c.moe.swiglu_limit = 7.f;
+  }
+  if (arch == Architecture::kQwen3Moe) {
+    // 6 experts, 2 per token, renormalised; layer 1 dense.
+    c.qk_norm = true;
+    c.moe.num_experts = 6;
+    c.moe.experts_per_token = 2;
+    c.moe.expert_intermediate = 20;
+    c.moe.routing = MoeRouting::kSoftmaxThenTopK;
+    c.moe.norm_topk_prob = true;
+    c.moe.mlp_only_layers = {1};
+  }
   return c;
 }
 
@@ -98,6 +132,14 @@ inline MapWeights RandomWeights(const ModelConfig& c, uint32_t seed) {
     add(p + "mlp.gate_proj.weight", I * H, 0.f);
     add(p + "mlp.up_proj.weight", I * H, 0.f);
     add(p + "mlp.down_proj.weight", H * I, 0.f);
+  }
+  // Whatever else the architecture has (experts, routers, sinks, o_proj
+  // biases), in ExpectedWeights' order.
+  for (const WeightSpec& spec : ExpectedWeights(c)) {
+    if (w.t.count(spec.name)) continue;
+    int64_t n = 1;
+    for (int64_t d : spec.shape) n *= d;
+    add(spec.name, n, spec.role == WeightRole::kNorm ? nb : 0.f);
   }
   return w;
 }

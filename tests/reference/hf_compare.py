@@ -22,6 +22,12 @@ defaults to 0.1 on either device), and the greedy continuations are reported
 (first differing step) but not required to agree: e4m3's rounding moves
 logits by more than a near tie.
 
+The mixture-of-experts architectures (gpt_oss: alternating 128-token sliding
+and full layers, attention sinks, YaRN, biases, 8 experts of which 4 per
+token; qwen3_moe: 8 experts, 2 per token, one dense layer) run on
+--device cpu only for now (the CUDA backend refuses them); they are in the
+default list there and left out of it for cuda.
+
 Run on a machine with PyTorch and transformers (the GPU machine):
   python3 tests/reference/hf_compare.py --agentkv build/agentkv --device cpu \
       --work /tmp/hfcmp --out results.md
@@ -87,7 +93,52 @@ def make_config(arch):
             num_hidden_layers=4, sliding_window=128, query_pre_attn_scalar=32,
             layer_types=["sliding_attention", "sliding_attention", "full_attention",
                          "sliding_attention"], **c), transformers.Gemma3ForCausalLM
+    if arch == "gpt_oss":
+        c = dict(common)
+        c.update(intermediate_size=128, rms_norm_eps=1e-5)
+        layers = 4
+        # max_position_embeddings = factor x original context, as released,
+        # so that every transformers version derives the same YaRN factor.
+        return transformers.GptOssConfig(
+            num_hidden_layers=layers, num_local_experts=8, num_experts_per_tok=4,
+            sliding_window=128,
+            layer_types=["sliding_attention" if i % 2 == 0 else "full_attention"
+                         for i in range(layers)],
+            **dict(c, max_position_embeddings=32 * 4096),
+            rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0,
+                             "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
+                             "original_max_position_embeddings": 4096}), \
+            transformers.GptOssForCausalLM
+    if arch == "qwen3_moe":
+        cfg = transformers.Qwen3MoeConfig(
+            num_hidden_layers=3, num_experts_per_tok=2, moe_intermediate_size=64,
+            norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[1], **common)
+        # The expert count under both spellings (released configs say
+        # num_experts, transformers 5 num_local_experts); agentkv reads either.
+        for key in ("num_experts", "num_local_experts"):
+            setattr(cfg, key, 8)
+        return cfg, transformers.Qwen3MoeForCausalLM
     raise ValueError(arch)
+
+
+MOE_ARCHS = "gpt_oss,qwen3_moe"
+
+
+def describe_checkpoint(out_dir):
+    """Layer 0's tensor names and shapes as saved, for the log: agentkv's
+    errors name the tensors it expects, this shows what transformers wrote."""
+    import re
+    from safetensors import safe_open
+    names = []
+    for f in sorted(os.listdir(out_dir)):
+        if f.endswith(".safetensors"):
+            with safe_open(os.path.join(out_dir, f), "pt") as st:
+                for k in st.keys():
+                    # Per-expert tensors: expert 0's stand for the others.
+                    if k.startswith("model.layers.0.") and not re.search(r"\.experts\.[1-9]", k):
+                        names.append(f"{k[len('model.layers.0.'):]}"
+                                     f"{list(st.get_slice(k).get_shape())}")
+    return " ".join(sorted(names))
 
 
 def build_model(arch, out_dir, seed):
@@ -105,6 +156,8 @@ def build_model(arch, out_dir, seed):
                 # greedy continuations are not decided by rounding.
                 p.copy_(0.08 * torch.randn_like(p))
     model.to(torch.bfloat16).save_pretrained(out_dir, safe_serialization=True)
+    if arch in MOE_ARCHS.split(","):
+        print(f"{arch} layer 0 as saved: {describe_checkpoint(out_dir)}", flush=True)
     # The reference is the saved checkpoint loaded back in float32: casting the
     # in-memory model would also round its non-persistent buffers (rotary
     # inverse frequencies, Gemma's embedding scale) to bf16, which a loaded
@@ -150,12 +203,18 @@ def main():
     ap.add_argument("--device", default="cpu", help="agentkv backend: cpu or cuda")
     ap.add_argument("--work", default="/tmp/hfcmp")
     ap.add_argument("--out", default=None)
-    ap.add_argument("--archs", default="llama,qwen2,qwen3,mistral,gemma3,llama_d64,qwen3_d64")
+    ap.add_argument("--archs", default=None,
+                    help="comma-separated; default the dense ones, plus " + MOE_ARCHS +
+                    " with --device cpu")
     ap.add_argument("--tie-gap", type=float, default=None,
                     help="near-tie excuse (see above); default 0.1 for cuda or fp8, 0 for cpu")
     ap.add_argument("--kv-dtype", default="bf16", choices=["bf16", "fp8"],
                     help="agentkv's KV cache dtype (fp8: threshold 5e-2, greedy reported only)")
     a = ap.parse_args()
+    if a.archs is None:
+        a.archs = "llama,qwen2,qwen3,mistral,gemma3,llama_d64,qwen3_d64"
+        if a.device == "cpu":
+            a.archs += "," + MOE_ARCHS
     fp8 = a.kv_dtype == "fp8"
     tie = a.tie_gap if a.tie_gap is not None else (
         0.1 if a.device == "cuda" or fp8 else 0.0)

@@ -11,7 +11,12 @@
 namespace agentkv::kernels {
 
 // head_dim / 2 inverse frequencies, with the scaling of `rope` applied
-// (linear, llama3).
+// (linear, llama3, yarn).
 std::vector<float> RopeInvFreq(const RopeSpec& rope, int head_dim);
+
+// The factor that multiplies cos and sin (so q and k): YaRN's attention
+// factor (given, or 0.1 ln(factor) + 1, or the mscale / mscale_all_dim
+// ratio); 1 for every other type.
+float RopeAttentionFactor(const RopeSpec& rope);
 
 }  // namespace agentkv::kernels

@@ -121,9 +121,29 @@ Status ParseRope(const json& o, const std::string& src, const std::string& path,
     RETURN_IF_ERROR(rd.Float("low_freq_factor", &r->low_freq_factor, true));
     RETURN_IF_ERROR(rd.Float("high_freq_factor", &r->high_freq_factor, true));
     RETURN_IF_ERROR(rd.Int("original_max_position_embeddings", &r->original_max_position, true));
+  } else if (type == "yarn") {
+    r->type = "yarn";
+    // Absent factor / original context: filled in by ParseRopeAll from
+    // max_position_embeddings, as transformers does (0 marks them unset).
+    r->factor = 0.0f;
+    r->original_max_position = 0;
+    RETURN_IF_ERROR(rd.Float("factor", &r->factor));
+    RETURN_IF_ERROR(rd.Int("original_max_position_embeddings", &r->original_max_position));
+    RETURN_IF_ERROR(rd.Float("beta_fast", &r->beta_fast));
+    RETURN_IF_ERROR(rd.Float("beta_slow", &r->beta_slow));
+    RETURN_IF_ERROR(rd.Bool("truncate", &r->truncate));
+    RETURN_IF_ERROR(rd.Float("attention_factor", &r->attention_factor));
+    RETURN_IF_ERROR(rd.Float("mscale", &r->mscale));
+    RETURN_IF_ERROR(rd.Float("mscale_all_dim", &r->mscale_all_dim));
+    if (r->attention_factor < 0)
+      return InvalidArgument(src + ": field " + path + ".attention_factor must be >= 0");
+    if (r->original_max_position < 0)
+      return InvalidArgument(src + ": field " + path +
+                             ".original_max_position_embeddings must be > 0");
+    return Status::Ok();
   } else {
     return Unimplemented(src + ": field " + path + ".rope_type: unsupported rope type \"" + type +
-                         "\" (supported: default, linear, llama3)");
+                         "\" (supported: default, linear, llama3, yarn)");
   }
   if (r->factor <= 0) return InvalidArgument(src + ": field " + path + ".factor must be > 0");
   return Status::Ok();
@@ -135,6 +155,8 @@ Result<Architecture> ArchFromName(const std::string& name) {
   if (name == "Qwen3ForCausalLM") return Architecture::kQwen3;
   if (name == "MistralForCausalLM") return Architecture::kMistral;
   if (name == "Gemma3ForCausalLM") return Architecture::kGemma3;
+  if (name == "GptOssForCausalLM") return Architecture::kGptOss;
+  if (name == "Qwen3MoeForCausalLM") return Architecture::kQwen3Moe;
   return InvalidArgument("unsupported architecture " + name);
 }
 
@@ -144,6 +166,8 @@ std::string ArchFromModelType(const std::string& model_type) {
   if (model_type == "qwen3") return "Qwen3ForCausalLM";
   if (model_type == "mistral") return "MistralForCausalLM";
   if (model_type == "gemma3_text") return "Gemma3ForCausalLM";
+  if (model_type == "gpt_oss") return "GptOssForCausalLM";
+  if (model_type == "qwen3_moe") return "Qwen3MoeForCausalLM";
   return "";
 }
 
@@ -172,8 +196,12 @@ Status ParseLayerKinds(const Reader& rd, const std::string& src, ModelConfig* c)
       case Architecture::kMistral:
         if (rd.Has("sliding_window")) sliding.assign(n, true);
         break;
+      case Architecture::kGptOss:  // GptOssConfig's default: even layers slide
+        for (int i = 0; i < n; ++i) sliding[i] = i % 2 == 0;
+        break;
       case Architecture::kQwen2:
-      case Architecture::kQwen3: {
+      case Architecture::kQwen3:
+      case Architecture::kQwen3Moe: {
         bool use = false;
         RETURN_IF_ERROR(rd.Bool("use_sliding_window", &use));
         if (use) {
@@ -196,6 +224,7 @@ Status ParseLayerKinds(const Reader& rd, const std::string& src, ModelConfig* c)
   for (bool s : sliding) any = any || s;
   if (!any) return Status::Ok();
   if (c->arch == Architecture::kGemma3) window = 4096;  // Gemma3TextConfig's default
+  if (c->arch == Architecture::kGptOss) window = 128;   // GptOssConfig's default
   RETURN_IF_ERROR(rd.Int("sliding_window", &window));
   if (window <= 0)
     return InvalidArgument(src + ": field sliding_window must be a positive integer when " +
@@ -213,6 +242,14 @@ Status ParseRopeAll(const Reader& rd, const std::string& src, ModelConfig* c) {
   c->rope = RopeSpec();
   c->rope_local = RopeSpec();
   if (gemma) c->rope.theta = 1000000.0f;  // Gemma3TextConfig's default
+  if (c->arch == Architecture::kGptOss && !rd.Has("rope_scaling") && !rd.Has("rope_parameters")) {
+    // GptOssConfig's defaults (every released config spells them out).
+    c->rope.theta = 150000.0f;
+    c->rope.type = "yarn";
+    c->rope.factor = 32.0f;
+    c->rope.original_max_position = 4096;
+    c->rope.truncate = false;
+  }
   RETURN_IF_ERROR(rd.Float("rope_theta", &c->rope.theta));
   if (const json* rs = rd.Find("rope_scaling")) {
     RETURN_IF_ERROR(ParseRope(*rs, src, "rope_scaling", &c->rope));
@@ -233,9 +270,70 @@ Status ParseRopeAll(const Reader& rd, const std::string& src, ModelConfig* c) {
       RETURN_IF_ERROR(ParseRope(*rp, src, "rope_parameters", &c->rope));
     }
   }
+  for (RopeSpec* r : {&c->rope, &c->rope_local}) {
+    if (r->type != "yarn") continue;
+    // transformers: the original context defaults to max_position_embeddings,
+    // and the factor to the ratio of the two.
+    if (r->original_max_position == 0) r->original_max_position = c->max_position_embeddings;
+    if (r->factor == 0.0f)
+      r->factor = static_cast<float>(c->max_position_embeddings) /
+                  static_cast<float>(r->original_max_position);
+    if (r->factor <= 0) return InvalidArgument(src + ": rope factor must be > 0");
+  }
   if (!gemma) c->rope_local = c->rope;
   if (c->rope.theta <= 0 || c->rope_local.theta <= 0)
     return InvalidArgument(src + ": field rope_theta must be > 0");
+  return Status::Ok();
+}
+
+// The experts of GPT-OSS and Qwen3-MoE. Both spellings of the expert count
+// load: num_local_experts (GPT-OSS, and what transformers 5 writes for
+// Qwen3-MoE) and num_experts (the released Qwen3-MoE configs).
+Status ParseMoe(const Reader& rd, ModelConfig* c) {
+  MoeSpec& m = c->moe;
+  m = MoeSpec();
+  const bool oss = c->arch == Architecture::kGptOss;
+  int local = 0, experts = 0;
+  RETURN_IF_ERROR(rd.Int("num_local_experts", &local));
+  RETURN_IF_ERROR(rd.Int("num_experts", &experts));
+  if (local > 0 && experts > 0 && local != experts)
+    return rd.Error("num_experts", "(" + std::to_string(experts) +
+                                       ") disagrees with num_local_experts (" +
+                                       std::to_string(local) + ")");
+  m.num_experts = local > 0 ? local : experts;
+  if (!rd.Has("num_local_experts") && !rd.Has("num_experts"))
+    return rd.Error("num_local_experts", "(or num_experts) is required for a mixture of experts");
+  if (m.num_experts <= 0) return rd.Error("num_local_experts", "must be > 0");
+  m.experts_per_token = oss ? 4 : 8;  // the configs' defaults
+  if (oss) RETURN_IF_ERROR(rd.Int("experts_per_token", &m.experts_per_token));
+  RETURN_IF_ERROR(rd.Int("num_experts_per_tok", &m.experts_per_token));
+  if (m.experts_per_token <= 0 || m.experts_per_token > m.num_experts)
+    return rd.Error("num_experts_per_tok", "must be between 1 and the number of experts (" +
+                                               std::to_string(m.num_experts) + ")");
+  if (oss) {
+    m.expert_intermediate = c->intermediate_size;
+    m.routing = MoeRouting::kTopKThenSoftmax;
+    m.router_bias = true;
+    m.expert_bias = true;
+    m.swiglu_limit = 7.0f;
+    RETURN_IF_ERROR(rd.Float("swiglu_limit", &m.swiglu_limit));
+    if (m.swiglu_limit <= 0) return rd.Error("swiglu_limit", "must be > 0");
+    return Status::Ok();
+  }
+  m.routing = MoeRouting::kSoftmaxThenTopK;
+  RETURN_IF_ERROR(rd.Int("moe_intermediate_size", &m.expert_intermediate, /*required=*/true));
+  if (m.expert_intermediate <= 0) return rd.Error("moe_intermediate_size", "must be > 0");
+  RETURN_IF_ERROR(rd.Bool("norm_topk_prob", &m.norm_topk_prob));
+  RETURN_IF_ERROR(rd.Int("decoder_sparse_step", &m.decoder_sparse_step));
+  if (m.decoder_sparse_step <= 0) return rd.Error("decoder_sparse_step", "must be > 0");
+  if (const nlohmann::json* v = rd.Find("mlp_only_layers")) {
+    if (!v->is_array()) return rd.Error("mlp_only_layers", "must be a list of layer indices");
+    for (const auto& e : *v) {
+      if (!e.is_number_integer() || e.get<int64_t>() < 0 || e.get<int64_t>() >= c->num_layers)
+        return rd.Error("mlp_only_layers", "has an entry that is not a layer index: " + e.dump());
+      m.mlp_only_layers.push_back(e.get<int>());
+    }
+  }
   return Status::Ok();
 }
 
@@ -276,7 +374,8 @@ Result<ModelConfig> ModelConfig::FromJsonText(const std::string& text,
   if (!arch.ok())
     return InvalidArgument(src + ": field architectures: unsupported architecture " + c.arch_name +
                            " (supported: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
-                           "MistralForCausalLM, Gemma3ForCausalLM)");
+                           "MistralForCausalLM, Gemma3ForCausalLM, GptOssForCausalLM, "
+                           "Qwen3MoeForCausalLM)");
   c.arch = *arch;
   const bool gemma = c.arch == Architecture::kGemma3;
   ASSIGN_OR_RETURN(c.quant, ParseQuantConfig(root, src));
@@ -331,9 +430,16 @@ Result<ModelConfig> ModelConfig::FromJsonText(const std::string& text,
 
   c.tie_word_embeddings = gemma;
   RETURN_IF_ERROR(rd.Bool("tie_word_embeddings", &c.tie_word_embeddings));
+  const bool oss = c.arch == Architecture::kGptOss;
+  c.attention_bias = oss;  // GptOssConfig's default
   RETURN_IF_ERROR(rd.Bool("attention_bias", &c.attention_bias));
   if (c.arch == Architecture::kQwen2) c.attention_bias = true;
-  c.qk_norm = c.arch == Architecture::kQwen3 || gemma;
+  // Qwen2 biases q/k/v only; GPT-OSS and Qwen3-MoE give o_proj the same bias
+  // setting as q/k/v.
+  c.o_proj_bias = (oss || c.arch == Architecture::kQwen3Moe) && c.attention_bias;
+  c.attention_sinks = oss;
+  c.qk_norm = c.arch == Architecture::kQwen3 || c.arch == Architecture::kQwen3Moe || gemma;
+  if (oss || c.arch == Architecture::kQwen3Moe) RETURN_IF_ERROR(ParseMoe(rd, &c));
 
   RETURN_IF_ERROR(ParseLayerKinds(rd, src, &c));
   RETURN_IF_ERROR(ParseRopeAll(rd, src, &c));
@@ -382,6 +488,13 @@ Result<ModelConfig> ModelConfig::Load(const fs::path& dir) {
 float ModelConfig::AttentionScale() const {
   if (query_scale != 0.0f) return query_scale;
   return 1.0f / std::sqrt(static_cast<float>(head_dim));
+}
+
+bool ModelConfig::IsMoeLayer(int layer) const {
+  if (moe.num_experts <= 0) return false;
+  for (int l : moe.mlp_only_layers)
+    if (l == layer) return false;
+  return (layer + 1) % moe.decoder_sparse_step == 0;
 }
 
 ModelCacheSpec ModelConfig::CacheSpec(KvDtype kv_dtype) const {

@@ -15,19 +15,55 @@
 
 namespace agentkv {
 
-enum class Architecture { kLlama, kQwen2, kQwen3, kMistral, kGemma3 };
+enum class Architecture { kLlama, kQwen2, kQwen3, kMistral, kGemma3, kGptOss, kQwen3Moe };
 
 enum class Activation { kSilu, kGeluTanh };
 
+// How a mixture-of-experts layer turns router logits into expert weights.
+enum class MoeRouting {
+  kTopKThenSoftmax,  // GPT-OSS: top k logits, softmax over those k
+  kSoftmaxThenTopK,  // Qwen3-MoE: softmax over all, top k (renormalised if asked)
+};
+
+// The mixture-of-experts part of a config; num_experts 0 for dense models.
+struct MoeSpec {
+  int num_experts = 0;
+  int experts_per_token = 0;
+  int expert_intermediate = 0;  // per expert
+  MoeRouting routing = MoeRouting::kSoftmaxThenTopK;
+  bool router_bias = false;     // mlp.router.bias (GPT-OSS)
+  bool expert_bias = false;     // gate_up_proj_bias / down_proj_bias (GPT-OSS)
+  bool norm_topk_prob = false;  // kSoftmaxThenTopK: renormalise the k weights
+  // > 0: GPT-OSS's clamped SwiGLU (gate <= limit, |up| <= limit,
+  // (up + 1) * gate * sigmoid(1.702 gate)); 0: plain SwiGLU.
+  float swiglu_limit = 0.0f;
+  // Qwen3-MoE: layer L is sparse unless listed here or (L + 1) %
+  // decoder_sparse_step != 0; dense layers use intermediate_size.
+  int decoder_sparse_step = 1;
+  std::vector<int> mlp_only_layers;
+
+  bool operator==(const MoeSpec&) const = default;
+};
+
 struct RopeSpec {
   float theta = 10000.0f;
-  // "default", "linear" (factor) or "llama3" (factor, low/high_freq_factor,
-  // original_max_position_embeddings).
+  // "default", "linear" (factor), "llama3" (factor, low/high_freq_factor,
+  // original_max_position_embeddings) or "yarn" (factor, beta_fast,
+  // beta_slow, original_max_position_embeddings, truncate, attention_factor
+  // or mscale/mscale_all_dim).
   std::string type = "default";
   float factor = 1.0f;
   float low_freq_factor = 1.0f;
   float high_freq_factor = 4.0f;
   int original_max_position = 8192;
+  // YaRN. attention_factor 0: derived from factor (and mscale /
+  // mscale_all_dim when both are set), as transformers does.
+  float beta_fast = 32.0f;
+  float beta_slow = 1.0f;
+  bool truncate = true;
+  float attention_factor = 0.0f;
+  float mscale = 0.0f;
+  float mscale_all_dim = 0.0f;
 
   bool operator==(const RopeSpec&) const = default;
 };
@@ -48,8 +84,10 @@ struct ModelConfig {
   float rms_norm_eps = 1e-6f;
   Activation activation = Activation::kSilu;
   bool tie_word_embeddings = false;
-  bool attention_bias = false;  // q/k/v projections carry a bias (Qwen2)
-  bool qk_norm = false;         // per-head RMSNorm on q and k (Qwen3, Gemma 3)
+  bool attention_bias = false;   // q/k/v projections carry a bias (Qwen2, GPT-OSS)
+  bool o_proj_bias = false;      // o_proj carries a bias too (GPT-OSS)
+  bool attention_sinks = false;  // per-head learned sink logit (GPT-OSS self_attn.sinks)
+  bool qk_norm = false;          // per-head RMSNorm on q and k (Qwen3, Gemma 3)
 
   // Per-layer attention kind and window (tokens a query sees, itself
   // included); window 0 for full attention.
@@ -70,6 +108,7 @@ struct ModelConfig {
 
   // config.json's quantization_config (engine/model/quant_config.h).
   QuantConfig quant;
+  MoeSpec moe;  // num_experts 0: dense
 
   int bos_token_id = -1;
   std::vector<int32_t> eos_token_ids;  // config.json and generation_config.json
@@ -79,6 +118,10 @@ struct ModelConfig {
   static Result<ModelConfig> Load(const std::filesystem::path& dir);
   // Parses config.json text (generation config not applied).
   static Result<ModelConfig> FromJsonText(const std::string& text, const std::string& source_name);
+
+  // True when layer `layer`'s MLP is a mixture of experts.
+  bool IsMoeLayer(int layer) const;
+  bool IsMoe() const { return moe.num_experts > 0; }
 
   // query_scale if set, else 1/sqrt(head_dim).
   float AttentionScale() const;

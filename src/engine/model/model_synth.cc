@@ -157,12 +157,94 @@ Result<ArchInfo> InfoFor(const std::string& arch) {
   if (arch == "qwen3") return ArchInfo{"Qwen3ForCausalLM", "qwen3", 1000000.0, 1e-6, true};
   if (arch == "mistral") return ArchInfo{"MistralForCausalLM", "mistral", 1000000.0, 1e-5, false};
   if (arch == "gemma3") return ArchInfo{"Gemma3ForCausalLM", "gemma3_text", 1000000.0, 1e-6, true};
+  if (arch == "gpt_oss") return ArchInfo{"GptOssForCausalLM", "gpt_oss", 150000.0, 1e-5, false};
+  if (arch == "qwen3_moe")
+    return ArchInfo{"Qwen3MoeForCausalLM", "qwen3_moe", 1000000.0, 1e-6, false};
   return InvalidArgument("--arch: unknown architecture \"" + arch +
-                         "\" (one of llama, qwen2, qwen3, mistral, gemma3)");
+                         "\" (one of llama, qwen2, qwen3, mistral, gemma3, gpt_oss, qwen3_moe)");
+}
+
+bool IsMoeArch(const std::string& arch) { return arch == "gpt_oss" || arch == "qwen3_moe"; }
+
+// The mixture-of-experts configs, keyed as transformers 5 writes them
+// (rope_parameters with rope_theta inside, dtype, num_local_experts;
+// GPT-OSS's experts_per_token as its released config also has it).
+Result<ojson> BuildMoeConfig(const SynthOptions& o, const ArchInfo& info, int vocab, int bos,
+                             const std::vector<int>& eos) {
+  const bool oss = o.arch == "gpt_oss";
+  const int head_dim = o.head_dim > 0 ? o.head_dim : o.hidden / o.heads;
+  const int experts = o.experts > 0 ? o.experts : 8;
+  const int per_token = o.experts_per_token > 0 ? o.experts_per_token : (oss ? 4 : 2);
+  if (per_token > experts)
+    return InvalidArgument("--experts-per-token (" + std::to_string(per_token) +
+                           ") must not exceed --experts (" + std::to_string(experts) + ")");
+  if (oss && o.moe_intermediate > 0)
+    return InvalidArgument("--moe-intermediate: gpt_oss's experts use --intermediate");
+  json c;  // sorted keys, as transformers writes config.json
+  c["architectures"] = {info.arch_name};
+  c["model_type"] = info.model_type;
+  c["vocab_size"] = vocab;
+  c["hidden_size"] = o.hidden;
+  c["num_hidden_layers"] = o.layers;
+  c["num_attention_heads"] = o.heads;
+  c["num_key_value_heads"] = o.kv_heads;
+  c["head_dim"] = head_dim;
+  c["max_position_embeddings"] = o.max_position;
+  c["rms_norm_eps"] = info.rms_norm_eps;
+  c["hidden_act"] = "silu";
+  c["attention_dropout"] = 0.0;
+  c["initializer_range"] = 0.02;
+  c["tie_word_embeddings"] = o.tie.value_or(info.tie);
+  c["dtype"] = std::string(TensorDtypeTorchName(o.dtype));
+  c["use_cache"] = true;
+  c["num_local_experts"] = experts;
+  c["num_experts_per_tok"] = per_token;
+  c["output_router_logits"] = false;
+  c["bos_token_id"] = bos >= 0 ? json(bos) : json(nullptr);
+  c["eos_token_id"] = eos.size() == 1 ? json(eos[0]) : json(eos);
+  c["pad_token_id"] = nullptr;
+  const double theta = o.rope_theta > 0 ? o.rope_theta : info.rope_theta;
+  if (oss) {
+    const int window = o.sliding_window > 0 ? o.sliding_window : 128;
+    c["intermediate_size"] = o.intermediate > 0 ? o.intermediate : o.hidden;
+    c["experts_per_token"] = per_token;
+    c["attention_bias"] = true;
+    c["sliding_window"] = window;
+    std::vector<std::string> types;
+    for (int i = 0; i < o.layers; ++i)
+      types.push_back(i % 2 == 0 ? "sliding_attention" : "full_attention");
+    c["layer_types"] = types;
+    c["swiglu_limit"] = 7.0;
+    c["router_aux_loss_coef"] = 0.9;
+    c["initial_context_length"] = 4096;
+    c["rope_parameters"] = {{"rope_type", "yarn"},
+                            {"rope_theta", theta},
+                            {"factor", 32.0},
+                            {"beta_fast", 32.0},
+                            {"beta_slow", 1.0},
+                            {"truncate", false},
+                            {"original_max_position_embeddings", 4096}};
+  } else {
+    if (o.sliding_window > 0)
+      return InvalidArgument("--sliding-window: qwen3_moe is synthesized without sliding windows");
+    c["intermediate_size"] = o.intermediate > 0 ? o.intermediate : 3 * o.hidden;
+    c["moe_intermediate_size"] = o.moe_intermediate > 0 ? o.moe_intermediate : o.hidden;
+    c["norm_topk_prob"] = true;
+    c["decoder_sparse_step"] = 1;
+    c["mlp_only_layers"] = json::array();
+    c["attention_bias"] = false;
+    c["use_sliding_window"] = false;
+    c["sliding_window"] = nullptr;
+    c["max_window_layers"] = o.layers;
+    c["router_aux_loss_coef"] = 0.001;
+    c["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", theta}};
+  }
+  return ojson::parse(c.dump());
 }
 
 Result<ojson> BuildConfig(const SynthOptions& o, const ArchInfo& info, int vocab, int bos,
                           const std::vector<int>& eos) {
+  if (IsMoeArch(o.arch)) return BuildMoeConfig(o, info, vocab, bos, eos);
   const bool gemma = o.arch == "gemma3";
   const int head_dim = o.head_dim > 0 ? o.head_dim : o.hidden / o.heads;
   ojson c;
@@ -240,8 +322,15 @@ Status CheckSizes(const SynthOptions& o) {
   for (Opt p : {Opt{"--head-dim", o.head_dim},
                 {"--intermediate", o.intermediate},
                 {"--vocab", o.vocab},
-                {"--sliding-window", o.sliding_window}})
+                {"--sliding-window", o.sliding_window},
+                {"--experts", o.experts},
+                {"--experts-per-token", o.experts_per_token},
+                {"--moe-intermediate", o.moe_intermediate}})
     if (p.value < 0) return InvalidArgument(std::string(p.flag) + " must be >= 0");
+  if (!IsMoeArch(o.arch) && (o.experts > 0 || o.experts_per_token > 0 || o.moe_intermediate > 0))
+    return InvalidArgument(
+        "--experts, --experts-per-token and --moe-intermediate are for "
+        "gpt_oss and qwen3_moe only");
   if (o.heads % o.kv_heads != 0) return InvalidArgument("--kv-heads must divide --heads");
   if (o.head_dim == 0 && o.hidden % o.heads != 0)
     return InvalidArgument("--hidden must be a multiple of --heads unless --head-dim is given");
@@ -256,10 +345,20 @@ void ApplyEosBias(const WeightSpec& w, const ModelConfig& mc, int eos, double bi
     return w.name.size() >= suffix.size() &&
            w.name.compare(w.name.size() - suffix.size(), suffix.size(), suffix) == 0;
   };
-  if (w.shape.size() != 2) return;
-  const auto cols = static_cast<uint64_t>(w.shape[1]);
   const uint64_t feature = static_cast<uint64_t>(mc.hidden_size) - 1;
   auto* bytes = static_cast<uint8_t*>(out);
+  // Whatever writes into the residual stream leaves the feature alone: in
+  // GPT-OSS also o_proj's bias and the experts' down projections ([E, I, H],
+  // the hidden dimension last) and their biases ([E, H]).
+  if (ends_with("o_proj.bias") || ends_with("mlp.experts.down_proj") ||
+      ends_with("mlp.experts.down_proj_bias")) {
+    const auto h = static_cast<uint64_t>(mc.hidden_size);
+    for (uint64_t e = first; e < first + count; ++e)
+      if (e % h == feature) Store(dtype, 0.0, bytes, e - first);
+    return;
+  }
+  if (w.shape.size() != 2) return;
+  const auto cols = static_cast<uint64_t>(w.shape[1]);
   for (uint64_t e = first; e < first + count; ++e) {
     const uint64_t row = e / cols, col = e % cols;
     if (w.name == "model.embed_tokens.weight") {

@@ -25,7 +25,12 @@
 namespace agentkv {
 
 struct SynthOptions {
-  std::string arch;                     // "llama", "qwen2", "qwen3", "mistral" or "gemma3"
+  // "llama", "qwen2", "qwen3", "mistral", "gemma3", or the mixtures of
+  // experts "gpt_oss" (alternating 128-token sliding and full layers, sinks,
+  // YaRN, biases) and "qwen3_moe"; these two write config.json in the
+  // convention transformers 5 writes (rope_parameters, dtype,
+  // num_local_experts).
+  std::string arch;
   std::filesystem::path tokenizer_dir;  // holds tokenizer.json, tokenizer_config.json
   std::filesystem::path out_dir;        // created if missing; files overwritten
   int layers = 2;
@@ -33,8 +38,12 @@ struct SynthOptions {
   int heads = 4;
   int kv_heads = 2;
   int head_dim = 0;      // 0: hidden / heads
-  int intermediate = 0;  // 0: 3 * hidden
-  int vocab = 0;         // 0: the tokenizer's (highest id + 1)
+  int intermediate = 0;  // 0: 3 * hidden (gpt_oss: the experts', 0: hidden)
+  // Mixtures of experts only (0: the defaults in brackets).
+  int experts = 0;            // experts per layer (8)
+  int experts_per_token = 0;  // (gpt_oss 4, qwen3_moe 2)
+  int moe_intermediate = 0;   // qwen3_moe's expert intermediate size (hidden)
+  int vocab = 0;              // 0: the tokenizer's (highest id + 1)
   int max_position = 32768;
   int sliding_window = 0;  // 0: architecture default (Gemma 3: 512; others none)
   uint64_t seed = 0;

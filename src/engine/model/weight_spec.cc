@@ -1,6 +1,31 @@
 #include "engine/model/weight_spec.h"
 
 namespace agentkv {
+namespace {
+
+void AddExperts(const ModelConfig& c, const std::string& p, std::vector<WeightSpec>* w) {
+  const int64_t h = c.hidden_size, e = c.moe.num_experts, i = c.moe.expert_intermediate;
+  if (c.arch == Architecture::kGptOss) {
+    w->push_back({p + "mlp.router.weight", {e, h}, WeightRole::kRouter});
+    if (c.moe.router_bias) w->push_back({p + "mlp.router.bias", {e}, WeightRole::kBias});
+    w->push_back({p + "mlp.experts.gate_up_proj", {e, h, 2 * i}, WeightRole::kExpert});
+    if (c.moe.expert_bias)
+      w->push_back({p + "mlp.experts.gate_up_proj_bias", {e, 2 * i}, WeightRole::kBias});
+    w->push_back({p + "mlp.experts.down_proj", {e, i, h}, WeightRole::kExpert});
+    if (c.moe.expert_bias)
+      w->push_back({p + "mlp.experts.down_proj_bias", {e, h}, WeightRole::kBias});
+    return;
+  }
+  w->push_back({p + "mlp.gate.weight", {e, h}, WeightRole::kRouter});
+  for (int64_t x = 0; x < e; ++x) {
+    const std::string q = p + "mlp.experts." + std::to_string(x) + ".";
+    w->push_back({q + "gate_proj.weight", {i, h}, WeightRole::kExpert});
+    w->push_back({q + "up_proj.weight", {i, h}, WeightRole::kExpert});
+    w->push_back({q + "down_proj.weight", {h, i}, WeightRole::kExpert});
+  }
+}
+
+}  // namespace
 
 std::vector<WeightSpec> ExpectedWeights(const ModelConfig& c) {
   const int64_t h = c.hidden_size, v = c.vocab_size, inter = c.intermediate_size;
@@ -20,6 +45,8 @@ std::vector<WeightSpec> ExpectedWeights(const ModelConfig& c) {
       w.push_back({p + "self_attn.v_proj.bias", {kv}, WeightRole::kBias});
     }
     w.push_back({p + "self_attn.o_proj.weight", {h, q}, WeightRole::kLinear});
+    if (c.o_proj_bias) w.push_back({p + "self_attn.o_proj.bias", {h}, WeightRole::kBias});
+    if (c.attention_sinks) w.push_back({p + "self_attn.sinks", {c.num_heads}, WeightRole::kSink});
     if (c.qk_norm) {
       w.push_back({p + "self_attn.q_norm.weight", {c.head_dim}, WeightRole::kNorm});
       w.push_back({p + "self_attn.k_norm.weight", {c.head_dim}, WeightRole::kNorm});
@@ -28,6 +55,10 @@ std::vector<WeightSpec> ExpectedWeights(const ModelConfig& c) {
     if (c.sandwich_norm) {
       w.push_back({p + "pre_feedforward_layernorm.weight", {h}, WeightRole::kNorm});
       w.push_back({p + "post_feedforward_layernorm.weight", {h}, WeightRole::kNorm});
+    }
+    if (c.IsMoeLayer(i)) {
+      AddExperts(c, p, &w);
+      continue;
     }
     w.push_back({p + "mlp.gate_proj.weight", {inter, h}, WeightRole::kLinear});
     w.push_back({p + "mlp.up_proj.weight", {inter, h}, WeightRole::kLinear});

@@ -1,6 +1,7 @@
 // The Hugging Face tensor names and shapes a checkpoint of a ModelConfig must
 // hold, and a check of a checkpoint against them. Shapes follow torch Linear:
-// [out_features, in_features].
+// [out_features, in_features], except GPT-OSS's fused expert tensors, which
+// transformers stores [experts, in, out] (see ExpectedWeights).
 #pragma once
 
 #include <optional>
@@ -13,7 +14,10 @@
 
 namespace agentkv {
 
-enum class WeightRole { kLinear, kEmbedding, kNorm, kBias };
+// kExpert: a mixture-of-experts expert matrix (the tensors quantized
+// checkpoints store quantized); kRouter: the router's weight (never
+// quantized); kSink: attention sink logits, one per query head.
+enum class WeightRole { kLinear, kEmbedding, kNorm, kBias, kExpert, kRouter, kSink };
 
 struct WeightSpec {
   std::string name;  // e.g. "model.layers.3.self_attn.q_proj.weight"
@@ -23,6 +27,13 @@ struct WeightSpec {
 
 // In file order of a typical checkpoint: embeddings, then per layer, then the
 // final norm and (untied only) lm_head.
+// GPT-OSS layers: q/k/v/o with biases, self_attn.sinks [heads],
+// mlp.router.{weight [E, H], bias [E]}, mlp.experts.gate_up_proj [E, H, 2I]
+// (gate and up interleaved along the last dimension: even columns gate, odd
+// up), gate_up_proj_bias [E, 2I], down_proj [E, I, H], down_proj_bias [E, H].
+// Qwen3-MoE sparse layers: mlp.gate.weight [E, H] and per expert e
+// mlp.experts.e.{gate,up}_proj.weight [I, H], down_proj.weight [H, I]; its
+// dense layers (ModelConfig::IsMoeLayer false) have Qwen3's MLP.
 std::vector<WeightSpec> ExpectedWeights(const ModelConfig& config);
 
 // OK if every expected tensor is present with its shape, in a dtype the

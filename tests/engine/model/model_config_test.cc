@@ -141,13 +141,13 @@ TEST(ModelConfigTest, LinearAndDefaultRope) {
 
 TEST(ModelConfigTest, UnsupportedRopeTypeNamesField) {
   json j = LlamaClassic();
-  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  j["rope_scaling"] = {{"rope_type", "longrope"}, {"factor", 4.0}};
   auto c = Parse(j);
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), StatusCode::kUnimplemented);
   EXPECT_THAT(c.status().message(), HasSubstr("cfg.json"));
   EXPECT_THAT(c.status().message(), HasSubstr("rope_scaling.rope_type"));
-  EXPECT_THAT(c.status().message(), HasSubstr("yarn"));
+  EXPECT_THAT(c.status().message(), HasSubstr("longrope"));
 }
 
 TEST(ModelConfigTest, Llama3RopeMissingFactorNamesField) {

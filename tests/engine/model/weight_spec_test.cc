@@ -70,6 +70,69 @@ TEST(WeightSpecTest, ArchitectureExtras) {
   EXPECT_FALSE(llama.count("model.layers.0.pre_feedforward_layernorm.weight"));
 }
 
+std::map<std::string, WeightSpec> ByName(const ModelConfig& c) {
+  std::map<std::string, WeightSpec> m;
+  for (const auto& w : ExpectedWeights(c)) m[w.name] = w;
+  return m;
+}
+
+TEST(WeightSpecTest, GptOssNamesShapesAndRoles) {
+  ModelConfig c =
+      Config("GptOssForCausalLM", false, {{"num_local_experts", 5}, {"num_experts_per_tok", 2}});
+  const auto m = ByName(c);
+  // embed + 17 per layer (norms 2, q/k/v/o weights and biases 8, sinks,
+  // router weight and bias, 4 expert tensors) + final norm + lm_head.
+  EXPECT_EQ(m.size(), 1u + 2 * 17 + 2);
+  auto shape = [&](const std::string& n) { return m.at("model.layers.1." + n).shape; };
+  auto role = [&](const std::string& n) { return m.at("model.layers.1." + n).role; };
+  using S = std::vector<int64_t>;
+  EXPECT_EQ(shape("self_attn.q_proj.bias"), (S{32}));
+  EXPECT_EQ(shape("self_attn.k_proj.bias"), (S{16}));
+  EXPECT_EQ(shape("self_attn.o_proj.bias"), (S{16}));
+  EXPECT_EQ(shape("self_attn.sinks"), (S{4}));
+  EXPECT_EQ(role("self_attn.sinks"), WeightRole::kSink);
+  EXPECT_EQ(shape("mlp.router.weight"), (S{5, 16}));
+  EXPECT_EQ(role("mlp.router.weight"), WeightRole::kRouter);
+  EXPECT_EQ(shape("mlp.router.bias"), (S{5}));
+  EXPECT_EQ(shape("mlp.experts.gate_up_proj"), (S{5, 16, 48}));
+  EXPECT_EQ(role("mlp.experts.gate_up_proj"), WeightRole::kExpert);
+  EXPECT_EQ(shape("mlp.experts.gate_up_proj_bias"), (S{5, 48}));
+  EXPECT_EQ(role("mlp.experts.gate_up_proj_bias"), WeightRole::kBias);
+  EXPECT_EQ(shape("mlp.experts.down_proj"), (S{5, 24, 16}));
+  EXPECT_EQ(role("mlp.experts.down_proj"), WeightRole::kExpert);
+  EXPECT_EQ(shape("mlp.experts.down_proj_bias"), (S{5, 16}));
+  EXPECT_EQ(m.count("model.layers.0.mlp.gate_proj.weight"), 0u);
+  EXPECT_EQ(m.count("model.layers.0.self_attn.q_norm.weight"), 0u);
+}
+
+TEST(WeightSpecTest, Qwen3MoeNamesShapesAndDenseLayers) {
+  ModelConfig c = Config("Qwen3MoeForCausalLM", false,
+                         {{"num_experts", 3},
+                          {"num_experts_per_tok", 2},
+                          {"moe_intermediate_size", 12},
+                          {"num_hidden_layers", 3},
+                          {"mlp_only_layers", {1}}});
+  const auto m = ByName(c);
+  using S = std::vector<int64_t>;
+  EXPECT_EQ(m.at("model.layers.0.mlp.gate.weight").shape, (S{3, 16}));
+  EXPECT_EQ(m.at("model.layers.0.mlp.gate.weight").role, WeightRole::kRouter);
+  for (int e = 0; e < 3; ++e) {
+    const std::string p = "model.layers.2.mlp.experts." + std::to_string(e) + ".";
+    EXPECT_EQ(m.at(p + "gate_proj.weight").shape, (S{12, 16}));
+    EXPECT_EQ(m.at(p + "up_proj.weight").shape, (S{12, 16}));
+    EXPECT_EQ(m.at(p + "down_proj.weight").shape, (S{16, 12}));
+    EXPECT_EQ(m.at(p + "down_proj.weight").role, WeightRole::kExpert);
+  }
+  EXPECT_EQ(m.count("model.layers.0.mlp.experts.3.gate_proj.weight"), 0u);
+  EXPECT_EQ(m.count("model.layers.0.mlp.router.bias"), 0u);
+  // Layer 1 is dense (mlp_only_layers): Qwen3's MLP at intermediate_size.
+  EXPECT_EQ(m.at("model.layers.1.mlp.gate_proj.weight").shape, (S{24, 16}));
+  EXPECT_EQ(m.count("model.layers.1.mlp.gate.weight"), 0u);
+  EXPECT_TRUE(m.count("model.layers.1.self_attn.q_norm.weight"));
+  EXPECT_FALSE(m.count("model.layers.1.self_attn.o_proj.bias"));
+  EXPECT_FALSE(m.count("model.layers.1.self_attn.sinks"));
+}
+
 class ValidateWeightsTest : public ::testing::Test {
  protected:
   void SetUp() override {

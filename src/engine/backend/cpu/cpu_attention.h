@@ -64,6 +64,9 @@ struct AttnRow {
   float* out = nullptr;      // head_dim floats, written at the end
   int32_t pos = 0;           // the query's position: keys <= pos are visible
   int32_t lo = 0;            // first visible key position (sliding window)
+  // Attention sink logit of the row's head (GPT-OSS): joins the softmax
+  // denominator unscaled, with no value; -inf for none.
+  float sink = -INFINITY;
 };
 
 // Scratch floats AttendRows needs for `rows` rows.
@@ -72,7 +75,8 @@ inline int64_t AttendRowsScratch(int rows, int head_dim) {
 }
 
 // out_r = softmax_j(scale * q_r . k_j, soft-capped, over lo_r <= j <= pos_r)
-// . v_j for every row. key(p) / value(p) return head_dim floats for key
+// . v_j for every row, the row's sink (if any) counted in the softmax's
+// denominator. key(p) / value(p) return head_dim floats for key
 // position p, for p in [min lo, max pos]. head_dim must be a multiple of 8.
 template <typename KeyFn, typename ValFn>
 void AttendRows(AttnRow* rows, int nrows, int head_dim, float scale, float softcap, KeyFn key,
@@ -186,7 +190,14 @@ void AttendRows(AttnRow* rows, int nrows, int head_dim, float scale, float softc
     }
   }
   for (int r = 0; r < nrows; ++r) {
-    const float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
+    float corr = 1.f;
+    if (rows[r].sink > -INFINITY) {
+      // The sink as one more score: rescale to the larger maximum.
+      const float m_new = std::max(m[r], rows[r].sink);
+      corr = std::exp(m[r] - m_new);
+      l[r] = l[r] * corr + std::exp(rows[r].sink - m_new);
+    }
+    const float inv = l[r] > 0.f ? corr / l[r] : 0.f;
     const float* a = acc + static_cast<int64_t>(r) * D;
     for (int d = 0; d < D; ++d) rows[r].out[d] = a[d] * inv;
   }

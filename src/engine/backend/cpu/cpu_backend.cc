@@ -18,12 +18,15 @@ struct CpuBackend::Layer {
   std::vector<float> in_norm, post_attn_norm, pre_ff_norm, post_ff_norm;
   std::vector<float> wqkv, bqkv;  // [q | k | v] rows, fused into one GEMM
   std::vector<float> q_norm, k_norm;
-  std::vector<float> wo;
+  std::vector<float> wo, bo;
+  std::vector<float> sinks;      // per query head, or empty
   std::vector<float> w_gate_up;  // [gate | up] rows, fused into one GEMM
   std::vector<float> w_down;
   // Quantized checkpoints: the same four matrices kept quantized (the fp32
   // vectors above stay empty); engine/backend/cpu/cpu_quant_matmul.h.
   QuantMatrix q_wqkv, q_wo, q_w_gate_up, q_w_down;
+  bool moe = false;
+  MoeLayerWeights experts;
   AttentionKind kind = AttentionKind::kFull;
   int window = 0;
   int group = 0;
@@ -78,6 +81,13 @@ Result<std::unique_ptr<CpuBackend>> CpuBackend::Create(const ModelConfig& config
       config.head_dim > 1024) {
     return InvalidArgument("cpu backend: unsupported model shape");
   }
+  if (config.IsMoe() &&
+      (config.moe.num_experts > 1024 || config.moe.experts_per_token <= 0 ||
+       config.moe.experts_per_token > config.moe.num_experts ||
+       config.moe.expert_intermediate <= 0 || config.moe.decoder_sparse_step <= 0))
+    return InvalidArgument(
+        "cpu backend: unsupported mixture-of-experts shape (at most 1024 "
+        "experts, 1 <= experts per token <= experts)");
   if (options.kv_dtype != KvDtype::kF32 && options.kv_dtype != KvDtype::kFP8E4M3)
     return InvalidArgument(std::string("cpu backend: KV dtype ") + KvDtypeName(options.kv_dtype) +
                            " is not supported (f32 or fp8_e4m3)");
@@ -88,6 +98,7 @@ Result<std::unique_ptr<CpuBackend>> CpuBackend::Create(const ModelConfig& config
   RETURN_IF_ERROR(b->LoadWeights(weights));
   b->inv_freq_global_ = kernels::RopeInvFreq(config.rope, config.head_dim);
   b->inv_freq_local_ = kernels::RopeInvFreq(config.rope_local, config.head_dim);
+  b->rope_scale_ = kernels::RopeAttentionFactor(config.rope);
   const int threads = options.threads > 0
                           ? options.threads
                           : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
@@ -144,12 +155,20 @@ Status CpuBackend::LoadWeights(const WeightSource& w) {
       RETURN_IF_ERROR(Append(L.k_norm, w, p + "self_attn.k_norm.weight", {D}));
     }
     RETURN_IF_ERROR(AppendLinear(L.wo, L.q_wo, w, c.quant, p + "self_attn.o_proj.weight", H, nq));
-    RETURN_IF_ERROR(
-        AppendLinear(L.w_gate_up, L.q_w_gate_up, w, c.quant, p + "mlp.gate_proj.weight", I, H));
-    RETURN_IF_ERROR(
-        AppendLinear(L.w_gate_up, L.q_w_gate_up, w, c.quant, p + "mlp.up_proj.weight", I, H));
-    RETURN_IF_ERROR(
-        AppendLinear(L.w_down, L.q_w_down, w, c.quant, p + "mlp.down_proj.weight", H, I));
+    if (c.o_proj_bias) RETURN_IF_ERROR(Append(L.bo, w, p + "self_attn.o_proj.bias", {H}));
+    if (c.attention_sinks)
+      RETURN_IF_ERROR(Append(L.sinks, w, p + "self_attn.sinks", {c.num_heads}));
+    L.moe = c.IsMoeLayer(l);
+    if (L.moe) {
+      RETURN_IF_ERROR(LoadMoeLayer(c, w, l, &L.experts));
+    } else {
+      RETURN_IF_ERROR(
+          AppendLinear(L.w_gate_up, L.q_w_gate_up, w, c.quant, p + "mlp.gate_proj.weight", I, H));
+      RETURN_IF_ERROR(
+          AppendLinear(L.w_gate_up, L.q_w_gate_up, w, c.quant, p + "mlp.up_proj.weight", I, H));
+      RETURN_IF_ERROR(
+          AppendLinear(L.w_down, L.q_w_down, w, c.quant, p + "mlp.down_proj.weight", H, I));
+    }
     L.kind = c.layer_kinds.at(l);
     L.window = c.layer_windows.at(l);
     L.group = spec_.GroupOf(l);
@@ -336,7 +355,7 @@ void CpuBackend::Attention(int layer, std::span<const SeqStep> batch) {
               qkv_.data() + t * qkv_row + static_cast<int64_t>(h) * D, pos - lo + 1, D, scale,
               softcap, [&](int j) { return key_at(0, lo + j); },
               [&](int j) { return key_at(1, lo + j); }, scores_[thread].data(),
-              attn_.data() + (t * nh + h) * D);
+              attn_.data() + (t * nh + h) * D, L.sinks.empty() ? -INFINITY : L.sinks[h]);
         }
       }
       return;
@@ -348,7 +367,8 @@ void CpuBackend::Attention(int layer, std::span<const SeqStep> batch) {
       const int32_t lo = L.window > 0 ? std::max(0, pos - L.window + 1) : 0;
       for (int h = kvh * group_size; h < (kvh + 1) * group_size; ++h) {
         rows[n++] = kernels::AttnRow{qkv_.data() + t * qkv_row + static_cast<int64_t>(h) * D,
-                                     attn_.data() + (t * nh + h) * D, pos, lo};
+                                     attn_.data() + (t * nh + h) * D, pos, lo,
+                                     L.sinks.empty() ? -INFINITY : L.sinks[h]};
       }
     }
     kernels::AttendRows(
@@ -447,14 +467,14 @@ Status CpuBackend::Forward(std::span<const SeqStep> batch, std::span<float> logi
         kernels::RmsNorm(q, L.q_norm.data(), q, nh, static_cast<int>(D), c.rms_norm_eps, plus_one);
         kernels::RmsNorm(k, L.k_norm.data(), k, nkv, static_cast<int>(D), c.rms_norm_eps, plus_one);
       }
-      kernels::ApplyRope(q, nh, static_cast<int>(D), tok_pos_[i], inv_freq);
-      kernels::ApplyRope(k, nkv, static_cast<int>(D), tok_pos_[i], inv_freq);
+      kernels::ApplyRope(q, nh, static_cast<int>(D), tok_pos_[i], inv_freq, rope_scale_);
+      kernels::ApplyRope(k, nkv, static_cast<int>(D), tok_pos_[i], inv_freq, rope_scale_);
       if (fp8()) QuantizeStepKv(i);
     });
     Attention(l, batch);
     WriteKv(l, batch);
-    DenseLinear(attn_.data(), L.wo, L.q_wo, nullptr, o_.data(), T, H, static_cast<int64_t>(nh) * D,
-                pool_.get(), qscratch_);
+    DenseLinear(attn_.data(), L.wo, L.q_wo, L.bo.empty() ? nullptr : L.bo.data(), o_.data(), T, H,
+                static_cast<int64_t>(nh) * D, pool_.get(), qscratch_);
     if (c.sandwich_norm) {
       kernels::RmsNorm(o_.data(), L.post_attn_norm.data(), o_.data(), T, H, c.rms_norm_eps,
                        plus_one);
@@ -465,11 +485,15 @@ Status CpuBackend::Forward(std::span<const SeqStep> batch, std::span<float> logi
       kernels::RmsNorm(x_.data(), L.post_attn_norm.data(), h_.data(), T, H, c.rms_norm_eps,
                        plus_one);
     }
-    DenseLinear(h_.data(), L.w_gate_up, L.q_w_gate_up, nullptr, gu_.data(), T, 2 * I, H,
-                pool_.get(), qscratch_);
-    kernels::GatedActivation(gu_.data(), act_.data(), T, static_cast<int>(I), c.activation);
-    DenseLinear(act_.data(), L.w_down, L.q_w_down, nullptr, o_.data(), T, H, I, pool_.get(),
-                qscratch_);
+    if (L.moe) {
+      moe_.Forward(c, L.experts, h_.data(), o_.data(), T, pool_.get());
+    } else {
+      DenseLinear(h_.data(), L.w_gate_up, L.q_w_gate_up, nullptr, gu_.data(), T, 2 * I, H,
+                  pool_.get(), qscratch_);
+      kernels::GatedActivation(gu_.data(), act_.data(), T, static_cast<int>(I), c.activation);
+      DenseLinear(act_.data(), L.w_down, L.q_w_down, nullptr, o_.data(), T, H, I, pool_.get(),
+                  qscratch_);
+    }
     if (c.sandwich_norm) {
       kernels::RmsNorm(o_.data(), L.post_ff_norm.data(), o_.data(), T, H, c.rms_norm_eps, plus_one);
     }

@@ -1,4 +1,6 @@
 // CpuBackend: the reference forward pass, fp32 throughout, on the CPU.
+// Dense and mixture-of-experts MLPs (engine/backend/cpu/cpu_moe), attention
+// sinks, sliding windows per layer, YaRN.
 // GEMMs through OpenBLAS; attention, norms and rotary embeddings through
 // engine/backend/cpu/cpu_kernels, parallel over (token, head) on a ThreadPool.
 // KV is cached in per-group block arrays (see Backend): fp32 by default, or
@@ -16,6 +18,7 @@
 
 #include "engine/backend/backend.h"
 #include "engine/backend/cpu/cpu_attention.h"
+#include "engine/backend/cpu/cpu_moe.h"
 #include "engine/backend/cpu/cpu_quant_matmul.h"
 #include "engine/model/weight_source.h"
 #include "util/thread_pool.h"
@@ -88,7 +91,9 @@ class CpuBackend final : public Backend {
   std::vector<Layer> layers_;
   std::vector<float> inv_freq_global_, inv_freq_local_;
   uint64_t weight_bytes_ = 0;
-  QuantScratch qscratch_;  // quantized linear layers' dequantized tiles
+  QuantScratch qscratch_;    // quantized linear layers' dequantized tiles
+  float rope_scale_ = 1.0f;  // YaRN's attention factor on cos and sin
+  CpuMoe moe_;
 
   // Scratch, grown outside the steady state and reused every step.
   int64_t cap_tokens_ = 0, cap_keys_ = 0;

@@ -26,13 +26,13 @@ void RmsNorm(const float* x, const float* w, float* y, int64_t rows, int dim, fl
   }
 }
 
-void ApplyRope(float* x, int heads, int head_dim, int32_t pos, const float* inv_freq) {
+void ApplyRope(float* x, int heads, int head_dim, int32_t pos, const float* inv_freq, float scale) {
   const int half = head_dim / 2;
   float cs[512], sn[512];  // head_dim <= 1024
   for (int i = 0; i < half; ++i) {
     const float a = static_cast<float>(pos) * inv_freq[i];
-    cs[i] = std::cos(a);
-    sn[i] = std::sin(a);
+    cs[i] = std::cos(a) * scale;
+    sn[i] = std::sin(a) * scale;
   }
   for (int h = 0; h < heads; ++h) {
     float* v = x + static_cast<int64_t>(h) * head_dim;

@@ -20,8 +20,10 @@ void RmsNorm(const float* x, const float* w, float* y, int64_t rows, int dim, fl
              bool plus_one);
 
 // Rotates `heads` vectors of `head_dim` at `pos` in place, in the
-// rotate-half convention (pairs i and i + head_dim / 2).
-void ApplyRope(float* x, int heads, int head_dim, int32_t pos, const float* inv_freq);
+// rotate-half convention (pairs i and i + head_dim / 2), cos and sin
+// multiplied by `scale` (YaRN's attention factor; 1 otherwise).
+void ApplyRope(float* x, int heads, int head_dim, int32_t pos, const float* inv_freq,
+               float scale = 1.0f);
 
 // x = act(gate) * up over n elements; gate_up holds [gate | up] rows of 2n.
 void GatedActivation(const float* gate_up, float* out, int64_t rows, int n, Activation act);
@@ -57,18 +59,19 @@ inline void Axpy(float p, const float* v, float* out, int n) {
 // Softmax-weighted sum for one query head over `n` keys:
 //   out = sum_j softmax(scale * q.k_j (soft-capped))_j * v_j
 // key(j) / value(j) return pointers to head_dim floats; `scores` holds n
-// floats.
+// floats. A finite `sink` (GPT-OSS) is one more logit in the denominator,
+// unscaled and without a value: p_j = e^{s_j} / (sum_i e^{s_i} + e^{sink}).
 template <typename KeyFn, typename ValFn>
 inline void AttendOne(const float* q, int n, int head_dim, float scale, float softcap, KeyFn key,
-                      ValFn value, float* scores, float* out) {
-  float mx = -3.0e38f;
+                      ValFn value, float* scores, float* out, float sink = -INFINITY) {
+  float mx = sink > -3.0e38f ? sink : -3.0e38f;
   for (int j = 0; j < n; ++j) {
     float s = Dot(q, key(j), head_dim) * scale;
     if (softcap > 0.f) s = softcap * std::tanh(s / softcap);
     scores[j] = s;
     if (s > mx) mx = s;
   }
-  float sum = 0.f;
+  float sum = sink > -INFINITY ? std::exp(sink - mx) : 0.f;
   for (int j = 0; j < n; ++j) {
     scores[j] = std::exp(scores[j] - mx);
     sum += scores[j];

@@ -39,6 +39,7 @@ TEST(CpuAttentionTest, Exp8MatchesStdExp) {
 struct Case {
   int head_dim, tokens, heads, window;
   float softcap;
+  float sink = -INFINITY;  // finite: head h's sink is sink + h / 2
 };
 
 class AttendRowsTest : public ::testing::TestWithParam<Case> {};
@@ -63,8 +64,9 @@ TEST_P(AttendRowsTest, MatchesAttendOne) {
       const int r = t * c.heads + h;
       const int32_t pos = 40 + t;
       const int32_t lo = c.window > 0 ? std::max(0, pos - c.window + 1) : 0;
-      rows[r] = AttnRow{q.data() + static_cast<size_t>(r) * D,
-                        out.data() + static_cast<size_t>(r) * D, pos, lo};
+      rows[r] =
+          AttnRow{q.data() + static_cast<size_t>(r) * D, out.data() + static_cast<size_t>(r) * D,
+                  pos, lo, c.sink > -INFINITY ? c.sink + 0.5f * h : -INFINITY};
     }
   }
   const float scale = 1.f / std::sqrt(static_cast<float>(D));
@@ -77,7 +79,7 @@ TEST_P(AttendRowsTest, MatchesAttendOne) {
     const size_t off = static_cast<size_t>(r.out - out.data());
     AttendOne(
         r.q, r.pos - r.lo + 1, D, scale, c.softcap, [&](int j) { return key(r.lo + j); },
-        [&](int j) { return val(r.lo + j); }, scores.data(), ref.data() + off);
+        [&](int j) { return val(r.lo + j); }, scores.data(), ref.data() + off, r.sink);
   }
   for (size_t i = 0; i < out.size(); ++i) {
     ASSERT_FALSE(std::isnan(out[i])) << i;
@@ -89,7 +91,44 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttendRowsTest,
                          ::testing::Values(Case{32, 1, 1, 0, 0.f}, Case{32, 16, 3, 0, 0.f},
                                            Case{64, 7, 4, 0, 0.f}, Case{128, 16, 2, 0, 0.f},
                                            Case{32, 16, 2, 20, 0.f}, Case{64, 5, 8, 9, 0.f},
-                                           Case{32, 12, 2, 0, 30.f}, Case{16, 3, 1, 1, 0.f}));
+                                           Case{32, 12, 2, 0, 30.f}, Case{16, 3, 1, 1, 0.f},
+                                           Case{64, 16, 4, 0, 0.f, 0.5f},
+                                           Case{64, 9, 8, 5, 0.f, -2.f},
+                                           Case{32, 3, 2, 1, 0.f, 12.f}));
+
+// The sink by hand: scores 2 and 0 (values all 1s and all 2s) and a sink
+// logit of 1: p = (e^2, e^0) / (e^2 + e^0 + e^1).
+TEST(AttendOneTest, SinkJoinsTheDenominatorWithoutAValue) {
+  const int D = 8;
+  std::vector<float> q(D, 0.f), k0(D, 0.f), k1(D, 0.f), v0(D, 1.f), v1(D, 2.f), out(D);
+  q[0] = 2.f;
+  k0[0] = 1.f;
+  std::vector<float> scores(2);
+  auto key = [&](int j) { return j == 0 ? k0.data() : k1.data(); };
+  auto val = [&](int j) { return j == 0 ? v0.data() : v1.data(); };
+  const double den = std::exp(2.0) + 1.0 + std::exp(1.0);
+  const double want = (std::exp(2.0) * 1 + 1.0 * 2) / den;
+  // The scale (0.5 here) applies to the scores, not to the sink.
+  AttendOne(q.data(), 2, D, 1.f, 0.f, key, val, scores.data(), out.data(), 1.f);
+  for (float x : out) EXPECT_NEAR(x, want, 1e-6);
+  q[0] = 4.f;
+  AttendOne(q.data(), 2, D, 0.5f, 0.f, key, val, scores.data(), out.data(), 1.f);
+  for (float x : out) EXPECT_NEAR(x, want, 1e-6);
+  // Without a sink the weights sum to one.
+  AttendOne(q.data(), 2, D, 0.5f, 0.f, key, val, scores.data(), out.data());
+  for (float x : out) EXPECT_NEAR(x, (std::exp(2.0) + 2) / (std::exp(2.0) + 1), 1e-6);
+  // A dominant sink takes almost all the weight, and the output shrinks.
+  AttendOne(q.data(), 2, D, 0.5f, 0.f, key, val, scores.data(), out.data(), 30.f);
+  for (float x : out) EXPECT_LT(std::abs(x), 1e-9);
+  // AttendRows agrees, including a sink far above every score.
+  for (float sink : {1.f, 30.f, -50.f}) {
+    std::vector<float> rows_out(D), scratch(AttendRowsScratch(1, D));
+    AttnRow row{q.data(), rows_out.data(), 1, 0, sink};
+    AttendRows(&row, 1, D, 0.5f, 0.f, key, val, scratch.data());
+    AttendOne(q.data(), 2, D, 0.5f, 0.f, key, val, scores.data(), out.data(), sink);
+    for (int d = 0; d < D; ++d) EXPECT_NEAR(rows_out[d], out[d], 1e-6 + 1e-5 * std::abs(out[d]));
+  }
+}
 
 }  // namespace
 }  // namespace agentkv::kernels

@@ -267,7 +267,9 @@ TEST_P(CpuBackendArchTest, Fp8KvMatchesF32WithinTolerance) {
 }
 
 // SmallConfig's models amplify rounding (see Proportioned): there fp8 stays
-// within 0.25 of fp32.
+// within 0.25 of fp32; within 0.4 for GPT-OSS, whose YaRN attention factor
+// sharpens every score (1.35 squared) and whose router picks 4 of only 5
+// experts, so that a rounding can swap an expert.
 TEST_P(CpuBackendArchTest, Fp8KvOnSmallModelsStaysBounded) {
   const ModelConfig c = SmallConfig(GetParam());
   const MapWeights w = RandomWeights(c, 23);
@@ -278,7 +280,7 @@ TEST_P(CpuBackendArchTest, Fp8KvOnSmallModelsStaysBounded) {
   double worst = 0;
   for (size_t i = 0; i < ref.size(); ++i) worst = std::max(worst, RelErr(got[i], ref[i]));
   std::printf("fp8 KV against fp32 (small model): worst relative error %.4f\n", worst);
-  EXPECT_LT(worst, 0.25);
+  EXPECT_LT(worst, GetParam() == Architecture::kGptOss ? 0.4 : 0.25);
 }
 
 // With fp8 the step's own keys are read as the cache holds them, so the
@@ -298,7 +300,8 @@ TEST_P(CpuBackendArchTest, Fp8KvChunkedAndBlockLayoutInvariant) {
 
 INSTANTIATE_TEST_SUITE_P(Archs, CpuBackendArchTest,
                          ::testing::Values(Architecture::kLlama, Architecture::kQwen2,
-                                           Architecture::kQwen3, Architecture::kGemma3));
+                                           Architecture::kQwen3, Architecture::kGemma3,
+                                           Architecture::kGptOss, Architecture::kQwen3Moe));
 
 TEST(CpuBackendTest, SlidingWindowRingMatchesDirectAttention) {
   // With a window of 7 and blocks of 2, the ring holds ceil(7/2)+1 = 5 blocks;
@@ -506,6 +509,48 @@ TEST(CpuBackendFp8Test, RestoredAndCopiedBlocksGiveSameLogits) {
       tab.Step(0, std::span(prompt).subspan(prompt.size() - 1), prompt.size() - 1, true);
   ASSERT_TRUE(cp->Forward({&moved, 1}, got).ok());
   EXPECT_EQ(got, want);
+}
+
+}  // namespace
+}  // namespace agentkv
+
+namespace agentkv {
+namespace {
+
+TEST(CpuBackendMoeTest, RejectsUnsupportedExpertShapesAndMissingExperts) {
+  ModelConfig c = testing::SmallConfig(Architecture::kGptOss);
+  const testing::MapWeights w = testing::RandomWeights(c, 3);
+  EXPECT_TRUE(CpuBackend::Create(c, w, CpuBackendOptions{1, KvDtype::kF32}).ok());
+  ModelConfig bad = c;
+  bad.moe.experts_per_token = 6;  // more than the 5 experts
+  auto b = CpuBackend::Create(bad, w, CpuBackendOptions{1, KvDtype::kF32});
+  EXPECT_EQ(b.status().code(), StatusCode::kInvalidArgument);
+  bad = c;
+  bad.moe.num_experts = 2000;
+  EXPECT_EQ(CpuBackend::Create(bad, w, CpuBackendOptions{1, KvDtype::kF32}).status().code(),
+            StatusCode::kInvalidArgument);
+  testing::MapWeights missing = w;
+  missing.t.erase("model.layers.1.self_attn.sinks");
+  b = CpuBackend::Create(c, missing, CpuBackendOptions{1, KvDtype::kF32});
+  ASSERT_FALSE(b.ok());
+  EXPECT_NE(b.status().ToString().find("self_attn.sinks"), std::string::npos);
+}
+
+// The sinks and YaRN's attention factor reach the logits: zeroing either
+// changes them (a forward pass that ignored them would not).
+TEST(CpuBackendMoeTest, SinksAndYarnFactorAreApplied) {
+  const ModelConfig c = testing::SmallConfig(Architecture::kGptOss);
+  const testing::MapWeights w = testing::RandomWeights(c, 3);
+  const auto prompt = Prompt(20, 9, c.vocab_size);
+  const auto ref = RunAlone(c, w, prompt, 1000, 0, 16);
+  testing::MapWeights big_sinks = w;
+  for (int l = 0; l < c.num_layers; ++l)
+    for (float& s : big_sinks.t["model.layers." + std::to_string(l) + ".self_attn.sinks"]) s = 5.f;
+  EXPECT_GT(RelErr(RunAlone(c, big_sinks, prompt, 1000, 0, 16)[0], ref[0]), 1e-2);
+  ModelConfig plain = c;
+  plain.rope.attention_factor = 1.0f;  // YaRN frequencies, no factor
+  plain.rope_local = plain.rope;
+  EXPECT_GT(RelErr(RunAlone(plain, w, prompt, 1000, 0, 16)[0], ref[0]), 1e-2);
 }
 
 }  // namespace

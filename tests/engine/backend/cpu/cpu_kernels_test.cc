@@ -73,5 +73,20 @@ INSTANTIATE_TEST_SUITE_P(Shapes, LinearTest,
                                            std::tuple{13, 257, 100}, std::tuple{16, 70, 8},
                                            std::tuple{40, 33, 129}));
 
+// YaRN's attention factor multiplies cos and sin: the rotation by hand, for
+// pairs (i, i + 2) of a head of 4, every output times the factor.
+TEST(ApplyRopeTest, ScaleMultipliesCosAndSin) {
+  const float inv_freq[2] = {1.0f, 0.25f};
+  for (float scale : {1.0f, 1.3466f}) {
+    float x[4] = {1.f, 2.f, 3.f, -1.f};
+    kernels::ApplyRope(x, 1, 4, 3, inv_freq, scale);
+    const double a0 = 3 * 1.0, a1 = 3 * 0.25;
+    EXPECT_NEAR(x[0], scale * (1 * std::cos(a0) - 3 * std::sin(a0)), 1e-5);
+    EXPECT_NEAR(x[1], scale * (2 * std::cos(a1) - -1 * std::sin(a1)), 1e-5);
+    EXPECT_NEAR(x[2], scale * (3 * std::cos(a0) + 1 * std::sin(a0)), 1e-5);
+    EXPECT_NEAR(x[3], scale * (-1 * std::cos(a1) + 2 * std::sin(a1)), 1e-5);
+  }
+}
+
 }  // namespace
 }  // namespace agentkv

@@ -1,0 +1,192 @@
+#include "engine/backend/cpu/cpu_moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "engine/backend/cpu/cpu_kernels.h"
+
+namespace agentkv {
+namespace kernels {
+
+void RouteTopK(const float* logits, int num_experts, int k, MoeRouting routing, bool renormalize,
+               int32_t* experts, float* weights) {
+  // Softmax first when routing asks for it; selection then runs on `v`.
+  float probs[1024];
+  const float* v = logits;
+  if (routing == MoeRouting::kSoftmaxThenTopK) {
+    float mx = logits[0];
+    for (int e = 1; e < num_experts; ++e) mx = std::max(mx, logits[e]);
+    float sum = 0.f;
+    for (int e = 0; e < num_experts; ++e) sum += probs[e] = std::exp(logits[e] - mx);
+    for (int e = 0; e < num_experts; ++e) probs[e] /= sum;
+    v = probs;
+  }
+  // k passes of argmax over the experts not yet taken; a strict > keeps the
+  // lower id on ties.
+  uint64_t taken[16] = {};  // num_experts <= 1024
+  for (int j = 0; j < k; ++j) {
+    int best = -1;
+    for (int e = 0; e < num_experts; ++e) {
+      if (taken[e / 64] >> (e % 64) & 1) continue;
+      if (best < 0 || v[e] > v[best]) best = e;
+    }
+    taken[best / 64] |= uint64_t{1} << (best % 64);
+    experts[j] = best;
+    weights[j] = v[best];
+  }
+  if (routing == MoeRouting::kTopKThenSoftmax) {
+    const float mx = weights[0];  // the largest, taken first
+    float sum = 0.f;
+    for (int j = 0; j < k; ++j) sum += weights[j] = std::exp(weights[j] - mx);
+    for (int j = 0; j < k; ++j) weights[j] /= sum;
+  } else if (renormalize) {
+    float sum = 0.f;
+    for (int j = 0; j < k; ++j) sum += weights[j];
+    for (int j = 0; j < k; ++j) weights[j] /= sum;
+  }
+}
+
+void ClampedSwiglu(const float* gate_up, float* out, int64_t rows, int n, float limit) {
+  constexpr float kAlpha = 1.702f;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* g = gate_up + r * 2 * n;
+    const float* u = g + n;
+    float* o = out + r * n;
+    for (int i = 0; i < n; ++i) {
+      const float gate = std::min(g[i], limit);
+      const float up = std::clamp(u[i], -limit, limit);
+      o[i] = (up + 1.0f) * gate / (1.0f + std::exp(-kAlpha * gate));
+    }
+  }
+}
+
+}  // namespace kernels
+
+namespace {
+
+Result<std::vector<float>> Load(const WeightSource& w, const std::string& name,
+                                std::initializer_list<int64_t> shape) {
+  const std::vector<int64_t> s(shape);
+  return w.LoadF32(name, s);
+}
+
+}  // namespace
+
+Status LoadMoeLayer(const ModelConfig& c, const WeightSource& w, int layer, MoeLayerWeights* out) {
+  const int64_t E = c.moe.num_experts, H = c.hidden_size, I = c.moe.expert_intermediate;
+  const std::string p = "model.layers." + std::to_string(layer) + ".mlp.";
+  MoeLayerWeights& m = *out;
+  m = MoeLayerWeights();
+  m.num_experts = static_cast<int>(E);
+  m.hidden = static_cast<int>(H);
+  m.inter = static_cast<int>(I);
+  m.gate_up.resize(E * 2 * I * H);
+  m.down.resize(E * H * I);
+  if (c.arch == Architecture::kGptOss) {
+    ASSIGN_OR_RETURN(m.router, Load(w, p + "router.weight", {E, H}));
+    if (c.moe.router_bias) {
+      ASSIGN_OR_RETURN(m.router_bias, Load(w, p + "router.bias", {E}));
+    }
+    ASSIGN_OR_RETURN(std::vector<float> gu, Load(w, p + "experts.gate_up_proj", {E, H, 2 * I}));
+    ASSIGN_OR_RETURN(std::vector<float> dn, Load(w, p + "experts.down_proj", {E, I, H}));
+    // [in][2I] with gate in the even columns, up in the odd ones -> [2I][in]
+    // with gate rows first.
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t j = 0; j < I; ++j) {
+          const float* src = &gu[(e * H + h) * 2 * I + 2 * j];
+          m.gate_up[(e * 2 * I + j) * H + h] = src[0];
+          m.gate_up[(e * 2 * I + I + j) * H + h] = src[1];
+        }
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t i = 0; i < I; ++i)
+        for (int64_t h = 0; h < H; ++h) m.down[(e * H + h) * I + i] = dn[(e * I + i) * H + h];
+    if (c.moe.expert_bias) {
+      ASSIGN_OR_RETURN(std::vector<float> gb, Load(w, p + "experts.gate_up_proj_bias", {E, 2 * I}));
+      m.gate_up_bias.resize(E * 2 * I);
+      for (int64_t e = 0; e < E; ++e)
+        for (int64_t j = 0; j < I; ++j) {
+          m.gate_up_bias[e * 2 * I + j] = gb[e * 2 * I + 2 * j];
+          m.gate_up_bias[e * 2 * I + I + j] = gb[e * 2 * I + 2 * j + 1];
+        }
+      ASSIGN_OR_RETURN(m.down_bias, Load(w, p + "experts.down_proj_bias", {E, H}));
+    }
+    return Status::Ok();
+  }
+  ASSIGN_OR_RETURN(m.router, Load(w, p + "gate.weight", {E, H}));
+  if (w.Has(p + "experts.gate_up_proj")) {
+    // Fused: [E][2I][H] (gate rows then up rows) and [E][H][I], our layout.
+    ASSIGN_OR_RETURN(m.gate_up, Load(w, p + "experts.gate_up_proj", {E, 2 * I, H}));
+    ASSIGN_OR_RETURN(m.down, Load(w, p + "experts.down_proj", {E, H, I}));
+    return Status::Ok();
+  }
+  for (int64_t e = 0; e < E; ++e) {
+    const std::string q = p + "experts." + std::to_string(e) + ".";
+    ASSIGN_OR_RETURN(std::vector<float> g, Load(w, q + "gate_proj.weight", {I, H}));
+    ASSIGN_OR_RETURN(std::vector<float> u, Load(w, q + "up_proj.weight", {I, H}));
+    ASSIGN_OR_RETURN(std::vector<float> d, Load(w, q + "down_proj.weight", {H, I}));
+    std::copy(g.begin(), g.end(), m.gate_up.begin() + e * 2 * I * H);
+    std::copy(u.begin(), u.end(), m.gate_up.begin() + (e * 2 + 1) * I * H);
+    std::copy(d.begin(), d.end(), m.down.begin() + e * H * I);
+  }
+  return Status::Ok();
+}
+
+void CpuMoe::Forward(const ModelConfig& c, const MoeLayerWeights& w, const float* h, float* out,
+                     int64_t T, ThreadPool* pool) {
+  const int E = w.num_experts, K = c.moe.experts_per_token;
+  const int64_t H = w.hidden, I = w.inter;
+  logits_.resize(T * E);
+  experts_.resize(T * K);
+  weights_.resize(T * K);
+  kernels::Linear(h, w.router.data(), w.router_bias.empty() ? nullptr : w.router_bias.data(),
+                  logits_.data(), T, E, H, pool);
+  for (int64_t t = 0; t < T; ++t)
+    kernels::RouteTopK(&logits_[t * E], E, K, c.moe.routing, c.moe.norm_topk_prob, &experts_[t * K],
+                       &weights_[t * K]);
+  // Group the (token, slot) pairs by expert: counting sort, tokens ascending
+  // within an expert.
+  count_.assign(E, 0);
+  for (int64_t i = 0; i < T * K; ++i) ++count_[experts_[i]];
+  first_.assign(E + 1, 0);
+  for (int e = 0; e < E; ++e) first_[e + 1] = first_[e] + count_[e];
+  order_.resize(T * K);
+  std::vector<int32_t>& fill = count_;
+  std::copy(first_.begin(), first_.end() - 1, fill.begin());
+  for (int64_t i = 0; i < T * K; ++i) order_[fill[experts_[i]]++] = static_cast<int32_t>(i);
+
+  int64_t most = 0;
+  for (int e = 0; e < E; ++e) most = std::max<int64_t>(most, first_[e + 1] - first_[e]);
+  xs_.resize(most * H);
+  gu_.resize(most * 2 * I);
+  act_.resize(most * I);
+  ys_.resize(most * H);
+  std::memset(out, 0, sizeof(float) * T * H);
+  for (int e = 0; e < E; ++e) {
+    const int64_t n = first_[e + 1] - first_[e];
+    if (n == 0) continue;
+    const int32_t* pairs = &order_[first_[e]];
+    for (int64_t j = 0; j < n; ++j)
+      std::memcpy(&xs_[j * H], h + (pairs[j] / K) * H, sizeof(float) * H);
+    kernels::Linear(xs_.data(), &w.gate_up[e * 2 * I * H],
+                    w.gate_up_bias.empty() ? nullptr : &w.gate_up_bias[e * 2 * I], gu_.data(), n,
+                    2 * I, H, pool);
+    if (c.moe.swiglu_limit > 0) {
+      kernels::ClampedSwiglu(gu_.data(), act_.data(), n, static_cast<int>(I), c.moe.swiglu_limit);
+    } else {
+      kernels::GatedActivation(gu_.data(), act_.data(), n, static_cast<int>(I), c.activation);
+    }
+    kernels::Linear(act_.data(), &w.down[e * H * I],
+                    w.down_bias.empty() ? nullptr : &w.down_bias[e * H], ys_.data(), n, H, I, pool);
+    for (int64_t j = 0; j < n; ++j) {
+      const float wt = weights_[pairs[j]];
+      float* o = out + (pairs[j] / K) * H;
+      const float* y = &ys_[j * H];
+      for (int64_t d = 0; d < H; ++d) o[d] += wt * y[d];
+    }
+  }
+}
+
+}  // namespace agentkv
