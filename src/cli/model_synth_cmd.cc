@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 
 #include "cli/command.h"
@@ -34,6 +35,18 @@ int RunSynth(SynthFlags& f) {
     f.opts.dtype = TensorDtype::kF16;
   } else {
     f.opts.dtype = TensorDtype::kF32;
+  }
+
+  if (f.opts.tokenizer_dir.empty()) {
+    // GPT-OSS has one tokenizer (o200k_harmony); setup puts it, with the
+    // harmony chat template, in data/tokenizers/gptoss.
+    const std::filesystem::path gptoss = "data/tokenizers/gptoss";
+    if (f.opts.arch != "gpt_oss" || !std::filesystem::exists(gptoss / "tokenizer.json")) {
+      std::fprintf(stderr, "error: --tokenizer is required%s\n",
+                   f.opts.arch == "gpt_oss" ? " (data/tokenizers/gptoss not found)" : "");
+      return 2;
+    }
+    f.opts.tokenizer_dir = gptoss;
   }
 
   auto quant = ParseSynthQuant(f.quant);
@@ -79,8 +92,9 @@ Registrar reg(
           ->check(CLI::IsMember(
               {"llama", "qwen2", "qwen3", "mistral", "gemma3", "gpt_oss", "qwen3_moe"}));
       app.add_option("--tokenizer", o.tokenizer_dir,
-                     "Directory with tokenizer.json and tokenizer_config.json")
-          ->required();
+                     "Directory with tokenizer.json and tokenizer_config.json (and "
+                     "chat_template.jinja, copied when present); gpt_oss: "
+                     "data/tokenizers/gptoss when omitted");
       app.add_option("--out", o.out_dir, "Output checkpoint directory")->required();
       app.add_option("--layers", o.layers, "Decoder layers")->capture_default_str();
       app.add_option("--hidden", o.hidden, "Hidden size")->capture_default_str();

@@ -426,7 +426,9 @@ Status SynthesizeModel(const SynthOptions& o, const SynthProgress& progress) {
   if (int e = id_of(SpecialContent(tcfg, "eos_token")); e >= 0) eos.push_back(e);
   // Chat models stop on their end-of-turn token (the tokenizer's eos_token)
   // and also on the end-of-document token; list those the tokenizer has.
-  for (const char* extra : {"<|endoftext|>", "<|end_of_text|>", "<|eom_id|>", "<eos>"}) {
+  // GPT-OSS (harmony) also ends a turn on a tool call, <|call|>.
+  for (const char* extra :
+       {"<|endoftext|>", "<|end_of_text|>", "<|eom_id|>", "<eos>", "<|call|>"}) {
     int e = tokens.special.count(extra) ? id_of(extra) : -1;
     if (e >= 0 && std::find(eos.begin(), eos.end(), e) == eos.end()) eos.push_back(e);
   }
@@ -450,7 +452,12 @@ Status SynthesizeModel(const SynthOptions& o, const SynthProgress& progress) {
   fs::create_directories(o.out_dir, ec);
   if (ec) return IoError(o.out_dir.string() + ": cannot create: " + ec.message());
 
-  const std::vector<WeightSpec> specs = ExpectedWeights(mc);
+  // The logical (unquantized) tensors; those `o.quant` stores quantized are
+  // declared as their stored tensors below, and the result is checked
+  // against the weight spec of the quantized config at the end.
+  ModelConfig logical = mc;
+  logical.quant = QuantConfig{};
+  const std::vector<WeightSpec> specs = ExpectedWeights(logical);
   SafetensorsWriter writer(o.out_dir / "model.safetensors");
   // Quantized weights are stored [.., out, in]; GPT-OSS's bf16 experts are
   // [E, in, out], so theirs is the transpose.
@@ -483,7 +490,12 @@ Status SynthesizeModel(const SynthOptions& o, const SynthProgress& progress) {
     const uint64_t n = static_cast<uint64_t>(NumElements(w.shape));
     if (QuantFormat qf; SynthQuantizes(o.quant, w, &qf)) {
       const std::vector<int64_t> qs = quant_shape(w, qf);
-      const bool transposed = qs != w.shape;
+      // (Not `qs != w.shape`: a square expert matrix is transposed too.)
+      const bool transposed = qf == QuantFormat::kMxfp4 && w.shape.size() == 3;
+      // Transposed ([E, in, out] drawn, [E, out, in] stored): one expert's
+      // draws at a time, eos bias applied in the drawn layout.
+      std::vector<float> drawn;
+      int64_t drawn_expert = -1;
       SynthValues values = [&](uint64_t first, uint64_t count, float* out) {
         if (!transposed) {
           SynthFill(o.seed, w.name, TensorDtype::kF32, mean, stddev, first, count, out);
@@ -491,12 +503,19 @@ Status SynthesizeModel(const SynthOptions& o, const SynthProgress& progress) {
             ApplyEosBias(w, mc, eos[0], o.eos_bias, TensorDtype::kF32, first, count, out);
           return;
         }
-        // Element (e, row, col) of [E, out, in] is (e, col, row) of the draws.
-        const uint64_t rows = qs[1], cols = qs[2];
+        const uint64_t rows = qs[1], cols = qs[2], per = rows * cols;
         for (uint64_t i = first; i < first + count; ++i) {
-          const uint64_t e = i / (rows * cols), row = i / cols % rows, col = i % cols;
-          SynthFill(o.seed, w.name, TensorDtype::kF32, mean, stddev, (e * cols + col) * rows + row,
-                    1, out + (i - first));
+          const uint64_t e = i / per, row = i / cols % rows, col = i % cols;
+          if (static_cast<int64_t>(e) != drawn_expert) {
+            drawn.resize(per);
+            SynthFill(o.seed, w.name, TensorDtype::kF32, mean, stddev, e * per, per, drawn.data());
+            if (o.eos_bias > 0)
+              ApplyEosBias(w, mc, eos[0], o.eos_bias, TensorDtype::kF32, e * per, per,
+                           drawn.data());
+            drawn_expert = static_cast<int64_t>(e);
+          }
+          // Element (e, row, col) of [E, out, in] is (e, col, row) of the draws.
+          out[i - first] = drawn[col * rows + row];
         }
       };
       ASSIGN_OR_RETURN(uint64_t bytes, WriteQuantized(writer, qs, qf, values));
@@ -516,12 +535,23 @@ Status SynthesizeModel(const SynthOptions& o, const SynthProgress& progress) {
     }
   }
   RETURN_IF_ERROR(writer.Finish());
+  {
+    ASSIGN_OR_RETURN(Safetensors written, Safetensors::Open(o.out_dir / "model.safetensors"));
+    RETURN_IF_ERROR(ValidateWeights(mc, written, o.dtype));
+  }
 
   ojson gen;
   if (bos >= 0) gen["bos_token_id"] = bos;
   gen["eos_token_id"] = eos;
   RETURN_IF_ERROR(WriteText(o.out_dir / "generation_config.json", gen.dump(2) + "\n"));
-  for (const fs::path& src : {tok_json, tok_cfg}) {
+  std::vector<fs::path> copies = {tok_json, tok_cfg};
+  // A template file beside the tokenizer (GPT-OSS's harmony template) is the
+  // model's template; a checkpoint keeps it as chat_template.jinja.
+  if (fs::exists(o.tokenizer_dir / "chat_template.jinja", ec))
+    copies.push_back(o.tokenizer_dir / "chat_template.jinja");
+  else
+    fs::remove(o.out_dir / "chat_template.jinja", ec);  // a stale one would take precedence
+  for (const fs::path& src : copies) {
     fs::copy_file(src, o.out_dir / src.filename(), fs::copy_options::overwrite_existing, ec);
     if (ec)
       return IoError(src.string() + ": cannot copy to " + o.out_dir.string() + ": " + ec.message());

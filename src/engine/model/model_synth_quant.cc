@@ -92,7 +92,11 @@ bool SynthQuantizes(SynthQuant q, const WeightSpec& w, QuantFormat* format) {
     return EndsWith(w.name, "mlp.experts.gate_up_proj") ||
            EndsWith(w.name, "mlp.experts.down_proj");
   }
-  if (w.role != WeightRole::kLinear || w.name == "lm_head.weight") return false;
+  // Linear layers and experts (Qwen3-MoE's per-expert projections); never
+  // the router, embeddings, norms or the LM head.
+  if ((w.role != WeightRole::kLinear && w.role != WeightRole::kExpert) ||
+      w.name == "lm_head.weight")
+    return false;
   for (std::string_view m : {"q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight",
                              "gate_proj.weight", "up_proj.weight", "down_proj.weight"}) {
     if (EndsWith(w.name, m)) {

@@ -7,9 +7,9 @@
 //   fp8-channel  compressed-tensors FP8 with per-channel scales: `X.weight`
 //                F8_E4M3 and `X.weight_scale` F32 [out, 1]; ignore: [lm_head].
 //   mxfp4        GPT-OSS experts (`*_blocks` / `*_scales`); quant_method mxfp4.
-// Dense linear layers (q/k/v/o, gate/up/down) are quantized under fp8 and
-// fp8-channel; embeddings, norms, biases and the LM head stay in the
-// checkpoint's float dtype.
+// Dense linear layers (q/k/v/o, gate/up/down) and Qwen3-MoE's per-expert
+// projections are quantized under fp8 and fp8-channel; embeddings, norms,
+// biases, MoE routers and the LM head stay in the checkpoint's float dtype.
 #pragma once
 
 #include <cstdint>

@@ -8,10 +8,22 @@ void AddExperts(const ModelConfig& c, const std::string& p, std::vector<WeightSp
   if (c.arch == Architecture::kGptOss) {
     w->push_back({p + "mlp.router.weight", {e, h}, WeightRole::kRouter});
     if (c.moe.router_bias) w->push_back({p + "mlp.router.bias", {e}, WeightRole::kBias});
-    w->push_back({p + "mlp.experts.gate_up_proj", {e, h, 2 * i}, WeightRole::kExpert});
+    const bool mxfp4 = c.quant.method == QuantMethod::kMxfp4 && c.quant.Covers(p + "mlp.experts");
+    // An MXFP4 matrix [E, out, in]: blocks of 32 inputs, 16 bytes each.
+    auto matrix = [&](const std::string& name, int64_t out, int64_t in) {
+      if (!mxfp4) {
+        w->push_back({name, {e, in, out}, WeightRole::kExpert});
+        return;
+      }
+      const int64_t groups = in / kMxfp4Block;
+      w->push_back(
+          {name + "_blocks", {e, out, groups, kMxfp4Block / 2}, WeightRole::kExpertBlocks});
+      w->push_back({name + "_scales", {e, out, groups}, WeightRole::kExpertScales});
+    };
+    matrix(p + "mlp.experts.gate_up_proj", 2 * i, h);
     if (c.moe.expert_bias)
       w->push_back({p + "mlp.experts.gate_up_proj_bias", {e, 2 * i}, WeightRole::kBias});
-    w->push_back({p + "mlp.experts.down_proj", {e, i, h}, WeightRole::kExpert});
+    matrix(p + "mlp.experts.down_proj", h, i);
     if (c.moe.expert_bias)
       w->push_back({p + "mlp.experts.down_proj_bias", {e, h}, WeightRole::kBias});
     return;
@@ -73,6 +85,16 @@ Status ValidateWeights(const ModelConfig& config, const Safetensors& weights,
                        std::optional<TensorDtype> dtype) {
   for (const WeightSpec& spec : ExpectedWeights(config)) {
     ASSIGN_OR_RETURN(TensorView t, weights.Get(spec.name, spec.shape));
+    const bool codes =
+        spec.role == WeightRole::kExpertBlocks || spec.role == WeightRole::kExpertScales;
+    if (codes && t.dtype != TensorDtype::kU8)
+      return InvalidArgument(weights.FileOf(spec.name).string() + ": tensor " + spec.name +
+                             " has dtype " + std::string(TensorDtypeName(t.dtype)) +
+                             ", expected U8 (MXFP4)");
+    if (codes) continue;
+    if (t.dtype == TensorDtype::kF8E4M3 && config.quant.quantized() &&
+        (spec.role == WeightRole::kLinear || spec.role == WeightRole::kExpert))
+      continue;
     if (dtype && t.dtype != *dtype)
       return InvalidArgument(weights.FileOf(spec.name).string() + ": tensor " + spec.name +
                              " has dtype " + std::string(TensorDtypeName(t.dtype)) + ", expected " +

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -20,6 +21,7 @@
 #include "engine/model/model_synth.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/weight_spec.h"
+#include "util/bf16.h"
 
 namespace agentkv {
 namespace {
@@ -206,6 +208,128 @@ TEST_F(ModelSynthMoeTest, CliMatchesTheLibrary) {
   EXPECT_NE(RunCli(base + " --arch gpt_oss --experts 2 --experts-per-token 3"), 0);
   EXPECT_NE(RunCli(base + " --arch qwen3 --experts 4"), 0);
   EXPECT_FALSE(fs::exists(dir_ / "x" / "config.json"));
+}
+
+// `--quant mxfp4`: the experts are stored as the released checkpoints store
+// them ([out, in] blocks and scales, the spec's names), and they hold the
+// bf16 model's draws: decoded and transposed back, they match the same
+// seed's bf16 experts within MXFP4's rounding (a transposition or
+// interleaving mistake would not).
+TEST_F(ModelSynthMoeTest, GptOssMxfp4ExpertsHoldTheBf16Draws) {
+  SynthOptions o = Tiny("gpt_oss");
+  o.intermediate = 64;  // square down and half of gate_up: both are transposed
+  o.hidden = 64;
+  o.head_dim = 16;
+  o.eos_bias = 4.0;
+  o.out_dir = dir_ / "bf16";
+  ASSERT_TRUE(SynthesizeModel(o).ok());
+  o.quant = SynthQuant::kMxfp4;
+  o.out_dir = dir_ / "mxfp4";
+  Status s = SynthesizeModel(o);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  auto c = ModelConfig::Load(o.out_dir);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->quant.method, QuantMethod::kMxfp4);
+  auto q = Safetensors::Open(o.out_dir);
+  auto f = Safetensors::Open(dir_ / "bf16");
+  ASSERT_TRUE(q.ok() && f.ok());
+  Status v = ValidateWeights(*c, *q, TensorDtype::kBF16);
+  EXPECT_TRUE(v.ok()) << v.ToString();
+  EXPECT_EQ(q->Names().size(), ExpectedWeights(*c).size());
+  EXPECT_FALSE(q->Has("model.layers.0.mlp.experts.gate_up_proj"));
+  EXPECT_EQ(q->Get("model.layers.0.mlp.experts.gate_up_proj_bias")->dtype, TensorDtype::kBF16);
+  constexpr float kLut[8] = {0, .5f, 1, 1.5f, 2, 3, 4, 6};
+  auto decode = [&](uint8_t nibble, uint8_t scale) {
+    const float m = kLut[nibble & 7] * std::ldexp(1.f, scale - 127);
+    return nibble & 8 ? -m : m;
+  };
+  const int64_t E = 6, H = 64, I = 64;
+  struct Matrix {
+    std::string name;
+    int64_t rows, in;
+  };
+  for (const Matrix& m : {Matrix{"gate_up_proj", 2 * I, H}, Matrix{"down_proj", H, I}}) {
+    const std::string& name = m.name;
+    const int64_t rows = m.rows, in = m.in;
+    const std::string p = "model.layers.2.mlp.experts." + name;
+    auto blocks = q->Get(p + "_blocks", {E, rows, in / 32, 16});
+    auto scales = q->Get(p + "_scales", {E, rows, in / 32});
+    auto ref = f->Get(p, {E, in, rows});
+    ASSERT_TRUE(blocks.ok() && scales.ok() && ref.ok()) << p;
+    const auto* b = static_cast<const uint8_t*>(blocks->data);
+    const auto* sc = static_cast<const uint8_t*>(scales->data);
+    const auto* r16 = static_cast<const uint16_t*>(ref->data);
+    double num = 0, den = 0;
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t i = 0; i < in; ++i) {
+          const int64_t g = (e * rows + r) * (in / 32) + i / 32;
+          const uint8_t byte = b[g * 16 + (i % 32) / 2];
+          const float got = decode(i % 2 ? byte >> 4 : byte & 15, sc[g]);
+          const float want = Bf16ToF32(r16[(e * in + i) * rows + r]);
+          num += (got - want) * static_cast<double>(got - want);
+          den += static_cast<double>(want) * want;
+          // The eos bias's feature (hidden dimension H - 1) stays zero in
+          // the down projections' output rows.
+          if (name == "down_proj" && r == H - 1) {
+            ASSERT_EQ(got, 0.f) << e << " " << i;
+          }
+        }
+    EXPECT_LT(std::sqrt(num / den), 0.2) << name;  // e2m1: about 0.1 for Gaussian draws
+  }
+}
+
+// The GPT-OSS tokenizer: its chat template comes along as
+// chat_template.jinja, and generation stops on <|return|>, <|call|> and
+// <|endoftext|>, whose ids come from the tokenizer.
+TEST_F(ModelSynthMoeTest, GptOssTokenizerTemplateAndStopTokens) {
+  const fs::path tok = kTokenizers / "gptoss";
+  if (!fs::exists(tok / "tokenizer.json")) GTEST_SKIP() << "gptoss tokenizer not set up";
+  SynthOptions o = Tiny("gpt_oss");
+  o.tokenizer_dir = tok;
+  ASSERT_TRUE(SynthesizeModel(o).ok());
+  std::map<std::string, int> ids;
+  {
+    std::ifstream in(tok / "tokenizer.json");
+    const json t = json::parse(in);
+    for (const auto& a : t["added_tokens"]) ids[a["content"]] = a["id"];
+  }
+  std::ifstream in(o.out_dir / "generation_config.json");
+  const json g = json::parse(in);
+  EXPECT_EQ(g["eos_token_id"],
+            json({ids.at("<|return|>"), ids.at("<|endoftext|>"), ids.at("<|call|>")}));
+  auto c = ModelConfig::Load(o.out_dir);
+  ASSERT_TRUE(c.ok());
+  EXPECT_THAT(c->eos_token_ids, ::testing::UnorderedElementsAre(200002, 199999, 200012));
+  if (fs::exists(tok / "chat_template.jinja")) {
+    EXPECT_EQ(ReadAll(o.out_dir / "chat_template.jinja"), ReadAll(tok / "chat_template.jinja"));
+  }
+  // A tokenizer without a template leaves none behind (a stale one would win).
+  o.tokenizer_dir = kTokenizers / "qwen3";
+  ASSERT_TRUE(SynthesizeModel(o).ok());
+  EXPECT_FALSE(fs::exists(o.out_dir / "chat_template.jinja"));
+}
+
+// Without --tokenizer, gpt_oss uses data/tokenizers/gptoss (from the
+// checkout's root); other architectures must name one.
+TEST_F(ModelSynthMoeTest, CliDefaultTokenizerForGptOss) {
+  if (!fs::exists(AGENTKV_BINARY)) GTEST_SKIP() << "agentkv binary not built";
+  if (!fs::exists(kTokenizers / "gptoss" / "tokenizer.json"))
+    GTEST_SKIP() << "gptoss tokenizer not set up";
+  const std::string cd = "cd " + std::string(AGENTKV_SOURCE_DIR) + " && ";
+  const std::string out = (dir_ / "cli").string();
+  const std::string sizes = " --layers 1 --hidden 32 --heads 2 --kv-heads 1 --experts 4";
+  int rc = std::system((cd + AGENTKV_BINARY + " model synth --arch gpt_oss --out " + out + sizes +
+                        " >/dev/null 2>&1")
+                           .c_str());
+  ASSERT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0);
+  EXPECT_EQ(ReadAll(fs::path(out) / "tokenizer.json"),
+            ReadAll(kTokenizers / "gptoss" / "tokenizer.json"));
+  rc = std::system((cd + AGENTKV_BINARY + " model synth --arch qwen3 --out " + out +
+                    "-q --layers 1 --hidden 32 >/dev/null 2>&1")
+                       .c_str());
+  EXPECT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 2);
+  EXPECT_FALSE(fs::exists(out + "-q/config.json"));
 }
 
 std::vector<int32_t> Prompt(int n) {

@@ -105,6 +105,41 @@ TEST(WeightSpecTest, GptOssNamesShapesAndRoles) {
   EXPECT_EQ(m.count("model.layers.0.self_attn.q_norm.weight"), 0u);
 }
 
+// Under quantization_config mxfp4 the expert matrices are named as the
+// released checkpoints store them: [E, out, in/32, 16] blocks and [E, out,
+// in/32] scales; biases and everything else as before. An expert module
+// that modules_to_not_convert names keeps its float tensors.
+TEST(WeightSpecTest, GptOssMxfp4ExpertsAreBlocksAndScales) {
+  const json moe = {{"num_local_experts", 5},
+                    {"num_experts_per_tok", 2},
+                    {"hidden_size", 64},
+                    {"intermediate_size", 96}};
+  json mx = moe;
+  mx["quantization_config"] = {{"quant_method", "mxfp4"},
+                               {"modules_to_not_convert", {"model.layers.*.self_attn", "lm_head"}}};
+  const auto m = ByName(Config("GptOssForCausalLM", false, mx));
+  EXPECT_EQ(m.size(), ByName(Config("GptOssForCausalLM", false, moe)).size() + 2 * 2);
+  using S = std::vector<int64_t>;
+  const std::string p = "model.layers.1.mlp.experts.";
+  EXPECT_EQ(m.count(p + "gate_up_proj"), 0u);
+  EXPECT_EQ(m.count(p + "down_proj"), 0u);
+  EXPECT_EQ(m.at(p + "gate_up_proj_blocks").shape, (S{5, 192, 2, 16}));
+  EXPECT_EQ(m.at(p + "gate_up_proj_blocks").role, WeightRole::kExpertBlocks);
+  EXPECT_EQ(m.at(p + "gate_up_proj_scales").shape, (S{5, 192, 2}));
+  EXPECT_EQ(m.at(p + "gate_up_proj_scales").role, WeightRole::kExpertScales);
+  EXPECT_EQ(m.at(p + "down_proj_blocks").shape, (S{5, 64, 3, 16}));
+  EXPECT_EQ(m.at(p + "down_proj_scales").shape, (S{5, 64, 3}));
+  EXPECT_EQ(m.at(p + "gate_up_proj_bias").shape, (S{5, 192}));
+  EXPECT_EQ(m.at(p + "down_proj_bias").shape, (S{5, 64}));
+  EXPECT_EQ(m.at("model.layers.1.self_attn.q_proj.weight").role, WeightRole::kLinear);
+
+  json skip = mx;
+  skip["quantization_config"]["modules_to_not_convert"] = {"model.layers.1.mlp.experts"};
+  const auto k = ByName(Config("GptOssForCausalLM", false, skip));
+  EXPECT_EQ(k.count("model.layers.1.mlp.experts.gate_up_proj"), 1u);
+  EXPECT_EQ(k.count("model.layers.0.mlp.experts.gate_up_proj_blocks"), 1u);
+}
+
 TEST(WeightSpecTest, Qwen3MoeNamesShapesAndDenseLayers) {
   ModelConfig c = Config("Qwen3MoeForCausalLM", false,
                          {{"num_experts", 3},
@@ -159,6 +194,57 @@ class ValidateWeightsTest : public ::testing::Test {
   }
   fs::path dir_;
 };
+
+// MXFP4 blocks and scales must be U8; an F8_E4M3 linear weight passes a
+// float dtype check when the config is quantized.
+TEST_F(ValidateWeightsTest, QuantizedDtypes) {
+  ModelConfig c =
+      Config("GptOssForCausalLM", false,
+             {{"num_local_experts", 2},
+              {"num_experts_per_tok", 1},
+              {"hidden_size", 32},
+              {"intermediate_size", 32},
+              {"quantization_config",
+               {{"quant_method", "mxfp4"}, {"modules_to_not_convert", json::array()}}}});
+  auto u8 = [&](bool blocks_u8) {
+    return [=](std::vector<SafetensorsWriter::Tensor>& ts) {
+      for (auto& t : ts) {
+        if (!t.name.ends_with("_blocks") && !t.name.ends_with("_scales")) continue;
+        if (!blocks_u8 && t.name.ends_with("down_proj_scales")) continue;
+        t.dtype = TensorDtype::kU8;
+        t.bytes.resize(t.bytes.size() / 2);
+      }
+    };
+  };
+  auto good = Safetensors::Open(Write(c, u8(true)));
+  ASSERT_TRUE(good.ok());
+  Status st = ValidateWeights(c, *good, TensorDtype::kBF16);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  fs::remove(dir_ / "model.safetensors");
+  auto bad = Safetensors::Open(Write(c, u8(false)));
+  ASSERT_TRUE(bad.ok());
+  st = ValidateWeights(c, *bad);
+  EXPECT_THAT(st.message(), HasSubstr("model.layers.0.mlp.experts.down_proj_scales"));
+  EXPECT_THAT(st.message(), HasSubstr("U8"));
+
+  ModelConfig fp8 = Config(
+      "Qwen3ForCausalLM", false,
+      {{"quantization_config", {{"quant_method", "fp8"}, {"weight_block_size", {128, 128}}}}});
+  const std::string q = "model.layers.0.self_attn.q_proj.weight";
+  auto f8 = [&](std::vector<SafetensorsWriter::Tensor>& ts) {
+    for (auto& t : ts)
+      if (t.name == q) {
+        t.dtype = TensorDtype::kF8E4M3;
+        t.bytes.resize(t.bytes.size() / 2);
+      }
+  };
+  fs::remove(dir_ / "model.safetensors");
+  auto w = Safetensors::Open(Write(fp8, f8));
+  ASSERT_TRUE(w.ok());
+  EXPECT_TRUE(ValidateWeights(fp8, *w, TensorDtype::kBF16).ok());
+  fp8.quant = QuantConfig{};  // without a quantization_config, F8 is not bf16
+  EXPECT_THAT(ValidateWeights(fp8, *w, TensorDtype::kBF16).message(), HasSubstr(q));
+}
 
 TEST_F(ValidateWeightsTest, CompleteCheckpointPasses) {
   ModelConfig c = Config("Qwen3ForCausalLM", false);

@@ -178,11 +178,13 @@ Status CpuBackend::LoadWeights(const WeightSource& w) {
   weight_bytes_ = f32(embed_) + f32(final_norm_) + f32(lm_head_) +
                   (embed_bf16_.size() + lm_head_bf16_.size()) * sizeof(uint16_t);
   for (const Layer& L : layers_) {
-    for (const auto* v : {&L.in_norm, &L.post_attn_norm, &L.pre_ff_norm, &L.post_ff_norm, &L.wqkv,
-                          &L.bqkv, &L.q_norm, &L.k_norm, &L.wo, &L.w_gate_up, &L.w_down})
+    for (const auto* v :
+         {&L.in_norm, &L.post_attn_norm, &L.pre_ff_norm, &L.post_ff_norm, &L.wqkv, &L.bqkv,
+          &L.q_norm, &L.k_norm, &L.wo, &L.bo, &L.sinks, &L.w_gate_up, &L.w_down})
       weight_bytes_ += f32(*v);
     for (const auto* q : {&L.q_wqkv, &L.q_wo, &L.q_w_gate_up, &L.q_w_down})
       weight_bytes_ += q->bytes();
+    if (L.moe) weight_bytes_ += L.experts.bytes();
   }
   return Status::Ok();
 }

@@ -74,23 +74,46 @@ Result<std::vector<float>> Load(const WeightSource& w, const std::string& name,
 
 }  // namespace
 
-Status LoadMoeLayer(const ModelConfig& c, const WeightSource& w, int layer, MoeLayerWeights* out) {
+uint64_t MoeLayerWeights::bytes() const {
+  uint64_t n = 0;
+  for (const auto* v : {&router, &router_bias, &gate_up, &gate_up_bias, &down, &down_bias})
+    n += v->size() * sizeof(float);
+  n += q_gate_up.bytes() + q_down.bytes();
+  for (const auto* qs : {&qe_gate_up, &qe_down})
+    for (const QuantMatrix& q : *qs) n += q.bytes();
+  return n;
+}
+
+namespace {
+
+// One expert's linear weight [out, in] appended to its stacked matrix:
+// quantized as stored, or fp32 rows for a part a checkpoint leaves as float.
+Status AppendExpertPart(QuantMatrix& q, const WeightSource& w, const QuantConfig& quant,
+                        const std::string& name, int64_t out, int64_t in) {
+  const std::vector<int64_t> shape = {out, in};
+  if (w.IsQuantized(name)) {
+    ASSIGN_OR_RETURN(QuantizedWeight qw, w.LoadQuantized(name, shape, quant));
+    return q.Append(std::move(qw)).WithContext(name);
+  }
+  ASSIGN_OR_RETURN(std::vector<float> f, w.LoadF32(name, shape));
+  return q.AppendF32(std::move(f), out, in).WithContext(name);
+}
+
+Status LoadGptOssExperts(const ModelConfig& c, const WeightSource& w, const std::string& p,
+                         MoeLayerWeights& m) {
   const int64_t E = c.moe.num_experts, H = c.hidden_size, I = c.moe.expert_intermediate;
-  const std::string p = "model.layers." + std::to_string(layer) + ".mlp.";
-  MoeLayerWeights& m = *out;
-  m = MoeLayerWeights();
-  m.num_experts = static_cast<int>(E);
-  m.hidden = static_cast<int>(H);
-  m.inter = static_cast<int>(I);
-  m.gate_up.resize(E * 2 * I * H);
-  m.down.resize(E * H * I);
-  if (c.arch == Architecture::kGptOss) {
-    ASSIGN_OR_RETURN(m.router, Load(w, p + "router.weight", {E, H}));
-    if (c.moe.router_bias) {
-      ASSIGN_OR_RETURN(m.router_bias, Load(w, p + "router.bias", {E}));
-    }
-    ASSIGN_OR_RETURN(std::vector<float> gu, Load(w, p + "experts.gate_up_proj", {E, H, 2 * I}));
-    ASSIGN_OR_RETURN(std::vector<float> dn, Load(w, p + "experts.down_proj", {E, I, H}));
+  const std::string gu_name = p + "experts.gate_up_proj", dn_name = p + "experts.down_proj";
+  if (w.IsQuantized(gu_name) || w.IsQuantized(dn_name)) {
+    // MXFP4 as released: [out, in] order, gate and up rows interleaved
+    // (CpuMoe::Forward separates the product's columns).
+    ASSIGN_OR_RETURN(m.q_gate_up,
+                     w.LoadQuantized(gu_name, std::vector<int64_t>{E, 2 * I, H}, c.quant));
+    ASSIGN_OR_RETURN(m.q_down, w.LoadQuantized(dn_name, std::vector<int64_t>{E, H, I}, c.quant));
+  } else {
+    m.gate_up.resize(E * 2 * I * H);
+    m.down.resize(E * H * I);
+    ASSIGN_OR_RETURN(std::vector<float> gu, Load(w, gu_name, {E, H, 2 * I}));
+    ASSIGN_OR_RETURN(std::vector<float> dn, Load(w, dn_name, {E, I, H}));
     // [in][2I] with gate in the even columns, up in the odd ones -> [2I][in]
     // with gate rows first.
     for (int64_t e = 0; e < E; ++e)
@@ -103,18 +126,38 @@ Status LoadMoeLayer(const ModelConfig& c, const WeightSource& w, int layer, MoeL
     for (int64_t e = 0; e < E; ++e)
       for (int64_t i = 0; i < I; ++i)
         for (int64_t h = 0; h < H; ++h) m.down[(e * H + h) * I + i] = dn[(e * I + i) * H + h];
-    if (c.moe.expert_bias) {
-      ASSIGN_OR_RETURN(std::vector<float> gb, Load(w, p + "experts.gate_up_proj_bias", {E, 2 * I}));
-      m.gate_up_bias.resize(E * 2 * I);
-      for (int64_t e = 0; e < E; ++e)
-        for (int64_t j = 0; j < I; ++j) {
-          m.gate_up_bias[e * 2 * I + j] = gb[e * 2 * I + 2 * j];
-          m.gate_up_bias[e * 2 * I + I + j] = gb[e * 2 * I + 2 * j + 1];
-        }
-      ASSIGN_OR_RETURN(m.down_bias, Load(w, p + "experts.down_proj_bias", {E, H}));
-    }
-    return Status::Ok();
   }
+  if (c.moe.expert_bias) {
+    ASSIGN_OR_RETURN(std::vector<float> gb, Load(w, gu_name + "_bias", {E, 2 * I}));
+    m.gate_up_bias.resize(E * 2 * I);
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t j = 0; j < I; ++j) {
+        m.gate_up_bias[e * 2 * I + j] = gb[e * 2 * I + 2 * j];
+        m.gate_up_bias[e * 2 * I + I + j] = gb[e * 2 * I + 2 * j + 1];
+      }
+    ASSIGN_OR_RETURN(m.down_bias, Load(w, dn_name + "_bias", {E, H}));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status LoadMoeLayer(const ModelConfig& c, const WeightSource& w, int layer, MoeLayerWeights* out) {
+  const int64_t E = c.moe.num_experts, H = c.hidden_size, I = c.moe.expert_intermediate;
+  const std::string p = "model.layers." + std::to_string(layer) + ".mlp.";
+  MoeLayerWeights& m = *out;
+  m = MoeLayerWeights();
+  m.num_experts = static_cast<int>(E);
+  m.hidden = static_cast<int>(H);
+  m.inter = static_cast<int>(I);
+  if (c.arch == Architecture::kGptOss) {
+    ASSIGN_OR_RETURN(m.router, Load(w, p + "router.weight", {E, H}));
+    if (c.moe.router_bias) {
+      ASSIGN_OR_RETURN(m.router_bias, Load(w, p + "router.bias", {E}));
+    }
+    return LoadGptOssExperts(c, w, p, m);
+  }
+  // The router is never quantized (published FP8 checkpoints leave it).
   ASSIGN_OR_RETURN(m.router, Load(w, p + "gate.weight", {E, H}));
   if (w.Has(p + "experts.gate_up_proj")) {
     // Fused: [E][2I][H] (gate rows then up rows) and [E][H][I], our layout.
@@ -122,8 +165,26 @@ Status LoadMoeLayer(const ModelConfig& c, const WeightSource& w, int layer, MoeL
     ASSIGN_OR_RETURN(m.down, Load(w, p + "experts.down_proj", {E, H, I}));
     return Status::Ok();
   }
+  auto expert = [&](int64_t e) { return p + "experts." + std::to_string(e) + "."; };
+  bool quantized = false;
+  for (int64_t e = 0; e < E && !quantized; ++e)
+    for (const char* part : {"gate_proj.weight", "up_proj.weight", "down_proj.weight"})
+      quantized = quantized || w.IsQuantized(expert(e) + part);
+  if (quantized) {
+    m.qe_gate_up.resize(E);
+    m.qe_down.resize(E);
+    for (int64_t e = 0; e < E; ++e) {
+      const std::string q = expert(e);
+      RETURN_IF_ERROR(AppendExpertPart(m.qe_gate_up[e], w, c.quant, q + "gate_proj.weight", I, H));
+      RETURN_IF_ERROR(AppendExpertPart(m.qe_gate_up[e], w, c.quant, q + "up_proj.weight", I, H));
+      RETURN_IF_ERROR(AppendExpertPart(m.qe_down[e], w, c.quant, q + "down_proj.weight", H, I));
+    }
+    return Status::Ok();
+  }
+  m.gate_up.resize(E * 2 * I * H);
+  m.down.resize(E * H * I);
   for (int64_t e = 0; e < E; ++e) {
-    const std::string q = p + "experts." + std::to_string(e) + ".";
+    const std::string q = expert(e);
     ASSIGN_OR_RETURN(std::vector<float> g, Load(w, q + "gate_proj.weight", {I, H}));
     ASSIGN_OR_RETURN(std::vector<float> u, Load(w, q + "up_proj.weight", {I, H}));
     ASSIGN_OR_RETURN(std::vector<float> d, Load(w, q + "down_proj.weight", {H, I}));
@@ -161,6 +222,7 @@ void CpuMoe::Forward(const ModelConfig& c, const MoeLayerWeights& w, const float
   for (int e = 0; e < E; ++e) most = std::max<int64_t>(most, first_[e + 1] - first_[e]);
   xs_.resize(most * H);
   gu_.resize(most * 2 * I);
+  if (w.batched_quant()) raw_.resize(most * 2 * I);
   act_.resize(most * I);
   ys_.resize(most * H);
   std::memset(out, 0, sizeof(float) * T * H);
@@ -170,16 +232,41 @@ void CpuMoe::Forward(const ModelConfig& c, const MoeLayerWeights& w, const float
     const int32_t* pairs = &order_[first_[e]];
     for (int64_t j = 0; j < n; ++j)
       std::memcpy(&xs_[j * H], h + (pairs[j] / K) * H, sizeof(float) * H);
-    kernels::Linear(xs_.data(), &w.gate_up[e * 2 * I * H],
-                    w.gate_up_bias.empty() ? nullptr : &w.gate_up_bias[e * 2 * I], gu_.data(), n,
-                    2 * I, H, pool);
+    const float* gu_bias = w.gate_up_bias.empty() ? nullptr : &w.gate_up_bias[e * 2 * I];
+    if (w.batched_quant()) {
+      // Rows gate 0, up 0, gate 1, ...: the product's columns come out
+      // interleaved; separate them into gate | up and add the bias (held in
+      // that order).
+      QuantLinear(xs_.data(), w.q_gate_up, e, nullptr, raw_.data(), n, pool, qscratch_);
+      for (int64_t j = 0; j < n; ++j) {
+        const float* r = &raw_[j * 2 * I];
+        float* g = &gu_[j * 2 * I];
+        for (int64_t i = 0; i < I; ++i) {
+          g[i] = r[2 * i];
+          g[I + i] = r[2 * i + 1];
+        }
+        if (gu_bias)
+          for (int64_t i = 0; i < 2 * I; ++i) g[i] += gu_bias[i];
+      }
+    } else if (w.per_expert_quant()) {
+      QuantLinear(xs_.data(), w.qe_gate_up[e], gu_bias, gu_.data(), n, pool, qscratch_);
+    } else {
+      kernels::Linear(xs_.data(), &w.gate_up[e * 2 * I * H], gu_bias, gu_.data(), n, 2 * I, H,
+                      pool);
+    }
     if (c.moe.swiglu_limit > 0) {
       kernels::ClampedSwiglu(gu_.data(), act_.data(), n, static_cast<int>(I), c.moe.swiglu_limit);
     } else {
       kernels::GatedActivation(gu_.data(), act_.data(), n, static_cast<int>(I), c.activation);
     }
-    kernels::Linear(act_.data(), &w.down[e * H * I],
-                    w.down_bias.empty() ? nullptr : &w.down_bias[e * H], ys_.data(), n, H, I, pool);
+    const float* dn_bias = w.down_bias.empty() ? nullptr : &w.down_bias[e * H];
+    if (w.batched_quant()) {
+      QuantLinear(act_.data(), w.q_down, e, dn_bias, ys_.data(), n, pool, qscratch_);
+    } else if (w.per_expert_quant()) {
+      QuantLinear(act_.data(), w.qe_down[e], dn_bias, ys_.data(), n, pool, qscratch_);
+    } else {
+      kernels::Linear(act_.data(), &w.down[e * H * I], dn_bias, ys_.data(), n, H, I, pool);
+    }
     for (int64_t j = 0; j < n; ++j) {
       const float wt = weights_[pairs[j]];
       float* o = out + (pairs[j] / K) * H;
