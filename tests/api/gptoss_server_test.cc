@@ -1,0 +1,191 @@
+// End-to-end on GPT-OSS: `agentkv model synth --arch gpt_oss --quant mxfp4`
+// with the GPT-OSS tokenizer and its harmony template writes a tiny model;
+// `agentkv serve` runs it on the CPU; the official OpenAI and Anthropic npm
+// clients (tests/api/harmony.cjs) send a chat with tools and /v1/messages.
+// The prompt token count the server reports must be that of the harmony
+// rendering (`agentkv template` then `agentkv tokenize`). Skipped when node,
+// the npm packages or the GPT-OSS tokenizer are missing.
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string Shell(const std::string& cmd, int* status) {
+  std::string out;
+  FILE* f = popen(cmd.c_str(), "r");
+  if (!f) {
+    *status = -1;
+    return out;
+  }
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
+  *status = pclose(f);
+  return out;
+}
+
+class GptOssServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    npm_ = fs::path(AGENTKV_SOURCE_DIR) / "tools/npm";
+    tokenizer_ = fs::path(AGENTKV_DATA_DIR) / "tokenizers/gptoss";
+    int st = 0;
+    Shell("node --version > /dev/null 2>&1", &st);
+    if (st != 0) GTEST_SKIP() << "node is not installed";
+    if (!fs::exists(npm_ / "node_modules/openai") ||
+        !fs::exists(npm_ / "node_modules/@anthropic-ai/sdk"))
+      GTEST_SKIP() << "npm packages missing";
+    if (!fs::exists(tokenizer_ / "tokenizer.json") ||
+        !fs::exists(tokenizer_ / "chat_template.jinja"))
+      GTEST_SKIP() << "gptoss tokenizer or its template not set up (scripts/setup.sh)";
+    char tmpl[] = "/tmp/agentkv-gptoss-test-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    if (out_fd_ >= 0) close(out_fd_);
+    if (!dir_.empty()) fs::remove_all(dir_);
+  }
+
+  // Starts `agentkv serve` on `model`; the port, or -1.
+  int Serve(const fs::path& model) {
+    int fds[2];
+    if (pipe(fds) != 0) return -1;
+    std::vector<std::string> argv = {
+        AGENTKV_BINARY, "serve", "--model", model.string(),           "--port", "0",
+        "--threads",    "2",     "--store", (dir_ / "store").string()};
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(fds[1], STDOUT_FILENO);
+      close(fds[0]);
+      close(fds[1]);
+      std::vector<char*> cargv;
+      for (auto& a : argv) cargv.push_back(a.data());
+      cargv.push_back(nullptr);
+      execv(AGENTKV_BINARY, cargv.data());
+      _exit(127);
+    }
+    close(fds[1]);
+    out_fd_ = fds[0];
+    std::string seen;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (std::chrono::steady_clock::now() < deadline) {
+      pollfd p{out_fd_, POLLIN, 0};
+      if (poll(&p, 1, 200) <= 0) continue;
+      char buf[256];
+      const ssize_t n = read(out_fd_, buf, sizeof(buf));
+      if (n <= 0) return -1;
+      seen.append(buf, static_cast<size_t>(n));
+      const size_t at = seen.find("listening on http");
+      const size_t nl = at == std::string::npos ? at : seen.find('\n', at);
+      if (nl != std::string::npos) {
+        const size_t colon = seen.rfind(':', nl);
+        return std::stoi(seen.substr(colon + 1, nl - colon - 1));
+      }
+    }
+    return -1;
+  }
+
+  // SIGTERM; true when the server drained and exited 0.
+  bool Stop() {
+    kill(pid_, SIGTERM);
+    int wstatus = 0;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    pid_t r = 0;
+    while ((r = waitpid(pid_, &wstatus, WNOHANG)) == 0 &&
+           std::chrono::steady_clock::now() < deadline)
+      usleep(20 * 1000);
+    if (r == 0) return false;  // TearDown kills it
+    pid_ = -1;
+    return WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0;
+  }
+
+  fs::path npm_, tokenizer_, dir_;
+  pid_t pid_ = -1;
+  int out_fd_ = -1;
+};
+
+TEST_F(GptOssServerTest, ChatWithToolsAndMessagesThroughTheOfficialClients) {
+  const fs::path model = dir_ / "model";
+  const std::string bin = AGENTKV_BINARY;
+  int st = 0;
+  // No eos bias: greedy replies of random weights run to max_tokens, so
+  // every reply's usage is exactly known.
+  std::string out = Shell(bin + " model synth --arch gpt_oss --quant mxfp4 --tokenizer '" +
+                              tokenizer_.string() + "' --out '" + model.string() +
+                              "' --layers 2 --hidden 64 --heads 4 --kv-heads 2 --head-dim 16"
+                              " --intermediate 64 --experts 4 --experts-per-token 2"
+                              " --seed 3 2>&1",
+                          &st);
+  ASSERT_EQ(st, 0) << out;
+  ASSERT_TRUE(fs::exists(model / "chat_template.jinja"));
+
+  // A conversation with a system prompt and one tool; schema keys sorted,
+  // so the Anthropic form (converted by the server) renders identically.
+  const std::string request = (dir_ / "request.json").string();
+  {
+    std::ofstream f(request);
+    f << R"({"messages": [
+  {"role": "system", "content": "You answer weather questions."},
+  {"role": "user", "content": "What is the weather in Paris?"}],
+ "tools": [{"type": "function", "function": {"name": "get_weather",
+   "description": "Current weather for a city",
+   "parameters": {"properties": {"city": {"description": "City name", "type": "string"}},
+                  "required": ["city"], "type": "object"}}}]})";
+  }
+  const std::string rendered = (dir_ / "prompt.txt").string();
+  out = Shell(bin + " template --model '" + model.string() + "' --messages-file '" + request +
+                  "' > '" + rendered + "' 2>&1",
+              &st);
+  ASSERT_EQ(st, 0) << out;
+  std::string prompt;
+  {
+    std::ifstream f(rendered, std::ios::binary);
+    prompt.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  // The harmony rendering: developer message with the tool namespace, the
+  // user turn, and the generation prompt.
+  EXPECT_NE(prompt.find("<|start|>developer<|message|>"), std::string::npos) << prompt;
+  EXPECT_NE(prompt.find("namespace functions"), std::string::npos) << prompt;
+  EXPECT_NE(prompt.find("type get_weather"), std::string::npos) << prompt;
+  EXPECT_NE(prompt.find("<|start|>user<|message|>What is the weather in Paris?<|end|>"),
+            std::string::npos)
+      << prompt;
+  ASSERT_TRUE(prompt.ends_with("<|start|>assistant")) << prompt;
+  const std::string ids =
+      Shell(bin + " tokenize --model '" + model.string() + "' --file '" + rendered + "'", &st);
+  ASSERT_EQ(st, 0) << ids;
+  const size_t prompt_tokens = std::count(ids.begin(), ids.end(), ',') + 1;
+  ASSERT_GT(prompt_tokens, 20u) << ids;
+
+  const int port = Serve(model);
+  ASSERT_GT(port, 0);
+  const std::string script = std::string(AGENTKV_SOURCE_DIR) + "/tests/api/harmony.cjs";
+  out = Shell("timeout 60 node '" + script + "' " + std::to_string(port) + " '" + npm_.string() +
+                  "' " + std::to_string(prompt_tokens) + " '" + request + "' 2>&1",
+              &st);
+  EXPECT_EQ(st, 0) << out;
+  EXPECT_NE(out.find("ALL OK"), std::string::npos) << out;
+  std::printf("prompt: %zu tokens\n%s", prompt_tokens, out.c_str());
+  EXPECT_TRUE(Stop());
+}
+
+}  // namespace
