@@ -172,7 +172,11 @@ Status CudaBackend::Init(const WeightSource& w) {
       RETURN_IF_ERROR(UploadF32(w, {p + "self_attn.q_norm.weight"}, {{D}}, &L.q_norm));
       RETURN_IF_ERROR(UploadF32(w, {p + "self_attn.k_norm.weight"}, {{D}}, &L.k_norm));
     }
+    if (c.attention_sinks)
+      RETURN_IF_ERROR(UploadF32(w, {p + "self_attn.sinks"}, {{c.num_heads}}, &L.sinks));
     RETURN_IF_ERROR(UploadBf16(w, {p + "self_attn.o_proj.weight"}, {{H, nq}}, &L.wo));
+    if (c.o_proj_bias)
+      RETURN_IF_ERROR(UploadF32(w, {p + "self_attn.o_proj.bias"}, {{H}}, &L.bo));
     // Gate and up rows interleaved (cuda::LaunchGatedAct's layout).
     RETURN_IF_ERROR(UploadBf16(w, {p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"},
                                {{I, H}, {I, H}}, &L.w_gate_up, /*interleave_rows=*/true));
@@ -182,6 +186,7 @@ Status CudaBackend::Init(const WeightSource& w) {
     L.group = spec_.GroupOf(l);
     L.index_in_group = spec_.IndexInGroup(l);
   }
+  rope_factor_ = kernels::RopeAttentionFactor(c.rope);
   for (auto [rope, out] :
        {std::pair{&c.rope, &inv_freq_global_}, std::pair{&c.rope_local, &inv_freq_local_}}) {
     const std::vector<float> f = kernels::RopeInvFreq(*rope, c.head_dim);

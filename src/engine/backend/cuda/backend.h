@@ -49,6 +49,11 @@
 //   stays fp32 for it; prompt steps round it to bf16 for QkvPost); other
 //   head_dims (or CudaTuning::mma_attention off) on the portable WMMA kernel
 //   (kernels/attention.cu; for fp8 kernels/fp8_kv.cu).
+// Every attention path applies the per-head sinks (GPT-OSS) where it
+// normalises a row (the split merge where keys are split), and every rotary
+// (QkvPost, the fused decode rotary) multiplies cos and sin by YaRN's
+// attention factor (1 for other ropes).
+//
 // K and V reach the cache before attention (QkvPostStore, or the fused
 // decode kernel) except where a ring slot they overwrite may still be read
 // in the step (prompt chunks in sliding groups: KvStore after attention).
@@ -362,6 +367,9 @@ class CudaBackend final : public Backend {
   float* final_norm_ = nullptr;
   float* inv_freq_global_ = nullptr;
   float* inv_freq_local_ = nullptr;
+  // YaRN's attention factor on cos and sin (kernels::RopeAttentionFactor of
+  // config.rope, as the CPU backend applies it to every layer); 1 otherwise.
+  float rope_factor_ = 1.f;
   std::vector<Layer> layers_;
   // Per-step scratch for ordering attention tiles (capacity kept).
   std::vector<std::array<int, 4>> tile_scratch_;

@@ -16,7 +16,9 @@ struct CudaBackend::Layer {
   float* bqkv = nullptr;
   float* q_norm = nullptr;
   float* k_norm = nullptr;
+  float* sinks = nullptr;  // [num_heads] attention sink logits (GPT-OSS)
   cuda::bf16_t* wo = nullptr;
+  float* bo = nullptr;  // o_proj bias (GPT-OSS)
   cuda::bf16_t* w_gate_up = nullptr;  // gate and up rows interleaved
   cuda::bf16_t* w_down = nullptr;
   AttentionKind kind = AttentionKind::kFull;
