@@ -1,0 +1,206 @@
+// Mixture-of-experts kernels (moe.h).
+#include <cuda_bf16.h>
+
+#include "engine/backend/cuda/kernels/block_reduce.cuh"
+#include "engine/backend/cuda/kernels/moe.h"
+#include "engine/backend/cuda/kernels/moe_plan.h"
+#include "engine/backend/cuda/kernels/pdl.cuh"
+
+namespace agentkv::cuda {
+namespace {
+
+using namespace reduce;
+
+// A thread per token: E * k comparisons, a few thousand at most.
+__global__ void MoeRouteKernel(const float* logits, int tokens, int E, int k, bool softmax_first,
+                               bool renormalize, int32_t* experts, float* weights) {
+  PdlLaunchDependents();
+  PdlWait();
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= tokens) return;
+  MoeRouteToken(logits + static_cast<int64_t>(t) * E, E, k, softmax_first, renormalize,
+                experts + static_cast<int64_t>(t) * k, weights + static_cast<int64_t>(t) * k);
+}
+
+// One block. Counts by shared-memory atomics (exact), the prefix sums and
+// tiles by one thread (MoePlanOffsets' and MoePlanTiles' arithmetic), then
+// each warp writes its experts' groups as MoePlanExpert does: assignments
+// 32 at a time, a ballot and a population count placing each in token order.
+constexpr int kPlanThreads = 1024;
+__global__ void __launch_bounds__(kPlanThreads)
+    MoePlanKernel(const int32_t* experts, int A, int E, int32_t* offsets, int32_t* tiles,
+                  int32_t* order, int32_t* slot_of) {
+  PdlLaunchDependents();
+  PdlWait();
+  __shared__ int32_t count[kMaxMoeExperts + 1];
+  __shared__ int32_t off[kMaxMoeExperts + 1];
+  for (int e = threadIdx.x; e <= E; e += blockDim.x) count[e] = 0;
+  __syncthreads();
+  for (int a = threadIdx.x; a < A; a += blockDim.x) {
+    const int e = experts[a];
+    if (e >= 0 && e < E) atomicAdd(&count[e + 1], 1);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    off[0] = 0;
+    for (int e = 0; e < E; ++e) off[e + 1] = off[e] + count[e + 1];
+    for (int e = 0; e <= E; ++e) offsets[e] = off[e];
+    MoePlanTiles(off, E, tiles);
+  }
+  __syncthreads();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  const unsigned below = (1u << lane) - 1u;
+  for (int e = warp; e < E; e += warps) {
+    int at = off[e];
+    for (int a0 = 0; a0 < A; a0 += 32) {
+      const int a = a0 + lane;
+      const bool mine = a < A && experts[a] == e;
+      const unsigned mask = __ballot_sync(0xffffffffu, mine);
+      if (mine) {
+        const int r = at + __popc(mask & below);
+        order[r] = a;
+        slot_of[a] = r;
+      }
+      at += __popc(mask);
+    }
+  }
+}
+
+// Grouped GEMM on the CUDA cores: a block takes kMoeTileRows rows of one
+// group and kCols output columns (a thread a column), K in steps of kK
+// through shared memory (x as floats; w transposed, padded against bank
+// conflicts).
+constexpr int kCols = 128;
+constexpr int kK = 32;
+__global__ void __launch_bounds__(kCols) MoeGemmKernel(const MoeGemmParams p) {
+  PdlLaunchDependents();
+  PdlWait();
+  __shared__ float xs[kMoeTileRows][kK];
+  __shared__ float ws[kCols][kK + 1];
+  int e = 0, row0 = 0, row_end = p.rows;
+  if (p.offsets != nullptr) {
+    e = MoeTileExpert(blockIdx.y, p.tiles, p.offsets, p.num_experts, &row0);
+    if (e < 0) return;
+    row_end = p.offsets[e + 1];
+  } else {
+    row0 = blockIdx.y * kMoeTileRows;
+    if (row0 >= row_end) return;
+  }
+  const int rows = min(kMoeTileRows, row_end - row0);
+  const int n0 = blockIdx.x * kCols, tid = threadIdx.x, n = n0 + tid;
+  const bf16_t* w = p.w + static_cast<int64_t>(e) * p.N * p.K;
+  // acc[r]: row r of the tile at column n.
+  float acc[kMoeTileRows];
+#pragma unroll
+  for (int r = 0; r < kMoeTileRows; ++r) acc[r] = 0.f;
+  for (int k0 = 0; k0 < p.K; k0 += kK) {
+#pragma unroll
+    for (int i = 0; i < kMoeTileRows * kK / kCols; ++i) {
+      const int idx = tid + i * kCols, r = idx / kK, kk = idx % kK;
+      float v = 0.f;
+      if (r < rows && k0 + kk < p.K) {
+        const int g = row0 + r;
+        const int64_t src = p.order != nullptr ? p.order[g] / p.div : g;
+        v = Bf(p.x[src * p.K + k0 + kk]);
+      }
+      xs[r][kk] = v;
+    }
+#pragma unroll 4
+    for (int i = 0; i < kCols * kK / kCols; ++i) {
+      const int idx = tid + i * kCols, c = idx / kK, kk = idx % kK;
+      const int nn = n0 + c;
+      ws[c][kk] = nn < p.N && k0 + kk < p.K ? Bf(w[static_cast<int64_t>(nn) * p.K + k0 + kk]) : 0.f;
+    }
+    __syncthreads();
+#pragma unroll 8
+    for (int kk = 0; kk < kK; ++kk) {
+      const float wv = ws[tid][kk];
+#pragma unroll
+      for (int r = 0; r < kMoeTileRows; ++r) acc[r] = fmaf(xs[r][kk], wv, acc[r]);
+    }
+    __syncthreads();
+  }
+  const float b = p.bias != nullptr && n < p.N ? p.bias[static_cast<int64_t>(e) * p.N + n] : 0.f;
+  if (p.epilogue == MoeEpilogue::kStore) {
+    if (n >= p.N) return;
+    for (int r = 0; r < rows; ++r) p.y[static_cast<int64_t>(row0 + r) * p.N + n] = acc[r] + b;
+    return;
+  }
+  // Gated: column 2j is gate j, 2j + 1 up j; the pair sits in lanes 2i and
+  // 2i + 1 of a warp (n0 and kCols are even). Every lane shuffles.
+  const int half = p.N / 2;
+#pragma unroll
+  for (int r = 0; r < kMoeTileRows; ++r) {
+    const float v = acc[r] + b;
+    const float up = __shfl_xor_sync(0xffffffffu, v, 1);
+    if ((tid & 1) != 0 || n >= p.N || r >= rows) continue;
+    float gate = v, u = up, out;
+    if (p.epilogue == MoeEpilogue::kClampedSwiglu) {
+      gate = fminf(gate, p.limit);
+      u = fminf(fmaxf(u, -p.limit), p.limit);
+      out = (u + 1.f) * gate / (1.f + expf(-1.702f * gate));
+    } else {
+      out = gate / (1.f + expf(-gate)) * u;
+    }
+    p.act[static_cast<int64_t>(row0 + r) * half + n / 2] = ToBf(out);
+  }
+}
+
+// A block per token and 256 columns.
+__global__ void MoeCombineKernel(const float* y, const int32_t* slot_of, const float* weights,
+                                 int k, int H, float* x) {
+  PdlLaunchDependents();
+  PdlWait();
+  const int t = blockIdx.x, h = blockIdx.y * blockDim.x + threadIdx.x;
+  if (h >= H) return;
+  float s = 0.f;
+  for (int j = 0; j < k; ++j) {
+    const int64_t a = static_cast<int64_t>(t) * k + j;
+    s += weights[a] * y[static_cast<int64_t>(slot_of[a]) * H + h];
+  }
+  x[static_cast<int64_t>(t) * H + h] += s;
+}
+
+}  // namespace
+
+cudaError_t LaunchMoeRoute(const float* logits, int tokens, int num_experts, int k,
+                           bool softmax_first, bool renormalize, int32_t* experts, float* weights,
+                           LaunchConfig launch) {
+  if (num_experts <= 0 || num_experts > kMaxMoeExperts || k <= 0 || k > num_experts ||
+      k > kMaxMoeTopK)
+    return cudaErrorInvalidValue;
+  if (tokens <= 0) return cudaSuccess;
+  return LaunchPdl(MoeRouteKernel, dim3((tokens + 127) / 128), dim3(128), 0, launch, logits, tokens,
+                   num_experts, k, softmax_first, renormalize, experts, weights);
+}
+
+cudaError_t LaunchMoePlan(const int32_t* experts, int assignments, int num_experts,
+                          int32_t* offsets, int32_t* tiles, int32_t* order, int32_t* slot_of,
+                          LaunchConfig launch) {
+  if (num_experts <= 0 || num_experts > kMaxMoeExperts || assignments < 0)
+    return cudaErrorInvalidValue;
+  return LaunchPdl(MoePlanKernel, dim3(1), dim3(kPlanThreads), 0, launch, experts, assignments,
+                   num_experts, offsets, tiles, order, slot_of);
+}
+
+cudaError_t LaunchMoeGemm(const MoeGemmParams& p, LaunchConfig launch) {
+  if (p.N <= 0 || p.K <= 0 || p.num_experts <= 0 || p.div <= 0) return cudaErrorInvalidValue;
+  const bool gated = p.epilogue != MoeEpilogue::kStore;
+  if (gated ? (p.act == nullptr || p.N % 2 != 0) : p.y == nullptr) return cudaErrorInvalidValue;
+  if (p.offsets != nullptr && (p.tiles == nullptr || p.num_experts > kMaxMoeExperts))
+    return cudaErrorInvalidValue;
+  const int tiles = p.offsets != nullptr ? p.max_tiles : (p.rows + kMoeTileRows - 1) / kMoeTileRows;
+  if (tiles <= 0) return cudaSuccess;
+  return LaunchPdl(MoeGemmKernel, dim3((p.N + kCols - 1) / kCols, tiles), dim3(kCols), 0, launch,
+                   p);
+}
+
+cudaError_t LaunchMoeCombine(const float* y, const int32_t* slot_of, const float* weights,
+                             int tokens, int k, int H, float* x, LaunchConfig launch) {
+  if (k <= 0 || H <= 0) return cudaErrorInvalidValue;
+  if (tokens <= 0) return cudaSuccess;
+  return LaunchPdl(MoeCombineKernel, dim3(tokens, (H + 255) / 256), dim3(256), 0, launch, y,
+                   slot_of, weights, k, H, x);
+}
+
+}  // namespace agentkv::cuda
