@@ -474,6 +474,10 @@ Status CudaBackend::Enqueue(const cuda::StepShape& s, int slot) {
     if (c.sandwich_norm)
       CUDA_RETURN_IF_ERROR(cuda::LaunchAddNormed(o, L.post_attn_norm, x, L.pre_ff_norm, h, T, H,
                                                  eps, plus_one, launch_));
+    if (L.router != nullptr) {  // a mixture-of-experts layer
+      RETURN_IF_ERROR(MoeMlp(L, T));
+      continue;
+    }
     const int act_kind = c.activation == Activation::kSilu ? 0 : 1;
     // One or two rows: the MLP norm, the gate_up GEMV and the activation in
     // one kernel. (Sandwich norms: AddNormed above already wrote h.)

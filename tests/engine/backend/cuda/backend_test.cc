@@ -184,7 +184,8 @@ struct ArchCase {
 };
 
 std::string CaseName(const ArchCase& c) {
-  static const char* kNames[] = {"llama", "qwen2", "qwen3", "mistral", "gemma3"};
+  static const char* kNames[] = {"llama",  "qwen2",   "qwen3",    "mistral",
+                                 "gemma3", "gpt_oss", "qwen3_moe"};
   return std::string(kNames[static_cast<int>(c.arch)]) + "_c" + std::to_string(c.chunk) + "_b" +
          std::to_string(c.block_size) + (c.wide ? "_wide" : "");
 }
@@ -243,16 +244,22 @@ TEST_P(CudaBackendVsCpu, LogitsAndGreedyMatch) {
   EXPECT_GT(gpu->graph_steps(), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, CudaBackendVsCpu,
-                         ::testing::Values(ArchCase{Architecture::kLlama, 16, 16},
-                                           ArchCase{Architecture::kQwen2, 7, 4},
-                                           ArchCase{Architecture::kQwen3, 64, 16},
-                                           ArchCase{Architecture::kMistral, 5, 8},
-                                           ArchCase{Architecture::kGemma3, 6, 4},
-                                           ArchCase{Architecture::kGemma3, 64, 2},
-                                           ArchCase{Architecture::kQwen3, 16, 16, true},
-                                           ArchCase{Architecture::kGemma3, 7, 4, true}),
-                         [](const auto& info) { return CaseName(info.param); });
+INSTANTIATE_TEST_SUITE_P(
+    Archs, CudaBackendVsCpu,
+    ::testing::Values(
+        ArchCase{Architecture::kLlama, 16, 16}, ArchCase{Architecture::kQwen2, 7, 4},
+        ArchCase{Architecture::kQwen3, 64, 16}, ArchCase{Architecture::kMistral, 5, 8},
+        ArchCase{Architecture::kGemma3, 6, 4}, ArchCase{Architecture::kGemma3, 64, 2},
+        ArchCase{Architecture::kQwen3, 16, 16, true}, ArchCase{Architecture::kGemma3, 7, 4, true},
+        // Experts, attention sinks, o_proj bias, YaRN,
+        // sliding window 7 (GPT-OSS); experts beside a
+        // dense layer, q/k norms (Qwen3-MoE). The wide
+        // form runs head_dim 64: the tensor-core
+        // attention kernels with sinks.
+        ArchCase{Architecture::kGptOss, 7, 4}, ArchCase{Architecture::kGptOss, 64, 16},
+        ArchCase{Architecture::kGptOss, 64, 16, true}, ArchCase{Architecture::kQwen3Moe, 16, 16},
+        ArchCase{Architecture::kQwen3Moe, 5, 8, true}),
+    [](const auto& info) { return CaseName(info.param); });
 
 // The kernels CudaTuning's switches fall back on, each switch away from its
 // default (in two sets, as some exclude others), teacher-forced against the
@@ -821,7 +828,8 @@ INSTANTIATE_TEST_SUITE_P(Archs, CudaFp8VsCpuFp8,
                                            ArchCase{Architecture::kQwen2, 7, 4},
                                            ArchCase{Architecture::kGemma3, 6, 4},
                                            ArchCase{Architecture::kGemma3, 64, 2},
-                                           ArchCase{Architecture::kQwen3, 16, 16, true}),
+                                           ArchCase{Architecture::kQwen3, 16, 16, true},
+                                           ArchCase{Architecture::kGptOss, 7, 4}),
                          [](const auto& info) { return CaseName(info.param); });
 
 // fp8 blocks saved (ReadBlock) and restored (WriteBlock) continue exactly as
