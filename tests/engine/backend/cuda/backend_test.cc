@@ -173,6 +173,9 @@ ModelConfig WideConfig(Architecture arch) {
   c.num_kv_heads = 1;
   c.head_dim = 64;
   c.vocab_size = 192;
+  // GPT-OSS has no q/k norms: given them here for the reason above (its
+  // sinks, biases, YaRN and experts all still run).
+  if (arch == Architecture::kGptOss) c.qk_norm = true;
   return c;
 }
 
@@ -264,6 +267,22 @@ INSTANTIATE_TEST_SUITE_P(
 // The kernels CudaTuning's switches fall back on, each switch away from its
 // default (in two sets, as some exclude others), teacher-forced against the
 // CPU as LogitsAndGreedyMatch is; and the step log written where it asks.
+// Expert shapes the MoE kernels do not take are refused at creation, with
+// the reason, not run wrong.
+TEST(CudaBackend, RefusesExpertShapesTheKernelsLack) {
+  AGENTKV_REQUIRE_GPU();
+  ModelConfig many = SmallConfig(Architecture::kGptOss);
+  many.moe.num_experts = 1025;  // past kMaxMoeExperts
+  ModelConfig gelu = SmallConfig(Architecture::kQwen3Moe);
+  gelu.activation = Activation::kGeluTanh;  // experts take (clamped) SwiGLU only
+  for (const ModelConfig& c : {many, gelu}) {
+    const MapWeights w = Bf16Weights(c, 3);
+    auto b = CudaBackend::Create(c, w, CudaBackendOptions{});
+    ASSERT_FALSE(b.ok());
+    EXPECT_EQ(b.status().code(), StatusCode::kInvalidArgument) << b.status().ToString();
+  }
+}
+
 TEST(CudaBackend, TuningSwitchesKeepTheCpusLogits) {
   AGENTKV_REQUIRE_GPU();
   const std::string log_path = ::testing::TempDir() + "cuda_tuning_steps.log";

@@ -191,6 +191,7 @@ cudaError_t LaunchMoeGemm(const MoeGemmParams& p, LaunchConfig launch) {
     return cudaErrorInvalidValue;
   const int tiles = p.offsets != nullptr ? p.max_tiles : (p.rows + kMoeTileRows - 1) / kMoeTileRows;
   if (tiles <= 0) return cudaSuccess;
+  if (tiles > 65535) return cudaErrorInvalidValue;  // (the grid's y extent)
   return LaunchPdl(MoeGemmKernel, dim3((p.N + kCols - 1) / kCols, tiles), dim3(kCols), 0, launch,
                    p);
 }

@@ -54,7 +54,8 @@ enum class MoeEpilogue {
 // where order is given (the token of an assignment), else r. Tiles of
 // kMoeTileRows rows come from `tiles` (MoePlanTiles); the grid holds
 // max_tiles of them (MoeMaxTiles), the ones past tiles[E] exit.
-// With offsets null: one group of `rows` rows, expert 0 (the router).
+// With offsets null: one group of `rows` rows, expert 0 (the router). At
+// most 65,535 tiles (cudaErrorInvalidValue past that).
 // fp32 accumulation on the CUDA cores: a first, correct version (the
 // path to speed: tensor-core tiles, TMA, and the decode form as one
 // weight-streaming GEMV per expert).

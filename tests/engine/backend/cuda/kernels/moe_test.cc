@@ -82,6 +82,17 @@ TEST(CudaMoe, RouteAndPlanMatchThePureFunctions) {
   odd.epilogue = cuda::MoeEpilogue::kSwiglu;
   odd.act = reinterpret_cast<cuda::bf16_t*>(&odd);
   EXPECT_EQ(cuda::LaunchMoeGemm(odd, nullptr), cudaErrorInvalidValue);
+  cuda::MoeGemmParams tall;  // more row tiles than a grid holds
+  tall.N = 8;
+  tall.K = 16;
+  tall.rows = 65536 * cuda::kMoeTileRows;
+  tall.y = reinterpret_cast<float*>(&tall);
+  EXPECT_EQ(cuda::LaunchMoeGemm(tall, nullptr), cudaErrorInvalidValue);
+  cuda::MoeGemmParams no_tiles = tall;  // groups without their tiles
+  no_tiles.rows = 0;
+  no_tiles.offsets = reinterpret_cast<const int32_t*>(&tall);
+  no_tiles.max_tiles = 1;
+  EXPECT_EQ(cuda::LaunchMoeGemm(no_tiles, nullptr), cudaErrorInvalidValue);
 }
 
 struct LayerCase {
