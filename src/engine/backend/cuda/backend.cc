@@ -469,6 +469,7 @@ Status CudaBackend::EnsureCapacity(int64_t tokens, int64_t seqs,
   static_assert(kSlots == 2, "one entry per slot above");
   for (const Want& wt : wants) {
     RETURN_IF_ERROR(wt.buf->Allocate(static_cast<size_t>(wt.bytes)));
+    if (wt.bytes == 0) continue;  // (the MoE workspaces of a dense model)
     // Padding rows of graph steps read what is there: never leave it undefined.
     CUDA_RETURN_IF_ERROR(cudaMemsetAsync(wt.buf->get(), 0, wt.bytes, stream_));
   }

@@ -72,6 +72,46 @@ __global__ void __launch_bounds__(kPlanThreads)
 // conflicts).
 constexpr int kCols = 128;
 constexpr int kK = 32;
+
+// acc[r] (r < R) += row r of the tile . w[n] over all K; R: the rows the
+// tile is known to fit in (a decode step's tile of one to four rows then
+// does a quarter of the arithmetic of a full one for the same weight
+// traffic: the GEMV form).
+template <int R>
+__device__ __forceinline__ void Accumulate(const MoeGemmParams& p, const bf16_t* w, int row0,
+                                           int rows, int n0, float (&acc)[kMoeTileRows],
+                                           float (*xs)[kK], float (*ws)[kK + 1]) {
+  const int tid = threadIdx.x;
+  for (int k0 = 0; k0 < p.K; k0 += kK) {
+#pragma unroll
+    for (int i = 0; i < R * kK / kCols + (R * kK % kCols != 0); ++i) {
+      const int idx = tid + i * kCols, r = idx / kK, kk = idx % kK;
+      if (r >= R) break;
+      float v = 0.f;
+      if (r < rows && k0 + kk < p.K) {
+        const int g = row0 + r;
+        const int64_t src = p.order != nullptr ? p.order[g] / p.div : g;
+        v = Bf(p.x[src * p.K + k0 + kk]);
+      }
+      xs[r][kk] = v;
+    }
+#pragma unroll 4
+    for (int i = 0; i < kK; ++i) {  // kCols * kK elements, kCols threads
+      const int idx = tid + i * kCols, c = idx / kK, kk = idx % kK;
+      const int nn = n0 + c;
+      ws[c][kk] = nn < p.N && k0 + kk < p.K ? Bf(w[static_cast<int64_t>(nn) * p.K + k0 + kk]) : 0.f;
+    }
+    __syncthreads();
+#pragma unroll 8
+    for (int kk = 0; kk < kK; ++kk) {
+      const float wv = ws[tid][kk];
+#pragma unroll
+      for (int r = 0; r < R; ++r) acc[r] = fmaf(xs[r][kk], wv, acc[r]);
+    }
+    __syncthreads();
+  }
+}
+
 __global__ void __launch_bounds__(kCols) MoeGemmKernel(const MoeGemmParams p) {
   PdlLaunchDependents();
   PdlWait();
@@ -93,32 +133,11 @@ __global__ void __launch_bounds__(kCols) MoeGemmKernel(const MoeGemmParams p) {
   float acc[kMoeTileRows];
 #pragma unroll
   for (int r = 0; r < kMoeTileRows; ++r) acc[r] = 0.f;
-  for (int k0 = 0; k0 < p.K; k0 += kK) {
-#pragma unroll
-    for (int i = 0; i < kMoeTileRows * kK / kCols; ++i) {
-      const int idx = tid + i * kCols, r = idx / kK, kk = idx % kK;
-      float v = 0.f;
-      if (r < rows && k0 + kk < p.K) {
-        const int g = row0 + r;
-        const int64_t src = p.order != nullptr ? p.order[g] / p.div : g;
-        v = Bf(p.x[src * p.K + k0 + kk]);
-      }
-      xs[r][kk] = v;
-    }
-#pragma unroll 4
-    for (int i = 0; i < kCols * kK / kCols; ++i) {
-      const int idx = tid + i * kCols, c = idx / kK, kk = idx % kK;
-      const int nn = n0 + c;
-      ws[c][kk] = nn < p.N && k0 + kk < p.K ? Bf(w[static_cast<int64_t>(nn) * p.K + k0 + kk]) : 0.f;
-    }
-    __syncthreads();
-#pragma unroll 8
-    for (int kk = 0; kk < kK; ++kk) {
-      const float wv = ws[tid][kk];
-#pragma unroll
-      for (int r = 0; r < kMoeTileRows; ++r) acc[r] = fmaf(xs[r][kk], wv, acc[r]);
-    }
-    __syncthreads();
+  // (rows is the same for the whole block: both branches synchronise alike.)
+  if (rows <= 4) {
+    Accumulate<4>(p, w, row0, rows, n0, acc, xs, ws);
+  } else {
+    Accumulate<kMoeTileRows>(p, w, row0, rows, n0, acc, xs, ws);
   }
   const float b = p.bias != nullptr && n < p.N ? p.bias[static_cast<int64_t>(e) * p.N + n] : 0.f;
   if (p.epilogue == MoeEpilogue::kStore) {
