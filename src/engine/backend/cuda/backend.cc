@@ -10,6 +10,7 @@
 #include "engine/backend/cuda/kernels/attention.h"
 #include "engine/backend/cuda/kernels/fp8_kv.h"
 #include "engine/backend/cuda/kernels/gemv.h"
+#include "engine/backend/cuda/kernels/moe_plan.h"
 #include "engine/backend/cuda/kernels/norm.h"
 #include "engine/backend/cuda/kernels/wgmma_gemm.h"
 #include "engine/backend/cuda/kernels/wgmma_prompt_gemm.h"
@@ -93,6 +94,18 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::Create(const ModelConfig& conf
                          std::to_string(config.head_dim));
   if (config.num_heads / config.num_kv_heads > 16)
     return Unimplemented("cuda backend: more than 16 query heads per KV head");
+  if (config.quant.quantized())
+    return Unimplemented(
+        "cuda backend: quantized checkpoints (mxfp4, fp8) run on --device cpu only for now");
+  if (config.IsMoe() &&
+      (config.moe.num_experts > cuda::kMaxMoeExperts ||
+       config.moe.experts_per_token > cuda::kMaxMoeTopK || config.moe.experts_per_token <= 0 ||
+       config.moe.experts_per_token > config.moe.num_experts))
+    return InvalidArgument("cuda backend: " + std::to_string(config.moe.num_experts) +
+                           " experts, " + std::to_string(config.moe.experts_per_token) +
+                           " per token: more than the MoE kernels take");
+  if (config.IsMoe() && config.moe.swiglu_limit <= 0.f && config.activation != Activation::kSilu)
+    return InvalidArgument("cuda backend: experts take SwiGLU or GPT-OSS's clamped SwiGLU only");
   if (options.kv_dtype != KvDtype::kBF16 && options.kv_dtype != KvDtype::kFP8E4M3)
     return InvalidArgument(std::string("cuda backend: KV dtype ") + KvDtypeName(options.kv_dtype) +
                            " is not supported (bf16 or fp8_e4m3)");
