@@ -62,8 +62,9 @@
 // rows with the (clamped) SwiGLU in its epilogue, the down GEMM, and the
 // weighted sum into the residual. Every size but the groups' comes from
 // the host, so these steps are graph-captured as the dense ones. The
-// grouped GEMM runs on the CUDA cores for now; a decode step's tile per
-// expert streams that expert's weights once (a GEMV per selected expert).
+// grouped GEMM is a plain WMMA kernel for now (tiles of 16 rows, no
+// pipelining); a decode step's tile per expert streams that expert's
+// weights once (a GEMV per selected expert).
 //
 // K and V reach the cache before attention (QkvPostStore, or the fused
 // decode kernel) except where a ring slot they overwrite may still be read

@@ -1,5 +1,6 @@
 // Mixture-of-experts kernels (moe.h).
 #include <cuda_bf16.h>
+#include <mma.h>
 
 #include "engine/backend/cuda/kernels/block_reduce.cuh"
 #include "engine/backend/cuda/kernels/moe.h"
@@ -10,6 +11,8 @@ namespace agentkv::cuda {
 namespace {
 
 using namespace reduce;
+using namespace nvcuda;
+using bf16 = __nv_bfloat16;
 
 // A thread per token: E * k comparisons, a few thousand at most.
 __global__ void MoeRouteKernel(const float* logits, int tokens, int E, int k, bool softmax_first,
@@ -112,33 +115,29 @@ __device__ __forceinline__ void Accumulate(const MoeGemmParams& p, const bf16_t*
   }
 }
 
-__global__ void __launch_bounds__(kCols) MoeGemmKernel(const MoeGemmParams p) {
-  PdlLaunchDependents();
-  PdlWait();
-  __shared__ float xs[kMoeTileRows][kK];
-  __shared__ float ws[kCols][kK + 1];
-  int e = 0, row0 = 0, row_end = p.rows;
+// The group, first row and row count of this block's tile (blockIdx.y);
+// false past the last tile.
+__device__ __forceinline__ bool TileOf(const MoeGemmParams& p, int& e, int& row0, int& rows) {
+  e = 0;
+  row0 = 0;
+  int row_end = p.rows;
   if (p.offsets != nullptr) {
     e = MoeTileExpert(blockIdx.y, p.tiles, p.offsets, p.num_experts, &row0);
-    if (e < 0) return;
+    if (e < 0) return false;
     row_end = p.offsets[e + 1];
   } else {
     row0 = blockIdx.y * kMoeTileRows;
-    if (row0 >= row_end) return;
+    if (row0 >= row_end) return false;
   }
-  const int rows = min(kMoeTileRows, row_end - row0);
-  const int n0 = blockIdx.x * kCols, tid = threadIdx.x, n = n0 + tid;
-  const bf16_t* w = p.w + static_cast<int64_t>(e) * p.N * p.K;
-  // acc[r]: row r of the tile at column n.
-  float acc[kMoeTileRows];
-#pragma unroll
-  for (int r = 0; r < kMoeTileRows; ++r) acc[r] = 0.f;
-  // (rows is the same for the whole block: both branches synchronise alike.)
-  if (rows <= 4) {
-    Accumulate<4>(p, w, row0, rows, n0, acc, xs, ws);
-  } else {
-    Accumulate<kMoeTileRows>(p, w, row0, rows, n0, acc, xs, ws);
-  }
+  rows = min(kMoeTileRows, row_end - row0);
+  return true;
+}
+
+// Column n of the tile's rows (acc[r], r < rows): bias, then stored (fp32)
+// or through the gated activation (bf16). Every thread of the block calls
+// it (the gated form shuffles between lane pairs).
+__device__ __forceinline__ void Epilogue(const MoeGemmParams& p, int e, int row0, int rows, int n,
+                                         const float (&acc)[kMoeTileRows]) {
   const float b = p.bias != nullptr && n < p.N ? p.bias[static_cast<int64_t>(e) * p.N + n] : 0.f;
   if (p.epilogue == MoeEpilogue::kStore) {
     if (n >= p.N) return;
@@ -152,7 +151,7 @@ __global__ void __launch_bounds__(kCols) MoeGemmKernel(const MoeGemmParams p) {
   for (int r = 0; r < kMoeTileRows; ++r) {
     const float v = acc[r] + b;
     const float up = __shfl_xor_sync(0xffffffffu, v, 1);
-    if ((tid & 1) != 0 || n >= p.N || r >= rows) continue;
+    if ((threadIdx.x & 1) != 0 || n >= p.N || r >= rows) continue;
     float gate = v, u = up, out;
     if (p.epilogue == MoeEpilogue::kClampedSwiglu) {
       gate = fminf(gate, p.limit);
@@ -163,6 +162,107 @@ __global__ void __launch_bounds__(kCols) MoeGemmKernel(const MoeGemmParams p) {
     }
     p.act[static_cast<int64_t>(row0 + r) * half + n / 2] = ToBf(out);
   }
+}
+
+__global__ void __launch_bounds__(kCols) MoeGemmKernel(const MoeGemmParams p) {
+  PdlLaunchDependents();
+  PdlWait();
+  __shared__ float xs[kMoeTileRows][kK];
+  __shared__ float ws[kCols][kK + 1];
+  int e, row0, rows;
+  if (!TileOf(p, e, row0, rows)) return;
+  const int n0 = blockIdx.x * kCols;
+  const bf16_t* w = p.w + static_cast<int64_t>(e) * p.N * p.K;
+  // acc[r]: row r of the tile at column n.
+  float acc[kMoeTileRows];
+#pragma unroll
+  for (int r = 0; r < kMoeTileRows; ++r) acc[r] = 0.f;
+  // (rows is the same for the whole block: both branches synchronise alike.)
+  if (rows <= 4) {
+    Accumulate<4>(p, w, row0, rows, n0, acc, xs, ws);
+  } else {
+    Accumulate<kMoeTileRows>(p, w, row0, rows, n0, acc, xs, ws);
+  }
+  Epilogue(p, e, row0, rows, n0 + threadIdx.x, acc);
+}
+
+// The same tiles on the tensor cores (WMMA bf16 -> fp32, 16 x 16 x 16): each
+// of the four warps takes 32 of the block's kCols columns; K in steps of kK
+// through shared memory (rows padded to kLd elements: 16-byte aligned,
+// off the bank pattern), the product through shared memory to the
+// epilogue above. No pipelining yet: the next step for speed (with wider
+// row tiles for prefill).
+constexpr int kLd = kK + 8;
+constexpr int kCld = kCols + 4;
+__global__ void __launch_bounds__(kCols) MoeGemmWmmaKernel(const MoeGemmParams p) {
+  PdlLaunchDependents();
+  PdlWait();
+  __shared__ __align__(32) bf16 xs[kMoeTileRows * kLd];
+  __shared__ __align__(32) bf16 ws[kCols * kLd];
+  __shared__ __align__(32) float cs[kMoeTileRows * kCld];
+  int e, row0, rows;
+  if (!TileOf(p, e, row0, rows)) return;
+  const int n0 = blockIdx.x * kCols, tid = threadIdx.x, warp = tid >> 5;
+  const bf16* w = reinterpret_cast<const bf16*>(p.w) + static_cast<int64_t>(e) * p.N * p.K;
+  const bf16* x = reinterpret_cast<const bf16*>(p.x);
+  const bool vec = p.K % 8 == 0;  // 16-byte loads of whole 8-element chunks
+  const bf16 zero = __float2bfloat16(0.f);
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2];
+  wmma::fill_fragment(acc[0], 0.f);
+  wmma::fill_fragment(acc[1], 0.f);
+  for (int k0 = 0; k0 < p.K; k0 += kK) {
+    // x: kMoeTileRows rows x kK / 8 chunks of 8 (64 chunks: threads 0-63).
+    if (tid < kMoeTileRows * kK / 8) {
+      const int r = tid / (kK / 8), c = tid % (kK / 8), k = k0 + c * 8;
+      bf16* dst = xs + r * kLd + c * 8;
+      const bf16* src = nullptr;
+      if (r < rows) {
+        const int g = row0 + r;
+        const int64_t row = p.order != nullptr ? p.order[g] / p.div : g;
+        src = x + row * p.K + k;
+      }
+      if (src != nullptr && vec && k + 8 <= p.K) {
+        *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+      } else {
+        for (int i = 0; i < 8; ++i) dst[i] = src != nullptr && k + i < p.K ? src[i] : zero;
+      }
+    }
+    // w: kCols rows x kK / 8 chunks (512: four a thread).
+#pragma unroll
+    for (int j = 0; j < kCols * kK / 8 / kCols; ++j) {
+      const int idx = tid + j * kCols, c = idx / (kK / 8), q = idx % (kK / 8);
+      const int nn = n0 + c, k = k0 + q * 8;
+      bf16* dst = ws + c * kLd + q * 8;
+      const bf16* src = nn < p.N ? w + static_cast<int64_t>(nn) * p.K + k : nullptr;
+      if (src != nullptr && vec && k + 8 <= p.K) {
+        *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+      } else {
+        for (int i = 0; i < 8; ++i) dst[i] = src != nullptr && k + i < p.K ? src[i] : zero;
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < kK; kk += 16) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> a;
+      wmma::load_matrix_sync(a, xs + kk, kLd);
+#pragma unroll
+      for (int f = 0; f < 2; ++f) {
+        // B (k x n) at ws[n][k]: column-major with leading dimension kLd.
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> b;
+        wmma::load_matrix_sync(b, ws + (warp * 32 + f * 16) * kLd + kk, kLd);
+        wmma::mma_sync(acc[f], a, b, acc[f]);
+      }
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int f = 0; f < 2; ++f)
+    wmma::store_matrix_sync(cs + warp * 32 + f * 16, acc[f], kCld, wmma::mem_row_major);
+  __syncthreads();
+  float out[kMoeTileRows];
+#pragma unroll
+  for (int r = 0; r < kMoeTileRows; ++r) out[r] = cs[r * kCld + tid];
+  Epilogue(p, e, row0, rows, n0 + tid, out);
 }
 
 // A block per token and 256 columns.
@@ -211,8 +311,8 @@ cudaError_t LaunchMoeGemm(const MoeGemmParams& p, LaunchConfig launch) {
   const int tiles = p.offsets != nullptr ? p.max_tiles : (p.rows + kMoeTileRows - 1) / kMoeTileRows;
   if (tiles <= 0) return cudaSuccess;
   if (tiles > 65535) return cudaErrorInvalidValue;  // (the grid's y extent)
-  return LaunchPdl(MoeGemmKernel, dim3((p.N + kCols - 1) / kCols, tiles), dim3(kCols), 0, launch,
-                   p);
+  return LaunchPdl(p.tensor_cores ? MoeGemmWmmaKernel : MoeGemmKernel,
+                   dim3((p.N + kCols - 1) / kCols, tiles), dim3(kCols), 0, launch, p);
 }
 
 cudaError_t LaunchMoeCombine(const float* y, const int32_t* slot_of, const float* weights,

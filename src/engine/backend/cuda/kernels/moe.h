@@ -56,9 +56,12 @@ enum class MoeEpilogue {
 // max_tiles of them (MoeMaxTiles), the ones past tiles[E] exit.
 // With offsets null: one group of `rows` rows, expert 0 (the router). At
 // most 65,535 tiles (cudaErrorInvalidValue past that).
-// fp32 accumulation on the CUDA cores: a first, correct version (the
-// path to speed: tensor-core tiles, TMA, and the decode form as one
-// weight-streaming GEMV per expert).
+// fp32 accumulation; tiles on the tensor cores (WMMA), or with
+// tensor_cores false on the CUDA cores (the plain form the tests compare
+// against). Each tile streams its expert's weight columns once, so a decode
+// step is one weight-streaming pass per selected expert. The path to speed:
+// pipelined (cp.async / TMA) stages, wider row tiles for prefill, the
+// warpgroup MMA.
 struct MoeGemmParams {
   const bf16_t* x = nullptr;  // [*][K]
   const int32_t* order = nullptr;
@@ -75,6 +78,7 @@ struct MoeGemmParams {
   float limit = 0.f;      // kClampedSwiglu
   float* y = nullptr;     // kStore
   bf16_t* act = nullptr;  // the gated forms
+  bool tensor_cores = true;
 };
 cudaError_t LaunchMoeGemm(const MoeGemmParams& p, LaunchConfig launch);
 

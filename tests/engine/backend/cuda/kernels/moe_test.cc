@@ -146,8 +146,8 @@ TEST_P(CudaMoeLayer, MatchesCpuMoe) {
     std::copy(inter.begin(), inter.end(), gu_dev.begin() + static_cast<size_t>(e) * 2 * I * H);
   }
   if (lc.gpt_oss) gub_dev = Interleaved(w.gate_up_bias, E, I);
-  auto dh = Upload(Bf16Of(h)), dx = Upload(x0), drouter = Upload(Bf16Of(w.router)),
-       dgu = Upload(Bf16Of(gu_dev)), ddown = Upload(Bf16Of(w.down));
+  auto dh = Upload(Bf16Of(h)), drouter = Upload(Bf16Of(w.router)), dgu = Upload(Bf16Of(gu_dev)),
+       ddown = Upload(Bf16Of(w.down));
   auto drb = Upload(lc.gpt_oss ? w.router_bias : std::vector<float>(1)),
        dgub = Upload(lc.gpt_oss ? gub_dev : std::vector<float>(1)),
        ddb = Upload(lc.gpt_oss ? w.down_bias : std::vector<float>(1));
@@ -156,8 +156,6 @@ TEST_P(CudaMoeLayer, MatchesCpuMoe) {
   auto weights = Poisoned<float>(A);
   auto off = Poisoned<int32_t>(E + 1), tiles = Poisoned<int32_t>(E + 1),
        order = Poisoned<int32_t>(A), slot = Poisoned<int32_t>(A);
-  auto act = Poisoned<uint16_t>(static_cast<size_t>(A) * I);
-  auto y = Poisoned<float>(static_cast<size_t>(A) * H);
 
   cuda::MoeGemmParams router;
   router.x = dh.get<cuda::bf16_t>();
@@ -175,45 +173,53 @@ TEST_P(CudaMoeLayer, MatchesCpuMoe) {
       cuda::LaunchMoePlan(experts.get<int32_t>(), A, E, off.get<int32_t>(), tiles.get<int32_t>(),
                           order.get<int32_t>(), slot.get<int32_t>(), nullptr),
       cudaSuccess);
-  cuda::MoeGemmParams g;
-  g.x = dh.get<cuda::bf16_t>();
-  g.order = order.get<int32_t>();
-  g.div = K;
-  g.w = dgu.get<cuda::bf16_t>();
-  g.bias = lc.gpt_oss ? dgub.get<float>() : nullptr;
-  g.N = 2 * I;
-  g.K = H;
-  g.offsets = off.get<int32_t>();
-  g.tiles = tiles.get<int32_t>();
-  g.num_experts = E;
-  g.max_tiles = cuda::MoeMaxTiles(A, E);
-  g.epilogue = lc.gpt_oss ? cuda::MoeEpilogue::kClampedSwiglu : cuda::MoeEpilogue::kSwiglu;
-  g.limit = 7.f;
-  g.act = act.get<cuda::bf16_t>();
-  ASSERT_EQ(cuda::LaunchMoeGemm(g, nullptr), cudaSuccess);
-  cuda::MoeGemmParams d = g;
-  d.x = act.get<cuda::bf16_t>();
-  d.order = nullptr;
-  d.div = 1;
-  d.w = ddown.get<cuda::bf16_t>();
-  d.bias = lc.gpt_oss ? ddb.get<float>() : nullptr;
-  d.N = H;
-  d.K = I;
-  d.epilogue = cuda::MoeEpilogue::kStore;
-  d.act = nullptr;
-  d.y = y.get<float>();
-  ASSERT_EQ(cuda::LaunchMoeGemm(d, nullptr), cudaSuccess);
-  ASSERT_EQ(cuda::LaunchMoeCombine(y.get<float>(), slot.get<int32_t>(), weights.get<float>(), T, K,
-                                   H, dx.get<float>(), nullptr),
-            cudaSuccess);
-  const auto got = Download<float>(dx, static_cast<size_t>(T) * H);
-  // Compare the MoE part (x0 added to both would hide errors).
-  std::vector<float> got_moe(got.size()), want_moe(want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    got_moe[i] = got[i] - x0[i];
-    want_moe[i] = want[i] - x0[i];
+  // The expert GEMMs on the tensor cores (the backend's) and on the CUDA
+  // cores, each from a fresh x and poisoned intermediates.
+  for (const bool tensor_cores : {true, false}) {
+    auto act = Poisoned<uint16_t>(static_cast<size_t>(A) * I);
+    auto y = Poisoned<float>(static_cast<size_t>(A) * H);
+    auto dx = Upload(x0);
+    cuda::MoeGemmParams g;
+    g.x = dh.get<cuda::bf16_t>();
+    g.order = order.get<int32_t>();
+    g.div = K;
+    g.w = dgu.get<cuda::bf16_t>();
+    g.bias = lc.gpt_oss ? dgub.get<float>() : nullptr;
+    g.N = 2 * I;
+    g.K = H;
+    g.offsets = off.get<int32_t>();
+    g.tiles = tiles.get<int32_t>();
+    g.num_experts = E;
+    g.max_tiles = cuda::MoeMaxTiles(A, E);
+    g.epilogue = lc.gpt_oss ? cuda::MoeEpilogue::kClampedSwiglu : cuda::MoeEpilogue::kSwiglu;
+    g.limit = 7.f;
+    g.act = act.get<cuda::bf16_t>();
+    g.tensor_cores = tensor_cores;
+    ASSERT_EQ(cuda::LaunchMoeGemm(g, nullptr), cudaSuccess);
+    cuda::MoeGemmParams d = g;
+    d.x = act.get<cuda::bf16_t>();
+    d.order = nullptr;
+    d.div = 1;
+    d.w = ddown.get<cuda::bf16_t>();
+    d.bias = lc.gpt_oss ? ddb.get<float>() : nullptr;
+    d.N = H;
+    d.K = I;
+    d.epilogue = cuda::MoeEpilogue::kStore;
+    d.act = nullptr;
+    d.y = y.get<float>();
+    ASSERT_EQ(cuda::LaunchMoeGemm(d, nullptr), cudaSuccess);
+    ASSERT_EQ(cuda::LaunchMoeCombine(y.get<float>(), slot.get<int32_t>(), weights.get<float>(), T,
+                                     K, H, dx.get<float>(), nullptr),
+              cudaSuccess);
+    const auto got = Download<float>(dx, static_cast<size_t>(T) * H);
+    // Compare the MoE part (x0 added to both would hide errors).
+    std::vector<float> got_moe(got.size()), want_moe(want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      got_moe[i] = got[i] - x0[i];
+      want_moe[i] = want[i] - x0[i];
+    }
+    EXPECT_LT(RelErr(got_moe, want_moe), 1e-2) << "tensor cores " << tensor_cores;
   }
-  EXPECT_LT(RelErr(got_moe, want_moe), 1e-2);
   // The router logits in fp32 (same bf16 inputs, another summation order).
   std::vector<float> want_logits(static_cast<size_t>(T) * E);
   kernels::Linear(h.data(), w.router.data(), lc.gpt_oss ? w.router_bias.data() : nullptr,
