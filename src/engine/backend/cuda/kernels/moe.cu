@@ -69,21 +69,24 @@ __global__ void __launch_bounds__(kPlanThreads)
   }
 }
 
-// Grouped GEMM on the CUDA cores: a block takes kMoeTileRows rows of one
-// group and kCols output columns (a thread a column), K in steps of kK
-// through shared memory (x as floats; w transposed, padded against bank
-// conflicts).
+// Grouped GEMM tiles: a block takes a tile of up to kMoeTileRows rows of
+// one group and kCols output columns, K in steps of kK through shared
+// memory.
 constexpr int kCols = 128;
 constexpr int kK = 32;
+// The CUDA-core form walks its tile in slices of kSlice rows (a thread a
+// column, a register a row).
+constexpr int kSlice = 16;
+static_assert(kMoeTileRows % kSlice == 0, "tiles are whole slices");
 
-// acc[r] (r < R) += row r of the tile . w[n] over all K; R: the rows the
-// tile is known to fit in (a decode step's tile of one to four rows then
-// does a quarter of the arithmetic of a full one for the same weight
-// traffic: the GEMV form).
+// acc[r] (r < R) = row r of the slice . w[n] over all K (x as floats; w
+// transposed, padded against bank conflicts). R: the rows the slice is
+// known to fit in (a decode step's slice of one to four rows then does a
+// quarter of the arithmetic of a full one for the same weight traffic).
 template <int R>
 __device__ __forceinline__ void Accumulate(const MoeGemmParams& p, const bf16_t* w, int row0,
-                                           int rows, int n0, float (&acc)[kMoeTileRows],
-                                           float (*xs)[kK], float (*ws)[kK + 1]) {
+                                           int rows, int n0, float (&acc)[kSlice], float (*xs)[kK],
+                                           float (*ws)[kK + 1]) {
   const int tid = threadIdx.x;
   for (int k0 = 0; k0 < p.K; k0 += kK) {
 #pragma unroll
@@ -133,25 +136,26 @@ __device__ __forceinline__ bool TileOf(const MoeGemmParams& p, int& e, int& row0
   return true;
 }
 
-// Column n of the tile's rows (acc[r], r < rows): bias, then stored (fp32)
-// or through the gated activation (bf16). Every thread of the block calls
-// it (the gated form shuffles between lane pairs).
+// Column n of `rows` rows from row0 (acc(r): row r's sum): bias, then
+// stored (fp32) or through the gated activation (bf16). Every thread of the
+// block calls it with the same rows (the gated form shuffles between lane
+// pairs).
+template <typename AccFn>
 __device__ __forceinline__ void Epilogue(const MoeGemmParams& p, int e, int row0, int rows, int n,
-                                         const float (&acc)[kMoeTileRows]) {
+                                         AccFn acc) {
   const float b = p.bias != nullptr && n < p.N ? p.bias[static_cast<int64_t>(e) * p.N + n] : 0.f;
   if (p.epilogue == MoeEpilogue::kStore) {
     if (n >= p.N) return;
-    for (int r = 0; r < rows; ++r) p.y[static_cast<int64_t>(row0 + r) * p.N + n] = acc[r] + b;
+    for (int r = 0; r < rows; ++r) p.y[static_cast<int64_t>(row0 + r) * p.N + n] = acc(r) + b;
     return;
   }
   // Gated: column 2j is gate j, 2j + 1 up j; the pair sits in lanes 2i and
   // 2i + 1 of a warp (n0 and kCols are even). Every lane shuffles.
   const int half = p.N / 2;
-#pragma unroll
-  for (int r = 0; r < kMoeTileRows; ++r) {
-    const float v = acc[r] + b;
+  for (int r = 0; r < rows; ++r) {
+    const float v = acc(r) + b;
     const float up = __shfl_xor_sync(0xffffffffu, v, 1);
-    if ((threadIdx.x & 1) != 0 || n >= p.N || r >= rows) continue;
+    if ((threadIdx.x & 1) != 0 || n >= p.N) continue;
     float gate = v, u = up, out;
     if (p.epilogue == MoeEpilogue::kClampedSwiglu) {
       gate = fminf(gate, p.limit);
@@ -167,102 +171,119 @@ __device__ __forceinline__ void Epilogue(const MoeGemmParams& p, int e, int row0
 __global__ void __launch_bounds__(kCols) MoeGemmKernel(const MoeGemmParams p) {
   PdlLaunchDependents();
   PdlWait();
-  __shared__ float xs[kMoeTileRows][kK];
+  __shared__ float xs[kSlice][kK];
   __shared__ float ws[kCols][kK + 1];
   int e, row0, rows;
   if (!TileOf(p, e, row0, rows)) return;
   const int n0 = blockIdx.x * kCols;
   const bf16_t* w = p.w + static_cast<int64_t>(e) * p.N * p.K;
-  // acc[r]: row r of the tile at column n.
-  float acc[kMoeTileRows];
+  // (rows, and so each slice's size, is the same for the whole block: the
+  // branches synchronise alike.)
+  for (int s0 = 0; s0 < rows; s0 += kSlice) {
+    const int n = min(kSlice, rows - s0);
+    float acc[kSlice];
 #pragma unroll
-  for (int r = 0; r < kMoeTileRows; ++r) acc[r] = 0.f;
-  // (rows is the same for the whole block: both branches synchronise alike.)
-  if (rows <= 4) {
-    Accumulate<4>(p, w, row0, rows, n0, acc, xs, ws);
-  } else {
-    Accumulate<kMoeTileRows>(p, w, row0, rows, n0, acc, xs, ws);
+    for (int r = 0; r < kSlice; ++r) acc[r] = 0.f;
+    if (n <= 4) {
+      Accumulate<4>(p, w, row0 + s0, n, n0, acc, xs, ws);
+    } else {
+      Accumulate<kSlice>(p, w, row0 + s0, n, n0, acc, xs, ws);
+    }
+    Epilogue(p, e, row0 + s0, n, n0 + threadIdx.x, [&](int r) {
+      float v = 0.f;
+#pragma unroll
+      for (int i = 0; i < kSlice; ++i) v = i == r ? acc[i] : v;  // (registers, no local memory)
+      return v;
+    });
   }
-  Epilogue(p, e, row0, rows, n0 + threadIdx.x, acc);
 }
 
-// The same tiles on the tensor cores (WMMA bf16 -> fp32, 16 x 16 x 16): each
-// of the four warps takes 32 of the block's kCols columns; K in steps of kK
-// through shared memory (rows padded to kLd elements: 16-byte aligned,
-// off the bank pattern), the product through shared memory to the
-// epilogue above. No pipelining yet: the next step for speed (with wider
-// row tiles for prefill).
+// The same tiles on the tensor cores (WMMA bf16 -> fp32, 16 x 16 x 16):
+// warp w takes rows 16w .. 16w + 15 of the tile against all kCols columns
+// (kCols / 16 accumulators), sharing the block's weight stage; warps whose
+// rows are all past the tile skip the arithmetic. K in steps of kK through
+// shared memory (rows padded to kLd elements: 16-byte aligned, off the bank
+// pattern); the product goes through shared memory (the stages' space) to
+// the epilogue. No pipelining yet: the next step for speed (cp.async or
+// TMA stages, the warpgroup MMA).
 constexpr int kLd = kK + 8;
 constexpr int kCld = kCols + 4;
+constexpr int kWmmaWarps = kCols / 32;
+static_assert(kMoeTileRows == 16 * kWmmaWarps, "a warp a 16-row slice of the tile");
+constexpr size_t kXsBytes = kMoeTileRows * kLd * 2, kWsBytes = kCols * kLd * 2;
+constexpr size_t kCsBytes = kMoeTileRows * kCld * 4;
+constexpr size_t kWmmaSmem = kXsBytes + kWsBytes > kCsBytes ? kXsBytes + kWsBytes : kCsBytes;
 __global__ void __launch_bounds__(kCols) MoeGemmWmmaKernel(const MoeGemmParams p) {
   PdlLaunchDependents();
   PdlWait();
-  __shared__ __align__(32) bf16 xs[kMoeTileRows * kLd];
-  __shared__ __align__(32) bf16 ws[kCols * kLd];
-  __shared__ __align__(32) float cs[kMoeTileRows * kCld];
+  __shared__ __align__(128) unsigned char smem[kWmmaSmem];
+  bf16* xs = reinterpret_cast<bf16*>(smem);
+  bf16* ws = reinterpret_cast<bf16*>(smem + kXsBytes);
+  float* cs = reinterpret_cast<float*>(smem);  // after the last stage
   int e, row0, rows;
   if (!TileOf(p, e, row0, rows)) return;
   const int n0 = blockIdx.x * kCols, tid = threadIdx.x, warp = tid >> 5;
   const bf16* w = reinterpret_cast<const bf16*>(p.w) + static_cast<int64_t>(e) * p.N * p.K;
   const bf16* x = reinterpret_cast<const bf16*>(p.x);
   const bool vec = p.K % 8 == 0;  // 16-byte loads of whole 8-element chunks
+  const bool busy = warp * 16 < rows;
   const bf16 zero = __float2bfloat16(0.f);
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2];
-  wmma::fill_fragment(acc[0], 0.f);
-  wmma::fill_fragment(acc[1], 0.f);
+  constexpr int kFrags = kCols / 16;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[kFrags];
+#pragma unroll
+  for (int f = 0; f < kFrags; ++f) wmma::fill_fragment(acc[f], 0.f);
+  // 8-element chunk q of row r at dst from src (null: zeros), k its column.
+  auto chunk = [&](bf16* dst, const bf16* src, int k) {
+    if (src != nullptr && vec && k + 8 <= p.K) {
+      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+    } else {
+      for (int i = 0; i < 8; ++i) dst[i] = src != nullptr && k + i < p.K ? src[i] : zero;
+    }
+  };
   for (int k0 = 0; k0 < p.K; k0 += kK) {
-    // x: kMoeTileRows rows x kK / 8 chunks of 8 (64 chunks: threads 0-63).
-    if (tid < kMoeTileRows * kK / 8) {
-      const int r = tid / (kK / 8), c = tid % (kK / 8), k = k0 + c * 8;
-      bf16* dst = xs + r * kLd + c * 8;
+    // x: kMoeTileRows rows x kK / 8 chunks; w: kCols rows x kK / 8 chunks.
+#pragma unroll
+    for (int j = 0; j < kMoeTileRows * (kK / 8) / kCols; ++j) {
+      const int idx = tid + j * kCols, r = idx / (kK / 8), q = idx % (kK / 8), k = k0 + q * 8;
       const bf16* src = nullptr;
       if (r < rows) {
         const int g = row0 + r;
         const int64_t row = p.order != nullptr ? p.order[g] / p.div : g;
         src = x + row * p.K + k;
       }
-      if (src != nullptr && vec && k + 8 <= p.K) {
-        *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
-      } else {
-        for (int i = 0; i < 8; ++i) dst[i] = src != nullptr && k + i < p.K ? src[i] : zero;
-      }
+      chunk(xs + r * kLd + q * 8, src, k);
     }
-    // w: kCols rows x kK / 8 chunks (512: four a thread).
 #pragma unroll
-    for (int j = 0; j < kCols * kK / 8 / kCols; ++j) {
-      const int idx = tid + j * kCols, c = idx / (kK / 8), q = idx % (kK / 8);
-      const int nn = n0 + c, k = k0 + q * 8;
-      bf16* dst = ws + c * kLd + q * 8;
-      const bf16* src = nn < p.N ? w + static_cast<int64_t>(nn) * p.K + k : nullptr;
-      if (src != nullptr && vec && k + 8 <= p.K) {
-        *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
-      } else {
-        for (int i = 0; i < 8; ++i) dst[i] = src != nullptr && k + i < p.K ? src[i] : zero;
-      }
+    for (int j = 0; j < kCols * (kK / 8) / kCols; ++j) {
+      const int idx = tid + j * kCols, c = idx / (kK / 8), q = idx % (kK / 8), k = k0 + q * 8;
+      const int nn = n0 + c;
+      chunk(ws + c * kLd + q * 8, nn < p.N ? w + static_cast<int64_t>(nn) * p.K + k : nullptr, k);
     }
     __syncthreads();
+    if (busy) {
 #pragma unroll
-    for (int kk = 0; kk < kK; kk += 16) {
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> a;
-      wmma::load_matrix_sync(a, xs + kk, kLd);
+      for (int kk = 0; kk < kK; kk += 16) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> a;
+        wmma::load_matrix_sync(a, xs + warp * 16 * kLd + kk, kLd);
 #pragma unroll
-      for (int f = 0; f < 2; ++f) {
-        // B (k x n) at ws[n][k]: column-major with leading dimension kLd.
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> b;
-        wmma::load_matrix_sync(b, ws + (warp * 32 + f * 16) * kLd + kk, kLd);
-        wmma::mma_sync(acc[f], a, b, acc[f]);
+        for (int f = 0; f < kFrags; ++f) {
+          // B (k x n) at ws[n][k]: column-major with leading dimension kLd.
+          wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> b;
+          wmma::load_matrix_sync(b, ws + f * 16 * kLd + kk, kLd);
+          wmma::mma_sync(acc[f], a, b, acc[f]);
+        }
       }
     }
     __syncthreads();
   }
+  // (The stages are free: every warp passed the loop's last barrier.)
+  if (busy) {
 #pragma unroll
-  for (int f = 0; f < 2; ++f)
-    wmma::store_matrix_sync(cs + warp * 32 + f * 16, acc[f], kCld, wmma::mem_row_major);
+    for (int f = 0; f < kFrags; ++f)
+      wmma::store_matrix_sync(cs + warp * 16 * kCld + f * 16, acc[f], kCld, wmma::mem_row_major);
+  }
   __syncthreads();
-  float out[kMoeTileRows];
-#pragma unroll
-  for (int r = 0; r < kMoeTileRows; ++r) out[r] = cs[r * kCld + tid];
-  Epilogue(p, e, row0, rows, n0 + tid, out);
+  Epilogue(p, e, row0, rows, n0 + tid, [&](int r) { return cs[r * kCld + tid]; });
 }
 
 // A block per token and 256 columns.

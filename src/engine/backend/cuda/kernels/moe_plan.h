@@ -84,8 +84,11 @@ AGENTKV_MOE_HD inline void MoeRouteToken(const float* logits, int num_experts, i
   for (int j = 0; j < k; ++j) weights[j] = sum > 0.f ? weights[j] / sum : 0.f;
 }
 
-// Rows of a grouped-GEMM tile (MoePlanTiles, LaunchMoeGemm).
-inline constexpr int kMoeTileRows = 16;
+// Rows of a grouped-GEMM tile (MoePlanTiles, LaunchMoeGemm): every tile
+// streams its expert's weights once, so prefill wants tall tiles; a
+// decode step's tile of one row or a few costs the tensor cores nothing
+// extra.
+inline constexpr int kMoeTileRows = 64;
 
 // offsets[e] .. offsets[e + 1]: expert e's assignments once grouped
 // (offsets has num_experts + 1 entries), from the `assignments` expert ids

@@ -227,21 +227,21 @@ TEST_P(CudaMoeLayer, MatchesCpuMoe) {
   EXPECT_LT(RelErr(Download<float>(logits, want_logits.size()), want_logits), 1e-5);
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, CudaMoeLayer,
-                         ::testing::Values(
-                             // Decode-sized (one row tile per expert) and prefill-sized
-                             // batches; hidden and intermediate sizes off the tiles' multiples.
-                             LayerCase{true, 1, 32, 4, 192, 96}, LayerCase{true, 5, 8, 4, 200, 72},
-                             LayerCase{true, 130, 16, 4, 256, 130},
-                             LayerCase{false, 1, 64, 8, 128, 48},
-                             LayerCase{false, 40, 32, 8, 96, 40},
-                             LayerCase{false, 257, 16, 2, 160, 64}),
-                         [](const auto& info) {
-                           const LayerCase& c = info.param;
-                           return std::string(c.gpt_oss ? "gpt_oss" : "qwen3_moe") + "_T" +
-                                  std::to_string(c.T) + "_E" + std::to_string(c.E) + "_k" +
-                                  std::to_string(c.k);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, CudaMoeLayer,
+    ::testing::Values(
+        // Decode-sized (one row tile per expert) and prefill-sized
+        // batches; hidden and intermediate sizes off the tiles' multiples.
+        LayerCase{true, 1, 32, 4, 192, 96}, LayerCase{true, 5, 8, 4, 200, 72},
+        LayerCase{true, 130, 16, 4, 256, 130}, LayerCase{false, 1, 64, 8, 128, 48},
+        LayerCase{false, 40, 32, 8, 96, 40}, LayerCase{false, 257, 16, 2, 160, 64},
+        // Groups of more than one 64-row tile each.
+        LayerCase{true, 300, 8, 4, 128, 64}, LayerCase{false, 200, 4, 2, 64, 32}),
+    [](const auto& info) {
+      const LayerCase& c = info.param;
+      return std::string(c.gpt_oss ? "gpt_oss" : "qwen3_moe") + "_T" + std::to_string(c.T) + "_E" +
+             std::to_string(c.E) + "_k" + std::to_string(c.k);
+    });
 
 }  // namespace
 }  // namespace agentkv
