@@ -62,7 +62,7 @@
 // rows with the (clamped) SwiGLU in its epilogue, the down GEMM, and the
 // weighted sum into the residual. Every size but the groups' comes from
 // the host, so these steps are graph-captured as the dense ones. The
-// grouped GEMM is a plain WMMA kernel for now (tiles of 16 rows, no
+// grouped GEMM is a plain WMMA kernel for now (tiles of 64 rows, no
 // pipelining); a decode step's tile per expert streams that expert's
 // weights once (a GEMV per selected expert).
 //
