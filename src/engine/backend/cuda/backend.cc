@@ -432,7 +432,13 @@ Status CudaBackend::EnsureCapacity(int64_t tokens, int64_t seqs,
   cap_parts_ = std::max<int64_t>(4096, cap_seqs_);
   const ModelConfig& c = config_;
   const int64_t T = cap_tokens_, B = cap_seqs_, H = c.hidden_size, D = c.head_dim;
-  const int64_t nh = c.num_heads, nkv = c.num_kv_heads, I = c.intermediate_size;
+  const int64_t nh = c.num_heads, nkv = c.num_kv_heads;
+  // The dense MLP's workspaces only where some layer has one (GPT-OSS's
+  // layers are all experts: its intermediate_size would size them for
+  // nothing).
+  bool dense_mlp = false;
+  for (const Layer& l : layers_) dense_mlp = dense_mlp || l.w_gate_up != nullptr;
+  const int64_t I = dense_mlp ? c.intermediate_size : 0;
   struct Want {
     cuda::DeviceBuffer* buf;
     int64_t bytes;
