@@ -10,7 +10,7 @@
 #include "engine/backend/cuda/kernels/attention.h"
 #include "engine/backend/cuda/kernels/fp8_kv.h"
 #include "engine/backend/cuda/kernels/gemv.h"
-#include "engine/backend/cuda/kernels/moe_plan.h"
+#include "engine/backend/cuda/kernels/moe.h"
 #include "engine/backend/cuda/kernels/norm.h"
 #include "engine/backend/cuda/kernels/wgmma_gemm.h"
 #include "engine/backend/cuda/kernels/wgmma_prompt_gemm.h"
@@ -104,6 +104,10 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::Create(const ModelConfig& conf
     return InvalidArgument("cuda backend: " + std::to_string(config.moe.num_experts) +
                            " experts, " + std::to_string(config.moe.experts_per_token) +
                            " per token: more than the MoE kernels take");
+  if (config.IsMoe() && config.hidden_size > cuda::kMaxMoeRouterHidden)
+    return InvalidArgument("cuda backend: hidden size " + std::to_string(config.hidden_size) +
+                           " is past the MoE router kernel's " +
+                           std::to_string(cuda::kMaxMoeRouterHidden));
   if (config.IsMoe() && config.moe.swiglu_limit <= 0.f && config.activation != Activation::kSilu)
     return InvalidArgument("cuda backend: experts take SwiGLU or GPT-OSS's clamped SwiGLU only");
   if (options.kv_dtype != KvDtype::kBF16 && options.kv_dtype != KvDtype::kFP8E4M3)

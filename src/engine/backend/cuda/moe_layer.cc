@@ -145,18 +145,13 @@ Status CudaBackend::MoeMlp(const Layer& L, int T) {
   const int E = c.moe.num_experts, K = c.moe.experts_per_token, H = c.hidden_size;
   const int I = c.moe.expert_intermediate, A = T * K;
   if (T <= 0) return Status::Ok();
-  // h = RMSNorm(x) (adding the attention's pending split-K planes).
+  // h = RMSNorm(x) (adding the attention's pending split-K planes into x).
   RETURN_IF_ERROR(Norm(nullptr, L.post_attn_norm, T));
   const auto* h = h_.get<cuda::bf16_t>();
-  cuda::MoeGemmParams router;
-  router.x = h;
-  router.w = L.router;
-  router.bias = L.router_bias;
-  router.N = E;
-  router.K = H;
-  router.rows = T;
-  router.y = moe_logits_.get<float>();
-  CUDA_RETURN_IF_ERROR(cuda::LaunchMoeGemm(router, launch_));
+  // The router from x in fp32 (the norm again, unrounded).
+  CUDA_RETURN_IF_ERROR(cuda::LaunchMoeRouterLogits(
+      x_.get<float>(), L.post_attn_norm, c.rms_norm_eps, c.gemma_norm, L.router, L.router_bias, T,
+      H, E, moe_logits_.get<float>(), launch_));
   const bool softmax_first = c.moe.routing == MoeRouting::kSoftmaxThenTopK;
   int32_t* experts = moe_experts_.get<int32_t>();
   float* weights = moe_weights_.get<float>();

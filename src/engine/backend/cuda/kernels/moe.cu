@@ -14,6 +14,39 @@ using namespace reduce;
 using namespace nvcuda;
 using bf16 = __nv_bfloat16;
 
+// A block per token: its normalised row in shared memory (fp32), then a
+// warp per expert.
+constexpr int kRouterThreads = 256;
+__global__ void __launch_bounds__(kRouterThreads)
+    MoeRouterKernel(const float* x, const float* norm_w, float eps, bool plus_one, const bf16_t* w,
+                    const float* bias, int H, int E, float* logits) {
+  PdlLaunchDependents();
+  PdlWait();
+  extern __shared__ float xn[];
+  __shared__ float red[32];
+  const int t = blockIdx.x;
+  const float* xr = x + static_cast<int64_t>(t) * H;
+  float ss = 0.f;
+  for (int i = threadIdx.x; i < H; i += blockDim.x) {
+    const float v = xr[i];
+    xn[i] = v;
+    ss += v * v;
+  }
+  ss = BlockSum(ss, red);
+  const float inv = 1.0f / sqrtf(ss / H + eps);
+  for (int i = threadIdx.x; i < H; i += blockDim.x)
+    xn[i] = xn[i] * inv * (plus_one ? 1.f + norm_w[i] : norm_w[i]);
+  __syncthreads();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  for (int e = warp; e < E; e += warps) {
+    const bf16_t* we = w + static_cast<int64_t>(e) * H;
+    float dot = 0.f;
+    for (int i = lane; i < H; i += 32) dot = fmaf(xn[i], Bf(we[i]), dot);
+    dot = WarpSum(dot);
+    if (lane == 0) logits[static_cast<int64_t>(t) * E + e] = dot + (bias ? bias[e] : 0.f);
+  }
+}
+
 // A thread per token: E * k comparisons, a few thousand at most.
 __global__ void MoeRouteKernel(const float* logits, int tokens, int E, int k, bool softmax_first,
                                bool renormalize, int32_t* experts, float* weights) {
@@ -302,6 +335,24 @@ __global__ void MoeCombineKernel(const float* y, const int32_t* slot_of, const f
 }
 
 }  // namespace
+
+cudaError_t LaunchMoeRouterLogits(const float* x, const float* norm_w, float eps, bool plus_one,
+                                  const bf16_t* w, const float* bias, int tokens, int H, int E,
+                                  float* logits, LaunchConfig launch) {
+  if (H <= 0 || H > kMaxMoeRouterHidden || E <= 0) return cudaErrorInvalidValue;
+  if (tokens <= 0) return cudaSuccess;
+  const size_t smem = static_cast<size_t>(H) * sizeof(float);
+  static bool raised = false;  // (shared memory past 48 KB must be asked for once)
+  if (smem > 48 * 1024 && !raised) {
+    const cudaError_t e =
+        cudaFuncSetAttribute(MoeRouterKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(kMaxMoeRouterHidden * sizeof(float)));
+    if (e != cudaSuccess) return e;
+    raised = true;
+  }
+  return LaunchPdl(MoeRouterKernel, dim3(tokens), dim3(kRouterThreads), smem, launch, x, norm_w,
+                   eps, plus_one, w, bias, H, E, logits);
+}
 
 cudaError_t LaunchMoeRoute(const float* logits, int tokens, int num_experts, int k,
                            bool softmax_first, bool renormalize, int32_t* experts, float* weights,

@@ -8,7 +8,7 @@
 // they can be captured in graphs.
 //
 // One layer, T tokens, k experts each, A = T * k assignments:
-//   LaunchMoeGemm (one group: the router)  -> logits [T][E] fp32
+//   LaunchMoeRouterLogits (fp32)            -> logits [T][E] fp32
 //   LaunchMoeRoute                          -> experts, weights [T][k]
 //   LaunchMoePlan                           -> offsets, tiles, order, slot_of
 //   LaunchMoeGemm (gated, gathered rows)    -> act [A][I] bf16
@@ -24,6 +24,18 @@
 #include "engine/backend/cuda/kernels/moe_plan.h"
 
 namespace agentkv::cuda {
+
+// The router's logits from the fp32 residual stream: logits[t][e] =
+// RMSNorm(x[t]) . w[e] (+ bias[e]), the norm as LaunchRmsNorm's (weights
+// norm_w, or 1 + norm_w with plus_one) but kept in fp32, w [E][H] bf16,
+// all in fp32. The experts get the bf16 norm as every GEMM does; the
+// routing, a discrete choice, gets the CPU reference's fp32 inputs, so
+// that bf16 rounding does not flip near ties between experts. H <=
+// kMaxMoeRouterHidden.
+inline constexpr int kMaxMoeRouterHidden = 12288;
+cudaError_t LaunchMoeRouterLogits(const float* x, const float* norm_w, float eps, bool plus_one,
+                                  const bf16_t* w, const float* bias, int tokens, int H, int E,
+                                  float* logits, LaunchConfig launch);
 
 // experts / weights [tokens][k] from logits [tokens][num_experts]
 // (MoeRouteToken per token). num_experts <= kMaxMoeExperts, k <=

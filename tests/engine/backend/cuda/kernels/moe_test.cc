@@ -1,11 +1,12 @@
 // The MoE kernels (moe.cu): routing and grouping against moe_plan.h's pure
-// functions (exact), and a whole layer (router, routing, grouping, gated
-// expert GEMM, down GEMM, weighted sum) against the CPU backend's CpuMoe
-// on the same bf16 values, for GPT-OSS's form (router and expert biases,
-// clamped SwiGLU, top-k then softmax) and Qwen3-MoE's (softmax then top-k,
-// renormalised, SwiGLU). Outputs poisoned before each launch.
-// Tolerance: 1e-2 relative L2 (the activation passes through bf16, as in
-// the dense MLP).
+// functions (exact), and a whole layer (the router from the fp32 residual,
+// routing, grouping, gated expert GEMM, down GEMM, weighted sum) against
+// the CPU backend's CpuMoe on the same bf16 weights, for GPT-OSS's form
+// (router and expert biases, clamped SwiGLU, top-k then softmax) and
+// Qwen3-MoE's (softmax then top-k, renormalised, SwiGLU). Outputs poisoned
+// before each launch. Tolerances: 1e-2 relative L2 for the layer (its
+// input and activation pass through bf16, as in the dense MLP); 1e-5 for
+// the fp32 router logits.
 #include "../test_util.h"
 
 #ifdef AGENTKV_HAVE_CUDA
@@ -82,6 +83,9 @@ TEST(CudaMoe, RouteAndPlanMatchThePureFunctions) {
   odd.epilogue = cuda::MoeEpilogue::kSwiglu;
   odd.act = reinterpret_cast<cuda::bf16_t*>(&odd);
   EXPECT_EQ(cuda::LaunchMoeGemm(odd, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::LaunchMoeRouterLogits(nullptr, nullptr, 1e-5f, false, nullptr, nullptr, 1,
+                                        cuda::kMaxMoeRouterHidden + 1, 4, nullptr, nullptr),
+            cudaErrorInvalidValue);
   cuda::MoeGemmParams tall;  // more row tiles than a grid holds
   tall.N = 8;
   tall.K = 16;
@@ -122,16 +126,21 @@ TEST_P(CudaMoeLayer, MatchesCpuMoe) {
   w.hidden = H;
   w.inter = I;
   w.router = Rounded(Random(static_cast<size_t>(E) * H, rng, 0.3f));
-  w.gate_up = Rounded(Random(static_cast<size_t>(E) * 2 * I * H, rng, 0.1f));
+  // (Large enough that the clamp at 7 bites for some gates.)
+  w.gate_up = Rounded(Random(static_cast<size_t>(E) * 2 * I * H, rng, 0.4f));
   w.down = Rounded(Random(static_cast<size_t>(E) * H * I, rng, 0.1f));
   if (lc.gpt_oss) {
     w.router_bias = Random(E, rng, 0.5f);
     w.gate_up_bias = Random(static_cast<size_t>(E) * 2 * I, rng, 0.5f);
     w.down_bias = Random(static_cast<size_t>(E) * H, rng, 0.5f);
   }
-  // Inputs large enough that the clamp at 7 bites for some gates.
-  const auto h = Rounded(Random(static_cast<size_t>(T) * H, rng, 1.f));
-  const auto x0 = Random(static_cast<size_t>(T) * H, rng, 1.f);
+  // The residual stream and the MLP's norm: the CPU's MoE input is the fp32
+  // norm, the GPU's experts get it in bf16 (as the backend's norm kernel
+  // leaves it) and its router the fp32 residual.
+  const auto x0 = Random(static_cast<size_t>(T) * H, rng, 2.f);
+  const auto nw = Random(H, rng, 0.2f, 1.f);
+  std::vector<float> h(x0.size());
+  kernels::RmsNorm(x0.data(), nw.data(), h.data(), T, H, 1e-5f, false);
   std::vector<float> want(static_cast<size_t>(T) * H);
   CpuMoe cpu;
   cpu.Forward(c, w, h.data(), want.data(), T, nullptr);
@@ -146,7 +155,8 @@ TEST_P(CudaMoeLayer, MatchesCpuMoe) {
     std::copy(inter.begin(), inter.end(), gu_dev.begin() + static_cast<size_t>(e) * 2 * I * H);
   }
   if (lc.gpt_oss) gub_dev = Interleaved(w.gate_up_bias, E, I);
-  auto dh = Upload(Bf16Of(h)), drouter = Upload(Bf16Of(w.router)), dgu = Upload(Bf16Of(gu_dev)),
+  auto dh = Upload(Bf16Of(h)), dx0 = Upload(x0), dnw = Upload(nw),
+       drouter = Upload(Bf16Of(w.router)), dgu = Upload(Bf16Of(gu_dev)),
        ddown = Upload(Bf16Of(w.down));
   auto drb = Upload(lc.gpt_oss ? w.router_bias : std::vector<float>(1)),
        dgub = Upload(lc.gpt_oss ? gub_dev : std::vector<float>(1)),
@@ -157,15 +167,10 @@ TEST_P(CudaMoeLayer, MatchesCpuMoe) {
   auto off = Poisoned<int32_t>(E + 1), tiles = Poisoned<int32_t>(E + 1),
        order = Poisoned<int32_t>(A), slot = Poisoned<int32_t>(A);
 
-  cuda::MoeGemmParams router;
-  router.x = dh.get<cuda::bf16_t>();
-  router.w = drouter.get<cuda::bf16_t>();
-  router.bias = lc.gpt_oss ? drb.get<float>() : nullptr;
-  router.N = E;
-  router.K = H;
-  router.rows = T;
-  router.y = logits.get<float>();
-  ASSERT_EQ(cuda::LaunchMoeGemm(router, nullptr), cudaSuccess);
+  ASSERT_EQ(cuda::LaunchMoeRouterLogits(
+                dx0.get<float>(), dnw.get<float>(), 1e-5f, false, drouter.get<cuda::bf16_t>(),
+                lc.gpt_oss ? drb.get<float>() : nullptr, T, H, E, logits.get<float>(), nullptr),
+            cudaSuccess);
   ASSERT_EQ(cuda::LaunchMoeRoute(logits.get<float>(), T, E, K, !lc.gpt_oss, !lc.gpt_oss,
                                  experts.get<int32_t>(), weights.get<float>(), nullptr),
             cudaSuccess);
@@ -220,11 +225,31 @@ TEST_P(CudaMoeLayer, MatchesCpuMoe) {
     }
     EXPECT_LT(RelErr(got_moe, want_moe), 1e-2) << "tensor cores " << tensor_cores;
   }
-  // The router logits in fp32 (same bf16 inputs, another summation order).
+  // The router logits in fp32, as the CPU's (another summation order).
   std::vector<float> want_logits(static_cast<size_t>(T) * E);
   kernels::Linear(h.data(), w.router.data(), lc.gpt_oss ? w.router_bias.data() : nullptr,
                   want_logits.data(), T, E, H);
   EXPECT_LT(RelErr(Download<float>(logits, want_logits.size()), want_logits), 1e-5);
+  // The GEMM's one-group form (rows given, no grouping) on both kinds of
+  // core: the same product from the bf16 norm.
+  std::vector<float> hb = Rounded(h), want_one(static_cast<size_t>(T) * E);
+  kernels::Linear(hb.data(), w.router.data(), lc.gpt_oss ? w.router_bias.data() : nullptr,
+                  want_one.data(), T, E, H);
+  for (const bool tensor_cores : {true, false}) {
+    auto one = Poisoned<float>(static_cast<size_t>(T) * E);
+    cuda::MoeGemmParams g;
+    g.x = dh.get<cuda::bf16_t>();
+    g.w = drouter.get<cuda::bf16_t>();
+    g.bias = lc.gpt_oss ? drb.get<float>() : nullptr;
+    g.N = E;
+    g.K = H;
+    g.rows = T;
+    g.y = one.get<float>();
+    g.tensor_cores = tensor_cores;
+    ASSERT_EQ(cuda::LaunchMoeGemm(g, nullptr), cudaSuccess);
+    EXPECT_LT(RelErr(Download<float>(one, want_one.size()), want_one), 1e-5)
+        << "tensor cores " << tensor_cores;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
