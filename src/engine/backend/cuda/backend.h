@@ -56,8 +56,9 @@
 //
 // Mixture-of-experts layers (GPT-OSS, Qwen3-MoE; moe_layer.cc,
 // kernels/moe.h) keep router and experts in bf16 (gate and up rows
-// interleaved per expert) and run, for any row count: the router as a
-// one-group GEMM, routing (top-k) and grouping of the (token, slot)
+// interleaved per expert) and run, for any row count: the router in fp32
+// from the residual (as the CPU reference routes: bf16 rounding would flip
+// near ties), routing (top-k) and grouping of the (token, slot)
 // assignments by expert on the device, a grouped GEMM over the gathered
 // rows with the (clamped) SwiGLU in its epilogue, the down GEMM, and the
 // weighted sum into the residual. Every size but the groups' comes from
