@@ -18,13 +18,6 @@ Result<std::unique_ptr<Backend>> CreateBackend(const std::filesystem::path& mode
                                                const BackendOptions& options) {
   ASSIGN_OR_RETURN(const KvDtype kv_dtype, ResolveKvDtype(options));
   ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::Load(model_dir));
-  // Until the CUDA backend has experts, sinks and YaRN, it must not run such
-  // a model as if it were dense.
-  if (options.device == "cuda" &&
-      (config.IsMoe() || config.attention_sinks || config.rope.type == "yarn"))
-    return Unimplemented("--device cuda: " + config.arch_name +
-                         " (mixture of experts, attention sinks or YaRN) runs on --device cpu "
-                         "only for now");
   ASSIGN_OR_RETURN(SafetensorsWeights weights, SafetensorsWeights::Open(model_dir));
   if (options.device == "cpu") {
     ASSIGN_OR_RETURN(

@@ -10,6 +10,7 @@
 #include "engine/backend/cuda/kernels/attention.h"
 #include "engine/backend/cuda/kernels/fp8_kv.h"
 #include "engine/backend/cuda/kernels/gemv.h"
+#include "engine/backend/cuda/kernels/moe.h"
 #include "engine/backend/cuda/kernels/norm.h"
 #include "engine/backend/cuda/kernels/wgmma_gemm.h"
 #include "engine/backend/cuda/kernels/wgmma_prompt_gemm.h"
@@ -93,6 +94,22 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::Create(const ModelConfig& conf
                          std::to_string(config.head_dim));
   if (config.num_heads / config.num_kv_heads > 16)
     return Unimplemented("cuda backend: more than 16 query heads per KV head");
+  if (config.quant.quantized())
+    return Unimplemented(
+        "cuda backend: quantized checkpoints (mxfp4, fp8) run on --device cpu only for now");
+  if (config.IsMoe() &&
+      (config.moe.num_experts > cuda::kMaxMoeExperts ||
+       config.moe.experts_per_token > cuda::kMaxMoeTopK || config.moe.experts_per_token <= 0 ||
+       config.moe.experts_per_token > config.moe.num_experts))
+    return InvalidArgument("cuda backend: " + std::to_string(config.moe.num_experts) +
+                           " experts, " + std::to_string(config.moe.experts_per_token) +
+                           " per token: more than the MoE kernels take");
+  if (config.IsMoe() && config.hidden_size > cuda::kMaxMoeRouterHidden)
+    return InvalidArgument("cuda backend: hidden size " + std::to_string(config.hidden_size) +
+                           " is past the MoE router kernel's " +
+                           std::to_string(cuda::kMaxMoeRouterHidden));
+  if (config.IsMoe() && config.moe.swiglu_limit <= 0.f && config.activation != Activation::kSilu)
+    return InvalidArgument("cuda backend: experts take SwiGLU or GPT-OSS's clamped SwiGLU only");
   if (options.kv_dtype != KvDtype::kBF16 && options.kv_dtype != KvDtype::kFP8E4M3)
     return InvalidArgument(std::string("cuda backend: KV dtype ") + KvDtypeName(options.kv_dtype) +
                            " is not supported (bf16 or fp8_e4m3)");
@@ -172,16 +189,24 @@ Status CudaBackend::Init(const WeightSource& w) {
       RETURN_IF_ERROR(UploadF32(w, {p + "self_attn.q_norm.weight"}, {{D}}, &L.q_norm));
       RETURN_IF_ERROR(UploadF32(w, {p + "self_attn.k_norm.weight"}, {{D}}, &L.k_norm));
     }
+    if (c.attention_sinks)
+      RETURN_IF_ERROR(UploadF32(w, {p + "self_attn.sinks"}, {{c.num_heads}}, &L.sinks));
     RETURN_IF_ERROR(UploadBf16(w, {p + "self_attn.o_proj.weight"}, {{H, nq}}, &L.wo));
-    // Gate and up rows interleaved (cuda::LaunchGatedAct's layout).
-    RETURN_IF_ERROR(UploadBf16(w, {p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"},
-                               {{I, H}, {I, H}}, &L.w_gate_up, /*interleave_rows=*/true));
-    RETURN_IF_ERROR(UploadBf16(w, {p + "mlp.down_proj.weight"}, {{H, I}}, &L.w_down));
+    if (c.o_proj_bias) RETURN_IF_ERROR(UploadF32(w, {p + "self_attn.o_proj.bias"}, {{H}}, &L.bo));
+    if (c.IsMoeLayer(l)) {
+      RETURN_IF_ERROR(LoadMoeLayer(w, l, &L));
+    } else {
+      // Gate and up rows interleaved (cuda::LaunchGatedAct's layout).
+      RETURN_IF_ERROR(UploadBf16(w, {p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"},
+                                 {{I, H}, {I, H}}, &L.w_gate_up, /*interleave_rows=*/true));
+      RETURN_IF_ERROR(UploadBf16(w, {p + "mlp.down_proj.weight"}, {{H, I}}, &L.w_down));
+    }
     L.kind = c.layer_kinds.at(l);
     L.window = c.layer_windows.at(l);
     L.group = spec_.GroupOf(l);
     L.index_in_group = spec_.IndexInGroup(l);
   }
+  rope_factor_ = kernels::RopeAttentionFactor(c.rope);
   for (auto [rope, out] :
        {std::pair{&c.rope, &inv_freq_global_}, std::pair{&c.rope_local, &inv_freq_local_}}) {
     const std::vector<float> f = kernels::RopeInvFreq(*rope, c.head_dim);
@@ -315,6 +340,14 @@ Status CudaBackend::WarmUpGemms() {
   const int H = c.hidden_size, I = c.intermediate_size, A = c.num_heads * c.head_dim;
   const int qkv_n = (c.num_heads + 2 * c.num_kv_heads) * c.head_dim;
   const Layer& L = layers_[0];
+  // The dense MLP's GEMMs at a dense layer's weights (MoE layers run no
+  // cuBLAS GEMM; a model of MoE layers only has none to warm).
+  const Layer* dense = nullptr;
+  for (const Layer& d : layers_)
+    if (d.w_gate_up != nullptr) {
+      dense = &d;
+      break;
+    }
   if (cap_tokens_ <= gemms_warm_tokens_) return Status::Ok();
   // Every row count Gemm hands cuBLAS up to the capacity (GemmRows).
   std::vector<int> rows;
@@ -334,15 +367,17 @@ Status CudaBackend::WarmUpGemms() {
     void* res = c.sandwich_norm ? o_.get() : x_.get();
     const float beta = c.sandwich_norm ? 0.f : 1.f;
     RETURN_IF_ERROR(Gemm(attn_.get<cuda::bf16_t>(), L.wo, res, true, m, H, A, beta, T));
-    if (UsePromptGemm(m, 2 * I, H)) {
+    if (dense == nullptr) {
+    } else if (UsePromptGemm(m, 2 * I, H)) {
       CUDA_RETURN_IF_ERROR(cuda::LaunchPromptGemm(
-          h_.get<cuda::bf16_t>(), L.w_gate_up, act_.get<cuda::bf16_t>(), m, 2 * I, H,
+          h_.get<cuda::bf16_t>(), dense->w_gate_up, act_.get<cuda::bf16_t>(), m, 2 * I, H,
           c.activation == Activation::kSilu ? 0 : 1, num_sms_, launch_));
     } else {
       RETURN_IF_ERROR(
-          Gemm(h_.get<cuda::bf16_t>(), L.w_gate_up, gu_.get(), false, m, 2 * I, H, 0.f, T));
+          Gemm(h_.get<cuda::bf16_t>(), dense->w_gate_up, gu_.get(), false, m, 2 * I, H, 0.f, T));
     }
-    RETURN_IF_ERROR(Gemm(act_.get<cuda::bf16_t>(), L.w_down, res, true, m, H, I, beta, T));
+    if (dense != nullptr)
+      RETURN_IF_ERROR(Gemm(act_.get<cuda::bf16_t>(), dense->w_down, res, true, m, H, I, beta, T));
     if (m <= B && UsePromptArgmax(m)) {
       // (Its first launch sets the kernel's attributes: not inside a graph
       // capture.)
@@ -375,8 +410,9 @@ Status CudaBackend::WarmUpGemms() {
     for (int64_t a = kTuneMinRows;; a *= 2) {
       const int m = static_cast<int>(std::min(a, T));
       RETURN_IF_ERROR(tuner_.Tune(cublas_, h, L.wqkv, qkv_.get(), false, m, qkv_n, H, 0.f));
-      if (!UsePromptGemm(m, 2 * I, H))
-        RETURN_IF_ERROR(tuner_.Tune(cublas_, h, L.w_gate_up, gu_.get(), false, m, 2 * I, H, 0.f));
+      if (dense != nullptr && !UsePromptGemm(m, 2 * I, H))
+        RETURN_IF_ERROR(
+            tuner_.Tune(cublas_, h, dense->w_gate_up, gu_.get(), false, m, 2 * I, H, 0.f));
       if (m == T) break;
     }
   }
@@ -400,11 +436,18 @@ Status CudaBackend::EnsureCapacity(int64_t tokens, int64_t seqs,
   cap_parts_ = std::max<int64_t>(4096, cap_seqs_);
   const ModelConfig& c = config_;
   const int64_t T = cap_tokens_, B = cap_seqs_, H = c.hidden_size, D = c.head_dim;
-  const int64_t nh = c.num_heads, nkv = c.num_kv_heads, I = c.intermediate_size;
+  const int64_t nh = c.num_heads, nkv = c.num_kv_heads;
+  // The dense MLP's workspaces only where some layer has one (GPT-OSS's
+  // layers are all experts: its intermediate_size would size them for
+  // nothing).
+  bool dense_mlp = false;
+  for (const Layer& l : layers_) dense_mlp = dense_mlp || l.w_gate_up != nullptr;
+  const int64_t I = dense_mlp ? c.intermediate_size : 0;
   struct Want {
     cuda::DeviceBuffer* buf;
     int64_t bytes;
   };
+  const int64_t moe_e = c.moe.num_experts, moe_k = c.IsMoe() ? c.moe.experts_per_token : 0;
   int64_t meta = kMaxCacheGroups + 1 + 7 * T + 2 * B + 1;
   for (int g = 0; g < kMaxCacheGroups; ++g) meta += B * cap_width_[g];
   const Want wants[] = {
@@ -438,10 +481,18 @@ Status CudaBackend::EnsureCapacity(int64_t tokens, int64_t seqs,
       {&meta_[1], meta * 4},
       {&row_picks_[0], B * static_cast<int64_t>(sizeof(RowPick))},
       {&row_picks_[1], B * static_cast<int64_t>(sizeof(RowPick))},
+      // Mixture of experts (0 bytes for dense models).
+      {&moe_logits_, T * moe_e * 4},
+      {&moe_experts_, T * moe_k * 4},
+      {&moe_weights_, T * moe_k * 4},
+      {&moe_plan_, c.IsMoe() ? (2 * (moe_e + 1) + 2 * T * moe_k) * 4 : 0},
+      {&moe_act_, T * moe_k * c.moe.expert_intermediate * 2},
+      {&moe_y_, T * moe_k * H * 4},
   };
   static_assert(kSlots == 2, "one entry per slot above");
   for (const Want& wt : wants) {
     RETURN_IF_ERROR(wt.buf->Allocate(static_cast<size_t>(wt.bytes)));
+    if (wt.bytes == 0) continue;  // (the MoE workspaces of a dense model)
     // Padding rows of graph steps read what is there: never leave it undefined.
     CUDA_RETURN_IF_ERROR(cudaMemsetAsync(wt.buf->get(), 0, wt.bytes, stream_));
   }

@@ -49,6 +49,24 @@
 //   stays fp32 for it; prompt steps round it to bf16 for QkvPost); other
 //   head_dims (or CudaTuning::mma_attention off) on the portable WMMA kernel
 //   (kernels/attention.cu; for fp8 kernels/fp8_kv.cu).
+// Every attention path applies the per-head sinks (GPT-OSS) where it
+// normalises a row (the split merge where keys are split), and every rotary
+// (QkvPost, the fused decode rotary) multiplies cos and sin by YaRN's
+// attention factor (1 for other ropes).
+//
+// Mixture-of-experts layers (GPT-OSS, Qwen3-MoE; moe_layer.cc,
+// kernels/moe.h) keep router and experts in bf16 (gate and up rows
+// interleaved per expert) and run, for any row count: the router in fp32
+// from the residual (as the CPU reference routes: bf16 rounding would flip
+// near ties), routing (top-k) and grouping of the (token, slot)
+// assignments by expert on the device, a grouped GEMM over the gathered
+// rows with the (clamped) SwiGLU in its epilogue, the down GEMM, and the
+// weighted sum into the residual. Every size but the groups' comes from
+// the host, so these steps are graph-captured as the dense ones. The
+// grouped GEMM is a plain WMMA kernel for now (tiles of 64 rows, no
+// pipelining); a decode step's tile per expert streams that expert's
+// weights once (a GEMV per selected expert).
+//
 // K and V reach the cache before attention (QkvPostStore, or the fused
 // decode kernel) except where a ring slot they overwrite may still be read
 // in the step (prompt chunks in sliding groups: KvStore after attention).
@@ -210,6 +228,15 @@ class CudaBackend final : public Backend {
                     bool interleave_rows = false);
   Status UploadF32(const WeightSource& w, const std::vector<std::string>& names,
                    const std::vector<std::vector<int64_t>>& shapes, float** out);
+  // `bytes` of host memory into a new weight allocation (moe_layer.cc).
+  Status UploadHost(const void* data, size_t bytes, void** out);
+  // Layer `layer`'s router and experts in the device layout
+  // (backend_layer.h), bf16 (moe_layer.cc).
+  Status LoadMoeLayer(const WeightSource& w, int layer, Layer* L);
+  // The MLP of a mixture-of-experts layer for T tokens: the norm, the
+  // router, routing and grouping, the experts, and their weighted sum added
+  // into x_ (kernels/moe.h; moe_layer.cc).
+  Status MoeMlp(const Layer& L, int T);
   Status CheckBatch(std::span<const SeqStep> batch) const;
   // The checks every batched block copy makes (group, every block id,
   // buffer of exactly blocks.size() blocks); returns the bytes per block.
@@ -362,6 +389,9 @@ class CudaBackend final : public Backend {
   float* final_norm_ = nullptr;
   float* inv_freq_global_ = nullptr;
   float* inv_freq_local_ = nullptr;
+  // YaRN's attention factor on cos and sin (kernels::RopeAttentionFactor of
+  // config.rope, as the CPU backend applies it to every layer); 1 otherwise.
+  float rope_factor_ = 1.f;
   std::vector<Layer> layers_;
   // Per-step scratch for ordering attention tiles (capacity kept).
   std::vector<std::array<int, 4>> tile_scratch_;
@@ -377,6 +407,12 @@ class CudaBackend final : public Backend {
   std::array<int, kMaxCacheGroups> cap_width_{};
   cuda::DeviceBuffer x_, h_, qkv_, q_, k_, v_, attn_, o_, gu_, act_, logits_, argmax_scratch_,
       part_o_, part_ml_, cublas_ws_, wgmma_ws_;
+  // Mixture-of-experts workspaces (empty for dense models), for cap_tokens_
+  // tokens of k experts each (A = cap_tokens_ * k assignments): router
+  // logits [T][E] fp32, experts and weights [A], the grouping (offsets and
+  // tiles [E + 1] each, order and slot_of [A]), the activations [A][I] bf16
+  // and the experts' outputs [A][H] fp32.
+  cuda::DeviceBuffer moe_logits_, moe_experts_, moe_weights_, moe_plan_, moe_act_, moe_y_;
   // fp8 cache: the step's quantized K/V rows (cuda::Fp8KvRowsAt, cap_tokens_).
   cuda::DeviceBuffer kv8_;
   bool fp8() const { return spec_.kv_dtype == KvDtype::kFP8E4M3; }

@@ -16,9 +16,18 @@ struct CudaBackend::Layer {
   float* bqkv = nullptr;
   float* q_norm = nullptr;
   float* k_norm = nullptr;
+  float* sinks = nullptr;  // [num_heads] attention sink logits (GPT-OSS)
   cuda::bf16_t* wo = nullptr;
+  float* bo = nullptr;                // o_proj bias (GPT-OSS)
   cuda::bf16_t* w_gate_up = nullptr;  // gate and up rows interleaved
   cuda::bf16_t* w_down = nullptr;
+  // Mixture-of-experts layers (router set; w_gate_up and w_down null).
+  cuda::bf16_t* router = nullptr;           // [E][H]
+  float* router_bias = nullptr;             // [E] (GPT-OSS)
+  cuda::bf16_t* experts_gate_up = nullptr;  // [E][2I][H], gate and up rows interleaved
+  float* experts_gate_up_bias = nullptr;    // [E][2I], interleaved (GPT-OSS)
+  cuda::bf16_t* experts_down = nullptr;     // [E][H][I]
+  float* experts_down_bias = nullptr;       // [E][H] (GPT-OSS)
   AttentionKind kind = AttentionKind::kFull;
   int window = 0;
   int group = 0;

@@ -10,6 +10,7 @@
 #include "engine/backend/cuda/kernels/activation.h"
 #include "engine/backend/cuda/kernels/argmax.h"
 #include "engine/backend/cuda/kernels/attention.h"
+#include "engine/backend/cuda/kernels/bias.h"
 #include "engine/backend/cuda/kernels/elementwise.h"
 #include "engine/backend/cuda/kernels/fp8_kv.h"
 #include "engine/backend/cuda/kernels/gemv.h"
@@ -410,18 +411,19 @@ Status CudaBackend::Enqueue(const cuda::StepShape& s, int slot) {
     using Qkv = cuda::AttentionRoute::Qkv;
     if (route.qkv == Qkv::kPostQuantize8) {
       CUDA_RETURN_IF_ERROR(cuda::LaunchQkvPost(qkv_.get<cuda::bf16_t>(), L.bqkv, L.q_norm, L.k_norm,
-                                               inv_freq, pos, T, nh, nkv, D, eps, plus_one, q, k, v,
-                                               launch_));
+                                               inv_freq, rope_factor_, pos, T, nh, nkv, D, eps,
+                                               plus_one, q, k, v, launch_));
       CUDA_RETURN_IF_ERROR(cuda::LaunchKvQuantizeFp8(k, v, pos, T, nkv, D, rows8, launch_));
       ap.fp8_new = rows8;
     } else if (route.qkv == Qkv::kPostStore) {
       CUDA_RETURN_IF_ERROR(cuda::LaunchQkvPostStore(
-          qkv_.get<cuda::bf16_t>(), L.bqkv, L.q_norm, L.k_norm, inv_freq, pos, tok_seq, T, nh, nkv,
-          D, eps, plus_one, q, cache_only ? nullptr : k, cache_only ? nullptr : v, view, launch_));
+          qkv_.get<cuda::bf16_t>(), L.bqkv, L.q_norm, L.k_norm, inv_freq, rope_factor_, pos,
+          tok_seq, T, nh, nkv, D, eps, plus_one, q, cache_only ? nullptr : k,
+          cache_only ? nullptr : v, view, launch_));
     } else if (route.qkv == Qkv::kPost) {
       CUDA_RETURN_IF_ERROR(cuda::LaunchQkvPost(qkv_.get<cuda::bf16_t>(), L.bqkv, L.q_norm, L.k_norm,
-                                               inv_freq, pos, T, nh, nkv, D, eps, plus_one, q, k, v,
-                                               launch_));
+                                               inv_freq, rope_factor_, pos, T, nh, nkv, D, eps,
+                                               plus_one, q, k, v, launch_));
     }
     ap.q = q;
     ap.k_new = cache_only ? nullptr : k;
@@ -436,6 +438,7 @@ Status CudaBackend::Enqueue(const cuda::StepShape& s, int slot) {
     ap.tokens = T;
     ap.scale = c.AttentionScale();
     ap.softcap = c.attn_logit_softcap;
+    ap.sinks = L.sinks;
     ap.splits = s.splits;
     ap.part_o = part_o_.get<float>();
     ap.part_ml = part_ml_.get<float>();
@@ -449,6 +452,7 @@ Status CudaBackend::Enqueue(const cuda::StepShape& s, int slot) {
       ap.q_norm = L.q_norm;
       ap.k_norm = L.k_norm;
       ap.inv_freq = inv_freq;
+      ap.rope_factor = rope_factor_;
       ap.eps = eps;
       ap.plus_one = plus_one;
     }
@@ -465,10 +469,15 @@ Status CudaBackend::Enqueue(const cuda::StepShape& s, int slot) {
       RETURN_IF_ERROR(Gemm(attn, L.wo, o, true, T, H, nh * D, 0.f, cap_tokens_));
     } else {
       RETURN_IF_ERROR(ResidualGemm(attn, L.wo, T, H, nh * D));
+      if (L.bo != nullptr) CUDA_RETURN_IF_ERROR(cuda::LaunchAddRowBias(x, L.bo, T, H, launch_));
     }
     if (c.sandwich_norm)
       CUDA_RETURN_IF_ERROR(cuda::LaunchAddNormed(o, L.post_attn_norm, x, L.pre_ff_norm, h, T, H,
                                                  eps, plus_one, launch_));
+    if (L.router != nullptr) {  // a mixture-of-experts layer
+      RETURN_IF_ERROR(MoeMlp(L, T));
+      continue;
+    }
     const int act_kind = c.activation == Activation::kSilu ? 0 : 1;
     // One or two rows: the MLP norm, the gate_up GEMV and the activation in
     // one kernel. (Sandwich norms: AddNormed above already wrote h.)

@@ -173,6 +173,9 @@ ModelConfig WideConfig(Architecture arch) {
   c.num_kv_heads = 1;
   c.head_dim = 64;
   c.vocab_size = 192;
+  // GPT-OSS has no q/k norms: given them here for the reason above (its
+  // sinks, biases, YaRN and experts all still run).
+  if (arch == Architecture::kGptOss) c.qk_norm = true;
   return c;
 }
 
@@ -184,7 +187,8 @@ struct ArchCase {
 };
 
 std::string CaseName(const ArchCase& c) {
-  static const char* kNames[] = {"llama", "qwen2", "qwen3", "mistral", "gemma3"};
+  static const char* kNames[] = {"llama",  "qwen2",   "qwen3",    "mistral",
+                                 "gemma3", "gpt_oss", "qwen3_moe"};
   return std::string(kNames[static_cast<int>(c.arch)]) + "_c" + std::to_string(c.chunk) + "_b" +
          std::to_string(c.block_size) + (c.wide ? "_wide" : "");
 }
@@ -243,20 +247,49 @@ TEST_P(CudaBackendVsCpu, LogitsAndGreedyMatch) {
   EXPECT_GT(gpu->graph_steps(), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, CudaBackendVsCpu,
-                         ::testing::Values(ArchCase{Architecture::kLlama, 16, 16},
-                                           ArchCase{Architecture::kQwen2, 7, 4},
-                                           ArchCase{Architecture::kQwen3, 64, 16},
-                                           ArchCase{Architecture::kMistral, 5, 8},
-                                           ArchCase{Architecture::kGemma3, 6, 4},
-                                           ArchCase{Architecture::kGemma3, 64, 2},
-                                           ArchCase{Architecture::kQwen3, 16, 16, true},
-                                           ArchCase{Architecture::kGemma3, 7, 4, true}),
-                         [](const auto& info) { return CaseName(info.param); });
+INSTANTIATE_TEST_SUITE_P(
+    Archs, CudaBackendVsCpu,
+    ::testing::Values(
+        ArchCase{Architecture::kLlama, 16, 16}, ArchCase{Architecture::kQwen2, 7, 4},
+        ArchCase{Architecture::kQwen3, 64, 16}, ArchCase{Architecture::kMistral, 5, 8},
+        ArchCase{Architecture::kGemma3, 6, 4}, ArchCase{Architecture::kGemma3, 64, 2},
+        ArchCase{Architecture::kQwen3, 16, 16, true}, ArchCase{Architecture::kGemma3, 7, 4, true},
+        // Experts, attention sinks, o_proj bias, YaRN,
+        // sliding window 7 (GPT-OSS); experts beside a
+        // dense layer, q/k norms (Qwen3-MoE). The wide
+        // form runs head_dim 64: the tensor-core
+        // attention kernels with sinks.
+        ArchCase{Architecture::kGptOss, 7, 4}, ArchCase{Architecture::kGptOss, 64, 16},
+        ArchCase{Architecture::kGptOss, 64, 16, true}, ArchCase{Architecture::kQwen3Moe, 16, 16},
+        ArchCase{Architecture::kQwen3Moe, 5, 8, true}),
+    [](const auto& info) { return CaseName(info.param); });
 
 // The kernels CudaTuning's switches fall back on, each switch away from its
 // default (in two sets, as some exclude others), teacher-forced against the
 // CPU as LogitsAndGreedyMatch is; and the step log written where it asks.
+// Expert shapes the MoE kernels do not take, and quantized checkpoints, are
+// refused at creation, with the reason, not run wrong.
+TEST(CudaBackend, RefusesExpertShapesTheKernelsLack) {
+  AGENTKV_REQUIRE_GPU();
+  ModelConfig many = SmallConfig(Architecture::kGptOss);
+  many.moe.num_experts = 1025;  // past kMaxMoeExperts
+  ModelConfig gelu = SmallConfig(Architecture::kQwen3Moe);
+  gelu.activation = Activation::kGeluTanh;  // experts take (clamped) SwiGLU only
+  for (const ModelConfig& c : {many, gelu}) {
+    const MapWeights w = Bf16Weights(c, 3);
+    auto b = CudaBackend::Create(c, w, CudaBackendOptions{});
+    ASSERT_FALSE(b.ok());
+    EXPECT_EQ(b.status().code(), StatusCode::kInvalidArgument) << b.status().ToString();
+  }
+  ModelConfig mxfp4 = SmallConfig(Architecture::kGptOss);
+  mxfp4.quant.method = QuantMethod::kMxfp4;
+  mxfp4.quant.format = QuantFormat::kMxfp4;
+  auto b = CudaBackend::Create(mxfp4, Bf16Weights(SmallConfig(Architecture::kGptOss), 3),
+                               CudaBackendOptions{});
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), StatusCode::kUnimplemented) << b.status().ToString();
+}
+
 TEST(CudaBackend, TuningSwitchesKeepTheCpusLogits) {
   AGENTKV_REQUIRE_GPU();
   const std::string log_path = ::testing::TempDir() + "cuda_tuning_steps.log";
@@ -821,7 +854,8 @@ INSTANTIATE_TEST_SUITE_P(Archs, CudaFp8VsCpuFp8,
                                            ArchCase{Architecture::kQwen2, 7, 4},
                                            ArchCase{Architecture::kGemma3, 6, 4},
                                            ArchCase{Architecture::kGemma3, 64, 2},
-                                           ArchCase{Architecture::kQwen3, 16, 16, true}),
+                                           ArchCase{Architecture::kQwen3, 16, 16, true},
+                                           ArchCase{Architecture::kGptOss, 7, 4}),
                          [](const auto& info) { return CaseName(info.param); });
 
 // fp8 blocks saved (ReadBlock) and restored (WriteBlock) continue exactly as

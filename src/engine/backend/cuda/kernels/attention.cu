@@ -161,7 +161,7 @@ __global__ void __launch_bounds__(kThreads) AttentionKernel(const AttentionParam
 
   if (!rvalid) return;
   if (p.splits == 1) {
-    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const float inv = SoftmaxNormaliser(m, l, p.sinks, kvh * G + rh);
     bf16* out = reinterpret_cast<bf16*>(p.out) + out_row * D;
     for (int d = sub; d < D; d += 8) out[d] = __float2bfloat16_rn(O[row * OP + d] * inv);
   } else {
@@ -206,7 +206,7 @@ __global__ void CombineKernel(const AttentionParams p) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) L += __shfl_xor_sync(0xffffffffu, L, o);
     wts[i] = wi;
-    if (i == 0) inv_sum = L > 0.f ? 1.f / L : 0.f;
+    if (i == 0) inv_sum = SoftmaxNormaliser(M, L, p.sinks, h);
   }
   __syncthreads();
   if (d >= D) return;

@@ -39,6 +39,12 @@ struct AttentionParams {
   int nh = 0, nkv = 0, head_dim = 0;
   int window = 0;  // 0: full
   float scale = 1.f, softcap = 0.f;
+  // Attention sinks (GPT-OSS), or null: per query head one fp32 logit that
+  // joins each row's softmax denominator, unscaled (neither `scale` nor
+  // `softcap` applies) and without a value: p_j = e^{s_j} / (sum_i e^{s_i} +
+  // e^{sink}). Every kernel applies it where it normalises a row (the split
+  // merge where keys are split), so the parts stay sink-free.
+  const float* sinks = nullptr;  // [nh]
   int splits = 1;
   bool wide = false;         // tiles of TokensPerTile(G, true) tokens
   float* part_o = nullptr;   // [T][nh][splits][D]
@@ -59,6 +65,7 @@ struct AttentionParams {
   const float* q_norm = nullptr;
   const float* k_norm = nullptr;
   const float* inv_freq = nullptr;
+  float rope_factor = 1.f;  // multiplies cos and sin (YaRN's attention factor)
   float eps = 0.f;
   bool plus_one = false;
   // Prompt steps whose keys are all in the cache already (LaunchQkvPostStore

@@ -46,6 +46,21 @@ __device__ __forceinline__ int DivG(int r, int G) {
   return (G & (G - 1)) == 0 ? r >> (__ffs(G) - 1) : r / G;
 }
 
+// What multiplies a query row's unnormalised output (m: the largest score
+// seen, natural log units; l: the sum of exp(score - m)) to give the
+// softmax-weighted one: 1 / l, or, with an attention sink (sinks[head], a
+// per-head logit that joins the denominator unscaled and carries no value),
+// exp(m - M) / (l exp(m - M) + exp(sink - M)) with M = max(m, sink), so
+// that neither exponent overflows. Rows that saw no key (m = -inf) get 0.
+__device__ __forceinline__ float SoftmaxNormaliser(float m, float l, const float* sinks, int head) {
+  if (sinks == nullptr) return l > 0.f ? 1.f / l : 0.f;
+  if (m == -INFINITY) return 0.f;
+  const float sink = sinks[head];
+  const float M = fmaxf(m, sink);
+  const float a = expf(m - M);
+  return a / (l * a + expf(sink - M));
+}
+
 // Copies a tile's `rows` query rows into Qs (rows of DP elements): row r is
 // head kvh * G + r % G of token t0 + r / G, zeros past the tile's n tokens
 // (and its tpt).

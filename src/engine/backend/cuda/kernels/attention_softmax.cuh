@@ -194,8 +194,9 @@ __device__ __forceinline__ void StoreEmptySplit(const AttentionParams& p, const 
   }
 }
 
-// A warp's rows at the end of its keys: normalised into out (one split), or
-// the unnormalised output and (m, l) into the split's parts.
+// A warp's rows at the end of its keys: normalised into out (one split, the
+// sink joining the denominator), or the unnormalised output and (m, l) into
+// the split's parts (the merge adds the sink).
 template <int D, int NO>
 __device__ __forceinline__ void StoreRows(const AttentionParams& p, const QueryRows& q,
                                           const float (&o)[NO][4], const float (&m)[2],
@@ -204,7 +205,11 @@ __device__ __forceinline__ void StoreRows(const AttentionParams& p, const QueryR
   for (int i = 0; i < 2; ++i) {
     if (!q.valid[i]) continue;
     if (p.splits == 1) {
-      const float inv = l[i] > 0.f ? 1.f / l[i] : 0.f;
+      // (m is in log2 units here; the sink's head is the row's mod nh.)
+      const float inv = p.sinks == nullptr
+                            ? (l[i] > 0.f ? 1.f / l[i] : 0.f)
+                            : SoftmaxNormaliser(m[i] == -INFINITY ? -INFINITY : m[i] / kLog2e, l[i],
+                                                p.sinks, static_cast<int>(q.out_row[i] % p.nh));
       __nv_bfloat16* out = reinterpret_cast<__nv_bfloat16*>(p.out) + q.out_row[i] * D;
 #pragma unroll
       for (int j = 0; j < NO; ++j)

@@ -45,7 +45,8 @@ __device__ __forceinline__ void ProjectHead(const float* src, const float* b, co
                                             bf16* dst, int lane) {
   HeadRegs<D> r;
   LoadHead<D>(src, b, r, lane, p.qkv_planes, p.qkv_plane);
-  FinishHead<D>(r, nw, p.eps, p.plus_one, p.inv_freq, pos, rotary, dst, nullptr, lane);
+  FinishHead<D>(r, nw, p.eps, p.plus_one, p.inv_freq, p.rope_factor, pos, rotary, dst, nullptr,
+                lane);
 }
 
 // Wide tiles at four blocks per SM (134 registers allowed three, and a
@@ -336,7 +337,11 @@ __global__ void __launch_bounds__(kThreads, RW == 4 && D == 64 ? 4 : 1)
       }
       const int64_t orow = static_cast<int64_t>(t0 + tok) * p.nh + kvh * G + r % G;
       if (p.splits == 1) {
-        reinterpret_cast<bf16*>(p.out)[orow * D + d] = __float2bfloat16_rn(L > 0.f ? acc / L : 0.f);
+        const float y = p.sinks == nullptr
+                            ? (L > 0.f ? acc / L : 0.f)
+                            : acc * SoftmaxNormaliser(M == -INFINITY ? -INFINITY : M / kLog2e, L,
+                                                      p.sinks, kvh * G + r % G);
+        reinterpret_cast<bf16*>(p.out)[orow * D + d] = __float2bfloat16_rn(y);
       } else {
         const int64_t b = orow * p.splits + split;
         p.part_o[b * D + d] = acc;

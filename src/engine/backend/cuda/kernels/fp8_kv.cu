@@ -289,7 +289,7 @@ __global__ void __launch_bounds__(kThreads) Fp8AttentionKernel(const AttentionPa
 
   if (!rvalid) return;
   if (p.splits == 1) {
-    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const float inv = SoftmaxNormaliser(m, l, p.sinks, kvh * G + rh);
     bf16* out = reinterpret_cast<bf16*>(p.out) + out_row * D;
     for (int d = sub; d < D; d += 8) out[d] = __float2bfloat16_rn(O[row * OP + d] * inv);
   } else {

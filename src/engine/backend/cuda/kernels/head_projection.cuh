@@ -77,23 +77,29 @@ struct RotaryRegs {
   float sn[HeadRegs<D>::kPer], cs[HeadRegs<D>::kPer];
 };
 
+// (factor: the rope's attention factor on both, RopeAttentionFactor; 1
+// outside YaRN.)
 template <int D>
-__device__ __forceinline__ void RotaryAt(const float* inv_freq, float pos, RotaryRegs<D>& rot,
-                                         int lane) {
+__device__ __forceinline__ void RotaryAt(const float* inv_freq, float factor, float pos,
+                                         RotaryRegs<D>& rot, int lane) {
 #pragma unroll
-  for (int u = 0; u < HeadRegs<D>::kPer; ++u)
+  for (int u = 0; u < HeadRegs<D>::kPer; ++u) {
     sincosf(pos * inv_freq[lane + 32 * u], &rot.sn[u], &rot.cs[u]);
+    rot.sn[u] *= factor;
+    rot.cs[u] *= factor;
+  }
 }
 
 // dst (and dst2 unless null) = rotary(norm(r)) in bf16; nw null: no norm;
 // rotary false: r as it is.
 // rot: the token's RotaryRegs where the caller has them (else computed
-// here from inv_freq and pos).
+// here from inv_freq, the attention factor and pos).
 template <int D>
 __device__ __forceinline__ void FinishHead(HeadRegs<D>& r, const float* nw, float eps,
-                                           bool plus_one, const float* inv_freq, float pos,
-                                           bool rotary, __nv_bfloat16* dst, __nv_bfloat16* dst2,
-                                           int lane, const RotaryRegs<D>* rot = nullptr) {
+                                           bool plus_one, const float* inv_freq, float rope_factor,
+                                           float pos, bool rotary, __nv_bfloat16* dst,
+                                           __nv_bfloat16* dst2, int lane,
+                                           const RotaryRegs<D>* rot = nullptr) {
   constexpr int kHalf = HeadRegs<D>::kHalf, kPer = HeadRegs<D>::kPer;
   if (!rotary) {
 #pragma unroll
@@ -133,6 +139,8 @@ __device__ __forceinline__ void FinishHead(HeadRegs<D>& r, const float* nw, floa
       cs = rot->cs[u];
     } else {
       sincosf(pos * inv_freq[i], &sn, &cs);
+      sn *= rope_factor;
+      cs *= rope_factor;
     }
     const __nv_bfloat16 a = __float2bfloat16_rn(r.x0[u] * cs - r.x1[u] * sn);
     const __nv_bfloat16 c = __float2bfloat16_rn(r.x1[u] * cs + r.x0[u] * sn);

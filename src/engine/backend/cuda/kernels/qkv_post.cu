@@ -31,9 +31,10 @@ __device__ __forceinline__ float In(float v) { return v; }
 __device__ __forceinline__ float In(bf16_t v) { return Bf(v); }
 template <typename TIn>
 __global__ void QkvPostKernel(const TIn* qkv, const float* bias, const float* q_norm,
-                              const float* k_norm, const float* inv_freq, const int32_t* pos,
-                              int nh, int nkv, int D, float eps, bool plus_one, bf16_t* q,
-                              bf16_t* k, bf16_t* v, const int32_t* tok_seq, KvCacheView c) {
+                              const float* k_norm, const float* inv_freq, float rope_factor,
+                              const int32_t* pos, int nh, int nkv, int D, float eps, bool plus_one,
+                              bf16_t* q, bf16_t* k, bf16_t* v, const int32_t* tok_seq,
+                              KvCacheView c) {
   PdlLaunchDependents();
   PdlWait();
   const int t = blockIdx.x;
@@ -76,6 +77,8 @@ __global__ void QkvPostKernel(const TIn* qkv, const float* bias, const float* q_
       }
       float sn, cs;
       sincosf(p * inv_freq[i], &sn, &cs);
+      sn *= rope_factor;
+      cs *= rope_factor;
       const bf16_t r0 = ToBf(x0 * cs - x1 * sn), r1 = ToBf(x1 * cs + x0 * sn);
       dst[i] = r0;
       dst[i + half] = r1;
@@ -96,9 +99,9 @@ constexpr int kQkvPostChunk = 4;
 template <int D, typename TIn>
 __global__ void __launch_bounds__(32 * kQkvPostWarps)
     QkvPostKernelD(const TIn* qkv, const float* bias, const float* q_norm, const float* k_norm,
-                   const float* inv_freq, const int32_t* pos, int nh, int nkv, int /*D*/, float eps,
-                   bool plus_one, bf16_t* q, bf16_t* k, bf16_t* v, const int32_t* tok_seq,
-                   KvCacheView c) {
+                   const float* inv_freq, float rope_factor, const int32_t* pos, int nh, int nkv,
+                   int /*D*/, float eps, bool plus_one, bf16_t* q, bf16_t* k, bf16_t* v,
+                   const int32_t* tok_seq, KvCacheView c) {
   PdlLaunchDependents();
   PdlWait();
   const int t = blockIdx.x;
@@ -122,15 +125,15 @@ __global__ void __launch_bounds__(32 * kQkvPostWarps)
     if (!looked) {  // while the loads are in flight
       looked = true;
       ck = CacheRow(c, tok_seq, t, pt, nkv, D);
-      RotaryAt<D>(inv_freq, static_cast<float>(pt), rot, lane);
+      RotaryAt<D>(inv_freq, rope_factor, static_cast<float>(pt), rot, lane);
     }
 #pragma unroll
     for (int j = 0; j < kQkvPostChunk; ++j) {
       const int hh = h0 + j * stride;
       if (hh >= heads) break;
       const HeadRoute to = RouteHead(hh, t, nh, nkv, D, c.block_size, q, k, v, q_norm, k_norm, ck);
-      FinishHead<D>(r[j], to.norm, eps, plus_one, inv_freq, static_cast<float>(pt), to.rotary,
-                    reinterpret_cast<__nv_bfloat16*>(to.dst),
+      FinishHead<D>(r[j], to.norm, eps, plus_one, inv_freq, rope_factor, static_cast<float>(pt),
+                    to.rotary, reinterpret_cast<__nv_bfloat16*>(to.dst),
                     reinterpret_cast<__nv_bfloat16*>(to.cache), lane, &rot);
     }
   }
@@ -147,8 +150,8 @@ __global__ void __launch_bounds__(32 * kQkvPostWarps)
 constexpr int kQkvVecTokens = 8;  // warps (tokens) a block
 __global__ void __launch_bounds__(32 * kQkvVecTokens)
     QkvPostVecKernel(const bf16_t* qkv, const float* bias, const float* q_norm, const float* k_norm,
-                     const float* inv_freq, const int32_t* pos, int tokens, int nh, int nkv,
-                     float eps, bool plus_one, bf16_t* q, bf16_t* k, bf16_t* v,
+                     const float* inv_freq, float rope_factor, const int32_t* pos, int tokens,
+                     int nh, int nkv, float eps, bool plus_one, bf16_t* q, bf16_t* k, bf16_t* v,
                      const int32_t* tok_seq, KvCacheView c) {
   constexpr int D = 64, kHalf = D / 2, kRounds = 3;
   PdlLaunchDependents();
@@ -163,7 +166,11 @@ __global__ void __launch_bounds__(32 * kQkvVecTokens)
   bf16_t* ck = CacheRow(c, tok_seq, t, pt, nkv, D);
   float sn[4], cs[4];
 #pragma unroll
-  for (int j = 0; j < 4; ++j) sincosf(static_cast<float>(pt) * inv_freq[e0 + j], &sn[j], &cs[j]);
+  for (int j = 0; j < 4; ++j) {
+    sincosf(static_cast<float>(pt) * inv_freq[e0 + j], &sn[j], &cs[j]);
+    sn[j] *= rope_factor;
+    cs[j] *= rope_factor;
+  }
   auto unpack = [](uint32_t w, float& lo, float& hi) {
     lo = __uint_as_float(w << 16);
     hi = __uint_as_float(w & 0xffff0000u);
@@ -249,8 +256,8 @@ __global__ void __launch_bounds__(32 * kQkvVecTokens)
 // where there is one.
 template <typename TIn>
 using QkvPostFn = void (*)(const TIn*, const float*, const float*, const float*, const float*,
-                           const int32_t*, int, int, int, float, bool, bf16_t*, bf16_t*, bf16_t*,
-                           const int32_t*, KvCacheView);
+                           float, const int32_t*, int, int, int, float, bool, bf16_t*, bf16_t*,
+                           bf16_t*, const int32_t*, KvCacheView);
 template <typename TIn>
 QkvPostFn<TIn> QkvPostFor(int D) {
   switch (D) {
@@ -303,38 +310,39 @@ __global__ void KvStoreKernel(const bf16_t* k, const bf16_t* v, const int32_t* p
 
 template <typename TIn>
 cudaError_t LaunchQkvPostStore(const TIn* qkv, const float* bias, const float* q_norm,
-                               const float* k_norm, const float* inv_freq, const int32_t* pos,
-                               const int32_t* tok_seq, int tokens, int nh, int nkv, int head_dim,
-                               float eps, bool plus_one, bf16_t* q, bf16_t* k, bf16_t* v,
-                               const KvCacheView& cache, LaunchConfig launch) {
+                               const float* k_norm, const float* inv_freq, float rope_factor,
+                               const int32_t* pos, const int32_t* tok_seq, int tokens, int nh,
+                               int nkv, int head_dim, float eps, bool plus_one, bf16_t* q,
+                               bf16_t* k, bf16_t* v, const KvCacheView& cache,
+                               LaunchConfig launch) {
   if (tokens <= 0) return cudaSuccess;
   if constexpr (std::is_same_v<TIn, bf16_t>) {
     if (head_dim == 64)
       return LaunchPdl(QkvPostVecKernel, dim3((tokens + kQkvVecTokens - 1) / kQkvVecTokens),
                        dim3(32 * kQkvVecTokens), 0, launch, qkv, bias, q_norm, k_norm, inv_freq,
-                       pos, tokens, nh, nkv, eps, plus_one, q, k, v, tok_seq, cache);
+                       rope_factor, pos, tokens, nh, nkv, eps, plus_one, q, k, v, tok_seq, cache);
   }
   if (k == nullptr || v == nullptr) return cudaErrorInvalidValue;  // (QkvPostVecKernel only)
   const dim3 grid = QkvPostGrid(tokens, nh + 2 * nkv);
   return LaunchPdl(QkvPostFor<TIn>(head_dim), grid, dim3(32 * kQkvPostWarps), 0, launch, qkv, bias,
-                   q_norm, k_norm, inv_freq, pos, nh, nkv, head_dim, eps, plus_one, q, k, v,
-                   tok_seq, cache);
+                   q_norm, k_norm, inv_freq, rope_factor, pos, nh, nkv, head_dim, eps, plus_one, q,
+                   k, v, tok_seq, cache);
 }
 template <typename TIn>
 cudaError_t LaunchQkvPost(const TIn* qkv, const float* bias, const float* q_norm,
-                          const float* k_norm, const float* inv_freq, const int32_t* pos,
-                          int tokens, int nh, int nkv, int head_dim, float eps, bool plus_one,
-                          bf16_t* q, bf16_t* k, bf16_t* v, LaunchConfig launch) {
-  return LaunchQkvPostStore(qkv, bias, q_norm, k_norm, inv_freq, pos, nullptr, tokens, nh, nkv,
-                            head_dim, eps, plus_one, q, k, v, KvCacheView{}, launch);
+                          const float* k_norm, const float* inv_freq, float rope_factor,
+                          const int32_t* pos, int tokens, int nh, int nkv, int head_dim, float eps,
+                          bool plus_one, bf16_t* q, bf16_t* k, bf16_t* v, LaunchConfig launch) {
+  return LaunchQkvPostStore(qkv, bias, q_norm, k_norm, inv_freq, rope_factor, pos, nullptr, tokens,
+                            nh, nkv, head_dim, eps, plus_one, q, k, v, KvCacheView{}, launch);
 }
-#define AGENTKV_QKV_POST(T)                                                                      \
-  template cudaError_t LaunchQkvPost<T>(const T*, const float*, const float*, const float*,      \
-                                        const float*, const int32_t*, int, int, int, int, float, \
-                                        bool, bf16_t*, bf16_t*, bf16_t*, LaunchConfig);          \
-  template cudaError_t LaunchQkvPostStore<T>(const T*, const float*, const float*, const float*, \
-                                             const float*, const int32_t*, const int32_t*, int,  \
-                                             int, int, int, float, bool, bf16_t*, bf16_t*,       \
+#define AGENTKV_QKV_POST(T)                                                                       \
+  template cudaError_t LaunchQkvPost<T>(const T*, const float*, const float*, const float*,       \
+                                        const float*, float, const int32_t*, int, int, int, int,  \
+                                        float, bool, bf16_t*, bf16_t*, bf16_t*, LaunchConfig);    \
+  template cudaError_t LaunchQkvPostStore<T>(const T*, const float*, const float*, const float*,  \
+                                             const float*, float, const int32_t*, const int32_t*, \
+                                             int, int, int, int, float, bool, bf16_t*, bf16_t*,   \
                                              bf16_t*, const KvCacheView&, LaunchConfig);
 AGENTKV_QKV_POST(float)
 AGENTKV_QKV_POST(bf16_t)

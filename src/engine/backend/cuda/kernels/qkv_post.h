@@ -15,15 +15,17 @@ namespace agentkv::cuda {
 // Per token: qkv rows [q heads | k heads | v heads] * head_dim (fp32, the
 // GEMM output) plus `bias` (or null); per-head RMSNorm of q and k by q_norm /
 // k_norm (null: none); rotary embedding (rotate-half) at pos[t] with
-// inv_freq[head_dim / 2]. Writes q [T][nh][D], k and v [T][nkv][D] in bf16.
+// inv_freq[head_dim / 2], cos and sin multiplied by rope_factor (YaRN's
+// attention factor, kernels::RopeAttentionFactor; 1 for other ropes).
+// Writes q [T][nh][D], k and v [T][nkv][D] in bf16.
 // TIn: float, or bf16_t (prefill steps: the GEMM's output rounded to bf16,
 // as a bf16 model's Linear leaves it; half the bytes of the fp32 form to
 // write and read). Instantiated for those two.
 template <typename TIn>
 cudaError_t LaunchQkvPost(const TIn* qkv, const float* bias, const float* q_norm,
-                          const float* k_norm, const float* inv_freq, const int32_t* pos,
-                          int tokens, int nh, int nkv, int head_dim, float eps, bool plus_one,
-                          bf16_t* q, bf16_t* k, bf16_t* v, LaunchConfig launch);
+                          const float* k_norm, const float* inv_freq, float rope_factor,
+                          const int32_t* pos, int tokens, int nh, int nkv, int head_dim, float eps,
+                          bool plus_one, bf16_t* q, bf16_t* k, bf16_t* v, LaunchConfig launch);
 
 // Where one layer's K and V live in a group's paged cache: per block, for
 // each layer of the group, K then V, each [block_size][nkv][head_dim] bf16.
@@ -51,10 +53,10 @@ struct KvCacheView {
 // elsewhere null k or v is an invalid value.
 template <typename TIn>
 cudaError_t LaunchQkvPostStore(const TIn* qkv, const float* bias, const float* q_norm,
-                               const float* k_norm, const float* inv_freq, const int32_t* pos,
-                               const int32_t* tok_seq, int tokens, int nh, int nkv, int head_dim,
-                               float eps, bool plus_one, bf16_t* q, bf16_t* k, bf16_t* v,
-                               const KvCacheView& cache, LaunchConfig launch);
+                               const float* k_norm, const float* inv_freq, float rope_factor,
+                               const int32_t* pos, const int32_t* tok_seq, int tokens, int nh,
+                               int nkv, int head_dim, float eps, bool plus_one, bf16_t* q,
+                               bf16_t* k, bf16_t* v, const KvCacheView& cache, LaunchConfig launch);
 
 // Stores this step's K and V (bf16 [T][nkv][D]) into the cache at pos[t] of
 // sequence tok_seq[t]; tokens with pos < 0 (padding) are skipped. In a ring,

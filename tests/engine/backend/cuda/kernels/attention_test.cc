@@ -26,9 +26,11 @@ using namespace agentkv::testing;
 // Paged attention against AttendOne over the same bf16 values: sequences
 // mixing a long prefill chunk, chunks continuing cached context and decode
 // tokens; full attention and sliding rings; with and without key splits;
-// narrow (decode) and wide (prefill) tiles.
+// narrow (decode) and wide (prefill) tiles; with attention sinks (random
+// per-head logits of the scores' size, so that they move every output).
 struct AttnCase {
   int head_dim, nh, nkv, window, splits;
+  bool sinks = false;
   bool wide = false;
 };
 
@@ -38,7 +40,7 @@ TEST_P(CudaAttention, MatchesCpuReference) {
   AGENTKV_REQUIRE_GPU();
   const AttnCase pc = GetParam();
   const int D = pc.head_dim, nh = pc.nh, nkv = pc.nkv, G = nh / nkv, bs = 16;
-  std::mt19937 rng(7 + D + pc.window + pc.splits);
+  std::mt19937 rng(7 + D + pc.window + pc.splits + (pc.sinks ? 100 : 0));
   struct Seq {
     int start, n;
   };
@@ -97,6 +99,8 @@ TEST_P(CudaAttention, MatchesCpuReference) {
   tile_seq.push_back(0);  // a padding tile
   tile_t0.push_back(0);
   tile_n.push_back(0);
+  const std::vector<float> sinks = Random(nh, rng, 1.5f, 0.5f);
+  auto dsinks = Upload(sinks);
   auto dq = Upload(Bf16Of(q)), dk = Upload(knew), dv = Upload(vnew), dc = Upload(cache),
        dtab = Upload(ids), dpos = Upload(pos), dss = Upload(seq_start), dsf = Upload(seq_first),
        dts = Upload(tile_seq), dt0 = Upload(tile_t0), dtn = Upload(tile_n),
@@ -121,6 +125,7 @@ TEST_P(CudaAttention, MatchesCpuReference) {
   p.softcap = pc.window == 7 ? 30.f : 0.f;
   p.splits = pc.splits;
   p.wide = pc.wide;
+  p.sinks = pc.sinks ? dsinks.get<float>() : nullptr;
   p.part_o = part_o.get<float>();
   p.part_ml = part_ml.get<float>();
   p.out = out.get<cuda::bf16_t>();
@@ -139,7 +144,7 @@ TEST_P(CudaAttention, MatchesCpuReference) {
             q.data() + (static_cast<int64_t>(t) * nh + h) * D, ps - lo + 1, D, p.scale, p.softcap,
             [&](int j) { return keys[s].data() + (lo + j) * row + kvh * D; },
             [&](int j) { return vals[s].data() + (lo + j) * row + kvh * D; }, scores.data(),
-            ref.data() + (static_cast<int64_t>(t) * nh + h) * D);
+            ref.data() + (static_cast<int64_t>(t) * nh + h) * D, pc.sinks ? sinks[h] : -INFINITY);
       }
     }
   }
@@ -214,7 +219,17 @@ std::vector<AttnCase> AttnCases() {
                                         // The tensor-core kernels' masked stages
                                         // with a window, and with a softcap.
                                         {64, 32, 8, 40, 2},
-                                        {64, 8, 2, 7, 1}};
+                                        {64, 8, 2, 7, 1},
+                                        // Attention sinks: GPT-OSS's shape (head_dim
+                                        // 64, 8 heads a KV head, 128-token window or
+                                        // none), split or not, and the other kernels.
+                                        {64, 16, 2, 128, 1, true},
+                                        {64, 16, 2, 128, 3, true},
+                                        {64, 32, 4, 0, 1, true},
+                                        {64, 32, 4, 0, 5, true},
+                                        {128, 16, 8, 0, 2, true},
+                                        {16, 4, 2, 7, 1, true},
+                                        {32, 4, 1, 0, 2, true}};
   std::vector<AttnCase> all;
   for (bool wide : {false, true})
     for (AttnCase c : shapes) {
@@ -230,7 +245,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention, ::testing::ValuesIn(AttnCases())
                            const AttnCase& c = info.param;
                            return "D" + std::to_string(c.head_dim) + "_h" + std::to_string(c.nh) +
                                   "_kv" + std::to_string(c.nkv) + "_w" + std::to_string(c.window) +
-                                  "_s" + std::to_string(c.splits) + (c.wide ? "_wide" : "");
+                                  "_s" + std::to_string(c.splits) + (c.sinks ? "_sinks" : "") +
+                                  (c.wide ? "_wide" : "");
                          });
 
 // Decode attention given the projection (AttentionParams::qkv) against the
@@ -244,9 +260,12 @@ TEST(CudaKernels, FusedRotaryAttentionMatchesQkvPostThenAttention) {
   struct Case {
     int D, nh, nkv, splits;
     bool bias, norm;
+    bool yarn = false, sinks = false;  // GPT-OSS's rope and attention sinks
   };
-  for (Case cs : {Case{64, 32, 8, 1, false, false}, Case{64, 32, 8, 4, true, false},
-                  Case{128, 16, 8, 3, false, true}, Case{128, 8, 4, 1, true, true}}) {
+  for (Case cs :
+       {Case{64, 32, 8, 1, false, false}, Case{64, 32, 8, 4, true, false},
+        Case{128, 16, 8, 3, false, true}, Case{128, 8, 4, 1, true, true},
+        Case{64, 64, 8, 1, true, false, true, true}, Case{64, 64, 8, 4, true, false, true, true}}) {
     if (!cuda::FusedRotarySupported(cs.D)) continue;
     const int D = cs.D, nh = cs.nh, nkv = cs.nkv, heads = nh + 2 * nkv, G = nh / nkv;
     const int bs = 16, width = 8, nblocks = 40, row = nkv * D;
@@ -254,7 +273,16 @@ TEST(CudaKernels, FusedRotaryAttentionMatchesQkvPostThenAttention) {
     const int B = static_cast<int>(starts.size()), T = B;
     RopeSpec rope;
     rope.theta = 10000.f;
+    if (cs.yarn) {
+      rope.theta = 150000.f;
+      rope.type = "yarn";
+      rope.factor = 32.f;
+      rope.original_max_position = 4096;
+      rope.truncate = false;
+    }
     const auto inv = kernels::RopeInvFreq(rope, D);
+    const float factor = kernels::RopeAttentionFactor(rope);
+    const auto sinks = Random(nh, rng, 1.f, 1.f);
     const auto qkv = Random(static_cast<size_t>(T) * heads * D, rng);
     const auto bias = Random(static_cast<size_t>(heads) * D, rng, 0.5f);
     const auto qn = Random(D, rng, 0.2f, 1.f), kn = Random(D, rng, 0.2f, 1.f);
@@ -275,7 +303,8 @@ TEST(CudaKernels, FusedRotaryAttentionMatchesQkvPostThenAttention) {
     auto dqkv = Upload(qkv), dbias = Upload(bias), dqn = Upload(qn), dkn = Upload(kn),
          dinv = Upload(inv), dtab = Upload(ids), dpos = Upload(pos), dss = Upload(seq_start),
          dsf = Upload(seq_first), dts = Upload(tile_seq), dt0 = Upload(tile_t0),
-         dtn = Upload(tile_n), dtok = Upload(tok_seq), dwidth = Upload(std::vector<int32_t>{width});
+         dtn = Upload(tile_n), dtok = Upload(tok_seq), dwidth = Upload(std::vector<int32_t>{width}),
+         dsinks = Upload(sinks);
     auto q = Poisoned<uint16_t>(static_cast<size_t>(T) * nh * D);
     auto k = Poisoned<uint16_t>(static_cast<size_t>(T) * row);
     auto v = Poisoned<uint16_t>(static_cast<size_t>(T) * row);
@@ -301,11 +330,12 @@ TEST(CudaKernels, FusedRotaryAttentionMatchesQkvPostThenAttention) {
       const float* knp = cs.norm ? dkn.get<float>() : nullptr;
       cuda::AttentionParams p;
       if (!fused) {
-        ASSERT_EQ(cuda::LaunchQkvPostStore(
-                      dqkv.get<float>(), b, qnp, knp, dinv.get<float>(), dpos.get<int32_t>(),
-                      dtok.get<int32_t>(), T, nh, nkv, D, 1e-6f, false, q.get<cuda::bf16_t>(),
-                      k.get<cuda::bf16_t>(), v.get<cuda::bf16_t>(), view, nullptr),
-                  cudaSuccess);
+        ASSERT_EQ(
+            cuda::LaunchQkvPostStore(dqkv.get<float>(), b, qnp, knp, dinv.get<float>(), factor,
+                                     dpos.get<int32_t>(), dtok.get<int32_t>(), T, nh, nkv, D, 1e-6f,
+                                     false, q.get<cuda::bf16_t>(), k.get<cuda::bf16_t>(),
+                                     v.get<cuda::bf16_t>(), view, nullptr),
+            cudaSuccess);
         p.q = q.get<cuda::bf16_t>();
         p.k_new = k.get<cuda::bf16_t>();
         p.v_new = v.get<cuda::bf16_t>();
@@ -317,12 +347,14 @@ TEST(CudaKernels, FusedRotaryAttentionMatchesQkvPostThenAttention) {
         p.q_norm = qnp;
         p.k_norm = knp;
         p.inv_freq = dinv.get<float>();
+        p.rope_factor = factor;
         p.eps = 1e-6f;
       }
       p.cache = view;
       SetStep(p, dpos, dss, dsf, {&dts, &dt0, &dtn}, T, T, nh, nkv, D);
       p.scale = 1.f / std::sqrt(static_cast<float>(D));
       p.splits = cs.splits;
+      p.sinks = cs.sinks ? dsinks.get<float>() : nullptr;
       p.part_o = part_o.get<float>();
       p.part_ml = part_ml.get<float>();
       auto out = Poisoned<uint16_t>(static_cast<size_t>(T) * nh * D);
@@ -331,8 +363,9 @@ TEST(CudaKernels, FusedRotaryAttentionMatchesQkvPostThenAttention) {
       outs.push_back(DownloadBf16(out, static_cast<size_t>(T) * nh * D));
       caches.push_back(DownloadBf16(dc, cache0.size()));
     }
-    const std::string what =
-        "D" + std::to_string(D) + " G" + std::to_string(G) + " splits " + std::to_string(cs.splits);
+    const std::string what = "D" + std::to_string(D) + " G" + std::to_string(G) + " splits " +
+                             std::to_string(cs.splits) + (cs.yarn ? " yarn" : "") +
+                             (cs.sinks ? " sinks" : "");
     EXPECT_LT(RelErr(outs[1], outs[0]), 1e-2) << what;
     EXPECT_LT(RelErr(caches[1], caches[0]), 1e-3) << what;  // one row per token and head
     EXPECT_EQ(outs[2], outs[1]) << what;

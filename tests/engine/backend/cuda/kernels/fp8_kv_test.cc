@@ -162,6 +162,7 @@ INSTANTIATE_TEST_SUITE_P(Layouts, CudaFp8KvStore,
 
 struct AttnCase {
   int head_dim, window, splits;
+  bool sinks = false;  // per-head sink logits in the softmax denominator
 };
 
 class CudaFp8Attention : public ::testing::TestWithParam<AttnCase> {};
@@ -223,6 +224,7 @@ TEST_P(CudaFp8Attention, MatchesTheDequantizedReference) {
   // near-tied scores, not the fp8 path, decide the comparison.)
   const std::vector<float> q = RandomRows(T * nh, D, 30, true, -4, -1);
   const float scale = 1.f / std::sqrt(static_cast<float>(D));
+  const std::vector<float> sinks = {0.5f, -1.f, 2.f, 1.25f};  // nh of them
   // The reference.
   std::vector<float> want(static_cast<size_t>(T) * nh * D);
   for (int t = 0; t < T; ++t) {
@@ -232,7 +234,7 @@ TEST_P(CudaFp8Attention, MatchesTheDequantizedReference) {
       const int kvh = h / G;
       const float* qr = q.data() + (static_cast<size_t>(t) * nh + h) * D;
       std::vector<double> sc(p + 1, 0.0);
-      double mx = -1e300;
+      double mx = ac.sinks ? sinks[h] : -1e300;
       for (int j = lo; j <= p; ++j) {
         double dot = 0;
         for (int d = 0; d < D; ++d)
@@ -240,7 +242,7 @@ TEST_P(CudaFp8Attention, MatchesTheDequantizedReference) {
         sc[j] = dot * scale;
         mx = std::max(mx, sc[j]);
       }
-      double sum = 0;
+      double sum = ac.sinks ? std::exp(sinks[h] - mx) : 0.0;
       for (int j = lo; j <= p; ++j) sum += (sc[j] = std::exp(sc[j] - mx));
       for (int d = 0; d < D; ++d) {
         double acc = 0;
@@ -252,7 +254,7 @@ TEST_P(CudaFp8Attention, MatchesTheDequantizedReference) {
   }
   auto dcache = Upload(cache_host), drows = Upload(rows_host), dq = Upload(ToBf16s(q));
   auto dpos = Upload(pos), dstart = Upload(seq_start), dfirst = Upload(seq_first),
-       dtab = Upload(tables), dw = Upload(std::vector<int32_t>{width});
+       dtab = Upload(tables), dw = Upload(std::vector<int32_t>{width}), dsinks = Upload(sinks);
   const int tpt = TokensPerTile(G, false);
   ASSERT_GE(tpt, 3);
   auto tseq = Upload(std::vector<int32_t>{0, 1}), tt0 = Upload(std::vector<int32_t>{0, 3}),
@@ -284,6 +286,7 @@ TEST_P(CudaFp8Attention, MatchesTheDequantizedReference) {
   p.window = ac.window;
   p.scale = scale;
   p.splits = ac.splits;
+  p.sinks = ac.sinks ? dsinks.get<float>() : nullptr;
   p.part_o = part_o.get<float>();
   p.part_ml = part_ml.get<float>();
   p.out = out.get<bf16_t>();
@@ -291,7 +294,8 @@ TEST_P(CudaFp8Attention, MatchesTheDequantizedReference) {
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const std::vector<float> got = DownloadBf16(out, want.size());
   const double e = RelErr(got, want);
-  EXPECT_LT(e, 1e-2) << "D " << D << " window " << ac.window << " splits " << ac.splits;
+  EXPECT_LT(e, 1e-2) << "D " << D << " window " << ac.window << " splits " << ac.splits
+                     << (ac.sinks ? " sinks" : "");
   std::printf("fp8 attention rel err %.2e\n", e);
 
   // Paths the fp8 cache does not have are refused, not run on bf16 kernels:
@@ -310,7 +314,9 @@ TEST_P(CudaFp8Attention, MatchesTheDequantizedReference) {
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaFp8Attention,
                          ::testing::Values(AttnCase{64, 0, 1}, AttnCase{128, 0, 3},
                                            AttnCase{64, 24, 2}, AttnCase{32, 0, 1},
-                                           AttnCase{256, 0, 2}));
+                                           AttnCase{256, 0, 2}, AttnCase{64, 24, 2, true},
+                                           AttnCase{64, 0, 1, true}, AttnCase{32, 0, 3, true},
+                                           AttnCase{128, 0, 1, true}));
 
 }  // namespace
 }  // namespace agentkv::cuda

@@ -23,95 +23,115 @@ namespace {
 using namespace agentkv::testing;
 
 // From the fp32 projection and from a bf16 one (prefill steps), against the
-// CPU norm and rotary of the same (bf16-rounded) values.
+// CPU norm and rotary of the same (bf16-rounded) values; with llama3
+// frequencies, and with GPT-OSS's YaRN (its frequencies and the attention
+// factor on cos and sin).
 TEST(CudaKernels, QkvPostMatchesNormAndRope) {
   AGENTKV_REQUIRE_GPU();
   std::mt19937 rng(3);
   // 600 tokens: one block per token, so each warp takes several heads
   // (loaded together in the specialised kernels).
-  for (const bool bf16_in : {false, true})
-    for (auto [D, T] : {std::pair{16, 6}, {64, 6}, {128, 6}, {256, 6}, {64, 600}, {128, 600}}) {
-      const int nh = 8, nkv = 2, heads = nh + 2 * nkv;
-      RopeSpec rope;
-      rope.theta = 500000.f;
-      rope.type = "llama3";
-      rope.factor = 8.f;
-      rope.original_max_position = 1024;
-      const auto inv = kernels::RopeInvFreq(rope, D);
-      std::vector<int32_t> pos = {0, 1, 17, 300, 4095, 70000};
-      for (int t = 6; t < T; ++t) pos.push_back(t * 37);
-      auto qkv = Random(T * heads * D, rng);
-      if (bf16_in) qkv = Rounded(qkv);
-      auto bias = Random(heads * D, rng, 0.1f);
-      auto qn = Random(D, rng, 0.1f, 1.f), kn = Random(D, rng, 0.1f, 1.f);
-      auto dqkv = bf16_in ? Upload(Bf16Of(qkv)) : Upload(qkv), db = Upload(bias), dqn = Upload(qn),
-           dkn = Upload(kn), dinv = Upload(inv), dpos = Upload(pos);
-      auto q = Poisoned<uint16_t>(T * nh * D), k = Poisoned<uint16_t>(T * nkv * D),
-           v = Poisoned<uint16_t>(T * nkv * D);
-      const cudaError_t e =
-          bf16_in ? cuda::LaunchQkvPost(dqkv.get<cuda::bf16_t>(), db.get<float>(), dqn.get<float>(),
-                                        dkn.get<float>(), dinv.get<float>(), dpos.get<int32_t>(), T,
-                                        nh, nkv, D, 1e-6f, false, q.get<cuda::bf16_t>(),
-                                        k.get<cuda::bf16_t>(), v.get<cuda::bf16_t>(), nullptr)
-                  : cuda::LaunchQkvPost(dqkv.get<float>(), db.get<float>(), dqn.get<float>(),
-                                        dkn.get<float>(), dinv.get<float>(), dpos.get<int32_t>(), T,
-                                        nh, nkv, D, 1e-6f, false, q.get<cuda::bf16_t>(),
-                                        k.get<cuda::bf16_t>(), v.get<cuda::bf16_t>(), nullptr);
-      ASSERT_EQ(e, cudaSuccess);
-      std::vector<float> rq, rk, rv;
-      for (int t = 0; t < T; ++t) {
-        std::vector<float> row(qkv.begin() + t * heads * D, qkv.begin() + (t + 1) * heads * D);
-        for (int i = 0; i < heads * D; ++i) row[i] += bias[i];
-        float* qp = row.data();
-        float* kp = qp + nh * D;
-        kernels::RmsNorm(qp, qn.data(), qp, nh, D, 1e-6f, false);
-        kernels::RmsNorm(kp, kn.data(), kp, nkv, D, 1e-6f, false);
-        kernels::ApplyRope(qp, nh, D, pos[t], inv.data());
-        kernels::ApplyRope(kp, nkv, D, pos[t], inv.data());
-        rq.insert(rq.end(), qp, qp + nh * D);
-        rk.insert(rk.end(), kp, kp + nkv * D);
-        rv.insert(rv.end(), kp + nkv * D, kp + 2 * nkv * D);
+  for (const bool yarn : {false, true})
+    for (const bool bf16_in : {false, true})
+      for (auto [D, T] : {std::pair{16, 6}, {64, 6}, {128, 6}, {256, 6}, {64, 600}, {128, 600}}) {
+        const int nh = 8, nkv = 2, heads = nh + 2 * nkv;
+        RopeSpec rope;
+        rope.theta = 500000.f;
+        rope.type = "llama3";
+        rope.factor = 8.f;
+        rope.original_max_position = 1024;
+        if (yarn) {
+          rope.theta = 150000.f;
+          rope.type = "yarn";
+          rope.factor = 32.f;
+          rope.beta_fast = 32.f;
+          rope.beta_slow = 1.f;
+          rope.original_max_position = 4096;
+          rope.truncate = false;
+        }
+        const auto inv = kernels::RopeInvFreq(rope, D);
+        const float factor = kernels::RopeAttentionFactor(rope);
+        if (yarn) {
+          ASSERT_GT(factor, 1.1f);  // (so the test sees it)
+        }
+        std::vector<int32_t> pos = {0, 1, 17, 300, 4095, 70000};
+        for (int t = 6; t < T; ++t) pos.push_back(t * 37);
+        auto qkv = Random(T * heads * D, rng);
+        if (bf16_in) qkv = Rounded(qkv);
+        auto bias = Random(heads * D, rng, 0.1f);
+        auto qn = Random(D, rng, 0.1f, 1.f), kn = Random(D, rng, 0.1f, 1.f);
+        auto dqkv = bf16_in ? Upload(Bf16Of(qkv)) : Upload(qkv), db = Upload(bias),
+             dqn = Upload(qn), dkn = Upload(kn), dinv = Upload(inv), dpos = Upload(pos);
+        auto q = Poisoned<uint16_t>(T * nh * D), k = Poisoned<uint16_t>(T * nkv * D),
+             v = Poisoned<uint16_t>(T * nkv * D);
+        const cudaError_t e =
+            bf16_in
+                ? cuda::LaunchQkvPost(
+                      dqkv.get<cuda::bf16_t>(), db.get<float>(), dqn.get<float>(), dkn.get<float>(),
+                      dinv.get<float>(), factor, dpos.get<int32_t>(), T, nh, nkv, D, 1e-6f, false,
+                      q.get<cuda::bf16_t>(), k.get<cuda::bf16_t>(), v.get<cuda::bf16_t>(), nullptr)
+                : cuda::LaunchQkvPost(
+                      dqkv.get<float>(), db.get<float>(), dqn.get<float>(), dkn.get<float>(),
+                      dinv.get<float>(), factor, dpos.get<int32_t>(), T, nh, nkv, D, 1e-6f, false,
+                      q.get<cuda::bf16_t>(), k.get<cuda::bf16_t>(), v.get<cuda::bf16_t>(), nullptr);
+        ASSERT_EQ(e, cudaSuccess);
+        std::vector<float> rq, rk, rv;
+        for (int t = 0; t < T; ++t) {
+          std::vector<float> row(qkv.begin() + t * heads * D, qkv.begin() + (t + 1) * heads * D);
+          for (int i = 0; i < heads * D; ++i) row[i] += bias[i];
+          float* qp = row.data();
+          float* kp = qp + nh * D;
+          kernels::RmsNorm(qp, qn.data(), qp, nh, D, 1e-6f, false);
+          kernels::RmsNorm(kp, kn.data(), kp, nkv, D, 1e-6f, false);
+          kernels::ApplyRope(qp, nh, D, pos[t], inv.data(), factor);
+          kernels::ApplyRope(kp, nkv, D, pos[t], inv.data(), factor);
+          rq.insert(rq.end(), qp, qp + nh * D);
+          rk.insert(rk.end(), kp, kp + nkv * D);
+          rv.insert(rv.end(), kp + nkv * D, kp + 2 * nkv * D);
+        }
+        const std::string what = std::to_string(D) + " " + std::to_string(T) + " " +
+                                 std::to_string(bf16_in) + " " + rope.type;
+        EXPECT_LT(RelErr(DownloadBf16(q, rq.size()), rq), 1e-2) << what;
+        EXPECT_LT(RelErr(DownloadBf16(k, rk.size()), rk), 1e-2) << what;
+        EXPECT_LT(RelErr(DownloadBf16(v, rv.size()), rv), 1e-2) << what;
+        if (!bf16_in || D != 64) continue;
+        // Prompt steps whose attention reads the cache: K and V into the
+        // paged cache only (k, v null), q as before. Token t is the only
+        // token of sequence t, its row in block t.
+        const int bs = 16, row = nkv * D;
+        int width = 0;
+        for (int p : pos) width = std::max(width, p / bs + 1);
+        std::vector<int32_t> tables(static_cast<size_t>(T) * width, 0), tok_seq(T);
+        for (int t = 0; t < T; ++t) {
+          tables[static_cast<size_t>(t) * width + pos[t] / bs] = t;
+          tok_seq[t] = t;
+        }
+        auto dtab = Upload(tables), dts = Upload(tok_seq), dw = Upload(std::vector<int32_t>{width});
+        auto cache = Poisoned<uint16_t>(static_cast<size_t>(T) * 2 * bs * row);
+        auto q2 = Poisoned<uint16_t>(T * nh * D);
+        cuda::KvCacheView view;
+        view.base = cache.get<cuda::bf16_t>();
+        view.block_stride = 2 * bs * row;
+        view.block_size = bs;
+        view.tables = dtab.get<int32_t>();
+        view.table_stride = dw.get<int32_t>();
+        ASSERT_EQ(cuda::LaunchQkvPostStore(dqkv.get<cuda::bf16_t>(), db.get<float>(),
+                                           dqn.get<float>(), dkn.get<float>(), dinv.get<float>(),
+                                           factor, dpos.get<int32_t>(), dts.get<int32_t>(), T, nh,
+                                           nkv, D, 1e-6f, false, q2.get<cuda::bf16_t>(), nullptr,
+                                           nullptr, view, nullptr),
+                  cudaSuccess);
+        EXPECT_EQ(DownloadBf16(q2, rq.size()), DownloadBf16(q, rq.size())) << T;
+        const std::vector<float> all = DownloadBf16(cache, static_cast<size_t>(T) * 2 * bs * row);
+        std::vector<float> ck, cv;
+        for (int t = 0; t < T; ++t) {
+          const size_t at = static_cast<size_t>(t) * 2 * bs * row + (pos[t] % bs) * row;
+          ck.insert(ck.end(), all.begin() + at, all.begin() + at + row);
+          cv.insert(cv.end(), all.begin() + at + bs * row, all.begin() + at + bs * row + row);
+        }
+        EXPECT_EQ(ck, DownloadBf16(k, rk.size())) << T;
+        EXPECT_EQ(cv, DownloadBf16(v, rv.size())) << T;
       }
-      EXPECT_LT(RelErr(DownloadBf16(q, rq.size()), rq), 1e-2) << D << " " << T << " " << bf16_in;
-      EXPECT_LT(RelErr(DownloadBf16(k, rk.size()), rk), 1e-2) << D << " " << T << " " << bf16_in;
-      EXPECT_LT(RelErr(DownloadBf16(v, rv.size()), rv), 1e-2) << D << " " << T << " " << bf16_in;
-      if (!bf16_in || D != 64) continue;
-      // Prompt steps whose attention reads the cache: K and V into the
-      // paged cache only (k, v null), q as before. Token t is the only
-      // token of sequence t, its row in block t.
-      const int bs = 16, row = nkv * D;
-      int width = 0;
-      for (int p : pos) width = std::max(width, p / bs + 1);
-      std::vector<int32_t> tables(static_cast<size_t>(T) * width, 0), tok_seq(T);
-      for (int t = 0; t < T; ++t) {
-        tables[static_cast<size_t>(t) * width + pos[t] / bs] = t;
-        tok_seq[t] = t;
-      }
-      auto dtab = Upload(tables), dts = Upload(tok_seq), dw = Upload(std::vector<int32_t>{width});
-      auto cache = Poisoned<uint16_t>(static_cast<size_t>(T) * 2 * bs * row);
-      auto q2 = Poisoned<uint16_t>(T * nh * D);
-      cuda::KvCacheView view;
-      view.base = cache.get<cuda::bf16_t>();
-      view.block_stride = 2 * bs * row;
-      view.block_size = bs;
-      view.tables = dtab.get<int32_t>();
-      view.table_stride = dw.get<int32_t>();
-      ASSERT_EQ(cuda::LaunchQkvPostStore(
-                    dqkv.get<cuda::bf16_t>(), db.get<float>(), dqn.get<float>(), dkn.get<float>(),
-                    dinv.get<float>(), dpos.get<int32_t>(), dts.get<int32_t>(), T, nh, nkv, D,
-                    1e-6f, false, q2.get<cuda::bf16_t>(), nullptr, nullptr, view, nullptr),
-                cudaSuccess);
-      EXPECT_EQ(DownloadBf16(q2, rq.size()), DownloadBf16(q, rq.size())) << T;
-      const std::vector<float> all = DownloadBf16(cache, static_cast<size_t>(T) * 2 * bs * row);
-      std::vector<float> ck, cv;
-      for (int t = 0; t < T; ++t) {
-        const size_t at = static_cast<size_t>(t) * 2 * bs * row + (pos[t] % bs) * row;
-        ck.insert(ck.end(), all.begin() + at, all.begin() + at + row);
-        cv.insert(cv.end(), all.begin() + at + bs * row, all.begin() + at + bs * row + row);
-      }
-      EXPECT_EQ(ck, DownloadBf16(k, rk.size())) << T;
-      EXPECT_EQ(cv, DownloadBf16(v, rv.size())) << T;
-    }
 }
 
 }  // namespace

@@ -1,0 +1,155 @@
+// The decisions of a mixture-of-experts layer on the GPU, as pure functions
+// of host and device (compiled by nvcc for the kernels of moe.cu, by the host
+// compiler for tests that need no GPU and no CUDA toolkit):
+// - which experts each token takes and with what weights (MoeRouteToken:
+//   the CPU reference's kernels::RouteTopK, same ties);
+// - the assignments (token, slot) grouped by expert (a counting sort,
+//   tokens ascending within an expert, as the CPU backend orders them), the
+//   slot each assignment's expert output lands in, and the row tiles of a
+//   grouped GEMM over those groups (MoePlan*).
+// The MoE kernels run exactly these functions, so the host tests pin the
+// arithmetic the device does.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define AGENTKV_MOE_HD __host__ __device__
+#else
+#define AGENTKV_MOE_HD
+#endif
+
+namespace agentkv::cuda {
+
+// Largest expert count and experts per token the kernels take (a block's
+// threads cover the experts; a token's choices sit in registers).
+inline constexpr int kMaxMoeExperts = 1024;
+inline constexpr int kMaxMoeTopK = 32;
+
+// Token routing from its `num_experts` router logits: the k experts with the
+// largest values (among equal values the lower id first) into `experts`,
+// highest first, and their weights:
+//   softmax_first false (GPT-OSS): softmax over the k chosen logits;
+//   softmax_first true (Qwen3-MoE): softmax over all logits, the k chosen
+//   probabilities, divided by their sum when `renormalize`.
+// Selection runs on the logits (the softmax is monotonic): the chosen set
+// differs from selecting on the probabilities only where two distinct
+// logits round to one probability. NaN logits are never chosen; k <=
+// num_experts and k <= kMaxMoeTopK.
+AGENTKV_MOE_HD inline void MoeRouteToken(const float* logits, int num_experts, int k,
+                                         bool softmax_first, bool renormalize, int32_t* experts,
+                                         float* weights) {
+  // k passes, each taking the best (value, id) below the previous pick in
+  // the order "value descending, id ascending": no set of taken ids needed.
+  float prev_v = INFINITY;
+  int prev_e = -1;
+  for (int j = 0; j < k; ++j) {
+    int best = -1;
+    float bv = -INFINITY;
+    for (int e = 0; e < num_experts; ++e) {
+      const float v = logits[e];
+      if (!(v == v)) continue;                                     // NaN
+      if (!(v < prev_v || (v == prev_v && e > prev_e))) continue;  // taken
+      if (best < 0 || v > bv) {
+        best = e;
+        bv = v;
+      }
+    }
+    if (best < 0) {  // fewer usable logits than k: the rest weigh nothing
+      experts[j] = prev_e < 0 ? 0 : prev_e;
+      weights[j] = -INFINITY;
+    } else {
+      experts[j] = best;
+      weights[j] = bv;
+      prev_v = bv;
+      prev_e = best;
+    }
+  }
+  float mx = weights[0];  // the largest logit (taken first)
+  if (softmax_first) {
+    float sum = 0.f;
+    for (int e = 0; e < num_experts; ++e)
+      if (logits[e] == logits[e]) sum += expf(logits[e] - mx);
+    for (int j = 0; j < k; ++j) weights[j] = sum > 0.f ? expf(weights[j] - mx) / sum : 0.f;
+    if (renormalize) {
+      float s = 0.f;
+      for (int j = 0; j < k; ++j) s += weights[j];
+      for (int j = 0; j < k; ++j) weights[j] = s > 0.f ? weights[j] / s : 0.f;
+    }
+    return;
+  }
+  float sum = 0.f;
+  for (int j = 0; j < k; ++j) sum += weights[j] = expf(weights[j] - mx);
+  for (int j = 0; j < k; ++j) weights[j] = sum > 0.f ? weights[j] / sum : 0.f;
+}
+
+// Rows of a grouped-GEMM tile (MoePlanTiles, LaunchMoeGemm): every tile
+// streams its expert's weights once, so prefill wants tall tiles; a
+// decode step's tile of one row or a few costs the tensor cores nothing
+// extra.
+inline constexpr int kMoeTileRows = 64;
+
+// offsets[e] .. offsets[e + 1]: expert e's assignments once grouped
+// (offsets has num_experts + 1 entries), from the `assignments` expert ids
+// (token t's slot j at t * k + j). Ids outside [0, num_experts) are counted
+// nowhere (the kernels never produce them).
+AGENTKV_MOE_HD inline void MoePlanOffsets(const int32_t* experts, int assignments, int num_experts,
+                                          int32_t* offsets) {
+  for (int e = 0; e <= num_experts; ++e) offsets[e] = 0;
+  for (int a = 0; a < assignments; ++a) {
+    const int e = experts[a];
+    if (e >= 0 && e < num_experts) ++offsets[e + 1];
+  }
+  for (int e = 0; e < num_experts; ++e) offsets[e + 1] += offsets[e];
+}
+
+// Expert e's group: order[offsets[e] + i] is its i-th assignment (token
+// ascending), and slot_of[a] the row of assignment a in the grouped rows.
+AGENTKV_MOE_HD inline void MoePlanExpert(int e, const int32_t* experts, int assignments,
+                                         const int32_t* offsets, int32_t* order, int32_t* slot_of) {
+  int32_t at = offsets[e];
+  for (int a = 0; a < assignments; ++a)
+    if (experts[a] == e) {
+      order[at] = a;
+      slot_of[a] = at;
+      ++at;
+    }
+}
+
+// The grouped GEMM's row tiles: tiles[e] .. tiles[e + 1] are expert e's
+// (ceil(rows / kMoeTileRows) each); tiles has num_experts + 1 entries.
+AGENTKV_MOE_HD inline void MoePlanTiles(const int32_t* offsets, int num_experts, int32_t* tiles) {
+  tiles[0] = 0;
+  for (int e = 0; e < num_experts; ++e)
+    tiles[e + 1] = tiles[e] + (offsets[e + 1] - offsets[e] + kMoeTileRows - 1) / kMoeTileRows;
+}
+
+// At most this many tiles for `assignments` rows in `num_experts` groups:
+// the grouped GEMM's grid (blocks past tiles[num_experts] exit).
+AGENTKV_MOE_HD inline int MoeMaxTiles(int assignments, int num_experts) {
+  const int e = assignments < num_experts ? assignments : num_experts;
+  return (assignments + kMoeTileRows - 1) / kMoeTileRows + e;
+}
+
+// Which expert tile `b` belongs to (binary search over tiles), or -1 past
+// the last; *row0 is its first grouped row.
+AGENTKV_MOE_HD inline int MoeTileExpert(int b, const int32_t* tiles, const int32_t* offsets,
+                                        int num_experts, int* row0) {
+  if (b < 0 || b >= tiles[num_experts]) return -1;
+  int lo = 0, hi = num_experts - 1;  // the last e with tiles[e] <= b
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (tiles[mid] <= b)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  // Experts with no tiles share tiles[e] with the next: skip to the one
+  // that owns b.
+  while (tiles[lo + 1] <= b) ++lo;
+  *row0 = offsets[lo] + (b - tiles[lo]) * kMoeTileRows;
+  return lo;
+}
+
+}  // namespace agentkv::cuda

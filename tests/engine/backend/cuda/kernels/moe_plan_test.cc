@@ -1,0 +1,125 @@
+// The MoE kernels' decisions (moe_plan.h) on the host: no GPU and no CUDA
+// toolkit needed. Routing against the CPU backend's kernels::RouteTopK;
+// the grouping against a plain sort of the assignments.
+#include "engine/backend/cuda/kernels/moe_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "engine/backend/cpu/cpu_moe.h"
+
+namespace agentkv::cuda {
+namespace {
+
+// Random logits, some repeated (ties must go to the lower id, as on the
+// CPU), in both routings, with and without renormalisation.
+TEST(MoePlan, RouteTokenMatchesTheCpuReference) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.f, 2.f);
+  for (int E : {4, 32, 128})
+    for (int k : {1, 2, 4, 8}) {
+      if (k > E) continue;
+      for (int trial = 0; trial < 50; ++trial) {
+        std::vector<float> logits(E);
+        for (float& x : logits) x = nd(rng);
+        // Ties: a few logits copied from others (the max among them too).
+        for (int i = 0; i < trial % 4; ++i) logits[rng() % E] = logits[rng() % E];
+        if (trial % 5 == 0) logits[E - 1] = *std::max_element(logits.begin(), logits.end());
+        for (int mode = 0; mode < 3; ++mode) {
+          const MoeRouting routing =
+              mode == 0 ? MoeRouting::kTopKThenSoftmax : MoeRouting::kSoftmaxThenTopK;
+          const bool renorm = mode == 2;
+          std::vector<int32_t> want_e(k), got_e(k);
+          std::vector<float> want_w(k), got_w(k);
+          kernels::RouteTopK(logits.data(), E, k, routing, renorm, want_e.data(), want_w.data());
+          MoeRouteToken(logits.data(), E, k, routing == MoeRouting::kSoftmaxThenTopK, renorm,
+                        got_e.data(), got_w.data());
+          EXPECT_EQ(got_e, want_e) << "E " << E << " k " << k << " mode " << mode;
+          for (int j = 0; j < k; ++j)
+            EXPECT_NEAR(got_w[j], want_w[j], 1e-6f * std::max(1.f, want_w[j]))
+                << "E " << E << " k " << k << " mode " << mode << " slot " << j;
+        }
+      }
+    }
+}
+
+TEST(MoePlan, RouteTokenSkipsNaN) {
+  const std::vector<float> logits = {NAN, 1.f, 3.f, NAN, 2.f};
+  int32_t e[2];
+  float w[2];
+  MoeRouteToken(logits.data(), 5, 2, false, false, e, w);
+  EXPECT_EQ(e[0], 2);
+  EXPECT_EQ(e[1], 4);
+  EXPECT_NEAR(w[0], 1.f / (1.f + std::exp(-1.f)), 1e-6f);
+  EXPECT_NEAR(w[0] + w[1], 1.f, 1e-6f);
+}
+
+// Grouping: every assignment appears once, in its expert's range, tokens
+// ascending within it; slot_of inverts order; the tiles cover each group.
+TEST(MoePlan, GroupsAssignmentsByExpert) {
+  std::mt19937 rng(9);
+  for (int E : {1, 8, 32, 128})
+    for (int A : {0, 1, 7, 64, 1000}) {
+      std::vector<int32_t> experts(A);
+      // Skewed: half the assignments to expert 0, some experts empty.
+      for (int32_t& e : experts) e = rng() % 2 ? 0 : static_cast<int32_t>(rng() % E);
+      std::vector<int32_t> offsets(E + 1), tiles(E + 1), order(A, -1), slot_of(A, -1);
+      MoePlanOffsets(experts.data(), A, E, offsets.data());
+      for (int e = 0; e < E; ++e)
+        MoePlanExpert(e, experts.data(), A, offsets.data(), order.data(), slot_of.data());
+      MoePlanTiles(offsets.data(), E, tiles.data());
+      ASSERT_EQ(offsets[0], 0);
+      ASSERT_EQ(offsets[E], A);
+      // The reference: assignments stably sorted by expert.
+      std::vector<int32_t> want(A);
+      for (int a = 0; a < A; ++a) want[a] = a;
+      std::stable_sort(want.begin(), want.end(),
+                       [&](int32_t x, int32_t y) { return experts[x] < experts[y]; });
+      EXPECT_EQ(order, want) << "E " << E << " A " << A;
+      for (int a = 0; a < A; ++a) {
+        ASSERT_GE(slot_of[a], 0);
+        EXPECT_EQ(order[slot_of[a]], a);
+        const int e = experts[a];
+        EXPECT_GE(slot_of[a], offsets[e]);
+        EXPECT_LT(slot_of[a], offsets[e + 1]);
+      }
+      // Tiles: each tile names its expert and a first row inside the group;
+      // together they cover every row once.
+      ASSERT_LE(tiles[E], MoeMaxTiles(A, E));
+      std::vector<int> covered(A, 0);
+      for (int b = 0; b < MoeMaxTiles(A, E) + 2; ++b) {
+        int row0 = -1;
+        const int e = MoeTileExpert(b, tiles.data(), offsets.data(), E, &row0);
+        if (b >= tiles[E]) {
+          EXPECT_EQ(e, -1) << b;
+          continue;
+        }
+        ASSERT_GE(e, 0);
+        ASSERT_GE(row0, offsets[e]);
+        ASSERT_LT(row0, offsets[e + 1]);
+        for (int r = row0; r < std::min(row0 + kMoeTileRows, static_cast<int>(offsets[e + 1])); ++r)
+          ++covered[r];
+      }
+      for (int r = 0; r < A; ++r) EXPECT_EQ(covered[r], 1) << "row " << r;
+    }
+}
+
+TEST(MoePlan, MaxTilesBoundsEveryGrouping) {
+  // Worst case: every expert's group one row past a whole tile.
+  const int E = 8, A = E * (kMoeTileRows + 1);
+  std::vector<int32_t> experts(A);
+  for (int a = 0; a < A; ++a) experts[a] = a % E;
+  std::vector<int32_t> offsets(E + 1), tiles(E + 1);
+  MoePlanOffsets(experts.data(), A, E, offsets.data());
+  MoePlanTiles(offsets.data(), E, tiles.data());
+  EXPECT_EQ(tiles[E], 2 * E);
+  EXPECT_LE(tiles[E], MoeMaxTiles(A, E));
+  EXPECT_EQ(MoeMaxTiles(0, E), 0);
+}
+
+}  // namespace
+}  // namespace agentkv::cuda

@@ -1,0 +1,278 @@
+// The MoE kernels (moe.cu): routing and grouping against moe_plan.h's pure
+// functions (exact), and a whole layer (the router from the fp32 residual,
+// routing, grouping, gated expert GEMM, down GEMM, weighted sum) against
+// the CPU backend's CpuMoe on the same bf16 weights, for GPT-OSS's form
+// (router and expert biases, clamped SwiGLU, top-k then softmax) and
+// Qwen3-MoE's (softmax then top-k, renormalised, SwiGLU). Outputs poisoned
+// before each launch. Tolerances: 1e-2 relative L2 for the layer (its
+// input and activation pass through bf16, as in the dense MLP); 1e-5 for
+// the fp32 router logits.
+#include "../test_util.h"
+
+#ifdef AGENTKV_HAVE_CUDA
+
+#include <algorithm>
+#include <array>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/backend/cpu/cpu_moe.h"
+#include "engine/backend/cuda/kernels/moe.h"
+#include "kernel_test_util.h"
+
+namespace agentkv {
+namespace {
+
+using namespace agentkv::testing;
+
+TEST(CudaMoe, RouteAndPlanMatchThePureFunctions) {
+  AGENTKV_REQUIRE_GPU();
+  std::mt19937 rng(11);
+  for (auto [T, E, k] : {std::array{1, 32, 4}, {7, 32, 4}, {300, 128, 8}, {1000, 8, 2}}) {
+    for (bool softmax_first : {false, true}) {
+      auto logits = Random(static_cast<size_t>(T) * E, rng, 2.f);
+      for (int i = 0; i < T; i += 3)
+        logits[static_cast<size_t>(i) * E + 1] = logits[i * E];  // ties
+      auto dl = Upload(logits);
+      auto de = Poisoned<int32_t>(T * k);
+      auto dw = Poisoned<float>(T * k);
+      ASSERT_EQ(cuda::LaunchMoeRoute(dl.get<float>(), T, E, k, softmax_first, softmax_first,
+                                     de.get<int32_t>(), dw.get<float>(), nullptr),
+                cudaSuccess);
+      std::vector<int32_t> want_e(T * k);
+      std::vector<float> want_w(T * k);
+      for (int t = 0; t < T; ++t)
+        cuda::MoeRouteToken(&logits[static_cast<size_t>(t) * E], E, k, softmax_first, softmax_first,
+                            &want_e[t * k], &want_w[t * k]);
+      const auto got_e = Download<int32_t>(de, T * k);
+      const auto got_w = Download<float>(dw, T * k);
+      const std::string what = "T " + std::to_string(T) + " E " + std::to_string(E);
+      EXPECT_EQ(got_e, want_e) << what;
+      EXPECT_LT(RelErr(got_w, want_w), 1e-6) << what;
+
+      const int A = T * k;
+      auto doff = Poisoned<int32_t>(E + 1), dtiles = Poisoned<int32_t>(E + 1),
+           dorder = Poisoned<int32_t>(A), dslot = Poisoned<int32_t>(A);
+      ASSERT_EQ(
+          cuda::LaunchMoePlan(de.get<int32_t>(), A, E, doff.get<int32_t>(), dtiles.get<int32_t>(),
+                              dorder.get<int32_t>(), dslot.get<int32_t>(), nullptr),
+          cudaSuccess);
+      std::vector<int32_t> off(E + 1), tiles(E + 1), order(A), slot(A);
+      cuda::MoePlanOffsets(want_e.data(), A, E, off.data());
+      for (int e = 0; e < E; ++e)
+        cuda::MoePlanExpert(e, want_e.data(), A, off.data(), order.data(), slot.data());
+      cuda::MoePlanTiles(off.data(), E, tiles.data());
+      EXPECT_EQ(Download<int32_t>(doff, E + 1), off) << what;
+      EXPECT_EQ(Download<int32_t>(dtiles, E + 1), tiles) << what;
+      EXPECT_EQ(Download<int32_t>(dorder, A), order) << what;
+      EXPECT_EQ(Download<int32_t>(dslot, A), slot) << what;
+    }
+  }
+  // Refused shapes.
+  EXPECT_EQ(cuda::LaunchMoeRoute(nullptr, 1, 4, 5, false, false, nullptr, nullptr, nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::LaunchMoeRoute(nullptr, 1, cuda::kMaxMoeExperts + 1, 2, false, false, nullptr,
+                                 nullptr, nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::LaunchMoePlan(nullptr, 4, 0, nullptr, nullptr, nullptr, nullptr, nullptr),
+            cudaErrorInvalidValue);
+  cuda::MoeGemmParams odd;
+  odd.N = 7;
+  odd.K = 16;
+  odd.epilogue = cuda::MoeEpilogue::kSwiglu;
+  odd.act = reinterpret_cast<cuda::bf16_t*>(&odd);
+  EXPECT_EQ(cuda::LaunchMoeGemm(odd, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::LaunchMoeRouterLogits(nullptr, nullptr, 1e-5f, false, nullptr, nullptr, 1,
+                                        cuda::kMaxMoeRouterHidden + 1, 4, nullptr, nullptr),
+            cudaErrorInvalidValue);
+  cuda::MoeGemmParams tall;  // more row tiles than a grid holds
+  tall.N = 8;
+  tall.K = 16;
+  tall.rows = 65536 * cuda::kMoeTileRows;
+  tall.y = reinterpret_cast<float*>(&tall);
+  EXPECT_EQ(cuda::LaunchMoeGemm(tall, nullptr), cudaErrorInvalidValue);
+  cuda::MoeGemmParams no_tiles = tall;  // groups without their tiles
+  no_tiles.rows = 0;
+  no_tiles.offsets = reinterpret_cast<const int32_t*>(&tall);
+  no_tiles.max_tiles = 1;
+  EXPECT_EQ(cuda::LaunchMoeGemm(no_tiles, nullptr), cudaErrorInvalidValue);
+}
+
+struct LayerCase {
+  bool gpt_oss;
+  int T, E, k, H, I;
+};
+
+class CudaMoeLayer : public ::testing::TestWithParam<LayerCase> {};
+
+TEST_P(CudaMoeLayer, MatchesCpuMoe) {
+  AGENTKV_REQUIRE_GPU();
+  const LayerCase lc = GetParam();
+  const int T = lc.T, E = lc.E, K = lc.k, H = lc.H, I = lc.I, A = T * K;
+  std::mt19937 rng(17 + T + E);
+  ModelConfig c;
+  c.hidden_size = H;
+  c.activation = Activation::kSilu;
+  c.moe.num_experts = E;
+  c.moe.experts_per_token = K;
+  c.moe.expert_intermediate = I;
+  c.moe.routing = lc.gpt_oss ? MoeRouting::kTopKThenSoftmax : MoeRouting::kSoftmaxThenTopK;
+  c.moe.router_bias = c.moe.expert_bias = lc.gpt_oss;
+  c.moe.norm_topk_prob = !lc.gpt_oss;
+  c.moe.swiglu_limit = lc.gpt_oss ? 7.f : 0.f;
+  MoeLayerWeights w;
+  w.num_experts = E;
+  w.hidden = H;
+  w.inter = I;
+  w.router = Rounded(Random(static_cast<size_t>(E) * H, rng, 0.3f));
+  // (Large enough that the clamp at 7 bites for some gates.)
+  w.gate_up = Rounded(Random(static_cast<size_t>(E) * 2 * I * H, rng, 0.4f));
+  w.down = Rounded(Random(static_cast<size_t>(E) * H * I, rng, 0.1f));
+  if (lc.gpt_oss) {
+    w.router_bias = Random(E, rng, 0.5f);
+    w.gate_up_bias = Random(static_cast<size_t>(E) * 2 * I, rng, 0.5f);
+    w.down_bias = Random(static_cast<size_t>(E) * H, rng, 0.5f);
+  }
+  // The residual stream and the MLP's norm: the CPU's MoE input is the fp32
+  // norm, the GPU's experts get it in bf16 (as the backend's norm kernel
+  // leaves it) and its router the fp32 residual.
+  const auto x0 = Random(static_cast<size_t>(T) * H, rng, 2.f);
+  const auto nw = Random(H, rng, 0.2f, 1.f);
+  std::vector<float> h(x0.size());
+  kernels::RmsNorm(x0.data(), nw.data(), h.data(), T, H, 1e-5f, false);
+  std::vector<float> want(static_cast<size_t>(T) * H);
+  CpuMoe cpu;
+  cpu.Forward(c, w, h.data(), want.data(), T, nullptr);
+  for (size_t i = 0; i < want.size(); ++i) want[i] += x0[i];
+
+  // The device layout: per expert [gate rows | up rows] -> interleaved.
+  std::vector<float> gu_dev(w.gate_up.size()), gub_dev;
+  for (int e = 0; e < E; ++e) {
+    const std::vector<float> one(w.gate_up.begin() + static_cast<size_t>(e) * 2 * I * H,
+                                 w.gate_up.begin() + static_cast<size_t>(e + 1) * 2 * I * H);
+    const auto inter = InterleaveGateUp(one, I, H);
+    std::copy(inter.begin(), inter.end(), gu_dev.begin() + static_cast<size_t>(e) * 2 * I * H);
+  }
+  if (lc.gpt_oss) gub_dev = Interleaved(w.gate_up_bias, E, I);
+  auto dh = Upload(Bf16Of(h)), dx0 = Upload(x0), dnw = Upload(nw),
+       drouter = Upload(Bf16Of(w.router)), dgu = Upload(Bf16Of(gu_dev)),
+       ddown = Upload(Bf16Of(w.down));
+  auto drb = Upload(lc.gpt_oss ? w.router_bias : std::vector<float>(1)),
+       dgub = Upload(lc.gpt_oss ? gub_dev : std::vector<float>(1)),
+       ddb = Upload(lc.gpt_oss ? w.down_bias : std::vector<float>(1));
+  auto logits = Poisoned<float>(static_cast<size_t>(T) * E);
+  auto experts = Poisoned<int32_t>(A);
+  auto weights = Poisoned<float>(A);
+  auto off = Poisoned<int32_t>(E + 1), tiles = Poisoned<int32_t>(E + 1),
+       order = Poisoned<int32_t>(A), slot = Poisoned<int32_t>(A);
+
+  ASSERT_EQ(cuda::LaunchMoeRouterLogits(
+                dx0.get<float>(), dnw.get<float>(), 1e-5f, false, drouter.get<cuda::bf16_t>(),
+                lc.gpt_oss ? drb.get<float>() : nullptr, T, H, E, logits.get<float>(), nullptr),
+            cudaSuccess);
+  ASSERT_EQ(cuda::LaunchMoeRoute(logits.get<float>(), T, E, K, !lc.gpt_oss, !lc.gpt_oss,
+                                 experts.get<int32_t>(), weights.get<float>(), nullptr),
+            cudaSuccess);
+  ASSERT_EQ(
+      cuda::LaunchMoePlan(experts.get<int32_t>(), A, E, off.get<int32_t>(), tiles.get<int32_t>(),
+                          order.get<int32_t>(), slot.get<int32_t>(), nullptr),
+      cudaSuccess);
+  // The expert GEMMs on the tensor cores (the backend's) and on the CUDA
+  // cores, each from a fresh x and poisoned intermediates.
+  for (const bool tensor_cores : {true, false}) {
+    auto act = Poisoned<uint16_t>(static_cast<size_t>(A) * I);
+    auto y = Poisoned<float>(static_cast<size_t>(A) * H);
+    auto dx = Upload(x0);
+    cuda::MoeGemmParams g;
+    g.x = dh.get<cuda::bf16_t>();
+    g.order = order.get<int32_t>();
+    g.div = K;
+    g.w = dgu.get<cuda::bf16_t>();
+    g.bias = lc.gpt_oss ? dgub.get<float>() : nullptr;
+    g.N = 2 * I;
+    g.K = H;
+    g.offsets = off.get<int32_t>();
+    g.tiles = tiles.get<int32_t>();
+    g.num_experts = E;
+    g.max_tiles = cuda::MoeMaxTiles(A, E);
+    g.epilogue = lc.gpt_oss ? cuda::MoeEpilogue::kClampedSwiglu : cuda::MoeEpilogue::kSwiglu;
+    g.limit = 7.f;
+    g.act = act.get<cuda::bf16_t>();
+    g.tensor_cores = tensor_cores;
+    ASSERT_EQ(cuda::LaunchMoeGemm(g, nullptr), cudaSuccess);
+    cuda::MoeGemmParams d = g;
+    d.x = act.get<cuda::bf16_t>();
+    d.order = nullptr;
+    d.div = 1;
+    d.w = ddown.get<cuda::bf16_t>();
+    d.bias = lc.gpt_oss ? ddb.get<float>() : nullptr;
+    d.N = H;
+    d.K = I;
+    d.epilogue = cuda::MoeEpilogue::kStore;
+    d.act = nullptr;
+    d.y = y.get<float>();
+    ASSERT_EQ(cuda::LaunchMoeGemm(d, nullptr), cudaSuccess);
+    ASSERT_EQ(cuda::LaunchMoeCombine(y.get<float>(), slot.get<int32_t>(), weights.get<float>(), T,
+                                     K, H, dx.get<float>(), nullptr),
+              cudaSuccess);
+    const auto got = Download<float>(dx, static_cast<size_t>(T) * H);
+    // Compare the MoE part (x0 added to both would hide errors).
+    std::vector<float> got_moe(got.size()), want_moe(want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      got_moe[i] = got[i] - x0[i];
+      want_moe[i] = want[i] - x0[i];
+    }
+    EXPECT_LT(RelErr(got_moe, want_moe), 1e-2) << "tensor cores " << tensor_cores;
+  }
+  // The router logits in fp32, as the CPU's (another summation order).
+  std::vector<float> want_logits(static_cast<size_t>(T) * E);
+  kernels::Linear(h.data(), w.router.data(), lc.gpt_oss ? w.router_bias.data() : nullptr,
+                  want_logits.data(), T, E, H);
+  EXPECT_LT(RelErr(Download<float>(logits, want_logits.size()), want_logits), 1e-5);
+  // The GEMM's one-group form (rows given, no grouping) on both kinds of
+  // core: the same product from the bf16 norm.
+  std::vector<float> hb = Rounded(h), want_one(static_cast<size_t>(T) * E);
+  kernels::Linear(hb.data(), w.router.data(), lc.gpt_oss ? w.router_bias.data() : nullptr,
+                  want_one.data(), T, E, H);
+  for (const bool tensor_cores : {true, false}) {
+    auto one = Poisoned<float>(static_cast<size_t>(T) * E);
+    cuda::MoeGemmParams g;
+    g.x = dh.get<cuda::bf16_t>();
+    g.w = drouter.get<cuda::bf16_t>();
+    g.bias = lc.gpt_oss ? drb.get<float>() : nullptr;
+    g.N = E;
+    g.K = H;
+    g.rows = T;
+    g.y = one.get<float>();
+    g.tensor_cores = tensor_cores;
+    ASSERT_EQ(cuda::LaunchMoeGemm(g, nullptr), cudaSuccess);
+    EXPECT_LT(RelErr(Download<float>(one, want_one.size()), want_one), 1e-5)
+        << "tensor cores " << tensor_cores;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, CudaMoeLayer,
+    ::testing::Values(
+        // Decode-sized (one row tile per expert) and prefill-sized
+        // batches; hidden and intermediate sizes off the tiles' multiples.
+        LayerCase{true, 1, 32, 4, 192, 96}, LayerCase{true, 5, 8, 4, 200, 72},
+        LayerCase{true, 130, 16, 4, 256, 130}, LayerCase{false, 1, 64, 8, 128, 48},
+        LayerCase{false, 40, 32, 8, 96, 40}, LayerCase{false, 257, 16, 2, 160, 64},
+        // Groups of more than one 64-row tile each.
+        LayerCase{true, 300, 8, 4, 128, 64}, LayerCase{false, 200, 4, 2, 64, 32}),
+    [](const auto& info) {
+      const LayerCase& c = info.param;
+      return std::string(c.gpt_oss ? "gpt_oss" : "qwen3_moe") + "_T" + std::to_string(c.T) + "_E" +
+             std::to_string(c.E) + "_k" + std::to_string(c.k);
+    });
+
+}  // namespace
+}  // namespace agentkv
+
+#else
+
+TEST(CudaMoe, Skipped) { GTEST_SKIP() << "built without CUDA (no toolkit found)"; }
+
+#endif
