@@ -24,9 +24,8 @@ logits by more than a near tie.
 
 The mixture-of-experts architectures (gpt_oss: alternating 128-token sliding
 and full layers, attention sinks, YaRN, biases, 8 experts of which 4 per
-token; qwen3_moe: 8 experts, 2 per token, one dense layer) run on
---device cpu only for now (the CUDA backend refuses them); they are in the
-default list there and left out of it for cuda.
+token; qwen3_moe: 8 experts, 2 per token, one dense layer) are in the
+default list on both devices.
 
 Run on a machine with PyTorch and transformers (the GPU machine):
   python3 tests/reference/hf_compare.py --agentkv build/agentkv --device cpu \
@@ -204,17 +203,14 @@ def main():
     ap.add_argument("--work", default="/tmp/hfcmp")
     ap.add_argument("--out", default=None)
     ap.add_argument("--archs", default=None,
-                    help="comma-separated; default the dense ones, plus " + MOE_ARCHS +
-                    " with --device cpu")
+                    help="comma-separated; default the dense ones plus " + MOE_ARCHS)
     ap.add_argument("--tie-gap", type=float, default=None,
                     help="near-tie excuse (see above); default 0.1 for cuda or fp8, 0 for cpu")
     ap.add_argument("--kv-dtype", default="bf16", choices=["bf16", "fp8"],
                     help="agentkv's KV cache dtype (fp8: threshold 5e-2, greedy reported only)")
     a = ap.parse_args()
     if a.archs is None:
-        a.archs = "llama,qwen2,qwen3,mistral,gemma3,llama_d64,qwen3_d64"
-        if a.device == "cpu":
-            a.archs += "," + MOE_ARCHS
+        a.archs = "llama,qwen2,qwen3,mistral,gemma3,llama_d64,qwen3_d64," + MOE_ARCHS
     fp8 = a.kv_dtype == "fp8"
     tie = a.tie_gap if a.tie_gap is not None else (
         0.1 if a.device == "cuda" or fp8 else 0.0)
