@@ -6,37 +6,24 @@
 // rendering (`agentkv template` then `agentkv tokenize`). Skipped when node,
 // the npm packages or the GPT-OSS tokenizer are missing.
 #include <gtest/gtest.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
 #include <vector>
 
+#include "serve_process.h"
+
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string Shell(const std::string& cmd, int* status) {
-  std::string out;
-  FILE* f = popen(cmd.c_str(), "r");
-  if (!f) {
-    *status = -1;
-    return out;
-  }
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
-  *status = pclose(f);
-  return out;
-}
+using agentkv::testing::RunShell;
+using agentkv::testing::ServeProcess;
 
 class GptOssServerTest : public ::testing::Test {
  protected:
@@ -44,7 +31,7 @@ class GptOssServerTest : public ::testing::Test {
     npm_ = fs::path(AGENTKV_SOURCE_DIR) / "tools/npm";
     tokenizer_ = fs::path(AGENTKV_DATA_DIR) / "tokenizers/gptoss";
     int st = 0;
-    Shell("node --version > /dev/null 2>&1", &st);
+    RunShell("node --version > /dev/null 2>&1", &st);
     if (st != 0) GTEST_SKIP() << "node is not installed";
     if (!fs::exists(npm_ / "node_modules/openai") ||
         !fs::exists(npm_ / "node_modules/@anthropic-ai/sdk"))
@@ -57,70 +44,18 @@ class GptOssServerTest : public ::testing::Test {
     dir_ = tmpl;
   }
   void TearDown() override {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-    if (out_fd_ >= 0) close(out_fd_);
+    server_.Kill();
     if (!dir_.empty()) fs::remove_all(dir_);
   }
 
   // Starts `agentkv serve` on `model`; the port, or -1.
   int Serve(const fs::path& model) {
-    int fds[2];
-    if (pipe(fds) != 0) return -1;
-    std::vector<std::string> argv = {
-        AGENTKV_BINARY, "serve", "--model", model.string(),           "--port", "0",
-        "--threads",    "2",     "--store", (dir_ / "store").string()};
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(fds[1], STDOUT_FILENO);
-      close(fds[0]);
-      close(fds[1]);
-      std::vector<char*> cargv;
-      for (auto& a : argv) cargv.push_back(a.data());
-      cargv.push_back(nullptr);
-      execv(AGENTKV_BINARY, cargv.data());
-      _exit(127);
-    }
-    close(fds[1]);
-    out_fd_ = fds[0];
-    std::string seen;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (std::chrono::steady_clock::now() < deadline) {
-      pollfd p{out_fd_, POLLIN, 0};
-      if (poll(&p, 1, 200) <= 0) continue;
-      char buf[256];
-      const ssize_t n = read(out_fd_, buf, sizeof(buf));
-      if (n <= 0) return -1;
-      seen.append(buf, static_cast<size_t>(n));
-      const size_t at = seen.find("listening on http");
-      const size_t nl = at == std::string::npos ? at : seen.find('\n', at);
-      if (nl != std::string::npos) {
-        const size_t colon = seen.rfind(':', nl);
-        return std::stoi(seen.substr(colon + 1, nl - colon - 1));
-      }
-    }
-    return -1;
-  }
-
-  // SIGTERM; true when the server drained and exited 0.
-  bool Stop() {
-    kill(pid_, SIGTERM);
-    int wstatus = 0;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    pid_t r = 0;
-    while ((r = waitpid(pid_, &wstatus, WNOHANG)) == 0 &&
-           std::chrono::steady_clock::now() < deadline)
-      usleep(20 * 1000);
-    if (r == 0) return false;  // TearDown kills it
-    pid_ = -1;
-    return WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0;
+    return server_.StartListening({"--model", model.string(), "--port", "0", "--threads", "2",
+                                   "--store", (dir_ / "store").string()});
   }
 
   fs::path npm_, tokenizer_, dir_;
-  pid_t pid_ = -1;
-  int out_fd_ = -1;
+  ServeProcess server_;
 };
 
 TEST_F(GptOssServerTest, ChatWithToolsAndMessagesThroughTheOfficialClients) {
@@ -129,12 +64,12 @@ TEST_F(GptOssServerTest, ChatWithToolsAndMessagesThroughTheOfficialClients) {
   int st = 0;
   // No eos bias: greedy replies of random weights run to max_tokens, so
   // every reply's usage is exactly known.
-  std::string out = Shell(bin + " model synth --arch gpt_oss --quant mxfp4 --tokenizer '" +
-                              tokenizer_.string() + "' --out '" + model.string() +
-                              "' --layers 2 --hidden 64 --heads 4 --kv-heads 2 --head-dim 16"
-                              " --intermediate 64 --experts 4 --experts-per-token 2"
-                              " --seed 3 2>&1",
-                          &st);
+  std::string out = RunShell(bin + " model synth --arch gpt_oss --quant mxfp4 --tokenizer '" +
+                                 tokenizer_.string() + "' --out '" + model.string() +
+                                 "' --layers 2 --hidden 64 --heads 4 --kv-heads 2 --head-dim 16"
+                                 " --intermediate 64 --experts 4 --experts-per-token 2"
+                                 " --seed 3 2>&1",
+                             &st);
   ASSERT_EQ(st, 0) << out;
   ASSERT_TRUE(fs::exists(model / "chat_template.jinja"));
 
@@ -152,9 +87,9 @@ TEST_F(GptOssServerTest, ChatWithToolsAndMessagesThroughTheOfficialClients) {
                   "required": ["city"], "type": "object"}}}]})";
   }
   const std::string rendered = (dir_ / "prompt.txt").string();
-  out = Shell(bin + " template --model '" + model.string() + "' --messages-file '" + request +
-                  "' > '" + rendered + "' 2>&1",
-              &st);
+  out = RunShell(bin + " template --model '" + model.string() + "' --messages-file '" + request +
+                     "' > '" + rendered + "' 2>&1",
+                 &st);
   ASSERT_EQ(st, 0) << out;
   std::string prompt;
   {
@@ -171,7 +106,7 @@ TEST_F(GptOssServerTest, ChatWithToolsAndMessagesThroughTheOfficialClients) {
       << prompt;
   ASSERT_TRUE(prompt.ends_with("<|start|>assistant")) << prompt;
   const std::string ids =
-      Shell(bin + " tokenize --model '" + model.string() + "' --file '" + rendered + "'", &st);
+      RunShell(bin + " tokenize --model '" + model.string() + "' --file '" + rendered + "'", &st);
   ASSERT_EQ(st, 0) << ids;
   const size_t prompt_tokens = std::count(ids.begin(), ids.end(), ',') + 1;
   ASSERT_GT(prompt_tokens, 20u) << ids;
@@ -179,13 +114,13 @@ TEST_F(GptOssServerTest, ChatWithToolsAndMessagesThroughTheOfficialClients) {
   const int port = Serve(model);
   ASSERT_GT(port, 0);
   const std::string script = std::string(AGENTKV_SOURCE_DIR) + "/tests/api/harmony.cjs";
-  out = Shell("timeout 60 node '" + script + "' " + std::to_string(port) + " '" + npm_.string() +
-                  "' " + std::to_string(prompt_tokens) + " '" + request + "' 2>&1",
-              &st);
+  out = RunShell("timeout 60 node '" + script + "' " + std::to_string(port) + " '" + npm_.string() +
+                     "' " + std::to_string(prompt_tokens) + " '" + request + "' 2>&1",
+                 &st);
   EXPECT_EQ(st, 0) << out;
   EXPECT_NE(out.find("ALL OK"), std::string::npos) << out;
   std::printf("prompt: %zu tokens\n%s", prompt_tokens, out.c_str());
-  EXPECT_TRUE(Stop());
+  EXPECT_TRUE(server_.Stop());
 }
 
 }  // namespace

@@ -21,102 +21,27 @@
 
 #include <gtest/gtest.h>
 
+#include "serve_process.h"
+
 namespace {
 
 namespace fs = std::filesystem;
-
-struct Child {
-  pid_t pid = -1;
-  int out_fd = -1;
-};
 
 std::string MakeTempDir() {
   char tmpl[] = "/tmp/agentkv-server-test-XXXXXX";
   return mkdtemp(tmpl) ? std::string(tmpl) : std::string();
 }
 
-// Starts the server on `store` with stdout on a pipe; stderr stays the
-// test's.
-Child StartServer(const std::string& store, std::vector<std::string> extra = {}) {
-  int fds[2];
-  if (pipe(fds) != 0) return {};
+using agentkv::testing::RunShell;
+using agentkv::testing::ServeProcess;
+
+// `agentkv serve` on the default model and `store`, one compute thread.
+std::vector<std::string> ServeArgs(const std::string& store, std::vector<std::string> extra = {}) {
   const std::string model = std::string(AGENTKV_DATA_DIR) + "/models/default";
-  std::vector<std::string> argv = {AGENTKV_BINARY, "serve", "--model", model, "--port", "0",
-                                   "--threads",    "1",     "--store", store};
-  for (auto& e : extra) argv.push_back(e);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    dup2(fds[1], STDOUT_FILENO);
-    close(fds[0]);
-    close(fds[1]);
-    std::vector<char*> cargv;
-    for (auto& a : argv) cargv.push_back(a.data());
-    cargv.push_back(nullptr);
-    execv(AGENTKV_BINARY, cargv.data());
-    _exit(127);
-  }
-  close(fds[1]);
-  return {pid, fds[0]};
-}
-
-// Reads the child's stdout until "listening on http://HOST:PORT"; returns
-// the port, or -1 after `timeout_s`.
-int WaitListening(int fd, int timeout_s, std::string* seen) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
-  while (std::chrono::steady_clock::now() < deadline) {
-    pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, 200) <= 0) continue;
-    char buf[256];
-    const ssize_t n = read(fd, buf, sizeof(buf));
-    if (n <= 0) return -1;
-    seen->append(buf, static_cast<size_t>(n));
-    const size_t at = seen->find("listening on http");
-    const size_t nl = at == std::string::npos ? at : seen->find('\n', at);
-    if (nl != std::string::npos) {
-      const size_t colon = seen->rfind(':', nl);
-      return std::stoi(seen->substr(colon + 1, nl - colon - 1));
-    }
-  }
-  return -1;
-}
-
-std::string RunShell(const std::string& cmd, int* status) {
-  std::string out;
-  FILE* f = popen(cmd.c_str(), "r");
-  if (!f) {
-    *status = -1;
-    return out;
-  }
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
-  *status = pclose(f);
-  return out;
-}
-
-// Sends SIGTERM and waits for a clean exit; false (after SIGKILL) if the
-// server did not exit 0 within 60 s (the drain alone may take its 30).
-bool StopServer(Child& c) {
-  kill(c.pid, SIGTERM);
-  int wstatus = 0;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  pid_t r = 0;
-  while ((r = waitpid(c.pid, &wstatus, WNOHANG)) == 0 &&
-         std::chrono::steady_clock::now() < deadline) {
-    usleep(20 * 1000);
-  }
-  if (r == 0) {
-    // Where it hangs: every thread's stack (gdb is on the test machines).
-    int st = 0;
-    std::cerr << RunShell("timeout 60 gdb -p " + std::to_string(c.pid) +
-                              " -batch -ex 'thread apply all bt' 2>&1 | grep -v '^\\[New LWP'",
-                          &st)
-              << "\n";
-    kill(c.pid, SIGKILL);
-    waitpid(c.pid, &wstatus, 0);
-  }
-  close(c.out_fd);
-  return r != 0 && WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0;
+  std::vector<std::string> args = {"--model",   model, "--port",  "0",
+                                   "--threads", "1",   "--store", store};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
 }
 
 // The agent-layer scenarios of tests/api/agents.cjs, each against its own
@@ -139,16 +64,8 @@ class AgentsE2eTest : public ::testing::Test {
   }
 
   // Starts a server on `store_`; the port, or -1.
-  int Start(Child* c, std::vector<std::string> extra = {}) {
-    *c = StartServer(store_, std::move(extra));
-    if (c->pid <= 0) return -1;
-    std::string seen;
-    const int port = WaitListening(c->out_fd, 60, &seen);
-    if (port <= 0) {
-      kill(c->pid, SIGKILL);
-      waitpid(c->pid, nullptr, 0);
-    }
-    return port;
+  int Start(ServeProcess* c, std::vector<std::string> extra = {}) {
+    return c->StartListening(ServeArgs(store_, std::move(extra)));
   }
 
   // Runs a scenario; its output, with *ok set when it printed ALL OK.
@@ -167,13 +84,13 @@ class AgentsE2eTest : public ::testing::Test {
   // A server started with `flags` runs scenario `name` and stops cleanly.
   void RunOnItsOwnServer(const std::string& name, std::vector<std::string> flags = {},
                          const std::string& args = "", const std::string& env = "") {
-    Child c;
+    ServeProcess c;
     const int port = Start(&c, std::move(flags));
     ASSERT_GT(port, 0);
     bool ok = false;
     const std::string out = Scenario(name, port, args, &ok, env);
     EXPECT_TRUE(ok) << out;
-    EXPECT_TRUE(StopServer(c));
+    EXPECT_TRUE(c.Stop());
   }
 
   fs::path npm_;
@@ -204,18 +121,18 @@ TEST_F(AgentsE2eTest, SixteenAgentsShareABatch) { RunOnItsOwnServer("parallel");
 TEST_F(AgentsE2eTest, ClientDisconnectReleasesBlocks) { RunOnItsOwnServer("disconnect"); }
 
 TEST_F(AgentsE2eTest, AgentResumesFromDiskAfterRestart) {
-  Child c;
+  ServeProcess c;
   int port = Start(&c);
   ASSERT_GT(port, 0);
   bool ok = false;
   std::string out = Scenario("restart1", port, "", &ok);
   EXPECT_TRUE(ok) << out;
-  ASSERT_TRUE(StopServer(c));  // SIGTERM flushes the KV to the store
+  ASSERT_TRUE(c.Stop());  // SIGTERM flushes the KV to the store
   port = Start(&c);
   ASSERT_GT(port, 0);
   out = Scenario("restart2", port, "", &ok);
   EXPECT_TRUE(ok) << out;
-  EXPECT_TRUE(StopServer(c));
+  EXPECT_TRUE(c.Stop());
 }
 
 TEST_F(AgentsE2eTest, HotSwapAndBack) {
@@ -290,20 +207,14 @@ TEST(ServeTest, SignalsInABurstAreAllHandled) {
     for (int i = 0; i < 2000; ++i) fprintf(f, "key-%016d tenant%d\n", i, i % 7);
     fclose(f);
   }
-  Child c = StartServer(dir + "/store", {"--api-keys", keys});
-  ASSERT_GT(c.pid, 0);
-  std::string seen;
-  const int port = WaitListening(c.out_fd, 60, &seen);
-  if (port <= 0) {
-    kill(c.pid, SIGKILL);
-    waitpid(c.pid, nullptr, 0);
-    FAIL() << "server did not start; stdout: " << seen;
-  }
-  for (int i = 0; i < 200; ++i) kill(c.pid, SIGHUP);
+  ServeProcess c;
+  const int port = c.StartListening(ServeArgs(dir + "/store", {"--api-keys", keys}));
+  ASSERT_GT(port, 0) << "server did not start";
+  for (int i = 0; i < 200; ++i) kill(c.pid(), SIGHUP);
   usleep(200 * 1000);
   EXPECT_EQ(StatusOfGet(port, "/health", ""), 200);
   EXPECT_EQ(StatusOfGet(port, "/v1/agents", "key-0000000000000003"), 200);
-  EXPECT_TRUE(StopServer(c));  // drained, exit 0
+  EXPECT_TRUE(c.Stop());  // drained, exit 0
 }
 
 TEST(ServeTest, ApiKeysFileIsReloadedOnSighup) {
@@ -326,29 +237,21 @@ TEST(ServeTest, ApiKeysFileIsReloadedOnSighup) {
   write_keys("alice-key-0123456789 alice\n");
   // --api-key and --api-keys together are refused.
   {
-    Child bad = StartServer(dir + "/store", {"--api-keys", keys, "--api-key", "x"});
-    ASSERT_GT(bad.pid, 0);
-    int wstatus = 0;
-    waitpid(bad.pid, &wstatus, 0);
-    close(bad.out_fd);
+    ServeProcess bad;
+    ASSERT_TRUE(bad.Start(ServeArgs(dir + "/store", {"--api-keys", keys, "--api-key", "x"})));
+    const int wstatus = bad.WaitExit();
     EXPECT_TRUE(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 2);
   }
-  Child c = StartServer(dir + "/store", {"--api-keys", keys});
-  ASSERT_GT(c.pid, 0);
-  std::string seen;
-  const int port = WaitListening(c.out_fd, 60, &seen);
-  if (port <= 0) {
-    kill(c.pid, SIGKILL);
-    waitpid(c.pid, nullptr, 0);
-    FAIL() << "server did not start; stdout: " << seen;
-  }
+  ServeProcess c;
+  const int port = c.StartListening(ServeArgs(dir + "/store", {"--api-keys", keys}));
+  ASSERT_GT(port, 0) << "server did not start";
   EXPECT_EQ(StatusOfGet(port, "/v1/agents", "alice-key-0123456789"), 200);
   EXPECT_EQ(StatusOfGet(port, "/v1/agents", "bob-key-0123456789"), 401);
   EXPECT_EQ(StatusOfGet(port, "/v1/agents", ""), 401);
   EXPECT_EQ(StatusOfGet(port, "/health", ""), 200);
 
   write_keys("bob-key-0123456789 bob\n");
-  kill(c.pid, SIGHUP);
+  kill(c.pid(), SIGHUP);
   int bob = 0;
   for (int i = 0; i < 500 && (bob = StatusOfGet(port, "/v1/agents", "bob-key-0123456789")) != 200;
        ++i) {
@@ -358,10 +261,10 @@ TEST(ServeTest, ApiKeysFileIsReloadedOnSighup) {
   EXPECT_EQ(StatusOfGet(port, "/v1/agents", "alice-key-0123456789"), 401);
   // A file that does not load keeps the keys in force.
   write_keys("short bob\n");
-  kill(c.pid, SIGHUP);
+  kill(c.pid(), SIGHUP);
   usleep(200 * 1000);
   EXPECT_EQ(StatusOfGet(port, "/v1/agents", "bob-key-0123456789"), 200);
-  EXPECT_TRUE(StopServer(c));
+  EXPECT_TRUE(c.Stop());
 }
 
 TEST(ServeTest, OfficialClientsAgainstServer) {
@@ -379,15 +282,9 @@ TEST(ServeTest, OfficialClientsAgainstServer) {
     std::string dir;
     ~Cleanup() { fs::remove_all(dir); }
   } cleanup{store};
-  Child c = StartServer(store);
-  ASSERT_GT(c.pid, 0);
-  std::string seen;
-  const int port = WaitListening(c.out_fd, 60, &seen);
-  if (port <= 0) {
-    kill(c.pid, SIGKILL);
-    waitpid(c.pid, nullptr, 0);
-    FAIL() << "server did not start; stdout: " << seen;
-  }
+  ServeProcess c;
+  const int port = c.StartListening(ServeArgs(store));
+  ASSERT_GT(port, 0) << "server did not start";
 
   const std::string script = std::string(AGENTKV_SOURCE_DIR) + "/tests/api/clients.cjs";
   const std::string out = RunShell(
@@ -397,7 +294,7 @@ TEST(ServeTest, OfficialClientsAgainstServer) {
   EXPECT_NE(out.find("ALL OK"), std::string::npos) << out;
 
   // SIGTERM: drain and exit 0.
-  EXPECT_TRUE(StopServer(c));
+  EXPECT_TRUE(c.Stop());
 }
 
 }  // namespace

@@ -5,10 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include "parser_events.h"
+
 namespace agentkv {
 namespace {
 
-using Events = std::vector<OutputEvent>;
+using testing::Events;
 using Kind = OutputEvent::Kind;
 
 ToolCallParserOptions Opts(bool tools = true, bool stream = true) {
@@ -20,41 +22,10 @@ ToolCallParserOptions Opts(bool tools = true, bool stream = true) {
 
 Events Run(const ToolCallParserOptions& o, const std::vector<std::string>& pieces,
            int32_t* calls = nullptr) {
-  HarmonyParser p(o);
-  Events out;
-  for (const std::string& s : pieces) p.Feed(s, &out);
-  p.Finish(&out);
-  if (calls) *calls = p.num_tool_calls();
-  return out;
+  return testing::RunParser<HarmonyParser>(o, pieces, calls);
 }
 
-// A compact view for assertions: T(text) R(reasoning) B0(name) A(args) E X(abort).
-std::string Describe(const Events& events) {
-  std::string s;
-  for (const OutputEvent& e : events) {
-    switch (e.kind) {
-      case Kind::kText:
-        s += "T(" + e.text + ")";
-        break;
-      case Kind::kReasoning:
-        s += "R(" + e.text + ")";
-        break;
-      case Kind::kToolCallBegin:
-        s += "B" + std::to_string(e.tool_index) + "(" + e.name + ")";
-        break;
-      case Kind::kToolCallArgs:
-        s += "A(" + e.text + ")";
-        break;
-      case Kind::kToolCallEnd:
-        s += "E";
-        break;
-      case Kind::kToolCallAbort:
-        s += "X";
-        break;
-    }
-  }
-  return s;
-}
+using testing::Describe;
 
 // Whole, split in two at every byte, and byte by byte must all agree.
 Events RunAllSplits(const ToolCallParserOptions& o, const std::string& text,

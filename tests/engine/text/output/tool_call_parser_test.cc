@@ -6,10 +6,12 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "parser_events.h"
+
 namespace agentkv {
 namespace {
 
-using Events = std::vector<OutputEvent>;
+using testing::Events;
 using Kind = OutputEvent::Kind;
 
 ToolCallParserOptions Opts(ToolCallFormat f, bool stream = true) {
@@ -21,41 +23,10 @@ ToolCallParserOptions Opts(ToolCallFormat f, bool stream = true) {
 
 Events Run(const ToolCallParserOptions& o, const std::vector<std::string>& pieces,
            int32_t* calls = nullptr) {
-  ToolCallParser p(o);
-  Events out;
-  for (const std::string& s : pieces) p.Feed(s, &out);
-  p.Finish(&out);
-  if (calls) *calls = p.num_tool_calls();
-  return out;
+  return testing::RunParser<ToolCallParser>(o, pieces, calls);
 }
 
-// A compact view for assertions: T(text) B(name) A(args) E X(abort).
-std::string Describe(const Events& events) {
-  std::string s;
-  for (const OutputEvent& e : events) {
-    switch (e.kind) {
-      case Kind::kText:
-        s += "T(" + e.text + ")";
-        break;
-      case Kind::kReasoning:
-        s += "R(" + e.text + ")";
-        break;
-      case Kind::kToolCallBegin:
-        s += "B" + std::to_string(e.tool_index) + "(" + e.name + ")";
-        break;
-      case Kind::kToolCallArgs:
-        s += "A(" + e.text + ")";
-        break;
-      case Kind::kToolCallEnd:
-        s += "E";
-        break;
-      case Kind::kToolCallAbort:
-        s += "X";
-        break;
-    }
-  }
-  return s;
-}
+using testing::Describe;
 
 // All at once and byte by byte must agree; returns the events.
 Events RunBoth(const ToolCallParserOptions& o, const std::string& text, int32_t* calls = nullptr) {
