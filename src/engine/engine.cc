@@ -590,14 +590,13 @@ void Engine::CollectOldest() {
       if (Sequence* s = scheduler_->Find(r.id)) sample_rows_.emplace_back(row, s);
     }
   }
-  sample_picks_.assign(sample_rows_.size(), 0);
+  // Each SampledToken's top logprobs point into its own Sampler, which
+  // samples once per step: valid until the events below are built.
+  sample_picks_.assign(sample_rows_.size(), SampledToken{});
   auto sample = [&](int64_t i, int) {
     const auto [row, s] = sample_rows_[static_cast<size_t>(i)];
-    sample_picks_[static_cast<size_t>(i)] =
-        s->sampler
-            ->Sample(std::span<float>(logits_.data() + static_cast<int64_t>(row) * cfg.vocab_size,
-                                      cfg.vocab_size))
-            .token;
+    sample_picks_[static_cast<size_t>(i)] = s->sampler->Sample(std::span<float>(
+        logits_.data() + static_cast<int64_t>(row) * cfg.vocab_size, cfg.vocab_size));
   };
   if (sample_pool_ && sample_rows_.size() > 1) {
     sample_pool_->ParallelFor(static_cast<int64_t>(sample_rows_.size()), 1, sample);
@@ -613,11 +612,13 @@ void Engine::CollectOldest() {
     Sequence* s = scheduler_->Find(r.id);
     if (s == nullptr) continue;  // cancelled, failed or finished meanwhile
     int32_t tok;
+    const SampledToken* picked = nullptr;
     if (r.backend_pick) {
       tok = picks_buf_[row];
       s->sampler->AddOutput(tok);
     } else {
-      tok = sample_picks_[sampled++];
+      picked = &sample_picks_[sampled++];
+      tok = picked->token;
     }
     s->tokens[r.pick_at] = tok;
     --s->in_flight;
@@ -633,7 +634,13 @@ void Engine::CollectOldest() {
     const bool stop_token = up.finish == FinishReason::kStop && up.stop_token_id == tok;
     RequestOutput ev;
     ev.kind = RequestOutput::Kind::kDelta;
-    if (!stop_token) ev.tokens.push_back(tok);
+    if (!stop_token) {
+      ev.tokens.push_back(tok);
+      if (picked != nullptr && picked->logprob) {
+        ev.logprobs.push_back(
+            {*picked->logprob, {picked->top_logprobs.begin(), picked->top_logprobs.end()}});
+      }
+    }
     ev.text = std::move(up.text);
     const int64_t real = r.pick_at + (stop_token ? 0 : 1);
     const bool full = real >= max_context_;

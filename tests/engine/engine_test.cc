@@ -602,5 +602,40 @@ TEST(EngineTest, BackendDrawnRowsGiveTheSamplersTokens) {
   EXPECT_GT(differ, 0);
 }
 
+// Every output token of a request asking for logprobs comes with its own
+// entry (greedy: the token is the most likely one), and asking changes no
+// token; a request without them gets none.
+TEST(EngineTest, LogprobsComeWithEachOutputToken) {
+  auto e = MakeEngine(Architecture::kQwen3, 256, true, 8, /*pipeline=*/true);
+  const std::vector<int32_t> prompt = Range(4, 9);
+  Done plain = Collect(e->Submit(Greedy(prompt, 8)).value());
+  EngineRequest r = Greedy(prompt, 8);
+  r.params.logprobs = 3;
+  RequestHandle h = e->Submit(r).value();
+  std::vector<int32_t> tokens;
+  std::vector<OutputLogprobs> lps;
+  for (RequestOutput ev = h.stream->Pop(); ev.kind == RequestOutput::Kind::kDelta;
+       ev = h.stream->Pop()) {
+    EXPECT_EQ(ev.logprobs.size(), ev.tokens.size());
+    tokens.insert(tokens.end(), ev.tokens.begin(), ev.tokens.end());
+    lps.insert(lps.end(), ev.logprobs.begin(), ev.logprobs.end());
+  }
+  EXPECT_EQ(tokens, plain.tokens);
+  ASSERT_EQ(lps.size(), tokens.size());
+  for (size_t i = 0; i < lps.size(); ++i) {
+    ASSERT_EQ(lps[i].top.size(), 3u);
+    EXPECT_EQ(lps[i].top[0].token, tokens[i]);
+    EXPECT_FLOAT_EQ(lps[i].top[0].logprob, lps[i].logprob);
+    EXPECT_LE(lps[i].logprob, 0.0f);
+    EXPECT_GE(lps[i].top[0].logprob, lps[i].top[1].logprob);
+    EXPECT_GE(lps[i].top[1].logprob, lps[i].top[2].logprob);
+  }
+  RequestHandle none = e->Submit(Greedy(prompt, 4)).value();
+  for (RequestOutput ev = none.stream->Pop(); ev.kind == RequestOutput::Kind::kDelta;
+       ev = none.stream->Pop()) {
+    EXPECT_TRUE(ev.logprobs.empty());
+  }
+}
+
 }  // namespace
 }  // namespace agentkv
