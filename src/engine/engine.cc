@@ -479,8 +479,9 @@ void Engine::Step() {
       // for cuda), so their logits need not reach the host. A drawn row's
       // uniform comes from its Sampler now, one per token in token order,
       // as Sample() would draw it.
-      RowPick pick;
-      pick.mode = ChoosePickMode(s->sampler->params());
+      // Rows asking for logprobs stay with the backend where it computes
+      // them next to its picks.
+      RowPick pick = PlanRowPick(s->sampler->params(), backend_->picks_logprobs());
       if (pick.mode == PickMode::kDevice) pick.sample = s->sampler->NextDraw();
       row.backend_pick = pick.mode != PickMode::kHost;
       all_on_backend = all_on_backend && row.backend_pick;
@@ -613,9 +614,14 @@ void Engine::CollectOldest() {
     if (s == nullptr) continue;  // cancelled, failed or finished meanwhile
     int32_t tok;
     const SampledToken* picked = nullptr;
+    const RowLogprobs* row_lp = nullptr;
     if (r.backend_pick) {
       tok = picks_buf_[row];
       s->sampler->AddOutput(tok);
+      const std::span<const RowLogprobs> lps = backend_->collected_logprobs();
+      if (s->request.params.logprobs && static_cast<size_t>(row) < lps.size() &&
+          lps[static_cast<size_t>(row)].count >= 0)
+        row_lp = &lps[static_cast<size_t>(row)];
     } else {
       picked = &sample_picks_[sampled++];
       tok = picked->token;
@@ -639,6 +645,12 @@ void Engine::CollectOldest() {
       if (picked != nullptr && picked->logprob) {
         ev.logprobs.push_back(
             {*picked->logprob, {picked->top_logprobs.begin(), picked->top_logprobs.end()}});
+      } else if (row_lp != nullptr) {
+        OutputLogprobs o;
+        o.logprob = row_lp->chosen;
+        for (int32_t k = 0; k < row_lp->count; ++k)
+          o.top.push_back({row_lp->ids[k], row_lp->logprobs[k]});
+        ev.logprobs.push_back(std::move(o));
       }
     }
     ev.text = std::move(up.text);

@@ -637,5 +637,45 @@ TEST(EngineTest, LogprobsComeWithEachOutputToken) {
   }
 }
 
+// Rows with logprobs and no penalties are picked by a backend that computes
+// logprobs next to its picks (the CPU backend's default path), else by the
+// host Sampler (a wrapped backend says it does not): the same tokens and
+// the same values, greedy and seeded draws alike.
+TEST(EngineTest, BackendLogprobsMatchTheSamplers) {
+  auto on_backend = MakeEngine(Architecture::kQwen3, 256, true, 8, true);
+  auto on_host =
+      MakeEngine(Architecture::kQwen3, 256, true, 8, true, 0, /*deferred_write_polls=*/1);
+  for (float t : {0.0f, 0.7f}) {
+    EngineRequest r = Greedy(Range(4, 11), 6);
+    r.params.temperature = t;
+    r.params.seed = 12;
+    r.params.logprobs = 4;
+    auto run = [&](Engine& e) {
+      std::pair<std::vector<int32_t>, std::vector<OutputLogprobs>> got;
+      RequestHandle h = e.Submit(r).value();
+      for (RequestOutput ev = h.stream->Pop(); ev.kind == RequestOutput::Kind::kDelta;
+           ev = h.stream->Pop()) {
+        got.first.insert(got.first.end(), ev.tokens.begin(), ev.tokens.end());
+        got.second.insert(got.second.end(), ev.logprobs.begin(), ev.logprobs.end());
+      }
+      return got;
+    };
+    const auto a = run(*on_backend);
+    const auto b = run(*on_host);
+    ASSERT_EQ(a.first, b.first) << "temperature " << t;
+    ASSERT_EQ(a.second.size(), a.first.size());
+    ASSERT_EQ(b.second.size(), b.first.size());
+    for (size_t i = 0; i < a.second.size(); ++i) {
+      EXPECT_NEAR(a.second[i].logprob, b.second[i].logprob, 1e-5);
+      ASSERT_EQ(a.second[i].top.size(), 4u);
+      ASSERT_EQ(b.second[i].top.size(), 4u);
+      for (size_t k = 0; k < 4; ++k) {
+        EXPECT_EQ(a.second[i].top[k].token, b.second[i].top[k].token);
+        EXPECT_NEAR(a.second[i].top[k].logprob, b.second[i].top[k].logprob, 1e-5);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace agentkv
