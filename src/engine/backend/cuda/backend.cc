@@ -438,6 +438,8 @@ Status CudaBackend::EnsureCapacity(int64_t tokens, int64_t seqs,
       {&meta_[1], meta * 4},
       {&row_picks_[0], B * static_cast<int64_t>(sizeof(RowPick))},
       {&row_picks_[1], B * static_cast<int64_t>(sizeof(RowPick))},
+      {&row_lp_[0], B * static_cast<int64_t>(sizeof(RowLogprobs))},
+      {&row_lp_[1], B * static_cast<int64_t>(sizeof(RowLogprobs))},
   };
   static_assert(kSlots == 2, "one entry per slot above");
   for (const Want& wt : wants) {
@@ -454,6 +456,7 @@ Status CudaBackend::EnsureCapacity(int64_t tokens, int64_t seqs,
     RETURN_IF_ERROR(host_meta_[i].Allocate(static_cast<size_t>(meta) * 4));
     RETURN_IF_ERROR(host_tokens_[i].Allocate(static_cast<size_t>(B) * 4));
     RETURN_IF_ERROR(host_row_picks_[i].Allocate(static_cast<size_t>(B) * sizeof(RowPick)));
+    RETURN_IF_ERROR(host_row_lp_[i].Allocate(static_cast<size_t>(B) * sizeof(RowLogprobs)));
   }
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   return Status::Ok();
