@@ -16,6 +16,10 @@ using testing::MapWeights;
 using testing::RandomWeights;
 using testing::SmallConfig;
 
+// A frequency penalty that changes no logit of these models (|logit| >>
+// 1e-30) but sends a row to the host Sampler (ChoosePickMode).
+constexpr float kNoOpPenalty = 1e-30f;
+
 struct Done {
   std::vector<int32_t> tokens;
   RequestOutput finished;
@@ -532,9 +536,9 @@ TEST(EngineTest, ParallelSamplingGivesTheSerialDraws) {
         r.params.temperature = 1.0f;
         r.params.top_p = i % 2 ? 0.9f : 1.0f;
         r.params.seed = 100 + i;
-        // Logprobs keep a row on the host sampler (the threads); row 7 is
-        // drawn by the backend.
-        if (i != 7) r.params.logprobs = 0;
+        // A penalty too small to change any logit keeps a row on the host
+        // sampler (the threads); row 7 is drawn by the backend.
+        if (i != 7) r.params.frequency_penalty = kNoOpPenalty;
       }
       hs.push_back((*e)->Submit(std::move(r)).value());
     }
@@ -550,7 +554,7 @@ TEST(EngineTest, ParallelSamplingGivesTheSerialDraws) {
 
 // A seeded sampled request gives the same tokens whether the backend draws
 // it (plain params: PickMode::kDevice) or its Sampler draws it from the
-// logits (logprobs asked: kHost, the way every sampled row went before the
+// logits (a penalty asked: kHost, the way every sampled row went before the
 // backends drew): the backend's draw takes its uniform from the sequence's
 // Sampler at launch. Both kinds in one batch; pipelined or not; run after
 // run.
@@ -574,7 +578,7 @@ TEST(EngineTest, BackendDrawnRowsGiveTheSamplersTokens) {
         r.params.top_p = 0.8f;
       }
       r.params.seed = 500 + pair;
-      if (i % 2) r.params.logprobs = 0;  // the host sampler's row of the pair
+      if (i % 2) r.params.frequency_penalty = kNoOpPenalty;  // the host sampler's row
       hs.push_back(e->Submit(std::move(r)).value());
     }
     std::vector<std::vector<int32_t>> outs;
