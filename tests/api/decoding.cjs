@@ -280,6 +280,37 @@ const scenarios = {
       assert.ok(prefilled <= p + 3 * bs, `prefilled ${prefilled} for a prompt of ${p}`);
     });
 
+    await step('n=4 disconnect cancels every choice', async () => {
+      const ac = new AbortController();
+      const r = await fetch(`${base}/v1/chat/completions`, {
+        method: 'POST', signal: ac.signal, headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ messages: [{ role: 'user', content: 'Talk for long.' }], n: 4,
+                               max_tokens: 20000, ignore_eos: true, stream: true }),
+      });
+      const reader = r.body.getReader();
+      const seen = new Set();
+      let text = '';
+      // Until every choice has streamed text (not just its role chunk).
+      const re = /"delta":\{"content":"[^"]+"\},"finish_reason":null,"index":(\d)/g;
+      while (seen.size < 4) {
+        const { value, done } = await reader.read();
+        assert.ok(!done);
+        text += Buffer.from(value).toString();
+        for (const m of text.matchAll(re)) seen.add(m[1]);
+      }
+      const busy = await adminStatus();
+      assert.equal(busy.engine.running, 4);
+      const t0 = Date.now();
+      ac.abort();
+      let s;
+      for (;;) {
+        s = await adminStatus();
+        if (s.engine.running === 0 || Date.now() - t0 > 2000) break;
+        await new Promise((res) => setTimeout(res, 5));
+      }
+      assert.equal(s.engine.running, 0, 'choices still running after the client left');
+    });
+
     await step('n bad input', async () => {
       await expect400(() => openai.chat.completions.create({
         model: 'default', messages, max_tokens: 1, n: 17,
