@@ -7,6 +7,7 @@
 #include "api/generation_job.h"
 #include "api/json_template.h"
 #include "api/openai_api.h"
+#include "api/openai_logprobs.h"
 #include "api/query_params.h"
 #include "engine/finish_reason.h"
 #include "store/store_kv_tier.h"
@@ -177,6 +178,12 @@ Reply AgentsApi::Generate(const HttpRequest& req, const std::string& path_id) co
   }
   SamplingParams params;
   if (Status s = ParseSampling(body, "stop", &params); !s.ok()) return FromStatus(s);
+  // One reply per turn: the server keeps the agent's history, which has
+  // room for one continuation (the OpenAI endpoints continue the agent
+  // with choice 0 only).
+  if (auto n = ParseChoiceCount(body); !n.ok() || *n != 1) {
+    return OpenAiApi::Error(400, "'n' must be 1 for an agent's turn", "n");
+  }
   std::optional<int64_t> max_tokens;
   if (Status s = GetOptionalInt(body, "max_tokens", &max_tokens); !s.ok()) {
     return FromStatus(s, "max_tokens");

@@ -8,6 +8,7 @@
 #include "api/generation_job.h"
 #include "api/json_fields.h"
 #include "api/json_template.h"
+#include "api/openai_logprobs.h"
 #include "engine/finish_reason.h"
 
 namespace agentkv::api {
@@ -42,134 +43,130 @@ json ErrorBody(const std::string& message, const std::string& param, const std::
             {"code", code.empty() ? json(nullptr) : json(code)}}}};
 }
 
-// Chat: collects or streams text, reasoning and tool calls.
+// Chat and completions: collects or streams text, reasoning, tool calls
+// and logprobs, for one choice or several (GenerationJob's extra choices).
 class ChatJob : public GenerationJob {
  public:
+  struct Options {
+    std::string model;
+    bool include_usage = false;
+    bool chat = true;
+    int n = 1;
+    bool logprobs = false;
+    // Decodes the logprobs' tokens; kept alive by `keep_alive`.
+    const Tokenizer* tokenizer = nullptr;
+    std::shared_ptr<const void> keep_alive;
+    std::shared_ptr<ChoiceSource> source;  // with n > 1
+  };
+
   ChatJob(ApiContext ctx, std::shared_ptr<agent::AgentTurn> turn, OutputParserOptions parser,
-          bool stream, ordered_json new_messages, std::string model, bool include_usage, bool chat)
+          bool stream, ordered_json new_messages, Options o)
       : GenerationJob(ctx, std::move(turn), std::move(parser), stream, std::move(new_messages),
-                      chat ? "/v1/chat/completions" : "/v1/completions"),
-        model_(std::move(model)),
-        include_usage_(include_usage),
-        chat_(chat),
-        id_(NewId(chat ? "chatcmpl-" : "cmpl-")),
-        created_(std::time(nullptr)) {}
+                      o.chat ? "/v1/chat/completions" : "/v1/completions"),
+        o_(std::move(o)),
+        id_(NewId(o_.chat ? "chatcmpl-" : "cmpl-")),
+        created_(std::time(nullptr)) {
+    for (int i = 0; i < o_.n; ++i) choices_.emplace_back(o_.tokenizer, o_.chat);
+    if (o_.n > 1) SetChoices(o_.n, o_.source);
+  }
 
  protected:
-  json Chunk(json delta_or_text, json finish) const {
-    json choice = {{"index", 0}};
-    if (chat_) {
+  // One chunk of choice `index`; `logprobs` is left out of chat chunks of a
+  // request without logprobs (completions chunks always carry the key).
+  json Chunk(int index, json delta_or_text, json finish, json logprobs = nullptr) const {
+    json choice = {{"index", index}};
+    if (o_.chat) {
       choice["delta"] = std::move(delta_or_text);
+      if (o_.logprobs) choice["logprobs"] = std::move(logprobs);
     } else {
       choice["text"] = std::move(delta_or_text);
-      choice["logprobs"] = nullptr;
+      choice["logprobs"] = std::move(logprobs);
     }
     choice["finish_reason"] = std::move(finish);
     return {{"id", id_},
-            {"object", chat_ ? "chat.completion.chunk" : "text_completion"},
+            {"object", o_.chat ? "chat.completion.chunk" : "text_completion"},
             {"created", created_},
-            {"model", model_},
+            {"model", o_.model},
             {"choices", json::array({std::move(choice)})}};
   }
 
   void OnBegin(std::string* out) override {
-    if (stream_ && chat_) *out += Sse(Chunk({{"role", "assistant"}, {"content", ""}}, nullptr));
+    if (!stream_ || !o_.chat) return;
+    for (int i = 0; i < o_.n; ++i)
+      *out += Sse(Chunk(i, {{"role", "assistant"}, {"content", ""}}, nullptr));
   }
 
   void OnEvents(const std::vector<OutputEvent>& events, std::string* out) override {
-    for (const OutputEvent& e : events) {
-      switch (e.kind) {
-        case OutputEvent::Kind::kText:
-          content_ += e.text;
-          if (stream_) {
-            if (text_chunk_.empty()) {
-              const json hole(JsonTemplate::kHole);
-              text_chunk_ = JsonTemplate(
-                  "data: ", Dump(Chunk(chat_ ? json{{"content", hole}} : hole, nullptr)), "\n\n");
-            }
-            text_chunk_.Render(e.text, out);
-          }
-          break;
-        case OutputEvent::Kind::kReasoning:
-          reasoning_ += e.text;
-          if (stream_) {
-            if (reasoning_chunk_.empty()) {
-              reasoning_chunk_ = JsonTemplate(
-                  "data: ", Dump(Chunk({{"reasoning_content", JsonTemplate::kHole}}, nullptr)),
-                  "\n\n");
-            }
-            reasoning_chunk_.Render(e.text, out);
-          }
-          break;
-        case OutputEvent::Kind::kToolCallBegin:
-          calls_[e.tool_index] = {e.id, e.name, ""};
-          if (stream_) {
-            json tc = {{"index", e.tool_index},
-                       {"id", e.id},
-                       {"type", "function"},
-                       {"function", {{"name", e.name}, {"arguments", ""}}}};
-            *out += Sse(Chunk({{"tool_calls", json::array({tc})}}, nullptr));
-          }
-          break;
-        case OutputEvent::Kind::kToolCallArgs:
-          calls_[e.tool_index].args += e.text;
-          if (stream_) {
-            json tc = {{"index", e.tool_index}, {"function", {{"arguments", e.text}}}};
-            *out += Sse(Chunk({{"tool_calls", json::array({tc})}}, nullptr));
-          }
-          break;
-        case OutputEvent::Kind::kToolCallEnd:
-          break;
-        case OutputEvent::Kind::kToolCallAbort:
-          calls_.erase(e.tool_index);
-          break;
+    Handle(0, events, out);
+  }
+
+  void OnEngineEvent(int index, const std::vector<OutputEvent>& events, const RequestOutput& ev,
+                     std::string* out) override {
+    Choice& c = choices_[static_cast<size_t>(index)];
+    if (o_.logprobs && !ev.logprobs.empty()) {
+      json entries = c.lp.Entries(ev.tokens, ev.logprobs);
+      if (stream_) {
+        c.pending = std::move(entries);
+      } else {
+        c.lp.Append(entries, &c.lp_all);
       }
+    }
+    Handle(index, events, out);
+    // Logprobs of tokens whose text the parser held back (or that made
+    // none) go out in a chunk of their own.
+    if (!c.pending.is_null()) {
+      *out += Sse(Chunk(index, o_.chat ? json::object() : json(""), nullptr, c.lp.Wrap(c.pending)));
+      c.pending = nullptr;
     }
   }
 
+  void OnChoiceFinished(int index, const RequestOutput& f, std::string* out) override {
+    Choice& c = choices_[static_cast<size_t>(index)];
+    c.finish = f.finish;
+    if (stream_) *out += Sse(Chunk(index, o_.chat ? json::object() : json(""), FinishName(c)));
+  }
+
   void OnFinish(const RequestOutput& f, std::string* out) override {
-    std::string finish(FinishReasonName(f.finish));
-    if (finish.empty()) finish = "stop";
-    if (!calls_.empty()) finish = "tool_calls";
+    choices_[0].finish = f.finish;
+    json usage = Usage(f);
+    const int64_t completion = f.completion_tokens + extra_completion_tokens();
+    usage["completion_tokens"] = completion;
+    usage["total_tokens"] = f.prompt_tokens + completion;
     if (stream_) {
-      *out += Sse(Chunk(chat_ ? json::object() : json(""), finish));
-      if (include_usage_) {
-        json u = Chunk(json::object(), nullptr);
+      *out += Sse(Chunk(0, o_.chat ? json::object() : json(""), FinishName(choices_[0])));
+      if (o_.include_usage) {
+        json u = Chunk(0, json::object(), nullptr);
         u["choices"] = json::array();
-        u["usage"] = Usage(f);
+        u["usage"] = std::move(usage);
         *out += Sse(u);
       }
       *out += "data: [DONE]\n\n";
       return;
     }
-    json choice = {{"index", 0}};
-    if (chat_) {
-      json msg = {
-          {"role", "assistant"},
-          {"content", content_.empty() && !calls_.empty() ? json(nullptr) : json(content_)}};
-      if (!reasoning_.empty()) msg["reasoning_content"] = reasoning_;
-      if (!calls_.empty()) {
-        json tcs = json::array();
-        for (const auto& [i, c] : calls_) {
-          tcs.push_back({{"id", c.id},
-                         {"type", "function"},
-                         {"function", {{"name", c.name}, {"arguments", c.args}}}});
-        }
-        msg["tool_calls"] = std::move(tcs);
+    json list = json::array();
+    for (int i = 0; i < o_.n; ++i) {
+      const Choice& c = choices_[static_cast<size_t>(i)];
+      json choice = {{"index", i}};
+      if (o_.chat) {
+        json msg = {
+            {"role", "assistant"},
+            {"content", c.content.empty() && !c.calls.empty() ? json(nullptr) : json(c.content)}};
+        if (!c.reasoning.empty()) msg["reasoning_content"] = c.reasoning;
+        if (!c.calls.empty()) msg["tool_calls"] = ToolCalls<json>(c);
+        choice["message"] = std::move(msg);
+      } else {
+        choice["text"] = c.content;
       }
-      choice["message"] = std::move(msg);
-      choice["logprobs"] = nullptr;
-    } else {
-      choice["text"] = content_;
-      choice["logprobs"] = nullptr;
+      choice["logprobs"] = o_.logprobs ? c.lp.Wrap(c.lp_all) : json(nullptr);
+      choice["finish_reason"] = FinishName(c);
+      list.push_back(std::move(choice));
     }
-    choice["finish_reason"] = finish;
     json reply = {{"id", id_},
-                  {"object", chat_ ? "chat.completion" : "text_completion"},
+                  {"object", o_.chat ? "chat.completion" : "text_completion"},
                   {"created", created_},
-                  {"model", model_},
-                  {"choices", json::array({std::move(choice)})},
-                  {"usage", Usage(f)}};
+                  {"model", o_.model},
+                  {"choices", std::move(list)},
+                  {"usage", std::move(usage)}};
     *out = Dump(reply);
   }
 
@@ -183,17 +180,11 @@ class ChatJob : public GenerationJob {
     }
   }
 
+  // Choice 0's message: the one the agent's history keeps.
   ordered_json ReplyMessage() const override {
-    ordered_json msg = {{"role", "assistant"}, {"content", content_}};
-    if (!calls_.empty()) {
-      ordered_json tcs = ordered_json::array();
-      for (const auto& [i, c] : calls_) {
-        tcs.push_back({{"id", c.id},
-                       {"type", "function"},
-                       {"function", {{"name", c.name}, {"arguments", c.args}}}});
-      }
-      msg["tool_calls"] = std::move(tcs);
-    }
+    const Choice& c = choices_[0];
+    ordered_json msg = {{"role", "assistant"}, {"content", c.content}};
+    if (!c.calls.empty()) msg["tool_calls"] = ToolCalls<ordered_json>(c);
     return msg;
   }
 
@@ -201,16 +192,108 @@ class ChatJob : public GenerationJob {
   struct Call {
     std::string id, name, args;
   };
-  std::string model_;
-  bool include_usage_;
-  bool chat_;
+  struct Choice {
+    Choice(const Tokenizer* t, bool chat) : lp(t, chat) {}
+    std::string content, reasoning;
+    std::map<int32_t, Call> calls;
+    FinishReason finish = FinishReason::kNone;
+    OpenAiLogprobs lp;
+    json lp_all;   // every entry (whole replies)
+    json pending;  // this engine event's entries, not streamed yet
+    // The per-token chunks, serialized once (the id, model and time are
+    // the same in every chunk of a response).
+    JsonTemplate text_chunk, reasoning_chunk;
+  };
+
+  template <typename J>
+  static J ToolCalls(const Choice& c) {
+    J tcs = J::array();
+    for (const auto& [i, call] : c.calls) {
+      tcs.push_back({{"id", call.id},
+                     {"type", "function"},
+                     {"function", {{"name", call.name}, {"arguments", call.args}}}});
+    }
+    return tcs;
+  }
+
+  static std::string FinishName(const Choice& c) {
+    std::string finish(FinishReasonName(c.finish));
+    if (finish.empty()) finish = "stop";
+    if (!c.calls.empty()) finish = "tool_calls";
+    return finish;
+  }
+
+  // Streams one delta of choice `index`, carrying its pending logprobs if
+  // any (the fast template path otherwise).
+  void Send(Choice& c, int index, json delta_or_text, std::string* out) {
+    json lp = c.pending.is_null() ? json(nullptr) : c.lp.Wrap(c.pending);
+    c.pending = nullptr;
+    *out += Sse(Chunk(index, std::move(delta_or_text), nullptr, std::move(lp)));
+  }
+
+  void Handle(int index, const std::vector<OutputEvent>& events, std::string* out) {
+    Choice& c = choices_[static_cast<size_t>(index)];
+    for (const OutputEvent& e : events) {
+      switch (e.kind) {
+        case OutputEvent::Kind::kText:
+          c.content += e.text;
+          if (!stream_) break;
+          if (!c.pending.is_null()) {
+            Send(c, index, o_.chat ? json{{"content", e.text}} : json(e.text), out);
+            break;
+          }
+          if (c.text_chunk.empty()) {
+            const json hole(JsonTemplate::kHole);
+            c.text_chunk = JsonTemplate(
+                "data: ", Dump(Chunk(index, o_.chat ? json{{"content", hole}} : hole, nullptr)),
+                "\n\n");
+          }
+          c.text_chunk.Render(e.text, out);
+          break;
+        case OutputEvent::Kind::kReasoning:
+          c.reasoning += e.text;
+          if (!stream_) break;
+          if (!c.pending.is_null()) {
+            Send(c, index, {{"reasoning_content", e.text}}, out);
+            break;
+          }
+          if (c.reasoning_chunk.empty()) {
+            c.reasoning_chunk = JsonTemplate(
+                "data: ", Dump(Chunk(index, {{"reasoning_content", JsonTemplate::kHole}}, nullptr)),
+                "\n\n");
+          }
+          c.reasoning_chunk.Render(e.text, out);
+          break;
+        case OutputEvent::Kind::kToolCallBegin:
+          c.calls[e.tool_index] = {e.id, e.name, ""};
+          if (stream_) {
+            json tc = {{"index", e.tool_index},
+                       {"id", e.id},
+                       {"type", "function"},
+                       {"function", {{"name", e.name}, {"arguments", ""}}}};
+            Send(c, index, {{"tool_calls", json::array({tc})}}, out);
+          }
+          break;
+        case OutputEvent::Kind::kToolCallArgs:
+          c.calls[e.tool_index].args += e.text;
+          if (stream_) {
+            json tc = {{"index", e.tool_index}, {"function", {{"arguments", e.text}}}};
+            Send(c, index, {{"tool_calls", json::array({tc})}}, out);
+          }
+          break;
+        case OutputEvent::Kind::kToolCallEnd:
+          break;
+        case OutputEvent::Kind::kToolCallAbort:
+          c.calls.erase(e.tool_index);
+          break;
+      }
+    }
+  }
+
+  Options o_;
   std::string id_;
   int64_t created_;
-  std::string content_, reasoning_;
-  std::map<int32_t, Call> calls_;
-  // The per-token chunks, serialized once (the id, model and time are the
-  // same in every chunk of a response).
-  JsonTemplate text_chunk_, reasoning_chunk_;
+  std::vector<Choice> choices_;
 };
 
 // Flattens OpenAI content parts ([{type: text, text}]) to a string.
@@ -248,9 +331,10 @@ struct Common {
   Priority priority = Priority::kNormal;
   bool stream = false;
   bool include_usage = false;
+  int n = 1;
 };
 
-Status ParseCommon(const HttpRequest& req, const json& body, Common* c) {
+Status ParseCommon(const HttpRequest& req, const json& body, bool chat, Common* c) {
   c->params.temperature = 1.0f;
   RETURN_IF_ERROR(ParseSampling(body, "stop", &c->params));
   std::optional<int64_t> max_tokens;
@@ -266,11 +350,30 @@ Status ParseCommon(const HttpRequest& req, const json& body, Common* c) {
     ASSIGN_OR_RETURN(c->include_usage,
                      OptionalBool(body["stream_options"], "include_usage", "stream_options"));
   }
-  if (body.contains("n") && !body["n"].is_null() && body["n"] != 1) {
-    return InvalidArgument("'n' must be 1: one choice per request is supported");
-  }
+  ASSIGN_OR_RETURN(c->n, ParseChoiceCount(body));
+  ASSIGN_OR_RETURN(c->params.logprobs, ParseLogprobs(body, chat));
   ASSIGN_OR_RETURN(c->priority, ServedModel::RequestPriority(req, body));
   return Status::Ok();
+}
+
+ChatJob::Options JobOptions(const std::shared_ptr<ServedModel>& model, const Common& c, bool chat) {
+  ChatJob::Options o;
+  o.model = model->name();
+  o.include_usage = c.include_usage;
+  o.chat = chat;
+  o.n = c.n;
+  o.logprobs = c.params.logprobs.has_value();
+  o.tokenizer = &model->tokenizer();
+  o.keep_alive = model;
+  if (c.n > 1) o.source = std::make_shared<GenerationJob::ChoiceSource>();
+  return o;
+}
+
+// With several choices the turn's PrepareFn records the engine request the
+// other choices copy.
+agent::PrepareFn WithChoices(const ChatJob::Options& o, agent::PrepareFn prepare) {
+  if (!o.source) return prepare;
+  return GenerationJob::WithChoices(std::move(prepare), o.source);
 }
 
 HttpResponse FromStatus(const Status& s, const std::string& param = "") {
@@ -306,7 +409,7 @@ Reply OpenAiApi::ChatCompletions(const HttpRequest& req) const {
     if (body.contains("tool_choice") && body["tool_choice"] == "none") tools = nullptr;
   }
   Common c;
-  if (Status s = ParseCommon(req, body, &c); !s.ok()) return FromStatus(s);
+  if (Status s = ParseCommon(req, body, /*chat=*/true, &c); !s.ok()) return FromStatus(s);
   auto salt = AgentBinding::CacheSalt(req, body);
   if (!salt.ok()) return FromStatus(salt.status(), "cache_salt");
   ordered_json extra = ordered_json::object();
@@ -339,14 +442,15 @@ Reply OpenAiApi::ChatCompletions(const HttpRequest& req) const {
   auto reencode = [messages, tools, extra](const ServedModel& m) {
     return m.EncodeChat(messages, tools, extra);
   };
+  ChatJob::Options o = JobOptions(model, c, /*chat=*/true);
   auto turn = ctx_.agents->NewTurn(
-      id->agent_id, AgentBinding::Prepare(ctx_.host, model, std::move(prompt).value(), c.params,
-                                          c.priority, std::move(salt).value(), reencode,
-                                          {ctx_.agents, id->agent_id, std::move(text)}));
+      id->agent_id,
+      WithChoices(o, AgentBinding::Prepare(ctx_.host, model, std::move(prompt).value(), c.params,
+                                           c.priority, std::move(salt).value(), reencode,
+                                           {ctx_.agents, id->agent_id, std::move(text)})));
   auto parser = ServedModel::ParserOptions(model, !tools.is_null());
   return std::unique_ptr<AsyncBody>(new ChatJob(ctx_, std::move(turn), parser, c.stream,
-                                                AgentBinding::NewMessages(messages), model->name(),
-                                                c.include_usage, /*chat=*/true));
+                                                AgentBinding::NewMessages(messages), std::move(o)));
 }
 
 Reply OpenAiApi::Completions(const HttpRequest& req) const {
@@ -380,7 +484,7 @@ Reply OpenAiApi::Completions(const HttpRequest& req) const {
   if (from_text) prompt = model->tokenizer().Encode(text, true);
   Common c;
   c.params.max_tokens = 16;  // OpenAI's default for completions
-  if (Status s = ParseCommon(req, body, &c); !s.ok()) return FromStatus(s);
+  if (Status s = ParseCommon(req, body, /*chat=*/false, &c); !s.ok()) return FromStatus(s);
   if (!body.contains("max_tokens") || body["max_tokens"].is_null()) c.params.max_tokens = 16;
   auto salt = AgentBinding::CacheSalt(req, body);
   if (!salt.ok()) return FromStatus(salt.status(), "cache_salt");
@@ -398,14 +502,15 @@ Reply OpenAiApi::Completions(const HttpRequest& req) const {
       return m.tokenizer().Encode(text, true);
     };
   }
+  ChatJob::Options o = JobOptions(model, c, /*chat=*/false);
   auto turn = ctx_.agents->NewTurn(
-      id->agent_id, AgentBinding::Prepare(ctx_.host, model, std::move(prompt), c.params, c.priority,
-                                          std::move(salt).value(), reencode));
+      id->agent_id,
+      WithChoices(o, AgentBinding::Prepare(ctx_.host, model, std::move(prompt), c.params,
+                                           c.priority, std::move(salt).value(), reencode)));
   auto parser = OutputParserOptions::ForModelType("", false, false);
   ordered_json record = ordered_json::array({{{"role", "user"}, {"content", text}}});
-  return std::unique_ptr<AsyncBody>(new ChatJob(ctx_, std::move(turn), parser, c.stream,
-                                                std::move(record), model->name(), c.include_usage,
-                                                /*chat=*/false));
+  return std::unique_ptr<AsyncBody>(
+      new ChatJob(ctx_, std::move(turn), parser, c.stream, std::move(record), std::move(o)));
 }
 
 }  // namespace agentkv::api

@@ -479,8 +479,9 @@ void Engine::Step() {
       // for cuda), so their logits need not reach the host. A drawn row's
       // uniform comes from its Sampler now, one per token in token order,
       // as Sample() would draw it.
-      RowPick pick;
-      pick.mode = ChoosePickMode(s->sampler->params());
+      // Rows asking for logprobs stay with the backend where it computes
+      // them next to its picks.
+      RowPick pick = PlanRowPick(s->sampler->params(), backend_->picks_logprobs());
       if (pick.mode == PickMode::kDevice) pick.sample = s->sampler->NextDraw();
       row.backend_pick = pick.mode != PickMode::kHost;
       all_on_backend = all_on_backend && row.backend_pick;
@@ -590,14 +591,13 @@ void Engine::CollectOldest() {
       if (Sequence* s = scheduler_->Find(r.id)) sample_rows_.emplace_back(row, s);
     }
   }
-  sample_picks_.assign(sample_rows_.size(), 0);
+  // Each SampledToken's top logprobs point into its own Sampler, which
+  // samples once per step: valid until the events below are built.
+  sample_picks_.assign(sample_rows_.size(), SampledToken{});
   auto sample = [&](int64_t i, int) {
     const auto [row, s] = sample_rows_[static_cast<size_t>(i)];
-    sample_picks_[static_cast<size_t>(i)] =
-        s->sampler
-            ->Sample(std::span<float>(logits_.data() + static_cast<int64_t>(row) * cfg.vocab_size,
-                                      cfg.vocab_size))
-            .token;
+    sample_picks_[static_cast<size_t>(i)] = s->sampler->Sample(std::span<float>(
+        logits_.data() + static_cast<int64_t>(row) * cfg.vocab_size, cfg.vocab_size));
   };
   if (sample_pool_ && sample_rows_.size() > 1) {
     sample_pool_->ParallelFor(static_cast<int64_t>(sample_rows_.size()), 1, sample);
@@ -613,11 +613,18 @@ void Engine::CollectOldest() {
     Sequence* s = scheduler_->Find(r.id);
     if (s == nullptr) continue;  // cancelled, failed or finished meanwhile
     int32_t tok;
+    const SampledToken* picked = nullptr;
+    const RowLogprobs* row_lp = nullptr;
     if (r.backend_pick) {
       tok = picks_buf_[row];
       s->sampler->AddOutput(tok);
+      const std::span<const RowLogprobs> lps = backend_->collected_logprobs();
+      if (s->request.params.logprobs && static_cast<size_t>(row) < lps.size() &&
+          lps[static_cast<size_t>(row)].count >= 0)
+        row_lp = &lps[static_cast<size_t>(row)];
     } else {
-      tok = sample_picks_[sampled++];
+      picked = &sample_picks_[sampled++];
+      tok = picked->token;
     }
     s->tokens[r.pick_at] = tok;
     --s->in_flight;
@@ -633,7 +640,19 @@ void Engine::CollectOldest() {
     const bool stop_token = up.finish == FinishReason::kStop && up.stop_token_id == tok;
     RequestOutput ev;
     ev.kind = RequestOutput::Kind::kDelta;
-    if (!stop_token) ev.tokens.push_back(tok);
+    if (!stop_token) {
+      ev.tokens.push_back(tok);
+      if (picked != nullptr && picked->logprob) {
+        ev.logprobs.push_back(
+            {*picked->logprob, {picked->top_logprobs.begin(), picked->top_logprobs.end()}});
+      } else if (row_lp != nullptr) {
+        OutputLogprobs o;
+        o.logprob = row_lp->chosen;
+        for (int32_t k = 0; k < row_lp->count; ++k)
+          o.top.push_back({row_lp->ids[k], row_lp->logprobs[k]});
+        ev.logprobs.push_back(std::move(o));
+      }
+    }
     ev.text = std::move(up.text);
     const int64_t real = r.pick_at + (stop_token ? 0 : 1);
     const bool full = real >= max_context_;

@@ -339,7 +339,7 @@ class Engine {
   std::vector<float> logits_;
   // kHost rows of the step being collected: their sequences and picks.
   std::vector<std::pair<int, Sequence*>> sample_rows_;
-  std::vector<int32_t> sample_picks_;
+  std::vector<SampledToken> sample_picks_;
   std::unique_ptr<ThreadPool> sample_pool_;  // null: sample on the engine thread
   std::vector<std::pair<std::shared_ptr<TokenStream>, RequestOutput>> outbox_;
   EngineStats local_;

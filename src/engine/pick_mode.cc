@@ -1,10 +1,22 @@
 #include "engine/pick_mode.h"
 
+#include "engine/backend/row_logprobs.h"
+
 namespace agentkv {
 
-PickMode ChoosePickMode(const SamplingParams& p) {
-  if (p.has_penalties() || p.logprobs) return PickMode::kHost;
+static_assert(kMaxRowLogprobs == SamplingParams::kMaxLogprobs,
+              "a backend's RowLogprobs holds every top entry a request may ask for");
+
+PickMode ChoosePickMode(const SamplingParams& p, bool device_logprobs) {
+  if (p.has_penalties() || (p.logprobs && !device_logprobs)) return PickMode::kHost;
   return p.greedy() ? PickMode::kGreedy : PickMode::kDevice;
+}
+
+RowPick PlanRowPick(const SamplingParams& p, bool device_logprobs) {
+  RowPick r;
+  r.mode = ChoosePickMode(p, device_logprobs);
+  if (r.mode != PickMode::kHost && p.logprobs) r.logprobs = static_cast<int8_t>(*p.logprobs);
+  return r;
 }
 
 }  // namespace agentkv

@@ -11,8 +11,16 @@ namespace agentkv {
 // How a sequence's rows are picked: kGreedy for temperature 0 without
 // penalties or logprobs; kDevice for temperature > 0 without penalties or
 // logprobs (only temperature, top_k, top_p, min_p shape the draw); kHost
-// otherwise (the Sampler needs the whole logits row). Pure.
-PickMode ChoosePickMode(const SamplingParams& params);
+// otherwise (the Sampler needs the whole logits row). With
+// `device_logprobs` (the backend computes RowLogprobs next to its picks),
+// rows asking for logprobs without penalties are kGreedy / kDevice too.
+// Pure.
+PickMode ChoosePickMode(const SamplingParams& params, bool device_logprobs = false);
+
+// The whole plan of one row: its mode, and for a row the backend picks
+// with logprobs, RowPick::logprobs (the top entries asked). The draw's
+// settings (RowPick::sample) come from the Sampler at launch. Pure.
+RowPick PlanRowPick(const SamplingParams& params, bool device_logprobs = false);
 inline bool DeviceSamplable(const SamplingParams& params) {
   return ChoosePickMode(params) == PickMode::kDevice;
 }

@@ -43,11 +43,21 @@ struct EngineRequest {
   std::string cache_salt;
 };
 
+// One output token's logprobs (SamplingParams::logprobs): its own and the
+// most likely tokens', most likely first.
+struct OutputLogprobs {
+  float logprob = 0.0f;
+  std::vector<TokenLogprob> top;
+};
+
 struct RequestOutput {
   enum class Kind { kDelta, kFinished, kError };
   Kind kind = Kind::kDelta;
   std::vector<int32_t> tokens;  // new output tokens (kDelta)
-  std::string text;             // new text, stop strings held back and cut (kDelta, kFinished)
+  // kDelta of a request with params.logprobs: one entry per entry of
+  // `tokens`, in order. Empty otherwise.
+  std::vector<OutputLogprobs> logprobs;
+  std::string text;  // new text, stop strings held back and cut (kDelta, kFinished)
   // kFinished:
   FinishReason finish = FinishReason::kNone;
   bool cancelled = false;

@@ -115,18 +115,25 @@ void Sampler::ApplyPenalties(std::span<float> logits) const {
   }
 }
 
-void Sampler::ComputeLogprobs(std::span<const float> raw) {
+void Sampler::ComputeLogprobs(std::span<const float> logits) {
+  // The distribution drawn from: logits / temperature (1 when greedy). The
+  // log-sum-exp runs in double over the scaled values, so the result does
+  // not depend on the order of the scan.
+  const double inv_t = params_.greedy() ? 1.0 : 1.0 / static_cast<double>(params_.temperature);
   float m = -std::numeric_limits<float>::infinity();
-  for (float v : raw) m = std::max(m, v);
+  for (float v : logits) m = std::max(m, v);
+  const double ms = static_cast<double>(m) * inv_t;
   double sum = 0.0;
-  for (float v : raw) sum += std::exp(static_cast<double>(v) - m);
-  const double lse = m + std::log(sum);
-  // Top-N by insertion into a small sorted array; scanning ids in ascending
-  // order with a strict comparison keeps the lowest id on ties.
+  for (float v : logits) sum += std::exp(static_cast<double>(v) * inv_t - ms);
+  lse_ = ms + std::log(sum);
+  inv_t_ = inv_t;
+  // Top-N by insertion into a small sorted array of raw logits (scaling by a
+  // positive factor keeps the order); scanning ids in ascending order with a
+  // strict comparison keeps the lowest id on ties.
   const int32_t want = std::min<int32_t>(*params_.logprobs, vocab_size_);
   num_top_ = 0;
   for (int32_t i = 0; i < vocab_size_ && want > 0; ++i) {
-    const float v = raw[static_cast<size_t>(i)];
+    const float v = logits[static_cast<size_t>(i)];
     if (num_top_ == want && !(v > top_[static_cast<size_t>(want - 1)].logprob)) continue;
     int32_t pos = num_top_ < want ? num_top_++ : want - 1;
     while (pos > 0 && v > top_[static_cast<size_t>(pos - 1)].logprob) {
@@ -136,29 +143,39 @@ void Sampler::ComputeLogprobs(std::span<const float> raw) {
     top_[static_cast<size_t>(pos)] = {i, v};
   }
   for (int32_t i = 0; i < num_top_; ++i) {
-    top_[static_cast<size_t>(i)].logprob =
-        static_cast<float>(top_[static_cast<size_t>(i)].logprob - lse);
+    TokenLogprob& t = top_[static_cast<size_t>(i)];
+    t.logprob = LogprobOf(t.logprob);
   }
-  sampled_logprob_ = static_cast<float>(lse);  // finished once the token is known
+}
+
+float Sampler::LogprobOf(float logit) const {
+  return static_cast<float>(static_cast<double>(logit) * inv_t_ - lse_);
 }
 
 SampledToken Sampler::Sample(std::span<float> logits) {
   assert(logits.size() == static_cast<size_t>(vocab_size_));
-  std::span<const float> raw;
-  if (params_.logprobs) {
+  ApplyPenalties(logits);
+  float chosen_logit = 0.0f;
+  if (params_.logprobs) ComputeLogprobs(logits);
+  int32_t token;
+  if (params_.greedy()) {
+    token = Argmax(logits);
+    chosen_logit = logits[static_cast<size_t>(token)];
+  } else if (params_.logprobs) {
+    // SampleDraw clobbers the row: draw from a copy, read the logit after.
     Scratch& s = ThreadScratch(logits.size());
     std::memcpy(s.raw.data(), logits.data(), logits.size() * sizeof(float));
-    raw = std::span<const float>(s.raw.data(), logits.size());
-    ComputeLogprobs(raw);
+    token = SampleDraw(std::span<float>(s.raw.data(), logits.size()), NextDraw());
+    chosen_logit = logits[static_cast<size_t>(token)];
+  } else {
+    token = SampleDraw(logits, NextDraw());
   }
-  ApplyPenalties(logits);
-  const int32_t token = params_.greedy() ? Argmax(logits) : SampleDraw(logits, NextDraw());
   AddOutput(token);
 
   SampledToken out;
   out.token = token;
   if (params_.logprobs) {
-    out.logprob = raw[static_cast<size_t>(token)] - sampled_logprob_;
+    out.logprob = LogprobOf(chosen_logit);
     out.top_logprobs = std::span<const TokenLogprob>(top_.data(), static_cast<size_t>(num_top_));
   }
   return out;

@@ -35,15 +35,11 @@
 
 namespace agentkv {
 
-struct TokenLogprob {
-  int32_t token = 0;
-  float logprob = 0.0f;
-};
-
 struct SampledToken {
   int32_t token = 0;
-  // Log-probability of `token` under the model's raw distribution (before
-  // penalties and temperature); set only when params.logprobs is set.
+  // Log-probability of `token` under the distribution SamplingParams::logprobs
+  // defines (after penalties and temperature, before top_k / top_p / min_p);
+  // set only when params.logprobs is set.
   std::optional<float> logprob;
   // The params.logprobs most likely tokens, most likely first (lowest id on
   // ties). Points into the Sampler; valid until its next Sample().
@@ -81,8 +77,10 @@ class Sampler {
   uint64_t seed() const { return seed_; }
 
  private:
-  void ComputeLogprobs(std::span<const float> raw);
-  double NextUniform();  // [0, 1), 53 random bits
+  // Log-sum-exp and top-N of the penalized `logits` scaled by 1/temperature.
+  void ComputeLogprobs(std::span<const float> logits);
+  float LogprobOf(float logit) const;  // after ComputeLogprobs
+  double NextUniform();                // [0, 1), 53 random bits
   uint64_t NextU64();
 
   SamplingParams params_;
@@ -95,7 +93,8 @@ class Sampler {
   std::vector<int32_t> seen_ids_;  // ids with a non-zero counts_ entry
   std::array<TokenLogprob, SamplingParams::kMaxLogprobs> top_{};
   int32_t num_top_ = 0;
-  float sampled_logprob_ = 0.0f;
+  double lse_ = 0.0;    // log-sum-exp of the scaled logits of the last row
+  double inv_t_ = 1.0;  // 1 / temperature (1 when greedy)
 };
 
 }  // namespace agentkv

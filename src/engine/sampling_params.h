@@ -19,6 +19,12 @@ inline constexpr size_t kMaxStopStrings = 64;
 inline constexpr size_t kMaxStopStringBytes = 512;
 inline constexpr size_t kMaxStopTokenIds = 64;
 
+// One token and its log-probability (SamplingParams::logprobs).
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0.0f;
+};
+
 struct SamplingParams {
   // Most top logprobs a request may ask for (OpenAI's top_logprobs limit).
   static constexpr int kMaxLogprobs = 20;
@@ -42,7 +48,10 @@ struct SamplingParams {
   std::vector<int32_t> stop_token_ids;  // stop even when ignore_eos is set
   bool ignore_eos = false;
   // Unset: no logprobs. N: the sampled token's logprob plus the N most likely
-  // tokens' (0..kMaxLogprobs), from the model's raw distribution.
+  // tokens' (0..kMaxLogprobs). The distribution is the one the sampler
+  // draws from before truncation (as OpenAI documents it): log-softmax of
+  // the logits after the penalties, divided by the temperature (by 1 when
+  // greedy); top_k / top_p / min_p do not change it.
   std::optional<int32_t> logprobs;
 
   bool greedy() const { return temperature == 0.0f; }

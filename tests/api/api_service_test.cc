@@ -135,10 +135,26 @@ TEST_F(ApiServiceTest, BadInputIs400) {
   HttpRequest pri = Post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}]})");
   pri.headers["x-priority"] = "sometimes";
   EXPECT_EQ(Drive(svc.Handle(pri)).first, 400);
-  EXPECT_EQ(Drive(svc.Handle(Post("/v1/chat/completions",
-                                  R"({"messages":[{"role":"user","content":"x"}],"n":2})")))
-                .first,
-            400);
+  // n: 1..16 choices.
+  for (const char* n : {"17", "0", "\"two\"", "1.5"}) {
+    EXPECT_EQ(
+        Drive(svc.Handle(Post(
+                  "/v1/chat/completions",
+                  std::string(R"({"messages":[{"role":"user","content":"x"}],"n":)") + n + "}")))
+            .first,
+        400)
+        << n;
+  }
+  {
+    auto [st, body] = Drive(svc.Handle(Post(
+        "/v1/chat/completions",
+        R"({"messages":[{"role":"user","content":"x"}],"n":2,"max_tokens":2,"ignore_eos":true})")));
+    ASSERT_EQ(st, 200) << body;
+    const json r = json::parse(body);
+    ASSERT_EQ(r["choices"].size(), 2u);
+    EXPECT_EQ(r["choices"][1]["index"], 1);
+    EXPECT_EQ(r["usage"]["completion_tokens"], 4);
+  }
   // A prompt longer than the context.
   std::string huge;
   for (int i = 0; i < 140000; ++i) huge += "word ";

@@ -71,7 +71,7 @@ class AgentsE2eTest : public ::testing::Test {
   // Runs a scenario; its output, with *ok set when it printed ALL OK.
   std::string Scenario(const std::string& name, int port, const std::string& args, bool* ok,
                        const std::string& env = "") {
-    const std::string script = std::string(AGENTKV_SOURCE_DIR) + "/tests/api/agents.cjs";
+    const std::string script = std::string(AGENTKV_SOURCE_DIR) + "/tests/api/" + script_;
     int st = 0;
     const std::string out =
         RunShell(env + " timeout 120 node '" + script + "' " + name + " " + std::to_string(port) +
@@ -95,7 +95,24 @@ class AgentsE2eTest : public ::testing::Test {
 
   fs::path npm_;
   std::string store_;
+  std::string script_ = "agents.cjs";  // under tests/api
 };
+
+// The decoding scenarios of tests/api/decoding.cjs (logprobs, n > 1).
+class DecodingE2eTest : public AgentsE2eTest {
+ protected:
+  DecodingE2eTest() { script_ = "decoding.cjs"; }
+};
+
+TEST_F(DecodingE2eTest, LogprobsHaveOpenAisShapes) { RunOnItsOwnServer("logprobs"); }
+
+// Greedy steps' logprobs against log-softmax of `agentkv logits` (1e-3).
+TEST_F(DecodingE2eTest, LogprobsAreLogSoftmaxOfTheLogits) {
+  const std::string model = std::string(AGENTKV_DATA_DIR) + "/models/default";
+  RunOnItsOwnServer("logits", {}, std::string("'") + AGENTKV_BINARY + "' '" + model + "'");
+}
+
+TEST_F(DecodingE2eTest, SeveralChoicesShareThePrompt) { RunOnItsOwnServer("choices"); }
 
 TEST_F(AgentsE2eTest, ConcurrentTurnsOfOneAgentRunInOrder) { RunOnItsOwnServer("order"); }
 

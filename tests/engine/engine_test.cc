@@ -16,6 +16,10 @@ using testing::MapWeights;
 using testing::RandomWeights;
 using testing::SmallConfig;
 
+// A frequency penalty that changes no logit of these models (|logit| >>
+// 1e-30) but sends a row to the host Sampler (ChoosePickMode).
+constexpr float kNoOpPenalty = 1e-30f;
+
 struct Done {
   std::vector<int32_t> tokens;
   RequestOutput finished;
@@ -532,9 +536,9 @@ TEST(EngineTest, ParallelSamplingGivesTheSerialDraws) {
         r.params.temperature = 1.0f;
         r.params.top_p = i % 2 ? 0.9f : 1.0f;
         r.params.seed = 100 + i;
-        // Logprobs keep a row on the host sampler (the threads); row 7 is
-        // drawn by the backend.
-        if (i != 7) r.params.logprobs = 0;
+        // A penalty too small to change any logit keeps a row on the host
+        // sampler (the threads); row 7 is drawn by the backend.
+        if (i != 7) r.params.frequency_penalty = kNoOpPenalty;
       }
       hs.push_back((*e)->Submit(std::move(r)).value());
     }
@@ -550,7 +554,7 @@ TEST(EngineTest, ParallelSamplingGivesTheSerialDraws) {
 
 // A seeded sampled request gives the same tokens whether the backend draws
 // it (plain params: PickMode::kDevice) or its Sampler draws it from the
-// logits (logprobs asked: kHost, the way every sampled row went before the
+// logits (a penalty asked: kHost, the way every sampled row went before the
 // backends drew): the backend's draw takes its uniform from the sequence's
 // Sampler at launch. Both kinds in one batch; pipelined or not; run after
 // run.
@@ -574,7 +578,7 @@ TEST(EngineTest, BackendDrawnRowsGiveTheSamplersTokens) {
         r.params.top_p = 0.8f;
       }
       r.params.seed = 500 + pair;
-      if (i % 2) r.params.logprobs = 0;  // the host sampler's row of the pair
+      if (i % 2) r.params.frequency_penalty = kNoOpPenalty;  // the host sampler's row
       hs.push_back(e->Submit(std::move(r)).value());
     }
     std::vector<std::vector<int32_t>> outs;
@@ -600,6 +604,81 @@ TEST(EngineTest, BackendDrawnRowsGiveTheSamplersTokens) {
     differ +=
         Collect(e->Submit(Greedy(Range(3 + pair, 6 + pair), 16)).value()).tokens != mixed[2 * pair];
   EXPECT_GT(differ, 0);
+}
+
+// Every output token of a request asking for logprobs comes with its own
+// entry (greedy: the token is the most likely one), and asking changes no
+// token; a request without them gets none.
+TEST(EngineTest, LogprobsComeWithEachOutputToken) {
+  auto e = MakeEngine(Architecture::kQwen3, 256, true, 8, /*pipeline=*/true);
+  const std::vector<int32_t> prompt = Range(4, 9);
+  Done plain = Collect(e->Submit(Greedy(prompt, 8)).value());
+  EngineRequest r = Greedy(prompt, 8);
+  r.params.logprobs = 3;
+  RequestHandle h = e->Submit(r).value();
+  std::vector<int32_t> tokens;
+  std::vector<OutputLogprobs> lps;
+  for (RequestOutput ev = h.stream->Pop(); ev.kind == RequestOutput::Kind::kDelta;
+       ev = h.stream->Pop()) {
+    EXPECT_EQ(ev.logprobs.size(), ev.tokens.size());
+    tokens.insert(tokens.end(), ev.tokens.begin(), ev.tokens.end());
+    lps.insert(lps.end(), ev.logprobs.begin(), ev.logprobs.end());
+  }
+  EXPECT_EQ(tokens, plain.tokens);
+  ASSERT_EQ(lps.size(), tokens.size());
+  for (size_t i = 0; i < lps.size(); ++i) {
+    ASSERT_EQ(lps[i].top.size(), 3u);
+    EXPECT_EQ(lps[i].top[0].token, tokens[i]);
+    EXPECT_FLOAT_EQ(lps[i].top[0].logprob, lps[i].logprob);
+    EXPECT_LE(lps[i].logprob, 0.0f);
+    EXPECT_GE(lps[i].top[0].logprob, lps[i].top[1].logprob);
+    EXPECT_GE(lps[i].top[1].logprob, lps[i].top[2].logprob);
+  }
+  RequestHandle none = e->Submit(Greedy(prompt, 4)).value();
+  for (RequestOutput ev = none.stream->Pop(); ev.kind == RequestOutput::Kind::kDelta;
+       ev = none.stream->Pop()) {
+    EXPECT_TRUE(ev.logprobs.empty());
+  }
+}
+
+// Rows with logprobs and no penalties are picked by a backend that computes
+// logprobs next to its picks (the CPU backend's default path), else by the
+// host Sampler (a wrapped backend says it does not): the same tokens and
+// the same values, greedy and seeded draws alike.
+TEST(EngineTest, BackendLogprobsMatchTheSamplers) {
+  auto on_backend = MakeEngine(Architecture::kQwen3, 256, true, 8, true);
+  auto on_host =
+      MakeEngine(Architecture::kQwen3, 256, true, 8, true, 0, /*deferred_write_polls=*/1);
+  for (float t : {0.0f, 0.7f}) {
+    EngineRequest r = Greedy(Range(4, 11), 6);
+    r.params.temperature = t;
+    r.params.seed = 12;
+    r.params.logprobs = 4;
+    auto run = [&](Engine& e) {
+      std::pair<std::vector<int32_t>, std::vector<OutputLogprobs>> got;
+      RequestHandle h = e.Submit(r).value();
+      for (RequestOutput ev = h.stream->Pop(); ev.kind == RequestOutput::Kind::kDelta;
+           ev = h.stream->Pop()) {
+        got.first.insert(got.first.end(), ev.tokens.begin(), ev.tokens.end());
+        got.second.insert(got.second.end(), ev.logprobs.begin(), ev.logprobs.end());
+      }
+      return got;
+    };
+    const auto a = run(*on_backend);
+    const auto b = run(*on_host);
+    ASSERT_EQ(a.first, b.first) << "temperature " << t;
+    ASSERT_EQ(a.second.size(), a.first.size());
+    ASSERT_EQ(b.second.size(), b.first.size());
+    for (size_t i = 0; i < a.second.size(); ++i) {
+      EXPECT_NEAR(a.second[i].logprob, b.second[i].logprob, 1e-5);
+      ASSERT_EQ(a.second[i].top.size(), 4u);
+      ASSERT_EQ(b.second[i].top.size(), 4u);
+      for (size_t k = 0; k < 4; ++k) {
+        EXPECT_EQ(a.second[i].top[k].token, b.second[i].top[k].token);
+        EXPECT_NEAR(a.second[i].top[k].logprob, b.second[i].top[k].logprob, 1e-5);
+      }
+    }
+  }
 }
 
 }  // namespace

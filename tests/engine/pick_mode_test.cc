@@ -34,5 +34,38 @@ TEST(ChoosePickModeTest, OnlyPlainParamsArePickedByTheBackend) {
   EXPECT_EQ(ChoosePickMode(lp), PickMode::kHost);
 }
 
+// A backend that computes logprobs next to its picks (RowLogprobs) takes
+// rows asking for them, unless penalties need the whole row on the host;
+// the plan carries how many top entries the row asked for.
+TEST(ChoosePickModeTest, DeviceLogprobsKeepLogprobRowsOnTheBackend) {
+  SamplingParams lp;
+  lp.logprobs = 5;
+  EXPECT_EQ(ChoosePickMode(lp, /*device_logprobs=*/true), PickMode::kDevice);
+  RowPick r = PlanRowPick(lp, true);
+  EXPECT_EQ(r.mode, PickMode::kDevice);
+  EXPECT_EQ(r.logprobs, 5);
+  lp.temperature = 0;
+  r = PlanRowPick(lp, true);
+  EXPECT_EQ(r.mode, PickMode::kGreedy);
+  EXPECT_EQ(r.logprobs, 5);
+  lp.logprobs = SamplingParams::kMaxLogprobs;
+  EXPECT_EQ(PlanRowPick(lp, true).logprobs, SamplingParams::kMaxLogprobs);
+  lp.logprobs = 0;
+  EXPECT_EQ(PlanRowPick(lp, true).logprobs, 0);
+  // Without the backend's logprobs: the host, as before.
+  r = PlanRowPick(lp, false);
+  EXPECT_EQ(r.mode, PickMode::kHost);
+  EXPECT_EQ(r.logprobs, -1);
+  // Penalties: the host either way.
+  lp.frequency_penalty = 0.5f;
+  EXPECT_EQ(ChoosePickMode(lp, true), PickMode::kHost);
+  EXPECT_EQ(PlanRowPick(lp, true).logprobs, -1);
+  // No logprobs asked: none planned.
+  SamplingParams plain;
+  r = PlanRowPick(plain, true);
+  EXPECT_EQ(r.mode, PickMode::kDevice);
+  EXPECT_EQ(r.logprobs, -1);
+}
+
 }  // namespace
 }  // namespace agentkv

@@ -294,25 +294,34 @@ TEST(SamplerTest, RepetitionPenaltyCanChangeGreedyChoice) {
   EXPECT_EQ(s.Sample(l).token, 1);
 }
 
-TEST(SamplerTest, LogprobsComeFromTheRawDistribution) {
+// logprobs are log-softmax of what the draw sees: penalized logits over the
+// temperature, tracked across steps as the penalties grow.
+TEST(SamplerTest, LogprobsFollowPenaltiesAndTemperature) {
   SamplingParams p = Seeded(2);
   p.logprobs = 3;
   p.temperature = 0.3f;
   p.frequency_penalty = 1.0f;
   Sampler s(p, 5);
   const std::vector<float> raw = {1.0f, 4.0f, 2.0f, 4.0f, -1.0f};
-  std::vector<double> ref = Softmax(raw, 1.0);
-  for (int i = 0; i < 5; ++i) {
+  std::vector<int> counts(5, 0);
+  for (int i = 0; i < 6; ++i) {
+    std::vector<float> pen = raw;
+    for (size_t j = 0; j < pen.size(); ++j) pen[j] -= static_cast<float>(counts[j]);
+    const std::vector<double> ref = Softmax(pen, 0.3);
+    std::vector<size_t> order(5);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t x, size_t y) { return pen[x] > pen[y]; });
     std::vector<float> l = raw;
     SampledToken t = s.Sample(l);
     ASSERT_TRUE(t.logprob.has_value());
     EXPECT_NEAR(*t.logprob, std::log(ref[static_cast<size_t>(t.token)]), 1e-5);
     ASSERT_EQ(t.top_logprobs.size(), 3u);
-    EXPECT_EQ(t.top_logprobs[0].token, 1);
-    EXPECT_EQ(t.top_logprobs[1].token, 3);
-    EXPECT_EQ(t.top_logprobs[2].token, 2);
-    EXPECT_NEAR(t.top_logprobs[0].logprob, std::log(ref[1]), 1e-5);
-    EXPECT_NEAR(t.top_logprobs[2].logprob, std::log(ref[2]), 1e-5);
+    for (size_t k = 0; k < 3; ++k) {
+      EXPECT_EQ(t.top_logprobs[k].token, static_cast<int32_t>(order[k])) << "step " << i;
+      EXPECT_NEAR(t.top_logprobs[k].logprob, std::log(ref[order[k]]), 1e-5);
+    }
+    ++counts[static_cast<size_t>(t.token)];
   }
   SamplingParams none = Seeded(2);
   Sampler n(none, 5);
@@ -320,6 +329,33 @@ TEST(SamplerTest, LogprobsComeFromTheRawDistribution) {
   SampledToken t = n.Sample(l);
   EXPECT_FALSE(t.logprob.has_value());
   EXPECT_TRUE(t.top_logprobs.empty());
+}
+
+// Greedy: temperature 1 (the logits as they are); ties keep the lowest id
+// first; asking for logprobs changes no token of a seeded run.
+TEST(SamplerTest, GreedyLogprobsAreLogSoftmaxOfTheLogits) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.logprobs = 2;
+  Sampler s(p, 4);
+  const std::vector<float> raw = {0.5f, 3.0f, 3.0f, -2.0f};
+  const std::vector<double> ref = Softmax(raw, 1.0);
+  std::vector<float> l = raw;
+  SampledToken t = s.Sample(l);
+  EXPECT_EQ(t.token, 1);
+  EXPECT_NEAR(*t.logprob, std::log(ref[1]), 1e-6);
+  ASSERT_EQ(t.top_logprobs.size(), 2u);
+  EXPECT_EQ(t.top_logprobs[0].token, 1);
+  EXPECT_EQ(t.top_logprobs[1].token, 2);
+
+  SamplingParams a = Seeded(9), b = Seeded(9);
+  a.temperature = b.temperature = 0.8f;
+  b.logprobs = 5;
+  Sampler sa(a, 4), sb(b, 4);
+  for (int i = 0; i < 20; ++i) {
+    std::vector<float> la = raw, lb = raw;
+    EXPECT_EQ(sa.Sample(la).token, sb.Sample(lb).token);
+  }
 }
 
 // NextDraw advances the generator as Sample does, so a sequence drawn by a

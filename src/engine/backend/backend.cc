@@ -45,9 +45,13 @@ Status Backend::ForwardSampled(std::span<const SeqStep> batch, std::span<const R
                                std::span<int32_t> tokens, std::span<float> logits) {
   RETURN_IF_ERROR(Forward(batch, logits));
   const int64_t vocab = config().vocab_size;
+  sampled_logprobs_.assign(tokens.size(), RowLogprobs{});
+  for (RowLogprobs& lp : sampled_logprobs_) lp.count = -1;
+  std::vector<float> scratch;
   for (size_t r = 0; r < rows.size() && r < tokens.size(); ++r) {
     if (rows[r].mode == PickMode::kHost) continue;
     const std::span<float> row = logits.subspan(static_cast<size_t>(r * vocab), vocab);
+    const bool lp = rows[r].logprobs >= 0;
     if (rows[r].mode == PickMode::kGreedy) {
       int32_t best = 0;
       float best_v = -std::numeric_limits<float>::infinity();
@@ -58,10 +62,22 @@ Status Backend::ForwardSampled(std::span<const SeqStep> batch, std::span<const R
         }
       }
       tokens[r] = best;
+    } else if (lp) {
+      // SampleDraw clobbers its row: draw from a copy, keep the logits.
+      scratch.assign(row.begin(), row.end());
+      tokens[r] = SampleDraw(scratch, rows[r].sample);
     } else {
       tokens[r] = SampleDraw(row, rows[r].sample);
     }
+    if (lp) {
+      const double scale = rows[r].mode == PickMode::kDevice
+                               ? 1.0 / static_cast<double>(rows[r].sample.temperature)
+                               : 1.0;
+      sampled_logprobs_[r] = ComputeRowLogprobs(row.data(), static_cast<int32_t>(vocab), scale,
+                                                rows[r].logprobs, tokens[r]);
+    }
   }
+  collected_logprobs_ = sampled_logprobs_;
   return Status::Ok();
 }
 
@@ -90,6 +106,8 @@ Status Backend::LaunchStep(std::span<const SeqStep> batch, std::span<const RowPi
   RETURN_IF_ERROR(ForwardSampled(steps, rows, picks, logits));
   last_picks_ = picks;
   launched_.push_back(std::move(picks));
+  launched_logprobs_.push_back(std::move(sampled_logprobs_));
+  sampled_logprobs_.clear();
   return Status::Ok();
 }
 
@@ -99,6 +117,8 @@ Status Backend::CollectStep(std::span<int32_t> picks) {
     return InvalidArgument("CollectStep: picks buffer too small");
   std::copy(launched_.front().begin(), launched_.front().end(), picks.begin());
   launched_.pop_front();
+  collected_logprobs_ = std::move(launched_logprobs_.front());
+  launched_logprobs_.pop_front();
   return Status::Ok();
 }
 

@@ -25,6 +25,7 @@
 
 #include "cache/kv_cache_manager.h"
 #include "cache/model_cache_spec.h"
+#include "engine/backend/row_logprobs.h"
 #include "engine/backend/row_pick.h"
 #include "engine/model/model_config.h"
 #include "util/status.h"
@@ -173,6 +174,18 @@ class Backend {
     return LaunchStep(batch, rows, logits);
   }
   virtual Status CollectStep(std::span<int32_t> picks);
+  // Whether the picks come with logprobs: for the kGreedy / kDevice rows
+  // whose RowPick::logprobs >= 0, CollectStep (and ForwardSampled) also
+  // deliver the row's RowLogprobs (engine/backend/row_logprobs.h, computed
+  // where the logits are), so the engine may plan such rows off the host
+  // (PlanRowPick). The default LaunchStep / CollectStep over the default
+  // ForwardSampled compute them with ComputeRowLogprobs; a backend says true
+  // only when the paths it uses do.
+  virtual bool picks_logprobs() const { return false; }
+  // The logprobs of the step CollectStep (or ForwardSampled) gave last: one
+  // entry per want_logits row; count -1 for rows that asked none. Valid
+  // until the next ForwardSampled, LaunchStep or CollectStep.
+  virtual std::span<const RowLogprobs> collected_logprobs() const { return collected_logprobs_; }
   // Steps launched and not collected yet.
   virtual int steps_in_flight() const { return static_cast<int>(launched_.size()); }
 
@@ -265,6 +278,14 @@ class Backend {
   // collected yet, oldest first, and those of the last step launched.
   std::deque<std::vector<int32_t>> launched_;
   std::vector<int32_t> last_picks_;
+  // The default ForwardSampled's logprobs, and those of the steps launched
+  // and not collected (parallel to launched_).
+  std::vector<RowLogprobs> sampled_logprobs_;
+  std::deque<std::vector<RowLogprobs>> launched_logprobs_;
+
+ protected:
+  // What collected_logprobs() returns by default.
+  std::vector<RowLogprobs> collected_logprobs_;
 };
 
 }  // namespace agentkv

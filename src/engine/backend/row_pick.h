@@ -31,6 +31,10 @@ struct SampleSettings {
 struct RowPick {
   PickMode mode = PickMode::kHost;
   SampleSettings sample;  // kDevice only
+  // kGreedy / kDevice rows: >= 0 asks the backend for the row's logprobs
+  // with this many top entries (RowLogprobs, row_logprobs.h) next to the
+  // pick; -1: none.
+  int8_t logprobs = -1;
 };
 
 }  // namespace agentkv

@@ -9,6 +9,7 @@
 #include "../step_driver.h"
 #include "../test_model.h"
 #include "engine/backend/cpu/cpu_backend.h"
+#include "engine/backend/row_logprobs.h"
 #include "engine/backend/sample_draw.h"
 
 namespace agentkv {
@@ -123,6 +124,77 @@ TEST(BackendTest, ForwardSampledPicksEachRowAsPlanned) {
   EXPECT_EQ(picks2[0], greedy);
   EXPECT_EQ(picks2[1], drawn);
   EXPECT_EQ(std::vector<float>(got2.begin() + 2 * V, got2.end()), row2);
+}
+
+// Rows asking for logprobs: the default ForwardSampled gives ComputeRowLogprobs
+// of Forward's logits (scale 1 / temperature for the drawn row, 1 for the
+// greedy one) with the pick as the chosen token, and the same picks as
+// without logprobs; through LaunchStep / CollectStep the same per step.
+TEST(BackendTest, PicksComeWithTheirLogprobs) {
+  const ModelConfig c = SmallConfig(Architecture::kLlama);
+  const MapWeights w = RandomWeights(c, 6);
+  auto ref = Make(c, w), b = Make(c, w), p = Make(c, w);
+  EXPECT_TRUE(b->picks_logprobs());
+  const int64_t V = c.vocab_size;
+  std::vector<std::vector<int32_t>> toks = {{5, 6, 7}, {9, 10}, {11, 12, 13, 14}};
+  std::vector<std::vector<int32_t>> tables = {{0}, {1}, {2}};
+  std::vector<SeqStep> steps(3);
+  for (int s = 0; s < 3; ++s) {
+    steps[s].tokens = toks[s];
+    steps[s].block_tables[0] = tables[s];
+    steps[s].want_logits = true;
+  }
+  std::vector<float> logits(3 * V);
+  ASSERT_TRUE(ref->Forward(steps, logits).ok());
+  std::vector<RowPick> rows(3);
+  rows[0].mode = PickMode::kGreedy;
+  rows[0].logprobs = 3;
+  rows[1].mode = PickMode::kDevice;
+  rows[1].sample.temperature = 0.5f;
+  rows[1].sample.u = 0.3;
+  rows[1].logprobs = 0;
+  rows[2].mode = PickMode::kDevice;  // no logprobs asked
+  rows[2].sample.u = 0.8;
+  std::vector<float> row1(logits.begin() + V, logits.begin() + 2 * V);
+  const int32_t drawn = SampleDraw(row1, rows[1].sample);
+
+  auto check = [&](std::span<const int32_t> picks, std::span<const RowLogprobs> lps) {
+    ASSERT_EQ(lps.size(), 3u);
+    EXPECT_EQ(picks[1], drawn);
+    const RowLogprobs g =
+        ComputeRowLogprobs(logits.data(), static_cast<int32_t>(V), 1.0, 3, picks[0]);
+    EXPECT_EQ(lps[0].count, 3);
+    for (int k = 0; k < 3; ++k) {
+      EXPECT_EQ(lps[0].ids[k], g.ids[k]);
+      EXPECT_FLOAT_EQ(lps[0].logprobs[k], g.logprobs[k]);
+    }
+    EXPECT_EQ(lps[0].ids[0], picks[0]);  // greedy: the most likely
+    EXPECT_FLOAT_EQ(lps[0].chosen, g.chosen);
+    const RowLogprobs d =
+        ComputeRowLogprobs(logits.data() + V, static_cast<int32_t>(V), 2.0, 0, drawn);
+    EXPECT_EQ(lps[1].count, 0);
+    EXPECT_FLOAT_EQ(lps[1].chosen, d.chosen);
+    EXPECT_EQ(lps[2].count, -1);
+  };
+  std::vector<float> got(3 * V);
+  std::vector<int32_t> picks(3, -1);
+  ASSERT_TRUE(b->ForwardSampled(steps, rows, picks, got).ok());
+  check(picks, b->collected_logprobs());
+  // Pipelined: each collected step brings its own.
+  std::vector<RowPick> plain = rows;
+  for (RowPick& r : plain) r.logprobs = -1;
+  std::vector<float> got2(3 * V);
+  ASSERT_TRUE(p->LaunchStep(steps, rows, got2).ok());
+  std::vector<SeqStep> again = steps;
+  std::vector<std::vector<int32_t>> tables2 = {{3}, {4}, {5}};
+  for (int s = 0; s < 3; ++s) again[s].block_tables[0] = tables2[s];
+  std::vector<float> got3(3 * V);
+  ASSERT_TRUE(p->LaunchStep(again, plain, got3).ok());
+  std::vector<int32_t> picks2(3, -1);
+  ASSERT_TRUE(p->CollectStep(picks2).ok());
+  check(picks2, p->collected_logprobs());
+  ASSERT_TRUE(p->CollectStep(picks2).ok());
+  for (const RowLogprobs& lp : p->collected_logprobs()) EXPECT_EQ(lp.count, -1);
 }
 
 // A backend without asynchronous copies writes in StartWriteBlocks itself:

@@ -51,6 +51,8 @@ class CpuBackend final : public Backend {
   const KvLayout& kv_layout() const override { return layout_; }
   Status CopyBlocks(std::span<const KvBlockCopy> copies) override;
   Status Forward(std::span<const SeqStep> batch, std::span<float> logits) override;
+  // The default ForwardSampled / LaunchStep / CollectStep compute them.
+  bool picks_logprobs() const override { return true; }
   Status ReadBlock(int group, int32_t block, std::span<std::byte> out) override;
   // Bytes the weights take in memory: quantized linear layers (FP8, MXFP4)
   // count their stored size, not an fp32 copy (none exists).

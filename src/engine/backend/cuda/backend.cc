@@ -488,6 +488,8 @@ Status CudaBackend::EnsureCapacity(int64_t tokens, int64_t seqs,
       {&moe_plan_, c.IsMoe() ? (2 * (moe_e + 1) + 2 * T * moe_k) * 4 : 0},
       {&moe_act_, T * moe_k * c.moe.expert_intermediate * 2},
       {&moe_y_, T * moe_k * H * 4},
+      {&row_lp_[0], B * static_cast<int64_t>(sizeof(RowLogprobs))},
+      {&row_lp_[1], B * static_cast<int64_t>(sizeof(RowLogprobs))},
   };
   static_assert(kSlots == 2, "one entry per slot above");
   for (const Want& wt : wants) {
@@ -505,6 +507,7 @@ Status CudaBackend::EnsureCapacity(int64_t tokens, int64_t seqs,
     RETURN_IF_ERROR(host_meta_[i].Allocate(static_cast<size_t>(meta) * 4));
     RETURN_IF_ERROR(host_tokens_[i].Allocate(static_cast<size_t>(B) * 4));
     RETURN_IF_ERROR(host_row_picks_[i].Allocate(static_cast<size_t>(B) * sizeof(RowPick)));
+    RETURN_IF_ERROR(host_row_lp_[i].Allocate(static_cast<size_t>(B) * sizeof(RowLogprobs)));
   }
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   return Status::Ok();

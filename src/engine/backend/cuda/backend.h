@@ -181,6 +181,9 @@ class CudaBackend final : public Backend {
   Status LaunchStep(std::span<const SeqStep> batch, std::span<const RowPick> rows,
                     std::span<float> logits) override;
   Status CollectStep(std::span<int32_t> picks) override;
+  // Rows asking for logprobs are picked on the device too: LaunchRowLogprobs
+  // runs after the picks and only RowLogprobs come down (not the logits).
+  bool picks_logprobs() const override { return true; }
   int steps_in_flight() const override { return static_cast<int>(in_flight_.size()); }
   Status ReadBlock(int group, int32_t block, std::span<std::byte> out) override;
   Status WriteBlock(int group, int32_t block, std::span<const std::byte> in) override;
@@ -255,12 +258,19 @@ class CudaBackend final : public Backend {
     int picks = 0;  // want_logits rows
     bool settled = false;
     std::vector<int32_t> host_picks;  // once settled
+    // Per want_logits row, RowPick::logprobs of device-picked rows (-1:
+    // none); empty when no row asked. Their RowLogprobs once settled.
+    std::vector<int8_t> lp_rows;
+    std::vector<RowLogprobs> host_lp;
     // For the step log and the profiler.
     int T = 0, B = 0, padded = 0, stride = 0, splits = 0;
     double capture_ms = 0;
     bool profile_stop = false;
   };
   std::vector<InFlight> in_flight_;  // oldest first, at most kMaxStepsInFlight
+  // Moves a settled step's RowLogprobs from its slot's pinned buffer to
+  // f.host_lp (count -1 for rows that asked none).
+  void TakeLogprobs(InFlight& f);
   uint64_t launches_ = 0;
   // The last step launched: its want_logits rows picked on the device
   // (kGreedy or kDevice: what prev_row may name) and, once collected, its
@@ -436,6 +446,10 @@ class CudaBackend final : public Backend {
   // LaunchSampleRows, uploaded with the metadata when a row is kDevice.
   cuda::DeviceBuffer row_picks_[kSlots];
   cuda::PinnedBuffer host_row_picks_[kSlots];
+  // Per slot: the step's RowLogprobs (LaunchRowLogprobs), one per
+  // want_logits row, and their copy on the host.
+  cuda::DeviceBuffer row_lp_[kSlots];
+  cuda::PinnedBuffer host_row_lp_[kSlots];
   cuda::PinnedBuffer read_staging_;  // ReadBlocks
 
   std::map<int, cudaGraphExec_t> graphs_;  // by GraphKey(bucket, slot)

@@ -14,6 +14,7 @@
 #include "engine/backend/cuda/kernels/elementwise.h"
 #include "engine/backend/cuda/kernels/fp8_kv.h"
 #include "engine/backend/cuda/kernels/gemv.h"
+#include "engine/backend/cuda/kernels/logprob_kernel.h"
 #include "engine/backend/cuda/kernels/norm.h"
 #include "engine/backend/cuda/kernels/qkv_post.h"
 #include "engine/backend/cuda/kernels/sample_kernel.h"
@@ -124,9 +125,18 @@ Status CudaBackend::SettleInFlight() {
     if (f.settled) continue;
     const int32_t* tk = host_tokens_[f.slot].get<int32_t>();
     f.host_picks.assign(tk, tk + f.picks);
+    TakeLogprobs(f);
     f.settled = true;
   }
   return Status::Ok();
+}
+
+void CudaBackend::TakeLogprobs(InFlight& f) {
+  if (f.lp_rows.empty()) return;
+  const RowLogprobs* lp = host_row_lp_[f.slot].get<RowLogprobs>();
+  f.host_lp.assign(lp, lp + f.picks);
+  for (int r = 0; r < f.picks; ++r)
+    if (f.lp_rows[r] < 0) f.host_lp[r].count = -1;
 }
 
 Status CudaBackend::CollectStep(std::span<int32_t> picks) {
@@ -139,6 +149,14 @@ Status CudaBackend::CollectStep(std::span<int32_t> picks) {
     CUDA_RETURN_IF_ERROR(cudaEventSynchronize(step_events_[f.slot][2]));
     const int32_t* tk = host_tokens_[f.slot].get<int32_t>();
     f.host_picks.assign(tk, tk + f.picks);
+    TakeLogprobs(f);
+  }
+  if (f.lp_rows.empty()) {
+    RowLogprobs none;
+    none.count = -1;
+    collected_logprobs_.assign(static_cast<size_t>(f.picks), none);
+  } else {
+    collected_logprobs_ = std::move(f.host_lp);
   }
   if (f.profile_stop) CUDA_RETURN_IF_ERROR(cudaProfilerStop());
   float ms = 0.f;
@@ -237,7 +255,12 @@ Status CudaBackend::LaunchStep(std::span<const SeqStep> batch, std::span<const R
   // while the step before runs.
   CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(meta_[slot].get(), m, meta_ints * 4, cudaMemcpyHostToDevice, up_stream_));
-  if (z.any_draw) {
+  if (z.any_logprobs) {
+    f.lp_rows.assign(W, -1);
+    for (int r = 0; r < W; ++r)
+      if (cuda::RowMode(rows, r) != PickMode::kHost) f.lp_rows[r] = rows[r].logprobs;
+  }
+  if (z.any_draw || z.any_logprobs) {
     RowPick* hp = host_row_picks_[slot].get<RowPick>();
     for (int r = 0; r < W; ++r) hp[r] = r < static_cast<int>(rows.size()) ? rows[r] : RowPick{};
     CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(row_picks_[slot].get(), hp, W * sizeof(RowPick),
@@ -267,6 +290,11 @@ Status CudaBackend::LaunchStep(std::span<const SeqStep> batch, std::span<const R
     CUDA_RETURN_IF_ERROR(cuda::LaunchSampleRows(logits_.get<float>(), W, config_.vocab_size,
                                                 row_picks_[slot].get<RowPick>(),
                                                 argmax_[slot].get<int32_t>(), launch_));
+  // Logprobs after the picks they name (the chosen tokens).
+  if (z.any_logprobs)
+    CUDA_RETURN_IF_ERROR(cuda::LaunchRowLogprobs(
+        logits_.get<float>(), W, config_.vocab_size, row_picks_[slot].get<RowPick>(),
+        argmax_[slot].get<int32_t>(), row_lp_[slot].get<RowLogprobs>(), launch_));
   CUDA_RETURN_IF_ERROR(cudaEventRecord(ev[1], stream_));
 
   // All picked on the device: the picks come down on the download stream
@@ -276,12 +304,20 @@ Status CudaBackend::LaunchStep(std::span<const SeqStep> batch, std::span<const R
     CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(down_stream_, ev[1], 0));
     CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_tokens_[slot].get(), argmax_[slot].get(), W * 4,
                                          cudaMemcpyDeviceToHost, down_stream_));
+    if (z.any_logprobs)
+      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_row_lp_[slot].get(), row_lp_[slot].get(),
+                                           W * sizeof(RowLogprobs), cudaMemcpyDeviceToHost,
+                                           down_stream_));
     CUDA_RETURN_IF_ERROR(cudaEventRecord(ev[2], down_stream_));
   } else if (W > 0) {
     // Logits (one buffer for every step) come down before the next step.
     if (z.any_greedy)
       CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_tokens_[slot].get(), argmax_[slot].get(), W * 4,
                                            cudaMemcpyDeviceToHost, stream_));
+    if (z.any_logprobs)
+      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_row_lp_[slot].get(), row_lp_[slot].get(),
+                                           W * sizeof(RowLogprobs), cudaMemcpyDeviceToHost,
+                                           stream_));
     if (!z.any_greedy) {
       CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logits.data(), logits_.get(), W * V * 4,
                                            cudaMemcpyDeviceToHost, stream_));

@@ -72,6 +72,9 @@ struct StepSizes {
   // logits go to the host (kHost); some row is drawn on the device
   // (kDevice: LaunchSampleRows reads the stored logits).
   bool any_greedy = false, any_logits = false, any_draw = false;
+  // Some device-picked row asks for logprobs (RowPick::logprobs >= 0:
+  // LaunchRowLogprobs reads the stored logits).
+  bool any_logprobs = false;
   // Steps with prompt chunks take wide attention tiles where the head_dim
   // has them (a prefill re-reads the prefix once per tile); decode narrow.
   bool wide = false;

@@ -24,6 +24,7 @@
 #include "../../test_model.h"
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/backend/cuda/backend.h"
+#include "engine/backend/row_logprobs.h"
 #include "engine/backend/sample_draw.h"
 
 namespace agentkv {
@@ -573,6 +574,79 @@ TEST(CudaBackend, ForwardSampledDrawsAsTheCpuReference) {
       }
     }
     EXPECT_GE(checked, 28);
+  }
+}
+
+// Rows asking for logprobs, greedy and drawn, on a prompt step and on a
+// decode step (a graph step): the RowLogprobs that come down with the picks
+// are ComputeRowLogprobs of the logits Forward gives for the same step
+// (same ids in the same order, values within 1e-4), rows asking none have
+// count -1, and the picks are those of a plan without logprobs.
+TEST(CudaBackend, PicksComeWithTheirLogprobs) {
+  AGENTKV_REQUIRE_GPU();
+  ModelConfig c = SmallConfig(Architecture::kLlama);
+  const MapWeights w = Bf16Weights(c, 23);
+  auto b = MakeCuda(c, w, 16);
+  ASSERT_TRUE(b);
+  EXPECT_TRUE(b->picks_logprobs());
+  Pager pager(b->cache_spec(), 16);
+  const int n = 4;
+  const int V = c.vocab_size;
+  std::vector<Seq> seqs(n);
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < 6 + i; ++j) seqs[i].tokens.push_back((13 * j + i) % V);
+    pager.Ensure(seqs[i], seqs[i].tokens.size());
+  }
+  std::vector<RowPick> plan(n);
+  plan[0].mode = PickMode::kDevice;
+  plan[0].sample.temperature = 0.7f;
+  plan[0].sample.top_k = 40;
+  plan[0].sample.u = 0.42;
+  plan[0].logprobs = 5;
+  plan[1].mode = PickMode::kGreedy;
+  plan[1].logprobs = 20;
+  plan[2].mode = PickMode::kGreedy;  // no logprobs
+  plan[3].mode = PickMode::kDevice;
+  plan[3].sample.temperature = 1.3f;
+  plan[3].sample.u = 0.77;
+  plan[3].logprobs = 0;
+  std::vector<RowPick> plain = plan;
+  for (RowPick& r : plain) r.logprobs = -1;
+  for (int round = 0; round < 2; ++round) {  // the prompt, then one decode step
+    std::vector<SeqStep> steps;
+    for (auto& s : seqs)
+      steps.push_back(StepOf(s, static_cast<int>(s.tokens.size() - s.computed), true));
+    std::vector<float> logits(n * V, NAN);
+    ASSERT_TRUE(b->Forward(steps, logits).ok());
+    std::vector<int32_t> want_toks(n, -1), toks(n, -1);
+    std::vector<float> scratch(n * V);
+    ASSERT_TRUE(b->ForwardSampled(steps, plain, want_toks, scratch).ok());
+    ASSERT_TRUE(b->ForwardSampled(steps, plan, toks, scratch).ok());
+    EXPECT_EQ(toks, want_toks) << "round " << round;
+    const std::span<const RowLogprobs> got = b->collected_logprobs();
+    ASSERT_EQ(got.size(), static_cast<size_t>(n));
+    for (int r = 0; r < n; ++r) {
+      if (plan[r].logprobs < 0) {
+        EXPECT_EQ(got[r].count, -1) << "row " << r;
+        continue;
+      }
+      const double scale =
+          plan[r].mode == PickMode::kDevice ? 1.0 / plan[r].sample.temperature : 1.0;
+      const RowLogprobs ref =
+          ComputeRowLogprobs(logits.data() + r * V, V, scale, plan[r].logprobs, toks[r]);
+      ASSERT_EQ(got[r].count, ref.count) << "round " << round << " row " << r;
+      for (int k = 0; k < ref.count; ++k) {
+        EXPECT_EQ(got[r].ids[k], ref.ids[k]) << "round " << round << " row " << r << " k " << k;
+        EXPECT_NEAR(got[r].logprobs[k], ref.logprobs[k], 1e-4);
+      }
+      EXPECT_NEAR(got[r].chosen, ref.chosen, 1e-4) << "round " << round << " row " << r;
+      if (plan[r].mode == PickMode::kGreedy) EXPECT_EQ(got[r].ids[0], toks[r]);
+    }
+    for (int i = 0; i < n; ++i) {
+      seqs[i].computed = static_cast<int>(seqs[i].tokens.size());
+      seqs[i].tokens.push_back(toks[i]);
+      pager.Ensure(seqs[i], seqs[i].tokens.size());
+    }
   }
 }
 

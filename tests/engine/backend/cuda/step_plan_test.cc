@@ -157,7 +157,36 @@ TEST(StepPlan, PickModesOfTheRows) {
   for (RowPick& r : rows) r.mode = PickMode::kGreedy;
   z = SizeStep(b.Done(), rows, spec, 16, Model());
   EXPECT_TRUE(z.any_greedy);
+  EXPECT_FALSE(z.any_logits || z.any_draw || z.any_logprobs);
+  // A device-picked row asking for logprobs; a host row's request is not
+  // the device's.
+  rows[1].logprobs = 0;
+  z = SizeStep(b.Done(), rows, spec, 16, Model());
+  EXPECT_TRUE(z.any_logprobs);
   EXPECT_FALSE(z.any_logits || z.any_draw);
+  rows[1].mode = PickMode::kHost;
+  z = SizeStep(b.Done(), rows, spec, 16, Model());
+  EXPECT_FALSE(z.any_logprobs);
+}
+
+// Greedy rows asking for logprobs need the logits stored (the argmax in
+// the LM head's epilogue stores none otherwise).
+TEST(StepPlan, LogprobRowsStoreTheLogits) {
+  Batch b;
+  for (int s = 0; s < 3; ++s) b.Add(1, 5, true);
+  const ModelCacheSpec spec = Spec(false);
+  std::vector<RowPick> rows(3);
+  for (RowPick& r : rows) r.mode = PickMode::kGreedy;
+  rows[2].logprobs = 5;
+  const StepSizes z = SizeStep(b.Done(), rows, spec, 16, Model());
+  StepCapacity cap;
+  cap.parts = 4096;
+  cap.width = {32, 0, 0, 0};
+  const StepPlan p = BuildStepPlan(z, spec, 16, Model(), cap);
+  std::vector<int32_t> meta(p.layout.total, -7);
+  std::vector<std::array<int, 4>> scratch;
+  WriteStepMeta(b.steps, p, 1, {}, meta, &scratch);
+  EXPECT_EQ(meta[p.layout.store_logits], 1);
 }
 
 TEST(StepPlan, SlidingRingsDoNotWidenTheTables) {
