@@ -54,6 +54,7 @@ class GrammarMatcher {
   // Nothing more may follow: the only way on is to stop.
   bool complete() const { return state_.frames.empty(); }
   const Grammar& grammar() const { return *grammar_; }
+  const GrammarState& state() const { return state_; }
 
   // For tests and benchmarks: trie nodes the last FillMask walked (0 when
   // it came from the cache).

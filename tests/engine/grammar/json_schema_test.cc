@@ -83,9 +83,8 @@ TEST(JsonSchemaTest, Integers) {
   Check({R"({"type":"integer","minimum":-12,"maximum":305})",
          {"-12", "-1", "0", "9", "10", "99", "100", "299", "305"},
          {"-13", "306", "310", "1000", "-100"}});
-  Check({R"({"type":"integer","exclusiveMinimum":5,"exclusiveMaximum":8})",
-         {"6", "7"},
-         {"5", "8"}});
+  Check(
+      {R"({"type":"integer","exclusiveMinimum":5,"exclusiveMaximum":8})", {"6", "7"}, {"5", "8"}});
   Check({R"({"type":"integer","minimum":100})", {"100", "9999999999"}, {"99", "-1"}});
   Check({R"({"type":"integer","maximum":-20})", {"-20", "-21", "-123456"}, {"-19", "0", "5"}});
 }
@@ -107,8 +106,8 @@ TEST(JsonSchemaTest, Objects) {
   Check({s,
          {R"({"b":"x"})", R"({"a":1,"b":"x"})", R"({"a":1,"b":"","c":true})",
           R"({"b":"x","c":false})", "{ \"a\": 1,\n  \"b\": \"x\" }"},
-         {R"({})", R"({"a":1})", R"({"b":"x","a":1})", R"({"b":"x","d":1})",
-          R"({"a":1,,"b":"x"})", R"({"b":"xyz"})"}});
+         {R"({})", R"({"a":1})", R"({"b":"x","a":1})", R"({"b":"x","d":1})", R"({"a":1,,"b":"x"})",
+          R"({"b":"xyz"})"}});
   // All optional: the empty object and any subset in order.
   Check({R"({"properties":{"x":{"type":"null"},"y":{"type":"null"}}})",
          {"{}", R"({"y":null})", R"({"x":null,"y":null})"},
@@ -198,8 +197,8 @@ TEST(JsonSchemaTest, BoundsOnSize) {
   // The node limit.
   GrammarLimits small;
   small.max_nodes = 200;
-  auto g = CompileJsonSchema(json::parse(R"({"type":"string","maxLength":500})"), ByteVocab(),
-                             small);
+  auto g =
+      CompileJsonSchema(json::parse(R"({"type":"string","maxLength":500})"), ByteVocab(), small);
   ASSERT_FALSE(g.ok());
   EXPECT_NE(g.status().message().find("grammar states"), std::string::npos);
   // The pattern length.
