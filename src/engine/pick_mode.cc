@@ -3,7 +3,8 @@
 namespace agentkv {
 
 PickMode ChoosePickMode(const SamplingParams& p) {
-  if (p.has_penalties() || p.logprobs) return PickMode::kHost;
+  // Constrained rows are masked by the Sampler on the host.
+  if (p.has_penalties() || p.logprobs || p.grammar) return PickMode::kHost;
   return p.greedy() ? PickMode::kGreedy : PickMode::kDevice;
 }
 

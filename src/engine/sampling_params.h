@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -11,6 +12,8 @@
 #include "util/status.h"
 
 namespace agentkv {
+
+class Grammar;  // engine/grammar/grammar.h
 
 // Stop strings are matched against every generated piece of every sequence
 // on the engine thread, so a request's stop list is bounded: at most this
@@ -44,6 +47,11 @@ struct SamplingParams {
   // Unset: no logprobs. N: the sampled token's logprob plus the N most likely
   // tokens' (0..kMaxLogprobs), from the model's raw distribution.
   std::optional<int32_t> logprobs;
+  // Constrained decoding: when set, every token keeps the output a prefix
+  // of a match of this grammar and the sequence stops (EOS) only where the
+  // output is a complete match (the Sampler holds the per-sequence state).
+  // Shared and immutable; requires !ignore_eos.
+  std::shared_ptr<const Grammar> grammar;
 
   bool greedy() const { return temperature == 0.0f; }
   bool top_k_enabled() const { return top_k > 0; }
