@@ -94,7 +94,9 @@ Result<int64_t> IntBound(const Json& v, const char* kw, bool up) {
 
 class Compiler {
  public:
-  Compiler(const Json& root, GrammarLimits limits) : root_(root), b_(limits) {}
+  // Several compilers may share one builder (one per $ref root: each tool's
+  // parameters schema).
+  Compiler(const Json& root, GrammarBuilder& b) : root_(root), b_(b) {}
 
   GrammarBuilder& builder() { return b_; }
 
@@ -585,7 +587,7 @@ class Compiler {
   };
 
   const Json& root_;
-  GrammarBuilder b_;
+  GrammarBuilder& b_;
   int32_t ws_start_ = -1, value_start_ = -1, object_start_ = -1;
   std::map<std::string, int32_t> refs_;
   std::deque<Pending> pending_;
@@ -605,7 +607,8 @@ Result<std::shared_ptr<const Grammar>> CompileJsonSchema(
   if (Dump(schema).size() > kMaxSchemaBytes)
     return InvalidArgument("the JSON schema is longer than " + std::to_string(kMaxSchemaBytes) +
                            " bytes");
-  Compiler c(schema, limits);
+  GrammarBuilder b(limits);
+  Compiler c(schema, b);
   const int32_t root = c.builder().NewNode(), end = c.builder().NewNode();
   c.builder().MarkEnd(end);
   RETURN_IF_ERROR(c.Emit(schema, root, end, 0));
@@ -621,11 +624,139 @@ Result<std::shared_ptr<const Grammar>> CompileJsonSchema(
 Result<std::shared_ptr<const Grammar>> CompileAnyJsonObject(
     std::shared_ptr<const TokenVocabulary> vocab, GrammarLimits limits) {
   const Json schema = Json::object();
-  Compiler c(schema, limits);
+  GrammarBuilder b(limits);
+  Compiler c(schema, b);
   const int32_t root = c.builder().NewNode(), end = c.builder().NewNode();
   c.builder().MarkEnd(end);
   c.AnyObject(root, end);
   return Finish(c, root, std::move(vocab));
+}
+
+namespace {
+
+// Any text in which `marker` does not occur: a KMP automaton over bytes
+// whose state is the length of the marker prefix just read; reaching the
+// whole marker has no edge. Every state ends the text (edges to `to`).
+void TextWithout(GrammarBuilder& b, const std::string& marker, int32_t from, int32_t to) {
+  const size_t m = marker.size();
+  std::vector<size_t> fail(m + 1, 0);
+  for (size_t i = 1, k = 0; i < m; ++i) {
+    while (k > 0 && marker[i] != marker[k]) k = fail[k];
+    if (marker[i] == marker[k]) ++k;
+    fail[i + 1] = k;
+  }
+  std::vector<int32_t> st(m);
+  for (int32_t& n : st) n = b.NewNode();
+  b.AddEps(from, st[0]);
+  for (size_t j = 0; j < m; ++j) {
+    b.AddEps(st[j], to);
+    int32_t run_start = -1, run_to = -1;
+    for (int c = 0; c <= 256; ++c) {
+      int32_t target = -1;
+      if (c < 256) {
+        size_t k = j;
+        while (k > 0 && static_cast<uint8_t>(marker[k]) != c) k = fail[k];
+        if (static_cast<uint8_t>(marker[k]) == c) ++k;
+        target = k == m ? -2 : st[k];
+      }
+      if (run_start >= 0 && target != run_to) {
+        if (run_to >= 0)
+          b.AddBytes(st[j], static_cast<uint8_t>(run_start), static_cast<uint8_t>(c - 1), run_to);
+        run_start = -1;
+      }
+      if (run_start < 0 && c < 256) {
+        run_start = c;
+        run_to = target;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+Result<std::shared_ptr<const Grammar>> CompileToolCallGrammar(
+    const std::vector<ToolGrammarSpec>& tools, const ToolGrammarOptions& options,
+    std::shared_ptr<const TokenVocabulary> vocab, GrammarLimits limits) {
+  if (tools.empty()) return InvalidArgument("tool_choice: no tools to call");
+  std::string open, close, args_key = "arguments", marker;
+  switch (options.syntax) {
+    case ToolCallSyntax::kHermes:
+      open = "<tool_call>\n", close = "\n</tool_call>", marker = "<tool_call>";
+      break;
+    case ToolCallSyntax::kLlama31Json:
+      args_key = "parameters";
+      if (!options.required)
+        return InvalidArgument(
+            "strict tool arguments without tool_choice required are not "
+            "supported for this model's tool-call format");
+      break;
+    case ToolCallSyntax::kGemmaFenced:
+      open = "```tool_call\n", close = "\n```", marker = "```tool_call";
+      break;
+  }
+  size_t bytes = 0;
+  for (const auto& t : tools) bytes += t.parameters.dump().size();
+  if (bytes > kMaxSchemaBytes)
+    return InvalidArgument("the tools' parameters are longer than " +
+                           std::to_string(kMaxSchemaBytes) + " bytes");
+  GrammarBuilder b(limits);
+  const Json empty = Json::object();
+  Compiler shared(empty, b);
+  const int32_t root = b.NewNode(), end = b.NewNode();
+  b.MarkEnd(end);
+  // One call: open {"name": "<name>", "<args_key>": <arguments>} close.
+  const int32_t call = b.NewNode(), call_end = b.NewNode();
+  b.MarkEnd(call_end);
+  const int32_t body = b.NewNode(), body_end = b.NewNode();
+  b.AddLiteral(call, open, body);
+  b.AddLiteral(body_end, close, call_end);
+  std::vector<std::unique_ptr<Compiler>> compilers;
+  for (const auto& t : tools) {
+    compilers.push_back(std::make_unique<Compiler>(t.parameters, b));
+    Compiler& c = *compilers.back();
+    int32_t n = shared.Ws(b.NewNodeAfter(body, '{'));
+    const int32_t key = b.NewNode();
+    b.AddLiteral(n, "\"name\"", key);
+    n = shared.Ws(b.NewNodeAfter(shared.Ws(key), ':'));
+    const int32_t name_end = b.NewNode();
+    b.AddLiteral(n, Dump(Json(t.name)), name_end);
+    n = shared.Ws(b.NewNodeAfter(shared.Ws(name_end), ','));
+    const int32_t key2 = b.NewNode();
+    b.AddLiteral(n, Dump(Json(args_key)), key2);
+    n = shared.Ws(b.NewNodeAfter(shared.Ws(key2), ':'));
+    const int32_t args_end = b.NewNode();
+    if (t.constrain_arguments) {
+      Status s = c.Emit(t.parameters, n, args_end, 0);
+      if (!s.ok()) return s.WithContext("tool \"" + t.name + "\" parameters");
+      RETURN_IF_ERROR(c.FinishRefs());
+    } else {
+      shared.AnyObject(n, args_end);
+    }
+    b.AddByte(shared.Ws(args_end), '}', body_end);
+  }
+  int32_t start = root;
+  if (options.starts_in_reasoning) {
+    // The rest of the reasoning, then its end marker.
+    start = b.NewNode();
+    const int32_t text = b.NewNode(), after = b.NewNode();
+    b.AddEps(root, text);
+    b.AddBytes(text, 0x00, 0xFF, text);
+    b.AddLiteral(text, "</think>", after);
+    b.AddEps(shared.Ws(after), start);
+  }
+  if (options.required) {
+    b.AddCall(start, call, end);
+  } else {
+    // Text without the call marker, then any number of (call, text).
+    const int32_t loop = b.NewNode();
+    TextWithout(b, marker, start, loop);
+    b.AddEps(loop, end);
+    const int32_t after_call = b.NewNode();
+    b.AddCall(loop, call, after_call);
+    TextWithout(b, marker, after_call, loop);
+  }
+  RETURN_IF_ERROR(shared.FinishRefs());
+  return b.Finish(root, std::move(vocab));
 }
 
 }  // namespace agentkv

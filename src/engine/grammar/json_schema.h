@@ -30,6 +30,8 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -51,6 +53,28 @@ Result<std::shared_ptr<const Grammar>> CompileJsonSchema(
 Result<std::shared_ptr<const Grammar>> CompileJsonSchema(
     const nlohmann::json& schema, std::shared_ptr<const TokenVocabulary> vocab,
     GrammarLimits limits = {});
+// Tool calls in a model's own tool-call syntax (the formats of
+// engine/text/output/tool_call_parser.h), the arguments following each
+// tool's `parameters` schema (or, with !constrain_arguments, any object).
+enum class ToolCallSyntax { kHermes, kLlama31Json, kGemmaFenced };
+struct ToolGrammarSpec {
+  std::string name;
+  nlohmann::ordered_json parameters;
+  bool constrain_arguments = true;
+};
+struct ToolGrammarOptions {
+  ToolCallSyntax syntax = ToolCallSyntax::kHermes;
+  // true: the output is exactly one call (tool_choice required / a named
+  // tool / Anthropic any / tool); false: text without the call marker, with
+  // any number of calls between (Hermes and fenced syntaxes only).
+  bool required = true;
+  // The prompt ends inside <think>: any reasoning text and </think> first.
+  bool starts_in_reasoning = false;
+};
+Result<std::shared_ptr<const Grammar>> CompileToolCallGrammar(
+    const std::vector<ToolGrammarSpec>& tools, const ToolGrammarOptions& options,
+    std::shared_ptr<const TokenVocabulary> vocab, GrammarLimits limits = {});
+
 // Any JSON object (OpenAI's response_format {"type": "json_object"}).
 Result<std::shared_ptr<const Grammar>> CompileAnyJsonObject(
     std::shared_ptr<const TokenVocabulary> vocab, GrammarLimits limits = {});

@@ -157,6 +157,56 @@ TEST(JsonSchemaTest, JsonObject) {
   EXPECT_FALSE(Matches(*g, R"("s")"));
 }
 
+TEST(JsonSchemaTest, ToolCalls) {
+  std::vector<ToolGrammarSpec> tools = {
+      {"get",
+       nlohmann::ordered_json::parse(R"({"type":"object","properties":{"x":{"$ref":"#/$defs/n"}},
+           "required":["x"],"additionalProperties":false,"$defs":{"n":{"type":"integer"}}})"),
+       true},
+      {"free", nlohmann::ordered_json::parse(R"({"type":"object"})"), false}};
+  const std::string get =
+      "<tool_call>\n{\"name\": \"get\", \"arguments\": {\"x\": 1}}\n</tool_call>";
+  ToolGrammarOptions o;
+  auto g = CompileToolCallGrammar(tools, o, ByteVocab());
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_TRUE(Matches(*g, get));
+  EXPECT_TRUE(
+      Matches(*g, "<tool_call>\n{\"name\":\"free\",\"arguments\":{\"k\":[1]}}\n</tool_call>"));
+  EXPECT_FALSE(
+      Matches(*g, "<tool_call>\n{\"name\": \"get\", \"arguments\": {\"x\": \"1\"}}\n</tool_call>"));
+  EXPECT_FALSE(Matches(*g, "<tool_call>\n{\"name\": \"put\", \"arguments\": {}}\n</tool_call>"));
+  EXPECT_FALSE(Matches(*g, "hello"));
+  // Reasoning first when the prompt ends inside <think>.
+  o.starts_in_reasoning = true;
+  g = CompileToolCallGrammar(tools, o, ByteVocab());
+  ASSERT_TRUE(g.ok());
+  EXPECT_TRUE(Matches(*g, "I should call get.</think>\n\n" + get));
+  EXPECT_FALSE(Matches(*g, "I should call get." + get));
+  // Not required: text, with calls anywhere, but no unconstrained call.
+  o.starts_in_reasoning = false;
+  o.required = false;
+  g = CompileToolCallGrammar(tools, o, ByteVocab());
+  ASSERT_TRUE(g.ok());
+  EXPECT_TRUE(Matches(*g, "just text <tool_ca"));
+  EXPECT_TRUE(Matches(*g, "a " + get + " b " + get));
+  EXPECT_FALSE(Matches(*g, "a <tool_call>\n{\"name\": \"get\"}\n</tool_call>"));
+  // Llama 3.1 JSON: "parameters".
+  o.syntax = ToolCallSyntax::kLlama31Json;
+  o.required = true;
+  g = CompileToolCallGrammar(tools, o, ByteVocab());
+  ASSERT_TRUE(g.ok());
+  EXPECT_TRUE(Matches(*g, "{\"name\": \"get\", \"parameters\": {\"x\": 2}}"));
+  o.required = false;
+  EXPECT_FALSE(CompileToolCallGrammar(tools, o, ByteVocab()).ok());
+  // Errors name the tool.
+  tools[0].parameters = nlohmann::ordered_json::parse(R"({"type":"object","not":{}})");
+  o.syntax = ToolCallSyntax::kHermes;
+  auto bad = CompileToolCallGrammar(tools, o, ByteVocab());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("tool \"get\""), std::string::npos);
+  EXPECT_NE(bad.status().message().find("\"not\""), std::string::npos);
+}
+
 std::string ErrorOf(const std::string& schema) {
   auto g = CompileJsonSchema(nlohmann::ordered_json::parse(schema), ByteVocab());
   return g.ok() ? "" : g.status().message();
