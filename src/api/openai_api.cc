@@ -336,6 +336,11 @@ Reply OpenAiApi::ChatCompletions(const HttpRequest& req) const {
   } else {
     c.params.grammar = *g;
   }
+  if (auto g = ToolCallGrammar(ToolProtocol::kOpenAi, tools, body, *model); !g.ok()) {
+    return FromStatus(g.status(), "tools");
+  } else if (*g) {
+    c.params.grammar = *g;
+  }
   if (auto r = model->MakeRequest(*prompt, c.params, c.priority); !r.ok()) {
     return FromStatus(r.status());
   }

@@ -30,4 +30,24 @@ Result<std::shared_ptr<const Grammar>> ParseResponseFormat(std::string_view raw_
                                                            const nlohmann::json& body,
                                                            const ServedModel& model);
 
+// Tool calls constrained to the model's tool-call syntax (Hermes for qwen2
+// and qwen3, Llama 3.1 JSON for llama, fenced blocks for gemma3). `tools`
+// in OpenAI's shape ({"type": "function", "function": {"name",
+// "parameters", "strict"}}), as the chat template gets them.
+//   OpenAI: tool_choice "required" or {"type": "function", "function":
+//     {"name"}}: exactly one call (of that tool), arguments following the
+//     schema where the function has "strict": true (else any object);
+//     "auto" (or absent) with a strict function: text and calls, the strict
+//     functions' arguments following their schemas; otherwise null.
+//   Anthropic: tool_choice {"type": "any"} or {"type": "tool", "name"}:
+//     exactly one call, arguments always following input_schema; otherwise
+//     null.
+// InvalidArgument naming tool_choice or the schema keyword; for a model
+// family without a supported syntax (harmony) when a constraint is asked.
+enum class ToolProtocol { kOpenAi, kAnthropic };
+Result<std::shared_ptr<const Grammar>> ToolCallGrammar(ToolProtocol protocol,
+                                                       const nlohmann::ordered_json& tools,
+                                                       const nlohmann::json& body,
+                                                       const ServedModel& model);
+
 }  // namespace agentkv::api

@@ -288,6 +288,109 @@ TEST_F(ResponseFormatTest, RandomModelOutputsValidate) {
   fs::remove(file);
 }
 
+// Forced tool calls (OpenAI required / named with strict, Anthropic any /
+// tool): the output is one call in the model's syntax whose arguments
+// validate against the tool's schema.
+TEST_F(ResponseFormatTest, ForcedToolCallsFollowTheSchema) {
+  if (!HaveJsonschema()) GTEST_SKIP() << "python3-jsonschema is not installed";
+  ASSERT_EQ(Model()->model_type(), "qwen3");
+  const json read = {{"type", "object"},
+                     {"properties",
+                      {{"path", {{"type", "string"}, {"pattern", "^/[a-z]{1,6}\\.md$"}}},
+                       {"lines", {{"type", "integer"}, {"minimum", 1}, {"maximum", 99}}}}},
+                     {"required", {"path", "lines"}},
+                     {"additionalProperties", false}};
+  const json ask = {{"type", "object"},
+                    {"properties", {{"q", {{"enum", {"yes", "no"}}}}}},
+                    {"required", {"q"}},
+                    {"additionalProperties", false}};
+  auto tools = nlohmann::ordered_json::array();
+  for (const auto& [name, schema] : {std::pair{"read", read}, std::pair{"ask", ask}})
+    tools.push_back({{"type", "function"},
+                     {"function", {{"name", name}, {"parameters", schema}, {"strict", true}}}});
+  const std::vector<std::pair<ToolProtocol, json>> bodies = {
+      {ToolProtocol::kOpenAi, {{"tool_choice", "required"}}},
+      {ToolProtocol::kOpenAi,
+       {{"tool_choice", {{"type", "function"}, {"function", {{"name", "ask"}}}}}}},
+      {ToolProtocol::kAnthropic, {{"tool_choice", {{"type", "any"}}}}},
+      {ToolProtocol::kAnthropic, {{"tool_choice", {{"type", "tool"}, {"name", "read"}}}}}};
+  auto prompt = Model()->tokenizer().Encode("Call a tool.", true);
+  json cases = json::array();
+  int seed = 0;
+  for (const auto& [protocol, body] : bodies) {
+    auto g = ToolCallGrammar(protocol, tools, body, *Model());
+    ASSERT_TRUE(g.ok()) << g.status().ToString();
+    ASSERT_NE(*g, nullptr);
+    for (int k = 0; k < 3; ++k) {
+      SamplingParams p;
+      p.temperature = 1.0f;
+      p.seed = seed++;
+      p.max_tokens = 300;
+      p.grammar = *g;
+      auto h = Model()->Submit(prompt, p, Priority::kNormal);
+      ASSERT_TRUE(h.ok());
+      std::string text;
+      RequestOutput ev;
+      do {
+        ev = h->stream->Pop();
+        text += ev.text;
+      } while (ev.kind == RequestOutput::Kind::kDelta);
+      ASSERT_EQ(ev.finish, FinishReason::kStop) << text;
+      const std::string open = "<tool_call>\n", close = "\n</tool_call>";
+      ASSERT_EQ(text.rfind(open, 0), 0u) << text;
+      ASSERT_EQ(text.substr(text.size() - close.size()), close) << text;
+      const json call =
+          json::parse(text.substr(open.size(), text.size() - open.size() - close.size()));
+      const std::string name = call["name"];
+      if (body["tool_choice"].is_object() && body["tool_choice"].contains("function"))
+        EXPECT_EQ(name, "ask");
+      if (body["tool_choice"].contains("name")) EXPECT_EQ(name, "read");
+      cases.push_back(
+          {{"schema", name == "read" ? read : ask}, {"output", call["arguments"].dump()}});
+    }
+  }
+  const fs::path file =
+      fs::temp_directory_path() / ("agentkv_tools_" + std::to_string(::getpid()) + ".json");
+  std::ofstream(file) << cases.dump(1);
+  const std::string cmd = std::string("python3 ") + AGENTKV_SOURCE_DIR +
+                          "/tests/api/validate_structured.py " + file.string();
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << "see the validator's output above";
+  fs::remove(file);
+}
+
+TEST_F(ResponseFormatTest, ToolConstraintsOnlyWhenAskedAndErrorsNamed) {
+  auto tools = nlohmann::ordered_json::array(
+      {{{"type", "function"},
+        {"function", {{"name", "f"}, {"parameters", {{"type", "object"}}}}}}});
+  // auto without strict, Anthropic auto: no constraint.
+  auto g = ToolCallGrammar(ToolProtocol::kOpenAi, tools, json::object(), *Model());
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(*g, nullptr);
+  g = ToolCallGrammar(ToolProtocol::kAnthropic, tools, {{"tool_choice", {{"type", "auto"}}}},
+                      *Model());
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(*g, nullptr);
+  // auto with a strict function: text and calls.
+  tools[0]["function"]["strict"] = true;
+  g = ToolCallGrammar(ToolProtocol::kOpenAi, tools, json::object(), *Model());
+  ASSERT_TRUE(g.ok());
+  EXPECT_NE(*g, nullptr);
+  auto err = [&](ToolProtocol p, const json& body) {
+    auto r = ToolCallGrammar(p, tools, body, *Model());
+    return r.ok() ? std::string() : r.status().message();
+  };
+  EXPECT_NE(err(ToolProtocol::kAnthropic, {{"tool_choice", {{"type", "tool"}, {"name", "g"}}}})
+                .find("tool_choice"),
+            std::string::npos);
+  EXPECT_NE(err(ToolProtocol::kOpenAi,
+                {{"tool_choice", "required"}, {"response_format", {{"type", "json_object"}}}})
+                .find("response_format"),
+            std::string::npos);
+  tools[0]["function"]["parameters"] = {{"type", "object"}, {"oneOf", json::array()}};
+  EXPECT_NE(err(ToolProtocol::kOpenAi, {{"tool_choice", "required"}}).find("\"oneOf\""),
+            std::string::npos);
+}
+
 TEST_F(ResponseFormatTest, UnconstrainedSequencesInTheBatchAreUnaffected) {
   auto prompt = Model()->tokenizer().Encode("The cache keeps", true);
   SamplingParams plain;
