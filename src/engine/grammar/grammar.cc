@@ -1,5 +1,7 @@
 #include "engine/grammar/grammar.h"
 
+#include <algorithm>
+
 namespace agentkv {
 
 size_t Grammar::KeyHash::operator()(const std::vector<int32_t>& k) const {
@@ -81,6 +83,8 @@ Result<std::shared_ptr<const Grammar>> GrammarBuilder::Finish(
   g->nodes_ = std::move(nodes_);
   g->root_ = root;
   g->limits_ = limits_;
+  // The matcher's frame buffer holds at most 256 frames.
+  g->limits_.max_stack_depth = std::min(g->limits_.max_stack_depth, 256);
   g->vocab_ = std::move(vocab);
   return std::shared_ptr<const Grammar>(std::move(g));
 }

@@ -8,46 +8,67 @@ namespace {
 
 // Closure of one step: follows epsilon edges, calls and returns from a
 // stack until every stack's top reads a byte; `visited` dedups stacks met
-// in this closure (the grammar may have epsilon cycles).
+// in this closure (the grammar may have epsilon cycles). Iterative (an
+// explicit work list): epsilon chains may be long. Bounded: a closure
+// visits at most kMaxClosureInts of stacks; past that (only a pathological
+// schema, e.g. thousands of nested optional groups in one pattern) the
+// remaining stacks are dropped, which only narrows what may be written.
 class Closure {
  public:
+  static constexpr int32_t kMaxFrames = 256;
+  static constexpr size_t kMaxClosureInts = size_t{1} << 12;
+
   Closure(const Grammar& g, GrammarState* out, std::vector<int32_t>* visited)
       : g_(g), out_(out), visited_(visited), max_depth_(g.limits().max_stack_depth) {}
 
   void Explore(const int32_t* frames, int32_t len) {
-    if (Seen(frames, len)) return;
-    visited_->push_back(len);
-    visited_->insert(visited_->end(), frames, frames + len);
-    const GrammarNode& n = g_.nodes()[static_cast<size_t>(frames[len - 1])];
-    if (!n.bytes.empty()) {
-      out_->frames.push_back(len);
-      out_->frames.insert(out_->frames.end(), frames, frames + len);
-    }
-    if (n.end) {
-      if (len == 1) {
-        out_->accepting = true;
-      } else {
-        Explore(frames, len - 1);
+    thread_local std::vector<int32_t> work;
+    work.clear();
+    Push(work, frames, len);
+    int32_t cur[kMaxFrames + 2];
+    while (!work.empty()) {
+      // Pop the last entry: [frames..., len].
+      const int32_t l = work.back();
+      work.pop_back();
+      std::memcpy(cur, work.data() + work.size() - static_cast<size_t>(l),
+                  sizeof(int32_t) * static_cast<size_t>(l));
+      work.resize(work.size() - static_cast<size_t>(l));
+      if (visited_->size() > kMaxClosureInts || Seen(cur, l)) continue;
+      visited_->push_back(l);
+      visited_->insert(visited_->end(), cur, cur + l);
+      const GrammarNode& n = g_.nodes()[static_cast<size_t>(cur[l - 1])];
+      if (!n.bytes.empty()) {
+        out_->frames.push_back(l);
+        out_->frames.insert(out_->frames.end(), cur, cur + l);
       }
-    }
-    if (n.eps.empty() && n.calls.empty()) return;
-    int32_t buf[kMaxFrames + 2];
-    std::memcpy(buf, frames, sizeof(int32_t) * static_cast<size_t>(len));
-    for (int32_t e : n.eps) {
-      buf[len - 1] = e;
-      Explore(buf, len);
-    }
-    if (len >= max_depth_) return;  // the recursion bound: deeper calls die
-    for (const GrammarNode::CallEdge& c : n.calls) {
-      buf[len - 1] = c.ret;
-      buf[len] = c.start;
-      Explore(buf, len + 1);
+      if (n.end) {
+        if (l == 1) {
+          out_->accepting = true;
+        } else {
+          Push(work, cur, l - 1);
+        }
+      }
+      const int32_t top = cur[l - 1];
+      for (int32_t e : n.eps) {
+        cur[l - 1] = e;
+        Push(work, cur, l);
+      }
+      cur[l - 1] = top;
+      if (l >= max_depth_) continue;  // the recursion bound: deeper calls die
+      for (const GrammarNode::CallEdge& c : n.calls) {
+        cur[l - 1] = c.ret;
+        cur[l] = c.start;
+        Push(work, cur, l + 1);
+      }
     }
   }
 
-  static constexpr int32_t kMaxFrames = 256;
-
  private:
+  static void Push(std::vector<int32_t>& work, const int32_t* frames, int32_t len) {
+    work.insert(work.end(), frames, frames + len);
+    work.push_back(len);
+  }
+
   bool Seen(const int32_t* frames, int32_t len) const {
     const std::vector<int32_t>& v = *visited_;
     size_t i = 0;
