@@ -19,7 +19,7 @@ PKGS=(build-essential cmake ninja-build ccache pkg-config git
       libpcre2-dev libutf8proc-dev libopenblas-dev libxxhash-dev
       liblmdb-dev lmdb-utils libzstd-dev libboost-dev libboost-system-dev libssl-dev
       libspdlog-dev libfmt-dev xxhash
-      python3 python3-jinja2 clang-format)
+      python3 python3-jinja2 python3-jsonschema clang-format)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -9,6 +9,7 @@
 #include "api/openai_api.h"
 #include "api/openai_logprobs.h"
 #include "api/query_params.h"
+#include "api/response_format.h"
 #include "engine/finish_reason.h"
 #include "store/store_kv_tier.h"
 #include "util/hash.h"
@@ -209,6 +210,11 @@ Reply AgentsApi::Generate(const HttpRequest& req, const std::string& path_id) co
   if (!msgs.ok()) return FromStatus(msgs.status());
   auto prompt = model->EncodeChat(*msgs, nullptr);
   if (!prompt.ok()) return FromStatus(prompt.status(), "message");
+  if (auto g = ParseResponseFormat(req.body, body, *model); !g.ok()) {
+    return FromStatus(g.status(), "response_format");
+  } else {
+    params.grammar = *g;
+  }
   if (auto r = model->MakeRequest(*prompt, params, *priority); !r.ok()) {
     return FromStatus(r.status(), "message");
   }

@@ -7,6 +7,7 @@
 #include "api/generation_job.h"
 #include "api/json_fields.h"
 #include "api/json_template.h"
+#include "api/response_format.h"
 #include "engine/finish_reason.h"
 
 namespace agentkv::api {
@@ -434,6 +435,11 @@ Reply AnthropicApi::Messages(const HttpRequest& req) const {
   std::string text;  // the rendered prompt, for reusing the agent's own reply
   auto prompt = served->EncodeChat(c.messages, c.tools, c.extra, true, &text);
   if (!prompt.ok()) return FromStatus(prompt.status());
+  if (auto g = ToolCallGrammar(ToolProtocol::kAnthropic, c.tools, *body, *served); !g.ok()) {
+    return FromStatus(g.status());
+  } else {
+    params.grammar = *g;
+  }
   if (auto r = served->MakeRequest(*prompt, params, *priority); !r.ok()) {
     return FromStatus(r.status());
   }

@@ -9,6 +9,7 @@
 #include "api/json_fields.h"
 #include "api/json_template.h"
 #include "api/openai_logprobs.h"
+#include "api/response_format.h"
 #include "engine/finish_reason.h"
 
 namespace agentkv::api {
@@ -433,6 +434,16 @@ Reply OpenAiApi::ChatCompletions(const HttpRequest& req) const {
   std::string text;  // the rendered prompt, for reusing the agent's own reply
   auto prompt = model->EncodeChat(messages, tools, extra, true, &text);
   if (!prompt.ok()) return FromStatus(prompt.status(), "messages");
+  if (auto g = ParseResponseFormat(req.body, body, *model); !g.ok()) {
+    return FromStatus(g.status(), "response_format");
+  } else {
+    c.params.grammar = *g;
+  }
+  if (auto g = ToolCallGrammar(ToolProtocol::kOpenAi, tools, body, *model); !g.ok()) {
+    return FromStatus(g.status(), "tools");
+  } else if (*g) {
+    c.params.grammar = *g;
+  }
   if (auto r = model->MakeRequest(*prompt, c.params, c.priority); !r.ok()) {
     return FromStatus(r.status());
   }
@@ -488,6 +499,11 @@ Reply OpenAiApi::Completions(const HttpRequest& req) const {
   if (!body.contains("max_tokens") || body["max_tokens"].is_null()) c.params.max_tokens = 16;
   auto salt = AgentBinding::CacheSalt(req, body);
   if (!salt.ok()) return FromStatus(salt.status(), "cache_salt");
+  if (auto g = ParseResponseFormat(req.body, body, *model); !g.ok()) {
+    return FromStatus(g.status(), "response_format");
+  } else {
+    c.params.grammar = *g;
+  }
   if (auto r = model->MakeRequest(prompt, c.params, c.priority); !r.ok()) {
     return FromStatus(r.status(), "prompt");
   }

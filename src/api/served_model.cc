@@ -99,6 +99,13 @@ Result<Priority> ServedModel::RequestPriority(const HttpRequest& req, const json
   return p;
 }
 
+std::shared_ptr<const TokenVocabulary> ServedModel::grammar_vocab() const {
+  std::call_once(grammar_vocab_once_, [&] {
+    grammar_vocab_ = TokenVocabulary::Build(*tokenizer_, engine_->config().vocab_size);
+  });
+  return grammar_vocab_;
+}
+
 Result<EngineRequest> ServedModel::MakeRequest(std::vector<int32_t> prompt, SamplingParams params,
                                                Priority priority) const {
   const int64_t n = static_cast<int64_t>(prompt.size());

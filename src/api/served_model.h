@@ -9,6 +9,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -17,6 +18,7 @@
 #include "api/http_types.h"
 #include "engine/backend/backend_factory.h"
 #include "engine/engine.h"
+#include "engine/grammar/token_vocabulary.h"
 #include "engine/text/chat/chat_template.h"
 #include "engine/text/output/output_parser.h"
 #include "engine/text/tokenizer.h"
@@ -67,6 +69,9 @@ class ServedModel {
   // The KV tier the engine persists to, or null without a store.
   KvTier* kv_tier() const { return kv_tier_.get(); }
   int32_t max_context() const { return engine_->max_context(); }
+  // The tokenizer's tokens arranged for grammar masks (constrained
+  // decoding), built on first use (a fraction of a second) and then shared.
+  std::shared_ptr<const TokenVocabulary> grammar_vocab() const;
 
   // Renders `messages` (OpenAI shape) with `tools` (OpenAI function schemas
   // or null) and the generation prompt (unless `add_generation_prompt` is
@@ -110,6 +115,8 @@ class ServedModel {
   std::shared_ptr<KvTier> kv_tier_;
   std::unique_ptr<Engine> engine_;
   int max_waiting_ = 0;
+  mutable std::once_flag grammar_vocab_once_;
+  mutable std::shared_ptr<const TokenVocabulary> grammar_vocab_;
 };
 
 // The host-memory KV tier's size when --host-kv-memory is not given, from

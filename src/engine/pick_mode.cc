@@ -8,7 +8,8 @@ static_assert(kMaxRowLogprobs == SamplingParams::kMaxLogprobs,
               "a backend's RowLogprobs holds every top entry a request may ask for");
 
 PickMode ChoosePickMode(const SamplingParams& p, bool device_logprobs) {
-  if (p.has_penalties() || (p.logprobs && !device_logprobs)) return PickMode::kHost;
+  // Constrained rows are masked by the Sampler on the host.
+  if (p.has_penalties() || p.grammar || (p.logprobs && !device_logprobs)) return PickMode::kHost;
   return p.greedy() ? PickMode::kGreedy : PickMode::kDevice;
 }
 

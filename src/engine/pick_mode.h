@@ -11,7 +11,8 @@ namespace agentkv {
 // How a sequence's rows are picked: kGreedy for temperature 0 without
 // penalties or logprobs; kDevice for temperature > 0 without penalties or
 // logprobs (only temperature, top_k, top_p, min_p shape the draw); kHost
-// otherwise (the Sampler needs the whole logits row). With
+// otherwise (the Sampler needs the whole logits row: penalties, a grammar's
+// mask, logprobs without `device_logprobs`). With
 // `device_logprobs` (the backend computes RowLogprobs next to its picks),
 // rows asking for logprobs without penalties are kGreedy / kDevice too.
 // Pure.

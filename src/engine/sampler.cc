@@ -50,8 +50,13 @@ int32_t Argmax(std::span<const float> v) {
 
 }  // namespace
 
-Sampler::Sampler(const SamplingParams& params, int32_t vocab_size)
+Sampler::Sampler(const SamplingParams& params, int32_t vocab_size, std::span<const int32_t> eos_ids)
     : params_(params), vocab_size_(vocab_size) {
+  if (params_.grammar) {
+    std::vector<int32_t> end(eos_ids.begin(), eos_ids.end());
+    end.insert(end.end(), params_.stop_token_ids.begin(), params_.stop_token_ids.end());
+    constraint_ = std::make_unique<GrammarConstraint>(params_.grammar, std::move(end));
+  }
   assert(vocab_size > 0);
   if (params_.seed) {
     seed_ = *params_.seed;
@@ -93,6 +98,7 @@ void Sampler::AddPrompt(std::span<const int32_t> tokens) {
 }
 
 void Sampler::AddOutput(int32_t t) {
+  if (constraint_) constraint_->Accept(t);
   if (counts_.empty() || t < 0 || t >= vocab_size_) return;
   uint32_t& c = counts_[static_cast<size_t>(t)];
   if (c == 0) seen_ids_.push_back(t);
@@ -154,6 +160,9 @@ float Sampler::LogprobOf(float logit) const {
 
 SampledToken Sampler::Sample(std::span<float> logits) {
   assert(logits.size() == static_cast<size_t>(vocab_size_));
+  // A grammar's mask first: penalties, logprobs and the draw see only
+  // the tokens it allows.
+  if (constraint_) constraint_->Apply(logits);
   ApplyPenalties(logits);
   float chosen_logit = 0.0f;
   if (params_.logprobs) ComputeLogprobs(logits);

@@ -26,11 +26,13 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <vector>
 
 #include "engine/backend/row_pick.h"
+#include "engine/grammar_constraint.h"
 #include "engine/sampling_params.h"
 
 namespace agentkv {
@@ -49,13 +51,15 @@ struct SampledToken {
 class Sampler {
  public:
   // `params` must have passed Validate(). `vocab_size` is the logits' length.
-  Sampler(const SamplingParams& params, int32_t vocab_size);
+  // `eos_ids`: the model's end-of-sequence ids, which a params.grammar
+  // allows only where the output is complete (GrammarConstraint).
+  Sampler(const SamplingParams& params, int32_t vocab_size, std::span<const int32_t> eos_ids = {});
 
   // Records prompt tokens for the repetition penalty. Cheap no-op when no
   // penalty is set. Ids outside the vocabulary are ignored.
   void AddPrompt(std::span<const int32_t> tokens);
   // Records an output token that this Sampler did not pick (output restored
-  // after a restart, forced tokens), so penalties see it.
+  // after a restart, forced tokens), so penalties (and the grammar) see it.
   void AddOutput(int32_t token);
 
   // The settings and a fresh uniform for one token drawn outside this
@@ -65,7 +69,8 @@ class Sampler {
   SampleSettings NextDraw();
 
   // Picks the next token and records it as output. `logits` (vocab_size
-  // long) is used as scratch and left clobbered.
+  // long) is used as scratch and left clobbered. With params.grammar, the
+  // disallowed tokens are masked (-inf) first.
   SampledToken Sample(std::span<float> logits);
 
   // The penalty step of Sample(), in place. O(distinct tokens seen).
@@ -90,7 +95,8 @@ class Sampler {
   // Per token id: bit 31 = seen in the prompt, bits 0..30 = output count.
   // Empty when no penalty is set.
   std::vector<uint32_t> counts_;
-  std::vector<int32_t> seen_ids_;  // ids with a non-zero counts_ entry
+  std::vector<int32_t> seen_ids_;                  // ids with a non-zero counts_ entry
+  std::unique_ptr<GrammarConstraint> constraint_;  // params.grammar set
   std::array<TokenLogprob, SamplingParams::kMaxLogprobs> top_{};
   int32_t num_top_ = 0;
   double lse_ = 0.0;    // log-sum-exp of the scaled logits of the last row

@@ -67,6 +67,8 @@ Status SamplingParams::Validate() const {
     return InvalidArgument("logprobs must be in [0, " + std::to_string(kMaxLogprobs) + "], got " +
                            std::to_string(*logprobs));
   }
+  if (grammar && ignore_eos)
+    return InvalidArgument("ignore_eos cannot be combined with a response format");
   return Status::Ok();
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -11,6 +12,8 @@
 #include "util/status.h"
 
 namespace agentkv {
+
+class Grammar;  // engine/grammar/grammar.h
 
 // Stop strings are matched against every generated piece of every sequence
 // on the engine thread, so a request's stop list is bounded: at most this
@@ -53,6 +56,11 @@ struct SamplingParams {
   // the logits after the penalties, divided by the temperature (by 1 when
   // greedy); top_k / top_p / min_p do not change it.
   std::optional<int32_t> logprobs;
+  // Constrained decoding: when set, every token keeps the output a prefix
+  // of a match of this grammar and the sequence stops (EOS) only where the
+  // output is a complete match (the Sampler holds the per-sequence state).
+  // Shared and immutable; requires !ignore_eos.
+  std::shared_ptr<const Grammar> grammar;
 
   bool greedy() const { return temperature == 0.0f; }
   bool top_k_enabled() const { return top_k > 0; }

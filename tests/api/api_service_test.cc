@@ -382,5 +382,82 @@ TEST_F(ApiServiceTest, AnthropicStopSequenceIsReported) {
   EXPECT_TRUE(j["stop_sequence"].is_null());
 }
 
+// Structured outputs through each protocol: the reply follows the schema,
+// and an unsupported keyword is a 400 in the protocol's shape naming it.
+TEST_F(ApiServiceTest, StructuredOutputsInEachProtocol) {
+  ApiService svc(ctx_, {});
+  const json schema = {{"type", "object"},
+                       {"properties",
+                        {{"n", {{"type", "integer"}, {"minimum", 3}, {"maximum", 7}}},
+                         {"ok", {{"type", "boolean"}}}}},
+                       {"required", {"n", "ok"}},
+                       {"additionalProperties", false}};
+  json chat = {{"messages", {{{"role", "user"}, {"content", "JSON please"}}}},
+               {"temperature", 1.0},
+               {"seed", 3},
+               {"max_tokens", 200},
+               {"response_format",
+                {{"type", "json_schema"}, {"json_schema", {{"name", "r"}, {"schema", schema}}}}}};
+  auto [st, body] = Drive(svc.Handle(Post("/v1/chat/completions", chat.dump())));
+  ASSERT_EQ(st, 200) << body;
+  json j = json::parse(body);
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  json out = json::parse(j["choices"][0]["message"]["content"].get<std::string>());
+  EXPECT_GE(out["n"].get<int>(), 3);
+  EXPECT_LE(out["n"].get<int>(), 7);
+  EXPECT_TRUE(out["ok"].is_boolean());
+
+  chat["response_format"]["json_schema"]["schema"]["properties"]["n"]["format"] = "int32";
+  std::tie(st, body) = Drive(svc.Handle(Post("/v1/chat/completions", chat.dump())));
+  EXPECT_EQ(st, 400) << body;
+  j = json::parse(body);
+  EXPECT_EQ(j["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(j["error"]["param"], "response_format");
+  EXPECT_NE(j["error"]["message"].get<std::string>().find("\"format\""), std::string::npos);
+
+  // Anthropic: a forced tool gives a tool_use whose input follows input_schema.
+  json msg = {{"max_tokens", 200},
+              {"temperature", 1.0},
+              {"messages", {{{"role", "user"}, {"content", "use the tool"}}}},
+              {"tools", {{{"name", "pick"}, {"description", "d"}, {"input_schema", schema}}}},
+              {"tool_choice", {{"type", "tool"}, {"name", "pick"}}}};
+  std::tie(st, body) = Drive(svc.Handle(Post("/v1/messages", msg.dump())));
+  ASSERT_EQ(st, 200) << body;
+  j = json::parse(body);
+  EXPECT_EQ(j["stop_reason"], "tool_use") << body;
+  bool found = false;
+  for (const json& block : j["content"]) {
+    if (block["type"] != "tool_use") continue;
+    found = true;
+    EXPECT_EQ(block["name"], "pick");
+    EXPECT_GE(block["input"]["n"].get<int>(), 3);
+    EXPECT_LE(block["input"]["n"].get<int>(), 7);
+  }
+  EXPECT_TRUE(found) << body;
+  msg["tools"][0]["input_schema"]["properties"]["n"]["multipleOf"] = 2;
+  std::tie(st, body) = Drive(svc.Handle(Post("/v1/messages", msg.dump())));
+  EXPECT_EQ(st, 400) << body;
+  j = json::parse(body);
+  EXPECT_EQ(j["type"], "error");
+  EXPECT_EQ(j["error"]["type"], "invalid_request_error");
+  EXPECT_NE(j["error"]["message"].get<std::string>().find("\"multipleOf\""), std::string::npos);
+
+  // The agents API.
+  json agent = {
+      {"message", "JSON please"},
+      {"max_tokens", 200},
+      {"temperature", 1.0},
+      {"response_format", {{"type", "json_schema"}, {"json_schema", {{"schema", schema}}}}}};
+  std::tie(st, body) = Drive(svc.Handle(Post("/v1/agents/structured/generate", agent.dump())));
+  ASSERT_EQ(st, 200) << body;
+  j = json::parse(body);
+  EXPECT_EQ(j["finish_reason"], "stop") << body;
+  out = json::parse(j["text"].get<std::string>());
+  EXPECT_TRUE(out["ok"].is_boolean());
+  agent["response_format"] = {{"type", "xml"}};
+  std::tie(st, body) = Drive(svc.Handle(Post("/v1/agents/structured/generate", agent.dump())));
+  EXPECT_EQ(st, 400) << body;
+}
+
 }  // namespace
 }  // namespace agentkv::api

@@ -1,0 +1,53 @@
+// Response formats and strict tool arguments: the request fields that ask
+// for constrained decoding, compiled to a Grammar for
+// SamplingParams::grammar (engine/grammar/json_schema.h has the supported
+// JSON-schema subset; docs/structured-outputs.md the user's view).
+//
+//   response_format: {"type": "text"} (or absent, or null): no grammar;
+//     {"type": "json_object"}: any JSON object;
+//     {"type": "json_schema", "json_schema": {"name", "schema", "strict"}}:
+//     the schema (strict or not: the output always follows it).
+//
+// Errors are InvalidArgument naming the field or the schema keyword.
+// Pure apart from the model's vocabulary (built on first use); thread-safe.
+#pragma once
+
+#include <memory>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "api/served_model.h"
+#include "engine/grammar/grammar.h"
+#include "util/status.h"
+
+namespace agentkv::api {
+
+// The grammar body["response_format"] asks for, or null for none.
+// `raw_body` is the request text: parsed again keeping key order, so that a
+// schema's properties come out in the order the client wrote them.
+Result<std::shared_ptr<const Grammar>> ParseResponseFormat(std::string_view raw_body,
+                                                           const nlohmann::json& body,
+                                                           const ServedModel& model);
+
+// Tool calls constrained to the model's tool-call syntax (Hermes for qwen2
+// and qwen3, Llama 3.1 JSON for llama, fenced blocks for gemma3). `tools`
+// in OpenAI's shape ({"type": "function", "function": {"name",
+// "parameters", "strict"}}), as the chat template gets them.
+//   OpenAI: tool_choice "required" or {"type": "function", "function":
+//     {"name"}}: exactly one call (of that tool), arguments following the
+//     schema where the function has "strict": true (else any object);
+//     "auto" (or absent) with a strict function: text and calls, the strict
+//     functions' arguments following their schemas; otherwise null.
+//   Anthropic: tool_choice {"type": "any"} or {"type": "tool", "name"}:
+//     exactly one call, arguments always following input_schema; otherwise
+//     null.
+// InvalidArgument naming tool_choice or the schema keyword; for a model
+// family without a supported syntax (harmony) when a constraint is asked.
+enum class ToolProtocol { kOpenAi, kAnthropic };
+Result<std::shared_ptr<const Grammar>> ToolCallGrammar(ToolProtocol protocol,
+                                                       const nlohmann::ordered_json& tools,
+                                                       const nlohmann::json& body,
+                                                       const ServedModel& model);
+
+}  // namespace agentkv::api

@@ -1,0 +1,42 @@
+// GrammarConstraint: one sequence's constrained decoding inside its
+// Sampler: masks a logits row to the tokens the grammar allows next and
+// follows the tokens chosen.
+//
+// End tokens (the model's EOS ids and the request's stop_token_ids) are
+// allowed exactly where the output so far is a complete match; once
+// nothing more may follow, they are the only tokens allowed. Should the
+// grammar allow no token at all (a vocabulary that cannot spell any
+// continuation, or a recursion past the depth bound), the end tokens are
+// allowed so that the sequence still stops.
+//
+// Thread-safety: none; the owning Sampler's thread. Constraints of one
+// Grammar may run on different threads at once.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "engine/grammar/grammar_matcher.h"
+
+namespace agentkv {
+
+class GrammarConstraint {
+ public:
+  GrammarConstraint(std::shared_ptr<const Grammar> grammar, std::vector<int32_t> end_ids);
+
+  // Sets every disallowed entry of `logits` to -inf.
+  void Apply(std::span<float> logits);
+  // Follows `token` (chosen from a masked row, or restored output). An end
+  // token or one the grammar does not allow leaves the state as it is.
+  void Accept(int32_t token);
+
+  const GrammarMatcher& matcher() const { return matcher_; }
+
+ private:
+  GrammarMatcher matcher_;
+  std::vector<int32_t> end_ids_;
+};
+
+}  // namespace agentkv
