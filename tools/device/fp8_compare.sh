@@ -38,7 +38,7 @@ fp8_tests=("engine_backend_cuda_kernels_fp8_kv_tile_test:*"
            "engine_backend_cuda_kernels_fp8_kv_test:*"
            "engine_backend_cuda_kernels_mma_attention_layout_test:*"
            "engine_backend_cuda_kernels_flash_attention_sass_test:*"
-           "engine_backend_cuda_kernels_kv_route_test:*" "engine_backend_cuda_backend_test:*Fp8*"
+           "engine_backend_cuda_kernels_kv_route_test:*" "engine_backend_cuda_backend_fp8_test:*"
            "engine_backend_cuda_kernels_attention_test:*Attention*")
 for st in "${stages[@]}"; do
   case $st in

@@ -1,0 +1,184 @@
+// Helpers shared by the CUDA backend's tests (backend_test.cc,
+// backend_fp8_test.cc): a pager handing out shuffled blocks, a driver that
+// runs three batched sequences through a backend, and the backends built
+// the same way on both sides. Only for builds with CUDA.
+#pragma once
+
+#include <algorithm>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../../step_driver.h"
+#include "../../test_model.h"
+#include "engine/backend/cpu/cpu_backend.h"
+#include "engine/backend/cuda/backend.h"
+
+namespace agentkv::testing {
+
+inline constexpr int kBlocks = 512;
+
+using Seq = TestSeq;
+
+// Hands each sequence shuffled blocks (the same ids on both backends).
+class Pager {
+ public:
+  Pager(const ModelCacheSpec& spec, int bs) : spec_(spec), bs_(bs), free_(spec.groups.size()) {
+    std::mt19937 rng(99);
+    for (auto& f : free_) {
+      f.resize(kBlocks);
+      std::iota(f.begin(), f.end(), 0);
+      std::shuffle(f.begin(), f.end(), rng);
+    }
+  }
+  void Ensure(Seq& s, int64_t tokens) {
+    s.tables.resize(spec_.groups.size());
+    for (size_t g = 0; g < spec_.groups.size(); ++g) {
+      const int need = spec_.BlocksFor(static_cast<int>(g), tokens, bs_);
+      while (static_cast<int>(s.tables[g].size()) < need) {
+        s.tables[g].push_back(free_[g].back());
+        free_[g].pop_back();
+      }
+    }
+  }
+
+ private:
+  const ModelCacheSpec& spec_;
+  int bs_;
+  std::vector<std::vector<int32_t>> free_;
+};
+
+// Runs three sequences through `b`: prompts of 45, 20 and 3 tokens,
+// prefilled in chunks of up to `chunk` tokens interleaved with the others'
+// steps, then `decode` greedy tokens each, all batched. Returns every
+// logits row produced, in order.
+inline std::vector<std::vector<float>> Drive(Backend& b, int chunk, int decode, uint32_t seed,
+                                             const std::vector<int32_t>* forced = nullptr,
+                                             std::vector<int32_t>* picked = nullptr) {
+  const ModelConfig& c = b.config();
+  const int bs = b.kv_layout().block_size;
+  std::mt19937 rng(seed);
+  std::vector<Seq> seqs(3);
+  const int lens[] = {45, 20, 3};
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < lens[i]; ++j)
+      seqs[i].tokens.push_back(static_cast<int32_t>(rng() % c.vocab_size));
+  Pager pager(b.cache_spec(), bs);
+  std::vector<std::vector<float>> out;
+  std::vector<float> logits(3 * c.vocab_size);
+  int produced = 0;
+  while (produced < decode) {
+    std::vector<SeqStep> steps;
+    std::vector<Seq*> order;
+    for (Seq& s : seqs) {
+      const int left = static_cast<int>(s.tokens.size()) - s.computed;
+      const int n = std::min(left, chunk);
+      pager.Ensure(s, s.computed + n);
+      steps.push_back(StepOf(s, n, n == left));
+      order.push_back(&s);
+    }
+    EXPECT_TRUE(b.Forward(steps, logits).ok());
+    int r = 0;
+    bool all_decoding = true;
+    for (size_t i = 0; i < steps.size(); ++i) {
+      Seq& s = *order[i];
+      s.computed += static_cast<int>(steps[i].tokens.size());
+      if (!steps[i].want_logits) {
+        all_decoding = false;
+        continue;
+      }
+      std::vector<float> row(logits.begin() + r * c.vocab_size,
+                             logits.begin() + (r + 1) * c.vocab_size);
+      ++r;
+      int32_t next = static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+      if (forced) next = (*forced)[out.size()];
+      if (picked) picked->push_back(next);
+      s.tokens.push_back(next);
+      out.push_back(std::move(row));
+    }
+    if (all_decoding) ++produced;
+  }
+  return out;
+}
+
+inline std::unique_ptr<Backend> MakeCpu(const ModelConfig& c, const MapWeights& w, int bs,
+                                        KvDtype kv = KvDtype::kF32) {
+  auto b = CpuBackend::Create(c, w, CpuBackendOptions{2, kv});
+  EXPECT_TRUE(b.ok()) << b.status().ToString();
+  KvLayout layout;
+  layout.block_size = bs;
+  for (int g = 0; g < kMaxCacheGroups; ++g) layout.blocks_per_group[g] = kBlocks;
+  EXPECT_TRUE((*b)->AllocateKv(layout).ok());
+  return std::move(b).value();
+}
+
+inline std::unique_ptr<CudaBackend> MakeCuda(const ModelConfig& c, const MapWeights& w, int bs,
+                                             const CudaTuning& tuning,
+                                             KvDtype kv = KvDtype::kBF16) {
+  CudaBackendOptions o;
+  o.tuning = tuning;
+  o.kv_dtype = kv;
+  o.max_step_tokens = 64;  // small, so that steps must grow it
+  o.max_batch = 2;
+  auto b = CudaBackend::Create(c, w, o);
+  EXPECT_TRUE(b.ok()) << b.status().ToString();
+  if (!b.ok()) return nullptr;
+  KvLayout layout;
+  layout.block_size = bs;
+  for (int g = 0; g < kMaxCacheGroups; ++g) layout.blocks_per_group[g] = kBlocks;
+  EXPECT_TRUE((*b)->AllocateKv(layout).ok());
+  return std::move(b).value();
+}
+
+inline std::unique_ptr<CudaBackend> MakeCuda(const ModelConfig& c, const MapWeights& w, int bs,
+                                             bool graphs = true, KvDtype kv = KvDtype::kBF16) {
+  CudaTuning t;
+  t.graphs = graphs;
+  return MakeCuda(c, w, bs, t, kv);
+}
+
+// Weights rounded to bf16, so both backends run exactly the same model.
+inline MapWeights Bf16Weights(const ModelConfig& c, uint32_t seed) {
+  MapWeights w = RandomWeights(c, seed);
+  for (auto& [name, v] : w.t)
+    for (auto& x : v) x = RoundBf16(x);
+  return w;
+}
+
+// SmallConfig with every GEMM dimension a multiple of 64, head_dim 64 and a
+// vocabulary of whole 64-wide tiles: shapes the warpgroup GEMM (and the LM
+// head's argmax epilogue) takes on compute capability 9.0 devices, which
+// the hidden size of 48 never reaches. (Used with q/k norms: without them
+// these random heads' attention is so sharp that bf16 rounding alone moved
+// some Llama rows past the tolerances, with or without the warpgroup GEMM.)
+inline ModelConfig WideConfig(Architecture arch) {
+  ModelConfig c = SmallConfig(arch);
+  c.hidden_size = 128;
+  c.intermediate_size = 192;
+  c.num_heads = 2;
+  c.num_kv_heads = 1;
+  c.head_dim = 64;
+  c.vocab_size = 192;
+  // GPT-OSS has no q/k norms: given them here for the reason above (its
+  // sinks, biases, YaRN and experts all still run).
+  if (arch == Architecture::kGptOss) c.qk_norm = true;
+  return c;
+}
+
+struct ArchCase {
+  Architecture arch;
+  int chunk;
+  int block_size;
+  bool wide = false;  // WideConfig
+};
+
+inline std::string CaseName(const ArchCase& c) {
+  static const char* kNames[] = {"llama",  "qwen2",   "qwen3",    "mistral",
+                                 "gemma3", "gpt_oss", "qwen3_moe"};
+  return std::string(kNames[static_cast<int>(c.arch)]) + "_c" + std::to_string(c.chunk) + "_b" +
+         std::to_string(c.block_size) + (c.wide ? "_wide" : "");
+}
+
+}  // namespace agentkv::testing
