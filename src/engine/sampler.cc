@@ -140,6 +140,9 @@ void Sampler::ComputeLogprobs(std::span<const float> logits) {
   num_top_ = 0;
   for (int32_t i = 0; i < vocab_size_ && want > 0; ++i) {
     const float v = logits[static_cast<size_t>(i)];
+    // A masked token (a grammar's, -inf) has no probability: it is never
+    // among the most likely, and its logprob would not survive JSON.
+    if (!(v > -std::numeric_limits<float>::infinity())) continue;
     if (num_top_ == want && !(v > top_[static_cast<size_t>(want - 1)].logprob)) continue;
     int32_t pos = num_top_ < want ? num_top_++ : want - 1;
     while (pos > 0 && v > top_[static_cast<size_t>(pos - 1)].logprob) {

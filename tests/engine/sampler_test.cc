@@ -358,6 +358,25 @@ TEST(SamplerTest, GreedyLogprobsAreLogSoftmaxOfTheLogits) {
   }
 }
 
+// Masked tokens (-inf, a grammar's) never appear among the top logprobs,
+// even when fewer tokens are allowed than asked for.
+TEST(SamplerTest, TopLogprobsLeaveMaskedTokensOut) {
+  const float ninf = -std::numeric_limits<float>::infinity();
+  for (float temperature : {0.0f, 0.7f}) {
+    SamplingParams p = Seeded(3);
+    p.temperature = temperature;
+    p.logprobs = 4;
+    Sampler s(p, 5);
+    std::vector<float> l = {ninf, 1.0f, ninf, 2.0f, ninf};
+    SampledToken t = s.Sample(l);
+    ASSERT_EQ(t.top_logprobs.size(), 2u) << temperature;
+    EXPECT_EQ(t.top_logprobs[0].token, 3);
+    EXPECT_EQ(t.top_logprobs[1].token, 1);
+    for (const TokenLogprob& e : t.top_logprobs) EXPECT_TRUE(std::isfinite(e.logprob));
+    EXPECT_TRUE(std::isfinite(*t.logprob));
+  }
+}
+
 // NextDraw advances the generator as Sample does, so a sequence drawn by a
 // backend gives the tokens the Sampler would have given.
 TEST(SampleDrawTest, NextDrawGivesSamplesTokens) {
