@@ -25,8 +25,13 @@
 #include "engine/model/weight_spec.h"
 #include "util/bf16.h"
 
+#include "quant_steps.h"
+
 namespace agentkv {
 namespace {
+
+using testing::ExpectSameLogits;
+using testing::GreedySteps;
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
@@ -115,37 +120,6 @@ uint64_t ExpectedBytes(const Safetensors& st) {
   return n;
 }
 
-// Logits of a 21-token prefill (the sgemm path of the quantized matmul)
-// and then 3 single-token steps (its streaming path), greedy.
-std::vector<std::vector<float>> RunSteps(Backend& b) {
-  const int bs = 16;
-  const ModelCacheSpec& spec = b.cache_spec();
-  KvLayout layout;
-  layout.block_size = bs;
-  for (int g = 0; g < kMaxCacheGroups; ++g) layout.blocks_per_group[g] = 8;
-  EXPECT_TRUE(b.AllocateKv(layout).ok());
-  std::vector<int32_t> table = {0, 1, 2, 3, 4, 5, 6, 7};
-  std::vector<int32_t> seq;
-  for (int i = 0; i < 21; ++i) seq.push_back((i * 7919 + 13) % 5000);
-  std::vector<float> logits(b.config().vocab_size);
-  std::vector<std::vector<float>> out;
-  int pos = 0;
-  for (int step = 0; step <= 3; ++step) {
-    SeqStep st;
-    st.tokens = std::span(seq).subspan(pos);
-    st.start_pos = pos;
-    st.want_logits = true;
-    for (size_t g = 0; g < spec.groups.size(); ++g) st.block_tables[g] = table;
-    Status s = b.Forward({&st, 1}, logits);
-    EXPECT_TRUE(s.ok()) << s.ToString();
-    out.push_back(logits);
-    pos = static_cast<int>(seq.size());
-    seq.push_back(
-        static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
-  }
-  return out;
-}
-
 void ExpectMatchesDequantized(const fs::path& dir) {
   auto config = ModelConfig::Load(dir);
   ASSERT_TRUE(config.ok()) << config.status().ToString();
@@ -161,21 +135,9 @@ void ExpectMatchesDequantized(const fs::path& dir) {
   auto ref = CpuBackend::Create(plain, deq, CpuBackendOptions{2, KvDtype::kF32});
   ASSERT_TRUE(ref.ok()) << ref.status().ToString();
 
-  const auto got = RunSteps(**quant);
-  const auto want = RunSteps(**ref);
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t s = 0; s < got.size(); ++s) {
-    float amax = 0, diff = 0;
-    for (size_t i = 0; i < got[s].size(); ++i) {
-      amax = std::max(amax, std::fabs(want[s][i]));
-      diff = std::max(diff, std::fabs(got[s][i] - want[s][i]));
-    }
-    // The same weight values in fp32 arithmetic; only the order of sums
-    // differs (tiles).
-    EXPECT_GT(amax, 0.f);
-    EXPECT_LE(diff, 1e-5f * amax) << "step " << s << " amax " << amax;
-    std::printf("step %zu: max |logit difference| %.3g of max |logit| %.3g\n", s, diff, amax);
-  }
+  const auto got = GreedySteps(**quant, 3);
+  const auto want = GreedySteps(**ref, 3);
+  ExpectSameLogits(got, want);
   EXPECT_EQ((*quant)->weight_bytes(), ExpectedBytes(weights->safetensors()));
   EXPECT_LT((*quant)->weight_bytes(), (*ref)->weight_bytes());
 }
