@@ -25,11 +25,7 @@ using agentkv::ToolCallParserOptions;
 
 std::vector<OutputEvent> Run(const ToolCallParserOptions& o,
                              const std::vector<std::string_view>& pieces) {
-  HarmonyParser p(o);
-  std::vector<OutputEvent> out;
-  for (std::string_view s : pieces) p.Feed(s, &out);
-  p.Finish(&out);
-  return out;
+  return agentkv::fuzz::FeedAll<HarmonyParser>(o, pieces);
 }
 
 // Letters and digits only: what no marker or separator can swallow.

@@ -21,11 +21,7 @@ using agentkv::OutputEvent;
 
 template <typename Parser, typename Options>
 std::vector<OutputEvent> Run(const Options& o, const std::vector<std::string_view>& pieces) {
-  Parser p(o);
-  std::vector<OutputEvent> out;
-  for (std::string_view s : pieces) p.Feed(s, &out);
-  p.Finish(&out);
-  return agentkv::fuzz::Canonical(out);
+  return agentkv::fuzz::Canonical(agentkv::fuzz::FeedAll<Parser>(o, pieces));
 }
 
 void Check(const std::vector<OutputEvent>& whole, const std::vector<OutputEvent>& cut) {

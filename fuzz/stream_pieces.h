@@ -31,6 +31,18 @@ inline std::vector<std::string_view> Cut(std::string_view text, uint32_t seed) {
   return pieces;
 }
 
+// Feeds `pieces` in order to a fresh `Parser` built from `options`, then
+// finishes it; every event it gave.
+template <class Parser, class Options>
+std::vector<OutputEvent> FeedAll(const Options& options,
+                                 const std::vector<std::string_view>& pieces) {
+  Parser p(options);
+  std::vector<OutputEvent> out;
+  for (std::string_view s : pieces) p.Feed(s, &out);
+  p.Finish(&out);
+  return out;
+}
+
 inline std::vector<OutputEvent> Canonical(const std::vector<OutputEvent>& events) {
   std::vector<OutputEvent> out;
   for (const OutputEvent& e : events) AppendMerged(&out, e);

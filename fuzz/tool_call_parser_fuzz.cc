@@ -22,11 +22,7 @@ using agentkv::ToolCallParserOptions;
 
 std::vector<OutputEvent> Run(const ToolCallParserOptions& o,
                              const std::vector<std::string_view>& pieces) {
-  ToolCallParser p(o);
-  std::vector<OutputEvent> out;
-  for (std::string_view s : pieces) p.Feed(s, &out);
-  p.Finish(&out);
-  return out;
+  return agentkv::fuzz::FeedAll<ToolCallParser>(o, pieces);
 }
 
 }  // namespace
