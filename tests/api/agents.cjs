@@ -6,23 +6,10 @@
 'use strict';
 const assert = require('node:assert/strict');
 const path = require('node:path');
-const { createRequire } = require('node:module');
+const { connect, step, runScenario } = require('./harness.cjs');
 
 const [scenario, port, npmDir, ...args] = process.argv.slice(2);
-const req = createRequire(path.join(npmDir, 'package.json'));
-const openaiMod = req('openai');
-const OpenAI = openaiMod.OpenAI || openaiMod.default || openaiMod;
-const anthropicMod = req('@anthropic-ai/sdk');
-const Anthropic = anthropicMod.Anthropic || anthropicMod.default || anthropicMod;
-
-const base = `${process.env.AGENTKV_TEST_TLS ? 'https' : 'http'}://127.0.0.1:${port}`;
-const openai = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'any', maxRetries: 0 });
-
-async function step(name, fn) {
-  const t = Date.now();
-  await fn();
-  console.log(`ok ${name} (${Date.now() - t} ms)`);
-}
+const { OpenAI, Anthropic, base, openai } = connect(port, npmDir);
 
 async function json(method, url, body) {
   const r = await fetch(`${base}${url}`, {
@@ -322,12 +309,4 @@ const scenarios = {
   },
 };
 
-(async () => {
-  const fn = scenarios[scenario];
-  if (!fn) throw new Error(`unknown scenario ${scenario}`);
-  await fn();
-  console.log('ALL OK');
-})().catch((e) => {
-  console.error('FAILED:', e);
-  process.exit(1);
-});
+runScenario(scenarios, scenario);

@@ -4,27 +4,12 @@
 // every check passes.
 'use strict';
 const assert = require('node:assert/strict');
-const path = require('node:path');
-const { createRequire } = require('node:module');
+const { connect, step, run } = require('./harness.cjs');
 
 const port = process.argv[2];
 const npmDir = process.argv[3];
-const req = createRequire(path.join(npmDir, 'package.json'));
-const openaiMod = req('openai');
-const OpenAI = openaiMod.OpenAI || openaiMod.default || openaiMod;
-const anthropicMod = req('@anthropic-ai/sdk');
-const Anthropic = anthropicMod.Anthropic || anthropicMod.default || anthropicMod;
-
-const base = `http://127.0.0.1:${port}`;
-const openai = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'any', maxRetries: 0 });
-const anthropic = new Anthropic({ baseURL: base, apiKey: 'any', maxRetries: 0 });
+const { OpenAI, Anthropic, base, openai, anthropic } = connect(port, npmDir);
 const messages = [{ role: 'user', content: 'Say hello.' }];
-
-async function step(name, fn) {
-  const t = Date.now();
-  await fn();
-  console.log(`ok ${name} (${Date.now() - t} ms)`);
-}
 
 async function main() {
   await step('models', async () => {
@@ -205,10 +190,6 @@ async function main() {
     }).catch(() => null);
     if (r) assert.equal(r.status, 413);
   });
-  console.log('ALL OK');
 }
 
-main().catch((e) => {
-  console.error('FAILED:', e);
-  process.exit(1);
-});
+run(main);

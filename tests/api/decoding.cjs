@@ -6,24 +6,12 @@
 // logits` are checked, never particular texts.
 'use strict';
 const assert = require('node:assert/strict');
-const path = require('node:path');
 const { execFileSync } = require('node:child_process');
-const { createRequire } = require('node:module');
+const { connect, step, runScenario } = require('./harness.cjs');
 
 const [scenario, port, npmDir, ...args] = process.argv.slice(2);
-const req = createRequire(path.join(npmDir, 'package.json'));
-const openaiMod = req('openai');
-const OpenAI = openaiMod.OpenAI || openaiMod.default || openaiMod;
-
-const base = `http://127.0.0.1:${port}`;
-const openai = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'any', maxRetries: 0 });
+const { base, openai } = connect(port, npmDir);
 const messages = [{ role: 'user', content: 'Say hello.' }];
-
-async function step(name, fn) {
-  const t = Date.now();
-  await fn();
-  console.log(`ok ${name} (${Date.now() - t} ms)`);
-}
 
 async function adminStatus() {
   const r = await fetch(`${base}/admin/status`);
@@ -327,12 +315,4 @@ const scenarios = {
   },
 };
 
-(async () => {
-  const fn = scenarios[scenario];
-  if (!fn) throw new Error(`unknown scenario ${scenario}`);
-  await fn();
-  console.log('ALL OK');
-})().catch((e) => {
-  console.error('FAILED:', e);
-  process.exit(1);
-});
+runScenario(scenarios, scenario);

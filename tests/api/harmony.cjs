@@ -8,31 +8,16 @@
 'use strict';
 const assert = require('node:assert/strict');
 const fs = require('node:fs');
-const path = require('node:path');
-const { createRequire } = require('node:module');
+const { connect, step, run } = require('./harness.cjs');
 
 const [port, npmDir, promptTokensArg, requestFile] = process.argv.slice(2);
 const promptTokens = Number(promptTokensArg);
-const req = createRequire(path.join(npmDir, 'package.json'));
-const openaiMod = req('openai');
-const OpenAI = openaiMod.OpenAI || openaiMod.default || openaiMod;
-const anthropicMod = req('@anthropic-ai/sdk');
-const Anthropic = anthropicMod.Anthropic || anthropicMod.default || anthropicMod;
-
-const base = `http://127.0.0.1:${port}`;
-const openai = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'any', maxRetries: 0 });
-const anthropic = new Anthropic({ baseURL: base, apiKey: 'any', maxRetries: 0 });
+const { openai, anthropic } = connect(port, npmDir);
 const request = JSON.parse(fs.readFileSync(requestFile, 'utf8'));
 const MAX = 8;
 // Greedy replies of a random model without an eos bias do not end early:
 // every reply must run to max_tokens.
 const RUNS_TO_MAX = true;
-
-async function step(name, fn) {
-  const t = Date.now();
-  const what = await fn();
-  console.log(`ok ${name} (${Date.now() - t} ms)${what ? ': ' + what : ''}`);
-}
 
 // Generated tokens, the stop token excluded: all of max_tokens when the
 // reply was cut there, fewer when a stop token (<|return|>, <|call|>) ended it.
@@ -128,10 +113,6 @@ async function main() {
     checkCount(final.usage.output_tokens, final.stop_reason === 'max_tokens', JSON.stringify(final));
     return `${final.stop_reason}, ${final.usage.output_tokens} tokens`;
   });
-  console.log('ALL OK');
 }
 
-main().catch((e) => {
-  console.error('FAILED:', e);
-  process.exit(1);
-});
+run(main);
