@@ -391,6 +391,12 @@ async def soak(args, server):
                   flush=True)
     # Let the clients finish their last request (each ends at the deadline).
     done, pending = await asyncio.wait(tasks, timeout=args.drain_s)
+    if pending:
+        # Which clients never got their last reply: their protocol and
+        # whether they meant to disconnect, to tell where a request hangs.
+        stuck = Counter(f"{c.protocol}{' (disconnector)' if c.disconnector else ''}"
+                        for c, t in zip(clients, tasks) if t in pending)
+        print(f"stuck clients by protocol: {dict(stuck)}", flush=True)
     for p in pending:
         p.cancel()
     idle = await wait_idle(args.port, args.drain_s)

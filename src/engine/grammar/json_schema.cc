@@ -475,7 +475,11 @@ class Compiler {
     int32_t first = open, rest = b_.NewNode();
     bool first_live = true;
     if (has_props) {
-      for (const auto& [name, sub] : s["properties"].items()) {
+      for (const auto& item : s["properties"].items()) {
+        // Named copies: a lambda may not capture structured bindings
+        // (C++20 before P1091 in clang).
+        const std::string& name = item.key();
+        const auto& sub = item.value();
         const bool req = required.count(name) > 0;
         const int32_t next_rest = b_.NewNode();
         const int32_t next_first = req ? -1 : b_.NewNode();
