@@ -4,9 +4,8 @@
 
 namespace agentkv {
 
-bool SpeculationEligible(const SpeculativeOptions& options, const SamplingParams& params,
-                         bool request_allows) {
-  return options.mode != SpeculativeMode::kNone && options.max_draft > 0 && request_allows &&
+bool SpeculationEligible(const SpeculativeOptions& options, const SamplingParams& params) {
+  return options.mode != SpeculativeMode::kNone && options.max_draft > 0 && params.speculative &&
          !params.grammar && !params.logprobs && !params.has_penalties();
 }
 

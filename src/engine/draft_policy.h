@@ -39,11 +39,10 @@ struct SpeculativeOptions {
 };
 
 // Whether a request may be drafted for: speculation on, the request did not
-// opt out, and its rows need nothing but the logits of each position (no
-// grammar mask, no logprobs, no penalties: each of those would need the
-// Sampler's state advanced per draft position).
-bool SpeculationEligible(const SpeculativeOptions& options, const SamplingParams& params,
-                         bool request_allows);
+// opt out (params.speculative), and its rows need nothing but the logits of
+// each position (no grammar mask, no logprobs, no penalties: each of those
+// would need the Sampler's state advanced per draft position).
+bool SpeculationEligible(const SpeculativeOptions& options, const SamplingParams& params);
 
 // Draft tokens the step may carry in all: 0 when any prefill is in the step
 // or `decoding` (sequences decoding one token each) already reaches

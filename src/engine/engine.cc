@@ -128,8 +128,7 @@ Result<RequestHandle> Engine::Submit(EngineRequest request) {
   const auto room = static_cast<int32_t>(sequence_capacity_ - static_cast<int64_t>(s->prompt_len));
   s->max_new_tokens = std::min(room, s->request.params.max_tokens.value_or(room));
   s->sampler = std::make_unique<Sampler>(s->request.params, cfg.vocab_size, cfg.eos_token_ids);
-  s->speculate = speculation_on() && SpeculationEligible(options_.speculative, s->request.params,
-                                                         s->request.speculative);
+  s->speculate = speculation_on() && SpeculationEligible(options_.speculative, s->request.params);
   s->draft_length = DraftLength(options_.speculative.max_draft);
   s->sampler->AddPrompt(s->tokens);
   SamplingParams stop_params = s->request.params;

@@ -41,10 +41,6 @@ struct EngineRequest {
   // requests of the same salt. The server sets the tenant here; empty:
   // unsalted (no tenants), the chain as it always was.
   std::string cache_salt;
-  // Speculative decoding (EngineOptions::speculative) may draft for this
-  // request; false opts it out (its output is the same either way: greedy
-  // identical, sampled from the same distribution).
-  bool speculative = true;
 };
 
 // One output token's logprobs (SamplingParams::logprobs): its own and the

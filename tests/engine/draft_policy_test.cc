@@ -15,20 +15,22 @@ SpeculativeOptions On() {
 
 TEST(DraftPolicyTest, OnlyPlainRequestsThatDidNotOptOutAreDrafted) {
   SamplingParams p;
-  EXPECT_TRUE(SpeculationEligible(On(), p, true));
-  EXPECT_FALSE(SpeculationEligible(On(), p, false));                 // per-request opt-out
-  EXPECT_FALSE(SpeculationEligible(SpeculativeOptions{}, p, true));  // off
+  EXPECT_TRUE(SpeculationEligible(On(), p));
+  EXPECT_FALSE(SpeculationEligible(SpeculativeOptions{}, p));  // off
   SpeculativeOptions zero = On();
   zero.max_draft = 0;
-  EXPECT_FALSE(SpeculationEligible(zero, p, true));
+  EXPECT_FALSE(SpeculationEligible(zero, p));
   p.temperature = 0;
-  EXPECT_TRUE(SpeculationEligible(On(), p, true));
+  EXPECT_TRUE(SpeculationEligible(On(), p));
+  SamplingParams out;
+  out.speculative = false;  // per-request opt-out
+  EXPECT_FALSE(SpeculationEligible(On(), out));
   SamplingParams lp;
   lp.logprobs = 2;
-  EXPECT_FALSE(SpeculationEligible(On(), lp, true));
+  EXPECT_FALSE(SpeculationEligible(On(), lp));
   SamplingParams pen;
   pen.repetition_penalty = 1.2f;
-  EXPECT_FALSE(SpeculationEligible(On(), pen, true));
+  EXPECT_FALSE(SpeculationEligible(On(), pen));
 }
 
 TEST(DraftPolicyTest, TheBudgetShrinksToNothingWhenTheStepIsComputeBound) {

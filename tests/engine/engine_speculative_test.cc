@@ -192,7 +192,7 @@ TEST(EngineSpeculativeTest, RequestsThatOptOutOrNeedTheSamplerAreNotDrafted) {
   s.speculative = true;
   auto e = MakeEngine(s);
   EngineRequest out = Greedy(Repetitive(3, 6), 20);
-  out.speculative = false;
+  out.params.speculative = false;
   EngineRequest penalised = Greedy(Repetitive(3, 6), 20);
   penalised.params.frequency_penalty = 1e-30f;  // changes no logit here
   EngineRequest logprobs = Greedy(Repetitive(3, 6), 20);
