@@ -18,9 +18,14 @@ std::vector<int32_t> ProposeNgramDraft(std::span<const int32_t> tokens, int max_
     // p != len - n (the suffix itself), most recent first.
     for (int64_t p = len - n - 1; p >= window_start; --p) {
       if (!std::equal(key.begin(), key.end(), tokens.begin() + p)) continue;
+      // What followed the match, read on into the draft itself where it
+      // reaches the end: a repeating pattern is drafted for its whole
+      // length, not only up to the end of the tokens.
       const int64_t from = p + n;
-      const int64_t take = std::min<int64_t>(max_tokens, len - from);
-      draft.assign(tokens.begin() + from, tokens.begin() + from + take);
+      draft.reserve(static_cast<size_t>(max_tokens));
+      for (int64_t i = from; static_cast<int>(draft.size()) < max_tokens; ++i)
+        draft.push_back(i < len ? tokens[static_cast<size_t>(i)]
+                                : draft[static_cast<size_t>(i - len)]);
       return draft;
     }
   }

@@ -24,8 +24,9 @@ struct NgramDraftOptions {
 // Up to `max_tokens` draft tokens for what follows `tokens` (all real: no
 // placeholders). For n from max_ngram down to min_ngram: the most recent
 // earlier occurrence of the last n tokens inside the lookback window that
-// has at least one token after it; the draft is what followed it (which may
-// run into the suffix itself). Empty when nothing matches or max_tokens <= 0.
+// has at least one token after it; the draft is what followed it, read on
+// into the draft itself past the end (so a repeating pattern is drafted to
+// max_tokens). Empty when nothing matches or max_tokens <= 0.
 std::vector<int32_t> ProposeNgramDraft(std::span<const int32_t> tokens, int max_tokens,
                                        const NgramDraftOptions& options = {});
 

@@ -18,11 +18,13 @@ TEST(NgramDraftTest, ProposesWhatFollowedTheLastOccurrenceOfTheSuffix) {
   EXPECT_EQ(ProposeNgramDraft(t, 0), V{});
 }
 
-TEST(NgramDraftTest, TheDraftStopsAtTheEndOfTheTokens) {
-  // The match's continuation runs into the suffix itself and ends there.
+TEST(NgramDraftTest, ARepeatingPatternIsDraftedPastTheEnd) {
+  // Suffix 8 7 8 last occurs at 1..3; then 7 8 follow, then (reading on
+  // into the draft) 7 8 7.
   const V t = {7, 8, 7, 8, 7, 8};
-  // Suffix 8 7 8 last occurs at 1..3; then 7 8 follow.
-  EXPECT_EQ(ProposeNgramDraft(t, 5), (V{7, 8}));
+  EXPECT_EQ(ProposeNgramDraft(t, 5), (V{7, 8, 7, 8, 7}));
+  // A run of one token: the match just before the end, drafted on.
+  EXPECT_EQ(ProposeNgramDraft(V{1, 2, 5, 5, 5, 5}, 4), (V{5, 5, 5, 5}));
 }
 
 TEST(NgramDraftTest, PrefersTheLongestSuffixThenTheMostRecentMatch) {
@@ -46,7 +48,7 @@ TEST(NgramDraftTest, NothingWithoutAMatchOrTooFewTokens) {
   NgramDraftOptions o;
   o.min_ngram = 2;  // 1-grams are not looked up
   EXPECT_EQ(ProposeNgramDraft(V{3, 9, 1, 3}, 4, o), V{});
-  EXPECT_EQ(ProposeNgramDraft(V{3, 9, 1, 3}, 4), (V{9, 1, 3}));
+  EXPECT_EQ(ProposeNgramDraft(V{3, 9, 1, 3}, 4), (V{9, 1, 3, 9}));
 }
 
 TEST(NgramDraftTest, OnlyTheLookbackWindowIsSearched) {
