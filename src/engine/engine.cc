@@ -451,6 +451,13 @@ bool Engine::speculation_on() const {
          options_.speculative.max_draft > 0 && backend_->multi_logit_rows();
 }
 
+bool Engine::AdmissionLikely() const {
+  // Waiting requests are admitted, with their prefill, while the batch has
+  // room.
+  return scheduler_->num_waiting() > 0 &&
+         static_cast<int>(scheduler_->num_running()) < options_.scheduler.max_batch;
+}
+
 void Engine::ProposeDrafts() {
   int decoding = 0;
   int64_t prefill = 0;
@@ -465,8 +472,7 @@ void Engine::ProposeDrafts() {
       prefill += s->pending();
     }
   }
-  // Waiting requests would be admitted with their prefill.
-  if (scheduler_->num_waiting() > 0) ++prefill;
+  if (AdmissionLikely()) ++prefill;
   if (!any) return;
   int budget = StepDraftBudget(options_.speculative, decoding, prefill);
   for (Sequence* s : scheduler_->running()) {
@@ -531,7 +537,9 @@ void Engine::Step() {
     step.start_pos = static_cast<int32_t>(s->computed);
     step.want_logits = sc.want_logits;
     step.logit_rows = sc.logit_rows;
-    if (sc.want_logits && sc.num_tokens == sc.logit_rows) {
+    // What the next step will hold: every row with logits decodes then
+    // (a prompt's last chunk included); the others still prefill.
+    if (sc.want_logits) {
       ++decoding;
     } else {
       prefill += sc.num_tokens;
@@ -614,6 +622,7 @@ void Engine::Step() {
   CommitNewest();
   // While a sequence of the step could be drafted for next time, the step
   // is collected now: a draft is looked up in real tokens, not placeholders.
+  if (AdmissionLikely()) ++prefill;
   const bool drafting_next =
       could_draft && StepDraftBudget(options_.speculative, decoding, prefill) > 0;
   if (!options_.pipeline || !all_on_backend || drafting_next) CollectAll();

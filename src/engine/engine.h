@@ -305,6 +305,8 @@ class Engine {
   // Fills Sequence::draft of the running sequences the next step may
   // draft for, within StepDraftBudget.
   void ProposeDrafts();
+  // Whether the next step would admit a waiting request (and prefill it).
+  bool AdmissionLikely() const;
   // Verifies a drafted row (logits rows from `first_row`) and emits its
   // tokens; true when the sequence finished.
   bool CollectDrafted(Sequence* s, const LaunchedRow& r, int first_row);
