@@ -52,6 +52,11 @@ Reply AdminApi::Status() const {
                    {"resident_agents", s.resident_agents},
                    {"kv_memory_bytes", m->engine().kv_memory_bytes()},
                    {"sequence_capacity", m->engine().sequence_capacity()}};
+    // Speculative decoding: draft tokens verified and accepted, and the
+    // sequence-steps that carried a draft (all 0 with --speculative none).
+    j["engine"]["speculative"] = {{"draft_steps", s.draft_steps},
+                                  {"draft_tokens", s.draft_tokens},
+                                  {"accepted_tokens", s.draft_accepted_tokens}};
     // The host-memory KV tier (capacity 0: off).
     j["engine"]["host_kv"] = {{"capacity_bytes", s.host_kv_capacity_bytes},
                               {"bytes", s.host_kv_bytes},

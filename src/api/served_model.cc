@@ -33,6 +33,7 @@ Result<std::unique_ptr<ServedModel>> ServedModel::Load(const ServedModelOptions&
   eo.host_kv_memory_bytes = options.host_kv_memory_bytes;
   eo.split_restores = options.split_restores;
   eo.calibrate_prefill = options.calibrate_prefill;
+  eo.speculative = options.speculative;
   ASSIGN_OR_RETURN(ModelFiles files, ModelFiles::Locate(dir));
   ASSIGN_OR_RETURN(m->fingerprint_, files.Fingerprint());
   if (options.store != nullptr && options.persist_kv) {
@@ -238,6 +239,11 @@ Status ParseSampling(const json& body, const char* stop_key, SamplingParams* p) 
   if (body.contains("ignore_eos") && !body["ignore_eos"].is_null()) {
     if (!body["ignore_eos"].is_boolean()) return InvalidArgument("'ignore_eos' must be a boolean");
     p->ignore_eos = body["ignore_eos"].get<bool>();
+  }
+  if (body.contains("speculative") && !body["speculative"].is_null()) {
+    if (!body["speculative"].is_boolean())
+      return InvalidArgument("'speculative' must be a boolean");
+    p->speculative = body["speculative"].get<bool>();
   }
   if (body.contains(stop_key) && !body[stop_key].is_null()) {
     const json& s = body[stop_key];

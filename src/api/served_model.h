@@ -45,6 +45,9 @@ struct ServedModelOptions {
   // Restore or recompute (EngineOptions::split_restores, calibrate_prefill).
   bool split_restores = true;
   bool calibrate_prefill = false;
+  // Speculative decoding from the context (EngineOptions::speculative);
+  // `serve` fills it from --speculative.
+  SpeculativeOptions speculative;
   // Requests waiting in the engine past which new ones are refused
   // (ResourceExhausted: 429 / 529). 0: no limit.
   int max_waiting = 512;
@@ -135,7 +138,8 @@ int HttpStatusFor(const Status& s);
 
 // Reads the sampling fields both protocols share into `p`: temperature,
 // top_p, top_k, min_p, seed, presence_penalty, frequency_penalty,
-// repetition_penalty, ignore_eos (a vLLM extension), and stop strings from
+// repetition_penalty, ignore_eos (a vLLM extension), speculative (false:
+// this request opts out of speculative decoding), and stop strings from
 // `stop_key` (string or list).
 // InvalidArgument naming the field when one has the wrong type or is out of
 // its range (top_k: -1 to 2^31 - 1; seed: any 64-bit integer).

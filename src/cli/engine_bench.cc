@@ -16,6 +16,9 @@ void EngineBenchOptions::Add(CLI::App& app) {
                  "Token budget of one engine step (0 = the device's default)")
       ->capture_default_str();
   app.add_option("--block-size", block_size)->capture_default_str();
+  app.add_flag("--speculative", speculative,
+               "Speculative decoding from the context (EngineOptions::speculative ngram; the "
+               "random prompts rarely repeat, so this measures its overhead)");
 }
 
 EngineOptions BenchEngineOptions(const ModelCacheSpec& spec, const EngineBenchOptions& o,
@@ -25,6 +28,7 @@ EngineOptions BenchEngineOptions(const ModelCacheSpec& spec, const EngineBenchOp
   eo.scheduler.max_batch = max_batch;
   eo.scheduler.max_step_tokens = o.max_step_tokens;
   eo.pipeline = !o.no_pipeline;
+  if (o.speculative) eo.speculative.mode = SpeculativeMode::kNgram;
   eo.prefix_caching = prefix_caching;
   eo.max_context = o.prompt + o.output + 2;
   for (size_t g = 0; g < spec.groups.size(); ++g) {

@@ -25,7 +25,9 @@ struct EngineBenchOptions {
   int max_step_tokens = 0;  // 0: the device's default
   int block_size = 16;
   bool no_pipeline = false;
-  // --prompt, --output, --max-step-tokens, --block-size, --no-pipeline.
+  bool speculative = false;  // EngineOptions::speculative ngram
+  // --prompt, --output, --max-step-tokens, --block-size, --no-pipeline,
+  // --speculative.
   void Add(CLI::App& app);
 };
 

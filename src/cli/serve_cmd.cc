@@ -43,6 +43,12 @@ struct ServeArgs {
   std::string kv_memory;
   std::string host_kv_memory;  // empty: api::DefaultHostKvMemoryBytes
   std::string kv_restore = "auto";
+  // Off until measured on the GPU: drafting costs pipelining (a drafted
+  // step is collected before the next is planned) and the CUDA backend
+  // does not verify drafts yet (one logits row per sequence), so it would
+  // only slow serving there.
+  std::string speculative = "none";
+  int speculative_max_draft = SpeculativeOptions().max_draft;
   double drain_seconds = 30;
   std::string api_key;
   std::string api_keys_file;  // --api-keys: key -> tenant
@@ -178,6 +184,8 @@ int RunServe(const ServeArgs& a) {
   mo.drain_seconds = a.drain_seconds;
   mo.split_restores = a.kv_restore == "auto";
   mo.calibrate_prefill = mo.split_restores && mo.backend.device != "cpu";
+  mo.speculative.mode = a.speculative == "ngram" ? SpeculativeMode::kNgram : SpeculativeMode::kNone;
+  mo.speculative.max_draft = a.speculative_max_draft;
   std::unique_ptr<store::AgentStore> agent_store;
   if (!a.store_dir.empty() && a.store_dir != "none") {
     store::StoreOptions sopt;
@@ -367,6 +375,19 @@ Registrar reg("serve", "Serve the HTTP API (OpenAI and Anthropic protocols)",
                     ->capture_default_str()
                     ->check(CLI::IsMember({"auto", "load"}))
                     ->envname("AGENTKV_KV_RESTORE");
+                app.add_option("--speculative", a->speculative,
+                               "Speculative decoding: ngram = draft tokens looked up in each "
+                               "request's own prompt and output, verified in one step (same "
+                               "output; requests opt out with \"speculative\": false); none = off")
+                    ->capture_default_str()
+                    ->check(CLI::IsMember({"none", "ngram"}))
+                    ->envname("AGENTKV_SPECULATIVE");
+                app.add_option("--speculative-max-draft", a->speculative_max_draft,
+                               "Longest draft of one request in one step (below the KV block "
+                               "size)")
+                    ->capture_default_str()
+                    ->check(CLI::Range(1, 64))
+                    ->envname("AGENTKV_SPECULATIVE_MAX_DRAFT");
                 app.add_option("--api-key", a->api_key,
                                "Require this key (Authorization: Bearer or x-api-key)")
                     ->envname("AGENTKV_API_KEY");

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <chrono>
 
+#include "engine/draft_verify.h"
 #include "engine/finish_reason.h"
 #include "engine/kv_pool_sizing.h"
+#include "engine/ngram_draft.h"
 #include "engine/pick_mode.h"
 #include "engine/stop_checker.h"
 #include "engine/text/stream_detokenizer.h"
@@ -24,6 +26,11 @@ Result<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Backend> backend,
                                                 : std::max(cfg.max_position_embeddings, 1);
   if (e->options_.scheduler.max_step_tokens <= 0)
     e->options_.scheduler.max_step_tokens = e->backend_->default_step_tokens();
+  // A rejected draft's K/V lands in the sequence's blocks: below a block it
+  // never overwrites a sliding window's ring slot still in use.
+  SpeculativeOptions& spec_opts = e->options_.speculative;
+  spec_opts.max_draft = std::clamp(spec_opts.max_draft, 0, std::max(e->options_.block_size - 1, 0));
+  spec_opts.compute_bound_tokens = std::max(spec_opts.compute_bound_tokens, 0);
   KvPoolSize pool_size;
   pool_size.blocks_per_group = e->options_.blocks_per_group;
   pool_size.bytes = e->options_.kv_memory_bytes;
@@ -69,7 +76,12 @@ Result<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Backend> backend,
                                                     }));
   e->scheduler_->SetAdmitHook([t = e->transfer_.get()](Sequence* s) { t->RestoreBeforeAdmit(s); });
   e->scheduler_->SetRemoveHook([t = e->transfer_.get()](Sequence* s) { t->CancelSplit(s->id); });
-  e->logits_.resize(static_cast<size_t>(e->options_.scheduler.max_batch) * cfg.vocab_size);
+  // One logits row per sequence, plus one per draft token (at most the
+  // compute-bound step size in all: StepDraftBudget).
+  const int64_t logit_rows =
+      e->options_.scheduler.max_batch +
+      (e->speculation_on() ? e->options_.speculative.compute_bound_tokens : 0);
+  e->logits_.resize(static_cast<size_t>(logit_rows) * cfg.vocab_size);
   int sample_threads = e->options_.sample_threads;
   if (sample_threads <= 0) {
     sample_threads = std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, 8);
@@ -116,6 +128,8 @@ Result<RequestHandle> Engine::Submit(EngineRequest request) {
   const auto room = static_cast<int32_t>(sequence_capacity_ - static_cast<int64_t>(s->prompt_len));
   s->max_new_tokens = std::min(room, s->request.params.max_tokens.value_or(room));
   s->sampler = std::make_unique<Sampler>(s->request.params, cfg.vocab_size, cfg.eos_token_ids);
+  s->speculate = speculation_on() && SpeculationEligible(options_.speculative, s->request.params);
+  s->draft_length = DraftLength(options_.speculative.max_draft);
   s->sampler->AddPrompt(s->tokens);
   SamplingParams stop_params = s->request.params;
   stop_params.max_tokens = s->max_new_tokens;
@@ -432,8 +446,54 @@ void Engine::Deliver() {
   outbox_.clear();
 }
 
+bool Engine::speculation_on() const {
+  return options_.speculative.mode != SpeculativeMode::kNone &&
+         options_.speculative.max_draft > 0 && backend_->multi_logit_rows();
+}
+
+bool Engine::AdmissionLikely() const {
+  // Waiting requests are admitted, with their prefill, while the batch has
+  // room.
+  return scheduler_->num_waiting() > 0 &&
+         static_cast<int>(scheduler_->num_running()) < options_.scheduler.max_batch;
+}
+
+void Engine::ProposeDrafts() {
+  int decoding = 0;
+  int64_t prefill = 0;
+  bool any = false;
+  for (Sequence* s : scheduler_->running()) {
+    s->draft.clear();
+    if (s->hold) continue;
+    if (s->pending() == 1) {
+      ++decoding;
+      any = any || (s->speculate && s->in_flight == 0);
+    } else if (s->pending() > 1) {
+      prefill += s->pending();
+    }
+  }
+  if (AdmissionLikely()) ++prefill;
+  if (!any) return;
+  int budget = StepDraftBudget(options_.speculative, decoding, prefill);
+  for (Sequence* s : scheduler_->running()) {
+    if (budget <= 0) break;
+    if (!s->speculate || s->hold || s->in_flight != 0 || s->pending() != 1) continue;
+    const int64_t len = static_cast<int64_t>(s->tokens.size());
+    // The verified output (accepted drafts plus one) stays within
+    // max_tokens and the context.
+    const int64_t room =
+        std::min<int64_t>(s->max_new_tokens - s->output_len(), max_context_ - len) - 1;
+    const int want = s->draft_length.Next();
+    const int k = static_cast<int>(std::min<int64_t>({want, budget, room}));
+    if (k <= 0) continue;
+    s->draft = ProposeNgramDraft(s->tokens, k, options_.speculative.ngram);
+    budget -= static_cast<int>(s->draft.size());
+  }
+}
+
 void Engine::Step() {
   bool stuck = false;
+  if (speculation_on()) ProposeDrafts();
   StepPlan plan = scheduler_->Schedule(&stuck);
   if (stuck && !launched_.empty()) {
     CollectAll();  // what it finishes may change the plan
@@ -456,16 +516,35 @@ void Engine::Step() {
   transfer_->FlushEvictions();
   Status st = backend_->CopyBlocks(plan.copies);
   kv_->CopiesDone();
+  // Scheduled drafts join the tokens (verified, and cut back, at collection).
+  for (const ScheduledSeq& sc : plan.seqs) {
+    if (sc.logit_rows <= 1) continue;
+    Sequence* s = sc.seq;
+    s->tokens.insert(s->tokens.end(), s->draft.begin(), s->draft.begin() + (sc.logit_rows - 1));
+  }
+  for (Sequence* s : scheduler_->running()) s->draft.clear();
   steps_buf_.clear();
   pick_buf_.clear();
   LaunchedStep launched;
   bool all_on_backend = true;
+  int decoding = 0;
+  int64_t prefill = 0;
+  bool could_draft = false;
   for (const ScheduledSeq& sc : plan.seqs) {
     Sequence* s = sc.seq;
     SeqStep step;
     step.tokens = std::span<const int32_t>(s->tokens).subspan(s->computed, sc.num_tokens);
     step.start_pos = static_cast<int32_t>(s->computed);
     step.want_logits = sc.want_logits;
+    step.logit_rows = sc.logit_rows;
+    // What the next step will hold: every row with logits decodes then
+    // (a prompt's last chunk included); the others still prefill.
+    if (sc.want_logits) {
+      ++decoding;
+    } else {
+      prefill += sc.num_tokens;
+    }
+    could_draft = could_draft || s->speculate;
     for (int g = 0; g < kv_->num_groups(); ++g)
       step.block_tables[g] = kv_->Table(s->id, g).blocks();
     // Only the newest step launched can still owe a pick (the one before it
@@ -474,7 +553,23 @@ void Engine::Step() {
       step.prev_row = s->pick_row;
     steps_buf_.push_back(step);
     LaunchedRow row{s->id, s->computed, sc.num_tokens, sc.want_logits, false, 0};
-    if (sc.want_logits) {
+    if (sc.want_logits && sc.logit_rows > 1) {
+      // A drafted sequence: greedy rows are argmax'd by the backend (only
+      // the picks are needed to verify), sampled ones verified on the host
+      // from their logits. Either way the step is collected before the
+      // next is planned.
+      row.draft = sc.logit_rows - 1;
+      const bool greedy = s->sampler->params().greedy();
+      row.backend_pick = greedy;
+      all_on_backend = false;
+      for (int32_t j = 0; j < sc.logit_rows; ++j) {
+        RowPick pick;
+        pick.mode = greedy ? PickMode::kGreedy : PickMode::kHost;
+        pick_buf_.push_back(pick);
+      }
+      launched.picks += sc.logit_rows;
+      ++local_.draft_steps;
+    } else if (sc.want_logits) {
       // Greedy and plain sampled rows are picked by the backend (on the GPU
       // for cuda), so their logits need not reach the host. A drawn row's
       // uniform comes from its Sampler now, one per token in token order,
@@ -515,6 +610,7 @@ void Engine::Step() {
     row.pick_at = static_cast<int64_t>(s->tokens.size());
     s->tokens.push_back(0);
     ++s->in_flight;
+    pick += row.draft;
     s->pick_row = pick++;
     const int64_t len = static_cast<int64_t>(s->tokens.size());
     if (len - static_cast<int64_t>(s->prompt_len) >= s->max_new_tokens || len >= max_context_)
@@ -524,14 +620,19 @@ void Engine::Step() {
   // The previous step's picks complete this one's tokens.
   if (launched_.size() > 1) CollectOldest();
   CommitNewest();
-  if (!options_.pipeline || !all_on_backend) CollectAll();
+  // While a sequence of the step could be drafted for next time, the step
+  // is collected now: a draft is looked up in real tokens, not placeholders.
+  if (AdmissionLikely()) ++prefill;
+  const bool drafting_next =
+      could_draft && StepDraftBudget(options_.speculative, decoding, prefill) > 0;
+  if (!options_.pipeline || !all_on_backend || drafting_next) CollectAll();
 }
 
 void Engine::CommitNewest() {
   if (launched_.empty()) return;
   for (const LaunchedRow& r : launched_.back().rows) {
     Sequence* s = scheduler_->Find(r.id);
-    if (s == nullptr) continue;
+    if (s == nullptr || r.draft > 0) continue;  // drafts: once verified
     if (Status c = kv_->CommitTokens(
             s->id, std::span<const int32_t>(s->tokens).subspan(r.first, r.num_tokens));
         !c.ok()) {
@@ -583,12 +684,13 @@ void Engine::CollectOldest() {
   // random stream), so the picks do not depend on the threads.
   sample_rows_.clear();
   {
-    int row = -1;
+    int row = 0;
     for (const LaunchedRow& r : step.rows) {
       if (!r.want_logits) continue;
-      ++row;
-      if (r.backend_pick) continue;
-      if (Sequence* s = scheduler_->Find(r.id)) sample_rows_.emplace_back(row, s);
+      const int first = row;
+      row += 1 + r.draft;
+      if (r.backend_pick || r.draft > 0) continue;
+      if (Sequence* s = scheduler_->Find(r.id)) sample_rows_.emplace_back(first, s);
     }
   }
   // Each SampledToken's top logprobs point into its own Sampler, which
@@ -604,14 +706,19 @@ void Engine::CollectOldest() {
   } else {
     for (size_t i = 0; i < sample_rows_.size(); ++i) sample(static_cast<int64_t>(i), 0);
   }
-  int row = -1;
+  int next_row = 0;
   size_t sampled = 0;
   std::vector<RequestId> done;
   for (const LaunchedRow& r : step.rows) {
     if (!r.want_logits) continue;
-    ++row;
+    const int row = next_row;
+    next_row += 1 + r.draft;
     Sequence* s = scheduler_->Find(r.id);
     if (s == nullptr) continue;  // cancelled, failed or finished meanwhile
+    if (r.draft > 0) {
+      if (CollectDrafted(s, r, row)) done.push_back(s->id);
+      continue;
+    }
     int32_t tok;
     const SampledToken* picked = nullptr;
     const RowLogprobs* row_lp = nullptr;
@@ -629,51 +736,106 @@ void Engine::CollectOldest() {
     s->tokens[r.pick_at] = tok;
     --s->in_flight;
     if (s->in_flight == 0) s->hold = false;
-    if (!s->first_token_sent) {
-      s->first_token_sent = true;
-      s->ttft_s =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - s->submitted).count();
-    }
-    ++local_.generated_tokens;
-    std::string piece = s->detok ? s->detok->Push(tok) : std::string();
-    StopUpdate up = s->stop->Append(tok, piece);
-    const bool stop_token = up.finish == FinishReason::kStop && up.stop_token_id == tok;
-    RequestOutput ev;
-    ev.kind = RequestOutput::Kind::kDelta;
-    if (!stop_token) {
-      ev.tokens.push_back(tok);
-      if (picked != nullptr && picked->logprob) {
-        ev.logprobs.push_back(
-            {*picked->logprob, {picked->top_logprobs.begin(), picked->top_logprobs.end()}});
-      } else if (row_lp != nullptr) {
-        OutputLogprobs o;
-        o.logprob = row_lp->chosen;
-        for (int32_t k = 0; k < row_lp->count; ++k)
-          o.top.push_back({row_lp->ids[k], row_lp->logprobs[k]});
-        ev.logprobs.push_back(std::move(o));
-      }
-    }
-    ev.text = std::move(up.text);
-    const int64_t real = r.pick_at + (stop_token ? 0 : 1);
-    const bool full = real >= max_context_;
-    if (!ev.tokens.empty() || !ev.text.empty()) Emit(s, std::move(ev));
-    if (up.finish != FinishReason::kNone || full) {
-      Settle(s, real);
-      std::string tail;
-      if (up.finish == FinishReason::kNone) {
-        if (s->detok) tail = s->detok->Flush();
-        tail = s->stop->Flush() + tail;
-      }
-      Finish(s, up.finish == FinishReason::kNone ? FinishReason::kLength : up.finish, false,
-             std::move(tail));
-      done.push_back(s->id);
-    }
+    if (EmitToken(s, tok, r.pick_at, picked, row_lp)) done.push_back(s->id);
   }
   for (RequestId id : done) {
     Sequence* s = scheduler_->Find(id);
     if (s && !s->request.agent_key.empty() && s->computed > 0) transfer_->RetireAgent(s);
     scheduler_->Remove(id);
   }
+}
+
+bool Engine::EmitToken(Sequence* s, int32_t tok, int64_t at, const SampledToken* picked,
+                       const RowLogprobs* row_lp) {
+  if (!s->first_token_sent) {
+    s->first_token_sent = true;
+    s->ttft_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - s->submitted).count();
+  }
+  ++local_.generated_tokens;
+  std::string piece = s->detok ? s->detok->Push(tok) : std::string();
+  StopUpdate up = s->stop->Append(tok, piece);
+  const bool stop_token = up.finish == FinishReason::kStop && up.stop_token_id == tok;
+  RequestOutput ev;
+  ev.kind = RequestOutput::Kind::kDelta;
+  if (!stop_token) {
+    ev.tokens.push_back(tok);
+    if (picked != nullptr && picked->logprob) {
+      ev.logprobs.push_back(
+          {*picked->logprob, {picked->top_logprobs.begin(), picked->top_logprobs.end()}});
+    } else if (row_lp != nullptr) {
+      OutputLogprobs o;
+      o.logprob = row_lp->chosen;
+      for (int32_t k = 0; k < row_lp->count; ++k)
+        o.top.push_back({row_lp->ids[k], row_lp->logprobs[k]});
+      ev.logprobs.push_back(std::move(o));
+    }
+  }
+  ev.text = std::move(up.text);
+  const int64_t real = at + (stop_token ? 0 : 1);
+  const bool full = real >= max_context_;
+  if (!ev.tokens.empty() || !ev.text.empty()) Emit(s, std::move(ev));
+  if (up.finish == FinishReason::kNone && !full) return false;
+  Settle(s, real);
+  std::string tail;
+  if (up.finish == FinishReason::kNone) {
+    if (s->detok) tail = s->detok->Flush();
+    tail = s->stop->Flush() + tail;
+  }
+  Finish(s, up.finish == FinishReason::kNone ? FinishReason::kLength : up.finish, false,
+         std::move(tail));
+  return true;
+}
+
+bool Engine::CollectDrafted(Sequence* s, const LaunchedRow& r, int first_row) {
+  // tokens: [.. last real token at r.first, draft (r.draft), placeholder].
+  const int32_t vocab = backend_->config().vocab_size;
+  const std::vector<int32_t> draft(s->tokens.begin() + r.first + 1,
+                                   s->tokens.begin() + r.first + 1 + r.draft);
+  DraftVerdict v;
+  if (r.backend_pick) {
+    v = VerifyGreedyDraft(draft, std::span<const int32_t>(picks_buf_)
+                                     .subspan(static_cast<size_t>(first_row), draft.size() + 1));
+  } else {
+    const std::span<float> rows(logits_.data() + static_cast<int64_t>(first_row) * vocab,
+                                (draft.size() + 1) * static_cast<size_t>(vocab));
+    const SampleSettings settings = s->sampler->NextDraw();
+    bool first_u = true;
+    v = VerifySampledDraft(draft, rows, vocab, settings, [&] {
+      // The first uniform is the one NextDraw above drew.
+      if (first_u) {
+        first_u = false;
+        return settings.u;
+      }
+      return s->sampler->NextDraw().u;
+    });
+  }
+  local_.draft_tokens += r.draft;
+  local_.draft_accepted_tokens += v.accepted;
+  s->draft_length.Update(r.draft, v.accepted);
+  // The real tokens: the last one, the accepted drafts, the next token. Only
+  // the verified ones' K/V is committed (the rejected positions' K/V stays in
+  // the blocks uncommitted, overwritten by the next steps; never hashed
+  // into the prefix cache).
+  const int64_t verified = r.first + 1 + v.accepted;
+  s->tokens.resize(static_cast<size_t>(verified));
+  s->tokens.push_back(v.next);
+  s->in_flight = 0;
+  s->hold = false;
+  s->computed = verified;
+  if (Status c = kv_->CommitTokens(
+          s->id, std::span<const int32_t>(s->tokens).subspan(r.first, 1 + v.accepted));
+      !c.ok()) {
+    std::unique_ptr<Sequence> gone = scheduler_->Remove(s->id);
+    Fail(gone.get(), c);
+    return false;
+  }
+  for (int64_t at = r.first + 1; at <= verified; ++at) {
+    const int32_t tok = s->tokens[static_cast<size_t>(at)];
+    s->sampler->AddOutput(tok);
+    if (EmitToken(s, tok, at, nullptr, nullptr)) return true;
+  }
+  return false;
 }
 
 void Engine::AttachSplits() {

@@ -46,6 +46,7 @@
 #include "cache/kv_cache_manager.h"
 #include "cache/kv_tier.h"
 #include "engine/backend/backend.h"
+#include "engine/draft_policy.h"
 #include "engine/finish_reason.h"
 #include "engine/kv_transfer.h"
 #include "engine/restore_policy.h"
@@ -113,6 +114,13 @@ struct EngineOptions {
   // been timed (cold reads of a zstd store on an NVMe disk).
   double tier_bytes_per_s = 1e9;
   double tier_latency_s = 0.02;
+  // Speculative decoding from the context (engine/draft_policy.h): drafts
+  // looked up in each sequence's own tokens, verified in one step. Only on
+  // backends with multi_logit_rows() (others: never drafted). max_draft is
+  // clamped below block_size. A step with drafts is collected before the
+  // next is planned (a draft needs the real last tokens), so while any
+  // sequence could be drafted for, steps do not pipeline.
+  SpeculativeOptions speculative;
 };
 
 struct EngineStats {
@@ -173,6 +181,11 @@ struct EngineStats {
   double tier_latency_s = 0;
   double prefill_seconds_per_token = 0;
   double prefill_seconds_per_token_context = 0;
+  // Speculative decoding: draft tokens verified, and of those accepted
+  // (each accepted one is an output token that cost no step of its own).
+  int64_t draft_tokens = 0;
+  int64_t draft_accepted_tokens = 0;
+  int64_t draft_steps = 0;            // sequence-steps that carried a draft
   std::vector<BlockPoolStats> pools;  // per cache group
 };
 
@@ -278,11 +291,30 @@ class Engine {
     bool want_logits = false;
     bool backend_pick = false;  // kGreedy or kDevice: the backend picks
     int64_t pick_at = 0;        // index of the pick's placeholder in tokens
+    // Draft tokens after the first (tokens[first + 1, first + 1 + draft)),
+    // each with its own logits row after the first's: committed to the KV
+    // cache only once verified.
+    int32_t draft = 0;
   };
   struct LaunchedStep {
     std::vector<LaunchedRow> rows;
-    int picks = 0;  // want_logits rows
+    int picks = 0;  // logits rows (want_logits rows' LogitRows)
   };
+  // Whether this engine drafts at all (options and backend).
+  bool speculation_on() const;
+  // Fills Sequence::draft of the running sequences the next step may
+  // draft for, within StepDraftBudget.
+  void ProposeDrafts();
+  // Whether the next step would admit a waiting request (and prefill it).
+  bool AdmissionLikely() const;
+  // Verifies a drafted row (logits rows from `first_row`) and emits its
+  // tokens; true when the sequence finished.
+  bool CollectDrafted(Sequence* s, const LaunchedRow& r, int first_row);
+  // Emits output token `tok` at tokens[at] (already in place): detokenize,
+  // stop-check, event; true when the sequence finished (settled and
+  // Finish()ed).
+  bool EmitToken(Sequence* s, int32_t tok, int64_t at, const SampledToken* picked,
+                 const RowLogprobs* row_lp);
   // Collects the oldest launched step and handles its output.
   void CollectOldest();
   void CollectAll();

@@ -50,6 +50,10 @@ struct SamplingParams {
   std::vector<std::string> stop;        // stop strings, excluded from the output
   std::vector<int32_t> stop_token_ids;  // stop even when ignore_eos is set
   bool ignore_eos = false;
+  // Speculative decoding (EngineOptions::speculative) may draft for this
+  // request; false opts it out. The output is the same either way (greedy
+  // identical, sampled from the same distribution); only its speed differs.
+  bool speculative = true;
   // Unset: no logprobs. N: the sampled token's logprob plus the N most likely
   // tokens' (0..kMaxLogprobs). The distribution is the one the sampler
   // draws from before truncation (as OpenAI documents it): log-softmax of

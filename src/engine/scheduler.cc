@@ -38,6 +38,7 @@ Sequence* Scheduler::PeekWaiting() const {
 
 void Scheduler::Preempt(Sequence* s) {
   kv_->FreeSequence(s->id);
+  s->draft.clear();
   s->computed = 0;
   s->restore_before_admit = true;
   ++s->preemptions;
@@ -115,6 +116,15 @@ StepPlan Scheduler::Schedule(bool* stuck) {
   for (Sequence* s : order) {
     if (s->pending() != 1 || budget <= 0 || s->hold || PrefillRoom(s) <= 0) continue;
     if (std::find(running_.begin(), running_.end(), s) == running_.end()) continue;
+    // The draft only where the budget and free blocks allow (never a
+    // preemption for it).
+    const int32_t n =
+        1 + static_cast<int32_t>(std::min<int64_t>(s->draft.size(), std::max(budget - 1, 0)));
+    if (n > 1 && kv_->EnsureCapacity(s->id, s->computed + n, &plan.copies).ok()) {
+      plan.seqs.push_back(ScheduledSeq{s, n, true, n});
+      budget -= n;
+      continue;
+    }
     while (true) {
       Status st = kv_->EnsureCapacity(s->id, s->computed + 1, &plan.copies);
       if (st.ok()) {

@@ -8,7 +8,8 @@
 // LOW request waits at most (2 / aging) s behind HIGH arrivals that came
 // after it. FIFO within equal keys; no starvation.
 //
-// A step: every running sequence that is decoding gets one token; the rest
+// A step: every running sequence that is decoding gets one token (plus its
+// draft, Sequence::draft, as far as the budget and its blocks allow); the rest
 // of the per-step token budget goes to prefill chunks of running sequences,
 // then to admitting waiting ones (prefix-cache hits attached first), up to
 // max_batch running. When blocks run out for a decode token, the worst
@@ -47,6 +48,10 @@ struct ScheduledSeq {
   Sequence* seq = nullptr;
   int32_t num_tokens = 0;  // tokens[computed, computed + num_tokens) run this step
   bool want_logits = false;
+  // > 1: a decoding sequence runs its last token and the first
+  // logit_rows - 1 tokens of its Sequence::draft (not yet in `tokens`: the
+  // engine appends them), with a logits row for each.
+  int32_t logit_rows = 1;
 };
 
 struct StepPlan {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cache/block_hash.h"
+#include "engine/draft_policy.h"
 #include "engine/request.h"
 #include "engine/sampler.h"
 #include "engine/stop_checker.h"
@@ -70,6 +71,15 @@ struct Sequence {
   int32_t in_flight = 0;
   int32_t pick_row = -1;
   bool hold = false;
+
+  // Speculative decoding: whether this sequence is drafted for at all
+  // (SpeculationEligible), its adaptive draft length, and the draft
+  // proposed for the next step (not in `tokens`: the scheduler runs the
+  // last token and up to all of it, one logits row each, and the engine
+  // appends what it scheduled; empty: a plain decode step).
+  bool speculate = false;
+  DraftLength draft_length{0};
+  std::vector<int32_t> draft;
 
   int64_t pending() const { return static_cast<int64_t>(tokens.size()) - computed; }
   int64_t output_len() const {

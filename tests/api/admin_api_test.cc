@@ -90,6 +90,10 @@ TEST(AdminApiTest, StatusMetricsAndSwapInput) {
   EXPECT_EQ(s["engine"]["restore"]["prefill_seconds_per_token"], 0.0);
   EXPECT_EQ(s["engine"]["restore"]["disk_latency_s"], 0.0);
   EXPECT_EQ(s["engine"]["restore"]["recomputed_restores"], 0);
+  // Speculative decoding is off by default: its counters are there, at 0.
+  EXPECT_EQ(s["engine"]["speculative"]["draft_tokens"], 0);
+  EXPECT_EQ(s["engine"]["speculative"]["accepted_tokens"], 0);
+  EXPECT_EQ(s["engine"]["speculative"]["draft_steps"], 0);
 
   std::tie(st, body) = Drive(svc.Handle(Req("GET", "/metrics")));
   ASSERT_EQ(st, 200);

@@ -75,6 +75,13 @@ TEST(RequestFieldsTest, IntegersOutOfRangeAre400NotConverted) {
   EXPECT_EQ(p.seed, std::numeric_limits<uint64_t>::max());
   EXPECT_EQ(ParseSampling(json::parse(R"({"temperature":1e300})"), "stop", &p).code(),
             StatusCode::kInvalidArgument);
+  // The speculative-decoding opt-out: a boolean, on unless false.
+  SamplingParams q;
+  EXPECT_TRUE(q.speculative);
+  ASSERT_TRUE(ParseSampling(json::parse(R"({"speculative":false})"), "stop", &q).ok());
+  EXPECT_FALSE(q.speculative);
+  EXPECT_EQ(ParseSampling(json::parse(R"({"speculative":"no"})"), "stop", &q).code(),
+            StatusCode::kInvalidArgument);
 }
 
 TEST(RequestFieldsTest, HighPriorityOnlyForTenantsAllowedIt) {

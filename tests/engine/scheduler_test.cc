@@ -232,3 +232,43 @@ TEST(SchedulerTest, HeldSequencesAreNotScheduledAndFindSeesAll) {
 
 }  // namespace
 }  // namespace agentkv
+
+namespace agentkv {
+namespace {
+
+// A decoding sequence's draft runs with it (one logits row per token) when
+// the budget and free blocks allow; otherwise it is cut to the budget, or
+// dropped without preempting anyone for it.
+TEST(SchedulerTest, DraftsRunWithinTheBudgetAndFreeBlocksOnly) {
+  for (int step_tokens : {64, 3}) {
+    SchedulerOptions o;
+    o.max_step_tokens = step_tokens;
+    Fixture f(3, o);  // 12 tokens of KV
+    const RequestId id = f.Add(Priority::kNormal, 3, 0.0);
+    bool stuck;
+    StepPlan p = f.sched->Schedule(&stuck);
+    ASSERT_EQ(p.seqs.size(), 1u);
+    ASSERT_TRUE(f.sched->Commit(p.seqs[0]).ok());
+    Sequence* s = f.sched->Find(id);
+    s->tokens.push_back(50);  // the first output token: decoding now
+    // 3 + 1 + 9 = 13 tokens: no room for all of it (dropped); cut to a
+    // budget of 3 tokens it fits.
+    s->draft = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    p = f.sched->Schedule(&stuck);
+    ASSERT_EQ(p.seqs.size(), 1u);
+    const int32_t first = step_tokens == 64 ? 1 : 3;
+    EXPECT_EQ(p.seqs[0].num_tokens, first) << step_tokens;
+    EXPECT_EQ(p.seqs[0].logit_rows, first) << step_tokens;
+    EXPECT_EQ(p.preempted, 0);
+    s->draft = {1, 2, 3, 4};  // 3 + 5 = 8 tokens: fits
+    p = f.sched->Schedule(&stuck);
+    ASSERT_EQ(p.seqs.size(), 1u);
+    const int32_t want = step_tokens == 64 ? 5 : 3;  // cut to the step's budget
+    EXPECT_EQ(p.seqs[0].num_tokens, want) << step_tokens;
+    EXPECT_EQ(p.seqs[0].logit_rows, want) << step_tokens;
+    EXPECT_TRUE(p.seqs[0].want_logits);
+  }
+}
+
+}  // namespace
+}  // namespace agentkv

@@ -9,7 +9,8 @@
 namespace agentkv {
 
 Status CheckSteps(std::span<const SeqStep> batch, const ModelConfig& config,
-                  const ModelCacheSpec& spec, const KvLayout& layout, bool allow_prev_row) {
+                  const ModelCacheSpec& spec, const KvLayout& layout, bool allow_prev_row,
+                  bool allow_multi_rows) {
   const int bs = layout.block_size;
   for (size_t s = 0; s < batch.size(); ++s) {
     const SeqStep& st = batch[s];
@@ -17,6 +18,14 @@ Status CheckSteps(std::span<const SeqStep> batch, const ModelConfig& config,
       return InvalidArgument("Forward: sequence " + std::to_string(s) + " has no new tokens");
     if (st.prev_row >= 0 && !allow_prev_row)
       return InvalidArgument("Forward: prev_row is for LaunchStep only");
+    if (st.logit_rows < 1 || static_cast<size_t>(st.logit_rows) > st.tokens.size())
+      return InvalidArgument("Forward: sequence " + std::to_string(s) + " asks " +
+                             std::to_string(st.logit_rows) + " logits rows of " +
+                             std::to_string(st.tokens.size()) + " tokens");
+    if (st.want_logits && st.logit_rows > 1 && !allow_multi_rows)
+      return Unimplemented("Forward: this backend gives one logits row per sequence");
+    if (st.want_logits && st.logit_rows > 1 && st.prev_row >= 0)
+      return InvalidArgument("Forward: several logits rows with prev_row");
     const size_t checked = st.tokens.size() - (st.prev_row >= 0 ? 1 : 0);
     for (int32_t t : st.tokens.first(checked))
       if (t < 0 || t >= config.vocab_size)
@@ -92,7 +101,7 @@ Status Backend::LaunchStep(std::span<const SeqStep> batch, std::span<const RowPi
   owned.reserve(steps.size());
   int num_rows = 0;
   for (SeqStep& st : steps) {
-    num_rows += st.want_logits ? 1 : 0;
+    num_rows += LogitRows(st);
     if (st.prev_row < 0) continue;
     if (st.tokens.empty() || st.prev_row >= static_cast<int32_t>(last_picks_.size()))
       return InvalidArgument("LaunchStep: prev_row " + std::to_string(st.prev_row) +

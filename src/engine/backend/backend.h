@@ -58,11 +58,19 @@ struct SeqStep {
   int32_t start_pos = 0;            // tokens of this sequence already cached
   std::array<std::span<const int32_t>, kMaxCacheGroups> block_tables{};
   bool want_logits = false;  // logits of the last new token
+  // With want_logits: logits (and picks) of the last `logit_rows` new
+  // tokens, one row each in token order (speculative verification: the
+  // last real token and the draft after it). 1..tokens.size(); more than 1
+  // only where the backend's multi_logit_rows(), and never with prev_row.
+  int32_t logit_rows = 1;
   // >= 0 (LaunchStep only): the last of `tokens` is not read; the step uses
   // instead the pick of want_logits row `prev_row` (a kGreedy or kDevice
   // row) of the step launched just before it, which may still be running.
   int32_t prev_row = -1;
 };
+
+// Logits rows the step produces: logit_rows with want_logits, else none.
+inline int32_t LogitRows(const SeqStep& s) { return s.want_logits ? s.logit_rows : 0; }
 
 struct KvLayout {
   int block_size = 16;
@@ -73,9 +81,11 @@ struct KvLayout {
 // has tokens inside the vocabulary and a block table per group long enough
 // for its positions, with block ids inside the pool. Shared by the backends.
 // prev_row is refused unless `allow_prev_row` (then the last token of such a
-// step is not checked: the caller substitutes it).
+// step is not checked: the caller substitutes it); logit_rows > 1 is
+// Unimplemented unless `allow_multi_rows`, and out of range always refused.
 Status CheckSteps(std::span<const SeqStep> batch, const ModelConfig& config,
-                  const ModelCacheSpec& spec, const KvLayout& layout, bool allow_prev_row = false);
+                  const ModelCacheSpec& spec, const KvLayout& layout, bool allow_prev_row = false,
+                  bool allow_multi_rows = false);
 
 class Backend {
  public:
@@ -127,8 +137,14 @@ class Backend {
   // Copies whole blocks (every layer of the group), in order.
   virtual Status CopyBlocks(std::span<const KvBlockCopy> copies) = 0;
 
-  // Runs one step. `logits` receives vocab_size floats for each SeqStep with
-  // want_logits, in batch order; it must hold at least that many.
+  // Whether steps may ask for several logits rows per sequence
+  // (SeqStep::logit_rows > 1, speculative verification). A backend without
+  // it refuses such steps (Unimplemented); the engine then never drafts.
+  virtual bool multi_logit_rows() const { return false; }
+
+  // Runs one step. `logits` receives vocab_size floats for each logits row
+  // (LogitRows of each SeqStep), in batch order; it must hold at least that
+  // many. "Row r" below counts these rows.
   virtual Status Forward(std::span<const SeqStep> batch, std::span<float> logits) = 0;
 
   // Forward with the picking each row's RowPick asks for (engine/backend/row_pick.h),

@@ -75,7 +75,11 @@ Candidate NucleusBoundary(Candidate* cand, size_t n, double target) {
 
 }  // namespace
 
-int32_t SampleDraw(std::span<float> logits, const SampleSettings& s) {
+namespace {
+
+// SampleWeights; `kept_mass` receives the kept weights' sum (double, in id
+// order).
+int32_t KeepWeights(std::span<float> logits, const SampleSettings& s, double* kept_mass) {
   const size_t vocab = logits.size();
   const float inv_t = 1.0f / s.temperature;
   const int32_t best = Argmax(logits);
@@ -152,22 +156,54 @@ int32_t SampleDraw(std::span<float> logits, const SampleSettings& s) {
     return !bounded || w > boundary.value ||
            (w == boundary.value && static_cast<int32_t>(i) <= boundary.id);
   };
+  bool any = false;
+  double mass = 0.0;
+  for (size_t i = 0; i < vocab; ++i) {
+    if (keep(i)) {
+      any = true;
+      mass += logits[i];
+    } else {
+      logits[i] = 0.0f;
+    }
+  }
+  *kept_mass = mass;
+  return any ? -1 : best;  // nothing kept (1 / T overflowed): the argmax
+}
+
+int32_t Draw(std::span<const float> weights, double u01, double mass) {
   // Drawing by scanning ids in order makes the result independent of the
   // order selection left the candidates in (and a GPU can do it as a prefix
   // sum).
-  double mass = 0.0;
-  for (size_t i = 0; i < vocab; ++i) {
-    if (keep(i)) mass += logits[i];
-  }
-  double u = s.u * mass;
-  int32_t last = best;  // nothing kept (1 / T overflowed): the argmax
-  for (size_t i = 0; i < vocab; ++i) {
-    if (!keep(i)) continue;
+  double u = u01 * mass;
+  int32_t last = -1;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    if (!(weights[i] > 0.0f)) continue;
     last = static_cast<int32_t>(i);
-    u -= logits[i];
+    u -= weights[i];
     if (u < 0.0) return last;
   }
-  return last;  // rounding left u a hair above zero
+  return last;  // rounding left u a hair above zero (-1: nothing kept)
+}
+
+}  // namespace
+
+int32_t SampleWeights(std::span<float> logits, const SampleSettings& s) {
+  double mass = 0.0;
+  return KeepWeights(logits, s, &mass);
+}
+
+int32_t DrawFromWeights(std::span<const float> weights, double u) {
+  double mass = 0.0;
+  for (float w : weights)
+    if (w > 0.0f) mass += w;
+  return Draw(weights, u, mass);
+}
+
+int32_t SampleDraw(std::span<float> logits, const SampleSettings& s) {
+  double mass = 0.0;
+  const int32_t point = KeepWeights(logits, s, &mass);
+  if (point >= 0) return point;
+  return Draw(logits, s.u, mass);
 }
 
 }  // namespace agentkv

@@ -41,4 +41,14 @@ namespace agentkv {
 // first call for a vocabulary size.
 int32_t SampleDraw(std::span<float> logits, const SampleSettings& s);
 
+// The distribution SampleDraw draws from, in place: leaves logits[i] = token
+// i's kept weight (steps 2 to 5 above; 0 for tokens not kept) and returns
+// -1, or returns the token SampleDraw picks whatever u is (a non-finite
+// largest logit, or nothing kept), with the row then unspecified. s.u is
+// not read. SampleDraw = SampleWeights, then DrawFromWeights with s.u.
+int32_t SampleWeights(std::span<float> logits, const SampleSettings& s);
+// Step 6 above over weights (> 0: kept), with u in [0, 1); -1 when no
+// weight is positive.
+int32_t DrawFromWeights(std::span<const float> weights, double u);
+
 }  // namespace agentkv

@@ -76,6 +76,35 @@ TEST(BackendTest, PipelinedStepsRejectMisuse) {
   EXPECT_EQ(b->steps_in_flight(), 0);
 }
 
+// Several logits rows per sequence are for backends that say so; others
+// refuse them as Unimplemented (the engine then never drafts), and prev_row
+// never combines with them.
+TEST(BackendTest, CheckStepsGatesSeveralLogitRows) {
+  const ModelConfig c = SmallConfig(Architecture::kLlama);
+  const ModelCacheSpec spec = c.CacheSpec(KvDtype::kF32);
+  KvLayout layout;
+  layout.block_size = 4;
+  for (int g = 0; g < kMaxCacheGroups; ++g) layout.blocks_per_group[g] = 8;
+  std::vector<int32_t> toks = {5, 6, 7}, table = {0};
+  SeqStep st;
+  st.tokens = toks;
+  st.block_tables[0] = table;
+  st.want_logits = true;
+  st.logit_rows = 3;
+  EXPECT_EQ(CheckSteps({&st, 1}, c, spec, layout).code(), StatusCode::kUnimplemented);
+  EXPECT_TRUE(CheckSteps({&st, 1}, c, spec, layout, false, true).ok());
+  EXPECT_EQ(LogitRows(st), 3);
+  st.prev_row = 0;
+  EXPECT_EQ(CheckSteps({&st, 1}, c, spec, layout, true, true).code(), StatusCode::kInvalidArgument);
+  st.prev_row = -1;
+  st.logit_rows = 4;
+  EXPECT_EQ(CheckSteps({&st, 1}, c, spec, layout, false, true).code(),
+            StatusCode::kInvalidArgument);
+  st.want_logits = false;
+  st.logit_rows = 1;
+  EXPECT_EQ(LogitRows(st), 0);
+}
+
 // One step with a greedy, a drawn and a host row: the default
 // ForwardSampled picks the first two with the CPU references on Forward's
 // logits and leaves the host row's logits as Forward gives them; through

@@ -130,5 +130,22 @@ TEST(SampleDrawTest, NonFiniteRowsFallBackToTheArgmax) {
   EXPECT_EQ(Reachable(l, Settings(1, 3, 0.99f, 0, 0)), (std::vector<int32_t>{1, 3}));
 }
 
+// SampleWeights and DrawFromWeights split SampleDraw (speculative
+// verification needs the distribution itself).
+TEST(SampleDrawTest, WeightsThenDrawIsSampleDraw) {
+  const std::vector<float> row = {1.0f, 2.5f, 0.3f, 2.0f, -1.0f, 1.7f};
+  SampleSettings s;
+  s.temperature = 0.7f;
+  s.top_p = 0.9f;
+  for (double u : {0.0, 0.2, 0.5, 0.77, 0.999}) {
+    s.u = u;
+    std::vector<float> a = row, b = row;
+    ASSERT_EQ(SampleWeights(b, s), -1);
+    EXPECT_EQ(SampleDraw(a, s), DrawFromWeights(b, u)) << u;
+  }
+  std::vector<float> zero = {0.0f, 0.0f};
+  EXPECT_EQ(DrawFromWeights(zero, 0.5), -1);
+}
+
 }  // namespace
 }  // namespace agentkv

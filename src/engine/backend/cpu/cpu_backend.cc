@@ -271,7 +271,8 @@ Status CpuBackend::WriteBlock(int group, int32_t block, std::span<const std::byt
 
 Status CpuBackend::CheckBatch(std::span<const SeqStep> batch) const {
   if (kv_.empty()) return InvalidArgument("Forward: KV storage not allocated");
-  return CheckSteps(batch, config_, spec_, layout_);
+  return CheckSteps(batch, config_, spec_, layout_, /*allow_prev_row=*/false,
+                    /*allow_multi_rows=*/true);
 }
 
 void CpuBackend::EnsureScratch(int64_t tokens, int64_t max_keys) {
@@ -421,7 +422,7 @@ Status CpuBackend::Forward(std::span<const SeqStep> batch, std::span<float> logi
   int64_t T = 0, want = 0, max_keys = 1;
   for (const SeqStep& st : batch) {
     T += st.tokens.size();
-    want += st.want_logits ? 1 : 0;
+    want += LogitRows(st);
     max_keys = std::max<int64_t>(max_keys, st.start_pos + st.tokens.size());
   }
   if (static_cast<int64_t>(logits.size()) < want * c.vocab_size)
@@ -505,11 +506,12 @@ Status CpuBackend::Forward(std::span<const SeqStep> batch, std::span<float> logi
   if (want == 0) return Status::Ok();
   int64_t r = 0;
   for (size_t s = 0; s < batch.size(); ++s) {
-    if (!batch[s].want_logits) continue;
-    const int64_t row = seq_first_[s + 1] - 1;
-    kernels::RmsNorm(&x_[row * H], final_norm_.data(), &last_[r * H], 1, static_cast<int>(H),
+    const int32_t rows = LogitRows(batch[s]);
+    if (rows == 0) continue;
+    const int64_t row = seq_first_[s + 1] - rows;
+    kernels::RmsNorm(&x_[row * H], final_norm_.data(), &last_[r * H], rows, static_cast<int>(H),
                      c.rms_norm_eps, plus_one);
-    ++r;
+    r += rows;
   }
   const std::vector<uint16_t>& head16 = c.tie_word_embeddings ? embed_bf16_ : lm_head_bf16_;
   const std::vector<float>& head32 = c.tie_word_embeddings ? embed_ : lm_head_;

@@ -53,6 +53,7 @@ class CpuBackend final : public Backend {
   Status Forward(std::span<const SeqStep> batch, std::span<float> logits) override;
   // The default ForwardSampled / LaunchStep / CollectStep compute them.
   bool picks_logprobs() const override { return true; }
+  bool multi_logit_rows() const override { return true; }
   Status ReadBlock(int group, int32_t block, std::span<std::byte> out) override;
   // Bytes the weights take in memory: quantized linear layers (FP8, MXFP4)
   // count their stored size, not an fp32 copy (none exists).

@@ -298,6 +298,57 @@ TEST_P(CpuBackendArchTest, Fp8KvChunkedAndBlockLayoutInvariant) {
   }
 }
 
+// Speculative verification: one step over the last token and a draft of
+// four, with a logits row for each, gives the logits a token-by-token run
+// gives at those positions; a second sequence in the batch with one row
+// keeps its own; the greedy picks of the default LaunchStep are per row.
+TEST_P(CpuBackendArchTest, SeveralLogitRowsMatchTokenByToken) {
+  const ModelConfig c = SmallConfig(GetParam());
+  const MapWeights w = RandomWeights(c, 13);
+  const int bs = 4, prompt = 21, k = 4;
+  const auto seq = Prompt(prompt + k, 17, c.vocab_size);
+  const auto ref = RunForced(c, w, seq, prompt, bs, KvDtype::kF32);  // k + 1 rows
+  ASSERT_EQ(ref.size(), static_cast<size_t>(k + 1));
+  const auto other = Prompt(9, 18, c.vocab_size);
+  const auto other_ref = RunAlone(c, w, other, 1000, 0, bs);
+  auto b = Make(c, w, bs, 256);
+  EXPECT_TRUE(b->multi_logit_rows());
+  Tables tab;
+  tab.Ensure(b->cache_spec(), 0, prompt + k, bs);
+  tab.Ensure(b->cache_spec(), 1, other.size(), bs);
+  std::vector<float> logits((k + 2) * c.vocab_size);
+  SeqStep head = tab.Step(0, std::span(seq).first(prompt - 1), 0, false);
+  ASSERT_TRUE(b->Forward({&head, 1}, logits).ok());
+  std::vector<SeqStep> batch = {
+      tab.Step(1, other, 0, true),
+      tab.Step(0, std::span(seq).subspan(prompt - 1, k + 1), prompt - 1, true)};
+  batch[1].logit_rows = k + 1;
+  std::vector<RowPick> rows(k + 2);
+  for (RowPick& r : rows) r.mode = PickMode::kGreedy;
+  rows[0].mode = PickMode::kHost;  // the other sequence's logits stay readable
+  ASSERT_TRUE(b->LaunchStep(batch, rows, logits).ok());
+  std::vector<int32_t> picks(k + 2, -1);
+  ASSERT_TRUE(b->CollectStep(picks).ok());
+  EXPECT_LT(RelErr(std::vector<float>(logits.begin(), logits.begin() + c.vocab_size), other_ref[0]),
+            1e-4);
+  for (int j = 0; j <= k; ++j) EXPECT_EQ(picks[j + 1], Argmax(ref[j])) << j;
+  // Forward gives the rows themselves.
+  SeqStep again = batch[1];
+  Tables tab2;
+  auto b2 = Make(c, w, bs, 256);
+  tab2.Ensure(b2->cache_spec(), 0, prompt + k, bs);
+  head = tab2.Step(0, std::span(seq).first(prompt - 1), 0, false);
+  ASSERT_TRUE(b2->Forward({&head, 1}, logits).ok());
+  again = tab2.Step(0, std::span(seq).subspan(prompt - 1, k + 1), prompt - 1, true);
+  again.logit_rows = k + 1;
+  ASSERT_TRUE(b2->Forward({&again, 1}, logits).ok());
+  for (int j = 0; j <= k; ++j) {
+    const std::vector<float> row(logits.begin() + j * c.vocab_size,
+                                 logits.begin() + (j + 1) * c.vocab_size);
+    EXPECT_LT(RelErr(row, ref[j]), 1e-4) << j;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Archs, CpuBackendArchTest,
                          ::testing::Values(Architecture::kLlama, Architecture::kQwen2,
                                            Architecture::kQwen3, Architecture::kGemma3,
@@ -334,6 +385,13 @@ TEST(CpuBackendTest, RejectsBadBatches) {
   st.tokens = bad;
   st.block_tables[0] = table;
   EXPECT_EQ(b->Forward({&st, 1}, logits).code(), StatusCode::kInvalidArgument);
+  // Logits rows: at least one, at most one per token.
+  st.tokens = std::span(toks).first(1);
+  st.logit_rows = 0;
+  EXPECT_EQ(b->Forward({&st, 1}, logits).code(), StatusCode::kInvalidArgument);
+  st.logit_rows = 2;
+  EXPECT_EQ(b->Forward({&st, 1}, logits).code(), StatusCode::kInvalidArgument);
+  st.logit_rows = 1;
   MapWeights missing = w;
   missing.t.erase("model.layers.1.mlp.up_proj.weight");
   auto r = CpuBackend::Create(c, missing, {});
