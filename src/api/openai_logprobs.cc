@@ -1,6 +1,7 @@
 #include "api/openai_logprobs.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "api/served_model.h"
@@ -16,6 +17,11 @@ int64_t CodePoints(const std::string& s) {
   for (unsigned char c : s) n += (c & 0xC0) != 0x80;
   return n;
 }
+
+// JSON has no -inf: a token with no probability (a NaN or masked logit)
+// gets -9999.0, the value OpenAI reports for it, not a null that SDKs
+// typed as a number reject.
+double JsonLogprob(float v) { return std::isfinite(v) ? static_cast<double>(v) : -9999.0; }
 
 }  // namespace
 
@@ -80,11 +86,12 @@ json OpenAiLogprobs::Entries(std::span<const int32_t> tokens, std::span<const Ou
     for (size_t i = 0; i < n; ++i) {
       json top = json::array();
       for (const TokenLogprob& t : lps[i].top) {
-        top.push_back(
-            {{"token", TokenString(t.token)}, {"logprob", t.logprob}, {"bytes", Bytes(t.token)}});
+        top.push_back({{"token", TokenString(t.token)},
+                       {"logprob", JsonLogprob(t.logprob)},
+                       {"bytes", Bytes(t.token)}});
       }
       content.push_back({{"token", TokenString(tokens[i])},
-                         {"logprob", lps[i].logprob},
+                         {"logprob", JsonLogprob(lps[i].logprob)},
                          {"bytes", Bytes(tokens[i])},
                          {"top_logprobs", std::move(top)}});
     }
@@ -99,11 +106,11 @@ json OpenAiLogprobs::Entries(std::span<const int32_t> tokens, std::span<const Ou
     json top = json::object();
     for (const TokenLogprob& t : lps[i].top) {
       const std::string k = TokenString(t.token);
-      if (!top.contains(k)) top[k] = t.logprob;
+      if (!top.contains(k)) top[k] = JsonLogprob(t.logprob);
     }
-    if (!top.contains(s)) top[s] = lps[i].logprob;  // the sampled token, always
+    if (!top.contains(s)) top[s] = JsonLogprob(lps[i].logprob);  // the sampled token, always
     out["tokens"].push_back(s);
-    out["token_logprobs"].push_back(lps[i].logprob);
+    out["token_logprobs"].push_back(JsonLogprob(lps[i].logprob));
     out["top_logprobs"].push_back(std::move(top));
     out["text_offset"].push_back(offset_);
     offset_ += CodePoints(s);

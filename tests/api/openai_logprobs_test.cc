@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <limits>
 
 #include "api/generation_job.h"
 
@@ -74,6 +75,25 @@ TEST(OpenAiLogprobsTest, ChatEntriesHaveTokenBytesAndTop) {
   EXPECT_EQ(wrapped["content"].size(), 2u);
   EXPECT_TRUE(wrapped["refusal"].is_null());
   EXPECT_EQ(lp.Wrap(nullptr)["content"], json::array());
+}
+
+// JSON has no -inf: a token with no probability reads -9999.0 (OpenAI's
+// value), in the chat and the completions shapes.
+TEST(OpenAiLogprobsTest, NoProbabilityIsMinus9999NotNull) {
+  auto t = Qwen3();
+  if (!t) GTEST_SKIP() << "data/tokenizers/qwen3 missing (run scripts/setup.sh)";
+  const std::vector<int32_t> ids = t->Encode(" hello", false);
+  std::vector<OutputLogprobs> v(1);
+  v[0].logprob = -std::numeric_limits<float>::infinity();
+  v[0].top = {{ids[0] + 1, -0.1f}, {ids[0] + 2, -std::numeric_limits<float>::infinity()}};
+  OpenAiLogprobs chat(t.get(), /*chat=*/true);
+  const json e = chat.Entries(ids, v);
+  EXPECT_EQ(e[0]["logprob"], -9999.0);
+  EXPECT_EQ(e[0]["top_logprobs"][1]["logprob"], -9999.0);
+  OpenAiLogprobs completions(t.get(), /*chat=*/false);
+  const json c = completions.Entries(ids, v);
+  EXPECT_EQ(c["token_logprobs"][0], -9999.0);
+  EXPECT_EQ(c["top_logprobs"][0][" hello"], -9999.0);
 }
 
 // A token holding part of a UTF-8 character: U+FFFD in the string, the

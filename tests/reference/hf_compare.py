@@ -25,7 +25,11 @@ logits by more than a near tie.
 The mixture-of-experts architectures (gpt_oss: alternating 128-token sliding
 and full layers, attention sinks, YaRN, biases, 8 experts of which 4 per
 token; qwen3_moe: 8 experts, 2 per token, one dense layer) are in the
-default list on both devices.
+default list on both devices, with gpt_oss_fixed: gpt_oss whose router
+weights are 0 and router bias a descending ramp, so routing is the same in
+both programs whatever the rounding. With --device cuda, gpt_oss and
+qwen3_moe (random routers, where bf16 noise can flip a token's k-th expert)
+are held to 5e-2 with greedy reported only; gpt_oss_fixed to the dense bar.
 
 Run on a machine with PyTorch and transformers (the GPU machine):
   python3 tests/reference/hf_compare.py --agentkv build/agentkv --device cpu \
@@ -92,7 +96,7 @@ def make_config(arch):
             num_hidden_layers=4, sliding_window=128, query_pre_attn_scalar=32,
             layer_types=["sliding_attention", "sliding_attention", "full_attention",
                          "sliding_attention"], **c), transformers.Gemma3ForCausalLM
-    if arch == "gpt_oss":
+    if arch in ("gpt_oss", "gpt_oss_fixed"):
         c = dict(common)
         c.update(intermediate_size=128, rms_norm_eps=1e-5)
         layers = 4
@@ -120,7 +124,7 @@ def make_config(arch):
     raise ValueError(arch)
 
 
-MOE_ARCHS = "gpt_oss,qwen3_moe"
+MOE_ARCHS = "gpt_oss,gpt_oss_fixed,qwen3_moe"
 
 
 def describe_checkpoint(out_dir):
@@ -154,6 +158,20 @@ def build_model(arch, out_dir, seed):
                 # Larger than the usual 0.02 so that logits are peaked and
                 # greedy continuations are not decided by rounding.
                 p.copy_(0.08 * torch.randn_like(p))
+        if arch == "gpt_oss_fixed":
+            # Routing no activation can change: zero router weights and a
+            # descending bias, so every token takes experts 0..3 with fixed
+            # weights in both programs. It holds the rest of the MoE layer
+            # (expert layout, biases, clamped SwiGLU, the weighted sum) to
+            # the dense models' thresholds: with random routers a token
+            # whose 4th and 5th router logits are within bf16 noise takes
+            # another expert on the GPU, which moves its logits by an
+            # expert's share.
+            for name, p in model.named_parameters():
+                if name.endswith("mlp.router.weight"):
+                    p.zero_()
+                elif name.endswith("mlp.router.bias"):
+                    p.copy_(2.0 - 0.5 * torch.arange(p.numel(), dtype=p.dtype))
     model.to(torch.bfloat16).save_pretrained(out_dir, safe_serialization=True)
     if arch in MOE_ARCHS.split(","):
         print(f"{arch} layer 0 as saved: {describe_checkpoint(out_dir)}", flush=True)
@@ -249,7 +267,15 @@ def main():
                                         and gaps[first_diff] < tie)
             tie_note = "" if same_greedy else f" (ref gap {gaps[first_diff]:.3f})" \
                 if first_diff is not None and first_diff < len(gaps) else ""
-            ok = rel < threshold and argmax_ok and (greedy_ok or fp8)
+            # Random routers on bf16 activations: a token whose k-th and
+            # (k+1)-th router logits are within rounding noise takes another
+            # expert than the float32 reference (an expert's share of that
+            # token's output, and of the KV later tokens read), so these
+            # rows are held to the fp8 bar; gpt_oss_fixed, whose routing
+            # cannot flip, holds the rest of the MoE layer to the dense one.
+            flips = a.device == "cuda" and arch in ("gpt_oss", "qwen3_moe")
+            limit = max(threshold, 5e-2) if flips else threshold
+            ok = rel < limit and argmax_ok and (greedy_ok or fp8 or flips)
             failures += 0 if ok else 1
             rows.append((arch, len(ids), rel, same_argmax, same_greedy, first_diff, ok, dt,
                          tie_note))
@@ -259,7 +285,9 @@ def main():
     lines = [f"transformers {transformers.__version__}, torch {torch.__version__}, reference on {dev} "
              f"in float32; agentkv --device {a.device} --kv-dtype {a.kv_dtype}; "
              f"logits threshold {threshold:g}" + ("; greedy reported only" if fp8 else "") +
-             (f"; near ties excused below a top-two gap of {tie} x the logits' std" if tie else ""),
+             (f"; near ties excused below a top-two gap of {tie} x the logits' std" if tie else "") +
+             ("; gpt_oss and qwen3_moe (random routers): 5e-2, greedy reported only"
+              if a.device == "cuda" else ""),
              "",
              "| arch | prompt tokens | logits rel. error | argmax | greedy 64 | result |",
              "| --- | --- | --- | --- | --- | --- |"]

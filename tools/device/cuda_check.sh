@@ -9,8 +9,9 @@
 # hf8:      the same with agentkv's fp8 KV cache (--kv-dtype fp8; not in the
 #           default stages)
 # hfmoe:    tests/reference/hf_compare.py --device cpu on the mixture-of-experts
-#           architectures (gpt_oss, qwen3_moe; the CUDA backend refuses them
-#           for now; not in the default stages)
+#           architectures (gpt_oss, gpt_oss_fixed, qwen3_moe): the CPU backend,
+#           which the CUDA backend tests take as their reference, against
+#           transformers (not in the default stages)
 # bench:    copy bandwidth and bf16 matmul peak, then `agentkv bench engine
 #           --device cuda` on a Llama-3.2-1B shape (512 prompt + 128 output;
 #           concurrency 1..256; prefill) with graphs, and c1/c64 without;
@@ -65,9 +66,9 @@ for st in "${stages[@]}"; do
     note "hf_compare --device cuda --kv-dtype fp8: $(tail -1 "$OUT/hf_compare_fp8.log")" ;;
   hfmoe)
     PYTHONUNBUFFERED=1 python3 tests/reference/hf_compare.py --agentkv .devcarry/bin/agentkv \
-      --device cpu --archs gpt_oss,qwen3_moe --work /tmp/hfcmpmoe --out "$OUT/hf_compare_moe.md" \
+      --device cpu --archs gpt_oss,gpt_oss_fixed,qwen3_moe --work /tmp/hfcmpmoe --out "$OUT/hf_compare_moe.md" \
       >"$OUT/hf_compare_moe.log" 2>&1
-    note "hf_compare --device cpu gpt_oss,qwen3_moe: $(tail -1 "$OUT/hf_compare_moe.log")" ;;
+    note "hf_compare --device cpu gpt_oss,gpt_oss_fixed,qwen3_moe: $(tail -1 "$OUT/hf_compare_moe.log")" ;;
   profile)
     # Kernel times of decode steps (no graphs, so each launch is one kernel)
     # through ncu: c1 and c64 on the Llama-3.2-1B shape.

@@ -39,8 +39,12 @@ RowLogprobs ComputeRowLogprobs(const float* logits, int32_t vocab, double scale,
   }
   for (int32_t k = 0; k < r.count; ++k)
     r.logprobs[k] = static_cast<float>(static_cast<double>(v_top[k]) * scale - r.lse);
-  if (chosen >= 0 && chosen < vocab)
-    r.chosen = static_cast<float>(static_cast<double>(logits[chosen]) * scale - r.lse);
+  // A NaN logit is no token (left out of the sum above): its logprob is -inf.
+  if (chosen >= 0 && chosen < vocab) {
+    r.chosen = std::isnan(logits[chosen])
+                   ? -std::numeric_limits<float>::infinity()
+                   : static_cast<float>(static_cast<double>(logits[chosen]) * scale - r.lse);
+  }
   return r;
 }
 

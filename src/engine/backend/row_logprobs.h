@@ -28,7 +28,7 @@ struct RowLogprobs {
 
 // The CPU reference of the definition above for one row of `vocab` logits:
 // `scale` is s, `want` in [0, kMaxRowLogprobs], `chosen` the picked id
-// (outside [0, vocab): `chosen` is left 0). Sums run in double in id
+// (outside [0, vocab): `chosen` is left 0; a NaN logit there: -inf). Sums run in double in id
 // order. Pure; thread-safe.
 RowLogprobs ComputeRowLogprobs(const float* logits, int32_t vocab, double scale, int32_t want,
                                int32_t chosen);

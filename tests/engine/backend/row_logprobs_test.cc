@@ -83,6 +83,8 @@ TEST(RowLogprobsTest, EdgeRows) {
   EXPECT_NEAR(r.logprobs[0], std::log(0.5), 1e-6);
   EXPECT_EQ(r.logprobs[2], -kInf);
   EXPECT_EQ(r.chosen, -kInf);
+  // A NaN chosen token has no probability: -inf, never NaN.
+  EXPECT_EQ(ComputeRowLogprobs(a.data(), 5, 1.0, 4, 0).chosen, -kInf);
   // Every logit -inf: lse 0, logprobs -inf, no NaN.
   const std::vector<float> b = {-kInf, -kInf};
   r = ComputeRowLogprobs(b.data(), 2, 1.0, 2, 0);

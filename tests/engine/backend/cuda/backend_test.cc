@@ -37,7 +37,13 @@ TEST_P(CudaBackendVsCpu, LogitsAndGreedyMatch) {
   AGENTKV_REQUIRE_GPU();
   const ArchCase ac = GetParam();
   ModelConfig c = ac.wide ? WideConfig(ac.arch) : SmallConfig(ac.arch);
-  const MapWeights w = Bf16Weights(c, 11);
+  MapWeights w = Bf16Weights(c, 11);
+  if (ac.fixed_routing) FixRouting(c, &w);
+  // Random routers (see FixRouting): rows may take other experts, so only
+  // most rows are held to the row tolerance, the mean to a looser bound,
+  // and argmax and greedy are not compared; the fixed-routing cases hold
+  // the same architectures to every check.
+  const bool random_routing = c.moe.num_experts > 0 && !ac.fixed_routing;
   auto cpu = MakeCpu(c, w, ac.block_size);
   auto gpu = MakeCuda(c, w, ac.block_size);
   ASSERT_TRUE(gpu);
@@ -48,12 +54,14 @@ TEST_P(CudaBackendVsCpu, LogitsAndGreedyMatch) {
   const auto got = Drive(*gpu, ac.chunk, 12, 5, &cpu_picks);
   ASSERT_EQ(ref.size(), got.size());
   double worst = 0, sum = 0;
-  int decisive = 0, first_undecided = static_cast<int>(ref.size());
+  int decisive = 0, first_undecided = static_cast<int>(ref.size()), rows_over = 0;
   for (size_t i = 0; i < ref.size(); ++i) {
     const double e = RelErr(got[i], ref[i]);
     worst = std::max(worst, e);
-    EXPECT_LT(e, 6e-2) << "row " << i;
     sum += e;
+    rows_over += e >= 6e-2;
+    if (random_routing) continue;
+    EXPECT_LT(e, 6e-2) << "row " << i;
     // Rows whose top two logits are 10x the expected bf16 noise apart must
     // agree on the argmax.
     std::vector<float> sorted = ref[i];
@@ -69,6 +77,13 @@ TEST_P(CudaBackendVsCpu, LogitsAndGreedyMatch) {
     } else if (first_undecided == static_cast<int>(ref.size())) {
       first_undecided = static_cast<int>(i);
     }
+  }
+  if (random_routing) {
+    EXPECT_LT(sum / ref.size(), 4e-2) << "mean logits error";
+    EXPECT_LE(rows_over * 5, static_cast<int>(ref.size())) << "rows past 6e-2: " << rows_over;
+    std::printf("random routers: worst logits rel err %.2e, mean %.2e, %d/%zu rows past 6e-2\n",
+                worst, sum / ref.size(), rows_over, ref.size());
+    return;
   }
   EXPECT_LT(sum / ref.size(), 2e-2) << "mean logits error";
   EXPECT_GE(decisive * 3, static_cast<int>(ref.size())) << "too few decisive rows to judge";
@@ -99,7 +114,11 @@ INSTANTIATE_TEST_SUITE_P(
         // attention kernels with sinks.
         ArchCase{Architecture::kGptOss, 7, 4}, ArchCase{Architecture::kGptOss, 64, 16},
         ArchCase{Architecture::kGptOss, 64, 16, true}, ArchCase{Architecture::kQwen3Moe, 16, 16},
-        ArchCase{Architecture::kQwen3Moe, 5, 8, true}),
+        ArchCase{Architecture::kQwen3Moe, 5, 8, true},
+        ArchCase{Architecture::kGptOss, 7, 4, false, true},
+        ArchCase{Architecture::kGptOss, 64, 16, true, true},
+        ArchCase{Architecture::kQwen3Moe, 16, 16, false, true},
+        ArchCase{Architecture::kQwen3Moe, 5, 8, true, true}),
     [](const auto& info) { return CaseName(info.param); });
 
 // The kernels CudaTuning's switches fall back on, each switch away from its
@@ -477,7 +496,9 @@ TEST(CudaBackend, PicksComeWithTheirLogprobs) {
         EXPECT_NEAR(got[r].logprobs[k], ref.logprobs[k], 1e-4);
       }
       EXPECT_NEAR(got[r].chosen, ref.chosen, 1e-4) << "round " << round << " row " << r;
-      if (plan[r].mode == PickMode::kGreedy) EXPECT_EQ(got[r].ids[0], toks[r]);
+      if (plan[r].mode == PickMode::kGreedy) {
+        EXPECT_EQ(got[r].ids[0], toks[r]);
+      }
     }
     for (int i = 0; i < n; ++i) {
       seqs[i].computed = static_cast<int>(seqs[i].tokens.size());

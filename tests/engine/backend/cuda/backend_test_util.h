@@ -171,14 +171,39 @@ struct ArchCase {
   Architecture arch;
   int chunk;
   int block_size;
-  bool wide = false;  // WideConfig
+  bool wide = false;           // WideConfig
+  bool fixed_routing = false;  // FixRouting on the weights
 };
+
+// Routing that no activation can change: every router weight 0, and the
+// router bias (GPT-OSS) a descending ramp, so each token takes the same
+// experts with the same weights on any backend (Qwen3-MoE: equal logits,
+// the lower ids, weights 1/k). With routing fixed, a mixture-of-experts
+// model compares at the dense models' tolerances; with random routers,
+// tokens whose k-th and (k+1)-th router logits lie within bf16 noise of
+// each other take other experts on the GPU than on the CPU, and that row's
+// logits move by a whole expert's share.
+inline void FixRouting(const ModelConfig& c, MapWeights* w) {
+  for (int l = 0; l < c.num_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".mlp.";
+    for (const char* n : {"router.weight", "gate.weight"}) {
+      auto it = w->t.find(p + n);
+      if (it != w->t.end() && it->second.size() == static_cast<size_t>(c.moe.num_experts) *
+                                                       static_cast<size_t>(c.hidden_size))
+        std::fill(it->second.begin(), it->second.end(), 0.f);
+    }
+    auto b = w->t.find(p + "router.bias");
+    if (b != w->t.end())
+      for (size_t e = 0; e < b->second.size(); ++e)
+        b->second[e] = 2.0f - 0.5f * static_cast<float>(e);
+  }
+}
 
 inline std::string CaseName(const ArchCase& c) {
   static const char* kNames[] = {"llama",  "qwen2",   "qwen3",    "mistral",
                                  "gemma3", "gpt_oss", "qwen3_moe"};
   return std::string(kNames[static_cast<int>(c.arch)]) + "_c" + std::to_string(c.chunk) + "_b" +
-         std::to_string(c.block_size) + (c.wide ? "_wide" : "");
+         std::to_string(c.block_size) + (c.wide ? "_wide" : "") + (c.fixed_routing ? "_fixed" : "");
 }
 
 }  // namespace agentkv::testing

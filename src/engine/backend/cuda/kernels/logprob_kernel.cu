@@ -135,8 +135,10 @@ __global__ void __launch_bounds__(kThreads)
     o.count = count;
     o.lse = lse;
     const int c = chosen[blockIdx.x];
-    o.chosen =
-        c >= 0 && c < vocab ? static_cast<float>(static_cast<double>(row[c]) * scale - lse) : 0.0f;
+    // A NaN logit is no token (left out of lse): its logprob is -inf.
+    o.chosen = c < 0 || c >= vocab ? 0.0f
+               : isnan(row[c])     ? -INFINITY
+                                   : static_cast<float>(static_cast<double>(row[c]) * scale - lse);
   }
 }
 
