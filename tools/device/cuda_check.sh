@@ -50,11 +50,16 @@ for st in "${stages[@]}"; do
       note "compute-sanitizer memcheck $(basename "$t"): $r"; tail -5 "$log"
     done
     if compute-sanitizer --tool memcheck --error-exitcode 9 .devcarry/bin/engine_backend_cuda_backend_test \
-        --gtest_brief=1 --gtest_filter='*qwen3*:*gemma3_c6*:CudaBackend.*' >"$OUT/sanitize_backend.log" 2>&1; then r=clean; else r=FAIL; fi
-    note "compute-sanitizer memcheck backend (qwen3, gemma3, CudaBackend.*): $r"; tail -5 "$OUT/sanitize_backend.log"
+        --gtest_brief=1 --gtest_filter='*qwen3*:*gemma3_c6*:*gpt_oss_c7_b4_fixed*:CudaBackend.*' >"$OUT/sanitize_backend.log" 2>&1; then r=clean; else r=FAIL; fi
+    note "compute-sanitizer memcheck backend (qwen3, qwen3_moe, gemma3, gpt_oss, CudaBackend.*): $r"; tail -5 "$OUT/sanitize_backend.log"
     if compute-sanitizer --tool racecheck --error-exitcode 9 .devcarry/bin/engine_backend_cuda_kernels_attention_test \
         --gtest_brief=1 --gtest_filter='Shapes/*' >"$OUT/racecheck.log" 2>&1; then r=clean; else r=FAIL; fi
-    note "compute-sanitizer racecheck attention: $r"; tail -3 "$OUT/racecheck.log" ;;
+    note "compute-sanitizer racecheck attention: $r"; tail -3 "$OUT/racecheck.log"
+    # The MoE kernels share tiles between warps (the plan's scan, the grouped
+    # GEMM's staging).
+    if compute-sanitizer --tool racecheck --error-exitcode 9 .devcarry/bin/engine_backend_cuda_kernels_moe_test \
+        --gtest_brief=1 >"$OUT/racecheck_moe.log" 2>&1; then r=clean; else r=FAIL; fi
+    note "compute-sanitizer racecheck moe: $r"; tail -3 "$OUT/racecheck_moe.log" ;;
   hf)
     PYTHONUNBUFFERED=1 python3 tests/reference/hf_compare.py --agentkv .devcarry/bin/agentkv \
       --device cuda --work /tmp/hfcmp --out "$OUT/hf_compare_cuda.md" >"$OUT/hf_compare.log" 2>&1
