@@ -46,7 +46,11 @@ for st in "${stages[@]}"; do
     for t in .devcarry/bin/engine_backend_cuda_kernels_*_test; do
       log="$OUT/sanitize_$(basename "$t").log"
       if compute-sanitizer --tool memcheck --error-exitcode 9 "$t" --gtest_brief=1 >"$log" 2>&1; then
-        r=clean; else r=FAIL; fi
+        r=clean
+      elif grep -q "terminated before first instrumented API call" "$log" &&
+           grep -q "^\[  PASSED  \]" "$log" && ! grep -q "FAILED" "$log"; then
+        r="passed, host code only (no CUDA call to check)"  # the sanitizer's exit is not 0 then
+      else r=FAIL; fi
       note "compute-sanitizer memcheck $(basename "$t"): $r"; tail -5 "$log"
     done
     if compute-sanitizer --tool memcheck --error-exitcode 9 .devcarry/bin/engine_backend_cuda_backend_test \
