@@ -36,25 +36,35 @@ int32_t Argmax(std::span<const float> row) {
 }
 
 // The tolerances above (bf16 KV), and the share of rows that must be
-// decisive to judge; an fp8 KV cache rounds keys and values far more:
+// decisive to judge. An fp8 KV cache rounds keys and values far more:
 // backend_fp8_test.cc's 0.3 per row, 0.1 on average and a gap of 0.5 x RMS
-// (which a sixth of these rows clear).
+// (which a sixth of these rows clear). Random expert routers: a token
+// whose k-th and (k+1)-th router logits lie within bf16 noise takes other
+// experts on the GPU than on the CPU and its row moves by a whole expert's
+// share, so (as backend_test.cc's random-routing cases) only a fifth of
+// the rows may pass the row tolerance, the mean is held to 4e-2, and
+// argmaxes are not compared.
 struct Tolerance {
   double row = 6e-2, mean = 2e-2, gap = 0.3, decisive = 1.0 / 3;
+  bool random_routing = false;
 };
-Tolerance ToleranceFor(KvDtype kv) {
-  return kv == KvDtype::kFP8E4M3 ? Tolerance{0.3, 0.1, 0.5, 1.0 / 6} : Tolerance{};
+Tolerance ToleranceFor(KvDtype kv, const ModelConfig& c) {
+  if (kv == KvDtype::kFP8E4M3) return Tolerance{0.3, 0.1, 0.5, 1.0 / 6};
+  if (c.IsMoe()) return Tolerance{6e-2, 4e-2, 0.3, 0, true};
+  return Tolerance{};
 }
 
 // Rows `got` against the CPU's `ref`; returns how many rows were decisive.
 int ExpectRowsMatch(const Rows& got, const Rows& ref, const std::string& what, Tolerance tol = {}) {
   EXPECT_EQ(got.size(), ref.size()) << what;
   double worst = 0, sum = 0;
-  int decisive = 0;
+  int decisive = 0, over = 0;
   for (size_t i = 0; i < ref.size() && i < got.size(); ++i) {
     const double e = RelErr(got[i], ref[i]);
     worst = std::max(worst, e);
     sum += e;
+    over += e >= tol.row;
+    if (tol.random_routing) continue;
     EXPECT_LT(e, tol.row) << what << " row " << i;
     std::vector<float> sorted = ref[i];
     std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
@@ -65,9 +75,12 @@ int ExpectRowsMatch(const Rows& got, const Rows& ref, const std::string& what, T
       EXPECT_EQ(Argmax(got[i]), Argmax(ref[i])) << what << " row " << i;
     }
   }
+  if (tol.random_routing) {
+    EXPECT_LE(over * 5, static_cast<int>(ref.size())) << what << ": rows past " << tol.row;
+  }
   EXPECT_LT(sum / std::max<size_t>(ref.size(), 1), tol.mean) << what << ": mean logits error";
-  std::printf("%s: %zu rows, worst rel err %.2e, %d decisive\n", what.c_str(), ref.size(), worst,
-              decisive);
+  std::printf("%s: %zu rows, worst rel err %.2e, %d past %.2g, %d decisive\n", what.c_str(),
+              ref.size(), worst, over, tol.row, decisive);
   return decisive;
 }
 
@@ -174,7 +187,7 @@ TEST_P(CudaDraftedRows, LogitsMatchTheCpu) {
   EXPECT_TRUE(gpu->multi_logit_rows());
   const Rows ref = DriveDrafts(*cpu, dc.drafts, 6, 3);
   const Rows got = DriveDrafts(*gpu, dc.drafts, 6, 3);
-  const Tolerance tol = ToleranceFor(dc.kv);
+  const Tolerance tol = ToleranceFor(dc.kv, c);
   const int decisive = ExpectRowsMatch(got, ref, DraftCaseName({dc, 0}), tol);
   EXPECT_GE(decisive, tol.decisive * static_cast<double>(ref.size()))
       << "too few decisive rows to judge";
