@@ -27,8 +27,10 @@
 #           walks cycles of 32 tokens, so drafts are accepted once it has
 #           gone round: the speedup at full acceptance); then `bench engine`
 #           512 + 128 at c1 and c64, without and with --speculative,
-#           alternating, twice (c64 must stay within 3%). SPEC_PARTS="serve"
-#           or "batch" runs one half (both take minutes on a fresh machine).
+#           alternating, twice (c64 must stay within 3%). SPEC_PARTS picks
+#           the parts: "serve batch" by default (each takes minutes on a
+#           fresh machine: one call each if time is short); "sanitize" runs
+#           the drafted-step backend tests under compute-sanitizer memcheck.
 # Logs and JSON go to $OUT (or /tmp/cuda_check); a summary is printed last,
 # then the roofline tables (so that the end of the output holds them). The
 # run tool brings back at most eight files: BUNDLE=1 packs everything in
@@ -160,6 +162,15 @@ for st in "${stages[@]}"; do
           kill -TERM $PID; wait $PID
         done
         note "$(python3 tools/specbench/specbench.py compare "$OUT/spec_${tag}_none.json" "$OUT/spec_${tag}_ngram.json")"
+      done
+    fi
+    if [[ " $parts " == *" sanitize "* ]]; then
+      for t in backend_logit_rows engine_speculative; do
+        log="$OUT/sanitize_$t.log"
+        if compute-sanitizer --tool memcheck --error-exitcode 9 .devcarry/bin/engine_backend_cuda_${t}_test \
+            --gtest_brief=1 --gtest_filter='*llama*:*qwen3_c0_b16_wide_d4*:*gemma3_c0_b4*:*fp8*:CudaBackend.*:CudaEngine*' \
+            >"$log" 2>&1; then r=clean; else r=FAIL; fi
+        note "compute-sanitizer memcheck $t: $r"; tail -5 "$log"
       done
     fi
     if [[ " $parts " == *" batch "* ]]; then
