@@ -365,9 +365,10 @@ TEST(CudaBackend, RowsBeyondTheReserveGrowTheWorkspaces) {
 }
 
 // Pipelined: a drafted step, all rows greedy, then (before it is
-// collected) a decode step whose sequence takes its token from the drafted
-// step's row by prev_row (row indices count every sequence's rows): the
-// same picks as running both steps one by one with that token given.
+// collected) a decode step, a graph, whose sequence takes its token from
+// the drafted step's row by prev_row (row indices count every sequence's
+// rows): the same picks as running both steps one by one with that token
+// given.
 TEST(CudaBackend, PrevRowNamesARowOfADraftedStep) {
   AGENTKV_REQUIRE_GPU();
   const ModelConfig c = SmallConfig(Architecture::kLlama);
@@ -375,6 +376,10 @@ TEST(CudaBackend, PrevRowNamesARowOfADraftedStep) {
   auto run = [&](bool pipelined) {
     auto b = MakeCuda(c, w, 16);
     EXPECT_TRUE(b);
+    // Graphs captured up front: the decode step then launches while the
+    // drafted step may still run, and its embedding reads the pick from
+    // the device.
+    EXPECT_TRUE(b->Reserve(64, 2).ok());
     std::mt19937 rng(12);
     std::vector<Seq> seqs = Prompts(c, 2, rng);
     // (Steps hold spans of the tokens: no reallocation below.)
