@@ -160,12 +160,18 @@ def messages_for(name, text, edits):
     ]
 
 
+# Chat template variables: no thinking block before the reply (Qwen3's
+# template; others ignore it), so a real model starts on the file at once.
+TEMPLATE_KWARGS = {"enable_thinking": False}
+
+
 def prompt_tokens(server, model, messages):
     """The prompt's token count as the server renders it (a one-token reply's
     usage)."""
     r = server.post("/v1/chat/completions", {"model": model, "messages": messages,
                                               "max_tokens": 1, "temperature": 0,
-                                              "speculative": False})
+                                              "speculative": False,
+                                              "chat_template_kwargs": TEMPLATE_KWARGS})
     return r["usage"]["prompt_tokens"]
 
 
@@ -210,7 +216,8 @@ def cmd_run(a):
     messages, ptoks, lines = build_prompt(server, model, a.file, a.file_tokens)
     max_tokens = a.max_tokens or ptoks + 64
     body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0,
-            "stream": True, "stream_options": {"include_usage": True}}
+            "stream": True, "stream_options": {"include_usage": True},
+            "chat_template_kwargs": TEMPLATE_KWARGS}
     if a.ignore_eos:
         body["ignore_eos"] = True
     print(f"prompt: {lines} lines of {a.file}, {ptoks} tokens; max_tokens {max_tokens}",
