@@ -30,7 +30,9 @@
 #           alternating, twice (c64 must stay within 3%). SPEC_PARTS picks
 #           the parts: "serve batch" by default (each takes minutes on a
 #           fresh machine: one call each if time is short); "sanitize" runs
-#           the drafted-step backend tests under compute-sanitizer memcheck.
+#           the drafted-step backend tests under compute-sanitizer memcheck;
+#           "hf" runs hf_compare --device cuda --speculative (greedy with
+#           drafts verified against transformers).
 # Logs and JSON go to $OUT (or /tmp/cuda_check); a summary is printed last,
 # then the roofline tables (so that the end of the output holds them). The
 # run tool brings back at most eight files: BUNDLE=1 packs everything in
@@ -163,6 +165,12 @@ for st in "${stages[@]}"; do
         done
         note "$(python3 tools/specbench/specbench.py compare "$OUT/spec_${tag}_none.json" "$OUT/spec_${tag}_ngram.json")"
       done
+    fi
+    if [[ " $parts " == *" hf "* ]]; then
+      PYTHONUNBUFFERED=1 python3 tests/reference/hf_compare.py --agentkv .devcarry/bin/agentkv \
+        --device cuda --speculative --work /tmp/hfcmp --out "$OUT/hf_compare_cuda_spec.md" \
+        >"$OUT/hf_compare_spec.log" 2>&1
+      note "hf_compare --device cuda --speculative: $(tail -2 "$OUT/hf_compare_spec.log" | tr '\n' ' ')"
     fi
     if [[ " $parts " == *" sanitize "* ]]; then
       for t in backend_logit_rows engine_speculative; do
