@@ -111,6 +111,8 @@ Result<EngineRunResult> RunEngineOnce(std::unique_ptr<Backend>& backend,
   rr.step_tokens = engine->max_step_tokens();
   rr.capture_ms = 1000 * (st.graph_capture_seconds - st0.graph_capture_seconds);
   rr.graphs_captured = st.graphs_captured - st0.graphs_captured;
+  rr.draft_tokens = st.draft_tokens - st0.draft_tokens;
+  rr.draft_accepted_tokens = st.draft_accepted_tokens - st0.draft_accepted_tokens;
   return rr;
 }
 
@@ -127,7 +129,9 @@ nlohmann::json ToJson(const EngineRunResult& r) {
           {"mean_forward_ms", r.forward_ms},
           {"mean_device_ms", r.device_ms},
           {"graphs_captured", r.graphs_captured},
-          {"graph_capture_ms", r.capture_ms}};
+          {"graph_capture_ms", r.capture_ms},
+          {"draft_tokens", r.draft_tokens},
+          {"draft_accepted_tokens", r.draft_accepted_tokens}};
 }
 
 }  // namespace agentkv::cli

@@ -49,6 +49,8 @@ struct EngineRunResult {
          device_ms = 0, capture_ms = 0;
   int64_t graphs_captured = 0, output_tokens = 0, steps = 0, max_batch = 0, cached_tokens = 0,
           step_tokens = 0;
+  // Speculative decoding (--speculative): draft tokens verified, accepted.
+  int64_t draft_tokens = 0, draft_accepted_tokens = 0;
 };
 
 // Runs `reqs` all at once on a fresh engine (BenchEngineOptions) over

@@ -20,6 +20,7 @@ struct GenerateArgs {
   SamplingOptions sampling;
   std::string prompt, ids, system;
   bool chat = false, json = false;
+  bool speculative = false;  // EngineOptions::speculative ngram
 };
 
 int Fail(const Status& s, int code = 1) {
@@ -63,6 +64,7 @@ int RunGenerate(const GenerateArgs& a) {
   if (!backend.ok()) return Fail(backend.status());
   EngineOptions eo;
   eo.scheduler.max_batch = 1;
+  if (a.speculative) eo.speculative.mode = SpeculativeMode::kNgram;
   eo.max_context = static_cast<int32_t>(prompt.size()) + params.max_tokens.value_or(128) + 1;
   const ModelConfig cfg = (*backend)->config();
   if (cfg.max_position_embeddings > 0)
@@ -94,6 +96,10 @@ int RunGenerate(const GenerateArgs& a) {
         j["prompt_tokens"] = ev.prompt_tokens;
         j["completion_tokens"] = ev.completion_tokens;
         j["ttft_s"] = ev.ttft_s;
+        // (Stats are published before the events they follow are pushed.)
+        const EngineStats st = (*engine)->Stats();
+        j["draft_tokens"] = st.draft_tokens;
+        j["draft_accepted_tokens"] = st.draft_accepted_tokens;
         std::cout << j.dump() << "\n";
       } else {
         std::cout << "\n";
@@ -112,7 +118,11 @@ Registrar reg("generate", "Generate a continuation of a prompt", [](CLI::App& ap
   p->excludes(i);
   app.add_flag("--chat", a->chat, "Wrap the prompt as a user message in the model's chat template");
   app.add_option("--system", a->system, "System message (with --chat)");
-  app.add_flag("--json", a->json, "Print one JSON object: ids, text, finish_reason, timings");
+  app.add_flag("--json", a->json,
+               "Print one JSON object: ids, text, finish_reason, timings, draft tokens");
+  app.add_flag("--speculative", a->speculative,
+               "Speculative decoding from the context: n-gram drafts looked up in the prompt and "
+               "output, verified in one step (the same greedy output)");
   return [a] {
     if (a->prompt.empty() && a->ids.empty()) {
       std::cerr << "error: give --prompt or --ids\n";

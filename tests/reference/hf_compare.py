@@ -9,6 +9,9 @@ prompts of 1 to 700 tokens:
     float32 on the same (bf16-rounded) weights: relative L2 error < 2e-2 and the
     same argmax;
   - 64-token greedy continuations from `agentkv generate`: identical.
+With --speculative, `agentkv generate --speculative` drafts from the context
+(n-gram) and verifies each draft in one step; the same checks apply, and the
+draft tokens verified and accepted are counted at the end.
 With --device cuda (bf16 activations and KV against the float32 reference)
 the logits threshold is the same; the argmax and greedy checks excuse only
 near ties: a differing argmax or greedy token passes when the reference's own
@@ -224,6 +227,8 @@ def main():
                     help="comma-separated; default the dense ones plus " + MOE_ARCHS)
     ap.add_argument("--tie-gap", type=float, default=None,
                     help="near-tie excuse (see above); default 0.1 for cuda or fp8, 0 for cpu")
+    ap.add_argument("--speculative", action="store_true",
+                    help="agentkv generate --speculative (n-gram drafts verified in one step)")
     ap.add_argument("--kv-dtype", default="bf16", choices=["bf16", "fp8"],
                     help="agentkv's KV cache dtype (fp8: threshold 5e-2, greedy reported only)")
     a = ap.parse_args()
@@ -238,6 +243,7 @@ def main():
     torch.backends.cudnn.allow_tf32 = False
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     rows, failures = [], 0
+    drafts = [0, 0]  # --speculative: draft tokens verified, accepted
     g = torch.Generator().manual_seed(1234)
     prompts = [torch.randint(3, VOCAB, (n,), generator=g).tolist() for n in PROMPT_LENS]
     for i, arch in enumerate(a.archs.split(",")):
@@ -254,7 +260,9 @@ def main():
             gen = json.loads(run_agentkv(
                 a.agentkv, ["generate", "--model", d, "--ids", idarg, "--device", a.device,
                             "--max-tokens", str(GREEDY_TOKENS), "--ignore-eos", "--json"]
-                + kv_args))
+                + kv_args + (["--speculative"] if a.speculative else [])))
+            drafts[0] += gen.get("draft_tokens", 0)
+            drafts[1] += gen.get("draft_accepted_tokens", 0)
             dt = time.time() - t0
             rel = float(torch.linalg.norm(got - ref) / torch.linalg.norm(ref))
             same_argmax = int(torch.argmax(got)) == int(torch.argmax(ref))
@@ -300,6 +308,8 @@ def main():
     if a.out:
         with open(a.out, "w") as f:
             f.write(text + "\n")
+    if a.speculative:
+        print(f"speculative: {drafts[0]} draft tokens verified, {drafts[1]} accepted")
     print(f"{len(rows) - failures} passed, {failures} failed")
     sys.exit(1 if failures else 0)
 

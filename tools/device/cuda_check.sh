@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine (run tool), from the repository root, after
 # tools/device/pack_cuda.sh here and with `.devcarry` carried:
-#   bash tools/device/cuda_check.sh [tests] [sanitize] [hf] [hf8] [hfmoe] [profile] [bench] [bench8b]
+#   bash tools/device/cuda_check.sh [tests] [sanitize] [hf] [hf8] [hfmoe] [profile] [bench] [bench8b] [spec]
 # tests:    every CUDA test binary (kernels vs CPU references, backend vs CPU)
 # sanitize: the same under compute-sanitizer memcheck (kernel tests whole,
 #           backend tests on one architecture: the sanitizer is slow)
@@ -18,6 +18,22 @@
 #           the decode GEMM microbenchmark (dev/cuda/cuda_gemm_bench.cc)
 # bench8b:  the same on a Qwen3-8B shape at concurrency 1 and 64
 # profile:  per-kernel times of decode steps at c1 and c64 (ncu)
+# spec:     speculative decoding from the context on the Qwen3-8B shape (not in
+#           the default stages): tools/specbench's coding-agent workload (a
+#           ~2,000-token file in the prompt, the whole file asked back with a
+#           few edits; one stream, 1,024 output tokens) against `serve
+#           --speculative none` and `ngram`, on the random model (its reply
+#           is not the file: drafts mostly fail, what trying costs) and on
+#           its cycle copy (tools/specbench/cycle_model.py: greedy output
+#           walks cycles of 32 tokens, so drafts are accepted once it has
+#           gone round: the speedup at full acceptance); then `bench engine`
+#           512 + 128 at c1 and c64, without and with --speculative,
+#           alternating, twice (c64 must stay within 3%). SPEC_PARTS picks
+#           the parts: "serve batch" by default (each takes minutes on a
+#           fresh machine: one call each if time is short); "sanitize" runs
+#           the drafted-step backend tests under compute-sanitizer memcheck;
+#           "hf" runs hf_compare --device cuda --speculative (greedy with
+#           drafts verified against transformers).
 # Logs and JSON go to $OUT (or /tmp/cuda_check); a summary is printed last,
 # then the roofline tables (so that the end of the output holds them). The
 # run tool brings back at most eight files: BUNDLE=1 packs everything in
@@ -128,6 +144,83 @@ for st in "${stages[@]}"; do
       --prefill "$OUT/prefill_$tag.json" ${NO_BASELINE:+} \
       $( [ -f "$OUT/bench_${tag}_nographs.json" ] && echo --nographs "$OUT/bench_${tag}_nographs.json") \
       | tee "$OUT/roofline_$tag.md" ;;
+  spec)
+    M=/tmp/qwen3_8b; C=/tmp/qwen3_8b_cycle; parts=${SPEC_PARTS:-serve batch}
+    if [ ! -f $M/model.safetensors ]; then
+      agentkv model synth --arch qwen3 --tokenizer .devcarry/tokenizers/qwen3 --out /tmp/tpl_qwen3 \
+        --layers 1 --hidden 64 --heads 4 --kv-heads 2 >/dev/null
+      python3 tools/device/synth_shape.py --template /tmp/tpl_qwen3 --out $M --layers 36 \
+        --hidden 4096 --intermediate 12288 --heads 32 --kv-heads 8 --head-dim 128 --vocab 151936 --no-tie
+    fi
+    if [[ " $parts " == *" serve "* ]]; then
+      if [ ! -f $C/cycle.json ]; then
+        rm -rf $C && cp -r $M $C && python3 tools/specbench/cycle_model.py --model $C --cycle 32
+      fi
+      for m in $M $C; do
+        tag=$(basename $m)
+        for sp in none ngram; do
+          agentkv serve --model $m --device cuda --store none --port 8093 --speculative $sp \
+            >"$OUT/serve_${tag}_$sp.out" 2>"$OUT/serve_${tag}_$sp.err" &
+          PID=$!
+          for _ in $(seq 900); do
+            grep -q "listening on" "$OUT/serve_${tag}_$sp.out" && break
+            kill -0 $PID 2>/dev/null || break; sleep 0.2
+          done
+          expect=(); [ $m = $C ] && [ $sp = ngram ] && expect=(--expect-accept 0.8)
+          line=$(python3 tools/specbench/specbench.py run --url http://127.0.0.1:8093 --file-tokens 2000 \
+            --max-tokens 1024 --ignore-eos --warmup 1 --repeat 3 --label "$tag $sp" ${expect[@]+"${expect[@]}"} \
+            --json "$OUT/spec_${tag}_$sp.json" 2>"$OUT/spec_${tag}_$sp.log")
+          note "specbench rc=$?: $line"; tail -2 "$OUT/spec_${tag}_$sp.log"
+          kill -TERM $PID; wait $PID
+        done
+        note "$(python3 tools/specbench/specbench.py compare "$OUT/spec_${tag}_none.json" "$OUT/spec_${tag}_ngram.json")"
+      done
+    fi
+    if [[ " $parts " == *" hf "* ]]; then
+      PYTHONUNBUFFERED=1 python3 tests/reference/hf_compare.py --agentkv .devcarry/bin/agentkv \
+        --device cuda --speculative --work /tmp/hfcmp --out "$OUT/hf_compare_cuda_spec.md" \
+        >"$OUT/hf_compare_spec.log" 2>&1
+      note "hf_compare --device cuda --speculative: $(tail -2 "$OUT/hf_compare_spec.log" | tr '\n' ' ')"
+    fi
+    if [[ " $parts " == *" sanitize "* ]]; then
+      for t in backend_logit_rows engine_speculative; do
+        log="$OUT/sanitize_$t.log"
+        if compute-sanitizer --tool memcheck --error-exitcode 9 .devcarry/bin/engine_backend_cuda_${t}_test \
+            --gtest_brief=1 --gtest_filter='*llama*:*qwen3_c0_b16_wide_d4*:*gemma3_c0_b4*:*fp8*:CudaBackend.*:CudaEngine*' \
+            >"$log" 2>&1; then r=clean; else r=FAIL; fi
+        note "compute-sanitizer memcheck $t: $r"; tail -5 "$log"
+      done
+    fi
+    if [[ " $parts " == *" batch "* ]]; then
+      for round in 1 2; do
+        for sp in none ngram; do
+          flag=(); [ $sp = ngram ] && flag=(--speculative)
+          agentkv bench engine --model $M --device cuda --prompt 512 --output 128 --concurrency 1,64 \
+            ${flag[@]+"${flag[@]}"} --json >"$OUT/specbatch_${sp}_$round.json" 2>>"$OUT/specbatch.err"
+          note "bench engine $sp round $round rc=$?"
+        done
+      done
+      python3 - "$OUT" <<'PY' | tee "$OUT/specbatch.md"
+import json, sys
+out = sys.argv[1]
+rate = {}
+for sp in ("none", "ngram"):
+    for r in (1, 2):
+        for lv in json.load(open(f"{out}/specbatch_{sp}_{r}.json"))["levels"]:
+            rate.setdefault((sp, lv["concurrency"]), []).append(lv)
+for c in (1, 64):
+    base = [l["output_tok_s"] for l in rate[("none", c)]]
+    spec = [l["output_tok_s"] for l in rate[("ngram", c)]]
+    drafts = sum(l.get("draft_tokens", 0) for l in rate[("ngram", c)])
+    acc = sum(l.get("draft_accepted_tokens", 0) for l in rate[("ngram", c)])
+    ratio = (sum(spec) / len(spec)) / (sum(base) / len(base))
+    verdict = "" if c != 64 else ("; within 3%" if ratio >= 0.97 else "; MORE THAN 3% BELOW")
+    print(f"bench engine c{c} 512+128: without {', '.join(f'{x:.0f}' for x in base)} tok/s, "
+          f"with --speculative {', '.join(f'{x:.0f}' for x in spec)} tok/s: x{ratio:.3f}"
+          f" ({drafts} draft tokens, {acc} accepted){verdict}")
+PY
+      while read -r l; do note "$l"; done <"$OUT/specbatch.md"
+    fi ;;
   esac
 done
 echo; echo "SUMMARY"; printf '%s\n' "${summary[@]}"

@@ -353,7 +353,9 @@ Status CudaBackend::WarmUpGemms() {
   std::vector<int> rows;
   for (int m = 1; m < cap_tokens_; m = GemmRows(m) + 1) rows.push_back(GemmRows(m));
   rows.push_back(static_cast<int>(cap_tokens_));
-  const int64_t T = cap_tokens_, B = cap_seqs_;
+  // The LM head runs on up to B rows in graph and one-row steps (cuBLAS
+  // rounds within B, as before), on up to R in drafted steps.
+  const int64_t T = cap_tokens_, B = cap_seqs_, R = cap_rows_;
   for (int m : rows) {
     if (m <= gemms_warm_tokens_ || m > T) continue;
     // Inputs are whatever the workspaces hold; every output is overwritten
@@ -378,20 +380,21 @@ Status CudaBackend::WarmUpGemms() {
     }
     if (dense != nullptr)
       RETURN_IF_ERROR(Gemm(act_.get<cuda::bf16_t>(), dense->w_down, res, true, m, H, I, beta, T));
-    if (m <= B && UsePromptArgmax(m)) {
+    if (m <= R && UsePromptArgmax(m)) {
       // (Its first launch sets the kernel's attributes: not inside a graph
       // capture.)
       CUDA_RETURN_IF_ERROR(cuda::LaunchPromptGemmArgmax(
           h_.get<cuda::bf16_t>(), lm_head_, logits_.get<float>(), nullptr, m, c.vocab_size, H,
           argmax_scratch_.get(), argmax_[0].get<int32_t>(), num_sms_, launch_));
-    } else if (m <= B) {
-      RETURN_IF_ERROR(
-          Gemm(h_.get<cuda::bf16_t>(), lm_head_, logits_.get(), true, m, c.vocab_size, H, 0.f, B));
+    } else if (m <= R) {
+      RETURN_IF_ERROR(Gemm(h_.get<cuda::bf16_t>(), lm_head_, logits_.get(), true, m, c.vocab_size,
+                           H, 0.f, m <= B ? B : R));
     }
   }
-  if (B < T) {
-    RETURN_IF_ERROR(Gemm(h_.get<cuda::bf16_t>(), lm_head_, logits_.get(), true, static_cast<int>(B),
-                         c.vocab_size, H, 0.f, B));
+  for (const int64_t last : {B, R}) {
+    if (last >= T || (last == R && R == B)) continue;
+    RETURN_IF_ERROR(Gemm(h_.get<cuda::bf16_t>(), lm_head_, logits_.get(), true,
+                         static_cast<int>(last), c.vocab_size, H, 0.f, last));
   }
   if (options_.tuning.gemm_tune && T >= kTuneMinRows) {
     // The prompt steps' GEMMs, timed at anchors of 512, 1,024, ... rows and
@@ -422,8 +425,8 @@ Status CudaBackend::WarmUpGemms() {
 }
 
 Status CudaBackend::EnsureCapacity(int64_t tokens, int64_t seqs,
-                                   const std::array<int, kMaxCacheGroups>& width) {
-  bool fits = tokens <= cap_tokens_ && seqs <= cap_seqs_;
+                                   const std::array<int, kMaxCacheGroups>& width, int64_t rows) {
+  bool fits = tokens <= cap_tokens_ && seqs <= cap_seqs_ && rows <= cap_rows_;
   for (int g = 0; g < kMaxCacheGroups; ++g) fits = fits && width[g] <= cap_width_[g];
   if (fits) return Status::Ok();
   ClearGraphs();
@@ -432,10 +435,11 @@ Status CudaBackend::EnsureCapacity(int64_t tokens, int64_t seqs,
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   cap_seqs_ = std::max(cap_seqs_, seqs);
   cap_tokens_ = std::max({cap_tokens_, tokens, cap_seqs_});
+  cap_rows_ = std::max({cap_rows_, rows, cap_seqs_, std::min<int64_t>(cap_tokens_, kMinLogitRows)});
   for (int g = 0; g < kMaxCacheGroups; ++g) cap_width_[g] = std::max(cap_width_[g], width[g]);
   cap_parts_ = std::max<int64_t>(4096, cap_seqs_);
   const ModelConfig& c = config_;
-  const int64_t T = cap_tokens_, B = cap_seqs_, H = c.hidden_size, D = c.head_dim;
+  const int64_t T = cap_tokens_, B = cap_seqs_, R = cap_rows_, H = c.hidden_size, D = c.head_dim;
   const int64_t nh = c.num_heads, nkv = c.num_kv_heads;
   // The dense MLP's workspaces only where some layer has one (GPT-OSS's
   // layers are all experts: its intermediate_size would size them for
@@ -465,22 +469,22 @@ Status CudaBackend::EnsureCapacity(int64_t tokens, int64_t seqs,
                   : T) *
                  2 * I * 2},
       {&act_, T * I * 2},
-      {&logits_, B * c.vocab_size * 4},
-      {&argmax_[0], B * 4},
-      {&argmax_[1], B * 4},
+      {&logits_, R * c.vocab_size * 4},
+      {&argmax_[0], R * 4},
+      {&argmax_[1], R * 4},
       {&argmax_scratch_,
        static_cast<int64_t>(std::max(
-           {cuda::ArgmaxScratchBytes(static_cast<int>(B)),
+           {cuda::ArgmaxScratchBytes(static_cast<int>(R)),
             cuda::WgmmaArgmaxScratchBytes(
-                static_cast<int>(std::min<int64_t>(B, cuda::kMaxWgmmaRows)),
+                static_cast<int>(std::min<int64_t>(R, cuda::kMaxWgmmaRows)),
                 static_cast<int>(c.vocab_size)),
-            cuda::PromptArgmaxScratchBytes(static_cast<int>(B), static_cast<int>(c.vocab_size))}))},
+            cuda::PromptArgmaxScratchBytes(static_cast<int>(R), static_cast<int>(c.vocab_size))}))},
       {&part_o_, cap_parts_ * nh * D * 4},
       {&part_ml_, cap_parts_ * nh * 2 * 4},
       {&meta_[0], meta * 4},
       {&meta_[1], meta * 4},
-      {&row_picks_[0], B * static_cast<int64_t>(sizeof(RowPick))},
-      {&row_picks_[1], B * static_cast<int64_t>(sizeof(RowPick))},
+      {&row_picks_[0], R * static_cast<int64_t>(sizeof(RowPick))},
+      {&row_picks_[1], R * static_cast<int64_t>(sizeof(RowPick))},
       // Mixture of experts (0 bytes for dense models).
       {&moe_logits_, T * moe_e * 4},
       {&moe_experts_, T * moe_k * 4},
@@ -488,8 +492,8 @@ Status CudaBackend::EnsureCapacity(int64_t tokens, int64_t seqs,
       {&moe_plan_, c.IsMoe() ? (2 * (moe_e + 1) + 2 * T * moe_k) * 4 : 0},
       {&moe_act_, T * moe_k * c.moe.expert_intermediate * 2},
       {&moe_y_, T * moe_k * H * 4},
-      {&row_lp_[0], B * static_cast<int64_t>(sizeof(RowLogprobs))},
-      {&row_lp_[1], B * static_cast<int64_t>(sizeof(RowLogprobs))},
+      {&row_lp_[0], R * static_cast<int64_t>(sizeof(RowLogprobs))},
+      {&row_lp_[1], R * static_cast<int64_t>(sizeof(RowLogprobs))},
   };
   static_assert(kSlots == 2, "one entry per slot above");
   for (const Want& wt : wants) {
@@ -505,9 +509,9 @@ Status CudaBackend::EnsureCapacity(int64_t tokens, int64_t seqs,
   }
   for (int i = 0; i < kSlots; ++i) {
     RETURN_IF_ERROR(host_meta_[i].Allocate(static_cast<size_t>(meta) * 4));
-    RETURN_IF_ERROR(host_tokens_[i].Allocate(static_cast<size_t>(B) * 4));
-    RETURN_IF_ERROR(host_row_picks_[i].Allocate(static_cast<size_t>(B) * sizeof(RowPick)));
-    RETURN_IF_ERROR(host_row_lp_[i].Allocate(static_cast<size_t>(B) * sizeof(RowLogprobs)));
+    RETURN_IF_ERROR(host_tokens_[i].Allocate(static_cast<size_t>(R) * 4));
+    RETURN_IF_ERROR(host_row_picks_[i].Allocate(static_cast<size_t>(R) * sizeof(RowPick)));
+    RETURN_IF_ERROR(host_row_lp_[i].Allocate(static_cast<size_t>(R) * sizeof(RowLogprobs)));
   }
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   return Status::Ok();
@@ -726,7 +730,8 @@ Result<HostBuffer> CudaBackend::AllocateHostBuffer(size_t bytes) {
 
 Status CudaBackend::CheckBatch(std::span<const SeqStep> batch) const {
   if (kv_.empty()) return InvalidArgument("Forward: KV storage not allocated");
-  return CheckSteps(batch, config_, spec_, layout_, /*allow_prev_row=*/true);
+  return CheckSteps(batch, config_, spec_, layout_, /*allow_prev_row=*/true,
+                    /*allow_multi_rows=*/true);
 }
 
 bool CudaBackend::UseWgmma(int m, int n, int k) const {

@@ -164,6 +164,11 @@ class CudaBackend final : public Backend {
   Status Reserve(int max_step_tokens, int max_batch) override;
   const KvLayout& kv_layout() const override { return layout_; }
   Status CopyBlocks(std::span<const KvBlockCopy> copies) override;
+  // Several logits rows per sequence (speculative verification): the LM
+  // head, its argmax, the device draws and the logprobs run over every row
+  // (a sequence's rows in token order), as for one row per sequence. Such
+  // steps run kernel by kernel (no graph: StepSizes::graph says why).
+  bool multi_logit_rows() const override { return true; }
   Status Forward(std::span<const SeqStep> batch, std::span<float> logits) override;
   using Backend::ForwardSampled;
   using Backend::LaunchStep;
@@ -245,8 +250,10 @@ class CudaBackend final : public Backend {
   // buffer of exactly blocks.size() blocks); returns the bytes per block.
   Result<size_t> CheckBlockBatch(const char* what, int group, std::span<const int32_t> blocks,
                                  size_t buffer_bytes) const;
-  Status EnsureCapacity(int64_t tokens, int64_t seqs,
-                        const std::array<int, kMaxCacheGroups>& width);
+  // Grows the workspaces to hold `tokens` tokens, `seqs` sequences, block
+  // tables `width` wide and `rows` logits rows (0: as many as sequences).
+  Status EnsureCapacity(int64_t tokens, int64_t seqs, const std::array<int, kMaxCacheGroups>& width,
+                        int64_t rows = 0);
   Status Run(std::span<const SeqStep> batch, std::span<const RowPick> rows,
              std::span<int32_t> tokens, std::span<float> logits);
   // The picks of the steps in flight, waited for and kept on the host (before
@@ -412,8 +419,17 @@ class CudaBackend final : public Backend {
   cuda::DeviceBuffer kv_maps_;
   std::array<bool, kMaxCacheGroups> kv_map_ok_{};
 
-  // Workspaces, sized for cap_tokens_ / cap_seqs_.
-  int64_t cap_tokens_ = 0, cap_seqs_ = 0, cap_parts_ = 0;
+  // Workspaces, sized for cap_tokens_ / cap_seqs_; those of logits rows
+  // (logits_, argmax_, argmax_scratch_, the row picks and logprobs, and
+  // their host copies) for cap_rows_ (>= cap_seqs_).
+  int64_t cap_tokens_ = 0, cap_seqs_ = 0, cap_parts_ = 0, cap_rows_ = 0;
+  // The logits rows reserved at least (up to the token capacity): room
+  // for the drafts of small batches (the engine drafts while a step holds
+  // fewer rows than its compute-bound size, 32 by default), so that the
+  // first drafted step of a server of few sequences need not grow the
+  // workspaces and capture its graphs again. 64 rows of a 152k vocabulary
+  // are 39 MB.
+  static constexpr int64_t kMinLogitRows = 64;
   std::array<int, kMaxCacheGroups> cap_width_{};
   cuda::DeviceBuffer x_, h_, qkv_, q_, k_, v_, attn_, o_, gu_, act_, logits_, argmax_scratch_,
       part_o_, part_ml_, cublas_ws_, wgmma_ws_;

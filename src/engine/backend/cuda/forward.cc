@@ -102,8 +102,8 @@ Status CudaBackend::Run(std::span<const SeqStep> batch, std::span<const RowPick>
   for (const SeqStep& st : batch)
     if (st.prev_row >= 0) return InvalidArgument("Forward: prev_row is for LaunchStep only");
   // Rows picked on the device go to out_tokens, which must hold each of them.
-  const int W = static_cast<int>(
-      std::count_if(batch.begin(), batch.end(), [](const SeqStep& st) { return st.want_logits; }));
+  int W = 0;
+  for (const SeqStep& st : batch) W += LogitRows(st);
   const int planned = static_cast<int>(std::min<size_t>(W, rows.size()));
   for (int r = 0; r < planned; ++r)
     if (rows[r].mode != PickMode::kHost && r >= static_cast<int>(out_tokens.size()))
@@ -217,12 +217,12 @@ Status CudaBackend::LaunchStep(std::span<const SeqStep> batch, std::span<const R
   {
     // Growing reallocates the picks' buffers and capturing needs an idle
     // stream: the steps in flight finish first (rare: Reserve sized both).
-    bool fits = z.workspace_tokens() <= cap_tokens_ && padded <= cap_seqs_;
+    bool fits = z.workspace_tokens() <= cap_tokens_ && padded <= cap_seqs_ && W <= cap_rows_;
     for (size_t g = 0; g < spec_.groups.size(); ++g) fits = fits && width[g] <= cap_width_[g];
     if (!fits || (graph && !graphs_.count(GraphKey(padded, slot))))
       RETURN_IF_ERROR(SettleInFlight());
   }
-  RETURN_IF_ERROR(EnsureCapacity(z.workspace_tokens(), padded, width));
+  RETURN_IF_ERROR(EnsureCapacity(z.workspace_tokens(), padded, width, W));
   // The previous step's picks: from the device while it may still run.
   const bool prev_on_device = !in_flight_.empty() && !in_flight_.back().settled;
   const std::vector<int32_t>& prev_host =
@@ -572,8 +572,11 @@ Status CudaBackend::Enqueue(const cuda::StepShape& s, int slot) {
                                                      picks, num_sms_, launch_));
     return Status::Ok();
   }
+  // (cuBLAS rounds the rows up within what logits_ holds: for rows up to
+  // the sequence capacity as for one-row steps, beyond it, drafted steps,
+  // within the rows capacity; WarmUpGemms ran both.)
   RETURN_IF_ERROR(NormGemm(x, meta + ml.logit_rows, final_norm_, lm_head_, logits, s.rows,
-                           c.vocab_size, cap_seqs_));
+                           c.vocab_size, s.rows <= cap_seqs_ ? cap_seqs_ : cap_rows_));
   if (c.final_logit_softcap > 0.f)
     CUDA_RETURN_IF_ERROR(cuda::LaunchSoftcap(logits, static_cast<int64_t>(s.rows) * c.vocab_size,
                                              c.final_logit_softcap, launch_));

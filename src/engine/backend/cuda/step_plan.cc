@@ -33,7 +33,9 @@ StepSizes SizeStep(std::span<const SeqStep> batch, std::span<const RowPick> rows
   for (const SeqStep& st : batch) {
     const int n = static_cast<int>(st.tokens.size());
     z.tokens += n;
-    z.rows += st.want_logits ? 1 : 0;
+    z.rows += LogitRows(st);
+    // (A sequence with several logits rows runs several tokens: never a
+    // decode step, so never a graph.)
     z.decode = z.decode && n == 1 && st.want_logits;
     const int64_t end = st.start_pos + static_cast<int64_t>(n);
     for (size_t g = 0; g < spec.groups.size(); ++g) {
@@ -201,7 +203,8 @@ void WriteStepMeta(std::span<const SeqStep> batch, const StepPlan& plan, int num
       m[ml.pos + t] = st.start_pos + i;
       m[ml.tok_seq + t] = s;
     }
-    if (st.want_logits) m[ml.logit_rows + row++] = t - 1;
+    // Its last LogitRows tokens, in token order (t is one past the last).
+    for (int j = LogitRows(st); j > 0; --j) m[ml.logit_rows + row++] = t - j;
     for (int g = 0; g < num_groups; ++g) {
       int32_t* tab = m + ml.tables[g] + static_cast<size_t>(s) * stride;
       const size_t k = std::min<size_t>(st.block_tables[g].size(), stride);

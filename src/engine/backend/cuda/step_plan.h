@@ -64,7 +64,7 @@ PickMode RowMode(std::span<const RowPick> rows, int r);
 struct StepSizes {
   int tokens = 0;  // T: new tokens of the batch
   int seqs = 0;    // B: its sequences
-  int rows = 0;    // W: want_logits rows
+  int rows = 0;    // W: logits rows (LogitRows of each sequence)
   // Every sequence decodes one token and wants logits.
   bool decode = false;
   int64_t need_blocks = 1;  // block-table entries the longest sequence reads
@@ -82,6 +82,17 @@ struct StepSizes {
   int tiles = 0;  // attention tiles of the unpadded batch
   // Run as a captured graph (pure decode, graphs on), padded to `padded`
   // sequences (DecodeBucket); padded == seqs otherwise.
+  // Steps where a sequence asks several logits rows (speculative
+  // verification: its last token and a draft) run kernel by kernel rather
+  // than under a graph keyed by row count: a graph holds one StepShape
+  // (tokens, tiles, rows, and the decode-only fused rotary), and drafts
+  // vary in length per sequence and step, so a key by rows alone would not
+  // do; one by every split of the draft tokens (or drafts padded to the
+  // longest) multiplies captures, their memory and wasted verification.
+  // Drafted steps only come in batches below the engine's compute-bound
+  // size, where a step streams all the weights (milliseconds on an 8B
+  // model) and the host queues the launches ahead of the device. Every
+  // one-row step keeps its graph as before.
   bool graph = false;
   int padded = 0;
   int stride = 16;  // block-table ints per sequence and group
@@ -192,7 +203,9 @@ struct PrevPicks {
 // Writes the step's metadata in plan.layout into meta (plan.layout.total
 // ints at least): strides, store_logits, tokens, positions, token ->
 // sequence, tiles (longest key span first for kernel-by-kernel steps with
-// several tiles: the kernel takes them in this order), logits rows,
+// several tiles: the kernel takes them in this order), logits rows (the
+// token index of each: a sequence's last LogitRows tokens in token order,
+// sequences in batch order, as Backend::Forward lays its rows out),
 // sequence starts and first tokens, block tables (zero-padded to the
 // stride); graph padding sequences get an empty tile, position -1 and
 // zeroed tables. `scratch` is reused between calls.

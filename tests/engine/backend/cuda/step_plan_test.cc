@@ -388,5 +388,62 @@ TEST(StepPlan, GraphPaddingSequencesAreEmpty) {
   EXPECT_EQ(ml.total, ml.tables[0] + 4u * 32);
 }
 
+// A drafted step (speculative verification): a sequence running its last
+// token and a draft asks a logits row for each of them; the rows are its
+// last tokens in token order, between the other sequences' rows in batch
+// order. Such a step is never a decode step, so never a graph, and its
+// rows count every one of them (what the LM head, the picks and the
+// logits copies are sized by).
+TEST(StepPlan, DraftedSequencesGetARowPerVerifiedToken) {
+  Batch b;
+  b.Add(1, 40, true);  // decoding one token
+  b.Add(5, 12, true);  // its last token and a draft of four
+  b.Add(3, 7, false);  // a prompt chunk without logits
+  b.Add(2, 9, true);   // a draft of one
+  b.steps[1].logit_rows = 5;
+  b.steps[3].logit_rows = 2;
+  const ModelCacheSpec spec = Spec(false);
+  std::vector<RowPick> rows(8);
+  for (RowPick& r : rows) r.mode = PickMode::kGreedy;
+  const StepSizes z = SizeStep(b.Done(), rows, spec, 16, Model());
+  EXPECT_EQ(z.rows, 8);
+  EXPECT_EQ(z.tokens, 11);
+  EXPECT_FALSE(z.decode);
+  EXPECT_FALSE(z.graph);
+  EXPECT_EQ(z.padded, 4);
+  EXPECT_TRUE(z.any_greedy);
+  EXPECT_FALSE(z.any_logits);  // every row picked on the device
+  StepCapacity cap;
+  cap.parts = 4096;
+  cap.width = {16, 0, 0, 0};
+  const StepPlan p = BuildStepPlan(z, spec, 16, Model(), cap);
+  EXPECT_EQ(p.shape.rows, 8);
+  std::vector<int32_t> meta(p.layout.total, -7);
+  std::vector<std::array<int, 4>> scratch;
+  WriteStepMeta(b.steps, p, 1, {}, meta, &scratch);
+  const MetaLayout& ml = p.layout;
+  std::vector<int32_t> got(meta.begin() + ml.logit_rows, meta.begin() + ml.logit_rows + 8);
+  // Tokens 0 | 1..5 | 6..8 | 9..10.
+  EXPECT_EQ(got, (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 9, 10}));
+  EXPECT_EQ(meta[ml.store_logits], 0);
+  // A host row among them: the logits are stored.
+  rows[3].mode = PickMode::kHost;
+  const StepSizes h = SizeStep(b.steps, rows, spec, 16, Model());
+  EXPECT_TRUE(h.any_logits);
+  EXPECT_TRUE(h.any_greedy);
+  // Rows past the plan are host rows (RowMode).
+  const StepSizes none = SizeStep(b.steps, {}, spec, 16, Model());
+  EXPECT_EQ(none.rows, 8);
+  EXPECT_FALSE(none.any_greedy);
+  EXPECT_TRUE(none.any_logits);
+  // One row per sequence again: the same batch shape decodes under a graph.
+  Batch d;
+  d.Add(1, 40, true);
+  d.Add(1, 12, true);
+  const StepSizes one = SizeStep(d.Done(), rows, spec, 16, Model());
+  EXPECT_EQ(one.rows, 2);
+  EXPECT_TRUE(one.graph);
+}
+
 }  // namespace
 }  // namespace agentkv::cuda
