@@ -114,7 +114,10 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::Create(const ModelConfig& conf
     return InvalidArgument(std::string("cuda backend: KV dtype ") + KvDtypeName(options.kv_dtype) +
                            " is not supported (bf16 or fp8_e4m3)");
   std::unique_ptr<CudaBackend> b(new CudaBackend(config, options));
-  const CudaTuning& t = options.tuning;
+  // A tensor-parallel rank's LM head stores its logits slice for the
+  // argmax keys: no fused-argmax epilogue.
+  if (options.tp_comm.active()) b->options_.tuning.lm_argmax = false;
+  const CudaTuning& t = b->options_.tuning;
   if (!t.step_log.empty()) b->step_log_ = std::fopen(t.step_log.c_str(), "a");
   RETURN_IF_ERROR(b->Init(weights));
   cudaDeviceProp prop{};
@@ -490,6 +493,7 @@ Status CudaBackend::EnsureCapacity(int64_t tokens, int64_t seqs,
       {&moe_y_, T * moe_k * H * 4},
       {&row_lp_[0], B * static_cast<int64_t>(sizeof(RowLogprobs))},
       {&row_lp_[1], B * static_cast<int64_t>(sizeof(RowLogprobs))},
+      {&tp_keys_, tp() ? B * 8 : 0},
   };
   static_assert(kSlots == 2, "one entry per slot above");
   for (const Want& wt : wants) {
@@ -766,6 +770,12 @@ int CudaBackend::PlanesFor(int m, int n, int k) const {
 
 Status CudaBackend::ResidualGemm(const cuda::bf16_t* a, const cuda::bf16_t* w, int m, int n,
                                  int k) {
+  // Tensor parallelism: a partial sum, all-reduced next (TpReduce), so no
+  // planes for the norm to add; rank 0 adds the residual, the others start
+  // from zero.
+  if (tp())
+    return Gemm(a, w, x_.get<float>(), true, m, n, k, options_.tp_comm.rank() == 0 ? 1.f : 0.f,
+                cap_tokens_);
   const int splits = pending_planes_ == 0 ? PlanesFor(m, n, k) : 0;
   if (splits > 0) {
     CUDA_RETURN_IF_ERROR(cuda::LaunchWgmmaGemm(a, w, wgmma_planes_.get(), true, m, n, k, 0.f,
