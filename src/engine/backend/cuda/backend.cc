@@ -116,7 +116,11 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::Create(const ModelConfig& conf
   std::unique_ptr<CudaBackend> b(new CudaBackend(config, options));
   // A tensor-parallel rank's LM head stores its logits slice for the
   // argmax keys: no fused-argmax epilogue.
-  if (options.tp_comm.active()) b->options_.tuning.lm_argmax = false;
+  if (options.tp_comm.active()) {
+    b->options_.tuning.lm_argmax = false;
+    b->tp_check_config_ = config;
+    b->tp_check_config_.vocab_size = options.tp_vocab_total;
+  }
   const CudaTuning& t = b->options_.tuning;
   if (!t.step_log.empty()) b->step_log_ = std::fopen(t.step_log.c_str(), "a");
   RETURN_IF_ERROR(b->Init(weights));
@@ -730,7 +734,8 @@ Result<HostBuffer> CudaBackend::AllocateHostBuffer(size_t bytes) {
 
 Status CudaBackend::CheckBatch(std::span<const SeqStep> batch) const {
   if (kv_.empty()) return InvalidArgument("Forward: KV storage not allocated");
-  return CheckSteps(batch, config_, spec_, layout_, /*allow_prev_row=*/true);
+  return CheckSteps(batch, tp() ? tp_check_config_ : config_, spec_, layout_,
+                    /*allow_prev_row=*/true);
 }
 
 bool CudaBackend::UseWgmma(int m, int n, int k) const {

@@ -143,6 +143,7 @@ struct CudaBackendOptions {
   // device logprobs: they would see the slice only).
   cuda::NcclRank tp_comm;
   int64_t tp_vocab_begin = 0;
+  int tp_vocab_total = 0;  // the full vocabulary (token ids are global)
 };
 
 class CudaBackend final : public Backend {
@@ -446,7 +447,10 @@ class CudaBackend final : public Backend {
   // tiles [E + 1] each, order and slot_of [A]), the activations [A][I] bf16
   // and the experts' outputs [A][H] fp32.
   cuda::DeviceBuffer moe_logits_, moe_experts_, moe_weights_, moe_plan_, moe_act_, moe_y_;
-  // Tensor parallelism: one argmax key per logits row (cap_seqs_).
+  // Tensor parallelism: the config steps are checked against (the full
+  // vocabulary: token ids are global), and one argmax key per logits row
+  // (cap_seqs_).
+  ModelConfig tp_check_config_;
   cuda::DeviceBuffer tp_keys_;
   // fp8 cache: the step's quantized K/V rows (cuda::Fp8KvRowsAt, cap_tokens_).
   cuda::DeviceBuffer kv8_;
