@@ -32,8 +32,8 @@ Status CheckSplit(const std::string& what, int64_t n, int degree, int64_t align)
   return Status::Ok();
 }
 
-TensorCut Slice(int dim, int64_t begin, int64_t size) {
-  return {TensorCut::Kind::kSlice, dim, begin, size};
+TensorCut Slice(int dim, int64_t begin, int64_t size, int parts = 1) {
+  return {TensorCut::Kind::kSlice, dim, begin, size, parts};
 }
 
 }  // namespace
@@ -156,12 +156,16 @@ TensorCut TpPlan::CutOf(const ModelConfig& c, const std::string& name, int rank)
     // column, so a column range is a contiguous range of pairs), as MXFP4
     // [E, 2I, H/32, 16] / [E, 2I, H/32]; down [E, I, H], as MXFP4
     // [E, H, I/32, 16] / [E, H, I/32].
-    if (EndsWith(name, "experts.gate_up_proj")) return Slice(2, 2 * e.begin, 2 * e.size);
+    // Qwen3-MoE's fused tensors (TpFusedExpertShapes): gate_up [E, 2I, H]
+    // as gate rows then up rows, down [E, H, I].
+    const bool oss = c.arch == Architecture::kGptOss;
+    if (EndsWith(name, "experts.gate_up_proj"))
+      return oss ? Slice(2, 2 * e.begin, 2 * e.size) : Slice(1, e.begin, e.size, /*parts=*/2);
     if (EndsWith(name, "experts.gate_up_proj_blocks") ||
         EndsWith(name, "experts.gate_up_proj_scales") ||
         EndsWith(name, "experts.gate_up_proj_bias"))
       return Slice(1, 2 * e.begin, 2 * e.size);
-    if (EndsWith(name, "experts.down_proj")) return Slice(1, e.begin, e.size);
+    if (EndsWith(name, "experts.down_proj")) return Slice(oss ? 1 : 2, e.begin, e.size);
     if (EndsWith(name, "experts.down_proj_blocks") || EndsWith(name, "experts.down_proj_scales"))
       return Slice(2, e.begin / kMxfp4Block, e.size / kMxfp4Block);
     if (EndsWith(name, "experts.down_proj_bias"))
@@ -181,8 +185,22 @@ TensorCut TpPlan::CutOf(const ModelConfig& c, const std::string& name, int rank)
 
 std::vector<int64_t> CutShape(std::span<const int64_t> shape, const TensorCut& cut) {
   std::vector<int64_t> s(shape.begin(), shape.end());
-  if (cut.kind == TensorCut::Kind::kSlice) s.at(cut.dim) = cut.size;
+  if (cut.kind == TensorCut::Kind::kSlice) s.at(cut.dim) = cut.size * cut.parts;
   return s;
+}
+
+std::vector<std::pair<std::string, std::vector<int64_t>>> TpFusedExpertShapes(
+    const ModelConfig& c) {
+  std::vector<std::pair<std::string, std::vector<int64_t>>> out;
+  if (c.arch != Architecture::kQwen3Moe) return out;
+  const int64_t e = c.moe.num_experts, i = c.moe.expert_intermediate, h = c.hidden_size;
+  for (int l = 0; l < c.num_layers; ++l) {
+    if (!c.IsMoeLayer(l)) continue;
+    const std::string p = "model.layers." + std::to_string(l) + ".mlp.experts.";
+    out.push_back({p + "gate_up_proj", {e, 2 * i, h}});
+    out.push_back({p + "down_proj", {e, h, i}});
+  }
+  return out;
 }
 
 std::vector<TpKvRun> TpKvRuns(const ModelCacheSpec& spec, const TpPlan& plan, int rank, int group,

@@ -76,13 +76,17 @@ struct TpRank {
 struct TensorCut {
   enum class Kind {
     kWhole,  // the full tensor (replicated)
-    kSlice,  // indices [begin, begin + size) of dimension `dim`
-    kZero,   // the full shape, all zeros (a row-split output's bias off rank 0)
+    // Indices [begin, begin + size) of dimension `dim`; with parts > 1, of
+    // each of the `parts` equal blocks that dimension is made of (a fused
+    // [gate; up] tensor), concatenated.
+    kSlice,
+    kZero,  // the full shape, all zeros (a row-split output's bias off rank 0)
   };
   Kind kind = Kind::kWhole;
   int dim = 0;
   int64_t begin = 0;
   int64_t size = 0;
+  int parts = 1;
   bool operator==(const TensorCut&) const = default;
 };
 
@@ -109,9 +113,17 @@ struct TpPlan {
   ModelConfig RankConfig(const ModelConfig& config, int rank) const;
 
   // How rank `rank`'s slice of checkpoint tensor `name` (of `config`, as
-  // ExpectedWeights names and shapes it) is cut. Unknown names are kWhole.
+  // ExpectedWeights names and shapes it, or Qwen3-MoE's fused expert
+  // tensors, TpFusedExpertShapes) is cut. Unknown names are kWhole.
   TensorCut CutOf(const ModelConfig& config, const std::string& name, int rank) const;
 };
+
+// Qwen3-MoE checkpoints may store each sparse layer's experts fused (as
+// transformers 5 saves them): mlp.experts.gate_up_proj [E, 2I, H] (gate
+// rows, then up rows) and mlp.experts.down_proj [E, H, I]. Their names and
+// full shapes for `config` (none for other architectures).
+std::vector<std::pair<std::string, std::vector<int64_t>>> TpFusedExpertShapes(
+    const ModelConfig& config);
 
 // Slices per rank must be multiples of this many elements (16-byte rows of
 // bf16: the kernels' vector loads).
@@ -129,12 +141,13 @@ std::vector<T> CutTensor(std::span<const T> full, std::span<const int64_t> shape
   int64_t outer = 1, inner = 1;
   for (int d = 0; d < cut.dim; ++d) outer *= shape[d];
   for (size_t d = cut.dim + 1; d < shape.size(); ++d) inner *= shape[d];
-  const int64_t n = shape[cut.dim];
-  std::vector<T> out(static_cast<size_t>(outer * cut.size * inner));
-  for (int64_t o = 0; o < outer; ++o) {
-    const T* src = full.data() + (o * n + cut.begin) * inner;
-    std::copy(src, src + cut.size * inner, out.data() + o * cut.size * inner);
-  }
+  const int64_t n = shape[cut.dim], block = n / cut.parts, taken = cut.size * cut.parts;
+  std::vector<T> out(static_cast<size_t>(outer * taken * inner));
+  for (int64_t o = 0; o < outer; ++o)
+    for (int p = 0; p < cut.parts; ++p) {
+      const T* src = full.data() + (o * n + p * block + cut.begin) * inner;
+      std::copy(src, src + cut.size * inner, out.data() + (o * taken + p * cut.size) * inner);
+    }
   return out;
 }
 

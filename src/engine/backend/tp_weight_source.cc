@@ -17,6 +17,7 @@ TpWeightSource::TpWeightSource(const WeightSource& full, const ModelConfig& conf
                                const TpPlan& plan, int rank)
     : full_(full), config_(config), plan_(plan), rank_(rank) {
   for (const WeightSpec& w : ExpectedWeights(config)) shapes_[w.name] = w.shape;
+  for (auto& [name, shape] : TpFusedExpertShapes(config)) shapes_[name] = shape;
 }
 
 Result<std::pair<std::vector<int64_t>, TensorCut>> TpWeightSource::Resolve(

@@ -506,5 +506,46 @@ TEST(TpPlanTest, WeightSourceChecksShapesAndNames) {
   EXPECT_EQ(qw.status().code(), StatusCode::kUnimplemented);
 }
 
+// Qwen3-MoE's fused expert tensors (transformers 5's) cut to the same
+// values as the per-expert tensors they hold.
+TEST(TpPlanTest, FusedQwen3MoeExpertsCutAsPerExpertOnes) {
+  const ModelConfig c = TpConfig(Architecture::kQwen3Moe);
+  MapWeights w = RandomWeights(c, 9);
+  const int64_t E = c.moe.num_experts, I = c.moe.expert_intermediate, H = c.hidden_size;
+  const std::string p = "model.layers.0.mlp.experts.";
+  Vec gu, down(E * H * I);
+  for (int64_t e = 0; e < E; ++e) {
+    const std::string q = p + std::to_string(e) + ".";
+    for (const char* part : {"gate_proj.weight", "up_proj.weight"}) {
+      const Vec& m = w.t.at(q + part);
+      gu.insert(gu.end(), m.begin(), m.end());
+    }
+    const Vec& d = w.t.at(q + "down_proj.weight");
+    std::copy(d.begin(), d.end(), down.begin() + e * H * I);
+  }
+  w.t[p + "gate_up_proj"] = gu;
+  w.t[p + "down_proj"] = down;
+  auto plan = TpPlan::Make(c, 2, -1);
+  ASSERT_TRUE(plan.ok());
+  for (int r = 0; r < 2; ++r) {
+    TpWeightSource s(w, c, *plan, r);
+    const int64_t Ir = plan->ranks[r].expert_intermediate.size;
+    const Vec fgu = Load(s, p + "gate_up_proj", {E, 2 * Ir, H});
+    const Vec fdown = Load(s, p + "down_proj", {E, H, Ir});
+    Vec want_gu, want_down;
+    for (int64_t e = 0; e < E; ++e) {
+      const std::string q = p + std::to_string(e) + ".";
+      for (const char* part : {"gate_proj.weight", "up_proj.weight"}) {
+        const Vec m = Load(s, q + part, {Ir, H});
+        want_gu.insert(want_gu.end(), m.begin(), m.end());
+      }
+      const Vec d = Load(s, q + "down_proj.weight", {H, Ir});
+      want_down.insert(want_down.end(), d.begin(), d.end());
+    }
+    EXPECT_EQ(fgu, want_gu) << "rank " << r;
+    EXPECT_EQ(fdown, want_down) << "rank " << r;
+  }
+}
+
 }  // namespace
 }  // namespace agentkv
