@@ -31,6 +31,10 @@ Result<std::unique_ptr<Backend>> CreateBackend(const std::filesystem::path& mode
                              " splits a model over GPUs: it needs --device cuda");
 #ifdef AGENTKV_HAVE_CUDA
     RETURN_IF_ERROR(TpPlan::Make(config, tp, cuda::VisibleGpus()).status());
+#else
+    return Unimplemented(
+        "--device cuda: this build has no CUDA backend (no CUDA toolkit was found when it was "
+        "configured)");
 #endif
   }
   ASSIGN_OR_RETURN(SafetensorsWeights weights, SafetensorsWeights::Open(model_dir));
