@@ -497,7 +497,6 @@ Status CudaBackend::EnsureCapacity(int64_t tokens, int64_t seqs,
       {&moe_y_, T * moe_k * H * 4},
       {&row_lp_[0], B * static_cast<int64_t>(sizeof(RowLogprobs))},
       {&row_lp_[1], B * static_cast<int64_t>(sizeof(RowLogprobs))},
-      {&tp_keys_, tp() ? B * 8 : 0},
   };
   static_assert(kSlots == 2, "one entry per slot above");
   for (const Want& wt : wants) {
@@ -511,6 +510,8 @@ Status CudaBackend::EnsureCapacity(int64_t tokens, int64_t seqs,
     RETURN_IF_ERROR(kv8_.Allocate(bytes));
     CUDA_RETURN_IF_ERROR(cudaMemsetAsync(kv8_.get(), 0, bytes, stream_));
   }
+  // Tensor parallelism: one argmax key per logits row (forward_tp.cc).
+  if (tp()) RETURN_IF_ERROR(tp_keys_.Allocate(static_cast<size_t>(B) * 8));
   for (int i = 0; i < kSlots; ++i) {
     RETURN_IF_ERROR(host_meta_[i].Allocate(static_cast<size_t>(meta) * 4));
     RETURN_IF_ERROR(host_tokens_[i].Allocate(static_cast<size_t>(B) * 4));
