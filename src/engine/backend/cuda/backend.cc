@@ -113,6 +113,10 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::Create(const ModelConfig& conf
   if (options.kv_dtype != KvDtype::kBF16 && options.kv_dtype != KvDtype::kFP8E4M3)
     return InvalidArgument(std::string("cuda backend: KV dtype ") + KvDtypeName(options.kv_dtype) +
                            " is not supported (bf16 or fp8_e4m3)");
+  if (options.tp_comm.active() &&
+      (options.tp_vocab_total < config.vocab_size || options.tp_vocab_begin < 0 ||
+       options.tp_vocab_begin + config.vocab_size > options.tp_vocab_total))
+    return InvalidArgument("cuda backend: tensor-parallel vocabulary slice out of range");
   std::unique_ptr<CudaBackend> b(new CudaBackend(config, options));
   // A tensor-parallel rank's LM head stores its logits slice for the
   // argmax keys: no fused-argmax epilogue.
