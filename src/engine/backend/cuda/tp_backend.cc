@@ -241,6 +241,11 @@ Status TpBackend::LaunchStep(std::span<const SeqStep> batch, std::span<const Row
   for (const RowPick& p : step->picks_asked)
     step->device = step->device && p.mode == PickMode::kGreedy && p.logprobs < 0;
   step->logits = logits;
+  // kHost rows' logits go to `logits` (row r at r * vocabulary), as on one GPU.
+  const bool any_host = std::any_of(step->picks_asked.begin(), step->picks_asked.end(),
+                                    [](const RowPick& p) { return p.mode == PickMode::kHost; });
+  if (any_host && logits.size() < static_cast<size_t>(W) * config_.vocab_size)
+    return InvalidArgument("Forward: logits buffer too small");
   // A pick of the step before that was made on the host (a host-mode step)
   // goes into a copy of the tokens; one made on the GPUs stays there.
   std::vector<SeqStep> steps(batch.begin(), batch.end());
