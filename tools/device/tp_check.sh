@@ -2,7 +2,9 @@
 # Tensor parallelism on a machine with 2 or more GPUs (run tool, kind
 # nvidia-h100-x2 or larger), from the repository root, after
 # tools/device/pack_cuda.sh here and with `.devcarry` carried:
-#   bash tools/device/tp_check.sh [tests] [hf] [resume] [bench] [allreduce]
+#   bash tools/device/tp_check.sh [smoke] [tests] [hf] [resume] [bench] [allreduce]
+# smoke:     a small Qwen3 (peaked logits) through `generate` and `logits` at
+#            TP 1 and TP 2 (and 4): the same greedy ids, logits within 1e-2
 # tests:     the NCCL and TpBackend test binaries (they skip below 2 GPUs),
 #            then the single-GPU backend tests (TP 1 must be unchanged)
 # hf:        tests/reference/hf_compare.py --device cuda --tensor-parallel 2
@@ -17,7 +19,7 @@
 #            the TP 2 / TP 1 ratio (the issue asks >= 1.6x at both)
 # allreduce: the same TP 2 runs under nsys: NCCL kernel time per decode step
 #            (the all-reduces of 2 x layers + 2 per step), where nsys exists
-# Default: tests hf resume bench allreduce. Logs and JSON go to $OUT (or
+# Default: smoke tests hf resume bench allreduce. Logs and JSON go to $OUT (or
 # /tmp/tp_check); a summary is printed last. NCCL_NVLS_ENABLE=0 is set here
 # too (agentkv sets it itself unless set): NVLink multicast stays off.
 set -uo pipefail
@@ -27,7 +29,7 @@ mkdir -p "$OUT"
 source tools/device/cuda_env.sh
 export NCCL_NVLS_ENABLE=0
 stages=("$@")
-[ ${#stages[@]} -eq 0 ] && stages=(tests hf resume bench allreduce)
+[ ${#stages[@]} -eq 0 ] && stages=(smoke tests hf resume bench allreduce)
 summary=()
 note() { summary+=("$1"); echo "== $1"; }
 nvidia-smi --query-gpu=index,name,memory.total --format=csv | tee "$OUT/gpu.txt"
@@ -69,6 +71,38 @@ field() { python3 -c "import json,sys; j=json.load(sys.stdin); print($1)"; }
 
 for st in "${stages[@]}"; do
   case $st in
+  smoke)
+    small
+    IDS=$(python3 -c "print(','.join(str(7 + 13 * i % 5000) for i in range(300)))")
+    for n in 1 2 4; do
+      [ "$GPUS" -ge $n ] || continue
+      agentkv generate --model /tmp/tp_small --device cuda --tensor-parallel $n --ids "$IDS" \
+        --max-tokens 32 --ignore-eos --json >"$OUT/smoke_gen_tp$n.json" 2>"$OUT/smoke_tp$n.err"
+      agentkv logits --model /tmp/tp_small --device cuda --tensor-parallel $n --ids "$IDS" \
+        >"$OUT/smoke_logits_tp$n.json" 2>>"$OUT/smoke_tp$n.err"
+      note "smoke TP $n rc=$? $(tail -1 "$OUT/smoke_tp$n.err")"
+    done
+    python3 - "$OUT" <<'PY'
+import json, math, os, sys
+out = sys.argv[1]
+def load(p):
+    try:
+        return json.load(open(os.path.join(out, p)))
+    except Exception as e:
+        return None
+one_g, one_l = load("smoke_gen_tp1.json"), load("smoke_logits_tp1.json")
+for n in (2, 4):
+    g, l = load(f"smoke_gen_tp{n}.json"), load(f"smoke_logits_tp{n}.json")
+    if g is None or l is None or one_g is None or one_l is None:
+        continue
+    num = math.sqrt(sum((a - b) ** 2 for a, b in zip(l, one_l)))
+    den = math.sqrt(sum(b * b for b in one_l)) or 1.0
+    same = g["ids"] == one_g["ids"]
+    first = next((k for k, (a, b) in enumerate(zip(g["ids"], one_g["ids"])) if a != b), None)
+    print(f"== smoke TP {n} vs 1: logits rel err {num / den:.2e}, greedy 32 "
+          f"{'identical' if same else 'differs at %s' % first}")
+PY
+    ;;
   tests)
     for t in .devcarry/bin/engine_backend_cuda_nccl_comms_test .devcarry/bin/engine_backend_cuda_tp_backend_test \
              .devcarry/bin/engine_backend_cuda_backend_test .devcarry/bin/engine_backend_cuda_backend_fp8_test; do
