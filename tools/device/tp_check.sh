@@ -9,7 +9,9 @@
 #            then the single-GPU backend tests (TP 1 must be unchanged)
 # hf:        tests/reference/hf_compare.py --device cuda --tensor-parallel 2
 #            (and 4 where 4 GPUs are visible): logits against transformers,
-#            greedy against transformers and against TP 1
+#            greedy against transformers and against TP 1; HF_ARCHS=a,b,...
+#            limits the architectures (the run tool allows 10 minutes a call:
+#            split the default list over calls)
 # resume:    an agent's first turn served at TP 2 with the store, the server
 #            restarted at TP 1 (--kv-restore load), its second turn: the same
 #            text as a TP 1 server that never saved it, restored from the
@@ -112,10 +114,11 @@ PY
       grep -E "FAILED|Failure|error|Skipped" "$OUT/$(basename "$t").log" | head -20
     done ;;
   hf)
-    for n in 2 4; do
+    for n in ${HF_TP:-2 4}; do
       [ "$GPUS" -ge $n ] || continue
       PYTHONUNBUFFERED=1 timeout 3000 python3 tests/reference/hf_compare.py --agentkv .devcarry/bin/agentkv \
-        --device cuda --tensor-parallel $n --work /tmp/hfcmp_tp --out "$OUT/hf_compare_tp$n.md" \
+        --device cuda --tensor-parallel $n ${HF_ARCHS:+--archs $HF_ARCHS} --work /tmp/hfcmp_tp \
+        --out "$OUT/hf_compare_tp$n${HF_ARCHS:+_${HF_ARCHS//,/_}}.md" \
         >"$OUT/hf_compare_tp$n.log" 2>&1
       note "hf_compare --device cuda --tensor-parallel $n: $(tail -1 "$OUT/hf_compare_tp$n.log")"
       grep -E "FAIL|Error|error" "$OUT/hf_compare_tp$n.log" | head -10
