@@ -10,7 +10,7 @@
 # agentkv_cuda_kernels (built for sm_90 by default, CMAKE_CUDA_ARCHITECTURES
 # overrides) and agentkv_cuda_sm90a (the wgmma kernels); the host code in
 # src/engine/backend/cuda/*.cc is agentkv_backend_cuda, which links cudart,
-# cublas and cublasLt dynamically from the toolkit and defines
+# cublas, cublasLt and nccl dynamically from the toolkit and defines
 # AGENTKV_HAVE_CUDA for everything that links it.
 set(AGENTKV_CUDA AUTO CACHE STRING "Build the CUDA backend: AUTO, ON or OFF")
 set_property(CACHE AGENTKV_CUDA PROPERTY STRINGS AUTO ON OFF)
@@ -88,6 +88,20 @@ if(AGENTKV_HAVE_CUDA)
   target_link_libraries(agentkv_backend_cuda PUBLIC agentkv_cuda_step_plan agentkv_backend agentkv_model agentkv_cache
                         agentkv_util agentkv_cuda_sm90a agentkv_cuda_kernels CUDA::cudart
                         CUDA::cublas CUDA::cublasLt)
+  # NCCL (tensor parallelism over the GPUs of a host), where the toolkit or
+  # the system has it: NVIDIA ships it apart from the toolkit, so without it
+  # agentkv builds and runs one GPU, and --tensor-parallel > 1 says why not.
+  find_library(AGENTKV_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR})
+  find_path(AGENTKV_NCCL_INCLUDE nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+  if(AGENTKV_NCCL_LIBRARY AND AGENTKV_NCCL_INCLUDE)
+    target_include_directories(agentkv_backend_cuda PRIVATE ${AGENTKV_NCCL_INCLUDE})
+    target_link_libraries(agentkv_backend_cuda PUBLIC ${AGENTKV_NCCL_LIBRARY})
+    target_compile_definitions(agentkv_backend_cuda PRIVATE AGENTKV_HAVE_NCCL=1)
+    message(STATUS "agentkv: NCCL ${AGENTKV_NCCL_LIBRARY} (tensor parallelism)")
+  else()
+    target_compile_definitions(agentkv_backend_cuda PRIVATE AGENTKV_HAVE_NCCL=0)
+    message(STATUS "agentkv: no NCCL found: tensor parallelism off")
+  endif()
   target_compile_definitions(agentkv_backend_cuda PUBLIC AGENTKV_HAVE_CUDA=1)
 else()
   message(STATUS "agentkv: CUDA backend OFF")

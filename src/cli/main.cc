@@ -1,3 +1,4 @@
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -13,6 +14,11 @@ std::vector<Command>& Registry() {
 
 int main(int argc, char** argv) {
   using namespace agentkv::cli;
+  // NVLink multicast stays off for NCCL (tensor parallelism) unless the
+  // user set it: on the lent machines it can take the host's GPUs out of
+  // service. NCCL reads it when it makes its first communicator; the model
+  // options pass the value down (cuda::NcclOptions), which refuses none.
+  setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
   CLI::App app{"agentkv: a persistent multi-agent LLM session server"};
   app.require_subcommand(1);
   std::map<std::string, CLI::App*> groups;  // "model" -> its App, for "model synth"

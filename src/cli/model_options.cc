@@ -21,6 +21,14 @@ void ModelOptions::Add(CLI::App& app, bool model_required) {
   // Switches for comparisons and diagnostics, not flags: scripts set them
   // around any command (docs/cuda.md).
   backend.cuda = CudaTuningFromEnv([](const char* name) { return std::getenv(name); });
+  app.add_option("--tensor-parallel", backend.tensor_parallel,
+                 "GPUs to split the model over (--device cuda; one process, NCCL)")
+      ->envname("AGENTKV_TENSOR_PARALLEL")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  // main() settled it before anything else ran (NVLink multicast off unless
+  // the user set it); the backend refuses to start NCCL without it.
+  if (const char* nvls = std::getenv("NCCL_NVLS_ENABLE")) backend.nccl_nvls_enable = nvls;
 }
 
 void SamplingOptions::Add(CLI::App& app) {

@@ -79,6 +79,11 @@ class LmdbEnv {
   Status WriteBackground(const std::function<Status(WriteTxn&)>& fn) { return WriteAs(fn, true); }
   // Background writes that waited for foreground ones.
   uint64_t background_yields() const { return background_yields_.load(); }
+  // Foreground writers waiting or running now (a snapshot).
+  int foreground_writers() const {
+    std::lock_guard<std::mutex> gate(gate_mu_);
+    return foreground_;
+  }
 
   // Writes a compacted copy of the environment into the empty directory
   // `dir` (mdb_env_copy2 with MDB_CP_COMPACT).
@@ -106,7 +111,7 @@ class LmdbEnv {
   // Shared by every transaction, exclusive while the map is resized.
   std::shared_mutex resize_mu_;
   // Foreground writers waiting or running; background writers wait for 0.
-  std::mutex gate_mu_;
+  mutable std::mutex gate_mu_;
   std::condition_variable gate_cv_;
   int foreground_ = 0;
   std::atomic<uint64_t> background_yields_{0};

@@ -342,9 +342,12 @@ TEST_F(ResponseFormatTest, ForcedToolCallsFollowTheSchema) {
       const json call =
           json::parse(text.substr(open.size(), text.size() - open.size() - close.size()));
       const std::string name = call["name"];
-      if (body["tool_choice"].is_object() && body["tool_choice"].contains("function"))
+      if (body["tool_choice"].is_object() && body["tool_choice"].contains("function")) {
         EXPECT_EQ(name, "ask");
-      if (body["tool_choice"].contains("name")) EXPECT_EQ(name, "read");
+      }
+      if (body["tool_choice"].contains("name")) {
+        EXPECT_EQ(name, "read");
+      }
       cases.push_back(
           {{"schema", name == "read" ? read : ask}, {"output", call["arguments"].dump()}});
     }

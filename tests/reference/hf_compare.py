@@ -25,6 +25,13 @@ defaults to 0.1 on either device), and the greedy continuations are reported
 (first differing step) but not required to agree: e4m3's rounding moves
 logits by more than a near tie.
 
+With --tensor-parallel N (N > 1; --device cuda on a machine with N GPUs,
+docs/tensor-parallel.md) agentkv splits each model over N GPUs: the logits
+and greedy checks above hold as they are, and the 64-token greedy
+continuation must also be identical to agentkv's own at --tensor-parallel 1
+(a difference is excused only as above: a near tie of the reference at that
+step, with the single-GPU continuation equal to the reference until then).
+
 The mixture-of-experts architectures (gpt_oss: alternating 128-token sliding
 and full layers, attention sinks, YaRN, biases, 8 experts of which 4 per
 token; qwen3_moe: 8 experts, 2 per token, one dense layer) are in the
@@ -39,6 +46,8 @@ Run on a machine with PyTorch and transformers (the GPU machine):
       --work /tmp/hfcmp --out results.md
   python3 tests/reference/hf_compare.py --agentkv build/agentkv --device cuda \
       --kv-dtype fp8 --work /tmp/hfcmp --out results_fp8.md
+  python3 tests/reference/hf_compare.py --agentkv build/agentkv --device cuda \
+      --tensor-parallel 2 --work /tmp/hfcmp --out results_tp2.md
 Exits non-zero if any comparison fails.
 """
 import argparse
@@ -231,6 +240,8 @@ def main():
                     help="agentkv generate --speculative (n-gram drafts verified in one step)")
     ap.add_argument("--kv-dtype", default="bf16", choices=["bf16", "fp8"],
                     help="agentkv's KV cache dtype (fp8: threshold 5e-2, greedy reported only)")
+    ap.add_argument("--tensor-parallel", type=int, default=1,
+                    help="GPUs agentkv splits each model over (greedy also compared with 1)")
     a = ap.parse_args()
     if a.archs is None:
         a.archs = "llama,qwen2,qwen3,mistral,gemma3,llama_d64,qwen3_d64," + MOE_ARCHS
@@ -239,6 +250,8 @@ def main():
         0.1 if a.device == "cuda" or fp8 else 0.0)
     threshold = 5e-2 if fp8 else 2e-2
     kv_args = ["--kv-dtype", a.kv_dtype]
+    tp = a.tensor_parallel
+    tp_args = ["--tensor-parallel", str(tp)]
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     dev = "cuda" if torch.cuda.is_available() else "cpu"
@@ -256,14 +269,26 @@ def main():
             t0 = time.time()
             got = torch.tensor(json.loads(run_agentkv(
                 a.agentkv, ["logits", "--model", d, "--ids", idarg, "--device", a.device]
-                + kv_args)))
-            gen = json.loads(run_agentkv(
-                a.agentkv, ["generate", "--model", d, "--ids", idarg, "--device", a.device,
-                            "--max-tokens", str(GREEDY_TOKENS), "--ignore-eos", "--json"]
-                + kv_args + (["--speculative"] if a.speculative else [])))
+                + kv_args + tp_args)))
+            gen_args = ["generate", "--model", d, "--ids", idarg, "--device", a.device,
+                        "--max-tokens", str(GREEDY_TOKENS), "--ignore-eos", "--json"] + kv_args \
+                + (["--speculative"] if a.speculative else [])
+            gen = json.loads(run_agentkv(a.agentkv, gen_args + tp_args))
             drafts[0] += gen.get("draft_tokens", 0)
             drafts[1] += gen.get("draft_accepted_tokens", 0)
             dt = time.time() - t0
+            # The split against one GPU: the same continuation, near ties of
+            # the reference excused where one GPU still agreed with it.
+            tp_ok, tp_note = True, ""
+            if tp > 1:
+                one = json.loads(run_agentkv(a.agentkv, gen_args))["ids"]
+                tp_diff = next((k for k, (x, y) in enumerate(zip(gen["ids"], one)) if x != y),
+                               None)
+                if tp_diff is not None:
+                    excused = (tp_diff < len(gaps) and gaps[tp_diff] < tie
+                               and one[:tp_diff] == ref_greedy[:tp_diff])
+                    tp_ok = excused
+                    tp_note = f" tp{tp}-vs-tp1=DIFF@{tp_diff}" + (" (near tie)" if excused else "")
             rel = float(torch.linalg.norm(got - ref) / torch.linalg.norm(ref))
             same_argmax = int(torch.argmax(got)) == int(torch.argmax(ref))
             same_greedy = gen["ids"] == ref_greedy
@@ -281,9 +306,12 @@ def main():
             # token's output, and of the KV later tokens read), so these
             # rows are held to the fp8 bar; gpt_oss_fixed, whose routing
             # cannot flip, holds the rest of the MoE layer to the dense one.
+            # (A split's other summation order flips them against one GPU
+            # too: the split's greedy is then reported, not required.)
             flips = a.device == "cuda" and arch in ("gpt_oss", "qwen3_moe")
             limit = max(threshold, 5e-2) if flips else threshold
-            ok = rel < limit and argmax_ok and (greedy_ok or fp8 or flips)
+            ok = rel < limit and argmax_ok and (greedy_ok or fp8 or flips) and (tp_ok or flips)
+            tie_note += tp_note
             failures += 0 if ok else 1
             rows.append((arch, len(ids), rel, same_argmax, same_greedy, first_diff, ok, dt,
                          tie_note))
@@ -291,7 +319,8 @@ def main():
                   f"greedy64={'same' if same_greedy else 'DIFF@%s' % first_diff}{tie_note} "
                   f"{'ok' if ok else 'FAIL'} ({dt:.1f}s)", flush=True)
     lines = [f"transformers {transformers.__version__}, torch {torch.__version__}, reference on {dev} "
-             f"in float32; agentkv --device {a.device} --kv-dtype {a.kv_dtype}; "
+             f"in float32; agentkv --device {a.device} --kv-dtype {a.kv_dtype}"
+             f"{' --tensor-parallel %d (greedy also against 1)' % tp if tp > 1 else ''}; "
              f"logits threshold {threshold:g}" + ("; greedy reported only" if fp8 else "") +
              (f"; near ties excused below a top-two gap of {tie} x the logits' std" if tie else "") +
              ("; gpt_oss and qwen3_moe (random routers): 5e-2, greedy reported only"

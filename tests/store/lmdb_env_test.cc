@@ -51,7 +51,10 @@ TEST(LmdbEnvTest, BackgroundWritesGiveWayToWaitingForegroundWrites) {
     });
     EXPECT_TRUE(s.ok()) << s.ToString();
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // (Waits on the writer counts, not on time: a loaded machine can keep a
+  // thread from starting for longer than any sleep.)
+  while ((*env)->foreground_writers() == 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   std::thread b2([&] {
     Status s = (*env)->WriteBackground([&](LmdbEnv::WriteTxn& t) {
       note("b2");
@@ -59,7 +62,8 @@ TEST(LmdbEnvTest, BackgroundWritesGiveWayToWaitingForegroundWrites) {
     });
     EXPECT_TRUE(s.ok()) << s.ToString();
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  while ((*env)->background_yields() == 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   release = true;
   b1.join();
   f.join();

@@ -2,7 +2,7 @@
 # Packs the CUDA build for the GPU machine into .devcarry/ (git-ignored):
 # the agentkv binary, the load generator, the CUDA test and benchmark binaries (stripped), the shared
 # libraries they need that a bare machine may lack (not the CUDA libraries:
-# cuBLAS is hundreds of MB and the GPU machine's toolkit has it; see
+# cuBLAS and NCCL are hundreds of MB and the GPU machine's toolkit has them; see
 # tools/device/cuda_env.sh), and the Llama 3.1 and Qwen3 tokenizers.
 #   tools/device/pack_cuda.sh [build-cuda]
 # Carry `.devcarry` in the run call; there: source tools/device/cuda_env.sh
@@ -18,7 +18,7 @@ for b in "${bins[@]}"; do
   ldd "$b" | awk '/=> \//{print $3}' | while read -r lib; do
     case "$(basename "$lib")" in
       libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*) ;;
-      libcublas*|libcuda.so*|libcudart*) ;;  # from the GPU machine's toolkit
+      libcublas*|libcuda.so*|libcudart*|libnccl*) ;;  # from the GPU machine's toolkit
       *) [ -e ".devcarry/lib/$(basename "$lib")" ] || cp -L "$lib" .devcarry/lib/ ;;
     esac
   done

@@ -1,9 +1,12 @@
 #include "engine/backend/backend_factory.h"
 
 #include "engine/backend/cpu/cpu_backend.h"
+#include "engine/backend/tp_plan.h"
 #include "engine/model/safetensors_weights.h"
 #ifdef AGENTKV_HAVE_CUDA
 #include "engine/backend/cuda/backend.h"
+#include "engine/backend/cuda/nccl_comms.h"
+#include "engine/backend/cuda/tp_backend.h"
 #endif
 
 namespace agentkv {
@@ -18,6 +21,26 @@ Result<std::unique_ptr<Backend>> CreateBackend(const std::filesystem::path& mode
                                                const BackendOptions& options) {
   ASSIGN_OR_RETURN(const KvDtype kv_dtype, ResolveKvDtype(options));
   ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::Load(model_dir));
+  const int tp = options.tensor_parallel;
+  if (tp != 1) {
+    // Refused at start, before any weight is read.
+    if (tp < 1)
+      return InvalidArgument("--tensor-parallel must be at least 1, not " + std::to_string(tp));
+    if (options.device != "cuda")
+      return InvalidArgument("--tensor-parallel " + std::to_string(tp) +
+                             " splits a model over GPUs: it needs --device cuda");
+#ifdef AGENTKV_HAVE_CUDA
+    RETURN_IF_ERROR(TpPlan::Make(config, tp, cuda::VisibleGpus()).status());
+    if (!cuda::NcclBuilt())
+      return Unimplemented("--tensor-parallel " + std::to_string(tp) +
+                           " needs NCCL, and this agentkv was built without it (install NCCL's "
+                           "development package beside the CUDA toolkit and rebuild)");
+#else
+    return Unimplemented(
+        "--device cuda: this build has no CUDA backend (no CUDA toolkit was found when it was "
+        "configured)");
+#endif
+  }
   ASSIGN_OR_RETURN(SafetensorsWeights weights, SafetensorsWeights::Open(model_dir));
   if (options.device == "cpu") {
     ASSIGN_OR_RETURN(
@@ -30,6 +53,14 @@ Result<std::unique_ptr<Backend>> CreateBackend(const std::filesystem::path& mode
     CudaBackendOptions co;
     co.kv_dtype = kv_dtype;
     co.tuning = options.cuda;
+    if (tp > 1) {
+      TpBackendOptions to;
+      to.degree = tp;
+      to.rank = co;
+      to.nccl.nvls_enable = options.nccl_nvls_enable;
+      ASSIGN_OR_RETURN(std::unique_ptr<TpBackend> b, TpBackend::Create(config, weights, to));
+      return std::unique_ptr<Backend>(std::move(b));
+    }
     ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> b, CudaBackend::Create(config, weights, co));
     return std::unique_ptr<Backend>(std::move(b));
 #else

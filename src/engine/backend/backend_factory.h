@@ -20,6 +20,14 @@ struct BackendOptions {
   // cuda: kernel choices and diagnostics (the command line fills them from
   // the AGENTKV_CUDA_* variables; docs/cuda.md).
   CudaTuning cuda;
+  // cuda: GPUs the model is split over (tensor parallelism,
+  // docs/tensor-parallel.md); 1 is the single-GPU backend. Above 1 the
+  // split (TpPlan) and the visible GPUs are checked before any weight is
+  // read.
+  int tensor_parallel = 1;
+  // NCCL_NVLS_ENABLE as the command line settled it at start (it sets "0"
+  // unless the user set it); tensor parallelism refuses an empty value.
+  std::string nccl_nvls_enable;
 };
 
 // The KV dtype `options` asks of its device (see BackendOptions::kv_dtype);

@@ -113,8 +113,19 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::Create(const ModelConfig& conf
   if (options.kv_dtype != KvDtype::kBF16 && options.kv_dtype != KvDtype::kFP8E4M3)
     return InvalidArgument(std::string("cuda backend: KV dtype ") + KvDtypeName(options.kv_dtype) +
                            " is not supported (bf16 or fp8_e4m3)");
+  if (options.tp_comm.active() &&
+      (options.tp_vocab_total < config.vocab_size || options.tp_vocab_begin < 0 ||
+       options.tp_vocab_begin + config.vocab_size > options.tp_vocab_total))
+    return InvalidArgument("cuda backend: tensor-parallel vocabulary slice out of range");
   std::unique_ptr<CudaBackend> b(new CudaBackend(config, options));
-  const CudaTuning& t = options.tuning;
+  // A tensor-parallel rank's LM head stores its logits slice for the
+  // argmax keys: no fused-argmax epilogue.
+  if (options.tp_comm.active()) {
+    b->options_.tuning.lm_argmax = false;
+    b->tp_check_config_ = config;
+    b->tp_check_config_.vocab_size = options.tp_vocab_total;
+  }
+  const CudaTuning& t = b->options_.tuning;
   if (!t.step_log.empty()) b->step_log_ = std::fopen(t.step_log.c_str(), "a");
   RETURN_IF_ERROR(b->Init(weights));
   cudaDeviceProp prop{};
@@ -507,6 +518,8 @@ Status CudaBackend::EnsureCapacity(int64_t tokens, int64_t seqs,
     RETURN_IF_ERROR(kv8_.Allocate(bytes));
     CUDA_RETURN_IF_ERROR(cudaMemsetAsync(kv8_.get(), 0, bytes, stream_));
   }
+  // Tensor parallelism: one argmax key per logits row (forward_tp.cc).
+  if (tp()) RETURN_IF_ERROR(tp_keys_.Allocate(static_cast<size_t>(B) * 8));
   for (int i = 0; i < kSlots; ++i) {
     RETURN_IF_ERROR(host_meta_[i].Allocate(static_cast<size_t>(meta) * 4));
     RETURN_IF_ERROR(host_tokens_[i].Allocate(static_cast<size_t>(R) * 4));
@@ -730,8 +743,8 @@ Result<HostBuffer> CudaBackend::AllocateHostBuffer(size_t bytes) {
 
 Status CudaBackend::CheckBatch(std::span<const SeqStep> batch) const {
   if (kv_.empty()) return InvalidArgument("Forward: KV storage not allocated");
-  return CheckSteps(batch, config_, spec_, layout_, /*allow_prev_row=*/true,
-                    /*allow_multi_rows=*/true);
+  return CheckSteps(batch, tp() ? tp_check_config_ : config_, spec_, layout_,
+                    /*allow_prev_row=*/true, /*allow_multi_rows=*/true);
 }
 
 bool CudaBackend::UseWgmma(int m, int n, int k) const {
@@ -771,6 +784,12 @@ int CudaBackend::PlanesFor(int m, int n, int k) const {
 
 Status CudaBackend::ResidualGemm(const cuda::bf16_t* a, const cuda::bf16_t* w, int m, int n,
                                  int k) {
+  // Tensor parallelism: a partial sum, all-reduced next (TpReduce), so no
+  // planes for the norm to add; rank 0 adds the residual, the others start
+  // from zero.
+  if (tp())
+    return Gemm(a, w, x_.get<float>(), true, m, n, k, options_.tp_comm.rank() == 0 ? 1.f : 0.f,
+                cap_tokens_);
   const int splits = pending_planes_ == 0 ? PlanesFor(m, n, k) : 0;
   if (splits > 0) {
     CUDA_RETURN_IF_ERROR(cuda::LaunchWgmmaGemm(a, w, wgmma_planes_.get(), true, m, n, k, 0.f,

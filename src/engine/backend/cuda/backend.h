@@ -112,6 +112,7 @@
 #include "engine/backend/cuda/gemm_tuner.h"
 #include "engine/backend/cuda/kernels/launch.h"
 #include "engine/backend/cuda/kv_read_hazards.h"
+#include "engine/backend/cuda/nccl_comms.h"
 #include "engine/backend/cuda/step_plan.h"
 #include "engine/backend/cuda_tuning.h"
 #include "engine/model/weight_source.h"
@@ -128,6 +129,21 @@ struct CudaBackendOptions {
   // kBF16, or kFP8E4M3 (docs/kv-fp8.md: its own attention kernel over
   // narrow tiles, no fused rotary, no wide or TMA paths; kv_route.h).
   KvDtype kv_dtype = KvDtype::kBF16;
+  // Tensor parallelism (docs/tensor-parallel.md; TpBackend makes these):
+  // this backend is one rank, built for TpPlan::RankConfig with its cut of
+  // the weights (TpWeightSource). Inactive (the default): the single-GPU
+  // path, unchanged. Active: the embedding covers the vocabulary slice from
+  // tp_vocab_begin and is summed over the ranks; the o and down projections'
+  // outputs (partial sums: rank 0 adds the residual, the others start from
+  // zero) are all-reduced before the next norm, with no split-K planes; the
+  // LM head's local argmax becomes the global one through one max
+  // all-reduce of argmax keys (no fused-argmax LM head: its logits must be
+  // stored). Every collective is on the compute stream, so the decode
+  // graphs hold them. Only kGreedy and kHost rows (no kDevice draws, no
+  // device logprobs: they would see the slice only).
+  cuda::NcclRank tp_comm;
+  int64_t tp_vocab_begin = 0;
+  int tp_vocab_total = 0;  // the full vocabulary (token ids are global)
 };
 
 class CudaBackend final : public Backend {
@@ -246,6 +262,14 @@ class CudaBackend final : public Backend {
   // into x_ (kernels/moe.h; moe_layer.cc).
   Status MoeMlp(const Layer& L, int T);
   Status CheckBatch(std::span<const SeqStep> batch) const;
+  // Tensor parallelism (forward_tp.cc; CudaBackendOptions::tp_comm).
+  bool tp() const { return options_.tp_comm.active(); }
+  // The rank's embedding of the step's tokens, summed over the ranks.
+  Status TpEmbed(const int32_t* tokens, const int32_t* prev_picks, int T);
+  // buf (T rows of the hidden size, fp32) summed over the ranks.
+  Status TpReduce(float* buf, int T);
+  // The local picks of `rows` rows made global (keys, max all-reduce).
+  Status TpCombinePicks(const float* logits, int rows, int32_t* picks);
   // The checks every batched block copy makes (group, every block id,
   // buffer of exactly blocks.size() blocks); returns the bytes per block.
   Result<size_t> CheckBlockBatch(const char* what, int group, std::span<const int32_t> blocks,
@@ -439,6 +463,11 @@ class CudaBackend final : public Backend {
   // tiles [E + 1] each, order and slot_of [A]), the activations [A][I] bf16
   // and the experts' outputs [A][H] fp32.
   cuda::DeviceBuffer moe_logits_, moe_experts_, moe_weights_, moe_plan_, moe_act_, moe_y_;
+  // Tensor parallelism: the config steps are checked against (the full
+  // vocabulary: token ids are global), and one argmax key per logits row
+  // (cap_seqs_).
+  ModelConfig tp_check_config_;
+  cuda::DeviceBuffer tp_keys_;
   // fp8 cache: the step's quantized K/V rows (cuda::Fp8KvRowsAt, cap_tokens_).
   cuda::DeviceBuffer kv8_;
   bool fp8() const { return spec_.kv_dtype == KvDtype::kFP8E4M3; }

@@ -383,8 +383,12 @@ Status CudaBackend::Enqueue(const cuda::StepShape& s, int slot) {
   auto* act = act_.get<cuda::bf16_t>();
 
   pending_planes_ = 0;
-  CUDA_RETURN_IF_ERROR(
-      cuda::LaunchEmbed(embed_, meta + ml.tokens, prev_picks, T, H, c.embed_scale, x, launch_));
+  if (tp()) {
+    RETURN_IF_ERROR(TpEmbed(meta + ml.tokens, prev_picks, T));
+  } else {
+    CUDA_RETURN_IF_ERROR(
+        cuda::LaunchEmbed(embed_, meta + ml.tokens, prev_picks, T, H, c.embed_scale, x, launch_));
+  }
   const CudaTuning& tuning = options_.tuning;
   for (int l = 0; l < c.num_layers; ++l) {
     const Layer& L = layers_[l];
@@ -507,6 +511,7 @@ Status CudaBackend::Enqueue(const cuda::StepShape& s, int slot) {
       RETURN_IF_ERROR(ResidualGemm(attn, L.wo, T, H, nh * D));
       if (L.bo != nullptr) CUDA_RETURN_IF_ERROR(cuda::LaunchAddRowBias(x, L.bo, T, H, launch_));
     }
+    if (tp()) RETURN_IF_ERROR(TpReduce(c.sandwich_norm ? o : x, T));
     if (c.sandwich_norm)
       CUDA_RETURN_IF_ERROR(cuda::LaunchAddNormed(o, L.post_attn_norm, x, L.pre_ff_norm, h, T, H,
                                                  eps, plus_one, launch_));
@@ -542,10 +547,12 @@ Status CudaBackend::Enqueue(const cuda::StepShape& s, int slot) {
     }
     if (c.sandwich_norm) {
       RETURN_IF_ERROR(Gemm(act, L.w_down, o, true, T, H, I, 0.f, cap_tokens_));
+      if (tp()) RETURN_IF_ERROR(TpReduce(o, T));
       CUDA_RETURN_IF_ERROR(cuda::LaunchAddNormed(o, L.post_ff_norm, x, nullptr, nullptr, T, H, eps,
                                                  plus_one, launch_));
     } else {
       RETURN_IF_ERROR(ResidualGemm(act, L.w_down, T, H, I));
+      if (tp()) RETURN_IF_ERROR(TpReduce(x, T));
     }
   }
   if (s.rows == 0) {
@@ -582,6 +589,7 @@ Status CudaBackend::Enqueue(const cuda::StepShape& s, int slot) {
                                              c.final_logit_softcap, launch_));
   CUDA_RETURN_IF_ERROR(
       cuda::LaunchArgmax(logits, s.rows, c.vocab_size, picks, argmax_scratch_.get(), launch_));
+  if (tp()) RETURN_IF_ERROR(TpCombinePicks(logits, s.rows, picks));
   return Status::Ok();
 }
 

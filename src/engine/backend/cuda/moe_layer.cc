@@ -192,8 +192,14 @@ Status CudaBackend::MoeMlp(const Layer& L, int T) {
   d.act = nullptr;
   d.y = moe_y_.get<float>();
   CUDA_RETURN_IF_ERROR(cuda::LaunchMoeGemm(d, launch_));
+  // Tensor parallelism: each rank's experts hold a slice of every expert's
+  // columns, so its weighted sum is a partial one; rank 0 adds it to the
+  // residual, the others to zero (the router above read the residual).
+  if (tp() && options_.tp_comm.rank() != 0)
+    CUDA_RETURN_IF_ERROR(cudaMemsetAsync(x_.get(), 0, static_cast<size_t>(T) * H * 4, stream_));
   CUDA_RETURN_IF_ERROR(
       cuda::LaunchMoeCombine(d.y, slot_of, weights, T, K, H, x_.get<float>(), launch_));
+  if (tp()) RETURN_IF_ERROR(TpReduce(x_.get<float>(), T));
   return Status::Ok();
 }
 

@@ -13,6 +13,7 @@
 #include "engine/backend/cuda/kernels/attention_common.cuh"
 #include "engine/backend/cuda/kernels/kv_route.h"
 #include "engine/backend/cuda/kernels/pdl.cuh"
+#include "engine/backend/cuda/kernels/per_device_once.h"
 
 namespace agentkv::cuda {
 namespace {
@@ -248,12 +249,13 @@ cudaError_t LaunchAttention(const AttentionParams& p, LaunchConfig launch) {
     e = LaunchMmaAttention(p, launch);
   } else {
     const size_t smem = SmemBytes(p.head_dim);
-    static bool raised = false;
-    if (smem > 48 * 1024 && !raised) {
-      e = cudaFuncSetAttribute(AttentionKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(SmemBytes(kMaxAttentionHeadDim)));
+    static PerDeviceOnce raised;  // (per device: the attribute is the context's)
+    if (smem > 48 * 1024) {
+      e = raised.Run([] {
+        return cudaFuncSetAttribute(AttentionKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(SmemBytes(kMaxAttentionHeadDim)));
+      });
       if (e != cudaSuccess) return e;
-      raised = true;
     }
     e = LaunchPdl(AttentionKernel, dim3(p.num_tiles, p.nkv, p.splits), dim3(kThreads), smem, launch,
                   p);

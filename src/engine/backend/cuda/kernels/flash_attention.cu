@@ -31,6 +31,7 @@
 #include "engine/backend/cuda/kernels/mma.cuh"
 #include "engine/backend/cuda/kernels/mma_attention_layout.h"
 #include "engine/backend/cuda/kernels/pdl.cuh"
+#include "engine/backend/cuda/kernels/per_device_once.h"
 
 namespace agentkv::cuda {
 namespace {
@@ -361,13 +362,14 @@ cudaError_t Launch(const AttentionParams& p, LaunchConfig launch) {
   constexpr MmaAttentionLayout kLayout = MmaLayout(D, RW, Loader::kFp8);
   static_assert(kLayout.bytes <= kMmaMaxSmemBytes, "the tiles must fit a block");
   const size_t smem = kLayout.bytes;
-  static bool raised = false;
-  if (smem > kDefaultSmemBytes && !raised) {
-    const cudaError_t e =
-        cudaFuncSetAttribute(MmaAttentionKernel<D, RW, Loader>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  static PerDeviceOnce raised;  // (per device: the attribute is the context's)
+  if (smem > kDefaultSmemBytes) {
+    const cudaError_t e = raised.Run([smem] {
+      return cudaFuncSetAttribute(MmaAttentionKernel<D, RW, Loader>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(smem));
+    });
     if (e != cudaSuccess) return e;
-    raised = true;
   }
   if (p.num_tiles > 65535) return cudaErrorInvalidConfiguration;  // grid y
   return LaunchPdl(MmaAttentionKernel<D, RW, Loader>, dim3(p.nkv, p.num_tiles, p.splits),

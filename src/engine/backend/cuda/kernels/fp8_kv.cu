@@ -23,6 +23,7 @@
 #include "engine/backend/cuda/kernels/fp8_kv.h"
 #include "engine/backend/cuda/kernels/fp8_kv_tile.cuh"
 #include "engine/backend/cuda/kernels/pdl.cuh"
+#include "engine/backend/cuda/kernels/per_device_once.h"
 #include "engine/backend/cuda/kernels/qkv_post.h"
 
 namespace agentkv::cuda {
@@ -328,13 +329,13 @@ cudaError_t LaunchFp8Attention(const AttentionParams& p, LaunchConfig launch) {
       p.fp8_new.v == nullptr || p.fp8_new.k_scale == nullptr || p.fp8_new.v_scale == nullptr)
     return cudaErrorInvalidValue;
   const size_t smem = SmemBytes(p.head_dim);
-  static bool raised = false;
-  if (smem > 48 * 1024 && !raised) {
-    const cudaError_t e =
-        cudaFuncSetAttribute(Fp8AttentionKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(SmemBytes(kMaxAttentionHeadDim)));
+  static PerDeviceOnce raised;  // (per device: the attribute is the context's)
+  if (smem > 48 * 1024) {
+    const cudaError_t e = raised.Run([] {
+      return cudaFuncSetAttribute(Fp8AttentionKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(SmemBytes(kMaxAttentionHeadDim)));
+    });
     if (e != cudaSuccess) return e;
-    raised = true;
   }
   return LaunchPdl(Fp8AttentionKernel, dim3(p.num_tiles, p.nkv, p.splits), dim3(kThreads), smem,
                    launch, p);

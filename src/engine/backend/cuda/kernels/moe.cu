@@ -6,6 +6,7 @@
 #include "engine/backend/cuda/kernels/moe.h"
 #include "engine/backend/cuda/kernels/moe_plan.h"
 #include "engine/backend/cuda/kernels/pdl.cuh"
+#include "engine/backend/cuda/kernels/per_device_once.h"
 
 namespace agentkv::cuda {
 namespace {
@@ -342,13 +343,14 @@ cudaError_t LaunchMoeRouterLogits(const float* x, const float* norm_w, float eps
   if (H <= 0 || H > kMaxMoeRouterHidden || E <= 0) return cudaErrorInvalidValue;
   if (tokens <= 0) return cudaSuccess;
   const size_t smem = static_cast<size_t>(H) * sizeof(float);
-  static bool raised = false;  // (shared memory past 48 KB must be asked for once)
-  if (smem > 48 * 1024 && !raised) {
-    const cudaError_t e =
-        cudaFuncSetAttribute(MoeRouterKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(kMaxMoeRouterHidden * sizeof(float)));
+  // (Shared memory past 48 KB must be asked for once per device.)
+  static PerDeviceOnce raised;
+  if (smem > 48 * 1024) {
+    const cudaError_t e = raised.Run([] {
+      return cudaFuncSetAttribute(MoeRouterKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(kMaxMoeRouterHidden * sizeof(float)));
+    });
     if (e != cudaSuccess) return e;
-    raised = true;
   }
   return LaunchPdl(MoeRouterKernel, dim3(tokens), dim3(kRouterThreads), smem, launch, x, norm_w,
                    eps, plus_one, w, bias, H, E, logits);

@@ -37,6 +37,7 @@
 #include "engine/backend/cuda/kernels/hopper.cuh"
 #include "engine/backend/cuda/kernels/mma.cuh"
 #include "engine/backend/cuda/kernels/pdl.cuh"
+#include "engine/backend/cuda/kernels/per_device_once.h"
 #include "engine/backend/cuda/kernels/wgmma_gemm.h"
 
 namespace agentkv::cuda {
@@ -316,13 +317,13 @@ template <int NT, int S, int A, bool kArgmax = false>
 cudaError_t LaunchNt(const WgmmaArgs& a, int splits, LaunchConfig launch) {
   using C = Cfg<NT, S, A>;
   if (a.K % C::kBK != 0 || a.K / C::kBK < splits) return cudaErrorInvalidValue;
-  static bool raised = false;
-  if (!raised) {
-    const cudaError_t e =
-        cudaFuncSetAttribute(WgmmaGemmKernel<NT, S, A, kArgmax>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, int{C::kSmem});
+  static PerDeviceOnce raised;  // (per device: the attribute is the context's)
+  {
+    const cudaError_t e = raised.Run([] {
+      return cudaFuncSetAttribute(WgmmaGemmKernel<NT, S, A, kArgmax>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, int{C::kSmem});
+    });
     if (e != cudaSuccess) return e;
-    raised = true;
   }
   return LaunchPdl(WgmmaGemmKernel<NT, S, A, kArgmax>,
                    dim3((a.N + C::kTileN - 1) / C::kTileN, splits), dim3(kThreads), C::kSmem,

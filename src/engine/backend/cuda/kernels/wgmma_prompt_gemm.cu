@@ -34,6 +34,7 @@
 #include "engine/backend/cuda/kernels/hopper.cuh"
 #include "engine/backend/cuda/kernels/mma.cuh"
 #include "engine/backend/cuda/kernels/pdl.cuh"
+#include "engine/backend/cuda/kernels/per_device_once.h"
 #include "engine/backend/cuda/kernels/wgmma_prompt_gemm.h"
 
 namespace agentkv::cuda {
@@ -353,12 +354,13 @@ PromptArgs ArgsOf(int m, int n, int k, int act) {
 template <Out kOut>
 cudaError_t LaunchKernel(const CUtensorMap& xm, const CUtensorMap& wm, const CUtensorMap& ym,
                          const PromptArgs& a, int num_sms, LaunchConfig launch) {
-  static bool raised = false;
-  if (!raised) {
-    const cudaError_t e = cudaFuncSetAttribute(
-        PromptGemmKernel<kOut>, cudaFuncAttributeMaxDynamicSharedMemorySize, int{kSmem});
+  static PerDeviceOnce raised;  // (per device: the attribute is the context's)
+  {
+    const cudaError_t e = raised.Run([] {
+      return cudaFuncSetAttribute(PromptGemmKernel<kOut>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, int{kSmem});
+    });
     if (e != cudaSuccess) return e;
-    raised = true;
   }
   const int tiles = (a.M + kBM - 1) / kBM * (a.N / kBN);
   const int grid = tiles < num_sms ? tiles : num_sms;

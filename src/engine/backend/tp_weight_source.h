@@ -1,0 +1,51 @@
+// TpWeightSource: one rank's view of a checkpoint under tensor parallelism
+// (tp_plan.h). A backend built for TpPlan::RankConfig asks it for tensors
+// by their usual names at its (smaller) shapes; it loads the full tensor
+// from the checkpoint and returns the rank's cut (TpPlan::CutOf), so the
+// backend's loading code runs unchanged.
+//
+// Quantized weights are not served under a degree above 1 (Unimplemented):
+// their scale tensors would need cutting too.
+//
+// Thread-safety: as the wrapped source (const calls only). Does not own
+// `full`, which must outlive it.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/backend/tp_plan.h"
+#include "engine/model/weight_source.h"
+
+namespace agentkv {
+
+class TpWeightSource final : public WeightSource {
+ public:
+  // `config`: the full model's; `plan`: made for it.
+  TpWeightSource(const WeightSource& full, const ModelConfig& config, const TpPlan& plan, int rank);
+
+  bool Has(const std::string& name) const override { return full_.Has(name); }
+  // `shape` must be the rank's shape of `name` (CutShape of the full
+  // shape); InvalidArgument otherwise, or for a name the model does not
+  // have (ExpectedWeights).
+  Result<std::vector<float>> LoadF32(const std::string& name,
+                                     std::span<const int64_t> shape) const override;
+  Result<std::vector<uint16_t>> LoadBf16IfStored(const std::string& name,
+                                                 std::span<const int64_t> shape) const override;
+  bool IsQuantized(const std::string& name) const override;
+  Result<QuantizedWeight> LoadQuantized(const std::string& name, std::span<const int64_t> shape,
+                                        const QuantConfig& quant) const override;
+
+ private:
+  // The full shape of `name` and its cut, after checking `shape`.
+  Result<std::pair<std::vector<int64_t>, TensorCut>> Resolve(const std::string& name,
+                                                             std::span<const int64_t> shape) const;
+  const WeightSource& full_;
+  ModelConfig config_;
+  TpPlan plan_;
+  int rank_;
+  std::map<std::string, std::vector<int64_t>> shapes_;  // ExpectedWeights of the full model
+};
+
+}  // namespace agentkv
