@@ -14,48 +14,175 @@ using namespace reduce;
 using namespace nvcuda;
 using bf16 = __nv_bfloat16;
 
-// A block per token: its normalised row in shared memory (fp32), then a
-// warp per expert.
-constexpr int kRouterThreads = 256;
-__global__ void __launch_bounds__(kRouterThreads)
+// The router, a small GEMM [T x H] x [H x E]: a block takes TT tokens and
+// kRouterWarps experts (a warp each), so a step has ceil(T / TT) x
+// ceil(E / kRouterWarps) blocks. Each block normalises its tokens' rows
+// into shared memory (fp32, a warp a token), then every warp streams its
+// expert's weight row once (16-byte loads where H allows) against all TT
+// rows. The norm is recomputed by each block of a token group: H floats
+// from the L2, far less than the weight rows it meets.
+constexpr int kRouterWarps = 4;
+template <int TT>
+__global__ void __launch_bounds__(kRouterWarps * 32)
     MoeRouterKernel(const float* x, const float* norm_w, float eps, bool plus_one, const bf16_t* w,
-                    const float* bias, int H, int E, float* logits) {
+                    const float* bias, int tokens, int H, int E, float* logits) {
   PdlLaunchDependents();
   PdlWait();
-  extern __shared__ float xn[];
-  __shared__ float red[32];
-  const int t = blockIdx.x;
-  const float* xr = x + static_cast<int64_t>(t) * H;
-  float ss = 0.f;
-  for (int i = threadIdx.x; i < H; i += blockDim.x) {
-    const float v = xr[i];
-    xn[i] = v;
-    ss += v * v;
+  extern __shared__ __align__(16) float xn[];  // [TT][H]
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int t0 = blockIdx.x * TT, nt = min(TT, tokens - t0);
+  for (int r = warp; r < TT; r += kRouterWarps) {
+    float* dst = xn + r * H;
+    if (r >= nt) {  // (rows past the last token: zeros, never stored)
+      for (int i = lane; i < H; i += 32) dst[i] = 0.f;
+      continue;
+    }
+    const float* xr = x + static_cast<int64_t>(t0 + r) * H;
+    float ss = 0.f;
+    for (int i = lane; i < H; i += 32) {
+      const float v = xr[i];
+      dst[i] = v;
+      ss += v * v;
+    }
+    ss = WarpSum(ss);
+    const float inv = 1.0f / sqrtf(ss / H + eps);
+    for (int i = lane; i < H; i += 32)
+      dst[i] = dst[i] * inv * (plus_one ? 1.f + norm_w[i] : norm_w[i]);
   }
-  ss = BlockSum(ss, red);
-  const float inv = 1.0f / sqrtf(ss / H + eps);
-  for (int i = threadIdx.x; i < H; i += blockDim.x)
-    xn[i] = xn[i] * inv * (plus_one ? 1.f + norm_w[i] : norm_w[i]);
   __syncthreads();
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  for (int e = warp; e < E; e += warps) {
-    const bf16_t* we = w + static_cast<int64_t>(e) * H;
-    float dot = 0.f;
-    for (int i = lane; i < H; i += 32) dot = fmaf(xn[i], Bf(we[i]), dot);
-    dot = WarpSum(dot);
-    if (lane == 0) logits[static_cast<int64_t>(t) * E + e] = dot + (bias ? bias[e] : 0.f);
+  const int e = blockIdx.y * kRouterWarps + warp;
+  if (e >= E) return;
+  const bf16_t* we = w + static_cast<int64_t>(e) * H;
+  float acc[TT];
+#pragma unroll
+  for (int r = 0; r < TT; ++r) acc[r] = 0.f;
+  if (H % 8 == 0) {
+    const uint4* wv = reinterpret_cast<const uint4*>(we);
+    for (int v = lane; v < H / 8; v += 32) {
+      const uint4 q = __ldg(wv + v);
+      const uint32_t u[4] = {q.x, q.y, q.z, q.w};
+      float wf[8];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        wf[2 * i] = __uint_as_float(u[i] << 16);
+        wf[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+      }
+#pragma unroll
+      for (int r = 0; r < TT; ++r) {
+        const float4 a = reinterpret_cast<const float4*>(xn + r * H)[2 * v];
+        const float4 b = reinterpret_cast<const float4*>(xn + r * H)[2 * v + 1];
+        acc[r] = fmaf(a.x, wf[0], acc[r]);
+        acc[r] = fmaf(a.y, wf[1], acc[r]);
+        acc[r] = fmaf(a.z, wf[2], acc[r]);
+        acc[r] = fmaf(a.w, wf[3], acc[r]);
+        acc[r] = fmaf(b.x, wf[4], acc[r]);
+        acc[r] = fmaf(b.y, wf[5], acc[r]);
+        acc[r] = fmaf(b.z, wf[6], acc[r]);
+        acc[r] = fmaf(b.w, wf[7], acc[r]);
+      }
+    }
+  } else {
+    for (int i = lane; i < H; i += 32) {
+      const float wf = Bf(we[i]);
+#pragma unroll
+      for (int r = 0; r < TT; ++r) acc[r] = fmaf(xn[r * H + i], wf, acc[r]);
+    }
+  }
+  const float b = bias != nullptr ? bias[e] : 0.f;
+#pragma unroll
+  for (int r = 0; r < TT; ++r) {
+    const float s = WarpSum(acc[r]);
+    if (lane == 0 && r < nt) logits[static_cast<int64_t>(t0 + r) * E + e] = s + b;
   }
 }
 
-// A thread per token: E * k comparisons, a few thousand at most.
-__global__ void MoeRouteKernel(const float* logits, int tokens, int E, int k, bool softmax_first,
-                               bool renormalize, int32_t* experts, float* weights) {
+// A warp per token: lane l holds logits l, l + 32, ...; each of the k
+// picks is a warp-wide arg-max over (value descending, id ascending) among
+// the logits below the previous pick in that order (MoeRouteToken's
+// selection, so the same experts, ties to the lower id); lane j keeps pick
+// j. The softmax sums over the warp (another summation order than the
+// reference's, within float rounding).
+constexpr int kRouteWarps = 4;
+constexpr int kRoutePerLane = kMaxMoeExperts / 32;
+__global__ void __launch_bounds__(kRouteWarps * 32)
+    MoeRouteKernel(const float* logits, int tokens, int E, int k, bool softmax_first,
+                   bool renormalize, int32_t* experts, float* weights) {
   PdlLaunchDependents();
   PdlWait();
-  const int t = blockIdx.x * blockDim.x + threadIdx.x;
-  if (t >= tokens) return;
-  MoeRouteToken(logits + static_cast<int64_t>(t) * E, E, k, softmax_first, renormalize,
-                experts + static_cast<int64_t>(t) * k, weights + static_cast<int64_t>(t) * k);
+  const int lane = threadIdx.x & 31;
+  const int t = blockIdx.x * kRouteWarps + (threadIdx.x >> 5);
+  if (t >= tokens) return;  // (whole warps)
+  const float* lg = logits + static_cast<int64_t>(t) * E;
+  float v[kRoutePerLane];
+#pragma unroll
+  for (int i = 0; i < kRoutePerLane; ++i) {
+    const int e = lane + 32 * i;
+    v[i] = e < E ? lg[e] : NAN;  // (NaN: never chosen, never summed)
+  }
+  float prev_v = INFINITY, my_w = 0.f, mx = 0.f;
+  int prev_e = -1, my_e = 0;
+  for (int j = 0; j < k; ++j) {
+    int best = -1;
+    float bv = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < kRoutePerLane; ++i) {
+      const int e = lane + 32 * i;
+      const float val = v[i];
+      if (!(val == val)) continue;
+      if (!(val < prev_v || (val == prev_v && e > prev_e))) continue;
+      if (best < 0 || val > bv) {  // (ids ascend: the lower id wins ties)
+        best = e;
+        bv = val;
+      }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const int ob = __shfl_xor_sync(0xffffffffu, best, o);
+      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+      if (ob >= 0 && (best < 0 || ov > bv || (ov == bv && ob < best))) {
+        best = ob;
+        bv = ov;
+      }
+    }
+    int pe;
+    float pw;
+    if (best < 0) {  // fewer usable logits than k: the rest weigh nothing
+      pe = prev_e < 0 ? 0 : prev_e;
+      pw = -INFINITY;
+    } else {
+      pe = best;
+      pw = bv;
+      prev_v = bv;
+      prev_e = best;
+    }
+    if (j == 0) mx = pw;
+    if (lane == j) {
+      my_e = pe;
+      my_w = pw;
+    }
+  }
+  const bool mine = lane < k;
+  float wj;
+  if (softmax_first) {
+    float sum = 0.f;
+#pragma unroll
+    for (int i = 0; i < kRoutePerLane; ++i)
+      if (v[i] == v[i]) sum += expf(v[i] - mx);
+    sum = WarpSum(sum);
+    wj = sum > 0.f ? expf(my_w - mx) / sum : 0.f;
+    if (renormalize) {
+      const float s = WarpSum(mine ? wj : 0.f);
+      wj = s > 0.f ? wj / s : 0.f;
+    }
+  } else {
+    const float ex = mine ? expf(my_w - mx) : 0.f;
+    const float sum = WarpSum(ex);
+    wj = sum > 0.f ? ex / sum : 0.f;
+  }
+  if (mine) {
+    experts[static_cast<int64_t>(t) * k + lane] = my_e;
+    weights[static_cast<int64_t>(t) * k + lane] = wj;
+  }
 }
 
 // One block. Counts by shared-memory atomics (exact), the prefix sums and
@@ -336,22 +463,50 @@ __global__ void MoeCombineKernel(const float* y, const int32_t* slot_of, const f
 
 }  // namespace
 
+namespace {
+
+// Tokens per router block: as many as fit 96 KiB of fp32 rows (at most 8),
+// and no more than the step has.
+int RouterTokensPerBlock(int tokens, int H) {
+  int tt = 1;
+  while (tt < 8 && tt < tokens && static_cast<size_t>(2 * tt) * H * sizeof(float) <= 96 * 1024)
+    tt *= 2;
+  return tt;
+}
+
+template <int TT>
+cudaError_t LaunchRouter(const float* x, const float* norm_w, float eps, bool plus_one,
+                         const bf16_t* w, const float* bias, int tokens, int H, int E,
+                         float* logits, LaunchConfig launch) {
+  const size_t smem = static_cast<size_t>(TT) * H * sizeof(float);
+  if (smem > 48 * 1024) {  // (shared memory past 48 KiB must be asked for, per device)
+    const cudaError_t e = cudaFuncSetAttribute(
+        MoeRouterKernel<TT>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    if (e != cudaSuccess) return e;
+  }
+  const dim3 grid((tokens + TT - 1) / TT, (E + kRouterWarps - 1) / kRouterWarps);
+  return LaunchPdl(MoeRouterKernel<TT>, grid, dim3(kRouterWarps * 32), smem, launch, x, norm_w, eps,
+                   plus_one, w, bias, tokens, H, E, logits);
+}
+
+}  // namespace
+
 cudaError_t LaunchMoeRouterLogits(const float* x, const float* norm_w, float eps, bool plus_one,
                                   const bf16_t* w, const float* bias, int tokens, int H, int E,
                                   float* logits, LaunchConfig launch) {
   if (H <= 0 || H > kMaxMoeRouterHidden || E <= 0) return cudaErrorInvalidValue;
   if (tokens <= 0) return cudaSuccess;
-  const size_t smem = static_cast<size_t>(H) * sizeof(float);
-  static bool raised = false;  // (shared memory past 48 KB must be asked for once)
-  if (smem > 48 * 1024 && !raised) {
-    const cudaError_t e =
-        cudaFuncSetAttribute(MoeRouterKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(kMaxMoeRouterHidden * sizeof(float)));
-    if (e != cudaSuccess) return e;
-    raised = true;
+  if (E > 65535 * kRouterWarps) return cudaErrorInvalidValue;  // (the grid's y extent)
+  switch (RouterTokensPerBlock(tokens, H)) {
+    case 8:
+      return LaunchRouter<8>(x, norm_w, eps, plus_one, w, bias, tokens, H, E, logits, launch);
+    case 4:
+      return LaunchRouter<4>(x, norm_w, eps, plus_one, w, bias, tokens, H, E, logits, launch);
+    case 2:
+      return LaunchRouter<2>(x, norm_w, eps, plus_one, w, bias, tokens, H, E, logits, launch);
+    default:
+      return LaunchRouter<1>(x, norm_w, eps, plus_one, w, bias, tokens, H, E, logits, launch);
   }
-  return LaunchPdl(MoeRouterKernel, dim3(tokens), dim3(kRouterThreads), smem, launch, x, norm_w,
-                   eps, plus_one, w, bias, H, E, logits);
 }
 
 cudaError_t LaunchMoeRoute(const float* logits, int tokens, int num_experts, int k,
@@ -361,8 +516,9 @@ cudaError_t LaunchMoeRoute(const float* logits, int tokens, int num_experts, int
       k > kMaxMoeTopK)
     return cudaErrorInvalidValue;
   if (tokens <= 0) return cudaSuccess;
-  return LaunchPdl(MoeRouteKernel, dim3((tokens + 127) / 128), dim3(128), 0, launch, logits, tokens,
-                   num_experts, k, softmax_first, renormalize, experts, weights);
+  return LaunchPdl(MoeRouteKernel, dim3((tokens + kRouteWarps - 1) / kRouteWarps),
+                   dim3(kRouteWarps * 32), 0, launch, logits, tokens, num_experts, k, softmax_first,
+                   renormalize, experts, weights);
 }
 
 cudaError_t LaunchMoePlan(const int32_t* experts, int assignments, int num_experts,

@@ -29,11 +29,21 @@ using namespace agentkv::testing;
 TEST(CudaMoe, RouteAndPlanMatchThePureFunctions) {
   AGENTKV_REQUIRE_GPU();
   std::mt19937 rng(11);
-  for (auto [T, E, k] : {std::array{1, 32, 4}, {7, 32, 4}, {300, 128, 8}, {1000, 8, 2}}) {
+  // (Expert counts off the warp's multiples, the largest count and top-k
+  // the kernels take, and NaN logits, which are never chosen: with E = k
+  // = 32 some tokens have fewer usable logits than picks.)
+  for (auto [T, E, k] : {std::array{1, 32, 4},
+                         {7, 32, 4},
+                         {300, 128, 8},
+                         {1000, 8, 2},
+                         {9, 100, 3},
+                         {5, cuda::kMaxMoeExperts, cuda::kMaxMoeTopK},
+                         {6, 32, 32}}) {
     for (bool softmax_first : {false, true}) {
       auto logits = Random(static_cast<size_t>(T) * E, rng, 2.f);
       for (int i = 0; i < T; i += 3)
         logits[static_cast<size_t>(i) * E + 1] = logits[i * E];  // ties
+      for (int i = 1; i < T; i += 4) logits[static_cast<size_t>(i) * E + (i % E)] = NAN;
       auto dl = Upload(logits);
       auto de = Poisoned<int32_t>(T * k);
       auto dw = Poisoned<float>(T * k);
@@ -99,6 +109,35 @@ TEST(CudaMoe, RouteAndPlanMatchThePureFunctions) {
   EXPECT_EQ(cuda::LaunchMoeGemm(no_tiles, nullptr), cudaErrorInvalidValue);
 }
 
+// The router's logits alone against the CPU's fp32 norm and product, for
+// token counts that fill the kernel's token groups partly, hidden sizes
+// with and without whole 16-byte vectors, and expert counts off the
+// block's multiples.
+TEST(CudaMoe, RouterLogitsMatchTheCpu) {
+  AGENTKV_REQUIRE_GPU();
+  std::mt19937 rng(23);
+  for (auto [T, H, E] :
+       {std::array{1, 2048, 128}, {3, 100, 5}, {13, 2048, 128}, {37, 520, 33}, {2, 12288, 8}}) {
+    for (const bool gemma : {false, true}) {
+      const auto x = Random(static_cast<size_t>(T) * H, rng, 2.f);
+      const auto nw = Random(H, rng, 0.2f, gemma ? 0.f : 1.f);
+      const auto w = Rounded(Random(static_cast<size_t>(E) * H, rng, 0.3f));
+      const auto bias = Random(E, rng, 0.5f);
+      std::vector<float> h(x.size()), want(static_cast<size_t>(T) * E);
+      kernels::RmsNorm(x.data(), nw.data(), h.data(), T, H, 1e-5f, gemma);
+      kernels::Linear(h.data(), w.data(), bias.data(), want.data(), T, E, H);
+      auto dx = Upload(x), dnw = Upload(nw), dw = Upload(Bf16Of(w)), db = Upload(bias);
+      auto out = Poisoned<float>(want.size());
+      ASSERT_EQ(cuda::LaunchMoeRouterLogits(dx.get<float>(), dnw.get<float>(), 1e-5f, gemma,
+                                            dw.get<cuda::bf16_t>(), db.get<float>(), T, H, E,
+                                            out.get<float>(), nullptr),
+                cudaSuccess);
+      EXPECT_LT(RelErr(Download<float>(out, want.size()), want), 1e-5)
+          << "T " << T << " H " << H << " E " << E << " gemma " << gemma;
+    }
+  }
+}
+
 struct LayerCase {
   bool gpt_oss;
   int T, E, k, H, I;
@@ -148,9 +187,9 @@ TEST_P(CudaMoeLayer, MatchesCpuMoe) {
 
   // The device layout: per expert [gate rows | up rows] -> interleaved.
   std::vector<float> gu_dev(w.gate_up.size()), gub_dev;
+  std::vector<float> one(static_cast<size_t>(2) * I * H);
   for (int e = 0; e < E; ++e) {
-    const std::vector<float> one(w.gate_up.begin() + static_cast<size_t>(e) * 2 * I * H,
-                                 w.gate_up.begin() + static_cast<size_t>(e + 1) * 2 * I * H);
+    std::copy_n(w.gate_up.data() + static_cast<size_t>(e) * 2 * I * H, one.size(), one.data());
     const auto inter = InterleaveGateUp(one, I, H);
     std::copy(inter.begin(), inter.end(), gu_dev.begin() + static_cast<size_t>(e) * 2 * I * H);
   }
