@@ -179,6 +179,10 @@ Status CudaBackend::MoeMlp(const Layer& L, int T) {
       c.moe.swiglu_limit > 0.f ? cuda::MoeEpilogue::kClampedSwiglu : cuda::MoeEpilogue::kSwiglu;
   g.limit = c.moe.swiglu_limit;
   g.act = moe_act_.get<cuda::bf16_t>();
+  // Each GEMM on the kernel the step's shape calls for (a token takes an
+  // expert once: no group has more than T rows).
+  g.max_group_rows = T;
+  g.path = cuda::ChooseMoeGemmPath(T, K, E, g.N, g.K, g.format);
   CUDA_RETURN_IF_ERROR(cuda::LaunchMoeGemm(g, launch_));
   cuda::MoeGemmParams d = g;
   d.x = g.act;
@@ -191,6 +195,7 @@ Status CudaBackend::MoeMlp(const Layer& L, int T) {
   d.epilogue = cuda::MoeEpilogue::kStore;
   d.act = nullptr;
   d.y = moe_y_.get<float>();
+  d.path = cuda::ChooseMoeGemmPath(T, K, E, d.N, d.K, d.format);
   CUDA_RETURN_IF_ERROR(cuda::LaunchMoeGemm(d, launch_));
   CUDA_RETURN_IF_ERROR(
       cuda::LaunchMoeCombine(d.y, slot_of, weights, T, K, H, x_.get<float>(), launch_));

@@ -531,6 +531,10 @@ cudaError_t LaunchMoePlan(const int32_t* experts, int assignments, int num_exper
 }
 
 cudaError_t LaunchMoeGemm(const MoeGemmParams& p, LaunchConfig launch) {
+  if (p.path == MoeGemmPath::kGemv) return LaunchMoeGemv(p, launch);
+  // (The tiles read bf16 weights only.)
+  if (p.path == MoeGemmPath::kUnsupported || p.format != MoeWeightFormat::kBf16)
+    return cudaErrorInvalidValue;
   if (p.N <= 0 || p.K <= 0 || p.num_experts <= 0 || p.div <= 0) return cudaErrorInvalidValue;
   const bool gated = p.epilogue != MoeEpilogue::kStore;
   if (gated ? (p.act == nullptr || p.N % 2 != 0) : p.y == nullptr) return cudaErrorInvalidValue;
@@ -539,7 +543,7 @@ cudaError_t LaunchMoeGemm(const MoeGemmParams& p, LaunchConfig launch) {
   const int tiles = p.offsets != nullptr ? p.max_tiles : (p.rows + kMoeTileRows - 1) / kMoeTileRows;
   if (tiles <= 0) return cudaSuccess;
   if (tiles > 65535) return cudaErrorInvalidValue;  // (the grid's y extent)
-  return LaunchPdl(p.tensor_cores ? MoeGemmWmmaKernel : MoeGemmKernel,
+  return LaunchPdl(p.path == MoeGemmPath::kTensorCores ? MoeGemmWmmaKernel : MoeGemmKernel,
                    dim3((p.N + kCols - 1) / kCols, tiles), dim3(kCols), 0, launch, p);
 }
 

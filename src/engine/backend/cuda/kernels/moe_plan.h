@@ -152,4 +152,71 @@ AGENTKV_MOE_HD inline int MoeTileExpert(int b, const int32_t* tiles, const int32
   return lo;
 }
 
+// How a grouped GEMM's expert weights are stored (LaunchMoeGemm):
+//   kBf16: w [E][N][K] bf16.
+//   kFp8Block: e4m3 codes [E][N][K] with one fp32 scale per block of
+//     block_rows x block_cols (W = code * scale), as FP8 block checkpoints
+//     store them.
+//   kMxfp4: [E][N][K / 32][16] bytes of e2m1 pairs (low nibble first) and
+//     an E8M0 exponent [E][N][K / 32] per 32 values, as MXFP4 checkpoints.
+enum class MoeWeightFormat { kBf16, kFp8Block, kMxfp4 };
+
+// Weight elements in one 16-byte load (a lane's unit of the GEMV).
+AGENTKV_MOE_HD inline constexpr int MoeWeightVecElems(MoeWeightFormat f) {
+  return f == MoeWeightFormat::kBf16 ? 8 : f == MoeWeightFormat::kFp8Block ? 16 : 32;
+}
+
+// Which kernel runs a grouped GEMM:
+//   kTensorCores: row tiles of kMoeTileRows on WMMA (bf16 weights; prefill);
+//   kCudaCores: the same tiles on the CUDA cores (the plain form tests
+//     compare against);
+//   kGemv: weight streaming at near the memory bandwidth, each warp a pair
+//     of weight rows of one expert against up to kMaxMoeGemvRows rows of
+//     the group at a time (decode steps: groups of a few rows); the only
+//     kernel that dequantizes (fp8, mxfp4) as it reads;
+//   kUnsupported: no kernel takes the shape.
+enum class MoeGemmPath { kTensorCores, kCudaCores, kGemv, kUnsupported };
+
+// The GEMV's rows per pass (a register each, per weight row) and the
+// largest K it takes (those rows of K bf16 sit in 96 KiB of shared memory).
+inline constexpr int kMaxMoeGemvRows = 8;
+inline constexpr int kMaxMoeGemvK = 6144;
+// The GEMV serves steps of at most this many tokens (a token takes an
+// expert once, so no group has more rows), and larger steps whose
+// assignments average at most kMoeGemvMeanRows per expert touched.
+inline constexpr int kMoeGemvTokens = 16;
+inline constexpr int kMoeGemvMeanRows = 8;
+
+// Whether the GEMV takes N x K weights of format f.
+AGENTKV_MOE_HD inline bool MoeGemvTakes(int N, int K, MoeWeightFormat f) {
+  return N > 0 && K > 0 && K <= kMaxMoeGemvK && K % MoeWeightVecElems(f) == 0;
+}
+
+// The kernel for a step of `tokens` tokens, k experts each, over
+// num_experts experts of N x K weights of format f (see MoeGemmPath).
+// Quantized weights always take the GEMV (the only kernel that reads
+// them); bf16 ones take it for decode-sized groups, the tensor cores
+// otherwise.
+AGENTKV_MOE_HD inline MoeGemmPath ChooseMoeGemmPath(int tokens, int k, int num_experts, int N,
+                                                    int K, MoeWeightFormat f) {
+  if (tokens <= 0 || k <= 0 || num_experts <= 0 || N <= 0 || K <= 0)
+    return MoeGemmPath::kUnsupported;
+  const bool gemv = MoeGemvTakes(N, K, f);
+  if (f != MoeWeightFormat::kBf16) return gemv ? MoeGemmPath::kGemv : MoeGemmPath::kUnsupported;
+  if (!gemv) return MoeGemmPath::kTensorCores;
+  if (tokens <= kMoeGemvTokens) return MoeGemmPath::kGemv;
+  const int64_t a = static_cast<int64_t>(tokens) * k;
+  const int64_t touched = a < num_experts ? a : num_experts;
+  return a <= kMoeGemvMeanRows * touched ? MoeGemmPath::kGemv : MoeGemmPath::kTensorCores;
+}
+
+// The GEMV's rows per pass for groups of at most max_group_rows rows (0:
+// unknown): the power of two that holds them, at most kMaxMoeGemvRows.
+AGENTKV_MOE_HD inline int MoeGemvPassRows(int max_group_rows) {
+  if (max_group_rows <= 0) return kMaxMoeGemvRows;
+  int r = 1;
+  while (r < max_group_rows && r < kMaxMoeGemvRows) r *= 2;
+  return r;
+}
+
 }  // namespace agentkv::cuda

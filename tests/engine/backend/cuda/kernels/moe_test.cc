@@ -1,7 +1,8 @@
 // The MoE kernels (moe.cu): routing and grouping against moe_plan.h's pure
 // functions (exact), and a whole layer (the router from the fp32 residual,
 // routing, grouping, gated expert GEMM, down GEMM, weighted sum) against
-// the CPU backend's CpuMoe on the same bf16 weights, for GPT-OSS's form
+// the CPU backend's CpuMoe on the same bf16 weights, on each GEMM path,
+// for GPT-OSS's form
 // (router and expert biases, clamped SwiGLU, top-k then softmax) and
 // Qwen3-MoE's (softmax then top-k, renormalised, SwiGLU). Outputs poisoned
 // before each launch. Tolerances: 1e-2 relative L2 for the layer (its
@@ -217,9 +218,15 @@ TEST_P(CudaMoeLayer, MatchesCpuMoe) {
       cuda::LaunchMoePlan(experts.get<int32_t>(), A, E, off.get<int32_t>(), tiles.get<int32_t>(),
                           order.get<int32_t>(), slot.get<int32_t>(), nullptr),
       cudaSuccess);
-  // The expert GEMMs on the tensor cores (the backend's) and on the CUDA
-  // cores, each from a fresh x and poisoned intermediates.
-  for (const bool tensor_cores : {true, false}) {
+  // The expert GEMMs on each path (the tensor cores', the CUDA cores', the
+  // GEMV's), each from a fresh x and poisoned intermediates.
+  for (const cuda::MoeGemmPath path :
+       {cuda::MoeGemmPath::kTensorCores, cuda::MoeGemmPath::kCudaCores, cuda::MoeGemmPath::kGemv}) {
+    // (The GEMV takes whole 16-byte rows only.)
+    if (path == cuda::MoeGemmPath::kGemv &&
+        !(cuda::MoeGemvTakes(2 * I, H, cuda::MoeWeightFormat::kBf16) &&
+          cuda::MoeGemvTakes(H, I, cuda::MoeWeightFormat::kBf16)))
+      continue;
     auto act = Poisoned<uint16_t>(static_cast<size_t>(A) * I);
     auto y = Poisoned<float>(static_cast<size_t>(A) * H);
     auto dx = Upload(x0);
@@ -238,7 +245,8 @@ TEST_P(CudaMoeLayer, MatchesCpuMoe) {
     g.epilogue = lc.gpt_oss ? cuda::MoeEpilogue::kClampedSwiglu : cuda::MoeEpilogue::kSwiglu;
     g.limit = 7.f;
     g.act = act.get<cuda::bf16_t>();
-    g.tensor_cores = tensor_cores;
+    g.path = path;
+    g.max_group_rows = T;
     ASSERT_EQ(cuda::LaunchMoeGemm(g, nullptr), cudaSuccess);
     cuda::MoeGemmParams d = g;
     d.x = act.get<cuda::bf16_t>();
@@ -262,7 +270,7 @@ TEST_P(CudaMoeLayer, MatchesCpuMoe) {
       got_moe[i] = got[i] - x0[i];
       want_moe[i] = want[i] - x0[i];
     }
-    EXPECT_LT(RelErr(got_moe, want_moe), 1e-2) << "tensor cores " << tensor_cores;
+    EXPECT_LT(RelErr(got_moe, want_moe), 1e-2) << "path " << static_cast<int>(path);
   }
   // The router logits in fp32, as the CPU's (another summation order).
   std::vector<float> want_logits(static_cast<size_t>(T) * E);
@@ -274,7 +282,8 @@ TEST_P(CudaMoeLayer, MatchesCpuMoe) {
   std::vector<float> hb = Rounded(h), want_one(static_cast<size_t>(T) * E);
   kernels::Linear(hb.data(), w.router.data(), lc.gpt_oss ? w.router_bias.data() : nullptr,
                   want_one.data(), T, E, H);
-  for (const bool tensor_cores : {true, false}) {
+  for (const cuda::MoeGemmPath path :
+       {cuda::MoeGemmPath::kTensorCores, cuda::MoeGemmPath::kCudaCores, cuda::MoeGemmPath::kGemv}) {
     auto one = Poisoned<float>(static_cast<size_t>(T) * E);
     cuda::MoeGemmParams g;
     g.x = dh.get<cuda::bf16_t>();
@@ -284,10 +293,10 @@ TEST_P(CudaMoeLayer, MatchesCpuMoe) {
     g.K = H;
     g.rows = T;
     g.y = one.get<float>();
-    g.tensor_cores = tensor_cores;
+    g.path = path;
     ASSERT_EQ(cuda::LaunchMoeGemm(g, nullptr), cudaSuccess);
     EXPECT_LT(RelErr(Download<float>(one, want_one.size()), want_one), 1e-5)
-        << "tensor cores " << tensor_cores;
+        << "path " << static_cast<int>(path);
   }
 }
 
