@@ -94,9 +94,6 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::Create(const ModelConfig& conf
                          std::to_string(config.head_dim));
   if (config.num_heads / config.num_kv_heads > 16)
     return Unimplemented("cuda backend: more than 16 query heads per KV head");
-  if (config.quant.quantized())
-    return Unimplemented(
-        "cuda backend: quantized checkpoints (mxfp4, fp8) run on --device cpu only for now");
   if (config.IsMoe() &&
       (config.moe.num_experts > cuda::kMaxMoeExperts ||
        config.moe.experts_per_token > cuda::kMaxMoeTopK || config.moe.experts_per_token <= 0 ||
@@ -232,6 +229,10 @@ Status CudaBackend::UploadBf16(const WeightSource& w, const std::vector<std::str
   std::vector<std::vector<uint16_t>> all;
   int64_t off = 0;
   for (size_t i = 0; i < names.size(); ++i) {
+    if (w.IsQuantized(names[i]))  // (only the experts' kernels dequantize)
+      return Unimplemented("cuda backend: " + names[i] +
+                           " is stored quantized; the CUDA backend reads quantized weights for "
+                           "mixture-of-experts experts only (use --device cpu)");
     std::vector<uint16_t> bits;
     if (auto e = w.LoadBf16IfStored(names[i], shapes[i]); e.ok()) {
       bits = std::move(e).value();

@@ -2,11 +2,12 @@
 // the warpgroup kernels run on compute capability 9.0 only, and the steps
 // take other kernels elsewhere).
 //
-// Weights live on the GPU in bf16 (norm weights, biases and rotary
-// frequencies in fp32; the MLP's gate and up rows interleaved, so that a
-// block holds both halves of its outputs and the gated activation can sit
-// in a GEMM's epilogue); the residual stream is fp32, GEMM inputs bf16,
-// accumulation fp32.
+// Weights live on the GPU in bf16 (mixture-of-experts experts stored as
+// fp8 with block scales or mxfp4 stay so, dequantized inside the expert
+// kernels; a checkpoint with other quantized weights is refused at
+// creation, naming one; norm weights, biases and rotary frequencies in fp32; the MLP's gate and up
+// rows interleaved, so that a block holds both halves of its outputs and the gated activation can
+// sit in a GEMM's epilogue); the residual stream is fp32, GEMM inputs bf16, accumulation fp32.
 //
 // GEMMs, by the step's rows (Gemm, NormGemm, ResidualGemm, Enqueue):
 // - 1 and 2 rows (kGemvMaxRows): weight-streaming GEMVs (kernels/gemv.h),
@@ -224,6 +225,9 @@ class CudaBackend final : public Backend {
   double device_seconds() const override { return device_seconds_; }
   // Steps run through a captured graph so far (for tests and benchmarks).
   int64_t graph_steps() const { return graph_steps_; }
+  // Bytes of GPU memory the weights hold (quantized experts at their
+  // stored size; moe_layer.cc).
+  uint64_t weight_bytes() const;
   double graph_capture_seconds() const override { return capture_seconds_; }
   int64_t graphs_captured() const override { return graphs_captured_; }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "engine/backend/cuda/backend.h"
+#include "engine/backend/cuda/kernels/moe_plan.h"
 
 namespace agentkv {
 
@@ -28,6 +29,19 @@ struct CudaBackend::Layer {
   float* experts_gate_up_bias = nullptr;    // [E][2I], interleaved (GPT-OSS)
   cuda::bf16_t* experts_down = nullptr;     // [E][H][I]
   float* experts_down_bias = nullptr;       // [E][H] (GPT-OSS)
+  // Quantized experts (experts_format not kBf16; experts_gate_up and
+  // experts_down null), as cuda::MoeGemmParams reads them: codes, and fp8
+  // block scales (gate_up's paired: gate's and up's blocks apart) or mxfp4
+  // exponents.
+  cuda::MoeWeightFormat experts_format = cuda::MoeWeightFormat::kBf16;
+  const uint8_t* experts_gate_up_q = nullptr;
+  const uint8_t* experts_down_q = nullptr;
+  const float* experts_gate_up_scales = nullptr;
+  const float* experts_down_scales = nullptr;
+  bool experts_gate_up_scale_pairs = false;
+  const uint8_t* experts_gate_up_exps = nullptr;
+  const uint8_t* experts_down_exps = nullptr;
+  int experts_block_rows = 128, experts_block_cols = 128;
   AttentionKind kind = AttentionKind::kFull;
   int window = 0;
   int group = 0;
