@@ -185,11 +185,13 @@ __global__ void __launch_bounds__(kRouteWarps * 32)
   }
 }
 
-// One block. Counts by shared-memory atomics (exact), the prefix sums and
-// tiles by one thread (MoePlanOffsets' and MoePlanTiles' arithmetic), then
+// One block. Counts by shared-memory atomics (exact), the prefix sums of
+// counts and tiles by a block scan (MoePlanOffsets' and MoePlanTiles'
+// integers), then
 // each warp writes its experts' groups as MoePlanExpert does: assignments
 // 32 at a time, a ballot and a population count placing each in token order.
 constexpr int kPlanThreads = 1024;
+static_assert(kPlanThreads >= kMaxMoeExperts, "a thread per expert in the scan");
 __global__ void __launch_bounds__(kPlanThreads)
     MoePlanKernel(const int32_t* experts, int A, int E, int32_t* offsets, int32_t* tiles,
                   int32_t* order, int32_t* slot_of) {
@@ -204,14 +206,56 @@ __global__ void __launch_bounds__(kPlanThreads)
     if (e >= 0 && e < E) atomicAdd(&count[e + 1], 1);
   }
   __syncthreads();
-  if (threadIdx.x == 0) {
-    off[0] = 0;
-    for (int e = 0; e < E; ++e) off[e + 1] = off[e] + count[e + 1];
-    for (int e = 0; e <= E; ++e) offsets[e] = off[e];
-    MoePlanTiles(off, E, tiles);
+  // Prefix sums of the counts and of the tiles per expert (MoePlanOffsets'
+  // and MoePlanTiles' integers), thread e for expert e (E <= the block):
+  // warp scans, then the warps' totals scanned by one warp.
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  __shared__ int32_t warp_n[32], warp_t[32];
+  const int me = threadIdx.x;
+  int n = me < E ? count[me + 1] : 0;
+  int t = (n + kMoeTileRows - 1) / kMoeTileRows;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int pn = __shfl_up_sync(0xffffffffu, n, o), pt = __shfl_up_sync(0xffffffffu, t, o);
+    if (lane >= o) {
+      n += pn;
+      t += pt;
+    }
+  }
+  if (lane == 31) {
+    warp_n[warp] = n;
+    warp_t[warp] = t;
   }
   __syncthreads();
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  if (warp == 0) {
+    int wn = lane < warps ? warp_n[lane] : 0, wt = lane < warps ? warp_t[lane] : 0;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int pn = __shfl_up_sync(0xffffffffu, wn, o), pt = __shfl_up_sync(0xffffffffu, wt, o);
+      if (lane >= o) {
+        wn += pn;
+        wt += pt;
+      }
+    }
+    warp_n[lane] = wn;  // (inclusive: warp w adds entry w - 1)
+    warp_t[lane] = wt;
+  }
+  __syncthreads();
+  if (warp > 0) {
+    n += warp_n[warp - 1];
+    t += warp_t[warp - 1];
+  }
+  if (me < E) {
+    off[me + 1] = n;
+    offsets[me + 1] = n;
+    tiles[me + 1] = t;
+  }
+  if (me == 0) {
+    off[0] = 0;
+    offsets[0] = 0;
+    tiles[0] = 0;
+  }
+  __syncthreads();
   const unsigned below = (1u << lane) - 1u;
   for (int e = warp; e < E; e += warps) {
     int at = off[e];
