@@ -115,9 +115,9 @@ struct Tile {
 
 // The weight loads of one round for the warp's rows: load j = round *
 // kRound + u * 32 + lane of each row (zeros past the row or past N), and
-// each load's scale (fp8: its block's; mxfp4: its exponent's value times
-// 2^14 split as (2^14, scale): the partial sum takes the 2^14 first, so a
-// large exponent cannot overflow the factor).
+// each load's scale (fp8: its block's; mxfp4: its exponent's 2^(e - 127);
+// DotLoad multiplies the partial sum by the f16 placement's 2^14 before
+// the scale, so that no product of the two factors can overflow).
 template <MoeWeightFormat F>
 __device__ __forceinline__ void LoadRound(const MoeGemmParams& p, const Tile& t, int n0, int kv,
                                           int round, int lane, uint4 (&wv)[kPairRows][kLoads],
