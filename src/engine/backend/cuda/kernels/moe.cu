@@ -18,18 +18,31 @@ using bf16 = __nv_bfloat16;
 // kRouterWarps experts (a warp each), so a step has ceil(T / TT) x
 // ceil(E / kRouterWarps) blocks. Each block normalises its tokens' rows
 // into shared memory (fp32, a warp a token), then every warp streams its
-// expert's weight row once (16-byte loads where H allows) against all TT
-// rows. The norm is recomputed by each block of a token group: H floats
-// from the L2, far less than the weight rows it meets.
+// expert's weight row once (16-byte loads where H allows, the first ones
+// issued before the PDL wait) against all TT rows. The norm is recomputed by each block of a token
+// group: H floats from the L2, far less than the weight rows it meets.
 constexpr int kRouterWarps = 4;
+constexpr int kRouterPre = 8;
 template <int TT>
 __global__ void __launch_bounds__(kRouterWarps * 32)
     MoeRouterKernel(const float* x, const float* norm_w, float eps, bool plus_one, const bf16_t* w,
                     const float* bias, int tokens, int H, int E, float* logits) {
-  PdlLaunchDependents();
-  PdlWait();
   extern __shared__ __align__(16) float xn[];  // [TT][H]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int e = blockIdx.y * kRouterWarps + warp;
+  // The expert's first kRouterPre loads go out before the wait (weights are
+  // never written by a step): for H up to 2,048 the whole row.
+  const bool vec = H % 8 == 0;
+  const int nv = H / 8;
+  const uint4* wv = reinterpret_cast<const uint4*>(w + static_cast<int64_t>(e) * H);
+  uint4 pre[kRouterPre];
+#pragma unroll
+  for (int i = 0; i < kRouterPre; ++i) {
+    const int v = lane + 32 * i;
+    pre[i] = vec && e < E && v < nv ? __ldg(wv + v) : make_uint4(0u, 0u, 0u, 0u);
+  }
+  PdlLaunchDependents();
+  PdlWait();
   const int t0 = blockIdx.x * TT, nt = min(TT, tokens - t0);
   for (int r = warp; r < TT; r += kRouterWarps) {
     float* dst = xn + r * H;
@@ -39,6 +52,7 @@ __global__ void __launch_bounds__(kRouterWarps * 32)
     }
     const float* xr = x + static_cast<int64_t>(t0 + r) * H;
     float ss = 0.f;
+#pragma unroll 8
     for (int i = lane; i < H; i += 32) {
       const float v = xr[i];
       dst[i] = v;
@@ -50,38 +64,43 @@ __global__ void __launch_bounds__(kRouterWarps * 32)
       dst[i] = dst[i] * inv * (plus_one ? 1.f + norm_w[i] : norm_w[i]);
   }
   __syncthreads();
-  const int e = blockIdx.y * kRouterWarps + warp;
   if (e >= E) return;
-  const bf16_t* we = w + static_cast<int64_t>(e) * H;
   float acc[TT];
 #pragma unroll
   for (int r = 0; r < TT; ++r) acc[r] = 0.f;
-  if (H % 8 == 0) {
-    const uint4* wv = reinterpret_cast<const uint4*>(we);
-    for (int v = lane; v < H / 8; v += 32) {
-      const uint4 q = __ldg(wv + v);
-      const uint32_t u[4] = {q.x, q.y, q.z, q.w};
-      float wf[8];
+  // acc[r] += the 8 weights of q . row r's elements 8v .. 8v + 7.
+  auto dot = [&](const uint4& q, int v) {
+    const uint32_t u[4] = {q.x, q.y, q.z, q.w};
+    float wf[8];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        wf[2 * i] = __uint_as_float(u[i] << 16);
-        wf[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
-      }
-#pragma unroll
-      for (int r = 0; r < TT; ++r) {
-        const float4 a = reinterpret_cast<const float4*>(xn + r * H)[2 * v];
-        const float4 b = reinterpret_cast<const float4*>(xn + r * H)[2 * v + 1];
-        acc[r] = fmaf(a.x, wf[0], acc[r]);
-        acc[r] = fmaf(a.y, wf[1], acc[r]);
-        acc[r] = fmaf(a.z, wf[2], acc[r]);
-        acc[r] = fmaf(a.w, wf[3], acc[r]);
-        acc[r] = fmaf(b.x, wf[4], acc[r]);
-        acc[r] = fmaf(b.y, wf[5], acc[r]);
-        acc[r] = fmaf(b.z, wf[6], acc[r]);
-        acc[r] = fmaf(b.w, wf[7], acc[r]);
-      }
+    for (int i = 0; i < 4; ++i) {
+      wf[2 * i] = __uint_as_float(u[i] << 16);
+      wf[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
     }
+#pragma unroll
+    for (int r = 0; r < TT; ++r) {
+      const float4 a = reinterpret_cast<const float4*>(xn + r * H)[2 * v];
+      const float4 b = reinterpret_cast<const float4*>(xn + r * H)[2 * v + 1];
+      acc[r] = fmaf(a.x, wf[0], acc[r]);
+      acc[r] = fmaf(a.y, wf[1], acc[r]);
+      acc[r] = fmaf(a.z, wf[2], acc[r]);
+      acc[r] = fmaf(a.w, wf[3], acc[r]);
+      acc[r] = fmaf(b.x, wf[4], acc[r]);
+      acc[r] = fmaf(b.y, wf[5], acc[r]);
+      acc[r] = fmaf(b.z, wf[6], acc[r]);
+      acc[r] = fmaf(b.w, wf[7], acc[r]);
+    }
+  };
+  if (vec) {
+#pragma unroll
+    for (int i = 0; i < kRouterPre; ++i) {
+      const int v = lane + 32 * i;
+      if (v < nv) dot(pre[i], v);
+    }
+#pragma unroll 4
+    for (int v = lane + 32 * kRouterPre; v < nv; v += 32) dot(__ldg(wv + v), v);
   } else {
+    const bf16_t* we = w + static_cast<int64_t>(e) * H;
     for (int i = lane; i < H; i += 32) {
       const float wf = Bf(we[i]);
 #pragma unroll
