@@ -8,7 +8,8 @@
 // the tolerances are backend_test.cc's for random routing (mean relative
 // L2 error under 4e-2, at most a fifth of the rows past 6e-2). The experts
 // take their stored size in GPU memory; a checkpoint with quantized dense
-// weights is refused at creation, naming one.
+// weights, or with experts the kernels cannot read, is refused at creation,
+// saying why.
 #include "test_util.h"
 
 #ifdef AGENTKV_HAVE_CUDA
@@ -89,6 +90,10 @@ class PartlyQuantized : public WeightSource {
 };
 
 bool Experts(const std::string& name) { return name.find(".mlp.experts.") != std::string::npos; }
+// Expert 0's weights only (of every layer).
+bool ExpertZero(const std::string& name) {
+  return name.find(".mlp.experts.0.") != std::string::npos;
+}
 bool Nothing(const std::string&) { return false; }
 
 class CudaBackendQuant : public ::testing::Test {
@@ -222,6 +227,34 @@ TEST_F(CudaBackendQuant, Qwen3MoeFp8ExpertsMatchTheCpu) {
   const int64_t E = c->moe.num_experts;
   const uint64_t stored = ExpertBf16Bytes(*c) / 2 + static_cast<uint64_t>(E) * (2 * 4 + 4) * 4;
   EXPECT_EQ((*ref)->weight_bytes() - quant, (ExpertBf16Bytes(*c) - stored) * c->num_layers);
+}
+
+// Quantized experts the kernels do not read are refused at creation, with
+// the reason: per-channel fp8 (compressed-tensors), and a layer whose
+// experts are quantized in part.
+TEST_F(CudaBackendQuant, RefusesExpertsTheKernelsCannotRead) {
+  AGENTKV_REQUIRE_GPU();
+  SynthOptions o = Base("qwen3_moe", SynthQuant::kFp8Channel);
+  o.hidden = 64;
+  o.experts = 4;
+  o.experts_per_token = 2;
+  o.moe_intermediate = 32;
+  ASSERT_TRUE(SynthesizeModel(o).ok());
+  auto c = ModelConfig::Load(dir_);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto w = SafetensorsWeights::Open(dir_);
+  ASSERT_TRUE(w.ok());
+  const PartlyQuantized channel(*w, c->quant, Experts);
+  auto b = CudaBackend::Create(*c, channel, CudaBackendOptions{});
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(b.status().message().find("fp8-channel"), std::string::npos) << b.status().ToString();
+  const PartlyQuantized some(*w, c->quant, ExpertZero);
+  b = CudaBackend::Create(*c, some, CudaBackendOptions{});
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(b.status().message().find("some experts quantized"), std::string::npos)
+      << b.status().ToString();
 }
 
 }  // namespace
