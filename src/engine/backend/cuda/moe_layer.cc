@@ -280,13 +280,15 @@ Status CudaBackend::LoadMoeLayer(const WeightSource& w, int layer, Layer* L) {
       return Unimplemented("cuda backend: layer " + std::to_string(layer) +
                            "'s gate_up and down experts are stored in different formats or "
                            "blocks");
-    // Only the GEMV reads quantized weights: the shapes must suit it.
+    // The kernels read quantized rows in whole 16-byte loads.
     for (auto [n, k] : {std::pair{2 * I, H}, std::pair{H, I}})
-      if (!cuda::MoeGemvTakes(static_cast<int>(n), static_cast<int>(k), q_gate_up.format))
+      if (cuda::ChooseMoeGemmPath(1, c.moe.experts_per_token, static_cast<int>(E),
+                                  static_cast<int>(n), static_cast<int>(k),
+                                  q_gate_up.format) == cuda::MoeGemmPath::kUnsupported)
         return Unimplemented("cuda backend: quantized experts of " + std::to_string(n) + " x " +
-                             std::to_string(k) + ": the MoE kernels need inputs of whole " +
+                             std::to_string(k) + ": the MoE kernels need inputs in whole " +
                              std::to_string(cuda::MoeWeightVecElems(q_gate_up.format)) +
-                             "-value loads, at most " + std::to_string(cuda::kMaxMoeGemvK));
+                             "-value loads");
     L->experts_format = q_gate_up.format;
     L->experts_block_rows = q_gate_up.block_rows;
     L->experts_block_cols = q_gate_up.block_cols;

@@ -5,6 +5,7 @@
 #include "engine/backend/cuda/kernels/block_reduce.cuh"
 #include "engine/backend/cuda/kernels/moe.h"
 #include "engine/backend/cuda/kernels/moe_plan.h"
+#include "engine/backend/cuda/kernels/moe_quant.cuh"
 #include "engine/backend/cuda/kernels/pdl.cuh"
 
 namespace agentkv::cuda {
@@ -427,8 +428,47 @@ __global__ void __launch_bounds__(kCols) MoeGemmKernel(const MoeGemmParams p) {
 // rows are all past the tile skip the arithmetic. K in steps of kK through
 // shared memory (rows padded to kLd elements: 16-byte aligned, off the bank
 // pattern); the product goes through shared memory (the stages' space) to
-// the epilogue. No pipelining yet: the next step for speed (cp.async or
-// TMA stages, the warpgroup MMA).
+// the epilogue. Quantized weights (F) are dequantized to bf16 as they are
+// staged (QuantChunk). No pipelining yet: the next step for speed (cp.async
+// or TMA stages, the warpgroup MMA).
+// Quantized weights staged for the tensor cores: the 8 values of row n
+// from column k (k a multiple of 8; K a multiple of the format's 16-byte
+// load, so the 8 are whole) as bf16 at dst, zeros past N or K. mxfp4
+// values are exact in bf16 (two mantissa bits times a power of two); fp8
+// values times their block scale are rounded to bf16 (a relative 2^-9 at
+// most, as the activations they meet already are).
+template <MoeWeightFormat F>
+__device__ __forceinline__ void QuantChunk(const MoeGemmParams& p, int e, int n, int k, bf16* dst) {
+  float f[8];
+  if (n >= p.N || k >= p.K) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) f[i] = 0.f;
+  } else if constexpr (F == MoeWeightFormat::kFp8Block) {
+    const int64_t at = (static_cast<int64_t>(e) * p.N + n) * p.K + k;
+    const uint2 v = __ldg(reinterpret_cast<const uint2*>(p.wq + at));
+    moeq::E4m3x4(v.x, f);
+    moeq::E4m3x4(v.y, f + 4);
+    const float sc = moeq::Fp8Scale(p, e, n, k);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) f[i] *= sc;
+  } else {
+    const int64_t row = static_cast<int64_t>(e) * p.N + n;
+    const uint32_t v = __ldg(reinterpret_cast<const uint32_t*>(p.wq + (row * p.K + k) / 2));
+    float g[8];
+    moeq::Fp4x8(v, g);
+    const float sc = moeq::E8m0(__ldg(p.exps + row * (p.K / 32) + k / 32));
+#pragma unroll
+    for (int i = 0; i < 8; ++i) f[i] = g[i] * 16384.f * sc;
+  }
+  uint32_t packed[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const __nv_bfloat162 b2 = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+    packed[i] = *reinterpret_cast<const uint32_t*>(&b2);
+  }
+  *reinterpret_cast<uint4*>(dst) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+}
+
 constexpr int kLd = kK + 8;
 constexpr int kCld = kCols + 4;
 constexpr int kWmmaWarps = kCols / 32;
@@ -436,6 +476,7 @@ static_assert(kMoeTileRows == 16 * kWmmaWarps, "a warp a 16-row slice of the til
 constexpr size_t kXsBytes = kMoeTileRows * kLd * 2, kWsBytes = kCols * kLd * 2;
 constexpr size_t kCsBytes = kMoeTileRows * kCld * 4;
 constexpr size_t kWmmaSmem = kXsBytes + kWsBytes > kCsBytes ? kXsBytes + kWsBytes : kCsBytes;
+template <MoeWeightFormat F>
 __global__ void __launch_bounds__(kCols) MoeGemmWmmaKernel(const MoeGemmParams p) {
   PdlLaunchDependents();
   PdlWait();
@@ -446,7 +487,9 @@ __global__ void __launch_bounds__(kCols) MoeGemmWmmaKernel(const MoeGemmParams p
   int e, row0, rows;
   if (!TileOf(p, e, row0, rows)) return;
   const int n0 = blockIdx.x * kCols, tid = threadIdx.x, warp = tid >> 5;
-  const bf16* w = reinterpret_cast<const bf16*>(p.w) + static_cast<int64_t>(e) * p.N * p.K;
+  const bf16* w = F == MoeWeightFormat::kBf16
+                      ? reinterpret_cast<const bf16*>(p.w) + static_cast<int64_t>(e) * p.N * p.K
+                      : nullptr;
   const bf16* x = reinterpret_cast<const bf16*>(p.x);
   const bool vec = p.K % 8 == 0;  // 16-byte loads of whole 8-element chunks
   const bool busy = warp * 16 < rows;
@@ -480,7 +523,11 @@ __global__ void __launch_bounds__(kCols) MoeGemmWmmaKernel(const MoeGemmParams p
     for (int j = 0; j < kCols * (kK / 8) / kCols; ++j) {
       const int idx = tid + j * kCols, c = idx / (kK / 8), q = idx % (kK / 8), k = k0 + q * 8;
       const int nn = n0 + c;
-      chunk(ws + c * kLd + q * 8, nn < p.N ? w + static_cast<int64_t>(nn) * p.K + k : nullptr, k);
+      if constexpr (F == MoeWeightFormat::kBf16) {
+        chunk(ws + c * kLd + q * 8, nn < p.N ? w + static_cast<int64_t>(nn) * p.K + k : nullptr, k);
+      } else {
+        QuantChunk<F>(p, e, nn, k, ws + c * kLd + q * 8);
+      }
     }
     __syncthreads();
     if (busy) {
@@ -595,8 +642,16 @@ cudaError_t LaunchMoePlan(const int32_t* experts, int assignments, int num_exper
 
 cudaError_t LaunchMoeGemm(const MoeGemmParams& p, LaunchConfig launch) {
   if (p.path == MoeGemmPath::kGemv) return LaunchMoeGemv(p, launch);
-  // (The tiles read bf16 weights only.)
-  if (p.path == MoeGemmPath::kUnsupported || p.format != MoeWeightFormat::kBf16)
+  if (p.path == MoeGemmPath::kUnsupported) return cudaErrorInvalidValue;
+  // The CUDA-core tiles read bf16 only; the tensor cores' quantized weights
+  // in whole 16-byte loads per row, with their scales.
+  const bool quantized = p.format != MoeWeightFormat::kBf16;
+  if (quantized && (p.path != MoeGemmPath::kTensorCores || p.wq == nullptr ||
+                    p.K % MoeWeightVecElems(p.format) != 0 ||
+                    (p.format == MoeWeightFormat::kFp8Block &&
+                     (p.scales == nullptr || p.block_rows <= 0 || p.block_cols <= 0 ||
+                      p.block_cols % 16 != 0 || (p.scale_pairs && p.N % 2 != 0))) ||
+                    (p.format == MoeWeightFormat::kMxfp4 && p.exps == nullptr)))
     return cudaErrorInvalidValue;
   if (p.N <= 0 || p.K <= 0 || p.num_experts <= 0 || p.div <= 0) return cudaErrorInvalidValue;
   const bool gated = p.epilogue != MoeEpilogue::kStore;
@@ -606,8 +661,12 @@ cudaError_t LaunchMoeGemm(const MoeGemmParams& p, LaunchConfig launch) {
   const int tiles = p.offsets != nullptr ? p.max_tiles : (p.rows + kMoeTileRows - 1) / kMoeTileRows;
   if (tiles <= 0) return cudaSuccess;
   if (tiles > 65535) return cudaErrorInvalidValue;  // (the grid's y extent)
-  return LaunchPdl(p.path == MoeGemmPath::kTensorCores ? MoeGemmWmmaKernel : MoeGemmKernel,
-                   dim3((p.N + kCols - 1) / kCols, tiles), dim3(kCols), 0, launch, p);
+  auto kernel = MoeGemmKernel;
+  if (p.path == MoeGemmPath::kTensorCores)
+    kernel = p.format == MoeWeightFormat::kFp8Block ? MoeGemmWmmaKernel<MoeWeightFormat::kFp8Block>
+             : p.format == MoeWeightFormat::kMxfp4  ? MoeGemmWmmaKernel<MoeWeightFormat::kMxfp4>
+                                                    : MoeGemmWmmaKernel<MoeWeightFormat::kBf16>;
+  return LaunchPdl(kernel, dim3((p.N + kCols - 1) / kCols, tiles), dim3(kCols), 0, launch, p);
 }
 
 cudaError_t LaunchMoeCombine(const float* y, const int32_t* slot_of, const float* weights,

@@ -22,18 +22,18 @@
 // 8-value slices of a load are visited in a lane-rotated order so that the
 // 8 lanes of a shared-memory phase hit distinct banks.
 #include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_fp8.h>
 
 #include "engine/backend/cuda/kernels/block_reduce.cuh"
 #include "engine/backend/cuda/kernels/moe.h"
 #include "engine/backend/cuda/kernels/moe_plan.h"
+#include "engine/backend/cuda/kernels/moe_quant.cuh"
 #include "engine/backend/cuda/kernels/pdl.cuh"
 
 namespace agentkv::cuda {
 namespace {
 
 using namespace reduce;
+using namespace moeq;
 
 constexpr int kGemvWarps = 8;
 constexpr int kPairRows = 2;  // weight rows per warp
@@ -41,52 +41,8 @@ constexpr int kLoads = 4;     // 16-byte loads per lane per weight row per round
 constexpr int kRowsPerBlock = kGemvWarps * kPairRows;
 constexpr int kRound = 32 * kLoads;  // loads of a weight row per warp round
 
-__device__ __forceinline__ void Bf16x8(const uint4& v, float (&f)[8]) {
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    f[2 * i] = __uint_as_float(w[i] << 16);
-    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-  }
-}
-
 __device__ __forceinline__ uint32_t Word(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
-}
-
-// Four e4m3 codes (the low byte first) as floats.
-__device__ __forceinline__ void E4m3x4(uint32_t u, float* f) {
-  const __half2_raw lo =
-      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(u & 0xffffu), __NV_E4M3);
-  const __half2_raw hi =
-      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(u >> 16), __NV_E4M3);
-  const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&lo));
-  const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&hi));
-  f[0] = a.x;
-  f[1] = a.y;
-  f[2] = b.x;
-  f[3] = b.y;
-}
-
-// Eight e2m1 values (four bytes, the low nibble of each first) as floats
-// times 2^-14.
-__device__ __forceinline__ void Fp4x8(uint32_t u, float (&f)[8]) {
-#pragma unroll
-  for (int b = 0; b < 4; ++b) {
-    const uint32_t v = (u >> (8 * b)) & 0xffu;
-    const uint32_t h =
-        ((v & 0x7u) << 9) | ((v & 0x8u) << 12) | ((v & 0x70u) << 21) | ((v & 0x80u) << 24);
-    const float2 p = __half22float2(*reinterpret_cast<const __half2*>(&h));
-    f[2 * b] = p.x;
-    f[2 * b + 1] = p.y;
-  }
-}
-
-// 2^(e - 127) (E8M0; 255 is NaN), as the CPU's E8m0ToF32.
-__device__ __forceinline__ float E8m0(uint32_t e) {
-  return e == 255u ? __uint_as_float(0x7fc00000u)
-         : e == 0u ? __uint_as_float(0x00400000u)
-                   : __uint_as_float(e << 23);
 }
 
 // Slice s (8 values) of a 16-byte weight load, in floats: bf16 has one
@@ -138,19 +94,7 @@ __device__ __forceinline__ void LoadRound(const MoeGemmParams& p, const Tile& t,
       wv[q][u] = in ? __ldg(base + j) : make_uint4(0u, 0u, 0u, 0u);
       sc[q][u] = 0.f;
       if constexpr (F == MoeWeightFormat::kFp8Block) {
-        if (in) {
-          const int kb = j * kElems / p.block_cols, nkb = (p.K + p.block_cols - 1) / p.block_cols;
-          int64_t rb;
-          if (p.scale_pairs) {
-            const int half_blocks = (p.N / 2 + p.block_rows - 1) / p.block_rows;
-            rb = static_cast<int64_t>(t.e) * 2 * half_blocks + (n & 1) * half_blocks +
-                 (n >> 1) / p.block_rows;
-          } else {
-            rb = static_cast<int64_t>(t.e) * ((p.N + p.block_rows - 1) / p.block_rows) +
-                 n / p.block_rows;
-          }
-          sc[q][u] = __ldg(p.scales + rb * nkb + kb);
-        }
+        if (in) sc[q][u] = Fp8Scale(p, t.e, n, j * kElems);
       } else if constexpr (F == MoeWeightFormat::kMxfp4) {
         if (in) sc[q][u] = E8m0(__ldg(p.exps + row * (p.K / 32) + j));
       }

@@ -167,13 +167,14 @@ AGENTKV_MOE_HD inline constexpr int MoeWeightVecElems(MoeWeightFormat f) {
 }
 
 // Which kernel runs a grouped GEMM:
-//   kTensorCores: row tiles of kMoeTileRows on WMMA (bf16 weights; prefill);
+//   kTensorCores: row tiles of kMoeTileRows on WMMA (prefill; quantized
+//     weights dequantized to bf16 as they are staged);
 //   kCudaCores: the same tiles on the CUDA cores (the plain form tests
 //     compare against);
 //   kGemv: weight streaming at near the memory bandwidth, each warp a pair
 //     of weight rows of one expert against up to kMaxMoeGemvRows rows of
-//     the group at a time (decode steps: groups of a few rows); the only
-//     kernel that dequantizes (fp8, mxfp4) as it reads;
+//     the group at a time (decode steps: groups of a few rows), quantized
+//     weights dequantized in registers;
 //   kUnsupported: no kernel takes the shape.
 enum class MoeGemmPath { kTensorCores, kCudaCores, kGemv, kUnsupported };
 
@@ -193,21 +194,21 @@ AGENTKV_MOE_HD inline bool MoeGemvTakes(int N, int K, MoeWeightFormat f) {
 }
 
 // The kernel for a step of `tokens` tokens, k experts each, over
-// num_experts experts of N x K weights of format f (see MoeGemmPath).
-// Quantized weights always take the GEMV (the only kernel that reads
-// them); bf16 ones take it for decode-sized groups, the tensor cores
-// otherwise.
+// num_experts experts of N x K weights of format f (see MoeGemmPath): the
+// GEMV for decode-sized groups where it takes the shape, the tensor cores
+// otherwise (quantized weights there need whole 16-byte loads per row).
 AGENTKV_MOE_HD inline MoeGemmPath ChooseMoeGemmPath(int tokens, int k, int num_experts, int N,
                                                     int K, MoeWeightFormat f) {
   if (tokens <= 0 || k <= 0 || num_experts <= 0 || N <= 0 || K <= 0)
     return MoeGemmPath::kUnsupported;
-  const bool gemv = MoeGemvTakes(N, K, f);
-  if (f != MoeWeightFormat::kBf16) return gemv ? MoeGemmPath::kGemv : MoeGemmPath::kUnsupported;
-  if (!gemv) return MoeGemmPath::kTensorCores;
+  const MoeGemmPath tiles = f == MoeWeightFormat::kBf16 || K % MoeWeightVecElems(f) == 0
+                                ? MoeGemmPath::kTensorCores
+                                : MoeGemmPath::kUnsupported;
+  if (!MoeGemvTakes(N, K, f)) return tiles;
   if (tokens <= kMoeGemvTokens) return MoeGemmPath::kGemv;
   const int64_t a = static_cast<int64_t>(tokens) * k;
   const int64_t touched = a < num_experts ? a : num_experts;
-  return a <= kMoeGemvMeanRows * touched ? MoeGemmPath::kGemv : MoeGemmPath::kTensorCores;
+  return a <= kMoeGemvMeanRows * touched ? MoeGemmPath::kGemv : tiles;
 }
 
 // The GEMV's rows per pass for groups of at most max_group_rows rows (0:

@@ -123,8 +123,8 @@ TEST(MoePlan, MaxTilesBoundsEveryGrouping) {
 }
 
 // The grouped GEMM's kernel: decode-sized steps and sparse groupings on
-// the GEMV, dense ones on the tensor cores, quantized weights always on the
-// GEMV (or nowhere when it cannot read the shape).
+// the GEMV, dense ones on the tensor cores, in every format; quantized
+// weights nowhere when no kernel can read the shape.
 TEST(MoePlan, ChoosesTheGemmPath) {
   constexpr auto kBf16 = MoeWeightFormat::kBf16;
   constexpr auto kFp8 = MoeWeightFormat::kFp8Block;
@@ -137,7 +137,8 @@ TEST(MoePlan, ChoosesTheGemmPath) {
     EXPECT_EQ(ChooseMoeGemmPath(64, 8, 128, N, K, kBf16), MoeGemmPath::kGemv);
     // 512 tokens: 32 per expert.
     EXPECT_EQ(ChooseMoeGemmPath(512, 8, 128, N, K, kBf16), MoeGemmPath::kTensorCores);
-    EXPECT_EQ(ChooseMoeGemmPath(512, 8, 128, N, K, kFp8), MoeGemmPath::kGemv);
+    EXPECT_EQ(ChooseMoeGemmPath(512, 8, 128, N, K, kFp8), MoeGemmPath::kTensorCores);
+    EXPECT_EQ(ChooseMoeGemmPath(1, 8, 128, N, K, kFp8), MoeGemmPath::kGemv);
   }
   // The mean-rows boundary: 8 experts x 2 per token, 32 tokens = 8 rows
   // each; 33 tokens tip it.
@@ -145,7 +146,10 @@ TEST(MoePlan, ChoosesTheGemmPath) {
   EXPECT_EQ(ChooseMoeGemmPath(33, 2, 8, 64, 64, kBf16), MoeGemmPath::kTensorCores);
   // GPT-OSS-20B's experts in MXFP4 (K 2880 = 90 blocks).
   EXPECT_EQ(ChooseMoeGemmPath(1, 4, 32, 5760, 2880, kMx), MoeGemmPath::kGemv);
-  EXPECT_EQ(ChooseMoeGemmPath(4096, 4, 32, 5760, 2880, kMx), MoeGemmPath::kGemv);
+  EXPECT_EQ(ChooseMoeGemmPath(4096, 4, 32, 5760, 2880, kMx), MoeGemmPath::kTensorCores);
+  EXPECT_EQ(ChooseMoeGemmPath(64, 4, 32, 5760, 2880, kMx), MoeGemmPath::kGemv);
+  // Past the GEMV's K: the tiles, which take quantized weights too.
+  EXPECT_EQ(ChooseMoeGemmPath(1, 4, 32, 64, kMaxMoeGemvK + 32, kMx), MoeGemmPath::kTensorCores);
   // Shapes the GEMV cannot read: bf16 goes to the tiles, quantized nowhere.
   EXPECT_EQ(ChooseMoeGemmPath(1, 4, 32, 64, 130, kBf16), MoeGemmPath::kTensorCores);
   EXPECT_EQ(ChooseMoeGemmPath(1, 4, 32, 64, kMaxMoeGemvK + 8, kBf16), MoeGemmPath::kTensorCores);
