@@ -422,15 +422,6 @@ __global__ void __launch_bounds__(kCols) MoeGemmKernel(const MoeGemmParams p) {
   }
 }
 
-// The same tiles on the tensor cores (WMMA bf16 -> fp32, 16 x 16 x 16):
-// warp w takes rows 16w .. 16w + 15 of the tile against all kCols columns
-// (kCols / 16 accumulators), sharing the block's weight stage; warps whose
-// rows are all past the tile skip the arithmetic. K in steps of kK through
-// shared memory (rows padded to kLd elements: 16-byte aligned, off the bank
-// pattern); the product goes through shared memory (the stages' space) to
-// the epilogue. Quantized weights (F) are dequantized to bf16 as they are
-// staged (QuantChunk). No pipelining yet: the next step for speed (cp.async
-// or TMA stages, the warpgroup MMA).
 // Quantized weights staged for the tensor cores: the 8 values of row n
 // from column k (k a multiple of 8; K a multiple of the format's 16-byte
 // load, so the 8 are whole) as bf16 at dst, zeros past N or K. mxfp4
@@ -469,6 +460,15 @@ __device__ __forceinline__ void QuantChunk(const MoeGemmParams& p, int e, int n,
   *reinterpret_cast<uint4*>(dst) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
 }
 
+// The same tiles on the tensor cores (WMMA bf16 -> fp32, 16 x 16 x 16):
+// warp w takes rows 16w .. 16w + 15 of the tile against all kCols columns
+// (kCols / 16 accumulators), sharing the block's weight stage; warps whose
+// rows are all past the tile skip the arithmetic. K in steps of kK through
+// shared memory (rows padded to kLd elements: 16-byte aligned, off the bank
+// pattern); the product goes through shared memory (the stages' space) to
+// the epilogue. Quantized weights (F) are dequantized to bf16 as they are
+// staged (QuantChunk). No pipelining yet: the next step for speed (cp.async
+// or TMA stages, the warpgroup MMA).
 constexpr int kLd = kK + 8;
 constexpr int kCld = kCols + 4;
 constexpr int kWmmaWarps = kCols / 32;
