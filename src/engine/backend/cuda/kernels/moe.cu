@@ -370,7 +370,16 @@ __device__ __forceinline__ void Epilogue(const MoeGemmParams& p, int e, int row0
   const float b = p.bias != nullptr && n < p.N ? p.bias[static_cast<int64_t>(e) * p.N + n] : 0.f;
   if (p.epilogue == MoeEpilogue::kStore) {
     if (n >= p.N) return;
-    for (int r = 0; r < rows; ++r) p.y[static_cast<int64_t>(row0 + r) * p.N + n] = acc(r) + b;
+    for (int r = 0; r < rows; ++r) {
+      float* y = p.y + static_cast<int64_t>(row0 + r) * p.N + n;
+      *y = (p.accumulate ? *y : 0.f) + acc(r) + b;
+    }
+    return;
+  }
+  if (p.epilogue == MoeEpilogue::kStoreBf16) {
+    if (n >= p.N) return;
+    for (int r = 0; r < rows; ++r)
+      p.act[static_cast<int64_t>(row0 + r) * p.N + n] = ToBf(acc(r) + b);
     return;
   }
   // Gated: column 2j is gate j, 2j + 1 up j; the pair sits in lanes 2i and
@@ -654,8 +663,7 @@ cudaError_t LaunchMoeGemm(const MoeGemmParams& p, LaunchConfig launch) {
                     (p.format == MoeWeightFormat::kMxfp4 && p.exps == nullptr)))
     return cudaErrorInvalidValue;
   if (p.N <= 0 || p.K <= 0 || p.num_experts <= 0 || p.div <= 0) return cudaErrorInvalidValue;
-  const bool gated = p.epilogue != MoeEpilogue::kStore;
-  if (gated ? (p.act == nullptr || p.N % 2 != 0) : p.y == nullptr) return cudaErrorInvalidValue;
+  if (!MoeEpilogueOutputsOk(p)) return cudaErrorInvalidValue;
   if (p.offsets != nullptr && (p.tiles == nullptr || p.num_experts > kMaxMoeExperts))
     return cudaErrorInvalidValue;
   const int tiles = p.offsets != nullptr ? p.max_tiles : (p.rows + kMoeTileRows - 1) / kMoeTileRows;

@@ -54,7 +54,8 @@ cudaError_t LaunchMoePlan(const int32_t* experts, int assignments, int num_exper
 
 // What the grouped GEMM's epilogue does with a row's N outputs.
 enum class MoeEpilogue {
-  kStore,         // y [rows][N] fp32 (+ bias)
+  kStore,         // y [rows][N] fp32 (+ bias), or added into y (accumulate)
+  kStoreBf16,     // act [rows][N] bf16 (+ bias)
   kSwiglu,        // gate and up interleaved (even columns gate): act [rows][N / 2]
                   // bf16 = silu(gate) * up
   kClampedSwiglu  // GPT-OSS: gate = min(gate, limit), up = clamp(up, -limit,
@@ -102,12 +103,25 @@ struct MoeGemmParams {
   int rows = 0;            // offsets null: the one group's rows
   int max_group_rows = 0;  // kGemv: no group has more rows (0: unknown)
   MoeEpilogue epilogue = MoeEpilogue::kStore;
-  float limit = 0.f;      // kClampedSwiglu
-  float* y = nullptr;     // kStore
-  bf16_t* act = nullptr;  // the gated forms
+  float limit = 0.f;        // kClampedSwiglu
+  float* y = nullptr;       // kStore
+  bool accumulate = false;  // kStore: y += the product (a residual stream)
+  bf16_t* act = nullptr;    // the gated forms
   MoeGemmPath path = MoeGemmPath::kTensorCores;
 };
 cudaError_t LaunchMoeGemm(const MoeGemmParams& p, LaunchConfig launch);
+// Whether p's epilogue has its output (y for kStore, act otherwise) and
+// the gated forms an even N: the launchers' shared check.
+inline bool MoeEpilogueOutputsOk(const MoeGemmParams& p) {
+  switch (p.epilogue) {
+    case MoeEpilogue::kStore:
+      return p.y != nullptr;
+    case MoeEpilogue::kStoreBf16:
+      return p.act != nullptr;
+    default:
+      return p.act != nullptr && p.N % 2 == 0;
+  }
+}
 // The GEMV form alone (LaunchMoeGemm with path kGemv; moe_gemv.cu).
 cudaError_t LaunchMoeGemv(const MoeGemmParams& p, LaunchConfig launch);
 

@@ -199,7 +199,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32) MoeGemvKernel(const MoeGemmPa
   LoadRound<F>(p, t, n0, kv, 0, lane, wv, sc);
   StageRows<R>(p, t, 0, xs);
   __syncthreads();
-  const bool gated = p.epilogue != MoeEpilogue::kStore;
+  const bool gated =
+      p.epilogue == MoeEpilogue::kSwiglu || p.epilogue == MoeEpilogue::kClampedSwiglu;
   float bias[kPairRows];
 #pragma unroll
   for (int q = 0; q < kPairRows; ++q)
@@ -237,10 +238,19 @@ __global__ void __launch_bounds__(kGemvWarps * 32) MoeGemvKernel(const MoeGemmPa
     for (int r = 0; r < R; ++r) {
       if (lane != r || c0 + r >= t.rows) continue;
       const int64_t g = t.row0 + c0 + r;
+      if (p.epilogue == MoeEpilogue::kStoreBf16) {
+#pragma unroll
+        for (int q = 0; q < kPairRows; ++q)
+          if (n0 + q < p.N) p.act[g * p.N + n0 + q] = ToBf(acc[q][r] + bias[q]);
+        continue;
+      }
       if (!gated) {
 #pragma unroll
         for (int q = 0; q < kPairRows; ++q)
-          if (n0 + q < p.N) p.y[g * p.N + n0 + q] = acc[q][r] + bias[q];
+          if (n0 + q < p.N) {
+            float* y = p.y + g * p.N + n0 + q;
+            *y = (p.accumulate ? *y : 0.f) + acc[q][r] + bias[q];
+          }
         continue;
       }
       // (N is even and n0 too: the pair is whole.) As moe.cu's Epilogue.
@@ -290,8 +300,7 @@ cudaError_t LaunchRows(const MoeGemmParams& p, int tiles, LaunchConfig launch) {
 cudaError_t LaunchMoeGemv(const MoeGemmParams& p, LaunchConfig launch) {
   if (p.num_experts <= 0 || p.div <= 0 || !MoeGemvTakes(p.N, p.K, p.format))
     return cudaErrorInvalidValue;
-  const bool gated = p.epilogue != MoeEpilogue::kStore;
-  if (gated ? (p.act == nullptr || p.N % 2 != 0) : p.y == nullptr) return cudaErrorInvalidValue;
+  if (!MoeEpilogueOutputsOk(p)) return cudaErrorInvalidValue;
   if (p.offsets != nullptr && (p.tiles == nullptr || p.num_experts > kMaxMoeExperts))
     return cudaErrorInvalidValue;
   switch (p.format) {

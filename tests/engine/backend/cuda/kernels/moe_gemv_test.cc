@@ -314,6 +314,65 @@ INSTANTIATE_TEST_SUITE_P(
         GemvCase{kMx, kClamped, 33, 8, 4, 40, 576}, GemvCase{kMx, kStore, 80, 4, 2, 24, 128}),
     [](const auto& info) { return Name(info.param); });
 
+// The one-group form as a dense layer uses it: the product added into a
+// residual stream (accumulate), or stored as bf16; on the GEMV and the
+// tensor cores (and the CUDA cores for bf16), every format.
+TEST(CudaMoeGemv, OneGroupAccumulatesAndStoresBf16) {
+  AGENTKV_REQUIRE_GPU();
+  std::mt19937 rng(77);
+  for (const MoeWeightFormat f : {kBf16, kFp8, kMx})
+    for (const int T : {1, 5, 70}) {
+      const int N = 136, K = 256;
+      const Weights w = MakeWeights(f, 1, N, K, false, 128, 128, rng);
+      const auto x = Rounded(Random(static_cast<size_t>(T) * K, rng, 1.f));
+      const auto bias = Random(N, rng, 0.5f);
+      const auto y0 = Random(static_cast<size_t>(T) * N, rng, 1.f);
+      std::vector<float> prod(static_cast<size_t>(T) * N);
+      for (int t = 0; t < T; ++t)
+        for (int n = 0; n < N; ++n) {
+          double s = bias[n];
+          for (int i = 0; i < K; ++i)
+            s += static_cast<double>(x[static_cast<size_t>(t) * K + i]) *
+                 w.ref[static_cast<size_t>(n) * K + i];
+          prod[static_cast<size_t>(t) * N + n] = static_cast<float>(s);
+        }
+      std::vector<float> sum(prod.size());
+      for (size_t i = 0; i < sum.size(); ++i) sum[i] = y0[i] + prod[i];
+      auto dx = Upload(Bf16Of(x)), dbias = Upload(bias);
+      std::vector<cuda::MoeGemmPath> paths = {cuda::MoeGemmPath::kGemv,
+                                              cuda::MoeGemmPath::kTensorCores};
+      if (f == kBf16) paths.push_back(cuda::MoeGemmPath::kCudaCores);
+      for (const cuda::MoeGemmPath path : paths) {
+        const std::string what = "format " + std::to_string(static_cast<int>(f)) + " T " +
+                                 std::to_string(T) + " path " +
+                                 std::to_string(static_cast<int>(path));
+        cuda::MoeGemmParams p;
+        p.path = path;
+        p.x = dx.get<cuda::bf16_t>();
+        Point(p, w);
+        p.bias = dbias.get<float>();
+        p.N = N;
+        p.K = K;
+        p.rows = T;
+        p.max_group_rows = T;
+        auto dy = Upload(y0);
+        p.y = dy.get<float>();
+        p.accumulate = true;
+        ASSERT_EQ(cuda::LaunchMoeGemm(p, nullptr), cudaSuccess) << what;
+        // (fp8 on the tiles: weights rounded to bf16.)
+        const bool rounded = f == kFp8 && path == cuda::MoeGemmPath::kTensorCores;
+        EXPECT_LT(RelErr(Download<float>(dy, sum.size()), sum), rounded ? 5e-3 : 1e-5) << what;
+        auto db = Poisoned<uint16_t>(prod.size());
+        p.accumulate = false;
+        p.y = nullptr;
+        p.epilogue = MoeEpilogue::kStoreBf16;
+        p.act = db.get<cuda::bf16_t>();
+        ASSERT_EQ(cuda::LaunchMoeGemm(p, nullptr), cudaSuccess) << what;
+        EXPECT_LT(RelErr(DownloadBf16(db, prod.size()), prod), 1e-2) << what;
+      }
+    }
+}
+
 TEST(CudaMoeGemv, RefusesWhatItCannotRead) {
   AGENTKV_REQUIRE_GPU();
   cuda::MoeGemmParams p;
