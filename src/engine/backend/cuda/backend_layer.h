@@ -8,6 +8,17 @@
 
 namespace agentkv {
 
+// A dense projection stored fp8 (codes null: not quantized): codes
+// [n][k] (parts stacked, or gate and up rows interleaved) and a scale per
+// row and block of block_cols columns, [n][ceil(k / block_cols)] (block,
+// channel and tensor scales alike, expanded to rows at load).
+struct CudaBackend::QuantDense {
+  const uint8_t* codes = nullptr;
+  const float* scales = nullptr;
+  int block_cols = 128;
+  int n = 0, k = 0;
+};
+
 struct CudaBackend::Layer {
   float* in_norm = nullptr;
   float* post_attn_norm = nullptr;
@@ -22,6 +33,9 @@ struct CudaBackend::Layer {
   float* bo = nullptr;                // o_proj bias (GPT-OSS)
   cuda::bf16_t* w_gate_up = nullptr;  // gate and up rows interleaved
   cuda::bf16_t* w_down = nullptr;
+  // fp8 checkpoints: the dense projections quantized (their bf16 pointers
+  // above null).
+  QuantDense q_qkv, q_o, q_gate_up, q_down;
   // Mixture-of-experts layers (router set; w_gate_up and w_down null).
   cuda::bf16_t* router = nullptr;           // [E][H]
   float* router_bias = nullptr;             // [E] (GPT-OSS)

@@ -1,15 +1,16 @@
 // CudaBackend on quantized checkpoints written by `model synth`: GPT-OSS
-// with MXFP4 experts, and Qwen3-MoE with FP8 block experts (its dense
-// weights served dequantized by this test's weight source, as the CUDA
-// backend reads quantized experts only), against the CPU backend on the
-// same checkpoint (which dequantizes the same codes), batched and chunked
+// with MXFP4 experts, Qwen3-MoE with FP8 block experts and attention (and
+// with its experts alone quantized, the rest served dequantized by this
+// test's weight source), dense Qwen3 in FP8 with block and per-channel
+// scales, against the CPU backend on the same checkpoint (which
+// dequantizes the same codes), batched and chunked
 // as backend_test.cc drives them, the GPU teacher-forced with the CPU's
 // picks. Routers are random, so near ties may send a row to other experts:
 // the tolerances are backend_test.cc's for random routing (mean relative
 // L2 error under 4e-2, at most a fifth of the rows past 6e-2). The experts
-// take their stored size in GPU memory; a checkpoint with quantized dense
-// weights, or with experts the kernels cannot read, is refused at creation,
-// saying why.
+// and dense projections take their stored size in GPU memory (fp8 dense
+// scales expanded to one per row and block of columns); experts the kernels
+// cannot read are refused at creation, saying why.
 #include "test_util.h"
 
 #ifdef AGENTKV_HAVE_CUDA
@@ -168,6 +169,20 @@ uint64_t ExpertBf16Bytes(const ModelConfig& c) {
          2;
 }
 
+// The bytes a layer's fp8 dense projections save against bf16 (attention,
+// and the MLP where `mlp`): a byte a value and an fp32 scale per row and
+// block of 128 columns (`block`), or per row.
+uint64_t DenseBytesSaved(const ModelConfig& c, bool block, bool mlp) {
+  const int64_t H = c.hidden_size, nq = c.num_heads * c.head_dim;
+  const int64_t nkv = c.num_kv_heads * c.head_dim, I = mlp ? c.intermediate_size : 0;
+  auto fp8 = [&](int64_t rows, int64_t cols) {
+    return rows * cols + rows * (block ? (cols + 127) / 128 : 1) * 4;
+  };
+  const int64_t bf16 = 2 * ((nq + 2 * nkv) * H + H * nq + 2 * I * H + H * I);
+  const int64_t stored = fp8(nq + 2 * nkv, H) + fp8(H, nq) + (mlp ? fp8(2 * I, H) + fp8(H, I) : 0);
+  return static_cast<uint64_t>(bf16 - stored);
+}
+
 TEST_F(CudaBackendQuant, GptOssMxfp4ExpertsMatchTheCpu) {
   AGENTKV_REQUIRE_GPU();
   SynthOptions o = Base("gpt_oss", SynthQuant::kMxfp4);
@@ -209,14 +224,9 @@ TEST_F(CudaBackendQuant, Qwen3MoeFp8ExpertsMatchTheCpu) {
   auto w = SafetensorsWeights::Open(dir_);
   ASSERT_TRUE(w.ok());
   ASSERT_TRUE(w->IsQuantized("model.layers.1.mlp.experts.3.up_proj.weight"));
-  // The checkpoint as it is: its attention is fp8 too, which the CUDA
-  // backend refuses, naming the weight.
-  auto refused = CudaBackend::Create(*c, *w, CudaBackendOptions{});
-  ASSERT_FALSE(refused.ok());
-  EXPECT_EQ(refused.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(refused.status().message().find("self_attn"), std::string::npos)
-      << refused.status().ToString();
-  // Its experts quantized, the rest dequantized.
+  // The checkpoint as it is (its attention fp8 too), then its experts
+  // alone quantized.
+  const uint64_t all = ExpectCudaMatchesCpu(*c, *w);
   const PartlyQuantized experts(*w, c->quant, Experts);
   const uint64_t quant = ExpectCudaMatchesCpu(*c, experts);
   const PartlyQuantized plain(*w, c->quant, Nothing);
@@ -227,6 +237,34 @@ TEST_F(CudaBackendQuant, Qwen3MoeFp8ExpertsMatchTheCpu) {
   const int64_t E = c->moe.num_experts;
   const uint64_t stored = ExpertBf16Bytes(*c) / 2 + static_cast<uint64_t>(E) * (2 * 4 + 4) * 4;
   EXPECT_EQ((*ref)->weight_bytes() - quant, (ExpertBf16Bytes(*c) - stored) * c->num_layers);
+  EXPECT_EQ(quant - all, DenseBytesSaved(*c, true, false) * c->num_layers);
+}
+
+// Dense fp8 checkpoints (Qwen3-*-FP8's block scales; compressed-tensors'
+// per-channel scales): every projection quantized, rows and columns off
+// the 128-blocks.
+TEST_F(CudaBackendQuant, Qwen3Fp8DenseMatchesTheCpu) {
+  AGENTKV_REQUIRE_GPU();
+  for (const SynthQuant q : {SynthQuant::kFp8, SynthQuant::kFp8Channel}) {
+    fs::remove_all(dir_);
+    SynthOptions o = Base("qwen3", q);
+    o.hidden = 160;
+    o.head_dim = 32;
+    o.intermediate = 272;
+    ASSERT_TRUE(SynthesizeModel(o).ok());
+    auto c = ModelConfig::Load(dir_);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    auto w = SafetensorsWeights::Open(dir_);
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE(w->IsQuantized("model.layers.1.mlp.down_proj.weight"));
+    const uint64_t quant = ExpectCudaMatchesCpu(*c, *w);
+    const PartlyQuantized plain(*w, c->quant, Nothing);
+    auto ref = CudaBackend::Create(*c, plain, CudaBackendOptions{});
+    ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+    EXPECT_EQ((*ref)->weight_bytes() - quant,
+              DenseBytesSaved(*c, q == SynthQuant::kFp8, true) * c->num_layers)
+        << "quant " << static_cast<int>(q);
+  }
 }
 
 // Quantized experts the kernels do not read are refused at creation, with

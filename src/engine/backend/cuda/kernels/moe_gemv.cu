@@ -298,7 +298,7 @@ cudaError_t LaunchRows(const MoeGemmParams& p, int tiles, LaunchConfig launch) {
 }  // namespace
 
 cudaError_t LaunchMoeGemv(const MoeGemmParams& p, LaunchConfig launch) {
-  if (p.num_experts <= 0 || p.div <= 0 || !MoeGemvTakes(p.N, p.K, p.format))
+  if (p.num_experts <= 0 || p.div <= 0 || !MoeGemvTakes(p.N, p.K, p.format, p.max_group_rows))
     return cudaErrorInvalidValue;
   if (!MoeEpilogueOutputsOk(p)) return cudaErrorInvalidValue;
   if (p.offsets != nullptr && (p.tiles == nullptr || p.num_experts > kMaxMoeExperts))

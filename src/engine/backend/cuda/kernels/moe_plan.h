@@ -178,19 +178,32 @@ AGENTKV_MOE_HD inline constexpr int MoeWeightVecElems(MoeWeightFormat f) {
 //   kUnsupported: no kernel takes the shape.
 enum class MoeGemmPath { kTensorCores, kCudaCores, kGemv, kUnsupported };
 
-// The GEMV's rows per pass (a register each, per weight row) and the
-// largest K it takes (those rows of K bf16 sit in 96 KiB of shared memory).
+// The GEMV's rows per pass (a register each, per weight row); a pass's
+// rows of K bf16 sit in at most kMoeGemvXBytes of shared memory, so K up
+// to kMaxMoeGemvK at every pass size (more with fewer rows per pass).
 inline constexpr int kMaxMoeGemvRows = 8;
-inline constexpr int kMaxMoeGemvK = 6144;
+inline constexpr int kMoeGemvXBytes = 96 * 1024;
+inline constexpr int kMaxMoeGemvK = kMoeGemvXBytes / (2 * kMaxMoeGemvRows);
 // The GEMV serves steps of at most this many tokens (a token takes an
 // expert once, so no group has more rows), and larger steps whose
 // assignments average at most kMoeGemvMeanRows per expert touched.
 inline constexpr int kMoeGemvTokens = 16;
 inline constexpr int kMoeGemvMeanRows = 8;
 
-// Whether the GEMV takes N x K weights of format f.
-AGENTKV_MOE_HD inline bool MoeGemvTakes(int N, int K, MoeWeightFormat f) {
-  return N > 0 && K > 0 && K <= kMaxMoeGemvK && K % MoeWeightVecElems(f) == 0;
+// The GEMV's rows per pass for groups of at most max_group_rows rows (0:
+// unknown): the power of two that holds them, at most kMaxMoeGemvRows.
+AGENTKV_MOE_HD inline int MoeGemvPassRows(int max_group_rows) {
+  if (max_group_rows <= 0) return kMaxMoeGemvRows;
+  int r = 1;
+  while (r < max_group_rows && r < kMaxMoeGemvRows) r *= 2;
+  return r;
+}
+
+// Whether the GEMV takes N x K weights of format f for groups of at most
+// max_group_rows rows (0: unknown).
+AGENTKV_MOE_HD inline bool MoeGemvTakes(int N, int K, MoeWeightFormat f, int max_group_rows = 0) {
+  return N > 0 && K > 0 && K % MoeWeightVecElems(f) == 0 &&
+         static_cast<int64_t>(K) * 2 * MoeGemvPassRows(max_group_rows) <= kMoeGemvXBytes;
 }
 
 // The kernel for a step of `tokens` tokens, k experts each, over
@@ -204,20 +217,11 @@ AGENTKV_MOE_HD inline MoeGemmPath ChooseMoeGemmPath(int tokens, int k, int num_e
   const MoeGemmPath tiles = f == MoeWeightFormat::kBf16 || K % MoeWeightVecElems(f) == 0
                                 ? MoeGemmPath::kTensorCores
                                 : MoeGemmPath::kUnsupported;
-  if (!MoeGemvTakes(N, K, f)) return tiles;
+  if (!MoeGemvTakes(N, K, f, tokens)) return tiles;
   if (tokens <= kMoeGemvTokens) return MoeGemmPath::kGemv;
   const int64_t a = static_cast<int64_t>(tokens) * k;
   const int64_t touched = a < num_experts ? a : num_experts;
   return a <= kMoeGemvMeanRows * touched ? MoeGemmPath::kGemv : tiles;
-}
-
-// The GEMV's rows per pass for groups of at most max_group_rows rows (0:
-// unknown): the power of two that holds them, at most kMaxMoeGemvRows.
-AGENTKV_MOE_HD inline int MoeGemvPassRows(int max_group_rows) {
-  if (max_group_rows <= 0) return kMaxMoeGemvRows;
-  int r = 1;
-  while (r < max_group_rows && r < kMaxMoeGemvRows) r *= 2;
-  return r;
 }
 
 }  // namespace agentkv::cuda

@@ -149,10 +149,14 @@ TEST(MoePlan, ChoosesTheGemmPath) {
   EXPECT_EQ(ChooseMoeGemmPath(4096, 4, 32, 5760, 2880, kMx), MoeGemmPath::kTensorCores);
   EXPECT_EQ(ChooseMoeGemmPath(64, 4, 32, 5760, 2880, kMx), MoeGemmPath::kGemv);
   // Past the GEMV's K: the tiles, which take quantized weights too.
-  EXPECT_EQ(ChooseMoeGemmPath(1, 4, 32, 64, kMaxMoeGemvK + 32, kMx), MoeGemmPath::kTensorCores);
+  EXPECT_EQ(ChooseMoeGemmPath(16, 4, 32, 64, kMaxMoeGemvK + 32, kMx), MoeGemmPath::kTensorCores);
+  // Fewer rows per pass leave room for longer rows: a one-token step of
+  // Qwen3-8B's down projection (K 12,288) on the GEMV.
+  EXPECT_EQ(ChooseMoeGemmPath(1, 1, 1, 4096, 12288, kFp8), MoeGemmPath::kGemv);
+  EXPECT_EQ(ChooseMoeGemmPath(16, 1, 1, 4096, 12288, kFp8), MoeGemmPath::kTensorCores);
   // Shapes the GEMV cannot read: bf16 goes to the tiles, quantized nowhere.
   EXPECT_EQ(ChooseMoeGemmPath(1, 4, 32, 64, 130, kBf16), MoeGemmPath::kTensorCores);
-  EXPECT_EQ(ChooseMoeGemmPath(1, 4, 32, 64, kMaxMoeGemvK + 8, kBf16), MoeGemmPath::kTensorCores);
+  EXPECT_EQ(ChooseMoeGemmPath(16, 4, 32, 64, kMaxMoeGemvK + 8, kBf16), MoeGemmPath::kTensorCores);
   EXPECT_EQ(ChooseMoeGemmPath(1, 4, 32, 64, 48, kMx), MoeGemmPath::kUnsupported);
   EXPECT_EQ(ChooseMoeGemmPath(1, 4, 32, 64, 40, kFp8), MoeGemmPath::kUnsupported);
   EXPECT_EQ(ChooseMoeGemmPath(0, 4, 32, 64, 64, kBf16), MoeGemmPath::kUnsupported);
@@ -171,6 +175,11 @@ TEST(MoePlan, GemvPassRows) {
   EXPECT_TRUE(MoeGemvTakes(16, 16, MoeWeightFormat::kFp8Block));
   EXPECT_FALSE(MoeGemvTakes(16, 8, MoeWeightFormat::kFp8Block));
   EXPECT_TRUE(MoeGemvTakes(16, 8, MoeWeightFormat::kBf16));
+  // x's rows of a pass in shared memory: K x rows per pass bounded.
+  EXPECT_TRUE(MoeGemvTakes(16, kMaxMoeGemvK, MoeWeightFormat::kBf16));
+  EXPECT_FALSE(MoeGemvTakes(16, kMaxMoeGemvK + 8, MoeWeightFormat::kBf16));
+  EXPECT_TRUE(MoeGemvTakes(16, 8 * kMaxMoeGemvK, MoeWeightFormat::kFp8Block, 1));
+  EXPECT_FALSE(MoeGemvTakes(16, 8 * kMaxMoeGemvK, MoeWeightFormat::kFp8Block, 2));
 }
 
 }  // namespace
