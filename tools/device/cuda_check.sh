@@ -18,15 +18,18 @@
 #           the decode GEMM microbenchmark (dev/cuda/cuda_gemm_bench.cc)
 # bench8b:  the same on a Qwen3-8B shape at concurrency 1 and 64
 # profile:  per-kernel times of decode steps at c1 and c64 (ncu)
-# moebench: mixture-of-experts shapes of MOE_LAYERS (8) layers (not in the
-#           default stages): Qwen3-30B-A3B in bf16 (qwen3moe_bf16) and with
-#           fp8 block experts, attention bf16 (qwen3moe_fp8: synth_shape
-#           --quant fp8-experts), GPT-OSS-20B with MXFP4 experts
-#           (gptoss_mxfp4); per shape `bench engine` 512 + 128 at c1 and c64,
-#           the prefill line, the roofline, and the ncu per-kernel times of
-#           decode steps at c1 and c64. MOE_SHAPES picks shapes (all three
-#           by default; one per run call if time is short); the checkpoints
-#           stay in /tmp for the next call.
+# moebench: mixture-of-experts and quantized shapes of MOE_LAYERS (8)
+#           layers (not in the default stages): Qwen3-30B-A3B in bf16
+#           (qwen3moe_bf16), in fp8 as published (qwen3moe_fp8: attention and
+#           experts, 128x128 blocks) and with fp8 experts only
+#           (qwen3moe_fp8x: synth_shape --quant fp8-experts), GPT-OSS-20B with
+#           MXFP4 experts (gptoss_mxfp4), and, asked for by name, Qwen3-8B in
+#           fp8 (qwen3_8b_fp8, all 36 layers); per shape `bench engine` 512 +
+#           128 at c1 and c64, the prefill line, the roofline, and the ncu
+#           per-kernel times of decode steps at c1 and c64. MOE_SHAPES picks
+#           shapes (qwen3moe_bf16 qwen3moe_fp8 gptoss_mxfp4 by default; one
+#           per run call if time is short); the checkpoints stay in /tmp for
+#           the next call.
 # spec:     speculative decoding from the context on the Qwen3-8B shape (not in
 #           the default stages): tools/specbench's coding-agent workload (a
 #           ~2,000-token file in the prompt, the whole file asked back with a
@@ -129,16 +132,22 @@ for st in "${stages[@]}"; do
       --layers 1 --hidden 64 --heads 4 --kv-heads 2 >/dev/null
     agentkv model synth --arch gpt_oss --tokenizer .devcarry/tokenizers/qwen3 --out /tmp/tpl_gptoss \
       --layers 2 --hidden 64 --heads 4 --kv-heads 2 >/dev/null
+    agentkv model synth --arch qwen3 --tokenizer .devcarry/tokenizers/qwen3 --out /tmp/tpl_qwen3 \
+      --layers 1 --hidden 64 --heads 4 --kv-heads 2 >/dev/null
     for shape in ${MOE_SHAPES:-qwen3moe_bf16 qwen3moe_fp8 gptoss_mxfp4}; do
       case $shape in
         qwen3moe_bf16) tpl=/tmp/tpl_qwen3moe; args=(--preset qwen3-30b-a3b --quant none) ;;
-        qwen3moe_fp8) tpl=/tmp/tpl_qwen3moe; args=(--preset qwen3-30b-a3b --quant fp8-experts) ;;
+        qwen3moe_fp8) tpl=/tmp/tpl_qwen3moe; args=(--preset qwen3-30b-a3b --quant fp8) ;;
+        qwen3moe_fp8x) tpl=/tmp/tpl_qwen3moe; args=(--preset qwen3-30b-a3b --quant fp8-experts) ;;
         gptoss_mxfp4) tpl=/tmp/tpl_gptoss; args=(--preset gpt-oss-20b --quant mxfp4) ;;
+        qwen3_8b_fp8) tpl=/tmp/tpl_qwen3; args=(--preset qwen3-8b --quant fp8) ;;
         *) note "moebench: unknown shape $shape"; continue ;;
       esac
       M=/tmp/moe_$shape
+      layers=(--layers "${MOE_LAYERS:-8}")
+      [ $shape = qwen3_8b_fp8 ] && layers=()
       if [ ! -f $M/model.safetensors ] && ! python3 tools/device/synth_shape.py --template $tpl \
-          --out $M --layers "${MOE_LAYERS:-8}" "${args[@]}" >"$OUT/synth_$shape.log" 2>&1; then
+          --out $M "${layers[@]}" "${args[@]}" >"$OUT/synth_$shape.log" 2>&1; then
         note "moebench $shape: synth failed"; tail -5 "$OUT/synth_$shape.log"; continue
       fi
       agentkv bench engine --model $M --device cuda --prompt 512 --output 128 --concurrency 1,64 \

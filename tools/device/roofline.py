@@ -30,6 +30,7 @@ H, I, L, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layer
 D = cfg.get("head_dim") or H // cfg["num_attention_heads"]
 nq, nkv = cfg["num_attention_heads"] * D, cfg["num_key_value_heads"] * D
 attn = H * (nq + 2 * nkv) + nq * H
+# Dense fp8 checkpoints read their projections at a byte a value.
 # Mixtures of experts (gpt_oss, qwen3_moe): a step reads the experts its
 # tokens touch, E * (1 - (1 - k/E)^c) of them per layer at c tokens
 # (routing taken as uniform). Quantized weights count their stored bytes:
@@ -61,7 +62,8 @@ flops_per_tok = 2 * (L * active + V * H * (1 if cfg.get("tie_word_embeddings") e
 def wbytes(c=1):
     """What a decode step of c tokens reads (embedding rows: negligible)."""
     if not E:
-        return 2 * (L * layer + V * H)
+        mlp_b = BYTES["fp8"] if qm == "fp8" else 2.0
+        return L * (attn * attn_b + 3 * H * I * mlp_b) + 2 * V * H
     touched = E * (1 - (1 - K / E) ** c)
     return L * (attn * attn_b + 2 * E * H + touched * expert * expert_b) + 2 * V * H
 

@@ -21,8 +21,8 @@ mistral, gemma3_text), gpt_oss and qwen3_moe (--experts, --experts-per-token,
   mxfp4  GPT-OSS's experts as `*_blocks` / `*_scales` U8, [out, in] order,
          gate and up rows interleaved; the rest bf16 (gpt_oss).
   fp8-experts  fp8 as above for qwen3_moe's experts only, attention bf16
-         (config: modules_to_not_convert self_attn): the shape the CUDA
-         backend runs until it reads fp8 dense weights.
+         (config: modules_to_not_convert self_attn): the experts' share of
+         an fp8 model's time, apart.
 
 --preset fills the shapes of bench/RESULTS.md's quantized rows (explicit
 flags override): gpt-oss-20b (MXFP4 experts), qwen3-30b-a3b (FP8),
