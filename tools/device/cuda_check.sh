@@ -29,7 +29,8 @@
 #           per-kernel times of decode steps at c1 and c64. MOE_SHAPES picks
 #           shapes (qwen3moe_bf16 qwen3moe_fp8 gptoss_mxfp4 by default; one
 #           per run call if time is short); the checkpoints stay in /tmp for
-#           the next call.
+#           the next call. MOE_COMPARE=1 adds c1/c64 with
+#           AGENTKV_CUDA_MOE_GEMV=0 (no GEMV: the tiles for every step).
 # spec:     speculative decoding from the context on the Qwen3-8B shape (not in
 #           the default stages): tools/specbench's coding-agent workload (a
 #           ~2,000-token file in the prompt, the whole file asked back with a
@@ -154,6 +155,12 @@ for st in "${stages[@]}"; do
         --json >"$OUT/bench_$shape.json" 2>"$OUT/bench_$shape.err"; note "bench $shape rc=$?"
       agentkv bench engine --model $M --device cuda --prompt 512 --output 1 --concurrency 64 \
         --max-step-tokens 8192 --json >"$OUT/prefill_$shape.json" 2>>"$OUT/bench_$shape.err"
+      if [ -n "${MOE_COMPARE:-}" ]; then  # the tensor cores' tiles in place of the GEMV
+        AGENTKV_CUDA_MOE_GEMV=0 agentkv bench engine --model $M --device cuda --prompt 512 \
+          --output 128 --concurrency 1,64 --json >"$OUT/bench_${shape}_tiles.json" \
+          2>>"$OUT/bench_$shape.err"
+        note "bench $shape AGENTKV_CUDA_MOE_GEMV=0 rc=$?"
+      fi
       tail -3 "$OUT/bench_$shape.err"
       python3 tools/device/roofline.py --model $M --peak "$OUT/peak.json" --bench "$OUT/bench_$shape.json" \
         --prefill "$OUT/prefill_$shape.json" | tee "$OUT/roofline_$shape.md"

@@ -123,7 +123,7 @@ Status CudaBackend::QuantGemm(const cuda::bf16_t* x, const QuantDense& w, void* 
     g.act = static_cast<cuda::bf16_t*>(y);
   }
   // One group of m rows: the GEMV for decode-sized steps, the tiles else.
-  g.path = cuda::ChooseMoeGemmPath(m, 1, 1, g.N, g.K, g.format);
+  g.path = cuda::ChooseMoeGemmPath(m, 1, 1, g.N, g.K, g.format, options_.tuning.moe_gemv);
   CUDA_RETURN_IF_ERROR(cuda::LaunchMoeGemm(g, launch_));
   return Status::Ok();
 }

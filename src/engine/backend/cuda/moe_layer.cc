@@ -374,7 +374,7 @@ Status CudaBackend::MoeMlp(const Layer& L, int T) {
   // Each GEMM on the kernel the step's shape calls for (a token takes an
   // expert once: no group has more than T rows).
   g.max_group_rows = T;
-  g.path = cuda::ChooseMoeGemmPath(T, K, E, g.N, g.K, g.format);
+  g.path = cuda::ChooseMoeGemmPath(T, K, E, g.N, g.K, g.format, options_.tuning.moe_gemv);
   CUDA_RETURN_IF_ERROR(cuda::LaunchMoeGemm(g, launch_));
   cuda::MoeGemmParams d = g;
   d.x = g.act;
@@ -391,7 +391,7 @@ Status CudaBackend::MoeMlp(const Layer& L, int T) {
   d.epilogue = cuda::MoeEpilogue::kStore;
   d.act = nullptr;
   d.y = moe_y_.get<float>();
-  d.path = cuda::ChooseMoeGemmPath(T, K, E, d.N, d.K, d.format);
+  d.path = cuda::ChooseMoeGemmPath(T, K, E, d.N, d.K, d.format, options_.tuning.moe_gemv);
   CUDA_RETURN_IF_ERROR(cuda::LaunchMoeGemm(d, launch_));
   CUDA_RETURN_IF_ERROR(
       cuda::LaunchMoeCombine(d.y, slot_of, weights, T, K, H, x_.get<float>(), launch_));

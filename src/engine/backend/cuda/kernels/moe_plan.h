@@ -210,14 +210,17 @@ AGENTKV_MOE_HD inline bool MoeGemvTakes(int N, int K, MoeWeightFormat f, int max
 // num_experts experts of N x K weights of format f (see MoeGemmPath): the
 // GEMV for decode-sized groups where it takes the shape, the tensor cores
 // otherwise (quantized weights there need whole 16-byte loads per row).
+// gemv false (CudaTuning::moe_gemv off): the tensor cores wherever they
+// take the shape.
 AGENTKV_MOE_HD inline MoeGemmPath ChooseMoeGemmPath(int tokens, int k, int num_experts, int N,
-                                                    int K, MoeWeightFormat f) {
+                                                    int K, MoeWeightFormat f, bool gemv = true) {
   if (tokens <= 0 || k <= 0 || num_experts <= 0 || N <= 0 || K <= 0)
     return MoeGemmPath::kUnsupported;
   const MoeGemmPath tiles = f == MoeWeightFormat::kBf16 || K % MoeWeightVecElems(f) == 0
                                 ? MoeGemmPath::kTensorCores
                                 : MoeGemmPath::kUnsupported;
   if (!MoeGemvTakes(N, K, f, tokens)) return tiles;
+  if (!gemv && tiles != MoeGemmPath::kUnsupported) return tiles;
   if (tokens <= kMoeGemvTokens) return MoeGemmPath::kGemv;
   const int64_t a = static_cast<int64_t>(tokens) * k;
   const int64_t touched = a < num_experts ? a : num_experts;

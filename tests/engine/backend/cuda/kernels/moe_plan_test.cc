@@ -163,6 +163,16 @@ TEST(MoePlan, ChoosesTheGemmPath) {
   EXPECT_EQ(ChooseMoeGemmPath(1, 4, 32, 0, 64, kBf16), MoeGemmPath::kUnsupported);
 }
 
+// CudaTuning::moe_gemv off: the tiles wherever they take the shape.
+TEST(MoePlan, GemvOffTakesTheTiles) {
+  EXPECT_EQ(ChooseMoeGemmPath(1, 8, 128, 1536, 2048, MoeWeightFormat::kBf16, false),
+            MoeGemmPath::kTensorCores);
+  EXPECT_EQ(ChooseMoeGemmPath(1, 4, 32, 5760, 2880, MoeWeightFormat::kMxfp4, false),
+            MoeGemmPath::kTensorCores);
+  EXPECT_EQ(ChooseMoeGemmPath(1, 4, 32, 64, 48, MoeWeightFormat::kMxfp4, false),
+            MoeGemmPath::kUnsupported);
+}
+
 TEST(MoePlan, GemvPassRows) {
   EXPECT_EQ(MoeGemvPassRows(1), 1);
   EXPECT_EQ(MoeGemvPassRows(2), 2);
