@@ -431,34 +431,43 @@ __global__ void __launch_bounds__(kCols) MoeGemmKernel(const MoeGemmParams p) {
   }
 }
 
-// Quantized weights staged for the tensor cores: the 8 values of row n
-// from column k (k a multiple of 8; K a multiple of the format's 16-byte
-// load, so the 8 are whole) as bf16 at dst, zeros past N or K. mxfp4
+// Quantized weights staged for the tensor cores, in two halves so that the
+// loads of the next K step are in flight during this one's MMAs: QuantLoad
+// reads the 8 values of row n from column k (k a multiple of 8; K a
+// multiple of the format's 16-byte load, so the 8 are whole) raw, with
+// their scale (0 past N or K); QuantStore writes them as bf16. mxfp4
 // values are exact in bf16 (two mantissa bits times a power of two); fp8
 // values times their block scale are rounded to bf16 (a relative 2^-9 at
 // most, as the activations they meet already are).
 template <MoeWeightFormat F>
-__device__ __forceinline__ void QuantChunk(const MoeGemmParams& p, int e, int n, int k, bf16* dst) {
-  float f[8];
-  if (n >= p.N || k >= p.K) {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) f[i] = 0.f;
-  } else if constexpr (F == MoeWeightFormat::kFp8Block) {
-    const int64_t at = (static_cast<int64_t>(e) * p.N + n) * p.K + k;
-    const uint2 v = __ldg(reinterpret_cast<const uint2*>(p.wq + at));
-    moeq::E4m3x4(v.x, f);
-    moeq::E4m3x4(v.y, f + 4);
-    const float sc = moeq::Fp8Scale(p, e, n, k);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) f[i] *= sc;
+__device__ __forceinline__ void QuantLoad(const MoeGemmParams& p, int e, int n, int k, uint2& raw,
+                                          float& scale) {
+  raw = make_uint2(0u, 0u);
+  scale = 0.f;
+  if (n >= p.N || k >= p.K) return;
+  const int64_t row = static_cast<int64_t>(e) * p.N + n;
+  if constexpr (F == MoeWeightFormat::kFp8Block) {
+    raw = __ldg(reinterpret_cast<const uint2*>(p.wq + row * p.K + k));
+    scale = moeq::Fp8Scale(p, e, n, k);
   } else {
-    const int64_t row = static_cast<int64_t>(e) * p.N + n;
-    const uint32_t v = __ldg(reinterpret_cast<const uint32_t*>(p.wq + (row * p.K + k) / 2));
-    float g[8];
-    moeq::Fp4x8(v, g);
-    const float sc = moeq::E8m0(__ldg(p.exps + row * (p.K / 32) + k / 32));
+    raw.x = __ldg(reinterpret_cast<const uint32_t*>(p.wq + (row * p.K + k) / 2));
+    scale = moeq::E8m0(__ldg(p.exps + row * (p.K / 32) + k / 32));
+  }
+}
+
+template <MoeWeightFormat F>
+__device__ __forceinline__ void QuantStore(const uint2& raw, float scale, bf16* dst) {
+  float f[8];
+  if constexpr (F == MoeWeightFormat::kFp8Block) {
+    moeq::E4m3x4(raw.x, f);
+    moeq::E4m3x4(raw.y, f + 4);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) f[i] = g[i] * 16384.f * sc;
+    for (int i = 0; i < 8; ++i) f[i] *= scale;
+  } else {
+    float g[8];
+    moeq::Fp4x8(raw.x, g);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) f[i] = g[i] * 16384.f * scale;
   }
   uint32_t packed[4];
 #pragma unroll
@@ -473,73 +482,110 @@ __device__ __forceinline__ void QuantChunk(const MoeGemmParams& p, int e, int n,
 // warp w takes rows 16w .. 16w + 15 of the tile against all kCols columns
 // (kCols / 16 accumulators), sharing the block's weight stage; warps whose
 // rows are all past the tile skip the arithmetic. K in steps of kK through
-// shared memory (rows padded to kLd elements: 16-byte aligned, off the bank
-// pattern); the product goes through shared memory (the stages' space) to
-// the epilogue. Quantized weights (F) are dequantized to bf16 as they are
-// staged (QuantChunk). No pipelining yet: the next step for speed (cp.async
-// or TMA stages, the warpgroup MMA).
+// two shared-memory stages (rows padded to kLd elements: 16-byte aligned,
+// off the bank pattern): each thread loads its chunks of the next step
+// into registers before this step's MMAs and stores them into the other
+// stage after, so one barrier a step and the loads' latency under the
+// MMAs. The product goes through shared memory (the stages' space) to the
+// epilogue. Quantized weights (F) are dequantized to bf16 as they are
+// staged (QuantLoad, QuantStore). The next steps for speed: wider tiles,
+// TMA, the warpgroup MMA.
 constexpr int kLd = kK + 8;
 constexpr int kCld = kCols + 4;
 constexpr int kWmmaWarps = kCols / 32;
 static_assert(kMoeTileRows == 16 * kWmmaWarps, "a warp a 16-row slice of the tile");
 constexpr size_t kXsBytes = kMoeTileRows * kLd * 2, kWsBytes = kCols * kLd * 2;
+constexpr size_t kStageBytes = kXsBytes + kWsBytes;
 constexpr size_t kCsBytes = kMoeTileRows * kCld * 4;
-constexpr size_t kWmmaSmem = kXsBytes + kWsBytes > kCsBytes ? kXsBytes + kWsBytes : kCsBytes;
+constexpr size_t kWmmaSmem = 2 * kStageBytes > kCsBytes ? 2 * kStageBytes : kCsBytes;
+constexpr int kXChunks = kMoeTileRows * (kK / 8) / kCols;  // a thread's 8-element chunks of x
+constexpr int kWChunks = kCols * (kK / 8) / kCols;         // and of w, per K step
+static_assert(kXChunks * kCols == kMoeTileRows * (kK / 8) && kWChunks * kCols == kCols * (kK / 8),
+              "whole chunks per thread");
+
 template <MoeWeightFormat F>
 __global__ void __launch_bounds__(kCols) MoeGemmWmmaKernel(const MoeGemmParams p) {
   PdlLaunchDependents();
   PdlWait();
   __shared__ __align__(128) unsigned char smem[kWmmaSmem];
-  bf16* xs = reinterpret_cast<bf16*>(smem);
-  bf16* ws = reinterpret_cast<bf16*>(smem + kXsBytes);
-  float* cs = reinterpret_cast<float*>(smem);  // after the last stage
+  float* cs = reinterpret_cast<float*>(smem);  // after the last step
   int e, row0, rows;
   if (!TileOf(p, e, row0, rows)) return;
   const int n0 = blockIdx.x * kCols, tid = threadIdx.x, warp = tid >> 5;
-  const bf16* w = F == MoeWeightFormat::kBf16
-                      ? reinterpret_cast<const bf16*>(p.w) + static_cast<int64_t>(e) * p.N * p.K
-                      : nullptr;
-  const bf16* x = reinterpret_cast<const bf16*>(p.x);
+  const bf16_t* w =
+      F == MoeWeightFormat::kBf16 ? p.w + static_cast<int64_t>(e) * p.N * p.K : nullptr;
   const bool vec = p.K % 8 == 0;  // 16-byte loads of whole 8-element chunks
   const bool busy = warp * 16 < rows;
-  const bf16 zero = __float2bfloat16(0.f);
   constexpr int kFrags = kCols / 16;
   wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[kFrags];
 #pragma unroll
   for (int f = 0; f < kFrags; ++f) wmma::fill_fragment(acc[f], 0.f);
-  // 8-element chunk q of row r at dst from src (null: zeros), k its column.
-  auto chunk = [&](bf16* dst, const bf16* src, int k) {
-    if (src != nullptr && vec && k + 8 <= p.K) {
-      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
-    } else {
-      for (int i = 0; i < 8; ++i) dst[i] = src != nullptr && k + i < p.K ? src[i] : zero;
+  // The source row of each of the thread's x chunks (-1: past the tile).
+  int64_t xrow[kXChunks];
+#pragma unroll
+  for (int j = 0; j < kXChunks; ++j) {
+    const int r = (tid + j * kCols) / (kK / 8);
+    const int g = row0 + r;
+    xrow[j] = r < rows ? (p.order != nullptr ? p.order[g] / p.div : g) : -1;
+  }
+  // 8 bf16 values from src (k its column; zeros past K), as 16 bytes.
+  auto chunk = [&](const bf16_t* src, int k) {
+    if (vec && k + 8 <= p.K) return *reinterpret_cast<const uint4*>(src);
+    uint32_t v[4] = {0u, 0u, 0u, 0u};
+    for (int i = 0; i < 8; ++i)
+      if (k + i < p.K) v[i / 2] |= static_cast<uint32_t>(src[i]) << (16 * (i % 2));
+    return make_uint4(v[0], v[1], v[2], v[3]);
+  };
+  uint4 xr[kXChunks], wr[kWChunks];  // the next step's chunks
+  uint2 qr[kWChunks];                // (quantized: raw bytes and scales)
+  float qs[kWChunks];
+  auto load = [&](int k0) {
+#pragma unroll
+    for (int j = 0; j < kXChunks; ++j) {
+      const int k = k0 + ((tid + j * kCols) % (kK / 8)) * 8;
+      xr[j] =
+          xrow[j] >= 0 && k < p.K ? chunk(p.x + xrow[j] * p.K + k, k) : make_uint4(0u, 0u, 0u, 0u);
+    }
+#pragma unroll
+    for (int j = 0; j < kWChunks; ++j) {
+      const int idx = tid + j * kCols, nn = n0 + idx / (kK / 8), k = k0 + (idx % (kK / 8)) * 8;
+      if constexpr (F == MoeWeightFormat::kBf16) {
+        wr[j] = nn < p.N && k < p.K ? chunk(w + static_cast<int64_t>(nn) * p.K + k, k)
+                                    : make_uint4(0u, 0u, 0u, 0u);
+      } else {
+        QuantLoad<F>(p, e, nn, k, qr[j], qs[j]);
+      }
     }
   };
-  for (int k0 = 0; k0 < p.K; k0 += kK) {
-    // x: kMoeTileRows rows x kK / 8 chunks; w: kCols rows x kK / 8 chunks.
+  auto store = [&](int stage) {
+    bf16* xs = reinterpret_cast<bf16*>(smem + stage * kStageBytes);
+    bf16* ws = reinterpret_cast<bf16*>(smem + stage * kStageBytes + kXsBytes);
 #pragma unroll
-    for (int j = 0; j < kMoeTileRows * (kK / 8) / kCols; ++j) {
-      const int idx = tid + j * kCols, r = idx / (kK / 8), q = idx % (kK / 8), k = k0 + q * 8;
-      const bf16* src = nullptr;
-      if (r < rows) {
-        const int g = row0 + r;
-        const int64_t row = p.order != nullptr ? p.order[g] / p.div : g;
-        src = x + row * p.K + k;
-      }
-      chunk(xs + r * kLd + q * 8, src, k);
+    for (int j = 0; j < kXChunks; ++j) {
+      const int idx = tid + j * kCols;
+      *reinterpret_cast<uint4*>(xs + (idx / (kK / 8)) * kLd + (idx % (kK / 8)) * 8) = xr[j];
     }
 #pragma unroll
-    for (int j = 0; j < kCols * (kK / 8) / kCols; ++j) {
-      const int idx = tid + j * kCols, c = idx / (kK / 8), q = idx % (kK / 8), k = k0 + q * 8;
-      const int nn = n0 + c;
+    for (int j = 0; j < kWChunks; ++j) {
+      const int idx = tid + j * kCols;
+      bf16* dst = ws + (idx / (kK / 8)) * kLd + (idx % (kK / 8)) * 8;
       if constexpr (F == MoeWeightFormat::kBf16) {
-        chunk(ws + c * kLd + q * 8, nn < p.N ? w + static_cast<int64_t>(nn) * p.K + k : nullptr, k);
+        *reinterpret_cast<uint4*>(dst) = wr[j];
       } else {
-        QuantChunk<F>(p, e, nn, k, ws + c * kLd + q * 8);
+        QuantStore<F>(qr[j], qs[j], dst);
       }
     }
-    __syncthreads();
+  };
+  load(0);
+  store(0);
+  __syncthreads();
+  int stage = 0;
+  for (int k0 = 0; k0 < p.K; k0 += kK) {
+    const bool next = k0 + kK < p.K;
+    if (next) load(k0 + kK);
     if (busy) {
+      const bf16* xs = reinterpret_cast<const bf16*>(smem + stage * kStageBytes);
+      const bf16* ws = reinterpret_cast<const bf16*>(smem + stage * kStageBytes + kXsBytes);
 #pragma unroll
       for (int kk = 0; kk < kK; kk += 16) {
         wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> a;
@@ -553,7 +599,11 @@ __global__ void __launch_bounds__(kCols) MoeGemmWmmaKernel(const MoeGemmParams p
         }
       }
     }
+    // The other stage was last read by the previous step's MMAs, which
+    // every warp finished before the previous barrier.
+    if (next) store(stage ^ 1);
     __syncthreads();
+    stage ^= 1;
   }
   // (The stages are free: every warp passed the loop's last barrier.)
   if (busy) {
