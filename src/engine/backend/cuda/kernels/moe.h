@@ -69,14 +69,18 @@ enum class MoeEpilogue {
 // assignment), else r. Tiles of kMoeTileRows rows come from `tiles`
 // (MoePlanTiles); the grid holds max_tiles of them (MoeMaxTiles), the ones
 // past tiles[E] exit. With offsets null: one group of `rows` rows, expert
-// 0 (the router). At most 65,535 tiles (cudaErrorInvalidValue past that).
+// 0 (a dense layer: the router, fp8 projections). At most 65,535 tiles
+// (cudaErrorInvalidValue past that).
 // fp32 accumulation, on the kernel `path` names (ChooseMoeGemmPath picks
-// it): the tensor cores' and the CUDA cores' tiles take bf16 weights; the
-// GEMV takes every format (MoeGemvTakes' shapes) and streams each expert's
-// weights once per pass of MoeGemvPassRows(max_group_rows) rows, so a
-// decode step reads each selected expert once. The path to prefill speed:
-// pipelined (cp.async / TMA) stages and the warpgroup MMA for the tiles,
-// the tensor cores for quantized weights.
+// it): the CUDA cores' tiles take bf16 weights, the tensor cores' every
+// format (quantized rows in whole 16-byte loads; dequantized to bf16 as
+// they are staged); the GEMV takes every format (MoeGemvTakes' shapes) and
+// streams each expert's weights once per pass of
+// MoeGemvPassRows(max_group_rows) rows, so a decode step reads each
+// selected expert once. The path to more speed: the warpgroup MMA (fp8
+// through its e4m3 path) and TMA for the tiles; mma.sync with the group's
+// rows as the narrow side for steps of several rows per expert (64
+// concurrent sequences), where the GEMV's CUDA-core arithmetic binds.
 struct MoeGemmParams {
   const bf16_t* x = nullptr;  // [*][K]
   const int32_t* order = nullptr;
