@@ -38,7 +38,15 @@ namespace {
 using namespace agentkv::testing;
 namespace fs = std::filesystem;
 
-const fs::path kTokenizers = fs::path(AGENTKV_DATA_DIR) / "tokenizers";
+// The tokenizers (synth copies one into each checkpoint): the source
+// tree's, or on the GPU machine, where the tests run from the repository
+// root without it, the device pack's (tools/device/pack_cuda.sh).
+fs::path Tokenizers() {
+  for (const fs::path& p :
+       {fs::path(AGENTKV_DATA_DIR) / "tokenizers", fs::path(".devcarry") / "tokenizers"})
+    if (fs::exists(p / "qwen3" / "tokenizer.json")) return p;
+  return fs::path(AGENTKV_DATA_DIR) / "tokenizers";
+}
 
 // A checkpoint's weights with only some of its quantized tensors served
 // quantized (`keep` true for the name); the others dequantized to fp32 (by
@@ -100,7 +108,7 @@ bool Nothing(const std::string&) { return false; }
 class CudaBackendQuant : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!fs::exists(kTokenizers / "qwen3" / "tokenizer.json"))
+    if (!fs::exists(Tokenizers() / "qwen3" / "tokenizer.json"))
       GTEST_SKIP() << "qwen3 tokenizer not set up (scripts/setup.sh)";
     dir_ = fs::path(::testing::TempDir()) /
            ("cuda_quant_" + std::to_string(::getpid()) + "_" +
@@ -114,7 +122,7 @@ class CudaBackendQuant : public ::testing::Test {
   SynthOptions Base(const std::string& arch, SynthQuant quant) const {
     SynthOptions o;
     o.arch = arch;
-    o.tokenizer_dir = kTokenizers / "qwen3";
+    o.tokenizer_dir = Tokenizers() / "qwen3";
     o.out_dir = dir_;
     o.layers = 2;
     o.heads = 4;
