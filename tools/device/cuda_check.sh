@@ -92,7 +92,11 @@ for st in "${stages[@]}"; do
     # GEMM's staging).
     if compute-sanitizer --tool racecheck --error-exitcode 9 .devcarry/bin/engine_backend_cuda_kernels_moe_test \
         --gtest_brief=1 >"$OUT/racecheck_moe.log" 2>&1; then r=clean; else r=FAIL; fi
-    note "compute-sanitizer racecheck moe: $r"; tail -3 "$OUT/racecheck_moe.log" ;;
+    note "compute-sanitizer racecheck moe: $r"; tail -3 "$OUT/racecheck_moe.log"
+    # The GEMV's staged rows and the tiles' two stages (quantized too).
+    if compute-sanitizer --tool racecheck --error-exitcode 9 .devcarry/bin/engine_backend_cuda_kernels_moe_gemv_test \
+        --gtest_brief=1 >"$OUT/racecheck_moe_gemv.log" 2>&1; then r=clean; else r=FAIL; fi
+    note "compute-sanitizer racecheck moe_gemv: $r"; tail -3 "$OUT/racecheck_moe_gemv.log" ;;
   hf)
     PYTHONUNBUFFERED=1 python3 tests/reference/hf_compare.py --agentkv .devcarry/bin/agentkv \
       --device cuda --work /tmp/hfcmp --out "$OUT/hf_compare_cuda.md" >"$OUT/hf_compare.log" 2>&1
