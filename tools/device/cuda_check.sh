@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine (run tool), from the repository root, after
 # tools/device/pack_cuda.sh here and with `.devcarry` carried:
-#   bash tools/device/cuda_check.sh [tests] [sanitize] [hf] [hf8] [hfmoe] [profile] [bench] [bench8b] [spec]
+#   bash tools/device/cuda_check.sh [tests] [sanitize] [hf] [hf8] [hfmoe] [profile] [moebench] [bench] [bench8b] [spec]
 # tests:    every CUDA test binary (kernels vs CPU references, backend vs CPU)
 # sanitize: the same under compute-sanitizer memcheck (kernel tests whole,
 #           backend tests on one architecture: the sanitizer is slow)
@@ -18,6 +18,19 @@
 #           the decode GEMM microbenchmark (dev/cuda/cuda_gemm_bench.cc)
 # bench8b:  the same on a Qwen3-8B shape at concurrency 1 and 64
 # profile:  per-kernel times of decode steps at c1 and c64 (ncu)
+# moebench: mixture-of-experts and quantized shapes of MOE_LAYERS (8)
+#           layers (not in the default stages): Qwen3-30B-A3B in bf16
+#           (qwen3moe_bf16), in fp8 as published (qwen3moe_fp8: attention and
+#           experts, 128x128 blocks) and with fp8 experts only
+#           (qwen3moe_fp8x: synth_shape --quant fp8-experts), GPT-OSS-20B with
+#           MXFP4 experts (gptoss_mxfp4), and, asked for by name, Qwen3-8B in
+#           fp8 (qwen3_8b_fp8, all 36 layers); per shape `bench engine` 512 +
+#           128 at c1 and c64, the prefill line, the roofline, and the ncu
+#           per-kernel times of decode steps at c1 and c64. MOE_SHAPES picks
+#           shapes (qwen3moe_bf16 qwen3moe_fp8 gptoss_mxfp4 by default; one
+#           per run call if time is short); the checkpoints stay in /tmp for
+#           the next call. MOE_COMPARE=1 adds c1/c64 with
+#           AGENTKV_CUDA_MOE_GEMV=0 (no GEMV: the tiles for every step).
 # spec:     speculative decoding from the context on the Qwen3-8B shape (not in
 #           the default stages): tools/specbench's coding-agent workload (a
 #           ~2,000-token file in the prompt, the whole file asked back with a
@@ -79,7 +92,11 @@ for st in "${stages[@]}"; do
     # GEMM's staging).
     if compute-sanitizer --tool racecheck --error-exitcode 9 .devcarry/bin/engine_backend_cuda_kernels_moe_test \
         --gtest_brief=1 >"$OUT/racecheck_moe.log" 2>&1; then r=clean; else r=FAIL; fi
-    note "compute-sanitizer racecheck moe: $r"; tail -3 "$OUT/racecheck_moe.log" ;;
+    note "compute-sanitizer racecheck moe: $r"; tail -3 "$OUT/racecheck_moe.log"
+    # The GEMV's staged rows and the tiles' two stages (quantized too).
+    if compute-sanitizer --tool racecheck --error-exitcode 9 .devcarry/bin/engine_backend_cuda_kernels_moe_gemv_test \
+        --gtest_brief=1 >"$OUT/racecheck_moe_gemv.log" 2>&1; then r=clean; else r=FAIL; fi
+    note "compute-sanitizer racecheck moe_gemv: $r"; tail -3 "$OUT/racecheck_moe_gemv.log" ;;
   hf)
     PYTHONUNBUFFERED=1 python3 tests/reference/hf_compare.py --agentkv .devcarry/bin/agentkv \
       --device cuda --work /tmp/hfcmp --out "$OUT/hf_compare_cuda.md" >"$OUT/hf_compare.log" 2>&1
@@ -110,6 +127,56 @@ for st in "${stages[@]}"; do
         --output 40 --concurrency $c >"$OUT/ncu_c$c.csv" 2>"$OUT/ncu_c$c.err"
       python3 tools/device/kernel_times.py "$OUT/ncu_c$c.csv" --steps 2 | tee "$OUT/kernels_c$c.md" | head -25
       note "profile c$c: $(tail -1 "$OUT/kernels_c$c.md")"
+    done ;;
+  moebench)
+    [ -f "$OUT/peak.json" ] || python3 tools/device/copy_bw.py >"$OUT/peak.json"
+    note "peak: $(cat "$OUT/peak.json")"
+    # Templates for the configs (the qwen3 tokenizer for both: the bench
+    # draws token ids, and the gptoss tokenizer is not in the pack).
+    agentkv model synth --arch qwen3_moe --tokenizer .devcarry/tokenizers/qwen3 --out /tmp/tpl_qwen3moe \
+      --layers 1 --hidden 64 --heads 4 --kv-heads 2 >/dev/null
+    agentkv model synth --arch gpt_oss --tokenizer .devcarry/tokenizers/qwen3 --out /tmp/tpl_gptoss \
+      --layers 2 --hidden 64 --heads 4 --kv-heads 2 >/dev/null
+    agentkv model synth --arch qwen3 --tokenizer .devcarry/tokenizers/qwen3 --out /tmp/tpl_qwen3 \
+      --layers 1 --hidden 64 --heads 4 --kv-heads 2 >/dev/null
+    for shape in ${MOE_SHAPES:-qwen3moe_bf16 qwen3moe_fp8 gptoss_mxfp4}; do
+      case $shape in
+        qwen3moe_bf16) tpl=/tmp/tpl_qwen3moe; args=(--preset qwen3-30b-a3b --quant none) ;;
+        qwen3moe_fp8) tpl=/tmp/tpl_qwen3moe; args=(--preset qwen3-30b-a3b --quant fp8) ;;
+        qwen3moe_fp8x) tpl=/tmp/tpl_qwen3moe; args=(--preset qwen3-30b-a3b --quant fp8-experts) ;;
+        gptoss_mxfp4) tpl=/tmp/tpl_gptoss; args=(--preset gpt-oss-20b --quant mxfp4) ;;
+        qwen3_8b_fp8) tpl=/tmp/tpl_qwen3; args=(--preset qwen3-8b --quant fp8) ;;
+        *) note "moebench: unknown shape $shape"; continue ;;
+      esac
+      M=/tmp/moe_$shape
+      layers=(--layers "${MOE_LAYERS:-8}")
+      [ $shape = qwen3_8b_fp8 ] && layers=()
+      if [ ! -f $M/model.safetensors ] && ! python3 tools/device/synth_shape.py --template $tpl \
+          --out $M "${layers[@]}" "${args[@]}" >"$OUT/synth_$shape.log" 2>&1; then
+        note "moebench $shape: synth failed"; tail -5 "$OUT/synth_$shape.log"; continue
+      fi
+      agentkv bench engine --model $M --device cuda --prompt 512 --output 128 --concurrency 1,64 \
+        --json >"$OUT/bench_$shape.json" 2>"$OUT/bench_$shape.err"; note "bench $shape rc=$?"
+      agentkv bench engine --model $M --device cuda --prompt 512 --output 1 --concurrency 64 \
+        --max-step-tokens 8192 --json >"$OUT/prefill_$shape.json" 2>>"$OUT/bench_$shape.err"
+      if [ -n "${MOE_COMPARE:-}" ]; then  # the tensor cores' tiles in place of the GEMV
+        AGENTKV_CUDA_MOE_GEMV=0 agentkv bench engine --model $M --device cuda --prompt 512 \
+          --output 128 --concurrency 1,64 --json >"$OUT/bench_${shape}_tiles.json" \
+          2>>"$OUT/bench_$shape.err"
+        note "bench $shape AGENTKV_CUDA_MOE_GEMV=0 rc=$?"
+      fi
+      tail -3 "$OUT/bench_$shape.err"
+      python3 tools/device/roofline.py --model $M --peak "$OUT/peak.json" --bench "$OUT/bench_$shape.json" \
+        --prefill "$OUT/prefill_$shape.json" | tee "$OUT/roofline_$shape.md"
+      for c in 1 64; do  # as the profile stage: decode steps 20 and 21 of c rows, no graphs
+        AGENTKV_CUDA_PROFILE_BATCH=$c AGENTKV_CUDA_GRAPHS=0 timeout 240 ncu --profile-from-start off \
+          --clock-control none --metrics gpu__time_duration.sum --csv \
+          agentkv bench engine --model $M --device cuda --prompt 512 \
+          --output 40 --concurrency $c >"$OUT/ncu_${shape}_c$c.csv" 2>"$OUT/ncu_${shape}_c$c.err"
+        python3 tools/device/kernel_times.py "$OUT/ncu_${shape}_c$c.csv" --steps 2 |
+          tee "$OUT/kernels_${shape}_c$c.md" | head -25
+        note "profile $shape c$c: $(tail -1 "$OUT/kernels_${shape}_c$c.md")"
+      done
     done ;;
   bench|bench8b)
     [ -f "$OUT/peak.json" ] || python3 tools/device/copy_bw.py >"$OUT/peak.json"

@@ -20,6 +20,9 @@ mistral, gemma3_text), gpt_oss and qwen3_moe (--experts, --experts-per-token,
          never embeddings, norms, routers or the LM head (dense, qwen3_moe).
   mxfp4  GPT-OSS's experts as `*_blocks` / `*_scales` U8, [out, in] order,
          gate and up rows interleaved; the rest bf16 (gpt_oss).
+  fp8-experts  fp8 as above for qwen3_moe's experts only, attention bf16
+         (config: modules_to_not_convert self_attn): the experts' share of
+         an fp8 model's time, apart.
 
 --preset fills the shapes of bench/RESULTS.md's quantized rows (explicit
 flags override): gpt-oss-20b (MXFP4 experts), qwen3-30b-a3b (FP8),
@@ -66,7 +69,7 @@ ap.add_argument("--experts-per-token", type=int)
 ap.add_argument("--moe-intermediate", type=int)
 ap.add_argument("--tie", dest="tie", action="store_true", default=None)
 ap.add_argument("--no-tie", dest="tie", action="store_false")
-ap.add_argument("--quant", choices=["none", "fp8", "mxfp4"])
+ap.add_argument("--quant", choices=["none", "fp8", "fp8-experts", "mxfp4"])
 ap.add_argument("--seed", type=int, default=0)
 ap.add_argument("--dry-run", action="store_true")
 a = ap.parse_args()
@@ -102,6 +105,8 @@ if a.arch not in DENSE + ("gpt_oss", "qwen3_moe"):
     ap.error(f"unknown architecture {a.arch}")
 if a.quant == "mxfp4" and a.arch != "gpt_oss":
     ap.error("--quant mxfp4 is for gpt_oss (its experts)")
+if a.quant == "fp8-experts" and a.arch != "qwen3_moe":
+    ap.error("--quant fp8-experts is for qwen3_moe (its experts)")
 if a.quant == "fp8" and a.arch == "gpt_oss":
     ap.error("--quant fp8: gpt_oss checkpoints are published with MXFP4 experts; use mxfp4")
 if a.arch == "qwen3_moe" and not a.intermediate:
@@ -170,10 +175,16 @@ def spec():
     return s
 
 
+def fp8(name, kind):
+    """Whether linear weight `name` is stored fp8."""
+    return kind == "lin" and (a.quant == "fp8" or
+                              (a.quant == "fp8-experts" and ".mlp.experts." in name))
+
+
 def stored(name, kind, shape):
     """The tensors (name, dtype, shape, bytes) `name` is written as."""
     n = math.prod(shape)
-    if kind == "lin" and a.quant == "fp8":
+    if fp8(name, kind):
         out, inn = shape[-2], shape[-1]
         sc = (cdiv(out, BLOCK), cdiv(inn, BLOCK))
         return [(name, "F8_E4M3", shape, n), (name + "_scale_inv", "F32", sc, 4 * math.prod(sc))]
@@ -231,9 +242,11 @@ if a.arch == "qwen3_moe":
     cfg.pop("num_experts", None)
     cfg.update(num_local_experts=E, num_experts_per_tok=K, moe_intermediate_size=I,
                decoder_sparse_step=1, mlp_only_layers=[])
-if a.quant == "fp8":
+if a.quant in ("fp8", "fp8-experts"):
     cfg["quantization_config"] = {"activation_scheme": "dynamic", "fmt": "e4m3",
                                   "quant_method": "fp8", "weight_block_size": [BLOCK, BLOCK]}
+    if a.quant == "fp8-experts":
+        cfg["quantization_config"]["modules_to_not_convert"] = ["self_attn", "lm_head"]
 elif a.quant == "mxfp4":
     cfg["quantization_config"] = {
         "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
@@ -293,7 +306,7 @@ nbytes = 0
 for name, kind, shape in specs:
     if kind == "one":
         t[name] = torch.ones(shape, dtype=torch.bfloat16)
-    elif kind == "lin" and a.quant == "fp8":
+    elif fp8(name, kind):
         codes, s = fp8_block(rnd(*shape))
         t[name], t[name + "_scale_inv"] = codes.cpu(), s.cpu()
     elif kind == "mx" and a.quant == "mxfp4":

@@ -68,6 +68,11 @@ struct CudaTuning {
   // Programmatic dependent launch between kernels on sm_90+
   // (AGENTKV_CUDA_PDL=0: plain launches).
   bool pdl = true;
+  // Mixture-of-experts GEMMs of decode-sized steps, and fp8 dense ones, on
+  // the weight-streaming GEMV where cuda::ChooseMoeGemmPath picks it
+  // (AGENTKV_CUDA_MOE_GEMV=0: on the tensor cores' tiles wherever they take
+  // the shape).
+  bool moe_gemv = true;
   // Decode graphs' attention splits aim at this many blocks per SM
   // (AGENTKV_CUDA_DECODE_BLOCKS_PER_SM=<n>; not a positive number: 4).
   int decode_blocks_per_sm = 4;
@@ -110,6 +115,7 @@ inline CudaTuning CudaTuningFromEnv(const std::function<const char*(const char*)
   t.mma_attention = !off("AGENTKV_CUDA_MMA_ATTENTION");
   t.gemv_pipe = !off("AGENTKV_CUDA_GEMV_PIPE");
   t.pdl = !off("AGENTKV_CUDA_PDL");
+  t.moe_gemv = !off("AGENTKV_CUDA_MOE_GEMV");
   if (const int n = positive(get("AGENTKV_CUDA_DECODE_BLOCKS_PER_SM")); n > 0)
     t.decode_blocks_per_sm = n;
   if (const char* v = get("AGENTKV_CUDA_STEP_LOG"); v != nullptr) t.step_log = v;

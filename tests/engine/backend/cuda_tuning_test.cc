@@ -37,6 +37,7 @@ TEST(CudaTuning, NoVariablesGiveTheDocumentedDefaults) {
   EXPECT_TRUE(t.mma_attention);
   EXPECT_TRUE(t.gemv_pipe);
   EXPECT_TRUE(t.pdl);
+  EXPECT_TRUE(t.moe_gemv);
   EXPECT_EQ(t.decode_blocks_per_sm, 4);
   EXPECT_EQ(t.step_log, "");
   EXPECT_EQ(t.profile_batch, 0);
@@ -55,6 +56,7 @@ TEST(CudaTuning, ZeroTurnsEachSwitchOffAndNothingElse) {
       {"AGENTKV_CUDA_MMA_ATTENTION", &CudaTuning::mma_attention},
       {"AGENTKV_CUDA_GEMV_PIPE", &CudaTuning::gemv_pipe},
       {"AGENTKV_CUDA_PDL", &CudaTuning::pdl},
+      {"AGENTKV_CUDA_MOE_GEMV", &CudaTuning::moe_gemv},
   };
   for (const auto& [name, field] : switches) {
     const CudaTuning off = FromEnv({{name, "0"}});

@@ -94,9 +94,6 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::Create(const ModelConfig& conf
                          std::to_string(config.head_dim));
   if (config.num_heads / config.num_kv_heads > 16)
     return Unimplemented("cuda backend: more than 16 query heads per KV head");
-  if (config.quant.quantized())
-    return Unimplemented(
-        "cuda backend: quantized checkpoints (mxfp4, fp8) run on --device cpu only for now");
   if (config.IsMoe() &&
       (config.moe.num_experts > cuda::kMaxMoeExperts ||
        config.moe.experts_per_token > cuda::kMaxMoeTopK || config.moe.experts_per_token <= 0 ||
@@ -190,7 +187,7 @@ Status CudaBackend::Init(const WeightSource& w) {
     RETURN_IF_ERROR(UploadBf16(w,
                                {p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight",
                                 p + "self_attn.v_proj.weight"},
-                               {{nq, H}, {nkv, H}, {nkv, H}}, &L.wqkv));
+                               {{nq, H}, {nkv, H}, {nkv, H}}, &L.wqkv, false, &L.q_qkv));
     if (c.attention_bias)
       RETURN_IF_ERROR(UploadF32(
           w,
@@ -202,15 +199,18 @@ Status CudaBackend::Init(const WeightSource& w) {
     }
     if (c.attention_sinks)
       RETURN_IF_ERROR(UploadF32(w, {p + "self_attn.sinks"}, {{c.num_heads}}, &L.sinks));
-    RETURN_IF_ERROR(UploadBf16(w, {p + "self_attn.o_proj.weight"}, {{H, nq}}, &L.wo));
+    RETURN_IF_ERROR(
+        UploadBf16(w, {p + "self_attn.o_proj.weight"}, {{H, nq}}, &L.wo, false, &L.q_o));
     if (c.o_proj_bias) RETURN_IF_ERROR(UploadF32(w, {p + "self_attn.o_proj.bias"}, {{H}}, &L.bo));
     if (c.IsMoeLayer(l)) {
       RETURN_IF_ERROR(LoadMoeLayer(w, l, &L));
     } else {
       // Gate and up rows interleaved (cuda::LaunchGatedAct's layout).
       RETURN_IF_ERROR(UploadBf16(w, {p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"},
-                                 {{I, H}, {I, H}}, &L.w_gate_up, /*interleave_rows=*/true));
-      RETURN_IF_ERROR(UploadBf16(w, {p + "mlp.down_proj.weight"}, {{H, I}}, &L.w_down));
+                                 {{I, H}, {I, H}}, &L.w_gate_up, /*interleave_rows=*/true,
+                                 &L.q_gate_up));
+      RETURN_IF_ERROR(
+          UploadBf16(w, {p + "mlp.down_proj.weight"}, {{H, I}}, &L.w_down, false, &L.q_down));
     }
     L.kind = c.layer_kinds.at(l);
     L.window = c.layer_windows.at(l);
@@ -233,7 +233,11 @@ Status CudaBackend::Init(const WeightSource& w) {
 
 Status CudaBackend::UploadBf16(const WeightSource& w, const std::vector<std::string>& names,
                                const std::vector<std::vector<int64_t>>& shapes, cuda::bf16_t** out,
-                               bool interleave_rows) {
+                               bool interleave_rows, QuantDense* quant) {
+  if (quant != nullptr && w.IsQuantized(names[0])) {
+    *out = nullptr;
+    return LoadQuantDense(w, names, shapes, interleave_rows, quant);
+  }
   int64_t total = 0;
   for (const auto& s : shapes) total += Elements(s);
   if (interleave_rows && (names.size() != 2 || shapes[0] != shapes[1] || shapes[0].size() != 2))
@@ -243,6 +247,10 @@ Status CudaBackend::UploadBf16(const WeightSource& w, const std::vector<std::str
   std::vector<std::vector<uint16_t>> all;
   int64_t off = 0;
   for (size_t i = 0; i < names.size(); ++i) {
+    if (w.IsQuantized(names[i]))  // (the embeddings, the LM head; or a part of a projection)
+      return Unimplemented("cuda backend: " + names[i] +
+                           " is stored quantized; the CUDA backend reads quantized experts and "
+                           "quantized dense projections (all of their parts) only");
     std::vector<uint16_t> bits;
     if (auto e = w.LoadBf16IfStored(names[i], shapes[i]); e.ok()) {
       bits = std::move(e).value();
@@ -355,7 +363,7 @@ Status CudaBackend::WarmUpGemms() {
   // cuBLAS GEMM; a model of MoE layers only has none to warm).
   const Layer* dense = nullptr;
   for (const Layer& d : layers_)
-    if (d.w_gate_up != nullptr) {
+    if (d.w_gate_up != nullptr) {  // (quantized ones run no cuBLAS GEMM)
       dense = &d;
       break;
     }
@@ -373,13 +381,17 @@ Status CudaBackend::WarmUpGemms() {
     // before it is read by a real step.
     // QKV: fp32 for decode steps (the fused-rotary attention), bf16 for
     // steps with prompt chunks (QkvPost).
-    RETURN_IF_ERROR(Gemm(h_.get<cuda::bf16_t>(), L.wqkv, qkv_.get(), true, m, qkv_n, H, 0.f, T));
-    RETURN_IF_ERROR(Gemm(h_.get<cuda::bf16_t>(), L.wqkv, qkv_.get(), false, m, qkv_n, H, 0.f, T));
+    // (Quantized projections run no cuBLAS GEMM: nothing to warm.)
+    if (L.wqkv != nullptr) {
+      RETURN_IF_ERROR(Gemm(h_.get<cuda::bf16_t>(), L.wqkv, qkv_.get(), true, m, qkv_n, H, 0.f, T));
+      RETURN_IF_ERROR(Gemm(h_.get<cuda::bf16_t>(), L.wqkv, qkv_.get(), false, m, qkv_n, H, 0.f, T));
+    }
     // As Enqueue calls them: sandwich-norm models write o, the others add
     // into the residual stream x (another cuBLAS kernel family).
     void* res = c.sandwich_norm ? o_.get() : x_.get();
     const float beta = c.sandwich_norm ? 0.f : 1.f;
-    RETURN_IF_ERROR(Gemm(attn_.get<cuda::bf16_t>(), L.wo, res, true, m, H, A, beta, T));
+    if (L.wo != nullptr)
+      RETURN_IF_ERROR(Gemm(attn_.get<cuda::bf16_t>(), L.wo, res, true, m, H, A, beta, T));
     if (dense == nullptr) {
     } else if (UsePromptGemm(m, 2 * I, H)) {
       CUDA_RETURN_IF_ERROR(cuda::LaunchPromptGemm(
@@ -423,7 +435,8 @@ Status CudaBackend::WarmUpGemms() {
     auto* h = h_.get<cuda::bf16_t>();
     for (int64_t a = kTuneMinRows;; a *= 2) {
       const int m = static_cast<int>(std::min(a, T));
-      RETURN_IF_ERROR(tuner_.Tune(cublas_, h, L.wqkv, qkv_.get(), false, m, qkv_n, H, 0.f));
+      if (L.wqkv != nullptr)
+        RETURN_IF_ERROR(tuner_.Tune(cublas_, h, L.wqkv, qkv_.get(), false, m, qkv_n, H, 0.f));
       if (dense != nullptr && !UsePromptGemm(m, 2 * I, H))
         RETURN_IF_ERROR(
             tuner_.Tune(cublas_, h, dense->w_gate_up, gu_.get(), false, m, 2 * I, H, 0.f));
@@ -456,7 +469,8 @@ Status CudaBackend::EnsureCapacity(int64_t tokens, int64_t seqs,
   // layers are all experts: its intermediate_size would size them for
   // nothing).
   bool dense_mlp = false;
-  for (const Layer& l : layers_) dense_mlp = dense_mlp || l.w_gate_up != nullptr;
+  for (const Layer& l : layers_)
+    dense_mlp = dense_mlp || l.w_gate_up != nullptr || l.q_gate_up.codes != nullptr;
   const int64_t I = dense_mlp ? c.intermediate_size : 0;
   struct Want {
     cuda::DeviceBuffer* buf;

@@ -2,11 +2,13 @@
 // the warpgroup kernels run on compute capability 9.0 only, and the steps
 // take other kernels elsewhere).
 //
-// Weights live on the GPU in bf16 (norm weights, biases and rotary
-// frequencies in fp32; the MLP's gate and up rows interleaved, so that a
-// block holds both halves of its outputs and the gated activation can sit
-// in a GEMM's epilogue); the residual stream is fp32, GEMM inputs bf16,
-// accumulation fp32.
+// Weights live on the GPU in bf16 (mixture-of-experts experts stored as
+// fp8 with block scales or mxfp4 stay so, dequantized inside the expert
+// kernels; fp8 dense projections too, with a scale per row and block of
+// columns, on the same kernels' one-group form; norm weights, biases and
+// rotary frequencies in fp32; the MLP's gate and up
+// rows interleaved, so that a block holds both halves of its outputs and the gated activation can
+// sit in a GEMM's epilogue); the residual stream is fp32, GEMM inputs bf16, accumulation fp32.
 //
 // GEMMs, by the step's rows (Gemm, NormGemm, ResidualGemm, Enqueue):
 // - 1 and 2 rows (kGemvMaxRows): weight-streaming GEMVs (kernels/gemv.h),
@@ -240,6 +242,9 @@ class CudaBackend final : public Backend {
   double device_seconds() const override { return device_seconds_; }
   // Steps run through a captured graph so far (for tests and benchmarks).
   int64_t graph_steps() const { return graph_steps_; }
+  // Bytes of GPU memory the weights hold (quantized experts at their
+  // stored size; moe_layer.cc).
+  uint64_t weight_bytes() const;
   double graph_capture_seconds() const override { return capture_seconds_; }
   int64_t graphs_captured() const override { return graphs_captured_; }
 
@@ -247,9 +252,27 @@ class CudaBackend final : public Backend {
   struct Layer;
   CudaBackend(const ModelConfig& config, const CudaBackendOptions& options);
   Status Init(const WeightSource& weights);
+  // Quantized dense weights (backend_layer.h; dense_quant.cc).
+  struct QuantDense;
+  // names' bf16 rows stacked (interleaved for gate and up), into one
+  // allocation at *out. Where `quant` is given and the checkpoint stores
+  // the names quantized: loaded so into *quant instead (LoadQuantDense),
+  // *out null.
   Status UploadBf16(const WeightSource& w, const std::vector<std::string>& names,
                     const std::vector<std::vector<int64_t>>& shapes, cuda::bf16_t** out,
-                    bool interleave_rows = false);
+                    bool interleave_rows = false, QuantDense* quant = nullptr);
+  // fp8 dense weights (block, channel or tensor scales) as stored, parts
+  // stacked or interleaved as UploadBf16 does, with a scale per row and
+  // block of columns (dense_quant.cc).
+  Status LoadQuantDense(const WeightSource& w, const std::vector<std::string>& names,
+                        const std::vector<std::vector<int64_t>>& shapes, bool interleave_rows,
+                        QuantDense* out);
+  // y = x[m] . w^T for quantized w on the MoE kernels' one-group form (the
+  // GEMV for decode-sized m, the tensor cores' tiles otherwise): y fp32
+  // (added into it with accumulate) or bf16; `gated`: SwiGLU of the
+  // interleaved gate and up rows into bf16 y [m][n / 2].
+  Status QuantGemm(const cuda::bf16_t* x, const QuantDense& w, void* y, bool y_f32, bool accumulate,
+                   int m, bool gated = false);
   Status UploadF32(const WeightSource& w, const std::vector<std::string>& names,
                    const std::vector<std::vector<int64_t>>& shapes, float** out);
   // `bytes` of host memory into a new weight allocation (moe_layer.cc).

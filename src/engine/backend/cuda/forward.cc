@@ -396,12 +396,15 @@ Status CudaBackend::Enqueue(const cuda::StepShape& s, int slot) {
     const bool fused_rotary = route.fused_rotary;
     // Which adds the QKV projection's split-K planes itself, where it has them.
     int qkv_planes = fused_rotary ? PlanesFor(T, qkv_n, H) : 0;
-    if (qkv_planes > cuda::kMaxQkvPlanes) qkv_planes = 0;
+    if (qkv_planes > cuda::kMaxQkvPlanes || L.q_qkv.codes != nullptr) qkv_planes = 0;
     if (qkv_planes > 0) {
       RETURN_IF_ERROR(Norm(nullptr, L.in_norm, T));
       CUDA_RETURN_IF_ERROR(cuda::LaunchWgmmaGemm(h, L.wqkv, wgmma_planes_.get(), true, T, qkv_n, H,
                                                  0.f, {wgmma_ws_.get(), num_sms_}, launch_, -1,
                                                  true));
+    } else if (L.q_qkv.codes != nullptr) {  // fp8 (dense_quant.cc), as below
+      RETURN_IF_ERROR(Norm(nullptr, L.in_norm, T));
+      RETURN_IF_ERROR(QuantGemm(h, L.q_qkv, qkv_.get(), /*y_f32=*/fused_rotary, false, T));
     } else {
       // Steps with prompt chunks: the projection in bf16 for QkvPost (half
       // the bytes of fp32 through memory); decode steps keep fp32 for the
@@ -506,9 +509,12 @@ Status CudaBackend::Enqueue(const cuda::StepShape& s, int slot) {
                                                meta + ml.seq_first, T, nkv, D, view, launch_));
     }
     if (c.sandwich_norm) {
-      RETURN_IF_ERROR(Gemm(attn, L.wo, o, true, T, H, nh * D, 0.f, cap_tokens_));
+      RETURN_IF_ERROR(L.q_o.codes != nullptr
+                          ? QuantGemm(attn, L.q_o, o, true, false, T)
+                          : Gemm(attn, L.wo, o, true, T, H, nh * D, 0.f, cap_tokens_));
     } else {
-      RETURN_IF_ERROR(ResidualGemm(attn, L.wo, T, H, nh * D));
+      RETURN_IF_ERROR(L.q_o.codes != nullptr ? QuantGemm(attn, L.q_o, x, true, true, T)
+                                             : ResidualGemm(attn, L.wo, T, H, nh * D));
       if (L.bo != nullptr) CUDA_RETURN_IF_ERROR(cuda::LaunchAddRowBias(x, L.bo, T, H, launch_));
     }
     if (tp()) RETURN_IF_ERROR(TpReduce(c.sandwich_norm ? o : x, T));
@@ -522,10 +528,14 @@ Status CudaBackend::Enqueue(const cuda::StepShape& s, int slot) {
     const int act_kind = c.activation == Activation::kSilu ? 0 : 1;
     // One or two rows: the MLP norm, the gate_up GEMV and the activation in
     // one kernel. (Sandwich norms: AddNormed above already wrote h.)
-    const bool norm_gemv_act = !c.sandwich_norm && T <= kGemvMaxRows && pending_planes_ == 0 &&
-                               tuning.gemv_pipe && cuda::NormGemvGatedActSupported(T, 2 * I, H);
+    const bool quant_mlp = L.q_gate_up.codes != nullptr;
+    const bool norm_gemv_act = !quant_mlp && !c.sandwich_norm && T <= kGemvMaxRows &&
+                               pending_planes_ == 0 && tuning.gemv_pipe &&
+                               cuda::NormGemvGatedActSupported(T, 2 * I, H);
     if (!c.sandwich_norm && !norm_gemv_act) RETURN_IF_ERROR(Norm(nullptr, L.post_attn_norm, T));
-    if (norm_gemv_act) {
+    if (quant_mlp) {  // fp8: SwiGLU in the epilogue (dense_quant.cc)
+      RETURN_IF_ERROR(QuantGemm(h, L.q_gate_up, act, false, false, T, /*gated=*/true));
+    } else if (norm_gemv_act) {
       CUDA_RETURN_IF_ERROR(cuda::LaunchNormGemvGatedAct(
           x, L.post_attn_norm, eps, plus_one, L.w_gate_up, act, T, 2 * I, H, act_kind, launch_));
     } else if (T <= kGemvMaxRows && cuda::GemvGatedActSupported(T, 2 * I, H)) {
@@ -546,12 +556,15 @@ Status CudaBackend::Enqueue(const cuda::StepShape& s, int slot) {
       CUDA_RETURN_IF_ERROR(cuda::LaunchGatedAct(gu, act, T, I, act_kind, launch_));
     }
     if (c.sandwich_norm) {
-      RETURN_IF_ERROR(Gemm(act, L.w_down, o, true, T, H, I, 0.f, cap_tokens_));
+      RETURN_IF_ERROR(L.q_down.codes != nullptr
+                          ? QuantGemm(act, L.q_down, o, true, false, T)
+                          : Gemm(act, L.w_down, o, true, T, H, I, 0.f, cap_tokens_));
       if (tp()) RETURN_IF_ERROR(TpReduce(o, T));
       CUDA_RETURN_IF_ERROR(cuda::LaunchAddNormed(o, L.post_ff_norm, x, nullptr, nullptr, T, H, eps,
                                                  plus_one, launch_));
     } else {
-      RETURN_IF_ERROR(ResidualGemm(act, L.w_down, T, H, I));
+      RETURN_IF_ERROR(L.q_down.codes != nullptr ? QuantGemm(act, L.q_down, x, true, true, T)
+                                                : ResidualGemm(act, L.w_down, T, H, I));
       if (tp()) RETURN_IF_ERROR(TpReduce(x, T));
     }
   }

@@ -1,9 +1,13 @@
 // CudaBackend's mixture-of-experts layers (GPT-OSS, Qwen3-MoE): loading
-// the router and experts into the device layout, and the MLP of such a
-// layer (kernels/moe.h's pipeline).
+// the router and experts into the device layout (bf16, or fp8 block /
+// mxfp4 experts kept quantized), and the MLP of such a layer
+// (kernels/moe.h's pipeline).
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "engine/backend/cuda/backend.h"
@@ -66,7 +70,99 @@ void InterleaveInto(const uint16_t* gate, const uint16_t* up, int64_t I, int64_t
   }
 }
 
+// A layer's quantized experts on the host, as the kernels read them
+// (cuda::MoeGemmParams): codes [E][N][row bytes], and fp8 block scales or
+// mxfp4 exponents.
+struct QuantExperts {
+  cuda::MoeWeightFormat format = cuda::MoeWeightFormat::kBf16;
+  std::vector<uint8_t> codes;
+  std::vector<float> scales;
+  std::vector<uint8_t> exps;
+  int block_rows = 128, block_cols = 128;
+  bool scale_pairs = false;
+};
+
+// The kernels' format of a stored weight: fp8 with block scales whose
+// columns hold whole 16-byte loads, or mxfp4; Unimplemented otherwise.
+Result<cuda::MoeWeightFormat> KernelFormat(const QuantizedWeight& q, const std::string& name) {
+  if (q.format == QuantFormat::kMxfp4) return cuda::MoeWeightFormat::kMxfp4;
+  if (q.format == QuantFormat::kFp8Block && q.block_cols % 16 == 0)
+    return cuda::MoeWeightFormat::kFp8Block;
+  return Unimplemented("cuda backend: " + name + " is " + std::string(QuantFormatName(q.format)) +
+                       (q.format == QuantFormat::kFp8Block
+                            ? " with blocks of " + std::to_string(q.block_cols) + " columns"
+                            : std::string()) +
+                       "; the MoE kernels read fp8 with block scales (blocks of whole 16 "
+                       "columns) and mxfp4 experts");
+}
+
+// Bytes of one row's codes (fp8: a byte a value; mxfp4: two values a byte).
+int64_t RowBytes(cuda::MoeWeightFormat f, int64_t cols) {
+  return f == cuda::MoeWeightFormat::kMxfp4 ? cols / 2 : cols;
+}
+
+// GPT-OSS's experts as released: all experts in one weight, [out, in],
+// gate and up rows already interleaved.
+Result<QuantExperts> FromBatched(QuantizedWeight q, const std::string& name) {
+  QuantExperts x;
+  ASSIGN_OR_RETURN(x.format, KernelFormat(q, name));
+  x.codes = std::move(q.codes);
+  x.scales = std::move(q.scales);
+  x.exps = std::move(q.exponents);
+  x.block_rows = q.block_rows;
+  x.block_cols = q.block_cols;
+  return x;
+}
+
+// Qwen3-MoE's per-expert weights stacked: one part per expert (down), or
+// two (gate and up) with their rows interleaved and their scales paired
+// (each part keeps its own blocks). Every part of one format and block
+// shape; `names(e)` the expert's parts, each rows x cols.
+Result<QuantExperts> Stacked(const WeightSource& w, const QuantConfig& quant, int64_t E,
+                             const std::function<std::vector<std::string>(int64_t)>& names,
+                             int64_t rows, int64_t cols) {
+  QuantExperts x;
+  for (int64_t e = 0; e < E; ++e) {
+    const std::vector<std::string> parts = names(e);
+    std::vector<QuantizedWeight> q;
+    for (const std::string& n : parts) {
+      ASSIGN_OR_RETURN(QuantizedWeight one,
+                       w.LoadQuantized(n, std::vector<int64_t>{rows, cols}, quant));
+      ASSIGN_OR_RETURN(const cuda::MoeWeightFormat f, KernelFormat(one, n));
+      if (e == 0 && q.empty()) {
+        x.format = f;
+        x.block_rows = one.block_rows;
+        x.block_cols = one.block_cols;
+      } else if (f != x.format || one.block_rows != x.block_rows ||
+                 one.block_cols != x.block_cols) {
+        return Unimplemented("cuda backend: " + n +
+                             " is stored unlike the layer's other experts (format or blocks)");
+      }
+      q.push_back(std::move(one));
+    }
+    const int64_t rb = RowBytes(x.format, cols), re = cols / kMxfp4Block;
+    for (int64_t r = 0; r < rows; ++r)
+      for (const QuantizedWeight& part : q) {
+        x.codes.insert(x.codes.end(), part.codes.begin() + r * rb,
+                       part.codes.begin() + (r + 1) * rb);
+        if (x.format == cuda::MoeWeightFormat::kMxfp4)
+          x.exps.insert(x.exps.end(), part.exponents.begin() + r * re,
+                        part.exponents.begin() + (r + 1) * re);
+      }
+    for (const QuantizedWeight& part : q)
+      x.scales.insert(x.scales.end(), part.scales.begin(), part.scales.end());
+    x.scale_pairs = q.size() == 2 && x.format == cuda::MoeWeightFormat::kFp8Block;
+  }
+  return x;
+}
+
 }  // namespace
+
+uint64_t CudaBackend::weight_bytes() const {
+  uint64_t n = 0;
+  for (const cuda::DeviceBuffer& b : weight_mem_) n += b.bytes();
+  return n;
+}
 
 Status CudaBackend::UploadHost(const void* data, size_t bytes, void** out) {
   cuda::DeviceBuffer buf;
@@ -82,9 +178,60 @@ Status CudaBackend::LoadMoeLayer(const WeightSource& w, int layer, Layer* L) {
   const int64_t E = c.moe.num_experts, H = c.hidden_size, I = c.moe.expert_intermediate;
   // (Create refused the expert shapes the kernels do not take.)
   const std::string p = "model.layers." + std::to_string(layer) + ".mlp.";
-  std::vector<uint16_t> router, gate_up(static_cast<size_t>(E * 2 * I * H)), down;
+  std::vector<uint16_t> router, gate_up, down;
   std::vector<float> router_bias, gate_up_bias, down_bias;
+  // Quantized experts stay so (dequantized inside the kernels).
+  QuantExperts q_gate_up, q_down;
+  const std::string gu_fused = p + "experts.gate_up_proj", dn_fused = p + "experts.down_proj";
+  auto expert = [&](int64_t e) { return p + "experts." + std::to_string(e) + "."; };
+  bool quantized = false;
   if (c.arch == Architecture::kGptOss) {
+    quantized = w.IsQuantized(gu_fused) || w.IsQuantized(dn_fused);
+  } else if (!w.Has(gu_fused)) {
+    int parts = 0;
+    for (int64_t e = 0; e < E; ++e)
+      for (const char* part : {"gate_proj.weight", "up_proj.weight", "down_proj.weight"})
+        parts += w.IsQuantized(expert(e) + part);
+    if (parts != 0 && parts != 3 * E)
+      return Unimplemented("cuda backend: layer " + std::to_string(layer) +
+                           " has some experts quantized and some not");
+    quantized = parts != 0;
+  } else if (w.IsQuantized(gu_fused) || w.IsQuantized(dn_fused)) {
+    return Unimplemented("cuda backend: " + gu_fused + " is quantized in the fused layout");
+  }
+  if (!quantized) gate_up.resize(static_cast<size_t>(E * 2 * I * H));
+  if (quantized && c.arch == Architecture::kGptOss) {
+    ASSIGN_OR_RETURN(router, LoadBits(w, p + "router.weight", {E, H}));
+    if (c.moe.router_bias) {
+      ASSIGN_OR_RETURN(router_bias, LoadFloats(w, p + "router.bias", {E}));
+    }
+    ASSIGN_OR_RETURN(QuantizedWeight gu,
+                     w.LoadQuantized(gu_fused, std::vector<int64_t>{E, 2 * I, H}, c.quant));
+    ASSIGN_OR_RETURN(q_gate_up, FromBatched(std::move(gu), gu_fused));
+    ASSIGN_OR_RETURN(QuantizedWeight dn,
+                     w.LoadQuantized(dn_fused, std::vector<int64_t>{E, H, I}, c.quant));
+    ASSIGN_OR_RETURN(q_down, FromBatched(std::move(dn), dn_fused));
+    if (c.moe.expert_bias) {
+      ASSIGN_OR_RETURN(gate_up_bias, LoadFloats(w, gu_fused + "_bias", {E, 2 * I}));
+      ASSIGN_OR_RETURN(down_bias, LoadFloats(w, dn_fused + "_bias", {E, H}));
+    }
+  } else if (quantized) {
+    ASSIGN_OR_RETURN(router, LoadBits(w, p + "gate.weight", {E, H}));
+    ASSIGN_OR_RETURN(q_gate_up, Stacked(
+                                    w, c.quant, E,
+                                    [&](int64_t e) {
+                                      return std::vector<std::string>{
+                                          expert(e) + "gate_proj.weight",
+                                          expert(e) + "up_proj.weight"};
+                                    },
+                                    I, H));
+    ASSIGN_OR_RETURN(q_down, Stacked(
+                                 w, c.quant, E,
+                                 [&](int64_t e) {
+                                   return std::vector<std::string>{expert(e) + "down_proj.weight"};
+                                 },
+                                 H, I));
+  } else if (c.arch == Architecture::kGptOss) {
     ASSIGN_OR_RETURN(router, LoadBits(w, p + "router.weight", {E, H}));
     if (c.moe.router_bias) {
       ASSIGN_OR_RETURN(router_bias, LoadFloats(w, p + "router.bias", {E}));
@@ -126,10 +273,48 @@ Status CudaBackend::LoadMoeLayer(const WeightSource& w, int layer, Layer* L) {
   void* ptr = nullptr;
   RETURN_IF_ERROR(UploadHost(router.data(), router.size() * 2, &ptr));
   L->router = static_cast<cuda::bf16_t*>(ptr);
-  RETURN_IF_ERROR(UploadHost(gate_up.data(), gate_up.size() * 2, &ptr));
-  L->experts_gate_up = static_cast<cuda::bf16_t*>(ptr);
-  RETURN_IF_ERROR(UploadHost(down.data(), down.size() * 2, &ptr));
-  L->experts_down = static_cast<cuda::bf16_t*>(ptr);
+  if (quantized) {
+    if (q_gate_up.format != q_down.format ||
+        (q_gate_up.format == cuda::MoeWeightFormat::kFp8Block &&
+         (q_gate_up.block_rows != q_down.block_rows || q_gate_up.block_cols != q_down.block_cols)))
+      return Unimplemented("cuda backend: layer " + std::to_string(layer) +
+                           "'s gate_up and down experts are stored in different formats or "
+                           "blocks");
+    // The kernels read quantized rows in whole 16-byte loads.
+    for (auto [n, k] : {std::pair{2 * I, H}, std::pair{H, I}})
+      if (cuda::ChooseMoeGemmPath(1, c.moe.experts_per_token, static_cast<int>(E),
+                                  static_cast<int>(n), static_cast<int>(k),
+                                  q_gate_up.format) == cuda::MoeGemmPath::kUnsupported)
+        return Unimplemented("cuda backend: quantized experts of " + std::to_string(n) + " x " +
+                             std::to_string(k) + ": the MoE kernels need inputs in whole " +
+                             std::to_string(cuda::MoeWeightVecElems(q_gate_up.format)) +
+                             "-value loads");
+    L->experts_format = q_gate_up.format;
+    L->experts_block_rows = q_gate_up.block_rows;
+    L->experts_block_cols = q_gate_up.block_cols;
+    L->experts_gate_up_scale_pairs = q_gate_up.scale_pairs;
+    for (auto [src, codes, scales, exps] :
+         {std::tuple{&q_gate_up, &L->experts_gate_up_q, &L->experts_gate_up_scales,
+                     &L->experts_gate_up_exps},
+          std::tuple{&q_down, &L->experts_down_q, &L->experts_down_scales,
+                     &L->experts_down_exps}}) {
+      RETURN_IF_ERROR(UploadHost(src->codes.data(), src->codes.size(), &ptr));
+      *codes = static_cast<const uint8_t*>(ptr);
+      if (!src->scales.empty()) {
+        RETURN_IF_ERROR(UploadHost(src->scales.data(), src->scales.size() * 4, &ptr));
+        *scales = static_cast<const float*>(ptr);
+      }
+      if (!src->exps.empty()) {
+        RETURN_IF_ERROR(UploadHost(src->exps.data(), src->exps.size(), &ptr));
+        *exps = static_cast<const uint8_t*>(ptr);
+      }
+    }
+  } else {
+    RETURN_IF_ERROR(UploadHost(gate_up.data(), gate_up.size() * 2, &ptr));
+    L->experts_gate_up = static_cast<cuda::bf16_t*>(ptr);
+    RETURN_IF_ERROR(UploadHost(down.data(), down.size() * 2, &ptr));
+    L->experts_down = static_cast<cuda::bf16_t*>(ptr);
+  }
   for (auto [v, out] : {std::pair{&router_bias, &L->router_bias},
                         std::pair{&gate_up_bias, &L->experts_gate_up_bias},
                         std::pair{&down_bias, &L->experts_down_bias}}) {
@@ -167,7 +352,14 @@ Status CudaBackend::MoeMlp(const Layer& L, int T) {
   g.x = h;
   g.order = order;
   g.div = K;
+  g.format = L.experts_format;
   g.w = L.experts_gate_up;
+  g.wq = L.experts_gate_up_q;
+  g.scales = L.experts_gate_up_scales;
+  g.scale_pairs = L.experts_gate_up_scale_pairs;
+  g.exps = L.experts_gate_up_exps;
+  g.block_rows = L.experts_block_rows;
+  g.block_cols = L.experts_block_cols;
   g.bias = L.experts_gate_up_bias;
   g.N = 2 * I;
   g.K = H;
@@ -179,18 +371,27 @@ Status CudaBackend::MoeMlp(const Layer& L, int T) {
       c.moe.swiglu_limit > 0.f ? cuda::MoeEpilogue::kClampedSwiglu : cuda::MoeEpilogue::kSwiglu;
   g.limit = c.moe.swiglu_limit;
   g.act = moe_act_.get<cuda::bf16_t>();
+  // Each GEMM on the kernel the step's shape calls for (a token takes an
+  // expert once: no group has more than T rows).
+  g.max_group_rows = T;
+  g.path = cuda::ChooseMoeGemmPath(T, K, E, g.N, g.K, g.format, options_.tuning.moe_gemv);
   CUDA_RETURN_IF_ERROR(cuda::LaunchMoeGemm(g, launch_));
   cuda::MoeGemmParams d = g;
   d.x = g.act;
   d.order = nullptr;
   d.div = 1;
   d.w = L.experts_down;
+  d.wq = L.experts_down_q;
+  d.scales = L.experts_down_scales;
+  d.scale_pairs = false;
+  d.exps = L.experts_down_exps;
   d.bias = L.experts_down_bias;
   d.N = H;
   d.K = I;
   d.epilogue = cuda::MoeEpilogue::kStore;
   d.act = nullptr;
   d.y = moe_y_.get<float>();
+  d.path = cuda::ChooseMoeGemmPath(T, K, E, d.N, d.K, d.format, options_.tuning.moe_gemv);
   CUDA_RETURN_IF_ERROR(cuda::LaunchMoeGemm(d, launch_));
   // Tensor parallelism: each rank's experts hold a slice of every expert's
   // columns, so its weighted sum is a partial one; rank 0 adds it to the

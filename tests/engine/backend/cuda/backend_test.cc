@@ -124,8 +124,8 @@ INSTANTIATE_TEST_SUITE_P(
 // The kernels CudaTuning's switches fall back on, each switch away from its
 // default (in two sets, as some exclude others), teacher-forced against the
 // CPU as LogitsAndGreedyMatch is; and the step log written where it asks.
-// Expert shapes the MoE kernels do not take, and quantized checkpoints, are
-// refused at creation, with the reason, not run wrong.
+// Expert shapes the MoE kernels do not take are refused at creation, with
+// the reason, not run wrong (quantized checkpoints: backend_quant_test.cc).
 TEST(CudaBackend, RefusesExpertShapesTheKernelsLack) {
   AGENTKV_REQUIRE_GPU();
   ModelConfig many = SmallConfig(Architecture::kGptOss);
@@ -138,13 +138,6 @@ TEST(CudaBackend, RefusesExpertShapesTheKernelsLack) {
     ASSERT_FALSE(b.ok());
     EXPECT_EQ(b.status().code(), StatusCode::kInvalidArgument) << b.status().ToString();
   }
-  ModelConfig mxfp4 = SmallConfig(Architecture::kGptOss);
-  mxfp4.quant.method = QuantMethod::kMxfp4;
-  mxfp4.quant.format = QuantFormat::kMxfp4;
-  auto b = CudaBackend::Create(mxfp4, Bf16Weights(SmallConfig(Architecture::kGptOss), 3),
-                               CudaBackendOptions{});
-  ASSERT_FALSE(b.ok());
-  EXPECT_EQ(b.status().code(), StatusCode::kUnimplemented) << b.status().ToString();
 }
 
 TEST(CudaBackend, TuningSwitchesKeepTheCpusLogits) {

@@ -13,6 +13,7 @@
 //   LaunchMoePlan                           -> offsets, tiles, order, slot_of
 //   LaunchMoeGemm (gated, gathered rows)    -> act [A][I] bf16
 //   LaunchMoeGemm (plain)                   -> y [A][H] fp32
+// (each GEMM on the path ChooseMoeGemmPath picks for the step)
 //   LaunchMoeCombine                        -> x [T][H] += sum_j w_j y
 #pragma once
 
@@ -53,7 +54,8 @@ cudaError_t LaunchMoePlan(const int32_t* experts, int assignments, int num_exper
 
 // What the grouped GEMM's epilogue does with a row's N outputs.
 enum class MoeEpilogue {
-  kStore,         // y [rows][N] fp32 (+ bias)
+  kStore,         // y [rows][N] fp32 (+ bias), or added into y (accumulate)
+  kStoreBf16,     // act [rows][N] bf16 (+ bias)
   kSwiglu,        // gate and up interleaved (even columns gate): act [rows][N / 2]
                   // bf16 = silu(gate) * up
   kClampedSwiglu  // GPT-OSS: gate = min(gate, limit), up = clamp(up, -limit,
@@ -61,38 +63,71 @@ enum class MoeEpilogue {
 };
 
 // Grouped GEMM: for each group e (an expert), its rows r in [offsets[e],
-// offsets[e + 1]) get out[r] = x[src(r)] . w[e]^T (+ bias[e]), w[e] [N][K]
-// bf16 (w + e * N * K), bias [E][N] fp32 or null; src(r) = order[r] / div
-// where order is given (the token of an assignment), else r. Tiles of
-// kMoeTileRows rows come from `tiles` (MoePlanTiles); the grid holds
-// max_tiles of them (MoeMaxTiles), the ones past tiles[E] exit.
-// With offsets null: one group of `rows` rows, expert 0 (the router). At
-// most 65,535 tiles (cudaErrorInvalidValue past that).
-// fp32 accumulation; tiles on the tensor cores (WMMA), or with
-// tensor_cores false on the CUDA cores (the plain form the tests compare
-// against). Each tile streams its expert's weight columns once, so a decode
-// step is one weight-streaming pass per selected expert. The path to speed:
-// pipelined (cp.async / TMA) stages, wider row tiles for prefill, the
-// warpgroup MMA.
+// offsets[e + 1]) get out[r] = x[src(r)] . w[e]^T (+ bias[e]), w[e] N x K
+// in `format` (MoeWeightFormat; bf16: w + e * N * K), bias [E][N] fp32 or
+// null; src(r) = order[r] / div where order is given (the token of an
+// assignment), else r. Tiles of kMoeTileRows rows come from `tiles`
+// (MoePlanTiles); the grid holds max_tiles of them (MoeMaxTiles), the ones
+// past tiles[E] exit. With offsets null: one group of `rows` rows, expert
+// 0 (a dense layer: the router, fp8 projections). At most 65,535 tiles
+// (cudaErrorInvalidValue past that).
+// fp32 accumulation, on the kernel `path` names (ChooseMoeGemmPath picks
+// it): the CUDA cores' tiles take bf16 weights, the tensor cores' every
+// format (quantized rows in whole 16-byte loads; dequantized to bf16 as
+// they are staged); the GEMV takes every format (MoeGemvTakes' shapes) and
+// streams each expert's weights once per pass of
+// MoeGemvPassRows(max_group_rows) rows, so a decode step reads each
+// selected expert once. The path to more speed: the warpgroup MMA (fp8
+// through its e4m3 path) and TMA for the tiles; mma.sync with the group's
+// rows as the narrow side for steps of several rows per expert (64
+// concurrent sequences), where the GEMV's CUDA-core arithmetic binds.
 struct MoeGemmParams {
   const bf16_t* x = nullptr;  // [*][K]
   const int32_t* order = nullptr;
   int div = 1;
-  const bf16_t* w = nullptr;
+  MoeWeightFormat format = MoeWeightFormat::kBf16;
+  const bf16_t* w = nullptr;    // kBf16
+  const uint8_t* wq = nullptr;  // kFp8Block: codes [E][N][K]; kMxfp4: blocks [E][N][K / 32][16]
+  // kFp8Block: one scale per block of block_rows x block_cols (block_cols a
+  // multiple of 16), [E][ceil(N / block_rows)][ceil(K / block_cols)]; with
+  // scale_pairs (gate and up rows interleaved, each scaled as its own
+  // matrix of N / 2 rows): [E][2][ceil(N / 2 / block_rows)][ceil(K /
+  // block_cols)], gate's blocks first, row n's at (n & 1, (n >> 1) /
+  // block_rows).
+  const float* scales = nullptr;
+  int block_rows = 128, block_cols = 128;
+  bool scale_pairs = false;
+  const uint8_t* exps = nullptr;  // kMxfp4: E8M0 exponents [E][N][K / 32]
   const float* bias = nullptr;
   int N = 0, K = 0;
   const int32_t* offsets = nullptr;
   const int32_t* tiles = nullptr;
   int num_experts = 1;
   int max_tiles = 0;
-  int rows = 0;  // offsets null: the one group's rows
+  int rows = 0;            // offsets null: the one group's rows
+  int max_group_rows = 0;  // kGemv: no group has more rows (0: unknown)
   MoeEpilogue epilogue = MoeEpilogue::kStore;
-  float limit = 0.f;      // kClampedSwiglu
-  float* y = nullptr;     // kStore
-  bf16_t* act = nullptr;  // the gated forms
-  bool tensor_cores = true;
+  float limit = 0.f;        // kClampedSwiglu
+  float* y = nullptr;       // kStore
+  bool accumulate = false;  // kStore: y += the product (a residual stream)
+  bf16_t* act = nullptr;    // the gated forms
+  MoeGemmPath path = MoeGemmPath::kTensorCores;
 };
 cudaError_t LaunchMoeGemm(const MoeGemmParams& p, LaunchConfig launch);
+// Whether p's epilogue has its output (y for kStore, act otherwise) and
+// the gated forms an even N: the launchers' shared check.
+inline bool MoeEpilogueOutputsOk(const MoeGemmParams& p) {
+  switch (p.epilogue) {
+    case MoeEpilogue::kStore:
+      return p.y != nullptr;
+    case MoeEpilogue::kStoreBf16:
+      return p.act != nullptr;
+    default:
+      return p.act != nullptr && p.N % 2 == 0;
+  }
+}
+// The GEMV form alone (LaunchMoeGemm with path kGemv; moe_gemv.cu).
+cudaError_t LaunchMoeGemv(const MoeGemmParams& p, LaunchConfig launch);
 
 // x[t] += sum over j < k of weights[t * k + j] * y[slot_of[t * k + j]]
 // (rows of H floats), in slot order.

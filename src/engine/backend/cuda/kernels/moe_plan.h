@@ -152,4 +152,79 @@ AGENTKV_MOE_HD inline int MoeTileExpert(int b, const int32_t* tiles, const int32
   return lo;
 }
 
+// How a grouped GEMM's expert weights are stored (LaunchMoeGemm):
+//   kBf16: w [E][N][K] bf16.
+//   kFp8Block: e4m3 codes [E][N][K] with one fp32 scale per block of
+//     block_rows x block_cols (W = code * scale), as FP8 block checkpoints
+//     store them.
+//   kMxfp4: [E][N][K / 32][16] bytes of e2m1 pairs (low nibble first) and
+//     an E8M0 exponent [E][N][K / 32] per 32 values, as MXFP4 checkpoints.
+enum class MoeWeightFormat { kBf16, kFp8Block, kMxfp4 };
+
+// Weight elements in one 16-byte load (a lane's unit of the GEMV).
+AGENTKV_MOE_HD inline constexpr int MoeWeightVecElems(MoeWeightFormat f) {
+  return f == MoeWeightFormat::kBf16 ? 8 : f == MoeWeightFormat::kFp8Block ? 16 : 32;
+}
+
+// Which kernel runs a grouped GEMM:
+//   kTensorCores: row tiles of kMoeTileRows on WMMA (prefill; quantized
+//     weights dequantized to bf16 as they are staged);
+//   kCudaCores: the same tiles on the CUDA cores (the plain form tests
+//     compare against);
+//   kGemv: weight streaming at near the memory bandwidth, each warp a pair
+//     of weight rows of one expert against up to kMaxMoeGemvRows rows of
+//     the group at a time (decode steps: groups of a few rows), quantized
+//     weights dequantized in registers;
+//   kUnsupported: no kernel takes the shape.
+enum class MoeGemmPath { kTensorCores, kCudaCores, kGemv, kUnsupported };
+
+// The GEMV's rows per pass (a register each, per weight row); a pass's
+// rows of K bf16 sit in at most kMoeGemvXBytes of shared memory, so K up
+// to kMaxMoeGemvK at every pass size (more with fewer rows per pass).
+inline constexpr int kMaxMoeGemvRows = 8;
+inline constexpr int kMoeGemvXBytes = 96 * 1024;
+inline constexpr int kMaxMoeGemvK = kMoeGemvXBytes / (2 * kMaxMoeGemvRows);
+// The GEMV serves steps of at most this many tokens (a token takes an
+// expert once, so no group has more rows), and larger steps whose
+// assignments average at most kMoeGemvMeanRows per expert touched.
+inline constexpr int kMoeGemvTokens = 16;
+inline constexpr int kMoeGemvMeanRows = 8;
+
+// The GEMV's rows per pass for groups of at most max_group_rows rows (0:
+// unknown): the power of two that holds them, at most kMaxMoeGemvRows.
+AGENTKV_MOE_HD inline int MoeGemvPassRows(int max_group_rows) {
+  if (max_group_rows <= 0) return kMaxMoeGemvRows;
+  int r = 1;
+  while (r < max_group_rows && r < kMaxMoeGemvRows) r *= 2;
+  return r;
+}
+
+// Whether the GEMV takes N x K weights of format f for groups of at most
+// max_group_rows rows (0: unknown).
+AGENTKV_MOE_HD inline bool MoeGemvTakes(int N, int K, MoeWeightFormat f, int max_group_rows = 0) {
+  return N > 0 && K > 0 && K % MoeWeightVecElems(f) == 0 &&
+         static_cast<int64_t>(K) * 2 * MoeGemvPassRows(max_group_rows) <= kMoeGemvXBytes;
+}
+
+// The kernel for a step of `tokens` tokens, k experts each, over
+// num_experts experts of N x K weights of format f (see MoeGemmPath): the
+// GEMV for decode-sized groups where it takes the shape, the tensor cores
+// otherwise (quantized weights there need whole 16-byte loads per row).
+// gemv false (CudaTuning::moe_gemv off): the tensor cores wherever they
+// take the shape.
+AGENTKV_MOE_HD inline MoeGemmPath ChooseMoeGemmPath(int tokens, int k, int num_experts, int N,
+                                                    int K, MoeWeightFormat f, bool gemv = true) {
+  if (tokens <= 0 || k <= 0 || num_experts <= 0 || N <= 0 || K <= 0)
+    return MoeGemmPath::kUnsupported;
+  const MoeGemmPath tiles = f == MoeWeightFormat::kBf16 || K % MoeWeightVecElems(f) == 0
+                                ? MoeGemmPath::kTensorCores
+                                : MoeGemmPath::kUnsupported;
+  if (!MoeGemvTakes(N, K, f, tokens)) return tiles;
+  if (!gemv && tiles != MoeGemmPath::kUnsupported) return tiles;
+  if (tokens <= kMoeGemvTokens) return MoeGemmPath::kGemv;
+  const int64_t a = static_cast<int64_t>(tokens) * k;
+  const int64_t touched = a < num_experts ? a : num_experts;
+  return a <= kMoeGemvMeanRows * touched ? MoeGemmPath::kGemv : tiles;
+}
+
 }  // namespace agentkv::cuda

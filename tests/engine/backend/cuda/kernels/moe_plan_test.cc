@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "engine/backend/cpu/cpu_moe.h"
@@ -119,6 +120,76 @@ TEST(MoePlan, MaxTilesBoundsEveryGrouping) {
   EXPECT_EQ(tiles[E], 2 * E);
   EXPECT_LE(tiles[E], MoeMaxTiles(A, E));
   EXPECT_EQ(MoeMaxTiles(0, E), 0);
+}
+
+// The grouped GEMM's kernel: decode-sized steps and sparse groupings on
+// the GEMV, dense ones on the tensor cores, in every format; quantized
+// weights nowhere when no kernel can read the shape.
+TEST(MoePlan, ChoosesTheGemmPath) {
+  constexpr auto kBf16 = MoeWeightFormat::kBf16;
+  constexpr auto kFp8 = MoeWeightFormat::kFp8Block;
+  constexpr auto kMx = MoeWeightFormat::kMxfp4;
+  // Qwen3-30B-A3B's gate_up (N 1536, K 2048) and down (N 2048, K 768).
+  for (auto [N, K] : {std::pair{1536, 2048}, std::pair{2048, 768}}) {
+    EXPECT_EQ(ChooseMoeGemmPath(1, 8, 128, N, K, kBf16), MoeGemmPath::kGemv);
+    EXPECT_EQ(ChooseMoeGemmPath(kMoeGemvTokens, 8, 128, N, K, kBf16), MoeGemmPath::kGemv);
+    // 64 tokens x 8 over 128 experts: 4 rows per expert on average.
+    EXPECT_EQ(ChooseMoeGemmPath(64, 8, 128, N, K, kBf16), MoeGemmPath::kGemv);
+    // 512 tokens: 32 per expert.
+    EXPECT_EQ(ChooseMoeGemmPath(512, 8, 128, N, K, kBf16), MoeGemmPath::kTensorCores);
+    EXPECT_EQ(ChooseMoeGemmPath(512, 8, 128, N, K, kFp8), MoeGemmPath::kTensorCores);
+    EXPECT_EQ(ChooseMoeGemmPath(1, 8, 128, N, K, kFp8), MoeGemmPath::kGemv);
+  }
+  // The mean-rows boundary: 8 experts x 2 per token, 32 tokens = 8 rows
+  // each; 33 tokens tip it.
+  EXPECT_EQ(ChooseMoeGemmPath(32, 2, 8, 64, 64, kBf16), MoeGemmPath::kGemv);
+  EXPECT_EQ(ChooseMoeGemmPath(33, 2, 8, 64, 64, kBf16), MoeGemmPath::kTensorCores);
+  // GPT-OSS-20B's experts in MXFP4 (K 2880 = 90 blocks).
+  EXPECT_EQ(ChooseMoeGemmPath(1, 4, 32, 5760, 2880, kMx), MoeGemmPath::kGemv);
+  EXPECT_EQ(ChooseMoeGemmPath(4096, 4, 32, 5760, 2880, kMx), MoeGemmPath::kTensorCores);
+  EXPECT_EQ(ChooseMoeGemmPath(64, 4, 32, 5760, 2880, kMx), MoeGemmPath::kGemv);
+  // Past the GEMV's K: the tiles, which take quantized weights too.
+  EXPECT_EQ(ChooseMoeGemmPath(16, 4, 32, 64, kMaxMoeGemvK + 32, kMx), MoeGemmPath::kTensorCores);
+  // Fewer rows per pass leave room for longer rows: a one-token step of
+  // Qwen3-8B's down projection (K 12,288) on the GEMV.
+  EXPECT_EQ(ChooseMoeGemmPath(1, 1, 1, 4096, 12288, kFp8), MoeGemmPath::kGemv);
+  EXPECT_EQ(ChooseMoeGemmPath(16, 1, 1, 4096, 12288, kFp8), MoeGemmPath::kTensorCores);
+  // Shapes the GEMV cannot read: bf16 goes to the tiles, quantized nowhere.
+  EXPECT_EQ(ChooseMoeGemmPath(1, 4, 32, 64, 130, kBf16), MoeGemmPath::kTensorCores);
+  EXPECT_EQ(ChooseMoeGemmPath(16, 4, 32, 64, kMaxMoeGemvK + 8, kBf16), MoeGemmPath::kTensorCores);
+  EXPECT_EQ(ChooseMoeGemmPath(1, 4, 32, 64, 48, kMx), MoeGemmPath::kUnsupported);
+  EXPECT_EQ(ChooseMoeGemmPath(1, 4, 32, 64, 40, kFp8), MoeGemmPath::kUnsupported);
+  EXPECT_EQ(ChooseMoeGemmPath(0, 4, 32, 64, 64, kBf16), MoeGemmPath::kUnsupported);
+  EXPECT_EQ(ChooseMoeGemmPath(1, 4, 32, 0, 64, kBf16), MoeGemmPath::kUnsupported);
+}
+
+// CudaTuning::moe_gemv off: the tiles wherever they take the shape.
+TEST(MoePlan, GemvOffTakesTheTiles) {
+  EXPECT_EQ(ChooseMoeGemmPath(1, 8, 128, 1536, 2048, MoeWeightFormat::kBf16, false),
+            MoeGemmPath::kTensorCores);
+  EXPECT_EQ(ChooseMoeGemmPath(1, 4, 32, 5760, 2880, MoeWeightFormat::kMxfp4, false),
+            MoeGemmPath::kTensorCores);
+  EXPECT_EQ(ChooseMoeGemmPath(1, 4, 32, 64, 48, MoeWeightFormat::kMxfp4, false),
+            MoeGemmPath::kUnsupported);
+}
+
+TEST(MoePlan, GemvPassRows) {
+  EXPECT_EQ(MoeGemvPassRows(1), 1);
+  EXPECT_EQ(MoeGemvPassRows(2), 2);
+  EXPECT_EQ(MoeGemvPassRows(3), 4);
+  EXPECT_EQ(MoeGemvPassRows(5), 8);
+  EXPECT_EQ(MoeGemvPassRows(64), kMaxMoeGemvRows);
+  EXPECT_EQ(MoeGemvPassRows(0), kMaxMoeGemvRows);  // unknown
+  EXPECT_TRUE(MoeGemvTakes(16, 32, MoeWeightFormat::kMxfp4));
+  EXPECT_FALSE(MoeGemvTakes(16, 16, MoeWeightFormat::kMxfp4));
+  EXPECT_TRUE(MoeGemvTakes(16, 16, MoeWeightFormat::kFp8Block));
+  EXPECT_FALSE(MoeGemvTakes(16, 8, MoeWeightFormat::kFp8Block));
+  EXPECT_TRUE(MoeGemvTakes(16, 8, MoeWeightFormat::kBf16));
+  // x's rows of a pass in shared memory: K x rows per pass bounded.
+  EXPECT_TRUE(MoeGemvTakes(16, kMaxMoeGemvK, MoeWeightFormat::kBf16));
+  EXPECT_FALSE(MoeGemvTakes(16, kMaxMoeGemvK + 8, MoeWeightFormat::kBf16));
+  EXPECT_TRUE(MoeGemvTakes(16, 8 * kMaxMoeGemvK, MoeWeightFormat::kFp8Block, 1));
+  EXPECT_FALSE(MoeGemvTakes(16, 8 * kMaxMoeGemvK, MoeWeightFormat::kFp8Block, 2));
 }
 
 }  // namespace

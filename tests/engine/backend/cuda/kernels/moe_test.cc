@@ -1,7 +1,8 @@
 // The MoE kernels (moe.cu): routing and grouping against moe_plan.h's pure
 // functions (exact), and a whole layer (the router from the fp32 residual,
 // routing, grouping, gated expert GEMM, down GEMM, weighted sum) against
-// the CPU backend's CpuMoe on the same bf16 weights, for GPT-OSS's form
+// the CPU backend's CpuMoe on the same bf16 weights, on each GEMM path,
+// for GPT-OSS's form
 // (router and expert biases, clamped SwiGLU, top-k then softmax) and
 // Qwen3-MoE's (softmax then top-k, renormalised, SwiGLU). Outputs poisoned
 // before each launch. Tolerances: 1e-2 relative L2 for the layer (its
@@ -29,11 +30,21 @@ using namespace agentkv::testing;
 TEST(CudaMoe, RouteAndPlanMatchThePureFunctions) {
   AGENTKV_REQUIRE_GPU();
   std::mt19937 rng(11);
-  for (auto [T, E, k] : {std::array{1, 32, 4}, {7, 32, 4}, {300, 128, 8}, {1000, 8, 2}}) {
+  // (Expert counts off the warp's multiples, the largest count and top-k
+  // the kernels take, and NaN logits, which are never chosen: with E = k
+  // = 32 some tokens have fewer usable logits than picks.)
+  for (auto [T, E, k] : {std::array{1, 32, 4},
+                         {7, 32, 4},
+                         {300, 128, 8},
+                         {1000, 8, 2},
+                         {9, 100, 3},
+                         {5, cuda::kMaxMoeExperts, cuda::kMaxMoeTopK},
+                         {6, 32, 32}}) {
     for (bool softmax_first : {false, true}) {
       auto logits = Random(static_cast<size_t>(T) * E, rng, 2.f);
       for (int i = 0; i < T; i += 3)
         logits[static_cast<size_t>(i) * E + 1] = logits[i * E];  // ties
+      for (int i = 1; i < T; i += 4) logits[static_cast<size_t>(i) * E + (i % E)] = NAN;
       auto dl = Upload(logits);
       auto de = Poisoned<int32_t>(T * k);
       auto dw = Poisoned<float>(T * k);
@@ -99,6 +110,35 @@ TEST(CudaMoe, RouteAndPlanMatchThePureFunctions) {
   EXPECT_EQ(cuda::LaunchMoeGemm(no_tiles, nullptr), cudaErrorInvalidValue);
 }
 
+// The router's logits alone against the CPU's fp32 norm and product, for
+// token counts that fill the kernel's token groups partly, hidden sizes
+// with and without whole 16-byte vectors, and expert counts off the
+// block's multiples.
+TEST(CudaMoe, RouterLogitsMatchTheCpu) {
+  AGENTKV_REQUIRE_GPU();
+  std::mt19937 rng(23);
+  for (auto [T, H, E] :
+       {std::array{1, 2048, 128}, {3, 100, 5}, {13, 2048, 128}, {37, 520, 33}, {2, 12288, 8}}) {
+    for (const bool gemma : {false, true}) {
+      const auto x = Random(static_cast<size_t>(T) * H, rng, 2.f);
+      const auto nw = Random(H, rng, 0.2f, gemma ? 0.f : 1.f);
+      const auto w = Rounded(Random(static_cast<size_t>(E) * H, rng, 0.3f));
+      const auto bias = Random(E, rng, 0.5f);
+      std::vector<float> h(x.size()), want(static_cast<size_t>(T) * E);
+      kernels::RmsNorm(x.data(), nw.data(), h.data(), T, H, 1e-5f, gemma);
+      kernels::Linear(h.data(), w.data(), bias.data(), want.data(), T, E, H);
+      auto dx = Upload(x), dnw = Upload(nw), dw = Upload(Bf16Of(w)), db = Upload(bias);
+      auto out = Poisoned<float>(want.size());
+      ASSERT_EQ(cuda::LaunchMoeRouterLogits(dx.get<float>(), dnw.get<float>(), 1e-5f, gemma,
+                                            dw.get<cuda::bf16_t>(), db.get<float>(), T, H, E,
+                                            out.get<float>(), nullptr),
+                cudaSuccess);
+      EXPECT_LT(RelErr(Download<float>(out, want.size()), want), 1e-5)
+          << "T " << T << " H " << H << " E " << E << " gemma " << gemma;
+    }
+  }
+}
+
 struct LayerCase {
   bool gpt_oss;
   int T, E, k, H, I;
@@ -148,9 +188,9 @@ TEST_P(CudaMoeLayer, MatchesCpuMoe) {
 
   // The device layout: per expert [gate rows | up rows] -> interleaved.
   std::vector<float> gu_dev(w.gate_up.size()), gub_dev;
+  std::vector<float> one(static_cast<size_t>(2) * I * H);
   for (int e = 0; e < E; ++e) {
-    const std::vector<float> one(w.gate_up.begin() + static_cast<size_t>(e) * 2 * I * H,
-                                 w.gate_up.begin() + static_cast<size_t>(e + 1) * 2 * I * H);
+    std::copy_n(w.gate_up.data() + static_cast<size_t>(e) * 2 * I * H, one.size(), one.data());
     const auto inter = InterleaveGateUp(one, I, H);
     std::copy(inter.begin(), inter.end(), gu_dev.begin() + static_cast<size_t>(e) * 2 * I * H);
   }
@@ -178,9 +218,15 @@ TEST_P(CudaMoeLayer, MatchesCpuMoe) {
       cuda::LaunchMoePlan(experts.get<int32_t>(), A, E, off.get<int32_t>(), tiles.get<int32_t>(),
                           order.get<int32_t>(), slot.get<int32_t>(), nullptr),
       cudaSuccess);
-  // The expert GEMMs on the tensor cores (the backend's) and on the CUDA
-  // cores, each from a fresh x and poisoned intermediates.
-  for (const bool tensor_cores : {true, false}) {
+  // The expert GEMMs on each path (the tensor cores', the CUDA cores', the
+  // GEMV's), each from a fresh x and poisoned intermediates.
+  for (const cuda::MoeGemmPath path :
+       {cuda::MoeGemmPath::kTensorCores, cuda::MoeGemmPath::kCudaCores, cuda::MoeGemmPath::kGemv}) {
+    // (The GEMV takes whole 16-byte rows only.)
+    if (path == cuda::MoeGemmPath::kGemv &&
+        !(cuda::MoeGemvTakes(2 * I, H, cuda::MoeWeightFormat::kBf16) &&
+          cuda::MoeGemvTakes(H, I, cuda::MoeWeightFormat::kBf16)))
+      continue;
     auto act = Poisoned<uint16_t>(static_cast<size_t>(A) * I);
     auto y = Poisoned<float>(static_cast<size_t>(A) * H);
     auto dx = Upload(x0);
@@ -199,7 +245,8 @@ TEST_P(CudaMoeLayer, MatchesCpuMoe) {
     g.epilogue = lc.gpt_oss ? cuda::MoeEpilogue::kClampedSwiglu : cuda::MoeEpilogue::kSwiglu;
     g.limit = 7.f;
     g.act = act.get<cuda::bf16_t>();
-    g.tensor_cores = tensor_cores;
+    g.path = path;
+    g.max_group_rows = T;
     ASSERT_EQ(cuda::LaunchMoeGemm(g, nullptr), cudaSuccess);
     cuda::MoeGemmParams d = g;
     d.x = act.get<cuda::bf16_t>();
@@ -223,7 +270,7 @@ TEST_P(CudaMoeLayer, MatchesCpuMoe) {
       got_moe[i] = got[i] - x0[i];
       want_moe[i] = want[i] - x0[i];
     }
-    EXPECT_LT(RelErr(got_moe, want_moe), 1e-2) << "tensor cores " << tensor_cores;
+    EXPECT_LT(RelErr(got_moe, want_moe), 1e-2) << "path " << static_cast<int>(path);
   }
   // The router logits in fp32, as the CPU's (another summation order).
   std::vector<float> want_logits(static_cast<size_t>(T) * E);
@@ -235,7 +282,8 @@ TEST_P(CudaMoeLayer, MatchesCpuMoe) {
   std::vector<float> hb = Rounded(h), want_one(static_cast<size_t>(T) * E);
   kernels::Linear(hb.data(), w.router.data(), lc.gpt_oss ? w.router_bias.data() : nullptr,
                   want_one.data(), T, E, H);
-  for (const bool tensor_cores : {true, false}) {
+  for (const cuda::MoeGemmPath path :
+       {cuda::MoeGemmPath::kTensorCores, cuda::MoeGemmPath::kCudaCores, cuda::MoeGemmPath::kGemv}) {
     auto one = Poisoned<float>(static_cast<size_t>(T) * E);
     cuda::MoeGemmParams g;
     g.x = dh.get<cuda::bf16_t>();
@@ -245,10 +293,10 @@ TEST_P(CudaMoeLayer, MatchesCpuMoe) {
     g.K = H;
     g.rows = T;
     g.y = one.get<float>();
-    g.tensor_cores = tensor_cores;
+    g.path = path;
     ASSERT_EQ(cuda::LaunchMoeGemm(g, nullptr), cudaSuccess);
     EXPECT_LT(RelErr(Download<float>(one, want_one.size()), want_one), 1e-5)
-        << "tensor cores " << tensor_cores;
+        << "path " << static_cast<int>(path);
   }
 }
 

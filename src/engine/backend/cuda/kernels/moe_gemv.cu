@@ -1,0 +1,332 @@
+// The grouped GEMM's weight-streaming form (moe.h, LaunchMoeGemv): for
+// decode steps, whose groups hold a few rows each, the cost is reading each
+// selected expert's weights once, so the kernel is built as the dense
+// decode GEMV (gemv.cu) is: 16-byte loads, several in flight per lane, many
+// blocks per expert over N, warp-level dot products.
+//
+// A block takes one row tile of one group (as the tiled kernels do) and
+// kGemvWarps * kPairRows weight rows; each warp a pair of consecutive rows
+// (for the gated epilogues, a gate row and its up row), lanes over K. The
+// tile's rows pass through shared memory R at a time (x gathered as bf16),
+// each pass streaming the warp's weight rows once: a decode step is one
+// pass. Quantized weights are dequantized in registers as they arrive:
+//   fp8 e4m3: the hardware's e4m3x2 -> f16x2 conversion, one fp32 scale
+//     per 16-byte load (a load never straddles a scale block: block_cols is
+//     a multiple of 16) applied to its partial dot product;
+//   mxfp4: a 16-byte load is one 32-value block; each e2m1 nibble becomes
+//     an f16 by placing its bits (sign to bit 15, exponent and mantissa to
+//     bits 11..9: the f16 is the e2m1 value times 2^-14, exactly, normal or
+//     not), and the block's partial sum is scaled by 2^14 and its E8M0
+//     exponent.
+// Lanes read x at a stride of one load's elements; for fp8 and mxfp4 the
+// 8-value slices of a load are visited in a lane-rotated order so that the
+// 8 lanes of a shared-memory phase hit distinct banks.
+#include <cuda_bf16.h>
+
+#include "engine/backend/cuda/kernels/block_reduce.cuh"
+#include "engine/backend/cuda/kernels/moe.h"
+#include "engine/backend/cuda/kernels/moe_plan.h"
+#include "engine/backend/cuda/kernels/moe_quant.cuh"
+#include "engine/backend/cuda/kernels/pdl.cuh"
+
+namespace agentkv::cuda {
+namespace {
+
+using namespace reduce;
+using namespace moeq;
+
+constexpr int kGemvWarps = 8;
+constexpr int kPairRows = 2;  // weight rows per warp
+constexpr int kLoads = 4;     // 16-byte loads per lane per weight row per round
+constexpr int kRowsPerBlock = kGemvWarps * kPairRows;
+constexpr int kRound = 32 * kLoads;  // loads of a weight row per warp round
+
+__device__ __forceinline__ uint32_t Word(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+// Slice s (8 values) of a 16-byte weight load, in floats: bf16 has one
+// slice, fp8 two, mxfp4 four (the latter times 2^-14).
+template <MoeWeightFormat F>
+__device__ __forceinline__ void Slice(const uint4& v, int s, float (&f)[8]) {
+  if constexpr (F == MoeWeightFormat::kBf16) {
+    Bf16x8(v, f);
+  } else if constexpr (F == MoeWeightFormat::kFp8Block) {
+    float lo[4], hi[4];
+    E4m3x4(s == 0 ? v.x : v.z, lo);
+    E4m3x4(s == 0 ? v.y : v.w, hi);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      f[i] = lo[i];
+      f[4 + i] = hi[i];
+    }
+  } else {
+    Fp4x8(Word(v, s), f);
+  }
+}
+
+struct Tile {
+  int e, row0, rows;
+};
+
+// The weight loads of one round for the warp's rows: load j = round *
+// kRound + u * 32 + lane of each row (zeros past the row or past N), and
+// each load's scale (fp8: its block's; mxfp4: its exponent's 2^(e - 127);
+// DotLoad multiplies the partial sum by the f16 placement's 2^14 before
+// the scale, so that no product of the two factors can overflow).
+template <MoeWeightFormat F>
+__device__ __forceinline__ void LoadRound(const MoeGemmParams& p, const Tile& t, int n0, int kv,
+                                          int round, int lane, uint4 (&wv)[kPairRows][kLoads],
+                                          float (&sc)[kPairRows][kLoads]) {
+  constexpr int kElems = MoeWeightVecElems(F);
+#pragma unroll
+  for (int q = 0; q < kPairRows; ++q) {
+    const int n = n0 + q;
+    const int64_t row = static_cast<int64_t>(t.e) * p.N + n;
+    // (A row is kv whole 16-byte loads in every format.)
+    const uint4* base = (F == MoeWeightFormat::kBf16 ? reinterpret_cast<const uint4*>(p.w)
+                                                     : reinterpret_cast<const uint4*>(p.wq)) +
+                        row * kv;
+#pragma unroll
+    for (int u = 0; u < kLoads; ++u) {
+      const int j = round * kRound + u * 32 + lane;
+      const bool in = n < p.N && j < kv;
+      wv[q][u] = in ? __ldg(base + j) : make_uint4(0u, 0u, 0u, 0u);
+      sc[q][u] = 0.f;
+      if constexpr (F == MoeWeightFormat::kFp8Block) {
+        if (in) sc[q][u] = Fp8Scale(p, t.e, n, j * kElems);
+      } else if constexpr (F == MoeWeightFormat::kMxfp4) {
+        if (in) sc[q][u] = E8m0(__ldg(p.exps + row * (p.K / 32) + j));
+      }
+    }
+  }
+}
+
+// acc[q][r] += weight row q's load (vector j) . row r of xs, for the R
+// rows of the pass.
+template <MoeWeightFormat F, int R>
+__device__ __forceinline__ void DotLoad(const uint4 (&wv)[kPairRows], const float (&sc)[kPairRows],
+                                        const bf16_t* xs, int K, int j, int lane,
+                                        float (&acc)[kPairRows][R]) {
+  constexpr int kSlices = MoeWeightVecElems(F) / 8;
+  float part[kPairRows][R];
+#pragma unroll
+  for (int q = 0; q < kPairRows; ++q)
+#pragma unroll
+    for (int r = 0; r < R; ++r) part[q][r] = 0.f;
+#pragma unroll
+  for (int i = 0; i < kSlices; ++i) {
+    // Lanes 8 / kSlices apart would share banks at slice i: rotate.
+    const int s = kSlices == 1 ? 0 : (i + lane / (8 / kSlices)) % kSlices;
+    float wf[kPairRows][8];
+#pragma unroll
+    for (int q = 0; q < kPairRows; ++q) Slice<F>(wv[q], s, wf[q]);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      float xf[8];
+      Bf16x8(reinterpret_cast<const uint4*>(xs + static_cast<int64_t>(r) * K)[j * kSlices + s], xf);
+#pragma unroll
+      for (int q = 0; q < kPairRows; ++q)
+#pragma unroll
+        for (int c = 0; c < 8; ++c) part[q][r] = fmaf(wf[q][c], xf[c], part[q][r]);
+    }
+  }
+#pragma unroll
+  for (int q = 0; q < kPairRows; ++q)
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if constexpr (F == MoeWeightFormat::kBf16) {
+        acc[q][r] += part[q][r];
+      } else if constexpr (F == MoeWeightFormat::kFp8Block) {
+        acc[q][r] = fmaf(part[q][r], sc[q], acc[q][r]);
+      } else {
+        acc[q][r] = fmaf(part[q][r] * 16384.f, sc[q], acc[q][r]);
+      }
+    }
+}
+
+// Rows [c0, c0 + R) of the tile into xs (bf16 [R][K]; zeros past the
+// tile's rows).
+template <int R>
+__device__ __forceinline__ void StageRows(const MoeGemmParams& p, const Tile& t, int c0,
+                                          bf16_t* xs) {
+  const int kv8 = p.K / 8;
+  for (int i = threadIdx.x; i < R * kv8; i += blockDim.x) {
+    const int r = i / kv8, q = i % kv8;
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    if (c0 + r < t.rows) {
+      const int g = t.row0 + c0 + r;
+      const int64_t src = p.order != nullptr ? p.order[g] / p.div : g;
+      v = reinterpret_cast<const uint4*>(p.x + src * p.K)[q];
+    }
+    reinterpret_cast<uint4*>(xs)[i] = v;
+  }
+}
+
+template <MoeWeightFormat F, int R>
+__global__ void __launch_bounds__(kGemvWarps * 32) MoeGemvKernel(const MoeGemmParams p) {
+  PdlLaunchDependents();
+  PdlWait();
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int E = p.offsets != nullptr ? p.num_experts : 0;
+  int32_t* tiles_s = reinterpret_cast<int32_t*>(smem);
+  int32_t* offsets_s = tiles_s + (E + 1);
+  bf16_t* xs = reinterpret_cast<bf16_t*>(smem + (2 * (E + 1) * 4 + 15) / 16 * 16);
+  // The tile: the grouping in shared memory (one round of loads), then the
+  // search there, as MoeTileExpert does.
+  Tile t{0, 0, 0};
+  if (E > 0) {
+    for (int i = threadIdx.x; i <= E; i += blockDim.x) {
+      tiles_s[i] = p.tiles[i];
+      offsets_s[i] = p.offsets[i];
+    }
+    __syncthreads();
+    t.e = MoeTileExpert(blockIdx.y, tiles_s, offsets_s, E, &t.row0);
+    if (t.e < 0) return;  // (the whole block)
+    t.rows = min(kMoeTileRows, offsets_s[t.e + 1] - t.row0);
+  } else {
+    t.row0 = blockIdx.y * kMoeTileRows;
+    if (t.row0 >= p.rows) return;
+    t.rows = min(kMoeTileRows, p.rows - t.row0);
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int n0 = blockIdx.x * kRowsPerBlock + warp * kPairRows;
+  const int kv = p.K / MoeWeightVecElems(F);
+  const int rounds = (kv + kRound - 1) / kRound;
+  uint4 wv[kPairRows][kLoads];
+  float sc[kPairRows][kLoads];
+  // The first round's weights go out before x is gathered.
+  LoadRound<F>(p, t, n0, kv, 0, lane, wv, sc);
+  StageRows<R>(p, t, 0, xs);
+  __syncthreads();
+  const bool gated =
+      p.epilogue == MoeEpilogue::kSwiglu || p.epilogue == MoeEpilogue::kClampedSwiglu;
+  float bias[kPairRows];
+#pragma unroll
+  for (int q = 0; q < kPairRows; ++q)
+    bias[q] =
+        p.bias != nullptr && n0 + q < p.N ? p.bias[static_cast<int64_t>(t.e) * p.N + n0 + q] : 0.f;
+  for (int c0 = 0; c0 < t.rows; c0 += R) {
+    if (c0 > 0) {
+      __syncthreads();  // every warp is done with the last pass's rows
+      StageRows<R>(p, t, c0, xs);
+      __syncthreads();
+    }
+    float acc[kPairRows][R];
+#pragma unroll
+    for (int q = 0; q < kPairRows; ++q)
+#pragma unroll
+      for (int r = 0; r < R; ++r) acc[q][r] = 0.f;
+    for (int round = 0; round < rounds; ++round) {
+      if (c0 > 0 || round > 0) LoadRound<F>(p, t, n0, kv, round, lane, wv, sc);
+#pragma unroll
+      for (int u = 0; u < kLoads; ++u) {
+        const int j = round * kRound + u * 32 + lane;
+        if (j >= kv) break;  // (j grows with u)
+        const uint4 w2[kPairRows] = {wv[0][u], wv[1][u]};
+        const float s2[kPairRows] = {sc[0][u], sc[1][u]};
+        DotLoad<F, R>(w2, s2, xs, p.K, j, lane, acc);
+      }
+    }
+    // Every lane gets the sums; lane r stores row c0 + r.
+#pragma unroll
+    for (int q = 0; q < kPairRows; ++q)
+#pragma unroll
+      for (int r = 0; r < R; ++r) acc[q][r] = WarpSum(acc[q][r]);
+    if (n0 >= p.N) continue;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (lane != r || c0 + r >= t.rows) continue;
+      const int64_t g = t.row0 + c0 + r;
+      if (p.epilogue == MoeEpilogue::kStoreBf16) {
+#pragma unroll
+        for (int q = 0; q < kPairRows; ++q)
+          if (n0 + q < p.N) p.act[g * p.N + n0 + q] = ToBf(acc[q][r] + bias[q]);
+        continue;
+      }
+      if (!gated) {
+#pragma unroll
+        for (int q = 0; q < kPairRows; ++q)
+          if (n0 + q < p.N) {
+            float* y = p.y + g * p.N + n0 + q;
+            *y = (p.accumulate ? *y : 0.f) + acc[q][r] + bias[q];
+          }
+        continue;
+      }
+      // (N is even and n0 too: the pair is whole.) As moe.cu's Epilogue.
+      float gate = acc[0][r] + bias[0], u = acc[1][r] + bias[1], out;
+      if (p.epilogue == MoeEpilogue::kClampedSwiglu) {
+        gate = fminf(gate, p.limit);
+        u = fminf(fmaxf(u, -p.limit), p.limit);
+        out = (u + 1.f) * gate / (1.f + expf(-1.702f * gate));
+      } else {
+        out = gate / (1.f + expf(-gate)) * u;
+      }
+      p.act[g * (p.N / 2) + n0 / 2] = ToBf(out);
+    }
+  }
+}
+
+template <MoeWeightFormat F, int R>
+cudaError_t LaunchFor(const MoeGemmParams& p, int tiles, LaunchConfig launch) {
+  const int E = p.offsets != nullptr ? p.num_experts : 0;
+  const size_t smem = (static_cast<size_t>(2) * (E + 1) * 4 + 15) / 16 * 16 +
+                      static_cast<size_t>(R) * p.K * sizeof(bf16_t);
+  if (smem > 48 * 1024) {  // (past 48 KiB must be asked for, per device)
+    const cudaError_t e = cudaFuncSetAttribute(
+        MoeGemvKernel<F, R>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    if (e != cudaSuccess) return e;
+  }
+  const dim3 grid((p.N + kRowsPerBlock - 1) / kRowsPerBlock, tiles);
+  return LaunchPdl(MoeGemvKernel<F, R>, grid, dim3(kGemvWarps * 32), smem, launch, p);
+}
+
+template <MoeWeightFormat F>
+cudaError_t LaunchRows(const MoeGemmParams& p, int tiles, LaunchConfig launch) {
+  switch (MoeGemvPassRows(p.max_group_rows)) {
+    case 1:
+      return LaunchFor<F, 1>(p, tiles, launch);
+    case 2:
+      return LaunchFor<F, 2>(p, tiles, launch);
+    case 4:
+      return LaunchFor<F, 4>(p, tiles, launch);
+    default:
+      return LaunchFor<F, 8>(p, tiles, launch);
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchMoeGemv(const MoeGemmParams& p, LaunchConfig launch) {
+  if (p.num_experts <= 0 || p.div <= 0 || !MoeGemvTakes(p.N, p.K, p.format, p.max_group_rows))
+    return cudaErrorInvalidValue;
+  if (!MoeEpilogueOutputsOk(p)) return cudaErrorInvalidValue;
+  if (p.offsets != nullptr && (p.tiles == nullptr || p.num_experts > kMaxMoeExperts))
+    return cudaErrorInvalidValue;
+  switch (p.format) {
+    case MoeWeightFormat::kBf16:
+      if (p.w == nullptr) return cudaErrorInvalidValue;
+      break;
+    case MoeWeightFormat::kFp8Block:
+      if (p.wq == nullptr || p.scales == nullptr || p.block_rows <= 0 || p.block_cols <= 0 ||
+          p.block_cols % 16 != 0 || (p.scale_pairs && p.N % 2 != 0))
+        return cudaErrorInvalidValue;
+      break;
+    case MoeWeightFormat::kMxfp4:
+      if (p.wq == nullptr || p.exps == nullptr) return cudaErrorInvalidValue;
+      break;
+  }
+  const int tiles = p.offsets != nullptr ? p.max_tiles : (p.rows + kMoeTileRows - 1) / kMoeTileRows;
+  if (tiles <= 0) return cudaSuccess;
+  if (tiles > 65535) return cudaErrorInvalidValue;  // (the grid's y extent)
+  switch (p.format) {
+    case MoeWeightFormat::kFp8Block:
+      return LaunchRows<MoeWeightFormat::kFp8Block>(p, tiles, launch);
+    case MoeWeightFormat::kMxfp4:
+      return LaunchRows<MoeWeightFormat::kMxfp4>(p, tiles, launch);
+    default:
+      return LaunchRows<MoeWeightFormat::kBf16>(p, tiles, launch);
+  }
+}
+
+}  // namespace agentkv::cuda

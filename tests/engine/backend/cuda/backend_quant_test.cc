@@ -1,0 +1,313 @@
+// CudaBackend on quantized checkpoints written by `model synth`: GPT-OSS
+// with MXFP4 experts, Qwen3-MoE with FP8 block experts and attention (and
+// with its experts alone quantized, the rest served dequantized by this
+// test's weight source), dense Qwen3 in FP8 with block and per-channel
+// scales, against the CPU backend on the same checkpoint (which
+// dequantizes the same codes), batched and chunked
+// as backend_test.cc drives them, the GPU teacher-forced with the CPU's
+// picks. Routers are random, so near ties may send a row to other experts:
+// the tolerances are backend_test.cc's for random routing (mean relative
+// L2 error under 4e-2, at most a fifth of the rows past 6e-2). The experts
+// and dense projections take their stored size in GPU memory (fp8 dense
+// scales expanded to one per row and block of columns); experts the kernels
+// cannot read are refused at creation, saying why.
+#include "test_util.h"
+
+#ifdef AGENTKV_HAVE_CUDA
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backend_test_util.h"
+#include "engine/backend/cpu/cpu_backend.h"
+#include "engine/backend/cuda/backend.h"
+#include "engine/model/model_config.h"
+#include "engine/model/model_synth.h"
+#include "engine/model/quant_format.h"
+#include "engine/model/safetensors_weights.h"
+
+namespace agentkv {
+namespace {
+
+using namespace agentkv::testing;
+namespace fs = std::filesystem;
+
+// The tokenizers (synth copies one into each checkpoint): the source
+// tree's, or on the GPU machine, where the tests run from the repository
+// root without it, the device pack's (tools/device/pack_cuda.sh).
+fs::path Tokenizers() {
+  for (const fs::path& p :
+       {fs::path(AGENTKV_DATA_DIR) / "tokenizers", fs::path(".devcarry") / "tokenizers"})
+    if (fs::exists(p / "qwen3" / "tokenizer.json")) return p;
+  return fs::path(AGENTKV_DATA_DIR) / "tokenizers";
+}
+
+// A checkpoint's weights with only some of its quantized tensors served
+// quantized (`keep` true for the name); the others dequantized to fp32 (by
+// the CPU's DequantizeRows), as if the checkpoint stored them so.
+class PartlyQuantized : public WeightSource {
+ public:
+  PartlyQuantized(const WeightSource& base, QuantConfig quant, bool (*keep)(const std::string&))
+      : base_(base), quant_(std::move(quant)), keep_(keep) {}
+  bool Has(const std::string& name) const override {
+    return base_.Has(name) || (base_.IsQuantized(name) && !keep_(name));
+  }
+  bool IsQuantized(const std::string& name) const override {
+    return base_.IsQuantized(name) && keep_(name);
+  }
+  Result<std::vector<float>> LoadF32(const std::string& name,
+                                     std::span<const int64_t> shape) const override {
+    if (!base_.IsQuantized(name)) return base_.LoadF32(name, shape);
+    if (keep_(name)) return InvalidArgument(name + " is quantized");
+    // GPT-OSS's float experts are [E, in, out], its quantized ones [E, out,
+    // in]: read the latter and transpose.
+    const bool gpt_oss_experts = shape.size() == 3;
+    std::vector<int64_t> qshape(shape.begin(), shape.end());
+    if (gpt_oss_experts) std::swap(qshape[1], qshape[2]);
+    ASSIGN_OR_RETURN(QuantizedWeight q, base_.LoadQuantized(name, qshape, quant_));
+    std::vector<float> out(static_cast<size_t>(q.batch * q.rows * q.cols));
+    for (int64_t b = 0; b < q.batch; ++b)
+      DequantizeRows(q, b, 0, q.rows, out.data() + b * q.rows * q.cols);
+    if (!gpt_oss_experts) return out;
+    std::vector<float> t(out.size());
+    for (int64_t b = 0; b < q.batch; ++b)
+      for (int64_t r = 0; r < q.rows; ++r)
+        for (int64_t k = 0; k < q.cols; ++k)
+          t[(b * q.cols + k) * q.rows + r] = out[(b * q.rows + r) * q.cols + k];
+    return t;
+  }
+  Result<std::vector<uint16_t>> LoadBf16IfStored(const std::string& name,
+                                                 std::span<const int64_t> shape) const override {
+    return base_.LoadBf16IfStored(name, shape);
+  }
+  Result<QuantizedWeight> LoadQuantized(const std::string& name, std::span<const int64_t> shape,
+                                        const QuantConfig& quant) const override {
+    if (!keep_(name)) return InvalidArgument(name + " is served dequantized");
+    return base_.LoadQuantized(name, shape, quant);
+  }
+
+ private:
+  const WeightSource& base_;
+  QuantConfig quant_;
+  bool (*keep_)(const std::string&);
+};
+
+bool Experts(const std::string& name) { return name.find(".mlp.experts.") != std::string::npos; }
+// Expert 0's weights only (of every layer).
+bool ExpertZero(const std::string& name) {
+  return name.find(".mlp.experts.0.") != std::string::npos;
+}
+bool Nothing(const std::string&) { return false; }
+
+class CudaBackendQuant : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fs::exists(Tokenizers() / "qwen3" / "tokenizer.json"))
+      GTEST_SKIP() << "qwen3 tokenizer not set up (scripts/setup.sh)";
+    dir_ = fs::path(::testing::TempDir()) /
+           ("cuda_quant_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+  }
+  void TearDown() override {
+    if (!dir_.empty()) fs::remove_all(dir_);
+  }
+
+  SynthOptions Base(const std::string& arch, SynthQuant quant) const {
+    SynthOptions o;
+    o.arch = arch;
+    o.tokenizer_dir = Tokenizers() / "qwen3";
+    o.out_dir = dir_;
+    o.layers = 2;
+    o.heads = 4;
+    o.kv_heads = 2;
+    o.seed = 21;
+    o.lm_head_std = 0.5;
+    o.quant = quant;
+    return o;
+  }
+
+  // The CPU and CUDA backends on `w`, driven as backend_test.cc does;
+  // returns the CUDA backend's weight bytes.
+  uint64_t ExpectCudaMatchesCpu(const ModelConfig& c, const WeightSource& w) {
+    auto cpu = CpuBackend::Create(c, w, CpuBackendOptions{2, KvDtype::kF32});
+    EXPECT_TRUE(cpu.ok()) << cpu.status().ToString();
+    if (!cpu.ok()) return 0;
+    CudaBackendOptions o;
+    o.max_step_tokens = 64;
+    o.max_batch = 2;
+    auto gpu = CudaBackend::Create(c, w, o);
+    EXPECT_TRUE(gpu.ok()) << gpu.status().ToString();
+    if (!gpu.ok()) return 0;
+    KvLayout layout;
+    layout.block_size = 16;
+    for (int g = 0; g < kMaxCacheGroups; ++g) layout.blocks_per_group[g] = kBlocks;
+    EXPECT_TRUE((*cpu)->AllocateKv(layout).ok());
+    EXPECT_TRUE((*gpu)->AllocateKv(layout).ok());
+    std::vector<int32_t> picks;
+    const auto ref = Drive(**cpu, 16, 10, 5, nullptr, &picks);
+    const auto got = Drive(**gpu, 16, 10, 5, &picks);
+    EXPECT_EQ(got.size(), ref.size());
+    double sum = 0;
+    int over = 0;
+    for (size_t i = 0; i < ref.size() && i < got.size(); ++i) {
+      const double e = RelErr(got[i], ref[i]);
+      sum += e;
+      over += e >= 6e-2;
+    }
+    EXPECT_LT(sum / ref.size(), 4e-2) << "mean logits error";
+    EXPECT_LE(over * 5, static_cast<int>(ref.size())) << "rows past 6e-2: " << over;
+    std::printf("mean logits rel err %.2e, %d/%zu rows past 6e-2\n", sum / ref.size(), over,
+                ref.size());
+    return (*gpu)->weight_bytes();
+  }
+
+  fs::path dir_;
+};
+
+// The bytes a layer's experts take as bf16 and as stored.
+uint64_t ExpertBf16Bytes(const ModelConfig& c) {
+  return static_cast<uint64_t>(c.moe.num_experts) * 3 * c.hidden_size * c.moe.expert_intermediate *
+         2;
+}
+
+// The bytes a layer's fp8 dense projections save against bf16 (attention,
+// and the MLP where `mlp`): a byte a value and an fp32 scale per row and
+// block of 128 columns (`block`), or per row.
+uint64_t DenseBytesSaved(const ModelConfig& c, bool block, bool mlp) {
+  const int64_t H = c.hidden_size, nq = c.num_heads * c.head_dim;
+  const int64_t nkv = c.num_kv_heads * c.head_dim, I = mlp ? c.intermediate_size : 0;
+  auto fp8 = [&](int64_t rows, int64_t cols) {
+    return rows * cols + rows * (block ? (cols + 127) / 128 : 1) * 4;
+  };
+  const int64_t bf16 = 2 * ((nq + 2 * nkv) * H + H * nq + 2 * I * H + H * I);
+  const int64_t stored = fp8(nq + 2 * nkv, H) + fp8(H, nq) + (mlp ? fp8(2 * I, H) + fp8(H, I) : 0);
+  return static_cast<uint64_t>(bf16 - stored);
+}
+
+TEST_F(CudaBackendQuant, GptOssMxfp4ExpertsMatchTheCpu) {
+  AGENTKV_REQUIRE_GPU();
+  SynthOptions o = Base("gpt_oss", SynthQuant::kMxfp4);
+  o.hidden = 64;
+  o.head_dim = 16;
+  o.intermediate = 96;  // 3 blocks of 32 into down_proj
+  o.experts = 5;
+  o.experts_per_token = 2;
+  o.sliding_window = 8;
+  ASSERT_TRUE(SynthesizeModel(o).ok());
+  auto c = ModelConfig::Load(dir_);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto w = SafetensorsWeights::Open(dir_);
+  ASSERT_TRUE(w.ok());
+  ASSERT_TRUE(w->IsQuantized("model.layers.0.mlp.experts.gate_up_proj"));
+  const uint64_t quant = ExpectCudaMatchesCpu(*c, *w);
+  // The same model with its experts dequantized takes bf16 experts.
+  const PartlyQuantized plain(*w, c->quant, Nothing);
+  CudaBackendOptions opts;
+  auto ref = CudaBackend::Create(*c, plain, opts);
+  ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+  // mxfp4: half a byte a value and a byte per 32.
+  const uint64_t values = ExpertBf16Bytes(*c) / 2;
+  EXPECT_EQ((*ref)->weight_bytes() - quant,
+            (2 * values - values / 2 - values / kMxfp4Block) * c->num_layers);
+}
+
+TEST_F(CudaBackendQuant, Qwen3MoeFp8ExpertsMatchTheCpu) {
+  AGENTKV_REQUIRE_GPU();
+  SynthOptions o = Base("qwen3_moe", SynthQuant::kFp8);
+  o.hidden = 160;  // two 128-wide blocks, the second ragged
+  o.head_dim = 32;
+  o.experts = 4;
+  o.experts_per_token = 2;
+  o.moe_intermediate = 144;  // ragged both ways, whole 16-value loads
+  ASSERT_TRUE(SynthesizeModel(o).ok());
+  auto c = ModelConfig::Load(dir_);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto w = SafetensorsWeights::Open(dir_);
+  ASSERT_TRUE(w.ok());
+  ASSERT_TRUE(w->IsQuantized("model.layers.1.mlp.experts.3.up_proj.weight"));
+  // The checkpoint as it is (its attention fp8 too), then its experts
+  // alone quantized.
+  const uint64_t all = ExpectCudaMatchesCpu(*c, *w);
+  const PartlyQuantized experts(*w, c->quant, Experts);
+  const uint64_t quant = ExpectCudaMatchesCpu(*c, experts);
+  const PartlyQuantized plain(*w, c->quant, Nothing);
+  auto ref = CudaBackend::Create(*c, plain, CudaBackendOptions{});
+  ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+  // fp8: a byte a value, and per expert fp32 scales of 2 x 2 blocks
+  // (gate, up: 144 rows x 160 columns) and 2 x 2 (down: 160 x 144).
+  const int64_t E = c->moe.num_experts;
+  const uint64_t stored = ExpertBf16Bytes(*c) / 2 + static_cast<uint64_t>(E) * (2 * 4 + 4) * 4;
+  EXPECT_EQ((*ref)->weight_bytes() - quant, (ExpertBf16Bytes(*c) - stored) * c->num_layers);
+  EXPECT_EQ(quant - all, DenseBytesSaved(*c, true, false) * c->num_layers);
+}
+
+// Dense fp8 checkpoints (Qwen3-*-FP8's block scales; compressed-tensors'
+// per-channel scales): every projection quantized, rows and columns off
+// the 128-blocks.
+TEST_F(CudaBackendQuant, Qwen3Fp8DenseMatchesTheCpu) {
+  AGENTKV_REQUIRE_GPU();
+  for (const SynthQuant q : {SynthQuant::kFp8, SynthQuant::kFp8Channel}) {
+    fs::remove_all(dir_);
+    SynthOptions o = Base("qwen3", q);
+    o.hidden = 160;
+    o.head_dim = 32;
+    o.intermediate = 272;
+    ASSERT_TRUE(SynthesizeModel(o).ok());
+    auto c = ModelConfig::Load(dir_);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    auto w = SafetensorsWeights::Open(dir_);
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE(w->IsQuantized("model.layers.1.mlp.down_proj.weight"));
+    const uint64_t quant = ExpectCudaMatchesCpu(*c, *w);
+    const PartlyQuantized plain(*w, c->quant, Nothing);
+    auto ref = CudaBackend::Create(*c, plain, CudaBackendOptions{});
+    ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+    EXPECT_EQ((*ref)->weight_bytes() - quant,
+              DenseBytesSaved(*c, q == SynthQuant::kFp8, true) * c->num_layers)
+        << "quant " << static_cast<int>(q);
+  }
+}
+
+// Quantized experts the kernels do not read are refused at creation, with
+// the reason: per-channel fp8 (compressed-tensors), and a layer whose
+// experts are quantized in part.
+TEST_F(CudaBackendQuant, RefusesExpertsTheKernelsCannotRead) {
+  AGENTKV_REQUIRE_GPU();
+  SynthOptions o = Base("qwen3_moe", SynthQuant::kFp8Channel);
+  o.hidden = 64;
+  o.experts = 4;
+  o.experts_per_token = 2;
+  o.moe_intermediate = 32;
+  ASSERT_TRUE(SynthesizeModel(o).ok());
+  auto c = ModelConfig::Load(dir_);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto w = SafetensorsWeights::Open(dir_);
+  ASSERT_TRUE(w.ok());
+  const PartlyQuantized channel(*w, c->quant, Experts);
+  auto b = CudaBackend::Create(*c, channel, CudaBackendOptions{});
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(b.status().message().find("fp8-channel"), std::string::npos) << b.status().ToString();
+  const PartlyQuantized some(*w, c->quant, ExpertZero);
+  b = CudaBackend::Create(*c, some, CudaBackendOptions{});
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(b.status().message().find("some experts quantized"), std::string::npos)
+      << b.status().ToString();
+}
+
+}  // namespace
+}  // namespace agentkv
+
+#else
+
+TEST(CudaBackendQuant, Skipped) { GTEST_SKIP() << "built without CUDA (no toolkit found)"; }
+
+#endif
