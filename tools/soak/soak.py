@@ -120,6 +120,12 @@ class Client:
         self.disconnector = idx % 3 == 2  # a third of the clients
         self.protocol = ["chat", "chat", "messages", "agents", "completions"][idx % 5]
         self.session = f"soak-{args.run_id}-{idx}"
+        # Where the current request is, for a client that never gets its
+        # reply: "connecting", "sending", "waiting for headers", or
+        # "streaming, N chunks read", with the request's kind and start.
+        self.phase = "idle"
+        self.phase_kind = ""
+        self.phase_since = time.monotonic()
         self.reset()
 
     def reset(self):
@@ -130,8 +136,10 @@ class Client:
         """One request on its own connection. `cut`: where to disconnect
         (None, "body", "headers", or ("stream", n_chunks))."""
         host, port = "127.0.0.1", self.args.port
+        self.phase, self.phase_kind, self.phase_since = "connecting", kind, time.monotonic()
         reader, writer = await asyncio.open_connection(host, port)
         try:
+            self.phase = "sending"
             if isinstance(body, str):
                 body = body.encode()
             hdrs = {"host": f"{host}:{port}", "content-type": "application/json",
@@ -146,7 +154,9 @@ class Client:
                 raise Disconnect()
             writer.write(head.encode() + body)
             await writer.drain()
+            self.phase = "waiting for headers"
             status, rh = await read_head(reader)
+            self.phase = "streaming, 0 chunks read"
             if cut == "headers":
                 self.stats.disconnects["after the response headers"] += 1
                 self.stats.record(kind, status)
@@ -156,6 +166,7 @@ class Client:
             async for chunk in body_chunks(reader, rh):
                 data += chunk
                 n += 1
+                self.phase = f"streaming, {n} chunks read"
                 self.stats.events += chunk.count(b"data:")
                 if isinstance(cut, tuple) and n >= cut[1]:
                     self.stats.disconnects["part-way through the stream"] += 1
@@ -164,6 +175,7 @@ class Client:
             self.stats.record(kind, status, data)
             return status, data
         finally:
+            self.phase = "idle"
             writer.close()
             try:
                 await writer.wait_closed()
@@ -397,6 +409,26 @@ async def soak(args, server):
         stuck = Counter(f"{c.protocol}{' (disconnector)' if c.disconnector else ''}"
                         for c, t in zip(clients, tasks) if t in pending)
         print(f"stuck clients by protocol: {dict(stuck)}", flush=True)
+        now = time.monotonic()
+        phases = Counter(f"{c.phase_kind} {c.phase.split(',')[0]}"
+                         for c, t in zip(clients, tasks) if t in pending)
+        print(f"stuck clients by phase: {dict(phases)}", flush=True)
+        for c, t in zip(clients, tasks):
+            if t in pending:
+                print(f"  client {c.idx} ({c.protocol}, session {c.session}): {c.phase_kind} "
+                      f"{c.phase} for {now - c.phase_since:.0f} s", flush=True)
+        # The server's state while they wait: a running or waiting engine
+        # means the drain was too short; an idle one, that requests are held
+        # between HTTP and the engine.
+        st = await admin_status(args.port)
+        e = st.get("engine", {})
+        print(f"server while they wait: engine running {e.get('running')}, waiting "
+              f"{e.get('waiting')}, loading {e.get('loading')}; agents busy "
+              f"{st.get('agents', {}).get('busy')}", flush=True)
+        if args.hold_on_stuck_s > 0:
+            print(f"holding the stuck clients for {args.hold_on_stuck_s:.0f} s (serve pid "
+                  f"{server.pid}) for a look at the server", flush=True)
+            await asyncio.sleep(args.hold_on_stuck_s)
     for p in pending:
         p.cancel()
     idle = await wait_idle(args.port, args.drain_s)
@@ -426,6 +458,9 @@ def main():
     ap.add_argument("--rss-slack", type=float, default=0.10)
     ap.add_argument("--sample-s", type=float, default=5)
     ap.add_argument("--drain-s", type=float, default=120)
+    ap.add_argument("--hold-on-stuck-s", type=float, default=0,
+                    help="when clients are stuck after the drain, keep them waiting this long "
+                         "before cancelling them (to inspect the server)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", default="", help="also write the summary here")
     args = ap.parse_args()
