@@ -112,6 +112,11 @@ void AgentManager::NoteFinished(const std::string& agent, const std::vector<int3
   }
 }
 
+bool AgentManager::HasHistory(const std::string& agent) {
+  Result<store::AgentMeta> meta = history_.GetAgent(agent);
+  return meta.ok() || meta.status().code() != StatusCode::kNotFound;
+}
+
 Result<std::vector<std::string>> AgentManager::History(const std::string& agent) {
   ASSIGN_OR_RETURN(std::vector<store::Turn> turns, history_.GetHistory(agent));
   std::vector<std::string> out;

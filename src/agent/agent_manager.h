@@ -143,6 +143,9 @@ class AgentManager {
                           const std::string& system_hash);
   void NoteFinished(const std::string& agent, const std::vector<int32_t>& prompt,
                     std::span<const int32_t> generated, const RequestOutput& finished);
+  // Whether the agent has a recorded turn (true too when the store cannot
+  // tell).
+  bool HasHistory(const std::string& agent);
   int64_t NowMs() const;
   // Under mu_: `agent`'s info, created if absent, made the most recently
   // used; other agents' infos past the byte bound are forgotten.

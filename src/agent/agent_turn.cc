@@ -1,5 +1,7 @@
 #include "agent/agent_turn.h"
 
+#include <exception>
+
 #include "agent/agent_manager.h"
 
 namespace agentkv::agent {
@@ -28,18 +30,32 @@ void AgentTurn::Run() {
     cancelled = state_ != State::kQueued;  // cancelled while queued
   }
   if (cancelled) return Release();
-  Result<TurnStart> start = prepare_ ? prepare_() : Result<TurnStart>(Internal("no prepare"));
+  // Whether the agent has a recorded turn: if it has none, this turn
+  // creates it, and should it end unrecorded, the KV the engine kept under
+  // the agent's key belongs to no agent anyone can list or delete.
+  new_agent_ = !manager_->HasHistory(agent_id_);
+  Result<TurnStart> start = Internal("not prepared");
   Result<RequestHandle> handle = Internal("not submitted");
-  if (start.ok()) {
-    if (start->engine == nullptr) {
-      handle = Internal("no engine");
+  // A throwing PrepareFn (or Submit) fails this turn only: left to the
+  // strand, the exception would count as Done there while the turn stayed
+  // queued, and its consumer would wait for it forever.
+  try {
+    start = prepare_ ? prepare_() : Result<TurnStart>(Internal("no prepare"));
+    if (start.ok()) {
+      if (start->engine == nullptr) {
+        handle = Internal("no engine");
+      } else {
+        start->request.agent_key = agent_id_;
+        prompt_ = start->request.prompt;
+        handle = start->engine->Submit(std::move(start->request));
+      }
     } else {
-      start->request.agent_key = agent_id_;
-      prompt_ = start->request.prompt;
-      handle = start->engine->Submit(std::move(start->request));
+      handle = start.status();
     }
-  } else {
-    handle = start.status();
+  } catch (const std::exception& e) {
+    handle = Internal(std::string("preparing the turn failed: ") + e.what());
+  } catch (...) {
+    handle = Internal("preparing the turn failed");
   }
   std::function<void()> wake;
   std::shared_ptr<TokenStream> stream;
@@ -59,6 +75,7 @@ void AgentTurn::Run() {
       handle_ = std::move(handle).value();
       if (state_ == State::kCancelled) {
         engine_->Cancel(handle_.id);
+        if (new_agent_) engine_->DropAgent(agent_id_);
         release = true;
       } else {
         state_ = State::kRunning;
@@ -116,7 +133,11 @@ Result<uint32_t> AgentTurn::Complete(const std::string& messages_json,
     prompt = prompt_;
   }
   Result<uint32_t> n = manager_->Record(agent_id_, messages_json, system_hash_);
-  if (n.ok()) manager_->NoteFinished(agent_id_, prompt, generated, finished);
+  if (n.ok()) {
+    manager_->NoteFinished(agent_id_, prompt, generated, finished);
+  } else if (new_agent_ && engine_ != nullptr) {
+    engine_->DropAgent(agent_id_);  // the agent was not created
+  }
   if (handle_.stream) handle_.stream->SetNotifier(nullptr);
   Release();
   return n;
@@ -137,7 +158,15 @@ void AgentTurn::Cancel() {
     id = handle_.id;
   }
   if (was_running) {
-    if (engine) engine->Cancel(id);
+    if (engine) {
+      engine->Cancel(id);
+      // The request may have finished already, its KV kept for the agent:
+      // an agent whose first turn this was is never created, so nothing
+      // would ever release that KV. The drop reaches the engine after the
+      // cancellation, and before any later turn of the agent (this turn
+      // still holds the strand).
+      if (new_agent_) engine->DropAgent(agent_id_);
+    }
     if (handle_.stream) handle_.stream->SetNotifier(nullptr);
     Release();
   }

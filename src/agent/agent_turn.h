@@ -8,6 +8,10 @@
 // Complete(), which appends the turn to the history durably (before the
 // response completes) and releases the strand for the agent's next turn.
 // Cancel() (client gone) or a failure releases the strand without recording.
+// A PrepareFn that throws fails the turn (as if it had returned an error).
+// A turn that would have created its agent (no turn recorded yet) and ends
+// unrecorded also drops the KV the engine may have kept under the agent's
+// key: no agent exists to list, resume or delete it.
 //
 // Thread-safety: every method may be called from any thread; the strand
 // calls the PrepareFn on some thread that is not the caller's. The turn
@@ -86,6 +90,9 @@ class AgentTurn {
   PrepareFn prepare_;
   std::string system_hash_;
   size_t queued_behind_ = 0;
+  // The agent had no recorded turn when this one started (set on the
+  // strand, before the turn is submitted).
+  bool new_agent_ = false;
 
   mutable std::mutex mu_;
   State state_ = State::kQueued;

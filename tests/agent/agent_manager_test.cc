@@ -10,6 +10,7 @@
 #include <chrono>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -196,6 +197,71 @@ TEST_P(AgentManagerOnBothStores, FailedPrepareReleasesTheStrand) {
   uint32_t n = 0;
   Finish(*t2, "[]", &n);
   EXPECT_EQ(n, 1u);
+}
+
+TEST_P(AgentManagerOnBothStores, ThrowingPrepareFailsTheTurnAndReleasesTheStrand) {
+  // Tasks start on an executor that, like the server's worker pool, logs
+  // and drops what a task throws.
+  AgentManagerOptions o;
+  o.executor = [](std::function<void()> f) {
+    try {
+      f();
+    } catch (...) {
+    }
+  };
+  std::unique_ptr<AgentManager> m = Make(o);
+  auto t1 = m->NewTurn("a", []() -> Result<TurnStart> { throw std::runtime_error("boom"); });
+  auto t2 = m->NewTurn("a", Prompt(Tokens(8, 10)));
+  bool woke = false;
+  AgentTurn::Start(t1, [&] { woke = true; });
+  AgentTurn::Start(t2, [] {});
+  // The turn's consumer hears of it (else it would wait for a turn that
+  // never runs), and the agent's next turn runs.
+  EXPECT_EQ(t1->state(), AgentTurn::State::kFailed);
+  EXPECT_EQ(t1->error().code(), StatusCode::kInternal);
+  EXPECT_TRUE(woke);
+  uint32_t n = 0;
+  Finish(*t2, "[]", &n);
+  EXPECT_EQ(n, 1u);
+}
+
+TEST_P(AgentManagerOnBothStores, FirstTurnCancelledAfterTheEngineFinishedLeavesNoResidentKv) {
+  // The engine finished the agent's first turn and kept its KV for the
+  // agent; the client went away before the turn was recorded.
+  auto t1 = manager_->NewTurn("fresh", Prompt(Tokens(48, 10)));
+  AgentTurn::Start(t1, [] {});
+  ASSERT_TRUE(WaitFor([&] { return t1->state() != AgentTurn::State::kQueued; }));
+  ASSERT_EQ(t1->state(), AgentTurn::State::kRunning);
+  while (t1->stream()->Pop().kind == RequestOutput::Kind::kDelta) {
+  }
+  EXPECT_GT(engine_->AgentResidentTokens("fresh"), 0);
+  t1->Cancel();
+  // A later request's end means the engine has handled what came before.
+  auto other = manager_->NewTurn("other", Prompt(Tokens(40, 2000)));
+  AgentTurn::Start(other, [] {});
+  Finish(*other, "[]", nullptr);
+  // No agent "fresh" exists to list or delete: nothing is kept for it.
+  EXPECT_EQ(manager_->Get("fresh").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(engine_->AgentResidentTokens("fresh"), 0);
+  EXPECT_EQ(engine_->Stats().resident_agents, 1);
+
+  // An agent with a recorded turn keeps what its cancelled turn left (its
+  // next turn resumes from the common prefix; Delete drops it).
+  auto k1 = manager_->NewTurn("known", Prompt(Tokens(48, 500)));
+  AgentTurn::Start(k1, [] {});
+  Finish(*k1, "[]", nullptr);
+  std::vector<int32_t> p2 = Tokens(48, 500);
+  for (int32_t t : Tokens(16, 3000)) p2.push_back(t);
+  auto k2 = manager_->NewTurn("known", Prompt(p2));
+  AgentTurn::Start(k2, [] {});
+  ASSERT_TRUE(WaitFor([&] { return k2->state() != AgentTurn::State::kQueued; }));
+  while (k2->stream()->Pop().kind == RequestOutput::Kind::kDelta) {
+  }
+  k2->Cancel();
+  auto other2 = manager_->NewTurn("other", Prompt(Tokens(40, 2000)));
+  AgentTurn::Start(other2, [] {});
+  Finish(*other2, "[]", nullptr);
+  EXPECT_GT(engine_->AgentResidentTokens("known"), 48);
 }
 
 TEST_P(AgentManagerOnBothStores, DeleteRemovesHistoryAndRunsAfterQueuedTurns) {
