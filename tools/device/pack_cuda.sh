@@ -13,6 +13,17 @@ BUILD=${1:-build-cuda}
 rm -rf .devcarry && mkdir -p .devcarry/lib .devcarry/bin .devcarry/tokenizers
 bins=("$BUILD/agentkv" "$BUILD"/engine_backend_cuda_*_test "$BUILD"/dev_cuda_*_test "$BUILD"/cuda_*_bench
       "$BUILD/tools/loadgen/agentkv-loadgen")
+# PACK_TESTS="a b": only the test/bench binaries whose names contain one of
+# the words (the agentkv binary and the load generator always): every CUDA
+# test together passes the carry limit.
+if [ -n "${PACK_TESTS:-}" ]; then
+  keep=()
+  for b in "${bins[@]}"; do
+    case "$(basename "$b")" in agentkv|agentkv-loadgen) keep+=("$b"); continue ;; esac
+    for w in $PACK_TESTS; do [[ "$(basename "$b")" == *"$w"* ]] && { keep+=("$b"); break; }; done
+  done
+  bins=("${keep[@]}")
+fi
 for b in "${bins[@]}"; do
   strip -o ".devcarry/bin/$(basename "$b")" "$b"
   ldd "$b" | awk '/=> \//{print $3}' | while read -r lib; do

@@ -133,21 +133,23 @@ TEST(MoePlan, ChoosesTheGemmPath) {
   for (auto [N, K] : {std::pair{1536, 2048}, std::pair{2048, 768}}) {
     EXPECT_EQ(ChooseMoeGemmPath(1, 8, 128, N, K, kBf16), MoeGemmPath::kGemv);
     EXPECT_EQ(ChooseMoeGemmPath(kMoeGemvTokens, 8, 128, N, K, kBf16), MoeGemmPath::kGemv);
-    // 64 tokens x 8 over 128 experts: 4 rows per expert on average.
-    EXPECT_EQ(ChooseMoeGemmPath(64, 8, 128, N, K, kBf16), MoeGemmPath::kGemv);
+    // 64 tokens x 8 over 128 experts: 4 rows per expert on average, where
+    // the tiles measured faster.
+    EXPECT_EQ(ChooseMoeGemmPath(64, 8, 128, N, K, kBf16), MoeGemmPath::kTensorCores);
+    EXPECT_EQ(ChooseMoeGemmPath(kMoeGemvTokens + 1, 8, 128, N, K, kBf16),
+              MoeGemmPath::kTensorCores);
     // 512 tokens: 32 per expert.
     EXPECT_EQ(ChooseMoeGemmPath(512, 8, 128, N, K, kBf16), MoeGemmPath::kTensorCores);
     EXPECT_EQ(ChooseMoeGemmPath(512, 8, 128, N, K, kFp8), MoeGemmPath::kTensorCores);
     EXPECT_EQ(ChooseMoeGemmPath(1, 8, 128, N, K, kFp8), MoeGemmPath::kGemv);
   }
-  // The mean-rows boundary: 8 experts x 2 per token, 32 tokens = 8 rows
-  // each; 33 tokens tip it.
-  EXPECT_EQ(ChooseMoeGemmPath(32, 2, 8, 64, 64, kBf16), MoeGemmPath::kGemv);
-  EXPECT_EQ(ChooseMoeGemmPath(33, 2, 8, 64, 64, kBf16), MoeGemmPath::kTensorCores);
+  // The token boundary on a small shape too.
+  EXPECT_EQ(ChooseMoeGemmPath(kMoeGemvTokens, 2, 8, 64, 64, kBf16), MoeGemmPath::kGemv);
+  EXPECT_EQ(ChooseMoeGemmPath(kMoeGemvTokens + 1, 2, 8, 64, 64, kBf16), MoeGemmPath::kTensorCores);
   // GPT-OSS-20B's experts in MXFP4 (K 2880 = 90 blocks).
   EXPECT_EQ(ChooseMoeGemmPath(1, 4, 32, 5760, 2880, kMx), MoeGemmPath::kGemv);
   EXPECT_EQ(ChooseMoeGemmPath(4096, 4, 32, 5760, 2880, kMx), MoeGemmPath::kTensorCores);
-  EXPECT_EQ(ChooseMoeGemmPath(64, 4, 32, 5760, 2880, kMx), MoeGemmPath::kGemv);
+  EXPECT_EQ(ChooseMoeGemmPath(64, 4, 32, 5760, 2880, kMx), MoeGemmPath::kTensorCores);
   // Past the GEMV's K: the tiles, which take quantized weights too.
   EXPECT_EQ(ChooseMoeGemmPath(16, 4, 32, 64, kMaxMoeGemvK + 32, kMx), MoeGemmPath::kTensorCores);
   // Fewer rows per pass leave room for longer rows: a one-token step of
