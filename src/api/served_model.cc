@@ -8,6 +8,7 @@
 #include "engine/model/model_files.h"
 #include "store/store_kv_tier.h"
 #include "util/memory_size.h"
+#include "util/unique_seed.h"
 
 namespace agentkv::api {
 
@@ -66,6 +67,9 @@ OutputParserOptions ServedModel::ParserOptions(const std::shared_ptr<const Serve
                                                bool tools) {
   OutputParserOptions o = OutputParserOptions::ForModelType(model->model_type(), tools, false);
   o.tokenizer = std::shared_ptr<const Tokenizer>(model, model->tokenizer_.get());
+  // Call ids must not repeat across replies: a conversation carries every
+  // earlier turn's calls, and clients match tool results to calls by id.
+  o.tools.id_seed = UniqueSeed();
   return o;
 }
 
