@@ -5,6 +5,9 @@
 // The prompt token count the server reports must be that of the harmony
 // rendering (`agentkv template` then `agentkv tokenize`). Skipped when node,
 // the npm packages or the GPT-OSS tokenizer are missing.
+// Constrained decoding in the harmony format: strict tools, forced tool
+// choices and response_format at temperature 1, every call and structured
+// answer validated by python3-jsonschema (tests/api/harmony_tools.py).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -120,6 +123,29 @@ TEST_F(GptOssServerTest, ChatWithToolsAndMessagesThroughTheOfficialClients) {
   EXPECT_EQ(st, 0) << out;
   EXPECT_NE(out.find("ALL OK"), std::string::npos) << out;
   std::printf("prompt: %zu tokens\n%s", prompt_tokens, out.c_str());
+  EXPECT_TRUE(server_.Stop());
+}
+
+TEST_F(GptOssServerTest, ConstrainedToolCallsAndAnswersValidate) {
+  int st = 0;
+  RunShell("python3 -c 'import jsonschema' > /dev/null 2>&1", &st);
+  if (st != 0) GTEST_SKIP() << "python3-jsonschema is not installed";
+  const fs::path model = dir_ / "model";
+  const std::string bin = AGENTKV_BINARY;
+  std::string out = RunShell(bin + " model synth --arch gpt_oss --quant mxfp4 --tokenizer '" +
+                                 tokenizer_.string() + "' --out '" + model.string() +
+                                 "' --layers 2 --hidden 64 --heads 4 --kv-heads 2 --head-dim 16"
+                                 " --intermediate 64 --experts 4 --experts-per-token 2"
+                                 " --seed 5 2>&1",
+                             &st);
+  ASSERT_EQ(st, 0) << out;
+  const int port = Serve(model);
+  ASSERT_GT(port, 0);
+  out = RunShell("timeout 300 python3 '" + std::string(AGENTKV_SOURCE_DIR) +
+                     "/tests/api/harmony_tools.py' " + std::to_string(port) + " 2>&1",
+                 &st);
+  EXPECT_EQ(st, 0) << out;
+  std::printf("%s", out.c_str());
   EXPECT_TRUE(server_.Stop());
 }
 
