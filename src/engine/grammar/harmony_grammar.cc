@@ -74,6 +74,11 @@ Result<std::shared_ptr<const Grammar>> CompileHarmonyToolCallGrammar(
     std::shared_ptr<const TokenVocabulary> vocab, GrammarLimits limits) {
   RETURN_IF_ERROR(CheckTokens(tokens));
   if (tools.empty()) return InvalidArgument("tool_choice: no tools to call");
+  size_t bytes = 0;
+  for (const ToolGrammarSpec& t : tools) bytes += t.parameters.dump().size();
+  if (bytes > kMaxSchemaBytes)
+    return InvalidArgument("the tools' parameters are longer than " +
+                           std::to_string(kMaxSchemaBytes) + " bytes");
   GrammarBuilder b(limits);
   Frame f = NewFrame(b, tokens);
   f.LoopMessage("analysis");

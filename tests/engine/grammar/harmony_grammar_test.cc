@@ -86,11 +86,11 @@ constexpr const char* kReasoning =
 TEST_F(HarmonyGrammarTest, RequiredCallIsAcceptedInBothHeaderForms) {
   auto g = ToolGrammar(true);
   ASSERT_TRUE(g);
-  for (const std::string call :
+  for (const std::string& call :
        {"<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
         "{\"city\": \"Paris\", \"unit\": \"c\"}<|call|>",
         " to=functions.get_time<|channel|>commentary json<|message|>{\"zone\":-3}<|call|>"}) {
-    for (const std::string pre : {std::string(), std::string(kReasoning)}) {
+    for (const std::string& pre : {std::string(), std::string(kReasoning)}) {
       GrammarMatcher m(g);
       ASSERT_TRUE(Feed(m, pre + call).ok()) << pre + call;
       EXPECT_TRUE(m.accepting());
