@@ -210,7 +210,7 @@ Reply AgentsApi::Generate(const HttpRequest& req, const std::string& path_id) co
   if (!msgs.ok()) return FromStatus(msgs.status());
   auto prompt = model->EncodeChat(*msgs, nullptr);
   if (!prompt.ok()) return FromStatus(prompt.status(), "message");
-  if (auto g = ParseResponseFormat(req.body, body, *model); !g.ok()) {
+  if (auto g = ParseResponseFormat(req.body, body, *model, /*chat=*/true); !g.ok()) {
     return FromStatus(g.status(), "response_format");
   } else {
     params.grammar = *g;

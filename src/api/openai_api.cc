@@ -434,7 +434,7 @@ Reply OpenAiApi::ChatCompletions(const HttpRequest& req) const {
   std::string text;  // the rendered prompt, for reusing the agent's own reply
   auto prompt = model->EncodeChat(messages, tools, extra, true, &text);
   if (!prompt.ok()) return FromStatus(prompt.status(), "messages");
-  if (auto g = ParseResponseFormat(req.body, body, *model); !g.ok()) {
+  if (auto g = ParseResponseFormat(req.body, body, *model, /*chat=*/true); !g.ok()) {
     return FromStatus(g.status(), "response_format");
   } else {
     c.params.grammar = *g;
@@ -499,7 +499,7 @@ Reply OpenAiApi::Completions(const HttpRequest& req) const {
   if (!body.contains("max_tokens") || body["max_tokens"].is_null()) c.params.max_tokens = 16;
   auto salt = AgentBinding::CacheSalt(req, body);
   if (!salt.ok()) return FromStatus(salt.status(), "cache_salt");
-  if (auto g = ParseResponseFormat(req.body, body, *model); !g.ok()) {
+  if (auto g = ParseResponseFormat(req.body, body, *model, /*chat=*/false); !g.ok()) {
     return FromStatus(g.status(), "response_format");
   } else {
     c.params.grammar = *g;

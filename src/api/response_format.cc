@@ -1,12 +1,29 @@
 #include "api/response_format.h"
 
+#include "engine/grammar/harmony_grammar.h"
 #include "engine/grammar/json_schema.h"
 
 namespace agentkv::api {
+namespace {
+
+bool IsHarmony(const ServedModel& model) { return model.model_type() == "gpt_oss"; }
+
+// For a harmony model: `content` as the final channel's message.
+Result<std::shared_ptr<const Grammar>> AsHarmonyFinal(std::shared_ptr<const Grammar> content,
+                                                      const ServedModel& model) {
+  if (!IsHarmony(model)) return content;
+  auto tokens = HarmonyTokens::Find(model.tokenizer());
+  if (!tokens.ok()) return tokens.status().WithContext("response_format");
+  auto g = CompileHarmonyFinalGrammar(*content, *tokens, model.grammar_vocab());
+  if (!g.ok()) return g.status().WithContext("response_format");
+  return *g;
+}
+
+}  // namespace
 
 Result<std::shared_ptr<const Grammar>> ParseResponseFormat(std::string_view raw_body,
                                                            const nlohmann::json& body,
-                                                           const ServedModel& model) {
+                                                           const ServedModel& model, bool chat) {
   if (!body.contains("response_format") || body["response_format"].is_null())
     return std::shared_ptr<const Grammar>();
   const nlohmann::json& rf = body["response_format"];
@@ -17,7 +34,7 @@ Result<std::shared_ptr<const Grammar>> ParseResponseFormat(std::string_view raw_
   if (type == "json_object") {
     auto g = CompileAnyJsonObject(model.grammar_vocab());
     if (!g.ok()) return g.status().WithContext("response_format");
-    return *g;
+    return chat ? AsHarmonyFinal(*g, model) : *g;
   }
   if (type != "json_schema")
     return InvalidArgument("'response_format.type' must be text, json_object or json_schema");
@@ -39,7 +56,7 @@ Result<std::shared_ptr<const Grammar>> ParseResponseFormat(std::string_view raw_
     schema = nlohmann::ordered_json(js["schema"]);
   auto g = CompileJsonSchema(schema, model.grammar_vocab());
   if (!g.ok()) return g.status().WithContext("response_format.json_schema.schema");
-  return *g;
+  return chat ? AsHarmonyFinal(*g, model) : *g;
 }
 
 Result<std::shared_ptr<const Grammar>> ToolCallGrammar(ToolProtocol protocol,
@@ -94,6 +111,16 @@ Result<std::shared_ptr<const Grammar>> ToolCallGrammar(ToolProtocol protocol,
     return InvalidArgument("tool_choice: no tool named \"" + *only + "\" in tools");
   if (!required && !any_strict) return none;
   if (specs.empty()) return InvalidArgument("tool_choice: no function tools to call");
+  if (body.contains("response_format") && !body["response_format"].is_null())
+    return InvalidArgument(
+        "response_format cannot be combined with a required or strict tool call");
+  if (IsHarmony(model)) {
+    auto tokens = HarmonyTokens::Find(model.tokenizer());
+    if (!tokens.ok()) return tokens.status().WithContext("tools");
+    auto g = CompileHarmonyToolCallGrammar(specs, required, *tokens, model.grammar_vocab());
+    if (!g.ok()) return g.status().WithContext("tools");
+    return *g;
+  }
   ToolGrammarOptions o;
   o.required = required;
   const std::string& mt = model.model_type();
@@ -107,9 +134,6 @@ Result<std::shared_ptr<const Grammar>> ToolCallGrammar(ToolProtocol protocol,
     return InvalidArgument(
         "tool_choice: constrained tool calls are not supported for model type \"" + mt + "\"");
   }
-  if (body.contains("response_format") && !body["response_format"].is_null())
-    return InvalidArgument(
-        "response_format cannot be combined with a required or strict tool call");
   auto g = CompileToolCallGrammar(specs, o, model.grammar_vocab());
   if (!g.ok()) return g.status().WithContext("tools");
   return *g;

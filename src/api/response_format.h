@@ -7,6 +7,8 @@
 //     {"type": "json_object"}: any JSON object;
 //     {"type": "json_schema", "json_schema": {"name", "schema", "strict"}}:
 //     the schema (strict or not: the output always follows it).
+// For a harmony model (gpt_oss) the grammar is the final channel's content,
+// reasoning allowed before it (engine/grammar/harmony_grammar.h).
 //
 // Errors are InvalidArgument naming the field or the schema keyword.
 // Pure apart from the model's vocabulary (built on first use); thread-safe.
@@ -23,15 +25,18 @@
 
 namespace agentkv::api {
 
-// The grammar body["response_format"] asks for, or null for none.
+// The grammar body["response_format"] asks for, or null for none. `chat`:
+// the output is a chat reply (the prompt from the chat template), which a
+// harmony model writes in its message format; false for raw completions.
 // `raw_body` is the request text: parsed again keeping key order, so that a
 // schema's properties come out in the order the client wrote them.
 Result<std::shared_ptr<const Grammar>> ParseResponseFormat(std::string_view raw_body,
                                                            const nlohmann::json& body,
-                                                           const ServedModel& model);
+                                                           const ServedModel& model, bool chat);
 
 // Tool calls constrained to the model's tool-call syntax (Hermes for qwen2
-// and qwen3, Llama 3.1 JSON for llama, fenced blocks for gemma3). `tools`
+// and qwen3, Llama 3.1 JSON for llama, fenced blocks for gemma3, harmony
+// commentary messages to functions.NAME for gpt_oss). `tools`
 // in OpenAI's shape ({"type": "function", "function": {"name",
 // "parameters", "strict"}}), as the chat template gets them.
 //   OpenAI: tool_choice "required" or {"type": "function", "function":
@@ -43,7 +48,7 @@ Result<std::shared_ptr<const Grammar>> ParseResponseFormat(std::string_view raw_
 //     exactly one call, arguments always following input_schema; otherwise
 //     null.
 // InvalidArgument naming tool_choice or the schema keyword; for a model
-// family without a supported syntax (harmony) when a constraint is asked.
+// family without a supported syntax when a constraint is asked.
 enum class ToolProtocol { kOpenAi, kAnthropic };
 Result<std::shared_ptr<const Grammar>> ToolCallGrammar(ToolProtocol protocol,
                                                        const nlohmann::ordered_json& tools,

@@ -3,8 +3,11 @@
 // `agentkv serve` runs it on the CPU; the official OpenAI and Anthropic npm
 // clients (tests/api/harmony.cjs) send a chat with tools and /v1/messages.
 // The prompt token count the server reports must be that of the harmony
-// rendering (`agentkv template` then `agentkv tokenize`). Skipped when node,
-// the npm packages or the GPT-OSS tokenizer are missing.
+// rendering (`agentkv template` then `agentkv tokenize`). Skipped when the
+// GPT-OSS tokenizer is missing, and (that test) node or the npm packages.
+// Constrained decoding in the harmony format: strict tools, forced tool
+// choices and response_format at temperature 1, every call and structured
+// answer validated by python3-jsonschema (tests/api/harmony_tools.py).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -30,12 +33,6 @@ class GptOssServerTest : public ::testing::Test {
   void SetUp() override {
     npm_ = fs::path(AGENTKV_SOURCE_DIR) / "tools/npm";
     tokenizer_ = fs::path(AGENTKV_DATA_DIR) / "tokenizers/gptoss";
-    int st = 0;
-    RunShell("node --version > /dev/null 2>&1", &st);
-    if (st != 0) GTEST_SKIP() << "node is not installed";
-    if (!fs::exists(npm_ / "node_modules/openai") ||
-        !fs::exists(npm_ / "node_modules/@anthropic-ai/sdk"))
-      GTEST_SKIP() << "npm packages missing";
     if (!fs::exists(tokenizer_ / "tokenizer.json") ||
         !fs::exists(tokenizer_ / "chat_template.jinja"))
       GTEST_SKIP() << "gptoss tokenizer or its template not set up (scripts/setup.sh)";
@@ -59,6 +56,14 @@ class GptOssServerTest : public ::testing::Test {
 };
 
 TEST_F(GptOssServerTest, ChatWithToolsAndMessagesThroughTheOfficialClients) {
+  {
+    int st = 0;
+    RunShell("node --version > /dev/null 2>&1", &st);
+    if (st != 0) GTEST_SKIP() << "node is not installed";
+    if (!fs::exists(npm_ / "node_modules/openai") ||
+        !fs::exists(npm_ / "node_modules/@anthropic-ai/sdk"))
+      GTEST_SKIP() << "npm packages missing";
+  }
   const fs::path model = dir_ / "model";
   const std::string bin = AGENTKV_BINARY;
   int st = 0;
@@ -120,6 +125,29 @@ TEST_F(GptOssServerTest, ChatWithToolsAndMessagesThroughTheOfficialClients) {
   EXPECT_EQ(st, 0) << out;
   EXPECT_NE(out.find("ALL OK"), std::string::npos) << out;
   std::printf("prompt: %zu tokens\n%s", prompt_tokens, out.c_str());
+  EXPECT_TRUE(server_.Stop());
+}
+
+TEST_F(GptOssServerTest, ConstrainedToolCallsAndAnswersValidate) {
+  int st = 0;
+  RunShell("python3 -c 'import jsonschema' > /dev/null 2>&1", &st);
+  if (st != 0) GTEST_SKIP() << "python3-jsonschema is not installed";
+  const fs::path model = dir_ / "model";
+  const std::string bin = AGENTKV_BINARY;
+  std::string out = RunShell(bin + " model synth --arch gpt_oss --quant mxfp4 --tokenizer '" +
+                                 tokenizer_.string() + "' --out '" + model.string() +
+                                 "' --layers 2 --hidden 64 --heads 4 --kv-heads 2 --head-dim 16"
+                                 " --intermediate 64 --experts 4 --experts-per-token 2"
+                                 " --seed 5 2>&1",
+                             &st);
+  ASSERT_EQ(st, 0) << out;
+  const int port = Serve(model);
+  ASSERT_GT(port, 0);
+  out = RunShell("timeout 300 python3 '" + std::string(AGENTKV_SOURCE_DIR) +
+                     "/tests/api/harmony_tools.py' " + std::to_string(port) + " 2>&1",
+                 &st);
+  EXPECT_EQ(st, 0) << out;
+  std::printf("%s", out.c_str());
   EXPECT_TRUE(server_.Stop());
 }
 

@@ -41,7 +41,7 @@ class ResponseFormatTest : public ::testing::Test {
 };
 
 Result<std::shared_ptr<const Grammar>> Parse(const json& body) {
-  return ParseResponseFormat(body.dump(), body, *Model());
+  return ParseResponseFormat(body.dump(), body, *Model(), /*chat=*/true);
 }
 
 json SchemaFormat(const json& schema) {
@@ -86,7 +86,7 @@ TEST_F(ResponseFormatTest, KeepsTheClientsPropertyOrder) {
       R"({"response_format":{"type":"json_schema","json_schema":{"name":"o","schema":
       {"type":"object","properties":{"b":{"type":"boolean"},"a":{"type":"boolean"}},
       "required":["b","a"],"additionalProperties":false}}}})";
-  auto g = ParseResponseFormat(raw, json::parse(raw), *Model());
+  auto g = ParseResponseFormat(raw, json::parse(raw), *Model(), /*chat=*/true);
   ASSERT_TRUE(g.ok());
   SamplingParams p;
   p.temperature = 0;

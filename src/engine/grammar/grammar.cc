@@ -53,6 +53,34 @@ void GrammarBuilder::AddCall(int32_t from, int32_t start, int32_t ret) {
   nodes_[static_cast<size_t>(from)].calls.push_back({start, ret});
 }
 
+void GrammarBuilder::AddToken(int32_t from, int32_t id, int32_t to) {
+  if (!status_.ok()) return;
+  nodes_[static_cast<size_t>(from)].tokens.push_back({id, to});
+}
+
+int32_t GrammarBuilder::Splice(const Grammar& g) {
+  if (!status_.ok()) return 0;
+  const auto base = static_cast<int32_t>(nodes_.size());
+  const auto n = static_cast<int32_t>(g.nodes().size());
+  if (base + n > limits_.max_nodes) {
+    status_ = InvalidArgument("the schema compiles to more than " +
+                              std::to_string(limits_.max_nodes) + " grammar states");
+    return 0;
+  }
+  for (const GrammarNode& src : g.nodes()) {
+    GrammarNode d = src;
+    for (auto& e : d.bytes) e.to += base;
+    for (auto& e : d.tokens) e.to += base;
+    for (int32_t& e : d.eps) e += base;
+    for (auto& c : d.calls) {
+      c.start += base;
+      c.ret += base;
+    }
+    nodes_.push_back(std::move(d));
+  }
+  return g.root() + base;
+}
+
 void GrammarBuilder::MarkEnd(int32_t node) {
   if (!status_.ok()) return;
   nodes_[static_cast<size_t>(node)].end = true;
@@ -79,6 +107,13 @@ void GrammarBuilder::AddLiteral(int32_t from, std::string_view text, int32_t to)
 Result<std::shared_ptr<const Grammar>> GrammarBuilder::Finish(
     int32_t root, std::shared_ptr<const TokenVocabulary> vocab) {
   if (!status_.ok()) return status_;
+  const int32_t vocab_size = vocab ? vocab->vocab_size() : 0;
+  for (const GrammarNode& n : nodes_)
+    for (const GrammarNode::TokenEdge& e : n.tokens)
+      if (e.id < 0 || e.id >= vocab_size || (vocab && vocab->has(e.id)))
+        return InvalidArgument("token " + std::to_string(e.id) +
+                               " cannot be a grammar's token edge (out of the vocabulary, or "
+                               "a token with bytes)");
   auto g = std::make_shared<Grammar>();
   g->nodes_ = std::move(nodes_);
   g->root_ = root;

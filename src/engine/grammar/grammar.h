@@ -3,12 +3,14 @@
 // what a JSON schema compiles to (json_schema.h). Immutable once built,
 // except for its mask cache, which is internally synchronized.
 //
-// A node has byte edges (a byte range to a target node), epsilon edges and
-// call edges (run the rule starting at `start`, then continue at `ret`); a
-// node marked `end` finishes the rule it is in (returns to the caller, or
-// accepts the whole input when nothing called it). A matcher's state is a
-// set of stacks of nodes (grammar_matcher.h): the top is where the input is
-// now, the frames below are where each enclosing call returns to.
+// A node has byte edges (a byte range to a target node), token edges (one
+// token id, read whole, to a target node: how a grammar names the special
+// tokens that the byte-level vocabulary leaves out, e.g. harmony's
+// <|channel|>), epsilon edges and call edges (run the rule starting at `start`, then continue at
+// `ret`); a node marked `end` finishes the rule it is in (returns to the caller, or accepts the
+// whole input when nothing called it). A matcher's state is a set of stacks of nodes
+// (grammar_matcher.h): the top is where the input is now, the frames below are where each enclosing
+// call returns to.
 //
 // String-body nodes (string_remaining >= 0) are where a JSON string
 // accepts any plain character: every token made only of plain characters
@@ -41,7 +43,12 @@ struct GrammarNode {
   struct CallEdge {
     int32_t start, ret;
   };
+  struct TokenEdge {
+    int32_t id;
+    int32_t to;
+  };
   std::vector<ByteEdge> bytes;
+  std::vector<TokenEdge> tokens;
   std::vector<int32_t> eps;
   std::vector<CallEdge> calls;
   bool end = false;
@@ -110,6 +117,16 @@ class GrammarBuilder {
   }
   void AddEps(int32_t from, int32_t to);
   void AddCall(int32_t from, int32_t start, int32_t ret);
+  // Reading token `id` whole moves `from` to `to`. For tokens the
+  // vocabulary leaves out (special tokens); a token with bytes is matched
+  // by its bytes, never by a token edge. `id` must be below the
+  // vocabulary's size (Finish checks).
+  void AddToken(int32_t from, int32_t id, int32_t to);
+  // Copies every node of `g` (built on the same vocabulary) into this
+  // grammar and returns where its root now is: calling that node (AddCall)
+  // matches what `g` matches, its end nodes returning to the caller. How a
+  // compiled JSON schema becomes one part of a larger grammar.
+  int32_t Splice(const Grammar& g);
   void MarkEnd(int32_t node);
   void SetStringRemaining(int32_t node, int32_t remaining);
   // Bytes of `text` in order, from `from` to `to`.

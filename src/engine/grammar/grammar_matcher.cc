@@ -7,7 +7,7 @@ namespace agentkv {
 namespace {
 
 // Closure of one step: follows epsilon edges, calls and returns from a
-// stack until every stack's top reads a byte; `visited` dedups stacks met
+// stack until every stack's top reads a byte or a token; `visited` dedups stacks met
 // in this closure (the grammar may have epsilon cycles). Iterative (an
 // explicit work list): epsilon chains may be long. Bounded: a closure
 // visits at most kMaxClosureInts of stacks; past that (only a pathological
@@ -37,7 +37,7 @@ class Closure {
       visited_->push_back(l);
       visited_->insert(visited_->end(), cur, cur + l);
       const GrammarNode& n = g_.nodes()[static_cast<size_t>(cur[l - 1])];
-      if (!n.bytes.empty()) {
+      if (!n.bytes.empty() || !n.tokens.empty()) {
         out_->frames.push_back(l);
         out_->frames.insert(out_->frames.end(), cur, cur + l);
       }
@@ -167,6 +167,26 @@ void GrammarStep(const Grammar& g, const GrammarState& in, uint8_t byte, Grammar
   }
 }
 
+void GrammarStepToken(const Grammar& g, const GrammarState& in, int32_t token, GrammarState* out) {
+  out->frames.clear();
+  out->accepting = false;
+  std::vector<int32_t>& visited = VisitedScratch();
+  visited.clear();
+  Closure c(g, out, &visited);
+  int32_t buf[Closure::kMaxFrames + 2];
+  const std::vector<int32_t>& f = in.frames;
+  for (size_t i = 0; i < f.size(); i += static_cast<size_t>(f[i]) + 1) {
+    const int32_t len = f[i];
+    const int32_t top = f[i + static_cast<size_t>(len)];
+    for (const GrammarNode::TokenEdge& e : g.nodes()[static_cast<size_t>(top)].tokens) {
+      if (e.id != token) continue;
+      std::memcpy(buf, &f[i + 1], sizeof(int32_t) * static_cast<size_t>(len));
+      buf[len - 1] = e.to;
+      c.Explore(buf, len);
+    }
+  }
+}
+
 GrammarState GrammarStart(const Grammar& g) {
   GrammarState s;
   std::vector<int32_t>& visited = VisitedScratch();
@@ -213,6 +233,13 @@ void GrammarMatcher::FillMask(std::span<uint64_t> mask) {
   } else {
     last_walked_ = WalkTrie(g, v.all(), state_, mask);
   }
+  // Token edges (special tokens) of the stacks' tops.
+  const std::vector<int32_t>& f = state_.frames;
+  for (size_t i = 0; i < f.size(); i += static_cast<size_t>(f[i]) + 1) {
+    const int32_t top = f[i + static_cast<size_t>(f[i])];
+    for (const GrammarNode::TokenEdge& e : g.nodes()[static_cast<size_t>(top)].tokens)
+      if (static_cast<size_t>(e.id) / 64 < mask.size()) SetBit(mask, e.id);
+  }
   // Cache what was costly to compute; cheap masks are recomputed.
   if (last_walked_ > 4096 || remaining >= 0)
     g.StoreMask(key, std::make_shared<std::vector<uint64_t>>(mask.begin(), mask.end()));
@@ -230,6 +257,15 @@ Status GrammarMatcher::AdvanceBytes(std::string_view bytes) {
 }
 
 Status GrammarMatcher::Advance(int32_t token) {
+  if (!grammar_->vocab().has(token)) {
+    // A token without bytes moves only along token edges.
+    GrammarState next;
+    GrammarStepToken(*grammar_, state_, token, &next);
+    if (!next.empty()) {
+      state_ = std::move(next);
+      return Status::Ok();
+    }
+  }
   if (!grammar_->vocab().has(token))
     return InvalidArgument("token " + std::to_string(token) + " has no bytes in the grammar");
   return AdvanceBytes(grammar_->vocab().bytes(token));

@@ -6,7 +6,8 @@
 // top at a node that reads a byte, plus whether the output so far is a
 // complete match. A token is allowed when its bytes, read one by one from
 // the state, leave a non-empty state (a prefix that can still be finished)
-// or a complete match. The mask walks the vocabulary's trie with the
+// or a complete match; a token without bytes (a special token) is allowed
+// where a stack's top has a token edge for it. The mask walks the vocabulary's trie with the
 // automaton, pruning a prefix's whole subtree once it dies; masks of states
 // that recur (inside an unbounded string, for instance) come from the
 // grammar's cache.
@@ -68,6 +69,9 @@ class GrammarMatcher {
 
 // The state reached from `in` by reading `byte` (cleared first). Pure.
 void GrammarStep(const Grammar& g, const GrammarState& in, uint8_t byte, GrammarState* out);
+// The state reached from `in` by reading the whole token `token` along
+// token edges (cleared first; empty when no top has an edge for it). Pure.
+void GrammarStepToken(const Grammar& g, const GrammarState& in, int32_t token, GrammarState* out);
 // The start state of `g`.
 GrammarState GrammarStart(const Grammar& g);
 

@@ -161,5 +161,44 @@ TEST(GrammarMatcherTest, AdvanceRejectsDisallowedTokens) {
   EXPECT_TRUE(m.complete());
 }
 
+// Token edges: ids without bytes (special tokens) allowed and followed by
+// id; a spliced grammar called from a larger one.
+TEST(GrammarMatcherTest, TokenEdgesAndSplicedGrammars) {
+  // Ids 2 and 3 have no bytes, as special tokens in a real vocabulary.
+  auto vocab = TokenVocabulary::FromTokens({"a", "b", "", "", "ab"});
+  GrammarBuilder inner_b({});
+  const int32_t ir = inner_b.NewNode(), ie = inner_b.NewNode();
+  inner_b.MarkEnd(ie);
+  inner_b.AddLiteral(ir, "ab", ie);
+  auto inner = inner_b.Finish(ir, vocab);
+  ASSERT_TRUE(inner.ok());
+  // <2> "ab" <3>
+  GrammarBuilder b({});
+  const int32_t r = b.NewNode(), n1 = b.NewNode(), n2 = b.NewNode(), e = b.NewNode();
+  b.MarkEnd(e);
+  b.AddToken(r, 2, n1);
+  b.AddCall(n1, b.Splice(**inner), n2);
+  b.AddToken(n2, 3, e);
+  auto g = b.Finish(r, vocab);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  GrammarMatcher m(*g);
+  std::vector<uint64_t> mask(1);
+  m.FillMask(mask);
+  EXPECT_EQ(mask[0], uint64_t{1} << 2);
+  EXPECT_FALSE(m.Advance(3).ok());
+  EXPECT_FALSE(m.Advance(0).ok());
+  ASSERT_TRUE(m.Advance(2).ok());
+  m.FillMask(mask);
+  EXPECT_EQ(mask[0], (uint64_t{1} << 0) | (uint64_t{1} << 4));  // "a", "ab"
+  ASSERT_TRUE(m.Advance(4).ok());
+  EXPECT_FALSE(m.accepting());
+  m.FillMask(mask);
+  EXPECT_EQ(mask[0], uint64_t{1} << 3);
+  EXPECT_FALSE(m.Advance(2).ok());
+  ASSERT_TRUE(m.Advance(3).ok());
+  EXPECT_TRUE(m.accepting());
+  EXPECT_TRUE(m.complete());
+}
+
 }  // namespace
 }  // namespace agentkv
