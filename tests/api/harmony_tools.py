@@ -85,6 +85,7 @@ def check(errors, name, args, allowed, where):
 
 def main(port):
     errors, calls, answers = [], 0, 0
+    ids = {}  # every call id seen -> where: ids must never repeat across replies
     messages = [{'role': 'user', 'content': 'Use a tool.'}]
     openai_tools = [{'type': 'function',
                      'function': {'name': n, 'parameters': s, 'strict': True}}
@@ -110,6 +111,9 @@ def main(port):
                 errors.append('%s: a required call ended without one: %r' % (where, c))
             for tc in tcs:
                 calls += 1
+                if tc['id'] in ids:
+                    errors.append('%s: call id %s repeats %s' % (where, tc['id'], ids[tc['id']]))
+                ids[tc['id']] = where
                 try:
                     args = json.loads(tc['function']['arguments'])
                 except ValueError as e:
@@ -126,6 +130,9 @@ def main(port):
                 errors.append('%s: a required call ended without one: %r' % (where, r))
             for b in uses:
                 calls += 1
+                if b['id'] in ids:
+                    errors.append('%s: call id %s repeats %s' % (where, b['id'], ids[b['id']]))
+                ids[b['id']] = where
                 check(errors, b['name'], b['input'], allowed, where)
         for name, schema in SCHEMAS.items():
             where = 'response_format %s seed %d' % (name, seed)

@@ -134,8 +134,9 @@ void ExpectSame(const std::vector<Out>& got, const std::vector<Out>& want, const
     EXPECT_EQ(got[i].completion, want[i].completion) << what << " request " << i;
     EXPECT_EQ(got[i].completion, static_cast<int64_t>(got[i].tokens.size())) << what;
     // (A small pool's evictions depend on when requests arrive.)
-    if (std::string(what) != "small pool")
+    if (std::string(what) != "small pool") {
       EXPECT_EQ(got[i].cached, want[i].cached) << what << " request " << i;
+    }
   }
 }
 
@@ -161,7 +162,9 @@ TEST(EngineSpeculativeTest, GreedyOutputIsIdenticalWithDrafts) {
     // The agent's second turn found its first turn's verified KV (models
     // with sliding windows keep no prefix cache).
     EXPECT_EQ(RunWorkload(spec, &st).back().cached, want.back().cached);
-    if (arch != Architecture::kGemma3) EXPECT_GT(want.back().cached, 0);
+    if (arch != Architecture::kGemma3) {
+      EXPECT_GT(want.back().cached, 0);
+    }
     ExpectSame(RunWorkload(spec, &st, stop_id), want_stop, "stop token");
 
     Config one = spec;  // one sequence at a time

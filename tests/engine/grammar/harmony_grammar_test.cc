@@ -86,7 +86,7 @@ constexpr const char* kReasoning =
 TEST_F(HarmonyGrammarTest, RequiredCallIsAcceptedInBothHeaderForms) {
   auto g = ToolGrammar(true);
   ASSERT_TRUE(g);
-  for (const std::string& call :
+  for (const char* call :
        {"<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
         "{\"city\": \"Paris\", \"unit\": \"c\"}<|call|>",
         " to=functions.get_time<|channel|>commentary json<|message|>{\"zone\":-3}<|call|>"}) {
