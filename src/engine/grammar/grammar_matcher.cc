@@ -147,7 +147,13 @@ int64_t WalkTrie(const Grammar& g, const TokenVocabulary::Trie& trie, const Gram
 
 }  // namespace
 
-void GrammarStep(const Grammar& g, const GrammarState& in, uint8_t byte, GrammarState* out) {
+namespace {
+
+// The states after one input from `in`: each frame's top node moves along
+// the edges `targets(node, push)` reports (push(to) once per taken edge),
+// then the closure.
+template <typename Targets>
+void StepFrames(const Grammar& g, const GrammarState& in, GrammarState* out, Targets targets) {
   out->frames.clear();
   out->accepting = false;
   std::vector<int32_t>& visited = VisitedScratch();
@@ -158,33 +164,28 @@ void GrammarStep(const Grammar& g, const GrammarState& in, uint8_t byte, Grammar
   for (size_t i = 0; i < f.size(); i += static_cast<size_t>(f[i]) + 1) {
     const int32_t len = f[i];
     const int32_t top = f[i + static_cast<size_t>(len)];
-    for (const GrammarNode::ByteEdge& e : g.nodes()[static_cast<size_t>(top)].bytes) {
-      if (byte < e.lo || byte > e.hi) continue;
+    targets(g.nodes()[static_cast<size_t>(top)], [&](int32_t to) {
       std::memcpy(buf, &f[i + 1], sizeof(int32_t) * static_cast<size_t>(len));
-      buf[len - 1] = e.to;
+      buf[len - 1] = to;
       c.Explore(buf, len);
-    }
+    });
   }
 }
 
+}  // namespace
+
+void GrammarStep(const Grammar& g, const GrammarState& in, uint8_t byte, GrammarState* out) {
+  StepFrames(g, in, out, [byte](const GrammarNode& n, auto&& push) {
+    for (const GrammarNode::ByteEdge& e : n.bytes)
+      if (byte >= e.lo && byte <= e.hi) push(e.to);
+  });
+}
+
 void GrammarStepToken(const Grammar& g, const GrammarState& in, int32_t token, GrammarState* out) {
-  out->frames.clear();
-  out->accepting = false;
-  std::vector<int32_t>& visited = VisitedScratch();
-  visited.clear();
-  Closure c(g, out, &visited);
-  int32_t buf[Closure::kMaxFrames + 2];
-  const std::vector<int32_t>& f = in.frames;
-  for (size_t i = 0; i < f.size(); i += static_cast<size_t>(f[i]) + 1) {
-    const int32_t len = f[i];
-    const int32_t top = f[i + static_cast<size_t>(len)];
-    for (const GrammarNode::TokenEdge& e : g.nodes()[static_cast<size_t>(top)].tokens) {
-      if (e.id != token) continue;
-      std::memcpy(buf, &f[i + 1], sizeof(int32_t) * static_cast<size_t>(len));
-      buf[len - 1] = e.to;
-      c.Explore(buf, len);
-    }
-  }
+  StepFrames(g, in, out, [token](const GrammarNode& n, auto&& push) {
+    for (const GrammarNode::TokenEdge& e : n.tokens)
+      if (e.id == token) push(e.to);
+  });
 }
 
 GrammarState GrammarStart(const Grammar& g) {

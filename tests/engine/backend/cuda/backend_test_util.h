@@ -103,14 +103,22 @@ inline std::vector<std::vector<float>> Drive(Backend& b, int chunk, int decode, 
   return out;
 }
 
+// kBlocks blocks of `bs` tokens in every cache group: whether they were
+// allocated.
+inline bool AllocateTestKv(Backend& b, int bs) {
+  KvLayout layout;
+  layout.block_size = bs;
+  for (int g = 0; g < kMaxCacheGroups; ++g) layout.blocks_per_group[g] = kBlocks;
+  const Status st = b.AllocateKv(layout);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  return st.ok();
+}
+
 inline std::unique_ptr<Backend> MakeCpu(const ModelConfig& c, const MapWeights& w, int bs,
                                         KvDtype kv = KvDtype::kF32) {
   auto b = CpuBackend::Create(c, w, CpuBackendOptions{2, kv});
   EXPECT_TRUE(b.ok()) << b.status().ToString();
-  KvLayout layout;
-  layout.block_size = bs;
-  for (int g = 0; g < kMaxCacheGroups; ++g) layout.blocks_per_group[g] = kBlocks;
-  EXPECT_TRUE((*b)->AllocateKv(layout).ok());
+  AllocateTestKv(**b, bs);
   return std::move(b).value();
 }
 
@@ -125,10 +133,7 @@ inline std::unique_ptr<CudaBackend> MakeCuda(const ModelConfig& c, const MapWeig
   auto b = CudaBackend::Create(c, w, o);
   EXPECT_TRUE(b.ok()) << b.status().ToString();
   if (!b.ok()) return nullptr;
-  KvLayout layout;
-  layout.block_size = bs;
-  for (int g = 0; g < kMaxCacheGroups; ++g) layout.blocks_per_group[g] = kBlocks;
-  EXPECT_TRUE((*b)->AllocateKv(layout).ok());
+  AllocateTestKv(**b, bs);
   return std::move(b).value();
 }
 

@@ -48,10 +48,7 @@ std::unique_ptr<TpBackend> MakeTp(const ModelConfig& c, const MapWeights& w, int
   auto b = TpBackend::Create(c, w, o);
   EXPECT_TRUE(b.ok()) << b.status().ToString();
   if (!b.ok()) return nullptr;
-  KvLayout layout;
-  layout.block_size = bs;
-  for (int g = 0; g < kMaxCacheGroups; ++g) layout.blocks_per_group[g] = kBlocks;
-  EXPECT_TRUE((*b)->AllocateKv(layout).ok());
+  AllocateTestKv(**b, bs);
   return std::move(b).value();
 }
 
@@ -158,10 +155,7 @@ TEST(TpBackend, BlocksMoveBetweenDegrees) {
       auto made = TpBackend::Create(c, w, o);
       ASSERT_TRUE(made.ok()) << made.status().ToString();
       auto tp = std::move(made).value();
-      KvLayout layout;
-      layout.block_size = 4;
-      for (int g = 0; g < kMaxCacheGroups; ++g) layout.blocks_per_group[g] = kBlocks;
-      ASSERT_TRUE(tp->AllocateKv(layout).ok());
+      ASSERT_TRUE(AllocateTestKv(*tp, 4));
       ASSERT_TRUE(one && fresh);
       Seq s;
       for (int j = 0; j < 30; ++j) s.tokens.push_back((13 * j + 5) % c.vocab_size);
