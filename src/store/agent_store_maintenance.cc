@@ -30,6 +30,39 @@ Status FsyncPath(const std::string& path, bool dir) {
 
 }  // namespace
 
+Result<AgentStore::ChainRemoval> AgentStore::RemoveChainsIn(LmdbEnv::WriteTxn& t,
+                                                            std::string_view agent_id) {
+  ChainRemoval out;
+  std::vector<std::string> chains;
+  std::vector<std::string> kv_refs;  // KV keys the chains name
+  RETURN_IF_ERROR(t.Scan(Db::kChains, ChainPrefix(agent_id),
+                         [&](std::string_view k, std::string_view v) -> Result<bool> {
+                           chains.emplace_back(k);
+                           ModelFingerprint fp;
+                           uint32_t index;
+                           auto e = DecodeChainEntry(v, "");
+                           if (e.ok() && ParseChainKey(k, agent_id.size(), &fp, &index)) {
+                             kv_refs.push_back(KvKey(fp, e->hash));
+                           }
+                           return true;
+                         }));
+  for (const auto& k : chains) RETURN_IF_ERROR(t.Del(Db::kChains, k).status());
+  for (const auto& key : kv_refs) {
+    ASSIGN_OR_RETURN(KvMeta m, MetaOrEmpty(t, key));
+    if (m.refcount > 1) {
+      m.refcount -= 1;
+      RETURN_IF_ERROR(t.Put(Db::kKvMeta, key, EncodeKvMeta(m)));
+      continue;
+    }
+    // No other chain names it: the block was this agent's alone.
+    ASSIGN_OR_RETURN(bool existed, t.Del(Db::kKv, key));
+    out.blocks += existed ? 1 : 0;
+    RETURN_IF_ERROR(t.Del(Db::kKvMeta, key).status());
+  }
+  out.chain_entries = chains.size();
+  return out;
+}
+
 Status AgentStore::RemoveAgent(std::string_view agent_id) {
   RETURN_IF_ERROR(ValidateAgentId(agent_id));
   // The tombstone first: the writer drops this agent's queued writes and
@@ -41,46 +74,19 @@ Status AgentStore::RemoveAgent(std::string_view agent_id) {
     AddTombstone(agent_id);
     queue_->WaitResolved();
   }
-  uint64_t removed_blocks = 0;
   Status s = env_->Write([&](LmdbEnv::WriteTxn& t) -> Status {
-    removed_blocks = 0;
-    const std::string prefix = HistoryPrefix(agent_id);
-    std::vector<std::string> history, chains;
-    std::vector<std::string> kv_refs;  // KV keys the chains name
-    RETURN_IF_ERROR(
-        t.Scan(Db::kHistory, prefix, [&](std::string_view k, std::string_view) -> Result<bool> {
-          history.emplace_back(k);
-          return true;
-        }));
-    RETURN_IF_ERROR(
-        t.Scan(Db::kChains, prefix, [&](std::string_view k, std::string_view v) -> Result<bool> {
-          chains.emplace_back(k);
-          ModelFingerprint fp;
-          uint32_t index;
-          auto e = DecodeChainEntry(v, "");
-          if (e.ok() && ParseChainKey(k, agent_id.size(), &fp, &index)) {
-            kv_refs.push_back(KvKey(fp, e->hash));
-          }
-          return true;
-        }));
+    std::vector<std::string> history;
+    RETURN_IF_ERROR(t.Scan(Db::kHistory, HistoryPrefix(agent_id),
+                           [&](std::string_view k, std::string_view) -> Result<bool> {
+                             history.emplace_back(k);
+                             return true;
+                           }));
     ASSIGN_OR_RETURN(bool had_meta, t.Del(Db::kAgents, agent_id));
-    if (!had_meta && history.empty() && chains.empty()) {
+    ASSIGN_OR_RETURN(ChainRemoval removed, RemoveChainsIn(t, agent_id));
+    if (!had_meta && history.empty() && removed.chain_entries == 0) {
       return NotFound("no agent " + std::string(agent_id));
     }
     for (const auto& k : history) RETURN_IF_ERROR(t.Del(Db::kHistory, k).status());
-    for (const auto& k : chains) RETURN_IF_ERROR(t.Del(Db::kChains, k).status());
-    for (const auto& key : kv_refs) {
-      ASSIGN_OR_RETURN(KvMeta m, MetaOrEmpty(t, key));
-      if (m.refcount > 1) {
-        m.refcount -= 1;
-        RETURN_IF_ERROR(t.Put(Db::kKvMeta, key, EncodeKvMeta(m)));
-        continue;
-      }
-      // No other chain names it: the block was this agent's alone.
-      ASSIGN_OR_RETURN(bool existed, t.Del(Db::kKv, key));
-      removed_blocks += existed ? 1 : 0;
-      RETURN_IF_ERROR(t.Del(Db::kKvMeta, key).status());
-    }
     return Status::Ok();
   });
   return s.ok() ? s : s.WithContext("remove agent " + std::string(agent_id));
