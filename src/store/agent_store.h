@@ -162,6 +162,12 @@ class AgentStore : public HistoryStore {
   // Tombstones the id (see above), then waits for the KV writes queued
   // before it, so none of the agent's KV is written after it returns.
   Status RemoveAgent(std::string_view agent_id) override;
+  // Removes the chains of every id without an agent record, and the
+  // blocks only they name (what a process killed between a first turn's KV
+  // commit and its history commit left); returns the ids swept. Run before
+  // serving: it would also remove the chains of a first turn whose history
+  // is still being written.
+  Result<uint64_t> RemoveUnrecordedChains();
   // Whether KV writes for `agent_id` are being dropped (removed, not
   // created again since).
   bool IsTombstoned(std::string_view agent_id) const;

@@ -92,6 +92,43 @@ Status AgentStore::RemoveAgent(std::string_view agent_id) {
   return s.ok() ? s : s.WithContext("remove agent " + std::string(agent_id));
 }
 
+Result<uint64_t> AgentStore::RemoveUnrecordedChains() {
+  uint64_t swept = 0;
+  Status s = env_->Write([&](LmdbEnv::WriteTxn& t) -> Status {
+    swept = 0;
+    // One agent at a time: its first chain key names it; then on to the
+    // keys past all of its ("id" 0x01 sorts after every "id" 0x00 key).
+    std::string from;
+    while (true) {
+      std::string key;
+      RETURN_IF_ERROR(t.Scan(
+          Db::kChains, {},
+          [&](std::string_view k, std::string_view) -> Result<bool> {
+            key = std::string(k);
+            return false;
+          },
+          from));
+      if (key.empty()) return Status::Ok();
+      const size_t nul = key.find('\0');
+      if (nul == std::string::npos || nul == 0) {
+        // Malformed (no agent id): Verify's to report, not ours to guess.
+        from = key + '\0';
+        continue;
+      }
+      const std::string agent = key.substr(0, nul);
+      from = agent + '\x01';
+      ASSIGN_OR_RETURN(auto meta, t.Get(Db::kAgents, agent));
+      if (meta) continue;
+      ASSIGN_OR_RETURN(ChainRemoval r, RemoveChainsIn(t, agent));
+      unrecorded_entries_removed_ += r.chain_entries;
+      unrecorded_blocks_removed_ += r.blocks;
+      ++swept;
+    }
+  });
+  if (!s.ok()) return s.WithContext("remove unrecorded chains");
+  return swept;
+}
+
 Result<AgentSummary> AgentStore::Summarize(std::string_view agent_id) {
   RETURN_IF_ERROR(ValidateAgentId(agent_id));
   ASSIGN_OR_RETURN(auto r, env_->BeginRead());

@@ -334,6 +334,43 @@ TEST(AgentStoreTest, DiscardLeavesARecordedAgentAndLaterWritesAlone) {
   EXPECT_EQ((*s)->GetKvChain("rec", Fp('1'))->size(), 3u);
 }
 
+TEST(AgentStoreTest, SweepRemovesChainsOfIdsWithoutAnAgentRecord) {
+  TempDir dir;
+  const auto shared = Tokens(16 * 2);
+  auto own = shared;
+  for (int i = 0; i < 32; ++i) own.push_back(9000 + i);
+  {
+    auto s = AgentStore::Open(dir.path(), Fast());
+    ASSERT_TRUE(s.ok());
+    // Killed between the KV commits and the history commits: "a", "a\x01b"
+    // and "z" have chains but no agent record; "m" is recorded.
+    for (const char* id : {"a", "a\x01b", "m", "z"})
+      (*s)->PutKvBlocks(MakeChainWrite(id, Fp('1'), id[0] == 'm' ? shared : own, 16, 1024));
+    (*s)->PutKvBlocks(MakeChainWrite("z", Fp('2'), own, 16, 1024));
+    ASSERT_TRUE((*s)->Flush().ok());
+    ASSERT_TRUE((*s)->AppendTurn("m", "[]").ok());
+  }
+  auto s = AgentStore::Open(dir.path(), Fast());
+  ASSERT_TRUE(s.ok());
+  auto swept = (*s)->RemoveUnrecordedChains();
+  ASSERT_TRUE(swept.ok()) << swept.status().ToString();
+  EXPECT_EQ(*swept, 3u);
+  for (const char* id : {"a", "a\x01b", "z"}) EXPECT_TRUE((*s)->GetKvChain(id, Fp('1'))->empty());
+  EXPECT_TRUE((*s)->GetKvChain("z", Fp('2'))->empty());
+  EXPECT_EQ((*s)->GetKvChain("m", Fp('1'))->size(), 2u);
+  EXPECT_EQ((*s)->LoadKvPrefixForTokens(Fp('1'), own, 16)->blocks.size(), 2u);  // m's
+  EXPECT_EQ((*s)->LoadKvPrefixForTokens(Fp('2'), own, 16)->blocks.size(), 0u);
+  {
+    auto r = (*s)->env().BeginRead();
+    EXPECT_EQ(*r->Count(Db::kKv), 2u);
+    EXPECT_EQ(*r->Count(Db::kChains), 2u);
+  }
+  // Nothing left to sweep.
+  swept = (*s)->RemoveUnrecordedChains();
+  ASSERT_TRUE(swept.ok());
+  EXPECT_EQ(*swept, 0u);
+}
+
 TEST(AgentStoreTest, AppendOnlyWritesNewBlocksAndDivergenceCutsChain) {
   TempDir dir;
   auto s = AgentStore::Open(dir.path(), Fast());
