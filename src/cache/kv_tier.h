@@ -29,7 +29,7 @@
 #include "util/shared_bytes.h"
 #include "util/status.h"
 
-namespace agentkv {
+namespace agentkv::cache {
 
 struct KvTierBlock {
   BlockHash hash;
@@ -123,4 +123,4 @@ class KvTier {
   virtual Status Flush() = 0;
 };
 
-}  // namespace agentkv
+}  // namespace agentkv::cache

@@ -30,14 +30,14 @@ class AgentManagerTest : public ::testing::Test {
   void SetUp() override {
     const fs::path dir = fs::path(AGENTKV_DATA_DIR) / "models/default";
     if (!fs::exists(dir / "config.json")) GTEST_SKIP() << "default model missing (run setup)";
-    BackendOptions bo;
+    backend::BackendOptions bo;
     bo.threads = 1;
-    auto backend = CreateBackend(dir, bo);
+    auto backend = backend::CreateBackend(dir, bo);
     ASSERT_TRUE(backend.ok()) << backend.status().ToString();
-    EngineOptions eo;
+    engine::EngineOptions eo;
     eo.scheduler.max_batch = 4;
     eo.kv_memory_bytes = 32ull << 20;
-    auto engine = Engine::Create(std::move(backend).value(), nullptr, eo);
+    auto engine = engine::Engine::Create(std::move(backend).value(), nullptr, eo);
     ASSERT_TRUE(engine.ok()) << engine.status().ToString();
     engine_ = std::move(engine).value();
     std::string tmpl = (fs::temp_directory_path() / "agentkv_agent_XXXXXX").string();
@@ -77,18 +77,19 @@ class AgentManagerTest : public ::testing::Test {
   }
 
   // Drains a running turn's stream to its kFinished event and completes it.
-  static RequestOutput Finish(AgentTurn& turn, const std::string& record, uint32_t* number) {
+  static engine::RequestOutput Finish(AgentTurn& turn, const std::string& record,
+                                      uint32_t* number) {
     EXPECT_TRUE(WaitFor([&] { return turn.state() != AgentTurn::State::kQueued; }));
     EXPECT_EQ(turn.state(), AgentTurn::State::kRunning) << turn.error().ToString();
     std::vector<int32_t> generated;
-    RequestOutput ev;
+    engine::RequestOutput ev;
     auto stream = turn.stream();
     while (stream) {
       ev = stream->Pop();
       generated.insert(generated.end(), ev.tokens.begin(), ev.tokens.end());
-      if (ev.kind != RequestOutput::Kind::kDelta) break;
+      if (ev.kind != engine::RequestOutput::Kind::kDelta) break;
     }
-    EXPECT_EQ(ev.kind, RequestOutput::Kind::kFinished);
+    EXPECT_EQ(ev.kind, engine::RequestOutput::Kind::kFinished);
     auto n = turn.Complete(record, generated, ev);
     EXPECT_TRUE(n.ok()) << n.status().ToString();
     if (n.ok() && number) *number = *n;
@@ -96,7 +97,7 @@ class AgentManagerTest : public ::testing::Test {
   }
 
   std::string store_dir_;
-  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<engine::Engine> engine_;
   std::unique_ptr<store::AgentStore> store_;
   std::unique_ptr<AgentManager> manager_;
 };
@@ -140,9 +141,9 @@ TEST_P(AgentManagerOnBothStores, OneAgentsTurnsRunInOrderAndTheSecondSeesTheFirs
   AgentTurn::Start(t2, [] {});
   EXPECT_EQ(t2->queued_behind(), 1u);
   uint32_t n1 = 0, n2 = 0;
-  RequestOutput f1 = Finish(*t1, R"([{"role":"user","content":"one"}])", &n1);
+  engine::RequestOutput f1 = Finish(*t1, R"([{"role":"user","content":"one"}])", &n1);
   EXPECT_EQ(f1.cached_tokens, 0);
-  RequestOutput f2 = Finish(*t2, R"([{"role":"user","content":"two"}])", &n2);
+  engine::RequestOutput f2 = Finish(*t2, R"([{"role":"user","content":"two"}])", &n2);
   EXPECT_EQ(n1, 1u);
   EXPECT_EQ(n2, 2u);
   EXPECT_EQ(history_seen_by_second, 1u);
@@ -233,7 +234,7 @@ TEST_P(AgentManagerOnBothStores, FirstTurnCancelledAfterTheEngineFinishedLeavesN
   AgentTurn::Start(t1, [] {});
   ASSERT_TRUE(WaitFor([&] { return t1->state() != AgentTurn::State::kQueued; }));
   ASSERT_EQ(t1->state(), AgentTurn::State::kRunning);
-  while (t1->stream()->Pop().kind == RequestOutput::Kind::kDelta) {
+  while (t1->stream()->Pop().kind == engine::RequestOutput::Kind::kDelta) {
   }
   EXPECT_GT(engine_->AgentResidentTokens("fresh"), 0);
   t1->Cancel();
@@ -256,7 +257,7 @@ TEST_P(AgentManagerOnBothStores, FirstTurnCancelledAfterTheEngineFinishedLeavesN
   auto k2 = manager_->NewTurn("known", Prompt(p2));
   AgentTurn::Start(k2, [] {});
   ASSERT_TRUE(WaitFor([&] { return k2->state() != AgentTurn::State::kQueued; }));
-  while (k2->stream()->Pop().kind == RequestOutput::Kind::kDelta) {
+  while (k2->stream()->Pop().kind == engine::RequestOutput::Kind::kDelta) {
   }
   k2->Cancel();
   auto other2 = manager_->NewTurn("other", Prompt(Tokens(40, 2000)));
@@ -307,7 +308,7 @@ TEST_F(AgentManagerTest, ContentMatchingKnowsStoredChainsAfterARestart) {
   store::KvChainWrite w;
   w.agent_id = "stored";
   w.fp = *fp;
-  const auto hashes = HashFullBlocks(tokens, 16);
+  const auto hashes = cache::HashFullBlocks(tokens, 16);
   for (size_t i = 0; i < hashes.size(); ++i) {
     store::KvBlockWrite b;
     b.hash = hashes[i];
@@ -338,20 +339,20 @@ TEST_F(AgentManagerTest, ContentMatchingKnowsStoredChainsAfterARestart) {
 // saved it; or its history could not be written): nothing of it stays in the
 // store. Only the LMDB store keeps KV (the memory store keeps none).
 TEST_F(AgentManagerTest, UnrecordedFirstTurnLeavesNoKvInTheStore) {
-  BackendOptions bo;
+  backend::BackendOptions bo;
   bo.threads = 1;
-  auto backend = CreateBackend(fs::path(AGENTKV_DATA_DIR) / "models/default", bo);
+  auto backend = backend::CreateBackend(fs::path(AGENTKV_DATA_DIR) / "models/default", bo);
   ASSERT_TRUE(backend.ok()) << backend.status().ToString();
   auto tier =
       store::StoreKvTier::Create(store_.get(), std::string(32, 'c'), (*backend)->kv_format(), 16,
                                  (*backend)->kv_element_size());
   ASSERT_TRUE(tier.ok()) << tier.status().ToString();
   const store::ModelFingerprint fp = (*tier)->fingerprint();
-  EngineOptions eo;
+  engine::EngineOptions eo;
   eo.scheduler.max_batch = 4;
   eo.kv_memory_bytes = 32ull << 20;
   eo.kv_tier = std::move(tier).value();
-  auto made = Engine::Create(std::move(backend).value(), nullptr, eo);
+  auto made = engine::Engine::Create(std::move(backend).value(), nullptr, eo);
   ASSERT_TRUE(made.ok()) << made.status().ToString();
   engine_->Stop();
   engine_ = std::move(made).value();
@@ -375,7 +376,7 @@ TEST_F(AgentManagerTest, UnrecordedFirstTurnLeavesNoKvInTheStore) {
     Finish(*other, "[]", nullptr);
   };
   auto drain = [](AgentTurn& t) {
-    while (t.stream()->Pop().kind == RequestOutput::Kind::kDelta) {
+    while (t.stream()->Pop().kind == engine::RequestOutput::Kind::kDelta) {
     }
   };
 
@@ -398,12 +399,12 @@ TEST_F(AgentManagerTest, UnrecordedFirstTurnLeavesNoKvInTheStore) {
   auto t2 = manager_->NewTurn("unwritten", Prompt(p2));
   AgentTurn::Start(t2, [] {});
   ASSERT_TRUE(WaitFor([&] { return t2->state() != AgentTurn::State::kQueued; }));
-  RequestOutput end;
+  engine::RequestOutput end;
   std::vector<int32_t> generated;
   do {
     end = t2->stream()->Pop();
     generated.insert(generated.end(), end.tokens.begin(), end.tokens.end());
-  } while (end.kind == RequestOutput::Kind::kDelta);
+  } while (end.kind == engine::RequestOutput::Kind::kDelta);
   ASSERT_TRUE(WaitFor([&] { return chain("unwritten") >= 3; }));
   EXPECT_EQ(t2->Complete("not json", generated, end).status().code(), StatusCode::kInvalidArgument);
   settle();
@@ -420,7 +421,7 @@ TEST_F(AgentManagerTest, UnrecordedFirstTurnLeavesNoKvInTheStore) {
   });
   AgentTurn::Start(t3, [] {});
   ASSERT_TRUE(WaitFor([&] { return t3->state() != AgentTurn::State::kQueued; }));
-  EXPECT_EQ(t3->stream()->Pop().kind, RequestOutput::Kind::kDelta);
+  EXPECT_EQ(t3->stream()->Pop().kind, engine::RequestOutput::Kind::kDelta);
   t3->Cancel();
   const std::vector<int32_t> p4 = Tokens(48, 1800);
   auto t4 = manager_->NewTurn("early", Prompt(p4));
