@@ -3,7 +3,10 @@
 # build-fuzz/) and runs each for a bounded time, starting from its committed
 # seed corpus (fuzz/corpus/<target>/; new inputs go to build-fuzz/corpus/).
 #   scripts/fuzz.sh [seconds-per-target] [target...]
-# Default: 15 seconds for each target (CI runs 12). A crash, leak,
+#   scripts/fuzz.sh --runs N [--max-seconds S] [target...]
+# Default: 15 seconds for each target (CI runs 12). With --runs, each target
+# runs until N executions (libFuzzer -runs=N), or S seconds if given
+# (whichever comes first); the summary says which. A crash, leak,
 # sanitizer report, timeout or out-of-memory fails the run; the input is
 # saved as build-fuzz/artifacts/<target>-crash-* (replay it with
 # `build-fuzz/fuzz/<target> FILE`). Prints each target's executions.
@@ -11,8 +14,20 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-SECONDS_PER_TARGET=${1:-15}
-[ $# -gt 0 ] && shift
+RUNS=""
+MAX_SECONDS=""
+if [ "${1:-}" = "--runs" ]; then
+  RUNS=${2:?--runs needs a count}
+  shift 2
+  if [ "${1:-}" = "--max-seconds" ]; then
+    MAX_SECONDS=${2:?--max-seconds needs a count}
+    shift 2
+  fi
+  SECONDS_PER_TARGET=0
+else
+  SECONDS_PER_TARGET=${1:-15}
+  [ $# -gt 0 ] && shift
+fi
 BUILD=${AGENTKV_FUZZ_BUILD_DIR:-$ROOT/build-fuzz}
 export CCACHE_BASEDIR=$ROOT CCACHE_NOHASHDIR=true
 
@@ -50,11 +65,17 @@ summary=()
 for t in "${targets[@]}"; do
   mkdir -p "$BUILD/corpus/$t"
   log=$BUILD/logs/$t.log
-  total=$((SECONDS_PER_TARGET + ${STARTUP_S[$t]:-5}))
-  echo "== $t (${SECONDS_PER_TARGET}s + ${STARTUP_S[$t]:-5}s to start)"
+  if [ -n "$RUNS" ]; then
+    limit=(-runs="$RUNS")
+    [ -n "$MAX_SECONDS" ] && limit+=(-max_total_time="$MAX_SECONDS")
+    echo "== $t ($RUNS executions${MAX_SECONDS:+, at most ${MAX_SECONDS}s})"
+  else
+    limit=(-max_total_time=$((SECONDS_PER_TARGET + ${STARTUP_S[$t]:-5})))
+    echo "== $t (${SECONDS_PER_TARGET}s + ${STARTUP_S[$t]:-5}s to start)"
+  fi
   # The work corpus first: libFuzzer adds new inputs to the first folder, so
   # the committed seeds stay as they are.
-  if "$BUILD/fuzz/$t" -max_total_time="$total" -timeout=30 -rss_limit_mb=3072 \
+  if "$BUILD/fuzz/$t" "${limit[@]}" -timeout=30 -rss_limit_mb=3072 \
        -max_len=16384 -print_final_stats=1 -artifact_prefix="$BUILD/artifacts/$t-" \
        "$BUILD/corpus/$t" "fuzz/corpus/$t" >"$log" 2>&1; then
     result=ok
@@ -64,7 +85,12 @@ for t in "${targets[@]}"; do
     tail -n 60 "$log"
   fi
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
-  summary+=("$(printf '%-30s %-7s %12s executions' "$t" "$result" "${execs:-?}")")
+  rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
+  cov=$(grep -E '^#[0-9]+.*(DONE|pulse|NEW|REDUCE)' "$log" | tail -1 | sed -n 's/.* cov: \([0-9]*\) .*/\1/p')
+  reached=""
+  if [ -n "$RUNS" ] && [ -n "$execs" ] && [ "$execs" -lt "$RUNS" ]; then reached=" (time limit)"; fi
+  summary+=("$(printf '%-30s %-7s %12s executions %7s exec/s  cov %s%s' "$t" "$result" \
+    "${execs:-?}" "${rate:-?}" "${cov:-?}" "$reached")")
 done
 printf '%s\n' "${summary[@]}"
 if [ $status -eq 0 ]; then echo "fuzzing: no findings"; else echo "fuzzing: FAILED (inputs in $BUILD/artifacts)"; fi

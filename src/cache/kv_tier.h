@@ -110,6 +110,14 @@ class KvTier {
   virtual void Save(const std::string& agent_key, uint32_t first_index,
                     std::vector<KvTierBlock> blocks) = 0;
 
+  // The engine forgot `agent_key` (deleted, or its only turn ended
+  // unrecorded); the agent's Saves still to come belong to a later turn. A
+  // tier that keeps chains per agent removes the agent's, once the Saves
+  // made before this call are in, unless the agent has a recorded history
+  // by then (its KV is then its own). Must not block on I/O. The default
+  // keeps nothing per agent.
+  virtual void DiscardUnrecorded(const std::string& agent_key) { (void)agent_key; }
+
   // Waits until every Save before it is durable; the first write error
   // since the previous Flush.
   virtual Status Flush() = 0;

@@ -208,6 +208,13 @@ int RunServe(const ServeArgs& a) {
       return 1;
     }
     agent_store = std::move(opened).value();
+    // Chains of first turns whose history never got written (the last
+    // process was killed in between) name no agent: they go before serving.
+    if (auto swept = agent_store->RemoveUnrecordedChains(); !swept.ok()) {
+      std::cerr << "store: " << swept.status().ToString() << "\n";
+    } else if (*swept > 0) {
+      std::cerr << "store: removed the KV chains of " << *swept << " unrecorded agents\n";
+    }
     mo.store = agent_store.get();
   }
   auto model = api::ServedModel::Load(mo);

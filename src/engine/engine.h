@@ -211,7 +211,10 @@ class Engine {
   // Cancels a request (no-op if it already ended); its stream gets a
   // kFinished event with cancelled set.
   void Cancel(RequestId id);
-  // Forgets an agent's resident KV.
+  // Forgets an agent's resident KV and its saves not yet handed to the KV
+  // tier; the tier discards what it already has of the agent unless the
+  // agent has a recorded history (KvTier::DiscardUnrecorded). Ordered
+  // after the requests submitted and cancelled before it.
   void DropAgent(const std::string& agent_key);
   // Stops admitting new requests and waits until every queued and running
   // request has finished, or `timeout_s` seconds (< 0: no limit) have

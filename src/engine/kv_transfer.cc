@@ -375,6 +375,10 @@ void KvTransfer::DropAgent(const std::string& agent_key) {
   // The store may delete the agent's blocks with it: forget what we
   // believed it had, so later saves write data again.
   tier_has_.clear();
+  // What the tier already got of it goes too, unless the agent is recorded
+  // (an agent whose first turn ended unrecorded: nothing could list or
+  // delete it). Every save of it handed over came before this.
+  if (options_.kv_tier) options_.kv_tier->DiscardUnrecorded(agent_key);
   std::lock_guard<std::mutex> lock(mu_);
   agent_resident_.erase(agent_key);
 }

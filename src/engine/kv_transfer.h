@@ -183,7 +183,9 @@ class KvTransfer {
   // cache (releasing the previous turn's) and saves what is new to the tier.
   void RetireAgent(Sequence* s);
   // Forgets an agent's resident cache, and its saves not yet handed to the
-  // tier: none of them reaches the tier (or the host tier) afterwards.
+  // tier: none of them reaches the tier (or the host tier) afterwards. The
+  // tier then discards what it got of the agent unless the agent is
+  // recorded (KvTier::DiscardUnrecorded).
   void DropAgent(const std::string& agent_key);
   // Unpins every resident agent (shutdown).
   void ReleaseAgents();

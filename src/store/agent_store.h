@@ -15,6 +15,11 @@
 // tombstone lasts until AppendTurn creates the agent again (the newest
 // kMaxTombstones removals are remembered).
 //
+// KV of an agent that never got a history (its first turn was cancelled or
+// failed after the engine had saved it): DiscardUnrecordedKv removes it in
+// queue order, after the writes handed over before it; a recorded agent's
+// KV is left alone.
+//
 // Correctness of served KV: a block is only returned under the fingerprint
 // and chain hash it was written with, after its checksum, sizes and zstd
 // checksum pass. A record that fails is reported (Corruption naming its key)
@@ -116,6 +121,9 @@ struct KvStoreStats {
   uint64_t blocks_evicted = 0;
   uint64_t write_errors = 0;
   uint64_t tombstoned_writes = 0;  // KV writes of removed agents, dropped
+  // Chain entries and blocks removed by DiscardUnrecordedKv.
+  uint64_t unrecorded_chain_entries_removed = 0;
+  uint64_t unrecorded_blocks_removed = 0;
 };
 
 struct VerifyReport {
@@ -154,6 +162,12 @@ class AgentStore : public HistoryStore {
   // Tombstones the id (see above), then waits for the KV writes queued
   // before it, so none of the agent's KV is written after it returns.
   Status RemoveAgent(std::string_view agent_id) override;
+  // Removes the chains of every id without an agent record, and the
+  // blocks only they name (what a process killed between a first turn's KV
+  // commit and its history commit left); returns the ids swept. Run before
+  // serving: it would also remove the chains of a first turn whose history
+  // is still being written.
+  Result<uint64_t> RemoveUnrecordedChains();
   // Whether KV writes for `agent_id` are being dropped (removed, not
   // created again since).
   bool IsTombstoned(std::string_view agent_id) const;
@@ -167,6 +181,15 @@ class AgentStore : public HistoryStore {
   // --- KV (write-behind) ----------------------------------------------------
   // Enqueues; returns at once. Dropped (and counted) under queue pressure.
   void PutKvBlocks(KvChainWrite write);
+  // Enqueues, behind the KV writes queued so far, the removal of
+  // `agent_id`'s chains (every fingerprint) and of the blocks no other chain
+  // names; the writer skips it if the agent has a recorded history by then.
+  // For an agent whose only turn ended unrecorded: nothing lists or
+  // deletes it, yet the chains' and blocks' tokens are its conversation.
+  // The caller hands it over after the agent's last save (no write of the
+  // agent queued after it is removed). Returns at once; never dropped under
+  // queue pressure. A no-op on a read-only store or an invalid id.
+  void DiscardUnrecordedKv(std::string_view agent_id);
   // Waits until every KV write queued before the call is committed or
   // dropped; returns the first write error since the previous Flush.
   Status Flush();
@@ -223,6 +246,9 @@ class AgentStore : public HistoryStore {
   AgentStore() = default;
   int64_t Now() const;
   void WriterLoop();
+  // Writes one run of queued writes (WriteBatch; on a full map, evicts and
+  // tries once more; then keeps usage under max_bytes).
+  void WriteSegment(std::vector<KvChainWrite>& batch);
   Status WriteBatch(std::vector<KvChainWrite>& batch);
   // The shared part of the two LoadKvPrefix forms: looks up the stored
   // prefix of `hashes`, then checks each record and calls `decode(i, view,
@@ -235,6 +261,13 @@ class AgentStore : public HistoryStore {
                                   std::span<const int32_t> tokens, int block_size,
                                   size_t max_blocks, const DecodeFn& decode);
   void RecordWriteError(const Status& s);
+  // Deletes `agent_id`'s chain entries inside `t`, and the KV blocks (and
+  // their meta) that no other chain names; others lose one reference.
+  struct ChainRemoval {
+    uint64_t chain_entries = 0;
+    uint64_t blocks = 0;
+  };
+  static Result<ChainRemoval> RemoveChainsIn(LmdbEnv::WriteTxn& t, std::string_view agent_id);
   void AddTombstone(std::string_view agent_id);
   void ClearTombstone(std::string_view agent_id);
   // Evicts at least `bytes` of stored KV (by record size), oldest access
@@ -257,6 +290,7 @@ class AgentStore : public HistoryStore {
   std::unordered_set<std::string> tombstones_;
   std::deque<std::string> tomb_order_;
   std::atomic<uint64_t> tombstoned_writes_{0};
+  std::atomic<uint64_t> unrecorded_entries_removed_{0}, unrecorded_blocks_removed_{0};
   std::atomic<uint64_t> blocks_written_{0}, bytes_written_{0}, blocks_evicted_{0}, write_errors_{0};
 };
 

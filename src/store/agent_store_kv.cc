@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iterator>
 #include <thread>
 #include <unordered_set>
 
@@ -68,6 +69,14 @@ void AgentStore::PutKvBlocks(KvChainWrite write) {
   queue_->Push(std::move(write));
 }
 
+void AgentStore::DiscardUnrecordedKv(std::string_view agent_id) {
+  if (!queue_ || !ValidateAgentId(agent_id).ok()) return;
+  KvChainWrite w;
+  w.agent_id = std::string(agent_id);
+  w.discard_unrecorded = true;
+  queue_->Push(std::move(w));
+}
+
 bool AgentStore::IsTombstoned(std::string_view agent_id) const {
   std::lock_guard lock(tomb_mu_);
   return !tombstones_.empty() && tombstones_.count(std::string(agent_id)) > 0;
@@ -107,6 +116,8 @@ KvStoreStats AgentStore::kv_stats() const {
   s.blocks_evicted = blocks_evicted_;
   s.write_errors = write_errors_;
   s.tombstoned_writes = tombstoned_writes_;
+  s.unrecorded_chain_entries_removed = unrecorded_entries_removed_;
+  s.unrecorded_blocks_removed = unrecorded_blocks_removed_;
   return s;
 }
 
@@ -125,28 +136,39 @@ void AgentStore::WriterLoop() {
       return !w.agent_id.empty() && IsTombstoned(w.agent_id);
     });
     tombstoned_writes_ += before - batch.size();
-    if (batch.empty()) {
-      queue_->MarkDone();
-      continue;
-    }
-    Status s = WriteBatch(batch);
-    if (s.code() == StatusCode::kResourceExhausted) {
-      // The map or the disk is full: older KV makes room for newer.
-      size_t bytes = 0;
-      for (const auto& w : batch) bytes += w.bytes();
-      auto evicted = EvictLru(2 * bytes);
-      if (evicted.ok() && *evicted > 0) s = WriteBatch(batch);
-    }
-    if (!s.ok()) RecordWriteError(s);
-    if (s.ok() && options_.max_bytes > 0) {
-      auto used = UsedBytes();
-      if (used.ok() && *used > options_.max_bytes) {
-        auto e = EvictKvTo(options_.max_bytes / 10 * 9);
-        if (!e.ok()) RecordWriteError(e.status());
-      }
+    // A removal ends its transaction: the writes after it look for stored
+    // blocks afresh (one of them may carry a block it removed).
+    size_t begin = 0;
+    while (begin < batch.size()) {
+      size_t end = begin;
+      while (end < batch.size() && !batch[end].discard_unrecorded) ++end;
+      if (end < batch.size()) ++end;  // the removal closes the segment
+      std::vector<KvChainWrite> part(std::make_move_iterator(batch.begin() + begin),
+                                     std::make_move_iterator(batch.begin() + end));
+      WriteSegment(part);
+      begin = end;
     }
     batch.clear();
     queue_->MarkDone();
+  }
+}
+
+void AgentStore::WriteSegment(std::vector<KvChainWrite>& batch) {
+  Status s = WriteBatch(batch);
+  if (s.code() == StatusCode::kResourceExhausted) {
+    // The map or the disk is full: older KV makes room for newer.
+    size_t bytes = 0;
+    for (const auto& w : batch) bytes += w.bytes();
+    auto evicted = EvictLru(2 * bytes);
+    if (evicted.ok() && *evicted > 0) s = WriteBatch(batch);
+  }
+  if (!s.ok()) RecordWriteError(s);
+  if (s.ok() && options_.max_bytes > 0) {
+    auto used = UsedBytes();
+    if (used.ok() && *used > options_.max_bytes) {
+      auto e = EvictKvTo(options_.max_bytes / 10 * 9);
+      if (!e.ok()) RecordWriteError(e.status());
+    }
   }
 }
 
@@ -191,9 +213,11 @@ Status AgentStore::WriteBatch(std::vector<KvChainWrite>& batch) {
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
   uint64_t bytes = 0;
+  ChainRemoval discarded;
   Status s = env_->WriteBackground([&](LmdbEnv::WriteTxn& t) -> Status {
     const int64_t now = Now();
     bytes = 0;
+    discarded = {};
     for (const auto& j : jobs) {
       RETURN_IF_ERROR(t.Put(Db::kKv, j.key, *j.value));
       ASSIGN_OR_RETURN(KvMeta m, LoadKvMetaForUpdate(t, j.key));
@@ -203,6 +227,16 @@ Status AgentStore::WriteBatch(std::vector<KvChainWrite>& batch) {
       bytes += j.value->size();
     }
     for (const auto& w : batch) {
+      if (w.discard_unrecorded) {
+        // In queue order: the agent's writes before it are in this
+        // transaction already.
+        ASSIGN_OR_RETURN(auto meta, t.Get(Db::kAgents, w.agent_id));
+        if (meta) continue;  // recorded meanwhile: its KV is its own
+        ASSIGN_OR_RETURN(ChainRemoval r, RemoveChainsIn(t, w.agent_id));
+        discarded.chain_entries += r.chain_entries;
+        discarded.blocks += r.blocks;
+        continue;
+      }
       if (w.touch_only) {
         for (const auto& b : w.blocks) {
           const std::string key = KvKey(w.fp, b.hash);
@@ -256,6 +290,8 @@ Status AgentStore::WriteBatch(std::vector<KvChainWrite>& batch) {
   if (!s.ok()) return s.WithContext("KV write-behind");
   blocks_written_ += jobs.size();
   bytes_written_ += bytes;
+  unrecorded_entries_removed_ += discarded.chain_entries;
+  unrecorded_blocks_removed_ += discarded.blocks;
   return Status::Ok();
 }
 

@@ -30,6 +30,39 @@ Status FsyncPath(const std::string& path, bool dir) {
 
 }  // namespace
 
+Result<AgentStore::ChainRemoval> AgentStore::RemoveChainsIn(LmdbEnv::WriteTxn& t,
+                                                            std::string_view agent_id) {
+  ChainRemoval out;
+  std::vector<std::string> chains;
+  std::vector<std::string> kv_refs;  // KV keys the chains name
+  RETURN_IF_ERROR(t.Scan(Db::kChains, ChainPrefix(agent_id),
+                         [&](std::string_view k, std::string_view v) -> Result<bool> {
+                           chains.emplace_back(k);
+                           ModelFingerprint fp;
+                           uint32_t index;
+                           auto e = DecodeChainEntry(v, "");
+                           if (e.ok() && ParseChainKey(k, agent_id.size(), &fp, &index)) {
+                             kv_refs.push_back(KvKey(fp, e->hash));
+                           }
+                           return true;
+                         }));
+  for (const auto& k : chains) RETURN_IF_ERROR(t.Del(Db::kChains, k).status());
+  for (const auto& key : kv_refs) {
+    ASSIGN_OR_RETURN(KvMeta m, MetaOrEmpty(t, key));
+    if (m.refcount > 1) {
+      m.refcount -= 1;
+      RETURN_IF_ERROR(t.Put(Db::kKvMeta, key, EncodeKvMeta(m)));
+      continue;
+    }
+    // No other chain names it: the block was this agent's alone.
+    ASSIGN_OR_RETURN(bool existed, t.Del(Db::kKv, key));
+    out.blocks += existed ? 1 : 0;
+    RETURN_IF_ERROR(t.Del(Db::kKvMeta, key).status());
+  }
+  out.chain_entries = chains.size();
+  return out;
+}
+
 Status AgentStore::RemoveAgent(std::string_view agent_id) {
   RETURN_IF_ERROR(ValidateAgentId(agent_id));
   // The tombstone first: the writer drops this agent's queued writes and
@@ -41,49 +74,59 @@ Status AgentStore::RemoveAgent(std::string_view agent_id) {
     AddTombstone(agent_id);
     queue_->WaitResolved();
   }
-  uint64_t removed_blocks = 0;
   Status s = env_->Write([&](LmdbEnv::WriteTxn& t) -> Status {
-    removed_blocks = 0;
-    const std::string prefix = HistoryPrefix(agent_id);
-    std::vector<std::string> history, chains;
-    std::vector<std::string> kv_refs;  // KV keys the chains name
-    RETURN_IF_ERROR(
-        t.Scan(Db::kHistory, prefix, [&](std::string_view k, std::string_view) -> Result<bool> {
-          history.emplace_back(k);
-          return true;
-        }));
-    RETURN_IF_ERROR(
-        t.Scan(Db::kChains, prefix, [&](std::string_view k, std::string_view v) -> Result<bool> {
-          chains.emplace_back(k);
-          ModelFingerprint fp;
-          uint32_t index;
-          auto e = DecodeChainEntry(v, "");
-          if (e.ok() && ParseChainKey(k, agent_id.size(), &fp, &index)) {
-            kv_refs.push_back(KvKey(fp, e->hash));
-          }
-          return true;
-        }));
+    std::vector<std::string> history;
+    RETURN_IF_ERROR(t.Scan(Db::kHistory, HistoryPrefix(agent_id),
+                           [&](std::string_view k, std::string_view) -> Result<bool> {
+                             history.emplace_back(k);
+                             return true;
+                           }));
     ASSIGN_OR_RETURN(bool had_meta, t.Del(Db::kAgents, agent_id));
-    if (!had_meta && history.empty() && chains.empty()) {
+    ASSIGN_OR_RETURN(ChainRemoval removed, RemoveChainsIn(t, agent_id));
+    if (!had_meta && history.empty() && removed.chain_entries == 0) {
       return NotFound("no agent " + std::string(agent_id));
     }
     for (const auto& k : history) RETURN_IF_ERROR(t.Del(Db::kHistory, k).status());
-    for (const auto& k : chains) RETURN_IF_ERROR(t.Del(Db::kChains, k).status());
-    for (const auto& key : kv_refs) {
-      ASSIGN_OR_RETURN(KvMeta m, MetaOrEmpty(t, key));
-      if (m.refcount > 1) {
-        m.refcount -= 1;
-        RETURN_IF_ERROR(t.Put(Db::kKvMeta, key, EncodeKvMeta(m)));
-        continue;
-      }
-      // No other chain names it: the block was this agent's alone.
-      ASSIGN_OR_RETURN(bool existed, t.Del(Db::kKv, key));
-      removed_blocks += existed ? 1 : 0;
-      RETURN_IF_ERROR(t.Del(Db::kKvMeta, key).status());
-    }
     return Status::Ok();
   });
   return s.ok() ? s : s.WithContext("remove agent " + std::string(agent_id));
+}
+
+Result<uint64_t> AgentStore::RemoveUnrecordedChains() {
+  uint64_t swept = 0;
+  Status s = env_->Write([&](LmdbEnv::WriteTxn& t) -> Status {
+    swept = 0;
+    // One agent at a time: its first chain key names it; then on to the
+    // keys past all of its ("id" 0x01 sorts after every "id" 0x00 key).
+    std::string from;
+    while (true) {
+      std::string key;
+      RETURN_IF_ERROR(t.Scan(
+          Db::kChains, {},
+          [&](std::string_view k, std::string_view) -> Result<bool> {
+            key = std::string(k);
+            return false;
+          },
+          from));
+      if (key.empty()) return Status::Ok();
+      const size_t nul = key.find('\0');
+      if (nul == std::string::npos || nul == 0) {
+        // Malformed (no agent id): Verify's to report, not ours to guess.
+        from = key + '\0';
+        continue;
+      }
+      const std::string agent = key.substr(0, nul);
+      from = agent + '\x01';
+      ASSIGN_OR_RETURN(auto meta, t.Get(Db::kAgents, agent));
+      if (meta) continue;
+      ASSIGN_OR_RETURN(ChainRemoval r, RemoveChainsIn(t, agent));
+      unrecorded_entries_removed_ += r.chain_entries;
+      unrecorded_blocks_removed_ += r.blocks;
+      ++swept;
+    }
+  });
+  if (!s.ok()) return s.WithContext("remove unrecorded chains");
+  return swept;
 }
 
 Result<AgentSummary> AgentStore::Summarize(std::string_view agent_id) {

@@ -13,11 +13,17 @@ bool KvWriteQueue::Push(KvChainWrite w) {
   {
     std::lock_guard lock(mu_);
     if (closed_) return false;
-    while (!queue_.empty() && queued_bytes_ + n > max_bytes_) {
-      queued_bytes_ -= queue_.front().bytes;
+    // Oldest first; removals stay (they are small and undo writes that
+    // may be committed already).
+    for (auto it = queue_.begin(); it != queue_.end() && queued_bytes_ + n > max_bytes_;) {
+      if (it->write.discard_unrecorded) {
+        ++it;
+        continue;
+      }
+      queued_bytes_ -= it->bytes;
       ++dropped_writes_;
-      dropped_bytes_ += queue_.front().bytes;
-      queue_.pop_front();
+      dropped_bytes_ += it->bytes;
+      it = queue_.erase(it);
     }
     queued_bytes_ += n;
     queue_.push_back(Item{next_seq_++, n, std::move(w)});

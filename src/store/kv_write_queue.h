@@ -42,6 +42,11 @@ struct KvChainWrite {
   std::vector<KvBlockWrite> blocks;
   // Only refresh the LRU time of these blocks (a resume read them).
   bool touch_only = false;
+  // No blocks: once the writes queued before it are written, remove
+  // `agent_id`'s chains (every fingerprint) and the blocks only they name,
+  // unless the agent has a recorded history by then
+  // (AgentStore::DiscardUnrecordedKv).
+  bool discard_unrecorded = false;
 
   size_t bytes() const;
 };
@@ -52,7 +57,9 @@ class KvWriteQueue {
 
   // Enqueues `w`, first dropping the oldest pending writes while the total
   // would exceed the bound (a single write larger than the bound is still
-  // taken once the queue is empty). Returns false after Close().
+  // taken once the queue is empty). A discard_unrecorded write is never
+  // dropped: it removes data, and the writes it follows may have been
+  // written already. Returns false after Close().
   bool Push(KvChainWrite w);
   // Waits for work; moves writes totalling up to `max_batch_bytes` (at least
   // one) into `out`. Returns false once closed and empty.

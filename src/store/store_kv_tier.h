@@ -46,6 +46,11 @@ class StoreKvTier : public cache::KvTier {
                                          std::span<std::byte> dst, size_t block_bytes) override;
   void Save(const std::string& agent_key, uint32_t first_index,
             std::vector<cache::KvTierBlock> blocks) override;
+  // The agent's chains and the blocks only they name, unless it is recorded
+  // (AgentStore::DiscardUnrecordedKv).
+  void DiscardUnrecorded(const std::string& agent_key) override {
+    store_->DiscardUnrecordedKv(agent_key);
+  }
   Status Flush() override { return store_->Flush(); }
 
   const ModelFingerprint& fingerprint() const { return fp_; }

@@ -18,6 +18,7 @@
 #include "cache/block_hash.h"
 #include "engine/backend/backend_factory.h"
 #include "engine/text/tokenizer.h"
+#include "store/store_kv_tier.h"
 
 namespace agentkv::agent {
 namespace {
@@ -331,6 +332,127 @@ TEST_F(AgentManagerTest, ContentMatchingKnowsStoredChainsAfterARestart) {
   ASSERT_TRUE(n.ok());
   EXPECT_EQ(*n, 0u);
   EXPECT_FALSE(manager_->identifier().Match(next, 1).has_value());
+}
+
+// A turn that would have created its agent and ended unrecorded, at any
+// point (cancelled before prefill, mid decode, after the engine finished and
+// saved it; or its history could not be written): nothing of it stays in the
+// store. Only the LMDB store keeps KV (the memory store keeps none).
+TEST_F(AgentManagerTest, UnrecordedFirstTurnLeavesNoKvInTheStore) {
+  backend::BackendOptions bo;
+  bo.threads = 1;
+  auto backend = backend::CreateBackend(fs::path(AGENTKV_DATA_DIR) / "models/default", bo);
+  ASSERT_TRUE(backend.ok()) << backend.status().ToString();
+  auto tier =
+      store::StoreKvTier::Create(store_.get(), std::string(32, 'c'), (*backend)->kv_format(), 16,
+                                 (*backend)->kv_element_size());
+  ASSERT_TRUE(tier.ok()) << tier.status().ToString();
+  const store::ModelFingerprint fp = (*tier)->fingerprint();
+  engine::EngineOptions eo;
+  eo.scheduler.max_batch = 4;
+  eo.kv_memory_bytes = 32ull << 20;
+  eo.kv_tier = std::move(tier).value();
+  auto made = engine::Engine::Create(std::move(backend).value(), nullptr, eo);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  engine_->Stop();
+  engine_ = std::move(made).value();
+
+  auto chain = [&](const std::string& id) {
+    EXPECT_TRUE(store_->Flush().ok());
+    auto c = store_->GetKvChain(id, fp);
+    return c.ok() ? c->size() : size_t{999};
+  };
+  auto stored_blocks = [&](const std::vector<int32_t>& tokens) {
+    auto p = store_->LoadKvPrefixForTokens(fp, tokens, 16);
+    return p.ok() ? p->blocks.size() : size_t{999};
+  };
+  // A later request's end means the engine has handled what came before
+  // (the drop, and with it the discard queued behind the agent's saves).
+  int settles = 0;
+  auto settle = [&] {
+    const std::string id = "other" + std::to_string(settles++);
+    auto other = manager_->NewTurn(id, Prompt(Tokens(20, 2000)));
+    AgentTurn::Start(other, [] {});
+    Finish(*other, "[]", nullptr);
+  };
+  auto drain = [](AgentTurn& t) {
+    while (t.stream()->Pop().kind == engine::RequestOutput::Kind::kDelta) {
+    }
+  };
+
+  // 1. Finished by the engine, its KV saved, then the client went away.
+  const std::vector<int32_t> p1 = Tokens(48, 10);
+  auto t1 = manager_->NewTurn("finished", Prompt(p1));
+  AgentTurn::Start(t1, [] {});
+  ASSERT_TRUE(WaitFor([&] { return t1->state() != AgentTurn::State::kQueued; }));
+  ASSERT_EQ(t1->state(), AgentTurn::State::kRunning);
+  drain(*t1);
+  ASSERT_TRUE(WaitFor([&] { return chain("finished") >= 3; }));  // in the store
+  ASSERT_EQ(stored_blocks(p1), 3u);
+  t1->Cancel();
+  settle();
+  EXPECT_EQ(chain("finished"), 0u);
+  EXPECT_EQ(stored_blocks(p1), 0u);  // the blocks hold its tokens
+
+  // 2. Finished and saved, but its history could not be written.
+  const std::vector<int32_t> p2 = Tokens(48, 600);
+  auto t2 = manager_->NewTurn("unwritten", Prompt(p2));
+  AgentTurn::Start(t2, [] {});
+  ASSERT_TRUE(WaitFor([&] { return t2->state() != AgentTurn::State::kQueued; }));
+  engine::RequestOutput end;
+  std::vector<int32_t> generated;
+  do {
+    end = t2->stream()->Pop();
+    generated.insert(generated.end(), end.tokens.begin(), end.tokens.end());
+  } while (end.kind == engine::RequestOutput::Kind::kDelta);
+  ASSERT_TRUE(WaitFor([&] { return chain("unwritten") >= 3; }));
+  EXPECT_EQ(t2->Complete("not json", generated, end).status().code(), StatusCode::kInvalidArgument);
+  settle();
+  EXPECT_EQ(chain("unwritten"), 0u);
+  EXPECT_EQ(stored_blocks(p2), 0u);
+
+  // 3. Cancelled mid decode, and 4. right after it started (before or
+  // during its prefill): the engine never saves an unfinished turn.
+  const std::vector<int32_t> p3 = Tokens(48, 1200);
+  auto t3 = manager_->NewTurn("mid", [&]() -> Result<TurnStart> {
+    auto s = Prompt(p3)();
+    s->request.params.max_tokens = 64;
+    return s;
+  });
+  AgentTurn::Start(t3, [] {});
+  ASSERT_TRUE(WaitFor([&] { return t3->state() != AgentTurn::State::kQueued; }));
+  EXPECT_EQ(t3->stream()->Pop().kind, engine::RequestOutput::Kind::kDelta);
+  t3->Cancel();
+  const std::vector<int32_t> p4 = Tokens(48, 1800);
+  auto t4 = manager_->NewTurn("early", Prompt(p4));
+  AgentTurn::Start(t4, [] {});
+  t4->Cancel();
+  settle();
+  EXPECT_EQ(chain("mid"), 0u);
+  EXPECT_EQ(stored_blocks(p3), 0u);
+  EXPECT_EQ(chain("early"), 0u);
+  EXPECT_EQ(stored_blocks(p4), 0u);
+
+  // A recorded agent keeps its KV when a later turn is cancelled, and the
+  // ids above may start again: their next turns are stored.
+  auto k1 = manager_->NewTurn("known", Prompt(Tokens(48, 500)));
+  AgentTurn::Start(k1, [] {});
+  Finish(*k1, "[]", nullptr);
+  auto k2 = manager_->NewTurn("known", Prompt(Tokens(64, 500)));
+  AgentTurn::Start(k2, [] {});
+  ASSERT_TRUE(WaitFor([&] { return k2->state() != AgentTurn::State::kQueued; }));
+  drain(*k2);
+  k2->Cancel();
+  auto again = manager_->NewTurn("finished", Prompt(p1));
+  AgentTurn::Start(again, [] {});
+  Finish(*again, "[]", nullptr);
+  settle();
+  EXPECT_GE(chain("known"), 3u);
+  EXPECT_EQ(chain("finished"), 3u);
+  EXPECT_EQ(stored_blocks(p1), 3u);
+  auto v = store_->Verify();
+  ASSERT_TRUE(v.ok());
+  EXPECT_TRUE(v->ok());
 }
 
 TEST_F(AgentManagerTest, WithoutAStoreNoChainsAreRememberedAndNothingIsStored) {

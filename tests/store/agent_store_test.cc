@@ -262,6 +262,115 @@ TEST(AgentStoreTest, KvWritesQueuedBeforeRemovalNeverOutliveIt) {
   EXPECT_EQ(*r->Count(Db::kChains), 0u);
 }
 
+TEST(AgentStoreTest, UnrecordedAgentsKvIsDiscardedAfterItsQueuedWrites) {
+  TempDir dir;
+  auto s = AgentStore::Open(dir.path(), Fast());
+  ASSERT_TRUE(s.ok());
+  // "gone" shares its first 2 blocks with the recorded agent "kept" and has
+  // 3 of its own; its only turn ended unrecorded. Its writes are still
+  // queued (no Flush) when the discard comes, under two fingerprints.
+  const auto shared = Tokens(16 * 5);
+  auto gone = shared;
+  for (int i = 32; i < 80; ++i) gone[i] = 20000 + i;
+  ASSERT_TRUE((*s)->AppendTurn("kept", "[]").ok());
+  (*s)->PutKvBlocks(MakeChainWrite("kept", Fp('1'), shared, 16, 2048));
+  (*s)->PutKvBlocks(MakeChainWrite("gone", Fp('1'), gone, 16, 2048));
+  (*s)->PutKvBlocks(MakeChainWrite("gone", Fp('2'), gone, 16, 2048));
+  (*s)->DiscardUnrecordedKv("gone");
+  ASSERT_TRUE((*s)->Flush().ok());
+  EXPECT_TRUE((*s)->GetKvChain("gone", Fp('1'))->empty());
+  EXPECT_TRUE((*s)->GetKvChain("gone", Fp('2'))->empty());
+  // Its own blocks (its conversation's tokens) are gone; the shared ones
+  // stay for "kept".
+  EXPECT_EQ((*s)->LoadKvPrefixForTokens(Fp('1'), gone, 16)->blocks.size(), 2u);
+  EXPECT_EQ((*s)->LoadKvPrefixForTokens(Fp('2'), gone, 16)->blocks.size(), 0u);
+  EXPECT_EQ((*s)->GetKvChain("kept", Fp('1'))->size(), 5u);
+  EXPECT_EQ((*s)->LoadKvPrefixForTokens(Fp('1'), shared, 16)->blocks.size(), 5u);
+  {
+    auto r = (*s)->env().BeginRead();
+    EXPECT_EQ(*r->Count(Db::kKv), 5u);
+    EXPECT_EQ(*r->Count(Db::kKvMeta), 5u);
+    EXPECT_EQ(*r->Count(Db::kChains), 5u);
+  }
+  EXPECT_EQ((*s)->kv_stats().unrecorded_chain_entries_removed, 10u);
+  EXPECT_EQ((*s)->kv_stats().unrecorded_blocks_removed, 8u);
+  // Removing "kept" now frees the shared blocks: the counts stayed right.
+  ASSERT_TRUE((*s)->RemoveAgent("kept").ok());
+  auto r = (*s)->env().BeginRead();
+  EXPECT_EQ(*r->Count(Db::kKv), 0u);
+  EXPECT_EQ(*r->Count(Db::kKvMeta), 0u);
+}
+
+TEST(AgentStoreTest, DiscardLeavesARecordedAgentAndLaterWritesAlone) {
+  TempDir dir;
+  auto s = AgentStore::Open(dir.path(), Fast());
+  ASSERT_TRUE(s.ok());
+  const auto t = Tokens(16 * 3);
+  // Recorded before the writer reaches the discard: its KV is its own.
+  (*s)->PutKvBlocks(MakeChainWrite("rec", Fp('1'), t, 16, 1024));
+  ASSERT_TRUE((*s)->AppendTurn("rec", "[]").ok());
+  (*s)->DiscardUnrecordedKv("rec");
+  // The next turn of an unrecorded agent, saved after the discard: written
+  // (the discard covers only what came before it), block data included
+  // although the discard removed the same blocks.
+  const auto t2 = Tokens(16 * 3, 700);
+  (*s)->PutKvBlocks(MakeChainWrite("retry", Fp('1'), t2, 16, 1024));
+  (*s)->DiscardUnrecordedKv("retry");
+  (*s)->PutKvBlocks(MakeChainWrite("retry", Fp('1'), t2, 16, 1024));
+  ASSERT_TRUE((*s)->Flush().ok());
+  EXPECT_EQ((*s)->GetKvChain("rec", Fp('1'))->size(), 3u);
+  EXPECT_EQ((*s)->LoadKvPrefixForTokens(Fp('1'), t, 16)->blocks.size(), 3u);
+  EXPECT_EQ((*s)->GetKvChain("retry", Fp('1'))->size(), 3u);
+  EXPECT_EQ((*s)->LoadKvPrefixForTokens(Fp('1'), t2, 16)->blocks.size(), 3u);
+  auto v = (*s)->Verify();
+  ASSERT_TRUE(v.ok());
+  EXPECT_TRUE(v->ok());
+  EXPECT_EQ((*s)->kv_stats().unrecorded_chain_entries_removed, 3u);
+  EXPECT_EQ((*s)->kv_stats().unrecorded_blocks_removed, 3u);
+  // An id nothing was written for, and one the store cannot take: no-ops.
+  (*s)->DiscardUnrecordedKv("never");
+  (*s)->DiscardUnrecordedKv(std::string(300, 'x'));
+  ASSERT_TRUE((*s)->Flush().ok());
+  EXPECT_EQ((*s)->GetKvChain("rec", Fp('1'))->size(), 3u);
+}
+
+TEST(AgentStoreTest, SweepRemovesChainsOfIdsWithoutAnAgentRecord) {
+  TempDir dir;
+  const auto shared = Tokens(16 * 2);
+  auto own = shared;
+  for (int i = 0; i < 32; ++i) own.push_back(9000 + i);
+  {
+    auto s = AgentStore::Open(dir.path(), Fast());
+    ASSERT_TRUE(s.ok());
+    // Killed between the KV commits and the history commits: "a", "a\x01b"
+    // and "z" have chains but no agent record; "m" is recorded.
+    for (const char* id : {"a", "a\x01b", "m", "z"})
+      (*s)->PutKvBlocks(MakeChainWrite(id, Fp('1'), id[0] == 'm' ? shared : own, 16, 1024));
+    (*s)->PutKvBlocks(MakeChainWrite("z", Fp('2'), own, 16, 1024));
+    ASSERT_TRUE((*s)->Flush().ok());
+    ASSERT_TRUE((*s)->AppendTurn("m", "[]").ok());
+  }
+  auto s = AgentStore::Open(dir.path(), Fast());
+  ASSERT_TRUE(s.ok());
+  auto swept = (*s)->RemoveUnrecordedChains();
+  ASSERT_TRUE(swept.ok()) << swept.status().ToString();
+  EXPECT_EQ(*swept, 3u);
+  for (const char* id : {"a", "a\x01b", "z"}) EXPECT_TRUE((*s)->GetKvChain(id, Fp('1'))->empty());
+  EXPECT_TRUE((*s)->GetKvChain("z", Fp('2'))->empty());
+  EXPECT_EQ((*s)->GetKvChain("m", Fp('1'))->size(), 2u);
+  EXPECT_EQ((*s)->LoadKvPrefixForTokens(Fp('1'), own, 16)->blocks.size(), 2u);  // m's
+  EXPECT_EQ((*s)->LoadKvPrefixForTokens(Fp('2'), own, 16)->blocks.size(), 0u);
+  {
+    auto r = (*s)->env().BeginRead();
+    EXPECT_EQ(*r->Count(Db::kKv), 2u);
+    EXPECT_EQ(*r->Count(Db::kChains), 2u);
+  }
+  // Nothing left to sweep.
+  swept = (*s)->RemoveUnrecordedChains();
+  ASSERT_TRUE(swept.ok());
+  EXPECT_EQ(*swept, 0u);
+}
+
 TEST(AgentStoreTest, AppendOnlyWritesNewBlocksAndDivergenceCutsChain) {
   TempDir dir;
   auto s = AgentStore::Open(dir.path(), Fast());

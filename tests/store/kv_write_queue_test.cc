@@ -37,6 +37,25 @@ TEST(KvWriteQueueTest, OverBoundDropsOldestAndCounts) {
   EXPECT_FALSE(q.Push(Write(100, 10)));
 }
 
+TEST(KvWriteQueueTest, OverBoundNeverDropsARemoval) {
+  KvWriteQueue q(64 << 10);
+  ASSERT_TRUE(q.Push(Write(0, 30 << 10)));
+  KvChainWrite removal;
+  removal.agent_id = "a0";
+  removal.discard_unrecorded = true;
+  ASSERT_TRUE(q.Push(std::move(removal)));
+  // Pushes past the bound drop the writes around the removal, not it: the
+  // writes it follows may be written already.
+  for (int i = 1; i < 10; ++i) ASSERT_TRUE(q.Push(Write(i, 30 << 10)));
+  EXPECT_GT(q.stats().dropped_writes, 0u);
+  std::vector<KvChainWrite> out;
+  ASSERT_TRUE(q.PopBatch(1 << 30, &out));
+  ASSERT_GE(out.size(), 2u);
+  EXPECT_TRUE(out.front().discard_unrecorded);
+  EXPECT_EQ(out.front().agent_id, "a0");
+  EXPECT_EQ(out.back().agent_id, "a9");
+}
+
 TEST(KvWriteQueueTest, OversizedWriteIsTakenWhenEmpty) {
   KvWriteQueue q(1 << 10);
   ASSERT_TRUE(q.Push(Write(0, 4 << 10)));
