@@ -26,6 +26,10 @@ import urllib.request
 import jsonschema
 
 MIN_CALLS = 6
+# Tokens left after the reasoning for a call's header and arguments or a
+# structured answer: a random model pads JSON with whitespace (up to 8 bytes
+# at each of ~30 places in a 'plan' of three steps, often a token a byte).
+ROOM_FOR_ARGS = 300
 SEEDS = range(6)
 
 SCHEMAS = {
@@ -103,10 +107,14 @@ def main(port):
     for seed in SEEDS:
         for choice, allowed in openai_choices:
             where = 'openai %s seed %d' % (json.dumps(choice), seed)
-            r = post(port, '/v1/chat/completions',
-                     {'model': 'm', 'messages': messages, 'tools': openai_tools,
-                      'tool_choice': choice, 'temperature': 1, 'seed': seed,
-                      'max_tokens': 160})
+            body = {'model': 'm', 'messages': messages, 'tools': openai_tools,
+                    'tool_choice': choice, 'temperature': 1, 'seed': seed,
+                    'max_tokens': ROOM_FOR_ARGS * 2}  # the default budget: half
+            if seed % 2:
+                body['thinking_token_budget'] = 30
+                body['max_tokens'] = 30 + ROOM_FOR_ARGS
+                where += ' budget 30'
+            r = post(port, '/v1/chat/completions', body)
             c = r['choices'][0]
             tcs = c['message'].get('tool_calls') or []
             if c['finish_reason'] == 'tool_calls' and not tcs:
@@ -127,10 +135,10 @@ def main(port):
         for choice, allowed in anthropic_choices:
             where = 'anthropic %s seed %d' % (json.dumps(choice), seed)
             body = {'model': 'm', 'messages': messages, 'tools': anthropic_tools,
-                    'tool_choice': choice, 'temperature': 1, 'max_tokens': 160}
+                    'tool_choice': choice, 'temperature': 1, 'max_tokens': ROOM_FOR_ARGS * 2}
             if seed % 2:  # extended thinking's budget bounds the reasoning
                 body['thinking'] = {'type': 'enabled', 'budget_tokens': 12}
-                body['max_tokens'] = 80
+                body['max_tokens'] = 12 + ROOM_FOR_ARGS
                 where += ' thinking budget 12'
             r = post(port, '/v1/messages', body)
             uses = [b for b in r['content'] if b['type'] == 'tool_use']
@@ -143,7 +151,7 @@ def main(port):
                 ids[b['id']] = where
                 check(errors, b['name'], b['input'], allowed, where)
         for (name, schema), (budget, max_tokens) in zip(
-                SCHEMAS.items(), [(0, 60), (5, 60), (None, 200)]):
+                SCHEMAS.items(), [(0, 60), (5, 60), (None, ROOM_FOR_ARGS * 2)]):
             where = 'response_format %s seed %d budget %s' % (name, seed, budget)
             body = {'model': 'm', 'messages': [{'role': 'user', 'content': 'JSON please.'}],
                     'response_format': {'type': 'json_schema',
