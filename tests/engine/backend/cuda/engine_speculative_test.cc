@@ -223,7 +223,9 @@ TEST(CudaEngineSpeculative, SampledDraftsAreVerifiedOnTheDeviceAndRepeat) {
     EXPECT_EQ(a.size(), 60u) << t;
     EXPECT_EQ(a, b) << "temperature " << t;
     EXPECT_GT(sa.draft_tokens, 0) << t;
-    if (t < 0.5f) EXPECT_GT(sa.draft_accepted_tokens, 0) << t;
+    if (t < 0.5f) {
+      EXPECT_GT(sa.draft_accepted_tokens, 0) << t;
+    }
     EXPECT_LE(sa.draft_accepted_tokens, sa.draft_tokens) << t;
     std::printf("temperature %.2f: %lld of %lld draft tokens accepted\n", t,
                 static_cast<long long>(sa.draft_accepted_tokens),
