@@ -563,7 +563,8 @@ void Engine::Step() {
       // drafted) are verified on the host from their logits. Either way the
       // step is collected before the next is planned.
       row.draft = sc.logit_rows - 1;
-      const PickMode mode = ChoosePickMode(s->sampler->params());
+      const PickMode mode =
+          s->sampler->params().greedy() ? PickMode::kGreedy : ChoosePickMode(s->sampler->params());
       row.backend_pick = mode != PickMode::kHost;
       all_on_backend = false;
       if (mode == PickMode::kDevice) {
