@@ -47,13 +47,13 @@ struct BenchArgs {
 };
 
 // The --response-format grammar on the model's tokenizer (null for none).
-Result<std::shared_ptr<const Grammar>> BenchGrammar(const BenchArgs& a, int32_t vocab) {
-  if (a.response_format.empty()) return std::shared_ptr<const Grammar>();
+Result<std::shared_ptr<const grammar::Grammar>> BenchGrammar(const BenchArgs& a, int32_t vocab) {
+  if (a.response_format.empty()) return std::shared_ptr<const grammar::Grammar>();
   if (a.response_format != "json_object")
     return InvalidArgument("--response-format: only json_object is supported");
-  ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok,
-                   Tokenizer::Load(std::filesystem::path(a.model.model_dir) / "tokenizer.json"));
-  return CompileJsonObjectStream(TokenVocabulary::Build(*tok, vocab));
+  ASSIGN_OR_RETURN(std::unique_ptr<text::Tokenizer> tok,
+                   text::Tokenizer::Load(std::filesystem::path(a.model.model_dir) / "tokenizer.json"));
+  return grammar::CompileJsonObjectStream(grammar::TokenVocabulary::Build(*tok, vocab));
 }
 
 int RunBench(const BenchArgs& a) {
@@ -64,8 +64,8 @@ int RunBench(const BenchArgs& a) {
     std::cerr << "error: bad --concurrency '" << a.concurrency << "'\n";
     return 2;
   }
-  if (a.logprobs < -1 || a.logprobs > SamplingParams::kMaxLogprobs) {
-    std::cerr << "error: --logprobs must be in [0, " << SamplingParams::kMaxLogprobs << "]\n";
+  if (a.logprobs < -1 || a.logprobs > engine::SamplingParams::kMaxLogprobs) {
+    std::cerr << "error: --logprobs must be in [0, " << engine::SamplingParams::kMaxLogprobs << "]\n";
     return 2;
   }
   if (a.engine.prompt <= 0 || a.engine.output <= 0 || a.shared_prefix < 0 ||
@@ -73,12 +73,12 @@ int RunBench(const BenchArgs& a) {
     std::cerr << "error: need --prompt > --shared-prefix >= 0 and --output > 0\n";
     return 2;
   }
-  auto created = CreateBackend(a.model.model_dir, a.model.backend);
+  auto created = backend::CreateBackend(a.model.model_dir, a.model.backend);
   if (!created.ok()) {
     std::cerr << "error: " << created.status().ToString() << "\n";
     return 1;
   }
-  std::unique_ptr<Backend> backend = std::move(created).value();
+  std::unique_ptr<backend::Backend> backend = std::move(created).value();
   const int32_t vocab = backend->config().vocab_size;
   auto grammar = BenchGrammar(a, vocab);
   if (!grammar.ok()) {
@@ -102,8 +102,8 @@ int RunBench(const BenchArgs& a) {
   for (auto& t : prefix) t = static_cast<int32_t>(rng() % vocab);
   for (int32_t c : levels) {
     const int n = a.requests > 0 ? a.requests : c;
-    std::vector<EngineRequest> reqs = BenchRequests(rng, n, prefix, a.engine, vocab);
-    for (EngineRequest& r : reqs) {
+    std::vector<engine::EngineRequest> reqs = BenchRequests(rng, n, prefix, a.engine, vocab);
+    for (engine::EngineRequest& r : reqs) {
       if (a.logprobs >= 0) r.params.logprobs = a.logprobs;
       if (*grammar) {
         r.params.grammar = *grammar;

@@ -2,7 +2,7 @@
 
 #include "engine/backend/sample_draw.h"
 
-namespace agentkv {
+namespace agentkv::engine {
 
 DraftVerdict VerifyGreedyDraft(std::span<const int32_t> draft, std::span<const int32_t> picks) {
   DraftVerdict v;
@@ -15,29 +15,29 @@ DraftVerdict VerifyGreedyDraft(std::span<const int32_t> draft, std::span<const i
 }
 
 void PlanSampledDraft(std::span<const int32_t> draft,
-                      const std::function<SampleSettings()>& next_draw, std::vector<RowPick>* out) {
+                      const std::function<backend::SampleSettings()>& next_draw, std::vector<backend::RowPick>* out) {
   for (int32_t d : draft) {
-    RowPick pick;
-    pick.mode = PickMode::kDevice;
+    backend::RowPick pick;
+    pick.mode = backend::PickMode::kDevice;
     pick.draft = d;
     pick.u_accept = next_draw().u;
     pick.sample = next_draw();
     out->push_back(pick);
   }
-  RowPick last;
-  last.mode = PickMode::kDevice;
+  backend::RowPick last;
+  last.mode = backend::PickMode::kDevice;
   last.sample = next_draw();
   out->push_back(last);
 }
 
 DraftVerdict VerifySampledDraft(std::span<const int32_t> draft, std::span<float> logits,
-                                int32_t vocab, const SampleSettings& settings,
+                                int32_t vocab, const backend::SampleSettings& settings,
                                 const std::function<double()>& uniform) {
-  std::vector<RowPick> plan;
+  std::vector<backend::RowPick> plan;
   PlanSampledDraft(
       draft,
       [&] {
-        SampleSettings s = settings;
+        backend::SampleSettings s = settings;
         s.u = uniform();
         return s;
       },
@@ -45,10 +45,10 @@ DraftVerdict VerifySampledDraft(std::span<const int32_t> draft, std::span<float>
   const size_t n = static_cast<size_t>(vocab);
   std::vector<int32_t> picks(plan.size());
   for (size_t j = 0; j < plan.size(); ++j) {
-    picks[j] = PickDeviceRow(logits.subspan(j * n, n), plan[j]);
+    picks[j] = backend::PickDeviceRow(logits.subspan(j * n, n), plan[j]);
     if (j < draft.size() && picks[j] != draft[j]) break;  // later rows are not read
   }
   return VerifyGreedyDraft(draft, picks);
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::engine

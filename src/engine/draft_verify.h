@@ -36,7 +36,7 @@
 
 #include "engine/backend/row_pick.h"
 
-namespace agentkv {
+namespace agentkv::engine {
 
 struct DraftVerdict {
   int accepted = 0;  // leading draft tokens kept
@@ -52,7 +52,7 @@ DraftVerdict VerifyGreedyDraft(std::span<const int32_t> draft, std::span<const i
 // appended to `out`: `next_draw` (a Sampler's NextDraw) is called exactly
 // 2 * draft.size() + 1 times, in the order described above.
 void PlanSampledDraft(std::span<const int32_t> draft,
-                      const std::function<SampleSettings()>& next_draw, std::vector<RowPick>* out);
+                      const std::function<backend::SampleSettings()>& next_draw, std::vector<backend::RowPick>* out);
 
 // The CPU reference of the whole sampled verification: PlanSampledDraft
 // with `settings` and `uniform` (called exactly 2 * draft.size() + 1 times)
@@ -60,7 +60,7 @@ void PlanSampledDraft(std::span<const int32_t> draft,
 // read as VerifyGreedyDraft reads picks. `logits`: draft.size() + 1 rows of
 // `vocab` floats (clobbered). `settings.u` is unused.
 DraftVerdict VerifySampledDraft(std::span<const int32_t> draft, std::span<float> logits,
-                                int32_t vocab, const SampleSettings& settings,
+                                int32_t vocab, const backend::SampleSettings& settings,
                                 const std::function<double()>& uniform);
 
-}  // namespace agentkv
+}  // namespace agentkv::engine

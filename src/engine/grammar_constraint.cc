@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <limits>
 
-namespace agentkv {
+namespace agentkv::engine {
 
-GrammarConstraint::GrammarConstraint(std::shared_ptr<const Grammar> grammar,
+GrammarConstraint::GrammarConstraint(std::shared_ptr<const grammar::Grammar> grammar,
                                      std::vector<int32_t> end_ids, int32_t reasoning_budget)
     : matcher_(std::move(grammar)),
       end_ids_(std::move(end_ids)),
@@ -51,4 +51,4 @@ void GrammarConstraint::Accept(int32_t token) {
   if (reasoning_budget_ >= 0 && reasoning_tokens_ >= reasoning_budget_) matcher_.CloseReasoning();
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::engine

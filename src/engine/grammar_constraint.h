@@ -26,11 +26,11 @@
 
 #include "engine/grammar/grammar_matcher.h"
 
-namespace agentkv {
+namespace agentkv::engine {
 
 class GrammarConstraint {
  public:
-  GrammarConstraint(std::shared_ptr<const Grammar> grammar, std::vector<int32_t> end_ids,
+  GrammarConstraint(std::shared_ptr<const grammar::Grammar> grammar, std::vector<int32_t> end_ids,
                     int32_t reasoning_budget = -1);
 
   // Sets every disallowed entry of `logits` to -inf.
@@ -39,15 +39,15 @@ class GrammarConstraint {
   // token or one the grammar does not allow leaves the state as it is.
   void Accept(int32_t token);
 
-  const GrammarMatcher& matcher() const { return matcher_; }
+  const grammar::GrammarMatcher& matcher() const { return matcher_; }
   // Tokens counted against the reasoning budget so far.
   int32_t reasoning_tokens() const { return reasoning_tokens_; }
 
  private:
-  GrammarMatcher matcher_;
+  grammar::GrammarMatcher matcher_;
   std::vector<int32_t> end_ids_;
   int32_t reasoning_budget_;
   int32_t reasoning_tokens_ = 0;
 };
 
-}  // namespace agentkv
+}  // namespace agentkv::engine

@@ -7,7 +7,7 @@
 
 #include "engine/grammar/grammar.h"
 
-namespace agentkv {
+namespace agentkv::engine {
 namespace {
 
 std::string Num(double v) {
@@ -84,4 +84,4 @@ int32_t ReasoningBudget(const SamplingParams& params, int32_t max_new_tokens) {
   return std::min(params.reasoning_budget.value_or(max_new_tokens / 2), max_new_tokens);
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::engine

@@ -11,9 +11,11 @@
 
 #include "util/status.h"
 
-namespace agentkv {
-
+namespace agentkv::grammar {
 class Grammar;  // engine/grammar/grammar.h
+}  // namespace agentkv::grammar
+
+namespace agentkv::engine {
 
 // Stop strings are matched against every generated piece of every sequence
 // on the engine thread, so a request's stop list is bounded: at most this
@@ -64,7 +66,7 @@ struct SamplingParams {
   // of a match of this grammar and the sequence stops (EOS) only where the
   // output is a complete match (the Sampler holds the per-sequence state).
   // Shared and immutable; requires !ignore_eos.
-  std::shared_ptr<const Grammar> grammar;
+  std::shared_ptr<const grammar::Grammar> grammar;
   // With a grammar that has reasoning (Grammar::has_reasoning: harmony's
   // analysis and preamble messages before the constrained part): the most
   // tokens the reasoning may take, after which the grammar closes it and
@@ -90,4 +92,4 @@ struct SamplingParams {
 // the grammar has no reasoning or there is no grammar. Pure.
 int32_t ReasoningBudget(const SamplingParams& params, int32_t max_new_tokens);
 
-}  // namespace agentkv
+}  // namespace agentkv::engine

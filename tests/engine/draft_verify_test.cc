@@ -10,10 +10,15 @@
 
 #include "engine/backend/sample_draw.h"
 
-namespace agentkv {
+namespace agentkv::engine {
 namespace {
 
 using V = std::vector<int32_t>;
+using backend::PickMode;
+using backend::RowPick;
+using backend::SampleSettings;
+using backend::SampleWeights;
+using backend::VerifyDraftRow;
 
 TEST(DraftVerifyTest, GreedyAcceptsTheAgreeingPrefixAndTheNextArgmax) {
   // picks = argmax of rows 0..3 for a draft of three.
@@ -299,4 +304,4 @@ TEST(DraftVerifyTest, ChiSquareOfEveryPositionAgainstItsRowsDistribution) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::engine

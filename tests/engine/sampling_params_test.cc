@@ -7,7 +7,7 @@
 
 #include "engine/grammar/grammar.h"
 
-namespace agentkv {
+namespace agentkv::engine {
 namespace {
 
 // Applies `mutate` to default params and expects InvalidArgument whose
@@ -78,8 +78,8 @@ TEST(SamplingParamsTest, RejectsOutOfRange) {
 }
 
 // A one-node grammar (any bytes, forever), its node a reasoning node or not.
-std::shared_ptr<const Grammar> LoopGrammar(bool reasoning) {
-  GrammarBuilder b({});
+std::shared_ptr<const grammar::Grammar> LoopGrammar(bool reasoning) {
+  grammar::GrammarBuilder b({});
   const int32_t n = b.NewNode();
   b.AddBytes(n, 0, 0xFF, n);
   b.MarkEnd(n);
@@ -110,4 +110,4 @@ TEST(SamplingParamsTest, RejectsANegativeReasoningBudget) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::engine

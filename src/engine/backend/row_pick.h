@@ -15,7 +15,7 @@
 
 #include <cstdint>
 
-namespace agentkv {
+namespace agentkv::backend {
 
 enum class PickMode : uint8_t { kHost = 0, kGreedy = 1, kDevice = 2 };
 
@@ -46,4 +46,4 @@ struct RowPick {
   double u_accept = 0.0;
 };
 
-}  // namespace agentkv
+}  // namespace agentkv::backend

@@ -5,7 +5,7 @@
 #include <limits>
 #include <vector>
 
-namespace agentkv {
+namespace agentkv::backend {
 namespace {
 
 struct Candidate {
@@ -228,4 +228,4 @@ int32_t PickDeviceRow(std::span<float> logits, const RowPick& pick) {
                          : SampleDraw(logits, pick.sample);
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::backend

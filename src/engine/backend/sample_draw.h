@@ -34,7 +34,7 @@
 
 #include "engine/backend/row_pick.h"
 
-namespace agentkv {
+namespace agentkv::backend {
 
 // The draw defined above on one row of logits (vocabulary long, not empty),
 // used as scratch and left clobbered. Allocates nothing after a thread's
@@ -70,4 +70,4 @@ int32_t VerifyDraftRow(std::span<float> logits, const SampleSettings& s, int32_t
 // VerifyDraftRow when pick.draft >= 0. `logits` is left clobbered.
 int32_t PickDeviceRow(std::span<float> logits, const RowPick& pick);
 
-}  // namespace agentkv
+}  // namespace agentkv::backend
