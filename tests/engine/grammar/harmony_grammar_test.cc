@@ -15,6 +15,7 @@ namespace agentkv::grammar {
 namespace {
 
 using Json = nlohmann::ordered_json;
+using engine::GrammarConstraint;
 
 class HarmonyGrammarTest : public ::testing::Test {
  protected:
