@@ -324,8 +324,8 @@ TEST(CudaBackend, DraftedStepsPickEachRowAsPlanned) {
 TEST(CudaBackend, SampledDraftRowsAreVerifiedOnTheGpu) {
   AGENTKV_REQUIRE_GPU();
   for (const bool wide : {false, true}) {
-    const ModelConfig c =
-        wide ? WideConfig(Architecture::kQwen3) : SmallConfig(Architecture::kLlama);
+    const model::ModelConfig c =
+        wide ? WideConfig(model::Architecture::kQwen3) : SmallConfig(model::Architecture::kLlama);
     const int V = c.vocab_size;
     const MapWeights w = Bf16Weights(c, 41);
     auto b = MakeCuda(c, w, 16);
@@ -353,7 +353,7 @@ TEST(CudaBackend, SampledDraftRowsAreVerifiedOnTheGpu) {
       const std::vector<int32_t>& t = seqs[i].tokens;
       const std::span<const int32_t> draft(t.data() + t.size() - drafts[i],
                                            static_cast<size_t>(drafts[i]));
-      PlanSampledDraft(
+      engine::PlanSampledDraft(
           draft,
           [&] {
             SampleSettings s;

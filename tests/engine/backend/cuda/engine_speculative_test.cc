@@ -191,24 +191,24 @@ TEST(CudaEngineSpeculative, GreedyOutputIsTheSameWithDrafts) {
 // draft_verify_test.cc's.)
 TEST(CudaEngineSpeculative, SampledDraftsAreVerifiedOnTheDeviceAndRepeat) {
   AGENTKV_REQUIRE_GPU();
-  const ModelConfig c = SmallConfig(Architecture::kLlama);
+  const model::ModelConfig c = SmallConfig(model::Architecture::kLlama);
   const MapWeights w = Bf16Weights(c, 51);
   // One seeded request alone on a fresh engine: nothing else shapes its
   // steps, so two runs draft alike.
-  auto run = [&](float temperature, EngineStats* st) {
+  auto run = [&](float temperature, engine::EngineStats* st) {
     CudaBackendOptions bo;
     bo.max_step_tokens = 64;
     bo.max_batch = 1;
     auto backend = CudaBackend::Create(c, w, bo);
     EXPECT_TRUE(backend.ok()) << backend.status().ToString();
-    EngineOptions o;
+    engine::EngineOptions o;
     o.block_size = 8;
     o.scheduler.max_batch = 1;
     o.scheduler.max_step_tokens = 64;
-    o.blocks_per_group.assign(c.CacheSpec(KvDtype::kBF16).groups.size(), 256);
-    o.speculative.mode = SpeculativeMode::kNgram;
-    auto e = std::move(Engine::Create(std::move(backend).value(), nullptr, o).value());
-    EngineRequest r;
+    o.blocks_per_group.assign(c.CacheSpec(cache::KvDtype::kBF16).groups.size(), 256);
+    o.speculative.mode = engine::SpeculativeMode::kNgram;
+    auto e = std::move(engine::Engine::Create(std::move(backend).value(), nullptr, o).value());
+    engine::EngineRequest r;
     r.prompt = Repetitive(3, 24, c.vocab_size);
     r.params.temperature = temperature;
     r.params.seed = 7;
@@ -219,7 +219,7 @@ TEST(CudaEngineSpeculative, SampledDraftsAreVerifiedOnTheDeviceAndRepeat) {
     return out;
   };
   for (const float t : {0.05f, 1.0f}) {
-    EngineStats sa, sb;
+    engine::EngineStats sa, sb;
     const std::vector<int32_t> a = run(t, &sa), b = run(t, &sb);
     EXPECT_EQ(a.size(), 60u) << t;
     EXPECT_EQ(a, b) << "temperature " << t;

@@ -298,8 +298,8 @@ TEST(SampleKernel, DraftVerificationMatchesTheCpu) {
       auto dl = Upload(logits);
       auto dp = Upload(picks);
       auto out = Poisoned<int32_t>(static_cast<size_t>(batch));
-      ASSERT_EQ(cuda::LaunchSampleRows(dl.get<float>(), batch, vocab, dp.get<RowPick>(),
-                                       out.get<int32_t>(), nullptr),
+      ASSERT_EQ(LaunchSampleRows(dl.get<float>(), batch, vocab, dp.get<RowPick>(),
+                                 out.get<int32_t>(), nullptr),
                 cudaSuccess);
       const std::vector<int32_t> got = Download<int32_t>(out, static_cast<size_t>(batch));
       for (int r = 0; r < batch; ++r) {
@@ -364,9 +364,9 @@ TEST(SampleKernel, SweepOfTheAcceptanceUniformMatchesTheCpu) {
   auto dl = Upload(logits);
   auto dp = Upload(picks);
   auto out = Poisoned<int32_t>(n);
-  ASSERT_EQ(cuda::LaunchSampleRows(dl.get<float>(), n, vocab, dp.get<RowPick>(), out.get<int32_t>(),
-                                   nullptr),
-            cudaSuccess);
+  ASSERT_EQ(
+      LaunchSampleRows(dl.get<float>(), n, vocab, dp.get<RowPick>(), out.get<int32_t>(), nullptr),
+      cudaSuccess);
   const std::vector<int32_t> got = Download<int32_t>(out, n);
   int gpu_accepted = 0, cpu_accepted = 0, ambiguous = 0;
   for (int r = 0; r < n; ++r) {
