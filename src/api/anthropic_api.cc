@@ -421,6 +421,15 @@ Reply AnthropicApi::Messages(const HttpRequest& req) const {
   if (Status s = GetOptionalInt(*body, "max_tokens", &max_tokens); !s.ok()) return FromStatus(s);
   if (max_tokens)
     params.max_tokens = static_cast<int32_t>(std::min<int64_t>(*max_tokens, INT32_MAX));
+  // Extended thinking's budget bounds a constrained reply's reasoning.
+  if (body->contains("thinking") && (*body)["thinking"].is_object() &&
+      (*body)["thinking"].value("type", "") == "enabled") {
+    std::optional<int64_t> budget;
+    if (Status s = GetOptionalInt((*body)["thinking"], "budget_tokens", &budget); !s.ok())
+      return FromStatus(s.WithContext("thinking"));
+    if (budget)
+      params.reasoning_budget = static_cast<int32_t>(std::min<int64_t>(*budget, INT32_MAX));
+  }
   bool stream = false;
   if (body->contains("stream") && !(*body)["stream"].is_null()) {
     if (!(*body)["stream"].is_boolean()) return Error(400, "stream: must be a boolean");

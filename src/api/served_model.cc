@@ -248,6 +248,9 @@ Status ParseSampling(const json& body, const char* stop_key, engine::SamplingPar
     if (!body["ignore_eos"].is_boolean()) return InvalidArgument("'ignore_eos' must be a boolean");
     p->ignore_eos = body["ignore_eos"].get<bool>();
   }
+  std::optional<int64_t> budget;
+  RETURN_IF_ERROR(GetOptionalInt(body, "thinking_token_budget", &budget));
+  if (budget) p->reasoning_budget = static_cast<int32_t>(std::min<int64_t>(*budget, INT32_MAX));
   if (body.contains("speculative") && !body["speculative"].is_null()) {
     if (!body["speculative"].is_boolean())
       return InvalidArgument("'speculative' must be a boolean");

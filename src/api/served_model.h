@@ -140,7 +140,8 @@ int HttpStatusFor(const Status& s);
 
 // Reads the sampling fields both protocols share into `p`: temperature,
 // top_p, top_k, min_p, seed, presence_penalty, frequency_penalty,
-// repetition_penalty, ignore_eos (a vLLM extension), speculative (false:
+// repetition_penalty, ignore_eos (a vLLM extension), thinking_token_budget
+// (vLLM's name: SamplingParams::reasoning_budget, >= 0), speculative (false:
 // this request opts out of speculative decoding), and stop strings from
 // `stop_key` (string or list).
 // InvalidArgument naming the field when one has the wrong type or is out of

@@ -6,9 +6,20 @@
 // same requests also run one at a time. With --shared-prefix N, the requests
 // share an N-token prefix (a system prompt) and the run is repeated with the
 // prefix cache off, for time to first token.
+//
+// What each request asks beyond plain greedy decoding, so that its cost can
+// be set against the plain run on the same device:
+//   --logprobs N         the chosen token's logprob and the N most likely
+//                        (OpenAI logprobs + top_logprobs = N; 0..20).
+//   --response-format json_object
+//                        constrained to JSON objects (the json_object mask
+//                        of the model's tokenizer, masked on the host) one
+//                        after another without end (CompileJsonObjectStream),
+//                        so each request still writes --output tokens.
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -17,6 +28,8 @@
 #include "cli/engine_bench.h"
 #include "cli/model_options.h"
 #include "engine/engine.h"
+#include "engine/grammar/json_schema.h"
+#include "engine/text/tokenizer.h"
 
 namespace agentkv::cli {
 namespace {
@@ -29,7 +42,19 @@ struct BenchArgs {
   int shared_prefix = 0;
   bool json = false, baseline = false;
   uint64_t seed = 1;
+  int logprobs = -1;            // -1: none
+  std::string response_format;  // "" or "json_object"
 };
+
+// The --response-format grammar on the model's tokenizer (null for none).
+Result<std::shared_ptr<const grammar::Grammar>> BenchGrammar(const BenchArgs& a, int32_t vocab) {
+  if (a.response_format.empty()) return std::shared_ptr<const grammar::Grammar>();
+  if (a.response_format != "json_object")
+    return InvalidArgument("--response-format: only json_object is supported");
+  ASSIGN_OR_RETURN(std::unique_ptr<text::Tokenizer> tok,
+                   text::Tokenizer::Load(std::filesystem::path(a.model.model_dir) / "tokenizer.json"));
+  return grammar::CompileJsonObjectStream(grammar::TokenVocabulary::Build(*tok, vocab));
+}
 
 int RunBench(const BenchArgs& a) {
   std::vector<int32_t> levels;
@@ -37,6 +62,10 @@ int RunBench(const BenchArgs& a) {
   if (!ParseIds(a.concurrency, levels, err) ||
       std::any_of(levels.begin(), levels.end(), [](int32_t c) { return c <= 0; })) {
     std::cerr << "error: bad --concurrency '" << a.concurrency << "'\n";
+    return 2;
+  }
+  if (a.logprobs < -1 || a.logprobs > engine::SamplingParams::kMaxLogprobs) {
+    std::cerr << "error: --logprobs must be in [0, " << engine::SamplingParams::kMaxLogprobs << "]\n";
     return 2;
   }
   if (a.engine.prompt <= 0 || a.engine.output <= 0 || a.shared_prefix < 0 ||
@@ -51,6 +80,11 @@ int RunBench(const BenchArgs& a) {
   }
   std::unique_ptr<backend::Backend> backend = std::move(created).value();
   const int32_t vocab = backend->config().vocab_size;
+  auto grammar = BenchGrammar(a, vocab);
+  if (!grammar.ok()) {
+    std::cerr << "error: " << grammar.status().ToString() << "\n";
+    return 1;
+  }
   nlohmann::json out;
   out["model"] = a.model.model_dir;
   out["device"] = backend->name();
@@ -60,13 +94,22 @@ int RunBench(const BenchArgs& a) {
   out["prompt_tokens"] = a.engine.prompt;
   out["output_tokens"] = a.engine.output;
   out["shared_prefix"] = a.shared_prefix;
+  out["logprobs"] = a.logprobs >= 0 ? nlohmann::json(a.logprobs) : nlohmann::json(nullptr);
+  out["response_format"] = a.response_format.empty() ? "text" : a.response_format;
   out["levels"] = nlohmann::json::array();
   std::mt19937_64 rng(a.seed);
   std::vector<int32_t> prefix(a.shared_prefix);
   for (auto& t : prefix) t = static_cast<int32_t>(rng() % vocab);
   for (int32_t c : levels) {
     const int n = a.requests > 0 ? a.requests : c;
-    const std::vector<engine::EngineRequest> reqs = BenchRequests(rng, n, prefix, a.engine, vocab);
+    std::vector<engine::EngineRequest> reqs = BenchRequests(rng, n, prefix, a.engine, vocab);
+    for (engine::EngineRequest& r : reqs) {
+      if (a.logprobs >= 0) r.params.logprobs = a.logprobs;
+      if (*grammar) {
+        r.params.grammar = *grammar;
+        r.params.ignore_eos = false;  // (the stream never lets a request stop)
+      }
+    }
     nlohmann::json lv;
     lv["concurrency"] = c;
     lv["requests"] = n;
@@ -123,6 +166,13 @@ Registrar reg(
       app.add_flag("--baseline", a->baseline, "Also run each level's requests one at a time");
       app.add_option("--seed", a->seed, "Seed of the random prompts")->capture_default_str();
       app.add_flag("--json", a->json, "Print one JSON object");
+      app.add_option("--logprobs", a->logprobs,
+                     "Every request asks for logprobs with this many top entries (0..20; "
+                     "OpenAI top_logprobs); -1: none")
+          ->capture_default_str();
+      app.add_option("--response-format", a->response_format,
+                     "json_object: every request constrained to JSON objects (one after "
+                     "another, so each still writes --output tokens)");
       return [a] { return RunBench(*a); };
     });
 

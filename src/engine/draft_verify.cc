@@ -14,42 +14,41 @@ DraftVerdict VerifyGreedyDraft(std::span<const int32_t> draft, std::span<const i
   return v;
 }
 
+void PlanSampledDraft(std::span<const int32_t> draft,
+                      const std::function<backend::SampleSettings()>& next_draw, std::vector<backend::RowPick>* out) {
+  for (int32_t d : draft) {
+    backend::RowPick pick;
+    pick.mode = backend::PickMode::kDevice;
+    pick.draft = d;
+    pick.u_accept = next_draw().u;
+    pick.sample = next_draw();
+    out->push_back(pick);
+  }
+  backend::RowPick last;
+  last.mode = backend::PickMode::kDevice;
+  last.sample = next_draw();
+  out->push_back(last);
+}
+
 DraftVerdict VerifySampledDraft(std::span<const int32_t> draft, std::span<float> logits,
                                 int32_t vocab, const backend::SampleSettings& settings,
                                 const std::function<double()>& uniform) {
-  DraftVerdict v;
+  std::vector<backend::RowPick> plan;
+  PlanSampledDraft(
+      draft,
+      [&] {
+        backend::SampleSettings s = settings;
+        s.u = uniform();
+        return s;
+      },
+      &plan);
   const size_t n = static_cast<size_t>(vocab);
-  for (size_t j = 0; j < draft.size(); ++j) {
-    const std::span<float> row = logits.subspan(j * n, n);
-    const int32_t d = draft[j];
-    const int32_t point = backend::SampleWeights(row, settings);
-    if (point >= 0) {
-      // The row's distribution is a single token: accepted iff it is d.
-      if (point == d) {
-        ++v.accepted;
-        continue;
-      }
-      v.next = point;
-      return v;
-    }
-    double mass = 0.0;
-    for (float w : row) mass += w;
-    const double p = (d >= 0 && d < vocab) ? row[static_cast<size_t>(d)] / mass : 0.0;
-    if (uniform() < p) {
-      ++v.accepted;
-      continue;
-    }
-    // Rejected: draw from the residual max(0, p - q), q the point mass on d,
-    // which is p with d removed.
-    if (d >= 0 && d < vocab) row[static_cast<size_t>(d)] = 0.0f;
-    const int32_t t = backend::DrawFromWeights(row, uniform());
-    v.next = t >= 0 ? t : d;  // nothing left only if p(d) rounded below 1
-    return v;
+  std::vector<int32_t> picks(plan.size());
+  for (size_t j = 0; j < plan.size(); ++j) {
+    picks[j] = backend::PickDeviceRow(logits.subspan(j * n, n), plan[j]);
+    if (j < draft.size() && picks[j] != draft[j]) break;  // later rows are not read
   }
-  backend::SampleSettings last = settings;
-  last.u = uniform();
-  v.next = backend::SampleDraw(logits.subspan(draft.size() * n, n), last);
-  return v;
+  return VerifyGreedyDraft(draft, picks);
 }
 
 }  // namespace agentkv::engine

@@ -15,6 +15,16 @@
 //     draws from p_j with d[j] removed and renormalised; when all are
 //     accepted, the last row is drawn as usual. Each emitted token is then
 //     distributed as a plain draw from its row would be.
+//     Each row's test is independent of the others' (VerifyDraftRow, made
+//     by the backend where the logits are: RowPick::draft), so a backend
+//     returns one pick per row, the draft token where it was accepted, and
+//     the verdict is read from the picks as the greedy one is; rows after
+//     the first rejection are ignored.
+//     The random stream: a drafted step of k draft tokens takes exactly
+//     2k + 1 uniforms from the sequence's Sampler, whatever is accepted:
+//     row j's acceptance uniform then its residual-draw uniform, for j < k,
+//     then the last row's draw uniform (PlanSampledDraft). A seeded request
+//     so gives the same tokens on every backend and every run.
 //
 // Pure (the uniforms come from the caller); thread-safe.
 #pragma once
@@ -22,6 +32,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <vector>
 
 #include "engine/backend/row_pick.h"
 
@@ -32,13 +43,22 @@ struct DraftVerdict {
   int32_t next = 0;  // the token after them (correction or bonus)
 };
 
-// `picks` holds argmax(row j) for j = 0..k (draft.size() + 1 entries).
+// `picks` holds row j's pick for j = 0..k (draft.size() + 1 entries): the
+// argmax (greedy), or the draft token where the row accepted it and
+// otherwise the residual draw (VerifyDraftRow; the last row a plain draw).
 DraftVerdict VerifyGreedyDraft(std::span<const int32_t> draft, std::span<const int32_t> picks);
 
-// `logits`: draft.size() + 1 rows of `vocab` floats (clobbered).
-// `settings`: the draw's settings (u unused). `uniform` gives a fresh u in
-// [0, 1) each call (one per accept test, one per draw; a seeded request's
-// Sampler::NextDraw().u).
+// The kDevice RowPicks of a sampled drafted step (draft.size() + 1 rows),
+// appended to `out`: `next_draw` (a Sampler's NextDraw) is called exactly
+// 2 * draft.size() + 1 times, in the order described above.
+void PlanSampledDraft(std::span<const int32_t> draft,
+                      const std::function<backend::SampleSettings()>& next_draw, std::vector<backend::RowPick>* out);
+
+// The CPU reference of the whole sampled verification: PlanSampledDraft
+// with `settings` and `uniform` (called exactly 2 * draft.size() + 1 times)
+// for the uniforms, each row picked as a backend picks it (PickDeviceRow),
+// read as VerifyGreedyDraft reads picks. `logits`: draft.size() + 1 rows of
+// `vocab` floats (clobbered). `settings.u` is unused.
 DraftVerdict VerifySampledDraft(std::span<const int32_t> draft, std::span<float> logits,
                                 int32_t vocab, const backend::SampleSettings& settings,
                                 const std::function<double()>& uniform);

@@ -129,7 +129,10 @@ Result<RequestHandle> Engine::Submit(EngineRequest request) {
   // could only fail mid-stream.
   const auto room = static_cast<int32_t>(sequence_capacity_ - static_cast<int64_t>(s->prompt_len));
   s->max_new_tokens = std::min(room, s->request.params.max_tokens.value_or(room));
-  s->sampler = std::make_unique<Sampler>(s->request.params, cfg.vocab_size, cfg.eos_token_ids);
+  // The Sampler's reasoning budget derives from max_tokens as clamped here.
+  SamplingParams sampler_params = s->request.params;
+  sampler_params.max_tokens = s->max_new_tokens;
+  s->sampler = std::make_unique<Sampler>(sampler_params, cfg.vocab_size, cfg.eos_token_ids);
   s->speculate = speculation_on() && SpeculationEligible(options_.speculative, s->request.params);
   s->draft_length = DraftLength(options_.speculative.max_draft);
   s->sampler->AddPrompt(s->tokens);
@@ -556,18 +559,28 @@ void Engine::Step() {
     steps_buf_.push_back(step);
     LaunchedRow row{s->id, s->computed, sc.num_tokens, sc.want_logits, false, 0};
     if (sc.want_logits && sc.logit_rows > 1) {
-      // A drafted sequence: greedy rows are argmax'd by the backend (only
-      // the picks are needed to verify), sampled ones verified on the host
-      // from their logits. Either way the step is collected before the
-      // next is planned.
+      // A drafted sequence: greedy rows are argmax'd by the backend, sampled
+      // ones verified there (RowPick::draft), so only the picks come back;
+      // rows whose draw needs the host (none today: such requests are not
+      // drafted) are verified on the host from their logits. Either way the
+      // step is collected before the next is planned.
       row.draft = sc.logit_rows - 1;
-      const bool greedy = s->sampler->params().greedy();
-      row.backend_pick = greedy;
+      const backend::PickMode mode = s->sampler->params().greedy()
+                                         ? backend::PickMode::kGreedy
+                                         : ChoosePickMode(s->sampler->params());
+      row.backend_pick = mode != backend::PickMode::kHost;
       all_on_backend = false;
-      for (int32_t j = 0; j < sc.logit_rows; ++j) {
-        backend::RowPick pick;
-        pick.mode = greedy ? backend::PickMode::kGreedy : backend::PickMode::kHost;
-        pick_buf_.push_back(pick);
+      if (mode == backend::PickMode::kDevice) {
+        const std::span<const int32_t> draft =
+            std::span<const int32_t>(s->tokens).subspan(s->computed + 1, row.draft);
+        PlanSampledDraft(
+            draft, [&] { return s->sampler->NextDraw(); }, &pick_buf_);
+      } else {
+        for (int32_t j = 0; j < sc.logit_rows; ++j) {
+          backend::RowPick pick;
+          pick.mode = mode;
+          pick_buf_.push_back(pick);
+        }
       }
       launched.picks += sc.logit_rows;
       ++local_.draft_steps;
@@ -796,16 +809,17 @@ bool Engine::CollectDrafted(Sequence* s, const LaunchedRow& r, int first_row) {
                                    s->tokens.begin() + r.first + 1 + r.draft);
   DraftVerdict v;
   if (r.backend_pick) {
+    // Greedy: argmaxes; sampled: the backend's VerifyDraftRow picks.
     v = VerifyGreedyDraft(draft, std::span<const int32_t>(picks_buf_)
                                      .subspan(static_cast<size_t>(first_row), draft.size() + 1));
   } else {
     const std::span<float> rows(logits_.data() + static_cast<int64_t>(first_row) * vocab,
                                 (draft.size() + 1) * static_cast<size_t>(vocab));
+    // The same 2k + 1 uniforms, in the same order, as a backend's picks.
     const backend::SampleSettings settings = s->sampler->NextDraw();
     bool first_u = true;
     v = VerifySampledDraft(draft, rows, vocab, settings, [&] {
-      // The first uniform is the one NextDraw above drew.
-      if (first_u) {
+      if (first_u) {  // the one NextDraw above drew
         first_u = false;
         return settings.u;
       }

@@ -6,8 +6,12 @@
 namespace agentkv::engine {
 
 GrammarConstraint::GrammarConstraint(std::shared_ptr<const grammar::Grammar> grammar,
-                                     std::vector<int32_t> end_ids)
-    : matcher_(std::move(grammar)), end_ids_(std::move(end_ids)) {}
+                                     std::vector<int32_t> end_ids, int32_t reasoning_budget)
+    : matcher_(std::move(grammar)),
+      end_ids_(std::move(end_ids)),
+      reasoning_budget_(reasoning_budget) {
+  if (reasoning_budget_ == 0) matcher_.CloseReasoning();
+}
 
 void GrammarConstraint::Apply(std::span<float> logits) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
@@ -40,7 +44,11 @@ void GrammarConstraint::Apply(std::span<float> logits) {
 
 void GrammarConstraint::Accept(int32_t token) {
   if (std::find(end_ids_.begin(), end_ids_.end(), token) != end_ids_.end()) return;
-  (void)matcher_.Advance(token);  // a disallowed token leaves the state unchanged
+  const bool reasoning = reasoning_budget_ >= 0 && matcher_.in_reasoning();
+  // A disallowed token leaves the state unchanged.
+  if (!matcher_.Advance(token).ok()) return;
+  if (reasoning) ++reasoning_tokens_;
+  if (reasoning_budget_ >= 0 && reasoning_tokens_ >= reasoning_budget_) matcher_.CloseReasoning();
 }
 
 }  // namespace agentkv::engine

@@ -9,6 +9,12 @@
 // continuation, or a recursion past the depth bound), the end tokens are
 // allowed so that the sequence still stops.
 //
+// Reasoning budget: the tokens read while the matcher is in_reasoning()
+// (harmony's analysis and preamble messages) are counted; once they reach
+// the budget, the matcher's reasoning is closed after every token
+// (GrammarMatcher::CloseReasoning), so the output leaves its reasoning and
+// goes on to what the grammar asks for. A negative budget: unbounded.
+//
 // Thread-safety: none; the owning Sampler's thread. Constraints of one
 // Grammar may run on different threads at once.
 #pragma once
@@ -24,7 +30,8 @@ namespace agentkv::engine {
 
 class GrammarConstraint {
  public:
-  GrammarConstraint(std::shared_ptr<const grammar::Grammar> grammar, std::vector<int32_t> end_ids);
+  GrammarConstraint(std::shared_ptr<const grammar::Grammar> grammar, std::vector<int32_t> end_ids,
+                    int32_t reasoning_budget = -1);
 
   // Sets every disallowed entry of `logits` to -inf.
   void Apply(std::span<float> logits);
@@ -33,10 +40,14 @@ class GrammarConstraint {
   void Accept(int32_t token);
 
   const grammar::GrammarMatcher& matcher() const { return matcher_; }
+  // Tokens counted against the reasoning budget so far.
+  int32_t reasoning_tokens() const { return reasoning_tokens_; }
 
  private:
   grammar::GrammarMatcher matcher_;
   std::vector<int32_t> end_ids_;
+  int32_t reasoning_budget_;
+  int32_t reasoning_tokens_ = 0;
 };
 
 }  // namespace agentkv::engine

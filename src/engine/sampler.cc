@@ -55,7 +55,9 @@ Sampler::Sampler(const SamplingParams& params, int32_t vocab_size, std::span<con
   if (params_.grammar) {
     std::vector<int32_t> end(eos_ids.begin(), eos_ids.end());
     end.insert(end.end(), params_.stop_token_ids.begin(), params_.stop_token_ids.end());
-    constraint_ = std::make_unique<GrammarConstraint>(params_.grammar, std::move(end));
+    constraint_ = std::make_unique<GrammarConstraint>(
+        params_.grammar, std::move(end),
+        ReasoningBudget(params_, params_.max_tokens.value_or(std::numeric_limits<int32_t>::max())));
   }
   assert(vocab_size > 0);
   if (params_.seed) {

@@ -52,7 +52,9 @@ class Sampler {
  public:
   // `params` must have passed Validate(). `vocab_size` is the logits' length.
   // `eos_ids`: the model's end-of-sequence ids, which a params.grammar
-  // allows only where the output is complete (GrammarConstraint).
+  // allows only where the output is complete (GrammarConstraint), with the
+  // reasoning budget ReasoningBudget(params, params.max_tokens) (the engine
+  // passes max_tokens as it clamped it).
   Sampler(const SamplingParams& params, int32_t vocab_size, std::span<const int32_t> eos_ids = {});
 
   // Records prompt tokens for the repetition penalty. Cheap no-op when no

@@ -1,8 +1,11 @@
 #include "engine/sampling_params.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
+
+#include "engine/grammar/grammar.h"
 
 namespace agentkv::engine {
 namespace {
@@ -69,7 +72,16 @@ Status SamplingParams::Validate() const {
   }
   if (grammar && ignore_eos)
     return InvalidArgument("ignore_eos cannot be combined with a response format");
+  if (reasoning_budget && *reasoning_budget < 0)
+    return InvalidArgument("the reasoning budget must be >= 0, got " +
+                           std::to_string(*reasoning_budget));
   return Status::Ok();
+}
+
+int32_t ReasoningBudget(const SamplingParams& params, int32_t max_new_tokens) {
+  if (!params.grammar || !params.grammar->has_reasoning()) return -1;
+  max_new_tokens = std::max(max_new_tokens, 0);
+  return std::min(params.reasoning_budget.value_or(max_new_tokens / 2), max_new_tokens);
 }
 
 }  // namespace agentkv::engine

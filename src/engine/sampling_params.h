@@ -67,6 +67,13 @@ struct SamplingParams {
   // output is a complete match (the Sampler holds the per-sequence state).
   // Shared and immutable; requires !ignore_eos.
   std::shared_ptr<const grammar::Grammar> grammar;
+  // With a grammar that has reasoning (Grammar::has_reasoning: harmony's
+  // analysis and preamble messages before the constrained part): the most
+  // tokens the reasoning may take, after which the grammar closes it and
+  // the constrained part follows (GrammarConstraint). Unset: half of the
+  // tokens the reply may have (ReasoningBudget). Ignored without such a
+  // grammar. >= 0.
+  std::optional<int32_t> reasoning_budget;
 
   bool greedy() const { return temperature == 0.0f; }
   bool top_k_enabled() const { return top_k > 0; }
@@ -77,5 +84,12 @@ struct SamplingParams {
   // InvalidArgument naming the first field out of range; NaN is out of range.
   Status Validate() const;
 };
+
+// The reasoning budget a sequence runs with, given the most tokens its
+// reply may have (max_tokens as the engine clamped it): reasoning_budget
+// when set, else half of `max_new_tokens` (so that the constrained part
+// keeps the other half); never above `max_new_tokens`. -1 (unbounded) when
+// the grammar has no reasoning or there is no grammar. Pure.
+int32_t ReasoningBudget(const SamplingParams& params, int32_t max_new_tokens);
 
 }  // namespace agentkv::engine

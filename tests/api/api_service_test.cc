@@ -297,6 +297,23 @@ TEST_F(ApiServiceTest, AnthropicConversionCountsTokens) {
   EXPECT_GT(count({{"tools", tools}, {"messages", convo}}), with_tools);
 }
 
+TEST_F(ApiServiceTest, AnthropicThinkingBudgetIsANonNegativeInteger) {
+  ApiService svc(ctx_, {});
+  for (const char* budget : {"-5", "\"many\""}) {
+    auto [st, body] = Drive(svc.Handle(Post(
+        "/v1/messages",
+        std::string(R"({"model":"m","max_tokens":4,"thinking":{"type":"enabled",)") +
+            R"("budget_tokens":)" + budget + R"(},"messages":[{"role":"user","content":"hi"}]})")));
+    EXPECT_EQ(st, 400) << budget << ": " << body;
+    EXPECT_NE(body.find("budget_tokens"), std::string::npos) << body;
+  }
+  // Ignored while thinking is off, as Anthropic's API does.
+  auto [st, body] = Drive(svc.Handle(Post(
+      "/v1/messages",
+      R"({"model":"m","max_tokens":2,"temperature":0,"thinking":{"type":"disabled","budget_tokens":-5},"messages":[{"role":"user","content":"hi"}]})")));
+  EXPECT_EQ(st, 200) << body;
+}
+
 TEST_F(ApiServiceTest, GenerationsHaveUsageAndFinishReasons) {
   ApiService svc(ctx_, {});
   auto [st, body] = Drive(svc.Handle(Post(

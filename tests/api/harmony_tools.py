@@ -6,13 +6,17 @@ through the OpenAI and Anthropic APIs, checked with an independent validator.
 
 Sends, at temperature 1 with several seeds, chats with strict tools and
 tool_choice required / a named function / auto (OpenAI) and any / tool
-(Anthropic), and chats with response_format json_schema. Every tool call that
-comes back must name an allowed tool and its arguments must parse and
-validate against that tool's schema (jsonschema, Draft 2020-12); every final
-answer of a structured reply that stopped (not cut by max_tokens) must
-validate against the response schema. A random model may reason until
-max_tokens (the analysis channel is free text), so only replies that
-finished are checked, and at least MIN_CALLS calls must have come back.
+(Anthropic), and chats with response_format json_schema (default reasoning
+budget, and thinking_token_budget 0 and 5 with a smaller max_tokens). Every
+tool call that comes back must name an allowed tool and its arguments must
+parse and validate against that tool's schema (jsonschema, Draft 2020-12);
+every final answer of a structured reply must validate against the
+response schema. The reasoning budget (half of max_tokens unless the
+request sets one) closes a random model's analysis channel, and the
+schemas' answers are short, so every reply that must call a tool ends with
+a call and every structured reply finishes ("stop"), none cut by
+max_tokens; only `auto` (whose final answer is free text) may run to the
+limit. At least MIN_CALLS calls must have come back.
 Prints each failure; exits 1 if there is one.
 """
 import json
@@ -22,6 +26,10 @@ import urllib.request
 import jsonschema
 
 MIN_CALLS = 6
+# Tokens left after the reasoning for a call's header and arguments or a
+# structured answer: a random model pads JSON with whitespace (up to 8 bytes
+# at each of ~30 places in a 'plan' of three steps, often a token a byte).
+ROOM_FOR_ARGS = 300
 SEEDS = range(6)
 
 SCHEMAS = {
@@ -99,15 +107,19 @@ def main(port):
     for seed in SEEDS:
         for choice, allowed in openai_choices:
             where = 'openai %s seed %d' % (json.dumps(choice), seed)
-            r = post(port, '/v1/chat/completions',
-                     {'model': 'm', 'messages': messages, 'tools': openai_tools,
-                      'tool_choice': choice, 'temperature': 1, 'seed': seed,
-                      'max_tokens': 160})
+            body = {'model': 'm', 'messages': messages, 'tools': openai_tools,
+                    'tool_choice': choice, 'temperature': 1, 'seed': seed,
+                    'max_tokens': ROOM_FOR_ARGS * 2}  # the default budget: half
+            if seed % 2:
+                body['thinking_token_budget'] = 30
+                body['max_tokens'] = 30 + ROOM_FOR_ARGS
+                where += ' budget 30'
+            r = post(port, '/v1/chat/completions', body)
             c = r['choices'][0]
             tcs = c['message'].get('tool_calls') or []
             if c['finish_reason'] == 'tool_calls' and not tcs:
                 errors.append('%s: finish_reason tool_calls without calls' % where)
-            if choice != 'auto' and c['finish_reason'] == 'stop':
+            if choice != 'auto' and c['finish_reason'] != 'tool_calls':
                 errors.append('%s: a required call ended without one: %r' % (where, c))
             for tc in tcs:
                 calls += 1
@@ -122,11 +134,15 @@ def main(port):
                 check(errors, tc['function']['name'], args, allowed, where)
         for choice, allowed in anthropic_choices:
             where = 'anthropic %s seed %d' % (json.dumps(choice), seed)
-            r = post(port, '/v1/messages',
-                     {'model': 'm', 'messages': messages, 'tools': anthropic_tools,
-                      'tool_choice': choice, 'temperature': 1, 'max_tokens': 160})
+            body = {'model': 'm', 'messages': messages, 'tools': anthropic_tools,
+                    'tool_choice': choice, 'temperature': 1, 'max_tokens': ROOM_FOR_ARGS * 2}
+            if seed % 2:  # extended thinking's budget bounds the reasoning
+                body['thinking'] = {'type': 'enabled', 'budget_tokens': 12}
+                body['max_tokens'] = 12 + ROOM_FOR_ARGS
+                where += ' thinking budget 12'
+            r = post(port, '/v1/messages', body)
             uses = [b for b in r['content'] if b['type'] == 'tool_use']
-            if r['stop_reason'] == 'end_turn':
+            if r['stop_reason'] != 'tool_use':
                 errors.append('%s: a required call ended without one: %r' % (where, r))
             for b in uses:
                 calls += 1
@@ -134,16 +150,20 @@ def main(port):
                     errors.append('%s: call id %s repeats %s' % (where, b['id'], ids[b['id']]))
                 ids[b['id']] = where
                 check(errors, b['name'], b['input'], allowed, where)
-        for name, schema in SCHEMAS.items():
-            where = 'response_format %s seed %d' % (name, seed)
-            r = post(port, '/v1/chat/completions',
-                     {'model': 'm', 'messages': [{'role': 'user', 'content': 'JSON please.'}],
-                      'response_format': {'type': 'json_schema',
-                                          'json_schema': {'name': name, 'schema': schema,
-                                                          'strict': True}},
-                      'temperature': 1, 'seed': seed, 'max_tokens': 160})
+        for (name, schema), (budget, max_tokens) in zip(
+                SCHEMAS.items(), [(0, 60), (5, 60), (None, ROOM_FOR_ARGS * 2)]):
+            where = 'response_format %s seed %d budget %s' % (name, seed, budget)
+            body = {'model': 'm', 'messages': [{'role': 'user', 'content': 'JSON please.'}],
+                    'response_format': {'type': 'json_schema',
+                                        'json_schema': {'name': name, 'schema': schema,
+                                                        'strict': True}},
+                    'temperature': 1, 'seed': seed, 'max_tokens': max_tokens}
+            if budget is not None:
+                body['thinking_token_budget'] = budget
+            r = post(port, '/v1/chat/completions', body)
             c = r['choices'][0]
             if c['finish_reason'] != 'stop':
+                errors.append('%s: the structured answer did not finish: %r' % (where, c))
                 continue
             answers += 1
             try:

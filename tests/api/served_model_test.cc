@@ -82,6 +82,16 @@ TEST(RequestFieldsTest, IntegersOutOfRangeAre400NotConverted) {
   EXPECT_FALSE(q.speculative);
   EXPECT_EQ(ParseSampling(json::parse(R"({"speculative":"no"})"), "stop", &q).code(),
             StatusCode::kInvalidArgument);
+  // vLLM's reasoning budget: a non-negative integer, unset unless given.
+  EXPECT_FALSE(q.reasoning_budget);
+  ASSERT_TRUE(ParseSampling(json::parse(R"({"thinking_token_budget":64})"), "stop", &q).ok());
+  EXPECT_EQ(q.reasoning_budget, 64);
+  for (const char* bad : {R"({"thinking_token_budget":-1})", R"({"thinking_token_budget":"lots"})",
+                          R"({"thinking_token_budget":1.5})"}) {
+    const Status st = ParseSampling(json::parse(bad), "stop", &q);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(st.message().find("thinking_token_budget"), std::string::npos) << st.message();
+  }
 }
 
 TEST(RequestFieldsTest, HighPriorityOnlyForTenantsAllowedIt) {

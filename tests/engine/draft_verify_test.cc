@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <vector>
 
 #include "engine/backend/sample_draw.h"
@@ -13,6 +14,11 @@ namespace agentkv::engine {
 namespace {
 
 using V = std::vector<int32_t>;
+using backend::PickMode;
+using backend::RowPick;
+using backend::SampleSettings;
+using backend::SampleWeights;
+using backend::VerifyDraftRow;
 
 TEST(DraftVerifyTest, GreedyAcceptsTheAgreeingPrefixAndTheNextArgmax) {
   // picks = argmax of rows 0..3 for a draft of three.
@@ -61,7 +67,7 @@ void CheckDistribution(float temperature, int top_k) {
   const V draft = {3, 2};  // neither is row 0's most likely token
   const std::vector<double> p0 = Target(row0, temperature, top_k);
   const std::vector<double> p1 = Target(row1, temperature, top_k);
-  backend::SampleSettings s;
+  SampleSettings s;
   s.temperature = temperature;
   s.top_k = top_k;
   Lcg rng;
@@ -103,7 +109,7 @@ TEST(DraftVerifyTest, SampledOutputKeepsTheTruncatedDistribution) {
 TEST(DraftVerifyTest, ADraftTokenOutsideTheKeptSetIsAlwaysRejected) {
   const std::vector<float> row0 = {5.0f, 4.0f, -3.0f};
   const std::vector<float> row1 = {0.0f, 0.0f, 0.0f};
-  backend::SampleSettings s;
+  SampleSettings s;
   s.top_k = 2;
   Lcg rng;
   for (int i = 0; i < 1000; ++i) {
@@ -118,7 +124,7 @@ TEST(DraftVerifyTest, ADraftTokenOutsideTheKeptSetIsAlwaysRejected) {
 TEST(DraftVerifyTest, APointMassRowAcceptsOnlyItsToken) {
   // +inf logit: SampleDraw's pick whatever u is.
   std::vector<float> rows = {0.0f, INFINITY, 0.0f, 1.0f, 2.0f, 3.0f};
-  backend::SampleSettings s;
+  SampleSettings s;
   Lcg rng;
   DraftVerdict v = VerifySampledDraft(V{0}, rows, 3, s, [&] { return rng(); });
   EXPECT_EQ(v.accepted, 0);
@@ -126,6 +132,175 @@ TEST(DraftVerifyTest, APointMassRowAcceptsOnlyItsToken) {
   rows = {0.0f, INFINITY, 0.0f, 1.0f, 2.0f, 3.0f};
   v = VerifySampledDraft(V{1}, rows, 3, s, [&] { return rng(); });
   EXPECT_EQ(v.accepted, 1);
+}
+
+// The random stream does not depend on the outcome: 2k + 1 uniforms per
+// drafted step, accepted or not (so a seeded request draws the same
+// uniforms on every backend).
+TEST(DraftVerifyTest, ADraftedStepTakesTwoUniformsPerDraftTokenPlusOne) {
+  const std::vector<float> row = {0.0f, 3.0f, 1.0f, -1.0f};
+  SampleSettings s;
+  for (const V& draft : {V{1, 1, 1}, V{3, 3, 3}, V{}, V{1, 3}}) {
+    for (double fixed : {0.0, 0.5, 0.999}) {
+      std::vector<float> rows;
+      for (size_t j = 0; j <= draft.size(); ++j) rows.insert(rows.end(), row.begin(), row.end());
+      int calls = 0;
+      VerifySampledDraft(draft, rows, 4, s, [&] {
+        ++calls;
+        return fixed;
+      });
+      EXPECT_EQ(calls, 2 * static_cast<int>(draft.size()) + 1) << draft.size() << " " << fixed;
+    }
+  }
+}
+
+// What a backend is handed for a sampled drafted step: row j tests draft[j]
+// with the first uniform of its pair and draws its residual with the
+// second; the last row draws with the last uniform.
+TEST(DraftVerifyTest, PlanSampledDraftOrdersTheUniforms) {
+  double next = 0.0;
+  std::vector<RowPick> picks;
+  SampleSettings base;
+  base.temperature = 0.7f;
+  base.top_k = 5;
+  PlanSampledDraft(
+      V{4, 9},
+      [&] {
+        SampleSettings t = base;
+        t.u = next;
+        next += 0.1;
+        return t;
+      },
+      &picks);
+  ASSERT_EQ(picks.size(), 3u);
+  EXPECT_EQ(picks[0].draft, 4);
+  EXPECT_DOUBLE_EQ(picks[0].u_accept, 0.0);
+  EXPECT_DOUBLE_EQ(picks[0].sample.u, 0.1);
+  EXPECT_EQ(picks[1].draft, 9);
+  EXPECT_DOUBLE_EQ(picks[1].u_accept, 0.2);
+  EXPECT_DOUBLE_EQ(picks[1].sample.u, 0.30000000000000004);
+  EXPECT_EQ(picks[2].draft, -1);
+  EXPECT_DOUBLE_EQ(picks[2].sample.u, 0.4);
+  for (const RowPick& p : picks) {
+    EXPECT_EQ(p.mode, PickMode::kDevice);
+    EXPECT_EQ(p.sample.top_k, 5);
+    EXPECT_FLOAT_EQ(p.sample.temperature, 0.7f);
+  }
+}
+
+TEST(DraftVerifyTest, VerifyDraftRowAcceptsExactlyBelowTheDraftsProbability) {
+  // Weights 1, e^-1, e^-2 at T = 1: p(1) = e^-1 / (1 + e^-1 + e^-2).
+  const std::vector<float> row = {2.0f, 1.0f, 0.0f};
+  const double p1 = std::exp(-1.0) / (1.0 + std::exp(-1.0) + std::exp(-2.0));
+  SampleSettings s;
+  for (double u : {0.0, p1 * 0.999, p1 * 1.001, 0.9}) {
+    std::vector<float> r = row;
+    s.u = 0.5;
+    const int32_t t = VerifyDraftRow(r, s, 1, u);
+    if (u < p1) {
+      EXPECT_EQ(t, 1) << u;
+    } else {
+      EXPECT_NE(t, 1) << u;  // the residual never holds the draft token
+    }
+  }
+  // Outside the vocabulary: never accepted, the row drawn as usual.
+  std::vector<float> r = row;
+  s.u = 0.0;
+  EXPECT_EQ(VerifyDraftRow(r, s, 7, 0.0), 0);
+  // Only the draft token kept (top_k 1): accepted whatever the uniform.
+  s.top_k = 1;
+  r = row;
+  EXPECT_EQ(VerifyDraftRow(r, s, 0, 0.999999), 0);
+}
+
+// The chi-square quantile for `df` degrees of freedom at 1 - 1e-3 (z =
+// 3.0902), by Wilson and Hilferty's approximation, a little above the exact
+// value for small df (14.13 for 13.82 at df 2, 18.72 for 18.47 at df 4).
+double ChiSquare999(int df) {
+  const double k = 2.0 / (9.0 * df);
+  const double c = 1.0 - k + 3.0902 * std::sqrt(k);
+  return df * c * c * c;
+}
+
+// Pearson's statistic of `count` (n draws) against `p`, over the tokens p
+// gives mass; a token p gives none must never be drawn.
+double PearsonChiSquare(const std::vector<double>& count, const std::vector<double>& p, double n,
+                        int* df) {
+  double chi = 0.0;
+  *df = -1;
+  for (size_t t = 0; t < p.size(); ++t) {
+    if (p[t] <= 0.0) {
+      EXPECT_EQ(count[t], 0.0) << "token " << t << " has no probability";
+      continue;
+    }
+    ++*df;
+    const double e = n * p[t];
+    chi += (count[t] - e) * (count[t] - e) / e;
+  }
+  return chi;
+}
+
+// Every emitted position j (given drafts 0..j-1 accepted) is distributed as
+// p_j, the row's own distribution, whichever draft tokens were proposed:
+// Pearson's chi-square of each position's counts against p_j stays below
+// the 99.9% quantile. The uniforms are a fixed-seed stream, so the
+// statistics are the same on every run (printed). Rows: temperature 0.9,
+// top_p 0.9 and min_p 0.05 (a truncated p; tokens outside it must never
+// appear), drafts of three: a likely token, an unlikely one, one the
+// truncation drops.
+TEST(DraftVerifyTest, ChiSquareOfEveryPositionAgainstItsRowsDistribution) {
+  const int32_t vocab = 8;
+  const std::vector<std::vector<float>> rows = {
+      {1.0f, 2.5f, 0.3f, 2.0f, -1.0f, 1.7f, 0.0f, 0.9f},
+      {0.2f, 0.1f, 3.0f, 2.9f, 0.0f, 1.0f, 2.2f, -2.0f},
+      {2.0f, 1.0f, 0.5f, 0.0f, 1.5f, 0.0f, -3.0f, 1.9f},
+      {0.5f, 0.4f, 0.3f, 0.2f, 0.1f, 0.0f, -0.1f, 2.0f},
+  };
+  SampleSettings s;
+  s.temperature = 0.9f;
+  s.top_p = 0.9f;
+  s.min_p = 0.05f;
+  // Each row's distribution, as SampleWeights defines it.
+  std::vector<std::vector<double>> p;
+  for (const std::vector<float>& row : rows) {
+    std::vector<float> w = row;
+    EXPECT_EQ(SampleWeights(w, s), -1);
+    double m = 0;
+    for (float x : w) m += x;
+    std::vector<double> q;
+    for (float x : w) q.push_back(x / m);
+    p.push_back(q);
+  }
+  for (const V& draft : {V{1, 2, 0}, V{4, 3, 7}, V{3, 6, 4}}) {
+    Lcg rng;
+    const int trials = 200000;
+    std::vector<std::vector<double>> count(4, std::vector<double>(vocab, 0.0));
+    std::vector<double> reached(4, 0.0);
+    std::vector<float> buf;
+    for (int i = 0; i < trials; ++i) {
+      buf.clear();
+      for (const std::vector<float>& row : rows) buf.insert(buf.end(), row.begin(), row.end());
+      const DraftVerdict v = VerifySampledDraft(draft, buf, vocab, s, [&] { return rng(); });
+      for (int j = 0; j <= v.accepted; ++j) {
+        const int32_t t = j < v.accepted ? draft[static_cast<size_t>(j)] : v.next;
+        count[static_cast<size_t>(j)][static_cast<size_t>(t)] += 1;
+        reached[static_cast<size_t>(j)] += 1;
+      }
+    }
+    for (size_t j = 0; j < 4; ++j) {
+      if (reached[j] < 2000) continue;  // too few to judge (an unlikely draft before it)
+      int df = 0;
+      const double chi = PearsonChiSquare(count[j], p[j], reached[j], &df);
+      ASSERT_GE(df, 1);
+      std::printf(
+          "draft {%d,%d,%d} position %zu: %.0f draws, chi-square %.2f (df %d, bound %.2f)\n",
+          draft[0], draft[1], draft[2], j, reached[j], chi, df, ChiSquare999(df));
+      EXPECT_LT(chi, ChiSquare999(df)) << "position " << j;
+    }
+    if (draft[0] == 1) {  // likely tokens: every position, the bonus row's too, is judged
+      for (size_t j = 0; j < 4; ++j) EXPECT_GE(reached[j], 2000) << "position " << j;
+    }
+  }
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/grammar/grammar.h"
+
 namespace agentkv::engine {
 namespace {
 
@@ -73,6 +75,38 @@ TEST(SamplingParamsTest, RejectsOutOfRange) {
   edge.stop.assign(64, std::string(512, 'b'));
   edge.stop_token_ids.assign(64, 1);
   EXPECT_TRUE(edge.Validate().ok());
+}
+
+// A one-node grammar (any bytes, forever), its node a reasoning node or not.
+std::shared_ptr<const grammar::Grammar> LoopGrammar(bool reasoning) {
+  grammar::GrammarBuilder b({});
+  const int32_t n = b.NewNode();
+  b.AddBytes(n, 0, 0xFF, n);
+  b.MarkEnd(n);
+  if (reasoning) b.MarkReasoning(n);
+  auto g = b.Finish(n, nullptr);
+  EXPECT_TRUE(g.ok());
+  return g.ok() ? *g : nullptr;
+}
+
+TEST(SamplingParamsTest, ReasoningBudgetIsHalfTheReplyUnlessSetAndNeverAboveIt) {
+  SamplingParams p;
+  EXPECT_EQ(ReasoningBudget(p, 100), -1) << "no grammar: unbounded";
+  p.grammar = LoopGrammar(false);
+  EXPECT_EQ(ReasoningBudget(p, 100), -1) << "a grammar without reasoning: unbounded";
+  p.grammar = LoopGrammar(true);
+  EXPECT_EQ(ReasoningBudget(p, 100), 50);
+  EXPECT_EQ(ReasoningBudget(p, 7), 3);
+  EXPECT_EQ(ReasoningBudget(p, 0), 0);
+  p.reasoning_budget = 20;
+  EXPECT_EQ(ReasoningBudget(p, 100), 20);
+  EXPECT_EQ(ReasoningBudget(p, 10), 10) << "capped by the reply's own limit";
+  p.reasoning_budget = 0;
+  EXPECT_EQ(ReasoningBudget(p, 100), 0);
+}
+
+TEST(SamplingParamsTest, RejectsANegativeReasoningBudget) {
+  ExpectInvalid([](SamplingParams& p) { p.reasoning_budget = -1; }, "reasoning budget");
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine (run tool), from the repository root, after
 # tools/device/pack_cuda.sh here and with `.devcarry` carried:
-#   bash tools/device/cuda_check.sh [tests] [sanitize] [hf] [hf8] [hfmoe] [profile] [moebench] [bench] [bench8b] [spec]
+#   bash tools/device/cuda_check.sh [tests] [sanitize] [hf] [hf8] [hfmoe] [profile] [moebench] [bench] [bench8b] [spec] [overhead]
 # tests:    every CUDA test binary (kernels vs CPU references, backend vs CPU)
 # sanitize: the same under compute-sanitizer memcheck (kernel tests whole,
 #           backend tests on one architecture: the sanitizer is slow)
@@ -46,7 +46,15 @@
 #           fresh machine: one call each if time is short); "sanitize" runs
 #           the drafted-step backend tests under compute-sanitizer memcheck;
 #           "hf" runs hf_compare --device cuda --speculative (greedy with
-#           drafts verified against transformers).
+#           drafts verified against transformers). SPEC_TEMPERATURE=T makes
+#           the specbench requests sampled at T (seeded; drafted rows then
+#           verified by the sample kernel, no --expect-accept).
+# overhead: what logprobs and a json_object grammar cost on the device (not
+#           in the default stages): `bench engine` 512 + 128 at c1 and c64 on
+#           the Qwen3-8B shape, plain, with --logprobs 5 (logprobs +
+#           top_logprobs 5 on every request) and with --response-format
+#           json_object (every request masked on the host), alternating,
+#           twice; the summary gives each as a ratio of the plain run.
 # Logs and JSON go to $OUT (or /tmp/cuda_check); a summary is printed last,
 # then the roofline tables (so that the end of the output holds them). The
 # run tool brings back at most eight files: BUNDLE=1 packs everything in
@@ -233,7 +241,9 @@ for st in "${stages[@]}"; do
             grep -q "listening on" "$OUT/serve_${tag}_$sp.out" && break
             kill -0 $PID 2>/dev/null || break; sleep 0.2
           done
-          expect=(); [ $m = $C ] && [ $sp = ngram ] && expect=(--expect-accept 0.8)
+          expect=(); [ $m = $C ] && [ $sp = ngram ] && [ -z "${SPEC_TEMPERATURE:-}" ] &&
+            expect=(--expect-accept 0.8)
+          [ -n "${SPEC_TEMPERATURE:-}" ] && expect+=(--temperature "$SPEC_TEMPERATURE")
           line=$(python3 tools/specbench/specbench.py run --url http://127.0.0.1:8093 --file-tokens 2000 \
             --max-tokens 1024 --ignore-eos --warmup 1 --repeat 3 --label "$tag $sp" ${expect[@]+"${expect[@]}"} \
             --json "$OUT/spec_${tag}_$sp.json" 2>"$OUT/spec_${tag}_$sp.log")
@@ -288,6 +298,41 @@ for c in (1, 64):
 PY
       while read -r l; do note "$l"; done <"$OUT/specbatch.md"
     fi ;;
+  overhead)
+    M=/tmp/qwen3_8b
+    if [ ! -f $M/model.safetensors ]; then
+      agentkv model synth --arch qwen3 --tokenizer .devcarry/tokenizers/qwen3 --out /tmp/tpl_qwen3 \
+        --layers 1 --hidden 64 --heads 4 --kv-heads 2 >/dev/null
+      python3 tools/device/synth_shape.py --template /tmp/tpl_qwen3 --out $M --layers 36 \
+        --hidden 4096 --intermediate 12288 --heads 32 --kv-heads 8 --head-dim 128 --vocab 151936 --no-tie
+    fi
+    for round in 1 2; do
+      for mode in plain logprobs json; do
+        flag=()
+        [ $mode = logprobs ] && flag=(--logprobs 5)
+        [ $mode = json ] && flag=(--response-format json_object)
+        agentkv bench engine --model $M --device cuda --prompt 512 --output 128 --concurrency 1,64 \
+          ${flag[@]+"${flag[@]}"} --json >"$OUT/overhead_${mode}_$round.json" 2>>"$OUT/overhead.err"
+        note "bench engine $mode round $round rc=$?"
+      done
+    done
+    python3 - "$OUT" <<'PY' | tee "$OUT/overhead.md"
+import json, sys
+out = sys.argv[1]
+rate = {}
+for mode in ("plain", "logprobs", "json"):
+    for r in (1, 2):
+        for lv in json.load(open(f"{out}/overhead_{mode}_{r}.json"))["levels"]:
+            rate.setdefault((mode, lv["concurrency"]), []).append(lv["output_tok_s"])
+for c in (1, 64):
+    base = sum(rate[("plain", c)]) / 2
+    parts = [f"plain {', '.join(f'{x:.0f}' for x in rate[('plain', c)])} tok/s"]
+    for mode, what in (("logprobs", "--logprobs 5"), ("json", "json_object")):
+        xs = rate[(mode, c)]
+        parts.append(f"{what} {', '.join(f'{x:.0f}' for x in xs)} tok/s (x{sum(xs) / 2 / base:.3f})")
+    print(f"bench engine c{c} 512+128: " + "; ".join(parts))
+PY
+    while read -r l; do note "$l"; done <"$OUT/overhead.md" ;;
   esac
 done
 echo; echo "SUMMARY"; printf '%s\n' "${summary[@]}"

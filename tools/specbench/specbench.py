@@ -9,7 +9,9 @@ completions) on a request whose prompt holds a source file of about
   python3 tools/specbench/specbench.py compare /tmp/base.json /tmp/spec.json
 
 `run` sends --warmup untimed requests, then --repeat timed ones, one at a
-time, streamed, greedy (temperature 0). For each it records the time to the
+time, streamed, greedy (temperature 0) unless --temperature is given (then
+sampled with --seed, every request alike: a seeded request repeats itself,
+drafts verified by rejection sampling). For each it records the time to the
 first token, the decode rate (completion tokens after the first, over the
 time from the first token to the last) and the end-to-end rate, and, from
 GET /admin/status before and after, the engine's steps and speculative
@@ -215,7 +217,8 @@ def cmd_run(a):
         model = server.get("/v1/models")["data"][0]["id"]
     messages, ptoks, lines = build_prompt(server, model, a.file, a.file_tokens)
     max_tokens = a.max_tokens or ptoks + 64
-    body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0,
+    body = {"model": model, "messages": messages, "max_tokens": max_tokens,
+            "temperature": a.temperature, "seed": a.seed,
             "stream": True, "stream_options": {"include_usage": True},
             "chat_template_kwargs": TEMPLATE_KWARGS}
     if a.ignore_eos:
@@ -246,7 +249,7 @@ def cmd_run(a):
             "acceptance": d["accepted_tokens"] / d["draft_tokens"] if d["draft_tokens"] else 0.0,
             "warmup": i < a.warmup,
         }
-        # Greedy: every reply the same (a check that the runs compare).
+        # Greedy or seeded: every reply the same (a check that the runs compare).
         run["same_text"] = text0 is None or text == text0
         text0 = text0 if text0 is not None else text
         runs.append(run)
@@ -272,7 +275,7 @@ def cmd_run(a):
           f"{med['accepted_tokens']:.0f} accepted ({100 * med['acceptance']:.0f}%)")
     ok = all(r["same_text"] for r in runs)
     if not ok:
-        print("error: greedy replies differ between runs", file=sys.stderr)
+        print("error: replies differ between runs (greedy or seeded)", file=sys.stderr)
     if a.expect_accept is not None and med["acceptance"] < a.expect_accept:
         print(f"error: acceptance {med['acceptance']:.2f} below --expect-accept "
               f"{a.expect_accept}", file=sys.stderr)
@@ -315,6 +318,9 @@ def main():
                    help="reply limit (default: the prompt's tokens + 64, room for the file)")
     r.add_argument("--ignore-eos", action="store_true",
                    help="every reply max_tokens long (random models)")
+    r.add_argument("--temperature", type=float, default=0.0,
+                   help="0: greedy; above: sampled (with --seed)")
+    r.add_argument("--seed", type=int, default=1)
     r.add_argument("--warmup", type=int, default=1)
     r.add_argument("--repeat", type=int, default=3)
     r.add_argument("--label", default="")

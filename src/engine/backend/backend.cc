@@ -72,11 +72,11 @@ Status Backend::ForwardSampled(std::span<const SeqStep> batch, std::span<const R
       }
       tokens[r] = best;
     } else if (lp) {
-      // SampleDraw clobbers its row: draw from a copy, keep the logits.
+      // The draw clobbers its row: draw from a copy, keep the logits.
       scratch.assign(row.begin(), row.end());
-      tokens[r] = SampleDraw(scratch, rows[r].sample);
+      tokens[r] = PickDeviceRow(scratch, rows[r]);
     } else {
-      tokens[r] = SampleDraw(row, rows[r].sample);
+      tokens[r] = PickDeviceRow(row, rows[r]);
     }
     if (lp) {
       const double scale = rows[r].mode == PickMode::kDevice

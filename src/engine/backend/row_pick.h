@@ -7,7 +7,10 @@
 //   kGreedy: argmax, lowest id on ties, NaN never wins.
 //   kDevice: a draw from the distribution `sample` describes, made where
 //            the logits are (on a GPU: no logits copy), exactly as SampleDraw
-//            (engine/backend/sample_draw.h) defines it.
+//            (engine/backend/sample_draw.h) defines it; with draft >= 0, the
+//            speculative test of that draft token against the distribution
+//            instead (VerifyDraftRow, same header): the draft token if
+//            accepted, else a draw from the residual.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +38,12 @@ struct RowPick {
   // with this many top entries (RowLogprobs, row_logprobs.h) next to the
   // pick; -1: none.
   int8_t logprobs = -1;
+  // kDevice only. >= 0: a drafted row, verified rather than drawn: `draft`
+  // is the draft token the row tests (the token that follows it in the
+  // step), `u_accept` in [0, 1) the uniform of its acceptance test;
+  // sample.u is the residual draw's. -1: a plain draw.
+  int32_t draft = -1;
+  double u_accept = 0.0;
 };
 
 }  // namespace agentkv::backend

@@ -206,4 +206,26 @@ int32_t SampleDraw(std::span<float> logits, const SampleSettings& s) {
   return Draw(logits, s.u, mass);
 }
 
+int32_t VerifyDraftRow(std::span<float> logits, const SampleSettings& s, int32_t draft,
+                       double u_accept) {
+  double mass = 0.0;
+  const int32_t point = KeepWeights(logits, s, &mass);
+  if (point >= 0) return point;  // accepted iff it is the draft
+  const bool in_vocab = draft >= 0 && static_cast<size_t>(draft) < logits.size();
+  const double p = in_vocab ? logits[static_cast<size_t>(draft)] / mass : 0.0;
+  if (u_accept < p) return draft;
+  // Rejected: the residual is p without the draft token, its mass summed
+  // afresh (mass - w(draft) would cancel where the draft held nearly all).
+  if (in_vocab) logits[static_cast<size_t>(draft)] = 0.0f;
+  const int32_t t = DrawFromWeights(logits, s.u);
+  // Nothing left: only the draft was kept, so p was 1 and it was accepted;
+  // rounding alone gets here.
+  return t >= 0 ? t : draft;
+}
+
+int32_t PickDeviceRow(std::span<float> logits, const RowPick& pick) {
+  return pick.draft >= 0 ? VerifyDraftRow(logits, pick.sample, pick.draft, pick.u_accept)
+                         : SampleDraw(logits, pick.sample);
+}
+
 }  // namespace agentkv::backend

@@ -51,4 +51,23 @@ int32_t SampleWeights(std::span<float> logits, const SampleSettings& s);
 // weight is positive.
 int32_t DrawFromWeights(std::span<const float> weights, double u);
 
+// One drafted row's speculative test (engine/draft_verify.h has the whole
+// verification), for a draft that puts all its mass on `draft` (an n-gram
+// draft): with p the distribution SampleDraw draws from (SampleWeights),
+// accepts `draft` when u_accept < p(draft) and returns it; otherwise draws
+// from the residual max(0, p - q), q the point mass on `draft`, that is p
+// with `draft` removed and renormalised, with s.u (step 6 above), which
+// never returns `draft`. A row whose draw is a single token whatever u is
+// (SampleWeights >= 0) returns that token. So the result equals `draft`
+// exactly when the draft is accepted. `logits` is scratch, left clobbered;
+// `draft` outside the vocabulary is never accepted.
+// The CUDA kernel (LaunchSampleRows with RowPick::draft) does the same
+// test; its p(draft) and residual draw may differ from these by rounding
+// only where u_accept or u * M lies within rounding of a boundary.
+int32_t VerifyDraftRow(std::span<float> logits, const SampleSettings& s, int32_t draft,
+                       double u_accept);
+// The pick a backend makes for a kDevice row (RowPick): SampleDraw, or
+// VerifyDraftRow when pick.draft >= 0. `logits` is left clobbered.
+int32_t PickDeviceRow(std::span<float> logits, const RowPick& pick);
+
 }  // namespace agentkv::backend

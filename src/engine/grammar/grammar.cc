@@ -86,6 +86,11 @@ void GrammarBuilder::MarkEnd(int32_t node) {
   nodes_[static_cast<size_t>(node)].end = true;
 }
 
+void GrammarBuilder::MarkReasoning(int32_t node) {
+  if (!status_.ok()) return;
+  nodes_[static_cast<size_t>(node)].reasoning = true;
+}
+
 void GrammarBuilder::SetStringRemaining(int32_t node, int32_t remaining) {
   if (!status_.ok()) return;
   nodes_[static_cast<size_t>(node)].string_remaining = remaining;
@@ -117,6 +122,7 @@ Result<std::shared_ptr<const Grammar>> GrammarBuilder::Finish(
   auto g = std::make_shared<Grammar>();
   g->nodes_ = std::move(nodes_);
   g->root_ = root;
+  for (const GrammarNode& n : g->nodes_) g->has_reasoning_ = g->has_reasoning_ || n.reasoning;
   g->limits_ = limits_;
   // The matcher's frame buffer holds at most 256 frames.
   g->limits_.max_stack_depth = std::min(g->limits_.max_stack_depth, 256);

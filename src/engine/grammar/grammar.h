@@ -56,6 +56,11 @@ struct GrammarNode {
   // (kUnboundedChars: any number), every plain character moving to the
   // node for one fewer (or to itself when unbounded).
   int32_t string_remaining = -1;
+  // A reasoning node (the model thinking before its answer, e.g. harmony's
+  // analysis channel): a matcher whose reasoning budget is spent drops the
+  // stacks whose top is one (GrammarMatcher::CloseReasoning), so the
+  // grammar's way out of the reasoning is all that remains.
+  bool reasoning = false;
 };
 
 // Limits on what one request's schema may compile to.
@@ -75,6 +80,8 @@ class Grammar {
   const GrammarLimits& limits() const { return limits_; }
   const TokenVocabulary& vocab() const { return *vocab_; }
   const std::shared_ptr<const TokenVocabulary>& vocab_ptr() const { return vocab_; }
+  // Some node is a reasoning node.
+  bool has_reasoning() const { return has_reasoning_; }
 
   // The mask cache: the allowed-token bitset for a state key (the matcher's
   // canonical state). Null when absent. Bounded (kMaxCachedMasks, cleared
@@ -92,6 +99,7 @@ class Grammar {
 
   std::vector<GrammarNode> nodes_;
   int32_t root_ = 0;
+  bool has_reasoning_ = false;
   GrammarLimits limits_;
   std::shared_ptr<const TokenVocabulary> vocab_;
   mutable std::mutex mu_;
@@ -128,6 +136,8 @@ class GrammarBuilder {
   // compiled JSON schema becomes one part of a larger grammar.
   int32_t Splice(const Grammar& g);
   void MarkEnd(int32_t node);
+  // Marks `node` a reasoning node (GrammarNode::reasoning).
+  void MarkReasoning(int32_t node);
   void SetStringRemaining(int32_t node, int32_t remaining);
   // Bytes of `text` in order, from `from` to `to`.
   void AddLiteral(int32_t from, std::string_view text, int32_t to);

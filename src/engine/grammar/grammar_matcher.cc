@@ -246,6 +246,29 @@ void GrammarMatcher::FillMask(std::span<uint64_t> mask) {
     g.StoreMask(key, std::make_shared<std::vector<uint64_t>>(mask.begin(), mask.end()));
 }
 
+bool GrammarMatcher::in_reasoning() const {
+  const std::vector<int32_t>& f = state_.frames;
+  for (size_t i = 0; i < f.size(); i += static_cast<size_t>(f[i]) + 1)
+    if (grammar_->nodes()[static_cast<size_t>(f[i + static_cast<size_t>(f[i])])].reasoning)
+      return true;
+  return false;
+}
+
+void GrammarMatcher::CloseReasoning() {
+  if (!grammar_->has_reasoning()) return;
+  const std::vector<int32_t>& f = state_.frames;
+  std::vector<int32_t> kept;
+  kept.reserve(f.size());
+  for (size_t i = 0; i < f.size(); i += static_cast<size_t>(f[i]) + 1) {
+    const auto len = static_cast<size_t>(f[i]);
+    if (grammar_->nodes()[static_cast<size_t>(f[i + len])].reasoning) continue;
+    kept.insert(kept.end(), f.begin() + static_cast<long>(i),
+                f.begin() + static_cast<long>(i + len + 1));
+  }
+  if (kept.size() == f.size() || (kept.empty() && !state_.accepting)) return;
+  state_.frames = std::move(kept);
+}
+
 Status GrammarMatcher::AdvanceBytes(std::string_view bytes) {
   GrammarState cur = state_, next;
   for (char ch : bytes) {

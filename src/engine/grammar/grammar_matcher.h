@@ -50,6 +50,17 @@ class GrammarMatcher {
   // the grammar does not allow.
   Status AdvanceBytes(std::string_view bytes);
 
+  // Some stack's top is a reasoning node (GrammarNode::reasoning): the
+  // next token would be part of the model's reasoning.
+  bool in_reasoning() const;
+  // Drops the stacks whose top is a reasoning node, so that only the
+  // grammar's ways out of the reasoning remain (where a reasoning text may
+  // end, its closing token; where one may begin, the other branches). Keeps
+  // the state as it is when it holds nothing else (a grammar with no way
+  // out there). Called after every token once a budget is spent: a stack
+  // that reaches a reasoning node anew is dropped then.
+  void CloseReasoning();
+
   // The output so far is a complete match.
   bool accepting() const { return state_.accepting; }
   // Nothing more may follow: the only way on is to stop.

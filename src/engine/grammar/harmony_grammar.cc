@@ -6,9 +6,13 @@ namespace agentkv::grammar {
 namespace {
 
 // Text without "<|" from `from`, ending anywhere at `to`: state s0 (the last
-// byte was not '<') and s1 (it was).
-void FreeText(GrammarBuilder& b, int32_t from, int32_t to) {
+// byte was not '<') and s1 (it was); both reasoning nodes when `reasoning`.
+void FreeText(GrammarBuilder& b, int32_t from, int32_t to, bool reasoning = false) {
   const int32_t s0 = b.NewNode(), s1 = b.NewNode();
+  if (reasoning) {
+    b.MarkReasoning(s0);
+    b.MarkReasoning(s1);
+  }
   b.AddEps(from, s0);
   b.AddEps(s0, to);
   b.AddEps(s1, to);
@@ -29,11 +33,17 @@ struct Frame {
   int32_t end;      // accepting
 
   // <|channel|>NAME<|message|>TEXT<|end|><|start|>assistant, back to header.
+  // Reasoning (what the reasoning budget bounds): the message's first byte
+  // leaves a reasoning node (`gate`), so a closed budget starts no new such
+  // message, and its text is reasoning, so a closed budget ends the text
+  // where it is (<|end|> the only way on).
   void LoopMessage(const std::string& name) {
-    const int32_t n = b.NewNode(), body = b.NewNode(), text_end = b.NewNode();
-    b.AddLiteral(channel, name, n);
+    const int32_t gate = b.NewNode(), n = b.NewNode(), body = b.NewNode(), text_end = b.NewNode();
+    b.MarkReasoning(gate);
+    b.AddEps(channel, gate);
+    b.AddLiteral(gate, name, n);
     b.AddToken(n, t.message, body);
-    FreeText(b, body, text_end);
+    FreeText(b, body, text_end, /*reasoning=*/true);
     const int32_t e = b.NewNode(), s = b.NewNode();
     b.AddToken(text_end, t.end, e);
     b.AddToken(e, t.start, s);

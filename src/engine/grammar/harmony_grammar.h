@@ -22,6 +22,12 @@
 //   auto, strict tools:  (reasoning | preamble)*, then one call or an answer.
 //   response format:     reasoning*, then <|channel|>final<|message|>CONTENT.
 //
+// Reasoning and preambles are the grammar's reasoning nodes
+// (GrammarNode::reasoning): once a sequence's reasoning budget is spent
+// (SamplingParams::reasoning_budget, GrammarConstraint), the message being
+// written is closed (<|end|> is then the only token allowed), no new one may
+// start, and the output goes on to the call or the answer.
+//
 // <|call|> is the model's stop token: the grammar requires it after the
 // arguments (no other end token is allowed there), and the sequence ends on
 // it. Arguments of tools with !constrain_arguments are any JSON object.

@@ -636,6 +636,17 @@ Result<std::shared_ptr<const Grammar>> CompileAnyJsonObject(
   return Finish(c, root, std::move(vocab));
 }
 
+Result<std::shared_ptr<const Grammar>> CompileJsonObjectStream(
+    std::shared_ptr<const TokenVocabulary> vocab, GrammarLimits limits) {
+  ASSIGN_OR_RETURN(std::shared_ptr<const Grammar> object, CompileAnyJsonObject(vocab, limits));
+  GrammarBuilder b(limits);
+  // loop: an object, then back to loop; no node of `b`'s own ends, so the
+  // whole never accepts.
+  const int32_t loop = b.NewNode();
+  b.AddCall(loop, b.Splice(*object), loop);
+  return b.Finish(loop, std::move(vocab));
+}
+
 namespace {
 
 // Any text in which `marker` does not occur: a KMP automaton over bytes

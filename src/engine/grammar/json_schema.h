@@ -79,4 +79,13 @@ Result<std::shared_ptr<const Grammar>> CompileToolCallGrammar(
 Result<std::shared_ptr<const Grammar>> CompileAnyJsonObject(
     std::shared_ptr<const TokenVocabulary> vocab, GrammarLimits limits = {});
 
+// JSON objects one after another, never a complete match: a sequence
+// constrained by it never may stop (end tokens stay masked), so it writes
+// max_tokens tokens under the json_object mask. For benchmarks of the
+// mask's cost over whole replies (`agentkv bench engine --response-format
+// json_object`), whose random models would otherwise close an object and
+// stop after a few tokens.
+Result<std::shared_ptr<const Grammar>> CompileJsonObjectStream(
+    std::shared_ptr<const TokenVocabulary> vocab, GrammarLimits limits = {});
+
 }  // namespace agentkv::grammar

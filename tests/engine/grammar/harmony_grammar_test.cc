@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <string>
@@ -14,6 +15,7 @@ namespace agentkv::grammar {
 namespace {
 
 using Json = nlohmann::ordered_json;
+using engine::GrammarConstraint;
 
 class HarmonyGrammarTest : public ::testing::Test {
  protected:
@@ -252,6 +254,104 @@ TEST_F(HarmonyGrammarTest, FinalAnswerFollowsTheSchema) {
   EXPECT_FALSE(Feed(m2, "<|channel|>commentary to=functions.x<|message|>{}").ok());
   GrammarMatcher m3(*g);
   EXPECT_FALSE(Feed(m3, "<|channel|>final<|message|>{\"n\": 1.5}").ok());
+}
+
+// The tokens the constraint allows next: the finite entries of a masked row.
+std::vector<int32_t> Allowed(GrammarConstraint& c, int32_t vocab) {
+  std::vector<float> logits(static_cast<size_t>(vocab), 0.0f);
+  c.Apply(logits);
+  std::vector<int32_t> ids;
+  for (int32_t i = 0; i < vocab; ++i)
+    if (std::isfinite(logits[static_cast<size_t>(i)])) ids.push_back(i);
+  return ids;
+}
+
+TEST_F(HarmonyGrammarTest, ASpentReasoningBudgetEndsTheAnalysisAndLeadsToTheAnswer) {
+  auto content = CompileJsonSchema(
+      Json::parse(R"({"type":"object","properties":{"n":{"type":"integer"}},"required":["n"]})"),
+      vocab_);
+  ASSERT_TRUE(content.ok());
+  auto g = CompileHarmonyFinalGrammar(**content, t_, vocab_);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_TRUE((*g)->has_reasoning());
+  EXPECT_FALSE((*content)->has_reasoning());
+  const int32_t vocab = vocab_->vocab_size();
+  const auto ids = [&](const std::string& text) { return tok_->Encode(text, false); };
+  const std::vector<int32_t> thinking = ids("Let me think about which number to give here.");
+  ASSERT_GT(thinking.size(), 6u);
+  const int32_t budget = 6;
+  GrammarConstraint c(*g, {ret_}, budget);
+  for (int32_t id : ids("<|channel|>analysis<|message|>")) c.Accept(id);
+  // The header's own tokens after <|channel|> count: "analysis" is reasoning.
+  const int32_t header = c.reasoning_tokens();
+  EXPECT_GE(header, 1);
+  size_t i = 0;
+  for (; c.reasoning_tokens() < budget; ++i) {
+    ASSERT_LT(i, thinking.size());
+    const std::vector<int32_t> allowed = Allowed(c, vocab);
+    EXPECT_GT(allowed.size(), 1000u) << "free text before the budget is spent";
+    c.Accept(thinking[i]);
+  }
+  EXPECT_EQ(c.reasoning_tokens(), budget);
+  // Spent mid-sentence: <|end|> is all that may follow.
+  EXPECT_EQ(Allowed(c, vocab), std::vector<int32_t>{t_.end});
+  for (int32_t id : ids("<|end|><|start|>assistant<|channel|>")) c.Accept(id);
+  // No new analysis message; the final channel is open.
+  std::vector<int32_t> allowed = Allowed(c, vocab);
+  const auto has = [&](const std::string& word) {
+    const std::vector<int32_t> w = ids(word);
+    return w.size() == 1 && std::find(allowed.begin(), allowed.end(), w[0]) != allowed.end();
+  };
+  EXPECT_FALSE(has("analysis"));
+  EXPECT_TRUE(has("final"));
+  const int32_t spent = c.reasoning_tokens();
+  for (int32_t id : ids("final<|message|>{\"n\": 7}")) c.Accept(id);
+  EXPECT_TRUE(c.matcher().accepting());
+  allowed = Allowed(c, vocab);
+  EXPECT_NE(std::find(allowed.begin(), allowed.end(), ret_), allowed.end());
+  EXPECT_EQ(c.reasoning_tokens(), spent) << "the answer is not reasoning";
+}
+
+TEST_F(HarmonyGrammarTest, ReasoningBudgetZeroAllowsNoReasoningAndNegativeIsUnbounded) {
+  auto content = CompileAnyJsonObject(vocab_);
+  ASSERT_TRUE(content.ok());
+  auto g = CompileHarmonyFinalGrammar(**content, t_, vocab_);
+  ASSERT_TRUE(g.ok());
+  const int32_t vocab = vocab_->vocab_size();
+  const int32_t analysis = tok_->Encode("analysis", false).front();
+  {
+    GrammarConstraint c(*g, {ret_}, 0);
+    c.Accept(t_.channel);
+    const std::vector<int32_t> allowed = Allowed(c, vocab);
+    EXPECT_EQ(std::find(allowed.begin(), allowed.end(), analysis), allowed.end());
+  }
+  // Unbounded: 200 tokens of analysis text and still free text.
+  GrammarConstraint c(*g, {ret_}, -1);
+  for (int32_t id : tok_->Encode("<|channel|>analysis<|message|>", false)) c.Accept(id);
+  const std::vector<int32_t> word = tok_->Encode(" think", false);
+  ASSERT_EQ(word.size(), 1u);
+  for (int k = 0; k < 200; ++k) c.Accept(word[0]);
+  EXPECT_GT(Allowed(c, vocab).size(), 1000u);
+  EXPECT_EQ(c.reasoning_tokens(), 0) << "an unbounded constraint does not count";
+}
+
+TEST_F(HarmonyGrammarTest, ASpentBudgetClosesPreamblesButNotCalls) {
+  auto g = ToolGrammar(false);
+  ASSERT_TRUE(g);
+  const int32_t vocab = vocab_->vocab_size();
+  GrammarConstraint c(g, {ret_, t_.call}, 0);
+  for (int32_t id : tok_->Encode("<|channel|>commentary", false)) c.Accept(id);
+  // "commentary" may still lead to a call's header, not to a preamble.
+  std::vector<int32_t> allowed = Allowed(c, vocab);
+  EXPECT_EQ(std::find(allowed.begin(), allowed.end(), t_.message), allowed.end());
+  GrammarMatcher m(g);
+  ASSERT_TRUE(Feed(m, "<|channel|>commentary").ok());
+  EXPECT_TRUE(Has(Mask(m), t_.message)) << "without a budget a preamble may start";
+  for (int32_t id :
+       tok_->Encode(" to=functions.get_time <|constrain|>json<|message|>{\"zone\":2}", false))
+    c.Accept(id);
+  allowed = Allowed(c, vocab);
+  EXPECT_NE(std::find(allowed.begin(), allowed.end(), t_.call), allowed.end());
 }
 
 TEST_F(HarmonyGrammarTest, Errors) {

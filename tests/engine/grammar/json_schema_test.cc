@@ -157,6 +157,20 @@ TEST(JsonSchemaTest, JsonObject) {
   EXPECT_FALSE(Matches(*g, R"("s")"));
 }
 
+TEST(JsonSchemaTest, JsonObjectStreamTakesObjectsAndNeverCompletes) {
+  auto g = CompileJsonObjectStream(ByteVocab());
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  GrammarMatcher m(*g);
+  for (int i = 0; i < 50; ++i) {
+    ASSERT_TRUE(m.AdvanceBytes(R"({"a":[1,{"b":null}]})").ok()) << i;
+    EXPECT_FALSE(m.accepting()) << "a stream is never a complete match";
+    EXPECT_FALSE(m.complete());
+  }
+  EXPECT_FALSE(m.AdvanceBytes("[").ok()) << "objects only";
+  EXPECT_TRUE(m.AdvanceBytes("{").ok());
+  EXPECT_FALSE(m.accepting());
+}
+
 TEST(JsonSchemaTest, ToolCalls) {
   std::vector<ToolGrammarSpec> tools = {
       {"get",

@@ -344,7 +344,7 @@ Status TpBackend::Settle(Step& s) {
         }
       s.picks[i] = best;
     } else {
-      s.picks[i] = SampleDraw(row, p.sample);  // (clobbers the gathered row only)
+      s.picks[i] = PickDeviceRow(row, p);  // (clobbers the gathered row only)
     }
   }
   return Status::Ok();

@@ -16,6 +16,7 @@
 #ifdef AGENTKV_HAVE_CUDA
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <random>
@@ -23,6 +24,7 @@
 #include "backend_test_util.h"
 #include "engine/backend/row_logprobs.h"
 #include "engine/backend/sample_draw.h"
+#include "engine/draft_verify.h"
 
 namespace agentkv::backend::cuda {
 namespace {
@@ -309,6 +311,93 @@ TEST(CudaBackend, DraftedStepsPickEachRowAsPlanned) {
       }
       EXPECT_NEAR(lps[r].chosen, ref.chosen, 1e-4) << what;
     }
+  }
+}
+
+// Sampled drafted rows as the engine plans them (PlanSampledDraft: each
+// drafted row tests the token that follows it in the step): the GPU's
+// picks are VerifyDraftRow's on the logits Forward gives for the same step
+// (or ones a 1e-6 move of a uniform changes the CPU's verdict to), so the
+// verdict read from them (VerifyGreedyDraft) is the CPU reference's; only
+// the picks come back. Random draft tokens; the first sequence's are all
+// accepted (u_accept 0, nothing truncated), the third's mostly rejected.
+TEST(CudaBackend, SampledDraftRowsAreVerifiedOnTheGpu) {
+  AGENTKV_REQUIRE_GPU();
+  for (const bool wide : {false, true}) {
+    const model::ModelConfig c =
+        wide ? WideConfig(model::Architecture::kQwen3) : SmallConfig(model::Architecture::kLlama);
+    const int V = c.vocab_size;
+    const MapWeights w = Bf16Weights(c, 41);
+    auto b = MakeCuda(c, w, 16);
+    ASSERT_TRUE(b);
+    std::mt19937 rng(9);
+    std::vector<Seq> seqs = Prompts(c, 3, rng);
+    Pager pager(b->cache_spec(), 16);
+    Prefill(*b, seqs, pager);
+    const std::vector<int> drafts = {4, 0, 3};
+    for (int j = 0; j < drafts[0]; ++j) seqs[0].tokens.push_back(static_cast<int32_t>(rng() % V));
+    for (int j = 0; j < drafts[2]; ++j) seqs[2].tokens.push_back(static_cast<int32_t>(rng() % V));
+    for (Seq& s : seqs) pager.Ensure(s, static_cast<int64_t>(s.tokens.size()));
+    std::vector<SeqStep> steps;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      SeqStep st = StepOf(seqs[i], drafts[i] + 1, true);
+      st.logit_rows = drafts[i] + 1;
+      steps.push_back(st);
+    }
+    const int n = 5 + 1 + 4;
+    std::vector<float> logits(static_cast<size_t>(n) * V, NAN);
+    ASSERT_TRUE(b->Forward(steps, logits).ok());
+    std::uniform_real_distribution<double> un(0.0, 1.0);
+    std::vector<RowPick> plan;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      const std::vector<int32_t>& t = seqs[i].tokens;
+      const std::span<const int32_t> draft(t.data() + t.size() - drafts[i],
+                                           static_cast<size_t>(drafts[i]));
+      engine::PlanSampledDraft(
+          draft,
+          [&] {
+            SampleSettings s;
+            s.temperature = 0.7f;
+            s.top_k = i == 0 ? 0 : 40;
+            s.top_p = i == 0 ? 1.0f : 0.95f;
+            s.u = un(rng);
+            return s;
+          },
+          &plan);
+    }
+    // The first sequence: nothing truncated and u_accept 0, so each draft
+    // token (any token of positive weight) is accepted.
+    for (int r = 0; r < drafts[0]; ++r) plan[static_cast<size_t>(r)].u_accept = 0.0;
+    ASSERT_EQ(plan.size(), static_cast<size_t>(n));
+    std::vector<int32_t> toks(n, -1);
+    std::vector<float> unused(static_cast<size_t>(n) * V, NAN);
+    ASSERT_TRUE(b->ForwardSampled(steps, plan, toks, unused).ok());
+    int accepted = 0;
+    for (int r = 0; r < n; ++r) {
+      const std::string what = "wide " + std::to_string(wide) + " row " + std::to_string(r);
+      auto cpu = [&](const RowPick& p) {
+        std::vector<float> buf(logits.begin() + static_cast<int64_t>(r) * V,
+                               logits.begin() + static_cast<int64_t>(r + 1) * V);
+        return PickDeviceRow(buf, p);
+      };
+      const int32_t want = cpu(plan[r]);
+      accepted += plan[r].draft >= 0 && want == plan[r].draft;
+      if (toks[r] == want) continue;
+      bool near = false;
+      for (double f : {1 - 1e-6, 1 + 1e-6}) {
+        RowPick p = plan[r];
+        p.u_accept *= f;
+        near = near || cpu(p) != want;
+        p = plan[r];
+        p.sample.u *= f;
+        near = near || cpu(p) != want;
+      }
+      EXPECT_TRUE(near) << what << ": gpu " << toks[r] << " cpu " << want;
+    }
+    // No logits were asked for: the rows' buffer is left as it was.
+    EXPECT_TRUE(std::isnan(unused[0]));
+    EXPECT_GE(accepted, drafts[0]) << "wide " << wide;
+    std::printf("wide %d: %d of 7 draft tokens accepted\n", wide, accepted);
   }
 }
 

@@ -8,8 +8,9 @@
 // there the CPU backend's logits (fp32, same bf16 weights) must put both
 // tokens within a near tie of the best (0.3 x the logits' RMS, the gap
 // under which backend_test.cc counts a row undecided); and most tokens must have been compared.
-// (The CPU backend's exact equality is engine_speculative_test.cc's.) Lives beside the CUDA
-// backend's tests so that the GPU machine's test stage runs it.
+// Sampled requests: drafted rows verified by the sample kernel, repeatable
+// under a seed. (The CPU backend's exact equality is engine_speculative_test.cc's.) Lives beside
+// the CUDA backend's tests so that the GPU machine's test stage runs it.
 #include "test_util.h"
 
 #ifdef AGENTKV_HAVE_CUDA
@@ -176,6 +177,60 @@ TEST(CudaEngineSpeculative, GreedyOutputIsTheSameWithDrafts) {
                   static_cast<long long>(spec.stats.draft_tokens));
       ExpectSameUpToNearTies(c, w, plain, spec, what);
     }
+  }
+}
+
+// Sampled requests with drafts: the drafted rows are verified by the sample
+// kernel (RowPick::draft), only picks come back; drafts are accepted at a
+// low temperature (the model is then nearly greedy, and greedy drafts are
+// accepted above), the outputs have their lengths, and the same seeds give
+// the same tokens on a fresh backend (the uniforms come from the seeded
+// Sampler, 2k + 1 per drafted step, and the kernel is deterministic).
+// (That the kernel's verdicts are the CPU reference's is
+// sample_kernel_test.cc's; that they keep the distribution,
+// draft_verify_test.cc's.)
+TEST(CudaEngineSpeculative, SampledDraftsAreVerifiedOnTheDeviceAndRepeat) {
+  AGENTKV_REQUIRE_GPU();
+  const model::ModelConfig c = SmallConfig(model::Architecture::kLlama);
+  const MapWeights w = Bf16Weights(c, 51);
+  // One seeded request alone on a fresh engine: nothing else shapes its
+  // steps, so two runs draft alike.
+  auto run = [&](float temperature, engine::EngineStats* st) {
+    CudaBackendOptions bo;
+    bo.max_step_tokens = 64;
+    bo.max_batch = 1;
+    auto backend = CudaBackend::Create(c, w, bo);
+    EXPECT_TRUE(backend.ok()) << backend.status().ToString();
+    engine::EngineOptions o;
+    o.block_size = 8;
+    o.scheduler.max_batch = 1;
+    o.scheduler.max_step_tokens = 64;
+    o.blocks_per_group.assign(c.CacheSpec(cache::KvDtype::kBF16).groups.size(), 256);
+    o.speculative.mode = engine::SpeculativeMode::kNgram;
+    auto e = std::move(engine::Engine::Create(std::move(backend).value(), nullptr, o).value());
+    engine::EngineRequest r;
+    r.prompt = Repetitive(3, 24, c.vocab_size);
+    r.params.temperature = temperature;
+    r.params.seed = 7;
+    r.params.ignore_eos = true;
+    r.params.max_tokens = 60;
+    std::vector<int32_t> out = Collect(e->Submit(r).value());
+    *st = e->Stats();
+    return out;
+  };
+  for (const float t : {0.05f, 1.0f}) {
+    engine::EngineStats sa, sb;
+    const std::vector<int32_t> a = run(t, &sa), b = run(t, &sb);
+    EXPECT_EQ(a.size(), 60u) << t;
+    EXPECT_EQ(a, b) << "temperature " << t;
+    EXPECT_GT(sa.draft_tokens, 0) << t;
+    if (t < 0.5f) {
+      EXPECT_GT(sa.draft_accepted_tokens, 0) << t;
+    }
+    EXPECT_LE(sa.draft_accepted_tokens, sa.draft_tokens) << t;
+    std::printf("temperature %.2f: %lld of %lld draft tokens accepted\n", t,
+                static_cast<long long>(sa.draft_accepted_tokens),
+                static_cast<long long>(sa.draft_tokens));
   }
 }
 

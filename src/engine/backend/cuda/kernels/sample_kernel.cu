@@ -13,7 +13,9 @@
 // draw is a prefix sum (double) of the kept weights over those chunks: the
 // thread whose chunk holds u * M rescans it in id order. A row with only
 // temperature and min_p costs two passes; top_k and top_p add about twelve
-// each.
+// each. A drafted row (RowPick::draft) is VerifyDraftRow: the same kept set,
+// its draft token's share of the mass tested against u_accept, and on
+// rejection the same draw with the draft token left out.
 #include <math_constants.h>
 
 #include <cstdint>
@@ -286,19 +288,26 @@ __global__ void __launch_bounds__(kThreads)
   }
 
   // 3. min_p and the draw: the first kept id (id order) whose running sum
-  // of weights exceeds u * M.
+  // of weights exceeds u * M. A drafted row (p.draft >= 0) first tests its
+  // draft token d: accepted when u_accept < w(d) / M; otherwise the draw
+  // runs over the kept tokens without d (the residual), so every sum below
+  // leaves d out and M is the residual's mass.
   const float cut = p.sample.min_p;
   auto kept = [&](int i, float& w) {
     w = row.W(i);
     return w > 0.f && w >= cut && bound.Keeps(__float_as_uint(w), i);
   };
+  const int d = p.draft;
+  float wd = 0.f;
+  const bool d_kept = d >= 0 && d < vocab && kept(d, wd);
+  if (!d_kept) wd = 0.f;
   int begin, end;
   Chunk(vocab, begin, end);
   double own = 0.0;
   int last = -1;
   for (int i = begin; i < end; ++i) {
     float w;
-    if (kept(i, w)) {
+    if (kept(i, w) && i != d) {
       own += w;
       last = i;
     }
@@ -312,9 +321,18 @@ __global__ void __launch_bounds__(kThreads)
   int li = last >= 0 ? -last : 0;
   BlockBest(lv, li, sh);
   const int last_kept = lv == 0.f ? -li : -1;
-  if (last_kept < 0) {  // nothing kept (1 / T overflowed): the argmax
+  if (last_kept < 0 && !d_kept) {  // nothing kept (1 / T overflowed): the argmax
     if (threadIdx.x == 0) out[r] = best;
     return;
+  }
+  if (d >= 0) {
+    // Accepted, or nothing but d kept (then p(d) = 1: accepted whatever
+    // rounding says, as the CPU's empty residual gives d).
+    const double pd = d_kept ? static_cast<double>(wd) / (mass + static_cast<double>(wd)) : 0.0;
+    if (p.u_accept < pd || last_kept < 0) {
+      if (threadIdx.x == 0) out[r] = d;
+      return;
+    }
   }
   const double target = p.sample.u * mass;
   // The first thread with kept tokens whose inclusive sum exceeds the
@@ -332,7 +350,7 @@ __global__ void __launch_bounds__(kThreads)
     int pick = last;  // rounding: the crossing is past this chunk's last kept token
     for (int i = begin; i < end; ++i) {
       float w;
-      if (!kept(i, w)) continue;
+      if (!kept(i, w) || i == d) continue;
       run += w;
       if (run > target) {
         pick = i;

@@ -13,10 +13,13 @@ namespace agentkv::backend::cuda::kernels {
 
 // For each row r < rows with picks[r].mode == kDevice: out[r] = the token
 // SampleDraw (engine/backend/sample_draw.h) draws from logits row r (vocab floats,
-// rows contiguous) with picks[r].sample; other rows' out[r] are left as they
-// are. One block of 512 threads per row; picks is a device array. The same
-// token as the CPU's SampleDraw except where u * M, top_p's target or a
-// weight against min_p lies within float rounding of a boundary (float
+// rows contiguous) with picks[r].sample, or with picks[r].draft >= 0 the
+// token VerifyDraftRow (same header) gives (the draft token if accepted
+// with picks[r].u_accept, else the residual draw); other rows' out[r] are
+// left as they are. One block of 512 threads per row; picks is a device array. The same
+// token as the CPU's SampleDraw / VerifyDraftRow except where u * M,
+// u_accept against the draft's share, top_p's target or a weight against
+// min_p lies within float rounding of a boundary (float
 // expf here and there may differ by an ulp or two; sums run in double in
 // another order).
 cudaError_t LaunchSampleRows(const float* logits, int rows, int vocab, const RowPick* picks,

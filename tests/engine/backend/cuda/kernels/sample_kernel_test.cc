@@ -1,4 +1,5 @@
-// LaunchSampleRows against SampleDraw, its CPU reference, on random logits
+// LaunchSampleRows against SampleDraw and VerifyDraftRow (drafted rows),
+// its CPU references, on random logits
 // (a 151,936 vocabulary and a small odd one; batches of 1 and 64; random
 // temperature, top_k, top_p, min_p and u per row; peaked, flat, tied and
 // non-finite rows) with the output poisoned before the launch.
@@ -216,6 +217,172 @@ TEST(SampleKernel, SweepOfUMatchesTheCpuExactly) {
     if (launch == 0) first = got;
     EXPECT_EQ(got, first);
   }
+}
+
+// Drafted rows (RowPick::draft): VerifyDraftRow on the CPU.
+int32_t CpuVerify(const std::vector<float>& logits, const RowPick& p) {
+  std::vector<float> buf = logits;
+  return VerifyDraftRow(buf, p.sample, p.draft, p.u_accept);
+}
+
+// Whether the CPU's verdict moves when u_accept, u, top_p or min_p move by
+// kEps of themselves.
+bool AmbiguousVerify(const std::vector<float>& logits, const RowPick& p, int32_t pick) {
+  for (double f : {1.0 - kEps, 1.0 + kEps}) {
+    RowPick t = p;
+    t.u_accept = std::min(p.u_accept * f, std::nextafter(1.0, 0.0));
+    if (CpuVerify(logits, t) != pick) return true;
+    t = p;
+    t.sample.u = std::min(p.sample.u * f, std::nextafter(1.0, 0.0));
+    if (CpuVerify(logits, t) != pick) return true;
+    t = p;
+    if (p.sample.top_p < 1.0f) {
+      t.sample.top_p = static_cast<float>(std::min(1.0, p.sample.top_p * f));
+      if (CpuVerify(logits, t) != pick) return true;
+    }
+    t = p;
+    if (p.sample.min_p > 0.0f) {
+      t.sample.min_p = static_cast<float>(std::min(1.0, p.sample.min_p * f));
+      if (CpuVerify(logits, t) != pick) return true;
+    }
+  }
+  return false;
+}
+
+// The kernel's speculative test against VerifyDraftRow for identical
+// uniforms: the same acceptance decision and, where rejected, the same
+// residual draw, on the rows and settings of MatchesTheCpuDraw, with draft
+// tokens that are likely (the CPU's own draw), the argmax, random, and
+// outside the vocabulary. Tolerance as above.
+TEST(SampleKernel, DraftVerificationMatchesTheCpu) {
+  AGENTKV_REQUIRE_GPU();
+  std::mt19937 rng(31);
+  std::uniform_real_distribution<double> un(0.0, 1.0);
+  int rows_total = 0, ambiguous = 0, mismatched = 0, accepted = 0;
+  for (int vocab : {151936, 1001}) {
+    std::uniform_int_distribution<int> id(0, vocab - 1);
+    for (int rep = 0; rep < 3; ++rep) {
+      const int batch = 64;
+      std::vector<float> logits;
+      std::vector<std::vector<float>> rows;
+      std::vector<RowPick> picks(static_cast<size_t>(batch));
+      for (int r = 0; r < batch; ++r) {
+        rows.push_back(RowLogits(vocab, r + rep, rng));
+        logits.insert(logits.end(), rows.back().begin(), rows.back().end());
+        RowPick& p = picks[static_cast<size_t>(r)];
+        p.mode = PickMode::kDevice;
+        p.sample = RandomSettings(vocab, rng);
+        p.u_accept = un(rng);
+        switch (r % 4) {
+          case 0: {  // likely: what the row itself draws with another u
+            SampleSettings t = p.sample;
+            t.u = un(rng);
+            p.draft = Cpu(rows.back(), t);
+            break;
+          }
+          case 1:
+            p.draft = static_cast<int32_t>(
+                std::max_element(rows.back().begin(), rows.back().end()) - rows.back().begin());
+            break;
+          case 2:
+            p.draft = id(rng);
+            break;
+          default:
+            p.draft = vocab + 2;  // never accepted
+        }
+      }
+      picks[5].u_accept = 0.0;                       // accepted wherever p(d) > 0
+      picks[6].u_accept = std::nextafter(1.0, 0.0);  // rejected unless p(d) = 1
+      picks[7].sample.top_k = 1;                     // a single kept token
+      picks[9].mode = PickMode::kHost;               // not the kernel's row
+      auto dl = Upload(logits);
+      auto dp = Upload(picks);
+      auto out = Poisoned<int32_t>(static_cast<size_t>(batch));
+      ASSERT_EQ(LaunchSampleRows(dl.get<float>(), batch, vocab, dp.get<RowPick>(),
+                                 out.get<int32_t>(), nullptr),
+                cudaSuccess);
+      const std::vector<int32_t> got = Download<int32_t>(out, static_cast<size_t>(batch));
+      for (int r = 0; r < batch; ++r) {
+        const RowPick& p = picks[static_cast<size_t>(r)];
+        if (p.mode != PickMode::kDevice) {
+          EXPECT_EQ(got[r], -1) << "row " << r << " is not the kernel's";
+          continue;
+        }
+        ++rows_total;
+        const int32_t want = CpuVerify(rows[static_cast<size_t>(r)], p);
+        ASSERT_GE(got[r], 0) << "row " << r << " not written";
+        ASSERT_LT(got[r], vocab);
+        if (want == p.draft) ++accepted;
+        if (p.draft >= vocab) {
+          EXPECT_NE(got[r], p.draft);
+        }
+        if (got[r] == want) continue;
+        if (AmbiguousVerify(rows[static_cast<size_t>(r)], p, want)) {
+          ++ambiguous;
+          continue;
+        }
+        ++mismatched;
+        ADD_FAILURE() << "vocab " << vocab << " row " << r << ": gpu " << got[r] << " cpu " << want
+                      << " draft " << p.draft << " (u_accept " << p.u_accept << " T "
+                      << p.sample.temperature << " top_k " << p.sample.top_k << " top_p "
+                      << p.sample.top_p << " min_p " << p.sample.min_p << " u " << p.sample.u
+                      << ")";
+      }
+    }
+  }
+  std::printf("draft verification: %d rows, %d accepted, %d ambiguous, %d mismatched\n", rows_total,
+              accepted, ambiguous, mismatched);
+  EXPECT_EQ(mismatched, 0);
+  EXPECT_LE(ambiguous * 4, rows_total);
+  EXPECT_GE(accepted * 10, rows_total) << "too few accepted drafts to test acceptance";
+}
+
+// u_accept swept over [0, 1) (midpoints of 512 steps) for one draft token
+// of a small row with every filter on: the kernel accepts exactly where the
+// CPU does (u_accept < p(d)), so about p(d) of the sweep, and draws the
+// residual the CPU draws elsewhere.
+TEST(SampleKernel, SweepOfTheAcceptanceUniformMatchesTheCpu) {
+  AGENTKV_REQUIRE_GPU();
+  const int vocab = 37, n = 512;
+  std::vector<float> row(vocab);
+  for (int i = 0; i < vocab; ++i) row[i] = std::sin(1.3f * i) * 3.0f;
+  const int32_t d = static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+  std::vector<float> logits;
+  std::vector<RowPick> picks(n);
+  for (int r = 0; r < n; ++r) {
+    logits.insert(logits.end(), row.begin(), row.end());
+    RowPick& p = picks[static_cast<size_t>(r)];
+    p.mode = PickMode::kDevice;
+    p.sample.temperature = 0.8f;
+    p.sample.top_k = 20;
+    p.sample.top_p = 0.9f;
+    p.sample.min_p = 0.02f;
+    p.sample.u = (r % 7 + 0.5) / 7;
+    p.draft = d;
+    p.u_accept = (r + 0.5) / n;
+  }
+  auto dl = Upload(logits);
+  auto dp = Upload(picks);
+  auto out = Poisoned<int32_t>(n);
+  ASSERT_EQ(
+      LaunchSampleRows(dl.get<float>(), n, vocab, dp.get<RowPick>(), out.get<int32_t>(), nullptr),
+      cudaSuccess);
+  const std::vector<int32_t> got = Download<int32_t>(out, n);
+  int gpu_accepted = 0, cpu_accepted = 0, ambiguous = 0;
+  for (int r = 0; r < n; ++r) {
+    const int32_t want = CpuVerify(row, picks[static_cast<size_t>(r)]);
+    gpu_accepted += got[r] == d;
+    cpu_accepted += want == d;
+    if (got[r] != want) {
+      ASSERT_TRUE(AmbiguousVerify(row, picks[static_cast<size_t>(r)], want))
+          << "u_accept " << picks[static_cast<size_t>(r)].u_accept;
+      ++ambiguous;
+    }
+  }
+  std::printf("acceptance sweep: cpu %d, gpu %d of %d accepted\n", cpu_accepted, gpu_accepted, n);
+  EXPECT_LE(ambiguous, 2);
+  EXPECT_GT(cpu_accepted, 0);
+  EXPECT_LT(cpu_accepted, n);
 }
 
 }  // namespace
