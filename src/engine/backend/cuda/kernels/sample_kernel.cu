@@ -4,16 +4,23 @@
 // Weights are recomputed from the logits in every pass (w = expf((l - m) /
 // T), as the CPU does) rather than stored: a row is read from L2 a few
 // times, and nothing beyond the logits buffer is needed. The kept set is
-// found by searching the weight's float bit pattern (non-negative floats
-// order as their bits): for top_k the largest value v with count(w >= v) >=
-// k, for top_p the largest v with sum(w >= v) >= target, each an 8-way
-// search (seven thresholds tallied per pass, ten passes over [0, 1]). Ties
-// at the boundary are taken in id order, as the CPU's (weight desc, id asc)
-// order does, through a prefix count over contiguous per-thread chunks. The
-// draw is a prefix sum (double) of the kept weights over those chunks: the
-// thread whose chunk holds u * M rescans it in id order. A row with only
-// temperature and min_p costs two passes; top_k and top_p add about twelve
-// each.
+// found by a radix search on the weight's float bit pattern (non-negative
+// floats order as their bits, and [0, 1.0f] fits in 30): for top_k the
+// largest value v with count(w >= v) >= k, for top_p the largest v with
+// sum(w >= v) >= top_p * total. Each of three passes builds a 1,024-bin
+// histogram in shared memory of the next 10 bits (count, and mass as an
+// exact fixed-point sum in units of 2^-42, so that every thread and every
+// launch sees the same sums whatever the order of the atomics), and a scan
+// of it picks the bin holding the boundary, which the next pass splits.
+// The scans also give the count and mass above the boundary, and top_p's
+// total is the first histogram's sum. Ties at the boundary are taken in id
+// order, as the CPU's (weight desc, id asc) order does, through a prefix
+// count over contiguous per-thread chunks (a pass only when the boundary
+// value holds more tokens than the set keeps). The draw is a prefix sum
+// (double) of the kept weights over those chunks: the thread whose chunk
+// holds u * M rescans it in id order. Passes over the row: temperature and
+// min_p alone 2 (max, draw); top_k or top_p 5; both 8 (plus a tie pass
+// where the boundary value is tied).
 #include <math_constants.h>
 
 #include <cstdint>
@@ -27,15 +34,28 @@ namespace {
 
 constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
-// Thresholds tallied per search pass: kWays - 1, so each pass narrows the
-// range to an eighth.
-constexpr int kWays = 8;
-constexpr uint32_t kOneBits = 0x3f800000u;  // 1.0f: the largest weight
+// The radix search: 10 bits per pass, three passes over the 30 bits of
+// weights in [0, 1.0f]; each thread scans two bins.
+constexpr int kBinBits = 10;
+constexpr int kBins = 1 << kBinBits;
+static_assert(kBins == 2 * kThreads, "a thread scans two bins");
+constexpr int kTopShift = 20;  // 0x3f800000 (1.0f) >> 20 < kBins
+// Mass in the histograms: round(w * 2^42), summed exactly in 64 bits (the
+// sum of a vocabulary of up to 2^21 weights <= 1 fits).
+constexpr float kFixedScale = 4398046511104.0f;  // 2^42
+
+using u64 = unsigned long long;
 
 struct Shared {
-  double red[kWarps][2 * kWays];
-  double res[2 * kWays];
+  double red[kWarps][2];
+  u64 ured[kWarps][4];
   double incl[kThreads];
+  unsigned int hist_cnt[kBins];
+  u64 hist_mass[kBins];
+  // The bin a histogram scan picked, and the count and mass of what lies
+  // above it.
+  int bin;
+  u64 above_cnt, above_mass, bin_cnt;
   float best_v[kWarps];
   int best_i[kWarps];
   int pick;
@@ -45,27 +65,6 @@ struct Shared {
 __device__ __forceinline__ float Weight(float l, float m, float inv_t) {
   const float w = expf((l - m) * inv_t);
   return isnan(w) ? 0.f : w;
-}
-
-// Sums n (<= 2 * kWays) values over the block; every thread gets the sums.
-__device__ void BlockSums(double* v, int n, Shared& sh) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  for (int j = 0; j < n; ++j) {
-    double x = v[j];
-    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-    if (lane == 0) sh.red[warp][j] = x;
-  }
-  __syncthreads();
-  if (warp == 0) {
-    for (int j = 0; j < n; ++j) {
-      double x = lane < kWarps ? sh.red[lane][j] : 0.0;
-      for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-      if (lane == 0) sh.res[j] = x;
-    }
-  }
-  __syncthreads();
-  for (int j = 0; j < n; ++j) v[j] = sh.res[j];
-  __syncthreads();
 }
 
 // The best (value, index) of the block by Better (NaN never wins, lowest
@@ -113,6 +112,50 @@ __device__ double BlockScan(double v, double& total, Shared& sh) {
   return v;
 }
 
+// Inclusive prefix sums, in thread order, of two integers per thread; the
+// block's totals in ta and tb.
+__device__ void BlockScan2(u64& a, u64& b, u64& ta, u64& tb, Shared& sh) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int o = 1; o < 32; o <<= 1) {
+    const u64 na = __shfl_up_sync(0xffffffffu, a, o);
+    const u64 nb = __shfl_up_sync(0xffffffffu, b, o);
+    if (lane >= o) {
+      a += na;
+      b += nb;
+    }
+  }
+  if (lane == 31) {
+    sh.ured[warp][0] = a;
+    sh.ured[warp][1] = b;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    u64 wa = lane < kWarps ? sh.ured[lane][0] : 0, wb = lane < kWarps ? sh.ured[lane][1] : 0;
+    for (int o = 1; o < 32; o <<= 1) {
+      const u64 na = __shfl_up_sync(0xffffffffu, wa, o);
+      const u64 nb = __shfl_up_sync(0xffffffffu, wb, o);
+      if (lane >= o) {
+        wa += na;
+        wb += nb;
+      }
+    }
+    if (lane < kWarps) {
+      sh.ured[lane][2] = wa;
+      sh.ured[lane][3] = wb;
+    }
+  }
+  __syncthreads();
+  if (warp > 0) {
+    a += sh.ured[warp - 1][2];
+    b += sh.ured[warp - 1][3];
+  }
+  ta = sh.ured[kWarps - 1][2];
+  tb = sh.ured[kWarps - 1][3];
+  __syncthreads();
+}
+
+__device__ __forceinline__ u64 Fixed(float w) { return __float2ull_rn(w * kFixedScale); }
+
 // The boundary of the tokens kept so far: token i (weight bits b) is kept
 // iff b > bits or (b == bits and i <= id); all are while !on.
 struct Bound {
@@ -125,62 +168,116 @@ struct Bound {
 };
 
 struct Row {
-  const float* x;
+  const float* __restrict__ x;
   int vocab;
   float m, inv_t;
   __device__ float W(int i) const { return Weight(x[i], m, inv_t); }
 };
 
-// For each of th[0..n): how many of the tokens `bound` keeps have weight
-// bits >= th[j], and their weights' sum (cnt[j], sum[j]); every thread gets
-// them.
-__device__ void Tally(const Row& row, const Bound& bound, const uint32_t* th, int n, double* cnt,
-                      double* sum, Shared& sh) {
-  double v[2 * kWays];
-  for (int j = 0; j < 2 * n; ++j) v[j] = 0.0;
-  for (int i = threadIdx.x; i < row.vocab; i += kThreads) {
-    const float w = row.W(i);
-    const uint32_t b = __float_as_uint(w);
-    if (!bound.Keeps(b, i)) continue;
-    for (int j = 0; j < n; ++j) {
-      if (b >= th[j]) {
-        v[j] += 1.0;
-        v[n + j] += w;
-      }
-    }
+// f(i, x[i]) for every token, in a coalesced stride; four loads per thread
+// are issued before any is used (one at a time, a pass is a chain of L2
+// round trips).
+template <class F>
+__device__ __forceinline__ void ForEach(const Row& row, F&& f) {
+  int i = threadIdx.x;
+  for (; i + 3 * kThreads < row.vocab; i += 4 * kThreads) {
+    float x[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) x[j] = row.x[i + j * kThreads];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) f(i + j * kThreads, x[j]);
   }
-  BlockSums(v, 2 * n, sh);
-  for (int j = 0; j < n; ++j) {
-    cnt[j] = v[j];
-    sum[j] = v[n + j];
-  }
+  for (; i < row.vocab; i += kThreads) f(i, row.x[i]);
 }
 
-// The largest weight bits b in [0, 1.0f] for which the tokens `bound` keeps
-// with weight bits >= b number (by_count) or weigh at least `need`; 0 when
-// none does (then not even b = 0 was checked).
-__device__ uint32_t Search(const Row& row, const Bound& bound, bool by_count, double need,
-                           Shared& sh) {
-  uint32_t lo = 0, hi = kOneBits + 1;  // pred(lo) assumed, !pred(hi)
-  while (hi - lo > 1) {
-    uint32_t th[kWays - 1];
-    for (int j = 0; j < kWays - 1; ++j)
-      th[j] = lo + static_cast<uint32_t>(static_cast<uint64_t>(hi - lo) * (j + 1) / kWays);
-    double cnt[kWays - 1], sum[kWays - 1];
-    Tally(row, bound, th, kWays - 1, cnt, sum, sh);
-    uint32_t nlo = lo, nhi = hi;
-    for (int j = 0; j < kWays - 1; ++j) {
-      const bool pred = (by_count ? cnt[j] : sum[j]) >= need;
-      if (pred) {
-        nlo = max(nlo, th[j]);
-      } else {
-        nhi = min(nhi, th[j]);
-      }
+// What Search found: the largest weight bits v for which the tokens the
+// bound keeps with bits >= v number at least k (by count) or weigh at
+// least `need` (by mass), with the count and mass of those kept above v
+// and the count at v. found is false only when no v qualifies (by mass,
+// with a zero total).
+struct Found {
+  bool found = false;
+  uint32_t v = 0;
+  u64 gt_cnt = 0, gt_mass = 0, eq_cnt = 0;
+  u64 need = 0;  // by mass: ceil(top_p * total), in fixed point
+};
+
+// The radix search over the tokens `bound` keeps: by count with need k, or
+// by mass with need top_p times their total mass. Every thread gets the
+// same result.
+__device__ Found Search(const Row& row, const Bound& bound, bool by_count, int k, float top_p,
+                        Shared& sh) {
+  Found res;
+  u64 need = by_count ? static_cast<u64>(k) : 0;
+  uint32_t lo = 0;
+  u64 above_cnt = 0, above_mass = 0;
+  for (int shift = kTopShift; shift >= 0; shift -= kBinBits) {
+    const uint32_t span = static_cast<uint32_t>(kBins) << shift;
+    for (int j = threadIdx.x; j < kBins; j += kThreads) {
+      sh.hist_cnt[j] = 0u;
+      sh.hist_mass[j] = 0ull;
     }
-    lo = nlo;
-    hi = nhi;
+    if (threadIdx.x == 0) sh.bin = -1;
+    __syncthreads();
+    // Zero weights (masked, underflowed, NaN) are common and all land in
+    // bin 0: counted in a register, not by contended atomics.
+    unsigned int zeros = 0;
+    ForEach(row, [&](int i, float l) {
+      const float w = Weight(l, row.m, row.inv_t);
+      const uint32_t b = __float_as_uint(w);
+      if (b - lo >= span || !bound.Keeps(b, i)) return;  // (b < lo wraps)
+      if (b == 0u) {
+        ++zeros;
+        return;
+      }
+      const uint32_t bin = (b - lo) >> shift;
+      atomicAdd(&sh.hist_cnt[bin], 1u);
+      const u64 q = Fixed(w);
+      if (q != 0ull) atomicAdd(&sh.hist_mass[bin], q);
+    });
+    if (zeros != 0u) atomicAdd(&sh.hist_cnt[0], zeros);
+    __syncthreads();
+    const int b1 = 2 * static_cast<int>(threadIdx.x) + 1, b0 = b1 - 1;
+    const u64 c0 = sh.hist_cnt[b0], c1 = sh.hist_cnt[b1];
+    const u64 q0 = sh.hist_mass[b0], q1 = sh.hist_mass[b1];
+    u64 ca = c0 + c1, qa = q0 + q1, tc, tq;
+    BlockScan2(ca, qa, tc, tq, sh);
+    if (shift == kTopShift && !by_count) {
+      // The first histogram holds every kept token: their total.
+      need = static_cast<u64>(ceil(static_cast<double>(top_p) * static_cast<double>(tq)));
+    }
+    auto pred = [&](u64 cnt, u64 mass) { return (by_count ? cnt : mass) >= need; };
+    // Count and mass of the kept tokens above this thread's two bins.
+    const u64 sc = above_cnt + (tc - ca), sq = above_mass + (tq - qa);
+    if (pred(sc + c1, sq + q1) && !pred(sc, sq)) {
+      sh.bin = b1;
+      sh.above_cnt = sc;
+      sh.above_mass = sq;
+      sh.bin_cnt = c1;
+    } else if (pred(sc + c1 + c0, sq + q1 + q0) && !pred(sc + c1, sq + q1)) {
+      sh.bin = b0;
+      sh.above_cnt = sc + c1;
+      sh.above_mass = sq + q1;
+      sh.bin_cnt = c0;
+    }
+    __syncthreads();
+    const int bin = sh.bin;
+    above_cnt = sh.above_cnt;
+    above_mass = sh.above_mass;
+    const u64 bin_cnt = sh.bin_cnt;
+    __syncthreads();
+    if (bin < 0) return res;  // no bin reaches the need (only at the top level)
+    lo += static_cast<uint32_t>(bin) << shift;
+    if (shift == 0) {
+      res.found = true;
+      res.v = lo;
+      res.gt_cnt = above_cnt;
+      res.gt_mass = above_mass;
+      res.eq_cnt = bin_cnt;
+    }
   }
-  return lo;
+  res.need = need;
+  return res;
 }
 
 // The token range of this thread in the id-ordered passes.
@@ -228,7 +325,7 @@ __global__ void __launch_bounds__(kThreads)
   // finite, or if nothing is kept below.
   float m = -CUDART_INF_F;
   int best = 0;
-  for (int i = threadIdx.x; i < vocab; i += kThreads) Better(m, best, row.x[i], i);
+  ForEach(row, [&](int i, float l) { Better(m, best, l, i); });
   BlockBest(m, best, sh);
   if (!isfinite(m)) {
     if (threadIdx.x == 0) out[r] = best;
@@ -239,46 +336,35 @@ __global__ void __launch_bounds__(kThreads)
 
   // 2. top_k, then top_p, as a boundary in (weight desc, id asc) order.
   Bound bound;
-  double total = 0.0;
   const bool use_top_k = p.sample.top_k > 0 && p.sample.top_k < vocab;
   const bool use_top_p = p.sample.top_p < 1.0f;
   if (use_top_k) {
     const int k = p.sample.top_k;
-    const uint32_t v = Search(row, bound, true, static_cast<double>(k), sh);
-    const uint32_t th = v + 1;
-    double gt_cnt, gt_sum;
-    Tally(row, bound, &th, 1, &gt_cnt, &gt_sum, sh);
-    const int ties = k - static_cast<int>(gt_cnt);  // >= 1: count(w >= v) >= k
+    // Always found: the whole row counts vocab > k tokens.
+    const Found f = Search(row, bound, true, k, 1.0f, sh);
+    const u64 ties = static_cast<u64>(k) - f.gt_cnt;  // in [1, eq_cnt]
     bound.on = true;
-    bound.bits = v;
-    bound.id = NthTie(row, v, ties, sh);
-    total = gt_sum + static_cast<double>(ties) * __uint_as_float(v);
+    bound.bits = f.v;
+    bound.id = ties >= f.eq_cnt ? vocab : NthTie(row, f.v, static_cast<int>(ties), sh);
   }
   if (use_top_p) {
-    if (!use_top_k) {
-      const uint32_t th = 0;
-      double all_cnt;
-      Tally(row, bound, &th, 1, &all_cnt, &total, sh);
-    }
-    const double target = static_cast<double>(p.sample.top_p) * total;
-    const uint32_t v = Search(row, bound, false, target, sh);
-    // v == 0: rounding left the whole set short of the target; the CPU then
-    // keeps the whole set too.
-    if (v > 0) {
-      const uint32_t th = v + 1;
-      double gt_cnt, gt_sum;
-      Tally(row, bound, &th, 1, &gt_cnt, &gt_sum, sh);
-      const double w = __uint_as_float(v);
-      // The fewest ties (in id order) that reach the target; sum(w > v) <
-      // target, as the search found.
-      const int ties = static_cast<int>(
-          fmin(fmax(1.0, ceil((target - gt_sum) / w)), static_cast<double>(vocab)));
-      int id = NthTie(row, v, ties, sh);
-      // Rounding may ask for more ties than the set holds: then all of them
-      // (the set's ties at v are a prefix in id order of all ties at v).
+    // Not found: the kept weights sum to zero (1 / T overflowed); nothing
+    // is kept below and the argmax is the pick, as on the CPU.
+    const Found f = Search(row, bound, false, 0, p.sample.top_p, sh);
+    if (f.found) {
+      const uint32_t v = f.v;
+      // The fewest ties (in id order) that reach the need: the mass above
+      // v falls short of it (need > gt_mass), and every tie weighs qv.
+      const u64 qv = Fixed(__uint_as_float(v));
+      u64 ties = qv > 0ull ? (f.need - f.gt_mass + qv - 1ull) / qv : f.eq_cnt;
+      if (ties < 1ull) ties = 1ull;
+      // The set's ties at v are a prefix in id order of all ties at v.
       const bool same = bound.on && bound.bits == v;
-      if (id < 0) id = same ? bound.id : vocab;
-      if (same) id = min(id, bound.id);
+      int id = same ? bound.id : vocab;
+      if (ties < f.eq_cnt) {
+        const int nth = NthTie(row, v, static_cast<int>(ties), sh);
+        if (nth >= 0) id = min(id, nth);
+      }
       bound.on = true;
       bound.bits = v;
       bound.id = id;
