@@ -1,5 +1,8 @@
-// LaunchSampleRows: SampleDraw (engine/backend/sample_draw.h) on the device, one
-// block per row, without sorting the vocabulary.
+// LaunchSampleRows: SampleDraw (engine/backend/sample_draw.h) on the device, a
+// cluster of C blocks per row (C from 1 to 8, so that the rows of a step
+// cover the SMs; each block owns a contiguous 1/C of the ids and the
+// blocks combine their partial results through distributed shared memory),
+// without sorting the vocabulary.
 //
 // Weights are recomputed from the logits in every pass (w = expf((l - m) /
 // T), as the CPU does) rather than stored: a row is read from L2 a few
@@ -9,18 +12,30 @@
 // largest value v with count(w >= v) >= k, for top_p the largest v with
 // sum(w >= v) >= top_p * total. Each of three passes builds a 1,024-bin
 // histogram in shared memory of the next 10 bits (count, and mass as an
-// exact fixed-point sum in units of 2^-42, so that every thread and every
-// launch sees the same sums whatever the order of the atomics), and a scan
-// of it picks the bin holding the boundary, which the next pass splits.
-// The scans also give the count and mass above the boundary, and top_p's
-// total is the first histogram's sum. Ties at the boundary are taken in id
-// order, as the CPU's (weight desc, id asc) order does, through a prefix
-// count over contiguous per-thread chunks (a pass only when the boundary
-// value holds more tokens than the set keeps). The draw is a prefix sum
-// (double) of the kept weights over those chunks: the thread whose chunk
-// holds u * M rescans it in id order. Passes over the row: temperature and
-// min_p alone 2 (max, draw); top_k or top_p 5; both 8 (plus a tie pass
-// where the boundary value is tied).
+// exact fixed-point sum in units of 2^-42, so that every thread, every
+// block of the cluster and every launch sees the same sums whatever the
+// order of the atomics), and a scan of it picks the bin holding the
+// boundary, which the next pass splits. The scans also give the count and
+// mass above the boundary, and top_p's total is the first histogram's sum.
+// Ties at the boundary are taken in id order, as the CPU's (weight desc,
+// id asc) order does, through a prefix count over contiguous per-thread
+// chunks (a pass only when the boundary value holds more tokens than the
+// set keeps). The draw is a prefix sum (double) of the kept weights over
+// those chunks: the thread whose chunk holds u * M rescans it in id order.
+// Passes over the row: temperature and min_p alone 2 (max, draw); top_k or
+// top_p 5; both 8 (plus a tie pass where the boundary value is tied).
+//
+// The blocks of a cluster exchange partial results (a block's best, its
+// histogram, its tie count and kept mass) through slots in their shared
+// memory: each block writes its own, one cluster barrier, each reads all C
+// in rank order and combines them the same way, so every block takes the
+// same decisions. The slots alternate between two copies from one exchange
+// to the next, so one barrier per exchange suffices (a copy is rewritten
+// only after the next exchange's barrier, which every block reaches after
+// reading it); a last barrier keeps each block's shared memory alive until
+// the others are done reading it.
+#include <cooperative_groups.h>
+#include <cuda_runtime.h>
 #include <math_constants.h>
 
 #include <cstdint>
@@ -44,14 +59,26 @@ constexpr int kTopShift = 20;  // 0x3f800000 (1.0f) >> 20 < kBins
 // sum of a vocabulary of up to 2^21 weights <= 1 fits).
 constexpr float kFixedScale = 4398046511104.0f;  // 2^42
 
+constexpr int kMaxCluster = 8;  // the portable cluster size
+
 using u64 = unsigned long long;
+
+// What a block shows the other blocks of its cluster in one exchange.
+struct Slot {
+  float f;
+  int i;
+  double d;
+  u64 a;
+};
 
 struct Shared {
   double red[kWarps][2];
   u64 ured[kWarps][4];
   double incl[kThreads];
-  unsigned int hist_cnt[kBins];
-  u64 hist_mass[kBins];
+  // [exchange parity]: read by the other blocks of the cluster.
+  unsigned int hist_cnt[2][kBins];
+  u64 hist_mass[2][kBins];
+  Slot slot[2];
   // The bin a histogram scan picked, and the count and mass of what lies
   // above it.
   int bin;
@@ -65,6 +92,48 @@ struct Shared {
 __device__ __forceinline__ float Weight(float l, float m, float inv_t) {
   const float w = expf((l - m) * inv_t);
   return isnan(w) ? 0.f : w;
+}
+
+// The block's place in its row's cluster, and the parity of the next
+// exchange (the same sequence of exchanges runs in every block).
+struct Cluster {
+  int rank = 0, size = 1;
+  int phase = 0;
+};
+
+// A barrier over the cluster's blocks (all threads of each); a block
+// barrier where clusters do not exist (then the launcher makes C = 1).
+__device__ __forceinline__ void ClusterSync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cooperative_groups::this_cluster().sync();
+#else
+  __syncthreads();
+#endif
+}
+
+// p, a variable of this block's shared memory, in block `rank` of the
+// cluster.
+template <class T>
+__device__ __forceinline__ const T* InRank(const T* p, int rank) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  return cooperative_groups::this_cluster().map_shared_rank(const_cast<T*>(p), rank);
+#else
+  (void)rank;
+  return p;
+#endif
+}
+
+// One exchange: thread 0 has put the block's part in the returned slot
+// (the caller writes it, then calls Publish); after Publish every block's
+// slot of this parity can be read with InRank.
+__device__ __forceinline__ Slot& MySlot(Shared& sh, const Cluster& c) { return sh.slot[c.phase]; }
+__device__ __forceinline__ void Publish(Cluster& c) {
+  ClusterSync();
+  c.phase ^= 1;
+}
+// The slot of rank q in the exchange just published.
+__device__ __forceinline__ const Slot& SlotOf(const Shared& sh, const Cluster& c, int q) {
+  return *InRank(&sh.slot[c.phase ^ 1], q);
 }
 
 // The best (value, index) of the block by Better (NaN never wins, lowest
@@ -167,9 +236,11 @@ struct Bound {
   }
 };
 
+// A row, and the ids [begin, end) this block owns.
 struct Row {
   const float* __restrict__ x;
   int vocab;
+  int begin, end;
   float m, inv_t;
   __device__ float W(int i) const { return Weight(x[i], m, inv_t); }
 };
@@ -179,15 +250,15 @@ struct Row {
 // round trips).
 template <class F>
 __device__ __forceinline__ void ForEach(const Row& row, F&& f) {
-  int i = threadIdx.x;
-  for (; i + 3 * kThreads < row.vocab; i += 4 * kThreads) {
+  int i = row.begin + static_cast<int>(threadIdx.x);
+  for (; i + 3 * kThreads < row.end; i += 4 * kThreads) {
     float x[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) x[j] = row.x[i + j * kThreads];
 #pragma unroll
     for (int j = 0; j < 4; ++j) f(i + j * kThreads, x[j]);
   }
-  for (; i < row.vocab; i += kThreads) f(i, row.x[i]);
+  for (; i < row.end; i += kThreads) f(i, row.x[i]);
 }
 
 // What Search found: the largest weight bits v for which the tokens the
@@ -203,19 +274,21 @@ struct Found {
 };
 
 // The radix search over the tokens `bound` keeps: by count with need k, or
-// by mass with need top_p times their total mass. Every thread gets the
-// same result.
+// by mass with need top_p times their total mass. Every thread of every
+// block of the cluster gets the same result.
 __device__ Found Search(const Row& row, const Bound& bound, bool by_count, int k, float top_p,
-                        Shared& sh) {
+                        Cluster& c, Shared& sh) {
   Found res;
   u64 need = by_count ? static_cast<u64>(k) : 0;
   uint32_t lo = 0;
   u64 above_cnt = 0, above_mass = 0;
   for (int shift = kTopShift; shift >= 0; shift -= kBinBits) {
     const uint32_t span = static_cast<uint32_t>(kBins) << shift;
+    unsigned int* hist_cnt = sh.hist_cnt[c.phase];
+    u64* hist_mass = sh.hist_mass[c.phase];
     for (int j = threadIdx.x; j < kBins; j += kThreads) {
-      sh.hist_cnt[j] = 0u;
-      sh.hist_mass[j] = 0ull;
+      hist_cnt[j] = 0u;
+      hist_mass[j] = 0ull;
     }
     if (threadIdx.x == 0) sh.bin = -1;
     __syncthreads();
@@ -231,15 +304,23 @@ __device__ Found Search(const Row& row, const Bound& bound, bool by_count, int k
         return;
       }
       const uint32_t bin = (b - lo) >> shift;
-      atomicAdd(&sh.hist_cnt[bin], 1u);
+      atomicAdd(&hist_cnt[bin], 1u);
       const u64 q = Fixed(w);
-      if (q != 0ull) atomicAdd(&sh.hist_mass[bin], q);
+      if (q != 0ull) atomicAdd(&hist_mass[bin], q);
     });
-    if (zeros != 0u) atomicAdd(&sh.hist_cnt[0], zeros);
-    __syncthreads();
+    if (zeros != 0u) atomicAdd(&hist_cnt[0], zeros);
+    Publish(c);  // (also the block barrier after the atomics)
+    // The cluster's histogram at this thread's two bins: the blocks' sums.
     const int b1 = 2 * static_cast<int>(threadIdx.x) + 1, b0 = b1 - 1;
-    const u64 c0 = sh.hist_cnt[b0], c1 = sh.hist_cnt[b1];
-    const u64 q0 = sh.hist_mass[b0], q1 = sh.hist_mass[b1];
+    u64 c0 = 0, c1 = 0, q0 = 0, q1 = 0;
+    for (int q = 0; q < c.size; ++q) {
+      const unsigned int* hc = InRank(hist_cnt, q);
+      const u64* hm = InRank(hist_mass, q);
+      c0 += hc[b0];
+      c1 += hc[b1];
+      q0 += hm[b0];
+      q1 += hm[b1];
+    }
     u64 ca = c0 + c1, qa = q0 + q1, tc, tq;
     BlockScan2(ca, qa, tc, tq, sh);
     if (shift == kTopShift && !by_count) {
@@ -280,25 +361,32 @@ __device__ Found Search(const Row& row, const Bound& bound, bool by_count, int k
   return res;
 }
 
-// The token range of this thread in the id-ordered passes.
-__device__ __forceinline__ void Chunk(int vocab, int& begin, int& end) {
-  const int per = (vocab + kThreads - 1) / kThreads;
-  begin = min(vocab, static_cast<int>(threadIdx.x) * per);
-  end = min(vocab, begin + per);
+// The token range of this thread in the id-ordered passes: a contiguous
+// share of the block's.
+__device__ __forceinline__ void Chunk(const Row& row, int& begin, int& end) {
+  const int per = (row.end - row.begin + kThreads - 1) / kThreads;
+  begin = min(row.end, row.begin + static_cast<int>(threadIdx.x) * per);
+  end = min(row.end, begin + per);
 }
 
 // The id of the n-th (1-based) token with weight bits == bits, in id order;
-// -1 if there are fewer.
-__device__ int NthTie(const Row& row, uint32_t bits, int n, Shared& sh) {
+// -1 if there are fewer. The same in every block of the cluster.
+__device__ int NthTie(const Row& row, uint32_t bits, int n, Cluster& c, Shared& sh) {
   int begin, end;
-  Chunk(row.vocab, begin, end);
+  Chunk(row, begin, end);
   double own = 0.0;
   for (int i = begin; i < end; ++i) own += __float_as_uint(row.W(i)) == bits ? 1.0 : 0.0;
-  if (threadIdx.x == 0) sh.pick = -1;
   double total;
   const double incl = BlockScan(own, total, sh);
-  const double excl = incl - own;  // exact: counts are small integers
-  if (own > 0.0 && excl < n && incl >= n) {
+  // The ties of the blocks before this one (counts: exact in double).
+  if (threadIdx.x == 0) MySlot(sh, c).d = total;
+  Publish(c);
+  double before = 0.0;
+  for (int q = 0; q < c.rank; ++q) before += SlotOf(sh, c, q).d;
+  if (threadIdx.x == 0) sh.pick = -1;
+  __syncthreads();
+  const double excl = before + incl - own;
+  if (own > 0.0 && excl < n && before + incl >= n) {
     int left = n - static_cast<int>(excl);
     for (int i = begin; i < end; ++i) {
       if (__float_as_uint(row.W(i)) == bits && --left == 0) {
@@ -308,18 +396,22 @@ __device__ int NthTie(const Row& row, uint32_t bits, int n, Shared& sh) {
     }
   }
   __syncthreads();
-  const int id = sh.pick;
-  __syncthreads();
+  // At most one block found it.
+  if (threadIdx.x == 0) MySlot(sh, c).i = sh.pick;
+  Publish(c);
+  int id = -1;
+  for (int q = 0; q < c.size; ++q) id = max(id, SlotOf(sh, c, q).i);
   return id;
 }
 
-__global__ void __launch_bounds__(kThreads)
-    SampleRowsKernel(const float* logits, int vocab, const RowPick* picks, int32_t* out) {
-  __shared__ Shared sh;
-  const int r = blockIdx.x;
-  const RowPick p = picks[r];
-  if (p.mode != PickMode::kDevice) return;
-  Row row{logits + static_cast<int64_t>(r) * vocab, vocab, 0.f, 0.f};
+// Row r's pick, by the block of rank c.rank of the row's cluster; returns
+// at points every block of the cluster reaches together.
+__device__ void SampleRow(const float* logits, int vocab, const RowPick& p, int r, Cluster& c,
+                          int32_t* out, Shared& sh) {
+  const int per = (vocab + c.size - 1) / c.size;
+  const int begin = min(vocab, c.rank * per);
+  Row row{
+      logits + static_cast<int64_t>(r) * vocab, vocab, begin, min(vocab, begin + per), 0.f, 0.f};
 
   // 1. The argmax and largest logit; the argmax is the pick if that is not
   // finite, or if nothing is kept below.
@@ -327,8 +419,14 @@ __global__ void __launch_bounds__(kThreads)
   int best = 0;
   ForEach(row, [&](int i, float l) { Better(m, best, l, i); });
   BlockBest(m, best, sh);
+  if (threadIdx.x == 0) {
+    MySlot(sh, c).f = m;
+    MySlot(sh, c).i = best;
+  }
+  Publish(c);
+  for (int q = 0; q < c.size; ++q) Better(m, best, SlotOf(sh, c, q).f, SlotOf(sh, c, q).i);
   if (!isfinite(m)) {
-    if (threadIdx.x == 0) out[r] = best;
+    if (c.rank == 0 && threadIdx.x == 0) out[r] = best;
     return;
   }
   row.m = m;
@@ -341,16 +439,16 @@ __global__ void __launch_bounds__(kThreads)
   if (use_top_k) {
     const int k = p.sample.top_k;
     // Always found: the whole row counts vocab > k tokens.
-    const Found f = Search(row, bound, true, k, 1.0f, sh);
+    const Found f = Search(row, bound, true, k, 1.0f, c, sh);
     const u64 ties = static_cast<u64>(k) - f.gt_cnt;  // in [1, eq_cnt]
     bound.on = true;
     bound.bits = f.v;
-    bound.id = ties >= f.eq_cnt ? vocab : NthTie(row, f.v, static_cast<int>(ties), sh);
+    bound.id = ties >= f.eq_cnt ? vocab : NthTie(row, f.v, static_cast<int>(ties), c, sh);
   }
   if (use_top_p) {
     // Not found: the kept weights sum to zero (1 / T overflowed); nothing
     // is kept below and the argmax is the pick, as on the CPU.
-    const Found f = Search(row, bound, false, 0, p.sample.top_p, sh);
+    const Found f = Search(row, bound, false, 0, p.sample.top_p, c, sh);
     if (f.found) {
       const uint32_t v = f.v;
       // The fewest ties (in id order) that reach the need: the mass above
@@ -362,7 +460,7 @@ __global__ void __launch_bounds__(kThreads)
       const bool same = bound.on && bound.bits == v;
       int id = same ? bound.id : vocab;
       if (ties < f.eq_cnt) {
-        const int nth = NthTie(row, v, static_cast<int>(ties), sh);
+        const int nth = NthTie(row, v, static_cast<int>(ties), c, sh);
         if (nth >= 0) id = min(id, nth);
       }
       bound.on = true;
@@ -378,11 +476,11 @@ __global__ void __launch_bounds__(kThreads)
     w = row.W(i);
     return w > 0.f && w >= cut && bound.Keeps(__float_as_uint(w), i);
   };
-  int begin, end;
-  Chunk(vocab, begin, end);
+  int begin_i, end_i;
+  Chunk(row, begin_i, end_i);
   double own = 0.0;
   int last = -1;
-  for (int i = begin; i < end; ++i) {
+  for (int i = begin_i; i < end_i; ++i) {
     float w;
     if (kept(i, w)) {
       own += w;
@@ -393,30 +491,59 @@ __global__ void __launch_bounds__(kThreads)
   double mass;
   const double incl = BlockScan(own, mass, sh);
   sh.incl[threadIdx.x] = incl;
-  // The last kept id of the row (Better on -id picks the largest id).
+  // The block's last kept id (Better on -id picks the largest id).
   float lv = last >= 0 ? 0.f : -CUDART_INF_F;
   int li = last >= 0 ? -last : 0;
   BlockBest(lv, li, sh);
-  const int last_kept = lv == 0.f ? -li : -1;
+  if (threadIdx.x == 0) {
+    MySlot(sh, c).d = mass;
+    MySlot(sh, c).i = lv == 0.f ? -li : -1;
+  }
+  Publish(c);
+  // The cluster's mass and last kept id, and the mass before each block,
+  // summed in rank order by every block alike; the crossing block: the
+  // first whose running sum exceeds u * M.
+  double total = 0.0, before = 0.0;
+  int last_kept = -1;
+  for (int q = 0; q < c.size; ++q) {
+    const Slot& s = SlotOf(sh, c, q);
+    total += s.d;
+    last_kept = max(last_kept, s.i);
+  }
   if (last_kept < 0) {  // nothing kept (1 / T overflowed): the argmax
-    if (threadIdx.x == 0) out[r] = best;
+    if (c.rank == 0 && threadIdx.x == 0) out[r] = best;
     return;
   }
-  const double target = p.sample.u * mass;
+  const double target = p.sample.u * total;
+  int crossing = -1;
+  for (int q = 0; q < c.size && crossing < 0; ++q) {
+    const Slot& s = SlotOf(sh, c, q);
+    if (s.d > 0.0 && before + s.d > target) {
+      crossing = q;
+    } else {
+      before += s.d;
+    }
+  }
+  if (crossing < 0) {  // rounding: u * M reached the total
+    if (c.rank == 0 && threadIdx.x == 0) out[r] = last_kept;
+    return;
+  }
+  if (crossing != c.rank) return;
   // The first thread with kept tokens whose inclusive sum exceeds the
   // target (if rounding put the crossing's own sum at the target, the next
-  // such thread, whose first kept token is then the pick).
-  if (own > 0.0 && incl > target) atomicMin(&sh.first, static_cast<int>(threadIdx.x));
+  // such thread, whose first kept token is then the pick); the block's
+  // last thread with kept tokens qualifies, as the block did.
+  if (own > 0.0 && before + incl > target) atomicMin(&sh.first, static_cast<int>(threadIdx.x));
   __syncthreads();
   const int first = sh.first;
-  if (first == kThreads) {  // rounding: u * M reached the total
-    if (threadIdx.x == 0) out[r] = last_kept;
+  if (first == kThreads) {  // not reached: the block's total decided
+    if (threadIdx.x == 0) out[r] = -li;
     return;
   }
   if (static_cast<int>(threadIdx.x) == first) {
-    double run = threadIdx.x > 0 ? sh.incl[threadIdx.x - 1] : 0.0;
+    double run = before + (threadIdx.x > 0 ? sh.incl[threadIdx.x - 1] : 0.0);
     int pick = last;  // rounding: the crossing is past this chunk's last kept token
-    for (int i = begin; i < end; ++i) {
+    for (int i = begin_i; i < end_i; ++i) {
       float w;
       if (!kept(i, w)) continue;
       run += w;
@@ -429,13 +556,55 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+__global__ void __launch_bounds__(kThreads)
+    SampleRowsKernel(const float* logits, int vocab, const RowPick* picks, int32_t* out,
+                     int cluster) {
+  __shared__ Shared sh;
+  Cluster c;
+  c.size = cluster;
+  c.rank = static_cast<int>(blockIdx.x) % cluster;
+  const int r = static_cast<int>(blockIdx.x) / cluster;
+  const RowPick p = picks[r];
+  if (p.mode != PickMode::kDevice) return;  // (the whole cluster)
+  SampleRow(logits, vocab, p, r, c, out, sh);
+  // The other blocks may still read this one's shared memory.
+  if (cluster > 1) ClusterSync();
+}
+
 }  // namespace
 
+int SampleClusterSize(int rows, int sms, int cc_major) {
+  if (rows <= 0 || cc_major < 9) return 1;
+  int c = 1;
+  while (c < kMaxCluster && rows * c * 2 <= sms) c *= 2;
+  return c;
+}
+
 cudaError_t LaunchSampleRows(const float* logits, int rows, int vocab, const RowPick* picks,
-                             int32_t* out, LaunchConfig launch) {
+                             int32_t* out, LaunchConfig launch, int cluster) {
   if (rows <= 0) return cudaSuccess;
-  SampleRowsKernel<<<rows, kThreads, 0, launch.stream>>>(logits, vocab, picks, out);
-  return cudaGetLastError();
+  if (cluster <= 0) {
+    int device = 0, sms = 0, major = 0;
+    cudaError_t e = cudaGetDevice(&device);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    if (e == cudaSuccess)
+      e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    if (e != cudaSuccess) return e;
+    cluster = SampleClusterSize(rows, sms, major);
+  }
+  if (cluster > kMaxCluster) return cudaErrorInvalidValue;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(rows * cluster));
+  config.blockDim = dim3(kThreads);
+  config.stream = launch.stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(cluster);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  config.attrs = attr;
+  config.numAttrs = cluster > 1 ? 1 : 0;
+  return cudaLaunchKernelEx(&config, SampleRowsKernel, logits, vocab, picks, out, cluster);
 }
 
 }  // namespace agentkv::backend::cuda::kernels
