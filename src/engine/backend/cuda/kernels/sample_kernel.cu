@@ -68,7 +68,6 @@ struct Slot {
   float f;
   int i;
   double d;
-  u64 a;
 };
 
 struct Shared {
@@ -583,6 +582,15 @@ int SampleClusterSize(int rows, int sms, int cc_major) {
 cudaError_t LaunchSampleRows(const float* logits, int rows, int vocab, const RowPick* picks,
                              int32_t* out, LaunchConfig launch, int cluster) {
   if (rows <= 0) return cudaSuccess;
+  // Whether this binary's kernel has clusters (built from PTX for sm_90 or
+  // later; an sm_80 build JIT-compiled on a Hopper has not): a fact of the
+  // binary, asked once.
+  static const bool has_clusters = [] {
+    cudaFuncAttributes a{};
+    return cudaFuncGetAttributes(&a, SampleRowsKernel) == cudaSuccess && a.ptxVersion >= 90;
+  }();
+  if (cluster > 1 && !has_clusters) return cudaErrorNotSupported;
+  if (cluster <= 0 && !has_clusters) cluster = 1;
   if (cluster <= 0) {
     int device = 0, sms = 0, major = 0;
     cudaError_t e = cudaGetDevice(&device);

@@ -15,7 +15,9 @@ namespace agentkv::backend::cuda::kernels {
 // SampleDraw (engine/backend/sample_draw.h) draws from logits row r (vocab floats,
 // rows contiguous) with picks[r].sample; other rows' out[r] are left as they
 // are. A cluster of `cluster` blocks of 512 threads per row (1 to 8; 0:
-// SampleClusterSize's choice for this device); picks is a device array.
+// SampleClusterSize's choice for this device; more than 1 needs sm_90 or
+// later and a build for it, else cudaErrorNotSupported, and more than 8
+// gives cudaErrorInvalidValue); picks is a device array.
 // The same token as the CPU's SampleDraw except where u * M, top_p's target
 // or a weight against min_p lies within float rounding of a boundary (float
 // expf here and there may differ by an ulp or two; the draw's sums run in
