@@ -42,6 +42,7 @@
 
 #include "engine/backend/cuda/kernels/argmax.cuh"
 #include "engine/backend/cuda/kernels/sample_kernel.h"
+#include "engine/backend/cuda/kernels/sample_search.h"
 #include "engine/backend/row_pick.h"
 
 namespace agentkv::backend::cuda::kernels {
@@ -49,17 +50,12 @@ namespace {
 
 constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
-// The radix search: 10 bits per pass, three passes over the 30 bits of
-// weights in [0, 1.0f]; each thread scans two bins.
-constexpr int kBinBits = 10;
-constexpr int kBins = 1 << kBinBits;
+// The radix search (sample_search.h): each thread scans two bins.
+constexpr int kBinBits = kSampleBinBits;
+constexpr int kBins = kSampleBins;
 static_assert(kBins == 2 * kThreads, "a thread scans two bins");
-constexpr int kTopShift = 20;  // 0x3f800000 (1.0f) >> 20 < kBins
-// Mass in the histograms: round(w * 2^42), summed exactly in 64 bits (the
-// sum of a vocabulary of up to 2^21 weights <= 1 fits).
-constexpr float kFixedScale = 4398046511104.0f;  // 2^42
-
-constexpr int kMaxCluster = 8;  // the portable cluster size
+constexpr int kTopShift = kSampleTopShift;
+constexpr int kMaxCluster = kSampleMaxCluster;
 
 using u64 = unsigned long long;
 
@@ -222,7 +218,7 @@ __device__ void BlockScan2(u64& a, u64& b, u64& ta, u64& tb, Shared& sh) {
   __syncthreads();
 }
 
-__device__ __forceinline__ u64 Fixed(float w) { return __float2ull_rn(w * kFixedScale); }
+__device__ __forceinline__ u64 Fixed(float w) { return SampleFixed(w); }
 
 // The boundary of the tokens kept so far: token i (weight bits b) is kept
 // iff b > bits or (b == bits and i <= id); all are while !on.
@@ -324,21 +320,16 @@ __device__ Found Search(const Row& row, const Bound& bound, bool by_count, int k
     BlockScan2(ca, qa, tc, tq, sh);
     if (shift == kTopShift && !by_count) {
       // The first histogram holds every kept token: their total.
-      need = static_cast<u64>(ceil(static_cast<double>(top_p) * static_cast<double>(tq)));
+      need = SampleTopPNeed(top_p, tq);
     }
-    auto pred = [&](u64 cnt, u64 mass) { return (by_count ? cnt : mass) >= need; };
     // Count and mass of the kept tokens above this thread's two bins.
     const u64 sc = above_cnt + (tc - ca), sq = above_mass + (tq - qa);
-    if (pred(sc + c1, sq + q1) && !pred(sc, sq)) {
-      sh.bin = b1;
-      sh.above_cnt = sc;
-      sh.above_mass = sq;
-      sh.bin_cnt = c1;
-    } else if (pred(sc + c1 + c0, sq + q1 + q0) && !pred(sc + c1, sq + q1)) {
-      sh.bin = b0;
-      sh.above_cnt = sc + c1;
-      sh.above_mass = sq + q1;
-      sh.bin_cnt = c0;
+    SampleBinPick pick;
+    if (SamplePickBin(b0, c0, c1, q0, q1, sc, sq, need, by_count, &pick)) {
+      sh.bin = pick.bin;
+      sh.above_cnt = pick.above_cnt;
+      sh.above_mass = pick.above_mass;
+      sh.bin_cnt = pick.bin_cnt;
     }
     __syncthreads();
     const int bin = sh.bin;
@@ -452,9 +443,7 @@ __device__ void SampleRow(const float* logits, int vocab, const RowPick& p, int 
       const uint32_t v = f.v;
       // The fewest ties (in id order) that reach the need: the mass above
       // v falls short of it (need > gt_mass), and every tie weighs qv.
-      const u64 qv = Fixed(__uint_as_float(v));
-      u64 ties = qv > 0ull ? (f.need - f.gt_mass + qv - 1ull) / qv : f.eq_cnt;
-      if (ties < 1ull) ties = 1ull;
+      const u64 ties = SampleTopPTies(f.need, f.gt_mass, Fixed(__uint_as_float(v)), f.eq_cnt);
       // The set's ties at v are a prefix in id order of all ties at v.
       const bool same = bound.on && bound.bits == v;
       int id = same ? bound.id : vocab;
@@ -571,13 +560,6 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 }  // namespace
-
-int SampleClusterSize(int rows, int sms, int cc_major) {
-  if (rows <= 0 || cc_major < 9) return 1;
-  int c = 1;
-  while (c < kMaxCluster && rows * c * 2 <= sms) c *= 2;
-  return c;
-}
 
 cudaError_t LaunchSampleRows(const float* logits, int rows, int vocab, const RowPick* picks,
                              int32_t* out, LaunchConfig launch, int cluster) {

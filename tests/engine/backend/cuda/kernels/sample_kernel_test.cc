@@ -281,20 +281,6 @@ TEST(SampleKernel, EdgesOfTheBoundarySearchMatchTheCpu) {
   }
 }
 
-// Blocks per row: a step's rows spread over the SMs, up to 8 blocks (the
-// portable cluster), one before Hopper. A pure decision: no GPU needed.
-TEST(SampleKernel, ClusterSizeFillsTheSms) {
-  EXPECT_EQ(SampleClusterSize(1, 132, 9), 8);
-  EXPECT_EQ(SampleClusterSize(8, 132, 9), 8);
-  EXPECT_EQ(SampleClusterSize(33, 132, 9), 4);
-  EXPECT_EQ(SampleClusterSize(64, 132, 9), 2);
-  EXPECT_EQ(SampleClusterSize(66, 132, 9), 2);
-  EXPECT_EQ(SampleClusterSize(67, 132, 9), 1);
-  EXPECT_EQ(SampleClusterSize(512, 132, 9), 1);
-  EXPECT_EQ(SampleClusterSize(1, 108, 8), 1);  // no clusters before Hopper
-  EXPECT_EQ(SampleClusterSize(0, 132, 9), 1);
-}
-
 // A cluster larger than the portable 8 is refused, not launched.
 TEST(SampleKernel, RefusesAClusterAboveEight) {
   AGENTKV_REQUIRE_GPU();
