@@ -107,15 +107,16 @@ __device__ __forceinline__ void ClusterSync() {
 }
 
 // p, a variable of this block's shared memory, in block `rank` of the
-// cluster.
+// cluster (p itself in a cluster of one).
 template <class T>
-__device__ __forceinline__ const T* InRank(const T* p, int rank) {
+__device__ __forceinline__ const T* InRank(const T* p, int rank, const Cluster& c) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  return cooperative_groups::this_cluster().map_shared_rank(const_cast<T*>(p), rank);
-#else
-  (void)rank;
-  return p;
+  if (c.size > 1)
+    return cooperative_groups::this_cluster().map_shared_rank(const_cast<T*>(p), rank);
 #endif
+  (void)rank;
+  (void)c;
+  return p;
 }
 
 // One exchange: thread 0 has put the block's part in the returned slot
@@ -123,12 +124,16 @@ __device__ __forceinline__ const T* InRank(const T* p, int rank) {
 // slot of this parity can be read with InRank.
 __device__ __forceinline__ Slot& MySlot(Shared& sh, const Cluster& c) { return sh.slot[c.phase]; }
 __device__ __forceinline__ void Publish(Cluster& c) {
-  ClusterSync();
+  if (c.size > 1) {
+    ClusterSync();
+  } else {
+    __syncthreads();
+  }
   c.phase ^= 1;
 }
 // The slot of rank q in the exchange just published.
 __device__ __forceinline__ const Slot& SlotOf(const Shared& sh, const Cluster& c, int q) {
-  return *InRank(&sh.slot[c.phase ^ 1], q);
+  return *InRank(&sh.slot[c.phase ^ 1], q, c);
 }
 
 // The best (value, index) of the block by Better (NaN never wins, lowest
@@ -300,6 +305,7 @@ __device__ Found Search(const Row& row, const Bound& bound, bool by_count, int k
       }
       const uint32_t bin = (b - lo) >> shift;
       atomicAdd(&hist_cnt[bin], 1u);
+      if (by_count) return;  // (top_k needs no mass)
       const u64 q = Fixed(w);
       if (q != 0ull) atomicAdd(&hist_mass[bin], q);
     });
@@ -309,8 +315,8 @@ __device__ Found Search(const Row& row, const Bound& bound, bool by_count, int k
     const int b1 = 2 * static_cast<int>(threadIdx.x) + 1, b0 = b1 - 1;
     u64 c0 = 0, c1 = 0, q0 = 0, q1 = 0;
     for (int q = 0; q < c.size; ++q) {
-      const unsigned int* hc = InRank(hist_cnt, q);
-      const u64* hm = InRank(hist_mass, q);
+      const unsigned int* hc = InRank(hist_cnt, q, c);
+      const u64* hm = InRank(hist_mass, q, c);
       c0 += hc[b0];
       c1 += hc[b1];
       q0 += hm[b0];
@@ -519,8 +525,8 @@ __device__ void SampleRow(const float* logits, int vocab, const RowPick& p, int 
   if (crossing != c.rank) return;
   // The first thread with kept tokens whose inclusive sum exceeds the
   // target (if rounding put the crossing's own sum at the target, the next
-  // such thread, whose first kept token is then the pick); the block's
-  // last thread with kept tokens qualifies, as the block did.
+  // such thread, whose first kept token is then the pick; if rounding
+  // leaves none, the block's last kept token).
   if (own > 0.0 && before + incl > target) atomicMin(&sh.first, static_cast<int>(threadIdx.x));
   __syncthreads();
   const int first = sh.first;
