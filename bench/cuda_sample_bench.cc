@@ -4,8 +4,11 @@
 // settings clients send: temperature alone (the OpenAI and Anthropic
 // default), top_p 0.9, top_k 50, and all of temperature 0.7, top_k 50, top_p
 // 0.9, min_p 0.05. Logits are random normal (sd 2), so top_p's nucleus is
-// wide. Each iteration times 20 launches between CUDA events; reported:
-// microseconds per launch (the whole batch of rows). Without a GPU (or
+// wide. Rows spread over a cluster of blocks each as LaunchSampleRows
+// chooses; the names ending in /c1 force one block per row (the kernel
+// before clusters), for comparison. Each iteration times 20 launches
+// between CUDA events; reported: microseconds per launch (the whole batch
+// of rows). Without a GPU (or
 // CUDA) nothing is run.
 #include <benchmark/benchmark.h>
 
@@ -29,7 +32,7 @@ constexpr int kLaunches = 20;
 
 enum class Mode { kArgmax, kTemperature, kTopP, kTopK, kAll };
 
-void Run(benchmark::State& state, int rows, int vocab, Mode mode) {
+void Run(benchmark::State& state, int rows, int vocab, Mode mode, int cluster) {
   if (!DeviceAvailable().ok()) {
     state.SkipWithError("no GPU");
     return;
@@ -66,7 +69,7 @@ void Run(benchmark::State& state, int rows, int vocab, Mode mode) {
       return kernels::LaunchArgmax(dl.get<float>(), rows, vocab, out.get<int32_t>(), scratch.get(),
                                    nullptr) == cudaSuccess;
     return kernels::LaunchSampleRows(dl.get<float>(), rows, vocab, dp.get<RowPick>(),
-                                     out.get<int32_t>(), nullptr) == cudaSuccess;
+                                     out.get<int32_t>(), nullptr, cluster) == cudaSuccess;
   };
   if (!launch() || cudaDeviceSynchronize() != cudaSuccess) {
     state.SkipWithError("launch failed");
@@ -99,16 +102,19 @@ int Register() {
                                                 {"all", Mode::kAll}};
   for (int vocab : {128256, 151936})
     for (int rows : {1, 8, 64})
-      for (const auto& [name, mode] : modes) {
-        const std::string n =
-            "sample/v" + std::to_string(vocab) + "/r" + std::to_string(rows) + "/" + name;
-        benchmark::RegisterBenchmark(
-            n.c_str(),
-            [rows, vocab, mode = mode](benchmark::State& s) { Run(s, rows, vocab, mode); })
-            ->UseManualTime()
-            ->Iterations(20)
-            ->Unit(benchmark::kMicrosecond);
-      }
+      for (const auto& [name, mode] : modes)
+        for (int cluster : {0, 1}) {
+          if (cluster == 1 && mode == Mode::kArgmax) continue;
+          const std::string n = "sample/v" + std::to_string(vocab) + "/r" + std::to_string(rows) +
+                                "/" + name + (cluster == 1 ? "/c1" : "");
+          benchmark::RegisterBenchmark(n.c_str(),
+                                       [rows, vocab, mode = mode, cluster](benchmark::State& s) {
+                                         Run(s, rows, vocab, mode, cluster);
+                                       })
+              ->UseManualTime()
+              ->Iterations(20)
+              ->Unit(benchmark::kMicrosecond);
+        }
   return 0;
 }
 const int registered = Register();

@@ -2,7 +2,10 @@
 // its CPU references, on random logits
 // (a 151,936 vocabulary and a small odd one; batches of 1 and 64; random
 // temperature, top_k, top_p, min_p and u per row; peaked, flat, tied and
-// non-finite rows) with the output poisoned before the launch.
+// non-finite rows), and on the settings at the edges of the boundary
+// search (top_k 1, vocab - 1 and vocab, top_p 1 and tiny, min_p with top_p,
+// boundaries inside runs of ties, a 262,144 vocabulary), with the output
+// poisoned before the launch.
 //
 // Tolerance: the kernel's expf and summation order differ from the CPU's by
 // rounding (expf within 2 ulp, so a weight moves by ~2.4e-7 of itself at
@@ -174,6 +177,125 @@ TEST(SampleKernel, MatchesTheCpuDraw) {
               rows_total, ambiguous, kEps, mismatched);
   EXPECT_EQ(mismatched, 0);
   EXPECT_LE(ambiguous * 4, rows_total);
+}
+
+// The edges of the radix search, on rows made to hit them: a row of equal
+// logits (every weight is 1: top_k and top_p boundaries fall inside one run
+// of ties, kept in id order), coarse logits (a few values, thousands of
+// tokens each), a flat random row and a single peak (tiny top_p keeps the
+// best token alone), under each of the settings below, at the Llama 3
+// vocabulary and a 262,144 one (three histogram levels all in use).
+TEST(SampleKernel, EdgesOfTheBoundarySearchMatchTheCpu) {
+  AGENTKV_REQUIRE_GPU();
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> un(0.0, 1.0);
+  for (int vocab : {128256, 262144}) {
+    std::vector<SampleSettings> settings;
+    auto add = [&](float t, int k, float p, float mp) {
+      SampleSettings s;
+      s.temperature = t;
+      s.top_k = k;
+      s.top_p = p;
+      s.min_p = mp;
+      settings.push_back(s);
+    };
+    add(1.0f, 1, 1.0f, 0.0f);              // top_k 1: the argmax
+    add(1.0f, vocab, 1.0f, 0.0f);          // top_k = vocab: off
+    add(1.0f, vocab - 1, 1.0f, 0.0f);      // all but the last of the order
+    add(1.0f, 50, 1.0f, 0.0f);             // the usual top_k
+    add(1.0f, 5000, 1.0f, 0.0f);           // a boundary deep in the row
+    add(1.0f, 0, 1.0f, 0.1f);              // top_p 1 (off) with min_p
+    add(1.0f, 0, 1e-6f, 0.0f);             // tiny top_p: the best token(s)
+    add(1.0f, 0, 0.5f, 0.0f);              // a boundary in the bulk
+    add(1.0f, 0, 0.99f, 0.05f);            // min_p cuts inside the nucleus
+    add(0.7f, 50, 0.9f, 0.05f);            // all four, as clients send them
+    add(1.0f, 2000, 0.3f, 0.0f);           // top_p inside a large top_k set
+    add(0.2f, 0, 0.95f, 0.0f);             // low temperature: most weights 0
+    add(1.0f, vocab / 2 + 7, 0.7f, 0.0f);  // both boundaries in ties
+    std::vector<std::vector<float>> kinds;
+    kinds.emplace_back(static_cast<size_t>(vocab), 0.0f);  // all equal
+    {
+      std::normal_distribution<float> nd(0.f, 2.f);
+      std::vector<float> coarse(static_cast<size_t>(vocab)), flat(static_cast<size_t>(vocab));
+      for (float& x : flat) x = nd(rng);
+      for (size_t i = 0; i < coarse.size(); ++i) coarse[i] = std::round(flat[i]);
+      std::vector<float> peak = flat;
+      peak[static_cast<size_t>(vocab) / 3] = 40.0f;
+      kinds.push_back(coarse);
+      kinds.push_back(flat);
+      kinds.push_back(peak);
+    }
+    const int rows = static_cast<int>(kinds.size() * settings.size());
+    std::vector<float> logits;
+    logits.reserve(static_cast<size_t>(rows) * vocab);
+    std::vector<RowPick> picks(static_cast<size_t>(rows));
+    std::vector<const std::vector<float>*> row_of(static_cast<size_t>(rows));
+    int r = 0;
+    for (const auto& kind : kinds) {
+      for (const SampleSettings& s : settings) {
+        logits.insert(logits.end(), kind.begin(), kind.end());
+        picks[r].mode = PickMode::kDevice;
+        picks[r].sample = s;
+        picks[r].sample.u = un(rng);
+        row_of[r] = &kind;
+        ++r;
+      }
+    }
+    std::vector<int32_t> want(static_cast<size_t>(rows));
+    for (r = 0; r < rows; ++r) want[r] = Cpu(*row_of[r], picks[r].sample);
+    auto dl = Upload(logits);
+    auto dp = Upload(picks);
+    // The device's own cluster size (0), one block per row, an odd split
+    // and the largest cluster: the blocks of a row must agree whatever
+    // their number.
+    for (int cluster : {0, 1, 3, 8}) {
+      auto out = Poisoned<int32_t>(static_cast<size_t>(rows));
+      ASSERT_EQ(LaunchSampleRows(dl.get<float>(), rows, vocab, dp.get<RowPick>(),
+                                 out.get<int32_t>(), nullptr, cluster),
+                cudaSuccess);
+      const std::vector<int32_t> got = Download<int32_t>(out, static_cast<size_t>(rows));
+      int ambiguous = 0;
+      for (r = 0; r < rows; ++r) {
+        const SampleSettings& s = picks[r].sample;
+        ASSERT_GE(got[r], 0) << "row " << r << " not written, cluster " << cluster;
+        ASSERT_LT(got[r], vocab);
+        if (got[r] == want[r]) continue;
+        if (Ambiguous(*row_of[r], s, want[r])) {
+          ++ambiguous;
+          continue;
+        }
+        ADD_FAILURE() << "vocab " << vocab << " cluster " << cluster << " row kind "
+                      << r / settings.size() << ": gpu " << got[r] << " cpu " << want[r] << " (T "
+                      << s.temperature << " top_k " << s.top_k << " top_p " << s.top_p << " min_p "
+                      << s.min_p << " u " << s.u << ")";
+      }
+      // top_k 1 is the argmax whatever u is; so is a tiny top_p over a
+      // single peak.
+      const size_t n = settings.size();
+      for (size_t kind = 0; kind < kinds.size(); ++kind)
+        EXPECT_EQ(got[kind * n], want[kind * n]) << "kind " << kind;
+      EXPECT_EQ(got[3 * n + 6], vocab / 3);
+      // On the equal row every weight is 1: top_k 50 keeps ids 0..49.
+      EXPECT_LT(got[3], 50);
+      EXPECT_LE(ambiguous * 4, rows) << ambiguous << " of " << rows << " rows near a boundary";
+    }
+  }
+}
+
+// A cluster larger than the portable 8 is refused, not launched.
+TEST(SampleKernel, RefusesAClusterAboveEight) {
+  AGENTKV_REQUIRE_GPU();
+  const int vocab = 64;
+  std::vector<float> logits(vocab, 0.0f);
+  std::vector<RowPick> picks(1);
+  picks[0].mode = PickMode::kDevice;
+  auto dl = Upload(logits);
+  auto dp = Upload(picks);
+  auto out = Poisoned<int32_t>(1);
+  EXPECT_EQ(LaunchSampleRows(dl.get<float>(), 1, vocab, dp.get<RowPick>(), out.get<int32_t>(),
+                             nullptr, 9),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(Download<int32_t>(out, 1)[0], -1);
 }
 
 // u swept over [0, 1) (midpoints of 512 steps) on one small row with every
