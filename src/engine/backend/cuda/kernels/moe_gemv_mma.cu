@@ -134,6 +134,17 @@ struct Tile {
   int e, row0, rows;
 };
 
+// a / b for 0 <= a < 2^20, b > 0, from inv_b = 1 / b (rounded): the
+// float quotient is within one of the true one; the integer checks fix it.
+// (A runtime integer division is ~20 instructions; this one is in the
+// per-chunk path.)
+__device__ __forceinline__ int FloorDiv(int a, int b, float inv_b) {
+  int q = __float2int_rz(static_cast<float>(a) * inv_b);
+  if (q * b > a) --q;
+  if ((q + 1) * b <= a) ++q;
+  return q;
+}
+
 // What a lane keeps of one in-flight chunk: its two 16-byte loads and
 // their scale data (fp8: the chunk's scales for rows g and g + 8 when one
 // scale covers the chunk; mxfp4: the exponents of its own blocks, row g in
@@ -151,6 +162,7 @@ struct Lane {
   const uint8_t* w[2];   // their bytes (null past N)
   int64_t sbase[2];      // fp8: their scale rows' first index
   const uint8_t* ex[2];  // mxfp4: their exponents (null past N)
+  float inv_bc;          // fp8: 1 / block_cols
 };
 
 template <MoeWeightFormat F, bool kStepScale>
@@ -164,16 +176,18 @@ __device__ __forceinline__ void LoadSlot(const MoeGemmParams& p, const Lane& l, 
   }
   if constexpr (F == MoeWeightFormat::kFp8Block) {
     if constexpr (!kStepScale) {
-      const int kb = c * kChunkBytes / p.block_cols;
+      const int kb = FloorDiv(c * kChunkBytes, p.block_cols, l.inv_bc);
 #pragma unroll
-      for (int q = 0; q < 2; ++q) s.s[q] = l.w[q] != nullptr ? __ldg(p.scales + l.sbase[q] + kb) : 0.f;
+      for (int q = 0; q < 2; ++q)
+        s.s[q] = l.w[q] != nullptr ? __ldg(p.scales + l.sbase[q] + kb) : 0.f;
     }
   } else {
     const int blk = 4 * c + l.t, nb = p.K / 32;
     uint32_t e = 0;
 #pragma unroll
     for (int q = 0; q < 2; ++q)
-      if (l.ex[q] != nullptr && blk < nb) e |= static_cast<uint32_t>(__ldg(l.ex[q] + blk)) << (8 * q);
+      if (l.ex[q] != nullptr && blk < nb)
+        e |= static_cast<uint32_t>(__ldg(l.ex[q] + blk)) << (8 * q);
     s.e = e;
   }
 }
@@ -211,7 +225,7 @@ __device__ __forceinline__ void Chunk(const MoeGemmParams& p, const Lane& l, con
         MmaF16(tmp[nt], a, LoadB(xs, ld, P, nt * 8 + l.g, k0 + 4 * l.t));
       if constexpr (kStepScale) {
         // Blocks narrower than the chunk: this step's own scales.
-        const int kb = k0 / p.block_cols;
+        const int kb = FloorDiv(k0, p.block_cols, l.inv_bc);
         float sc[2];
 #pragma unroll
         for (int q = 0; q < 2; ++q)
@@ -262,12 +276,15 @@ __device__ __forceinline__ void Chunk(const MoeGemmParams& p, const Lane& l, con
 }
 
 // Rows [c0, c0 + P) of the tile into xs as scaled f16 (zeros past the
-// tile's rows and past K), and each row's output factor 2^-s into xinv.
-// Ends with the block synchronised.
+// tile's rows and past K), and each row's output factor 2^-s into xinv
+// (amax: P words of scratch). P is a power of two: kThreads / P threads
+// share a row for its largest magnitude and its conversion. Ends with the
+// block synchronised.
 template <MoeWeightFormat F>
 __device__ __forceinline__ void StageX(const MoeGemmParams& p, const Tile& t, int c0, int P,
-                                       uint16_t* xs, int ld, float* xinv) {
+                                       uint16_t* xs, int ld, float* xinv, uint32_t* amax) {
   const int kv = (ld - 16) / 8;  // 8-value groups of a staged row
+  if (threadIdx.x < P) amax[threadIdx.x] = 0u;
   for (int i = threadIdx.x; i < P * kv; i += blockDim.x) {
     const int r = i / kv, k = (i % kv) * 8;
     uint4 v = make_uint4(0u, 0u, 0u, 0u);
@@ -290,39 +307,37 @@ __device__ __forceinline__ void StageX(const MoeGemmParams& p, const Tile& t, in
     }
   }
   __syncthreads();
-  // A warp a row: the largest magnitude, the scale, then bf16 -> f16 in
-  // place (each element keeps its position).
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  for (int r = warp; r < P; r += kWarps) {
-    uint4* row = reinterpret_cast<uint4*>(xs + r * ld);
-    uint32_t mx = 0;
-    for (int q = lane; q < kv; q += 32) {
-      const uint4 v = row[q];
-      const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+  const int tr = kThreads / P, r = threadIdx.x / tr, j = threadIdx.x % tr;
+  uint4* row = reinterpret_cast<uint4*>(xs + r * ld);
+  // The largest magnitude's float bits (bf16 bits shifted up, sign off).
+  uint32_t mx = 0;
+  for (int q = j; q < kv; q += tr) {
+    const uint4 v = row[q];
+    const uint32_t u[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
-        mx = max(mx, max((u[i] << 16) & 0x7fffffffu, u[i] & 0x7fff0000u));
+    for (int i = 0; i < 4; ++i) mx = max(mx, max((u[i] << 16) & 0x7fffffffu, u[i] & 0x7fff0000u));
+  }
+  const int group = min(tr, 32);  // lanes of a warp on one row
+  for (int o = group / 2; o > 0; o >>= 1) mx = max(mx, __shfl_xor_sync(kFull, mx, o));
+  if ((threadIdx.x & (group - 1)) == 0) atomicMax(amax + r, mx);
+  __syncthreads();
+  // |x| < 2^(E - 126) for the largest's biased exponent E: times 2^s with
+  // s = 141 - E it stays below 2^15 (f16's largest is ~2^16).
+  const int E = static_cast<int>(amax[r] >> 23);
+  const int s = min(126, max(-126, 141 - E));
+  const float up = __uint_as_float(static_cast<uint32_t>(127 + s) << 23);
+  if (j == 0) xinv[r] = __uint_as_float(static_cast<uint32_t>(127 - s) << 23);
+  for (int q = j; q < kv; q += tr) {  // in place: each element keeps its position
+    const uint4 v = row[q];
+    const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+    uint32_t o[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const __half2 h = __floats2half2_rn(__uint_as_float(u[i] << 16) * up,
+                                          __uint_as_float(u[i] & 0xffff0000u) * up);
+      o[i] = *reinterpret_cast<const uint32_t*>(&h);
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) mx = max(mx, __shfl_xor_sync(kFull, mx, o));
-    // |x| < 2^(E - 126) for the largest's biased exponent E: times 2^s with
-    // s = 141 - E it stays below 2^15 (f16's largest is ~2^16).
-    const int E = static_cast<int>(mx >> 23);
-    const int s = min(126, max(-126, 141 - E));
-    const float up = __uint_as_float(static_cast<uint32_t>(127 + s) << 23);
-    if (lane == 0) xinv[r] = __uint_as_float(static_cast<uint32_t>(127 - s) << 23);
-    for (int q = lane; q < kv; q += 32) {
-      const uint4 v = row[q];
-      const uint32_t u[4] = {v.x, v.y, v.z, v.w};
-      uint32_t o[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const __half2 h = __floats2half2_rn(__uint_as_float(u[i] << 16) * up,
-                                            __uint_as_float(u[i] & 0xffff0000u) * up);
-        o[i] = *reinterpret_cast<const uint32_t*>(&h);
-      }
-      row[q] = make_uint4(o[0], o[1], o[2], o[3]);
-    }
+    row[q] = make_uint4(o[0], o[1], o[2], o[3]);
   }
   __syncthreads();
 }
@@ -355,8 +370,8 @@ __device__ __forceinline__ void Store(const MoeGemmParams& p, int n, int64_t gr,
 }
 
 template <MoeWeightFormat F, int NT, bool kStepScale>
-__global__ void __launch_bounds__(kThreads) MoeGemvMmaKernel(const MoeGemmParams p, int split,
-                                                             int P) {
+__global__ void __launch_bounds__(kThreads)
+    MoeGemvMmaKernel(const MoeGemmParams p, int split, int P) {
   PdlLaunchDependents();
   extern __shared__ __align__(16) unsigned char smem[];
   const int E = p.offsets != nullptr ? p.num_experts : 0;
@@ -365,7 +380,8 @@ __global__ void __launch_bounds__(kThreads) MoeGemvMmaKernel(const MoeGemmParams
   const int ld = XStride<F>(p.K);
   uint16_t* xs = reinterpret_cast<uint16_t*>(smem + (2 * (E + 1) * 4 + 15) / 16 * 16);
   float* xinv = reinterpret_cast<float*>(xs + P * ld);
-  float* red = xinv + kMaxMoeGemvMmaRows;  // [kWarps][NT * 4][32]
+  uint32_t* amax = reinterpret_cast<uint32_t*>(xinv + kMaxMoeGemvMmaRows);
+  float* red = reinterpret_cast<float*>(amax + kMaxMoeGemvMmaRows);  // [kWarps][NT * 4][32]
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int part = warp % split;
@@ -394,6 +410,7 @@ __global__ void __launch_bounds__(kThreads) MoeGemvMmaKernel(const MoeGemmParams
   l.lane = lane;
   l.g = lane >> 2;
   l.t = lane & 3;
+  l.inv_bc = F == MoeWeightFormat::kFp8Block ? 1.f / static_cast<float>(p.block_cols) : 0.f;
   const int n0 = (blockIdx.x * (kWarps / split) + warp / split) * 16;
 #pragma unroll
   for (int q = 0; q < 2; ++q) {
@@ -436,7 +453,7 @@ __global__ void __launch_bounds__(kThreads) MoeGemvMmaKernel(const MoeGemmParams
       for (int u = 0; u < kSlots; ++u)
         if (u < mine) LoadSlot<F, kStepScale>(p, l, row_bytes, part + split * u, slot[u]);
     }
-    StageX<F>(p, t, c0, P, xs, ld, xinv);
+    StageX<F>(p, t, c0, P, xs, ld, xinv, amax);
     float acc[NT][4];
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
@@ -498,7 +515,7 @@ template <MoeWeightFormat F, int NT, bool kStepScale>
 cudaError_t LaunchFor(const MoeGemmParams& p, int tiles, int P, LaunchConfig launch) {
   const int E = p.offsets != nullptr ? p.num_experts : 0;
   const size_t smem = (static_cast<size_t>(2) * (E + 1) * 4 + 15) / 16 * 16 +
-                      static_cast<size_t>(P) * XStride<F>(p.K) * 2 + kMaxMoeGemvMmaRows * 4 +
+                      static_cast<size_t>(P) * XStride<F>(p.K) * 2 + kMaxMoeGemvMmaRows * 8 +
                       static_cast<size_t>(kWarps) * NT * 4 * 32 * 4;
   auto kernel = MoeGemvMmaKernel<F, NT, kStepScale>;
   if (smem > 48 * 1024) {  // (past 48 KiB must be asked for, per device)
@@ -525,7 +542,8 @@ cudaError_t LaunchRows(const MoeGemmParams& p, int tiles, LaunchConfig launch) {
 }  // namespace
 
 cudaError_t LaunchMoeGemvMma(const MoeGemmParams& p, int tiles, LaunchConfig launch) {
-  if (p.format == MoeWeightFormat::kMxfp4) return LaunchRows<MoeWeightFormat::kMxfp4, false>(p, tiles, launch);
+  if (p.format == MoeWeightFormat::kMxfp4)
+    return LaunchRows<MoeWeightFormat::kMxfp4, false>(p, tiles, launch);
   if (p.format != MoeWeightFormat::kFp8Block) return cudaErrorInvalidValue;
   // One scale per 64-column chunk where blocks are whole chunks or a row is
   // one block; else a scale per 16-column mma step.

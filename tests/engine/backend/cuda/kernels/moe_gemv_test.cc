@@ -320,7 +320,8 @@ INSTANTIATE_TEST_SUITE_P(
         // blocks) or before the first one ends (K 96), and groups of more
         // than 8 rows whose x of 16 rows would not fit (K 4,096: passes of 8).
         GemvCase{kFp8, kSwiglu, 16, 8, 4, 256, 2048}, GemvCase{kFp8, kStore, 16, 4, 1, 64, 400},
-        GemvCase{kFp8, kStore, 12, 4, 2, 48, 4096}, GemvCase{kFp8, kStore, 11, 4, 4, 80, 208, 16, 48},
+        GemvCase{kFp8, kStore, 12, 4, 2, 48, 4096},
+        GemvCase{kFp8, kStore, 11, 4, 4, 80, 208, 16, 48},
         GemvCase{kMx, kStore, 16, 8, 4, 128, 2880}, GemvCase{kMx, kSwiglu, 7, 8, 8, 96, 96},
         GemvCase{kMx, kClamped, 16, 32, 4, 2880, 2880}),
     [](const auto& info) { return Name(info.param); });
@@ -445,8 +446,8 @@ TEST(CudaMoeGemv, QuantizedRowsOfAnyMagnitude) {
         if (t % 5 == 2) {
           for (int n = 0; n < N; ++n) EXPECT_EQ(g[n], 0.f) << "zero row " << t << " col " << n;
         } else {
-          EXPECT_LT(RelErr(g, r), 1e-5) << "format " << static_cast<int>(f) << " T " << T
-                                        << " row " << t;
+          EXPECT_LT(RelErr(g, r), 1e-5)
+              << "format " << static_cast<int>(f) << " T " << T << " row " << t;
         }
       }
     }
