@@ -40,6 +40,7 @@
 
 #include "engine/backend/cuda/kernels/block_reduce.cuh"
 #include "engine/backend/cuda/kernels/moe.h"
+#include "engine/backend/cuda/kernels/moe_gemv_layout.h"
 #include "engine/backend/cuda/kernels/moe_gemv_mma.h"
 #include "engine/backend/cuda/kernels/moe_plan.h"
 #include "engine/backend/cuda/kernels/moe_quant.cuh"
@@ -70,16 +71,14 @@ __host__ __device__ inline int XStride(int K) {
   return (K + ChunkValues<F>() - 1) / ChunkValues<F>() * ChunkValues<F>() + 16;
 }
 
-// Where value k of a row sits in the staged row: fp8 as stored; mxfp4
-// within its 32-value block: value 8t + 4s + j at 16s + 4t + (j with 1 and
-// 2 swapped).
+// Where value k of a row sits in the staged row: fp8 as stored; mxfp4 as
+// moe_gemv_layout.h says.
 template <MoeWeightFormat F>
 __device__ __forceinline__ int StagePos(int k) {
   if constexpr (F == MoeWeightFormat::kFp8Block) {
     return k;
   } else {
-    const int v = k & 31, j = v & 3;
-    return (k & ~31) + 16 * ((v >> 2) & 1) + 4 * (v >> 3) + (j == 1 ? 2 : j == 2 ? 1 : j);
+    return MoeMxfp4StagePos(k);
   }
 }
 
@@ -87,15 +86,6 @@ __device__ __forceinline__ uint32_t F16x2FromE4m3x2(uint32_t two) {
   const __half2_raw h =
       __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two & 0xffffu), __NV_E4M3);
   return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
-}
-
-// The even (lo) and odd (hi) nibbles of u as e4m3 bytes of their e2m1
-// values times 2^-6: byte j of lo is nibble 2j's, of hi nibble 2j + 1's.
-__device__ __forceinline__ uint32_t E2m1EvenAsE4m3(uint32_t u) {
-  return ((u << 4) & 0x80808080u) | ((u << 2) & 0x1c1c1c1cu);
-}
-__device__ __forceinline__ uint32_t E2m1OddAsE4m3(uint32_t u) {
-  return (u & 0x80808080u) | ((u >> 2) & 0x1c1c1c1cu);
 }
 
 // d += a (16x16 f16, row) * b (16x8 f16, col), fp32 accumulators.
@@ -253,19 +243,26 @@ __device__ __forceinline__ void Chunk(const MoeGemmParams& p, const Lane& l, con
       if (blk >= nb) break;  // (the whole warp)
       // Block b's exponents (rows g, g + 8) from lane b of the group.
       const uint32_t eb = __shfl_sync(kFull, s.e, (l.lane & ~3) | b);
-      const uint32_t lo_g = E2m1EvenAsE4m3(wg[b]), hi_g = E2m1OddAsE4m3(wg[b]);
-      const uint32_t lo_h = E2m1EvenAsE4m3(wh[b]), hi_h = E2m1OddAsE4m3(wh[b]);
-      const uint32_t a0[4] = {F16x2FromE4m3x2(lo_g), F16x2FromE4m3x2(lo_h), F16x2FromE4m3x2(hi_g),
-                              F16x2FromE4m3x2(hi_h)};
-      const uint32_t a1[4] = {F16x2FromE4m3x2(lo_g >> 16), F16x2FromE4m3x2(lo_h >> 16),
-                              F16x2FromE4m3x2(hi_g >> 16), F16x2FromE4m3x2(hi_h >> 16)};
+      // Step s's A fragment: e4m3 pairs of rows g and g + 8 for slots
+      // (2t, 2t + 1), then (2t + 8, 2t + 9) (moe_gemv_layout.h).
+      uint32_t a[2][4];
+#pragma unroll
+      for (int st = 0; st < 2; ++st) {
+        uint32_t pg[2], ph[2];
+        MoeMxfp4StepPairs(wg[b], st, pg);
+        MoeMxfp4StepPairs(wh[b], st, ph);
+        a[st][0] = F16x2FromE4m3x2(pg[0]);
+        a[st][1] = F16x2FromE4m3x2(ph[0]);
+        a[st][2] = F16x2FromE4m3x2(pg[1]);
+        a[st][3] = F16x2FromE4m3x2(ph[1]);
+      }
       const float sc[2] = {moeq::E8m0(eb & 0xffu), moeq::E8m0((eb >> 8) & 0xffu)};
       const int pos = blk * 32 + 4 * l.t;
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
         float tmp[4] = {0.f, 0.f, 0.f, 0.f};
-        MmaF16(tmp, a0, LoadB(xs, ld, P, nt * 8 + l.g, pos));
-        MmaF16(tmp, a1, LoadB(xs, ld, P, nt * 8 + l.g, pos + 16));
+        MmaF16(tmp, a[0], LoadB(xs, ld, P, nt * 8 + l.g, pos));
+        MmaF16(tmp, a[1], LoadB(xs, ld, P, nt * 8 + l.g, pos + 16));
         // (2^6 first: the nibbles were rebuilt as value x 2^-6, and no
         // product of the two factors may overflow where the value does not.)
 #pragma unroll
