@@ -184,16 +184,17 @@ __device__ __forceinline__ void LoadSlot(const MoeGemmParams& p, const Lane& l, 
 
 // B fragment of token tile nt at staged position pos (the lane's 4
 // values): zeros for tokens past the pass's staged rows.
-__device__ __forceinline__ uint2 LoadB(const uint16_t* xs, int ld, int P, int tok, int pos) {
-  if (tok >= P) return make_uint2(0u, 0u);
+__device__ __forceinline__ uint2 LoadB(const uint16_t* xs, int ld, int rows, int tok, int pos) {
+  if (tok >= rows) return make_uint2(0u, 0u);
   return *reinterpret_cast<const uint2*>(xs + tok * ld + pos);
 }
 
 // acc[nt] += the chunk's products (rows g, g + 8 x tokens 2t, 2t + 1 of
-// token tile nt), scaled.
+// token tile nt), scaled; `rows` tokens staged (token tiles past them
+// skipped).
 template <MoeWeightFormat F, int NT, bool kStepScale>
 __device__ __forceinline__ void Chunk(const MoeGemmParams& p, const Lane& l, const Slot& s, int c,
-                                      const uint16_t* xs, int ld, int P, float (&acc)[NT][4]) {
+                                      const uint16_t* xs, int ld, int rows, float (&acc)[NT][4]) {
   uint32_t wg[4] = {s.w[0].x, s.w[0].y, s.w[0].z, s.w[0].w};
   uint32_t wh[4] = {s.w[1].x, s.w[1].y, s.w[1].z, s.w[1].w};
   Transpose4(wg, l.t);
@@ -212,7 +213,7 @@ __device__ __forceinline__ void Chunk(const MoeGemmParams& p, const Lane& l, con
                              F16x2FromE4m3x2(wg[b] >> 16), F16x2FromE4m3x2(wh[b] >> 16)};
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
-        MmaF16(tmp[nt], a, LoadB(xs, ld, P, nt * 8 + l.g, k0 + 4 * l.t));
+        if (nt * 8 < rows) MmaF16(tmp[nt], a, LoadB(xs, ld, rows, nt * 8 + l.g, k0 + 4 * l.t));
       if constexpr (kStepScale) {
         // Blocks narrower than the chunk: this step's own scales.
         const int kb = FloorDiv(k0, p.block_cols, l.inv_bc);
@@ -260,9 +261,10 @@ __device__ __forceinline__ void Chunk(const MoeGemmParams& p, const Lane& l, con
       const int pos = blk * 32 + 4 * l.t;
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
+        if (nt * 8 >= rows) continue;  // (the whole warp)
         float tmp[4] = {0.f, 0.f, 0.f, 0.f};
-        MmaF16(tmp, a[0], LoadB(xs, ld, P, nt * 8 + l.g, pos));
-        MmaF16(tmp, a[1], LoadB(xs, ld, P, nt * 8 + l.g, pos + 16));
+        MmaF16(tmp, a[0], LoadB(xs, ld, rows, nt * 8 + l.g, pos));
+        MmaF16(tmp, a[1], LoadB(xs, ld, rows, nt * 8 + l.g, pos + 16));
         // (2^6 first: the nibbles were rebuilt as value x 2^-6, and no
         // product of the two factors may overflow where the value does not.)
 #pragma unroll
@@ -272,17 +274,17 @@ __device__ __forceinline__ void Chunk(const MoeGemmParams& p, const Lane& l, con
   }
 }
 
-// Rows [c0, c0 + P) of the tile into xs as scaled f16 (zeros past the
-// tile's rows and past K), and each row's output factor 2^-s into xinv
-// (amax: P words of scratch). P is a power of two: kThreads / P threads
-// share a row for its largest magnitude and its conversion. Ends with the
-// block synchronised.
+// Rows [c0, c0 + rows) of the tile (rows <= kMaxMoeGemvMmaRows, all in
+// the tile) into xs as scaled f16 (zeros past K), and each row's output
+// factor 2^-s into xinv (amax: a word of scratch per row). kThreads / P2
+// threads share a row (P2 the power of two that holds `rows`) for its
+// largest magnitude and its conversion. Ends with the block synchronised.
 template <MoeWeightFormat F>
-__device__ __forceinline__ void StageX(const MoeGemmParams& p, const Tile& t, int c0, int P,
+__device__ __forceinline__ void StageX(const MoeGemmParams& p, const Tile& t, int c0, int rows,
                                        uint16_t* xs, int ld, float* xinv, uint32_t* amax) {
   const int kv = (ld - 16) / 8;  // 8-value groups of a staged row
-  if (threadIdx.x < P) amax[threadIdx.x] = 0u;
-  for (int i = threadIdx.x; i < P * kv; i += blockDim.x) {
+  if (threadIdx.x < rows) amax[threadIdx.x] = 0u;
+  for (int i = threadIdx.x; i < rows * kv; i += blockDim.x) {
     const int r = i / kv, k = (i % kv) * 8;
     uint4 v = make_uint4(0u, 0u, 0u, 0u);
     if (c0 + r < t.rows && k < p.K) {
@@ -304,11 +306,14 @@ __device__ __forceinline__ void StageX(const MoeGemmParams& p, const Tile& t, in
     }
   }
   __syncthreads();
-  const int tr = kThreads / P, r = threadIdx.x / tr, j = threadIdx.x % tr;
+  int p2 = 1;
+  while (p2 < rows) p2 *= 2;
+  const int tr = kThreads / p2, r = threadIdx.x / tr, j = threadIdx.x % tr;
+  const bool live = r < rows;  // (threads of rows past `rows` only shuffle)
   uint4* row = reinterpret_cast<uint4*>(xs + r * ld);
   // The largest magnitude's float bits (bf16 bits shifted up, sign off).
   uint32_t mx = 0;
-  for (int q = j; q < kv; q += tr) {
+  for (int q = j; live && q < kv; q += tr) {
     const uint4 v = row[q];
     const uint32_t u[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
@@ -316,25 +321,27 @@ __device__ __forceinline__ void StageX(const MoeGemmParams& p, const Tile& t, in
   }
   const int group = min(tr, 32);  // lanes of a warp on one row
   for (int o = group / 2; o > 0; o >>= 1) mx = max(mx, __shfl_xor_sync(kFull, mx, o));
-  if ((threadIdx.x & (group - 1)) == 0) atomicMax(amax + r, mx);
+  if (live && (threadIdx.x & (group - 1)) == 0) atomicMax(amax + r, mx);
   __syncthreads();
-  // |x| < 2^(E - 126) for the largest's biased exponent E: times 2^s with
-  // s = 141 - E it stays below 2^15 (f16's largest is ~2^16).
-  const int E = static_cast<int>(amax[r] >> 23);
-  const int s = min(126, max(-126, 141 - E));
-  const float up = __uint_as_float(static_cast<uint32_t>(127 + s) << 23);
-  if (j == 0) xinv[r] = __uint_as_float(static_cast<uint32_t>(127 - s) << 23);
-  for (int q = j; q < kv; q += tr) {  // in place: each element keeps its position
-    const uint4 v = row[q];
-    const uint32_t u[4] = {v.x, v.y, v.z, v.w};
-    uint32_t o[4];
+  if (live) {
+    // |x| < 2^(E - 126) for the largest's biased exponent E: times 2^s
+    // with s = 141 - E it stays below 2^15 (f16's largest is ~2^16).
+    const int E = static_cast<int>(amax[r] >> 23);
+    const int s = min(126, max(-126, 141 - E));
+    const float up = __uint_as_float(static_cast<uint32_t>(127 + s) << 23);
+    if (j == 0) xinv[r] = __uint_as_float(static_cast<uint32_t>(127 - s) << 23);
+    for (int q = j; q < kv; q += tr) {  // in place: each element keeps its position
+      const uint4 v = row[q];
+      const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+      uint32_t o[4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const __half2 h = __floats2half2_rn(__uint_as_float(u[i] << 16) * up,
-                                          __uint_as_float(u[i] & 0xffff0000u) * up);
-      o[i] = *reinterpret_cast<const uint32_t*>(&h);
+      for (int i = 0; i < 4; ++i) {
+        const __half2 h = __floats2half2_rn(__uint_as_float(u[i] << 16) * up,
+                                            __uint_as_float(u[i] & 0xffff0000u) * up);
+        o[i] = *reinterpret_cast<const uint32_t*>(&h);
+      }
+      row[q] = make_uint4(o[0], o[1], o[2], o[3]);
     }
-    row[q] = make_uint4(o[0], o[1], o[2], o[3]);
   }
   __syncthreads();
 }
@@ -450,7 +457,8 @@ __global__ void __launch_bounds__(kThreads)
       for (int u = 0; u < kSlots; ++u)
         if (u < mine) LoadSlot<F, kStepScale>(p, l, row_bytes, part + split * u, slot[u]);
     }
-    StageX<F>(p, t, c0, P, xs, ld, xinv, amax);
+    const int rows = min(P, t.rows - c0);  // this pass's
+    StageX<F>(p, t, c0, rows, xs, ld, xinv, amax);
     float acc[NT][4];
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
@@ -461,7 +469,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int u = 0; u < kSlots; ++u) {
         const int i = i0 + u;
         if (i < mine) {  // (the whole warp)
-          Chunk<F, NT, kStepScale>(p, l, slot[u], part + split * i, xs, ld, P, acc);
+          Chunk<F, NT, kStepScale>(p, l, slot[u], part + split * i, xs, ld, rows, acc);
           if (i + kSlots < mine)
             LoadSlot<F, kStepScale>(p, l, row_bytes, part + split * (i + kSlots), slot[u]);
         }
@@ -488,10 +496,10 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int q = i / 2, tok = nt * 8 + 2 * l.t + (i % 2), n = l.n[q];
-        const bool ok = n < p.N && tok < P && c0 + tok < t.rows;
+        const bool ok = n < p.N && tok < rows;
         const float b =
             p.bias != nullptr && n < p.N ? p.bias[static_cast<int64_t>(t.e) * p.N + n] : 0.f;
-        const float v = acc[nt][i] * xinv[min(tok, P - 1)] + b;
+        const float v = acc[nt][i] * xinv[min(tok, rows - 1)] + b;
         Store(p, n, static_cast<int64_t>(t.row0) + c0 + tok, ok, v, gated, (l.g & 1) == 0);
       }
   }
