@@ -5,8 +5,8 @@
 // accumulators), the group's rows (tokens) as B from shared memory. On the
 // CUDA cores the conversions and scale lookups of each weight took the
 // whole issue budget of the bytes' arrival (bench/RESULTS.md, "Quantized
-// decode GEMV on the tensor cores"); here a weight costs about one
-// instruction per two values (fp8) or per 1.5 values (mxfp4) before the MMA.
+// decode GEMV on the tensor cores"); here a weight value costs about half
+// an instruction (fp8) or one and a half (mxfp4) before the MMA.
 //
 // Layout. A warp owns a 16-row tile of weights (rows n0 + g and n0 + g + 8
 // for lane 4g + t) and walks its rows in 64-byte chunks: lane t loads bytes
@@ -21,7 +21,7 @@
 //   mxfp4: a word holds values v..v+7 of a block (nibbles, low first);
 //     step 0 takes v+0..3 as slots (v, v+2 | v+1, v+3), step 1 v+4..7
 //     likewise; x staged so that the 4 values of (step s, lane t) sit
-//     together in that order (StagePos).
+//     together in that order (moe_gemv_layout.h, tested on the host).
 // Dequantization: fp8 by cvt.rn.f16x2.e4m3x2 (exact); mxfp4 by rewriting
 // each e2m1 nibble as the e4m3 byte of its value times 2^-6 (sign to bit 7,
 // exponent and mantissa to bits 4..2: exact, subnormal 0.5 included), then
