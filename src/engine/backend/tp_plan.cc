@@ -5,7 +5,7 @@
 
 #include "engine/model/quant_format.h"
 
-namespace agentkv {
+namespace agentkv::backend {
 namespace {
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
@@ -38,7 +38,7 @@ TensorCut Slice(int dim, int64_t begin, int64_t size, int parts = 1) {
 
 }  // namespace
 
-Result<TpPlan> TpPlan::Make(const ModelConfig& c, int degree, int visible_gpus) {
+Result<TpPlan> TpPlan::Make(const model::ModelConfig& c, int degree, int visible_gpus) {
   if (degree < 1)
     return InvalidArgument("--tensor-parallel must be at least 1, not " + std::to_string(degree));
   if (visible_gpus >= 0 && degree > visible_gpus)
@@ -78,11 +78,11 @@ Result<TpPlan> TpPlan::Make(const ModelConfig& c, int degree, int visible_gpus) 
     // per-tensor fp8 scales cut with their rows or not at all.
     const int64_t qrows = static_cast<int64_t>(c.num_heads / degree) * c.head_dim;
     const int64_t kvrows = static_cast<int64_t>(std::max(1, c.num_kv_heads / degree)) * c.head_dim;
-    if (c.quant.format == QuantFormat::kMxfp4) {
+    if (c.quant.format == model::QuantFormat::kMxfp4) {
       if (c.IsMoe())
         RETURN_IF_ERROR(CheckSplit("expert intermediate size (MXFP4 blocks of 32)",
-                                   c.moe.expert_intermediate, degree, kMxfp4Block));
-    } else if (c.quant.format == QuantFormat::kFp8Block) {
+                                   c.moe.expert_intermediate, degree, model::kMxfp4Block));
+    } else if (c.quant.format == model::QuantFormat::kFp8Block) {
       const int64_t b = std::max(c.quant.block_rows, c.quant.block_cols);
       RETURN_IF_ERROR(CheckSplit("query rows (fp8 blocks)", qrows * degree, degree, b));
       if (p.kv_replicas == 1)
@@ -119,9 +119,9 @@ Result<TpPlan> TpPlan::Make(const ModelConfig& c, int degree, int visible_gpus) 
   return p;
 }
 
-ModelConfig TpPlan::RankConfig(const ModelConfig& config, int rank) const {
+model::ModelConfig TpPlan::RankConfig(const model::ModelConfig& config, int rank) const {
   const TpRank& k = ranks.at(rank);
-  ModelConfig c = config;
+  model::ModelConfig c = config;
   c.num_heads = static_cast<int>(k.q_heads.size);
   c.num_kv_heads = static_cast<int>(k.kv_heads.size);
   if (k.intermediate.size > 0) c.intermediate_size = static_cast<int>(k.intermediate.size);
@@ -130,7 +130,7 @@ ModelConfig TpPlan::RankConfig(const ModelConfig& config, int rank) const {
   return c;
 }
 
-TensorCut TpPlan::CutOf(const ModelConfig& c, const std::string& name, int rank) const {
+TensorCut TpPlan::CutOf(const model::ModelConfig& c, const std::string& name, int rank) const {
   const TpRank& k = ranks.at(rank);
   const int64_t D = c.head_dim;
   if (degree == 1) return {};
@@ -158,7 +158,7 @@ TensorCut TpPlan::CutOf(const ModelConfig& c, const std::string& name, int rank)
     // [E, H, I/32, 16] / [E, H, I/32].
     // Qwen3-MoE's fused tensors (TpFusedExpertShapes): gate_up [E, 2I, H]
     // as gate rows then up rows, down [E, H, I].
-    const bool oss = c.arch == Architecture::kGptOss;
+    const bool oss = c.arch == model::Architecture::kGptOss;
     if (EndsWith(name, "experts.gate_up_proj"))
       return oss ? Slice(2, 2 * e.begin, 2 * e.size) : Slice(1, e.begin, e.size, /*parts=*/2);
     if (EndsWith(name, "experts.gate_up_proj_blocks") ||
@@ -167,7 +167,7 @@ TensorCut TpPlan::CutOf(const ModelConfig& c, const std::string& name, int rank)
       return Slice(1, 2 * e.begin, 2 * e.size);
     if (EndsWith(name, "experts.down_proj")) return Slice(oss ? 1 : 2, e.begin, e.size);
     if (EndsWith(name, "experts.down_proj_blocks") || EndsWith(name, "experts.down_proj_scales"))
-      return Slice(2, e.begin / kMxfp4Block, e.size / kMxfp4Block);
+      return Slice(2, e.begin / model::kMxfp4Block, e.size / model::kMxfp4Block);
     if (EndsWith(name, "experts.down_proj_bias"))
       return k.adds_row_biases ? TensorCut{} : TensorCut{TensorCut::Kind::kZero};
     // Qwen3-MoE: experts.<e>.{gate,up}_proj [I, H], down_proj [H, I].
@@ -190,9 +190,9 @@ std::vector<int64_t> CutShape(std::span<const int64_t> shape, const TensorCut& c
 }
 
 std::vector<std::pair<std::string, std::vector<int64_t>>> TpFusedExpertShapes(
-    const ModelConfig& c) {
+    const model::ModelConfig& c) {
   std::vector<std::pair<std::string, std::vector<int64_t>>> out;
-  if (c.arch != Architecture::kQwen3Moe) return out;
+  if (c.arch != model::Architecture::kQwen3Moe) return out;
   const int64_t e = c.moe.num_experts, i = c.moe.expert_intermediate, h = c.hidden_size;
   for (int l = 0; l < c.num_layers; ++l) {
     if (!c.IsMoeLayer(l)) continue;
@@ -203,11 +203,11 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> TpFusedExpertShapes(
   return out;
 }
 
-std::vector<TpKvRun> TpKvRuns(const ModelCacheSpec& spec, const TpPlan& plan, int rank, int group,
-                              int block_size) {
+std::vector<TpKvRun> TpKvRuns(const cache::ModelCacheSpec& spec, const TpPlan& plan, int rank,
+                              int group, int block_size) {
   const TpRank& k = plan.ranks.at(rank);
-  const bool fp8 = spec.kv_dtype == KvDtype::kFP8E4M3;
-  const size_t e = KvDtypeBytes(spec.kv_dtype);
+  const bool fp8 = spec.kv_dtype == cache::KvDtype::kFP8E4M3;
+  const size_t e = cache::KvDtypeBytes(spec.kv_dtype);
   const size_t D = static_cast<size_t>(spec.head_dim);
   const size_t nkv = static_cast<size_t>(spec.num_kv_heads);
   const size_t nr = static_cast<size_t>(k.kv_heads.size);
@@ -243,4 +243,4 @@ void TpSplitKvBlock(std::span<const TpKvRun> runs, std::span<const std::byte> gl
     std::memcpy(rank_block.data() + r.rank_offset, global_block.data() + r.global_offset, r.bytes);
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::backend

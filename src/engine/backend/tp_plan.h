@@ -47,7 +47,7 @@
 #include "engine/model/model_config.h"
 #include "util/status.h"
 
-namespace agentkv {
+namespace agentkv::backend {
 
 // [begin, begin + size).
 struct TpRange {
@@ -105,17 +105,17 @@ struct TpPlan {
   // expert) not divisible into slices of a multiple of kTpAlign; a
   // vocabulary smaller than the degree; quantized weights whose blocks a
   // slice would cut.
-  static Result<TpPlan> Make(const ModelConfig& config, int degree, int visible_gpus);
+  static Result<TpPlan> Make(const model::ModelConfig& config, int degree, int visible_gpus);
 
   // The config rank `rank`'s backend runs: num_heads, num_kv_heads,
   // intermediate_size, moe.expert_intermediate and vocab_size of its slices;
   // everything else (head_dim, norms, rope, attention scale) unchanged.
-  ModelConfig RankConfig(const ModelConfig& config, int rank) const;
+  model::ModelConfig RankConfig(const model::ModelConfig& config, int rank) const;
 
   // How rank `rank`'s slice of checkpoint tensor `name` (of `config`, as
   // ExpectedWeights names and shapes it, or Qwen3-MoE's fused expert
   // tensors, TpFusedExpertShapes) is cut. Unknown names are kWhole.
-  TensorCut CutOf(const ModelConfig& config, const std::string& name, int rank) const;
+  TensorCut CutOf(const model::ModelConfig& config, const std::string& name, int rank) const;
 };
 
 // Qwen3-MoE checkpoints may store each sparse layer's experts fused (as
@@ -123,7 +123,7 @@ struct TpPlan {
 // rows, then up rows) and mlp.experts.down_proj [E, H, I]. Their names and
 // full shapes for `config` (none for other architectures).
 std::vector<std::pair<std::string, std::vector<int64_t>>> TpFusedExpertShapes(
-    const ModelConfig& config);
+    const model::ModelConfig& config);
 
 // Slices per rank must be multiples of this many elements (16-byte rows of
 // bf16: the kernels' vector loads).
@@ -163,8 +163,8 @@ struct TpKvRun {
 // `group` between the two layouts (either direction), for `spec` (the
 // global, all-heads spec) and `block_size`. Covers every byte of the rank's
 // block exactly once; fp8 blocks move codes and scales.
-std::vector<TpKvRun> TpKvRuns(const ModelCacheSpec& spec, const TpPlan& plan, int rank, int group,
-                              int block_size);
+std::vector<TpKvRun> TpKvRuns(const cache::ModelCacheSpec& spec, const TpPlan& plan, int rank,
+                              int group, int block_size);
 
 // Rank block -> its heads of the global block / global block -> rank block,
 // by the runs of TpKvRuns.
@@ -173,4 +173,4 @@ void TpMergeKvBlock(std::span<const TpKvRun> runs, std::span<const std::byte> ra
 void TpSplitKvBlock(std::span<const TpKvRun> runs, std::span<const std::byte> global_block,
                     std::span<std::byte> rank_block);
 
-}  // namespace agentkv
+}  // namespace agentkv::backend

@@ -2,7 +2,7 @@
 
 #include "engine/model/weight_spec.h"
 
-namespace agentkv {
+namespace agentkv::backend {
 namespace {
 
 std::string ShapeText(std::span<const int64_t> s) {
@@ -13,10 +13,10 @@ std::string ShapeText(std::span<const int64_t> s) {
 
 }  // namespace
 
-TpWeightSource::TpWeightSource(const WeightSource& full, const ModelConfig& config,
+TpWeightSource::TpWeightSource(const model::WeightSource& full, const model::ModelConfig& config,
                                const TpPlan& plan, int rank)
     : full_(full), config_(config), plan_(plan), rank_(rank) {
-  for (const WeightSpec& w : ExpectedWeights(config)) shapes_[w.name] = w.shape;
+  for (const model::WeightSpec& w : model::ExpectedWeights(config)) shapes_[w.name] = w.shape;
   for (auto& [name, shape] : TpFusedExpertShapes(config)) shapes_[name] = shape;
 }
 
@@ -49,12 +49,12 @@ Result<std::vector<uint16_t>> TpWeightSource::LoadBf16IfStored(
 
 bool TpWeightSource::IsQuantized(const std::string& name) const { return full_.IsQuantized(name); }
 
-Result<QuantizedWeight> TpWeightSource::LoadQuantized(const std::string& name,
-                                                      std::span<const int64_t> shape,
-                                                      const QuantConfig& quant) const {
+Result<model::QuantizedWeight> TpWeightSource::LoadQuantized(
+    const std::string& name, std::span<const int64_t> shape,
+    const model::QuantConfig& quant) const {
   if (plan_.degree == 1) return full_.LoadQuantized(name, shape, quant);
   return Unimplemented("tensor parallel: quantized weights (" + name +
                        ") are not split across GPUs yet");
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::backend

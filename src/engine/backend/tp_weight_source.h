@@ -18,12 +18,13 @@
 #include "engine/backend/tp_plan.h"
 #include "engine/model/weight_source.h"
 
-namespace agentkv {
+namespace agentkv::backend {
 
-class TpWeightSource final : public WeightSource {
+class TpWeightSource final : public model::WeightSource {
  public:
   // `config`: the full model's; `plan`: made for it.
-  TpWeightSource(const WeightSource& full, const ModelConfig& config, const TpPlan& plan, int rank);
+  TpWeightSource(const model::WeightSource& full, const model::ModelConfig& config,
+                 const TpPlan& plan, int rank);
 
   bool Has(const std::string& name) const override { return full_.Has(name); }
   // `shape` must be the rank's shape of `name` (CutShape of the full
@@ -34,18 +35,19 @@ class TpWeightSource final : public WeightSource {
   Result<std::vector<uint16_t>> LoadBf16IfStored(const std::string& name,
                                                  std::span<const int64_t> shape) const override;
   bool IsQuantized(const std::string& name) const override;
-  Result<QuantizedWeight> LoadQuantized(const std::string& name, std::span<const int64_t> shape,
-                                        const QuantConfig& quant) const override;
+  Result<model::QuantizedWeight> LoadQuantized(const std::string& name,
+                                               std::span<const int64_t> shape,
+                                               const model::QuantConfig& quant) const override;
 
  private:
   // The full shape of `name` and its cut, after checking `shape`.
   Result<std::pair<std::vector<int64_t>, TensorCut>> Resolve(const std::string& name,
                                                              std::span<const int64_t> shape) const;
-  const WeightSource& full_;
-  ModelConfig config_;
+  const model::WeightSource& full_;
+  model::ModelConfig config_;
   TpPlan plan_;
   int rank_;
   std::map<std::string, std::vector<int64_t>> shapes_;  // ExpectedWeights of the full model
 };
 
-}  // namespace agentkv
+}  // namespace agentkv::backend

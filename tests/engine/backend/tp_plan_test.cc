@@ -18,7 +18,7 @@
 #include "engine/backend/tp_weight_source.h"
 #include "engine/model/weight_spec.h"
 
-namespace agentkv {
+namespace agentkv::backend {
 namespace {
 
 using testing::MapWeights;
@@ -30,18 +30,19 @@ bool Contains(const std::string& s, const char* part) { return s.find(part) != s
 
 // SmallConfig with sizes that split over 2 and 4 ranks into slices of a
 // multiple of kTpAlign.
-ModelConfig TpConfig(Architecture arch) {
-  ModelConfig c = SmallConfig(arch);
+model::ModelConfig TpConfig(model::Architecture arch) {
+  model::ModelConfig c = SmallConfig(arch);
   c.intermediate_size = 64;
   if (c.IsMoe()) c.moe.expert_intermediate = 32;
   return c;
 }
 
-const Architecture kArchs[] = {Architecture::kLlama,   Architecture::kQwen2,  Architecture::kQwen3,
-                               Architecture::kMistral, Architecture::kGemma3, Architecture::kGptOss,
-                               Architecture::kQwen3Moe};
+const model::Architecture kArchs[] = {model::Architecture::kLlama,   model::Architecture::kQwen2,
+                                      model::Architecture::kQwen3,   model::Architecture::kMistral,
+                                      model::Architecture::kGemma3,  model::Architecture::kGptOss,
+                                      model::Architecture::kQwen3Moe};
 
-Vec Load(const WeightSource& w, const std::string& name, std::vector<int64_t> shape) {
+Vec Load(const model::WeightSource& w, const std::string& name, std::vector<int64_t> shape) {
   auto r = w.LoadF32(name, shape);
   EXPECT_TRUE(r.ok()) << name << ": " << r.status().ToString();
   return r.ok() ? std::move(r).value() : Vec();
@@ -58,7 +59,7 @@ Vec MatVec(const Vec& w, const Vec& x, int64_t n, int64_t k, const Vec* b = null
   return y;
 }
 
-Vec RmsNorm(const Vec& x, const Vec& w, const ModelConfig& c) {
+Vec RmsNorm(const Vec& x, const Vec& w, const model::ModelConfig& c) {
   double ss = 0;
   for (float v : x) ss += static_cast<double>(v) * v;
   const float inv = 1.f / std::sqrt(static_cast<float>(ss / x.size()) + c.rms_norm_eps);
@@ -67,8 +68,8 @@ Vec RmsNorm(const Vec& x, const Vec& w, const ModelConfig& c) {
   return y;
 }
 
-float Act(float g, const ModelConfig& c) {
-  if (c.activation == Activation::kGeluTanh)
+float Act(float g, const model::ModelConfig& c) {
+  if (c.activation == model::Activation::kGeluTanh)
     return 0.5f * g * (1.f + std::tanh(0.7978845608f * (g + 0.044715f * g * g * g)));
   return g / (1.f + std::exp(-g));
 }
@@ -76,7 +77,7 @@ float Act(float g, const ModelConfig& c) {
 // The attention block's output o for T tokens (causal, positions 0..T-1;
 // the rotary is per head and so left out) with `c`'s heads and `w`'s
 // weights: the full o, or for a rank its partial sum.
-std::vector<Vec> Attention(const ModelConfig& c, const WeightSource& w, int layer,
+std::vector<Vec> Attention(const model::ModelConfig& c, const model::WeightSource& w, int layer,
                            const std::vector<Vec>& h) {
   const std::string p = "model.layers." + std::to_string(layer) + ".self_attn.";
   const int64_t H = c.hidden_size, D = c.head_dim, nh = c.num_heads, nkv = c.num_kv_heads;
@@ -139,7 +140,7 @@ std::vector<Vec> Attention(const ModelConfig& c, const WeightSource& w, int laye
 
 // The MLP's output for one token (normed input h, residual x for the
 // router): the full output, or a rank's partial sum.
-Vec Mlp(const ModelConfig& c, const WeightSource& w, int layer, const Vec& h) {
+Vec Mlp(const model::ModelConfig& c, const model::WeightSource& w, int layer, const Vec& h) {
   const std::string p = "model.layers." + std::to_string(layer) + ".mlp.";
   const int64_t H = c.hidden_size;
   if (!c.IsMoeLayer(layer)) {
@@ -151,7 +152,7 @@ Vec Mlp(const ModelConfig& c, const WeightSource& w, int layer, const Vec& h) {
     return MatVec(Load(w, p + "down_proj.weight", {H, I}), a, H, I);
   }
   const int64_t E = c.moe.num_experts, K = c.moe.experts_per_token, I = c.moe.expert_intermediate;
-  const bool oss = c.arch == Architecture::kGptOss;
+  const bool oss = c.arch == model::Architecture::kGptOss;
   Vec rb;
   if (c.moe.router_bias) rb = Load(w, p + "router.bias", {E});
   const Vec logits = MatVec(Load(w, p + (oss ? "router.weight" : "gate.weight"), {E, H}), h, E, H,
@@ -164,7 +165,7 @@ Vec Mlp(const ModelConfig& c, const WeightSource& w, int layer, const Vec& h) {
   Vec wt(K);
   double z = 0;
   const double top = logits[order[0]];
-  const int64_t over = c.moe.routing == MoeRouting::kTopKThenSoftmax ? K : E;
+  const int64_t over = c.moe.routing == model::MoeRouting::kTopKThenSoftmax ? K : E;
   for (int64_t i = 0; i < over; ++i) z += std::exp(logits[order[i]] - top);
   for (int64_t i = 0; i < K; ++i) wt[i] = static_cast<float>(std::exp(logits[order[i]] - top) / z);
   if (c.moe.norm_topk_prob) {
@@ -218,10 +219,11 @@ void Add(Vec& a, const Vec& b) {
 // One decoder layer over x (T tokens). `parts`: the rank configs and
 // weights whose outputs are summed after o_proj and after the MLP, as the
 // all-reduces do; the norms and residual adds run once on the sums.
-std::vector<Vec> Layer(const ModelConfig& full, int layer, std::vector<Vec> x,
-                       const std::vector<std::pair<ModelConfig, const WeightSource*>>& parts) {
+std::vector<Vec> Layer(
+    const model::ModelConfig& full, int layer, std::vector<Vec> x,
+    const std::vector<std::pair<model::ModelConfig, const model::WeightSource*>>& parts) {
   const std::string p = "model.layers." + std::to_string(layer) + ".";
-  const WeightSource& w0 = *parts[0].second;  // replicated tensors: any rank's
+  const model::WeightSource& w0 = *parts[0].second;  // replicated tensors: any rank's
   const int64_t H = full.hidden_size;
   const Vec in_norm = Load(w0, p + "input_layernorm.weight", {H});
   const Vec post = Load(w0, p + "post_attention_layernorm.weight", {H});
@@ -265,8 +267,8 @@ float MaxDiff(const std::vector<Vec>& a, const std::vector<Vec>& b) {
 }
 
 TEST(TpPlanTest, ShardedLayerEqualsFullLayerForEveryArchitecture) {
-  for (Architecture arch : kArchs) {
-    const ModelConfig c = TpConfig(arch);
+  for (model::Architecture arch : kArchs) {
+    const model::ModelConfig c = TpConfig(arch);
     const MapWeights w = RandomWeights(c, 7);
     const std::vector<Vec> x = RandomRows(5, c.hidden_size, 11);
     for (int degree : {2, 4}) {
@@ -274,7 +276,7 @@ TEST(TpPlanTest, ShardedLayerEqualsFullLayerForEveryArchitecture) {
       ASSERT_TRUE(plan.ok()) << c.model_type << " " << degree << ": " << plan.status().ToString();
       std::vector<TpWeightSource> shards;
       for (int r = 0; r < degree; ++r) shards.emplace_back(w, c, *plan, r);
-      std::vector<std::pair<ModelConfig, const WeightSource*>> parts;
+      std::vector<std::pair<model::ModelConfig, const model::WeightSource*>> parts;
       for (int r = 0; r < degree; ++r) parts.emplace_back(plan->RankConfig(c, r), &shards[r]);
       // Every layer: Qwen3-MoE's layer 1 is dense, Gemma's and GPT-OSS's
       // alternate sliding and full (the window is wider than 5 tokens).
@@ -284,7 +286,8 @@ TEST(TpPlanTest, ShardedLayerEqualsFullLayerForEveryArchitecture) {
         EXPECT_LT(MaxDiff(want, got), 2e-4f)
             << "arch " << static_cast<int>(arch) << " degree " << degree << " layer " << layer;
         // A wrong cut (rank 0's shards twice) is caught.
-        std::vector<std::pair<ModelConfig, const WeightSource*>> wrong(degree, parts[0]);
+        std::vector<std::pair<model::ModelConfig, const model::WeightSource*>> wrong(degree,
+                                                                                     parts[0]);
         EXPECT_GT(MaxDiff(want, Layer(c, layer, x, wrong)), 1e-2f);
       }
     }
@@ -292,22 +295,22 @@ TEST(TpPlanTest, ShardedLayerEqualsFullLayerForEveryArchitecture) {
 }
 
 TEST(TpPlanTest, DegreeOneIsTheWholeModel) {
-  const ModelConfig c = TpConfig(Architecture::kQwen3);
+  const model::ModelConfig c = TpConfig(model::Architecture::kQwen3);
   auto plan = TpPlan::Make(c, 1, 1);
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ(plan->ranks.size(), 1u);
   EXPECT_EQ(plan->RankConfig(c, 0), c);
-  for (const WeightSpec& s : ExpectedWeights(c))
+  for (const model::WeightSpec& s : model::ExpectedWeights(c))
     EXPECT_EQ(plan->CutOf(c, s.name, 0), TensorCut{}) << s.name;
 }
 
 TEST(TpPlanTest, SlicesOfEveryTensorTileTheFullTensor) {
-  for (Architecture arch : kArchs) {
-    const ModelConfig c = TpConfig(arch);
+  for (model::Architecture arch : kArchs) {
+    const model::ModelConfig c = TpConfig(arch);
     for (int degree : {2, 4}) {
       auto plan = TpPlan::Make(c, degree, -1);
       ASSERT_TRUE(plan.ok());
-      for (const WeightSpec& s : ExpectedWeights(c)) {
+      for (const model::WeightSpec& s : model::ExpectedWeights(c)) {
         std::vector<TensorCut> cuts;
         for (int r = 0; r < degree; ++r) cuts.push_back(plan->CutOf(c, s.name, r));
         if (cuts[0].kind != TensorCut::Kind::kSlice) {
@@ -337,7 +340,7 @@ TEST(TpPlanTest, SlicesOfEveryTensorTileTheFullTensor) {
 }
 
 TEST(TpPlanTest, ReplicatesKvHeadsWhenFewerThanRanks) {
-  const ModelConfig c = TpConfig(Architecture::kLlama);  // 4 heads, 2 KV heads
+  const model::ModelConfig c = TpConfig(model::Architecture::kLlama);  // 4 heads, 2 KV heads
   auto plan = TpPlan::Make(c, 4, 4);
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ(plan->kv_replicas, 2);
@@ -351,7 +354,7 @@ TEST(TpPlanTest, ReplicatesKvHeadsWhenFewerThanRanks) {
 }
 
 TEST(TpPlanTest, RefusesWhatDoesNotSplit) {
-  const ModelConfig c = TpConfig(Architecture::kQwen3);
+  const model::ModelConfig c = TpConfig(model::Architecture::kQwen3);
   auto msg = [](const Result<TpPlan>& r) { return r.ok() ? std::string() : r.status().message(); };
   EXPECT_NE(msg(TpPlan::Make(c, 0, 8)).find("at least 1"), std::string::npos);
   // More ranks than GPUs, including none.
@@ -359,30 +362,30 @@ TEST(TpPlanTest, RefusesWhatDoesNotSplit) {
             std::string::npos);
   EXPECT_NE(msg(TpPlan::Make(c, 2, 0)).find("sees 0 GPUs"), std::string::npos);
   EXPECT_NE(msg(TpPlan::Make(c, 3, 8)).find("attention heads 4"), std::string::npos);
-  ModelConfig kv = c;
+  model::ModelConfig kv = c;
   kv.num_heads = 12;
   kv.num_kv_heads = 6;
   EXPECT_NE(msg(TpPlan::Make(kv, 4, 8)).find("KV heads 6"), std::string::npos);
-  ModelConfig inter = c;
+  model::ModelConfig inter = c;
   inter.intermediate_size = 80;  // 20 a rank at 4
   EXPECT_NE(msg(TpPlan::Make(inter, 4, 8)).find("intermediate size 80"), std::string::npos);
-  ModelConfig moe = TpConfig(Architecture::kQwen3Moe);
+  model::ModelConfig moe = TpConfig(model::Architecture::kQwen3Moe);
   moe.moe.expert_intermediate = 24;
   EXPECT_NE(msg(TpPlan::Make(moe, 2, 8)).find("expert intermediate size 24"), std::string::npos);
-  ModelConfig fp8 = c;
-  fp8.quant.method = QuantMethod::kFp8;
-  fp8.quant.format = QuantFormat::kFp8Block;
+  model::ModelConfig fp8 = c;
+  fp8.quant.method = model::QuantMethod::kFp8;
+  fp8.quant.format = model::QuantFormat::kFp8Block;
   EXPECT_NE(msg(TpPlan::Make(fp8, 2, 8)).find("fp8 blocks"), std::string::npos);
-  ModelConfig vocab = c;
+  model::ModelConfig vocab = c;
   vocab.vocab_size = 1;
   EXPECT_NE(msg(TpPlan::Make(vocab, 2, 8)).find("vocabulary 1"), std::string::npos);
-  ModelConfig small_vocab = c;
+  model::ModelConfig small_vocab = c;
   small_vocab.vocab_size = 9;  // ceil(9 / 4) = 3: ranks of 3, 3, 3, 0
   EXPECT_NE(msg(TpPlan::Make(small_vocab, 4, 8)).find("leaves the last rank"), std::string::npos);
 }
 
 TEST(TpPlanTest, VocabularySplitCombinesEmbeddingArgmaxAndLogSumExp) {
-  ModelConfig c = TpConfig(Architecture::kQwen2);  // untied LM head, vocabulary 97
+  model::ModelConfig c = TpConfig(model::Architecture::kQwen2);  // untied LM head, vocabulary 97
   const MapWeights w = RandomWeights(c, 3);
   const int64_t H = c.hidden_size, V = c.vocab_size;
   for (int degree : {2, 4}) {
@@ -443,10 +446,10 @@ TEST(TpPlanTest, ArgmaxKeysOrderAsNumbers) {
 }
 
 TEST(TpPlanTest, KvBlocksMoveBetweenLayoutsWithoutLoss) {
-  for (KvDtype dt : {KvDtype::kBF16, KvDtype::kFP8E4M3}) {
-    for (Architecture arch : {Architecture::kLlama, Architecture::kGemma3}) {
-      const ModelConfig c = TpConfig(arch);
-      const ModelCacheSpec spec = c.CacheSpec(dt);
+  for (cache::KvDtype dt : {cache::KvDtype::kBF16, cache::KvDtype::kFP8E4M3}) {
+    for (model::Architecture arch : {model::Architecture::kLlama, model::Architecture::kGemma3}) {
+      const model::ModelConfig c = TpConfig(arch);
+      const cache::ModelCacheSpec spec = c.CacheSpec(dt);
       const int bs = 4;
       for (int degree : {2, 4}) {  // 4: KV heads replicated
         auto plan = TpPlan::Make(c, degree, -1);
@@ -459,7 +462,7 @@ TEST(TpPlanTest, KvBlocksMoveBetweenLayoutsWithoutLoss) {
           std::vector<std::byte> merged(global.size(), std::byte{0});
           std::vector<std::vector<std::byte>> ranks;
           for (int r = 0; r < degree; ++r) {
-            const ModelCacheSpec rs = plan->RankConfig(c, r).CacheSpec(dt);
+            const cache::ModelCacheSpec rs = plan->RankConfig(c, r).CacheSpec(dt);
             std::vector<std::byte> rank(rs.BytesPerBlock(gi, bs), std::byte{0xee});
             const std::vector<TpKvRun> runs = TpKvRuns(spec, *plan, r, gi, bs);
             size_t bytes = 0;
@@ -477,7 +480,8 @@ TEST(TpPlanTest, KvBlocksMoveBetweenLayoutsWithoutLoss) {
           if (degree == 2) {
             EXPECT_NE(ranks[0], ranks[1]);
           }
-          EXPECT_EQ(merged, global) << KvDtypeName(dt) << " degree " << degree << " group " << g;
+          EXPECT_EQ(merged, global)
+              << cache::KvDtypeName(dt) << " degree " << degree << " group " << g;
         }
       }
     }
@@ -485,7 +489,7 @@ TEST(TpPlanTest, KvBlocksMoveBetweenLayoutsWithoutLoss) {
 }
 
 TEST(TpPlanTest, WeightSourceChecksShapesAndNames) {
-  const ModelConfig c = TpConfig(Architecture::kLlama);
+  const model::ModelConfig c = TpConfig(model::Architecture::kLlama);
   const MapWeights w = RandomWeights(c, 1);
   auto plan = TpPlan::Make(c, 2, -1);
   ASSERT_TRUE(plan.ok());
@@ -502,14 +506,14 @@ TEST(TpPlanTest, WeightSourceChecksShapesAndNames) {
   const Vec& all = w.t.at("model.layers.0.self_attn.q_proj.weight");
   EXPECT_EQ(*q, Vec(all.begin() + 2 * D * H, all.end()));
   auto qw = s.LoadQuantized("model.layers.0.self_attn.q_proj.weight", std::vector<int64_t>{1},
-                            QuantConfig{});
+                            model::QuantConfig{});
   EXPECT_EQ(qw.status().code(), StatusCode::kUnimplemented);
 }
 
 // Qwen3-MoE's fused expert tensors (transformers 5's) cut to the same
 // values as the per-expert tensors they hold.
 TEST(TpPlanTest, FusedQwen3MoeExpertsCutAsPerExpertOnes) {
-  const ModelConfig c = TpConfig(Architecture::kQwen3Moe);
+  const model::ModelConfig c = TpConfig(model::Architecture::kQwen3Moe);
   MapWeights w = RandomWeights(c, 9);
   const int64_t E = c.moe.num_experts, I = c.moe.expert_intermediate, H = c.hidden_size;
   const std::string p = "model.layers.0.mlp.experts.";
@@ -548,4 +552,4 @@ TEST(TpPlanTest, FusedQwen3MoeExpertsCutAsPerExpertOnes) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::backend

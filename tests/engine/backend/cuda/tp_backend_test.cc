@@ -16,7 +16,7 @@
 #include "engine/backend/cuda/nccl_comms.h"
 #include "engine/backend/cuda/tp_backend.h"
 
-namespace agentkv {
+namespace agentkv::backend::cuda {
 namespace {
 
 using namespace agentkv::testing;
@@ -29,15 +29,15 @@ using namespace agentkv::testing;
   } while (0)
 
 // SmallConfig with MLP and expert sizes that split over 2 and 4 ranks.
-ModelConfig TpSmallConfig(Architecture arch) {
-  ModelConfig c = SmallConfig(arch);
+model::ModelConfig TpSmallConfig(model::Architecture arch) {
+  model::ModelConfig c = SmallConfig(arch);
   c.intermediate_size = 64;
   if (c.IsMoe()) c.moe.expert_intermediate = 32;
   return c;
 }
 
-std::unique_ptr<TpBackend> MakeTp(const ModelConfig& c, const MapWeights& w, int bs, int degree,
-                                  bool graphs = true) {
+std::unique_ptr<TpBackend> MakeTp(const model::ModelConfig& c, const MapWeights& w, int bs,
+                                  int degree, bool graphs = true) {
   setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);  // as main() does
   TpBackendOptions o;
   o.degree = degree;
@@ -52,16 +52,17 @@ std::unique_ptr<TpBackend> MakeTp(const ModelConfig& c, const MapWeights& w, int
   return std::move(b).value();
 }
 
-const Architecture kArchs[] = {Architecture::kLlama,   Architecture::kQwen2,  Architecture::kQwen3,
-                               Architecture::kMistral, Architecture::kGemma3, Architecture::kGptOss,
-                               Architecture::kQwen3Moe};
+const model::Architecture kArchs[] = {model::Architecture::kLlama,   model::Architecture::kQwen2,
+                                      model::Architecture::kQwen3,   model::Architecture::kMistral,
+                                      model::Architecture::kGemma3,  model::Architecture::kGptOss,
+                                      model::Architecture::kQwen3Moe};
 
 TEST(TpBackend, LogitsAsOneGpuAndDevicePicksAsTheGatheredArgmax) {
   AGENTKV_REQUIRE_GPUS(2);
   for (int degree : {2, 4}) {
     if (cuda::VisibleGpus() < degree) continue;
-    for (Architecture arch : kArchs) {
-      const ModelConfig c = TpSmallConfig(arch);
+    for (model::Architecture arch : kArchs) {
+      const model::ModelConfig c = TpSmallConfig(arch);
       const MapWeights w = Bf16Weights(c, 21);
       auto one = MakeCuda(c, w, 4);
       auto tp = MakeTp(c, w, 4, degree);
@@ -97,7 +98,7 @@ TEST(TpBackend, LogitsAsOneGpuAndDevicePicksAsTheGatheredArgmax) {
 // the drawn token, as step by step.
 TEST(TpBackend, DrawnRowsPipelinedAsStepByStep) {
   AGENTKV_REQUIRE_GPUS(2);
-  const ModelConfig c = TpSmallConfig(Architecture::kLlama);
+  const model::ModelConfig c = TpSmallConfig(model::Architecture::kLlama);
   const MapWeights w = Bf16Weights(c, 17);
   auto a = MakeTp(c, w, 4, 2);
   auto b = MakeTp(c, w, 4, 2);
@@ -109,7 +110,7 @@ TEST(TpBackend, DrawnRowsPipelinedAsStepByStep) {
 
 TEST(TpBackend, PrevRowMustNameAPickedRow) {
   AGENTKV_REQUIRE_GPUS(2);
-  const ModelConfig c = TpSmallConfig(Architecture::kQwen3);
+  const model::ModelConfig c = TpSmallConfig(model::Architecture::kQwen3);
   const MapWeights w = Bf16Weights(c, 5);
   auto tp = MakeTp(c, w, 4, 2);
   ASSERT_TRUE(tp);
@@ -139,9 +140,9 @@ TEST(TpBackend, PrevRowMustNameAPickedRow) {
 // all-reduce's rounding, and a read after a write gives the same bytes.
 TEST(TpBackend, BlocksMoveBetweenDegrees) {
   AGENTKV_REQUIRE_GPUS(2);
-  for (Architecture arch : {Architecture::kLlama, Architecture::kGemma3}) {
-    for (KvDtype kv : {KvDtype::kBF16, KvDtype::kFP8E4M3}) {
-      const ModelConfig c = TpSmallConfig(arch);
+  for (model::Architecture arch : {model::Architecture::kLlama, model::Architecture::kGemma3}) {
+    for (cache::KvDtype kv : {cache::KvDtype::kBF16, cache::KvDtype::kFP8E4M3}) {
+      const model::ModelConfig c = TpSmallConfig(arch);
       const MapWeights w = Bf16Weights(c, 15);
       auto one = MakeCuda(c, w, 4, true, kv);
       auto fresh = MakeCuda(c, w, 4, true, kv);
@@ -189,7 +190,7 @@ TEST(TpBackend, BlocksMoveBetweenDegrees) {
       ASSERT_TRUE(one->Forward(std::span<const SeqStep>(&next, 1), lo).ok());
       ASSERT_TRUE(fresh->Forward(std::span<const SeqStep>(&next, 1), lf).ok());
       ASSERT_TRUE(tp->Forward(std::span<const SeqStep>(&next, 1), lt).ok());
-      const double tol = kv == KvDtype::kBF16 ? 1e-2 : 3e-2;
+      const double tol = kv == cache::KvDtype::kBF16 ? 1e-2 : 3e-2;
       EXPECT_LT(RelErr(lf, lo), tol) << "saved under 2, resumed under 1";
       EXPECT_LT(RelErr(lt, lo), tol) << "saved under 1, resumed under 2";
     }
@@ -198,7 +199,7 @@ TEST(TpBackend, BlocksMoveBetweenDegrees) {
 
 TEST(TpBackend, RefusesWithoutTheMulticastSetting) {
   AGENTKV_REQUIRE_GPUS(2);
-  const ModelConfig c = TpSmallConfig(Architecture::kQwen3);
+  const model::ModelConfig c = TpSmallConfig(model::Architecture::kQwen3);
   const MapWeights w = Bf16Weights(c, 5);
   TpBackendOptions o;
   o.degree = 2;
@@ -208,7 +209,7 @@ TEST(TpBackend, RefusesWithoutTheMulticastSetting) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::backend::cuda
 
 #else
 TEST(TpBackend, Skipped) { GTEST_SKIP() << "built without CUDA (no toolkit found)"; }
