@@ -1,5 +1,5 @@
 // Decode-step grouped GEMMs of the mixture-of-experts and quantized dense
-// layers on the GPU (LaunchMoeGemm), by path: the weight-streaming GEMV
+// layers on the GPU (kernels::LaunchMoeGemm), by path: the weight-streaming GEMV
 // (`/gemv`: bf16 on the CUDA cores, fp8 and mxfp4 on mma.sync) and the
 // tensor cores' tiles (`/tiles`), at 1-16 tokens, on the shapes of
 // Qwen3-30B-A3B (128 experts, 8 a token; gate_up 1,536 x 2,048 with SwiGLU,
@@ -30,36 +30,43 @@
 #include "engine/backend/cuda/device_buffer.h"
 #include "engine/backend/cuda/kernels/moe.h"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda {
 namespace {
 
 constexpr int kLaunches = 32;
 
 struct Shape {
   const char* name;
-  MoeWeightFormat format;
+  kernels::MoeWeightFormat format;
   int E, k, N, K;  // E 1, k 1: one group (a dense layer)
-  MoeEpilogue epilogue;
+  kernels::MoeEpilogue epilogue;
 };
 constexpr Shape kShapes[] = {
-    {"q3moe_gate_up_bf16", MoeWeightFormat::kBf16, 128, 8, 1536, 2048, MoeEpilogue::kSwiglu},
-    {"q3moe_down_bf16", MoeWeightFormat::kBf16, 128, 8, 2048, 768, MoeEpilogue::kStore},
-    {"q3moe_gate_up_fp8", MoeWeightFormat::kFp8Block, 128, 8, 1536, 2048, MoeEpilogue::kSwiglu},
-    {"q3moe_down_fp8", MoeWeightFormat::kFp8Block, 128, 8, 2048, 768, MoeEpilogue::kStore},
-    {"gptoss_gate_up_mxfp4", MoeWeightFormat::kMxfp4, 32, 4, 5760, 2880,
-     MoeEpilogue::kClampedSwiglu},
-    {"gptoss_down_mxfp4", MoeWeightFormat::kMxfp4, 32, 4, 2880, 2880, MoeEpilogue::kStore},
-    {"q3_8b_qkv_fp8", MoeWeightFormat::kFp8Block, 1, 1, 6144, 4096, MoeEpilogue::kStoreBf16},
-    {"q3_8b_down_fp8", MoeWeightFormat::kFp8Block, 1, 1, 4096, 12288, MoeEpilogue::kStore},
+    {"q3moe_gate_up_bf16", kernels::MoeWeightFormat::kBf16, 128, 8, 1536, 2048,
+     kernels::MoeEpilogue::kSwiglu},
+    {"q3moe_down_bf16", kernels::MoeWeightFormat::kBf16, 128, 8, 2048, 768,
+     kernels::MoeEpilogue::kStore},
+    {"q3moe_gate_up_fp8", kernels::MoeWeightFormat::kFp8Block, 128, 8, 1536, 2048,
+     kernels::MoeEpilogue::kSwiglu},
+    {"q3moe_down_fp8", kernels::MoeWeightFormat::kFp8Block, 128, 8, 2048, 768,
+     kernels::MoeEpilogue::kStore},
+    {"gptoss_gate_up_mxfp4", kernels::MoeWeightFormat::kMxfp4, 32, 4, 5760, 2880,
+     kernels::MoeEpilogue::kClampedSwiglu},
+    {"gptoss_down_mxfp4", kernels::MoeWeightFormat::kMxfp4, 32, 4, 2880, 2880,
+     kernels::MoeEpilogue::kStore},
+    {"q3_8b_qkv_fp8", kernels::MoeWeightFormat::kFp8Block, 1, 1, 6144, 4096,
+     kernels::MoeEpilogue::kStoreBf16},
+    {"q3_8b_down_fp8", kernels::MoeWeightFormat::kFp8Block, 1, 1, 4096, 12288,
+     kernels::MoeEpilogue::kStore},
 };
 
 // Bytes of one expert's weights and scales.
 size_t ExpertBytes(const Shape& s) {
   const size_t n = s.N, k = s.K;
   switch (s.format) {
-    case MoeWeightFormat::kBf16:
+    case kernels::MoeWeightFormat::kBf16:
       return n * k * 2;
-    case MoeWeightFormat::kFp8Block:
+    case kernels::MoeWeightFormat::kFp8Block:
       return n * k + ((n + 127) / 128) * ((k + 127) / 128) * 4;
     default:
       return n * k / 2 + n * (k / 32);
@@ -72,7 +79,7 @@ bool Fill(DeviceBuffer& b, const std::vector<T>& h) {
          cudaMemcpy(b.get(), h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice) == cudaSuccess;
 }
 
-void Run(benchmark::State& state, Shape s, int T, MoeGemmPath path) {
+void Run(benchmark::State& state, Shape s, int T, kernels::MoeGemmPath path) {
   const bool dense = s.E == 1;
   const int A = T * s.k;
   std::mt19937 rng(7);
@@ -85,25 +92,25 @@ void Run(benchmark::State& state, Shape s, int T, MoeGemmPath path) {
   std::vector<DeviceBuffer> w(copies), wq(copies);
   DeviceBuffer scales, exps;
   for (int c = 0; c < copies; ++c) {
-    if (s.format == MoeWeightFormat::kBf16) {
+    if (s.format == kernels::MoeWeightFormat::kBf16) {
       std::vector<uint16_t> h(wn);
       for (auto& v : h) v = static_cast<uint16_t>(0x3c00u + (rng() & 0x1ff)) ^ ((rng() & 1u) << 15);
       if (!Fill(w[c], h)) return state.SkipWithError("alloc");
     } else {
-      std::vector<uint8_t> h(s.format == MoeWeightFormat::kFp8Block ? wn : wn / 2);
+      std::vector<uint8_t> h(s.format == kernels::MoeWeightFormat::kFp8Block ? wn : wn / 2);
       for (auto& v : h) {
         v = static_cast<uint8_t>(rng());
-        if (s.format == MoeWeightFormat::kFp8Block && (v & 0x7f) == 0x7f) v = 0x3f;
+        if (s.format == kernels::MoeWeightFormat::kFp8Block && (v & 0x7f) == 0x7f) v = 0x3f;
       }
       if (!Fill(wq[c], h)) return state.SkipWithError("alloc");
     }
   }
-  if (s.format == MoeWeightFormat::kFp8Block) {
+  if (s.format == kernels::MoeWeightFormat::kFp8Block) {
     std::vector<float> h(static_cast<size_t>(s.E) * ((s.N + 127) / 128) * ((s.K + 127) / 128),
                          1.f / 64);
     if (!Fill(scales, h)) return state.SkipWithError("alloc");
   }
-  if (s.format == MoeWeightFormat::kMxfp4) {
+  if (s.format == kernels::MoeWeightFormat::kMxfp4) {
     std::vector<uint8_t> h(wn / 32, 120);
     if (!Fill(exps, h)) return state.SkipWithError("alloc");
   }
@@ -123,10 +130,10 @@ void Run(benchmark::State& state, Shape s, int T, MoeGemmPath path) {
       std::copy_n(ids.begin(), s.k, experts.begin() + static_cast<size_t>(t) * s.k);
     }
     std::vector<int32_t> o(s.E + 1), ti(s.E + 1), ord(A), slot(A);
-    MoePlanOffsets(experts.data(), A, s.E, o.data());
+    kernels::MoePlanOffsets(experts.data(), A, s.E, o.data());
     for (int e = 0; e < s.E; ++e)
-      MoePlanExpert(e, experts.data(), A, o.data(), ord.data(), slot.data());
-    MoePlanTiles(o.data(), s.E, ti.data());
+      kernels::MoePlanExpert(e, experts.data(), A, o.data(), ord.data(), slot.data());
+    kernels::MoePlanTiles(o.data(), s.E, ti.data());
     for (int e = 0; e < s.E; ++e) bytes += o[e + 1] > o[e] ? static_cast<double>(eb) : 0.0;
     if (!Fill(off[l], o) || !Fill(tiles[l], ti) || !Fill(order[l], ord))
       return state.SkipWithError("alloc");
@@ -134,23 +141,25 @@ void Run(benchmark::State& state, Shape s, int T, MoeGemmPath path) {
   if (dense) bytes = static_cast<double>(eb) * kLaunches;
   bytes /= kLaunches;
   auto params = [&](int l) {
-    MoeGemmParams p;
+    kernels::MoeGemmParams p;
     p.path = path;
     p.format = s.format;
-    p.x = x.get<bf16_t>();
-    p.w = s.format == MoeWeightFormat::kBf16 ? w[l % copies].get<bf16_t>() : nullptr;
-    p.wq = s.format != MoeWeightFormat::kBf16 ? wq[l % copies].get<uint8_t>() : nullptr;
+    p.x = x.get<kernels::bf16_t>();
+    p.w = s.format == kernels::MoeWeightFormat::kBf16 ? w[l % copies].get<kernels::bf16_t>()
+                                                      : nullptr;
+    p.wq = s.format != kernels::MoeWeightFormat::kBf16 ? wq[l % copies].get<uint8_t>() : nullptr;
     p.scales = scales.get<float>();
     p.exps = exps.get<uint8_t>();
-    p.scale_pairs = s.epilogue != MoeEpilogue::kStore && s.epilogue != MoeEpilogue::kStoreBf16 &&
-                    s.format == MoeWeightFormat::kFp8Block;
+    p.scale_pairs = s.epilogue != kernels::MoeEpilogue::kStore &&
+                    s.epilogue != kernels::MoeEpilogue::kStoreBf16 &&
+                    s.format == kernels::MoeWeightFormat::kFp8Block;
     p.N = s.N;
     p.K = s.K;
     p.max_group_rows = T;
     p.epilogue = s.epilogue;
     p.limit = 7.f;
     p.y = y.get<float>();
-    p.act = act.get<bf16_t>();
+    p.act = act.get<kernels::bf16_t>();
     if (dense) {
       p.rows = T;
     } else {
@@ -159,7 +168,7 @@ void Run(benchmark::State& state, Shape s, int T, MoeGemmPath path) {
       p.offsets = off[l].get<int32_t>();
       p.tiles = tiles[l].get<int32_t>();
       p.num_experts = s.E;
-      p.max_tiles = MoeMaxTiles(A, s.E);
+      p.max_tiles = kernels::MoeMaxTiles(A, s.E);
     }
     return p;
   };
@@ -169,9 +178,11 @@ void Run(benchmark::State& state, Shape s, int T, MoeGemmPath path) {
   cudaGraph_t graph = nullptr;
   bool ok = cudaStreamCreate(&stream) == cudaSuccess && cudaEventCreate(&ev[0]) == cudaSuccess &&
             cudaEventCreate(&ev[1]) == cudaSuccess;
-  for (int l = 0; l < kLaunches && ok; ++l) ok = LaunchMoeGemm(params(l), stream) == cudaSuccess;
+  for (int l = 0; l < kLaunches && ok; ++l)
+    ok = kernels::LaunchMoeGemm(params(l), stream) == cudaSuccess;
   ok = ok && cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
-  for (int l = 0; l < kLaunches && ok; ++l) ok = LaunchMoeGemm(params(l), stream) == cudaSuccess;
+  for (int l = 0; l < kLaunches && ok; ++l)
+    ok = kernels::LaunchMoeGemm(params(l), stream) == cudaSuccess;
   ok = cudaStreamEndCapture(stream, &graph) == cudaSuccess && ok;
   ok = ok && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
   ok = ok && cudaStreamSynchronize(stream) == cudaSuccess;
@@ -201,9 +212,10 @@ void Run(benchmark::State& state, Shape s, int T, MoeGemmPath path) {
 int Register() {
   for (const Shape& s : kShapes)
     for (const int T : {1, 2, 4, 8, 16})
-      for (const auto& [name, path] :
-           {std::pair{"gemv", MoeGemmPath::kGemv}, std::pair{"tiles", MoeGemmPath::kTensorCores}}) {
-        if (path == MoeGemmPath::kGemv && !MoeGemvTakes(s.N, s.K, s.format, T)) continue;
+      for (const auto& [name, path] : {std::pair{"gemv", kernels::MoeGemmPath::kGemv},
+                                       std::pair{"tiles", kernels::MoeGemmPath::kTensorCores}}) {
+        if (path == kernels::MoeGemmPath::kGemv && !kernels::MoeGemvTakes(s.N, s.K, s.format, T))
+          continue;
         const std::string n = std::string(s.name) + "/t" + std::to_string(T) + "/" + name;
         benchmark::RegisterBenchmark(n.c_str(), [=](benchmark::State& st) { Run(st, s, T, path); })
             ->UseManualTime()
@@ -215,5 +227,5 @@ int Register() {
 const int registered = Register();
 
 }  // namespace
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda
 #endif  // AGENTKV_HAVE_CUDA

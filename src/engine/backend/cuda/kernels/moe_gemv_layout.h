@@ -17,7 +17,7 @@
 
 #include "engine/backend/cuda/kernels/moe_plan.h"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda::kernels {
 
 // The nibbles of u (value i in bits 4i .. 4i + 3) as e4m3 bytes of the
 // e2m1 value times 2^-6: sign to bit 7, exponent and mantissa to bits
@@ -51,4 +51,4 @@ AGENTKV_MOE_HD inline int MoeMxfp4StagePos(int k) {
   return (k & ~31) + 16 * ((v >> 2) & 1) + 4 * (v >> 3) + (j == 1 ? 2 : j == 2 ? 1 : j);
 }
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda::kernels

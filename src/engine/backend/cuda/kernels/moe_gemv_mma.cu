@@ -46,10 +46,10 @@
 #include "engine/backend/cuda/kernels/moe_quant.cuh"
 #include "engine/backend/cuda/kernels/pdl.cuh"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda::kernels {
 namespace {
 
-using namespace reduce;
+using namespace agentkv::backend::cuda::kernels::reduce;
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
@@ -558,4 +558,4 @@ cudaError_t LaunchMoeGemvMma(const MoeGemmParams& p, int tiles, LaunchConfig lau
                      : LaunchRows<MoeWeightFormat::kFp8Block, true>(p, tiles, launch);
 }
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda::kernels

@@ -8,11 +8,11 @@
 #include "engine/backend/cuda/kernels/launch.h"
 #include "engine/backend/cuda/kernels/moe.h"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda::kernels {
 
 // p as LaunchMoeGemv takes it, already checked (format kFp8Block or
 // kMxfp4, MoeGemvTakes' shapes); `tiles`: the grid's row tiles (max_tiles,
 // or the one group's). cudaErrorInvalidValue for bf16.
 cudaError_t LaunchMoeGemvMma(const MoeGemmParams& p, int tiles, LaunchConfig launch);
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda::kernels

@@ -12,7 +12,7 @@
 
 #include "engine/model/quant_format.h"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda::kernels {
 namespace {
 
 // The e4m3 byte of slot j (0..3) of a step's two pairs.
@@ -40,8 +40,8 @@ TEST(MoeGemvLayout, Mxfp4StepPairsHoldTheSlotValues) {
             const int v = MoeMxfp4SlotValue(0, s, j);
             const uint8_t code = SlotByte(pair, j);
             EXPECT_NE(code & 0x7f, 0x7f);
-            const float want = Fp4ToF32(static_cast<uint8_t>((u >> (4 * v)) & 0xfu));
-            EXPECT_EQ(E4m3ToF32(code) * 64.f, want)
+            const float want = model::Fp4ToF32(static_cast<uint8_t>((u >> (4 * v)) & 0xfu));
+            EXPECT_EQ(model::E4m3ToF32(code) * 64.f, want)
                 << "word " << std::hex << u << std::dec << " step " << s << " slot " << j;
           }
         }
@@ -76,4 +76,4 @@ TEST(MoeGemvLayout, Mxfp4SlotsMatchTheStagedX) {
 }
 
 }  // namespace
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda::kernels

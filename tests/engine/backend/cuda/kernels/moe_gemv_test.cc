@@ -427,16 +427,16 @@ TEST(CudaMoeGemv, QuantizedRowsOfAnyMagnitude) {
         }
       auto dx = Upload(Bf16Of(x));
       auto out = Poisoned<float>(want.size());
-      cuda::MoeGemmParams p;
-      p.path = cuda::MoeGemmPath::kGemv;
-      p.x = dx.get<cuda::bf16_t>();
+      MoeGemmParams p;
+      p.path = MoeGemmPath::kGemv;
+      p.x = dx.get<bf16_t>();
       Point(p, w);
       p.N = N;
       p.K = K;
       p.rows = T;
       p.max_group_rows = T;
       p.y = out.get<float>();
-      ASSERT_EQ(cuda::LaunchMoeGemm(p, nullptr), cudaSuccess);
+      ASSERT_EQ(LaunchMoeGemm(p, nullptr), cudaSuccess);
       const auto got = Download<float>(out, want.size());
       for (int t = 0; t < T; ++t) {
         const std::vector<float> g(got.begin() + t * N, got.begin() + (t + 1) * N);
