@@ -31,6 +31,9 @@
 #           per run call if time is short); the checkpoints stay in /tmp for
 #           the next call. MOE_COMPARE=1 adds c1/c64 with
 #           AGENTKV_CUDA_MOE_GEMV=0 (no GEMV: the tiles for every step).
+# moegemv:  dev/cuda/cuda_moe_gemv_bench (not in the default stages): the
+#           decode GEMMs of the MoE and quantized shapes at 1-16 tokens by
+#           path (GEMV, tiles), weight GB/s against the copy rate
 # spec:     speculative decoding from the context on the Qwen3-8B shape (not in
 #           the default stages): tools/specbench's coding-agent workload (a
 #           ~2,000-token file in the prompt, the whole file asked back with a
@@ -186,6 +189,18 @@ for st in "${stages[@]}"; do
         note "profile $shape c$c: $(tail -1 "$OUT/kernels_${shape}_c$c.md")"
       done
     done ;;
+  moegemv)
+    [ -f "$OUT/peak.json" ] || python3 tools/device/copy_bw.py >"$OUT/peak.json"
+    note "peak: $(cat "$OUT/peak.json")"
+    cuda_moe_gemv_bench --benchmark_format=json >"$OUT/moe_gemv_bench.json" 2>"$OUT/moe_gemv_bench.err"
+    note "moe gemv bench rc=$?"
+    python3 - "$OUT/moe_gemv_bench.json" <<'PY'
+import json, sys
+for b in json.load(open(sys.argv[1]))["benchmarks"]:
+    print(f"{b['name']:40s} {b['real_time']:9.2f} us  {b.get('weight_GBps', 0) / 1e9:8.1f} GB/s"
+          f"  {b.get('experts_MB', 0):7.1f} MB")
+PY
+    ;;
   bench|bench8b)
     [ -f "$OUT/peak.json" ] || python3 tools/device/copy_bw.py >"$OUT/peak.json"
     note "peak: $(cat "$OUT/peak.json")"

@@ -76,11 +76,10 @@ enum class MoeEpilogue {
 // format (quantized rows in whole 16-byte loads; dequantized to bf16 as
 // they are staged); the GEMV takes every format (MoeGemvTakes' shapes) and
 // streams each expert's weights once per pass of
-// MoeGemvPassRows(max_group_rows) rows, so a decode step reads each
-// selected expert once. The path to more speed: the warpgroup MMA (fp8
-// through its e4m3 path) and TMA for the tiles; mma.sync with the group's
-// rows as the narrow side for steps of several rows per expert (64
-// concurrent sequences), where the GEMV's CUDA-core arithmetic binds.
+// MoeGemvPassRows(max_group_rows, format, K) rows (up to 8 for bf16 on the
+// CUDA cores, up to 16 for fp8 and mxfp4 on mma.sync), so a decode step
+// reads each selected expert once. The path to more speed: the warpgroup
+// MMA (fp8 through its e4m3 path) and TMA for the tiles.
 struct MoeGemmParams {
   const bf16_t* x = nullptr;  // [*][K]
   const int32_t* order = nullptr;

@@ -4,27 +4,22 @@
 // decode GEMV (gemv.cu) is: 16-byte loads, several in flight per lane, many
 // blocks per expert over N, warp-level dot products.
 //
+// This file holds the bf16 form and the launcher; fp8 block and mxfp4
+// weights go to the tensor-core form (moe_gemv_mma.cu), whose conversions
+// cost a fraction of the CUDA cores' (the CUDA-core quantized form that was
+// here: dev/cuda/README.md).
+//
 // A block takes one row tile of one group (as the tiled kernels do) and
 // kGemvWarps * kPairRows weight rows; each warp a pair of consecutive rows
 // (for the gated epilogues, a gate row and its up row), lanes over K. The
 // tile's rows pass through shared memory R at a time (x gathered as bf16),
 // each pass streaming the warp's weight rows once: a decode step is one
-// pass. Quantized weights are dequantized in registers as they arrive:
-//   fp8 e4m3: the hardware's e4m3x2 -> f16x2 conversion, one fp32 scale
-//     per 16-byte load (a load never straddles a scale block: block_cols is
-//     a multiple of 16) applied to its partial dot product;
-//   mxfp4: a 16-byte load is one 32-value block; each e2m1 nibble becomes
-//     an f16 by placing its bits (sign to bit 15, exponent and mantissa to
-//     bits 11..9: the f16 is the e2m1 value times 2^-14, exactly, normal or
-//     not), and the block's partial sum is scaled by 2^14 and its E8M0
-//     exponent.
-// Lanes read x at a stride of one load's elements; for fp8 and mxfp4 the
-// 8-value slices of a load are visited in a lane-rotated order so that the
-// 8 lanes of a shared-memory phase hit distinct banks.
+// pass. Lanes read x at a stride of one load's elements.
 #include <cuda_bf16.h>
 
 #include "engine/backend/cuda/kernels/block_reduce.cuh"
 #include "engine/backend/cuda/kernels/moe.h"
+#include "engine/backend/cuda/kernels/moe_gemv_mma.h"
 #include "engine/backend/cuda/kernels/moe_plan.h"
 #include "engine/backend/cuda/kernels/moe_quant.cuh"
 #include "engine/backend/cuda/kernels/pdl.cuh"
@@ -41,108 +36,44 @@ constexpr int kLoads = 4;     // 16-byte loads per lane per weight row per round
 constexpr int kRowsPerBlock = kGemvWarps * kPairRows;
 constexpr int kRound = 32 * kLoads;  // loads of a weight row per warp round
 
-__device__ __forceinline__ uint32_t Word(const uint4& v, int i) {
-  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
-}
-
-// Slice s (8 values) of a 16-byte weight load, in floats: bf16 has one
-// slice, fp8 two, mxfp4 four (the latter times 2^-14).
-template <MoeWeightFormat F>
-__device__ __forceinline__ void Slice(const uint4& v, int s, float (&f)[8]) {
-  if constexpr (F == MoeWeightFormat::kBf16) {
-    Bf16x8(v, f);
-  } else if constexpr (F == MoeWeightFormat::kFp8Block) {
-    float lo[4], hi[4];
-    E4m3x4(s == 0 ? v.x : v.z, lo);
-    E4m3x4(s == 0 ? v.y : v.w, hi);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      f[i] = lo[i];
-      f[4 + i] = hi[i];
-    }
-  } else {
-    Fp4x8(Word(v, s), f);
-  }
-}
-
 struct Tile {
   int e, row0, rows;
 };
 
 // The weight loads of one round for the warp's rows: load j = round *
-// kRound + u * 32 + lane of each row (zeros past the row or past N), and
-// each load's scale (fp8: its block's; mxfp4: its exponent's 2^(e - 127);
-// DotLoad multiplies the partial sum by the f16 placement's 2^14 before
-// the scale, so that no product of the two factors can overflow).
-template <MoeWeightFormat F>
+// kRound + u * 32 + lane of each row (zeros past the row or past N).
 __device__ __forceinline__ void LoadRound(const MoeGemmParams& p, const Tile& t, int n0, int kv,
-                                          int round, int lane, uint4 (&wv)[kPairRows][kLoads],
-                                          float (&sc)[kPairRows][kLoads]) {
-  constexpr int kElems = MoeWeightVecElems(F);
+                                          int round, int lane, uint4 (&wv)[kPairRows][kLoads]) {
 #pragma unroll
   for (int q = 0; q < kPairRows; ++q) {
     const int n = n0 + q;
     const int64_t row = static_cast<int64_t>(t.e) * p.N + n;
-    // (A row is kv whole 16-byte loads in every format.)
-    const uint4* base = (F == MoeWeightFormat::kBf16 ? reinterpret_cast<const uint4*>(p.w)
-                                                     : reinterpret_cast<const uint4*>(p.wq)) +
-                        row * kv;
+    const uint4* base = reinterpret_cast<const uint4*>(p.w) + row * kv;
 #pragma unroll
     for (int u = 0; u < kLoads; ++u) {
       const int j = round * kRound + u * 32 + lane;
-      const bool in = n < p.N && j < kv;
-      wv[q][u] = in ? __ldg(base + j) : make_uint4(0u, 0u, 0u, 0u);
-      sc[q][u] = 0.f;
-      if constexpr (F == MoeWeightFormat::kFp8Block) {
-        if (in) sc[q][u] = Fp8Scale(p, t.e, n, j * kElems);
-      } else if constexpr (F == MoeWeightFormat::kMxfp4) {
-        if (in) sc[q][u] = E8m0(__ldg(p.exps + row * (p.K / 32) + j));
-      }
+      wv[q][u] = n < p.N && j < kv ? __ldg(base + j) : make_uint4(0u, 0u, 0u, 0u);
     }
   }
 }
 
 // acc[q][r] += weight row q's load (vector j) . row r of xs, for the R
 // rows of the pass.
-template <MoeWeightFormat F, int R>
-__device__ __forceinline__ void DotLoad(const uint4 (&wv)[kPairRows], const float (&sc)[kPairRows],
-                                        const bf16_t* xs, int K, int j, int lane,
-                                        float (&acc)[kPairRows][R]) {
-  constexpr int kSlices = MoeWeightVecElems(F) / 8;
-  float part[kPairRows][R];
+template <int R>
+__device__ __forceinline__ void DotLoad(const uint4 (&wv)[kPairRows], const bf16_t* xs, int K,
+                                        int j, float (&acc)[kPairRows][R]) {
+  float wf[kPairRows][8];
 #pragma unroll
-  for (int q = 0; q < kPairRows; ++q)
+  for (int q = 0; q < kPairRows; ++q) Bf16x8(wv[q], wf[q]);
 #pragma unroll
-    for (int r = 0; r < R; ++r) part[q][r] = 0.f;
+  for (int r = 0; r < R; ++r) {
+    float xf[8];
+    Bf16x8(reinterpret_cast<const uint4*>(xs + static_cast<int64_t>(r) * K)[j], xf);
 #pragma unroll
-  for (int i = 0; i < kSlices; ++i) {
-    // Lanes 8 / kSlices apart would share banks at slice i: rotate.
-    const int s = kSlices == 1 ? 0 : (i + lane / (8 / kSlices)) % kSlices;
-    float wf[kPairRows][8];
+    for (int q = 0; q < kPairRows; ++q)
 #pragma unroll
-    for (int q = 0; q < kPairRows; ++q) Slice<F>(wv[q], s, wf[q]);
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      float xf[8];
-      Bf16x8(reinterpret_cast<const uint4*>(xs + static_cast<int64_t>(r) * K)[j * kSlices + s], xf);
-#pragma unroll
-      for (int q = 0; q < kPairRows; ++q)
-#pragma unroll
-        for (int c = 0; c < 8; ++c) part[q][r] = fmaf(wf[q][c], xf[c], part[q][r]);
-    }
+      for (int c = 0; c < 8; ++c) acc[q][r] = fmaf(wf[q][c], xf[c], acc[q][r]);
   }
-#pragma unroll
-  for (int q = 0; q < kPairRows; ++q)
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      if constexpr (F == MoeWeightFormat::kBf16) {
-        acc[q][r] += part[q][r];
-      } else if constexpr (F == MoeWeightFormat::kFp8Block) {
-        acc[q][r] = fmaf(part[q][r], sc[q], acc[q][r]);
-      } else {
-        acc[q][r] = fmaf(part[q][r] * 16384.f, sc[q], acc[q][r]);
-      }
-    }
 }
 
 // Rows [c0, c0 + R) of the tile into xs (bf16 [R][K]; zeros past the
@@ -163,7 +94,7 @@ __device__ __forceinline__ void StageRows(const MoeGemmParams& p, const Tile& t,
   }
 }
 
-template <MoeWeightFormat F, int R>
+template <int R>
 __global__ void __launch_bounds__(kGemvWarps * 32) MoeGemvKernel(const MoeGemmParams p) {
   PdlLaunchDependents();
   PdlWait();
@@ -191,12 +122,11 @@ __global__ void __launch_bounds__(kGemvWarps * 32) MoeGemvKernel(const MoeGemmPa
   }
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int n0 = blockIdx.x * kRowsPerBlock + warp * kPairRows;
-  const int kv = p.K / MoeWeightVecElems(F);
+  const int kv = p.K / 8;
   const int rounds = (kv + kRound - 1) / kRound;
   uint4 wv[kPairRows][kLoads];
-  float sc[kPairRows][kLoads];
   // The first round's weights go out before x is gathered.
-  LoadRound<F>(p, t, n0, kv, 0, lane, wv, sc);
+  LoadRound(p, t, n0, kv, 0, lane, wv);
   StageRows<R>(p, t, 0, xs);
   __syncthreads();
   const bool gated =
@@ -218,14 +148,13 @@ __global__ void __launch_bounds__(kGemvWarps * 32) MoeGemvKernel(const MoeGemmPa
 #pragma unroll
       for (int r = 0; r < R; ++r) acc[q][r] = 0.f;
     for (int round = 0; round < rounds; ++round) {
-      if (c0 > 0 || round > 0) LoadRound<F>(p, t, n0, kv, round, lane, wv, sc);
+      if (c0 > 0 || round > 0) LoadRound(p, t, n0, kv, round, lane, wv);
 #pragma unroll
       for (int u = 0; u < kLoads; ++u) {
         const int j = round * kRound + u * 32 + lane;
         if (j >= kv) break;  // (j grows with u)
         const uint4 w2[kPairRows] = {wv[0][u], wv[1][u]};
-        const float s2[kPairRows] = {sc[0][u], sc[1][u]};
-        DotLoad<F, R>(w2, s2, xs, p.K, j, lane, acc);
+        DotLoad<R>(w2, xs, p.K, j, acc);
       }
     }
     // Every lane gets the sums; lane r stores row c0 + r.
@@ -267,31 +196,30 @@ __global__ void __launch_bounds__(kGemvWarps * 32) MoeGemvKernel(const MoeGemmPa
   }
 }
 
-template <MoeWeightFormat F, int R>
+template <int R>
 cudaError_t LaunchFor(const MoeGemmParams& p, int tiles, LaunchConfig launch) {
   const int E = p.offsets != nullptr ? p.num_experts : 0;
   const size_t smem = (static_cast<size_t>(2) * (E + 1) * 4 + 15) / 16 * 16 +
                       static_cast<size_t>(R) * p.K * sizeof(bf16_t);
   if (smem > 48 * 1024) {  // (past 48 KiB must be asked for, per device)
     const cudaError_t e = cudaFuncSetAttribute(
-        MoeGemvKernel<F, R>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+        MoeGemvKernel<R>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (e != cudaSuccess) return e;
   }
   const dim3 grid((p.N + kRowsPerBlock - 1) / kRowsPerBlock, tiles);
-  return LaunchPdl(MoeGemvKernel<F, R>, grid, dim3(kGemvWarps * 32), smem, launch, p);
+  return LaunchPdl(MoeGemvKernel<R>, grid, dim3(kGemvWarps * 32), smem, launch, p);
 }
 
-template <MoeWeightFormat F>
 cudaError_t LaunchRows(const MoeGemmParams& p, int tiles, LaunchConfig launch) {
   switch (MoeGemvPassRows(p.max_group_rows)) {
     case 1:
-      return LaunchFor<F, 1>(p, tiles, launch);
+      return LaunchFor<1>(p, tiles, launch);
     case 2:
-      return LaunchFor<F, 2>(p, tiles, launch);
+      return LaunchFor<2>(p, tiles, launch);
     case 4:
-      return LaunchFor<F, 4>(p, tiles, launch);
+      return LaunchFor<4>(p, tiles, launch);
     default:
-      return LaunchFor<F, 8>(p, tiles, launch);
+      return LaunchFor<8>(p, tiles, launch);
   }
 }
 
@@ -319,14 +247,8 @@ cudaError_t LaunchMoeGemv(const MoeGemmParams& p, LaunchConfig launch) {
   const int tiles = p.offsets != nullptr ? p.max_tiles : (p.rows + kMoeTileRows - 1) / kMoeTileRows;
   if (tiles <= 0) return cudaSuccess;
   if (tiles > 65535) return cudaErrorInvalidValue;  // (the grid's y extent)
-  switch (p.format) {
-    case MoeWeightFormat::kFp8Block:
-      return LaunchRows<MoeWeightFormat::kFp8Block>(p, tiles, launch);
-    case MoeWeightFormat::kMxfp4:
-      return LaunchRows<MoeWeightFormat::kMxfp4>(p, tiles, launch);
-    default:
-      return LaunchRows<MoeWeightFormat::kBf16>(p, tiles, launch);
-  }
+  if (p.format != MoeWeightFormat::kBf16) return LaunchMoeGemvMma(p, tiles, launch);
+  return LaunchRows(p, tiles, launch);
 }
 
 }  // namespace agentkv::backend::cuda::kernels

@@ -171,34 +171,45 @@ AGENTKV_MOE_HD inline constexpr int MoeWeightVecElems(MoeWeightFormat f) {
 //     weights dequantized to bf16 as they are staged);
 //   kCudaCores: the same tiles on the CUDA cores (the plain form tests
 //     compare against);
-//   kGemv: weight streaming at near the memory bandwidth, each warp a pair
-//     of weight rows of one expert against up to kMaxMoeGemvRows rows of
-//     the group at a time (decode steps: groups of a few rows), quantized
-//     weights dequantized in registers;
+//   kGemv: weight streaming at near the memory bandwidth, each selected
+//     expert's weights read once per pass of up to MoeGemvPassRows rows of
+//     its group (decode steps: groups of a few rows). bf16 on the CUDA
+//     cores (a warp a pair of weight rows); fp8 and mxfp4 on mma.sync, the
+//     weights dequantized in registers into the A fragments and the rows
+//     of the group as B (moe_gemv_mma.cu);
 //   kUnsupported: no kernel takes the shape.
 enum class MoeGemmPath { kTensorCores, kCudaCores, kGemv, kUnsupported };
 
-// The GEMV's rows per pass (a register each, per weight row); a pass's
-// rows of K bf16 sit in at most kMoeGemvXBytes of shared memory, so K up
-// to kMaxMoeGemvK at every pass size (more with fewer rows per pass).
+// The GEMV's rows per pass: bf16 a register each per weight row, so at
+// most kMaxMoeGemvRows; the quantized forms an mma.sync token tile (8) or
+// two, so at most kMaxMoeGemvMmaRows. A pass's rows of K values (2 bytes
+// each) sit in kMoeGemvXBytes of shared memory, so K up to kMaxMoeGemvK at
+// every pass size (more with fewer rows per pass).
 inline constexpr int kMaxMoeGemvRows = 8;
+inline constexpr int kMaxMoeGemvMmaRows = 16;
 inline constexpr int kMoeGemvXBytes = 96 * 1024;
 inline constexpr int kMaxMoeGemvK = kMoeGemvXBytes / (2 * kMaxMoeGemvRows);
 // The GEMV serves steps of at most this many tokens (a token takes an
 // expert once, so no group has more rows). Larger steps go to the tensor
 // cores even where their groups are small: at 64 decoding tokens (about 4
 // rows per expert on Qwen3-30B-A3B) the tiles measured 1.2x (bf16), 1.4x
-// (FP8) and 1.7x (MXFP4) the GEMV's throughput on an H200, whose CUDA-core
+// (FP8) and 1.7x (MXFP4) the CUDA-core GEMV's throughput on an H200, whose
 // arithmetic over 8-row passes is compute-bound there; at 1 token the GEMV
 // measured 1.6x to 5x the tiles.
 inline constexpr int kMoeGemvTokens = 16;
 
 // The GEMV's rows per pass for groups of at most max_group_rows rows (0:
-// unknown): the power of two that holds them, at most kMaxMoeGemvRows.
-AGENTKV_MOE_HD inline int MoeGemvPassRows(int max_group_rows) {
-  if (max_group_rows <= 0) return kMaxMoeGemvRows;
+// unknown) of K values in format f: the power of two that holds them, at
+// most kMaxMoeGemvRows (bf16) or kMaxMoeGemvMmaRows (quantized). For the
+// quantized forms a pass of 16 rows whose x would not fit kMoeGemvXBytes
+// (K given and past 3,072) falls back to 8 (two passes, as bf16 runs them).
+AGENTKV_MOE_HD inline int MoeGemvPassRows(int max_group_rows,
+                                          MoeWeightFormat f = MoeWeightFormat::kBf16, int K = 0) {
+  const int cap = f == MoeWeightFormat::kBf16 ? kMaxMoeGemvRows : kMaxMoeGemvMmaRows;
+  if (max_group_rows <= 0) max_group_rows = cap;
   int r = 1;
-  while (r < max_group_rows && r < kMaxMoeGemvRows) r *= 2;
+  while (r < max_group_rows && r < cap) r *= 2;
+  while (r > kMaxMoeGemvRows && static_cast<int64_t>(K) * 2 * r > kMoeGemvXBytes) r /= 2;
   return r;
 }
 
@@ -206,7 +217,21 @@ AGENTKV_MOE_HD inline int MoeGemvPassRows(int max_group_rows) {
 // max_group_rows rows (0: unknown).
 AGENTKV_MOE_HD inline bool MoeGemvTakes(int N, int K, MoeWeightFormat f, int max_group_rows = 0) {
   return N > 0 && K > 0 && K % MoeWeightVecElems(f) == 0 &&
-         static_cast<int64_t>(K) * 2 * MoeGemvPassRows(max_group_rows) <= kMoeGemvXBytes;
+         static_cast<int64_t>(K) * 2 * MoeGemvPassRows(max_group_rows, f, K) <= kMoeGemvXBytes;
+}
+
+// The quantized GEMV (moe_gemv_mma.cu) gives each 16-row weight tile
+// `split` warps of a block, each taking every split-th 64-byte chunk of the
+// rows (partial sums added through shared memory): enough warps in the
+// grid to keep the memory busy (at least 16 per SM on `sms` SMs, counting
+// `groups` group tiles of `row_tiles` 16-row tiles each), but at least 4
+// chunks per warp (one round of its loads in flight) and at most 8 warps
+// (a block). `chunks`: 64-byte chunks per weight row.
+AGENTKV_MOE_HD inline int MoeGemvMmaSplit(int row_tiles, int groups, int chunks, int sms) {
+  const int64_t want = static_cast<int64_t>(sms) * 16;
+  int s = 1;
+  while (s < 8 && chunks >= 8 * s && static_cast<int64_t>(row_tiles) * groups * s < want) s *= 2;
+  return s;
 }
 
 // The kernel for a step of `tokens` tokens, k experts each, over

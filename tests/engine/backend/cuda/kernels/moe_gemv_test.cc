@@ -6,7 +6,9 @@
 // Random groupings (tokens taking k distinct experts), the three
 // epilogues, biases, groups of one row to several passes and several
 // 64-row tiles, shapes off every block multiple; outputs poisoned before
-// each launch; the tensor cores' tiles on the same cases. Tolerances
+// each launch; the tensor cores' tiles on the same cases. The GEMV runs
+// bf16 on the CUDA cores and fp8 / mxfp4 on mma.sync (x staged as f16
+// scaled per row), so both forms meet the same bar. Tolerances
 // (relative L2): 1e-5 for the fp32 store (the same products in another
 // order; 5e-3 for fp8 on the tiles, which round the scaled weights to
 // bf16), 1e-2 for the bf16 activations (bf16 rounding alone is ~3e-3).
@@ -310,7 +312,17 @@ INSTANTIATE_TEST_SUITE_P(
         GemvCase{kFp8, kSwiglu, 70, 4, 2, 100, 160, 16, 16},
         // mxfp4: one block and many per row.
         GemvCase{kMx, kClamped, 1, 16, 4, 64, 2880}, GemvCase{kMx, kStore, 5, 8, 4, 90, 32},
-        GemvCase{kMx, kClamped, 33, 8, 4, 40, 576}, GemvCase{kMx, kStore, 80, 4, 2, 24, 128}),
+        GemvCase{kMx, kClamped, 33, 8, 4, 40, 576}, GemvCase{kMx, kStore, 80, 4, 2, 24, 128},
+        // The quantized GEMV's decode steps of up to 16 tokens in one pass
+        // (two token tiles), its warps split over K (wide rows, few groups),
+        // rows ending inside a 64-byte chunk (K 400, 2,880: GPT-OSS's 90
+        // blocks) or before the first one ends (K 96), and groups of more
+        // than 8 rows whose x of 16 rows would not fit (K 4,096: passes of 8).
+        GemvCase{kFp8, kSwiglu, 16, 8, 4, 256, 2048}, GemvCase{kFp8, kStore, 16, 4, 1, 64, 400},
+        GemvCase{kFp8, kStore, 12, 4, 2, 48, 4096},
+        GemvCase{kFp8, kStore, 11, 4, 4, 80, 208, 16, 48},
+        GemvCase{kMx, kStore, 16, 8, 4, 128, 2880}, GemvCase{kMx, kSwiglu, 7, 8, 8, 96, 96},
+        GemvCase{kMx, kClamped, 16, 32, 4, 2880, 2880}),
     [](const auto& info) { return Name(info.param); });
 
 // The one-group form as a dense layer uses it: the product added into a
@@ -367,6 +379,74 @@ TEST(CudaMoeGemv, OneGroupAccumulatesAndStoresBf16) {
         p.act = db.get<bf16_t>();
         ASSERT_EQ(LaunchMoeGemm(p, nullptr), cudaSuccess) << what;
         EXPECT_LT(RelErr(DownloadBf16(db, prod.size()), prod), 1e-2) << what;
+      }
+    }
+}
+
+// The quantized GEMV stages x as f16 scaled per row by a power of two
+// picked from the row's largest magnitude: rows far from 1 (large, tiny,
+// all zero, magnitudes spread over many decades) come out as exact as rows
+// near 1. Each row is checked on its own (a global error would hide the
+// tiny one), for steps of 1 to 16 tokens, both formats, fp32 store.
+TEST(CudaMoeGemv, QuantizedRowsOfAnyMagnitude) {
+  AGENTKV_REQUIRE_GPU();
+  std::mt19937 rng(5);
+  for (const MoeWeightFormat f : {kFp8, kMx})
+    for (const int T : {1, 2, 5, 8, 9, 16}) {
+      const int N = 96, K = 1024;
+      const Weights w = MakeWeights(f, 1, N, K, false, 128, 128, rng);
+      auto x = Random(static_cast<size_t>(T) * K, rng, 1.f);
+      for (int t = 0; t < T; ++t) {
+        float* row = x.data() + static_cast<size_t>(t) * K;
+        switch (t % 5) {
+          case 0:  // large
+            for (int i = 0; i < K; ++i) row[i] *= 3e4f;
+            break;
+          case 1:  // tiny
+            for (int i = 0; i < K; ++i) row[i] *= 1e-7f;
+            break;
+          case 2:  // zero
+            std::fill_n(row, K, 0.f);
+            break;
+          case 3:  // decades apart
+            for (int i = 0; i < K; ++i) row[i] *= std::pow(10.f, static_cast<float>(i % 9) - 4.f);
+            break;
+          default:
+            break;
+        }
+      }
+      x = Rounded(x);
+      std::vector<float> want(static_cast<size_t>(T) * N);
+      for (int t = 0; t < T; ++t)
+        for (int n = 0; n < N; ++n) {
+          double s = 0;
+          for (int i = 0; i < K; ++i)
+            s += static_cast<double>(x[static_cast<size_t>(t) * K + i]) *
+                 w.ref[static_cast<size_t>(n) * K + i];
+          want[static_cast<size_t>(t) * N + n] = static_cast<float>(s);
+        }
+      auto dx = Upload(Bf16Of(x));
+      auto out = Poisoned<float>(want.size());
+      MoeGemmParams p;
+      p.path = MoeGemmPath::kGemv;
+      p.x = dx.get<bf16_t>();
+      Point(p, w);
+      p.N = N;
+      p.K = K;
+      p.rows = T;
+      p.max_group_rows = T;
+      p.y = out.get<float>();
+      ASSERT_EQ(LaunchMoeGemm(p, nullptr), cudaSuccess);
+      const auto got = Download<float>(out, want.size());
+      for (int t = 0; t < T; ++t) {
+        const std::vector<float> g(got.begin() + t * N, got.begin() + (t + 1) * N);
+        const std::vector<float> r(want.begin() + t * N, want.begin() + (t + 1) * N);
+        if (t % 5 == 2) {
+          for (int n = 0; n < N; ++n) EXPECT_EQ(g[n], 0.f) << "zero row " << t << " col " << n;
+        } else {
+          EXPECT_LT(RelErr(g, r), 1e-5)
+              << "format " << static_cast<int>(f) << " T " << T << " row " << t;
+        }
       }
     }
 }

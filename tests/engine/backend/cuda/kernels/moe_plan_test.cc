@@ -215,5 +215,51 @@ TEST(MoePlan, GemvPassRows) {
       kernels::MoeGemvTakes(16, 8 * kernels::kMaxMoeGemvK, kernels::MoeWeightFormat::kFp8Block, 2));
 }
 
+// The quantized GEMV (mma.sync) takes up to 16 rows a pass, so a decode
+// step of 9-16 tokens reads each weight once; where 16 rows of x would not
+// fit shared memory it keeps the bf16 GEMV's passes of 8.
+TEST(MoePlan, QuantizedGemvPassRows) {
+  constexpr auto kFp8 = kernels::MoeWeightFormat::kFp8Block;
+  constexpr auto kMx = kernels::MoeWeightFormat::kMxfp4;
+  EXPECT_EQ(kernels::MoeGemvPassRows(9, kFp8, 2048), kernels::kMaxMoeGemvMmaRows);
+  EXPECT_EQ(kernels::MoeGemvPassRows(16, kMx, 2880), 16);
+  EXPECT_EQ(kernels::MoeGemvPassRows(64, kMx, 2880), 16);
+  EXPECT_EQ(kernels::MoeGemvPassRows(0, kFp8, 2048), 16);  // unknown
+  EXPECT_EQ(kernels::MoeGemvPassRows(3, kFp8, 2048), 4);
+  EXPECT_EQ(kernels::MoeGemvPassRows(1, kFp8, 12288), 1);
+  // 16 rows of 4,096 values are 128 KiB: passes of 8.
+  EXPECT_EQ(kernels::MoeGemvPassRows(16, kFp8, 4096), 8);
+  EXPECT_EQ(kernels::MoeGemvPassRows(16, kFp8, 3072), 16);
+  EXPECT_EQ(kernels::MoeGemvPassRows(16, kernels::MoeWeightFormat::kBf16, 2048),
+            kernels::kMaxMoeGemvRows);
+  EXPECT_TRUE(kernels::MoeGemvTakes(4096, 4096, kFp8, 16));
+  EXPECT_FALSE(kernels::MoeGemvTakes(4096, 12288, kFp8, 16));
+  // Decode steps of Qwen3-8B FP8 (dense, one group) and Qwen3-30B-A3B FP8
+  // (8 experts a token) at 16 tokens: the GEMV where x fits.
+  EXPECT_EQ(kernels::ChooseMoeGemmPath(16, 1, 1, 6144, 4096, kFp8), kernels::MoeGemmPath::kGemv);
+  EXPECT_EQ(kernels::ChooseMoeGemmPath(16, 8, 128, 1536, 2048, kFp8), kernels::MoeGemmPath::kGemv);
+}
+
+// Warps per 16-row tile: enough warps for 16 per SM, at least 4 chunks
+// each, at most a block's 8.
+TEST(MoePlan, QuantizedGemvSplit) {
+  // Qwen3-30B-A3B FP8 at one token: gate_up (96 row tiles, 9 group tiles,
+  // 32 chunks) and down (128, 9, 12) on 132 SMs.
+  EXPECT_EQ(kernels::MoeGemvMmaSplit(96, 9, 32, 132), 4);
+  EXPECT_EQ(kernels::MoeGemvMmaSplit(128, 9, 12, 132), 2);
+  // Qwen3-8B FP8's down projection, one group (256 row tiles, 192 chunks).
+  EXPECT_EQ(kernels::MoeGemvMmaSplit(256, 1, 192, 132), 8);
+  // Short rows stay whole; a full grid needs no split.
+  EXPECT_EQ(kernels::MoeGemvMmaSplit(4, 1, 7, 132), 1);
+  EXPECT_EQ(kernels::MoeGemvMmaSplit(4, 1, 8, 132), 2);
+  EXPECT_EQ(kernels::MoeGemvMmaSplit(1536, 130, 32, 132), 1);
+  // Every split leaves each warp at least 4 chunks.
+  for (int chunks = 1; chunks < 300; ++chunks) {
+    const int s = kernels::MoeGemvMmaSplit(1, 1, chunks, 132);
+    EXPECT_TRUE(s == 1 || chunks >= 4 * s) << chunks;
+    EXPECT_LE(s, 8);
+  }
+}
+
 }  // namespace
 }  // namespace agentkv::backend::cuda
