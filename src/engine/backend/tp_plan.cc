@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "engine/backend/tp_quant_cut.h"
 #include "engine/model/quant_format.h"
 
 namespace agentkv {
@@ -72,27 +73,50 @@ Result<TpPlan> TpPlan::Make(const ModelConfig& c, int degree, int visible_gpus) 
     return InvalidArgument(tp + "vocabulary " + std::to_string(c.vocab_size) +
                            " is smaller than the degree");
   if (c.quant.quantized() && degree > 1) {
-    // A slice must not cut a quantization block: MXFP4 blocks of 32 inputs
-    // (the experts' down projection takes its input split); fp8 blocks of
-    // block_rows x block_cols (every split dimension). Per-channel and
-    // per-tensor fp8 scales cut with their rows or not at all.
+    // Scales follow their weights' cuts (TpCutQuantized). MXFP4 (GPT-OSS's
+    // experts) holds one power-of-two scale per 32 inputs: the experts'
+    // down projection takes its input split, and a slice must hold whole
+    // blocks (a block's 32 values cannot be shared by two ranks without
+    // the kernels reading blocks from an offset). fp8 block scales: a row
+    // slice off the grid refines the rank's grid (any row count works); a
+    // column slice must leave blocks of whole 16-column loads.
+    // Per-channel and per-tensor fp8 scales cut with their rows or not at
+    // all.
     const int64_t qrows = static_cast<int64_t>(c.num_heads / degree) * c.head_dim;
-    const int64_t kvrows = static_cast<int64_t>(std::max(1, c.num_kv_heads / degree)) * c.head_dim;
+    auto covered = [&](const std::string& module) {
+      for (int l = 0; l < c.num_layers; ++l)
+        if (c.quant.Covers("model.layers." + std::to_string(l) + "." + module)) return true;
+      return false;
+    };
     if (c.quant.format == QuantFormat::kMxfp4) {
       if (c.IsMoe())
-        RETURN_IF_ERROR(CheckSplit("expert intermediate size (MXFP4 blocks of 32)",
-                                   c.moe.expert_intermediate, degree, kMxfp4Block));
-    } else if (c.quant.format == QuantFormat::kFp8Block) {
-      const int64_t b = std::max(c.quant.block_rows, c.quant.block_cols);
-      RETURN_IF_ERROR(CheckSplit("query rows (fp8 blocks)", qrows * degree, degree, b));
-      if (p.kv_replicas == 1)
-        RETURN_IF_ERROR(CheckSplit("KV rows (fp8 blocks)", kvrows * degree, degree, b));
-      if (dense_mlp)
+        RETURN_IF_ERROR(CheckSplit(
+            "expert intermediate size (the input of mlp.experts.down_proj, MXFP4 blocks of 32)",
+            c.moe.expert_intermediate, degree, kMxfp4Block));
+    } else {
+      // fp8: the kernels read a rank's columns (and, for block scales,
+      // each scale block's) in whole 16-byte loads.
+      const bool block = c.quant.format == QuantFormat::kFp8Block;
+      auto columns = [&](const std::string& tensor, int64_t slice) -> Status {
+        const int64_t b = block ? TpCutBlock(c.quant.block_cols, 0, slice, 0, 1) : slice;
+        if (b % kTpQuantColumns == 0) return Status::Ok();
+        const std::string what =
+            block ? "fp8 blocks of " + std::to_string(c.quant.block_cols) +
+                        " columns cut into slices of " + std::to_string(slice) +
+                        " columns leave scale blocks of " + std::to_string(b) + " columns"
+                  : "fp8 columns cut into slices of " + std::to_string(slice);
+        return InvalidArgument(tp + tensor + ": " + what + ", not a multiple of " +
+                               std::to_string(kTpQuantColumns) +
+                               " (the quantized kernels' 16-byte loads)");
+      };
+      if (covered("self_attn.o_proj"))
+        RETURN_IF_ERROR(columns("model.layers.*.self_attn.o_proj.weight", qrows));
+      if (dense_mlp && covered("mlp.down_proj"))
         RETURN_IF_ERROR(
-            CheckSplit("intermediate size (fp8 blocks)", c.intermediate_size, degree, b));
-      if (c.IsMoe())
-        RETURN_IF_ERROR(CheckSplit("expert intermediate size (fp8 blocks)",
-                                   c.moe.expert_intermediate, degree, b));
+            columns("model.layers.*.mlp.down_proj.weight", c.intermediate_size / degree));
+      if (c.IsMoe() && covered("mlp.experts"))
+        RETURN_IF_ERROR(columns("model.layers.*.mlp.experts.*.down_proj.weight",
+                                c.moe.expert_intermediate / degree));
     }
   }
   const int64_t qh = c.num_heads / degree;
@@ -181,6 +205,17 @@ TensorCut TpPlan::CutOf(const ModelConfig& c, const std::string& name, int rank)
     return Slice(0, i.begin, i.size);
   if (EndsWith(name, "mlp.down_proj.weight")) return Slice(1, i.begin, i.size);
   return {};  // routers
+}
+
+TensorCut TpPlan::QuantCutOf(const ModelConfig& c, const std::string& name, int rank) const {
+  if (degree > 1 && c.arch == Architecture::kGptOss && Contains(name, ".mlp.experts.")) {
+    // [E, 2I, H] with gate and up rows interleaved (a pair per
+    // intermediate column), and [E, H, I].
+    const TpRange& e = ranks.at(rank).expert_intermediate;
+    if (EndsWith(name, "experts.gate_up_proj")) return Slice(1, 2 * e.begin, 2 * e.size);
+    if (EndsWith(name, "experts.down_proj")) return Slice(2, e.begin, e.size);
+  }
+  return CutOf(c, name, rank);
 }
 
 std::vector<int64_t> CutShape(std::span<const int64_t> shape, const TensorCut& cut) {

@@ -103,8 +103,14 @@ struct TpPlan {
   // above visible_gpus; num_heads not divisible by the degree; num_kv_heads
   // neither divisible by it nor dividing it; intermediate sizes (dense and
   // expert) not divisible into slices of a multiple of kTpAlign; a
-  // vocabulary smaller than the degree; quantized weights whose blocks a
-  // slice would cut.
+  // vocabulary smaller than the degree; quantized weights a slice would
+  // cut where their scales cannot follow: MXFP4 experts whose input
+  // (expert intermediate) slices are not whole 32-value blocks, fp8 block
+  // scales whose column slices (o_proj, down_proj, experts' down_proj)
+  // leave blocks narrower than kTpQuantColumns (TpCutBlock), each naming
+  // the tensor. fp8 row slices off the block grid are allowed: the rank's
+  // grid is refined so that its blocks share the full grid's boundary
+  // block's scale (TpCutQuantized).
   static Result<TpPlan> Make(const ModelConfig& config, int degree, int visible_gpus);
 
   // The config rank `rank`'s backend runs: num_heads, num_kv_heads,
@@ -116,7 +122,18 @@ struct TpPlan {
   // ExpectedWeights names and shapes it, or Qwen3-MoE's fused expert
   // tensors, TpFusedExpertShapes) is cut. Unknown names are kWhole.
   TensorCut CutOf(const ModelConfig& config, const std::string& name, int rank) const;
+  // The same cut for the weight stored quantized, in its logical [.., out,
+  // in] dimensions (WeightSource::LoadQuantized's shape; TpCutQuantized
+  // applies it): CutOf's, except for GPT-OSS's fused experts, whose float
+  // tensors are [E, in, out] (CutOf's dimensions) and quantized ones
+  // [E, out, in].
+  TensorCut QuantCutOf(const ModelConfig& config, const std::string& name, int rank) const;
 };
+
+// Quantized columns per rank must come in multiples of this many (the
+// quantized kernels' 16-byte loads of fp8 codes never straddle a scale
+// block).
+inline constexpr int64_t kTpQuantColumns = 16;
 
 // Qwen3-MoE checkpoints may store each sparse layer's experts fused (as
 // transformers 5 saves them): mlp.experts.gate_up_proj [E, 2I, H] (gate

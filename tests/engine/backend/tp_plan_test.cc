@@ -16,6 +16,7 @@
 #include "../test_model.h"
 #include "engine/backend/tp_combine.h"
 #include "engine/backend/tp_weight_source.h"
+#include "engine/model/quant_pack.h"
 #include "engine/model/weight_spec.h"
 
 namespace agentkv {
@@ -291,6 +292,179 @@ TEST(TpPlanTest, ShardedLayerEqualsFullLayerForEveryArchitecture) {
   }
 }
 
+bool EndsWith(const std::string& s, const char* suffix) {
+  const std::string x(suffix);
+  return s.size() >= x.size() && s.compare(s.size() - x.size(), x.size(), x) == 0;
+}
+
+// `floats` stored as a quantized checkpoint of `config` stores them,
+// packed by the synthesizer's packers: GPT-OSS's fused experts as MXFP4
+// ([E, out, in], as `name`_blocks / _scales), every other model's linear
+// projections (attention, dense MLP, experts) in config.quant's fp8
+// format; the rest as floats.
+class QuantWeights : public WeightSource {
+ public:
+  QuantWeights(const MapWeights& floats, const ModelConfig& config) : f_(floats), c_(config) {}
+  bool Has(const std::string& name) const override { return f_.Has(name); }
+  bool IsQuantized(const std::string& name) const override {
+    if (c_.arch == Architecture::kGptOss)
+      return EndsWith(name, "experts.gate_up_proj") || EndsWith(name, "experts.down_proj");
+    for (const char* s : {"q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight",
+                          "gate_proj.weight", "up_proj.weight", "down_proj.weight"})
+      if (EndsWith(name, s)) return true;
+    return false;
+  }
+  Result<std::vector<float>> LoadF32(const std::string& name,
+                                     std::span<const int64_t> shape) const override {
+    if (IsQuantized(name)) return InvalidArgument(name + " is stored quantized");
+    return f_.LoadF32(name, shape);
+  }
+  Result<QuantizedWeight> LoadQuantized(const std::string& name, std::span<const int64_t> shape,
+                                        const QuantConfig& quant) const override {
+    if (!IsQuantized(name)) return InvalidArgument(name + " is not quantized");
+    QuantizedWeight w;
+    w.shape.assign(shape.begin(), shape.end());
+    w.rows = shape[shape.size() - 2];
+    w.cols = shape.back();
+    w.batch = shape.size() == 3 ? shape[0] : 1;
+    const int64_t n = w.rows * w.cols;
+    Vec v = f_.t.at(name);
+    if (static_cast<int64_t>(v.size()) != w.batch * n) return InvalidArgument(name + ": shape");
+    if (c_.arch == Architecture::kGptOss) {  // [E, in, out] floats
+      Vec t(v.size());
+      for (int64_t b = 0; b < w.batch; ++b)
+        for (int64_t k = 0; k < w.cols; ++k)
+          for (int64_t r = 0; r < w.rows; ++r)
+            t[(b * w.rows + r) * w.cols + k] = v[(b * w.cols + k) * w.rows + r];
+      v = std::move(t);
+    }
+    w.format = c_.arch == Architecture::kGptOss ? QuantFormat::kMxfp4 : quant.format;
+    w.codes.resize(
+        static_cast<size_t>(w.format == QuantFormat::kMxfp4 ? w.batch * n / 2 : w.batch * n));
+    for (int64_t b = 0; b < w.batch; ++b) {
+      const float* m = v.data() + b * n;
+      if (w.format == QuantFormat::kMxfp4) {
+        w.exponents.resize(static_cast<size_t>(w.batch * n / kMxfp4Block));
+        PackMxfp4(m, w.rows, w.cols, w.codes.data() + b * n / 2,
+                  w.exponents.data() + b * n / kMxfp4Block);
+      } else if (w.format == QuantFormat::kFp8Block) {
+        w.block_rows = quant.block_rows;
+        w.block_cols = quant.block_cols;
+        const int64_t g = ((w.rows + w.block_rows - 1) / w.block_rows) *
+                          ((w.cols + w.block_cols - 1) / w.block_cols);
+        w.scales.resize(static_cast<size_t>(w.batch * g));
+        PackFp8Block(m, w.rows, w.cols, w.block_rows, w.block_cols, w.codes.data() + b * n,
+                     w.scales.data() + b * g);
+      } else {
+        w.scales.resize(static_cast<size_t>(w.batch * w.rows));
+        PackFp8Channel(m, w.rows, w.cols, w.codes.data() + b * n, w.scales.data() + b * w.rows);
+      }
+    }
+    RETURN_IF_ERROR(w.Validate());
+    return w;
+  }
+
+ private:
+  const MapWeights& f_;
+  ModelConfig c_;
+};
+
+// A source's quantized weights served dequantized (LoadQuantized, then
+// the CPU's DequantizeRows; GPT-OSS's experts transposed back to their
+// float layout), so that the layer above runs on what a rank holds.
+class Dequantizing : public WeightSource {
+ public:
+  Dequantizing(const WeightSource& base, const ModelConfig& config) : b_(base), c_(config) {}
+  bool Has(const std::string& name) const override { return b_.Has(name); }
+  Result<std::vector<float>> LoadF32(const std::string& name,
+                                     std::span<const int64_t> shape) const override {
+    if (!b_.IsQuantized(name)) return b_.LoadF32(name, shape);
+    std::vector<int64_t> logical(shape.begin(), shape.end());
+    const bool oss = c_.arch == Architecture::kGptOss;
+    if (oss) std::swap(logical[1], logical[2]);
+    ASSIGN_OR_RETURN(QuantizedWeight q, b_.LoadQuantized(name, logical, c_.quant));
+    Vec out(static_cast<size_t>(q.batch * q.rows * q.cols));
+    for (int64_t b = 0; b < q.batch; ++b)
+      DequantizeRows(q, b, 0, q.rows, out.data() + b * q.rows * q.cols);
+    if (!oss) return out;
+    Vec t(out.size());
+    for (int64_t b = 0; b < q.batch; ++b)
+      for (int64_t r = 0; r < q.rows; ++r)
+        for (int64_t k = 0; k < q.cols; ++k)
+          t[(b * q.cols + k) * q.rows + r] = out[(b * q.rows + r) * q.cols + k];
+    return t;
+  }
+
+ private:
+  const WeightSource& b_;
+  ModelConfig c_;
+};
+
+// Quantized checkpoints: each rank's cut of the codes and scales
+// (TpWeightSource::LoadQuantized) dequantizes to its slice of the full
+// weights, so the sharded layer equals the full dequantized one: fp8 block
+// scales on and off the rank boundaries (128 x 128 tiles larger than every
+// tensor; 24 x 32 tiles, ragged, cut inside a tile), per-channel fp8, and
+// GPT-OSS's MXFP4 experts.
+TEST(TpPlanTest, ShardedQuantizedLayerEqualsFullDequantizedLayer) {
+  struct Case {
+    Architecture arch;
+    QuantMethod method;
+    QuantFormat format;
+    int br, bc;
+  };
+  const Case cases[] = {
+      {Architecture::kQwen3, QuantMethod::kFp8, QuantFormat::kFp8Block, 128, 128},
+      {Architecture::kQwen3, QuantMethod::kFp8, QuantFormat::kFp8Block, 24, 32},
+      {Architecture::kLlama, QuantMethod::kCompressedTensors, QuantFormat::kFp8Channel, 0, 0},
+      {Architecture::kQwen3Moe, QuantMethod::kFp8, QuantFormat::kFp8Block, 24, 32},
+      {Architecture::kGemma3, QuantMethod::kFp8, QuantFormat::kFp8Block, 16, 16},
+      {Architecture::kGptOss, QuantMethod::kMxfp4, QuantFormat::kMxfp4, 0, 0},
+  };
+  for (const Case& k : cases) {
+    ModelConfig c = TpConfig(k.arch);
+    if (k.arch == Architecture::kGptOss) {
+      c.hidden_size = 64;               // whole MXFP4 blocks of gate_up's input
+      c.moe.expert_intermediate = 128;  // 64 and 32 a rank: whole blocks of down's input
+    }
+    if (c.IsMoe() && k.arch != Architecture::kGptOss) c.moe.expert_intermediate = 64;
+    const MapWeights floats = RandomWeights(c, 23);
+    c.quant.method = k.method;
+    c.quant.format = k.format;
+    if (k.br > 0) {
+      c.quant.block_rows = k.br;
+      c.quant.block_cols = k.bc;
+    }
+    const QuantWeights stored(floats, c);
+    const Dequantizing full(stored, c);
+    const std::vector<Vec> x = RandomRows(3, c.hidden_size, 5);
+    const std::string name = c.model_type + " " + std::string(QuantFormatName(k.format)) + " " +
+                             std::to_string(k.br) + "x" + std::to_string(k.bc);
+    for (int degree : {2, 4}) {
+      auto plan = TpPlan::Make(c, degree, degree);
+      ASSERT_TRUE(plan.ok()) << name << " " << degree << ": " << plan.status().ToString();
+      std::vector<TpWeightSource> cut;
+      for (int r = 0; r < degree; ++r) cut.emplace_back(stored, c, *plan, r);
+      std::vector<Dequantizing> shards;
+      for (int r = 0; r < degree; ++r) shards.emplace_back(cut[r], plan->RankConfig(c, r));
+      std::vector<std::pair<ModelConfig, const WeightSource*>> parts;
+      for (int r = 0; r < degree; ++r) parts.emplace_back(plan->RankConfig(c, r), &shards[r]);
+      for (int layer = 0; layer < c.num_layers; ++layer) {
+        const std::vector<Vec> want = Layer(c, layer, x, {{c, &full}});
+        EXPECT_LT(MaxDiff(want, Layer(c, layer, x, parts)), 2e-4f)
+            << name << " degree " << degree << " layer " << layer;
+      }
+      // The rank asks for its logical shape only.
+      const std::string q = "model.layers.0.self_attn.q_proj.weight";
+      if (stored.IsQuantized(q)) {
+        auto bad =
+            cut[1].LoadQuantized(q, std::vector<int64_t>{c.num_heads * c.head_dim, 48}, c.quant);
+        EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument) << name;
+      }
+    }
+  }
+}
+
 TEST(TpPlanTest, DegreeOneIsTheWholeModel) {
   const ModelConfig c = TpConfig(Architecture::kQwen3);
   auto plan = TpPlan::Make(c, 1, 1);
@@ -369,10 +543,49 @@ TEST(TpPlanTest, RefusesWhatDoesNotSplit) {
   ModelConfig moe = TpConfig(Architecture::kQwen3Moe);
   moe.moe.expert_intermediate = 24;
   EXPECT_NE(msg(TpPlan::Make(moe, 2, 8)).find("expert intermediate size 24"), std::string::npos);
+  // fp8 block columns of o_proj (32 a rank), down_proj (16 a rank at 4)
+  // and the experts' down_proj: blocks left narrower than 16 columns.
   ModelConfig fp8 = c;
   fp8.quant.method = QuantMethod::kFp8;
   fp8.quant.format = QuantFormat::kFp8Block;
-  EXPECT_NE(msg(TpPlan::Make(fp8, 2, 8)).find("fp8 blocks"), std::string::npos);
+  EXPECT_TRUE(TpPlan::Make(fp8, 4, 8).ok());  // 128-column blocks: refined to 32 and 16
+  fp8.quant.block_cols = 40;                  // blocks of 8 columns at a rank's boundary
+  EXPECT_NE(msg(TpPlan::Make(fp8, 2, 8)).find("self_attn.o_proj.weight: fp8 blocks of 40 columns"),
+            std::string::npos)
+      << msg(TpPlan::Make(fp8, 2, 8));
+  fp8.quant.block_cols = 96;  // o_proj: 32 columns; down_proj at 4: 16
+  EXPECT_TRUE(TpPlan::Make(fp8, 4, 8).ok());
+  fp8.quant.block_cols = 24;  // o_proj at 2: 8-column blocks
+  EXPECT_NE(msg(TpPlan::Make(fp8, 2, 8)).find("o_proj"), std::string::npos);
+  fp8.quant.not_converted = {"o_proj"};  // o_proj stays bf16: down_proj is cut next
+  EXPECT_NE(msg(TpPlan::Make(fp8, 2, 8)).find("mlp.down_proj.weight"), std::string::npos);
+  ModelConfig fp8moe = TpConfig(Architecture::kQwen3Moe);
+  fp8moe.quant = fp8.quant;
+  fp8moe.quant.block_cols = 32;
+  fp8moe.moe.expert_intermediate = 32;  // 8 a rank at 4
+  EXPECT_NE(msg(TpPlan::Make(fp8moe, 4, 8)).find("mlp.experts.*.down_proj.weight"),
+            std::string::npos)
+      << msg(TpPlan::Make(fp8moe, 4, 8));
+  // Per-channel fp8: whole 16-column loads of a rank's columns.
+  ModelConfig channel = c;
+  channel.quant.method = QuantMethod::kCompressedTensors;
+  channel.quant.format = QuantFormat::kFp8Channel;
+  channel.intermediate_size = 96;  // 24 a rank at 4
+  EXPECT_TRUE(TpPlan::Make(channel, 2, 8).ok());
+  EXPECT_NE(msg(TpPlan::Make(channel, 4, 8))
+                .find("mlp.down_proj.weight: fp8 columns cut into slices of 24"),
+            std::string::npos)
+      << msg(TpPlan::Make(channel, 4, 8));
+  // MXFP4 experts whose input slices are not whole blocks of 32.
+  ModelConfig mx = TpConfig(Architecture::kGptOss);
+  mx.quant.method = QuantMethod::kMxfp4;
+  mx.quant.format = QuantFormat::kMxfp4;
+  mx.moe.expert_intermediate = 96;  // 48 a rank
+  EXPECT_NE(msg(TpPlan::Make(mx, 2, 8)).find("mlp.experts.down_proj, MXFP4 blocks of 32"),
+            std::string::npos)
+      << msg(TpPlan::Make(mx, 2, 8));
+  mx.moe.expert_intermediate = 128;
+  EXPECT_TRUE(TpPlan::Make(mx, 4, 8).ok());
   ModelConfig vocab = c;
   vocab.vocab_size = 1;
   EXPECT_NE(msg(TpPlan::Make(vocab, 2, 8)).find("vocabulary 1"), std::string::npos);
@@ -501,9 +714,11 @@ TEST(TpPlanTest, WeightSourceChecksShapesAndNames) {
   ASSERT_TRUE(q.ok());
   const Vec& all = w.t.at("model.layers.0.self_attn.q_proj.weight");
   EXPECT_EQ(*q, Vec(all.begin() + 2 * D * H, all.end()));
+  // A quantized load asks for the rank's shape too.
   auto qw = s.LoadQuantized("model.layers.0.self_attn.q_proj.weight", std::vector<int64_t>{1},
                             QuantConfig{});
-  EXPECT_EQ(qw.status().code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(qw.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(qw.status().message().find("its slice is [32, 48]"), std::string::npos);
 }
 
 // Qwen3-MoE's fused expert tensors (transformers 5's) cut to the same
