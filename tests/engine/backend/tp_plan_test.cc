@@ -465,6 +465,24 @@ TEST(TpPlanTest, ShardedQuantizedLayerEqualsFullDequantizedLayer) {
   }
 }
 
+// The window of a rank's all-reduced buffers: the residual stream, and a
+// sandwich-norm model's o output after it, on NCCL's 4096-byte alignment.
+TEST(TpPlanTest, ReduceArenaHoldsTheSummedBuffersAligned) {
+  ModelConfig c = TpConfig(Architecture::kQwen3);  // hidden 48
+  TpReduceArena a = TpReduceArenaFor(c, 64);       // 12,288 bytes
+  EXPECT_EQ(a.residual_bytes, 64u * 48 * 4);
+  EXPECT_EQ(a.attn_out, 0u);
+  EXPECT_EQ(a.bytes, 12288u);
+  a = TpReduceArenaFor(c, 65);  // 12,480: a fourth page
+  EXPECT_EQ(a.bytes, 16384u);
+  const ModelConfig g = TpConfig(Architecture::kGemma3);  // sandwich norms
+  a = TpReduceArenaFor(g, 65);
+  EXPECT_EQ(a.attn_out, 16384u);
+  EXPECT_EQ(a.bytes, 32768u);
+  EXPECT_EQ(a.attn_out % kTpWindowAlign, 0u);
+  EXPECT_GE(TpReduceArenaFor(c, 0).bytes, kTpWindowAlign);  // never empty
+}
+
 TEST(TpPlanTest, DegreeOneIsTheWholeModel) {
   const ModelConfig c = TpConfig(Architecture::kQwen3);
   auto plan = TpPlan::Make(c, 1, 1);

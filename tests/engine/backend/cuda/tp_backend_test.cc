@@ -20,6 +20,7 @@
 #include "../../step_driver.h"
 #include "backend_test_util.h"
 #include "engine/backend/cuda/nccl_comms.h"
+#include "engine/backend/cuda/nccl_windows.h"
 #include "engine/backend/cuda/tp_backend.h"
 #include "engine/model/model_synth.h"
 #include "engine/model/safetensors_weights.h"
@@ -45,7 +46,7 @@ ModelConfig TpSmallConfig(Architecture arch) {
 }
 
 std::unique_ptr<TpBackend> MakeTp(const ModelConfig& c, const WeightSource& w, int bs, int degree,
-                                  bool graphs = true) {
+                                  bool graphs = true, bool windows = true) {
   setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);  // as main() does
   TpBackendOptions o;
   o.degree = degree;
@@ -53,6 +54,7 @@ std::unique_ptr<TpBackend> MakeTp(const ModelConfig& c, const WeightSource& w, i
   o.rank.max_step_tokens = 64;
   o.rank.max_batch = 2;
   o.nccl.nvls_enable = "0";
+  o.nccl.symmetric_windows = windows;
   auto b = TpBackend::Create(c, w, o);
   EXPECT_TRUE(b.ok()) << b.status().ToString();
   if (!b.ok()) return nullptr;
@@ -207,6 +209,51 @@ TEST(TpBackend, QuantizedCheckpointsAsOneGpu) {
           << name;
     }
     fs::remove_all(dir);
+  }
+}
+
+// The all-reduced buffers in NCCL symmetric windows (the default) or plain
+// (symmetric_windows false): the same logits up to the all-reduce's
+// rounding (1e-5: fp32 sums on both paths), the same greedy picks; where
+// windows exist the residual lives in one, also after Reserve grows the
+// workspaces past the first window (a new one, every rank moved to it).
+// Gemma 3 sums its o output apart (sandwich norms): in the window too.
+TEST(TpBackend, SymmetricWindowsAsPlainBuffers) {
+  AGENTKV_REQUIRE_GPUS(2);
+  std::string why;
+  const bool supported = cuda::NcclWindows::Supported(&why);
+  for (Architecture arch : {Architecture::kQwen3, Architecture::kGemma3}) {
+    const ModelConfig c = TpSmallConfig(arch);
+    const MapWeights w = Bf16Weights(c, 19);
+    auto on = MakeTp(c, w, 4, 2);
+    auto off = MakeTp(c, w, 4, 2, /*graphs=*/true, /*windows=*/false);
+    ASSERT_TRUE(on && off);
+    EXPECT_FALSE(off->residual_in_window());
+    EXPECT_TRUE(off->windows_refused().empty());
+    if (supported) {
+      EXPECT_TRUE(on->residual_in_window()) << on->windows_refused();
+    } else {
+      EXPECT_FALSE(on->residual_in_window());
+      EXPECT_FALSE(on->windows_refused().empty());
+      std::printf("no symmetric windows: %s\n", why.c_str());
+    }
+    std::vector<int32_t> picks;
+    const auto want = Drive(*off, 7, 10, 3, nullptr, &picks);
+    auto compare = [&](Backend& b, const char* what) {
+      const auto got = Drive(b, 7, 10, 3, &picks);
+      ASSERT_EQ(want.size(), got.size());
+      double worst = 0;
+      for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, RelErr(got[i], want[i]));
+      EXPECT_LT(worst, 1e-5) << CaseName({arch, 7, 4}) << " " << what;
+    };
+    compare(*on, "windows");
+    ASSERT_TRUE(on->Reserve(256, 8).ok());
+    EXPECT_EQ(on->residual_in_window(), supported);
+    compare(*on, "windows after Reserve grew them");
+    auto a = MakeTp(c, w, 4, 2);
+    ASSERT_TRUE(a);
+    EXPECT_EQ(GreedyPicks(*a, 16, /*pipelined=*/true, 9), GreedyPicks(*off, 16, true, 9))
+        << CaseName({arch, 7, 4});
   }
 }
 
