@@ -2,6 +2,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <vector>
+
 #if AGENTKV_HAVE_NCCL
 #include <nccl.h>
 #endif
@@ -91,17 +93,19 @@ Result<std::unique_ptr<NcclWindows>> NcclWindows::Create(const NcclComms& comms,
       return Internal("NCCL symmetric windows: cudaMemset failed");
     }
   }
-  // One group: every rank's registration completes together.
+  // One group: every rank's registration completes together. (Inside a
+  // group NCCL fills the handles at ncclGroupEnd: they need addresses that
+  // live until then.)
+  std::vector<ncclWindow_t> wins(n, nullptr);
   ncclResult_t first = ncclGroupStart();
   for (int r = 0; r < n && first == ncclSuccess; ++r) {
     cudaSetDevice(w->devices_[r]);
-    ncclWindow_t win = nullptr;
     first = ncclCommWindowRegister(static_cast<ncclComm_t>(w->comms_[r]), w->ptrs_[r], w->bytes_,
-                                   &win, NCCL_WIN_COLL_SYMMETRIC);
-    w->wins_[r] = win;
+                                   &wins[r], NCCL_WIN_COLL_SYMMETRIC);
   }
   const ncclResult_t end = ncclGroupEnd();
   if (first == ncclSuccess) first = end;
+  for (int r = 0; r < n; ++r) w->wins_[r] = wins[r];
   if (first != ncclSuccess) {
     // What registered is deregistered (best effort) and everything freed by
     // the destructor.
