@@ -2,11 +2,18 @@
 # Tensor parallelism on a machine with 2 or more GPUs (run tool, kind
 # nvidia-h100-x2 or larger), from the repository root, after
 # tools/device/pack_cuda.sh here and with `.devcarry` carried:
-#   bash tools/device/tp_check.sh [smoke] [tests] [hf] [resume] [bench] [allreduce]
+#   bash tools/device/tp_check.sh [smoke] [quant] [tests] [hf] [resume] [bench] [allreduce]
 # smoke:     a small Qwen3 (peaked logits) through `generate` and `logits` at
 #            TP 1 and TP 2 (and 4): the same greedy ids, logits within 1e-2
-# tests:     the NCCL and TpBackend test binaries (they skip below 2 GPUs),
-#            then the single-GPU backend tests (TP 1 must be unchanged)
+# quant:     quantized synth checkpoints through `generate` and `logits` at
+#            TP 1, 2 (and 4): Qwen3 fp8 128x128 blocks (intermediate 1344:
+#            slices of 672 / 336 start inside scale blocks), Qwen3 fp8 per
+#            channel, Qwen3-MoE fp8 experts (768: 384 / 192 a rank, off the
+#            grid at 4), GPT-OSS MXFP4 (512: whole blocks): logits rel err
+#            and greedy 32 against TP 1
+# tests:     the NCCL, window and TpBackend test binaries (they skip below 2
+#            GPUs), then the single-GPU backend tests (TP 1 must be
+#            unchanged; quantized checkpoints on one GPU)
 # hf:        tests/reference/hf_compare.py --device cuda --tensor-parallel 2
 #            (and 4 where 4 GPUs are visible): logits against transformers,
 #            greedy against transformers and against TP 1; HF_ARCHS=a,b,...
@@ -26,7 +33,7 @@
 #            all-reduce), then the TP 2 bench runs under nsys for each
 #            TP_WINDOWS value: NCCL kernel time per decode step (the
 #            all-reduces of 2 x layers + 2 per step), where nsys exists
-# Default: smoke tests hf resume bench allreduce. Logs and JSON go to $OUT (or
+# Default: smoke quant tests hf resume bench allreduce. Logs and JSON go to $OUT (or
 # /tmp/tp_check); a summary is printed last. NCCL_NVLS_ENABLE=0 is set here
 # too (agentkv sets it itself unless set): NVLink multicast stays off.
 set -uo pipefail
@@ -36,7 +43,7 @@ mkdir -p "$OUT"
 source tools/device/cuda_env.sh
 export NCCL_NVLS_ENABLE=0
 stages=("$@")
-[ ${#stages[@]} -eq 0 ] && stages=(smoke tests hf resume bench allreduce)
+[ ${#stages[@]} -eq 0 ] && stages=(smoke quant tests hf resume bench allreduce)
 summary=()
 note() { summary+=("$1"); echo "== $1"; }
 nvidia-smi --query-gpu=index,name,memory.total --format=csv | tee "$OUT/gpu.txt"
@@ -110,8 +117,47 @@ for n in (2, 4):
           f"{'identical' if same else 'differs at %s' % first}")
 PY
     ;;
+  quant)
+    IDS=$(python3 -c "print(','.join(str(7 + 13 * i % 5000) for i in range(200)))")
+    for m in "qwen3 fp8 --intermediate 1344" "qwen3 fp8-channel --intermediate 1536" \
+             "qwen3_moe fp8 --moe-intermediate 768 --experts 8" "gpt_oss mxfp4 --intermediate 512 --experts 8"; do
+      set -- $m
+      arch=$1 q=$2; shift 2
+      dir=/tmp/tpq_${arch}_$q
+      [ -d "$dir" ] || agentkv model synth --arch "$arch" --quant "$q" --tokenizer .devcarry/tokenizers/qwen3 \
+        --out "$dir" --layers 4 --hidden 512 --heads 8 --kv-heads 4 --head-dim 64 --lm-head-std 0.5 \
+        --no-tie "$@" >/dev/null
+      for n in 1 2 4; do
+        [ "$GPUS" -ge $n ] || continue
+        agentkv generate --model "$dir" --device cuda --tensor-parallel $n --ids "$IDS" --max-tokens 32 \
+          --ignore-eos --json >"$OUT/quant_${arch}_${q}_gen_tp$n.json" 2>"$OUT/quant_${arch}_${q}_tp$n.err"
+        agentkv logits --model "$dir" --device cuda --tensor-parallel $n --ids "$IDS" \
+          >"$OUT/quant_${arch}_${q}_logits_tp$n.json" 2>>"$OUT/quant_${arch}_${q}_tp$n.err"
+        note "quant $arch $q TP $n rc=$? $(tail -1 "$OUT/quant_${arch}_${q}_tp$n.err")"
+      done
+      python3 - "$OUT" "quant_${arch}_${q}" <<'PY'
+import json, math, os, sys
+out, tag = sys.argv[1], sys.argv[2]
+def load(p):
+    try:
+        return json.load(open(os.path.join(out, p)))
+    except Exception:
+        return None
+one_g, one_l = load(f"{tag}_gen_tp1.json"), load(f"{tag}_logits_tp1.json")
+for n in (2, 4):
+    g, l = load(f"{tag}_gen_tp{n}.json"), load(f"{tag}_logits_tp{n}.json")
+    if g is None or l is None or one_g is None or one_l is None:
+        continue
+    num = math.sqrt(sum((a - b) ** 2 for a, b in zip(l, one_l)))
+    den = math.sqrt(sum(b * b for b in one_l)) or 1.0
+    first = next((k for k, (a, b) in enumerate(zip(g["ids"], one_g["ids"])) if a != b), None)
+    print(f"== {tag} TP {n} vs 1: logits rel err {num / den:.2e}, greedy 32 "
+          f"{'identical' if first is None else 'differs at %s' % first}")
+PY
+    done ;;
   tests)
-    for t in .devcarry/bin/engine_backend_cuda_nccl_comms_test .devcarry/bin/engine_backend_cuda_tp_backend_test \
+    for t in .devcarry/bin/engine_backend_cuda_nccl_comms_test .devcarry/bin/engine_backend_cuda_nccl_windows_test \
+             .devcarry/bin/engine_backend_cuda_tp_backend_test .devcarry/bin/engine_backend_cuda_backend_quant_test \
              .devcarry/bin/engine_backend_cuda_backend_test .devcarry/bin/engine_backend_cuda_backend_fp8_test; do
       [ -x "$t" ] || { note "$(basename "$t"): missing"; continue; }
       if timeout 900 "$t" --gtest_brief=1 >"$OUT/$(basename "$t").log" 2>&1; then r=pass; else r=FAIL; fi
