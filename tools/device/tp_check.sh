@@ -237,6 +237,8 @@ PY
         --benchmark_format=json --benchmark_out="$OUT/allreduce_bench.json" \
         >"$OUT/allreduce_bench.txt" 2>"$OUT/allreduce_bench.err"
       note "cuda_allreduce_bench rc=$? (NCCL's own lines: allreduce_bench.err; [Symmetric] marks its symmetric kernels)"
+      note "NCCL: $(grep -m1 -o 'NCCL version [^ ]*' "$OUT/allreduce_bench.err"); lines naming NVLS: $(grep -ci nvls "$OUT/allreduce_bench.err") (must say disabled or none); [Symmetric]: $(grep -c 'Symmetric' "$OUT/allreduce_bench.err")"
+      grep -i nvls "$OUT/allreduce_bench.err" | head -3
       python3 - "$OUT/allreduce_bench.json" <<'PY' | tee "$OUT/allreduce_sizes.md"
 import json, sys
 res = {}
