@@ -483,6 +483,30 @@ TEST(TpPlanTest, ReduceArenaHoldsTheSummedBuffersAligned) {
   EXPECT_GE(TpReduceArenaFor(c, 0).bytes, kTpWindowAlign);  // never empty
 }
 
+// A quantized weight's cut is CutOf's in its logical [.., out, in] shape:
+// the same for every weight stored as [out, in], transposed for GPT-OSS's
+// fused experts (floats [E, in, out]).
+TEST(TpPlanTest, QuantCutsAreCutOfInTheLogicalShape) {
+  const ModelConfig oss = TpConfig(Architecture::kGptOss);
+  auto plan = TpPlan::Make(oss, 2, -1);
+  ASSERT_TRUE(plan.ok());
+  const TpRange e = plan->ranks[1].expert_intermediate;
+  const std::string p = "model.layers.0.mlp.experts.";
+  EXPECT_EQ(plan->CutOf(oss, p + "gate_up_proj", 1),
+            (TensorCut{TensorCut::Kind::kSlice, 2, 2 * e.begin, 2 * e.size, 1}));
+  EXPECT_EQ(plan->QuantCutOf(oss, p + "gate_up_proj", 1),
+            (TensorCut{TensorCut::Kind::kSlice, 1, 2 * e.begin, 2 * e.size, 1}));
+  EXPECT_EQ(plan->QuantCutOf(oss, p + "down_proj", 1),
+            (TensorCut{TensorCut::Kind::kSlice, 2, e.begin, e.size, 1}));
+  const ModelConfig q = TpConfig(Architecture::kQwen3Moe);
+  auto qp = TpPlan::Make(q, 4, -1);
+  ASSERT_TRUE(qp.ok());
+  for (const WeightSpec& s : ExpectedWeights(q))
+    for (int r = 0; r < 4; ++r) EXPECT_EQ(qp->QuantCutOf(q, s.name, r), qp->CutOf(q, s.name, r));
+  for (const auto& [name, shape] : TpFusedExpertShapes(q))
+    EXPECT_EQ(qp->QuantCutOf(q, name, 3), qp->CutOf(q, name, 3)) << name;
+}
+
 TEST(TpPlanTest, DegreeOneIsTheWholeModel) {
   const ModelConfig c = TpConfig(Architecture::kQwen3);
   auto plan = TpPlan::Make(c, 1, 1);
