@@ -8,11 +8,14 @@
 #include <nccl.h>
 #endif
 
-// Symmetric windows arrived in NCCL 2.27.
-#if AGENTKV_HAVE_NCCL && defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
-#define AGENTKV_NCCL_WINDOWS 1
-#else
+// Symmetric windows arrived in NCCL 2.27. (Nested: without nccl.h,
+// NCCL_VERSION is no macro and may not appear in an #if.)
 #define AGENTKV_NCCL_WINDOWS 0
+#if AGENTKV_HAVE_NCCL && defined(NCCL_VERSION_CODE) && defined(NCCL_VERSION)
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+#undef AGENTKV_NCCL_WINDOWS
+#define AGENTKV_NCCL_WINDOWS 1
+#endif
 #endif
 
 namespace agentkv::cuda {
