@@ -9,8 +9,9 @@
 #            TP 1, 2 (and 4): Qwen3 fp8 128x128 blocks (intermediate 1344:
 #            slices of 672 / 336 start inside scale blocks), Qwen3 fp8 per
 #            channel, Qwen3-MoE fp8 experts (768: 384 / 192 a rank, off the
-#            grid at 4), GPT-OSS MXFP4 (512: whole blocks): logits rel err
-#            and greedy 32 against TP 1
+#            grid at 4), GPT-OSS MXFP4 (512: whole blocks; 1440: 720 and
+#            360 a rank, padded to whole blocks): logits rel err and greedy
+#            32 against TP 1
 # tests:     the NCCL, window and TpBackend test binaries (they skip below 2
 #            GPUs), then the single-GPU backend tests (TP 1 must be
 #            unchanged; quantized checkpoints on one GPU)
@@ -120,11 +121,13 @@ PY
   quant)
     IDS=$(python3 -c "print(','.join(str(7 + 13 * i % 5000) for i in range(200)))")
     for m in "qwen3 fp8 --intermediate 1344" "qwen3 fp8-channel --intermediate 1536" \
-             "qwen3_moe fp8 --moe-intermediate 768 --experts 8" "gpt_oss mxfp4 --intermediate 512 --experts 8"; do
+             "qwen3_moe fp8 --moe-intermediate 768 --experts 8" "gpt_oss mxfp4 --intermediate 512 --experts 8" \
+             "gpt_oss mxfp4 --intermediate 1440 --experts 8"; do
       set -- $m
       arch=$1 q=$2; shift 2
+      q=${q}_$2  # (the tag names the intermediate size too)
       dir=/tmp/tpq_${arch}_$q
-      [ -d "$dir" ] || agentkv model synth --arch "$arch" --quant "$q" --tokenizer .devcarry/tokenizers/qwen3 \
+      [ -d "$dir" ] || agentkv model synth --arch "$arch" --quant "${q%%_*}" --tokenizer .devcarry/tokenizers/qwen3 \
         --out "$dir" --layers 4 --hidden 512 --heads 8 --kv-heads 4 --head-dim 64 --lm-head-std 0.5 \
         --no-tie "$@" >/dev/null
       for n in 1 2 4; do

@@ -89,10 +89,12 @@ Result<TpPlan> TpPlan::Make(const ModelConfig& c, int degree, int visible_gpus) 
       return false;
     };
     if (c.quant.format == QuantFormat::kMxfp4) {
-      if (c.IsMoe())
-        RETURN_IF_ERROR(CheckSplit(
-            "expert intermediate size (the input of mlp.experts.down_proj, MXFP4 blocks of 32)",
-            c.moe.expert_intermediate, degree, kMxfp4Block));
+      // (Slices off the 32-value blocks hold whole blocks: padded below.)
+      if (c.IsMoe() && c.moe.expert_intermediate % kMxfp4Block != 0)
+        return InvalidArgument(tp + "expert intermediate size " +
+                               std::to_string(c.moe.expert_intermediate) +
+                               " (the input of mlp.experts.down_proj) is not whole MXFP4 blocks "
+                               "of 32");
     } else {
       // fp8: the kernels read a rank's columns (and, for block scales,
       // each scale block's) in whole 16-byte loads.
@@ -123,6 +125,21 @@ Result<TpPlan> TpPlan::Make(const ModelConfig& c, int degree, int visible_gpus) 
   const int64_t kvh = p.kv_replicas > 1 ? 1 : c.num_kv_heads / degree;
   const int64_t inter = dense_mlp ? c.intermediate_size / degree : 0;
   const int64_t einter = c.IsMoe() ? c.moe.expert_intermediate / degree : 0;
+  // MXFP4 experts whose slices cut a 32-value block: each rank holds the
+  // whole blocks around its slice, as many on every rank (the widest),
+  // zero-padded past the last column; the columns it does not own are
+  // zeroed in its down projection, so the sum over ranks is exact.
+  const bool mx_pad = c.IsMoe() && c.quant.quantized() && c.quant.format == QuantFormat::kMxfp4 &&
+                      einter % kMxfp4Block != 0;
+  int64_t held = einter;
+  if (mx_pad) {
+    held = 0;
+    for (int r = 0; r < degree; ++r) {
+      const int64_t b = r * einter / kMxfp4Block * kMxfp4Block;
+      const int64_t e = ((r + 1) * einter + kMxfp4Block - 1) / kMxfp4Block * kMxfp4Block;
+      held = std::max(held, e - b);
+    }
+  }
   const int64_t vper = (c.vocab_size + degree - 1) / degree;
   for (int r = 0; r < degree; ++r) {
     TpRank k;
@@ -132,6 +149,8 @@ Result<TpPlan> TpPlan::Make(const ModelConfig& c, int degree, int visible_gpus) 
     k.primary_kv = r % p.kv_replicas == 0;
     k.intermediate = {r * inter, inter};
     k.expert_intermediate = {r * einter, einter};
+    k.expert_held = k.expert_intermediate;
+    if (mx_pad) k.expert_held = {r * einter / kMxfp4Block * kMxfp4Block, held};
     const int64_t vb = std::min<int64_t>(r * vper, c.vocab_size);
     k.vocab = {vb, std::min<int64_t>(vper, c.vocab_size - vb)};
     k.adds_row_biases = r == 0;
@@ -149,7 +168,7 @@ ModelConfig TpPlan::RankConfig(const ModelConfig& config, int rank) const {
   c.num_heads = static_cast<int>(k.q_heads.size);
   c.num_kv_heads = static_cast<int>(k.kv_heads.size);
   if (k.intermediate.size > 0) c.intermediate_size = static_cast<int>(k.intermediate.size);
-  if (c.IsMoe()) c.moe.expert_intermediate = static_cast<int>(k.expert_intermediate.size);
+  if (c.IsMoe()) c.moe.expert_intermediate = static_cast<int>(k.expert_held.size);
   c.vocab_size = static_cast<int>(k.vocab.size);
   return c;
 }
@@ -173,7 +192,16 @@ TensorCut TpPlan::CutOf(const ModelConfig& c, const std::string& name, int rank)
     return {};  // q_norm, k_norm
   }
   if (!Contains(name, ".mlp.")) return {};  // norms
-  const TpRange& e = k.expert_intermediate;
+  // The held columns, and (padded MXFP4) the owned ones the down
+  // projection keeps.
+  const TpRange& e = k.expert_held;
+  const TpRange& own = k.expert_intermediate;
+  auto keep = [&](TensorCut t, int64_t scale) {
+    if (e == own) return t;
+    t.keep_begin = scale * own.begin;
+    t.keep_end = scale * own.end();
+    return t;
+  };
   if (Contains(name, ".mlp.experts.")) {
     // GPT-OSS's fused tensors: gate_up [E, H, 2I] with gate and up
     // interleaved along the last dimension (a pair per intermediate
@@ -189,7 +217,7 @@ TensorCut TpPlan::CutOf(const ModelConfig& c, const std::string& name, int rank)
         EndsWith(name, "experts.gate_up_proj_scales") ||
         EndsWith(name, "experts.gate_up_proj_bias"))
       return Slice(1, 2 * e.begin, 2 * e.size);
-    if (EndsWith(name, "experts.down_proj")) return Slice(oss ? 1 : 2, e.begin, e.size);
+    if (EndsWith(name, "experts.down_proj")) return keep(Slice(oss ? 1 : 2, e.begin, e.size), 1);
     if (EndsWith(name, "experts.down_proj_blocks") || EndsWith(name, "experts.down_proj_scales"))
       return Slice(2, e.begin / kMxfp4Block, e.size / kMxfp4Block);
     if (EndsWith(name, "experts.down_proj_bias"))
@@ -211,9 +239,10 @@ TensorCut TpPlan::QuantCutOf(const ModelConfig& c, const std::string& name, int 
   if (degree > 1 && c.arch == Architecture::kGptOss && Contains(name, ".mlp.experts.")) {
     // [E, 2I, H] with gate and up rows interleaved (a pair per
     // intermediate column), and [E, H, I].
-    const TpRange& e = ranks.at(rank).expert_intermediate;
-    if (EndsWith(name, "experts.gate_up_proj")) return Slice(1, 2 * e.begin, 2 * e.size);
-    if (EndsWith(name, "experts.down_proj")) return Slice(2, e.begin, e.size);
+    TensorCut t = CutOf(c, name, rank);
+    if (EndsWith(name, "experts.gate_up_proj") || EndsWith(name, "experts.down_proj"))
+      t.dim = t.dim == 2 ? 1 : 2;  // [E, in, out] -> [E, out, in]
+    return t;
   }
   return CutOf(c, name, rank);
 }

@@ -29,16 +29,28 @@ Result<QuantizedWeight> TpCutQuantized(const QuantizedWeight& w, const TensorCut
     return InvalidArgument(what + ": only its rows or columns are cut, not dimension " +
                            std::to_string(cut.dim));
   const int64_t n = rows ? w.rows : w.cols;
+  const bool mx = w.format == QuantFormat::kMxfp4;
   if (cut.parts < 1 || n % cut.parts != 0 || cut.begin < 0 || cut.size <= 0 ||
-      cut.begin + cut.size > n / cut.parts)
+      cut.begin >= n / cut.parts || (!mx && cut.begin + cut.size > n / cut.parts))
     return InvalidArgument(what + ": slice [" + std::to_string(cut.begin) + ", " +
                            std::to_string(cut.begin + cut.size) + ") of " +
                            std::to_string(cut.parts) + " parts of " + std::to_string(n) +
                            " is out of range");
+  // Padding and zeroed columns: MXFP4 only (TpPlan pads its experts' slices
+  // to whole blocks); fp8 cuts stay inside the tensor.
+  const bool pads = cut.Masks(n);
+  if (pads && !mx)
+    return InvalidArgument(what + ": only MXFP4 weights are cut with padding or zeroed columns");
   const int64_t part_n = n / cut.parts, taken = cut.size * cut.parts;
   // The full index of index i of the cut dimension.
   auto src = [&](int64_t i) { return (i / cut.size) * part_n + cut.begin + i % cut.size; };
-  const bool mx = w.format == QuantFormat::kMxfp4;
+  // Whether index i of the cut holds a value (not padding, not zeroed).
+  auto held = [&](int64_t i) {
+    const int64_t local = cut.begin + i % cut.size;
+    return local < part_n && local >= cut.keep_begin && local < cut.keep_end;
+  };
+  // Indices of a part's slice inside the tensor (MXFP4: whole blocks).
+  const int64_t inside = std::min(cut.size, part_n - cut.begin);
   if (mx && cols &&
       (cut.begin % kMxfp4Block != 0 || cut.size % kMxfp4Block != 0 || part_n % kMxfp4Block != 0))
     return InvalidArgument(what + ": its input columns [" + std::to_string(cut.begin) + ", " +
@@ -58,24 +70,32 @@ Result<QuantizedWeight> TpCutQuantized(const QuantizedWeight& w, const TensorCut
   // a row's bytes in column order).
   const int64_t den = mx ? 2 : 1;
   const int64_t row_bytes = w.cols / den, out_row_bytes = o.cols / den;
-  o.codes.resize(static_cast<size_t>(o.batch * o.rows * out_row_bytes));
+  o.codes.assign(static_cast<size_t>(o.batch * o.rows * out_row_bytes), 0);  // (0: 0.0)
   for (int64_t b = 0; b < w.batch; ++b)
     for (int64_t r = 0; r < o.rows; ++r) {
+      if (rows && !held(r)) continue;
       const uint8_t* from = w.codes.data() + (b * w.rows + (rows ? src(r) : r)) * row_bytes;
       uint8_t* to = o.codes.data() + (b * o.rows + r) * out_row_bytes;
       if (rows) {
         std::copy_n(from, row_bytes, to);
         continue;
       }
-      for (int p = 0; p < cut.parts; ++p)
-        std::copy_n(from + (p * part_n + cut.begin) / den, cut.size / den, to + p * cut.size / den);
+      for (int p = 0; p < cut.parts; ++p) {
+        std::copy_n(from + (p * part_n + cut.begin) / den, inside / den, to + p * cut.size / den);
+        if (!pads) continue;
+        // Zeroed columns (another rank's, in a shared block): their nibbles
+        // (the lower input index in the low nibble).
+        for (int64_t j = 0; j < inside; ++j)
+          if (!held(j)) to[(p * cut.size + j) / 2] &= (j % 2 == 0) ? 0xF0 : 0x0F;
+      }
     }
   switch (w.format) {
     case QuantFormat::kMxfp4: {
       const int64_t g = w.cols / kMxfp4Block, og = o.cols / kMxfp4Block;
-      o.exponents.resize(static_cast<size_t>(o.batch * o.rows * og));
+      o.exponents.assign(static_cast<size_t>(o.batch * o.rows * og), 0);
       for (int64_t b = 0; b < w.batch; ++b)
         for (int64_t r = 0; r < o.rows; ++r) {
+          if (rows && !held(r)) continue;
           const uint8_t* from = w.exponents.data() + (b * w.rows + (rows ? src(r) : r)) * g;
           uint8_t* to = o.exponents.data() + (b * o.rows + r) * og;
           if (rows) {
@@ -83,7 +103,7 @@ Result<QuantizedWeight> TpCutQuantized(const QuantizedWeight& w, const TensorCut
             continue;
           }
           for (int p = 0; p < cut.parts; ++p)
-            std::copy_n(from + (p * part_n + cut.begin) / kMxfp4Block, cut.size / kMxfp4Block,
+            std::copy_n(from + (p * part_n + cut.begin) / kMxfp4Block, inside / kMxfp4Block,
                         to + p * cut.size / kMxfp4Block);
         }
       break;

@@ -20,7 +20,10 @@
 // - MXFP4 (one E8M0 scale per 32 inputs): rows take their blocks; a column
 //   cut must be whole blocks (begin and size multiples of 32), else
 //   refused: a rank holding part of a block would need the kernels to
-//   read from inside it. TpPlan::Make refuses such splits at start.
+//   read from inside it. TpPlan instead gives such ranks the whole blocks
+//   around their slice, with TensorCut's padding (indices past the
+//   tensor: zero rows, zero columns) and keep range (the columns another
+//   rank owns: zero nibbles, the block's scale kept). fp8 cuts never pad.
 //
 // Pure functions; thread-safe.
 #pragma once
@@ -45,8 +48,9 @@ int64_t TpCutBlock(int64_t block, int64_t begin, int64_t size, int64_t n, int pa
 // The cut of `full` (a valid weight) by `cut`, in its logical [.., out,
 // in] dimensions. kWhole: a copy. Errors (InvalidArgument, naming
 // `name`): kZero (no quantized weight is a bias), a cut of a dimension
-// other than the last two, a slice out of range, an MXFP4 column cut that
-// is not whole 32-value blocks.
+// other than the last two, a slice out of range (past the end: fp8 only),
+// an MXFP4 column cut that is not whole 32-value blocks, padding or a keep
+// range on an fp8 weight.
 Result<QuantizedWeight> TpCutQuantized(const QuantizedWeight& full, const TensorCut& cut,
                                        const std::string& name);
 

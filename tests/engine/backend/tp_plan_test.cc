@@ -420,18 +420,21 @@ TEST(TpPlanTest, ShardedQuantizedLayerEqualsFullDequantizedLayer) {
       {Architecture::kQwen3Moe, QuantMethod::kFp8, QuantFormat::kFp8Block, 24, 32},
       {Architecture::kGemma3, QuantMethod::kFp8, QuantFormat::kFp8Block, 16, 16},
       {Architecture::kGptOss, QuantMethod::kMxfp4, QuantFormat::kMxfp4, 0, 0},
+      // MXFP4 slices off the blocks (96: 48 a rank at 2, 24 at 4): padded.
+      {Architecture::kGptOss, QuantMethod::kMxfp4, QuantFormat::kMxfp4, 0, 96},
   };
   for (const Case& k : cases) {
     ModelConfig c = TpConfig(k.arch);
     if (k.arch == Architecture::kGptOss) {
-      c.hidden_size = 64;               // whole MXFP4 blocks of gate_up's input
-      c.moe.expert_intermediate = 128;  // 64 and 32 a rank: whole blocks of down's input
+      c.hidden_size = 64;  // whole MXFP4 blocks of gate_up's input
+      // 64 and 32 a rank: whole blocks of down's input; or (bc) not.
+      c.moe.expert_intermediate = k.bc > 0 ? k.bc : 128;
     }
     if (c.IsMoe() && k.arch != Architecture::kGptOss) c.moe.expert_intermediate = 64;
     const MapWeights floats = RandomWeights(c, 23);
     c.quant.method = k.method;
     c.quant.format = k.format;
-    if (k.br > 0) {
+    if (k.format == QuantFormat::kFp8Block) {
       c.quant.block_rows = k.br;
       c.quant.block_cols = k.bc;
     }
@@ -505,6 +508,44 @@ TEST(TpPlanTest, QuantCutsAreCutOfInTheLogicalShape) {
     for (int r = 0; r < 4; ++r) EXPECT_EQ(qp->QuantCutOf(q, s.name, r), qp->CutOf(q, s.name, r));
   for (const auto& [name, shape] : TpFusedExpertShapes(q))
     EXPECT_EQ(qp->QuantCutOf(q, name, 3), qp->CutOf(q, name, 3)) << name;
+}
+
+// MXFP4 experts whose slices would cut a 32-value block: every rank holds
+// the whole blocks around its slice, as many on every rank, zero-padded
+// past the last column, and zeroes the columns it does not own in its down
+// projection (GPT-OSS's 2,880 at 4: 720 a rank, 23 blocks held).
+TEST(TpPlanTest, Mxfp4SlicesOffTheBlocksHoldWholeBlocks) {
+  ModelConfig c = TpConfig(Architecture::kGptOss);
+  c.quant.method = QuantMethod::kMxfp4;
+  c.quant.format = QuantFormat::kMxfp4;
+  c.moe.expert_intermediate = 2880;
+  auto plan = TpPlan::Make(c, 4, -1);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  const int64_t begins[] = {0, 704, 1440, 2144};
+  for (int r = 0; r < 4; ++r) {
+    const TpRank& k = plan->ranks[r];
+    EXPECT_EQ(k.expert_intermediate, (TpRange{720 * r, 720}));
+    EXPECT_EQ(k.expert_held, (TpRange{begins[r], 736})) << r;
+    EXPECT_EQ(plan->RankConfig(c, r).moe.expert_intermediate, 736);
+    const TensorCut down = plan->QuantCutOf(c, "model.layers.0.mlp.experts.down_proj", r);
+    EXPECT_EQ(down.dim, 2);
+    EXPECT_EQ(down.begin, begins[r]);
+    EXPECT_EQ(down.size, 736);
+    EXPECT_EQ(down.keep_begin, 720 * r);
+    EXPECT_EQ(down.keep_end, 720 * (r + 1));
+    const TensorCut gu = plan->QuantCutOf(c, "model.layers.0.mlp.experts.gate_up_proj", r);
+    EXPECT_EQ(gu, (TensorCut{TensorCut::Kind::kSlice, 1, 2 * begins[r], 2 * 736, 1}));
+  }
+  // Whole blocks a rank (1,440 at 2): no padding, no zeroed columns.
+  auto two = TpPlan::Make(c, 2, -1);
+  ASSERT_TRUE(two.ok());
+  for (const TpRank& k : two->ranks) EXPECT_EQ(k.expert_held, k.expert_intermediate);
+  // 96 at 4: the last rank's window runs past the experts.
+  c.moe.expert_intermediate = 96;
+  auto pad = TpPlan::Make(c, 4, -1);
+  ASSERT_TRUE(pad.ok());
+  EXPECT_EQ(pad->ranks[3].expert_held, (TpRange{64, 64}));
+  EXPECT_TRUE(pad->QuantCutOf(c, "model.layers.0.mlp.experts.gate_up_proj", 3).Masks(2 * 96));
 }
 
 TEST(TpPlanTest, DegreeOneIsTheWholeModel) {
@@ -618,16 +659,16 @@ TEST(TpPlanTest, RefusesWhatDoesNotSplit) {
                 .find("mlp.down_proj.weight: fp8 columns cut into slices of 24"),
             std::string::npos)
       << msg(TpPlan::Make(channel, 4, 8));
-  // MXFP4 experts whose input slices are not whole blocks of 32.
+  // MXFP4 experts: slices off the 32-value blocks hold whole blocks
+  // (padded); an intermediate size of no whole blocks is refused.
   ModelConfig mx = TpConfig(Architecture::kGptOss);
   mx.quant.method = QuantMethod::kMxfp4;
   mx.quant.format = QuantFormat::kMxfp4;
   mx.moe.expert_intermediate = 96;  // 48 a rank
-  EXPECT_NE(msg(TpPlan::Make(mx, 2, 8)).find("mlp.experts.down_proj, MXFP4 blocks of 32"),
-            std::string::npos)
+  EXPECT_TRUE(TpPlan::Make(mx, 2, 8).ok());
+  mx.moe.expert_intermediate = 80;
+  EXPECT_NE(msg(TpPlan::Make(mx, 2, 8)).find("is not whole MXFP4 blocks of 32"), std::string::npos)
       << msg(TpPlan::Make(mx, 2, 8));
-  mx.moe.expert_intermediate = 128;
-  EXPECT_TRUE(TpPlan::Make(mx, 4, 8).ok());
   ModelConfig vocab = c;
   vocab.vocab_size = 1;
   EXPECT_NE(msg(TpPlan::Make(vocab, 2, 8)).find("vocabulary 1"), std::string::npos);

@@ -162,6 +162,34 @@ TEST(TpQuantCutTest, Mxfp4RowsAnywhereColumnsInWholeBlocks) {
   }
 }
 
+// MXFP4 cuts of whole blocks around a slice that cuts a block (TpPlan's
+// padded expert split): the columns another rank owns and the padding past
+// the tensor are zeros, everything else the full weight's.
+TEST(TpQuantCutTest, Mxfp4PaddedCutsZeroWhatTheRankDoesNotOwn) {
+  const QuantizedWeight down = Pack(QuantFormat::kMxfp4, 3, 64, 96);
+  const QuantizedWeight gu = Pack(QuantFormat::kMxfp4, 3, 192, 64);
+  auto keep = [](TensorCut c, int64_t b, int64_t e) {
+    c.keep_begin = b;
+    c.keep_end = e;
+    return c;
+  };
+  // 96 over 4 ranks (24 each), 64 columns held: [0, 64) keeping [24, 48);
+  // [64, 128) keeping [72, 96), its last block padding.
+  ExpectCutIsTheSlice(down, keep(Cut(2, 0, 64), 24, 48), "down, rank 1");
+  ExpectCutIsTheSlice(down, keep(Cut(2, 64, 64), 72, 96), "down, rank 3 (padded)");
+  ExpectCutIsTheSlice(down, keep(Cut(2, 32, 64), 49, 75), "down, odd boundaries");
+  // gate_up rows (pairs): padded past 2 x 96 rows.
+  ExpectCutIsTheSlice(gu, Cut(1, 128, 128), "gate_up, rank 3 (padded)");
+  auto padded = TpCutQuantized(gu, Cut(1, 128, 128), "w");
+  ASSERT_TRUE(padded.ok());
+  EXPECT_EQ(padded->rows, 128);
+  // fp8 weights are never padded or masked.
+  const QuantizedWeight f = Pack(QuantFormat::kFp8Block, 1, 64, 64, 32, 32);
+  auto r = TpCutQuantized(f, keep(Cut(1, 0, 32), 8, 32), "model.x.weight");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("only MXFP4"), std::string::npos) << r.status().ToString();
+}
+
 TEST(TpQuantCutTest, WholeIsACopyAndBadCutsAreRefused) {
   const QuantizedWeight w = Pack(QuantFormat::kFp8Block, 2, 64, 64, 32, 32);
   auto whole = TpCutQuantized(w, TensorCut{}, "w");

@@ -117,7 +117,9 @@ std::filesystem::path Tokenizers() {
 // fp8 with 128 x 128 block scales (intermediate 320: 160 columns a rank at
 // 2, so rank 1's down_proj starts inside a 128-column scale block and both
 // ranks share it; 80 at 4) and with per-channel scales, and GPT-OSS with
-// MXFP4 experts (intermediate 128: 64 and 32 a rank, whole blocks).
+// MXFP4 experts (intermediate 128: 64 and 32 a rank, whole blocks; 96: 48
+// and 24 a rank, each rank holding 64 columns of whole blocks with the ones
+// it does not own zeroed, the last rank's padded).
 // Tolerance against one GPU on the same checkpoint: the bf16 test's worst
 // row under 1e-2 for the dense models (the same dequantized values; only
 // the order of the all-reduced sums and the kernels' split of the smaller
@@ -132,12 +134,15 @@ TEST(TpBackend, QuantizedCheckpointsAsOneGpu) {
   struct Case {
     const char* arch;
     SynthQuant quant;
+    int intermediate;
   };
-  for (const Case& k : {Case{"qwen3", SynthQuant::kFp8}, Case{"qwen3", SynthQuant::kFp8Channel},
-                        Case{"gpt_oss", SynthQuant::kMxfp4}}) {
+  for (const Case& k :
+       {Case{"qwen3", SynthQuant::kFp8, 320}, Case{"qwen3", SynthQuant::kFp8Channel, 320},
+        Case{"gpt_oss", SynthQuant::kMxfp4, 128}, Case{"gpt_oss", SynthQuant::kMxfp4, 96}}) {
     const fs::path dir =
-        fs::path(::testing::TempDir()) / ("tp_quant_" + std::to_string(::getpid()) + "_" + k.arch +
-                                          "_" + std::to_string(static_cast<int>(k.quant)));
+        fs::path(::testing::TempDir()) /
+        ("tp_quant_" + std::to_string(::getpid()) + "_" + k.arch + "_" +
+         std::to_string(static_cast<int>(k.quant)) + "_" + std::to_string(k.intermediate));
     fs::remove_all(dir);
     SynthOptions o;
     o.arch = k.arch;
@@ -153,14 +158,14 @@ TEST(TpBackend, QuantizedCheckpointsAsOneGpu) {
     if (moe) {
       o.hidden = 64;
       o.head_dim = 16;
-      o.intermediate = 128;
+      o.intermediate = k.intermediate;
       o.experts = 5;
       o.experts_per_token = 2;
       o.sliding_window = 8;
     } else {
       o.hidden = 160;
       o.head_dim = 32;
-      o.intermediate = 320;
+      o.intermediate = k.intermediate;
     }
     ASSERT_TRUE(SynthesizeModel(o).ok());
     auto c = ModelConfig::Load(dir);
@@ -179,8 +184,8 @@ TEST(TpBackend, QuantizedCheckpointsAsOneGpu) {
     for (int degree : {2, 4}) {
       if (cuda::VisibleGpus() < degree) continue;
       const std::string name = std::string(k.arch) + " " +
-                               std::to_string(static_cast<int>(k.quant)) + " degree " +
-                               std::to_string(degree);
+                               std::to_string(static_cast<int>(k.quant)) + " intermediate " +
+                               std::to_string(k.intermediate) + " degree " + std::to_string(degree);
       auto tp = MakeTp(*c, *w, 4, degree);
       ASSERT_TRUE(tp) << name;
       const auto got = Drive(*tp, 7, 10, 3, &picks);  // teacher-forced
