@@ -65,12 +65,13 @@ json Messages(int n) {
 }
 
 void BM_RenderQwen3_50Messages20Tools(benchmark::State& state) {
-  auto tmpl = ChatTemplate::LoadFromModelDir(std::string(AGENTKV_DATA_DIR) + "/tokenizers/qwen3");
+  auto tmpl = text::chat::ChatTemplate::LoadFromModelDir(std::string(AGENTKV_DATA_DIR) +
+                                                         "/tokenizers/qwen3");
   if (!tmpl.ok()) {
     state.SkipWithError(tmpl.status().ToString().c_str());
     return;
   }
-  ChatTemplate::Input in;
+  text::chat::ChatTemplate::Input in;
   in.messages = Messages(50);
   in.tools = Tools(20);
   size_t bytes = 0;
@@ -91,7 +92,7 @@ BENCHMARK(BM_RenderQwen3_50Messages20Tools)->Unit(benchmark::kMicrosecond);
 void BM_ParseQwen3Template(benchmark::State& state) {
   const std::string dir = std::string(AGENTKV_DATA_DIR) + "/tokenizers/qwen3";
   for (auto _ : state) {
-    auto tmpl = ChatTemplate::LoadFromModelDir(dir);
+    auto tmpl = text::chat::ChatTemplate::LoadFromModelDir(dir);
     benchmark::DoNotOptimize(tmpl.ok());
   }
 }

@@ -10,7 +10,7 @@
 #include "engine/backend/cpu/cpu_attention.h"
 #include "engine/backend/cpu/cpu_kernels.h"
 
-namespace agentkv::kernels {
+namespace agentkv::backend::cpu::kernels {
 namespace {
 
 struct Inputs {
@@ -74,4 +74,4 @@ void BM_AttendOne(benchmark::State& state) {
 BENCHMARK(BM_AttendOne)->Arg(4096)->Arg(32768);
 
 }  // namespace
-}  // namespace agentkv::kernels
+}  // namespace agentkv::backend::cpu::kernels

@@ -27,7 +27,7 @@
 #include "engine/backend/cuda/nccl_windows.h"
 #include "engine/backend/cuda/status.h"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda {
 namespace {
 
 constexpr int kOps = 64;       // all-reduces per graph
@@ -173,6 +173,6 @@ BENCHMARK(AllReduce)
     ->Unit(benchmark::kMicrosecond);
 
 }  // namespace
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda
 
 #endif

@@ -33,7 +33,7 @@
 #include "engine/backend/cuda/status.h"
 #include "engine/backend/kv_fp8.h"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda {
 namespace {
 
 struct Shape {
@@ -69,7 +69,7 @@ void Run(benchmark::State& state, Shape s, bool fp8, bool prefill) {
   DeviceBuffer q = Filled<uint16_t>(static_cast<size_t>(T) * nh * D, 0x38);
   DeviceBuffer knew = Filled<uint16_t>(static_cast<size_t>(T) * nkv * D, 0x38);
   DeviceBuffer vnew = Filled<uint16_t>(static_cast<size_t>(T) * nkv * D, 0x38);
-  DeviceBuffer rows = Filled<uint8_t>(Fp8KvRowsBytes(T, nkv, D), 0x38);
+  DeviceBuffer rows = Filled<uint8_t>(kernels::Fp8KvRowsBytes(T, nkv, D), 0x38);
   const int splits = prefill ? 1 : 32;
   DeviceBuffer part_o = Filled<float>(static_cast<size_t>(T) * nh * splits * D, 0);
   DeviceBuffer part_ml = Filled<float>(static_cast<size_t>(T) * nh * splits * 2, 0);
@@ -82,7 +82,7 @@ void Run(benchmark::State& state, Shape s, bool fp8, bool prefill) {
   std::vector<int32_t> table(blocks), pos(T), tile_seq, tile_t0, tile_n;
   for (int b = 0; b < blocks; ++b) table[b] = b;
   for (int t = 0; t < T; ++t) pos[t] = start + t;
-  const int tpt = TokensPerTile(nh / nkv, prefill);
+  const int tpt = kernels::TokensPerTile(nh / nkv, prefill);
   for (int t = 0; t < T; t += tpt) {
     tile_seq.push_back(0);
     tile_t0.push_back(t);
@@ -97,17 +97,17 @@ void Run(benchmark::State& state, Shape s, bool fp8, bool prefill) {
   DeviceBuffer dtab = upload(table), dpos = upload(pos), dstart = upload({start}),
                dfirst = upload({0, T}), dw = upload({blocks}), dseq = upload(tile_seq),
                dt0 = upload(tile_t0), dn = upload(tile_n);
-  AttentionParams p;
-  p.q = q.get<bf16_t>();
-  p.k_new = knew.get<bf16_t>();
-  p.v_new = vnew.get<bf16_t>();
+  kernels::AttentionParams p;
+  p.q = q.get<kernels::bf16_t>();
+  p.k_new = knew.get<kernels::bf16_t>();
+  p.v_new = vnew.get<kernels::bf16_t>();
   p.cache.fp8 = fp8;
-  p.cache.base = cache.get<bf16_t>();
+  p.cache.base = cache.get<kernels::bf16_t>();
   p.cache.block_stride = fp8 ? block_bytes : block_bytes / 2;  // bytes / elements
   p.cache.block_size = kBlock;
   p.cache.tables = dtab.get<int32_t>();
   p.cache.table_stride = dw.get<int32_t>();
-  if (fp8) p.fp8_new = Fp8KvRowsAt(rows.get(), T, nkv, D);
+  if (fp8) p.fp8_new = kernels::Fp8KvRowsAt(rows.get(), T, nkv, D);
   p.pos = dpos.get<int32_t>();
   p.seq_start = dstart.get<int32_t>();
   p.seq_first = dfirst.get<int32_t>();
@@ -124,7 +124,7 @@ void Run(benchmark::State& state, Shape s, bool fp8, bool prefill) {
   p.wide = prefill;
   p.part_o = part_o.get<float>();
   p.part_ml = part_ml.get<float>();
-  p.out = out.get<bf16_t>();
+  p.out = out.get<kernels::bf16_t>();
 
   cudaStream_t stream = nullptr;
   cudaEvent_t ev[2];
@@ -186,5 +186,5 @@ int Register() {
 const int registered = Register();
 
 }  // namespace
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda
 #endif  // AGENTKV_HAVE_CUDA

@@ -22,7 +22,7 @@
 #include "engine/backend/cuda/status.h"
 #include "engine/backend/row_pick.h"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda {
 namespace {
 
 constexpr int kLaunches = 20;
@@ -55,7 +55,7 @@ void Run(benchmark::State& state, int rows, int vocab, Mode mode) {
   DeviceBuffer dl, dp, out, scratch;
   if (!dl.Allocate(logits.size() * 4).ok() || !dp.Allocate(picks.size() * sizeof(RowPick)).ok() ||
       !out.Allocate(static_cast<size_t>(rows) * 4).ok() ||
-      !scratch.Allocate(ArgmaxScratchBytes(rows)).ok()) {
+      !scratch.Allocate(kernels::ArgmaxScratchBytes(rows)).ok()) {
     state.SkipWithError("out of device memory");
     return;
   }
@@ -63,10 +63,10 @@ void Run(benchmark::State& state, int rows, int vocab, Mode mode) {
   cudaMemcpy(dp.get(), picks.data(), picks.size() * sizeof(RowPick), cudaMemcpyHostToDevice);
   auto launch = [&] {
     if (mode == Mode::kArgmax)
-      return LaunchArgmax(dl.get<float>(), rows, vocab, out.get<int32_t>(), scratch.get(),
-                          nullptr) == cudaSuccess;
-    return LaunchSampleRows(dl.get<float>(), rows, vocab, dp.get<RowPick>(), out.get<int32_t>(),
-                            nullptr) == cudaSuccess;
+      return kernels::LaunchArgmax(dl.get<float>(), rows, vocab, out.get<int32_t>(), scratch.get(),
+                                   nullptr) == cudaSuccess;
+    return kernels::LaunchSampleRows(dl.get<float>(), rows, vocab, dp.get<RowPick>(),
+                                     out.get<int32_t>(), nullptr) == cudaSuccess;
   };
   if (!launch() || cudaDeviceSynchronize() != cudaSuccess) {
     state.SkipWithError("launch failed");
@@ -114,5 +114,5 @@ int Register() {
 const int registered = Register();
 
 }  // namespace
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda
 #endif  // AGENTKV_HAVE_CUDA

@@ -25,18 +25,18 @@ namespace {
 using namespace agentkv;
 
 struct Fixture {
-  std::unique_ptr<Tokenizer> tok;
-  std::shared_ptr<const TokenVocabulary> vocab;
+  std::unique_ptr<text::Tokenizer> tok;
+  std::shared_ptr<const grammar::TokenVocabulary> vocab;
 };
 
 Fixture& Get() {
   static Fixture f = [] {
     Fixture x;
-    auto t = Tokenizer::Load(std::filesystem::path(AGENTKV_DATA_DIR) / "tokenizers" / "qwen3" /
-                             "tokenizer.json");
+    auto t = text::Tokenizer::Load(std::filesystem::path(AGENTKV_DATA_DIR) / "tokenizers" /
+                                   "qwen3" / "tokenizer.json");
     if (!t.ok()) return x;
     x.tok = std::move(*t);
-    x.vocab = TokenVocabulary::Build(*x.tok, x.tok->vocab_size());
+    x.vocab = grammar::TokenVocabulary::Build(*x.tok, x.tok->vocab_size());
     return x;
   }();
   return f;
@@ -73,8 +73,8 @@ const Case kCases[] = {
      R"({"name": "agentkv", "version": 3, "features": ["structured outputs", "logprobs"], "limits": {"max_tokens": 32000, "temperature": 0.7, "stop": null}, "ok": true})"},
 };
 
-std::shared_ptr<const Grammar> CompileCase(int i) {
-  auto g = CompileJsonSchema(nlohmann::ordered_json::parse(kCases[i].schema), Get().vocab);
+std::shared_ptr<const grammar::Grammar> CompileCase(int i) {
+  auto g = grammar::CompileJsonSchema(nlohmann::ordered_json::parse(kCases[i].schema), Get().vocab);
   return g.ok() ? *g : nullptr;
 }
 
@@ -88,7 +88,7 @@ void Replay(benchmark::State& state, bool warm) {
   const int i = static_cast<int>(state.range(0));
   const std::vector<int32_t> ids = f.tok->Encode(kCases[i].document, false);
   std::vector<uint64_t> mask((static_cast<size_t>(f.vocab->vocab_size()) + 63) / 64);
-  std::shared_ptr<const Grammar> g = CompileCase(i);
+  std::shared_ptr<const grammar::Grammar> g = CompileCase(i);
   if (!g) {
     state.SkipWithError("the schema does not compile");
     return;
@@ -100,7 +100,7 @@ void Replay(benchmark::State& state, bool warm) {
       g = CompileCase(i);
       state.ResumeTiming();
     }
-    GrammarMatcher m(g);
+    grammar::GrammarMatcher m(g);
     for (int32_t id : ids) {
       m.FillMask(mask);
       walked += m.last_walked();
@@ -145,7 +145,7 @@ void BM_BuildVocabulary(benchmark::State& state) {
     return;
   }
   for (auto _ : state)
-    benchmark::DoNotOptimize(TokenVocabulary::Build(*f.tok, f.tok->vocab_size()));
+    benchmark::DoNotOptimize(grammar::TokenVocabulary::Build(*f.tok, f.tok->vocab_size()));
 }
 BENCHMARK(BM_BuildVocabulary)->Unit(benchmark::kMillisecond)->Iterations(3);
 

@@ -47,8 +47,8 @@ void BM_Decompress(benchmark::State& state) {
   const int level = static_cast<int>(state.range(2));
   const std::string data = Block(bf16);
   KvBlockCodec codec(level);
-  auto rec = codec.Encode(Fp(), BlockHash{}, {}, data, es);
-  auto view = KvBlockCodec::Parse(*rec, Fp(), BlockHash{}, 1 << 30, "bench");
+  auto rec = codec.Encode(Fp(), cache::BlockHash{}, {}, data, es);
+  auto view = KvBlockCodec::Parse(*rec, Fp(), cache::BlockHash{}, 1 << 30, "bench");
   std::string out;
   for (auto _ : state) {
     if (!codec.Decode(*view, &out, "bench").ok()) state.SkipWithError("decode");
@@ -67,7 +67,7 @@ void BM_Compress(benchmark::State& state) {
   KvBlockCodec codec(static_cast<int>(state.range(2)));
   size_t size = 0;
   for (auto _ : state) {
-    auto rec = codec.Encode(Fp(), BlockHash{}, {}, data, es);
+    auto rec = codec.Encode(Fp(), cache::BlockHash{}, {}, data, es);
     size = rec->size();
     benchmark::DoNotOptimize(rec->data());
   }

@@ -55,12 +55,12 @@ const std::string& Text() {
   return text;
 }
 
-const agentkv::Tokenizer* Get(const std::string& name) {
-  static std::map<std::string, std::unique_ptr<agentkv::Tokenizer>> cache;
+const agentkv::text::Tokenizer* Get(const std::string& name) {
+  static std::map<std::string, std::unique_ptr<agentkv::text::Tokenizer>> cache;
   auto it = cache.find(name);
   if (it != cache.end()) return it->second.get();
-  auto t =
-      agentkv::Tokenizer::Load(fs::path(AGENTKV_DATA_DIR) / "tokenizers" / name / "tokenizer.json");
+  auto t = agentkv::text::Tokenizer::Load(fs::path(AGENTKV_DATA_DIR) / "tokenizers" / name /
+                                          "tokenizer.json");
   auto* ptr = t.ok() ? t.value().get() : nullptr;
   cache[name] = t.ok() ? std::move(t).value() : nullptr;
   return ptr;

@@ -81,8 +81,10 @@ if(AGENTKV_HAVE_CUDA)
   target_link_libraries(agentkv_cuda_kernels PUBLIC agentkv_cuda_sm90a)
   # The host code (src/engine/backend/cuda/*.cc): CudaBackend over the kernels.
   file(GLOB _agentkv_cuda_host CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/engine/backend/cuda/*.cc)
-  # (step_plan.cc is its own library, agentkv_cuda_step_plan, built without CUDA too.)
-  list(REMOVE_ITEM _agentkv_cuda_host ${CMAKE_SOURCE_DIR}/src/engine/backend/cuda/step_plan.cc)
+  # (step_plan.cc and gemm_plan.cc are their own library, agentkv_cuda_step_plan,
+  # built without CUDA too.)
+  list(REMOVE_ITEM _agentkv_cuda_host ${CMAKE_SOURCE_DIR}/src/engine/backend/cuda/step_plan.cc
+       ${CMAKE_SOURCE_DIR}/src/engine/backend/cuda/gemm_plan.cc)
   add_library(agentkv_backend_cuda STATIC ${_agentkv_cuda_host})
   target_include_directories(agentkv_backend_cuda PUBLIC ${CMAKE_SOURCE_DIR}/src)
   target_link_libraries(agentkv_backend_cuda PUBLIC agentkv_cuda_step_plan agentkv_backend agentkv_model agentkv_cache

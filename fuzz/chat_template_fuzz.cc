@@ -19,12 +19,12 @@
 
 namespace {
 
-const std::vector<agentkv::ChatTemplate>& Templates() {
-  static const std::vector<agentkv::ChatTemplate> templates = [] {
-    std::vector<agentkv::ChatTemplate> t;
+const std::vector<agentkv::text::chat::ChatTemplate>& Templates() {
+  static const std::vector<agentkv::text::chat::ChatTemplate> templates = [] {
+    std::vector<agentkv::text::chat::ChatTemplate> t;
     for (const char* name : {"qwen3", "llama3_1", "gemma3", "deepseek_v3", "gptoss"}) {
       const std::string dir = std::string(AGENTKV_DATA_DIR) + "/tokenizers/" + name;
-      auto loaded = agentkv::ChatTemplate::LoadFromModelDir(dir);
+      auto loaded = agentkv::text::chat::ChatTemplate::LoadFromModelDir(dir);
       if (!loaded.ok()) {
         std::fprintf(stderr, "fuzz: %s: %s\n", dir.c_str(), loaded.status().ToString().c_str());
         std::abort();
@@ -47,12 +47,12 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
   const auto& templates = Templates();
-  const agentkv::ChatTemplate& tmpl = templates[data[0] % templates.size()];
+  const agentkv::text::chat::ChatTemplate& tmpl = templates[data[0] % templates.size()];
   std::string_view text(reinterpret_cast<const char*>(data + 1), size - 1);
   if (agentkv::api::JsonNestingDepth(text, 64) > 64) return 0;
   auto j = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return 0;
-  agentkv::ChatTemplate::Input input;
+  agentkv::text::chat::ChatTemplate::Input input;
   if (j.is_array()) {
     input.messages = std::move(j);
   } else if (j.is_object()) {
@@ -66,7 +66,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } else {
     return 0;
   }
-  agentkv::jinja::RenderOptions options;
+  agentkv::text::chat::jinja::RenderOptions options;
   options.limits.max_output_bytes = 4 << 20;
   options.limits.max_steps = 1'000'000;
   options.clock = [] { return std::chrono::system_clock::time_point(std::chrono::seconds(1)); };

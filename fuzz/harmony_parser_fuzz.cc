@@ -19,9 +19,9 @@
 
 namespace {
 
-using agentkv::HarmonyParser;
-using agentkv::OutputEvent;
-using agentkv::ToolCallParserOptions;
+using agentkv::text::output::HarmonyParser;
+using agentkv::text::output::OutputEvent;
+using agentkv::text::output::ToolCallParserOptions;
 
 std::vector<OutputEvent> Run(const ToolCallParserOptions& o,
                              const std::vector<std::string_view>& pieces) {
@@ -42,7 +42,8 @@ std::string Alnum(std::string_view s) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzedDataProvider in(data, size);
   ToolCallParserOptions o;
-  o.format = in.ConsumeBool() ? agentkv::ToolCallFormat::kHarmony : agentkv::ToolCallFormat::kNone;
+  o.format = in.ConsumeBool() ? agentkv::text::output::ToolCallFormat::kHarmony
+                              : agentkv::text::output::ToolCallFormat::kNone;
   o.stream_arguments = in.ConsumeBool();
   const uint32_t seed = in.ConsumeIntegral<uint32_t>();
   const std::string text = in.ConsumeRemainingBytesAsString();

@@ -37,9 +37,9 @@ const nlohmann::ordered_json& Context() {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view source(reinterpret_cast<const char*>(data), size);
-  auto parsed = agentkv::jinja::Template::Parse(source);
+  auto parsed = agentkv::text::chat::jinja::Template::Parse(source);
   if (!parsed.ok()) return 0;
-  agentkv::jinja::RenderOptions options;
+  agentkv::text::chat::jinja::RenderOptions options;
   options.limits.max_output_bytes = 1 << 20;
   options.limits.max_steps = 200'000;
   options.clock = [] { return std::chrono::system_clock::time_point(std::chrono::seconds(1)); };

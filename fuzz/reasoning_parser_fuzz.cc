@@ -17,7 +17,7 @@
 
 namespace {
 
-using agentkv::OutputEvent;
+using agentkv::text::output::OutputEvent;
 
 template <typename Parser, typename Options>
 std::vector<OutputEvent> Run(const Options& o, const std::vector<std::string_view>& pieces) {
@@ -42,14 +42,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text = in.ConsumeRemainingBytesAsString();
   const auto pieces = agentkv::fuzz::Cut(text, seed);
   if (mode == 0) {
-    agentkv::ReasoningParserOptions o;
+    agentkv::text::output::ReasoningParserOptions o;
     o.enabled = tools;
     o.starts_in_reasoning = flag;
-    Check(Run<agentkv::ReasoningParser>(o, {text}), Run<agentkv::ReasoningParser>(o, pieces));
+    Check(Run<agentkv::text::output::ReasoningParser>(o, {text}),
+          Run<agentkv::text::output::ReasoningParser>(o, pieces));
     return 0;
   }
   static const char* const kTypes[] = {"qwen3", "qwen2", "llama", "gemma3"};
-  const auto o = agentkv::OutputParserOptions::ForModelType(kTypes[mode - 1], tools, flag);
-  Check(Run<agentkv::OutputParser>(o, {text}), Run<agentkv::OutputParser>(o, pieces));
+  const auto o =
+      agentkv::text::output::OutputParserOptions::ForModelType(kTypes[mode - 1], tools, flag);
+  Check(Run<agentkv::text::output::OutputParser>(o, {text}),
+        Run<agentkv::text::output::OutputParser>(o, pieces));
   return 0;
 }

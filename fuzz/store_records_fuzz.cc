@@ -79,7 +79,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       // fingerprint and hash from where the header keeps them, so the
       // fuzzer reaches the sizes and the zstd frame.
       ModelFingerprint fp;
-      agentkv::BlockHash hash;
+      agentkv::cache::BlockHash hash;
       if (rest.size() >= 32) {
         std::memcpy(fp.bytes.data(), rest.data(), 16);
         hash = DecodeBlockHash(rest.data() + 16);

@@ -34,24 +34,25 @@ inline std::vector<std::string_view> Cut(std::string_view text, uint32_t seed) {
 // Feeds `pieces` in order to a fresh `Parser` built from `options`, then
 // finishes it; every event it gave.
 template <class Parser, class Options>
-std::vector<OutputEvent> FeedAll(const Options& options,
-                                 const std::vector<std::string_view>& pieces) {
+std::vector<text::output::OutputEvent> FeedAll(const Options& options,
+                                               const std::vector<std::string_view>& pieces) {
   Parser p(options);
-  std::vector<OutputEvent> out;
+  std::vector<text::output::OutputEvent> out;
   for (std::string_view s : pieces) p.Feed(s, &out);
   p.Finish(&out);
   return out;
 }
 
-inline std::vector<OutputEvent> Canonical(const std::vector<OutputEvent>& events) {
-  std::vector<OutputEvent> out;
-  for (const OutputEvent& e : events) AppendMerged(&out, e);
+inline std::vector<text::output::OutputEvent> Canonical(
+    const std::vector<text::output::OutputEvent>& events) {
+  std::vector<text::output::OutputEvent> out;
+  for (const text::output::OutputEvent& e : events) text::output::AppendMerged(&out, e);
   return out;
 }
 
-inline std::string Describe(const std::vector<OutputEvent>& events) {
+inline std::string Describe(const std::vector<text::output::OutputEvent>& events) {
   std::string s;
-  for (const OutputEvent& e : events) {
+  for (const text::output::OutputEvent& e : events) {
     s += std::to_string(static_cast<int>(e.kind)) + "/" + std::to_string(e.tool_index) + "[" +
          e.name + "|" + e.id + "|" + e.text + "] ";
   }

@@ -25,7 +25,7 @@ namespace {
 
 struct Named {
   std::string name;
-  std::unique_ptr<agentkv::Tokenizer> tokenizer;
+  std::unique_ptr<agentkv::text::Tokenizer> tokenizer;
 };
 
 const std::vector<Named>& Tokenizers() {
@@ -34,7 +34,7 @@ const std::vector<Named>& Tokenizers() {
     for (const char* name : {"qwen3", "llama3_1", "gemma3", "deepseek_v3", "gptoss"}) {
       const std::string path =
           std::string(AGENTKV_DATA_DIR) + "/tokenizers/" + name + "/tokenizer.json";
-      auto loaded = agentkv::Tokenizer::Load(path);
+      auto loaded = agentkv::text::Tokenizer::Load(path);
       if (!loaded.ok()) {
         std::fprintf(stderr, "fuzz: %s: %s\n", path.c_str(), loaded.status().ToString().c_str());
         std::abort();

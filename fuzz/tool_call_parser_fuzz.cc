@@ -16,9 +16,9 @@
 
 namespace {
 
-using agentkv::OutputEvent;
-using agentkv::ToolCallParser;
-using agentkv::ToolCallParserOptions;
+using agentkv::text::output::OutputEvent;
+using agentkv::text::output::ToolCallParser;
+using agentkv::text::output::ToolCallParserOptions;
 
 std::vector<OutputEvent> Run(const ToolCallParserOptions& o,
                              const std::vector<std::string_view>& pieces) {
@@ -30,7 +30,8 @@ std::vector<OutputEvent> Run(const ToolCallParserOptions& o,
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzedDataProvider in(data, size);
   ToolCallParserOptions o;
-  o.format = static_cast<agentkv::ToolCallFormat>(in.ConsumeIntegralInRange<int>(0, 3));
+  o.format =
+      static_cast<agentkv::text::output::ToolCallFormat>(in.ConsumeIntegralInRange<int>(0, 3));
   o.stream_arguments = in.ConsumeBool();
   const uint32_t seed = in.ConsumeIntegral<uint32_t>();
   const std::string text = in.ConsumeRemainingBytesAsString();

@@ -46,7 +46,7 @@
 #include "engine/backend/cuda/kernels/wgmma_prompt_gemm.h"
 #include "engine/backend/cuda/status.h"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda {
 namespace {
 
 struct Shape {
@@ -107,8 +107,8 @@ struct Fixture {
 };
 
 // tile * 1000 + splits * 10 + k128, as the benchmark names them.
-WgmmaGemmPlan WgmmaPlanOf(int code) {
-  WgmmaGemmPlan p;
+kernels::WgmmaGemmPlan WgmmaPlanOf(int code) {
+  kernels::WgmmaGemmPlan p;
   if (code > 0) p = {code / 1000, code / 10 % 100, code % 10 == 1};
   return p;
 }
@@ -156,7 +156,7 @@ void Run(benchmark::State& state, Shape s, int m, Impl impl, int splits, bool pr
       cudaMemset(b.get(), 0x3c, wbytes);  // small finite bf16 values
   }
   (void)f.x.Allocate(static_cast<size_t>(m) * s.k * 2);
-  (void)f.y.Allocate(static_cast<size_t>(m) * s.n * 4 * (prefill ? 1 : kMaxWgmmaSplits));
+  (void)f.y.Allocate(static_cast<size_t>(m) * s.n * 4 * (prefill ? 1 : kernels::kMaxWgmmaSplits));
   if (prefill)
     FillRandom(f.x.get(), f.x.bytes(), 2);
   else
@@ -169,12 +169,13 @@ void Run(benchmark::State& state, Shape s, int m, Impl impl, int splits, bool pr
   (void)f.ws.Allocate(32u << 20);
   cublasSetWorkspace(f.cublas, f.ws.get(), f.ws.bytes());
   if (impl == Impl::kWgmma) {
-    (void)f.wgmma_ws.Allocate(WgmmaGemmWorkspaceBytes(f.sms));
+    (void)f.wgmma_ws.Allocate(kernels::WgmmaGemmWorkspaceBytes(f.sms));
     cudaMemset(f.wgmma_ws.get(), 0, f.wgmma_ws.bytes());
   }
   if (impl == Impl::kCublasArgmax || impl == Impl::kWgmmaArgmax || impl == Impl::kPromptArgmax) {
-    (void)f.best.Allocate(std::max({ArgmaxScratchBytes(m), WgmmaArgmaxScratchBytes(m, s.n),
-                                    PromptArgmaxScratchBytes(m, s.n)}));
+    (void)f.best.Allocate(
+        std::max({kernels::ArgmaxScratchBytes(m), kernels::WgmmaArgmaxScratchBytes(m, s.n),
+                  kernels::PromptArgmaxScratchBytes(m, s.n)}));
     (void)f.picks.Allocate(static_cast<size_t>(m) * 4);
     (void)f.store.Allocate(4);
     cudaMemset(f.store.get(), 0, 4);  // greedy rows only: no logits stored
@@ -218,15 +219,15 @@ void Run(benchmark::State& state, Shape s, int m, Impl impl, int splits, bool pr
   constexpr int kLaunches = 50;
   size_t next = 0;
   auto launch = [&]() -> bool {
-    const auto* w = f.w[next++ % copies].get<bf16_t>();
-    const auto* x = f.x.get<bf16_t>();
+    const auto* w = f.w[next++ % copies].get<kernels::bf16_t>();
+    const auto* x = f.x.get<kernels::bf16_t>();
     if (impl == Impl::kSkinny)
       return LaunchSkinnyGemm(x, w, f.y.get(), true, m, s.n, s.k, 0.f, f.sms, f.stream, splits) ==
              cudaSuccess;
     if (impl == Impl::kWgmma) {
       // splits: 0 for the default plan, else WgmmaPlanOf's code; < 0: the
       // default plan's split planes.
-      const WgmmaGemmPlan plan = WgmmaPlanOf(splits > 0 ? splits : 0);
+      const kernels::WgmmaGemmPlan plan = WgmmaPlanOf(splits > 0 ? splits : 0);
       const bool planes = splits < 0;
       return LaunchWgmmaGemm(x, w, f.y.get(), true, m, s.n, s.k, 0.f, {f.wgmma_ws.get(), f.sms},
                              f.stream, -1, planes, plan) == cudaSuccess;
@@ -236,17 +237,19 @@ void Run(benchmark::State& state, Shape s, int m, Impl impl, int splits, bool pr
                                    f.best.get(), f.picks.get<int32_t>(), f.sms, f.stream,
                                    WgmmaPlanOf(splits)) == cudaSuccess;
     if (impl == Impl::kPromptArgmax)
-      return LaunchPromptGemmArgmax(x, w, f.y.get<float>(), f.store.get<int32_t>(), m, s.n, s.k,
-                                    f.best.get(), f.picks.get<int32_t>(), f.sms,
-                                    f.stream) == cudaSuccess;
+      return kernels::LaunchPromptGemmArgmax(x, w, f.y.get<float>(), f.store.get<int32_t>(), m, s.n,
+                                             s.k, f.best.get(), f.picks.get<int32_t>(), f.sms,
+                                             f.stream) == cudaSuccess;
     if (impl == Impl::kPromptAdd)
       return dev::LaunchPromptGemmAdd(x, w, f.y.get<float>(), m, s.n, s.k, f.sms, f.stream) ==
              cudaSuccess;
     if (impl == Impl::kPrompt || impl == Impl::kPromptGated)
-      return LaunchPromptGemm(x, w, f.y.get<bf16_t>(), m, s.n, s.k,
-                              impl == Impl::kPromptGated ? 0 : -1, f.sms, f.stream) == cudaSuccess;
+      return kernels::LaunchPromptGemm(x, w, f.y.get<kernels::bf16_t>(), m, s.n, s.k,
+                                       impl == Impl::kPromptGated ? 0 : -1, f.sms,
+                                       f.stream) == cudaSuccess;
     if (impl == Impl::kGemv)
-      return LaunchGemv(x, w, f.y.get(), true, m, s.n, s.k, 0.f, f.sms, f.stream) == cudaSuccess;
+      return kernels::LaunchGemv(x, w, f.y.get(), true, m, s.n, s.k, 0.f, f.sms, f.stream) ==
+             cudaSuccess;
     const float alpha = 1.f;
     if (impl == Impl::kLt)
       return cublasLtMatmul(f.lt, f.op, &alpha, w, f.la, x, f.lb, &beta, f.y.get(), f.lc, f.y.get(),
@@ -257,11 +260,11 @@ void Run(benchmark::State& state, Shape s, int m, Impl impl, int splits, bool pr
                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS)
       return false;
     if (impl == Impl::kCublasGated)
-      return LaunchGatedAct(f.y.get<bf16_t>(), f.act.get<bf16_t>(), m, s.n / 2, 0, f.stream) ==
-             cudaSuccess;
+      return kernels::LaunchGatedAct(f.y.get<kernels::bf16_t>(), f.act.get<kernels::bf16_t>(), m,
+                                     s.n / 2, 0, f.stream) == cudaSuccess;
     return impl != Impl::kCublasArgmax ||
-           LaunchArgmax(f.y.get<float>(), m, s.n, f.picks.get<int32_t>(), f.best.get(), f.stream) ==
-               cudaSuccess;
+           kernels::LaunchArgmax(f.y.get<float>(), m, s.n, f.picks.get<int32_t>(), f.best.get(),
+                                 f.stream) == cudaSuccess;
   };
   for (size_t i = 0; i < copies; ++i) launch();  // lazy loading, clocks
   cudaGraph_t graph = nullptr;
@@ -288,7 +291,8 @@ void Run(benchmark::State& state, Shape s, int m, Impl impl, int splits, bool pr
   state.counters["TFLOPs"] =
       benchmark::Counter(2e-12 * m * s.n * s.k, benchmark::Counter::kIsIterationInvariantRate);
   if (impl == Impl::kWgmma) {
-    const WgmmaGemmPlan p = splits > 0 ? WgmmaPlanOf(splits) : WgmmaGemmPlanFor(s.n, s.k, f.sms);
+    const kernels::WgmmaGemmPlan p =
+        splits > 0 ? WgmmaPlanOf(splits) : kernels::WgmmaGemmPlanFor(s.n, s.k, f.sms);
     state.counters["planes"] = splits < 0;
     state.counters["tile"] = p.tile;
     state.counters["splits"] = p.splits;
@@ -321,7 +325,7 @@ int Register() {
         if (SkinnyGemmSupported(m, s.n, s.k) && sp <= s.k / 128)
           reg(base + "/skinny_split" + std::to_string(sp), Impl::kSkinny, sp);
       reg(base + "/cublas", Impl::kCublas, 0);
-      if (WgmmaGemmSupported(m, s.n, s.k) && WgmmaDevice()) {
+      if (kernels::WgmmaGemmSupported(m, s.n, s.k) && WgmmaDevice()) {
         reg(base + "/wgmma", Impl::kWgmma, 0);
         reg(base + "/wgmma_planes", Impl::kWgmma, -1);
         for (int tile : {64, 128})
@@ -334,15 +338,15 @@ int Register() {
       }
       if (std::string(s.name) == "lm_head") {
         reg(base + "/cublas_argmax", Impl::kCublasArgmax, 0);
-        if (m >= 8 && PromptGemmSupported(m, s.n, s.k))
+        if (m >= 8 && kernels::PromptGemmSupported(m, s.n, s.k))
           reg(base + "/prompt_argmax", Impl::kPromptArgmax, 0);
-        if (WgmmaGemmSupported(m, s.n, s.k) && WgmmaDevice()) {
+        if (kernels::WgmmaGemmSupported(m, s.n, s.k) && WgmmaDevice()) {
           reg(base + "/wgmma_argmax", Impl::kWgmmaArgmax, 0);
           reg(base + "/wgmma_argmax_t128", Impl::kWgmmaArgmax, 128 * 1000 + 10 + 1);
         }
       }
       for (int a = 0; a < 24; ++a) reg(base + "/lt" + std::to_string(a), Impl::kLt, a);
-      if (GemvSupported(m, s.k)) reg(base + "/gemv", Impl::kGemv, 0);
+      if (kernels::GemvSupported(m, s.k)) reg(base + "/gemv", Impl::kGemv, 0);
     }
     // A full prompt step's GEMMs (8,192 rows): is cuBLAS's default choice
     // the fastest of its heuristic's candidates?
@@ -361,16 +365,18 @@ int Register() {
       if (m < 2048) {
         if (std::string(s.name) != "gate_up") continue;
         reg(base + "/cublas_gated", Impl::kCublasGated, 0);
-        if (PromptGemmSupported(m, s.n, s.k)) reg(base + "/prompt_gated", Impl::kPromptGated, 0);
+        if (kernels::PromptGemmSupported(m, s.n, s.k))
+          reg(base + "/prompt_gated", Impl::kPromptGated, 0);
         continue;
       }
       reg(base + "/cublas", Impl::kCublas, 0);
       const bool bf16_out = std::string(s.name) == "qkv" || std::string(s.name) == "gate_up";
-      if (PromptGemmSupported(m, s.n, s.k))
+      if (kernels::PromptGemmSupported(m, s.n, s.k))
         reg(base + "/prompt", bf16_out ? Impl::kPrompt : Impl::kPromptAdd, 0);
       if (std::string(s.name) == "gate_up") {
         reg(base + "/cublas_gated", Impl::kCublasGated, 0);
-        if (PromptGemmSupported(m, s.n, s.k)) reg(base + "/prompt_gated", Impl::kPromptGated, 0);
+        if (kernels::PromptGemmSupported(m, s.n, s.k))
+          reg(base + "/prompt_gated", Impl::kPromptGated, 0);
       }
       for (int a = 0; a < 24; ++a) reg(base + "/lt" + std::to_string(a), Impl::kLt, a);
     }
@@ -380,5 +386,5 @@ int Register() {
 const int registered = Register();
 
 }  // namespace
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda
 #endif  // AGENTKV_HAVE_CUDA

@@ -7,7 +7,7 @@
 
 #include "engine/backend/cuda/kernels/launch.h"
 
-namespace agentkv::cuda::dev {
+namespace agentkv::backend::cuda::dev {
 
 // y fp32 [m][n] += x . w^T (x [m][k], w [n][k] bf16), each tile added by a
 // TMA reduction (one add an element: deterministic) while the kernel goes
@@ -15,7 +15,7 @@ namespace agentkv::cuda::dev {
 // (PromptGemmAddSupported); x, w and y 16-byte aligned. num_sms sizes the
 // grid.
 bool PromptGemmAddSupported(int m, int n, int k);
-cudaError_t LaunchPromptGemmAdd(const bf16_t* x, const bf16_t* w, float* y, int m, int n, int k,
-                                int num_sms, LaunchConfig launch);
+cudaError_t LaunchPromptGemmAdd(const kernels::bf16_t* x, const kernels::bf16_t* w, float* y, int m,
+                                int n, int k, int num_sms, kernels::LaunchConfig launch);
 
-}  // namespace agentkv::cuda::dev
+}  // namespace agentkv::backend::cuda::dev

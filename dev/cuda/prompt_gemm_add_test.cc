@@ -36,14 +36,15 @@ TEST(DevCuda, PromptGemmAddMatchesLinear) {
     auto y0 = Random(static_cast<size_t>(m + 1) * n, rng);
     std::fill(y0.begin() + static_cast<size_t>(m) * n, y0.end(), 12345.f);
     std::vector<float> ref(static_cast<size_t>(m) * n);
-    kernels::Linear(x.data(), w.data(), nullptr, ref.data(), m, n, k);
+    backend::cpu::kernels::Linear(x.data(), w.data(), nullptr, ref.data(), m, n, k);
     for (size_t i = 0; i < ref.size(); ++i) ref[i] += y0[i];
     auto dx = Upload(Bf16Of(x)), dw = Upload(Bf16Of(w));
     std::vector<float> first;
     for (int rep = 0; rep < 2; ++rep) {
       auto dy = Upload(y0);
-      ASSERT_EQ(cuda::dev::LaunchPromptGemmAdd(dx.get<cuda::bf16_t>(), dw.get<cuda::bf16_t>(),
-                                               dy.get<float>(), m, n, k, grid, nullptr),
+      ASSERT_EQ(backend::cuda::dev::LaunchPromptGemmAdd(dx.get<backend::cuda::kernels::bf16_t>(),
+                                                        dw.get<backend::cuda::kernels::bf16_t>(),
+                                                        dy.get<float>(), m, n, k, grid, nullptr),
                 cudaSuccess)
           << what;
       auto got = Download<float>(dy, static_cast<size_t>(m + 1) * n);
@@ -58,8 +59,10 @@ TEST(DevCuda, PromptGemmAddMatchesLinear) {
       }
     }
   }
-  EXPECT_FALSE(cuda::dev::PromptGemmAddSupported(128, 384, 2048));  // not whole 256-feature tiles
-  EXPECT_EQ(cuda::dev::LaunchPromptGemmAdd(nullptr, nullptr, nullptr, 128, 384, 2048, sms, nullptr),
+  EXPECT_FALSE(
+      backend::cuda::dev::PromptGemmAddSupported(128, 384, 2048));  // not whole 256-feature tiles
+  EXPECT_EQ(backend::cuda::dev::LaunchPromptGemmAdd(nullptr, nullptr, nullptr, 128, 384, 2048, sms,
+                                                    nullptr),
             cudaErrorInvalidValue);
 }
 

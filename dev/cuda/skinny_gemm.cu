@@ -25,7 +25,7 @@
 #include "engine/backend/cuda/kernels/mma.cuh"
 #include "engine/backend/cuda/kernels/pdl.cuh"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda {
 namespace {
 
 constexpr int kWarps = 8;
@@ -35,8 +35,8 @@ constexpr int kMaxSplits = 8;        // the portable cluster size
 
 // Stores one lane's accumulator fragment of row tile j of warp `warp`:
 // features n0 + warp * 16 + lane / 4 (+ 8), rows j * 8 + 2 * (lane % 4) (+ 1).
-__device__ __forceinline__ void StoreFragment(const GemmArgs& a, const float (&v)[4], int n0,
-                                              int warp, int j, int lane) {
+__device__ __forceinline__ void StoreFragment(const kernels::GemmArgs& a, const float (&v)[4],
+                                              int n0, int warp, int j, int lane) {
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
     const int m = j * 8 + 2 * (lane & 3) + (e & 1);
@@ -47,7 +47,7 @@ __device__ __forceinline__ void StoreFragment(const GemmArgs& a, const float (&v
       float* yf = static_cast<float*>(a.y);
       yf[at] = a.beta != 0.f ? a.beta * yf[at] + v[e] : v[e];
     } else {
-      bf16* yb = static_cast<bf16*>(a.y);
+      kernels::bf16* yb = static_cast<kernels::bf16*>(a.y);
       yb[at] = __float2bfloat16_rn(a.beta != 0.f ? a.beta * __bfloat162float(yb[at]) + v[e] : v[e]);
     }
   }
@@ -57,8 +57,8 @@ __device__ __forceinline__ void StoreFragment(const GemmArgs& a, const float (&v
 // directly, or with K split over the cluster's blocks, through their shared
 // memory (at least kWarps * MT * 512 bytes at `smem`, free to overwrite).
 template <int MT>
-__device__ __forceinline__ void Finish(const GemmArgs& a, const float (&acc)[MT][4], int n0,
-                                       int splits, unsigned char* smem) {
+__device__ __forceinline__ void Finish(const kernels::GemmArgs& a, const float (&acc)[MT][4],
+                                       int n0, int splits, unsigned char* smem) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   if (splits == 1) {
 #pragma unroll
@@ -102,10 +102,10 @@ constexpr int kChunk = 128;
 constexpr int kXStride = kChunk + 32;  // bf16; rows 2g and 2g+1 in other banks
 
 template <int MT>
-__global__ void __launch_bounds__(kThreads) DirectGemmKernel(const GemmArgs a) {
+__global__ void __launch_bounds__(kThreads) DirectGemmKernel(const kernels::GemmArgs a) {
   constexpr int kRowsX = MT * 8;
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  bf16* xs = reinterpret_cast<bf16*>(smem_raw);  // [2][kRowsX][kXStride]
+  kernels::bf16* xs = reinterpret_cast<kernels::bf16*>(smem_raw);  // [2][kRowsX][kXStride]
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int split = blockIdx.y, splits = gridDim.y;
@@ -127,20 +127,20 @@ __global__ void __launch_bounds__(kThreads) DirectGemmKernel(const GemmArgs a) {
     }
   };
   auto load_x = [&](int c) {
-    bf16* dst = xs + (c & 1) * kRowsX * kXStride;
+    kernels::bf16* dst = xs + (c & 1) * kRowsX * kXStride;
     const int64_t k0 = static_cast<int64_t>(cb + c) * kChunk;
     for (int i = tid; i < kRowsX * (kChunk / 8); i += kThreads) {
       const int r = i / (kChunk / 8), ch = i % (kChunk / 8);
       const bool valid = r < M;  // rows past M are zero-filled
-      CpAsync16(dst + r * kXStride + ch * 8,
-                a.x + static_cast<int64_t>(valid ? r : 0) * K + k0 + ch * 8, valid);
+      kernels::CpAsync16(dst + r * kXStride + ch * 8,
+                         a.x + static_cast<int64_t>(valid ? r : 0) * K + k0 + ch * 8, valid);
     }
-    CpAsyncCommit();
+    kernels::CpAsyncCommit();
   };
 
   load_w(0);  // weights are never written by a step: before the wait
-  PdlLaunchDependents();
-  PdlWait();
+  kernels::PdlLaunchDependents();
+  kernels::PdlWait();
   load_x(0);
 
   float acc[MT][4];
@@ -157,12 +157,12 @@ __global__ void __launch_bounds__(kThreads) DirectGemmKernel(const GemmArgs a) {
     if (c + 1 < nc) {
       load_w(c + 1);
       load_x(c + 1);
-      CpAsyncWait<1>();
+      kernels::CpAsyncWait<1>();
     } else {
-      CpAsyncWait<0>();
+      kernels::CpAsyncWait<0>();
     }
     __syncthreads();  // chunk c of x is in for every thread
-    const bf16* xc = xs + (c & 1) * kRowsX * kXStride + g * kXStride + t * 8;
+    const kernels::bf16* xc = xs + (c & 1) * kRowsX * kXStride + g * kXStride + t * 8;
 #pragma unroll
     for (int s = 0; s < kChunk / 32; ++s) {
       const uint32_t a0[4] = {wc[0][s].x, wc[1][s].x, wc[0][s].y, wc[1][s].y};
@@ -170,8 +170,8 @@ __global__ void __launch_bounds__(kThreads) DirectGemmKernel(const GemmArgs a) {
 #pragma unroll
       for (int j = 0; j < MT; ++j) {
         const uint4 xv = *reinterpret_cast<const uint4*>(xc + j * 8 * kXStride + s * 32);
-        Mma(acc[j], a0, xv.x, xv.y);
-        Mma(acc[j], a1, xv.z, xv.w);
+        kernels::Mma(acc[j], a0, xv.x, xv.y);
+        kernels::Mma(acc[j], a1, xv.z, xv.w);
       }
     }
     __syncthreads();  // buffer c & 1 is refilled with chunk c + 2 next
@@ -180,8 +180,8 @@ __global__ void __launch_bounds__(kThreads) DirectGemmKernel(const GemmArgs a) {
 }
 
 template <typename Kernel>
-cudaError_t LaunchClustered(Kernel kernel, const GemmArgs& a, int splits, size_t smem,
-                            LaunchConfig launch) {
+cudaError_t LaunchClustered(Kernel kernel, const kernels::GemmArgs& a, int splits, size_t smem,
+                            kernels::LaunchConfig launch) {
   const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              static_cast<int>(smem));
   if (e != cudaSuccess) return e;
@@ -190,8 +190,8 @@ cudaError_t LaunchClustered(Kernel kernel, const GemmArgs& a, int splits, size_t
 }
 
 template <int MT>
-cudaError_t LaunchMt(const GemmArgs& a, int splits, LaunchConfig launch) {
-  const size_t smem = static_cast<size_t>(2) * MT * 8 * kXStride * sizeof(bf16);
+cudaError_t LaunchMt(const kernels::GemmArgs& a, int splits, kernels::LaunchConfig launch) {
+  const size_t smem = static_cast<size_t>(2) * MT * 8 * kXStride * sizeof(kernels::bf16);
   return LaunchClustered(DirectGemmKernel<MT>, a, splits, smem, launch);
 }
 
@@ -210,15 +210,22 @@ int SkinnyGemmSplits(int n, int k, int num_sms) {
   return splits;
 }
 
-cudaError_t LaunchSkinnyGemm(const bf16_t* x, const bf16_t* w, void* y, bool y_f32, int m, int n,
-                             int k, float beta, int num_sms, LaunchConfig launch, int splits) {
+cudaError_t LaunchSkinnyGemm(const kernels::bf16_t* x, const kernels::bf16_t* w, void* y,
+                             bool y_f32, int m, int n, int k, float beta, int num_sms,
+                             kernels::LaunchConfig launch, int splits) {
   if (!SkinnyGemmSupported(m, n, k) || num_sms <= 0) return cudaErrorInvalidValue;
   if (splits == 0) splits = SkinnyGemmSplits(n, k, num_sms);
   if (splits < 1 || splits > kMaxSplits || (splits & (splits - 1)) != 0 || splits > k / kChunk)
     return cudaErrorInvalidValue;
-  const GemmArgs a{
-      reinterpret_cast<const bf16*>(x), reinterpret_cast<const bf16*>(w), y, m, n, k, beta, y_f32};
+  const kernels::GemmArgs a{reinterpret_cast<const kernels::bf16*>(x),
+                            reinterpret_cast<const kernels::bf16*>(w),
+                            y,
+                            m,
+                            n,
+                            k,
+                            beta,
+                            y_f32};
   return LaunchMt<1>(a, splits, launch);
 }
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda

@@ -9,7 +9,7 @@
 
 #include "engine/backend/cuda/kernels/launch.h"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda {
 
 // y[m][n] = x[m] . w[n] + beta * y[m][n] on the tensor cores, for decode
 // steps of up to kMaxSkinnyRows rows (x [m][k], w [n][k] bf16; y fp32 or
@@ -22,7 +22,8 @@ bool SkinnyGemmSupported(int m, int n, int k);
 int SkinnyGemmSplits(int n, int k, int num_sms);
 // splits: 0 for SkinnyGemmSplits, else a power of two up to 8 (for
 // measurements).
-cudaError_t LaunchSkinnyGemm(const bf16_t* x, const bf16_t* w, void* y, bool y_f32, int m, int n,
-                             int k, float beta, int num_sms, LaunchConfig launch, int splits = 0);
+cudaError_t LaunchSkinnyGemm(const kernels::bf16_t* x, const kernels::bf16_t* w, void* y,
+                             bool y_f32, int m, int n, int k, float beta, int num_sms,
+                             kernels::LaunchConfig launch, int splits = 0);
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda

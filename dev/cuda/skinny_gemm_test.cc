@@ -26,21 +26,22 @@ TEST(DevCuda, SkinnyGemmMatchesLinear) {
   for (auto [n, k] : {std::pair{3072, 2048}, std::pair{2048, 8192}, std::pair{16384, 2048},
                       std::pair{200, 384}}) {
     for (int m : {1, 3, 7, 8}) {
-      ASSERT_TRUE(cuda::SkinnyGemmSupported(m, n, k));
+      ASSERT_TRUE(backend::cuda::SkinnyGemmSupported(m, n, k));
       const bool f32 = m % 2 == 1;
       CheckGemmAgainstLinear(
           m, n, k, f32, rng,
           std::to_string(m) + " " + std::to_string(n) + " " + std::to_string(k) + " splits " +
-              std::to_string(cuda::SkinnyGemmSplits(n, k, sms)),
-          [&](const cuda::bf16_t* x, const cuda::bf16_t* w, void* y, float beta) {
-            return cuda::LaunchSkinnyGemm(x, w, y, f32, m, n, k, beta, sms, nullptr);
+              std::to_string(backend::cuda::SkinnyGemmSplits(n, k, sms)),
+          [&](const backend::cuda::kernels::bf16_t* x, const backend::cuda::kernels::bf16_t* w,
+              void* y, float beta) {
+            return backend::cuda::LaunchSkinnyGemm(x, w, y, f32, m, n, k, beta, sms, nullptr);
           });
     }
   }
-  EXPECT_GT(cuda::SkinnyGemmSplits(3072, 2048, sms), 1);
-  EXPECT_EQ(cuda::SkinnyGemmSplits(128256, 2048, sms), 1);
-  EXPECT_FALSE(cuda::SkinnyGemmSupported(cuda::kMaxSkinnyRows + 1, 2048, 2048));
-  EXPECT_FALSE(cuda::SkinnyGemmSupported(8, 2048, 2112));
+  EXPECT_GT(backend::cuda::SkinnyGemmSplits(3072, 2048, sms), 1);
+  EXPECT_EQ(backend::cuda::SkinnyGemmSplits(128256, 2048, sms), 1);
+  EXPECT_FALSE(backend::cuda::SkinnyGemmSupported(backend::cuda::kMaxSkinnyRows + 1, 2048, 2048));
+  EXPECT_FALSE(backend::cuda::SkinnyGemmSupported(8, 2048, 2112));
 }
 
 }  // namespace

@@ -80,7 +80,8 @@ Result<uint32_t> AgentManager::Record(const std::string& agent, const std::strin
 }
 
 void AgentManager::NoteFinished(const std::string& agent, const std::vector<int32_t>& prompt,
-                                std::span<const int32_t> generated, const RequestOutput& finished) {
+                                std::span<const int32_t> generated,
+                                const engine::RequestOutput& finished) {
   std::vector<int32_t> tokens = prompt;
   tokens.insert(tokens.end(), generated.begin(), generated.end());
   const int64_t total = static_cast<int64_t>(tokens.size());
@@ -90,22 +91,23 @@ void AgentManager::NoteFinished(const std::string& agent, const std::vector<int3
   if (info.id.empty()) info.id = agent;
   info.last_prompt_tokens = finished.prompt_tokens;
   info.last_cached_tokens = finished.cached_tokens;
-  CacheSource src = finished.cache_source;
-  if (src == CacheSource::kNone && finished.cached_tokens > 0) src = CacheSource::kResident;
+  engine::CacheSource src = finished.cache_source;
+  if (src == engine::CacheSource::kNone && finished.cached_tokens > 0)
+    src = engine::CacheSource::kResident;
   info.last_cache_source = src;
   info.resident_tokens = total;
   if (info.turns > 1) {  // a resume: where did the agent's context come from?
-    switch (finished.cached_tokens > 0 ? src : CacheSource::kNone) {
-      case CacheSource::kResident:
+    switch (finished.cached_tokens > 0 ? src : engine::CacheSource::kNone) {
+      case engine::CacheSource::kResident:
         ++counts_.resident;
         break;
-      case CacheSource::kHost:
+      case engine::CacheSource::kHost:
         ++counts_.host;
         break;
-      case CacheSource::kDisk:
+      case engine::CacheSource::kDisk:
         ++counts_.disk;
         break;
-      case CacheSource::kNone:
+      case engine::CacheSource::kNone:
         ++counts_.recompute;
         break;
     }

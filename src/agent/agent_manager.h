@@ -50,7 +50,7 @@ struct AgentInfo {
   // resident in the engine (prompt + generated) unless evicted since.
   int64_t last_prompt_tokens = 0;
   int64_t last_cached_tokens = 0;
-  CacheSource last_cache_source = CacheSource::kNone;
+  engine::CacheSource last_cache_source = engine::CacheSource::kNone;
   int64_t resident_tokens = 0;
   // Turns queued or running now.
   size_t pending = 0;
@@ -142,7 +142,7 @@ class AgentManager {
   Result<uint32_t> Record(const std::string& agent, const std::string& messages_json,
                           const std::string& system_hash);
   void NoteFinished(const std::string& agent, const std::vector<int32_t>& prompt,
-                    std::span<const int32_t> generated, const RequestOutput& finished);
+                    std::span<const int32_t> generated, const engine::RequestOutput& finished);
   // Whether the agent has a recorded turn (true too when the store cannot
   // tell).
   bool HasHistory(const std::string& agent);

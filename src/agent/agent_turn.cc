@@ -35,7 +35,7 @@ void AgentTurn::Run() {
   // the agent's key belongs to no agent anyone can list or delete.
   new_agent_ = !manager_->HasHistory(agent_id_);
   Result<TurnStart> start = Internal("not prepared");
-  Result<RequestHandle> handle = Internal("not submitted");
+  Result<engine::RequestHandle> handle = Internal("not submitted");
   // A throwing PrepareFn (or Submit) fails this turn only: left to the
   // strand, the exception would count as Done there while the turn stayed
   // queued, and its consumer would wait for it forever.
@@ -58,7 +58,7 @@ void AgentTurn::Run() {
     handle = Internal("preparing the turn failed");
   }
   std::function<void()> wake;
-  std::shared_ptr<TokenStream> stream;
+  std::shared_ptr<engine::TokenStream> stream;
   bool release = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -112,7 +112,7 @@ Status AgentTurn::error() const {
   return error_;
 }
 
-std::shared_ptr<TokenStream> AgentTurn::stream() const {
+std::shared_ptr<engine::TokenStream> AgentTurn::stream() const {
   std::lock_guard<std::mutex> lock(mu_);
   return handle_.stream;
 }
@@ -124,7 +124,7 @@ std::vector<int32_t> AgentTurn::prompt() const {
 
 Result<uint32_t> AgentTurn::Complete(const std::string& messages_json,
                                      std::span<const int32_t> generated,
-                                     const RequestOutput& finished) {
+                                     const engine::RequestOutput& finished) {
   std::vector<int32_t> prompt;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -144,8 +144,8 @@ Result<uint32_t> AgentTurn::Complete(const std::string& messages_json,
 }
 
 void AgentTurn::Cancel() {
-  Engine* engine = nullptr;
-  RequestId id = 0;
+  engine::Engine* engine = nullptr;
+  engine::RequestId id = 0;
   bool was_running = false;
   {
     std::lock_guard<std::mutex> lock(mu_);

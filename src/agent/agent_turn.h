@@ -35,10 +35,10 @@ class AgentManager;
 
 // What the protocol layer hands a turn when it may run.
 struct TurnStart {
-  Engine* engine = nullptr;
+  engine::Engine* engine = nullptr;
   // Keeps `engine` alive while the turn runs (the served model).
   std::shared_ptr<const void> keep_alive;
-  EngineRequest request;  // agent_key is set by the turn
+  engine::EngineRequest request;  // agent_key is set by the turn
 };
 using PrepareFn = std::function<Result<TurnStart>()>;
 
@@ -60,7 +60,7 @@ class AgentTurn {
   // Why the turn failed (state kFailed).
   Status error() const;
   // The engine's output (state kRunning or later), else null.
-  std::shared_ptr<TokenStream> stream() const;
+  std::shared_ptr<engine::TokenStream> stream() const;
   // The prompt submitted (state kRunning or later).
   std::vector<int32_t> prompt() const;
   const std::string& agent_id() const { return agent_id_; }
@@ -73,7 +73,7 @@ class AgentTurn {
   // agent's tokens for content matching and releases the strand. Returns the
   // turn number. The strand is released even when recording fails.
   Result<uint32_t> Complete(const std::string& messages_json, std::span<const int32_t> generated,
-                            const RequestOutput& finished);
+                            const engine::RequestOutput& finished);
   // Stops the turn: cancels its engine request, releases the strand. No-op
   // once completed.
   void Cancel();
@@ -100,9 +100,9 @@ class AgentTurn {
   bool released_ = false;
   Status error_;
   std::function<void()> wake_;
-  Engine* engine_ = nullptr;
+  engine::Engine* engine_ = nullptr;
   std::shared_ptr<const void> keep_alive_;
-  RequestHandle handle_;
+  engine::RequestHandle handle_;
   std::vector<int32_t> prompt_;
 };
 

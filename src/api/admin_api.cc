@@ -18,7 +18,7 @@ using nlohmann::json;
 
 std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
-json PoolJson(const BlockPoolStats& p) {
+json PoolJson(const cache::BlockPoolStats& p) {
   return {{"total", p.total},
           {"free", p.free},
           {"in_use", p.in_use},
@@ -36,7 +36,7 @@ Reply AdminApi::Status() const {
   std::shared_ptr<ServedModel> m = ctx_.host->Current();
   j["swaps"] = ctx_.host->swaps();
   if (m) {
-    const EngineStats s = m->engine().Stats();
+    const engine::EngineStats s = m->engine().Stats();
     j["model"] = {{"name", m->name()},
                   {"fingerprint", m->fingerprint()},
                   {"model_type", m->model_type()},
@@ -89,12 +89,12 @@ Reply AdminApi::Status() const {
         {"prefill_seconds_per_token", s.prefill_seconds_per_token},
         {"prefill_seconds_per_token_context", s.prefill_seconds_per_token_context}};
     // Per cache group, with the pool's block count and the tokens it holds.
-    const ModelCacheSpec& spec = m->engine().cache_spec();
+    const cache::ModelCacheSpec& spec = m->engine().cache_spec();
     json pools = json::array();
     for (size_t g = 0; g < s.pools.size(); ++g) {
       json p = PoolJson(s.pools[g]);
       if (g < spec.groups.size()) {
-        p["attention"] = spec.groups[g].kind == AttentionKind::kFull ? "full" : "sliding";
+        p["attention"] = spec.groups[g].kind == cache::AttentionKind::kFull ? "full" : "sliding";
         p["layers"] = spec.groups[g].layers.size();
         p["tokens"] = static_cast<int64_t>(s.pools[g].total) * m->engine().block_size();
       }
@@ -158,7 +158,7 @@ Reply AdminApi::Metrics() const {
   std::vector<Sample> extra;
   std::shared_ptr<ServedModel> m = ctx_.host->Current();
   if (m) {
-    const EngineStats s = m->engine().Stats();
+    const engine::EngineStats s = m->engine().Stats();
     extra.push_back({"agentkv_queue_length",
                      "Requests waiting in the engine",
                      "gauge",

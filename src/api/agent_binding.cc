@@ -105,22 +105,22 @@ Status AgentBinding::SwapInProgress() {
   return Cancelled("a model swap is in progress; retry shortly");
 }
 
-ReplySplice AgentBinding::ReuseReply(const ServedModel& model, agent::AgentManager& agents,
-                                     const std::string& agent_id, std::string_view text,
-                                     std::vector<int32_t> ids) {
+engine::ReplySplice AgentBinding::ReuseReply(const ServedModel& model, agent::AgentManager& agents,
+                                             const std::string& agent_id, std::string_view text,
+                                             std::vector<int32_t> ids) {
   const std::vector<int32_t> previous = agents.identifier().Remembered(agent_id);
-  if (previous.empty()) return ReplySplice{std::move(ids)};
-  const Tokenizer& tok = model.tokenizer();
-  return SpliceReplyTokens(
+  if (previous.empty()) return engine::ReplySplice{std::move(ids)};
+  const text::Tokenizer& tok = model.tokenizer();
+  return engine::SpliceReplyTokens(
       previous, [&tok](int32_t id) { return tok.TokenBytes(id); },
       [&tok](int32_t id) { return tok.IsAdded(id); }, text, ids,
       [&tok](std::string_view rest) { return tok.Encode(rest, /*add_special_tokens=*/false); });
 }
 
 agent::PrepareFn AgentBinding::Prepare(ModelHost* host, std::shared_ptr<ServedModel> model,
-                                       std::vector<int32_t> prompt, SamplingParams params,
-                                       Priority priority, std::string cache_salt, Reencode reencode,
-                                       ReplyReuse reuse) {
+                                       std::vector<int32_t> prompt, engine::SamplingParams params,
+                                       engine::Priority priority, std::string cache_salt,
+                                       Reencode reencode, ReplyReuse reuse) {
   return [host, model = std::move(model), prompt = std::move(prompt), params = std::move(params),
           priority, cache_salt = std::move(cache_salt), reencode = std::move(reencode),
           reuse = std::move(reuse)]() -> Result<agent::TurnStart> {

@@ -89,9 +89,9 @@ class AgentBinding {
   // for byte, then the rest of the text tokenized normally
   // (SpliceReplyTokens). Call when the turn runs on the agent's strand, so
   // the previous turn has finished and its tokens are remembered.
-  static ReplySplice ReuseReply(const ServedModel& model, agent::AgentManager& agents,
-                                const std::string& agent_id, std::string_view text,
-                                std::vector<int32_t> ids);
+  static engine::ReplySplice ReuseReply(const ServedModel& model, agent::AgentManager& agents,
+                                        const std::string& agent_id, std::string_view text,
+                                        std::vector<int32_t> ids);
 
   // A PrepareFn submitting `prompt` (rendered by `model`) under
   // `cache_salt` (CacheSalt) on the model serving when the turn runs,
@@ -101,9 +101,9 @@ class AgentBinding {
   // under way.
   using Reencode = std::function<Result<std::vector<int32_t>>(const ServedModel&)>;
   static agent::PrepareFn Prepare(ModelHost* host, std::shared_ptr<ServedModel> model,
-                                  std::vector<int32_t> prompt, SamplingParams params,
-                                  Priority priority, std::string cache_salt, Reencode reencode,
-                                  ReplyReuse reuse = {});
+                                  std::vector<int32_t> prompt, engine::SamplingParams params,
+                                  engine::Priority priority, std::string cache_salt,
+                                  Reencode reencode, ReplyReuse reuse = {});
 
   // The 503 status every adapter answers while no model is serving.
   static Status SwapInProgress();

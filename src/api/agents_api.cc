@@ -71,17 +71,18 @@ Result<ordered_json> BuildMessages(agent::AgentManager& agents, const std::strin
 class AgentJob : public GenerationJob {
  public:
   // `shown_id`: the id the client knows the agent by (unscoped).
-  AgentJob(ApiContext ctx, std::shared_ptr<agent::AgentTurn> turn, OutputParserOptions parser,
-           bool stream, ordered_json new_messages, std::string shown_id)
+  AgentJob(ApiContext ctx, std::shared_ptr<agent::AgentTurn> turn,
+           text::output::OutputParserOptions parser, bool stream, ordered_json new_messages,
+           std::string shown_id)
       : GenerationJob(ctx, std::move(turn), std::move(parser), stream, std::move(new_messages),
                       "/v1/agents/{id}/generate"),
         shown_id_(std::move(shown_id)) {}
 
  protected:
-  void OnEvents(const std::vector<OutputEvent>& events, std::string* out) override {
+  void OnEvents(const std::vector<text::output::OutputEvent>& events, std::string* out) override {
     std::string chunk;
-    for (const OutputEvent& e : events) {
-      if (e.kind == OutputEvent::Kind::kText) chunk += e.text;
+    for (const text::output::OutputEvent& e : events) {
+      if (e.kind == text::output::OutputEvent::Kind::kText) chunk += e.text;
     }
     if (chunk.empty()) return;
     text_ += chunk;
@@ -93,8 +94,8 @@ class AgentJob : public GenerationJob {
     }
   }
 
-  void OnFinish(const RequestOutput& f, std::string* out) override {
-    std::string finish(FinishReasonName(f.finish));
+  void OnFinish(const engine::RequestOutput& f, std::string* out) override {
+    std::string finish(engine::FinishReasonName(f.finish));
     if (finish.empty()) finish = "stop";
     json reply = {{"agent_id", shown_id_},
                   {"turn", turn_number_},
@@ -105,7 +106,7 @@ class AgentJob : public GenerationJob {
                     {"completion_tokens", f.completion_tokens},
                     {"cached_tokens", f.cached_tokens},
                     {"restored_tokens", f.restored_tokens},
-                    {"cache_source", std::string(CacheSourceName(Source(f)))}}}};
+                    {"cache_source", std::string(engine::CacheSourceName(Source(f)))}}}};
     if (stream_) {
       *out += "data: " + Dump(reply) + "\n\n";
     } else {
@@ -130,9 +131,10 @@ class AgentJob : public GenerationJob {
 
  private:
   std::string shown_id_;
-  static CacheSource Source(const RequestOutput& f) {
-    if (f.cache_source == CacheSource::kNone && f.cached_tokens > 0) return CacheSource::kResident;
-    return f.cached_tokens > 0 ? f.cache_source : CacheSource::kNone;
+  static engine::CacheSource Source(const engine::RequestOutput& f) {
+    if (f.cache_source == engine::CacheSource::kNone && f.cached_tokens > 0)
+      return engine::CacheSource::kResident;
+    return f.cached_tokens > 0 ? f.cache_source : engine::CacheSource::kNone;
   }
   std::string text_;
   JsonTemplate text_event_;  // {"text": ...}, serialized once
@@ -149,7 +151,7 @@ json InfoJson(const agent::AgentInfo& a) {
           {"last_turn",
            {{"prompt_tokens", a.last_prompt_tokens},
             {"cached_tokens", a.last_cached_tokens},
-            {"cache_source", std::string(CacheSourceName(a.last_cache_source))}}}};
+            {"cache_source", std::string(engine::CacheSourceName(a.last_cache_source))}}}};
 }
 
 }  // namespace
@@ -177,7 +179,7 @@ Reply AgentsApi::Generate(const HttpRequest& req, const std::string& path_id) co
     }
     system = agent::AgentIdentifier::StripVolatileLines(body["system"].get<std::string>());
   }
-  SamplingParams params;
+  engine::SamplingParams params;
   if (Status s = ParseSampling(body, "stop", &params); !s.ok()) return FromStatus(s);
   // One reply per turn: the server keeps the agent's history, which has
   // room for one continuation (the OpenAI endpoints continue the agent
@@ -221,7 +223,7 @@ Reply AgentsApi::Generate(const HttpRequest& req, const std::string& path_id) co
 
   agent::AgentManager* agents = ctx_.agents;
   ModelHost* host = ctx_.host;
-  const Priority prio = *priority;
+  const engine::Priority prio = *priority;
   agent::PrepareFn prepare = [agents, host, agent_id, system, message, params, prio,
                               salt = std::move(cache_salt).value()]() -> Result<agent::TurnStart> {
     std::shared_ptr<ServedModel> now = host->Current();

@@ -151,9 +151,10 @@ Status Convert(const json& body, Converted* out) {
 
 class MessagesJob : public GenerationJob {
  public:
-  MessagesJob(ApiContext ctx, std::shared_ptr<agent::AgentTurn> turn, OutputParserOptions parser,
-              bool stream, ordered_json new_messages, std::string model,
-              std::shared_ptr<const ServedModel> served, std::vector<std::string> stops)
+  MessagesJob(ApiContext ctx, std::shared_ptr<agent::AgentTurn> turn,
+              text::output::OutputParserOptions parser, bool stream, ordered_json new_messages,
+              std::string model, std::shared_ptr<const ServedModel> served,
+              std::vector<std::string> stops)
       : GenerationJob(ctx, std::move(turn), std::move(parser), stream, std::move(new_messages),
                       "/v1/messages"),
         model_(std::move(model)),
@@ -181,7 +182,7 @@ class MessagesJob : public GenerationJob {
 
   // Opens a block of `kind` ("text", "thinking", "tool_use") unless it is
   // the current one.
-  void Open(const std::string& kind, const OutputEvent& e, std::string* out) {
+  void Open(const std::string& kind, const text::output::OutputEvent& e, std::string* out) {
     if (open_ && kind == kind_ && kind != "tool_use") return;
     Close(out);
     json block;
@@ -242,34 +243,34 @@ class MessagesJob : public GenerationJob {
     text_delta_.Render(text, out);
   }
 
-  void OnEvents(const std::vector<OutputEvent>& events, std::string* out) override {
-    for (const OutputEvent& e : events) {
+  void OnEvents(const std::vector<text::output::OutputEvent>& events, std::string* out) override {
+    for (const text::output::OutputEvent& e : events) {
       switch (e.kind) {
-        case OutputEvent::Kind::kText:
+        case text::output::OutputEvent::Kind::kText:
           Open("text", e, out);
           // In place: a copy of the block's text per token is quadratic.
           blocks_.back()["text"].get_ref<std::string&>() += e.text;
           if (stream_) TextDelta(e.text, out);
           break;
-        case OutputEvent::Kind::kReasoning:
+        case text::output::OutputEvent::Kind::kReasoning:
           Open("thinking", e, out);
           blocks_.back()["thinking"].get_ref<std::string&>() += e.text;
           Delta({{"type", "thinking_delta"}, {"thinking", e.text}}, out);
           break;
-        case OutputEvent::Kind::kToolCallBegin:
+        case text::output::OutputEvent::Kind::kToolCallBegin:
           Open("tool_use", e, out);
           ++tool_uses_;
           break;
-        case OutputEvent::Kind::kToolCallArgs:
+        case text::output::OutputEvent::Kind::kToolCallArgs:
           if (open_ && kind_ == "tool_use") {
             args_.back() += e.text;
             Delta({{"type", "input_json_delta"}, {"partial_json", e.text}}, out);
           }
           break;
-        case OutputEvent::Kind::kToolCallEnd:
+        case text::output::OutputEvent::Kind::kToolCallEnd:
           Close(out);
           break;
-        case OutputEvent::Kind::kToolCallAbort:
+        case text::output::OutputEvent::Kind::kToolCallAbort:
           if (open_ && kind_ == "tool_use") {
             Close(out);
             --tool_uses_;
@@ -286,8 +287,8 @@ class MessagesJob : public GenerationJob {
   // The stop sequence that ended the generation: the earliest of the
   // request's stop_sequences in the whole decoded output (the engine cuts
   // it from the text; an EOS stop leaves none in it).
-  json MatchedStop(const RequestOutput& f) const {
-    if (f.finish != FinishReason::kStop || stops_.empty() || !served_) return nullptr;
+  json MatchedStop(const engine::RequestOutput& f) const {
+    if (f.finish != engine::FinishReason::kStop || stops_.empty() || !served_) return nullptr;
     const std::string text = served_->tokenizer().Decode(generated(), false);
     size_t best = std::string::npos;
     json which = nullptr;
@@ -301,18 +302,18 @@ class MessagesJob : public GenerationJob {
     return which;
   }
 
-  void OnFinish(const RequestOutput& f, std::string* out) override {
-    std::string stop_reason = f.finish == FinishReason::kLength ? "max_tokens" : "end_turn";
+  void OnFinish(const engine::RequestOutput& f, std::string* out) override {
+    std::string stop_reason = f.finish == engine::FinishReason::kLength ? "max_tokens" : "end_turn";
     const json stop_sequence = MatchedStop(f);
     if (!stop_sequence.is_null()) stop_reason = "stop_sequence";
-    if (tool_uses_ > 0 && f.finish != FinishReason::kLength) stop_reason = "tool_use";
+    if (tool_uses_ > 0 && f.finish != engine::FinishReason::kLength) stop_reason = "tool_use";
     const int64_t input = f.prompt_tokens - f.cached_tokens;
     json usage = {{"input_tokens", input},
                   {"output_tokens", f.completion_tokens},
                   {"cache_creation_input_tokens", 0},
                   {"cache_read_input_tokens", f.cached_tokens}};
     if (stream_) {
-      if (blocks_.empty()) Open("text", OutputEvent{}, out);
+      if (blocks_.empty()) Open("text", text::output::OutputEvent{}, out);
       Close(out);
       *out += Event("message_delta",
                     {{"type", "message_delta"},
@@ -414,7 +415,7 @@ Reply AnthropicApi::Messages(const HttpRequest& req) const {
   if (!body.ok()) return FromStatus(body.status());
   Converted c;
   if (Status s = Convert(*body, &c); !s.ok()) return FromStatus(s);
-  SamplingParams params;
+  engine::SamplingParams params;
   if (Status s = ParseSampling(*body, "stop_sequences", &params); !s.ok()) return FromStatus(s);
   std::optional<int64_t> max_tokens;
   if (Status s = GetOptionalInt(*body, "max_tokens", &max_tokens); !s.ok()) return FromStatus(s);

@@ -3,7 +3,7 @@
 namespace agentkv::api {
 
 GenerationJob::GenerationJob(ApiContext ctx, std::shared_ptr<agent::AgentTurn> turn,
-                             OutputParserOptions parser, bool stream,
+                             text::output::OutputParserOptions parser, bool stream,
                              nlohmann::ordered_json new_messages, std::string endpoint)
     : stream_(stream),
       ctx_(ctx),
@@ -52,8 +52,8 @@ void GenerationJob::SetChoices(int n, std::shared_ptr<ChoiceSource> source) {
 bool GenerationJob::SubmitChoices(std::string* out) {
   extras_submitted_ = true;
   if (num_choices_ <= 1) return true;
-  Engine* engine = nullptr;
-  EngineRequest base;
+  engine::Engine* engine = nullptr;
+  engine::EngineRequest base;
   {
     std::lock_guard<std::mutex> lock(source_->mu);
     engine = source_->engine;
@@ -65,9 +65,9 @@ bool GenerationJob::SubmitChoices(std::string* out) {
   }
   base.agent_key.clear();
   for (int i = 1; i < num_choices_; ++i) {
-    EngineRequest r = base;
+    engine::EngineRequest r = base;
     if (base.params.seed) r.params.seed = ChoiceSeed(*base.params.seed, i);
-    Result<RequestHandle> h = engine->Submit(std::move(r));
+    Result<engine::RequestHandle> h = engine->Submit(std::move(r));
     if (!h.ok()) {
       CancelChoices();
       turn_->Cancel();
@@ -76,7 +76,7 @@ bool GenerationJob::SubmitChoices(std::string* out) {
     }
     Extra e;
     e.handle = std::move(h).value();
-    e.parser = std::make_unique<OutputParser>(parser_options_);
+    e.parser = std::make_unique<text::output::OutputParser>(parser_options_);
     e.handle.stream->SetNotifier(wake_);
     extras_.push_back(std::move(e));
   }
@@ -85,7 +85,7 @@ bool GenerationJob::SubmitChoices(std::string* out) {
 
 void GenerationJob::CancelChoices() {
   if (extras_.empty()) return;
-  Engine* engine = nullptr;
+  engine::Engine* engine = nullptr;
   {
     std::lock_guard<std::mutex> lock(source_->mu);
     engine = source_->engine;
@@ -106,16 +106,16 @@ bool GenerationJob::PollChoices(std::string* out) {
   for (size_t i = 0; i < extras_.size() && !done_; ++i) {
     Extra& x = extras_[i];
     const int choice = static_cast<int>(i) + 1;
-    RequestOutput ev;
+    engine::RequestOutput ev;
     while (!x.done && x.handle.stream->TryPop(&ev)) {
       events_.clear();
       extra_completion_tokens_ += static_cast<int64_t>(ev.tokens.size());
       switch (ev.kind) {
-        case RequestOutput::Kind::kDelta:
+        case engine::RequestOutput::Kind::kDelta:
           x.parser->Feed(ev.tokens, ev.text, &events_);
           OnEngineEvent(choice, events_, ev, out);
           break;
-        case RequestOutput::Kind::kFinished:
+        case engine::RequestOutput::Kind::kFinished:
           x.parser->Feed(ev.tokens, ev.text, &events_);
           x.parser->Finish(&events_);
           OnEngineEvent(choice, events_, ev, out);
@@ -128,7 +128,7 @@ bool GenerationJob::PollChoices(std::string* out) {
           }
           OnChoiceFinished(choice, ev, out);
           break;
-        case RequestOutput::Kind::kError:
+        case engine::RequestOutput::Kind::kError:
           x.done = true;
           CancelChoices();
           turn_->Cancel();
@@ -159,7 +159,7 @@ void GenerationJob::Cancel() {
   }
 }
 
-void GenerationJob::Recorded(const Result<uint32_t>& n, const RequestOutput& finished,
+void GenerationJob::Recorded(const Result<uint32_t>& n, const engine::RequestOutput& finished,
                              std::string* out) {
   if (!n.ok()) {
     Fail(n.status().WithContext("recording the turn"), 500, out);
@@ -218,12 +218,12 @@ bool GenerationJob::Poll(std::string* out) {
     // Choice 0 has finished; the others still run.
     if (!PollChoices(out)) return true;
     if (!ChoicesDone()) return false;
-    const RequestOutput ev = *main_finished_;
+    const engine::RequestOutput ev = *main_finished_;
     main_finished_.reset();
     return FinishTurn(ev, out);
   }
-  std::shared_ptr<TokenStream> stream = turn_->stream();
-  RequestOutput ev;
+  std::shared_ptr<engine::TokenStream> stream = turn_->stream();
+  engine::RequestOutput ev;
   while (!done_ && stream && stream->TryPop(&ev)) {
     if (!extras_submitted_ && !SubmitChoices(out)) return true;
     events_.clear();
@@ -241,11 +241,11 @@ bool GenerationJob::Poll(std::string* out) {
       generated_.insert(generated_.end(), ev.tokens.begin(), ev.tokens.end());
     }
     switch (ev.kind) {
-      case RequestOutput::Kind::kDelta:
+      case engine::RequestOutput::Kind::kDelta:
         parser_.Feed(ev.tokens, ev.text, &events_);
         OnEngineEvent(0, events_, ev, out);
         break;
-      case RequestOutput::Kind::kFinished: {
+      case engine::RequestOutput::Kind::kFinished: {
         parser_.Feed(ev.tokens, ev.text, &events_);
         parser_.Finish(&events_);
         OnEngineEvent(0, events_, ev, out);
@@ -262,7 +262,7 @@ bool GenerationJob::Poll(std::string* out) {
         }
         return FinishTurn(ev, out);
       }
-      case RequestOutput::Kind::kError:
+      case engine::RequestOutput::Kind::kError:
         turn_->Cancel();
         CancelChoices();
         Fail(ev.error, 500, out);
@@ -273,7 +273,7 @@ bool GenerationJob::Poll(std::string* out) {
   return done_;
 }
 
-bool GenerationJob::FinishTurn(const RequestOutput& ev, std::string* out) {
+bool GenerationJob::FinishTurn(const engine::RequestOutput& ev, std::string* out) {
   nlohmann::ordered_json record = new_messages_;
   record.push_back(ReplyMessage());
   std::string text = record.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);

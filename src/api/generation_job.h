@@ -48,17 +48,18 @@ class GenerationJob : public AsyncBody {
   // `new_messages`: the messages this turn adds to the history (OpenAI
   // shape); the reply (ReplyMessage) is appended to them. `endpoint`: the
   // route, for metrics.
-  GenerationJob(ApiContext ctx, std::shared_ptr<agent::AgentTurn> turn, OutputParserOptions parser,
-                bool stream, nlohmann::ordered_json new_messages, std::string endpoint);
+  GenerationJob(ApiContext ctx, std::shared_ptr<agent::AgentTurn> turn,
+                text::output::OutputParserOptions parser, bool stream,
+                nlohmann::ordered_json new_messages, std::string endpoint);
 
   // What the extra choices copy from the turn's engine request: filled by
   // the PrepareFn that WithChoices wraps, on the agent's strand, before the
   // turn's stream exists.
   struct ChoiceSource {
     std::mutex mu;
-    Engine* engine = nullptr;
+    engine::Engine* engine = nullptr;
     std::shared_ptr<const void> keep_alive;
-    EngineRequest request;
+    engine::EngineRequest request;
   };
   // Wraps `prepare` so that the request it makes is recorded in `source`.
   static agent::PrepareFn WithChoices(agent::PrepareFn prepare,
@@ -78,23 +79,24 @@ class GenerationJob : public AsyncBody {
   // Called once, on the first Poll after the turn started running, before
   // any event; prompt_tokens_ is known then.
   virtual void OnBegin(std::string* out) { (void)out; }
-  virtual void OnEvents(const std::vector<OutputEvent>& events, std::string* out) = 0;
+  virtual void OnEvents(const std::vector<text::output::OutputEvent>& events, std::string* out) = 0;
   // Every engine event of choice `choice` (0 is the turn's), with the
   // events its parser made of it (possibly none). The default hands
   // choice 0's non-empty events to OnEvents; subclasses with logprobs or
   // several choices override it.
-  virtual void OnEngineEvent(int choice, const std::vector<OutputEvent>& events,
-                             const RequestOutput& ev, std::string* out) {
+  virtual void OnEngineEvent(int choice, const std::vector<text::output::OutputEvent>& events,
+                             const engine::RequestOutput& ev, std::string* out) {
     (void)ev;
     if (choice == 0 && !events.empty()) OnEvents(events, out);
   }
   // Extra choice `choice` (>= 1) finished (`finished` is its kFinished
   // event), before choice 0's OnFinish.
-  virtual void OnChoiceFinished(int choice, const RequestOutput& finished, std::string* out) {
+  virtual void OnChoiceFinished(int choice, const engine::RequestOutput& finished,
+                                std::string* out) {
     (void)choice, (void)finished, (void)out;
   }
   // After the history was recorded (turn_number_ is set).
-  virtual void OnFinish(const RequestOutput& finished, std::string* out) = 0;
+  virtual void OnFinish(const engine::RequestOutput& finished, std::string* out) = 0;
   // status_ is set (HttpStatusFor the error, 500 for engine errors) before.
   virtual void OnError(const Status& error, std::string* out) = 0;
   // The assistant message this turn produced, for the history.
@@ -124,10 +126,10 @@ class GenerationJob : public AsyncBody {
   bool ChoicesDone() const;
   // Choice 0 finished and every extra choice too: records the turn. true
   // when the reply is complete, false while the recording runs.
-  bool FinishTurn(const RequestOutput& ev, std::string* out);
+  bool FinishTurn(const engine::RequestOutput& ev, std::string* out);
   void Done(int status);
   // The turn was recorded (or failed to be): the reply's end.
-  void Recorded(const Result<uint32_t>& n, const RequestOutput& finished, std::string* out);
+  void Recorded(const Result<uint32_t>& n, const engine::RequestOutput& finished, std::string* out);
 
   // Shared with the worker that records the turn (it may outlive the job).
   struct Recording {
@@ -137,28 +139,28 @@ class GenerationJob : public AsyncBody {
   };
   std::shared_ptr<Recording> recording_ = std::make_shared<Recording>();
   bool recording_started_ = false;
-  RequestOutput finished_;
+  engine::RequestOutput finished_;
 
   ApiContext ctx_;
   std::shared_ptr<agent::AgentTurn> turn_;
-  OutputParser parser_;
+  text::output::OutputParser parser_;
   nlohmann::ordered_json new_messages_;
   std::string endpoint_;
-  std::vector<OutputEvent> events_;
+  std::vector<text::output::OutputEvent> events_;
   std::vector<int32_t> generated_;
   std::chrono::steady_clock::time_point start_, last_token_;
 
   struct Extra {
-    RequestHandle handle;
-    std::unique_ptr<OutputParser> parser;
+    engine::RequestHandle handle;
+    std::unique_ptr<text::output::OutputParser> parser;
     bool done = false;
   };
   int num_choices_ = 1;
   std::shared_ptr<ChoiceSource> source_;
-  OutputParserOptions parser_options_;
+  text::output::OutputParserOptions parser_options_;
   std::vector<Extra> extras_;
   bool extras_submitted_ = false;
-  std::optional<RequestOutput> main_finished_;  // choice 0's, while others run
+  std::optional<engine::RequestOutput> main_finished_;  // choice 0's, while others run
   int64_t extra_completion_tokens_ = 0;
   std::function<void()> wake_;
   bool started_ = false, begun_ = false, done_ = false, first_token_ = false;

@@ -59,7 +59,7 @@ Status ModelHost::Retire(ServedModel& m, double drain_seconds, ShutdownTimes* ti
   // The engine persists every finished agent turn's blocks as it retires
   // them; Flush waits until those writes are durable.
   Status s;
-  if (KvTier* tier = m.kv_tier()) s = tier->Flush();
+  if (cache::KvTier* tier = m.kv_tier()) s = tier->Flush();
   times->flush_s = Since(t);
   t = std::chrono::steady_clock::now();
   m.engine().Stop();

@@ -29,7 +29,7 @@ std::string NewId(const char* prefix) {
   return std::string(prefix) + buf;
 }
 
-json Usage(const RequestOutput& f) {
+json Usage(const engine::RequestOutput& f) {
   return {{"prompt_tokens", f.prompt_tokens},
           {"completion_tokens", f.completion_tokens},
           {"total_tokens", f.prompt_tokens + f.completion_tokens},
@@ -55,13 +55,14 @@ class ChatJob : public GenerationJob {
     int n = 1;
     bool logprobs = false;
     // Decodes the logprobs' tokens; kept alive by `keep_alive`.
-    const Tokenizer* tokenizer = nullptr;
+    const text::Tokenizer* tokenizer = nullptr;
     std::shared_ptr<const void> keep_alive;
     std::shared_ptr<ChoiceSource> source;  // with n > 1
   };
 
-  ChatJob(ApiContext ctx, std::shared_ptr<agent::AgentTurn> turn, OutputParserOptions parser,
-          bool stream, ordered_json new_messages, Options o)
+  ChatJob(ApiContext ctx, std::shared_ptr<agent::AgentTurn> turn,
+          text::output::OutputParserOptions parser, bool stream, ordered_json new_messages,
+          Options o)
       : GenerationJob(ctx, std::move(turn), std::move(parser), stream, std::move(new_messages),
                       o.chat ? "/v1/chat/completions" : "/v1/completions"),
         o_(std::move(o)),
@@ -97,12 +98,12 @@ class ChatJob : public GenerationJob {
       *out += Sse(Chunk(i, {{"role", "assistant"}, {"content", ""}}, nullptr));
   }
 
-  void OnEvents(const std::vector<OutputEvent>& events, std::string* out) override {
+  void OnEvents(const std::vector<text::output::OutputEvent>& events, std::string* out) override {
     Handle(0, events, out);
   }
 
-  void OnEngineEvent(int index, const std::vector<OutputEvent>& events, const RequestOutput& ev,
-                     std::string* out) override {
+  void OnEngineEvent(int index, const std::vector<text::output::OutputEvent>& events,
+                     const engine::RequestOutput& ev, std::string* out) override {
     Choice& c = choices_[static_cast<size_t>(index)];
     if (o_.logprobs && !ev.logprobs.empty()) {
       json entries = c.lp.Entries(ev.tokens, ev.logprobs);
@@ -121,13 +122,13 @@ class ChatJob : public GenerationJob {
     }
   }
 
-  void OnChoiceFinished(int index, const RequestOutput& f, std::string* out) override {
+  void OnChoiceFinished(int index, const engine::RequestOutput& f, std::string* out) override {
     Choice& c = choices_[static_cast<size_t>(index)];
     c.finish = f.finish;
     if (stream_) *out += Sse(Chunk(index, o_.chat ? json::object() : json(""), FinishName(c)));
   }
 
-  void OnFinish(const RequestOutput& f, std::string* out) override {
+  void OnFinish(const engine::RequestOutput& f, std::string* out) override {
     choices_[0].finish = f.finish;
     json usage = Usage(f);
     const int64_t completion = f.completion_tokens + extra_completion_tokens();
@@ -194,10 +195,10 @@ class ChatJob : public GenerationJob {
     std::string id, name, args;
   };
   struct Choice {
-    Choice(const Tokenizer* t, bool chat) : lp(t, chat) {}
+    Choice(const text::Tokenizer* t, bool chat) : lp(t, chat) {}
     std::string content, reasoning;
     std::map<int32_t, Call> calls;
-    FinishReason finish = FinishReason::kNone;
+    engine::FinishReason finish = engine::FinishReason::kNone;
     OpenAiLogprobs lp;
     json lp_all;   // every entry (whole replies)
     json pending;  // this engine event's entries, not streamed yet
@@ -218,7 +219,7 @@ class ChatJob : public GenerationJob {
   }
 
   static std::string FinishName(const Choice& c) {
-    std::string finish(FinishReasonName(c.finish));
+    std::string finish(engine::FinishReasonName(c.finish));
     if (finish.empty()) finish = "stop";
     if (!c.calls.empty()) finish = "tool_calls";
     return finish;
@@ -232,11 +233,11 @@ class ChatJob : public GenerationJob {
     *out += Sse(Chunk(index, std::move(delta_or_text), nullptr, std::move(lp)));
   }
 
-  void Handle(int index, const std::vector<OutputEvent>& events, std::string* out) {
+  void Handle(int index, const std::vector<text::output::OutputEvent>& events, std::string* out) {
     Choice& c = choices_[static_cast<size_t>(index)];
-    for (const OutputEvent& e : events) {
+    for (const text::output::OutputEvent& e : events) {
       switch (e.kind) {
-        case OutputEvent::Kind::kText:
+        case text::output::OutputEvent::Kind::kText:
           c.content += e.text;
           if (!stream_) break;
           if (!c.pending.is_null()) {
@@ -251,7 +252,7 @@ class ChatJob : public GenerationJob {
           }
           c.text_chunk.Render(e.text, out);
           break;
-        case OutputEvent::Kind::kReasoning:
+        case text::output::OutputEvent::Kind::kReasoning:
           c.reasoning += e.text;
           if (!stream_) break;
           if (!c.pending.is_null()) {
@@ -265,7 +266,7 @@ class ChatJob : public GenerationJob {
           }
           c.reasoning_chunk.Render(e.text, out);
           break;
-        case OutputEvent::Kind::kToolCallBegin:
+        case text::output::OutputEvent::Kind::kToolCallBegin:
           c.calls[e.tool_index] = {e.id, e.name, ""};
           if (stream_) {
             json tc = {{"index", e.tool_index},
@@ -275,16 +276,16 @@ class ChatJob : public GenerationJob {
             Send(c, index, {{"tool_calls", json::array({tc})}}, out);
           }
           break;
-        case OutputEvent::Kind::kToolCallArgs:
+        case text::output::OutputEvent::Kind::kToolCallArgs:
           c.calls[e.tool_index].args += e.text;
           if (stream_) {
             json tc = {{"index", e.tool_index}, {"function", {{"arguments", e.text}}}};
             Send(c, index, {{"tool_calls", json::array({tc})}}, out);
           }
           break;
-        case OutputEvent::Kind::kToolCallEnd:
+        case text::output::OutputEvent::Kind::kToolCallEnd:
           break;
-        case OutputEvent::Kind::kToolCallAbort:
+        case text::output::OutputEvent::Kind::kToolCallAbort:
           c.calls.erase(e.tool_index);
           break;
       }
@@ -328,8 +329,8 @@ Status NormalizeMessages(const json& in, ordered_json* out) {
 }
 
 struct Common {
-  SamplingParams params;
-  Priority priority = Priority::kNormal;
+  engine::SamplingParams params;
+  engine::Priority priority = engine::Priority::kNormal;
   bool stream = false;
   bool include_usage = false;
   int n = 1;
@@ -523,7 +524,7 @@ Reply OpenAiApi::Completions(const HttpRequest& req) const {
       id->agent_id,
       WithChoices(o, AgentBinding::Prepare(ctx_.host, model, std::move(prompt), c.params,
                                            c.priority, std::move(salt).value(), reencode)));
-  auto parser = OutputParserOptions::ForModelType("", false, false);
+  auto parser = text::output::OutputParserOptions::ForModelType("", false, false);
   ordered_json record = ordered_json::array({{{"role", "user"}, {"content", text}}});
   return std::unique_ptr<AsyncBody>(
       new ChatJob(ctx_, std::move(turn), parser, c.stream, std::move(record), std::move(o)));

@@ -37,7 +37,7 @@ Result<int> ParseChoiceCount(const json& body) {
 }
 
 Result<std::optional<int32_t>> ParseLogprobs(const json& body, bool chat) {
-  const int max = SamplingParams::kMaxLogprobs;
+  const int max = engine::SamplingParams::kMaxLogprobs;
   const std::string range = "[0, " + std::to_string(max) + "]";
   const bool has_lp = body.contains("logprobs") && !body["logprobs"].is_null();
   if (!chat) {
@@ -79,13 +79,14 @@ json OpenAiLogprobs::Bytes(int32_t id) const {
   return a;
 }
 
-json OpenAiLogprobs::Entries(std::span<const int32_t> tokens, std::span<const OutputLogprobs> lps) {
+json OpenAiLogprobs::Entries(std::span<const int32_t> tokens,
+                             std::span<const engine::OutputLogprobs> lps) {
   const size_t n = std::min(tokens.size(), lps.size());
   if (chat_) {
     json content = json::array();
     for (size_t i = 0; i < n; ++i) {
       json top = json::array();
-      for (const TokenLogprob& t : lps[i].top) {
+      for (const engine::TokenLogprob& t : lps[i].top) {
         top.push_back({{"token", TokenString(t.token)},
                        {"logprob", JsonLogprob(t.logprob)},
                        {"bytes", Bytes(t.token)}});
@@ -104,7 +105,7 @@ json OpenAiLogprobs::Entries(std::span<const int32_t> tokens, std::span<const Ou
   for (size_t i = 0; i < n; ++i) {
     const std::string s = TokenString(tokens[i]);
     json top = json::object();
-    for (const TokenLogprob& t : lps[i].top) {
+    for (const engine::TokenLogprob& t : lps[i].top) {
       const std::string k = TokenString(t.token);
       if (!top.contains(k)) top[k] = JsonLogprob(t.logprob);
     }

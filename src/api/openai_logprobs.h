@@ -47,12 +47,14 @@ Result<std::optional<int32_t>> ParseLogprobs(const nlohmann::json& body, bool ch
 class OpenAiLogprobs {
  public:
   // `tokenizer` must outlive the builder.
-  OpenAiLogprobs(const Tokenizer* tokenizer, bool chat) : tokenizer_(tokenizer), chat_(chat) {}
+  OpenAiLogprobs(const text::Tokenizer* tokenizer, bool chat)
+      : tokenizer_(tokenizer), chat_(chat) {}
 
   // The entries for `tokens` (one OutputLogprobs each, as RequestOutput
   // carries them), in this builder's shape: a chat "content" array, or a
   // completions object of four parallel arrays. Advances the text offset.
-  nlohmann::json Entries(std::span<const int32_t> tokens, std::span<const OutputLogprobs> lps);
+  nlohmann::json Entries(std::span<const int32_t> tokens,
+                         std::span<const engine::OutputLogprobs> lps);
   // Appends `entries` (from Entries) to `all`, which starts as null.
   void Append(const nlohmann::json& entries, nlohmann::json* all) const;
   // The choice's "logprobs" value for `all` (null stays an empty list).
@@ -65,7 +67,7 @@ class OpenAiLogprobs {
  private:
   nlohmann::json Bytes(int32_t id) const;
 
-  const Tokenizer* tokenizer_;
+  const text::Tokenizer* tokenizer_;
   bool chat_;
   int64_t offset_ = 0;  // code points of the choice's text so far (completions)
 };

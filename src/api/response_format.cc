@@ -9,30 +9,31 @@ namespace {
 bool IsHarmony(const ServedModel& model) { return model.model_type() == "gpt_oss"; }
 
 // For a harmony model: `content` as the final channel's message.
-Result<std::shared_ptr<const Grammar>> AsHarmonyFinal(std::shared_ptr<const Grammar> content,
-                                                      const ServedModel& model) {
+Result<std::shared_ptr<const grammar::Grammar>> AsHarmonyFinal(
+    std::shared_ptr<const grammar::Grammar> content, const ServedModel& model) {
   if (!IsHarmony(model)) return content;
-  auto tokens = HarmonyTokens::Find(model.tokenizer());
+  auto tokens = grammar::HarmonyTokens::Find(model.tokenizer());
   if (!tokens.ok()) return tokens.status().WithContext("response_format");
-  auto g = CompileHarmonyFinalGrammar(*content, *tokens, model.grammar_vocab());
+  auto g = grammar::CompileHarmonyFinalGrammar(*content, *tokens, model.grammar_vocab());
   if (!g.ok()) return g.status().WithContext("response_format");
   return *g;
 }
 
 }  // namespace
 
-Result<std::shared_ptr<const Grammar>> ParseResponseFormat(std::string_view raw_body,
-                                                           const nlohmann::json& body,
-                                                           const ServedModel& model, bool chat) {
+Result<std::shared_ptr<const grammar::Grammar>> ParseResponseFormat(std::string_view raw_body,
+                                                                    const nlohmann::json& body,
+                                                                    const ServedModel& model,
+                                                                    bool chat) {
   if (!body.contains("response_format") || body["response_format"].is_null())
-    return std::shared_ptr<const Grammar>();
+    return std::shared_ptr<const grammar::Grammar>();
   const nlohmann::json& rf = body["response_format"];
   if (!rf.is_object() || !rf.contains("type") || !rf["type"].is_string())
     return InvalidArgument("'response_format' must be an object with a string 'type'");
   const std::string type = rf["type"].get<std::string>();
-  if (type == "text") return std::shared_ptr<const Grammar>();
+  if (type == "text") return std::shared_ptr<const grammar::Grammar>();
   if (type == "json_object") {
-    auto g = CompileAnyJsonObject(model.grammar_vocab());
+    auto g = grammar::CompileAnyJsonObject(model.grammar_vocab());
     if (!g.ok()) return g.status().WithContext("response_format");
     return chat ? AsHarmonyFinal(*g, model) : *g;
   }
@@ -54,16 +55,16 @@ Result<std::shared_ptr<const Grammar>> ParseResponseFormat(std::string_view raw_
     schema = ordered["response_format"]["json_schema"]["schema"];
   else
     schema = nlohmann::ordered_json(js["schema"]);
-  auto g = CompileJsonSchema(schema, model.grammar_vocab());
+  auto g = grammar::CompileJsonSchema(schema, model.grammar_vocab());
   if (!g.ok()) return g.status().WithContext("response_format.json_schema.schema");
   return chat ? AsHarmonyFinal(*g, model) : *g;
 }
 
-Result<std::shared_ptr<const Grammar>> ToolCallGrammar(ToolProtocol protocol,
-                                                       const nlohmann::ordered_json& tools,
-                                                       const nlohmann::json& body,
-                                                       const ServedModel& model) {
-  const auto none = std::shared_ptr<const Grammar>();
+Result<std::shared_ptr<const grammar::Grammar>> ToolCallGrammar(ToolProtocol protocol,
+                                                                const nlohmann::ordered_json& tools,
+                                                                const nlohmann::json& body,
+                                                                const ServedModel& model) {
+  const auto none = std::shared_ptr<const grammar::Grammar>();
   if (!tools.is_array() || tools.empty()) return none;
   bool required = false;
   std::optional<std::string> only;
@@ -89,7 +90,7 @@ Result<std::shared_ptr<const Grammar>> ToolCallGrammar(ToolProtocol protocol,
     required = true;
     only = choice["function"]["name"].get<std::string>();
   }
-  std::vector<ToolGrammarSpec> specs;
+  std::vector<grammar::ToolGrammarSpec> specs;
   bool any_strict = false;
   for (const auto& t : tools) {
     if (!t.is_object() || !t.contains("function") || !t["function"].is_object()) continue;
@@ -97,7 +98,7 @@ Result<std::shared_ptr<const Grammar>> ToolCallGrammar(ToolProtocol protocol,
     if (!f.contains("name") || !f["name"].is_string()) continue;
     const std::string name = f["name"].get<std::string>();
     if (only && name != *only) continue;
-    ToolGrammarSpec s;
+    grammar::ToolGrammarSpec s;
     s.name = name;
     s.parameters = f.contains("parameters") && !f["parameters"].is_null()
                        ? f["parameters"]
@@ -115,26 +116,27 @@ Result<std::shared_ptr<const Grammar>> ToolCallGrammar(ToolProtocol protocol,
     return InvalidArgument(
         "response_format cannot be combined with a required or strict tool call");
   if (IsHarmony(model)) {
-    auto tokens = HarmonyTokens::Find(model.tokenizer());
+    auto tokens = grammar::HarmonyTokens::Find(model.tokenizer());
     if (!tokens.ok()) return tokens.status().WithContext("tools");
-    auto g = CompileHarmonyToolCallGrammar(specs, required, *tokens, model.grammar_vocab());
+    auto g =
+        grammar::CompileHarmonyToolCallGrammar(specs, required, *tokens, model.grammar_vocab());
     if (!g.ok()) return g.status().WithContext("tools");
     return *g;
   }
-  ToolGrammarOptions o;
+  grammar::ToolGrammarOptions o;
   o.required = required;
   const std::string& mt = model.model_type();
   if (mt == "qwen3" || mt == "qwen2") {
-    o.syntax = ToolCallSyntax::kHermes;
+    o.syntax = grammar::ToolCallSyntax::kHermes;
   } else if (mt == "llama") {
-    o.syntax = ToolCallSyntax::kLlama31Json;
+    o.syntax = grammar::ToolCallSyntax::kLlama31Json;
   } else if (mt == "gemma3" || mt == "gemma3_text") {
-    o.syntax = ToolCallSyntax::kGemmaFenced;
+    o.syntax = grammar::ToolCallSyntax::kGemmaFenced;
   } else {
     return InvalidArgument(
         "tool_choice: constrained tool calls are not supported for model type \"" + mt + "\"");
   }
-  auto g = CompileToolCallGrammar(specs, o, model.grammar_vocab());
+  auto g = grammar::CompileToolCallGrammar(specs, o, model.grammar_vocab());
   if (!g.ok()) return g.status().WithContext("tools");
   return *g;
 }

@@ -30,9 +30,10 @@ namespace agentkv::api {
 // harmony model writes in its message format; false for raw completions.
 // `raw_body` is the request text: parsed again keeping key order, so that a
 // schema's properties come out in the order the client wrote them.
-Result<std::shared_ptr<const Grammar>> ParseResponseFormat(std::string_view raw_body,
-                                                           const nlohmann::json& body,
-                                                           const ServedModel& model, bool chat);
+Result<std::shared_ptr<const grammar::Grammar>> ParseResponseFormat(std::string_view raw_body,
+                                                                    const nlohmann::json& body,
+                                                                    const ServedModel& model,
+                                                                    bool chat);
 
 // Tool calls constrained to the model's tool-call syntax (Hermes for qwen2
 // and qwen3, Llama 3.1 JSON for llama, fenced blocks for gemma3, harmony
@@ -50,9 +51,9 @@ Result<std::shared_ptr<const Grammar>> ParseResponseFormat(std::string_view raw_
 // InvalidArgument naming tool_choice or the schema keyword; for a model
 // family without a supported syntax when a constraint is asked.
 enum class ToolProtocol { kOpenAi, kAnthropic };
-Result<std::shared_ptr<const Grammar>> ToolCallGrammar(ToolProtocol protocol,
-                                                       const nlohmann::ordered_json& tools,
-                                                       const nlohmann::json& body,
-                                                       const ServedModel& model);
+Result<std::shared_ptr<const grammar::Grammar>> ToolCallGrammar(ToolProtocol protocol,
+                                                                const nlohmann::ordered_json& tools,
+                                                                const nlohmann::json& body,
+                                                                const ServedModel& model);
 
 }  // namespace agentkv::api

@@ -20,13 +20,13 @@ Result<std::unique_ptr<ServedModel>> ServedModel::Load(const ServedModelOptions&
   std::filesystem::path dir(options.model_dir);
   m->name_ = std::filesystem::weakly_canonical(dir).filename().string();
   if (m->name_.empty()) m->name_ = options.model_dir;
-  ASSIGN_OR_RETURN(m->tokenizer_, Tokenizer::Load(dir / "tokenizer.json"));
-  auto tmpl = ChatTemplate::LoadFromModelDir(options.model_dir);
+  ASSIGN_OR_RETURN(m->tokenizer_, text::Tokenizer::Load(dir / "tokenizer.json"));
+  auto tmpl = text::chat::ChatTemplate::LoadFromModelDir(options.model_dir);
   if (tmpl.ok()) m->template_.emplace(std::move(tmpl).value());
-  ASSIGN_OR_RETURN(auto backend, CreateBackend(dir, options.backend));
+  ASSIGN_OR_RETURN(auto backend, backend::CreateBackend(dir, options.backend));
   m->model_type_ = backend->config().model_type;
   m->max_waiting_ = options.max_waiting;
-  EngineOptions eo;
+  engine::EngineOptions eo;
   eo.scheduler.max_batch = options.max_batch;
   eo.scheduler.max_step_tokens = options.max_step_tokens;
   eo.kv_memory_bytes = options.kv_memory_bytes;
@@ -35,7 +35,7 @@ Result<std::unique_ptr<ServedModel>> ServedModel::Load(const ServedModelOptions&
   eo.split_restores = options.split_restores;
   eo.calibrate_prefill = options.calibrate_prefill;
   eo.speculative = options.speculative;
-  ASSIGN_OR_RETURN(ModelFiles files, ModelFiles::Locate(dir));
+  ASSIGN_OR_RETURN(model::ModelFiles files, model::ModelFiles::Locate(dir));
   ASSIGN_OR_RETURN(m->fingerprint_, files.Fingerprint());
   if (options.store != nullptr && options.persist_kv) {
     ASSIGN_OR_RETURN(
@@ -44,7 +44,7 @@ Result<std::unique_ptr<ServedModel>> ServedModel::Load(const ServedModelOptions&
     m->kv_tier_ = std::move(tier);
     eo.kv_tier = m->kv_tier_;
   }
-  ASSIGN_OR_RETURN(m->engine_, Engine::Create(std::move(backend), m->tokenizer_.get(), eo));
+  ASSIGN_OR_RETURN(m->engine_, engine::Engine::Create(std::move(backend), m->tokenizer_.get(), eo));
   return m;
 }
 
@@ -63,10 +63,11 @@ Result<uint64_t> ParseHostKvMemory(const std::string& text, uint64_t mem_availab
   return size.bytes;
 }
 
-OutputParserOptions ServedModel::ParserOptions(const std::shared_ptr<const ServedModel>& model,
-                                               bool tools) {
-  OutputParserOptions o = OutputParserOptions::ForModelType(model->model_type(), tools, false);
-  o.tokenizer = std::shared_ptr<const Tokenizer>(model, model->tokenizer_.get());
+text::output::OutputParserOptions ServedModel::ParserOptions(
+    const std::shared_ptr<const ServedModel>& model, bool tools) {
+  text::output::OutputParserOptions o =
+      text::output::OutputParserOptions::ForModelType(model->model_type(), tools, false);
+  o.tokenizer = std::shared_ptr<const text::Tokenizer>(model, model->tokenizer_.get());
   // Call ids must not repeat across replies: a conversation carries every
   // earlier turn's calls, and clients match tool results to calls by id.
   o.tools.id_seed = UniqueSeed();
@@ -79,7 +80,7 @@ Result<std::vector<int32_t>> ServedModel::EncodeChat(const ordered_json& message
                                                      bool add_generation_prompt,
                                                      std::string* text_out) const {
   if (!template_) return InvalidArgument("model " + name_ + " has no chat template");
-  ChatTemplate::Input in;
+  text::chat::ChatTemplate::Input in;
   in.messages = messages;
   if (tools.is_array() && !tools.empty()) in.tools = tools;
   in.add_generation_prompt = add_generation_prompt;
@@ -90,29 +91,30 @@ Result<std::vector<int32_t>> ServedModel::EncodeChat(const ordered_json& message
   return ids;
 }
 
-Result<Priority> ServedModel::RequestPriority(const HttpRequest& req, const json& body) {
+Result<engine::Priority> ServedModel::RequestPriority(const HttpRequest& req, const json& body) {
   std::string name = req.Header("x-priority");
   if (name.empty() && body.is_object() && body.contains("priority")) {
     const json& p = body["priority"];
     if (!p.is_string()) return InvalidArgument("'priority' must be a string: high, normal or low");
     name = p.get<std::string>();
   }
-  if (name.empty()) return Priority::kNormal;
-  ASSIGN_OR_RETURN(Priority p, ParsePriority(name));
+  if (name.empty()) return engine::Priority::kNormal;
+  ASSIGN_OR_RETURN(engine::Priority p, engine::ParsePriority(name));
   // A tenant not allowed high priority is served at normal at most.
-  if (p == Priority::kHigh && !req.high_priority_allowed) return Priority::kNormal;
+  if (p == engine::Priority::kHigh && !req.high_priority_allowed) return engine::Priority::kNormal;
   return p;
 }
 
-std::shared_ptr<const TokenVocabulary> ServedModel::grammar_vocab() const {
+std::shared_ptr<const grammar::TokenVocabulary> ServedModel::grammar_vocab() const {
   std::call_once(grammar_vocab_once_, [&] {
-    grammar_vocab_ = TokenVocabulary::Build(*tokenizer_, engine_->config().vocab_size);
+    grammar_vocab_ = grammar::TokenVocabulary::Build(*tokenizer_, engine_->config().vocab_size);
   });
   return grammar_vocab_;
 }
 
-Result<EngineRequest> ServedModel::MakeRequest(std::vector<int32_t> prompt, SamplingParams params,
-                                               Priority priority) const {
+Result<engine::EngineRequest> ServedModel::MakeRequest(std::vector<int32_t> prompt,
+                                                       engine::SamplingParams params,
+                                                       engine::Priority priority) const {
   const int64_t n = static_cast<int64_t>(prompt.size());
   if (n == 0) return InvalidArgument("the prompt is empty");
   if (n >= max_context()) {
@@ -132,16 +134,18 @@ Result<EngineRequest> ServedModel::MakeRequest(std::vector<int32_t> prompt, Samp
     return ResourceExhausted("the server is overloaded (" + std::to_string(max_waiting_) +
                              " requests waiting); retry later");
   }
-  EngineRequest r;
+  engine::EngineRequest r;
   r.prompt = std::move(prompt);
   r.params = std::move(params);
   r.priority = priority;
   return r;
 }
 
-Result<RequestHandle> ServedModel::Submit(std::vector<int32_t> prompt, SamplingParams params,
-                                          Priority priority) const {
-  ASSIGN_OR_RETURN(EngineRequest r, MakeRequest(std::move(prompt), std::move(params), priority));
+Result<engine::RequestHandle> ServedModel::Submit(std::vector<int32_t> prompt,
+                                                  engine::SamplingParams params,
+                                                  engine::Priority priority) const {
+  ASSIGN_OR_RETURN(engine::EngineRequest r,
+                   MakeRequest(std::move(prompt), std::move(params), priority));
   return engine_->Submit(std::move(r));
 }
 
@@ -219,7 +223,7 @@ Status GetOptionalInt(const json& body, const char* key, std::optional<int64_t>*
   return GetIntInRange(body, key, 0, std::numeric_limits<int64_t>::max(), out);
 }
 
-Status ParseSampling(const json& body, const char* stop_key, SamplingParams* p) {
+Status ParseSampling(const json& body, const char* stop_key, engine::SamplingParams* p) {
   RETURN_IF_ERROR(GetFloat(body, "temperature", &p->temperature));
   RETURN_IF_ERROR(GetFloat(body, "top_p", &p->top_p));
   RETURN_IF_ERROR(GetFloat(body, "min_p", &p->min_p));
@@ -255,9 +259,9 @@ Status ParseSampling(const json& body, const char* stop_key, SamplingParams* p) 
       if (!s.get<std::string>().empty()) p->stop.push_back(s.get<std::string>());
     } else if (s.is_array()) {
       // Bounded before anything is copied; duplicates count once.
-      if (s.size() > kMaxStopStrings) {
+      if (s.size() > engine::kMaxStopStrings) {
         return InvalidArgument(std::string("'") + stop_key + "' has " + std::to_string(s.size()) +
-                               " entries; at most " + std::to_string(kMaxStopStrings) +
+                               " entries; at most " + std::to_string(engine::kMaxStopStrings) +
                                " are allowed");
       }
       for (const json& e : s) {

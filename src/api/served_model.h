@@ -28,7 +28,7 @@ namespace agentkv::api {
 
 struct ServedModelOptions {
   std::string model_dir;
-  BackendOptions backend;
+  backend::BackendOptions backend;
   int max_batch = 64;
   int max_step_tokens = 0;  // tokens of one engine step; 0: the backend's default
   // A model swap or a shutdown lets running requests finish for this many
@@ -47,7 +47,7 @@ struct ServedModelOptions {
   bool calibrate_prefill = false;
   // Speculative decoding from the context (EngineOptions::speculative);
   // `serve` fills it from --speculative.
-  SpeculativeOptions speculative;
+  engine::SpeculativeOptions speculative;
   // Requests waiting in the engine past which new ones are refused
   // (ResourceExhausted: 429 / 529). 0: no limit.
   int max_waiting = 512;
@@ -65,16 +65,16 @@ class ServedModel {
 
   const std::string& name() const { return name_; }
   const std::string& model_type() const { return model_type_; }
-  const Tokenizer& tokenizer() const { return *tokenizer_; }
-  Engine& engine() const { return *engine_; }
+  const text::Tokenizer& tokenizer() const { return *tokenizer_; }
+  engine::Engine& engine() const { return *engine_; }
   // The model's fingerprint (ModelFiles::Fingerprint, 32 hex digits).
   const std::string& fingerprint() const { return fingerprint_; }
   // The KV tier the engine persists to, or null without a store.
-  KvTier* kv_tier() const { return kv_tier_.get(); }
+  cache::KvTier* kv_tier() const { return kv_tier_.get(); }
   int32_t max_context() const { return engine_->max_context(); }
   // The tokenizer's tokens arranged for grammar masks (constrained
   // decoding), built on first use (a fraction of a second) and then shared.
-  std::shared_ptr<const TokenVocabulary> grammar_vocab() const;
+  std::shared_ptr<const grammar::TokenVocabulary> grammar_vocab() const;
 
   // Renders `messages` (OpenAI shape) with `tools` (OpenAI function schemas
   // or null) and the generation prompt (unless `add_generation_prompt` is
@@ -89,37 +89,39 @@ class ServedModel {
   // The output parser for `model`'s family (OutputParserOptions::ForModelType
   // with its model_type), given the tokenizer a format that reads token ids
   // needs (harmony); that tokenizer keeps `model` alive.
-  static OutputParserOptions ParserOptions(const std::shared_ptr<const ServedModel>& model,
-                                           bool tools);
+  static text::output::OutputParserOptions ParserOptions(
+      const std::shared_ptr<const ServedModel>& model, bool tools);
 
   // Priority from the X-Priority header, else the body's "priority", else
   // NORMAL; HIGH becomes NORMAL for a tenant not allowed it
   // (req.high_priority_allowed). InvalidArgument for an unknown name.
-  static Result<Priority> RequestPriority(const HttpRequest& req, const nlohmann::json& body);
+  static Result<engine::Priority> RequestPriority(const HttpRequest& req,
+                                                  const nlohmann::json& body);
 
   // The engine request for a prompt: InvalidArgument when the prompt is
   // empty or leaves no room in the context (max_tokens is clamped to the
   // room left), ResourceExhausted when too many requests are waiting
   // already.
-  Result<EngineRequest> MakeRequest(std::vector<int32_t> prompt, SamplingParams params,
-                                    Priority priority) const;
+  Result<engine::EngineRequest> MakeRequest(std::vector<int32_t> prompt,
+                                            engine::SamplingParams params,
+                                            engine::Priority priority) const;
   // MakeRequest, then Engine::Submit.
-  Result<RequestHandle> Submit(std::vector<int32_t> prompt, SamplingParams params,
-                               Priority priority) const;
+  Result<engine::RequestHandle> Submit(std::vector<int32_t> prompt, engine::SamplingParams params,
+                                       engine::Priority priority) const;
 
  private:
   ServedModel() = default;
 
   std::string name_;
   std::string model_type_;
-  std::unique_ptr<Tokenizer> tokenizer_;
-  std::optional<ChatTemplate> template_;
+  std::unique_ptr<text::Tokenizer> tokenizer_;
+  std::optional<text::chat::ChatTemplate> template_;
   std::string fingerprint_;
-  std::shared_ptr<KvTier> kv_tier_;
-  std::unique_ptr<Engine> engine_;
+  std::shared_ptr<cache::KvTier> kv_tier_;
+  std::unique_ptr<engine::Engine> engine_;
   int max_waiting_ = 0;
   mutable std::once_flag grammar_vocab_once_;
-  mutable std::shared_ptr<const TokenVocabulary> grammar_vocab_;
+  mutable std::shared_ptr<const grammar::TokenVocabulary> grammar_vocab_;
 };
 
 // The host-memory KV tier's size when --host-kv-memory is not given, from
@@ -143,7 +145,7 @@ int HttpStatusFor(const Status& s);
 // `stop_key` (string or list).
 // InvalidArgument naming the field when one has the wrong type or is out of
 // its range (top_k: -1 to 2^31 - 1; seed: any 64-bit integer).
-Status ParseSampling(const nlohmann::json& body, const char* stop_key, SamplingParams* p);
+Status ParseSampling(const nlohmann::json& body, const char* stop_key, engine::SamplingParams* p);
 
 // Reads an optional non-negative integer field (a number with an integral
 // value counts); InvalidArgument on a wrong type, a negative value or one

@@ -4,7 +4,7 @@
 #define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
 
-namespace agentkv {
+namespace agentkv::cache {
 
 namespace {
 
@@ -47,4 +47,4 @@ std::vector<BlockHash> HashFullBlocks(std::span<const int32_t> tokens, int block
   return out;
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::cache

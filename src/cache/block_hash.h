@@ -18,7 +18,7 @@
 #include <string_view>
 #include <vector>
 
-namespace agentkv {
+namespace agentkv::cache {
 
 struct BlockHash {
   uint64_t lo = 0;
@@ -47,4 +47,4 @@ BlockHash HashBlock(const BlockHash& parent, std::span<const int32_t> tokens);
 std::vector<BlockHash> HashFullBlocks(std::span<const int32_t> tokens, int block_size,
                                       BlockHash parent = kRootBlockHash);
 
-}  // namespace agentkv
+}  // namespace agentkv::cache

@@ -3,7 +3,7 @@
 #include <cassert>
 #include <string>
 
-namespace agentkv {
+namespace agentkv::cache {
 
 BlockPool::BlockPool(int32_t num_blocks) : blocks_(num_blocks > 0 ? num_blocks : 0) {
   free_.reserve(blocks_.size());
@@ -251,4 +251,4 @@ Status BlockPool::CheckInvariants() const {
   return Status::Ok();
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::cache

@@ -30,7 +30,7 @@
 
 #include "util/status.h"
 
-namespace agentkv {
+namespace agentkv::cache {
 
 struct PinRef {
   int32_t block = -1;
@@ -137,4 +137,4 @@ class BlockPool {
   int64_t misuses_ = 0;
 };
 
-}  // namespace agentkv
+}  // namespace agentkv::cache

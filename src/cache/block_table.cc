@@ -1,6 +1,6 @@
 #include "cache/block_table.h"
 
-namespace agentkv {
+namespace agentkv::cache {
 
 int32_t BlockTable::BlockAt(int64_t pos) const {
   if (pos < 0 || block_size_ <= 0) return -1;
@@ -8,4 +8,4 @@ int32_t BlockTable::BlockAt(int64_t pos) const {
   return slot < size() ? blocks_[slot] : -1;
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::cache

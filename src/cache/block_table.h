@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace agentkv {
+namespace agentkv::cache {
 
 class BlockTable {
  public:
@@ -44,4 +44,4 @@ class BlockTable {
   std::vector<int32_t> blocks_;
 };
 
-}  // namespace agentkv
+}  // namespace agentkv::cache

@@ -4,7 +4,7 @@
 #include <cassert>
 #include <string>
 
-namespace agentkv {
+namespace agentkv::cache {
 
 Result<std::unique_ptr<KvCacheManager>> KvCacheManager::Create(const ModelCacheSpec& spec,
                                                                KvCacheConfig config) {
@@ -430,4 +430,4 @@ Status KvCacheManager::CheckInvariants() const {
   return Status::Ok();
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::cache

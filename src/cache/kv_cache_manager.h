@@ -59,7 +59,7 @@
 #include "cache/prefix_cache.h"
 #include "util/status.h"
 
-namespace agentkv {
+namespace agentkv::cache {
 
 struct KvCacheConfig {
   int block_size = 16;
@@ -244,4 +244,4 @@ class KvCacheManager {
   std::unordered_map<int64_t, std::vector<int32_t>> holds_;
 };
 
-}  // namespace agentkv
+}  // namespace agentkv::cache

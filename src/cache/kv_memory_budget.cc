@@ -4,7 +4,7 @@
 #include <cmath>
 #include <string>
 
-namespace agentkv {
+namespace agentkv::cache {
 
 uint64_t KvBudgetBytes(std::optional<uint64_t> kv_memory_bytes, uint64_t free_memory_bytes,
                        double fraction) {
@@ -65,4 +65,4 @@ Result<std::vector<int32_t>> BlocksForBudget(const ModelCacheSpec& spec, int blo
   return out;
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::cache

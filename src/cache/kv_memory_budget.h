@@ -15,7 +15,7 @@
 #include "cache/model_cache_spec.h"
 #include "util/status.h"
 
-namespace agentkv {
+namespace agentkv::cache {
 
 // Bytes for KV: `kv_memory_bytes` (--kv-memory) if given, else `fraction` of
 // the free memory the caller measured on the device.
@@ -28,4 +28,4 @@ uint64_t KvBudgetBytes(std::optional<uint64_t> kv_memory_bytes, uint64_t free_me
 Result<std::vector<int32_t>> BlocksForBudget(const ModelCacheSpec& spec, int block_size,
                                              uint64_t budget_bytes, int32_t max_num_seqs = 256);
 
-}  // namespace agentkv
+}  // namespace agentkv::cache

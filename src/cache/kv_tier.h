@@ -29,7 +29,7 @@
 #include "util/shared_bytes.h"
 #include "util/status.h"
 
-namespace agentkv {
+namespace agentkv::cache {
 
 struct KvTierBlock {
   BlockHash hash;
@@ -115,4 +115,4 @@ class KvTier {
   virtual Status Flush() = 0;
 };
 
-}  // namespace agentkv
+}  // namespace agentkv::cache

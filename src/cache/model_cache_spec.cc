@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <sstream>
 
-namespace agentkv {
+namespace agentkv::cache {
 
 size_t KvDtypeBytes(KvDtype d) {
   switch (d) {
@@ -101,4 +101,4 @@ std::string ModelCacheSpec::ToString() const {
   return os.str();
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::cache

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-namespace agentkv {
+namespace agentkv::cache {
 
 enum class AttentionKind { kFull, kSliding };
 // kFP8E4M3: e4m3 bytes with one f32 scale per (token, KV head) row of K and
@@ -59,4 +59,4 @@ struct ModelCacheSpec {
   std::string ToString() const;
 };
 
-}  // namespace agentkv
+}  // namespace agentkv::cache

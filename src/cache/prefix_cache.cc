@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <string>
 
-namespace agentkv {
+namespace agentkv::cache {
 
 PrefixCache::PrefixCache(BlockPool* pool, int block_size)
     : pool_(pool), block_size_(block_size), hash_of_block_(pool->num_blocks()) {
@@ -123,4 +123,4 @@ Status PrefixCache::CheckInvariants() const {
   return Status::Ok();
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::cache

@@ -23,7 +23,7 @@
 #include "cache/block_hash.h"
 #include "cache/block_pool.h"
 
-namespace agentkv {
+namespace agentkv::cache {
 
 class PrefixCache {
  public:
@@ -95,4 +95,4 @@ class PrefixCache {
   EvictObserver observer_;
 };
 
-}  // namespace agentkv
+}  // namespace agentkv::cache

@@ -44,12 +44,12 @@ int RunBench(const BenchArgs& a) {
     std::cerr << "error: need --prompt > --shared-prefix >= 0 and --output > 0\n";
     return 2;
   }
-  auto created = CreateBackend(a.model.model_dir, a.model.backend);
+  auto created = backend::CreateBackend(a.model.model_dir, a.model.backend);
   if (!created.ok()) {
     std::cerr << "error: " << created.status().ToString() << "\n";
     return 1;
   }
-  std::unique_ptr<Backend> backend = std::move(created).value();
+  std::unique_ptr<backend::Backend> backend = std::move(created).value();
   const int32_t vocab = backend->config().vocab_size;
   nlohmann::json out;
   out["model"] = a.model.model_dir;
@@ -66,7 +66,7 @@ int RunBench(const BenchArgs& a) {
   for (auto& t : prefix) t = static_cast<int32_t>(rng() % vocab);
   for (int32_t c : levels) {
     const int n = a.requests > 0 ? a.requests : c;
-    const std::vector<EngineRequest> reqs = BenchRequests(rng, n, prefix, a.engine, vocab);
+    const std::vector<engine::EngineRequest> reqs = BenchRequests(rng, n, prefix, a.engine, vocab);
     nlohmann::json lv;
     lv["concurrency"] = c;
     lv["requests"] = n;

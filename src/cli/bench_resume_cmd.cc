@@ -64,13 +64,13 @@ void DropPageCache(const std::string& dir) {
 
 struct TurnResult {
   std::vector<int32_t> tokens;
-  RequestOutput finished;
-  EngineStats stats;
+  engine::RequestOutput finished;
+  engine::EngineStats stats;
 };
 
 // How an engine of a turn differs from the plain one.
 struct TurnEngine {
-  std::shared_ptr<KvTier> tier;
+  std::shared_ptr<cache::KvTier> tier;
   bool split = false;          // restore or recompute (calibrated at start-up)
   uint64_t host_kv_bytes = 0;  // host-memory tier
   double pool_sequences = 2;   // pool blocks: this many sequences of the context
@@ -83,10 +83,11 @@ struct Turn {
 
 // Requests one after the other on a fresh engine over `backend` (returned
 // afterwards); the stats are the engine's after the last one.
-Result<std::vector<TurnResult>> RunTurns(std::unique_ptr<Backend>& backend, const ResumeArgs& a,
-                                         const TurnEngine& te, const std::vector<Turn>& turns) {
-  const ModelCacheSpec spec = backend->cache_spec();
-  EngineOptions eo;
+Result<std::vector<TurnResult>> RunTurns(std::unique_ptr<backend::Backend>& backend,
+                                         const ResumeArgs& a, const TurnEngine& te,
+                                         const std::vector<Turn>& turns) {
+  const cache::ModelCacheSpec spec = backend->cache_spec();
+  engine::EngineOptions eo;
   eo.block_size = a.block_size;
   eo.scheduler.max_batch = 4;
   eo.scheduler.max_step_tokens = a.max_step_tokens;
@@ -100,29 +101,30 @@ Result<std::vector<TurnResult>> RunTurns(std::unique_ptr<Backend>& backend, cons
   eo.split_restores = te.split;
   eo.calibrate_prefill = te.split;
   eo.host_kv_memory_bytes = te.host_kv_bytes;
-  ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(std::move(backend), nullptr, eo));
+  ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> engine,
+                   engine::Engine::Create(std::move(backend), nullptr, eo));
   std::vector<TurnResult> results;
   Status failed;
   for (const Turn& t : turns) {
-    EngineRequest r;
+    engine::EngineRequest r;
     r.prompt = t.prompt;
     r.params.temperature = 0.0f;
     r.params.ignore_eos = true;
     r.params.max_tokens = a.output;
     r.agent_key = t.agent;
-    Result<RequestHandle> h = engine->Submit(std::move(r));
+    Result<engine::RequestHandle> h = engine->Submit(std::move(r));
     if (!h.ok()) {
       failed = h.status();
       break;
     }
     TurnResult out;
     while (true) {
-      RequestOutput ev = h->stream->Pop();
-      if (ev.kind == RequestOutput::Kind::kError) {
+      engine::RequestOutput ev = h->stream->Pop();
+      if (ev.kind == engine::RequestOutput::Kind::kError) {
         failed = ev.error;
         break;
       }
-      if (ev.kind == RequestOutput::Kind::kDelta) {
+      if (ev.kind == engine::RequestOutput::Kind::kDelta) {
         out.tokens.insert(out.tokens.end(), ev.tokens.begin(), ev.tokens.end());
         continue;
       }
@@ -139,14 +141,14 @@ Result<std::vector<TurnResult>> RunTurns(std::unique_ptr<Backend>& backend, cons
 }
 
 // One request on a fresh engine.
-Result<TurnResult> RunTurn(std::unique_ptr<Backend>& backend, const ResumeArgs& a,
+Result<TurnResult> RunTurn(std::unique_ptr<backend::Backend>& backend, const ResumeArgs& a,
                            const TurnEngine& te, const std::vector<int32_t>& prompt,
                            const std::string& agent) {
   ASSIGN_OR_RETURN(std::vector<TurnResult> r, RunTurns(backend, a, te, {Turn{prompt, agent}}));
   return std::move(r.front());
 }
 
-Result<nlohmann::json> RunSize(std::unique_ptr<Backend>& backend, const ResumeArgs& a,
+Result<nlohmann::json> RunSize(std::unique_ptr<backend::Backend>& backend, const ResumeArgs& a,
                                const store::StoreOptions& so, const std::string& store_dir,
                                const std::string& fingerprint, int n) {
   const int32_t vocab = backend->config().vocab_size;
@@ -203,11 +205,11 @@ Result<nlohmann::json> RunSize(std::unique_ptr<Backend>& backend, const ResumeAr
   RETURN_IF_ERROR(restart());
   progress("loading alone");
   const auto load0 = Clock::now();
-  ASSIGN_OR_RETURN(KvTierLoad load, tier->Load(turn2, kRootBlockHash, a.block_size, 0,
-                                               static_cast<int32_t>(turn2.size())));
+  ASSIGN_OR_RETURN(cache::KvTierLoad load, tier->Load(turn2, cache::kRootBlockHash, a.block_size, 0,
+                                                      static_cast<int32_t>(turn2.size())));
   const double load_s = Since(load0);
   uint64_t loaded_bytes = 0;
-  for (const KvTierBlock& b : load.blocks) loaded_bytes += b.data.size();
+  for (const cache::KvTierBlock& b : load.blocks) loaded_bytes += b.data.size();
   RETURN_IF_ERROR(load.problem);
 
   // Turn 2 after a restart: everything loaded from the store, then with
@@ -253,7 +255,7 @@ Result<nlohmann::json> RunSize(std::unique_ptr<Backend>& backend, const ResumeAr
   j["load_bytes"] = loaded_bytes;
   j["load_bytes_per_s"] = load_s > 0 ? loaded_bytes / load_s : 0.0;
   j["restored_tokens"] = restored.finished.restored_tokens;
-  j["cache_source"] = std::string(CacheSourceName(restored.finished.cache_source));
+  j["cache_source"] = std::string(engine::CacheSourceName(restored.finished.cache_source));
   j["ttft_restored_s"] = restored.finished.ttft_s;
   j["ttft_reprefill_s"] = reprefill.finished.ttft_s;
   // Inside the restored TTFT: the loader's time reading and decoding into
@@ -281,7 +283,7 @@ Result<nlohmann::json> RunSize(std::unique_ptr<Backend>& backend, const ResumeAr
   j["resident_cached_tokens"] = resident.back().finished.cached_tokens;
   j["resident_same_output"] = resident.back().tokens == reprefill.tokens;
   j["ttft_host_s"] = h2.finished.ttft_s;
-  j["host_cache_source"] = std::string(CacheSourceName(h2.finished.cache_source));
+  j["host_cache_source"] = std::string(engine::CacheSourceName(h2.finished.cache_source));
   j["host_cached_tokens"] = h2.finished.cached_tokens;
   j["host_restored_tokens"] = h2.stats.host_restored_tokens;
   // The copies are asynchronous: issuing them is what the engine thread
@@ -306,18 +308,18 @@ int RunResume(const ResumeArgs& a) {
     return 2;
   }
   const std::string model_dir = a.model.model_dir.empty() ? DefaultModelDir() : a.model.model_dir;
-  auto files = ModelFiles::Locate(model_dir);
+  auto files = model::ModelFiles::Locate(model_dir);
   auto fingerprint = files.ok() ? files->Fingerprint() : Result<std::string>(files.status());
   if (!fingerprint.ok()) {
     std::cerr << "error: " << fingerprint.status().ToString() << "\n";
     return 1;
   }
-  auto created = CreateBackend(model_dir, a.model.backend);
+  auto created = backend::CreateBackend(model_dir, a.model.backend);
   if (!created.ok()) {
     std::cerr << "error: " << created.status().ToString() << "\n";
     return 1;
   }
-  std::unique_ptr<Backend> backend = std::move(created).value();
+  std::unique_ptr<backend::Backend> backend = std::move(created).value();
   for (int32_t n : sizes) {
     if (n + a.message + a.output + 2 > backend->config().max_position_embeddings) {
       std::cerr << "error: " << n << " tokens do not fit the model's context ("

@@ -122,22 +122,22 @@ std::vector<std::vector<int32_t>> Prompts(std::mt19937_64& rng, int n, int len, 
 Result<Level> EngineAlone(api::ServedModel& m, const BenchArgs& a,
                           const std::vector<std::vector<int32_t>>& prompts) {
   const auto t0 = std::chrono::steady_clock::now();
-  std::vector<RequestHandle> hs;
+  std::vector<engine::RequestHandle> hs;
   for (const auto& p : prompts) {
-    SamplingParams sp;
+    engine::SamplingParams sp;
     sp.temperature = 0;
     sp.ignore_eos = true;
     sp.max_tokens = a.engine.output;
-    ASSIGN_OR_RETURN(RequestHandle h, m.Submit(p, sp, Priority::kNormal));
+    ASSIGN_OR_RETURN(engine::RequestHandle h, m.Submit(p, sp, engine::Priority::kNormal));
     hs.push_back(std::move(h));
   }
   Level l;
   double latency = 0;
   for (auto& h : hs) {
     while (true) {
-      RequestOutput ev = h.stream->Pop();
-      if (ev.kind == RequestOutput::Kind::kError) return ev.error;
-      if (ev.kind == RequestOutput::Kind::kFinished) {
+      engine::RequestOutput ev = h.stream->Pop();
+      if (ev.kind == engine::RequestOutput::Kind::kError) return ev.error;
+      if (ev.kind == engine::RequestOutput::Kind::kFinished) {
         l.output_tokens += ev.completion_tokens;
         latency += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         break;
@@ -237,12 +237,12 @@ int RunBench(const BenchArgs& a) {
   std::mt19937_64 rng(a.seed);
   std::vector<std::vector<EngineRunResult>> engines(levels.size());
   {
-    auto created = CreateBackend(model_dir, a.model.backend);
+    auto created = backend::CreateBackend(model_dir, a.model.backend);
     if (!created.ok()) {
       std::cerr << "error: " << created.status().ToString() << "\n";
       return 1;
     }
-    std::unique_ptr<Backend> backend = std::move(created).value();
+    std::unique_ptr<backend::Backend> backend = std::move(created).value();
     const int32_t vocab = backend->config().vocab_size;
     for (size_t l = 0; l < levels.size(); ++l) {
       const int c = levels[l];

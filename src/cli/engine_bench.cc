@@ -21,14 +21,15 @@ void EngineBenchOptions::Add(CLI::App& app) {
                "random prompts rarely repeat, so this measures its overhead)");
 }
 
-EngineOptions BenchEngineOptions(const ModelCacheSpec& spec, const EngineBenchOptions& o,
-                                 int max_batch, bool prefix_caching) {
-  EngineOptions eo;
+engine::EngineOptions BenchEngineOptions(const cache::ModelCacheSpec& spec,
+                                         const EngineBenchOptions& o, int max_batch,
+                                         bool prefix_caching) {
+  engine::EngineOptions eo;
   eo.block_size = o.block_size;
   eo.scheduler.max_batch = max_batch;
   eo.scheduler.max_step_tokens = o.max_step_tokens;
   eo.pipeline = !o.no_pipeline;
-  if (o.speculative) eo.speculative.mode = SpeculativeMode::kNgram;
+  if (o.speculative) eo.speculative.mode = engine::SpeculativeMode::kNgram;
   eo.prefix_caching = prefix_caching;
   eo.max_context = o.prompt + o.output + 2;
   for (size_t g = 0; g < spec.groups.size(); ++g) {
@@ -38,10 +39,10 @@ EngineOptions BenchEngineOptions(const ModelCacheSpec& spec, const EngineBenchOp
   return eo;
 }
 
-std::vector<EngineRequest> BenchRequests(std::mt19937_64& rng, int n,
-                                         const std::vector<int32_t>& shared_prefix,
-                                         const EngineBenchOptions& o, int32_t vocab) {
-  std::vector<EngineRequest> reqs(n);
+std::vector<engine::EngineRequest> BenchRequests(std::mt19937_64& rng, int n,
+                                                 const std::vector<int32_t>& shared_prefix,
+                                                 const EngineBenchOptions& o, int32_t vocab) {
+  std::vector<engine::EngineRequest> reqs(n);
   for (auto& r : reqs) {
     r.prompt = shared_prefix;
     while (static_cast<int>(r.prompt.size()) < o.prompt)
@@ -53,42 +54,44 @@ std::vector<EngineRequest> BenchRequests(std::mt19937_64& rng, int n,
   return reqs;
 }
 
-Result<EngineRunResult> RunEngineOnce(std::unique_ptr<Backend>& backend,
+Result<EngineRunResult> RunEngineOnce(std::unique_ptr<backend::Backend>& backend,
                                       const EngineBenchOptions& o,
-                                      const std::vector<EngineRequest>& reqs, int max_batch,
+                                      const std::vector<engine::EngineRequest>& reqs, int max_batch,
                                       bool prefix_caching, const std::string& label) {
-  const EngineOptions eo = BenchEngineOptions(backend->cache_spec(), o, max_batch, prefix_caching);
-  ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(std::move(backend), nullptr, eo));
+  const engine::EngineOptions eo =
+      BenchEngineOptions(backend->cache_spec(), o, max_batch, prefix_caching);
+  ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> engine,
+                   engine::Engine::Create(std::move(backend), nullptr, eo));
   // The backend goes back to the caller however this run ends.
   struct GiveBack {
-    std::unique_ptr<Engine>& engine;
-    std::unique_ptr<Backend>& backend;
+    std::unique_ptr<engine::Engine>& engine;
+    std::unique_ptr<backend::Backend>& backend;
     ~GiveBack() { backend = engine->ReleaseBackend(); }
   } give_back{engine, backend};
   // Warm-up outside the timing (scratch buffers, first-touch of KV memory).
   {
-    EngineRequest w = reqs[0];
+    engine::EngineRequest w = reqs[0];
     w.params.max_tokens = 2;
     for (int i = 0; i < 3 && i < static_cast<int>(w.prompt.size()); ++i) w.prompt[i] ^= 1;
-    ASSIGN_OR_RETURN(RequestHandle h, engine->Submit(w));
-    while (h.stream->Pop().kind == RequestOutput::Kind::kDelta) {
+    ASSIGN_OR_RETURN(engine::RequestHandle h, engine->Submit(w));
+    while (h.stream->Pop().kind == engine::RequestOutput::Kind::kDelta) {
     }
   }
-  const EngineStats st0 = engine->Stats();
+  const engine::EngineStats st0 = engine->Stats();
   const bool tty = isatty(STDERR_FILENO);
   const auto t0 = std::chrono::steady_clock::now();
-  std::vector<RequestHandle> hs;
+  std::vector<engine::RequestHandle> hs;
   for (const auto& r : reqs) {
-    ASSIGN_OR_RETURN(RequestHandle h, engine->Submit(r));
+    ASSIGN_OR_RETURN(engine::RequestHandle h, engine->Submit(r));
     hs.push_back(h);
   }
   EngineRunResult rr;
   double ttft = 0;
   for (size_t i = 0; i < hs.size(); ++i) {
     while (true) {
-      RequestOutput ev = hs[i].stream->Pop();
-      if (ev.kind == RequestOutput::Kind::kError) return ev.error;
-      if (ev.kind == RequestOutput::Kind::kFinished) {
+      engine::RequestOutput ev = hs[i].stream->Pop();
+      if (ev.kind == engine::RequestOutput::Kind::kError) return ev.error;
+      if (ev.kind == engine::RequestOutput::Kind::kFinished) {
         rr.output_tokens += ev.completion_tokens;
         rr.cached_tokens += ev.cached_tokens;
         ttft += ev.ttft_s;
@@ -102,7 +105,7 @@ Result<EngineRunResult> RunEngineOnce(std::unique_ptr<Backend>& backend,
   if (tty) std::cerr << "\r\033[K";
   rr.mean_ttft_ms = 1000.0 * ttft / reqs.size();
   rr.output_tok_s = rr.output_tokens / rr.seconds;
-  const EngineStats st = engine->Stats();
+  const engine::EngineStats st = engine->Stats();
   rr.steps = st.steps - st0.steps;
   rr.step_ms = rr.steps > 0 ? 1000 * (st.step_seconds - st0.step_seconds) / rr.steps : 0;
   rr.forward_ms = rr.steps > 0 ? 1000 * (st.forward_seconds - st0.forward_seconds) / rr.steps : 0;

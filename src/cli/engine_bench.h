@@ -34,15 +34,16 @@ struct EngineBenchOptions {
 // The engine of a run of `max_batch` concurrent requests of prompt + output
 // tokens: room for exactly that many sequences of that length (KV sized per
 // cache group), greedy pipelining unless disabled.
-EngineOptions BenchEngineOptions(const ModelCacheSpec& spec, const EngineBenchOptions& o,
-                                 int max_batch, bool prefix_caching);
+engine::EngineOptions BenchEngineOptions(const cache::ModelCacheSpec& spec,
+                                         const EngineBenchOptions& o, int max_batch,
+                                         bool prefix_caching);
 
 // `n` requests of `o.prompt` tokens (the first `shared_prefix` the same in
 // all, the rest random in [0, vocab)), greedy, EOS ignored, `o.output`
 // tokens each.
-std::vector<EngineRequest> BenchRequests(std::mt19937_64& rng, int n,
-                                         const std::vector<int32_t>& shared_prefix,
-                                         const EngineBenchOptions& o, int32_t vocab);
+std::vector<engine::EngineRequest> BenchRequests(std::mt19937_64& rng, int n,
+                                                 const std::vector<int32_t>& shared_prefix,
+                                                 const EngineBenchOptions& o, int32_t vocab);
 
 struct EngineRunResult {
   double seconds = 0, mean_ttft_ms = 0, output_tok_s = 0, step_ms = 0, forward_ms = 0,
@@ -57,9 +58,9 @@ struct EngineRunResult {
 // `backend`, which is handed back afterwards (also on failure when the
 // engine was made); one short warm-up request first, outside the timing.
 // `label`: the progress line on a terminal.
-Result<EngineRunResult> RunEngineOnce(std::unique_ptr<Backend>& backend,
+Result<EngineRunResult> RunEngineOnce(std::unique_ptr<backend::Backend>& backend,
                                       const EngineBenchOptions& o,
-                                      const std::vector<EngineRequest>& reqs, int max_batch,
+                                      const std::vector<engine::EngineRequest>& reqs, int max_batch,
                                       bool prefix_caching, const std::string& label);
 
 nlohmann::json ToJson(const EngineRunResult& r);

@@ -29,13 +29,13 @@ int Fail(const Status& s, int code = 1) {
 }
 
 int RunGenerate(const GenerateArgs& a) {
-  SamplingParams params = a.sampling.Get();
+  engine::SamplingParams params = a.sampling.Get();
   if (Status s = params.Validate(); !s.ok()) return Fail(s, 2);
-  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<text::Tokenizer> tokenizer;
   const std::filesystem::path tok_path =
       std::filesystem::path(a.model.model_dir) / "tokenizer.json";
   if (std::filesystem::exists(tok_path)) {
-    auto t = Tokenizer::Load(tok_path);
+    auto t = text::Tokenizer::Load(tok_path);
     if (!t.ok()) return Fail(t.status());
     tokenizer = std::move(t).value();
   }
@@ -48,9 +48,9 @@ int RunGenerate(const GenerateArgs& a) {
     std::string text = a.prompt;
     bool add_special = true;
     if (a.chat) {
-      auto tmpl = ChatTemplate::LoadFromModelDir(a.model.model_dir);
+      auto tmpl = text::chat::ChatTemplate::LoadFromModelDir(a.model.model_dir);
       if (!tmpl.ok()) return Fail(tmpl.status());
-      ChatTemplate::Input in;
+      text::chat::ChatTemplate::Input in;
       if (!a.system.empty()) in.messages.push_back({{"role", "system"}, {"content", a.system}});
       in.messages.push_back({{"role", "user"}, {"content", a.prompt}});
       auto rendered = tmpl->Render(in);
@@ -60,21 +60,21 @@ int RunGenerate(const GenerateArgs& a) {
     }
     prompt = tokenizer->Encode(text, add_special);
   }
-  auto backend = CreateBackend(a.model.model_dir, a.model.backend);
+  auto backend = backend::CreateBackend(a.model.model_dir, a.model.backend);
   if (!backend.ok()) return Fail(backend.status());
-  EngineOptions eo;
+  engine::EngineOptions eo;
   eo.scheduler.max_batch = 1;
-  if (a.speculative) eo.speculative.mode = SpeculativeMode::kNgram;
+  if (a.speculative) eo.speculative.mode = engine::SpeculativeMode::kNgram;
   eo.max_context = static_cast<int32_t>(prompt.size()) + params.max_tokens.value_or(128) + 1;
-  const ModelConfig cfg = (*backend)->config();
+  const model::ModelConfig cfg = (*backend)->config();
   if (cfg.max_position_embeddings > 0)
     eo.max_context = std::min(eo.max_context, cfg.max_position_embeddings);
-  const ModelCacheSpec spec = (*backend)->cache_spec();
+  const cache::ModelCacheSpec spec = (*backend)->cache_spec();
   for (size_t g = 0; g < spec.groups.size(); ++g)
     eo.blocks_per_group.push_back(spec.BlocksFor(static_cast<int>(g), eo.max_context, 16) + 1);
-  auto engine = Engine::Create(std::move(backend).value(), tokenizer.get(), eo);
+  auto engine = engine::Engine::Create(std::move(backend).value(), tokenizer.get(), eo);
   if (!engine.ok()) return Fail(engine.status());
-  EngineRequest req;
+  engine::EngineRequest req;
   req.prompt = prompt;
   req.params = params;
   auto h = (*engine)->Submit(req);
@@ -82,22 +82,22 @@ int RunGenerate(const GenerateArgs& a) {
   std::vector<int32_t> out_ids;
   std::string text;
   while (true) {
-    RequestOutput ev = h->stream->Pop();
-    if (ev.kind == RequestOutput::Kind::kError) return Fail(ev.error);
+    engine::RequestOutput ev = h->stream->Pop();
+    if (ev.kind == engine::RequestOutput::Kind::kError) return Fail(ev.error);
     out_ids.insert(out_ids.end(), ev.tokens.begin(), ev.tokens.end());
     text += ev.text;
     if (!a.json) std::cout << ev.text << std::flush;
-    if (ev.kind == RequestOutput::Kind::kFinished) {
+    if (ev.kind == engine::RequestOutput::Kind::kFinished) {
       if (a.json) {
         nlohmann::json j;
         j["ids"] = out_ids;
         j["text"] = text;
-        j["finish_reason"] = FinishReasonName(ev.finish);
+        j["finish_reason"] = engine::FinishReasonName(ev.finish);
         j["prompt_tokens"] = ev.prompt_tokens;
         j["completion_tokens"] = ev.completion_tokens;
         j["ttft_s"] = ev.ttft_s;
         // (Stats are published before the events they follow are pushed.)
-        const EngineStats st = (*engine)->Stats();
+        const engine::EngineStats st = (*engine)->Stats();
         j["draft_tokens"] = st.draft_tokens;
         j["draft_accepted_tokens"] = st.draft_accepted_tokens;
         std::cout << j.dump() << "\n";

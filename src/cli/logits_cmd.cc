@@ -16,18 +16,18 @@ int RunLogits(const ModelOptions& mo, const std::string& ids_text) {
     std::cerr << "error: " << err << "\n";
     return 2;
   }
-  auto backend = CreateBackend(mo.model_dir, mo.backend);
+  auto backend = backend::CreateBackend(mo.model_dir, mo.backend);
   if (!backend.ok()) {
     std::cerr << "error: " << backend.status().ToString() << "\n";
     return 1;
   }
-  Backend& b = **backend;
+  backend::Backend& b = **backend;
   const int bs = 16;
-  KvLayout layout;
+  backend::KvLayout layout;
   layout.block_size = bs;
-  const ModelCacheSpec& spec = b.cache_spec();
-  std::array<std::vector<int32_t>, kMaxCacheGroups> tables;
-  SeqStep st;
+  const cache::ModelCacheSpec& spec = b.cache_spec();
+  std::array<std::vector<int32_t>, backend::kMaxCacheGroups> tables;
+  backend::SeqStep st;
   for (size_t g = 0; g < spec.groups.size(); ++g) {
     const int n = spec.BlocksFor(static_cast<int>(g), ids.size(), bs);
     layout.blocks_per_group[g] = n;

@@ -20,7 +20,7 @@ void ModelOptions::Add(CLI::App& app, bool model_required) {
       ->check(CLI::IsMember({"bf16", "fp8"}));
   // Switches for comparisons and diagnostics, not flags: scripts set them
   // around any command (docs/cuda.md).
-  backend.cuda = CudaTuningFromEnv([](const char* name) { return std::getenv(name); });
+  backend.cuda = backend::CudaTuningFromEnv([](const char* name) { return std::getenv(name); });
   app.add_option("--tensor-parallel", backend.tensor_parallel,
                  "GPUs to split the model over (--device cuda; one process, NCCL)")
       ->envname("AGENTKV_TENSOR_PARALLEL")
@@ -54,8 +54,8 @@ void SamplingOptions::Add(CLI::App& app) {
   app.add_flag("--ignore-eos", params.ignore_eos, "Do not stop at end-of-sequence tokens");
 }
 
-SamplingParams SamplingOptions::Get() const {
-  SamplingParams p = params;
+engine::SamplingParams SamplingOptions::Get() const {
+  engine::SamplingParams p = params;
   p.max_tokens = max_tokens;
   if (seed >= 0) p.seed = static_cast<uint64_t>(seed);
   return p;

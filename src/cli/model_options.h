@@ -14,18 +14,18 @@ namespace agentkv::cli {
 
 struct ModelOptions {
   std::string model_dir;
-  BackendOptions backend;
+  backend::BackendOptions backend;
   // Registers the flags, and fills backend.cuda from the AGENTKV_CUDA_*
   // variables (the process's environment, read here and nowhere else).
   void Add(CLI::App& app, bool model_required = true);
 };
 
 struct SamplingOptions {
-  SamplingParams params;
+  engine::SamplingParams params;
   int64_t seed = -1;
   int32_t max_tokens = 128;
   void Add(CLI::App& app);
-  SamplingParams Get() const;
+  engine::SamplingParams Get() const;
 };
 
 // Parses "1,2,3" into ids; an empty vector and a message on bad input.

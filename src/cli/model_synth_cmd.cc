@@ -15,7 +15,7 @@ namespace agentkv::cli {
 namespace {
 
 struct SynthFlags {
-  SynthOptions opts;
+  model::SynthOptions opts;
   std::string dtype = "bf16";
   std::string quant = "none";
   bool tie = false;
@@ -30,11 +30,11 @@ int RunSynth(SynthFlags& f) {
   if (f.tie) f.opts.tie = true;
   if (f.no_tie) f.opts.tie = false;
   if (f.dtype == "bf16") {
-    f.opts.dtype = TensorDtype::kBF16;
+    f.opts.dtype = model::TensorDtype::kBF16;
   } else if (f.dtype == "f16") {
-    f.opts.dtype = TensorDtype::kF16;
+    f.opts.dtype = model::TensorDtype::kF16;
   } else {
-    f.opts.dtype = TensorDtype::kF32;
+    f.opts.dtype = model::TensorDtype::kF32;
   }
 
   if (f.opts.tokenizer_dir.empty()) {
@@ -49,7 +49,7 @@ int RunSynth(SynthFlags& f) {
     f.opts.tokenizer_dir = gptoss;
   }
 
-  auto quant = ParseSynthQuant(f.quant);
+  auto quant = model::ParseSynthQuant(f.quant);
   if (!quant.ok()) {
     std::fprintf(stderr, "error: %s\n", quant.status().ToString().c_str());
     return 2;
@@ -58,7 +58,7 @@ int RunSynth(SynthFlags& f) {
 
   const bool tty = isatty(STDERR_FILENO) != 0;
   auto last = std::chrono::steady_clock::now();
-  SynthProgress progress;
+  model::SynthProgress progress;
   if (tty) {
     progress = [&last](uint64_t done, uint64_t total) {
       auto now = std::chrono::steady_clock::now();
@@ -71,7 +71,7 @@ int RunSynth(SynthFlags& f) {
       if (done == total) std::fprintf(stderr, "\n");
     };
   }
-  Status st = SynthesizeModel(f.opts, progress);
+  Status st = model::SynthesizeModel(f.opts, progress);
   if (!st.ok()) {
     std::fprintf(stderr, "error: %s\n", st.ToString().c_str());
     return 1;
@@ -86,7 +86,7 @@ Registrar reg(
     "weights",
     [](CLI::App& app) -> Runner {
       auto f = std::make_shared<SynthFlags>();
-      SynthOptions& o = f->opts;
+      model::SynthOptions& o = f->opts;
       app.add_option("--arch", o.arch, "Architecture")
           ->required()
           ->check(CLI::IsMember(

@@ -48,7 +48,7 @@ struct ServeArgs {
   // does not verify drafts yet (one logits row per sequence), so it would
   // only slow serving there.
   std::string speculative = "none";
-  int speculative_max_draft = SpeculativeOptions().max_draft;
+  int speculative_max_draft = engine::SpeculativeOptions().max_draft;
   double drain_seconds = 30;
   std::string api_key;
   std::string api_keys_file;  // --api-keys: key -> tenant
@@ -84,15 +84,15 @@ uint64_t ParseBytes(const std::string& s) {
 // One line per cache group: what the pool holds, so that a user sees at
 // start-up how much context fits without reading the docs.
 void PrintKvPool(const api::ServedModel& m) {
-  const Engine& e = m.engine();
-  const ModelCacheSpec& spec = e.cache_spec();
+  const engine::Engine& e = m.engine();
+  const cache::ModelCacheSpec& spec = e.cache_spec();
   std::cout << "KV pool: " << FormatBytes(e.kv_memory_bytes()) << ", " << e.sequence_capacity()
             << " tokens at most for one request\n";
   for (size_t g = 0; g < spec.groups.size() && g < e.kv_blocks().size(); ++g) {
-    const CacheGroupSpec& group = spec.groups[g];
+    const cache::CacheGroupSpec& group = spec.groups[g];
     const int64_t blocks = e.kv_blocks()[g];
     std::cout << "  group " << g << " (" << group.layers.size() << " layers, "
-              << (group.kind == AttentionKind::kFull
+              << (group.kind == cache::AttentionKind::kFull
                       ? std::string("full attention")
                       : "sliding window " + std::to_string(group.window))
               << "): " << blocks << " blocks = " << blocks * e.block_size() << " tokens\n";
@@ -184,7 +184,8 @@ int RunServe(const ServeArgs& a) {
   mo.drain_seconds = a.drain_seconds;
   mo.split_restores = a.kv_restore == "auto";
   mo.calibrate_prefill = mo.split_restores && mo.backend.device != "cpu";
-  mo.speculative.mode = a.speculative == "ngram" ? SpeculativeMode::kNgram : SpeculativeMode::kNone;
+  mo.speculative.mode =
+      a.speculative == "ngram" ? engine::SpeculativeMode::kNgram : engine::SpeculativeMode::kNone;
   mo.speculative.max_draft = a.speculative_max_draft;
   std::unique_ptr<store::AgentStore> agent_store;
   if (!a.store_dir.empty() && a.store_dir != "none") {

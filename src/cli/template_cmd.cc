@@ -35,7 +35,7 @@ bool ReadJson(const std::string& path, nlohmann::ordered_json& out) {
 }
 
 int RunTemplate(const TemplateArgs& a) {
-  ChatTemplate::Input input;
+  text::chat::ChatTemplate::Input input;
   input.add_generation_prompt = !a.no_generation_prompt;
   nlohmann::ordered_json doc;
   if (!ReadJson(a.messages_file, doc)) return 1;
@@ -64,7 +64,7 @@ int RunTemplate(const TemplateArgs& a) {
       return 2;
     }
   }
-  auto tmpl = ChatTemplate::LoadFromModelDir(a.model);
+  auto tmpl = text::chat::ChatTemplate::LoadFromModelDir(a.model);
   if (!tmpl.ok()) {
     std::cerr << "error: " << tmpl.status().ToString() << "\n";
     return 1;

@@ -18,10 +18,10 @@ namespace {
 namespace fs = std::filesystem;
 
 // --model may name the model directory or its tokenizer.json.
-std::unique_ptr<Tokenizer> LoadOrReport(const std::string& model) {
+std::unique_ptr<text::Tokenizer> LoadOrReport(const std::string& model) {
   fs::path p = model;
   if (fs::is_directory(p)) p /= "tokenizer.json";
-  auto tok = Tokenizer::Load(p);
+  auto tok = text::Tokenizer::Load(p);
   if (!tok.ok()) {
     std::cerr << "error: " << tok.status().ToString() << "\n";
     return nullptr;

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-namespace agentkv {
+namespace agentkv::engine {
 
 bool SpeculationEligible(const SpeculativeOptions& options, const SamplingParams& params) {
   return options.mode != SpeculativeMode::kNone && options.max_draft > 0 && params.speculative &&
@@ -45,4 +45,4 @@ void DraftLength::Update(int drafted, int accepted) {
   }
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::engine

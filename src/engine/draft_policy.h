@@ -18,7 +18,7 @@
 #include "engine/ngram_draft.h"
 #include "engine/sampling_params.h"
 
-namespace agentkv {
+namespace agentkv::engine {
 
 enum class SpeculativeMode { kNone, kNgram };
 
@@ -75,4 +75,4 @@ class DraftLength {
   int paused_ = 0;
 };
 
-}  // namespace agentkv
+}  // namespace agentkv::engine

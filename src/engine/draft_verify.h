@@ -25,7 +25,7 @@
 
 #include "engine/backend/row_pick.h"
 
-namespace agentkv {
+namespace agentkv::engine {
 
 struct DraftVerdict {
   int accepted = 0;  // leading draft tokens kept
@@ -40,7 +40,7 @@ DraftVerdict VerifyGreedyDraft(std::span<const int32_t> draft, std::span<const i
 // [0, 1) each call (one per accept test, one per draw; a seeded request's
 // Sampler::NextDraw().u).
 DraftVerdict VerifySampledDraft(std::span<const int32_t> draft, std::span<float> logits,
-                                int32_t vocab, const SampleSettings& settings,
+                                int32_t vocab, const backend::SampleSettings& settings,
                                 const std::function<double()>& uniform);
 
-}  // namespace agentkv
+}  // namespace agentkv::engine

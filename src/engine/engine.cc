@@ -12,16 +12,18 @@
 #include "engine/text/stream_detokenizer.h"
 #include "engine/text/tokenizer.h"
 
-namespace agentkv {
+namespace agentkv::engine {
 
-Engine::Engine(std::unique_ptr<Backend> backend, const Tokenizer* tokenizer, EngineOptions options)
+Engine::Engine(std::unique_ptr<backend::Backend> backend, const text::Tokenizer* tokenizer,
+               EngineOptions options)
     : backend_(std::move(backend)), tokenizer_(tokenizer), options_(std::move(options)) {}
 
-Result<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Backend> backend,
-                                               const Tokenizer* tokenizer, EngineOptions options) {
+Result<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<backend::Backend> backend,
+                                               const text::Tokenizer* tokenizer,
+                                               EngineOptions options) {
   std::unique_ptr<Engine> e(new Engine(std::move(backend), tokenizer, std::move(options)));
-  const ModelConfig& cfg = e->backend_->config();
-  const ModelCacheSpec& spec = e->backend_->cache_spec();
+  const model::ModelConfig& cfg = e->backend_->config();
+  const cache::ModelCacheSpec& spec = e->backend_->cache_spec();
   e->max_context_ = e->options_.max_context > 0 ? e->options_.max_context
                                                 : std::max(cfg.max_position_embeddings, 1);
   if (e->options_.scheduler.max_step_tokens <= 0)
@@ -41,7 +43,7 @@ Result<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Backend> backend,
                  e->options_.scheduler.max_step_tokens, e->options_.scheduler.max_batch));
   if (blocks.size() != spec.groups.size())
     return InvalidArgument("engine: blocks_per_group must have one entry per cache group");
-  KvLayout layout;
+  backend::KvLayout layout;
   layout.block_size = e->options_.block_size;
   for (size_t g = 0; g < blocks.size(); ++g) layout.blocks_per_group[g] = blocks[g];
   RETURN_IF_ERROR(e->backend_->AllocateKv(layout));
@@ -51,11 +53,11 @@ Result<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Backend> backend,
       e->max_context_, SequenceCapacity(spec, e->options_.block_size, blocks, e->max_context_));
   RETURN_IF_ERROR(
       e->backend_->Reserve(e->options_.scheduler.max_step_tokens, e->options_.scheduler.max_batch));
-  KvCacheConfig kc;
+  cache::KvCacheConfig kc;
   kc.block_size = e->options_.block_size;
   kc.blocks_per_group = blocks;
   kc.enable_prefix_caching = e->options_.prefix_caching;
-  ASSIGN_OR_RETURN(e->kv_, KvCacheManager::Create(spec, kc));
+  ASSIGN_OR_RETURN(e->kv_, cache::KvCacheManager::Create(spec, kc));
   e->scheduler_ = std::make_unique<Scheduler>(e->kv_.get(), e->options_.scheduler);
   KvTransferOptions to;
   to.block_size = e->options_.block_size;
@@ -106,7 +108,7 @@ double Engine::Now() const {
 
 Result<RequestHandle> Engine::Submit(EngineRequest request) {
   RETURN_IF_ERROR(request.params.Validate());
-  const ModelConfig& cfg = backend_->config();
+  const model::ModelConfig& cfg = backend_->config();
   if (request.prompt.empty()) return InvalidArgument("the prompt is empty");
   for (int32_t t : request.prompt)
     if (t < 0 || t >= cfg.vocab_size)
@@ -122,7 +124,7 @@ Result<RequestHandle> Engine::Submit(EngineRequest request) {
   s->request = std::move(request);
   s->tokens = s->request.prompt;
   s->prompt_len = s->tokens.size();
-  s->cache_root = ChainRoot(s->request.cache_salt);
+  s->cache_root = cache::ChainRoot(s->request.cache_salt);
   // Output is bounded by the pool too: a sequence that outgrew it alone
   // could only fail mid-stream.
   const auto room = static_cast<int32_t>(sequence_capacity_ - static_cast<int64_t>(s->prompt_len));
@@ -134,7 +136,7 @@ Result<RequestHandle> Engine::Submit(EngineRequest request) {
   SamplingParams stop_params = s->request.params;
   stop_params.max_tokens = s->max_new_tokens;
   s->stop = std::make_unique<StopChecker>(stop_params, cfg.eos_token_ids);
-  if (tokenizer_) s->detok = std::make_unique<StreamDetokenizer>(*tokenizer_);
+  if (tokenizer_) s->detok = std::make_unique<text::StreamDetokenizer>(*tokenizer_);
   s->stream = std::make_shared<TokenStream>();
   s->submitted = std::chrono::steady_clock::now();
   RequestHandle h;
@@ -189,7 +191,7 @@ void Engine::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-std::unique_ptr<Backend> Engine::ReleaseBackend() {
+std::unique_ptr<backend::Backend> Engine::ReleaseBackend() {
   Stop();
   // Staging and the host tier are freed through the backend's allocator
   // while it lives (save staging still in the tier stays until released).
@@ -532,7 +534,7 @@ void Engine::Step() {
   bool could_draft = false;
   for (const ScheduledSeq& sc : plan.seqs) {
     Sequence* s = sc.seq;
-    SeqStep step;
+    backend::SeqStep step;
     step.tokens = std::span<const int32_t>(s->tokens).subspan(s->computed, sc.num_tokens);
     step.start_pos = static_cast<int32_t>(s->computed);
     step.want_logits = sc.want_logits;
@@ -563,8 +565,8 @@ void Engine::Step() {
       row.backend_pick = greedy;
       all_on_backend = false;
       for (int32_t j = 0; j < sc.logit_rows; ++j) {
-        RowPick pick;
-        pick.mode = greedy ? PickMode::kGreedy : PickMode::kHost;
+        backend::RowPick pick;
+        pick.mode = greedy ? backend::PickMode::kGreedy : backend::PickMode::kHost;
         pick_buf_.push_back(pick);
       }
       launched.picks += sc.logit_rows;
@@ -576,9 +578,9 @@ void Engine::Step() {
       // as Sample() would draw it.
       // Rows asking for logprobs stay with the backend where it computes
       // them next to its picks.
-      RowPick pick = PlanRowPick(s->sampler->params(), backend_->picks_logprobs());
-      if (pick.mode == PickMode::kDevice) pick.sample = s->sampler->NextDraw();
-      row.backend_pick = pick.mode != PickMode::kHost;
+      backend::RowPick pick = PlanRowPick(s->sampler->params(), backend_->picks_logprobs());
+      if (pick.mode == backend::PickMode::kDevice) pick.sample = s->sampler->NextDraw();
+      row.backend_pick = pick.mode != backend::PickMode::kHost;
       all_on_backend = all_on_backend && row.backend_pick;
       pick_buf_.push_back(pick);
       ++launched.picks;
@@ -676,7 +678,7 @@ void Engine::CollectOldest() {
     }
     return;
   }
-  const ModelConfig& cfg = backend_->config();
+  const model::ModelConfig& cfg = backend_->config();
   ++local_.steps;
   local_.last_batch_size = static_cast<int64_t>(step.rows.size());
   local_.max_batch_size = std::max(local_.max_batch_size, local_.last_batch_size);
@@ -721,11 +723,11 @@ void Engine::CollectOldest() {
     }
     int32_t tok;
     const SampledToken* picked = nullptr;
-    const RowLogprobs* row_lp = nullptr;
+    const backend::RowLogprobs* row_lp = nullptr;
     if (r.backend_pick) {
       tok = picks_buf_[row];
       s->sampler->AddOutput(tok);
-      const std::span<const RowLogprobs> lps = backend_->collected_logprobs();
+      const std::span<const backend::RowLogprobs> lps = backend_->collected_logprobs();
       if (s->request.params.logprobs && static_cast<size_t>(row) < lps.size() &&
           lps[static_cast<size_t>(row)].count >= 0)
         row_lp = &lps[static_cast<size_t>(row)];
@@ -746,7 +748,7 @@ void Engine::CollectOldest() {
 }
 
 bool Engine::EmitToken(Sequence* s, int32_t tok, int64_t at, const SampledToken* picked,
-                       const RowLogprobs* row_lp) {
+                       const backend::RowLogprobs* row_lp) {
   if (!s->first_token_sent) {
     s->first_token_sent = true;
     s->ttft_s =
@@ -799,7 +801,7 @@ bool Engine::CollectDrafted(Sequence* s, const LaunchedRow& r, int first_row) {
   } else {
     const std::span<float> rows(logits_.data() + static_cast<int64_t>(first_row) * vocab,
                                 (draft.size() + 1) * static_cast<size_t>(vocab));
-    const SampleSettings settings = s->sampler->NextDraw();
+    const backend::SampleSettings settings = s->sampler->NextDraw();
     bool first_u = true;
     v = VerifySampledDraft(draft, rows, vocab, settings, [&] {
       // The first uniform is the one NextDraw above drew.
@@ -861,9 +863,9 @@ PrefillCost Engine::CalibratePrefill() {
       std::min<int64_t>({32768, pool_tokens - chunk, sequence_capacity_ - chunk - 1});
   const int64_t pos = deep / bs * bs;
   if (kv_->prefix_group() < 0 || chunk <= 0 || pos < chunk) return {};
-  const KvCacheManager::SeqId id = -1;
+  const cache::KvCacheManager::SeqId id = -1;
   if (!kv_->AddSequence(id).ok()) return {};
-  std::vector<KvBlockCopy> copies;
+  std::vector<cache::KvBlockCopy> copies;
   if (!kv_->EnsureCapacity(id, pos + chunk, &copies).ok()) {
     kv_->FreeSequence(id);
     return {};
@@ -873,7 +875,7 @@ PrefillCost Engine::CalibratePrefill() {
   for (size_t i = 0; i < tokens.size(); ++i)
     tokens[i] = static_cast<int32_t>((i * 7919 + 13) % static_cast<size_t>(vocab));
   auto timed = [&](int64_t start) -> double {
-    SeqStep step;
+    backend::SeqStep step;
     step.tokens = tokens;
     step.start_pos = static_cast<int32_t>(start);
     step.want_logits = true;
@@ -881,7 +883,7 @@ PrefillCost Engine::CalibratePrefill() {
     const uint8_t greedy = 1;
     int32_t pick = 0;
     const auto t0 = std::chrono::steady_clock::now();
-    Status st = backend_->LaunchStep(std::span<const SeqStep>(&step, 1),
+    Status st = backend_->LaunchStep(std::span<const backend::SeqStep>(&step, 1),
                                      std::span<const uint8_t>(&greedy, 1), logits_);
     if (st.ok()) st = backend_->CollectStep(std::span<int32_t>(&pick, 1));
     if (!st.ok()) return -1;
@@ -895,4 +897,4 @@ PrefillCost Engine::CalibratePrefill() {
   return PrefillCost::FromTimings(chunk, at0, pos, at_pos);
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::engine

@@ -54,9 +54,11 @@
 #include "engine/token_stream.h"
 #include "util/thread_pool.h"
 
-namespace agentkv {
-
+namespace agentkv::text {
 class Tokenizer;
+}  // namespace agentkv::text
+
+namespace agentkv::engine {
 
 struct EngineOptions {
   // scheduler.max_step_tokens <= 0: the backend's default_step_tokens().
@@ -74,7 +76,7 @@ struct EngineOptions {
   // Where KV blocks go after a turn and come back from before a prefill
   // (the persistent store). Null: none. Shared with the caller, who may
   // Flush() it; must be bound to this backend's model and KV format.
-  std::shared_ptr<KvTier> kv_tier;
+  std::shared_ptr<cache::KvTier> kv_tier;
   // Restores from the tier go through this many bytes of staging per chunk
   // (pinned on a GPU; three chunks in flight). Small values only in tests.
   size_t restore_chunk_bytes = 64ull << 20;
@@ -185,8 +187,8 @@ struct EngineStats {
   // (each accepted one is an output token that cost no step of its own).
   int64_t draft_tokens = 0;
   int64_t draft_accepted_tokens = 0;
-  int64_t draft_steps = 0;            // sequence-steps that carried a draft
-  std::vector<BlockPoolStats> pools;  // per cache group
+  int64_t draft_steps = 0;                   // sequence-steps that carried a draft
+  std::vector<cache::BlockPoolStats> pools;  // per cache group
 };
 
 struct RequestHandle {
@@ -198,8 +200,9 @@ class Engine {
  public:
   // `tokenizer` (may be null: no text in the events, no stop strings) must
   // outlive the engine. Starts the engine thread.
-  static Result<std::unique_ptr<Engine>> Create(std::unique_ptr<Backend> backend,
-                                                const Tokenizer* tokenizer, EngineOptions options);
+  static Result<std::unique_ptr<Engine>> Create(std::unique_ptr<backend::Backend> backend,
+                                                const text::Tokenizer* tokenizer,
+                                                EngineOptions options);
   ~Engine();  // Stop()s
 
   // Queues a request. InvalidArgument for bad parameters or a prompt that
@@ -219,15 +222,15 @@ class Engine {
   // as at the end of a turn, so that a cut-off agent resumes from it.
   void Stop();
   // Stop()s and hands the backend back (to build another engine on it).
-  std::unique_ptr<Backend> ReleaseBackend();
+  std::unique_ptr<backend::Backend> ReleaseBackend();
 
   EngineStats Stats() const;
   // Leading tokens of `agent_key`'s KV kept resident after its last turn
   // (as of that turn's end; memory pressure may have evicted some since).
   // 0 for an unknown agent.
   int64_t AgentResidentTokens(const std::string& agent_key) const;
-  const ModelConfig& config() const { return backend_->config(); }
-  const ModelCacheSpec& cache_spec() const { return backend_->cache_spec(); }
+  const model::ModelConfig& config() const { return backend_->config(); }
+  const cache::ModelCacheSpec& cache_spec() const { return backend_->cache_spec(); }
   int32_t max_context() const { return max_context_; }
   // The KV pool: blocks per cache group (as ModelCacheSpec::groups) and
   // their bytes.
@@ -240,7 +243,8 @@ class Engine {
   int max_step_tokens() const { return options_.scheduler.max_step_tokens; }
 
  private:
-  Engine(std::unique_ptr<Backend> backend, const Tokenizer* tokenizer, EngineOptions options);
+  Engine(std::unique_ptr<backend::Backend> backend, const text::Tokenizer* tokenizer,
+         EngineOptions options);
   // The engine thread: one iteration per wake-up, as the phases below in
   // order, then Shutdown once stopping.
   void Loop();
@@ -314,7 +318,7 @@ class Engine {
   // stop-check, event; true when the sequence finished (settled and
   // Finish()ed).
   bool EmitToken(Sequence* s, int32_t tok, int64_t at, const SampledToken* picked,
-                 const RowLogprobs* row_lp);
+                 const backend::RowLogprobs* row_lp);
   // Collects the oldest launched step and handles its output.
   void CollectOldest();
   void CollectAll();
@@ -333,14 +337,14 @@ class Engine {
   void Deliver();
   double Now() const;
 
-  std::unique_ptr<Backend> backend_;
-  const Tokenizer* tokenizer_;
+  std::unique_ptr<backend::Backend> backend_;
+  const text::Tokenizer* tokenizer_;
   EngineOptions options_;
   int32_t max_context_ = 0;
   std::vector<int32_t> kv_blocks_;
   uint64_t kv_memory_bytes_ = 0;
   int64_t sequence_capacity_ = 0;
-  std::unique_ptr<KvCacheManager> kv_;
+  std::unique_ptr<cache::KvCacheManager> kv_;
   std::unique_ptr<Scheduler> scheduler_;
   // KV movement: residency, the host tier, store restores and saves.
   std::unique_ptr<KvTransfer> transfer_;
@@ -364,8 +368,8 @@ class Engine {
   EngineStats stats_;  // published copy
 
   // Engine-thread state.
-  std::vector<SeqStep> steps_buf_;
-  std::vector<RowPick> pick_buf_;
+  std::vector<backend::SeqStep> steps_buf_;
+  std::vector<backend::RowPick> pick_buf_;
   std::vector<int32_t> picks_buf_;
   std::deque<LaunchedStep> launched_;  // oldest first
   std::vector<float> logits_;
@@ -378,4 +382,4 @@ class Engine {
   std::thread thread_;
 };
 
-}  // namespace agentkv
+}  // namespace agentkv::engine

@@ -1,6 +1,6 @@
 #include "engine/finish_reason.h"
 
-namespace agentkv {
+namespace agentkv::engine {
 
 std::string_view FinishReasonName(FinishReason reason) {
   switch (reason) {
@@ -14,4 +14,4 @@ std::string_view FinishReasonName(FinishReason reason) {
   return "";
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::engine

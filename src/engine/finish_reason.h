@@ -5,7 +5,7 @@
 
 #include <string_view>
 
-namespace agentkv {
+namespace agentkv::engine {
 
 // kNone: not finished, or ended for a reason outside the stop rules
 // (cancelled, error). kStop: an EOS or stop token id or a stop string.
@@ -15,4 +15,4 @@ enum class FinishReason { kNone, kStop, kLength };
 // "stop", "length", or "" for kNone (the OpenAI finish_reason strings).
 std::string_view FinishReasonName(FinishReason reason);
 
-}  // namespace agentkv
+}  // namespace agentkv::engine

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <limits>
 
-namespace agentkv {
+namespace agentkv::engine {
 
-GrammarConstraint::GrammarConstraint(std::shared_ptr<const Grammar> grammar,
+GrammarConstraint::GrammarConstraint(std::shared_ptr<const grammar::Grammar> grammar,
                                      std::vector<int32_t> end_ids)
     : matcher_(std::move(grammar)), end_ids_(std::move(end_ids)) {}
 
@@ -43,4 +43,4 @@ void GrammarConstraint::Accept(int32_t token) {
   (void)matcher_.Advance(token);  // a disallowed token leaves the state unchanged
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::engine

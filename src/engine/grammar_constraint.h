@@ -20,11 +20,11 @@
 
 #include "engine/grammar/grammar_matcher.h"
 
-namespace agentkv {
+namespace agentkv::engine {
 
 class GrammarConstraint {
  public:
-  GrammarConstraint(std::shared_ptr<const Grammar> grammar, std::vector<int32_t> end_ids);
+  GrammarConstraint(std::shared_ptr<const grammar::Grammar> grammar, std::vector<int32_t> end_ids);
 
   // Sets every disallowed entry of `logits` to -inf.
   void Apply(std::span<float> logits);
@@ -32,11 +32,11 @@ class GrammarConstraint {
   // token or one the grammar does not allow leaves the state as it is.
   void Accept(int32_t token);
 
-  const GrammarMatcher& matcher() const { return matcher_; }
+  const grammar::GrammarMatcher& matcher() const { return matcher_; }
 
  private:
-  GrammarMatcher matcher_;
+  grammar::GrammarMatcher matcher_;
   std::vector<int32_t> end_ids_;
 };
 
-}  // namespace agentkv
+}  // namespace agentkv::engine

@@ -5,9 +5,9 @@
 #include <cstring>
 #include <string>
 
-namespace agentkv {
+namespace agentkv::engine {
 
-Result<std::unique_ptr<HostKvTier>> HostKvTier::Create(Backend& backend,
+Result<std::unique_ptr<HostKvTier>> HostKvTier::Create(backend::Backend& backend,
                                                        HostKvTierOptions options) {
   if (options.block_bytes == 0 || options.block_size <= 0)
     return InvalidArgument("host KV tier: block size is zero");
@@ -23,7 +23,7 @@ Result<std::unique_ptr<HostKvTier>> HostKvTier::Create(Backend& backend,
       std::min(blocks, std::max<size_t>(1, options.arena_bytes / options.block_bytes));
   for (size_t done = 0; done < blocks;) {
     const size_t n = std::min(per_arena, blocks - done);
-    ASSIGN_OR_RETURN(HostBuffer b, backend.AllocateHostBuffer(n * options.block_bytes));
+    ASSIGN_OR_RETURN(backend::HostBuffer b, backend.AllocateHostBuffer(n * options.block_bytes));
     t->arenas_.push_back(std::move(b));
     done += n;
   }
@@ -38,12 +38,12 @@ HostKvTier::Slot HostKvTier::SlotAt(int32_t i) const {
       static_cast<size_t>(i % per_arena_) * options_.block_bytes, options_.block_bytes);
 }
 
-bool HostKvTier::Contains(const BlockHash& hash) const {
+bool HostKvTier::Contains(const cache::BlockHash& hash) const {
   auto it = entries_.find(hash);
   return it != entries_.end() && it->second.committed;
 }
 
-bool HostKvTier::Touch(const BlockHash& hash) {
+bool HostKvTier::Touch(const cache::BlockHash& hash) {
   auto it = entries_.find(hash);
   if (it == entries_.end() || !it->second.committed) return false;
   lru_.splice(lru_.end(), lru_, it->second.lru);
@@ -64,7 +64,7 @@ bool HostKvTier::EvictOne() {
   return false;
 }
 
-HostKvTier::Slot HostKvTier::Reserve(const BlockHash& parent, const BlockHash& hash,
+HostKvTier::Slot HostKvTier::Reserve(const cache::BlockHash& parent, const cache::BlockHash& hash,
                                      std::span<const int32_t> tokens) {
   if (static_cast<int>(tokens.size()) != options_.block_size) return {};
   if (entries_.count(hash)) return {};
@@ -82,7 +82,7 @@ HostKvTier::Slot HostKvTier::Reserve(const BlockHash& parent, const BlockHash& h
   return SlotAt(slot);
 }
 
-void HostKvTier::Commit(const BlockHash& hash) {
+void HostKvTier::Commit(const cache::BlockHash& hash) {
   auto it = entries_.find(hash);
   if (it == entries_.end() || it->second.committed) return;
   it->second.committed = true;
@@ -91,14 +91,14 @@ void HostKvTier::Commit(const BlockHash& hash) {
   ++inserts_;
 }
 
-void HostKvTier::Abort(const BlockHash& hash) {
+void HostKvTier::Abort(const cache::BlockHash& hash) {
   auto it = entries_.find(hash);
   if (it == entries_.end() || it->second.committed) return;
   free_slots_.push_back(it->second.slot);
   entries_.erase(it);
 }
 
-bool HostKvTier::Insert(const BlockHash& parent, const BlockHash& hash,
+bool HostKvTier::Insert(const cache::BlockHash& parent, const cache::BlockHash& hash,
                         std::span<const int32_t> tokens, std::span<const std::byte> data) {
   if (data.size() != options_.block_bytes) return false;
   Slot s = Reserve(parent, hash, tokens);
@@ -109,7 +109,7 @@ bool HostKvTier::Insert(const BlockHash& parent, const BlockHash& hash,
 }
 
 std::vector<HostKvTier::Hit> HostKvTier::Match(std::span<const int32_t> tokens, int32_t first_block,
-                                               int32_t max_blocks, BlockHash parent,
+                                               int32_t max_blocks, cache::BlockHash parent,
                                                bool* pending) {
   std::vector<Hit> hits;
   if (pending != nullptr) *pending = false;
@@ -118,7 +118,7 @@ std::vector<HostKvTier::Hit> HostKvTier::Match(std::span<const int32_t> tokens, 
   const int64_t end = std::min<int64_t>(full, static_cast<int64_t>(first_block) + max_blocks);
   for (int64_t i = first_block; i < end; ++i) {
     const std::span<const int32_t> bt = tokens.subspan(static_cast<size_t>(i) * bs, bs);
-    const BlockHash h = HashBlock(parent, bt);
+    const cache::BlockHash h = cache::HashBlock(parent, bt);
     auto it = entries_.find(h);
     if (it == entries_.end()) break;
     Entry& e = it->second;
@@ -153,4 +153,4 @@ HostKvTierStats HostKvTier::Stats() const {
   return s;
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::engine

@@ -40,7 +40,7 @@
 #include "engine/backend/backend.h"
 #include "util/status.h"
 
-namespace agentkv {
+namespace agentkv::engine {
 
 struct HostKvTierOptions {
   size_t capacity_bytes = 0;          // the bound; rounded down to whole blocks
@@ -65,7 +65,8 @@ class HostKvTier {
 
   // Allocates every arena now (call outside hot paths). InvalidArgument when
   // the capacity holds no block; ResourceExhausted when host memory is short.
-  static Result<std::unique_ptr<HostKvTier>> Create(Backend& backend, HostKvTierOptions options);
+  static Result<std::unique_ptr<HostKvTier>> Create(backend::Backend& backend,
+                                                    HostKvTierOptions options);
   HostKvTier(const HostKvTier&) = delete;
   HostKvTier& operator=(const HostKvTier&) = delete;
 
@@ -74,23 +75,24 @@ class HostKvTier {
   int32_t capacity_blocks() const { return num_slots_; }
 
   // Whether a committed block is held under `hash` (no LRU change).
-  bool Contains(const BlockHash& hash) const;
+  bool Contains(const cache::BlockHash& hash) const;
   // Marks a held block most recently used; false if there is none.
-  bool Touch(const BlockHash& hash);
+  bool Touch(const cache::BlockHash& hash);
 
   // A slot for the block `hash` (holding `tokens`, block_size of them, after
   // a block hashed `parent`), evicting the least recently used entry if
   // needed. Empty if the hash is held or reserved already, or if every slot
   // is reserved or leased. The entry is served only after Commit(hash).
-  Slot Reserve(const BlockHash& parent, const BlockHash& hash, std::span<const int32_t> tokens);
+  Slot Reserve(const cache::BlockHash& parent, const cache::BlockHash& hash,
+               std::span<const int32_t> tokens);
   // The reserved slot's bytes are in place: the block is served from now on.
-  void Commit(const BlockHash& hash);
+  void Commit(const cache::BlockHash& hash);
   // Gives a reserved slot back (its bytes never arrived).
-  void Abort(const BlockHash& hash);
+  void Abort(const cache::BlockHash& hash);
   // Reserve + copy + Commit. False if nothing was stored (already held, or
   // no free slot).
-  bool Insert(const BlockHash& parent, const BlockHash& hash, std::span<const int32_t> tokens,
-              std::span<const std::byte> data);
+  bool Insert(const cache::BlockHash& parent, const cache::BlockHash& hash,
+              std::span<const int32_t> tokens, std::span<const std::byte> data);
 
   // The committed blocks continuing full block `first_block` of `tokens`
   // (chained hashes from the start of `tokens`), at most `max_blocks`, in
@@ -99,11 +101,11 @@ class HostKvTier {
   // `pending` (if given) is set when the run stopped at a block that is
   // reserved and not committed yet (its bytes are still on their way).
   struct Hit {
-    BlockHash hash;
+    cache::BlockHash hash;
     std::span<const std::byte> data;
   };
   std::vector<Hit> Match(std::span<const int32_t> tokens, int32_t first_block, int32_t max_blocks,
-                         BlockHash parent, bool* pending = nullptr);
+                         cache::BlockHash parent, bool* pending = nullptr);
   // Ends the lease Match took on each hit.
   void Release(std::span<const Hit> hits);
 
@@ -111,19 +113,19 @@ class HostKvTier {
 
  private:
   struct Entry {
-    BlockHash parent;
+    cache::BlockHash parent;
     std::vector<int32_t> tokens;
     int32_t slot = -1;
     int32_t leases = 0;
     bool committed = false;
-    std::list<BlockHash>::iterator lru;  // valid once committed
+    std::list<cache::BlockHash>::iterator lru;  // valid once committed
   };
   explicit HostKvTier(HostKvTierOptions options) : options_(options) {}
   // Drops the least recently used evictable entry; false if there is none.
   bool EvictOne();
 
   HostKvTierOptions options_;
-  std::vector<HostBuffer> arenas_;
+  std::vector<backend::HostBuffer> arenas_;
   // Slot i is block i % per_arena_ of arena i / per_arena_. Slots below
   // next_fresh_ have been handed out; those given back wait in free_slots_
   // (no per-slot bookkeeping for a tier that is never full).
@@ -132,12 +134,12 @@ class HostKvTier {
   int32_t per_arena_ = 1;
   int32_t next_fresh_ = 0;
   std::vector<int32_t> free_slots_;
-  std::unordered_map<BlockHash, Entry, BlockHashHasher> entries_;
-  std::list<BlockHash> lru_;  // committed entries, least recently used first
+  std::unordered_map<cache::BlockHash, Entry, cache::BlockHashHasher> entries_;
+  std::list<cache::BlockHash> lru_;  // committed entries, least recently used first
   int64_t committed_ = 0;
   int64_t hits_ = 0;
   int64_t inserts_ = 0;
   int64_t evictions_ = 0;
 };
 
-}  // namespace agentkv
+}  // namespace agentkv::engine

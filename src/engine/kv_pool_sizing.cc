@@ -5,9 +5,9 @@
 
 #include "cache/kv_memory_budget.h"
 
-namespace agentkv {
+namespace agentkv::engine {
 
-std::vector<int32_t> MinimumBlocks(const ModelCacheSpec& spec, int block_size) {
+std::vector<int32_t> MinimumBlocks(const cache::ModelCacheSpec& spec, int block_size) {
   std::vector<int32_t> out(spec.groups.size());
   for (size_t g = 0; g < spec.groups.size(); ++g) {
     out[g] = std::max(1, spec.RingBlocks(static_cast<int>(g), block_size));
@@ -15,7 +15,8 @@ std::vector<int32_t> MinimumBlocks(const ModelCacheSpec& spec, int block_size) {
   return out;
 }
 
-uint64_t PoolBytes(const ModelCacheSpec& spec, int block_size, const std::vector<int32_t>& blocks) {
+uint64_t PoolBytes(const cache::ModelCacheSpec& spec, int block_size,
+                   const std::vector<int32_t>& blocks) {
   uint64_t total = 0;
   for (size_t g = 0; g < blocks.size() && g < spec.groups.size(); ++g) {
     total += static_cast<uint64_t>(spec.BytesPerBlock(static_cast<int>(g), block_size)) *
@@ -24,20 +25,21 @@ uint64_t PoolBytes(const ModelCacheSpec& spec, int block_size, const std::vector
   return total;
 }
 
-int64_t SequenceCapacity(const ModelCacheSpec& spec, int block_size,
+int64_t SequenceCapacity(const cache::ModelCacheSpec& spec, int block_size,
                          const std::vector<int32_t>& blocks, int64_t max_context) {
   std::optional<int64_t> cap;
   for (size_t g = 0; g < blocks.size() && g < spec.groups.size(); ++g) {
-    if (spec.groups[g].kind != AttentionKind::kFull) continue;
+    if (spec.groups[g].kind != cache::AttentionKind::kFull) continue;
     const int64_t tokens = static_cast<int64_t>(blocks[g]) * block_size;
     cap = cap ? std::min(*cap, tokens) : tokens;
   }
   return cap.value_or(max_context);
 }
 
-Result<std::vector<int32_t>> SizeKvPool(Backend& backend, int block_size, const KvPoolSize& size,
-                                        int max_step_tokens, int max_batch) {
-  const ModelCacheSpec& spec = backend.cache_spec();
+Result<std::vector<int32_t>> SizeKvPool(backend::Backend& backend, int block_size,
+                                        const KvPoolSize& size, int max_step_tokens,
+                                        int max_batch) {
+  const cache::ModelCacheSpec& spec = backend.cache_spec();
   if (!size.blocks_per_group.empty()) return size.blocks_per_group;
   if (size.bytes > 0) return BlocksForBudget(spec, block_size, size.bytes, max_batch);
   const double fraction = size.fraction > 0 ? size.fraction : backend.default_kv_memory_fraction();
@@ -45,15 +47,15 @@ Result<std::vector<int32_t>> SizeKvPool(Backend& backend, int block_size, const 
     return InvalidArgument("KV memory fraction must be in (0, 1]");
   }
   const std::vector<int32_t> probe = MinimumBlocks(spec, block_size);
-  KvLayout layout;
+  backend::KvLayout layout;
   layout.block_size = block_size;
   for (size_t g = 0; g < probe.size(); ++g) layout.blocks_per_group[g] = probe[g];
   RETURN_IF_ERROR(backend.AllocateKv(layout));
   RETURN_IF_ERROR(backend.Reserve(max_step_tokens, max_batch));
   ASSIGN_OR_RETURN(const uint64_t free, backend.FreeMemoryBytes());
   const uint64_t budget =
-      KvBudgetBytes(std::nullopt, free + PoolBytes(spec, block_size, probe), fraction);
+      cache::KvBudgetBytes(std::nullopt, free + PoolBytes(spec, block_size, probe), fraction);
   return BlocksForBudget(spec, block_size, budget, max_batch);
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::engine

@@ -19,7 +19,7 @@
 #include "engine/backend/backend.h"
 #include "util/status.h"
 
-namespace agentkv {
+namespace agentkv::engine {
 
 struct KvPoolSize {
   std::vector<int32_t> blocks_per_group;  // given: used as is
@@ -29,22 +29,23 @@ struct KvPoolSize {
 
 // The smallest pool a model runs with: one block of each full-attention
 // group, one ring of each sliding group.
-std::vector<int32_t> MinimumBlocks(const ModelCacheSpec& spec, int block_size);
+std::vector<int32_t> MinimumBlocks(const cache::ModelCacheSpec& spec, int block_size);
 
 // Bytes of a pool of `blocks` (per group).
-uint64_t PoolBytes(const ModelCacheSpec& spec, int block_size, const std::vector<int32_t>& blocks);
+uint64_t PoolBytes(const cache::ModelCacheSpec& spec, int block_size,
+                   const std::vector<int32_t>& blocks);
 
 // The most tokens one sequence can hold in a pool of `blocks`: every
 // full-attention group's blocks; sliding groups are rings and never limit it.
 // `max_context` when the model has no full-attention group.
-int64_t SequenceCapacity(const ModelCacheSpec& spec, int block_size,
+int64_t SequenceCapacity(const cache::ModelCacheSpec& spec, int block_size,
                          const std::vector<int32_t>& blocks, int64_t max_context);
 
 // Blocks per group for `size` (see KvPoolSize). May allocate a probe pool
 // and Reserve(max_step_tokens, max_batch) on `backend` to measure; the
 // caller allocates the returned pool afterwards. ResourceExhausted when the
 // memory cannot hold the smallest pool; InvalidArgument for a bad fraction.
-Result<std::vector<int32_t>> SizeKvPool(Backend& backend, int block_size, const KvPoolSize& size,
-                                        int max_step_tokens, int max_batch);
+Result<std::vector<int32_t>> SizeKvPool(backend::Backend& backend, int block_size,
+                                        const KvPoolSize& size, int max_step_tokens, int max_batch);
 
-}  // namespace agentkv
+}  // namespace agentkv::engine

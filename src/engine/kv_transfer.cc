@@ -7,13 +7,14 @@
 #include <chrono>
 #include <limits>
 
-namespace agentkv {
+namespace agentkv::engine {
 
-KvTransfer::KvTransfer(Backend* backend, KvCacheManager* kv, KvTransferOptions options,
-                       std::function<void()> wake)
+KvTransfer::KvTransfer(backend::Backend* backend, cache::KvCacheManager* kv,
+                       KvTransferOptions options, std::function<void()> wake)
     : backend_(backend), kv_(kv), options_(std::move(options)), wake_(std::move(wake)) {}
 
-Result<std::unique_ptr<KvTransfer>> KvTransfer::Create(Backend* backend, KvCacheManager* kv,
+Result<std::unique_ptr<KvTransfer>> KvTransfer::Create(backend::Backend* backend,
+                                                       cache::KvCacheManager* kv,
                                                        KvTransferOptions options,
                                                        std::function<void()> wake) {
   std::unique_ptr<KvTransfer> t(new KvTransfer(backend, kv, std::move(options), std::move(wake)));
@@ -81,7 +82,7 @@ Status KvTransfer::Init() {
   }
   if (host_) {
     kv_->SetEvictObserver(
-        [this](int32_t block, const BlockHash& hash, const BlockHash& parent,
+        [this](int32_t block, const cache::BlockHash& hash, const cache::BlockHash& parent,
                std::span<const int32_t> tokens) { OnEvict(block, hash, parent, tokens); });
   }
   if (!options_.kv_tier) return Status::Ok();
@@ -89,7 +90,7 @@ Status KvTransfer::Init() {
   restore_slot_blocks_ = static_cast<int32_t>(std::clamp<int64_t>(
       static_cast<int64_t>(options_.restore_chunk_bytes / block_bytes_), 1, pool_blocks));
   for (int i = 0; i < kRestoreSlots; ++i) {
-    ASSIGN_OR_RETURN(HostBuffer b,
+    ASSIGN_OR_RETURN(backend::HostBuffer b,
                      backend_->AllocateHostBuffer(block_bytes_ * restore_slot_blocks_));
     restore_slots_.push_back(std::move(b));
     free_slots_.push_back(i);
@@ -181,7 +182,7 @@ int32_t KvTransfer::RestoreFromHost(Sequence* s, int64_t usable_blocks) {
       static_cast<int32_t>(kv_->CachedPrefixTokens(s->tokens, s->cache_root) / bs);
   if (first >= usable_blocks) return 0;
   // The chain hash before `first`: the cached head's last block.
-  BlockHash parent = s->cache_root;
+  cache::BlockHash parent = s->cache_root;
   if (first > 0)
     parent =
         HashFullBlocks(tokens.first(static_cast<size_t>(first) * bs), bs, s->cache_root).back();
@@ -196,7 +197,7 @@ int32_t KvTransfer::RestoreFromHost(Sequence* s, int64_t usable_blocks) {
     hits = host_->Match(tokens, first, want, parent);
   }
   if (hits.empty()) return 0;
-  std::vector<BlockHash> hashes;
+  std::vector<cache::BlockHash> hashes;
   for (const HostKvTier::Hit& h : hits) hashes.push_back(h.hash);
   // The manager allocates and registers; the data goes in right after,
   // before any step can read those blocks. Allocating may evict pool blocks
@@ -291,8 +292,8 @@ void KvTransfer::CompleteWrites(bool wait) {
   }
 }
 
-void KvTransfer::OnEvict(int32_t block, const BlockHash& hash, const BlockHash& parent,
-                         std::span<const int32_t> tokens) {
+void KvTransfer::OnEvict(int32_t block, const cache::BlockHash& hash,
+                         const cache::BlockHash& parent, std::span<const int32_t> tokens) {
   if (!capture_evictions_) return;
   if (host_->Touch(hash)) return;  // held already (a finished turn's, say)
   HostKvTier::Slot slot = host_->Reserve(parent, hash, tokens);
@@ -320,7 +321,7 @@ void KvTransfer::FlushEvictions() {
       r.ticket = *t;
       host_reads_.push_back(std::move(r));
     } else {
-      for (const BlockHash& h : r.hashes) host_->Abort(h);
+      for (const cache::BlockHash& h : r.hashes) host_->Abort(h);
     }
     i = j;
   }
@@ -333,7 +334,7 @@ void KvTransfer::CommitHostReads(bool wait) {
     HostRead& r = host_reads_.front();
     Result<bool> done = backend_->ReadDone(r.ticket, wait);
     if (done.ok() && !*done) break;
-    for (const BlockHash& h : r.hashes) {
+    for (const cache::BlockHash& h : r.hashes) {
       if (done.ok()) {
         host_->Commit(h);
       } else {
@@ -346,7 +347,7 @@ void KvTransfer::CommitHostReads(bool wait) {
 
 void KvTransfer::RetireAgent(Sequence* s) {
   const std::string& key = s->request.agent_key;
-  AgentCache cache = kv_->PinForAgent(s->id);
+  cache::AgentCache cache = kv_->PinForAgent(s->id);
   ResidentAgent& a = agents_[key];
   kv_->ReleaseAgentCache(&a.cache);
   a.cache = std::move(cache);
@@ -422,4 +423,4 @@ KvTransferStats KvTransfer::Stats() const {
   return s;
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::engine

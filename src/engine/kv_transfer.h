@@ -62,12 +62,12 @@
 #include "engine/sequence.h"
 #include "engine/staging_pool.h"
 
-namespace agentkv {
+namespace agentkv::engine {
 
 struct KvTransferOptions {
   int block_size = 16;
   // The persistent tier, or null (EngineOptions::kv_tier).
-  std::shared_ptr<KvTier> kv_tier;
+  std::shared_ptr<cache::KvTier> kv_tier;
   size_t restore_chunk_bytes = 64ull << 20;
   size_t save_staging_bytes = 512ull << 20;
   // Host-memory tier size; 0: none. Where the host cannot give that much,
@@ -123,7 +123,8 @@ class KvTransfer {
   // there is a KV tier. Without prefix caching there is nothing to restore
   // into: the tiers are dropped. `wake` is called (from the loader thread)
   // when loaded chunks wait for TakeRestored.
-  static Result<std::unique_ptr<KvTransfer>> Create(Backend* backend, KvCacheManager* kv,
+  static Result<std::unique_ptr<KvTransfer>> Create(backend::Backend* backend,
+                                                    cache::KvCacheManager* kv,
                                                     KvTransferOptions options,
                                                     std::function<void()> wake);
   ~KvTransfer();  // Stop()s
@@ -208,7 +209,7 @@ class KvTransfer {
   const HostKvTier* host_tier() const { return host_.get(); }
 
  private:
-  KvTransfer(Backend* backend, KvCacheManager* kv, KvTransferOptions options,
+  KvTransfer(backend::Backend* backend, cache::KvCacheManager* kv, KvTransferOptions options,
              std::function<void()> wake);
   Status Init();
 
@@ -216,7 +217,7 @@ class KvTransfer {
   // Restores the host tier's run of blocks continuing `s`'s cached prefix
   // (at most up to block `usable_blocks`); returns blocks written.
   int32_t RestoreFromHost(Sequence* s, int64_t usable_blocks);
-  void OnEvict(int32_t block, const BlockHash& hash, const BlockHash& parent,
+  void OnEvict(int32_t block, const cache::BlockHash& hash, const cache::BlockHash& parent,
                std::span<const int32_t> tokens);
   void CommitHostReads(bool wait);
 
@@ -225,7 +226,7 @@ class KvTransfer {
   struct LoadJob {
     RequestId id = 0;
     std::vector<int32_t> tokens;
-    BlockHash root;  // the chain's start (Sequence::cache_root)
+    cache::BlockHash root;  // the chain's start (Sequence::cache_root)
     int32_t first_block = 0;
     int32_t max_blocks = 0;
     // Plan a split first (the loader counts what the store has).
@@ -297,11 +298,11 @@ class KvTransfer {
   // as many as there are free chunks; the rest wait for chunks to come back.
   struct SaveJob {
     std::string agent_key;
-    uint32_t first_index = 0;         // chain index of blocks[0]
-    BlockHash parent;                 // chain hash before blocks[0]
-    std::vector<KvTierBlock> blocks;  // data filled as they are staged
-    std::vector<uint8_t> need_data;   // per block: the tier lacks it
-    size_t next = 0;                  // blocks before it are staged
+    uint32_t first_index = 0;                // chain index of blocks[0]
+    cache::BlockHash parent;                 // chain hash before blocks[0]
+    std::vector<cache::KvTierBlock> blocks;  // data filled as they are staged
+    std::vector<uint8_t> need_data;          // per block: the tier lacks it
+    size_t next = 0;                         // blocks before it are staged
   };
   // A staged run of a job, handed to the tier once the backend reports its
   // reads done.
@@ -309,8 +310,8 @@ class KvTransfer {
     uint64_t ticket = 0;
     std::string agent_key;
     uint32_t first_index = 0;
-    BlockHash parent;                 // chain hash before blocks[0]
-    std::vector<KvTierBlock> blocks;  // data: slices of staging chunks
+    cache::BlockHash parent;                 // chain hash before blocks[0]
+    std::vector<cache::KvTierBlock> blocks;  // data: slices of staging chunks
     // The agent was dropped: its reads still finish (the staging is in
     // use until then), but nothing goes to the tiers.
     bool dropped = false;
@@ -321,8 +322,8 @@ class KvTransfer {
   void KeepInHostTier(const SaveJob& job);
   void PumpSaves();
 
-  Backend* backend_;
-  KvCacheManager* kv_;
+  backend::Backend* backend_;
+  cache::KvCacheManager* kv_;
   KvTransferOptions options_;
   std::function<void()> wake_;
   int group_ = -1;          // the prefix group
@@ -339,14 +340,14 @@ class KvTransfer {
   std::unordered_set<RequestId> load_cancelled_;             // loads to stop early
   std::unordered_map<std::string, int64_t> agent_resident_;  // published copy
   // Set before the loader starts, then read-only (the loader reads them).
-  std::vector<HostBuffer> restore_slots_;
+  std::vector<backend::HostBuffer> restore_slots_;
   std::thread loader_;
 
   // Engine-thread state.
   struct ResidentAgent {
-    AgentCache cache;
+    cache::AgentCache cache;
     // Hashes of the agent's chain blocks handed to the tier, in order.
-    std::vector<BlockHash> saved;
+    std::vector<cache::BlockHash> saved;
   };
   std::unordered_map<std::string, ResidentAgent> agents_;
   // Requests whose store load is in flight.
@@ -354,7 +355,7 @@ class KvTransfer {
   // Split restores under way (their requests are in the scheduler).
   struct Split {
     std::vector<int32_t> tokens;  // the prompt's whole blocks to restore into
-    BlockHash root;               // their chain's start (Sequence::cache_root)
+    cache::BlockHash root;        // their chain's start (Sequence::cache_root)
     bool loaded = false;          // the tail's load is over
     bool broken = false;          // a chunk failed: the rest is not joined
     int64_t restored_tokens = 0;  // written from the store
@@ -367,7 +368,7 @@ class KvTransfer {
   RestoreRates PlanRates(int64_t cached_blocks, double busy) const;
   // Blocks this engine knows the tier has (saved or restored): later saves
   // of them only link the agent's chain. Cleared when it grows too large.
-  std::unordered_set<BlockHash, BlockHashHasher> tier_has_;
+  std::unordered_set<cache::BlockHash, cache::BlockHashHasher> tier_has_;
   std::shared_ptr<StagingPool> save_staging_;
   std::deque<SaveJob> save_backlog_;
   std::deque<PendingSave> pending_saves_;
@@ -377,14 +378,14 @@ class KvTransfer {
   // these reserved host-tier slots.
   struct Evicted {
     int32_t block;
-    BlockHash hash;
+    cache::BlockHash hash;
     HostKvTier::Slot slot;
   };
   std::vector<Evicted> evicted_;
   // Device reads into host-tier slots, oldest first; committed once done.
   struct HostRead {
     uint64_t ticket = 0;
-    std::vector<BlockHash> hashes;
+    std::vector<cache::BlockHash> hashes;
   };
   std::deque<HostRead> host_reads_;
   std::deque<PendingWrite> pending_writes_;  // oldest first
@@ -393,4 +394,4 @@ class KvTransfer {
   KvTransferStats stats_;
 };
 
-}  // namespace agentkv
+}  // namespace agentkv::engine

@@ -7,7 +7,7 @@
 
 #include "engine/kv_transfer.h"
 
-namespace agentkv {
+namespace agentkv::engine {
 
 bool KvTransfer::PlanSplit(LoadJob* job, int32_t* next, int32_t* end) {
   Result<int32_t> stored = options_.kv_tier->CountStored(
@@ -64,9 +64,9 @@ void KvTransfer::ApplySplitChunk(const LoadChunk& c, PendingWrite* w) {
     sp.broken = true;
     return;
   }
-  const std::vector<BlockHash> all =
+  const std::vector<cache::BlockHash> all =
       HashFullBlocks(std::span<const int32_t>(sp.tokens).first(end), bs, sp.root);
-  const std::span<const BlockHash> hashes = std::span(all).subspan(c.first_block);
+  const std::span<const cache::BlockHash> hashes = std::span(all).subspan(c.first_block);
   // Blocks cached already are held as they are; the new ones are written
   // right after, in runs of consecutive chunk positions.
   std::vector<std::pair<size_t, int32_t>> fresh;
@@ -166,4 +166,4 @@ void KvTransfer::NoteLoadRate(const LoadChunk& c) {
   stats_.tier_latency_s = load_latency_s_;
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::engine

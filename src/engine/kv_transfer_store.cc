@@ -14,7 +14,7 @@
 
 #include "engine/kv_transfer.h"
 
-namespace agentkv {
+namespace agentkv::engine {
 
 int KvTransfer::AcquireSlot(RequestId id) {
   std::unique_lock<std::mutex> lock(mu_);
@@ -27,7 +27,7 @@ int KvTransfer::AcquireSlot(RequestId id) {
 }
 
 void KvTransfer::LoaderLoop() {
-  KvTier* tier = options_.kv_tier.get();
+  cache::KvTier* tier = options_.kv_tier.get();
   const int bs = options_.block_size;
   while (true) {
     LoadJob job;
@@ -51,8 +51,9 @@ void KvTransfer::LoaderLoop() {
         const auto t0 = std::chrono::steady_clock::now();
         // Asks for the whole rest of the job: the tier decodes what fits the
         // slot and prefetches what follows.
-        Result<KvTierLoadInto> r = tier->LoadInto(job.tokens, job.root, bs, next, end - next,
-                                                  restore_slots_[c.slot].span(), block_bytes_);
+        Result<cache::KvTierLoadInto> r =
+            tier->LoadInto(job.tokens, job.root, bs, next, end - next,
+                           restore_slots_[c.slot].span(), block_bytes_);
         c.load_seconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         if (first)
@@ -107,11 +108,11 @@ std::unique_ptr<Sequence> KvTransfer::ApplyChunk(LoadChunk c) {
   if (s != nullptr && c.last && !c.problem.ok()) ++stats_.restore_problems;
   if (s != nullptr && c.blocks > 0 && !s->restore_broken) {
     const int bs = options_.block_size;
-    const std::vector<BlockHash> all =
+    const std::vector<cache::BlockHash> all =
         HashFullBlocks(std::span<const int32_t>(s->tokens).first(
                            static_cast<size_t>(c.first_block + c.blocks) * bs),
                        bs, s->cache_root);
-    const std::span<const BlockHash> hashes = std::span(all).subspan(c.first_block);
+    const std::span<const cache::BlockHash> hashes = std::span(all).subspan(c.first_block);
     // The manager allocates and registers; the chunk's data goes in with one
     // batched copy right after, before any step can read those blocks.
     size_t first_new = 0;
@@ -200,10 +201,10 @@ void KvTransfer::DropIdleBlocks() {
 }
 
 void KvTransfer::SaveAgentKv(Sequence* s) {
-  KvTier* tier = options_.kv_tier.get();
+  cache::KvTier* tier = options_.kv_tier.get();
   if (tier == nullptr || group_ < 0 || !save_staging_) return;
   ResidentAgent& a = agents_[s->request.agent_key];
-  const std::vector<BlockHash>& hashes = kv_->BlockHashes(s->id);
+  const std::vector<cache::BlockHash>& hashes = kv_->BlockHashes(s->id);
   const size_t n = std::min(hashes.size(), kv_->Table(s->id, group_).blocks().size());
   size_t same = 0;
   while (same < n && same < a.saved.size() && a.saved[same] == hashes[same]) ++same;
@@ -219,7 +220,7 @@ void KvTransfer::SaveAgentKv(Sequence* s) {
   job.first_index = static_cast<uint32_t>(same);
   job.parent = same == 0 ? s->cache_root : hashes[same - 1];
   for (size_t i = same; i < n; ++i) {
-    KvTierBlock b;
+    cache::KvTierBlock b;
     b.hash = hashes[i];
     b.tokens.assign(s->tokens.begin() + i * bs, s->tokens.begin() + (i + 1) * bs);
     job.need_data.push_back(!tier_has_.count(b.hash));
@@ -243,9 +244,9 @@ void KvTransfer::KeepInHostTier(const SaveJob& job) {
   // the store's staging once the save's read is done would cost the engine
   // thread a memcpy of every finished turn (1.3 GB for 64 agents of 640
   // tokens on the 1B shape), between steps.
-  BlockHash parent = job.parent;
-  for (const KvTierBlock& b : job.blocks) {
-    const BlockHash block_parent = parent;
+  cache::BlockHash parent = job.parent;
+  for (const cache::KvTierBlock& b : job.blocks) {
+    const cache::BlockHash block_parent = parent;
     parent = b.hash;
     if (host_->Touch(b.hash)) continue;
     const std::optional<int32_t> block = kv_->CachedBlock(b.hash);
@@ -280,7 +281,7 @@ void KvTransfer::PumpSaves() {
       ids.clear();
     };
     for (; job.next < job.blocks.size(); ++job.next) {
-      KvTierBlock& b = job.blocks[job.next];
+      cache::KvTierBlock& b = job.blocks[job.next];
       if (job.need_data[job.next]) {
         const std::optional<int32_t> block = kv_->CachedBlock(b.hash);
         if (!block) {  // evicted while it waited: the chain ends before it
@@ -333,7 +334,7 @@ void KvTransfer::PumpSaves() {
 void KvTransfer::CompleteSaves(bool wait) {
   CompleteWrites(wait);
   if (host_) CommitHostReads(wait);
-  KvTier* tier = options_.kv_tier.get();
+  cache::KvTier* tier = options_.kv_tier.get();
   while (!pending_saves_.empty()) {
     PendingSave& p = pending_saves_.front();
     Result<bool> done = backend_->ReadDone(p.ticket, wait);
@@ -373,4 +374,4 @@ void KvTransfer::DrainSaves() {
   CompleteWrites(/*wait=*/true);
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::engine

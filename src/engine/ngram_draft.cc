@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-namespace agentkv {
+namespace agentkv::engine {
 
 std::vector<int32_t> ProposeNgramDraft(std::span<const int32_t> tokens, int max_tokens,
                                        const NgramDraftOptions& options) {
@@ -32,4 +32,4 @@ std::vector<int32_t> ProposeNgramDraft(std::span<const int32_t> tokens, int max_
   return draft;
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::engine

@@ -11,7 +11,7 @@
 #include <span>
 #include <vector>
 
-namespace agentkv {
+namespace agentkv::engine {
 
 struct NgramDraftOptions {
   int max_ngram = 3;  // the longest suffix looked up first, then shorter ones
@@ -30,4 +30,4 @@ struct NgramDraftOptions {
 std::vector<int32_t> ProposeNgramDraft(std::span<const int32_t> tokens, int max_tokens,
                                        const NgramDraftOptions& options = {});
 
-}  // namespace agentkv
+}  // namespace agentkv::engine

@@ -2,22 +2,24 @@
 
 #include "engine/backend/row_logprobs.h"
 
-namespace agentkv {
+namespace agentkv::engine {
 
-static_assert(kMaxRowLogprobs == SamplingParams::kMaxLogprobs,
+static_assert(backend::kMaxRowLogprobs == SamplingParams::kMaxLogprobs,
               "a backend's RowLogprobs holds every top entry a request may ask for");
 
-PickMode ChoosePickMode(const SamplingParams& p, bool device_logprobs) {
+backend::PickMode ChoosePickMode(const SamplingParams& p, bool device_logprobs) {
   // Constrained rows are masked by the Sampler on the host.
-  if (p.has_penalties() || p.grammar || (p.logprobs && !device_logprobs)) return PickMode::kHost;
-  return p.greedy() ? PickMode::kGreedy : PickMode::kDevice;
+  if (p.has_penalties() || p.grammar || (p.logprobs && !device_logprobs))
+    return backend::PickMode::kHost;
+  return p.greedy() ? backend::PickMode::kGreedy : backend::PickMode::kDevice;
 }
 
-RowPick PlanRowPick(const SamplingParams& p, bool device_logprobs) {
-  RowPick r;
+backend::RowPick PlanRowPick(const SamplingParams& p, bool device_logprobs) {
+  backend::RowPick r;
   r.mode = ChoosePickMode(p, device_logprobs);
-  if (r.mode != PickMode::kHost && p.logprobs) r.logprobs = static_cast<int8_t>(*p.logprobs);
+  if (r.mode != backend::PickMode::kHost && p.logprobs)
+    r.logprobs = static_cast<int8_t>(*p.logprobs);
   return r;
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::engine

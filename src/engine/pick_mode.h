@@ -6,7 +6,7 @@
 #include "engine/backend/row_pick.h"
 #include "engine/sampling_params.h"
 
-namespace agentkv {
+namespace agentkv::engine {
 
 // How a sequence's rows are picked: kGreedy for temperature 0 without
 // penalties or logprobs; kDevice for temperature > 0 without penalties or
@@ -16,14 +16,14 @@ namespace agentkv {
 // `device_logprobs` (the backend computes RowLogprobs next to its picks),
 // rows asking for logprobs without penalties are kGreedy / kDevice too.
 // Pure.
-PickMode ChoosePickMode(const SamplingParams& params, bool device_logprobs = false);
+backend::PickMode ChoosePickMode(const SamplingParams& params, bool device_logprobs = false);
 
 // The whole plan of one row: its mode, and for a row the backend picks
 // with logprobs, RowPick::logprobs (the top entries asked). The draw's
 // settings (RowPick::sample) come from the Sampler at launch. Pure.
-RowPick PlanRowPick(const SamplingParams& params, bool device_logprobs = false);
+backend::RowPick PlanRowPick(const SamplingParams& params, bool device_logprobs = false);
 inline bool DeviceSamplable(const SamplingParams& params) {
-  return ChoosePickMode(params) == PickMode::kDevice;
+  return ChoosePickMode(params) == backend::PickMode::kDevice;
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::engine

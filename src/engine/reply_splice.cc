@@ -4,7 +4,7 @@
 
 #include "engine/text/tokenizer_unicode.h"
 
-namespace agentkv {
+namespace agentkv::engine {
 
 namespace {
 
@@ -63,9 +63,9 @@ std::vector<std::pair<size_t, size_t>> AgreeingOffsets(std::span<const int32_t> 
       if (pending.size() > 16) break;  // no character is that long
       continue;
     }
-    const std::string sent = tokenizer_unicode::IsValidUtf8(pending)
+    const std::string sent = text::tokenizer_unicode::IsValidUtf8(pending)
                                  ? pending
-                                 : tokenizer_unicode::SanitizeUtf8(pending);
+                                 : text::tokenizer_unicode::SanitizeUtf8(pending);
     if (text.substr(covered, sent.size()) != sent) break;
     covered += sent.size();
     at.push_back({n + 1, covered});
@@ -180,4 +180,4 @@ ReplySplice SpliceReplyTokens(std::span<const int32_t> previous, const TokenByte
   return out;
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::engine

@@ -39,7 +39,7 @@
 #include <string_view>
 #include <vector>
 
-namespace agentkv {
+namespace agentkv::engine {
 
 // The exact bytes of a token id, or nullopt when unknown.
 using TokenBytesFn = std::function<std::optional<std::string>(int32_t)>;
@@ -64,4 +64,4 @@ ReplySplice SpliceReplyTokens(std::span<const int32_t> previous, const TokenByte
                               const IsAddedFn& is_added, std::string_view text,
                               std::span<const int32_t> text_ids, const EncodeTextFn& encode);
 
-}  // namespace agentkv
+}  // namespace agentkv::engine

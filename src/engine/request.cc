@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cctype>
 
-namespace agentkv {
+namespace agentkv::engine {
 
 Result<Priority> ParsePriority(std::string_view text) {
   std::string t(text);
@@ -40,4 +40,4 @@ std::string_view CacheSourceName(CacheSource s) {
   return "none";
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::engine

@@ -14,7 +14,7 @@
 #include "engine/sampling_params.h"
 #include "util/status.h"
 
-namespace agentkv {
+namespace agentkv::engine {
 
 using RequestId = int64_t;
 
@@ -71,4 +71,4 @@ struct RequestOutput {
   Status error;
 };
 
-}  // namespace agentkv
+}  // namespace agentkv::engine

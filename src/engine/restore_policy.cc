@@ -5,7 +5,7 @@
 #include <limits>
 #include <vector>
 
-namespace agentkv {
+namespace agentkv::engine {
 
 double PrefillCost::Seconds(int64_t from, int64_t to) const {
   if (to <= from) return 0;
@@ -78,4 +78,4 @@ RestorePlan PlanRestore(const RestoreRates& rates) {
   return plan;
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::engine

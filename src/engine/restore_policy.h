@@ -20,7 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace agentkv {
+namespace agentkv::engine {
 
 // What prefill costs on this device and model: seconds per token, plus
 // seconds per token per token of context before it (attention).
@@ -65,4 +65,4 @@ struct RestorePlan {
 
 RestorePlan PlanRestore(const RestoreRates& rates);
 
-}  // namespace agentkv
+}  // namespace agentkv::engine

@@ -9,7 +9,7 @@
 
 #include "engine/backend/sample_draw.h"
 
-namespace agentkv {
+namespace agentkv::engine {
 namespace {
 
 constexpr uint32_t kPromptBit = 0x80000000u;
@@ -177,10 +177,10 @@ SampledToken Sampler::Sample(std::span<float> logits) {
     // SampleDraw clobbers the row: draw from a copy, read the logit after.
     Scratch& s = ThreadScratch(logits.size());
     std::memcpy(s.raw.data(), logits.data(), logits.size() * sizeof(float));
-    token = SampleDraw(std::span<float>(s.raw.data(), logits.size()), NextDraw());
+    token = backend::SampleDraw(std::span<float>(s.raw.data(), logits.size()), NextDraw());
     chosen_logit = logits[static_cast<size_t>(token)];
   } else {
-    token = SampleDraw(logits, NextDraw());
+    token = backend::SampleDraw(logits, NextDraw());
   }
   AddOutput(token);
 
@@ -193,8 +193,8 @@ SampledToken Sampler::Sample(std::span<float> logits) {
   return out;
 }
 
-SampleSettings Sampler::NextDraw() {
-  SampleSettings d;
+backend::SampleSettings Sampler::NextDraw() {
+  backend::SampleSettings d;
   d.temperature = params_.temperature;
   d.top_k = params_.top_k;
   d.top_p = params_.top_p;
@@ -203,4 +203,4 @@ SampleSettings Sampler::NextDraw() {
   return d;
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::engine

@@ -35,7 +35,7 @@
 #include "engine/grammar_constraint.h"
 #include "engine/sampling_params.h"
 
-namespace agentkv {
+namespace agentkv::engine {
 
 struct SampledToken {
   int32_t token = 0;
@@ -66,7 +66,7 @@ class Sampler {
   // Sampler (SampleDraw, or a backend doing the same on its device); advances
   // the generator as one Sample() of a sampled row does. Requires
   // temperature > 0.
-  SampleSettings NextDraw();
+  backend::SampleSettings NextDraw();
 
   // Picks the next token and records it as output. `logits` (vocab_size
   // long) is used as scratch and left clobbered. With params.grammar, the
@@ -103,4 +103,4 @@ class Sampler {
   double inv_t_ = 1.0;  // 1 / temperature (1 when greedy)
 };
 
-}  // namespace agentkv
+}  // namespace agentkv::engine

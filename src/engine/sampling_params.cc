@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <string>
 
-namespace agentkv {
+namespace agentkv::engine {
 namespace {
 
 std::string Num(double v) {
@@ -72,4 +72,4 @@ Status SamplingParams::Validate() const {
   return Status::Ok();
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::engine

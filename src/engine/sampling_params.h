@@ -11,9 +11,11 @@
 
 #include "util/status.h"
 
-namespace agentkv {
-
+namespace agentkv::grammar {
 class Grammar;  // engine/grammar/grammar.h
+}  // namespace agentkv::grammar
+
+namespace agentkv::engine {
 
 // Stop strings are matched against every generated piece of every sequence
 // on the engine thread, so a request's stop list is bounded: at most this
@@ -64,7 +66,7 @@ struct SamplingParams {
   // of a match of this grammar and the sequence stops (EOS) only where the
   // output is a complete match (the Sampler holds the per-sequence state).
   // Shared and immutable; requires !ignore_eos.
-  std::shared_ptr<const Grammar> grammar;
+  std::shared_ptr<const grammar::Grammar> grammar;
 
   bool greedy() const { return temperature == 0.0f; }
   bool top_k_enabled() const { return top_k > 0; }
@@ -76,4 +78,4 @@ struct SamplingParams {
   Status Validate() const;
 };
 
-}  // namespace agentkv
+}  // namespace agentkv::engine

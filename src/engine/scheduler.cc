@@ -2,9 +2,10 @@
 
 #include <algorithm>
 
-namespace agentkv {
+namespace agentkv::engine {
 
-Scheduler::Scheduler(KvCacheManager* kv, SchedulerOptions options) : kv_(kv), options_(options) {}
+Scheduler::Scheduler(cache::KvCacheManager* kv, SchedulerOptions options)
+    : kv_(kv), options_(options) {}
 
 void Scheduler::Add(std::unique_ptr<Sequence> seq, double now_s) {
   seq->arrival = next_arrival_++;
@@ -171,4 +172,4 @@ Status Scheduler::Commit(const ScheduledSeq& s) {
   return Status::Ok();
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::engine

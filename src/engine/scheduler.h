@@ -36,7 +36,7 @@
 #include "cache/kv_cache_manager.h"
 #include "engine/sequence.h"
 
-namespace agentkv {
+namespace agentkv::engine {
 
 struct SchedulerOptions {
   int max_batch = 64;          // running sequences
@@ -56,13 +56,13 @@ struct ScheduledSeq {
 
 struct StepPlan {
   std::vector<ScheduledSeq> seqs;
-  std::vector<KvBlockCopy> copies;  // the backend does these before the step
+  std::vector<cache::KvBlockCopy> copies;  // the backend does these before the step
   int preempted = 0;
 };
 
 class Scheduler {
  public:
-  Scheduler(KvCacheManager* kv, SchedulerOptions options);
+  Scheduler(cache::KvCacheManager* kv, SchedulerOptions options);
 
   // Called with a sequence marked restore_before_admit (preempted ones, and
   // those the engine marks) once it is about to be admitted (there is room),
@@ -110,7 +110,7 @@ class Scheduler {
   // Tokens the sequence may prefill now (its prefill limit, if any).
   static int64_t PrefillRoom(const Sequence* s);
 
-  KvCacheManager* kv_;
+  cache::KvCacheManager* kv_;
   SchedulerOptions options_;
   uint64_t next_arrival_ = 0;
   std::map<RequestId, std::unique_ptr<Sequence>> all_;
@@ -121,4 +121,4 @@ class Scheduler {
   std::function<void(Sequence*)> remove_hook_;
 };
 
-}  // namespace agentkv
+}  // namespace agentkv::engine

@@ -2,9 +2,9 @@
 
 #include "engine/text/stream_detokenizer.h"
 
-namespace agentkv {
+namespace agentkv::engine {
 
 Sequence::Sequence() = default;
 Sequence::~Sequence() = default;
 
-}  // namespace agentkv
+}  // namespace agentkv::engine

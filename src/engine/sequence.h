@@ -13,9 +13,11 @@
 #include "engine/stop_checker.h"
 #include "engine/token_stream.h"
 
-namespace agentkv {
-
+namespace agentkv::text {
 class StreamDetokenizer;
+}  // namespace agentkv::text
+
+namespace agentkv::engine {
 
 struct Sequence {
   Sequence();
@@ -34,7 +36,7 @@ struct Sequence {
   std::vector<int32_t> tokens;  // prompt, then output
   size_t prompt_len = 0;
   // Where the KV hash chain of `tokens` starts: ChainRoot(request.cache_salt).
-  BlockHash cache_root;
+  cache::BlockHash cache_root;
   int64_t computed = 0;              // leading tokens whose KV is in the cache
   int64_t cached_prompt_tokens = 0;  // found in the cache at first admission
   bool admitted_once = false;
@@ -60,7 +62,7 @@ struct Sequence {
 
   std::unique_ptr<Sampler> sampler;
   std::unique_ptr<StopChecker> stop;
-  std::unique_ptr<StreamDetokenizer> detok;  // null without a tokenizer
+  std::unique_ptr<text::StreamDetokenizer> detok;  // null without a tokenizer
   bool first_token_sent = false;
   double ttft_s = 0;
 
@@ -87,4 +89,4 @@ struct Sequence {
   }
 };
 
-}  // namespace agentkv
+}  // namespace agentkv::engine

@@ -1,13 +1,13 @@
 #include "engine/staging_pool.h"
 
-namespace agentkv {
+namespace agentkv::engine {
 
-Result<std::shared_ptr<StagingPool>> StagingPool::Create(Backend& backend, size_t chunk_bytes,
-                                                         int chunks) {
+Result<std::shared_ptr<StagingPool>> StagingPool::Create(backend::Backend& backend,
+                                                         size_t chunk_bytes, int chunks) {
   std::shared_ptr<StagingPool> p(new StagingPool());
   p->chunk_bytes_ = chunk_bytes;
   for (int i = 0; i < chunks; ++i) {
-    ASSIGN_OR_RETURN(HostBuffer b, backend.AllocateHostBuffer(chunk_bytes));
+    ASSIGN_OR_RETURN(backend::HostBuffer b, backend.AllocateHostBuffer(chunk_bytes));
     p->buffers_.push_back(std::move(b));
     p->free_.push_back(chunks - 1 - i);
   }
@@ -41,4 +41,4 @@ void StagingPool::Return(int index) {
   free_.push_back(index);
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::engine

@@ -20,12 +20,12 @@
 #include "engine/backend/backend.h"
 #include "util/status.h"
 
-namespace agentkv {
+namespace agentkv::engine {
 
 class StagingPool : public std::enable_shared_from_this<StagingPool> {
  public:
   // `chunks` buffers of `chunk_bytes` each, allocated now (not in hot paths).
-  static Result<std::shared_ptr<StagingPool>> Create(Backend& backend, size_t chunk_bytes,
+  static Result<std::shared_ptr<StagingPool>> Create(backend::Backend& backend, size_t chunk_bytes,
                                                      int chunks);
 
   // A free chunk, or null when every chunk is out. The chunk returns to the
@@ -41,9 +41,9 @@ class StagingPool : public std::enable_shared_from_this<StagingPool> {
   void Return(int index);
 
   size_t chunk_bytes_ = 0;
-  std::vector<HostBuffer> buffers_;
+  std::vector<backend::HostBuffer> buffers_;
   mutable std::mutex mu_;
   std::vector<int> free_;
 };
 
-}  // namespace agentkv
+}  // namespace agentkv::engine

@@ -5,7 +5,7 @@
 
 #include "engine/text/output/partial_match.h"
 
-namespace agentkv {
+namespace agentkv::engine {
 
 StopChecker::StopChecker(const SamplingParams& params, std::span<const int32_t> eos_token_ids)
     : stops_(params.stop), max_tokens_(params.max_tokens.value_or(0)) {
@@ -58,7 +58,8 @@ StopUpdate StopChecker::Append(int32_t token, std::string_view piece) {
     return Finish(FinishReason::kLength, std::move(buf));
   }
   size_t hold = 0;
-  for (const std::string& s : stops_) hold = std::max(hold, PartialSuffixLength(buf, s));
+  for (const std::string& s : stops_)
+    hold = std::max(hold, text::output::PartialSuffixLength(buf, s));
   held_.assign(buf, buf.size() - hold, hold);
   buf.resize(buf.size() - hold);
   StopUpdate u;
@@ -68,4 +69,4 @@ StopUpdate StopChecker::Append(int32_t token, std::string_view piece) {
 
 std::string StopChecker::Flush() { return std::exchange(held_, {}); }
 
-}  // namespace agentkv
+}  // namespace agentkv::engine

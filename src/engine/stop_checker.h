@@ -22,7 +22,7 @@
 #include "engine/finish_reason.h"
 #include "engine/sampling_params.h"
 
-namespace agentkv {
+namespace agentkv::engine {
 
 struct StopUpdate {
   std::string text;  // safe to emit now; may be empty
@@ -63,4 +63,4 @@ class StopChecker {
   StopUpdate last_;   // the finish, once there is one (text unused)
 };
 
-}  // namespace agentkv
+}  // namespace agentkv::engine

@@ -1,6 +1,6 @@
 #include "engine/token_stream.h"
 
-namespace agentkv {
+namespace agentkv::engine {
 
 void TokenStream::Push(RequestOutput event) {
   std::shared_ptr<const std::function<void()>> notify;
@@ -48,4 +48,4 @@ bool TokenStream::closed() const {
   return closed_;
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::engine

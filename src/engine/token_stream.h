@@ -16,7 +16,7 @@
 
 #include "engine/request.h"
 
-namespace agentkv {
+namespace agentkv::engine {
 
 class TokenStream {
  public:
@@ -46,4 +46,4 @@ class TokenStream {
   bool closed_ = false;
 };
 
-}  // namespace agentkv
+}  // namespace agentkv::engine

@@ -77,7 +77,7 @@ struct StoreOptions {
 };
 
 struct KvBlock {
-  BlockHash hash;
+  cache::BlockHash hash;
   std::vector<int32_t> tokens;
   std::string data;  // decompressed KV bytes
 };
@@ -174,19 +174,21 @@ class AgentStore : public HistoryStore {
   // (the request's tokens, block i = tokens[i*bs, (i+1)*bs)), each block's
   // stored tokens must equal them too. Decompresses on the worker pool.
   // Fails only on I/O errors; corruption ends the prefix (see KvPrefix).
-  Result<KvPrefix> LoadKvPrefix(const ModelFingerprint& fp, std::span<const BlockHash> hashes,
+  Result<KvPrefix> LoadKvPrefix(const ModelFingerprint& fp,
+                                std::span<const cache::BlockHash> hashes,
                                 std::span<const int32_t> tokens = {}, int block_size = 0);
   // Same, decompressing block i straight into dst[i * block_bytes, +block_bytes)
   // (at most dst.size() / block_bytes blocks); a stored block of another
   // size ends the prefix as corruption. On return, bytes of blocks past the
   // usable prefix are unspecified.
   Result<KvPrefixInto> LoadKvPrefixInto(const ModelFingerprint& fp,
-                                        std::span<const BlockHash> hashes,
+                                        std::span<const cache::BlockHash> hashes,
                                         std::span<const int32_t> tokens, int block_size,
                                         std::span<std::byte> dst, size_t block_bytes);
   // How many of `hashes` have a stored record, from the first up to the
   // first missing one; reads no record (a corrupt one still counts).
-  Result<size_t> CountKvPrefix(const ModelFingerprint& fp, std::span<const BlockHash> hashes);
+  Result<size_t> CountKvPrefix(const ModelFingerprint& fp,
+                               std::span<const cache::BlockHash> hashes);
   // Same as LoadKvPrefix, hashing the full blocks of `tokens` with cache/block_hash.h
   // (the unsalted chain: a salted request's blocks are not found).
   Result<KvPrefix> LoadKvPrefixForTokens(const ModelFingerprint& fp,
@@ -228,7 +230,8 @@ class AgentStore : public HistoryStore {
   // and why the next did not. Refreshes the LRU time of the good blocks.
   using DecodeFn = std::function<Status(size_t i, const KvBlockView& view, KvBlockCodec& codec,
                                         const std::string& where)>;
-  Result<KvPrefixInto> LoadPrefix(const ModelFingerprint& fp, std::span<const BlockHash> hashes,
+  Result<KvPrefixInto> LoadPrefix(const ModelFingerprint& fp,
+                                  std::span<const cache::BlockHash> hashes,
                                   std::span<const int32_t> tokens, int block_size,
                                   size_t max_blocks, const DecodeFn& decode);
   void RecordWriteError(const Status& s);

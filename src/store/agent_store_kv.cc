@@ -236,13 +236,13 @@ Status AgentStore::WriteBatch(std::vector<KvChainWrite>& batch) {
       const std::string prefix = ChainPrefix(w.agent_id, w.fp);
       const std::string from =
           ChainKey(w.agent_id, w.fp, w.first_index + static_cast<uint32_t>(w.blocks.size()));
-      std::vector<std::pair<std::string, std::optional<BlockHash>>> cut;
+      std::vector<std::pair<std::string, std::optional<cache::BlockHash>>> cut;
       RETURN_IF_ERROR(t.Scan(
           Db::kChains, prefix,
           [&](std::string_view k, std::string_view v) -> Result<bool> {
             auto e = DecodeChainEntry(v, "");
             cut.emplace_back(std::string(k),
-                             e.ok() ? std::optional<BlockHash>(e->hash) : std::nullopt);
+                             e.ok() ? std::optional<cache::BlockHash>(e->hash) : std::nullopt);
             return true;
           },
           from));
@@ -260,7 +260,7 @@ Status AgentStore::WriteBatch(std::vector<KvChainWrite>& batch) {
 }
 
 Result<KvPrefixInto> AgentStore::LoadPrefix(const ModelFingerprint& fp,
-                                            std::span<const BlockHash> hashes,
+                                            std::span<const cache::BlockHash> hashes,
                                             std::span<const int32_t> tokens, int block_size,
                                             size_t max_blocks, const DecodeFn& decode) {
   if (!tokens.empty() &&
@@ -321,7 +321,7 @@ Result<KvPrefixInto> AgentStore::LoadPrefix(const ModelFingerprint& fp,
 }
 
 Result<KvPrefix> AgentStore::LoadKvPrefix(const ModelFingerprint& fp,
-                                          std::span<const BlockHash> hashes,
+                                          std::span<const cache::BlockHash> hashes,
                                           std::span<const int32_t> tokens, int block_size) {
   KvPrefix out;
   out.blocks.resize(hashes.size());
@@ -339,7 +339,7 @@ Result<KvPrefix> AgentStore::LoadKvPrefix(const ModelFingerprint& fp,
 }
 
 Result<KvPrefixInto> AgentStore::LoadKvPrefixInto(const ModelFingerprint& fp,
-                                                  std::span<const BlockHash> hashes,
+                                                  std::span<const cache::BlockHash> hashes,
                                                   std::span<const int32_t> tokens, int block_size,
                                                   std::span<std::byte> dst, size_t block_bytes) {
   if (block_bytes == 0) return InvalidArgument("LoadKvPrefixInto: block size in bytes is 0");
@@ -352,10 +352,10 @@ Result<KvPrefixInto> AgentStore::LoadKvPrefixInto(const ModelFingerprint& fp,
 }
 
 Result<size_t> AgentStore::CountKvPrefix(const ModelFingerprint& fp,
-                                         std::span<const BlockHash> hashes) {
+                                         std::span<const cache::BlockHash> hashes) {
   ASSIGN_OR_RETURN(auto r, env_->BeginRead());
   size_t n = 0;
-  for (const BlockHash& h : hashes) {
+  for (const cache::BlockHash& h : hashes) {
     ASSIGN_OR_RETURN(auto v, r.Get(Db::kKv, KvKey(fp, h)));
     if (!v) break;
     ++n;
@@ -367,7 +367,7 @@ Result<KvPrefix> AgentStore::LoadKvPrefixForTokens(const ModelFingerprint& fp,
                                                    std::span<const int32_t> tokens,
                                                    int block_size) {
   if (block_size <= 0) return InvalidArgument("block size must be positive");
-  const std::vector<BlockHash> hashes = HashFullBlocks(tokens, block_size);
+  const std::vector<cache::BlockHash> hashes = cache::HashFullBlocks(tokens, block_size);
   return LoadKvPrefix(fp, hashes, tokens, block_size);
 }
 

@@ -57,7 +57,7 @@ std::vector<int32_t> KvBlockView::Tokens() const {
 KvBlockCodec::KvBlockCodec(int level) : ctx_(std::make_unique<Contexts>()), level_(level) {}
 KvBlockCodec::~KvBlockCodec() = default;
 
-Result<std::string> KvBlockCodec::Encode(const ModelFingerprint& fp, const BlockHash& hash,
+Result<std::string> KvBlockCodec::Encode(const ModelFingerprint& fp, const cache::BlockHash& hash,
                                          std::span<const int32_t> tokens, std::string_view data,
                                          uint32_t element_size) {
   if (element_size != 1 && element_size != 2 && element_size != 4) {
@@ -100,7 +100,7 @@ Result<std::string> KvBlockCodec::Encode(const ModelFingerprint& fp, const Block
 }
 
 Result<KvBlockView> KvBlockCodec::Parse(std::string_view value, const ModelFingerprint& fp,
-                                        const BlockHash& hash, uint64_t max_uncompressed,
+                                        const cache::BlockHash& hash, uint64_t max_uncompressed,
                                         std::string_view where) {
   auto bad = [&](const std::string& why) { return Corruption(std::string(where) + ": " + why); };
   ASSIGN_OR_RETURN(OpenedRecord rec, OpenRecord(RecordType::kKvBlock, value, where));

@@ -23,7 +23,7 @@ namespace agentkv::store {
 // into the value.
 struct KvBlockView {
   ModelFingerprint fp;
-  BlockHash hash;
+  cache::BlockHash hash;
   uint32_t element_size = 1;
   uint64_t uncompressed_size = 0;
   uint32_t token_count = 0;
@@ -43,7 +43,7 @@ class KvBlockCodec {
 
   // `element_size` 2 or 4 shuffles bytes by element before compressing
   // (bf16/fp16 or fp32 data compress better); 1 stores them as given.
-  Result<std::string> Encode(const ModelFingerprint& fp, const BlockHash& hash,
+  Result<std::string> Encode(const ModelFingerprint& fp, const cache::BlockHash& hash,
                              std::span<const int32_t> tokens, std::string_view data,
                              uint32_t element_size);
 
@@ -51,7 +51,7 @@ class KvBlockCodec {
   // sizes are consistent and at most `max_uncompressed`. `where` names the
   // record in Corruption messages.
   static Result<KvBlockView> Parse(std::string_view value, const ModelFingerprint& fp,
-                                   const BlockHash& hash, uint64_t max_uncompressed,
+                                   const cache::BlockHash& hash, uint64_t max_uncompressed,
                                    std::string_view where);
 
   // Decompresses a parsed record into `out` (resized to exactly

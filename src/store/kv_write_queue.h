@@ -23,7 +23,7 @@ namespace agentkv::store {
 // (opaque to the store). Empty `data` links an agent's chain to a block
 // that is already stored (e.g. a shared system prompt) without rewriting it.
 struct KvBlockWrite {
-  BlockHash hash;
+  cache::BlockHash hash;
   std::vector<int32_t> tokens;
   SharedBytes data;
 };

@@ -67,19 +67,19 @@ std::string ChainKey(std::string_view agent, const ModelFingerprint& fp, uint32_
   return k;
 }
 
-void EncodeBlockHash(const BlockHash& h, char out[16]) {
+void EncodeBlockHash(const cache::BlockHash& h, char out[16]) {
   for (int i = 0; i < 8; ++i) out[i] = static_cast<char>(h.hi >> (56 - 8 * i));
   for (int i = 0; i < 8; ++i) out[8 + i] = static_cast<char>(h.lo >> (56 - 8 * i));
 }
 
-BlockHash DecodeBlockHash(const char in[16]) {
-  BlockHash h;
+cache::BlockHash DecodeBlockHash(const char in[16]) {
+  cache::BlockHash h;
   for (int i = 0; i < 8; ++i) h.hi = (h.hi << 8) | static_cast<uint8_t>(in[i]);
   for (int i = 0; i < 8; ++i) h.lo = (h.lo << 8) | static_cast<uint8_t>(in[8 + i]);
   return h;
 }
 
-std::string KvKey(const ModelFingerprint& fp, const BlockHash& hash) {
+std::string KvKey(const ModelFingerprint& fp, const cache::BlockHash& hash) {
   std::string k(fp.AsKey());
   char h[16];
   EncodeBlockHash(hash, h);
@@ -155,7 +155,7 @@ Result<AgentMeta> DecodeAgentMeta(std::string_view id, std::string_view value) {
   return m;
 }
 
-std::string EncodeChainEntry(const BlockHash& hash, std::span<const int32_t> tokens) {
+std::string EncodeChainEntry(const cache::BlockHash& hash, std::span<const int32_t> tokens) {
   std::string p;
   p.reserve(20 + 4 * tokens.size());
   char h[16];

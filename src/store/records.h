@@ -29,9 +29,9 @@ std::string HistoryKey(std::string_view agent, uint32_t turn);
 std::string ChainPrefix(std::string_view agent);  // every fingerprint
 std::string ChainPrefix(std::string_view agent, const ModelFingerprint& fp);
 std::string ChainKey(std::string_view agent, const ModelFingerprint& fp, uint32_t index);
-std::string KvKey(const ModelFingerprint& fp, const BlockHash& hash);
-void EncodeBlockHash(const BlockHash& h, char out[16]);
-BlockHash DecodeBlockHash(const char in[16]);
+std::string KvKey(const ModelFingerprint& fp, const cache::BlockHash& hash);
+void EncodeBlockHash(const cache::BlockHash& h, char out[16]);
+cache::BlockHash DecodeBlockHash(const char in[16]);
 // Splits a chains key into its fingerprint and index; false if malformed.
 bool ParseChainKey(std::string_view key, size_t agent_len, ModelFingerprint* fp, uint32_t* index);
 // Readable form of a binary key for messages: "agent/turn", hex, ...
@@ -50,10 +50,10 @@ std::string EncodeAgentMeta(const AgentMeta& meta);
 Result<AgentMeta> DecodeAgentMeta(std::string_view id, std::string_view value);
 
 struct ChainEntry {
-  BlockHash hash;
+  cache::BlockHash hash;
   std::vector<int32_t> tokens;
 };
-std::string EncodeChainEntry(const BlockHash& hash, std::span<const int32_t> tokens);
+std::string EncodeChainEntry(const cache::BlockHash& hash, std::span<const int32_t> tokens);
 Result<ChainEntry> DecodeChainEntry(std::string_view value, std::string_view where);
 
 struct KvMeta {

@@ -40,45 +40,48 @@ Result<std::unique_ptr<StoreKvTier>> StoreKvTier::Create(AgentStore* store,
 }
 
 std::optional<StoreKvTier::Range> StoreKvTier::RangeOf(std::span<const int32_t> tokens,
-                                                       const BlockHash& root, int block_size,
+                                                       const cache::BlockHash& root, int block_size,
                                                        int32_t first_block, int32_t max_blocks) {
   const int64_t full = static_cast<int64_t>(tokens.size()) / block_size;
   const int64_t last = std::min<int64_t>(full, static_cast<int64_t>(first_block) + max_blocks);
   if (first_block < 0 || first_block >= last) return std::nullopt;
   Range r;
-  r.hashes = HashFullBlocks(tokens.first(static_cast<size_t>(last * block_size)), block_size, root);
+  r.hashes =
+      cache::HashFullBlocks(tokens.first(static_cast<size_t>(last * block_size)), block_size, root);
   r.hashes.erase(r.hashes.begin(), r.hashes.begin() + first_block);
   r.tokens = tokens.subspan(static_cast<size_t>(first_block) * block_size,
                             static_cast<size_t>(last - first_block) * block_size);
   return r;
 }
 
-Result<KvTierLoad> StoreKvTier::Load(std::span<const int32_t> tokens, const BlockHash& root,
-                                     int block_size, int32_t first_block, int32_t max_blocks) {
-  KvTierLoad out;
+Result<cache::KvTierLoad> StoreKvTier::Load(std::span<const int32_t> tokens,
+                                            const cache::BlockHash& root, int block_size,
+                                            int32_t first_block, int32_t max_blocks) {
+  cache::KvTierLoad out;
   const std::optional<Range> r = RangeOf(tokens, root, block_size, first_block, max_blocks);
   if (!r) return out;
   ASSIGN_OR_RETURN(KvPrefix p, store_->LoadKvPrefix(fp_, r->hashes, r->tokens, block_size));
   out.problem = p.problem;
   out.blocks.reserve(p.blocks.size());
   for (KvBlock& b : p.blocks)
-    out.blocks.push_back(KvTierBlock{b.hash, std::move(b.tokens), std::move(b.data)});
+    out.blocks.push_back(cache::KvTierBlock{b.hash, std::move(b.tokens), std::move(b.data)});
   return out;
 }
 
-Result<int32_t> StoreKvTier::CountStored(std::span<const int32_t> tokens, const BlockHash& root,
-                                         int block_size, int32_t first_block, int32_t max_blocks) {
+Result<int32_t> StoreKvTier::CountStored(std::span<const int32_t> tokens,
+                                         const cache::BlockHash& root, int block_size,
+                                         int32_t first_block, int32_t max_blocks) {
   const std::optional<Range> r = RangeOf(tokens, root, block_size, first_block, max_blocks);
   if (!r) return 0;
   ASSIGN_OR_RETURN(size_t n, store_->CountKvPrefix(fp_, r->hashes));
   return static_cast<int32_t>(n);
 }
 
-Result<KvTierLoadInto> StoreKvTier::LoadInto(std::span<const int32_t> tokens, const BlockHash& root,
-                                             int block_size, int32_t first_block,
-                                             int32_t max_blocks, std::span<std::byte> dst,
-                                             size_t block_bytes) {
-  KvTierLoadInto out;
+Result<cache::KvTierLoadInto> StoreKvTier::LoadInto(std::span<const int32_t> tokens,
+                                                    const cache::BlockHash& root, int block_size,
+                                                    int32_t first_block, int32_t max_blocks,
+                                                    std::span<std::byte> dst, size_t block_bytes) {
+  cache::KvTierLoadInto out;
   const std::optional<Range> r = RangeOf(tokens, root, block_size, first_block, max_blocks);
   if (!r) return out;
   ASSIGN_OR_RETURN(KvPrefixInto p, store_->LoadKvPrefixInto(fp_, r->hashes, r->tokens, block_size,
@@ -89,7 +92,7 @@ Result<KvTierLoadInto> StoreKvTier::LoadInto(std::span<const int32_t> tokens, co
 }
 
 void StoreKvTier::Save(const std::string& agent_key, uint32_t first_index,
-                       std::vector<KvTierBlock> blocks) {
+                       std::vector<cache::KvTierBlock> blocks) {
   if (blocks.empty()) return;
   KvChainWrite w;
   // An agent key the store cannot take as an id still stores the blocks
@@ -99,7 +102,7 @@ void StoreKvTier::Save(const std::string& agent_key, uint32_t first_index,
   w.first_index = first_index;
   w.element_size = element_size_;
   w.blocks.reserve(blocks.size());
-  for (KvTierBlock& b : blocks)
+  for (cache::KvTierBlock& b : blocks)
     w.blocks.push_back(KvBlockWrite{b.hash, std::move(b.tokens), std::move(b.data)});
   store_->PutKvBlocks(std::move(w));
 }

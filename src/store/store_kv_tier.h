@@ -20,7 +20,7 @@
 
 namespace agentkv::store {
 
-class StoreKvTier : public KvTier {
+class StoreKvTier : public cache::KvTier {
  public:
   // `model_fingerprint_hex`: ModelFiles::Fingerprint(). `element_size`: bytes
   // of one KV element (4 for f32, 2 for bf16), the shuffle width the codec
@@ -36,15 +36,16 @@ class StoreKvTier : public KvTier {
                                         const std::string& kv_format, int block_size);
 
   const char* source_name() const override { return "disk"; }
-  Result<KvTierLoad> Load(std::span<const int32_t> tokens, const BlockHash& root, int block_size,
-                          int32_t first_block, int32_t max_blocks) override;
-  Result<int32_t> CountStored(std::span<const int32_t> tokens, const BlockHash& root,
+  Result<cache::KvTierLoad> Load(std::span<const int32_t> tokens, const cache::BlockHash& root,
+                                 int block_size, int32_t first_block, int32_t max_blocks) override;
+  Result<int32_t> CountStored(std::span<const int32_t> tokens, const cache::BlockHash& root,
                               int block_size, int32_t first_block, int32_t max_blocks) override;
-  Result<KvTierLoadInto> LoadInto(std::span<const int32_t> tokens, const BlockHash& root,
-                                  int block_size, int32_t first_block, int32_t max_blocks,
-                                  std::span<std::byte> dst, size_t block_bytes) override;
+  Result<cache::KvTierLoadInto> LoadInto(std::span<const int32_t> tokens,
+                                         const cache::BlockHash& root, int block_size,
+                                         int32_t first_block, int32_t max_blocks,
+                                         std::span<std::byte> dst, size_t block_bytes) override;
   void Save(const std::string& agent_key, uint32_t first_index,
-            std::vector<KvTierBlock> blocks) override;
+            std::vector<cache::KvTierBlock> blocks) override;
   Status Flush() override { return store_->Flush(); }
 
   const ModelFingerprint& fingerprint() const { return fp_; }
@@ -57,10 +58,10 @@ class StoreKvTier : public KvTier {
   // full: their hashes (chained from `root`) and tokens; nullopt when there
   // are none.
   struct Range {
-    std::vector<BlockHash> hashes;
+    std::vector<cache::BlockHash> hashes;
     std::span<const int32_t> tokens;
   };
-  static std::optional<Range> RangeOf(std::span<const int32_t> tokens, const BlockHash& root,
+  static std::optional<Range> RangeOf(std::span<const int32_t> tokens, const cache::BlockHash& root,
                                       int block_size, int32_t first_block, int32_t max_blocks);
 
   AgentStore* store_;

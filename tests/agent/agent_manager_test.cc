@@ -29,14 +29,14 @@ class AgentManagerTest : public ::testing::Test {
   void SetUp() override {
     const fs::path dir = fs::path(AGENTKV_DATA_DIR) / "models/default";
     if (!fs::exists(dir / "config.json")) GTEST_SKIP() << "default model missing (run setup)";
-    BackendOptions bo;
+    backend::BackendOptions bo;
     bo.threads = 1;
-    auto backend = CreateBackend(dir, bo);
+    auto backend = backend::CreateBackend(dir, bo);
     ASSERT_TRUE(backend.ok()) << backend.status().ToString();
-    EngineOptions eo;
+    engine::EngineOptions eo;
     eo.scheduler.max_batch = 4;
     eo.kv_memory_bytes = 32ull << 20;
-    auto engine = Engine::Create(std::move(backend).value(), nullptr, eo);
+    auto engine = engine::Engine::Create(std::move(backend).value(), nullptr, eo);
     ASSERT_TRUE(engine.ok()) << engine.status().ToString();
     engine_ = std::move(engine).value();
     std::string tmpl = (fs::temp_directory_path() / "agentkv_agent_XXXXXX").string();
@@ -76,18 +76,19 @@ class AgentManagerTest : public ::testing::Test {
   }
 
   // Drains a running turn's stream to its kFinished event and completes it.
-  static RequestOutput Finish(AgentTurn& turn, const std::string& record, uint32_t* number) {
+  static engine::RequestOutput Finish(AgentTurn& turn, const std::string& record,
+                                      uint32_t* number) {
     EXPECT_TRUE(WaitFor([&] { return turn.state() != AgentTurn::State::kQueued; }));
     EXPECT_EQ(turn.state(), AgentTurn::State::kRunning) << turn.error().ToString();
     std::vector<int32_t> generated;
-    RequestOutput ev;
+    engine::RequestOutput ev;
     auto stream = turn.stream();
     while (stream) {
       ev = stream->Pop();
       generated.insert(generated.end(), ev.tokens.begin(), ev.tokens.end());
-      if (ev.kind != RequestOutput::Kind::kDelta) break;
+      if (ev.kind != engine::RequestOutput::Kind::kDelta) break;
     }
-    EXPECT_EQ(ev.kind, RequestOutput::Kind::kFinished);
+    EXPECT_EQ(ev.kind, engine::RequestOutput::Kind::kFinished);
     auto n = turn.Complete(record, generated, ev);
     EXPECT_TRUE(n.ok()) << n.status().ToString();
     if (n.ok() && number) *number = *n;
@@ -95,7 +96,7 @@ class AgentManagerTest : public ::testing::Test {
   }
 
   std::string store_dir_;
-  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<engine::Engine> engine_;
   std::unique_ptr<store::AgentStore> store_;
   std::unique_ptr<AgentManager> manager_;
 };
@@ -139,9 +140,9 @@ TEST_P(AgentManagerOnBothStores, OneAgentsTurnsRunInOrderAndTheSecondSeesTheFirs
   AgentTurn::Start(t2, [] {});
   EXPECT_EQ(t2->queued_behind(), 1u);
   uint32_t n1 = 0, n2 = 0;
-  RequestOutput f1 = Finish(*t1, R"([{"role":"user","content":"one"}])", &n1);
+  engine::RequestOutput f1 = Finish(*t1, R"([{"role":"user","content":"one"}])", &n1);
   EXPECT_EQ(f1.cached_tokens, 0);
-  RequestOutput f2 = Finish(*t2, R"([{"role":"user","content":"two"}])", &n2);
+  engine::RequestOutput f2 = Finish(*t2, R"([{"role":"user","content":"two"}])", &n2);
   EXPECT_EQ(n1, 1u);
   EXPECT_EQ(n2, 2u);
   EXPECT_EQ(history_seen_by_second, 1u);
@@ -232,7 +233,7 @@ TEST_P(AgentManagerOnBothStores, FirstTurnCancelledAfterTheEngineFinishedLeavesN
   AgentTurn::Start(t1, [] {});
   ASSERT_TRUE(WaitFor([&] { return t1->state() != AgentTurn::State::kQueued; }));
   ASSERT_EQ(t1->state(), AgentTurn::State::kRunning);
-  while (t1->stream()->Pop().kind == RequestOutput::Kind::kDelta) {
+  while (t1->stream()->Pop().kind == engine::RequestOutput::Kind::kDelta) {
   }
   EXPECT_GT(engine_->AgentResidentTokens("fresh"), 0);
   t1->Cancel();
@@ -255,7 +256,7 @@ TEST_P(AgentManagerOnBothStores, FirstTurnCancelledAfterTheEngineFinishedLeavesN
   auto k2 = manager_->NewTurn("known", Prompt(p2));
   AgentTurn::Start(k2, [] {});
   ASSERT_TRUE(WaitFor([&] { return k2->state() != AgentTurn::State::kQueued; }));
-  while (k2->stream()->Pop().kind == RequestOutput::Kind::kDelta) {
+  while (k2->stream()->Pop().kind == engine::RequestOutput::Kind::kDelta) {
   }
   k2->Cancel();
   auto other2 = manager_->NewTurn("other", Prompt(Tokens(40, 2000)));
@@ -306,7 +307,7 @@ TEST_F(AgentManagerTest, ContentMatchingKnowsStoredChainsAfterARestart) {
   store::KvChainWrite w;
   w.agent_id = "stored";
   w.fp = *fp;
-  const auto hashes = HashFullBlocks(tokens, 16);
+  const auto hashes = cache::HashFullBlocks(tokens, 16);
   for (size_t i = 0; i < hashes.size(); ++i) {
     store::KvBlockWrite b;
     b.hash = hashes[i];

@@ -380,7 +380,7 @@ class AgentsApiHostTierTest : public AgentsApiTest {
  protected:
   void SetUp() override {
     MakeTmp();
-    SynthOptions so;
+    model::SynthOptions so;
     so.arch = "qwen3";
     so.tokenizer_dir = fs::path(AGENTKV_DATA_DIR) / "tokenizers/qwen3";
     so.out_dir = fs::path(tmp_) / "model";
@@ -389,7 +389,7 @@ class AgentsApiHostTierTest : public AgentsApiTest {
     so.heads = 2;
     so.kv_heads = 1;
     so.seed = 5;
-    ASSERT_TRUE(SynthesizeModel(so).ok());
+    ASSERT_TRUE(model::SynthesizeModel(so).ok());
     ServedModelOptions o;
     o.model_dir = so.out_dir.string();
     o.max_step_tokens = 256;
@@ -417,7 +417,7 @@ TEST_F(AgentsApiHostTierTest, ReturningAgentWhosePoolBlocksWereEvictedResumesFro
                                   R"(","max_tokens":2,"temperature":0})");
     ASSERT_EQ(st, 200) << body;
   }
-  const EngineStats before = host_->Current()->engine().Stats();
+  const engine::EngineStats before = host_->Current()->engine().Stats();
   EXPECT_GT(before.host_kv_blocks, 0);
   std::tie(st, body) = Call("POST", "/v1/agents/keeper/generate",
                             R"({"message":"And the wind?","max_tokens":4,"temperature":0})");

@@ -22,7 +22,7 @@ TEST(ModelHostTest, SwapsAndSwapsBack) {
   if (!fs::exists(dir / "config.json")) GTEST_SKIP() << "default model missing";
   std::string tmpl = (fs::temp_directory_path() / "agentkv_host_XXXXXX").string();
   const fs::path tmp = ::mkdtemp(tmpl.data());
-  SynthOptions so;
+  model::SynthOptions so;
   so.arch = "qwen3";
   so.tokenizer_dir = fs::path(AGENTKV_DATA_DIR) / "tokenizers/qwen3";
   so.out_dir = tmp / "small";
@@ -31,7 +31,7 @@ TEST(ModelHostTest, SwapsAndSwapsBack) {
   so.heads = 2;
   so.kv_heads = 1;
   so.seed = 3;
-  ASSERT_TRUE(SynthesizeModel(so).ok());
+  ASSERT_TRUE(model::SynthesizeModel(so).ok());
   fs::create_directories(tmp / "store");
   store::StoreOptions sopt;
   sopt.sync = false;
@@ -58,12 +58,12 @@ TEST(ModelHostTest, SwapsAndSwapsBack) {
   EXPECT_EQ(host.Current()->name(), "small");
   EXPECT_EQ(host.swaps(), 1);
   // The new engine serves.
-  SamplingParams sp;
+  engine::SamplingParams sp;
   sp.temperature = 0;
   sp.max_tokens = 2;
-  auto h = host.Current()->Submit({1, 2, 3}, sp, Priority::kNormal);
+  auto h = host.Current()->Submit({1, 2, 3}, sp, engine::Priority::kNormal);
   ASSERT_TRUE(h.ok()) << h.status().ToString();
-  while (h->stream->Pop().kind == RequestOutput::Kind::kDelta) {
+  while (h->stream->Pop().kind == engine::RequestOutput::Kind::kDelta) {
   }
 
   // A directory that is no model: an error, and the current model serves on.

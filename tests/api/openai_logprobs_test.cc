@@ -14,10 +14,10 @@ namespace {
 
 using nlohmann::json;
 
-std::unique_ptr<Tokenizer> Qwen3() {
+std::unique_ptr<text::Tokenizer> Qwen3() {
   const auto path = std::filesystem::path(AGENTKV_DATA_DIR) / "tokenizers/qwen3/tokenizer.json";
   if (!std::filesystem::exists(path)) return nullptr;
-  auto t = Tokenizer::Load(path);
+  auto t = text::Tokenizer::Load(path);
   EXPECT_TRUE(t.ok()) << t.status().ToString();
   return t.ok() ? std::move(t).value() : nullptr;
 }
@@ -57,7 +57,7 @@ TEST(OpenAiLogprobsTest, ChatEntriesHaveTokenBytesAndTop) {
   const std::vector<int32_t> ids = t->Encode(" hello", false);
   ASSERT_EQ(ids.size(), 1u);
   OpenAiLogprobs lp(t.get(), /*chat=*/true);
-  std::vector<OutputLogprobs> v(1);
+  std::vector<engine::OutputLogprobs> v(1);
   v[0].logprob = -0.5f;
   v[0].top = {{ids[0], -0.5f}, {ids[0] + 1, -1.25f}};
   const json e = lp.Entries(ids, v);
@@ -83,7 +83,7 @@ TEST(OpenAiLogprobsTest, NoProbabilityIsMinus9999NotNull) {
   auto t = Qwen3();
   if (!t) GTEST_SKIP() << "data/tokenizers/qwen3 missing (run scripts/setup.sh)";
   const std::vector<int32_t> ids = t->Encode(" hello", false);
-  std::vector<OutputLogprobs> v(1);
+  std::vector<engine::OutputLogprobs> v(1);
   v[0].logprob = -std::numeric_limits<float>::infinity();
   v[0].top = {{ids[0] + 1, -0.1f}, {ids[0] + 2, -std::numeric_limits<float>::infinity()}};
   OpenAiLogprobs chat(t.get(), /*chat=*/true);
@@ -117,15 +117,15 @@ TEST(OpenAiLogprobsTest, CompletionsEntriesHoldTheSampledTokenAndOffsets) {
   const std::vector<int32_t> ids = t->Encode("Hi there", false);
   ASSERT_EQ(ids.size(), 2u);
   OpenAiLogprobs lp(t.get(), /*chat=*/false);
-  std::vector<OutputLogprobs> v(2);
+  std::vector<engine::OutputLogprobs> v(2);
   v[0] = {-2.0f, {{ids[1], -0.1f}}};  // the sampled token is not in its top
   v[1] = {-0.3f, {{ids[1], -0.3f}}};
   json all;
   lp.Append(lp.Entries(std::span<const int32_t>(ids).subspan(0, 1),
-                       std::span<const OutputLogprobs>(v).subspan(0, 1)),
+                       std::span<const engine::OutputLogprobs>(v).subspan(0, 1)),
             &all);
   lp.Append(lp.Entries(std::span<const int32_t>(ids).subspan(1, 1),
-                       std::span<const OutputLogprobs>(v).subspan(1, 1)),
+                       std::span<const engine::OutputLogprobs>(v).subspan(1, 1)),
             &all);
   EXPECT_EQ(all["tokens"], json::array({"Hi", " there"}));
   EXPECT_EQ(all["token_logprobs"], json::array({-2.0, -0.30000001192092896}));

@@ -32,7 +32,7 @@ class ReplyReuseTest : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new fs::path(fs::temp_directory_path() /
                         ("agentkv_reply_reuse_" + std::to_string(::getpid())));
-    SynthOptions so;
+    model::SynthOptions so;
     so.arch = "qwen3";
     so.tokenizer_dir = fs::path(AGENTKV_DATA_DIR) / "tokenizers/qwen3";
     so.out_dir = *dir_;
@@ -44,7 +44,7 @@ class ReplyReuseTest : public ::testing::Test {
     so.intermediate = 128;
     so.max_position = 4096;
     so.seed = 1;
-    Status s = SynthesizeModel(so);
+    Status s = model::SynthesizeModel(so);
     ASSERT_TRUE(s.ok()) << s.ToString();
   }
   static void TearDownTestSuite() {

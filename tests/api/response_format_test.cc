@@ -40,7 +40,7 @@ class ResponseFormatTest : public ::testing::Test {
   }
 };
 
-Result<std::shared_ptr<const Grammar>> Parse(const json& body) {
+Result<std::shared_ptr<const grammar::Grammar>> Parse(const json& body) {
   return ParseResponseFormat(body.dump(), body, *Model(), /*chat=*/true);
 }
 
@@ -88,18 +88,18 @@ TEST_F(ResponseFormatTest, KeepsTheClientsPropertyOrder) {
       "required":["b","a"],"additionalProperties":false}}}})";
   auto g = ParseResponseFormat(raw, json::parse(raw), *Model(), /*chat=*/true);
   ASSERT_TRUE(g.ok());
-  SamplingParams p;
+  engine::SamplingParams p;
   p.temperature = 0;
   p.max_tokens = 40;
   p.grammar = *g;
   auto prompt = Model()->tokenizer().Encode("Answer in JSON.", true);
-  auto h = Model()->Submit(prompt, p, Priority::kNormal);
+  auto h = Model()->Submit(prompt, p, engine::Priority::kNormal);
   ASSERT_TRUE(h.ok());
   std::string text;
   for (;;) {
-    RequestOutput ev = h->stream->Pop();
+    engine::RequestOutput ev = h->stream->Pop();
     text += ev.text;
-    if (ev.kind != RequestOutput::Kind::kDelta) break;
+    if (ev.kind != engine::RequestOutput::Kind::kDelta) break;
   }
   EXPECT_LT(text.find("\"b\""), text.find("\"a\"")) << text;
 }
@@ -254,29 +254,29 @@ TEST_F(ResponseFormatTest, RandomModelOutputsValidate) {
   json messages = json::array({{{"role", "user"}, {"content", "Reply with JSON."}}});
   auto prompt = Model()->EncodeChat(nlohmann::ordered_json(messages), nullptr);
   ASSERT_TRUE(prompt.ok());
-  std::vector<RequestHandle> handles;
+  std::vector<engine::RequestHandle> handles;
   for (size_t i = 0; i < schemas.size(); ++i) {
     auto g = Parse(SchemaFormat(schemas[i]));
     ASSERT_TRUE(g.ok()) << g.status().ToString() << " " << schemas[i].dump();
-    SamplingParams p;
+    engine::SamplingParams p;
     p.temperature = 1.0f;
     p.seed = 1000 + i;
     p.max_tokens = 600;
     p.grammar = *g;
-    auto h = Model()->Submit(*prompt, p, Priority::kNormal);
+    auto h = Model()->Submit(*prompt, p, engine::Priority::kNormal);
     ASSERT_TRUE(h.ok()) << h.status().ToString();
     handles.push_back(*h);
   }
   json cases = json::array();
   for (size_t i = 0; i < handles.size(); ++i) {
     std::string text;
-    RequestOutput ev;
+    engine::RequestOutput ev;
     do {
       ev = handles[i].stream->Pop();
       text += ev.text;
-    } while (ev.kind == RequestOutput::Kind::kDelta);
-    ASSERT_EQ(ev.kind, RequestOutput::Kind::kFinished) << ev.error.ToString();
-    EXPECT_EQ(ev.finish, FinishReason::kStop) << schemas[i].dump() << "\n" << text;
+    } while (ev.kind == engine::RequestOutput::Kind::kDelta);
+    ASSERT_EQ(ev.kind, engine::RequestOutput::Kind::kFinished) << ev.error.ToString();
+    EXPECT_EQ(ev.finish, engine::FinishReason::kStop) << schemas[i].dump() << "\n" << text;
     cases.push_back({{"schema", schemas[i]}, {"output", text}});
   }
   const fs::path file =
@@ -322,20 +322,20 @@ TEST_F(ResponseFormatTest, ForcedToolCallsFollowTheSchema) {
     ASSERT_TRUE(g.ok()) << g.status().ToString();
     ASSERT_NE(*g, nullptr);
     for (int k = 0; k < 3; ++k) {
-      SamplingParams p;
+      engine::SamplingParams p;
       p.temperature = 1.0f;
       p.seed = seed++;
       p.max_tokens = 300;
       p.grammar = *g;
-      auto h = Model()->Submit(prompt, p, Priority::kNormal);
+      auto h = Model()->Submit(prompt, p, engine::Priority::kNormal);
       ASSERT_TRUE(h.ok());
       std::string text;
-      RequestOutput ev;
+      engine::RequestOutput ev;
       do {
         ev = h->stream->Pop();
         text += ev.text;
-      } while (ev.kind == RequestOutput::Kind::kDelta);
-      ASSERT_EQ(ev.finish, FinishReason::kStop) << text;
+      } while (ev.kind == engine::RequestOutput::Kind::kDelta);
+      ASSERT_EQ(ev.finish, engine::FinishReason::kStop) << text;
       const std::string open = "<tool_call>\n", close = "\n</tool_call>";
       ASSERT_EQ(text.rfind(open, 0), 0u) << text;
       ASSERT_EQ(text.substr(text.size() - close.size()), close) << text;
@@ -396,40 +396,40 @@ TEST_F(ResponseFormatTest, ToolConstraintsOnlyWhenAskedAndErrorsNamed) {
 
 TEST_F(ResponseFormatTest, UnconstrainedSequencesInTheBatchAreUnaffected) {
   auto prompt = Model()->tokenizer().Encode("The cache keeps", true);
-  SamplingParams plain;
+  engine::SamplingParams plain;
   plain.temperature = 0;
   plain.max_tokens = 24;
-  auto run = [&](const SamplingParams& p) {
-    auto h = Model()->Submit(prompt, p, Priority::kNormal);
+  auto run = [&](const engine::SamplingParams& p) {
+    auto h = Model()->Submit(prompt, p, engine::Priority::kNormal);
     EXPECT_TRUE(h.ok());
     std::vector<int32_t> tokens;
-    RequestOutput ev;
+    engine::RequestOutput ev;
     do {
       ev = h->stream->Pop();
       tokens.insert(tokens.end(), ev.tokens.begin(), ev.tokens.end());
-    } while (ev.kind == RequestOutput::Kind::kDelta);
+    } while (ev.kind == engine::RequestOutput::Kind::kDelta);
     return tokens;
   };
   const std::vector<int32_t> alone = run(plain);
   // The same request again, beside constrained ones in the same steps.
   auto g = Parse(SchemaFormat({{"type", "array"}, {"items", {{"type", "integer"}}}}));
   ASSERT_TRUE(g.ok());
-  std::vector<RequestHandle> others;
+  std::vector<engine::RequestHandle> others;
   for (int i = 0; i < 4; ++i) {
-    SamplingParams c;
+    engine::SamplingParams c;
     c.temperature = 1.0f;
     c.seed = i;
     c.max_tokens = 24;
     c.grammar = *g;
-    auto h = Model()->Submit(prompt, c, Priority::kNormal);
+    auto h = Model()->Submit(prompt, c, engine::Priority::kNormal);
     ASSERT_TRUE(h.ok());
     others.push_back(*h);
   }
   EXPECT_EQ(run(plain), alone);
   for (auto& h : others) {
-    RequestOutput ev;
+    engine::RequestOutput ev;
     do ev = h.stream->Pop();
-    while (ev.kind == RequestOutput::Kind::kDelta);
+    while (ev.kind == engine::RequestOutput::Kind::kDelta);
   }
 }
 

@@ -62,7 +62,7 @@ TEST(RequestFieldsTest, IntegersOutOfRangeAre400NotConverted) {
       GetOptionalInt(json::parse(R"({"max_tokens":9223372036854775807})"), "max_tokens", &v).ok());
   EXPECT_EQ(v, std::numeric_limits<int64_t>::max());  // in range: callers clamp it
 
-  SamplingParams p;
+  engine::SamplingParams p;
   EXPECT_EQ(ParseSampling(json::parse(R"({"top_k":10000000000})"), "stop", &p).code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(ParseSampling(json::parse(R"({"top_k":-2})"), "stop", &p).code(),
@@ -76,7 +76,7 @@ TEST(RequestFieldsTest, IntegersOutOfRangeAre400NotConverted) {
   EXPECT_EQ(ParseSampling(json::parse(R"({"temperature":1e300})"), "stop", &p).code(),
             StatusCode::kInvalidArgument);
   // The speculative-decoding opt-out: a boolean, on unless false.
-  SamplingParams q;
+  engine::SamplingParams q;
   EXPECT_TRUE(q.speculative);
   ASSERT_TRUE(ParseSampling(json::parse(R"({"speculative":false})"), "stop", &q).ok());
   EXPECT_FALSE(q.speculative);
@@ -87,14 +87,15 @@ TEST(RequestFieldsTest, IntegersOutOfRangeAre400NotConverted) {
 TEST(RequestFieldsTest, HighPriorityOnlyForTenantsAllowedIt) {
   HttpRequest req;
   req.headers["x-priority"] = "high";
-  EXPECT_EQ(*ServedModel::RequestPriority(req, nlohmann::json::object()), Priority::kHigh);
+  EXPECT_EQ(*ServedModel::RequestPriority(req, nlohmann::json::object()), engine::Priority::kHigh);
   req.high_priority_allowed = false;
-  EXPECT_EQ(*ServedModel::RequestPriority(req, nlohmann::json::object()), Priority::kNormal);
+  EXPECT_EQ(*ServedModel::RequestPriority(req, nlohmann::json::object()),
+            engine::Priority::kNormal);
   req.headers.clear();
   EXPECT_EQ(*ServedModel::RequestPriority(req, nlohmann::json{{"priority", "high"}}),
-            Priority::kNormal);
+            engine::Priority::kNormal);
   EXPECT_EQ(*ServedModel::RequestPriority(req, nlohmann::json{{"priority", "low"}}),
-            Priority::kLow);
+            engine::Priority::kLow);
 }
 
 }  // namespace

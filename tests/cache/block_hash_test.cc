@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-namespace agentkv {
+namespace agentkv::cache {
 namespace {
 
 std::vector<int32_t> Tokens(int n) {
@@ -51,4 +51,4 @@ TEST(BlockHashTest, SaltsChangeEveryBlockHash) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::cache

@@ -5,7 +5,7 @@
 #include <set>
 #include <vector>
 
-namespace agentkv {
+namespace agentkv::cache {
 namespace {
 
 int32_t Alloc(BlockPool& pool) {
@@ -200,4 +200,4 @@ TEST(BlockPoolDeathTest, DoubleReleaseAsserts) {
 #endif
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::cache

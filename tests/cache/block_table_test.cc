@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-namespace agentkv {
+namespace agentkv::cache {
 namespace {
 
 TEST(BlockTableTest, LinearMapsPositionsToSlots) {
@@ -30,4 +30,4 @@ TEST(BlockTableTest, RingWrapsLogicalBlocks) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::cache

@@ -7,7 +7,7 @@
 
 #include "test_specs.h"
 
-namespace agentkv {
+namespace agentkv::cache {
 namespace {
 
 using testing::FullSpec;
@@ -462,4 +462,4 @@ TEST(KvCacheManagerTest, UnknownSequences) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::cache

@@ -13,7 +13,7 @@
 #include "cache/kv_cache_manager.h"
 #include "test_specs.h"
 
-namespace agentkv {
+namespace agentkv::cache {
 namespace {
 
 constexpr int kBs = 4;
@@ -257,4 +257,4 @@ TEST(KvCacheRandomTest, SlidingAndFullTenThousandOps) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::cache

@@ -4,7 +4,7 @@
 
 #include "test_specs.h"
 
-namespace agentkv {
+namespace agentkv::cache {
 namespace {
 
 using testing::FullSpec;
@@ -71,4 +71,4 @@ TEST(KvMemoryBudgetTest, TooSmallBudgetIsResourceExhausted) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::cache

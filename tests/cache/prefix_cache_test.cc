@@ -5,7 +5,7 @@
 #include <numeric>
 #include <vector>
 
-namespace agentkv {
+namespace agentkv::cache {
 namespace {
 
 constexpr int kBs = 4;
@@ -173,4 +173,4 @@ TEST(PrefixCacheTest, EvictObserverSeesWhatTheBlockHeld) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::cache

@@ -24,9 +24,9 @@
 
 namespace agentkv::testing {
 
-class DeferredWriteBackend : public Backend {
+class DeferredWriteBackend : public backend::Backend {
  public:
-  explicit DeferredWriteBackend(std::unique_ptr<Backend> inner, int done_after_polls = 3)
+  explicit DeferredWriteBackend(std::unique_ptr<backend::Backend> inner, int done_after_polls = 3)
       : inner_(std::move(inner)), done_after_polls_(done_after_polls) {}
 
   // Observations and knobs.
@@ -37,8 +37,8 @@ class DeferredWriteBackend : public Backend {
   void FailNextStart() { fail_start_ = true; }
   void FailNextDone() { fail_done_ = true; }
 
-  const ModelConfig& config() const override { return inner_->config(); }
-  const ModelCacheSpec& cache_spec() const override { return inner_->cache_spec(); }
+  const model::ModelConfig& config() const override { return inner_->config(); }
+  const cache::ModelCacheSpec& cache_spec() const override { return inner_->cache_spec(); }
   std::string name() const override { return inner_->name(); }
   std::string kv_format() const override { return inner_->kv_format(); }
   uint32_t kv_element_size() const override { return inner_->kv_element_size(); }
@@ -46,31 +46,32 @@ class DeferredWriteBackend : public Backend {
   double default_kv_memory_fraction() const override {
     return inner_->default_kv_memory_fraction();
   }
-  Status AllocateKv(const KvLayout& layout) override {
+  Status AllocateKv(const backend::KvLayout& layout) override {
     RETURN_IF_ERROR(Land());
     return inner_->AllocateKv(layout);
   }
-  const KvLayout& kv_layout() const override { return inner_->kv_layout(); }
+  const backend::KvLayout& kv_layout() const override { return inner_->kv_layout(); }
   int default_step_tokens() const override { return inner_->default_step_tokens(); }
   Status Reserve(int max_step_tokens, int max_batch) override {
     return inner_->Reserve(max_step_tokens, max_batch);
   }
-  Status CopyBlocks(std::span<const KvBlockCopy> copies) override {
+  Status CopyBlocks(std::span<const cache::KvBlockCopy> copies) override {
     RETURN_IF_ERROR(Land());
     return inner_->CopyBlocks(copies);
   }
-  Status Forward(std::span<const SeqStep> batch, std::span<float> logits) override {
+  Status Forward(std::span<const backend::SeqStep> batch, std::span<float> logits) override {
     RETURN_IF_ERROR(Land());
     return inner_->Forward(batch, logits);
   }
-  using Backend::ForwardSampled;
-  using Backend::LaunchStep;
-  Status ForwardSampled(std::span<const SeqStep> batch, std::span<const RowPick> rows,
-                        std::span<int32_t> tokens, std::span<float> logits) override {
+  using backend::Backend::ForwardSampled;
+  using backend::Backend::LaunchStep;
+  Status ForwardSampled(std::span<const backend::SeqStep> batch,
+                        std::span<const backend::RowPick> rows, std::span<int32_t> tokens,
+                        std::span<float> logits) override {
     RETURN_IF_ERROR(Land());
     return inner_->ForwardSampled(batch, rows, tokens, logits);
   }
-  Status LaunchStep(std::span<const SeqStep> batch, std::span<const RowPick> rows,
+  Status LaunchStep(std::span<const backend::SeqStep> batch, std::span<const backend::RowPick> rows,
                     std::span<float> logits) override {
     RETURN_IF_ERROR(Land());
     return inner_->LaunchStep(batch, rows, logits);
@@ -150,7 +151,7 @@ class DeferredWriteBackend : public Backend {
     return true;
   }
   double device_seconds() const override { return inner_->device_seconds(); }
-  Result<HostBuffer> AllocateHostBuffer(size_t bytes) override {
+  Result<backend::HostBuffer> AllocateHostBuffer(size_t bytes) override {
     return inner_->AllocateHostBuffer(bytes);
   }
 
@@ -179,7 +180,7 @@ class DeferredWriteBackend : public Backend {
     return Status::Ok();
   }
 
-  std::unique_ptr<Backend> inner_;
+  std::unique_ptr<backend::Backend> inner_;
   int done_after_polls_;
   std::deque<Pending> pending_;
   uint64_t next_ticket_ = 1;

@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-namespace agentkv {
+namespace agentkv::engine {
 namespace {
 
 SpeculativeOptions On() {
@@ -82,4 +82,4 @@ TEST(DraftPolicyTest, RepeatedMissesPauseDraftingThenItResumesShort) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::engine

@@ -9,7 +9,7 @@
 
 #include "engine/backend/sample_draw.h"
 
-namespace agentkv {
+namespace agentkv::engine {
 namespace {
 
 using V = std::vector<int32_t>;
@@ -61,7 +61,7 @@ void CheckDistribution(float temperature, int top_k) {
   const V draft = {3, 2};  // neither is row 0's most likely token
   const std::vector<double> p0 = Target(row0, temperature, top_k);
   const std::vector<double> p1 = Target(row1, temperature, top_k);
-  SampleSettings s;
+  backend::SampleSettings s;
   s.temperature = temperature;
   s.top_k = top_k;
   Lcg rng;
@@ -103,7 +103,7 @@ TEST(DraftVerifyTest, SampledOutputKeepsTheTruncatedDistribution) {
 TEST(DraftVerifyTest, ADraftTokenOutsideTheKeptSetIsAlwaysRejected) {
   const std::vector<float> row0 = {5.0f, 4.0f, -3.0f};
   const std::vector<float> row1 = {0.0f, 0.0f, 0.0f};
-  SampleSettings s;
+  backend::SampleSettings s;
   s.top_k = 2;
   Lcg rng;
   for (int i = 0; i < 1000; ++i) {
@@ -118,7 +118,7 @@ TEST(DraftVerifyTest, ADraftTokenOutsideTheKeptSetIsAlwaysRejected) {
 TEST(DraftVerifyTest, APointMassRowAcceptsOnlyItsToken) {
   // +inf logit: SampleDraw's pick whatever u is.
   std::vector<float> rows = {0.0f, INFINITY, 0.0f, 1.0f, 2.0f, 3.0f};
-  SampleSettings s;
+  backend::SampleSettings s;
   Lcg rng;
   DraftVerdict v = VerifySampledDraft(V{0}, rows, 3, s, [&] { return rng(); });
   EXPECT_EQ(v.accepted, 0);
@@ -129,4 +129,4 @@ TEST(DraftVerifyTest, APointMassRowAcceptsOnlyItsToken) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::engine

@@ -14,7 +14,7 @@
 #include "engine/finish_reason.h"
 #include "test_model.h"
 
-namespace agentkv {
+namespace agentkv::engine {
 namespace {
 
 using testing::MapWeights;
@@ -45,7 +45,7 @@ Out Collect(const RequestHandle& h) {
 }
 
 struct Config {
-  Architecture arch = Architecture::kQwen3;
+  model::Architecture arch = model::Architecture::kQwen3;
   bool speculative = false;
   int max_batch = 8;
   int step_tokens = 64;
@@ -55,16 +55,16 @@ struct Config {
 };
 
 std::unique_ptr<Engine> MakeEngine(const Config& s) {
-  const ModelConfig c = SmallConfig(s.arch);
+  const model::ModelConfig c = SmallConfig(s.arch);
   const MapWeights w = RandomWeights(c, 21);
-  auto cpu = CpuBackend::Create(c, w, CpuBackendOptions{2});
+  auto cpu = backend::cpu::CpuBackend::Create(c, w, backend::cpu::CpuBackendOptions{2});
   EXPECT_TRUE(cpu.ok());
   EngineOptions o;
   o.block_size = 4;
   o.scheduler.max_batch = s.max_batch;
   o.scheduler.max_step_tokens = s.step_tokens;
   o.pipeline = s.pipeline;
-  o.blocks_per_group.assign(c.CacheSpec(KvDtype::kF32).groups.size(), s.blocks);
+  o.blocks_per_group.assign(c.CacheSpec(cache::KvDtype::kF32).groups.size(), s.blocks);
   if (s.speculative) {
     o.speculative.mode = SpeculativeMode::kNgram;
     o.speculative.compute_bound_tokens = s.compute_bound_tokens;
@@ -141,7 +141,8 @@ void ExpectSame(const std::vector<Out>& got, const std::vector<Out>& want, const
 }
 
 TEST(EngineSpeculativeTest, GreedyOutputIsIdenticalWithDrafts) {
-  for (Architecture arch : {Architecture::kQwen3, Architecture::kGemma3, Architecture::kLlama}) {
+  for (model::Architecture arch :
+       {model::Architecture::kQwen3, model::Architecture::kGemma3, model::Architecture::kLlama}) {
     SCOPED_TRACE(static_cast<int>(arch));
     Config plain;
     plain.arch = arch;
@@ -162,7 +163,7 @@ TEST(EngineSpeculativeTest, GreedyOutputIsIdenticalWithDrafts) {
     // The agent's second turn found its first turn's verified KV (models
     // with sliding windows keep no prefix cache).
     EXPECT_EQ(RunWorkload(spec, &st).back().cached, want.back().cached);
-    if (arch != Architecture::kGemma3) {
+    if (arch != model::Architecture::kGemma3) {
       EXPECT_GT(want.back().cached, 0);
     }
     ExpectSame(RunWorkload(spec, &st, stop_id), want_stop, "stop token");
@@ -256,15 +257,16 @@ TEST(EngineSpeculativeTest, SampledRequestsAreDraftedAndRepeatable) {
 // deviation below 0.026); the tolerance is 0.12, and the seeds are fixed,
 // so the counts are the same on every run.
 TEST(EngineSpeculativeTest, SampledDraftsKeepTheModelsDistribution) {
-  ModelConfig c = SmallConfig(Architecture::kQwen3);
+  model::ModelConfig c = SmallConfig(model::Architecture::kQwen3);
   c.vocab_size = 8;
   const MapWeights w = RandomWeights(c, 5);
   const std::vector<int32_t> prompt = {1, 5, 2, 7, 3, 3, 0, 6, 4, 1, 2, 5, 7, 0};
   // The exact conditionals p(second | first).
   std::vector<std::vector<double>> exact(8);
   {
-    auto cpu = std::move(CpuBackend::Create(c, w, CpuBackendOptions{2}).value());
-    KvLayout layout;
+    auto cpu = std::move(
+        backend::cpu::CpuBackend::Create(c, w, backend::cpu::CpuBackendOptions{2}).value());
+    backend::KvLayout layout;
     layout.block_size = 64;
     layout.blocks_per_group[0] = 1;
     ASSERT_TRUE(cpu->AllocateKv(layout).ok());
@@ -273,7 +275,7 @@ TEST(EngineSpeculativeTest, SampledDraftsKeepTheModelsDistribution) {
     for (int32_t first = 0; first < 8; ++first) {
       std::vector<int32_t> seq = prompt;
       seq.push_back(first);
-      SeqStep st;
+      backend::SeqStep st;
       st.tokens = seq;
       st.want_logits = true;
       st.block_tables[0] = table;
@@ -286,7 +288,7 @@ TEST(EngineSpeculativeTest, SampledDraftsKeepTheModelsDistribution) {
   }
   // Room for all requests in one batch and a step budget for every draft.
   const int n = 3000;
-  auto cpu = CpuBackend::Create(c, w, CpuBackendOptions{2});
+  auto cpu = backend::cpu::CpuBackend::Create(c, w, backend::cpu::CpuBackendOptions{2});
   ASSERT_TRUE(cpu.ok());
   EngineOptions o;
   o.block_size = 4;
@@ -327,4 +329,4 @@ TEST(EngineSpeculativeTest, SampledDraftsKeepTheModelsDistribution) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::engine

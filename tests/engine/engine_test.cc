@@ -9,7 +9,7 @@
 #include "engine/finish_reason.h"
 #include "test_model.h"
 
-namespace agentkv {
+namespace agentkv::engine {
 namespace {
 
 using testing::MapWeights;
@@ -38,14 +38,14 @@ Done Collect(const RequestHandle& h) {
   }
 }
 
-std::unique_ptr<Engine> MakeEngine(Architecture arch, int blocks, bool prefix = true,
+std::unique_ptr<Engine> MakeEngine(model::Architecture arch, int blocks, bool prefix = true,
                                    int max_batch = 8, bool pipeline = true,
                                    uint64_t host_kv_bytes = 0, int deferred_write_polls = 0) {
-  const ModelConfig c = SmallConfig(arch);
+  const model::ModelConfig c = SmallConfig(arch);
   const MapWeights w = RandomWeights(c, 21);
-  auto cpu = CpuBackend::Create(c, w, CpuBackendOptions{2});
+  auto cpu = backend::cpu::CpuBackend::Create(c, w, backend::cpu::CpuBackendOptions{2});
   EXPECT_TRUE(cpu.ok());
-  std::unique_ptr<Backend> backend = std::move(cpu).value();
+  std::unique_ptr<backend::Backend> backend = std::move(cpu).value();
   // > 0: restore copies are reported done only after that many polls.
   if (deferred_write_polls > 0)
     backend =
@@ -57,7 +57,7 @@ std::unique_ptr<Engine> MakeEngine(Architecture arch, int blocks, bool prefix = 
   o.prefix_caching = prefix;
   o.pipeline = pipeline;
   o.host_kv_memory_bytes = host_kv_bytes;
-  o.blocks_per_group.assign(c.CacheSpec(KvDtype::kF32).groups.size(), blocks);
+  o.blocks_per_group.assign(c.CacheSpec(cache::KvDtype::kF32).groups.size(), blocks);
   auto e = Engine::Create(std::move(backend), nullptr, o);
   EXPECT_TRUE(e.ok()) << e.status().ToString();
   return std::move(e).value();
@@ -80,8 +80,8 @@ std::vector<int32_t> Range(int from, int n) {
 }
 
 TEST(EngineTest, SharedPrefixIsReusedAndGivesSameOutput) {
-  auto shared = MakeEngine(Architecture::kQwen3, 256, true);
-  auto alone = MakeEngine(Architecture::kQwen3, 256, false);
+  auto shared = MakeEngine(model::Architecture::kQwen3, 256, true);
+  auto alone = MakeEngine(model::Architecture::kQwen3, 256, false);
   std::vector<int32_t> p = Range(3, 12);  // 3 full blocks of 4
   std::vector<int32_t> a = p, b = p;
   a.insert(a.end(), {5, 6});
@@ -107,7 +107,7 @@ EngineRequest Salted(std::vector<int32_t> prompt, int max_tokens, std::string sa
 // nothing cached (cached_tokens would tell one tenant another's prompt),
 // and computes the same output; the same salt still reuses the prefix.
 TEST(EngineTest, CacheSaltsShareNoPrefix) {
-  auto e = MakeEngine(Architecture::kQwen3, 256, true);
+  auto e = MakeEngine(model::Architecture::kQwen3, 256, true);
   std::vector<int32_t> p = Range(3, 12);  // 3 full blocks of 4
   p.insert(p.end(), {5, 6});
   Done a = Collect(e->Submit(Salted(p, 6, "4:acme")).value());
@@ -130,7 +130,7 @@ TEST(EngineTest, CacheSaltsShareNoPrefix) {
 // after it (pipelining) in flight; the engine still goes idle, so a drain
 // returns at once instead of waiting out its deadline.
 TEST(EngineTest, DrainReturnsAfterAStopTokenEndsAPipelinedSequence) {
-  auto e = MakeEngine(Architecture::kQwen3, 256, true, 8, /*pipeline=*/true);
+  auto e = MakeEngine(model::Architecture::kQwen3, 256, true, 8, /*pipeline=*/true);
   const std::vector<int32_t> prompt = Range(4, 9);
   Done free_run = Collect(e->Submit(Greedy(prompt, 8)).value());
   ASSERT_EQ(free_run.tokens.size(), 8u);
@@ -143,7 +143,7 @@ TEST(EngineTest, DrainReturnsAfterAStopTokenEndsAPipelinedSequence) {
 }
 
 TEST(EngineTest, AgentResidentCacheCarriesToTheNextTurn) {
-  auto e = MakeEngine(Architecture::kLlama, 256);
+  auto e = MakeEngine(model::Architecture::kLlama, 256);
   std::vector<int32_t> turn1 = Range(1, 10);
   Done d1 = Collect(e->Submit(Greedy(turn1, 9, "agent-1")).value());
   ASSERT_EQ(d1.tokens.size(), 9u);
@@ -161,7 +161,7 @@ TEST(EngineTest, PreemptionGivesIdenticalGreedyOutput) {
   std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < 6; ++i) prompts.push_back(Range(10 + i, 5 + 3 * i));
   auto run = [&](int blocks, int64_t* preemptions) {
-    auto e = MakeEngine(Architecture::kQwen3, blocks, /*prefix=*/false, 6);
+    auto e = MakeEngine(model::Architecture::kQwen3, blocks, /*prefix=*/false, 6);
     std::vector<RequestHandle> hs;
     for (auto& p : prompts) hs.push_back(e->Submit(Greedy(p, 24)).value());
     std::vector<std::vector<int32_t>> outs;
@@ -192,7 +192,7 @@ TEST(EngineTest, PipelinedStepsChangeNoOutput) {
   int32_t stop_id = -1;
   size_t stop_at = 0;
   {
-    auto e = MakeEngine(Architecture::kQwen3, 256, true, 8, /*pipeline=*/false);
+    auto e = MakeEngine(model::Architecture::kQwen3, 256, true, 8, /*pipeline=*/false);
     Done d = Collect(e->Submit(Greedy(probe, 12)).value());
     ASSERT_EQ(d.tokens.size(), 12u);
     stop_id = d.tokens[4];
@@ -206,7 +206,7 @@ TEST(EngineTest, PipelinedStepsChangeNoOutput) {
   };
   auto run = [&](bool pipeline, int64_t* preemptions) {
     // (Timing decides which blocks are still cached when a request comes.)
-    auto e = MakeEngine(Architecture::kQwen3, 20, true, 6, pipeline);
+    auto e = MakeEngine(model::Architecture::kQwen3, 20, true, 6, pipeline);
     std::vector<EngineRequest> reqs;
     for (int i = 0; i < 6; ++i) reqs.push_back(Greedy(Range(10 + i, 5 + 3 * i), 3 + 4 * i));
     std::vector<int32_t> shared = Range(3, 12);
@@ -264,7 +264,7 @@ TEST(EngineTest, PipelinedStepsChangeNoOutput) {
 }
 
 TEST(EngineTest, CancelledRequestReleasesItsBlocks) {
-  auto e = MakeEngine(Architecture::kQwen3, 128, /*prefix=*/false);
+  auto e = MakeEngine(model::Architecture::kQwen3, 128, /*prefix=*/false);
   RequestHandle h = e->Submit(Greedy(Range(2, 30), 400)).value();
   RequestOutput ev = h.stream->Pop();  // first token: it is running
   ASSERT_EQ(ev.kind, RequestOutput::Kind::kDelta);
@@ -276,32 +276,32 @@ TEST(EngineTest, CancelledRequestReleasesItsBlocks) {
   EXPECT_TRUE(ev.cancelled);
   EXPECT_LT(ev.completion_tokens, 400);
   e->Drain();
-  const BlockPoolStats st = e->Stats().pools[0];
+  const cache::BlockPoolStats st = e->Stats().pools[0];
   EXPECT_EQ(st.in_use, 0);
   EXPECT_EQ(st.free, 128);
 }
 
 TEST(EngineTest, StepTokensDefaultToTheBackends) {
-  const ModelConfig c = SmallConfig(Architecture::kQwen3);
+  const model::ModelConfig c = SmallConfig(model::Architecture::kQwen3);
   const MapWeights w = RandomWeights(c, 21);
-  auto backend = CpuBackend::Create(c, w, CpuBackendOptions{1});
+  auto backend = backend::cpu::CpuBackend::Create(c, w, backend::cpu::CpuBackendOptions{1});
   ASSERT_TRUE(backend.ok());
   const int want = (*backend)->default_step_tokens();
   EngineOptions o;
   o.block_size = 4;
   o.scheduler.max_step_tokens = 0;
-  o.blocks_per_group.assign(c.CacheSpec(KvDtype::kF32).groups.size(), 64);
+  o.blocks_per_group.assign(c.CacheSpec(cache::KvDtype::kF32).groups.size(), 64);
   auto e = Engine::Create(std::move(backend).value(), nullptr, o);
   ASSERT_TRUE(e.ok()) << e.status().ToString();
   EXPECT_EQ((*e)->max_step_tokens(), want);
   Done d = Collect((*e)->Submit(Greedy(Range(2, 20), 4)).value());
   EXPECT_EQ(d.tokens.size(), 4u);
-  auto e2 = MakeEngine(Architecture::kQwen3, 64);  // an explicit budget is kept
+  auto e2 = MakeEngine(model::Architecture::kQwen3, 64);  // an explicit budget is kept
   EXPECT_EQ(e2->max_step_tokens(), 64);
 }
 
 TEST(EngineTest, StatsAreCurrentWhenAnEventArrives) {
-  auto e = MakeEngine(Architecture::kQwen3, 128);
+  auto e = MakeEngine(model::Architecture::kQwen3, 128);
   RequestHandle h = e->Submit(Greedy(Range(2, 30), 5, "agent-a")).value();
   RequestOutput ev = h.stream->Pop();
   while (ev.kind == RequestOutput::Kind::kDelta) ev = h.stream->Pop();
@@ -316,14 +316,14 @@ TEST(EngineTest, StatsAreCurrentWhenAnEventArrives) {
 }
 
 TEST(EngineTest, SlidingWindowModelRunsWithoutPrefixCache) {
-  auto e = MakeEngine(Architecture::kGemma3, 64);
+  auto e = MakeEngine(model::Architecture::kGemma3, 64);
   Done d = Collect(e->Submit(Greedy(Range(4, 30), 10, "g")).value());
   EXPECT_EQ(d.tokens.size(), 10u);
   EXPECT_EQ(d.finished.finish, FinishReason::kLength);
 }
 
 TEST(EngineTest, RejectsBadRequestsAndDrains) {
-  auto e = MakeEngine(Architecture::kQwen3, 64);
+  auto e = MakeEngine(model::Architecture::kQwen3, 64);
   EXPECT_EQ(e->Submit(Greedy({}, 4)).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(e->Submit(Greedy({1000}, 4)).status().code(), StatusCode::kInvalidArgument);
   EngineRequest bad = Greedy({1, 2}, 4);
@@ -345,8 +345,9 @@ TEST(EngineTest, RejectsBadRequestsAndDrains) {
 // An engine that cannot be built fails cleanly (nothing half-started is
 // left to stop).
 TEST(EngineTest, CreateFailsCleanlyOnABadLayout) {
-  const ModelConfig c = SmallConfig(Architecture::kQwen3);
-  auto backend = CpuBackend::Create(c, RandomWeights(c, 21), CpuBackendOptions{1});
+  const model::ModelConfig c = SmallConfig(model::Architecture::kQwen3);
+  auto backend =
+      backend::cpu::CpuBackend::Create(c, RandomWeights(c, 21), backend::cpu::CpuBackendOptions{1});
   ASSERT_TRUE(backend.ok());
   EngineOptions o;
   o.block_size = 4;
@@ -361,8 +362,8 @@ TEST(EngineTest, CreateFailsCleanlyOnABadLayout) {
 // from host memory (source "host"), and its reply is what a full recompute
 // gives.
 TEST(EngineHostTierTest, EvictedAgentResumesFromHostWithRecomputedOutput) {
-  auto e = MakeEngine(Architecture::kQwen3, 24, true, 8, true, /*host_kv_bytes=*/1 << 20);
-  auto ref = MakeEngine(Architecture::kQwen3, 256, /*prefix=*/false);
+  auto e = MakeEngine(model::Architecture::kQwen3, 24, true, 8, true, /*host_kv_bytes=*/1 << 20);
+  auto ref = MakeEngine(model::Architecture::kQwen3, 256, /*prefix=*/false);
   std::vector<int32_t> turn1 = Range(1, 30);
   Done d1 = Collect(e->Submit(Greedy(turn1, 6, "agent-h")).value());
   ASSERT_EQ(d1.tokens.size(), 6u);
@@ -391,9 +392,9 @@ TEST(EngineHostTierTest, EvictedAgentResumesFromHostWithRecomputedOutput) {
 // ones): the engine never waits for them, the steps after them see the
 // restored KV, and the host-tier slots they read stay untouched until done.
 TEST(EngineHostTierTest, EvictedAgentResumesFromHostThroughAsynchronousCopies) {
-  auto e = MakeEngine(Architecture::kQwen3, 24, true, 8, true, /*host_kv_bytes=*/1 << 20,
+  auto e = MakeEngine(model::Architecture::kQwen3, 24, true, 8, true, /*host_kv_bytes=*/1 << 20,
                       /*deferred_write_polls=*/4);
-  auto ref = MakeEngine(Architecture::kQwen3, 256, /*prefix=*/false);
+  auto ref = MakeEngine(model::Architecture::kQwen3, 256, /*prefix=*/false);
   std::vector<int32_t> turn1 = Range(1, 30);
   Done d1 = Collect(e->Submit(Greedy(turn1, 6, "agent-h")).value());
   for (int i = 0; i < 2; ++i) Collect(e->Submit(Greedy(Range(40 + i, 80), 2)).value());
@@ -411,7 +412,7 @@ TEST(EngineHostTierTest, EvictedAgentResumesFromHostThroughAsynchronousCopies) {
   const EngineStats st = e->Stats();
   EXPECT_GT(st.host_restored_tokens, 0);
   EXPECT_GT(st.host_write_done_seconds, 0);
-  std::unique_ptr<Backend> b = e->ReleaseBackend();
+  std::unique_ptr<backend::Backend> b = e->ReleaseBackend();
   auto* dev = dynamic_cast<testing::DeferredWriteBackend*>(b.get());
   ASSERT_NE(dev, nullptr);
   EXPECT_GT(dev->writes_started(), 0);
@@ -421,7 +422,7 @@ TEST(EngineHostTierTest, EvictedAgentResumesFromHostThroughAsynchronousCopies) {
 
 // Without the host tier the same agent recomputes what the pool lost.
 TEST(EngineHostTierTest, WithoutHostTierEvictedBlocksAreRecomputed) {
-  auto e = MakeEngine(Architecture::kQwen3, 24, true, 8, true, /*host_kv_bytes=*/0);
+  auto e = MakeEngine(model::Architecture::kQwen3, 24, true, 8, true, /*host_kv_bytes=*/0);
   std::vector<int32_t> turn1 = Range(1, 30);
   Done d1 = Collect(e->Submit(Greedy(turn1, 6, "agent-h")).value());
   for (int i = 0; i < 2; ++i) Collect(e->Submit(Greedy(Range(40 + i, 80), 2)).value());
@@ -442,7 +443,7 @@ TEST(EngineHostTierTest, PreemptedSequencesResumeFromHostWithIdenticalOutput) {
   std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < 6; ++i) prompts.push_back(Range(10 + i, 9 + 3 * i));
   auto run = [&](int blocks, uint64_t host, EngineStats* stats) {
-    auto e = MakeEngine(Architecture::kQwen3, blocks, /*prefix=*/true, 6, true, host);
+    auto e = MakeEngine(model::Architecture::kQwen3, blocks, /*prefix=*/true, 6, true, host);
     std::vector<RequestHandle> hs;
     for (auto& p : prompts) hs.push_back(e->Submit(Greedy(p, 24)).value());
     std::vector<std::vector<int32_t>> outs;
@@ -470,12 +471,12 @@ TEST(EngineHostTierTest, PreemptedSequencesResumeFromHostWithIdenticalOutput) {
 // (as a model swap does) starts with an empty one and never serves the old
 // engine's blocks.
 TEST(EngineHostTierTest, ANewEngineNeverSeesTheOldEnginesHostBlocks) {
-  auto e = MakeEngine(Architecture::kQwen3, 24, true, 8, true, 1 << 20);
+  auto e = MakeEngine(model::Architecture::kQwen3, 24, true, 8, true, 1 << 20);
   std::vector<int32_t> turn1 = Range(1, 30);
   Collect(e->Submit(Greedy(turn1, 6, "agent-h")).value());
   for (int i = 0; i < 2; ++i) Collect(e->Submit(Greedy(Range(40 + i, 80), 2)).value());
   ASSERT_GT(e->Stats().host_kv_blocks, 0);
-  std::unique_ptr<Backend> backend = e->ReleaseBackend();
+  std::unique_ptr<backend::Backend> backend = e->ReleaseBackend();
   EngineOptions o;
   o.block_size = 4;
   o.scheduler.max_batch = 8;
@@ -494,7 +495,7 @@ TEST(EngineHostTierTest, ANewEngineNeverSeesTheOldEnginesHostBlocks) {
 // The host tier is keyed by the salted chain too: an agent's blocks that
 // the pool evicted come back for its own tenant only.
 TEST(EngineHostTierTest, HostTierServesOnlyTheSameSalt) {
-  auto e = MakeEngine(Architecture::kQwen3, 24, true, 8, true, /*host_kv_bytes=*/1 << 20);
+  auto e = MakeEngine(model::Architecture::kQwen3, 24, true, 8, true, /*host_kv_bytes=*/1 << 20);
   std::vector<int32_t> turn1 = Range(1, 30);
   Done d1 = Collect(e->Submit(Salted(turn1, 6, "4:acme", "acme/a")).value());
   for (int i = 0; i < 2; ++i) Collect(e->Submit(Greedy(Range(40 + i, 80), 2)).value());
@@ -518,15 +519,16 @@ TEST(EngineHostTierTest, HostTierServesOnlyTheSameSalt) {
 // greedy rows as they were.
 TEST(EngineTest, ParallelSamplingGivesTheSerialDraws) {
   auto run = [](int threads) {
-    const ModelConfig c = SmallConfig(Architecture::kLlama);
-    auto backend = CpuBackend::Create(c, RandomWeights(c, 21), CpuBackendOptions{1});
+    const model::ModelConfig c = SmallConfig(model::Architecture::kLlama);
+    auto backend = backend::cpu::CpuBackend::Create(c, RandomWeights(c, 21),
+                                                    backend::cpu::CpuBackendOptions{1});
     EXPECT_TRUE(backend.ok());
     EngineOptions o;
     o.block_size = 4;
     o.scheduler.max_batch = 8;
     o.scheduler.max_step_tokens = 64;
     o.sample_threads = threads;
-    o.blocks_per_group.assign(c.CacheSpec(KvDtype::kF32).groups.size(), 256);
+    o.blocks_per_group.assign(c.CacheSpec(cache::KvDtype::kF32).groups.size(), 256);
     auto e = Engine::Create(std::move(backend).value(), nullptr, o);
     EXPECT_TRUE(e.ok()) << e.status().ToString();
     std::vector<RequestHandle> hs;
@@ -560,7 +562,7 @@ TEST(EngineTest, ParallelSamplingGivesTheSerialDraws) {
 // run.
 TEST(EngineTest, BackendDrawnRowsGiveTheSamplersTokens) {
   auto run = [](bool pipeline, bool with_host_rows) {
-    auto e = MakeEngine(Architecture::kLlama, 256, true, 8, pipeline);
+    auto e = MakeEngine(model::Architecture::kLlama, 256, true, 8, pipeline);
     std::vector<RequestHandle> hs;
     for (int i = 0; i < 8; ++i) {
       if (i % 2 && !with_host_rows) continue;
@@ -598,7 +600,7 @@ TEST(EngineTest, BackendDrawnRowsGiveTheSamplersTokens) {
   ASSERT_EQ(drawn.size(), 4u);
   for (int pair = 0; pair < 4; ++pair) EXPECT_EQ(drawn[pair], mixed[2 * pair]) << "pair " << pair;
   // And they are draws, not the greedy tokens.
-  auto e = MakeEngine(Architecture::kLlama, 256, true, 8, true);
+  auto e = MakeEngine(model::Architecture::kLlama, 256, true, 8, true);
   int differ = 0;
   for (int pair = 0; pair < 4; ++pair)
     differ +=
@@ -610,7 +612,7 @@ TEST(EngineTest, BackendDrawnRowsGiveTheSamplersTokens) {
 // entry (greedy: the token is the most likely one), and asking changes no
 // token; a request without them gets none.
 TEST(EngineTest, LogprobsComeWithEachOutputToken) {
-  auto e = MakeEngine(Architecture::kQwen3, 256, true, 8, /*pipeline=*/true);
+  auto e = MakeEngine(model::Architecture::kQwen3, 256, true, 8, /*pipeline=*/true);
   const std::vector<int32_t> prompt = Range(4, 9);
   Done plain = Collect(e->Submit(Greedy(prompt, 8)).value());
   EngineRequest r = Greedy(prompt, 8);
@@ -646,9 +648,9 @@ TEST(EngineTest, LogprobsComeWithEachOutputToken) {
 // host Sampler (a wrapped backend says it does not): the same tokens and
 // the same values, greedy and seeded draws alike.
 TEST(EngineTest, BackendLogprobsMatchTheSamplers) {
-  auto on_backend = MakeEngine(Architecture::kQwen3, 256, true, 8, true);
+  auto on_backend = MakeEngine(model::Architecture::kQwen3, 256, true, 8, true);
   auto on_host =
-      MakeEngine(Architecture::kQwen3, 256, true, 8, true, 0, /*deferred_write_polls=*/1);
+      MakeEngine(model::Architecture::kQwen3, 256, true, 8, true, 0, /*deferred_write_polls=*/1);
   for (float t : {0.0f, 0.7f}) {
     EngineRequest r = Greedy(Range(4, 11), 6);
     r.params.temperature = t;
@@ -682,4 +684,4 @@ TEST(EngineTest, BackendLogprobsMatchTheSamplers) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::engine

@@ -3,7 +3,7 @@
 
 #include <gtest/gtest.h>
 
-namespace agentkv {
+namespace agentkv::engine {
 namespace {
 
 TEST(FinishReasonTest, NamesAreTheOpenAiStrings) {
@@ -16,4 +16,4 @@ TEST(FinishReasonTest, NotFinishedHasNoName) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::engine

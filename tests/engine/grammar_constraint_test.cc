@@ -13,7 +13,7 @@
 #include "engine/pick_mode.h"
 #include "engine/sampler.h"
 
-namespace agentkv {
+namespace agentkv::engine {
 namespace {
 
 // Tokens 0..n-2 spell text; the last id is EOS (no bytes).
@@ -22,9 +22,9 @@ const std::vector<std::string> kTokens = {
     "false", "null", "\"a\":", "1", "2", "x", "\\", "n", "e",    ""};
 constexpr int32_t kEos = 20;
 
-std::shared_ptr<const Grammar> Compile(const std::string& schema) {
-  auto g = CompileJsonSchema(nlohmann::ordered_json::parse(schema),
-                             TokenVocabulary::FromTokens(kTokens));
+std::shared_ptr<const grammar::Grammar> Compile(const std::string& schema) {
+  auto g = grammar::CompileJsonSchema(nlohmann::ordered_json::parse(schema),
+                                      grammar::TokenVocabulary::FromTokens(kTokens));
   EXPECT_TRUE(g.ok()) << g.status().ToString();
   return *g;
 }
@@ -109,14 +109,14 @@ TEST(GrammarConstraintTest, EndTokenOnlyWhenAcceptingAndAloneWhenComplete) {
 TEST(GrammarConstraintTest, ConstrainedRowsArePickedOnTheHost) {
   SamplingParams p;
   p.temperature = 0.7f;
-  EXPECT_EQ(ChoosePickMode(p), PickMode::kDevice);
+  EXPECT_EQ(ChoosePickMode(p), backend::PickMode::kDevice);
   p.grammar = Compile(kSchema);
-  EXPECT_EQ(ChoosePickMode(p), PickMode::kHost);
+  EXPECT_EQ(ChoosePickMode(p), backend::PickMode::kHost);
   p.temperature = 0.f;
-  EXPECT_EQ(ChoosePickMode(p), PickMode::kHost);
+  EXPECT_EQ(ChoosePickMode(p), backend::PickMode::kHost);
   p.ignore_eos = true;
   EXPECT_FALSE(p.Validate().ok());
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::engine

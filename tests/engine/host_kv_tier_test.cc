@@ -7,20 +7,22 @@
 #include "engine/backend/cpu/cpu_backend.h"
 #include "test_model.h"
 
-namespace agentkv {
+namespace agentkv::engine {
 namespace {
 
 constexpr int kBs = 4;
 constexpr size_t kBlockBytes = 64;
 
-std::unique_ptr<Backend> MakeBackend() {
-  const ModelConfig c = testing::SmallConfig(Architecture::kLlama);
-  auto b = CpuBackend::Create(c, testing::RandomWeights(c, 3), CpuBackendOptions{1});
+std::unique_ptr<backend::Backend> MakeBackend() {
+  const model::ModelConfig c = testing::SmallConfig(model::Architecture::kLlama);
+  auto b = backend::cpu::CpuBackend::Create(c, testing::RandomWeights(c, 3),
+                                            backend::cpu::CpuBackendOptions{1});
   EXPECT_TRUE(b.ok());
   return std::move(b).value();
 }
 
-std::unique_ptr<HostKvTier> MakeTier(Backend& backend, size_t capacity, size_t arena = 1 << 20) {
+std::unique_ptr<HostKvTier> MakeTier(backend::Backend& backend, size_t capacity,
+                                     size_t arena = 1 << 20) {
   HostKvTierOptions o;
   o.capacity_bytes = capacity;
   o.block_bytes = kBlockBytes;
@@ -35,12 +37,12 @@ std::unique_ptr<HostKvTier> MakeTier(Backend& backend, size_t capacity, size_t a
 // `first` token value.
 struct Chain {
   std::vector<int32_t> tokens;
-  std::vector<BlockHash> hashes;
+  std::vector<cache::BlockHash> hashes;
 };
 Chain MakeChain(int n, int32_t first) {
   Chain c;
   for (int i = 0; i < n * kBs; ++i) c.tokens.push_back(first + i);
-  c.hashes = HashFullBlocks(c.tokens, kBs);
+  c.hashes = cache::HashFullBlocks(c.tokens, kBs);
   return c;
 }
 
@@ -49,7 +51,7 @@ std::vector<std::byte> Bytes(uint8_t v) {
 }
 
 bool Put(HostKvTier& t, const Chain& c, int i, uint8_t v) {
-  const BlockHash parent = i == 0 ? kRootBlockHash : c.hashes[i - 1];
+  const cache::BlockHash parent = i == 0 ? cache::kRootBlockHash : c.hashes[i - 1];
   return t.Insert(parent, c.hashes[i],
                   std::span<const int32_t>(c.tokens).subspan(static_cast<size_t>(i) * kBs, kBs),
                   Bytes(v));
@@ -111,15 +113,15 @@ TEST(HostKvTierTest, MatchFollowsTheChainAndChecksTokens) {
   const Chain c = MakeChain(4, 7);
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(Put(*t, c, i, static_cast<uint8_t>(i + 1)));
   // From the start, and from the middle (with the right parent).
-  EXPECT_EQ(t->Match(c.tokens, 0, 10, kRootBlockHash).size(), 4u);
+  EXPECT_EQ(t->Match(c.tokens, 0, 10, cache::kRootBlockHash).size(), 4u);
   EXPECT_EQ(t->Match(c.tokens, 2, 10, c.hashes[1]).size(), 2u);
-  EXPECT_EQ(t->Match(c.tokens, 0, 3, kRootBlockHash).size(), 3u);
+  EXPECT_EQ(t->Match(c.tokens, 0, 3, cache::kRootBlockHash).size(), 3u);
   // Same tokens after another prefix hash to something else: no hit.
-  EXPECT_TRUE(t->Match(c.tokens, 2, 10, kRootBlockHash).empty());
+  EXPECT_TRUE(t->Match(c.tokens, 2, 10, cache::kRootBlockHash).empty());
   // A prompt that diverges in block 2 stops there.
   Chain other = c;
   other.tokens[9] = 999;
-  EXPECT_EQ(t->Match(other.tokens, 0, 10, kRootBlockHash).size(), 2u);
+  EXPECT_EQ(t->Match(other.tokens, 0, 10, cache::kRootBlockHash).size(), 2u);
   // Leases were taken by every Match above; the tier still answers.
   EXPECT_EQ(t->Stats().hits, 4 + 2 + 3 + 2);
 }
@@ -129,14 +131,14 @@ TEST(HostKvTierTest, LeasedAndReservedSlotsAreNotEvicted) {
   auto t = MakeTier(*backend, 2 * kBlockBytes);
   const Chain a = MakeChain(1, 100), b = MakeChain(1, 200), c = MakeChain(1, 300);
   ASSERT_TRUE(Put(*t, a, 0, 1));
-  auto leased = t->Match(a.tokens, 0, 1, kRootBlockHash);
+  auto leased = t->Match(a.tokens, 0, 1, cache::kRootBlockHash);
   ASSERT_EQ(leased.size(), 1u);
   // b is reserved (a device read would be filling it): not served yet.
-  HostKvTier::Slot slot = t->Reserve(kRootBlockHash, b.hashes[0], b.tokens);
+  HostKvTier::Slot slot = t->Reserve(cache::kRootBlockHash, b.hashes[0], b.tokens);
   ASSERT_FALSE(slot.empty());
   EXPECT_FALSE(t->Contains(b.hashes[0]));
   bool pending = false;
-  EXPECT_TRUE(t->Match(b.tokens, 0, 1, kRootBlockHash, &pending).empty());
+  EXPECT_TRUE(t->Match(b.tokens, 0, 1, cache::kRootBlockHash, &pending).empty());
   EXPECT_TRUE(pending);
   // Both slots are taken by a lease and a reservation: nothing can go.
   EXPECT_FALSE(Put(*t, c, 0, 3));
@@ -144,7 +146,7 @@ TEST(HostKvTierTest, LeasedAndReservedSlotsAreNotEvicted) {
   std::fill(slot.begin(), slot.end(), std::byte{2});
   t->Commit(b.hashes[0]);
   EXPECT_TRUE(t->Contains(b.hashes[0]));
-  auto hit_b = t->Match(b.tokens, 0, 1, kRootBlockHash, &pending);
+  auto hit_b = t->Match(b.tokens, 0, 1, cache::kRootBlockHash, &pending);
   EXPECT_EQ(hit_b.size(), 1u);
   EXPECT_FALSE(pending);
   t->Release(hit_b);
@@ -159,9 +161,9 @@ TEST(HostKvTierTest, AbortGivesTheSlotBack) {
   auto backend = MakeBackend();
   auto t = MakeTier(*backend, kBlockBytes);
   const Chain a = MakeChain(1, 100), b = MakeChain(1, 200);
-  ASSERT_FALSE(t->Reserve(kRootBlockHash, a.hashes[0], a.tokens).empty());
+  ASSERT_FALSE(t->Reserve(cache::kRootBlockHash, a.hashes[0], a.tokens).empty());
   // The only slot is reserved; the same hash cannot be reserved twice.
-  EXPECT_TRUE(t->Reserve(kRootBlockHash, a.hashes[0], a.tokens).empty());
+  EXPECT_TRUE(t->Reserve(cache::kRootBlockHash, a.hashes[0], a.tokens).empty());
   EXPECT_FALSE(Put(*t, b, 0, 2));
   t->Abort(a.hashes[0]);
   EXPECT_FALSE(t->Contains(a.hashes[0]));
@@ -173,11 +175,11 @@ TEST(HostKvTierTest, RefusesWrongSizes) {
   auto backend = MakeBackend();
   auto t = MakeTier(*backend, 4 * kBlockBytes);
   const Chain a = MakeChain(1, 100);
-  EXPECT_FALSE(
-      t->Insert(kRootBlockHash, a.hashes[0], a.tokens, std::vector<std::byte>(kBlockBytes - 1)));
-  EXPECT_TRUE(t->Reserve(kRootBlockHash, a.hashes[0], std::span(a.tokens).first(3)).empty());
+  EXPECT_FALSE(t->Insert(cache::kRootBlockHash, a.hashes[0], a.tokens,
+                         std::vector<std::byte>(kBlockBytes - 1)));
+  EXPECT_TRUE(t->Reserve(cache::kRootBlockHash, a.hashes[0], std::span(a.tokens).first(3)).empty());
   EXPECT_EQ(t->Stats().blocks, 0);
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::engine

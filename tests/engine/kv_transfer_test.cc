@@ -19,22 +19,22 @@
 #include "engine/backend/cpu/cpu_backend.h"
 #include "test_model.h"
 
-namespace agentkv {
+namespace agentkv::engine {
 namespace {
 
 constexpr int kBs = 4;
 
 // A KV tier in memory: the whole contract (chained lookups that check the
 // tokens, write-behind saves that copy what they keep, flush), no disk.
-class MemoryTier : public KvTier {
+class MemoryTier : public cache::KvTier {
  public:
   const char* source_name() const override { return "memory"; }
-  Result<KvTierLoad> Load(std::span<const int32_t> tokens, const BlockHash& root, int block_size,
-                          int32_t first_block, int32_t max_blocks) override {
+  Result<cache::KvTierLoad> Load(std::span<const int32_t> tokens, const cache::BlockHash& root,
+                                 int block_size, int32_t first_block, int32_t max_blocks) override {
     std::lock_guard<std::mutex> lock(mu_);
     ++loads_;
-    KvTierLoad out;
-    const std::vector<BlockHash> hashes = HashFullBlocks(tokens, block_size, root);
+    cache::KvTierLoad out;
+    const std::vector<cache::BlockHash> hashes = cache::HashFullBlocks(tokens, block_size, root);
     for (int64_t i = first_block;
          i < static_cast<int64_t>(hashes.size()) && i < int64_t{first_block} + max_blocks; ++i) {
       auto it = blocks_.find(Key(hashes[i]));
@@ -42,14 +42,15 @@ class MemoryTier : public KvTier {
       if (it == blocks_.end() ||
           !std::equal(bt.begin(), bt.end(), it->second.tokens.begin(), it->second.tokens.end()))
         break;
-      out.blocks.push_back(KvTierBlock{hashes[i], it->second.tokens, SharedBytes(it->second.data)});
+      out.blocks.push_back(
+          cache::KvTierBlock{hashes[i], it->second.tokens, SharedBytes(it->second.data)});
     }
     return out;
   }
-  void Save(const std::string& agent, uint32_t, std::vector<KvTierBlock> blocks) override {
+  void Save(const std::string& agent, uint32_t, std::vector<cache::KvTierBlock> blocks) override {
     std::lock_guard<std::mutex> lock(mu_);
     ++saves_[agent];
-    for (KvTierBlock& b : blocks) {
+    for (cache::KvTierBlock& b : blocks) {
       if (b.data.size() == 0) continue;
       blocks_[Key(b.hash)] = Stored{b.tokens, std::string(b.data.data(), b.data.size())};
     }
@@ -75,7 +76,7 @@ class MemoryTier : public KvTier {
     std::vector<int32_t> tokens;
     std::string data;
   };
-  static std::pair<uint64_t, uint64_t> Key(const BlockHash& h) { return {h.lo, h.hi}; }
+  static std::pair<uint64_t, uint64_t> Key(const cache::BlockHash& h) { return {h.lo, h.hi}; }
   mutable std::mutex mu_;
   std::map<std::pair<uint64_t, uint64_t>, Stored> blocks_;
   int loads_ = 0;
@@ -85,11 +86,12 @@ class MemoryTier : public KvTier {
 class KvTransferTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const ModelConfig c = testing::SmallConfig(Architecture::kLlama);
-    auto b = CpuBackend::Create(c, testing::RandomWeights(c, 5), CpuBackendOptions{1});
+    const model::ModelConfig c = testing::SmallConfig(model::Architecture::kLlama);
+    auto b = backend::cpu::CpuBackend::Create(c, testing::RandomWeights(c, 5),
+                                              backend::cpu::CpuBackendOptions{1});
     ASSERT_TRUE(b.ok());
     backend_ = std::move(b).value();
-    KvLayout layout;
+    backend::KvLayout layout;
     layout.block_size = kBs;
     layout.blocks_per_group[0] = 16;
     ASSERT_TRUE(backend_->AllocateKv(layout).ok());
@@ -106,14 +108,14 @@ class KvTransferTest : public ::testing::Test {
   }
   void NewManager() {
     transfer_.reset();
-    KvCacheConfig kc;
+    cache::KvCacheConfig kc;
     kc.block_size = kBs;
     kc.blocks_per_group = {16};
-    auto m = KvCacheManager::Create(backend_->cache_spec(), kc);
+    auto m = cache::KvCacheManager::Create(backend_->cache_spec(), kc);
     ASSERT_TRUE(m.ok());
     kv_ = std::move(m).value();
   }
-  void NewTransfer(uint64_t host_bytes, std::shared_ptr<KvTier> tier) {
+  void NewTransfer(uint64_t host_bytes, std::shared_ptr<cache::KvTier> tier) {
     transfer_.reset();
     KvTransferOptions o;
     o.block_size = kBs;
@@ -129,7 +131,7 @@ class KvTransferTest : public ::testing::Test {
   // hold a pattern derived from `seed` and the block index.
   void Compute(int64_t id, const std::vector<int32_t>& tokens, uint8_t seed) {
     ASSERT_TRUE(kv_->AddSequence(id).ok());
-    std::vector<KvBlockCopy> copies;
+    std::vector<cache::KvBlockCopy> copies;
     ASSERT_TRUE(kv_->EnsureCapacity(id, static_cast<int64_t>(tokens.size()), &copies).ok());
     const auto& blocks = kv_->Table(id, 0).blocks();
     transfer_->FlushEvictions();  // as the engine does before writing blocks
@@ -142,7 +144,7 @@ class KvTransferTest : public ::testing::Test {
   // The pool's bytes of the cached blocks of `tokens` (whole blocks).
   std::vector<uint8_t> CachedFirstBytes(const std::vector<int32_t>& tokens, int n) {
     std::vector<uint8_t> out;
-    const std::vector<BlockHash> h = HashFullBlocks(tokens, kBs);
+    const std::vector<cache::BlockHash> h = cache::HashFullBlocks(tokens, kBs);
     std::vector<std::byte> buf(block_bytes_);
     for (int i = 0; i < n; ++i) {
       std::optional<int32_t> b = kv_->CachedBlock(h[i]);
@@ -180,9 +182,9 @@ class KvTransferTest : public ::testing::Test {
     return out;
   }
 
-  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<backend::Backend> backend_;
   size_t block_bytes_ = 0;
-  std::unique_ptr<KvCacheManager> kv_;
+  std::unique_ptr<cache::KvCacheManager> kv_;
   std::unique_ptr<KvTransfer> transfer_;
   std::atomic<int> wakes_{0};
 };
@@ -202,20 +204,20 @@ TEST_F(KvTransferTest, EvictedBlocksComeBackFromHostWithTheirBytes) {
   const std::vector<int32_t> t = Tokens(12, 3);  // 3 full blocks
   Compute(1, t, 40);
   kv_->FreeSequence(1);
-  EXPECT_EQ(kv_->CachedPrefixTokens(Tokens(13, 3), kRootBlockHash), 12);
+  EXPECT_EQ(kv_->CachedPrefixTokens(Tokens(13, 3), cache::kRootBlockHash), 12);
   // The pool lets them go; their bytes are read into the host tier.
   EXPECT_EQ(kv_->EvictIdle(0, 100), 3);
   transfer_->FlushEvictions();
   transfer_->CompleteSaves(false);
   EXPECT_EQ(transfer_->Stats().host.blocks, 3);
-  EXPECT_EQ(kv_->CachedPrefixTokens(Tokens(13, 3), kRootBlockHash), 0);
+  EXPECT_EQ(kv_->CachedPrefixTokens(Tokens(13, 3), cache::kRootBlockHash), 0);
   // A request for the same prefix gets them back before it is scheduled.
   auto s = transfer_->Admit(Request(2, Tokens(13, 3)));
   ASSERT_NE(s, nullptr);
   EXPECT_EQ(s->host_restored_tokens, 12);
   // A synchronous backend's copies are done at once: nothing stays held.
   EXPECT_FALSE(transfer_->WritesPending());
-  EXPECT_EQ(kv_->CachedPrefixTokens(s->tokens, kRootBlockHash), 12);
+  EXPECT_EQ(kv_->CachedPrefixTokens(s->tokens, cache::kRootBlockHash), 12);
   EXPECT_EQ(CachedFirstBytes(s->tokens, 3), (std::vector<uint8_t>{40, 41, 42}));
   EXPECT_EQ(transfer_->Stats().host_restored_tokens, 12);
   EXPECT_TRUE(kv_->CheckInvariants().ok());
@@ -232,7 +234,7 @@ TEST_F(KvTransferTest, ADifferentPrefixFindsNothingInHost) {
   auto s = transfer_->Admit(Request(2, other));
   ASSERT_NE(s, nullptr);
   EXPECT_EQ(s->host_restored_tokens, 0);
-  EXPECT_EQ(kv_->CachedPrefixTokens(other, kRootBlockHash), 0);
+  EXPECT_EQ(kv_->CachedPrefixTokens(other, cache::kRootBlockHash), 0);
 }
 
 TEST_F(KvTransferTest, FinishedTurnGoesToStoreAndHostAndResumesFromHostFirst) {
@@ -370,7 +372,7 @@ TEST_F(KvTransferTest, PreemptedSequenceGetsItsEvictedBlocksBackFromHost) {
   s->in_flight = 0;
   transfer_->RestoreBeforeAdmit(s.get());
   EXPECT_EQ(s->host_restored_tokens, 12);
-  EXPECT_EQ(kv_->CachedPrefixTokens(t, kRootBlockHash), 12);
+  EXPECT_EQ(kv_->CachedPrefixTokens(t, cache::kRootBlockHash), 12);
   EXPECT_EQ(CachedFirstBytes(t, 3), (std::vector<uint8_t>{50, 51, 52}));
 }
 
@@ -403,8 +405,8 @@ TEST_F(KvTransferTest, HostSlotsStayLeasedUntilTheRestoreCopiesAreDone) {
   // slots are the copies' sources, so only one takes a new block; the
   // leased ones are neither evicted nor overwritten.
   EVICT_TO_HOST(3, Tokens(16, 50), 60);
-  const std::vector<BlockHash> h = HashFullBlocks(t, kBs);
-  for (const BlockHash& x : h) EXPECT_TRUE(transfer_->host_tier()->Contains(x));
+  const std::vector<cache::BlockHash> h = cache::HashFullBlocks(t, kBs);
+  for (const cache::BlockHash& x : h) EXPECT_TRUE(transfer_->host_tier()->Contains(x));
   EXPECT_EQ(transfer_->Stats().host.blocks, 4);
   EXPECT_EQ(transfer_->Stats().host.evictions, 0);
   EXPECT_TRUE(transfer_->WritesPending());
@@ -416,7 +418,7 @@ TEST_F(KvTransferTest, HostSlotsStayLeasedUntilTheRestoreCopiesAreDone) {
   EXPECT_GT(transfer_->Stats().host_write_done_seconds, 0);
   // ... and the blocks are evictable again.
   EVICT_TO_HOST(4, Tokens(16, 70), 80);
-  for (const BlockHash& x : h) EXPECT_FALSE(transfer_->host_tier()->Contains(x));
+  for (const cache::BlockHash& x : h) EXPECT_FALSE(transfer_->host_tier()->Contains(x));
   EXPECT_GE(transfer_->Stats().host.evictions, 3);
   EXPECT_TRUE(kv_->CheckInvariants().ok());
 }
@@ -458,7 +460,7 @@ TEST_F(KvTransferTest, ARestoreCopyThatFailsToStartRestoresNothing) {
   EXPECT_EQ(s->host_restored_tokens, 0);
   EXPECT_EQ(transfer_->Stats().restore_problems, 1);
   EXPECT_FALSE(transfer_->WritesPending());  // nothing issued, nothing held
-  EXPECT_EQ(kv_->CachedPrefixTokens(s->tokens, kRootBlockHash), 0);
+  EXPECT_EQ(kv_->CachedPrefixTokens(s->tokens, cache::kRootBlockHash), 0);
   // The host blocks were not lost: the next request gets them.
   auto r = transfer_->Admit(Request(3, Tokens(13, 3)));
   ASSERT_NE(r, nullptr);
@@ -475,12 +477,12 @@ TEST_F(KvTransferTest, ARestoreCopyThatFailsLateDropsItsBlocks) {
   dev->FailNextDone();
   auto s = transfer_->Admit(Request(2, Tokens(13, 3)));
   ASSERT_NE(s, nullptr);
-  EXPECT_EQ(kv_->CachedPrefixTokens(s->tokens, kRootBlockHash), 12);
+  EXPECT_EQ(kv_->CachedPrefixTokens(s->tokens, cache::kRootBlockHash), 12);
   for (int i = 0; i < 10 && transfer_->WritesPending(); ++i) transfer_->CompleteSaves(false);
   EXPECT_FALSE(transfer_->WritesPending());
   // The blocks may hold anything: the pool serves them no longer.
   EXPECT_EQ(transfer_->Stats().restore_problems, 1);
-  EXPECT_EQ(kv_->CachedPrefixTokens(s->tokens, kRootBlockHash), 0);
+  EXPECT_EQ(kv_->CachedPrefixTokens(s->tokens, cache::kRootBlockHash), 0);
   // The leases ended: the host tier serves the blocks again.
   auto r = transfer_->Admit(Request(3, Tokens(13, 3)));
   ASSERT_NE(r, nullptr);
@@ -525,4 +527,4 @@ TEST_F(KvTransferTest, StoreRestoreSlotsGoBackOnlyOnceTheirCopiesAreDone) {
 #undef EVICT_TO_HOST
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::engine

@@ -5,7 +5,7 @@
 
 #include <vector>
 
-namespace agentkv {
+namespace agentkv::engine {
 namespace {
 
 using V = std::vector<int32_t>;
@@ -63,4 +63,4 @@ TEST(NgramDraftTest, OnlyTheLookbackWindowIsSearched) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::engine

@@ -3,21 +3,21 @@
 
 #include <gtest/gtest.h>
 
-namespace agentkv {
+namespace agentkv::engine {
 namespace {
 
 TEST(ChoosePickModeTest, OnlyPlainParamsArePickedByTheBackend) {
   SamplingParams p;
-  EXPECT_EQ(ChoosePickMode(p), PickMode::kDevice);  // temperature 1, the APIs' default
+  EXPECT_EQ(ChoosePickMode(p), backend::PickMode::kDevice);  // temperature 1, the APIs' default
   EXPECT_TRUE(DeviceSamplable(p));
   p.top_k = 40;
   p.top_p = 0.9f;
   p.min_p = 0.05f;
   p.seed = 3;
   p.temperature = 0.7f;
-  EXPECT_EQ(ChoosePickMode(p), PickMode::kDevice);
+  EXPECT_EQ(ChoosePickMode(p), backend::PickMode::kDevice);
   p.temperature = 0;
-  EXPECT_EQ(ChoosePickMode(p), PickMode::kGreedy);
+  EXPECT_EQ(ChoosePickMode(p), backend::PickMode::kGreedy);
   EXPECT_FALSE(DeviceSamplable(p));
   for (int which = 0; which < 4; ++which) {
     SamplingParams q;
@@ -25,13 +25,13 @@ TEST(ChoosePickModeTest, OnlyPlainParamsArePickedByTheBackend) {
     if (which < 2) q.repetition_penalty = 1.1f;
     if (which == 2) q.presence_penalty = 0.5f;
     if (which == 3) q.frequency_penalty = -0.5f;
-    EXPECT_EQ(ChoosePickMode(q), PickMode::kHost) << which;
+    EXPECT_EQ(ChoosePickMode(q), backend::PickMode::kHost) << which;
   }
   SamplingParams lp;
   lp.logprobs = 0;  // even the sampled token's logprob needs the whole row
-  EXPECT_EQ(ChoosePickMode(lp), PickMode::kHost);
+  EXPECT_EQ(ChoosePickMode(lp), backend::PickMode::kHost);
   lp.temperature = 0;
-  EXPECT_EQ(ChoosePickMode(lp), PickMode::kHost);
+  EXPECT_EQ(ChoosePickMode(lp), backend::PickMode::kHost);
 }
 
 // A backend that computes logprobs next to its picks (RowLogprobs) takes
@@ -40,13 +40,13 @@ TEST(ChoosePickModeTest, OnlyPlainParamsArePickedByTheBackend) {
 TEST(ChoosePickModeTest, DeviceLogprobsKeepLogprobRowsOnTheBackend) {
   SamplingParams lp;
   lp.logprobs = 5;
-  EXPECT_EQ(ChoosePickMode(lp, /*device_logprobs=*/true), PickMode::kDevice);
-  RowPick r = PlanRowPick(lp, true);
-  EXPECT_EQ(r.mode, PickMode::kDevice);
+  EXPECT_EQ(ChoosePickMode(lp, /*device_logprobs=*/true), backend::PickMode::kDevice);
+  backend::RowPick r = PlanRowPick(lp, true);
+  EXPECT_EQ(r.mode, backend::PickMode::kDevice);
   EXPECT_EQ(r.logprobs, 5);
   lp.temperature = 0;
   r = PlanRowPick(lp, true);
-  EXPECT_EQ(r.mode, PickMode::kGreedy);
+  EXPECT_EQ(r.mode, backend::PickMode::kGreedy);
   EXPECT_EQ(r.logprobs, 5);
   lp.logprobs = SamplingParams::kMaxLogprobs;
   EXPECT_EQ(PlanRowPick(lp, true).logprobs, SamplingParams::kMaxLogprobs);
@@ -54,18 +54,18 @@ TEST(ChoosePickModeTest, DeviceLogprobsKeepLogprobRowsOnTheBackend) {
   EXPECT_EQ(PlanRowPick(lp, true).logprobs, 0);
   // Without the backend's logprobs: the host, as before.
   r = PlanRowPick(lp, false);
-  EXPECT_EQ(r.mode, PickMode::kHost);
+  EXPECT_EQ(r.mode, backend::PickMode::kHost);
   EXPECT_EQ(r.logprobs, -1);
   // Penalties: the host either way.
   lp.frequency_penalty = 0.5f;
-  EXPECT_EQ(ChoosePickMode(lp, true), PickMode::kHost);
+  EXPECT_EQ(ChoosePickMode(lp, true), backend::PickMode::kHost);
   EXPECT_EQ(PlanRowPick(lp, true).logprobs, -1);
   // No logprobs asked: none planned.
   SamplingParams plain;
   r = PlanRowPick(plain, true);
-  EXPECT_EQ(r.mode, PickMode::kDevice);
+  EXPECT_EQ(r.mode, backend::PickMode::kDevice);
   EXPECT_EQ(r.logprobs, -1);
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::engine

@@ -16,7 +16,7 @@
 #include "engine/text/tokenizer.h"
 #include "engine/text/tokenizer_unicode.h"
 
-namespace agentkv {
+namespace agentkv::engine {
 namespace {
 
 namespace fs = std::filesystem;
@@ -26,12 +26,12 @@ class ReplySpliceTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     const fs::path dir = fs::path(AGENTKV_DATA_DIR) / "tokenizers/qwen3";
-    auto tok = Tokenizer::Load(dir / "tokenizer.json");
+    auto tok = text::Tokenizer::Load(dir / "tokenizer.json");
     ASSERT_TRUE(tok.ok()) << tok.status().ToString();
     tok_ = std::move(tok).value().release();
-    auto tmpl = ChatTemplate::LoadFromModelDir(dir.string());
+    auto tmpl = text::chat::ChatTemplate::LoadFromModelDir(dir.string());
     ASSERT_TRUE(tmpl.ok()) << tmpl.status().ToString();
-    tmpl_ = new ChatTemplate(std::move(tmpl).value());
+    tmpl_ = new text::chat::ChatTemplate(std::move(tmpl).value());
   }
   static void TearDownTestSuite() {
     delete tok_;
@@ -39,7 +39,7 @@ class ReplySpliceTest : public ::testing::Test {
   }
 
   static std::string Render(const ordered_json& messages, bool generation_prompt = true) {
-    ChatTemplate::Input in;
+    text::chat::ChatTemplate::Input in;
     in.messages = messages;
     in.add_generation_prompt = generation_prompt;
     auto text = tmpl_->Render(in);
@@ -53,7 +53,7 @@ class ReplySpliceTest : public ::testing::Test {
     std::vector<int32_t> ids;
     for (size_t pos = 0; pos < text.size();) {
       const size_t start = pos;
-      tokenizer_unicode::NextCodePoint(text, &pos);
+      text::tokenizer_unicode::NextCodePoint(text, &pos);
       for (int32_t id : tok_->Encode(text.substr(start, pos - start), false)) ids.push_back(id);
     }
     return ids;
@@ -62,7 +62,7 @@ class ReplySpliceTest : public ::testing::Test {
   static int32_t ByteLevelToken(std::string_view bytes) {
     std::string s;
     for (char c : bytes) {
-      const char32_t cp = tokenizer_unicode::ByteToUnicode()[static_cast<uint8_t>(c)];
+      const char32_t cp = text::tokenizer_unicode::ByteToUnicode()[static_cast<uint8_t>(c)];
       // UTF-8 of a code point below U+0800 (the table's range).
       if (cp < 0x80) {
         s.push_back(static_cast<char>(cp));
@@ -105,8 +105,8 @@ class ReplySpliceTest : public ::testing::Test {
         });
     // Whatever was reused, the prompt stands for exactly the text (as the
     // server decodes it: invalid UTF-8 as U+FFFD).
-    EXPECT_EQ(tokenizer_unicode::SanitizeUtf8(Bytes(r.splice.ids)), text);
-    EXPECT_EQ(tokenizer_unicode::SanitizeUtf8(
+    EXPECT_EQ(text::tokenizer_unicode::SanitizeUtf8(Bytes(r.splice.ids)), text);
+    EXPECT_EQ(text::tokenizer_unicode::SanitizeUtf8(
                   Bytes(std::span(r.splice.ids).first(r.splice.reused_tokens))),
               text.substr(0, r.splice.reused_bytes));
     return r;
@@ -124,12 +124,12 @@ class ReplySpliceTest : public ::testing::Test {
     {"role": "system", "content": "You are a careful agent."},
     {"role": "user", "content": "What is six times seven?"}])");
 
-  static Tokenizer* tok_;
-  static ChatTemplate* tmpl_;
+  static text::Tokenizer* tok_;
+  static text::chat::ChatTemplate* tmpl_;
 };
 
-Tokenizer* ReplySpliceTest::tok_ = nullptr;
-ChatTemplate* ReplySpliceTest::tmpl_ = nullptr;
+text::Tokenizer* ReplySpliceTest::tok_ = nullptr;
+text::chat::ChatTemplate* ReplySpliceTest::tmpl_ = nullptr;
 
 TEST_F(ReplySpliceTest, AgreeingRenderReusesPromptAndSampledReply) {
   const std::string text1 = Render(turn1_);
@@ -368,4 +368,4 @@ TEST_F(ReplySpliceTest, TextTheNormalizerRewritesIsReusedAsHeld) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::engine

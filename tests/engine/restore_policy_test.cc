@@ -8,7 +8,7 @@
 #include <cmath>
 #include <random>
 
-namespace agentkv {
+namespace agentkv::engine {
 namespace {
 
 // The model's time for recomputing r blocks and loading the rest.
@@ -157,4 +157,4 @@ TEST(RestorePolicyTest, UnknownOrUnusableRatesFallBackToAPureStrategy) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::engine

@@ -12,7 +12,7 @@
 
 #include "engine/backend/sample_draw.h"
 
-namespace agentkv {
+namespace agentkv::engine {
 namespace {
 
 // Reference softmax in double, written independently of the sampler.
@@ -393,7 +393,7 @@ TEST(SampleDrawTest, NextDrawGivesSamplesTokens) {
   for (int i = 0; i < 64; ++i) {
     std::vector<float> buf = logits;
     a.push_back(host.Sample(buf).token);
-    const SampleSettings s = device.NextDraw();
+    const backend::SampleSettings s = device.NextDraw();
     EXPECT_GE(s.u, 0.0);
     EXPECT_LT(s.u, 1.0);
     EXPECT_EQ(s.temperature, p.temperature);
@@ -401,7 +401,7 @@ TEST(SampleDrawTest, NextDrawGivesSamplesTokens) {
     EXPECT_EQ(s.top_p, p.top_p);
     EXPECT_EQ(s.min_p, p.min_p);
     buf = logits;
-    b.push_back(SampleDraw(buf, s));
+    b.push_back(backend::SampleDraw(buf, s));
     device.AddOutput(b.back());
   }
   EXPECT_EQ(a, b);
@@ -409,4 +409,4 @@ TEST(SampleDrawTest, NextDrawGivesSamplesTokens) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::engine

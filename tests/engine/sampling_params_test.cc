@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-namespace agentkv {
+namespace agentkv::engine {
 namespace {
 
 // Applies `mutate` to default params and expects InvalidArgument whose
@@ -76,4 +76,4 @@ TEST(SamplingParamsTest, RejectsOutOfRange) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::engine

@@ -4,29 +4,29 @@
 
 #include <gtest/gtest.h>
 
-namespace agentkv {
+namespace agentkv::engine {
 namespace {
 
-ModelCacheSpec Spec() {
-  ModelCacheSpec s;
+cache::ModelCacheSpec Spec() {
+  cache::ModelCacheSpec s;
   s.num_layers = 2;
   s.num_kv_heads = 1;
   s.head_dim = 4;
-  s.layer_kinds = {AttentionKind::kFull, AttentionKind::kFull};
+  s.layer_kinds = {cache::AttentionKind::kFull, cache::AttentionKind::kFull};
   s.layer_windows = {0, 0};
   s.BuildGroups();
   return s;
 }
 
 struct Fixture {
-  std::unique_ptr<KvCacheManager> kv;
+  std::unique_ptr<cache::KvCacheManager> kv;
   std::unique_ptr<Scheduler> sched;
   RequestId next = 1;
   Fixture(int blocks, SchedulerOptions o, int bs = 4) {
-    KvCacheConfig c;
+    cache::KvCacheConfig c;
     c.block_size = bs;
     c.blocks_per_group = {blocks};
-    kv = std::move(KvCacheManager::Create(Spec(), c).value());
+    kv = std::move(cache::KvCacheManager::Create(Spec(), c).value());
     sched = std::make_unique<Scheduler>(kv.get(), o);
   }
   RequestId Add(Priority p, int prompt_len, double now, int first_token = 0) {
@@ -189,7 +189,7 @@ TEST(SchedulerTest, RemoveFreesBlocksAtOnce) {
   ASSERT_TRUE(f.sched->Commit(p.seqs[0]).ok());
   EXPECT_LT(f.kv->pool(0).Stats().free, 16);
   f.sched->Remove(a);
-  const BlockPoolStats st = f.kv->pool(0).Stats();
+  const cache::BlockPoolStats st = f.kv->pool(0).Stats();
   EXPECT_EQ(st.in_use, 0);
   EXPECT_EQ(st.free + st.cached + st.pinned, 16);
   EXPECT_FALSE(f.sched->HasWork());
@@ -231,9 +231,9 @@ TEST(SchedulerTest, HeldSequencesAreNotScheduledAndFindSeesAll) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::engine
 
-namespace agentkv {
+namespace agentkv::engine {
 namespace {
 
 // A decoding sequence's draft runs with it (one logits row per token) when
@@ -271,4 +271,4 @@ TEST(SchedulerTest, DraftsRunWithinTheBudgetAndFreeBlocksOnly) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::engine

@@ -8,13 +8,13 @@
 #include "engine/backend/cpu/cpu_backend.h"
 #include "test_model.h"
 
-namespace agentkv {
+namespace agentkv::engine {
 namespace {
 
-std::unique_ptr<Backend> SmallBackend() {
-  const ModelConfig c = testing::SmallConfig(Architecture::kQwen3);
+std::unique_ptr<backend::Backend> SmallBackend() {
+  const model::ModelConfig c = testing::SmallConfig(model::Architecture::kQwen3);
   static const testing::MapWeights w = testing::RandomWeights(c, 3);
-  auto b = CpuBackend::Create(c, w, CpuBackendOptions{1});
+  auto b = backend::cpu::CpuBackend::Create(c, w, backend::cpu::CpuBackendOptions{1});
   EXPECT_TRUE(b.ok());
   return std::move(b).value();
 }
@@ -58,4 +58,4 @@ TEST(StagingPoolTest, ChunksOutliveThePoolHandle) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::engine

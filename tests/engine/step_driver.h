@@ -23,8 +23,8 @@ struct TestSeq {
 };
 
 // The step that runs tokens [computed, computed + n) of `s`.
-inline SeqStep StepOf(const TestSeq& s, int n, bool want) {
-  SeqStep st;
+inline backend::SeqStep StepOf(const TestSeq& s, int n, bool want) {
+  backend::SeqStep st;
   st.tokens = std::span<const int32_t>(s.tokens).subspan(s.computed, n);
   st.start_pos = s.computed;
   st.want_logits = want;
@@ -42,10 +42,11 @@ inline SeqStep StepOf(const TestSeq& s, int n, bool want) {
 // host. With draw_row1, row 1 of every decode step is drawn by the backend
 // (PickMode::kDevice: temperature 1, top_k 40, top_p 0.9, u from a fixed
 // sequence) instead of picked greedily, in both modes.
-inline std::vector<int32_t> GreedyPicks(Backend& b, int decode, bool pipelined, uint32_t seed,
-                                        int sample_every = 0, bool draw_row1 = false) {
+inline std::vector<int32_t> GreedyPicks(backend::Backend& b, int decode, bool pipelined,
+                                        uint32_t seed, int sample_every = 0,
+                                        bool draw_row1 = false) {
   using Seq = TestSeq;
-  const ModelCacheSpec& spec = b.cache_spec();
+  const cache::ModelCacheSpec& spec = b.cache_spec();
   const int bs = b.kv_layout().block_size;
   const int V = b.config().vocab_size;
   std::mt19937 rng(seed);
@@ -70,7 +71,7 @@ inline std::vector<int32_t> GreedyPicks(Backend& b, int decode, bool pipelined, 
   // Prefill, step by step, until every sequence has its first pick.
   std::vector<bool> started(3, false);
   while (std::count(started.begin(), started.end(), true) < 3) {
-    std::vector<SeqStep> steps;
+    std::vector<backend::SeqStep> steps;
     std::vector<int> which;
     for (int i = 0; i < 3; ++i) {
       if (started[i]) continue;
@@ -107,15 +108,15 @@ inline std::vector<int32_t> GreedyPicks(Backend& b, int decode, bool pipelined, 
     }
   };
   for (int k = 0; k < decode; ++k) {
-    std::vector<RowPick> plan(3);
-    for (RowPick& p : plan) p.mode = PickMode::kGreedy;
+    std::vector<backend::RowPick> plan(3);
+    for (backend::RowPick& p : plan) p.mode = backend::PickMode::kGreedy;
     if (draw_row1) {
-      plan[1].mode = PickMode::kDevice;
+      plan[1].mode = backend::PickMode::kDevice;
       plan[1].sample.top_k = 40;
       plan[1].sample.top_p = 0.9f;
       plan[1].sample.u = (k * 0.6180339887 + 0.1) - static_cast<int>(k * 0.6180339887 + 0.1);
     }
-    std::vector<SeqStep> steps;
+    std::vector<backend::SeqStep> steps;
     for (int i = 0; i < 3; ++i) {
       steps.push_back(step_of(i, 1, true));
       if (pending) steps.back().prev_row = i;
@@ -130,7 +131,7 @@ inline std::vector<int32_t> GreedyPicks(Backend& b, int decode, bool pipelined, 
       continue;
     }
     const bool sampled = sample_every > 0 && k % sample_every == 1;
-    if (sampled) plan[1].mode = PickMode::kHost;
+    if (sampled) plan[1].mode = backend::PickMode::kHost;
     const Status st = b.LaunchStep(steps, plan, logits);
     EXPECT_TRUE(st.ok()) << st.ToString();
     for (Seq& s : seqs) s.computed += 1;

@@ -6,7 +6,7 @@
 
 #include <gtest/gtest.h>
 
-namespace agentkv {
+namespace agentkv::engine {
 namespace {
 
 constexpr int32_t kEos = 2;
@@ -198,4 +198,4 @@ TEST(StopCheckerTest, RandomSplitsAgreeWithDirectSearch) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::engine

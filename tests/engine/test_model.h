@@ -14,7 +14,7 @@
 
 namespace agentkv::testing {
 
-class MapWeights : public WeightSource {
+class MapWeights : public model::WeightSource {
  public:
   std::map<std::string, std::vector<float>> t;
   bool Has(const std::string& name) const override { return t.count(name) > 0; }
@@ -29,8 +29,8 @@ class MapWeights : public WeightSource {
   }
 };
 
-inline ModelConfig SmallConfig(Architecture arch) {
-  ModelConfig c;
+inline model::ModelConfig SmallConfig(model::Architecture arch) {
+  model::ModelConfig c;
   c.arch = arch;
   c.vocab_size = 97;
   c.hidden_size = 48;
@@ -42,29 +42,30 @@ inline ModelConfig SmallConfig(Architecture arch) {
   c.max_position_embeddings = 4096;
   c.rms_norm_eps = 1e-6f;
   c.rope.theta = 10000.f;
-  c.layer_kinds.assign(c.num_layers, AttentionKind::kFull);
+  c.layer_kinds.assign(c.num_layers, cache::AttentionKind::kFull);
   c.layer_windows.assign(c.num_layers, 0);
-  if (arch == Architecture::kQwen3) c.qk_norm = true;
-  if (arch == Architecture::kQwen2) c.attention_bias = true;
-  if (arch == Architecture::kLlama) {
+  if (arch == model::Architecture::kQwen3) c.qk_norm = true;
+  if (arch == model::Architecture::kQwen2) c.attention_bias = true;
+  if (arch == model::Architecture::kLlama) {
     c.rope.type = "llama3";
     c.rope.factor = 8.f;
     c.rope.original_max_position = 64;
   }
-  if (arch == Architecture::kGemma3) {
+  if (arch == model::Architecture::kGemma3) {
     c.qk_norm = true;
     c.gemma_norm = true;
     c.sandwich_norm = true;
     c.embed_scale = std::sqrt(48.f);
     c.query_scale = 1.f / std::sqrt(24.f);
-    c.activation = Activation::kGeluTanh;
+    c.activation = model::Activation::kGeluTanh;
     c.tie_word_embeddings = true;
     c.rope.theta = 1000000.f;
     c.rope_local.theta = 10000.f;
-    c.layer_kinds = {AttentionKind::kSliding, AttentionKind::kSliding, AttentionKind::kFull};
+    c.layer_kinds = {cache::AttentionKind::kSliding, cache::AttentionKind::kSliding,
+                     cache::AttentionKind::kFull};
     c.layer_windows = {7, 7, 0};
   }
-  if (arch == Architecture::kGptOss) {
+  if (arch == model::Architecture::kGptOss) {
     // Sliding (window 7), full, sliding; attention biases and sinks; YaRN
     // with a ramp inside the 8 frequencies; 5 experts, 4 per token.
     c.intermediate_size = 24;
@@ -77,30 +78,31 @@ inline ModelConfig SmallConfig(Architecture arch) {
     c.rope.original_max_position = 4096;
     c.rope.truncate = false;
     c.rope_local = c.rope;
-    c.layer_kinds = {AttentionKind::kSliding, AttentionKind::kFull, AttentionKind::kSliding};
+    c.layer_kinds = {cache::AttentionKind::kSliding, cache::AttentionKind::kFull,
+                     cache::AttentionKind::kSliding};
     c.layer_windows = {7, 0, 7};
     c.moe.num_experts = 5;
     c.moe.experts_per_token = 4;
     c.moe.expert_intermediate = 24;
-    c.moe.routing = MoeRouting::kTopKThenSoftmax;
+    c.moe.routing = model::MoeRouting::kTopKThenSoftmax;
     c.moe.router_bias = true;
     c.moe.expert_bias = true;
     c.moe.swiglu_limit = 7.f;
   }
-  if (arch == Architecture::kQwen3Moe) {
+  if (arch == model::Architecture::kQwen3Moe) {
     // 6 experts, 2 per token, renormalised; layer 1 dense.
     c.qk_norm = true;
     c.moe.num_experts = 6;
     c.moe.experts_per_token = 2;
     c.moe.expert_intermediate = 20;
-    c.moe.routing = MoeRouting::kSoftmaxThenTopK;
+    c.moe.routing = model::MoeRouting::kSoftmaxThenTopK;
     c.moe.norm_topk_prob = true;
     c.moe.mlp_only_layers = {1};
   }
   return c;
 }
 
-inline MapWeights RandomWeights(const ModelConfig& c, uint32_t seed) {
+inline MapWeights RandomWeights(const model::ModelConfig& c, uint32_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> nd(0.f, 0.2f);
   MapWeights w;
@@ -135,11 +137,11 @@ inline MapWeights RandomWeights(const ModelConfig& c, uint32_t seed) {
   }
   // Whatever else the architecture has (experts, routers, sinks, o_proj
   // biases), in ExpectedWeights' order.
-  for (const WeightSpec& spec : ExpectedWeights(c)) {
+  for (const model::WeightSpec& spec : model::ExpectedWeights(c)) {
     if (w.t.count(spec.name)) continue;
     int64_t n = 1;
     for (int64_t d : spec.shape) n *= d;
-    add(spec.name, n, spec.role == WeightRole::kNorm ? nb : 0.f);
+    add(spec.name, n, spec.role == model::WeightRole::kNorm ? nb : 0.f);
   }
   return w;
 }

@@ -6,7 +6,7 @@
 #include <chrono>
 #include <thread>
 
-namespace agentkv {
+namespace agentkv::engine {
 namespace {
 
 RequestOutput Delta(const std::string& text) {
@@ -94,4 +94,4 @@ TEST(TokenStreamTest, NoEventIsStrandedAcrossThreads) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::engine

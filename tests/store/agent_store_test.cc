@@ -159,7 +159,7 @@ TEST(AgentStoreTest, FingerprintIsolation) {
   EXPECT_EQ((*s)->LoadKvPrefixForTokens(Fp('a'), tokens, 16)->blocks.size(), 4u);
 
   // A record copied under B's key (same hash) is refused: its header names A.
-  const auto hashes = HashFullBlocks(tokens, 16);
+  const auto hashes = cache::HashFullBlocks(tokens, 16);
   ASSERT_TRUE((*s)->env()
                   .Write([&](LmdbEnv::WriteTxn& t) -> Status {
                     ASSIGN_OR_RETURN(auto v, t.Get(Db::kKv, KvKey(Fp('a'), hashes[0])));

@@ -12,15 +12,15 @@ namespace agentkv::store::testing {
 
 struct Done {
   std::vector<int32_t> tokens;
-  RequestOutput finished;
+  engine::RequestOutput finished;
 };
 
 // Every token of a request until its last event.
-inline Done Collect(const RequestHandle& h) {
+inline Done Collect(const engine::RequestHandle& h) {
   Done d;
   while (true) {
-    RequestOutput ev = h.stream->Pop();
-    if (ev.kind == RequestOutput::Kind::kDelta) {
+    engine::RequestOutput ev = h.stream->Pop();
+    if (ev.kind == engine::RequestOutput::Kind::kDelta) {
       d.tokens.insert(d.tokens.end(), ev.tokens.begin(), ev.tokens.end());
       continue;
     }
@@ -30,8 +30,9 @@ inline Done Collect(const RequestHandle& h) {
 }
 
 // Exactly `max_tokens` greedy tokens, for `agent` (empty: no agent).
-inline EngineRequest Greedy(std::vector<int32_t> prompt, int max_tokens, std::string agent = "") {
-  EngineRequest r;
+inline engine::EngineRequest Greedy(std::vector<int32_t> prompt, int max_tokens,
+                                    std::string agent = "") {
+  engine::EngineRequest r;
   r.prompt = std::move(prompt);
   r.params.temperature = 0;
   r.params.ignore_eos = true;

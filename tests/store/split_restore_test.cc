@@ -31,39 +31,40 @@ constexpr int kBlock = 4;
 const char kModelFp[] = "00112233445566778899aabbccddeeff";
 
 // The store's tier, with each load delayed (a slow disk).
-class SlowTier : public KvTier {
+class SlowTier : public cache::KvTier {
  public:
-  SlowTier(std::shared_ptr<KvTier> inner, std::chrono::milliseconds delay)
+  SlowTier(std::shared_ptr<cache::KvTier> inner, std::chrono::milliseconds delay)
       : inner_(std::move(inner)), delay_(delay) {}
   const char* source_name() const override { return inner_->source_name(); }
-  Result<int32_t> CountStored(std::span<const int32_t> tokens, const BlockHash& root,
+  Result<int32_t> CountStored(std::span<const int32_t> tokens, const cache::BlockHash& root,
                               int block_size, int32_t first_block, int32_t max_blocks) override {
     return inner_->CountStored(tokens, root, block_size, first_block, max_blocks);
   }
-  Result<KvTierLoad> Load(std::span<const int32_t> tokens, const BlockHash& root, int block_size,
-                          int32_t first_block, int32_t max_blocks) override {
+  Result<cache::KvTierLoad> Load(std::span<const int32_t> tokens, const cache::BlockHash& root,
+                                 int block_size, int32_t first_block, int32_t max_blocks) override {
     std::this_thread::sleep_for(delay_);
     return inner_->Load(tokens, root, block_size, first_block, max_blocks);
   }
-  Result<KvTierLoadInto> LoadInto(std::span<const int32_t> tokens, const BlockHash& root,
-                                  int block_size, int32_t first_block, int32_t max_blocks,
-                                  std::span<std::byte> dst, size_t block_bytes) override {
+  Result<cache::KvTierLoadInto> LoadInto(std::span<const int32_t> tokens,
+                                         const cache::BlockHash& root, int block_size,
+                                         int32_t first_block, int32_t max_blocks,
+                                         std::span<std::byte> dst, size_t block_bytes) override {
     std::this_thread::sleep_for(delay_);
     return inner_->LoadInto(tokens, root, block_size, first_block, max_blocks, dst, block_bytes);
   }
   void Save(const std::string& agent_key, uint32_t first_index,
-            std::vector<KvTierBlock> blocks) override {
+            std::vector<cache::KvTierBlock> blocks) override {
     inner_->Save(agent_key, first_index, std::move(blocks));
   }
   Status Flush() override { return inner_->Flush(); }
 
  private:
-  std::shared_ptr<KvTier> inner_;
+  std::shared_ptr<cache::KvTier> inner_;
   std::chrono::milliseconds delay_;
 };
 
 struct EngineSetup {
-  std::shared_ptr<KvTier> tier;
+  std::shared_ptr<cache::KvTier> tier;
   bool split = false;  // rates that split a prompt about in half
   int chunk_blocks = 2;
   int max_step_tokens = 64;
@@ -71,19 +72,22 @@ struct EngineSetup {
 };
 
 size_t BlockBytes() {
-  return SmallConfig(Architecture::kQwen3).CacheSpec(KvDtype::kF32).BytesPerBlock(0, kBlock);
+  return SmallConfig(model::Architecture::kQwen3)
+      .CacheSpec(cache::KvDtype::kF32)
+      .BytesPerBlock(0, kBlock);
 }
 
-std::unique_ptr<Engine> MakeEngine(const EngineSetup& s) {
-  const ModelConfig c = SmallConfig(Architecture::kQwen3);
+std::unique_ptr<engine::Engine> MakeEngine(const EngineSetup& s) {
+  const model::ModelConfig c = SmallConfig(model::Architecture::kQwen3);
   const MapWeights w = RandomWeights(c, 21);
-  auto backend = CpuBackend::Create(c, w, CpuBackendOptions{1, KvDtype::kF32});
+  auto backend = backend::cpu::CpuBackend::Create(
+      c, w, backend::cpu::CpuBackendOptions{1, cache::KvDtype::kF32});
   EXPECT_TRUE(backend.ok());
-  EngineOptions o;
+  engine::EngineOptions o;
   o.block_size = kBlock;
   o.scheduler.max_batch = 8;
   o.scheduler.max_step_tokens = s.max_step_tokens;
-  o.blocks_per_group.assign(c.CacheSpec(KvDtype::kF32).groups.size(), 256);
+  o.blocks_per_group.assign(c.CacheSpec(cache::KvDtype::kF32).groups.size(), 256);
   o.kv_tier = s.tier;
   o.restore_chunk_bytes = s.chunk_blocks * BlockBytes();
   if (s.split) {
@@ -92,7 +96,7 @@ std::unique_ptr<Engine> MakeEngine(const EngineSetup& s) {
     o.tier_bytes_per_s = static_cast<double>(BlockBytes()) / 1e-3;
     o.tier_latency_s = s.tier_latency_s;
   }
-  auto e = Engine::Create(std::move(backend).value(), nullptr, o);
+  auto e = engine::Engine::Create(std::move(backend).value(), nullptr, o);
   EXPECT_TRUE(e.ok()) << e.status().ToString();
   return std::move(e).value();
 }
@@ -116,7 +120,7 @@ class SplitRestoreTest : public ::testing::Test {
   std::vector<int32_t> StoreTurn(const std::string& agent, const std::string& salt = "") {
     std::vector<int32_t> p = Prompt(161);
     auto e = MakeEngine(EngineSetup{tier_});
-    EngineRequest r = Greedy(p, 2, agent);
+    engine::EngineRequest r = Greedy(p, 2, agent);
     r.cache_salt = salt;
     Done d = Collect(e->Submit(std::move(r)).value());
     e->Stop();
@@ -136,12 +140,12 @@ class SplitRestoreTest : public ::testing::Test {
     const std::vector<int32_t> p2 = StoreTurn("agent-s");
     auto e = MakeEngine(s);
     Done got = Collect(e->Submit(Greedy(p2, 12, "agent-s")).value());
-    const EngineStats st = e->Stats();
+    const engine::EngineStats st = e->Stats();
     EXPECT_EQ(st.split_restores, 1);
     // About half of the 40 stored blocks recomputed, the rest loaded.
     EXPECT_GE(st.split_recomputed_tokens, 10 * kBlock);
     EXPECT_LE(st.split_recomputed_tokens, 30 * kBlock);
-    EXPECT_EQ(got.finished.cache_source, CacheSource::kDisk);
+    EXPECT_EQ(got.finished.cache_source, engine::CacheSource::kDisk);
     EXPECT_EQ(got.finished.restored_tokens + st.split_recomputed_tokens, 40 * kBlock);
     EXPECT_EQ(got.finished.cached_tokens, got.finished.restored_tokens);
     EXPECT_EQ(got.tokens, Reference(p2).tokens);
@@ -160,13 +164,13 @@ class SplitRestoreTest : public ::testing::Test {
 // stored and recomputes, with the same output.
 TEST_F(SplitRestoreTest, SaltedPrefixSplitsForItsOwnSaltOnly) {
   const std::vector<int32_t> p2 = StoreTurn("acme/s", "4:acme");
-  EXPECT_EQ(*tier_->CountStored(p2, ChainRoot("4:acme"), kBlock, 0, 1000), 40);
-  EXPECT_EQ(*tier_->CountStored(p2, ChainRoot("4:zeta"), kBlock, 0, 1000), 0);
-  EXPECT_EQ(*tier_->CountStored(p2, kRootBlockHash, kBlock, 0, 1000), 0);
+  EXPECT_EQ(*tier_->CountStored(p2, cache::ChainRoot("4:acme"), kBlock, 0, 1000), 40);
+  EXPECT_EQ(*tier_->CountStored(p2, cache::ChainRoot("4:zeta"), kBlock, 0, 1000), 0);
+  EXPECT_EQ(*tier_->CountStored(p2, cache::kRootBlockHash, kBlock, 0, 1000), 0);
   const Done want = Reference(p2);
   {
     auto e = MakeEngine(EngineSetup{tier_, /*split=*/true});
-    EngineRequest r = Greedy(p2, 12, "zeta/s");
+    engine::EngineRequest r = Greedy(p2, 12, "zeta/s");
     r.cache_salt = "4:zeta";
     Done other = Collect(e->Submit(std::move(r)).value());
     EXPECT_EQ(other.finished.cached_tokens, 0);
@@ -175,10 +179,10 @@ TEST_F(SplitRestoreTest, SaltedPrefixSplitsForItsOwnSaltOnly) {
     e->Stop();
   }
   auto e = MakeEngine(EngineSetup{tier_, /*split=*/true});
-  EngineRequest r = Greedy(p2, 12, "acme/s");
+  engine::EngineRequest r = Greedy(p2, 12, "acme/s");
   r.cache_salt = "4:acme";
   Done own = Collect(e->Submit(std::move(r)).value());
-  const EngineStats st = e->Stats();
+  const engine::EngineStats st = e->Stats();
   EXPECT_EQ(st.split_restores, 1);
   EXPECT_GT(own.finished.restored_tokens, 0);
   EXPECT_EQ(own.finished.restored_tokens + st.split_recomputed_tokens, 40 * kBlock);
@@ -190,12 +194,12 @@ TEST_F(SplitRestoreTest, SaltedPrefixSplitsForItsOwnSaltOnly) {
 
 TEST_F(SplitRestoreTest, CountStoredStopsAtTheFirstMissingBlock) {
   const std::vector<int32_t> p2 = StoreTurn("agent-c");
-  auto n = tier_->CountStored(p2, kRootBlockHash, kBlock, 0, 1000);
+  auto n = tier_->CountStored(p2, cache::kRootBlockHash, kBlock, 0, 1000);
   ASSERT_TRUE(n.ok());
   EXPECT_EQ(*n, 40);
-  EXPECT_EQ(*tier_->CountStored(p2, kRootBlockHash, kBlock, 10, 1000), 30);
-  EXPECT_EQ(*tier_->CountStored(p2, kRootBlockHash, kBlock, 10, 5), 5);
-  EXPECT_EQ(*tier_->CountStored(Prompt(100, 3), kRootBlockHash, kBlock, 0, 1000), 0);
+  EXPECT_EQ(*tier_->CountStored(p2, cache::kRootBlockHash, kBlock, 10, 1000), 30);
+  EXPECT_EQ(*tier_->CountStored(p2, cache::kRootBlockHash, kBlock, 10, 5), 5);
+  EXPECT_EQ(*tier_->CountStored(Prompt(100, 3), cache::kRootBlockHash, kBlock, 0, 1000), 0);
 }
 
 TEST_F(SplitRestoreTest, SplitGivesTheOutputOfARecompute) {
@@ -221,7 +225,7 @@ TEST_F(SplitRestoreTest, ATierSlowToStartIsNotAskedAtAll) {
   EXPECT_EQ(e->Stats().recomputed_restores, 1);
   EXPECT_EQ(e->Stats().split_restores, 0);
   EXPECT_EQ(got.finished.restored_tokens, 0);
-  EXPECT_EQ(got.finished.cache_source, CacheSource::kNone);
+  EXPECT_EQ(got.finished.cache_source, engine::CacheSource::kNone);
   EXPECT_EQ(got.tokens, Reference(p2).tokens);
 }
 
@@ -238,7 +242,7 @@ TEST_F(SplitRestoreTest, CancelledMidSplitHoldsNothing) {
   const std::vector<int32_t> p2 = StoreTurn("agent-x");
   auto e = MakeEngine(
       EngineSetup{std::make_shared<SlowTier>(tier_, std::chrono::milliseconds(100)), true});
-  RequestHandle h = e->Submit(Greedy(p2, 12, "agent-x")).value();
+  engine::RequestHandle h = e->Submit(Greedy(p2, 12, "agent-x")).value();
   // Wait until the split started (its head is prefilling or done).
   for (int i = 0; i < 400 && e->Stats().split_restores == 0; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));

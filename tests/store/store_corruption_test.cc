@@ -36,7 +36,7 @@ class StoreCorruptionTest : public ::testing::Test {
     ASSERT_TRUE(store_->PutModel(Fp('1'), R"({"arch":"qwen3"})").ok());
     store_->PutKvBlocks(MakeChainWrite("a", Fp('1'), tokens_, kBlock, 3000));
     ASSERT_TRUE(store_->Flush().ok());
-    hashes_ = HashFullBlocks(tokens_, kBlock);
+    hashes_ = cache::HashFullBlocks(tokens_, kBlock);
   }
 
   std::string Raw(Db db, const std::string& key) {
@@ -70,7 +70,7 @@ class StoreCorruptionTest : public ::testing::Test {
   TempDir dir_;
   std::unique_ptr<AgentStore> store_;
   std::vector<int32_t> tokens_;
-  std::vector<BlockHash> hashes_;
+  std::vector<cache::BlockHash> hashes_;
   std::vector<std::string> original_;
 };
 
@@ -244,7 +244,7 @@ TEST_F(StoreCorruptionTest, FlippedBytesInTheDataFile) {
 TEST(KvBlockCodecTest, DecompressionIsBounded) {
   KvBlockCodec codec(1);
   const std::string data(1 << 20, 'z');  // compresses to almost nothing
-  const BlockHash h{1, 2};
+  const cache::BlockHash h{1, 2};
   const std::vector<int32_t> toks = {5, 6};
   auto rec = codec.Encode(Fp('1'), h, toks, data, 1);
   ASSERT_TRUE(rec.ok());
@@ -265,23 +265,23 @@ TEST(KvBlockCodecTest, DecompressionIsBounded) {
   EXPECT_LE(out.size(), size_t{1} << 20);
   // Wrong hash or fingerprint for the key.
   EXPECT_FALSE(KvBlockCodec::Parse(*rec, Fp('2'), h, 1 << 20, "k").ok());
-  EXPECT_FALSE(KvBlockCodec::Parse(*rec, Fp('1'), BlockHash{1, 3}, 1 << 20, "k").ok());
+  EXPECT_FALSE(KvBlockCodec::Parse(*rec, Fp('1'), cache::BlockHash{1, 3}, 1 << 20, "k").ok());
 }
 
 TEST(KvBlockCodecTest, ShuffledRoundTrip) {
   KvBlockCodec codec(3);
   for (uint32_t es : {1u, 2u, 4u}) {
     const std::string data = testing::Fp32Bytes(testing::KvLikeFloats(4096, es));
-    auto rec = codec.Encode(Fp('1'), BlockHash{}, {}, data, es);
+    auto rec = codec.Encode(Fp('1'), cache::BlockHash{}, {}, data, es);
     ASSERT_TRUE(rec.ok());
-    auto v = KvBlockCodec::Parse(*rec, Fp('1'), BlockHash{}, 1 << 20, "k");
+    auto v = KvBlockCodec::Parse(*rec, Fp('1'), cache::BlockHash{}, 1 << 20, "k");
     ASSERT_TRUE(v.ok());
     std::string out;
     ASSERT_TRUE(codec.Decode(*v, &out, "k").ok());
     EXPECT_EQ(out, data) << es;
   }
-  EXPECT_FALSE(codec.Encode(Fp('1'), BlockHash{}, {}, "abc", 2).ok());
-  EXPECT_FALSE(codec.Encode(Fp('1'), BlockHash{}, {}, "abcd", 3).ok());
+  EXPECT_FALSE(codec.Encode(Fp('1'), cache::BlockHash{}, {}, "abc", 2).ok());
+  EXPECT_FALSE(codec.Encode(Fp('1'), cache::BlockHash{}, {}, "abcd", 3).ok());
 }
 
 }  // namespace

@@ -39,31 +39,33 @@ const char kModelFp[] = "0123456789abcdef0123456789abcdef";
 // default stages 64 MiB, so a test model's restore is one chunk).
 // `deferred_write_polls` > 0: restore copies are reported done only after
 // that many polls (agentkv::testing::DeferredWriteBackend).
-std::unique_ptr<Engine> MakeEngine(std::shared_ptr<KvTier> tier, int blocks = 256,
-                                   int chunk_blocks = 0, int save_staging_blocks = 0,
-                                   KvDtype kv = KvDtype::kF32, int deferred_write_polls = 0) {
-  const ModelConfig c = SmallConfig(Architecture::kQwen3);
+std::unique_ptr<engine::Engine> MakeEngine(std::shared_ptr<cache::KvTier> tier, int blocks = 256,
+                                           int chunk_blocks = 0, int save_staging_blocks = 0,
+                                           cache::KvDtype kv = cache::KvDtype::kF32,
+                                           int deferred_write_polls = 0) {
+  const model::ModelConfig c = SmallConfig(model::Architecture::kQwen3);
   const MapWeights w = RandomWeights(c, 21);
-  auto cpu = CpuBackend::Create(c, w, CpuBackendOptions{1, kv});
+  auto cpu = backend::cpu::CpuBackend::Create(c, w, backend::cpu::CpuBackendOptions{1, kv});
   EXPECT_TRUE(cpu.ok());
-  std::unique_ptr<Backend> backend = std::move(cpu).value();
+  std::unique_ptr<backend::Backend> backend = std::move(cpu).value();
   if (deferred_write_polls > 0)
     backend = std::make_unique<agentkv::testing::DeferredWriteBackend>(std::move(backend),
                                                                        deferred_write_polls);
-  EngineOptions o;
+  engine::EngineOptions o;
   o.block_size = kBlock;
   o.scheduler.max_batch = 8;
   o.scheduler.max_step_tokens = 64;
-  o.blocks_per_group.assign(c.CacheSpec(KvDtype::kF32).groups.size(), blocks);
+  o.blocks_per_group.assign(c.CacheSpec(cache::KvDtype::kF32).groups.size(), blocks);
   o.kv_tier = std::move(tier);
   if (chunk_blocks > 0) {
-    o.restore_chunk_bytes = chunk_blocks * c.CacheSpec(KvDtype::kF32).BytesPerBlock(0, kBlock);
+    o.restore_chunk_bytes =
+        chunk_blocks * c.CacheSpec(cache::KvDtype::kF32).BytesPerBlock(0, kBlock);
   }
   if (save_staging_blocks > 0) {
     o.save_staging_bytes =
-        save_staging_blocks * c.CacheSpec(KvDtype::kF32).BytesPerBlock(0, kBlock);
+        save_staging_blocks * c.CacheSpec(cache::KvDtype::kF32).BytesPerBlock(0, kBlock);
   }
-  auto e = Engine::Create(std::move(backend), nullptr, o);
+  auto e = engine::Engine::Create(std::move(backend), nullptr, o);
   EXPECT_TRUE(e.ok()) << e.status().ToString();
   return std::move(e).value();
 }
@@ -85,8 +87,8 @@ class StoreKvTierTest : public ::testing::Test {
     store_ = std::move(s).value();
   }
   // One agent turn on a fresh engine; flushes the store afterwards.
-  Done Turn(std::shared_ptr<KvTier> tier, std::vector<int32_t> prompt, int max_tokens,
-            const std::string& agent, KvDtype kv = KvDtype::kF32) {
+  Done Turn(std::shared_ptr<cache::KvTier> tier, std::vector<int32_t> prompt, int max_tokens,
+            const std::string& agent, cache::KvDtype kv = cache::KvDtype::kF32) {
     auto e = MakeEngine(tier, 256, 0, 0, kv);
     Done d = Collect(e->Submit(Greedy(std::move(prompt), max_tokens, agent)).value());
     e->Stop();
@@ -103,7 +105,7 @@ TEST_F(StoreKvTierTest, RestartRestoresStoredPrefixWithSameOutput) {
   // Turn 1: 41 prompt tokens + 8 generated = 12 full blocks after the turn.
   const std::vector<int32_t> p1 = Prompt(41);
   Done t1 = Turn(tier, p1, 8, "agent-a");
-  EXPECT_EQ(t1.finished.cache_source, CacheSource::kNone);
+  EXPECT_EQ(t1.finished.cache_source, engine::CacheSource::kNone);
   auto chain = store_->GetKvChain("agent-a", tier->fingerprint());
   ASSERT_TRUE(chain.ok());
   EXPECT_EQ(chain->size(), (41u + 8u - 1) / kBlock);  // the last token's KV is not computed
@@ -115,7 +117,7 @@ TEST_F(StoreKvTierTest, RestartRestoresStoredPrefixWithSameOutput) {
   Done restored = Turn(tier, p2, 12, "agent-a");
   Done reference = Turn(nullptr, p2, 12, "");
   EXPECT_EQ(restored.tokens, reference.tokens);
-  EXPECT_EQ(restored.finished.cache_source, CacheSource::kDisk);
+  EXPECT_EQ(restored.finished.cache_source, engine::CacheSource::kDisk);
   EXPECT_EQ(restored.finished.restored_tokens, static_cast<int64_t>(chain->size()) * kBlock);
   EXPECT_EQ(restored.finished.cached_tokens, restored.finished.restored_tokens);
   EXPECT_EQ(reference.finished.cached_tokens, 0);
@@ -135,11 +137,11 @@ TEST_F(StoreKvTierTest, ResidentPrefixIsNotReloadedAndStatsCount) {
   p2.insert(p2.end(), t1.tokens.begin(), t1.tokens.end());
   p2.push_back(11);
   Done t2 = Collect(e->Submit(Greedy(p2, 4, "agent-r")).value());
-  EXPECT_EQ(t2.finished.cache_source, CacheSource::kResident);
+  EXPECT_EQ(t2.finished.cache_source, engine::CacheSource::kResident);
   EXPECT_EQ(t2.finished.restored_tokens, 0);
   EXPECT_GT(e->AgentResidentTokens("agent-r"), 30);
   e->Drain();
-  const EngineStats st = e->Stats();
+  const engine::EngineStats st = e->Stats();
   EXPECT_EQ(st.resumed_none, 1);
   EXPECT_EQ(st.resumed_resident, 1);
   EXPECT_EQ(st.resumed_disk, 0);
@@ -156,7 +158,7 @@ TEST_F(StoreKvTierTest, OtherModelOrFormatNeverRestores) {
   Done other_format = Turn(Tier(store_.get(), "bf16"), p2, 4, "agent-b");
   EXPECT_EQ(other_format.finished.cached_tokens, 0);
   Done same = Turn(Tier(store_.get()), p2, 4, "agent-b");
-  EXPECT_EQ(same.finished.cache_source, CacheSource::kDisk);
+  EXPECT_EQ(same.finished.cache_source, engine::CacheSource::kDisk);
   EXPECT_EQ(same.finished.restored_tokens, 40);
 }
 
@@ -167,7 +169,7 @@ TEST_F(StoreKvTierTest, SaltedRecordsRestoreOnlyForTheirSalt) {
   auto tier = Tier(store_.get());
   auto turn = [&](std::vector<int32_t> prompt, const std::string& salt, const std::string& agent) {
     auto e = MakeEngine(tier);
-    EngineRequest r = Greedy(std::move(prompt), 4, agent);
+    engine::EngineRequest r = Greedy(std::move(prompt), 4, agent);
     r.cache_salt = salt;
     Done d = Collect(e->Submit(std::move(r)).value());
     e->Stop();
@@ -181,11 +183,11 @@ TEST_F(StoreKvTierTest, SaltedRecordsRestoreOnlyForTheirSalt) {
   p2.push_back(1);
   Done zeta = turn(p2, "4:zeta", "zeta/a");
   EXPECT_EQ(zeta.finished.cached_tokens, 0);
-  EXPECT_EQ(zeta.finished.cache_source, CacheSource::kNone);
+  EXPECT_EQ(zeta.finished.cache_source, engine::CacheSource::kNone);
   Done plain = turn(p2, "", "b");
   EXPECT_EQ(plain.finished.cached_tokens, 0);
   Done acme = turn(p2, "4:acme", "acme/a");
-  EXPECT_EQ(acme.finished.cache_source, CacheSource::kDisk);
+  EXPECT_EQ(acme.finished.cache_source, engine::CacheSource::kDisk);
   EXPECT_EQ(acme.finished.restored_tokens, 40);
   EXPECT_EQ(acme.tokens, zeta.tokens);
   EXPECT_EQ(acme.tokens, plain.tokens);
@@ -193,14 +195,16 @@ TEST_F(StoreKvTierTest, SaltedRecordsRestoreOnlyForTheirSalt) {
   auto chain = store_->GetKvChain("acme/a", tier->fingerprint());
   ASSERT_TRUE(chain.ok());
   ASSERT_GE(chain->size(), 10u);
-  EXPECT_EQ(chain->front().hash, HashFullBlocks(p, kBlock, ChainRoot("4:acme")).front());
+  EXPECT_EQ(chain->front().hash,
+            cache::HashFullBlocks(p, kBlock, cache::ChainRoot("4:acme")).front());
 }
 
 // The tier of a real backend, tagged with its kv_format and element size
 // (as api/served_model.cc builds it).
-std::shared_ptr<StoreKvTier> BackendTier(AgentStore* store, KvDtype kv) {
-  const ModelConfig c = SmallConfig(Architecture::kQwen3);
-  auto b = CpuBackend::Create(c, RandomWeights(c, 21), CpuBackendOptions{1, kv});
+std::shared_ptr<StoreKvTier> BackendTier(AgentStore* store, cache::KvDtype kv) {
+  const model::ModelConfig c = SmallConfig(model::Architecture::kQwen3);
+  auto b = backend::cpu::CpuBackend::Create(c, RandomWeights(c, 21),
+                                            backend::cpu::CpuBackendOptions{1, kv});
   EXPECT_TRUE(b.ok());
   auto t = StoreKvTier::Create(store, kModelFp, (*b)->kv_format(), kBlock, (*b)->kv_element_size());
   EXPECT_TRUE(t.ok()) << t.status().ToString();
@@ -210,29 +214,29 @@ std::shared_ptr<StoreKvTier> BackendTier(AgentStore* store, KvDtype kv) {
 // An fp8 KV record never loads into an fp32 cache, nor the reverse; each
 // restores into its own dtype with the output of a full prefill.
 TEST_F(StoreKvTierTest, Fp8AndF32RecordsNeverMix) {
-  auto fp8 = BackendTier(store_.get(), KvDtype::kFP8E4M3);
-  auto f32 = BackendTier(store_.get(), KvDtype::kF32);
+  auto fp8 = BackendTier(store_.get(), cache::KvDtype::kFP8E4M3);
+  auto f32 = BackendTier(store_.get(), cache::KvDtype::kF32);
   EXPECT_FALSE(fp8->fingerprint() == f32->fingerprint());
   const std::vector<int32_t> p = Prompt(40);
-  Turn(fp8, p, 4, "agent-8", KvDtype::kFP8E4M3);
+  Turn(fp8, p, 4, "agent-8", cache::KvDtype::kFP8E4M3);
   std::vector<int32_t> p2 = p;
   p2.push_back(1);
-  Done as_f32 = Turn(f32, p2, 4, "agent-8", KvDtype::kF32);
+  Done as_f32 = Turn(f32, p2, 4, "agent-8", cache::KvDtype::kF32);
   EXPECT_EQ(as_f32.finished.cached_tokens, 0);
-  EXPECT_EQ(as_f32.tokens, Turn(nullptr, p2, 4, "", KvDtype::kF32).tokens);
+  EXPECT_EQ(as_f32.tokens, Turn(nullptr, p2, 4, "", cache::KvDtype::kF32).tokens);
   // (That turn stored f32 records of the same agent beside the fp8 ones.)
   std::vector<int32_t> p3 = p2;
   p3.insert(p3.end(), as_f32.tokens.begin(), as_f32.tokens.end());
   p3.push_back(2);
-  Done as_fp8 = Turn(fp8, p3, 4, "agent-8", KvDtype::kFP8E4M3);
-  EXPECT_EQ(as_fp8.finished.cache_source, CacheSource::kDisk);
+  Done as_fp8 = Turn(fp8, p3, 4, "agent-8", cache::KvDtype::kFP8E4M3);
+  EXPECT_EQ(as_fp8.finished.cache_source, engine::CacheSource::kDisk);
   EXPECT_EQ(as_fp8.finished.restored_tokens, 40);  // its own records only
-  EXPECT_EQ(as_fp8.tokens, Turn(nullptr, p3, 4, "", KvDtype::kFP8E4M3).tokens);
+  EXPECT_EQ(as_fp8.tokens, Turn(nullptr, p3, 4, "", cache::KvDtype::kFP8E4M3).tokens);
   // And an f32 agent's records never reach an fp8 cache.
-  Turn(f32, Prompt(40, 3), 4, "agent-f", KvDtype::kF32);
+  Turn(f32, Prompt(40, 3), 4, "agent-f", cache::KvDtype::kF32);
   std::vector<int32_t> q = Prompt(40, 3);
   q.push_back(5);
-  Done f_as_fp8 = Turn(fp8, q, 4, "agent-f", KvDtype::kFP8E4M3);
+  Done f_as_fp8 = Turn(fp8, q, 4, "agent-f", cache::KvDtype::kFP8E4M3);
   EXPECT_EQ(f_as_fp8.finished.cached_tokens, 0);
 }
 
@@ -241,7 +245,7 @@ TEST_F(StoreKvTierTest, CorruptRecordEndsPrefixAndOutputIsStillRight) {
   const std::vector<int32_t> p = Prompt(48);
   Turn(tier, p, 2, "agent-c");
   // Flip one byte in the KV record of block 5.
-  const std::vector<BlockHash> hashes = HashFullBlocks(p, kBlock);
+  const std::vector<cache::BlockHash> hashes = cache::HashFullBlocks(p, kBlock);
   const std::string key = KvKey(tier->fingerprint(), hashes[5]);
   {
     auto st = store_->env().Write([&](LmdbEnv::WriteTxn& t) -> Status {
@@ -277,14 +281,14 @@ TEST_F(StoreKvTierTest, ChunkedRestoreSameOutputAndStopsAtCorruption) {
     auto e = MakeEngine(tier, 256, 3);
     Done restored = Collect(e->Submit(Greedy(p2, 6, "agent-k")).value());
     e->Drain();
-    EXPECT_EQ(restored.finished.cache_source, CacheSource::kDisk);
+    EXPECT_EQ(restored.finished.cache_source, engine::CacheSource::kDisk);
     EXPECT_EQ(restored.finished.restored_tokens, 100);  // 25 blocks in 9 chunks
     EXPECT_EQ(restored.tokens, reference.tokens);
     EXPECT_EQ(e->Stats().restore_problems, 0);
     EXPECT_GT(e->Stats().restore_load_seconds, 0.0);
   }
   // Block 13: the fifth chunk's second block.
-  const std::vector<BlockHash> hashes = HashFullBlocks(p, kBlock);
+  const std::vector<cache::BlockHash> hashes = cache::HashFullBlocks(p, kBlock);
   const std::string key = KvKey(tier->fingerprint(), hashes[13]);
   auto st = store_->env().Write([&](LmdbEnv::WriteTxn& t) -> Status {
     ASSIGN_OR_RETURN(auto v, t.Get(Db::kKv, key));
@@ -312,15 +316,15 @@ TEST_F(StoreKvTierTest, ChunkedRestoreThroughLateCopiesSameOutput) {
   std::vector<int32_t> p2 = p;
   p2.push_back(6);
   Done reference = Turn(nullptr, p2, 6, "");
-  auto e = MakeEngine(tier, 256, 3, 0, KvDtype::kF32, /*deferred_write_polls=*/3);
+  auto e = MakeEngine(tier, 256, 3, 0, cache::KvDtype::kF32, /*deferred_write_polls=*/3);
   Done restored = Collect(e->Submit(Greedy(p2, 6, "agent-k")).value());
   e->Drain();
-  EXPECT_EQ(restored.finished.cache_source, CacheSource::kDisk);
+  EXPECT_EQ(restored.finished.cache_source, engine::CacheSource::kDisk);
   EXPECT_EQ(restored.finished.restored_tokens, 100);  // 25 blocks in 9 chunks
   EXPECT_EQ(restored.tokens, reference.tokens);
   EXPECT_EQ(e->Stats().restore_problems, 0);
   EXPECT_GT(e->Stats().restore_write_done_seconds, 0.0);
-  std::unique_ptr<Backend> b = e->ReleaseBackend();
+  std::unique_ptr<backend::Backend> b = e->ReleaseBackend();
   auto* dev = dynamic_cast<agentkv::testing::DeferredWriteBackend*>(b.get());
   ASSERT_NE(dev, nullptr);
   EXPECT_EQ(dev->writes_started(), 9);
@@ -339,7 +343,7 @@ TEST_F(StoreKvTierTest, ConcurrentChunkedRestoresAndCancel) {
     prompts.back().push_back(5);
   }
   auto e = MakeEngine(tier, 256, 2);
-  std::vector<RequestHandle> hs;
+  std::vector<engine::RequestHandle> hs;
   for (int a = 0; a < 4; ++a)
     hs.push_back(e->Submit(Greedy(prompts[a], 4, "agent-m" + std::to_string(a))).value());
   e->Cancel(hs[2].id);
@@ -357,16 +361,16 @@ TEST_F(StoreKvTierTest, ConcurrentChunkedRestoresAndCancel) {
 // A tier that holds the blocks handed to it (and with them the engine's
 // save staging) until Open(), then passes everything to the store's tier:
 // it lets a test decide when staging comes back.
-class GatedTier : public KvTier {
+class GatedTier : public cache::KvTier {
  public:
   explicit GatedTier(std::shared_ptr<StoreKvTier> inner) : inner_(std::move(inner)) {}
   const char* source_name() const override { return inner_->source_name(); }
-  Result<KvTierLoad> Load(std::span<const int32_t> tokens, const BlockHash& root, int block_size,
-                          int32_t first_block, int32_t max_blocks) override {
+  Result<cache::KvTierLoad> Load(std::span<const int32_t> tokens, const cache::BlockHash& root,
+                                 int block_size, int32_t first_block, int32_t max_blocks) override {
     return inner_->Load(tokens, root, block_size, first_block, max_blocks);
   }
   void Save(const std::string& agent_key, uint32_t first_index,
-            std::vector<KvTierBlock> blocks) override {
+            std::vector<cache::KvTierBlock> blocks) override {
     std::lock_guard<std::mutex> lock(mu_);
     saves_ += blocks.size();
     if (!open_) {
@@ -391,7 +395,7 @@ class GatedTier : public KvTier {
   struct Held {
     std::string agent;
     uint32_t first;
-    std::vector<KvTierBlock> blocks;
+    std::vector<cache::KvTierBlock> blocks;
   };
   std::shared_ptr<StoreKvTier> inner_;
   mutable std::mutex mu_;
@@ -448,12 +452,12 @@ TEST_F(StoreKvTierTest, DrainDeadlineThenStopSavesTheRunningTurn) {
   auto tier = Tier(store_.get());
   auto e = MakeEngine(tier);
   const std::vector<int32_t> prompt = Prompt(41);
-  RequestHandle h = e->Submit(Greedy(prompt, 100000, "agent-d")).value();
+  engine::RequestHandle h = e->Submit(Greedy(prompt, 100000, "agent-d")).value();
   // Let it prefill and produce some output first.
   std::vector<int32_t> got;
   while (got.size() < 12) {
-    RequestOutput ev = h.stream->Pop();
-    ASSERT_EQ(ev.kind, RequestOutput::Kind::kDelta);
+    engine::RequestOutput ev = h.stream->Pop();
+    ASSERT_EQ(ev.kind, engine::RequestOutput::Kind::kDelta);
     got.insert(got.end(), ev.tokens.begin(), ev.tokens.end());
   }
   EXPECT_FALSE(e->Drain(0.05));
@@ -472,7 +476,7 @@ TEST_F(StoreKvTierTest, DrainDeadlineThenStopSavesTheRunningTurn) {
   next.insert(next.end(), got.begin(), got.end());
   next.push_back(7);
   Done resumed = Turn(tier, next, 4, "agent-d");
-  EXPECT_EQ(resumed.finished.cache_source, CacheSource::kDisk);
+  EXPECT_EQ(resumed.finished.cache_source, engine::CacheSource::kDisk);
   EXPECT_GT(resumed.finished.restored_tokens, static_cast<int64_t>(prompt.size()));
   EXPECT_EQ(resumed.tokens, Turn(nullptr, next, 4, "").tokens);
 }
@@ -541,7 +545,7 @@ TEST_F(StoreKvTierTest, DeletedAgentsBlocksAreWrittenAgainForAnother) {
   std::vector<int32_t> p2 = p;
   p2.push_back(3);
   Done resumed = Turn(tier, p2, 2, "agent-y");
-  EXPECT_EQ(resumed.finished.cache_source, CacheSource::kDisk);
+  EXPECT_EQ(resumed.finished.cache_source, engine::CacheSource::kDisk);
   EXPECT_EQ(resumed.finished.restored_tokens, 40);
 }
 
@@ -596,10 +600,10 @@ TEST_F(StoreKvTierTest, CancelWhileLoadingFinishesCancelled) {
   auto h = e->Submit(Greedy(p2, 50, "agent-e")).value();
   e->Cancel(h.id);
   Done d = Collect(h);
-  EXPECT_TRUE(d.finished.cancelled || d.finished.finish == FinishReason::kLength);
+  EXPECT_TRUE(d.finished.cancelled || d.finished.finish == engine::FinishReason::kLength);
   e->Drain();
   EXPECT_EQ(e->Stats().loading, 0);
-  for (const BlockPoolStats& ps : e->Stats().pools) EXPECT_EQ(ps.in_use, 0);
+  for (const cache::BlockPoolStats& ps : e->Stats().pools) EXPECT_EQ(ps.in_use, 0);
 }
 
 }  // namespace

@@ -76,7 +76,7 @@ inline KvChainWrite MakeChainWrite(const std::string& agent, const ModelFingerpr
   w.fp = fp;
   w.first_index = first_block;
   w.element_size = 2;
-  const auto hashes = HashFullBlocks(tokens, block_size);
+  const auto hashes = cache::HashFullBlocks(tokens, block_size);
   for (size_t i = first_block; i < hashes.size(); ++i) {
     KvBlockWrite b;
     b.hash = hashes[i];

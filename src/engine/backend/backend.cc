@@ -6,10 +6,10 @@
 
 #include "engine/backend/sample_draw.h"
 
-namespace agentkv {
+namespace agentkv::backend {
 
-Status CheckSteps(std::span<const SeqStep> batch, const ModelConfig& config,
-                  const ModelCacheSpec& spec, const KvLayout& layout, bool allow_prev_row,
+Status CheckSteps(std::span<const SeqStep> batch, const model::ModelConfig& config,
+                  const cache::ModelCacheSpec& spec, const KvLayout& layout, bool allow_prev_row,
                   bool allow_multi_rows) {
   const int bs = layout.block_size;
   for (size_t s = 0; s < batch.size(); ++s) {
@@ -131,4 +131,4 @@ Status Backend::CollectStep(std::span<int32_t> picks) {
   return Status::Ok();
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::backend

@@ -31,7 +31,7 @@
 #include "util/status.h"
 #include "util/system_memory.h"
 
-namespace agentkv {
+namespace agentkv::backend {
 
 inline constexpr int kMaxCacheGroups = 4;
 
@@ -83,16 +83,16 @@ struct KvLayout {
 // prev_row is refused unless `allow_prev_row` (then the last token of such a
 // step is not checked: the caller substitutes it); logit_rows > 1 is
 // Unimplemented unless `allow_multi_rows`, and out of range always refused.
-Status CheckSteps(std::span<const SeqStep> batch, const ModelConfig& config,
-                  const ModelCacheSpec& spec, const KvLayout& layout, bool allow_prev_row = false,
-                  bool allow_multi_rows = false);
+Status CheckSteps(std::span<const SeqStep> batch, const model::ModelConfig& config,
+                  const cache::ModelCacheSpec& spec, const KvLayout& layout,
+                  bool allow_prev_row = false, bool allow_multi_rows = false);
 
 class Backend {
  public:
   virtual ~Backend() = default;
 
-  virtual const ModelConfig& config() const = 0;
-  virtual const ModelCacheSpec& cache_spec() const = 0;
+  virtual const model::ModelConfig& config() const = 0;
+  virtual const cache::ModelCacheSpec& cache_spec() const = 0;
   virtual std::string name() const = 0;
   // The KV cache element type as stored by ReadBlock ("f32", "bf16"): part
   // of the fingerprint persisted KV is tagged with.
@@ -135,7 +135,7 @@ class Backend {
   virtual Status Reserve(int /*max_step_tokens*/, int /*max_batch*/) { return Status::Ok(); }
 
   // Copies whole blocks (every layer of the group), in order.
-  virtual Status CopyBlocks(std::span<const KvBlockCopy> copies) = 0;
+  virtual Status CopyBlocks(std::span<const cache::KvBlockCopy> copies) = 0;
 
   // Whether steps may ask for several logits rows per sequence
   // (SeqStep::logit_rows > 1, speculative verification). A backend without
@@ -304,4 +304,4 @@ class Backend {
   std::vector<RowLogprobs> collected_logprobs_;
 };
 
-}  // namespace agentkv
+}  // namespace agentkv::backend

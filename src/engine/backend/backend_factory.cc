@@ -9,18 +9,19 @@
 #include "engine/backend/cuda/tp_backend.h"
 #endif
 
-namespace agentkv {
+namespace agentkv::backend {
 
-Result<KvDtype> ResolveKvDtype(const BackendOptions& options) {
-  if (options.kv_dtype == "fp8") return KvDtype::kFP8E4M3;
-  if (options.kv_dtype == "bf16") return options.device == "cpu" ? KvDtype::kF32 : KvDtype::kBF16;
+Result<cache::KvDtype> ResolveKvDtype(const BackendOptions& options) {
+  if (options.kv_dtype == "fp8") return cache::KvDtype::kFP8E4M3;
+  if (options.kv_dtype == "bf16")
+    return options.device == "cpu" ? cache::KvDtype::kF32 : cache::KvDtype::kBF16;
   return InvalidArgument("unknown --kv-dtype '" + options.kv_dtype + "' (use bf16 or fp8)");
 }
 
 Result<std::unique_ptr<Backend>> CreateBackend(const std::filesystem::path& model_dir,
                                                const BackendOptions& options) {
-  ASSIGN_OR_RETURN(const KvDtype kv_dtype, ResolveKvDtype(options));
-  ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::Load(model_dir));
+  ASSIGN_OR_RETURN(const cache::KvDtype kv_dtype, ResolveKvDtype(options));
+  ASSIGN_OR_RETURN(model::ModelConfig config, model::ModelConfig::Load(model_dir));
   const int tp = options.tensor_parallel;
   if (tp != 1) {
     // Refused at start, before any weight is read.
@@ -41,28 +42,30 @@ Result<std::unique_ptr<Backend>> CreateBackend(const std::filesystem::path& mode
         "configured)");
 #endif
   }
-  ASSIGN_OR_RETURN(SafetensorsWeights weights, SafetensorsWeights::Open(model_dir));
+  ASSIGN_OR_RETURN(model::SafetensorsWeights weights, model::SafetensorsWeights::Open(model_dir));
   if (options.device == "cpu") {
-    ASSIGN_OR_RETURN(
-        std::unique_ptr<CpuBackend> b,
-        CpuBackend::Create(config, weights, CpuBackendOptions{options.threads, kv_dtype}));
+    ASSIGN_OR_RETURN(std::unique_ptr<cpu::CpuBackend> b,
+                     cpu::CpuBackend::Create(config, weights,
+                                             cpu::CpuBackendOptions{options.threads, kv_dtype}));
     return std::unique_ptr<Backend>(std::move(b));
   }
   if (options.device == "cuda") {
 #ifdef AGENTKV_HAVE_CUDA
-    CudaBackendOptions co;
+    cuda::CudaBackendOptions co;
     co.kv_dtype = kv_dtype;
     co.tuning = options.cuda;
     if (tp > 1) {
-      TpBackendOptions to;
+      cuda::TpBackendOptions to;
       to.degree = tp;
       to.rank = co;
       to.nccl.nvls_enable = options.nccl_nvls_enable;
       to.nccl.symmetric_windows = options.tp_symmetric_windows;
-      ASSIGN_OR_RETURN(std::unique_ptr<TpBackend> b, TpBackend::Create(config, weights, to));
+      ASSIGN_OR_RETURN(std::unique_ptr<cuda::TpBackend> b,
+                       cuda::TpBackend::Create(config, weights, to));
       return std::unique_ptr<Backend>(std::move(b));
     }
-    ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> b, CudaBackend::Create(config, weights, co));
+    ASSIGN_OR_RETURN(std::unique_ptr<cuda::CudaBackend> b,
+                     cuda::CudaBackend::Create(config, weights, co));
     return std::unique_ptr<Backend>(std::move(b));
 #else
     return Unimplemented(
@@ -73,4 +76,4 @@ Result<std::unique_ptr<Backend>> CreateBackend(const std::filesystem::path& mode
   return InvalidArgument("unknown --device '" + options.device + "' (use cpu or cuda)");
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::backend

@@ -8,7 +8,7 @@
 #include "engine/backend/backend.h"
 #include "engine/backend/cuda_tuning.h"
 
-namespace agentkv {
+namespace agentkv::backend {
 
 struct BackendOptions {
   std::string device = "cpu";  // "cpu" or "cuda"
@@ -36,11 +36,11 @@ struct BackendOptions {
 
 // The KV dtype `options` asks of its device (see BackendOptions::kv_dtype);
 // InvalidArgument for an unknown name.
-Result<KvDtype> ResolveKvDtype(const BackendOptions& options);
+Result<cache::KvDtype> ResolveKvDtype(const BackendOptions& options);
 
 // Loads config.json (+ generation_config.json) and the weights of `model_dir`
 // and builds the backend. KV storage is not allocated yet (AllocateKv).
 Result<std::unique_ptr<Backend>> CreateBackend(const std::filesystem::path& model_dir,
                                                const BackendOptions& options);
 
-}  // namespace agentkv
+}  // namespace agentkv::backend

@@ -17,7 +17,7 @@
 #include <string>
 #include <string_view>
 
-namespace agentkv {
+namespace agentkv::backend {
 
 struct CudaTuning {
   // Decode steps captured as CUDA graphs, one per batch-size bucket
@@ -148,4 +148,4 @@ inline int WgmmaMinRows(const CudaTuning& t, int hidden_size, bool sm90) {
 }
 
 }  // namespace cuda
-}  // namespace agentkv
+}  // namespace agentkv::backend

@@ -31,7 +31,7 @@
 #define AGENTKV_KV_FP8_HD
 #endif
 
-namespace agentkv::kvfp8 {
+namespace agentkv::backend::kvfp8 {
 
 inline constexpr float kMax = 448.f;       // largest finite e4m3 value
 inline constexpr uint8_t kMaxCode = 0x7e;  // +448
@@ -111,4 +111,4 @@ inline void DequantizeRow(const uint8_t* in, float scale, int n, float* out) {
   for (int i = 0; i < n; ++i) out[i] = t[in[i]] * scale;
 }
 
-}  // namespace agentkv::kvfp8
+}  // namespace agentkv::backend::kvfp8

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
-namespace agentkv::kernels {
+namespace agentkv::backend {
 
-std::vector<float> RopeInvFreq(const RopeSpec& rope, int head_dim) {
+std::vector<float> RopeInvFreq(const model::RopeSpec& rope, int head_dim) {
   const int half = head_dim / 2;
   std::vector<float> inv(half);
   for (int i = 0; i < half; ++i) {
@@ -61,7 +61,7 @@ std::vector<float> RopeInvFreq(const RopeSpec& rope, int head_dim) {
   return inv;
 }
 
-float RopeAttentionFactor(const RopeSpec& rope) {
+float RopeAttentionFactor(const model::RopeSpec& rope) {
   if (rope.type != "yarn") return 1.0f;
   if (rope.attention_factor > 0.0f) return rope.attention_factor;
   auto mscale = [](double scale, double m) {
@@ -73,4 +73,4 @@ float RopeAttentionFactor(const RopeSpec& rope) {
   return static_cast<float>(mscale(rope.factor, 1.0));
 }
 
-}  // namespace agentkv::kernels
+}  // namespace agentkv::backend

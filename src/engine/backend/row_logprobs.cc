@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-namespace agentkv {
+namespace agentkv::backend {
 
 RowLogprobs ComputeRowLogprobs(const float* logits, int32_t vocab, double scale, int32_t want,
                                int32_t chosen) {
@@ -48,4 +48,4 @@ RowLogprobs ComputeRowLogprobs(const float* logits, int32_t vocab, double scale,
   return r;
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::backend

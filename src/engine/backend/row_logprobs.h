@@ -13,7 +13,7 @@
 
 #include <cstdint>
 
-namespace agentkv {
+namespace agentkv::backend {
 
 // Most top entries a row may ask for (SamplingParams::kMaxLogprobs).
 inline constexpr int kMaxRowLogprobs = 20;
@@ -33,4 +33,4 @@ struct RowLogprobs {
 RowLogprobs ComputeRowLogprobs(const float* logits, int32_t vocab, double scale, int32_t want,
                                int32_t chosen);
 
-}  // namespace agentkv
+}  // namespace agentkv::backend

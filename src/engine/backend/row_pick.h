@@ -12,7 +12,7 @@
 
 #include <cstdint>
 
-namespace agentkv {
+namespace agentkv::backend {
 
 enum class PickMode : uint8_t { kHost = 0, kGreedy = 1, kDevice = 2 };
 
@@ -37,4 +37,4 @@ struct RowPick {
   int8_t logprobs = -1;
 };
 
-}  // namespace agentkv
+}  // namespace agentkv::backend

@@ -5,7 +5,7 @@
 #include <limits>
 #include <vector>
 
-namespace agentkv {
+namespace agentkv::backend {
 namespace {
 
 struct Candidate {
@@ -206,4 +206,4 @@ int32_t SampleDraw(std::span<float> logits, const SampleSettings& s) {
   return Draw(logits, s.u, mass);
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::backend

@@ -34,7 +34,7 @@
 
 #include "engine/backend/row_pick.h"
 
-namespace agentkv {
+namespace agentkv::backend {
 
 // The draw defined above on one row of logits (vocabulary long, not empty),
 // used as scratch and left clobbered. Allocates nothing after a thread's
@@ -51,4 +51,4 @@ int32_t SampleWeights(std::span<float> logits, const SampleSettings& s);
 // weight is positive.
 int32_t DrawFromWeights(std::span<const float> weights, double u);
 
-}  // namespace agentkv
+}  // namespace agentkv::backend

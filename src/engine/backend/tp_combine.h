@@ -21,7 +21,7 @@
 #define AGENTKV_TP_HD
 #endif
 
-namespace agentkv::tp {
+namespace agentkv::backend::tp {
 
 // The float's bits mapped so that unsigned order is numeric order
 // (-inf lowest, +inf highest); NaN ranks below -inf (never picked over a
@@ -66,4 +66,4 @@ AGENTKV_TP_HD inline LseShare CombineLse(LseShare a, LseShare b) {
 // log(sum(exp(logits))) of a combined share.
 AGENTKV_TP_HD inline float LogSumExp(LseShare s) { return s.max + logf(s.sum); }
 
-}  // namespace agentkv::tp
+}  // namespace agentkv::backend::tp

@@ -6,7 +6,7 @@
 #include "engine/backend/tp_quant_cut.h"
 #include "engine/model/quant_format.h"
 
-namespace agentkv {
+namespace agentkv::backend {
 namespace {
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
@@ -39,7 +39,7 @@ TensorCut Slice(int dim, int64_t begin, int64_t size, int parts = 1) {
 
 }  // namespace
 
-Result<TpPlan> TpPlan::Make(const ModelConfig& c, int degree, int visible_gpus) {
+Result<TpPlan> TpPlan::Make(const model::ModelConfig& c, int degree, int visible_gpus) {
   if (degree < 1)
     return InvalidArgument("--tensor-parallel must be at least 1, not " + std::to_string(degree));
   if (visible_gpus >= 0 && degree > visible_gpus)
@@ -88,9 +88,9 @@ Result<TpPlan> TpPlan::Make(const ModelConfig& c, int degree, int visible_gpus) 
         if (c.quant.Covers("model.layers." + std::to_string(l) + "." + module)) return true;
       return false;
     };
-    if (c.quant.format == QuantFormat::kMxfp4) {
+    if (c.quant.format == model::QuantFormat::kMxfp4) {
       // (Slices off the 32-value blocks hold whole blocks: padded below.)
-      if (c.IsMoe() && c.moe.expert_intermediate % kMxfp4Block != 0)
+      if (c.IsMoe() && c.moe.expert_intermediate % model::kMxfp4Block != 0)
         return InvalidArgument(tp + "expert intermediate size " +
                                std::to_string(c.moe.expert_intermediate) +
                                " (the input of mlp.experts.down_proj) is not whole MXFP4 blocks "
@@ -98,7 +98,7 @@ Result<TpPlan> TpPlan::Make(const ModelConfig& c, int degree, int visible_gpus) 
     } else {
       // fp8: the kernels read a rank's columns (and, for block scales,
       // each scale block's) in whole 16-byte loads.
-      const bool block = c.quant.format == QuantFormat::kFp8Block;
+      const bool block = c.quant.format == model::QuantFormat::kFp8Block;
       auto columns = [&](const std::string& tensor, int64_t slice) -> Status {
         const int64_t b = block ? TpCutBlock(c.quant.block_cols, 0, slice, 0, 1) : slice;
         if (b % kTpQuantColumns == 0) return Status::Ok();
@@ -129,14 +129,16 @@ Result<TpPlan> TpPlan::Make(const ModelConfig& c, int degree, int visible_gpus) 
   // whole blocks around its slice, as many on every rank (the widest),
   // zero-padded past the last column; the columns it does not own are
   // zeroed in its down projection, so the sum over ranks is exact.
-  const bool mx_pad = c.IsMoe() && c.quant.quantized() && c.quant.format == QuantFormat::kMxfp4 &&
-                      einter % kMxfp4Block != 0;
+  const bool mx_pad = c.IsMoe() && c.quant.quantized() &&
+                      c.quant.format == model::QuantFormat::kMxfp4 &&
+                      einter % model::kMxfp4Block != 0;
   int64_t held = einter;
   if (mx_pad) {
     held = 0;
     for (int r = 0; r < degree; ++r) {
-      const int64_t b = r * einter / kMxfp4Block * kMxfp4Block;
-      const int64_t e = ((r + 1) * einter + kMxfp4Block - 1) / kMxfp4Block * kMxfp4Block;
+      const int64_t b = r * einter / model::kMxfp4Block * model::kMxfp4Block;
+      const int64_t e =
+          ((r + 1) * einter + model::kMxfp4Block - 1) / model::kMxfp4Block * model::kMxfp4Block;
       held = std::max(held, e - b);
     }
   }
@@ -150,7 +152,7 @@ Result<TpPlan> TpPlan::Make(const ModelConfig& c, int degree, int visible_gpus) 
     k.intermediate = {r * inter, inter};
     k.expert_intermediate = {r * einter, einter};
     k.expert_held = k.expert_intermediate;
-    if (mx_pad) k.expert_held = {r * einter / kMxfp4Block * kMxfp4Block, held};
+    if (mx_pad) k.expert_held = {r * einter / model::kMxfp4Block * model::kMxfp4Block, held};
     const int64_t vb = std::min<int64_t>(r * vper, c.vocab_size);
     k.vocab = {vb, std::min<int64_t>(vper, c.vocab_size - vb)};
     k.adds_row_biases = r == 0;
@@ -162,9 +164,9 @@ Result<TpPlan> TpPlan::Make(const ModelConfig& c, int degree, int visible_gpus) 
   return p;
 }
 
-ModelConfig TpPlan::RankConfig(const ModelConfig& config, int rank) const {
+model::ModelConfig TpPlan::RankConfig(const model::ModelConfig& config, int rank) const {
   const TpRank& k = ranks.at(rank);
-  ModelConfig c = config;
+  model::ModelConfig c = config;
   c.num_heads = static_cast<int>(k.q_heads.size);
   c.num_kv_heads = static_cast<int>(k.kv_heads.size);
   if (k.intermediate.size > 0) c.intermediate_size = static_cast<int>(k.intermediate.size);
@@ -173,7 +175,7 @@ ModelConfig TpPlan::RankConfig(const ModelConfig& config, int rank) const {
   return c;
 }
 
-TensorCut TpPlan::CutOf(const ModelConfig& c, const std::string& name, int rank) const {
+TensorCut TpPlan::CutOf(const model::ModelConfig& c, const std::string& name, int rank) const {
   const TpRank& k = ranks.at(rank);
   const int64_t D = c.head_dim;
   if (degree == 1) return {};
@@ -210,7 +212,7 @@ TensorCut TpPlan::CutOf(const ModelConfig& c, const std::string& name, int rank)
     // [E, H, I/32, 16] / [E, H, I/32].
     // Qwen3-MoE's fused tensors (TpFusedExpertShapes): gate_up [E, 2I, H]
     // as gate rows then up rows, down [E, H, I].
-    const bool oss = c.arch == Architecture::kGptOss;
+    const bool oss = c.arch == model::Architecture::kGptOss;
     if (EndsWith(name, "experts.gate_up_proj"))
       return oss ? Slice(2, 2 * e.begin, 2 * e.size) : Slice(1, e.begin, e.size, /*parts=*/2);
     if (EndsWith(name, "experts.gate_up_proj_blocks") ||
@@ -219,7 +221,7 @@ TensorCut TpPlan::CutOf(const ModelConfig& c, const std::string& name, int rank)
       return Slice(1, 2 * e.begin, 2 * e.size);
     if (EndsWith(name, "experts.down_proj")) return keep(Slice(oss ? 1 : 2, e.begin, e.size), 1);
     if (EndsWith(name, "experts.down_proj_blocks") || EndsWith(name, "experts.down_proj_scales"))
-      return Slice(2, e.begin / kMxfp4Block, e.size / kMxfp4Block);
+      return Slice(2, e.begin / model::kMxfp4Block, e.size / model::kMxfp4Block);
     if (EndsWith(name, "experts.down_proj_bias"))
       return k.adds_row_biases ? TensorCut{} : TensorCut{TensorCut::Kind::kZero};
     // Qwen3-MoE: experts.<e>.{gate,up}_proj [I, H], down_proj [H, I].
@@ -235,8 +237,8 @@ TensorCut TpPlan::CutOf(const ModelConfig& c, const std::string& name, int rank)
   return {};  // routers
 }
 
-TensorCut TpPlan::QuantCutOf(const ModelConfig& c, const std::string& name, int rank) const {
-  if (degree > 1 && c.arch == Architecture::kGptOss && Contains(name, ".mlp.experts.")) {
+TensorCut TpPlan::QuantCutOf(const model::ModelConfig& c, const std::string& name, int rank) const {
+  if (degree > 1 && c.arch == model::Architecture::kGptOss && Contains(name, ".mlp.experts.")) {
     // [E, 2I, H] with gate and up rows interleaved (a pair per
     // intermediate column), and [E, H, I].
     TensorCut t = CutOf(c, name, rank);
@@ -247,7 +249,7 @@ TensorCut TpPlan::QuantCutOf(const ModelConfig& c, const std::string& name, int 
   return CutOf(c, name, rank);
 }
 
-TpReduceArena TpReduceArenaFor(const ModelConfig& c, int64_t tokens) {
+TpReduceArena TpReduceArenaFor(const model::ModelConfig& c, int64_t tokens) {
   auto align = [](size_t n) { return (n + kTpWindowAlign - 1) / kTpWindowAlign * kTpWindowAlign; };
   TpReduceArena a;
   a.residual_bytes = static_cast<size_t>(std::max<int64_t>(tokens, 1)) * c.hidden_size * 4;
@@ -266,9 +268,9 @@ std::vector<int64_t> CutShape(std::span<const int64_t> shape, const TensorCut& c
 }
 
 std::vector<std::pair<std::string, std::vector<int64_t>>> TpFusedExpertShapes(
-    const ModelConfig& c) {
+    const model::ModelConfig& c) {
   std::vector<std::pair<std::string, std::vector<int64_t>>> out;
-  if (c.arch != Architecture::kQwen3Moe) return out;
+  if (c.arch != model::Architecture::kQwen3Moe) return out;
   const int64_t e = c.moe.num_experts, i = c.moe.expert_intermediate, h = c.hidden_size;
   for (int l = 0; l < c.num_layers; ++l) {
     if (!c.IsMoeLayer(l)) continue;
@@ -279,11 +281,11 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> TpFusedExpertShapes(
   return out;
 }
 
-std::vector<TpKvRun> TpKvRuns(const ModelCacheSpec& spec, const TpPlan& plan, int rank, int group,
-                              int block_size) {
+std::vector<TpKvRun> TpKvRuns(const cache::ModelCacheSpec& spec, const TpPlan& plan, int rank,
+                              int group, int block_size) {
   const TpRank& k = plan.ranks.at(rank);
-  const bool fp8 = spec.kv_dtype == KvDtype::kFP8E4M3;
-  const size_t e = KvDtypeBytes(spec.kv_dtype);
+  const bool fp8 = spec.kv_dtype == cache::KvDtype::kFP8E4M3;
+  const size_t e = cache::KvDtypeBytes(spec.kv_dtype);
   const size_t D = static_cast<size_t>(spec.head_dim);
   const size_t nkv = static_cast<size_t>(spec.num_kv_heads);
   const size_t nr = static_cast<size_t>(k.kv_heads.size);
@@ -319,4 +321,4 @@ void TpSplitKvBlock(std::span<const TpKvRun> runs, std::span<const std::byte> gl
     std::memcpy(rank_block.data() + r.rank_offset, global_block.data() + r.global_offset, r.bytes);
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::backend

@@ -51,7 +51,7 @@
 #include "engine/model/model_config.h"
 #include "util/status.h"
 
-namespace agentkv {
+namespace agentkv::backend {
 
 // [begin, begin + size).
 struct TpRange {
@@ -132,23 +132,23 @@ struct TpPlan {
   // the tensor. fp8 row slices off the block grid are allowed: the rank's
   // grid is refined so that its blocks share the full grid's boundary
   // block's scale (TpCutQuantized).
-  static Result<TpPlan> Make(const ModelConfig& config, int degree, int visible_gpus);
+  static Result<TpPlan> Make(const model::ModelConfig& config, int degree, int visible_gpus);
 
   // The config rank `rank`'s backend runs: num_heads, num_kv_heads,
   // intermediate_size, moe.expert_intermediate and vocab_size of its slices;
   // everything else (head_dim, norms, rope, attention scale) unchanged.
-  ModelConfig RankConfig(const ModelConfig& config, int rank) const;
+  model::ModelConfig RankConfig(const model::ModelConfig& config, int rank) const;
 
   // How rank `rank`'s slice of checkpoint tensor `name` (of `config`, as
   // ExpectedWeights names and shapes it, or Qwen3-MoE's fused expert
   // tensors, TpFusedExpertShapes) is cut. Unknown names are kWhole.
-  TensorCut CutOf(const ModelConfig& config, const std::string& name, int rank) const;
+  TensorCut CutOf(const model::ModelConfig& config, const std::string& name, int rank) const;
   // The same cut for the weight stored quantized, in its logical [.., out,
   // in] dimensions (WeightSource::LoadQuantized's shape; TpCutQuantized
   // applies it): CutOf's, except for GPT-OSS's fused experts, whose float
   // tensors are [E, in, out] (CutOf's dimensions) and quantized ones
   // [E, out, in].
-  TensorCut QuantCutOf(const ModelConfig& config, const std::string& name, int rank) const;
+  TensorCut QuantCutOf(const model::ModelConfig& config, const std::string& name, int rank) const;
 };
 
 // Quantized columns per rank must come in multiples of this many (the
@@ -161,7 +161,7 @@ inline constexpr int64_t kTpQuantColumns = 16;
 // rows, then up rows) and mlp.experts.down_proj [E, H, I]. Their names and
 // full shapes for `config` (none for other architectures).
 std::vector<std::pair<std::string, std::vector<int64_t>>> TpFusedExpertShapes(
-    const ModelConfig& config);
+    const model::ModelConfig& config);
 
 // Slices per rank must be multiples of this many elements (16-byte rows of
 // bf16: the kernels' vector loads).
@@ -180,7 +180,7 @@ struct TpReduceArena {
   size_t attn_out = 0;  // offset; 0 when the model sums no o output apart
   size_t bytes = 0;
 };
-TpReduceArena TpReduceArenaFor(const ModelConfig& config, int64_t tokens);
+TpReduceArena TpReduceArenaFor(const model::ModelConfig& config, int64_t tokens);
 
 // The shape of a cut of a tensor of `shape`.
 std::vector<int64_t> CutShape(std::span<const int64_t> shape, const TensorCut& cut);
@@ -221,8 +221,8 @@ struct TpKvRun {
 // `group` between the two layouts (either direction), for `spec` (the
 // global, all-heads spec) and `block_size`. Covers every byte of the rank's
 // block exactly once; fp8 blocks move codes and scales.
-std::vector<TpKvRun> TpKvRuns(const ModelCacheSpec& spec, const TpPlan& plan, int rank, int group,
-                              int block_size);
+std::vector<TpKvRun> TpKvRuns(const cache::ModelCacheSpec& spec, const TpPlan& plan, int rank,
+                              int group, int block_size);
 
 // Rank block -> its heads of the global block / global block -> rank block,
 // by the runs of TpKvRuns.
@@ -231,4 +231,4 @@ void TpMergeKvBlock(std::span<const TpKvRun> runs, std::span<const std::byte> ra
 void TpSplitKvBlock(std::span<const TpKvRun> runs, std::span<const std::byte> global_block,
                     std::span<std::byte> rank_block);
 
-}  // namespace agentkv
+}  // namespace agentkv::backend

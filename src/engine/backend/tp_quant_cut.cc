@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
-namespace agentkv {
+namespace agentkv::backend {
 namespace {
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -16,11 +16,11 @@ int64_t TpCutBlock(int64_t block, int64_t begin, int64_t size, int64_t n, int pa
   return b;
 }
 
-Result<QuantizedWeight> TpCutQuantized(const QuantizedWeight& w, const TensorCut& cut,
-                                       const std::string& name) {
+Result<model::QuantizedWeight> TpCutQuantized(const model::QuantizedWeight& w, const TensorCut& cut,
+                                              const std::string& name) {
   if (cut.kind == TensorCut::Kind::kWhole) return w;
   const std::string what =
-      "tensor parallel: " + name + " (" + std::string(QuantFormatName(w.format)) + ")";
+      "tensor parallel: " + name + " (" + std::string(model::QuantFormatName(w.format)) + ")";
   if (cut.kind == TensorCut::Kind::kZero)
     return InvalidArgument(what + ": a quantized weight is never a zeroed bias");
   const int nd = static_cast<int>(w.shape.size());
@@ -29,7 +29,7 @@ Result<QuantizedWeight> TpCutQuantized(const QuantizedWeight& w, const TensorCut
     return InvalidArgument(what + ": only its rows or columns are cut, not dimension " +
                            std::to_string(cut.dim));
   const int64_t n = rows ? w.rows : w.cols;
-  const bool mx = w.format == QuantFormat::kMxfp4;
+  const bool mx = w.format == model::QuantFormat::kMxfp4;
   if (cut.parts < 1 || n % cut.parts != 0 || cut.begin < 0 || cut.size <= 0 ||
       cut.begin >= n / cut.parts || (!mx && cut.begin + cut.size > n / cut.parts))
     return InvalidArgument(what + ": slice [" + std::to_string(cut.begin) + ", " +
@@ -52,13 +52,14 @@ Result<QuantizedWeight> TpCutQuantized(const QuantizedWeight& w, const TensorCut
   // Indices of a part's slice inside the tensor (MXFP4: whole blocks).
   const int64_t inside = std::min(cut.size, part_n - cut.begin);
   if (mx && cols &&
-      (cut.begin % kMxfp4Block != 0 || cut.size % kMxfp4Block != 0 || part_n % kMxfp4Block != 0))
+      (cut.begin % model::kMxfp4Block != 0 || cut.size % model::kMxfp4Block != 0 ||
+       part_n % model::kMxfp4Block != 0))
     return InvalidArgument(what + ": its input columns [" + std::to_string(cut.begin) + ", " +
                            std::to_string(cut.begin + cut.size) +
                            ") cut an MXFP4 block of 32 (one scale per 32 inputs; a split must "
                            "give each rank whole blocks)");
 
-  QuantizedWeight o;
+  model::QuantizedWeight o;
   o.format = w.format;
   o.shape = CutShape(w.shape, cut);
   o.batch = w.batch;
@@ -90,8 +91,8 @@ Result<QuantizedWeight> TpCutQuantized(const QuantizedWeight& w, const TensorCut
       }
     }
   switch (w.format) {
-    case QuantFormat::kMxfp4: {
-      const int64_t g = w.cols / kMxfp4Block, og = o.cols / kMxfp4Block;
+    case model::QuantFormat::kMxfp4: {
+      const int64_t g = w.cols / model::kMxfp4Block, og = o.cols / model::kMxfp4Block;
       o.exponents.assign(static_cast<size_t>(o.batch * o.rows * og), 0);
       for (int64_t b = 0; b < w.batch; ++b)
         for (int64_t r = 0; r < o.rows; ++r) {
@@ -103,12 +104,12 @@ Result<QuantizedWeight> TpCutQuantized(const QuantizedWeight& w, const TensorCut
             continue;
           }
           for (int p = 0; p < cut.parts; ++p)
-            std::copy_n(from + (p * part_n + cut.begin) / kMxfp4Block, inside / kMxfp4Block,
-                        to + p * cut.size / kMxfp4Block);
+            std::copy_n(from + (p * part_n + cut.begin) / model::kMxfp4Block,
+                        inside / model::kMxfp4Block, to + p * cut.size / model::kMxfp4Block);
         }
       break;
     }
-    case QuantFormat::kFp8Channel:
+    case model::QuantFormat::kFp8Channel:
       if (!rows) {
         o.scales = w.scales;
         break;
@@ -118,10 +119,10 @@ Result<QuantizedWeight> TpCutQuantized(const QuantizedWeight& w, const TensorCut
         for (int64_t r = 0; r < o.rows; ++r)
           o.scales[b * o.rows + r] = w.scales[b * w.rows + src(r)];
       break;
-    case QuantFormat::kFp8Tensor:
+    case model::QuantFormat::kFp8Tensor:
       o.scales = w.scales;
       break;
-    case QuantFormat::kFp8Block: {
+    case model::QuantFormat::kFp8Block: {
       // The refined edge along the cut dimension; each block of the cut
       // takes the scale of the full block holding its first index.
       const int64_t edge =
@@ -144,4 +145,4 @@ Result<QuantizedWeight> TpCutQuantized(const QuantizedWeight& w, const TensorCut
   return o;
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::backend

@@ -35,7 +35,7 @@
 #include "engine/model/quant_format.h"
 #include "util/status.h"
 
-namespace agentkv {
+namespace agentkv::backend {
 
 // The block edge a cut leaves of a scale grid of `block` along a
 // dimension of `n`, cut to [begin, begin + size) of each of `parts` equal
@@ -51,7 +51,7 @@ int64_t TpCutBlock(int64_t block, int64_t begin, int64_t size, int64_t n, int pa
 // other than the last two, a slice out of range (past the end: fp8 only),
 // an MXFP4 column cut that is not whole 32-value blocks, padding or a keep
 // range on an fp8 weight.
-Result<QuantizedWeight> TpCutQuantized(const QuantizedWeight& full, const TensorCut& cut,
-                                       const std::string& name);
+Result<model::QuantizedWeight> TpCutQuantized(const model::QuantizedWeight& full,
+                                              const TensorCut& cut, const std::string& name);
 
-}  // namespace agentkv
+}  // namespace agentkv::backend

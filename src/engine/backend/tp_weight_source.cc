@@ -3,7 +3,7 @@
 #include "engine/backend/tp_quant_cut.h"
 #include "engine/model/weight_spec.h"
 
-namespace agentkv {
+namespace agentkv::backend {
 namespace {
 
 std::string ShapeText(std::span<const int64_t> s) {
@@ -14,19 +14,19 @@ std::string ShapeText(std::span<const int64_t> s) {
 
 }  // namespace
 
-TpWeightSource::TpWeightSource(const WeightSource& full, const ModelConfig& config,
+TpWeightSource::TpWeightSource(const model::WeightSource& full, const model::ModelConfig& config,
                                const TpPlan& plan, int rank)
     : full_(full), config_(config), plan_(plan), rank_(rank) {
-  for (const WeightSpec& w : ExpectedWeights(config)) {
+  for (const model::WeightSpec& w : model::ExpectedWeights(config)) {
     shapes_[w.name] = w.shape;
     const std::string blocks = "_blocks";
-    if (w.role == WeightRole::kExpertBlocks && w.shape.size() == 4 &&
+    if (w.role == model::WeightRole::kExpertBlocks && w.shape.size() == 4 &&
         w.name.size() > blocks.size()) {
       // [E, out, in / 32, 16] blocks: the weight [E, out, in].
-      quant_shapes_[w.name.substr(0, w.name.size() - blocks.size())] = {w.shape[0], w.shape[1],
-                                                                        w.shape[2] * kMxfp4Block};
-    } else if (config.arch == Architecture::kGptOss && w.role == WeightRole::kExpert &&
-               w.shape.size() == 3) {
+      quant_shapes_[w.name.substr(0, w.name.size() - blocks.size())] = {
+          w.shape[0], w.shape[1], w.shape[2] * model::kMxfp4Block};
+    } else if (config.arch == model::Architecture::kGptOss &&
+               w.role == model::WeightRole::kExpert && w.shape.size() == 3) {
       quant_shapes_[w.name] = {w.shape[0], w.shape[2], w.shape[1]};
     }
   }
@@ -62,9 +62,9 @@ Result<std::vector<uint16_t>> TpWeightSource::LoadBf16IfStored(
 
 bool TpWeightSource::IsQuantized(const std::string& name) const { return full_.IsQuantized(name); }
 
-Result<QuantizedWeight> TpWeightSource::LoadQuantized(const std::string& name,
-                                                      std::span<const int64_t> shape,
-                                                      const QuantConfig& quant) const {
+Result<model::QuantizedWeight> TpWeightSource::LoadQuantized(
+    const std::string& name, std::span<const int64_t> shape,
+    const model::QuantConfig& quant) const {
   if (plan_.degree == 1) return full_.LoadQuantized(name, shape, quant);
   const std::vector<int64_t>* found = nullptr;
   if (auto q = quant_shapes_.find(name); q != quant_shapes_.end()) {
@@ -81,8 +81,8 @@ Result<QuantizedWeight> TpWeightSource::LoadQuantized(const std::string& name,
     return InvalidArgument("tensor parallel: rank " + std::to_string(rank_) + " asked for " + name +
                            " (quantized) as " + ShapeText(shape) + ", its slice is " +
                            ShapeText(want));
-  ASSIGN_OR_RETURN(QuantizedWeight w, full_.LoadQuantized(name, full, quant));
+  ASSIGN_OR_RETURN(model::QuantizedWeight w, full_.LoadQuantized(name, full, quant));
   return TpCutQuantized(w, cut, name);
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::backend

@@ -19,12 +19,13 @@
 #include "engine/backend/tp_plan.h"
 #include "engine/model/weight_source.h"
 
-namespace agentkv {
+namespace agentkv::backend {
 
-class TpWeightSource final : public WeightSource {
+class TpWeightSource final : public model::WeightSource {
  public:
   // `config`: the full model's; `plan`: made for it.
-  TpWeightSource(const WeightSource& full, const ModelConfig& config, const TpPlan& plan, int rank);
+  TpWeightSource(const model::WeightSource& full, const model::ModelConfig& config,
+                 const TpPlan& plan, int rank);
 
   bool Has(const std::string& name) const override { return full_.Has(name); }
   // `shape` must be the rank's shape of `name` (CutShape of the full
@@ -39,22 +40,23 @@ class TpWeightSource final : public WeightSource {
   // the full logical shape); InvalidArgument otherwise, for a name the
   // model does not have, or for a cut its scales cannot follow
   // (TpCutQuantized).
-  Result<QuantizedWeight> LoadQuantized(const std::string& name, std::span<const int64_t> shape,
-                                        const QuantConfig& quant) const override;
+  Result<model::QuantizedWeight> LoadQuantized(const std::string& name,
+                                               std::span<const int64_t> shape,
+                                               const model::QuantConfig& quant) const override;
 
  private:
   // The full shape of `name` and its cut, after checking `shape`.
   Result<std::pair<std::vector<int64_t>, TensorCut>> Resolve(const std::string& name,
                                                              std::span<const int64_t> shape) const;
-  const WeightSource& full_;
-  ModelConfig config_;
+  const model::WeightSource& full_;
+  model::ModelConfig config_;
   TpPlan plan_;
   int rank_;
-  std::map<std::string, std::vector<int64_t>> shapes_;  // ExpectedWeights of the full model
+  std::map<std::string, std::vector<int64_t>> shapes_;  // model::ExpectedWeights of the full model
   // Logical [.., out, in] shapes of the full model's weights as
   // LoadQuantized names them, where they differ from shapes_ (GPT-OSS's
   // experts: [E, in, out] as floats; as MXFP4, `name`_blocks and _scales).
   std::map<std::string, std::vector<int64_t>> quant_shapes_;
 };
 
-}  // namespace agentkv
+}  // namespace agentkv::backend

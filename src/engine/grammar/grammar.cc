@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-namespace agentkv {
+namespace agentkv::grammar {
 
 size_t Grammar::KeyHash::operator()(const std::vector<int32_t>& k) const {
   uint64_t h = 0xcbf29ce484222325ull;
@@ -124,4 +124,4 @@ Result<std::shared_ptr<const Grammar>> GrammarBuilder::Finish(
   return std::shared_ptr<const Grammar>(std::move(g));
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::grammar

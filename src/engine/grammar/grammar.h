@@ -33,7 +33,7 @@
 #include "engine/grammar/token_vocabulary.h"
 #include "util/status.h"
 
-namespace agentkv {
+namespace agentkv::grammar {
 
 struct GrammarNode {
   struct ByteEdge {
@@ -145,4 +145,4 @@ class GrammarBuilder {
   Status status_;
 };
 
-}  // namespace agentkv
+}  // namespace agentkv::grammar

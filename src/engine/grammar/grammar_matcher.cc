@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-namespace agentkv {
+namespace agentkv::grammar {
 namespace {
 
 // Closure of one step: follows epsilon edges, calls and returns from a
@@ -272,4 +272,4 @@ Status GrammarMatcher::Advance(int32_t token) {
   return AdvanceBytes(grammar_->vocab().bytes(token));
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::grammar

@@ -27,7 +27,7 @@
 #include "engine/grammar/grammar.h"
 #include "util/status.h"
 
-namespace agentkv {
+namespace agentkv::grammar {
 
 // A set of stacks, flat: [len, frame 0 (bottom) .. frame len-1 (top)]...
 struct GrammarState {
@@ -75,4 +75,4 @@ void GrammarStepToken(const Grammar& g, const GrammarState& in, int32_t token, G
 // The start state of `g`.
 GrammarState GrammarStart(const Grammar& g);
 
-}  // namespace agentkv
+}  // namespace agentkv::grammar

@@ -2,7 +2,7 @@
 
 #include <string>
 
-namespace agentkv {
+namespace agentkv::grammar {
 namespace {
 
 // Text without "<|" from `from`, ending anywhere at `to`: state s0 (the last
@@ -56,7 +56,7 @@ Status CheckTokens(const HarmonyTokens& t) {
 
 }  // namespace
 
-Result<HarmonyTokens> HarmonyTokens::Find(const Tokenizer& tok) {
+Result<HarmonyTokens> HarmonyTokens::Find(const text::Tokenizer& tok) {
   HarmonyTokens t;
   auto id = [&](const char* s) { return tok.TokenToId(s).value_or(-1); };
   t.start = id("<|start|>");
@@ -134,4 +134,4 @@ Result<std::shared_ptr<const Grammar>> CompileHarmonyFinalGrammar(
   return b.Finish(f.header, std::move(vocab));
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::grammar

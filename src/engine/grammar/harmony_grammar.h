@@ -37,14 +37,14 @@
 #include "engine/text/tokenizer.h"
 #include "util/status.h"
 
-namespace agentkv {
+namespace agentkv::grammar {
 
 // The harmony special tokens' ids.
 struct HarmonyTokens {
   int32_t start = -1, end = -1, message = -1, channel = -1, constrain = -1, call = -1;
   // From the tokenizer; InvalidArgument when one is missing (not a harmony
   // tokenizer).
-  static Result<HarmonyTokens> Find(const Tokenizer& tok);
+  static Result<HarmonyTokens> Find(const text::Tokenizer& tok);
 };
 
 // Tool calls (`required`: exactly one call must come; else the output may
@@ -59,4 +59,4 @@ Result<std::shared_ptr<const Grammar>> CompileHarmonyFinalGrammar(
     const Grammar& content, const HarmonyTokens& tokens,
     std::shared_ptr<const TokenVocabulary> vocab, GrammarLimits limits = {});
 
-}  // namespace agentkv
+}  // namespace agentkv::grammar

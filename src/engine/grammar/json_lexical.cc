@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <string>
 
-namespace agentkv {
+namespace agentkv::grammar {
 
 void EmitUtf8NonAscii(GrammarBuilder& b, int32_t from, int32_t to) {
   // RFC 3629, with continuation nodes needing 1, 2 or 3 more bytes.
@@ -183,4 +183,4 @@ void EmitUintRange(GrammarBuilder& b, uint64_t lo, uint64_t hi, int32_t from, in
   }
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::grammar

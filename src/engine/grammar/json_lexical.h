@@ -9,7 +9,7 @@
 
 #include "engine/grammar/grammar.h"
 
-namespace agentkv {
+namespace agentkv::grammar {
 
 // One character inside a JSON string: a raw character (bytes >= 0x20 but
 // '"' and '\\', valid UTF-8), or an escape (\" \\ \/ \b \f \n \r \t, \uXXXX
@@ -28,4 +28,4 @@ void EmitUintRange(GrammarBuilder& b, uint64_t lo, uint64_t hi, int32_t from, in
 // Zero or more [0-9] (a loop), or exactly `n` digits when n >= 0.
 void EmitDigits(GrammarBuilder& b, int32_t n, int32_t from, int32_t to);
 
-}  // namespace agentkv
+}  // namespace agentkv::grammar

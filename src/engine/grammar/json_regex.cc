@@ -7,7 +7,7 @@
 
 #include "engine/grammar/json_lexical.h"
 
-namespace agentkv {
+namespace agentkv::grammar {
 namespace {
 
 struct Re {
@@ -403,4 +403,4 @@ Status EmitJsonRegex(GrammarBuilder& b, std::string_view pattern, int32_t from, 
   return b.status();
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::grammar

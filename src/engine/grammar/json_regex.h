@@ -22,11 +22,11 @@
 #include "engine/grammar/grammar.h"
 #include "util/status.h"
 
-namespace agentkv {
+namespace agentkv::grammar {
 
 inline constexpr size_t kMaxPatternBytes = 1024;
 inline constexpr int32_t kMaxRepeat = 1000;
 
 Status EmitJsonRegex(GrammarBuilder& b, std::string_view pattern, int32_t from, int32_t to);
 
-}  // namespace agentkv
+}  // namespace agentkv::grammar

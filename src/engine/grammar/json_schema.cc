@@ -10,7 +10,7 @@
 #include "engine/grammar/json_lexical.h"
 #include "engine/grammar/json_regex.h"
 
-namespace agentkv {
+namespace agentkv::grammar {
 namespace {
 
 using Json = nlohmann::ordered_json;
@@ -763,4 +763,4 @@ Result<std::shared_ptr<const Grammar>> CompileToolCallGrammar(
   return b.Finish(root, std::move(vocab));
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::grammar

@@ -38,7 +38,7 @@
 #include "engine/grammar/grammar.h"
 #include "util/status.h"
 
-namespace agentkv {
+namespace agentkv::grammar {
 
 inline constexpr size_t kMaxSchemaBytes = 256 * 1024;
 inline constexpr int kMaxSchemaDepth = 32;
@@ -79,4 +79,4 @@ Result<std::shared_ptr<const Grammar>> CompileToolCallGrammar(
 Result<std::shared_ptr<const Grammar>> CompileAnyJsonObject(
     std::shared_ptr<const TokenVocabulary> vocab, GrammarLimits limits = {});
 
-}  // namespace agentkv
+}  // namespace agentkv::grammar

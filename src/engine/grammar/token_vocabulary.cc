@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
-namespace agentkv {
+namespace agentkv::grammar {
 
 int32_t PlainJsonChars(const std::string& s) {
   int32_t chars = 0;
@@ -121,7 +121,7 @@ void TokenVocabulary::Init(std::vector<std::string> tokens, int32_t vocab_size) 
   non_plain_ = BuildTrie(bytes_, non_plain);
 }
 
-std::shared_ptr<const TokenVocabulary> TokenVocabulary::Build(const Tokenizer& tok,
+std::shared_ptr<const TokenVocabulary> TokenVocabulary::Build(const text::Tokenizer& tok,
                                                               int32_t vocab_size) {
   std::vector<std::string> tokens(static_cast<size_t>(vocab_size));
   const int32_t n = std::min(vocab_size, tok.vocab_size());
@@ -141,4 +141,4 @@ std::shared_ptr<const TokenVocabulary> TokenVocabulary::FromTokens(
   return v;
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::grammar

@@ -22,7 +22,7 @@
 
 #include "engine/text/tokenizer.h"
 
-namespace agentkv {
+namespace agentkv::grammar {
 
 class TokenVocabulary {
  public:
@@ -39,7 +39,8 @@ class TokenVocabulary {
 
   // `vocab_size`: the mask length (the model's vocabulary, which may exceed
   // the tokenizer's); ids at or past it are left out.
-  static std::shared_ptr<const TokenVocabulary> Build(const Tokenizer& tok, int32_t vocab_size);
+  static std::shared_ptr<const TokenVocabulary> Build(const text::Tokenizer& tok,
+                                                      int32_t vocab_size);
   // From explicit token bytes (index = id; empty = left out). For tests.
   static std::shared_ptr<const TokenVocabulary> FromTokens(const std::vector<std::string>& tokens);
 
@@ -71,4 +72,4 @@ class TokenVocabulary {
 // Characters of `s` if it is plain (see above), else -1. Pure.
 int32_t PlainJsonChars(const std::string& s);
 
-}  // namespace agentkv
+}  // namespace agentkv::grammar

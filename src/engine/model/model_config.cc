@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-namespace agentkv {
+namespace agentkv::model {
 namespace {
 
 using nlohmann::json;
@@ -173,7 +173,7 @@ std::string ArchFromModelType(const std::string& model_type) {
 
 Status ParseLayerKinds(const Reader& rd, const std::string& src, ModelConfig* c) {
   const int n = c->num_layers;
-  c->layer_kinds.assign(n, AttentionKind::kFull);
+  c->layer_kinds.assign(n, cache::AttentionKind::kFull);
   c->layer_windows.assign(n, 0);
   int window = 0;
   std::vector<bool> sliding(n, false);
@@ -231,7 +231,7 @@ Status ParseLayerKinds(const Reader& rd, const std::string& src, ModelConfig* c)
                            "layers use sliding-window attention");
   for (int i = 0; i < n; ++i) {
     if (!sliding[i]) continue;
-    c->layer_kinds[i] = AttentionKind::kSliding;
+    c->layer_kinds[i] = cache::AttentionKind::kSliding;
     c->layer_windows[i] = window;
   }
   return Status::Ok();
@@ -497,8 +497,8 @@ bool ModelConfig::IsMoeLayer(int layer) const {
   return (layer + 1) % moe.decoder_sparse_step == 0;
 }
 
-ModelCacheSpec ModelConfig::CacheSpec(KvDtype kv_dtype) const {
-  ModelCacheSpec s;
+cache::ModelCacheSpec ModelConfig::CacheSpec(cache::KvDtype kv_dtype) const {
+  cache::ModelCacheSpec s;
   s.num_layers = num_layers;
   s.num_kv_heads = num_kv_heads;
   s.head_dim = head_dim;
@@ -509,4 +509,4 @@ ModelCacheSpec ModelConfig::CacheSpec(KvDtype kv_dtype) const {
   return s;
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::model

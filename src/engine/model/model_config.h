@@ -13,7 +13,7 @@
 #include "engine/model/quant_config.h"
 #include "util/status.h"
 
-namespace agentkv {
+namespace agentkv::model {
 
 enum class Architecture { kLlama, kQwen2, kQwen3, kMistral, kGemma3, kGptOss, kQwen3Moe };
 
@@ -91,7 +91,7 @@ struct ModelConfig {
 
   // Per-layer attention kind and window (tokens a query sees, itself
   // included); window 0 for full attention.
-  std::vector<AttentionKind> layer_kinds;
+  std::vector<cache::AttentionKind> layer_kinds;
   std::vector<int> layer_windows;
 
   RopeSpec rope;        // full-attention layers (and all layers outside Gemma 3)
@@ -126,9 +126,9 @@ struct ModelConfig {
   // query_scale if set, else 1/sqrt(head_dim).
   float AttentionScale() const;
   // Layers, kv heads, head dim and per-layer kinds/windows, groups built.
-  ModelCacheSpec CacheSpec(KvDtype kv_dtype) const;
+  cache::ModelCacheSpec CacheSpec(cache::KvDtype kv_dtype) const;
 
   bool operator==(const ModelConfig&) const = default;
 };
 
-}  // namespace agentkv
+}  // namespace agentkv::model

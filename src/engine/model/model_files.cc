@@ -13,7 +13,7 @@
 
 #include "util/hash.h"
 
-namespace agentkv {
+namespace agentkv::model {
 namespace {
 
 namespace fs = std::filesystem;
@@ -159,4 +159,4 @@ Result<std::string> ModelFiles::Fingerprint() const {
   return h.Digest().Hex();
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::model

@@ -23,7 +23,7 @@
 
 #include "util/status.h"
 
-namespace agentkv {
+namespace agentkv::model {
 
 struct ModelFiles {
   std::filesystem::path dir;
@@ -42,4 +42,4 @@ struct ModelFiles {
   Result<std::string> Fingerprint() const;
 };
 
-}  // namespace agentkv
+}  // namespace agentkv::model

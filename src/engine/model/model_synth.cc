@@ -12,7 +12,7 @@
 #include "util/bf16.h"
 #include "util/hash.h"
 
-namespace agentkv {
+namespace agentkv::model {
 namespace {
 
 namespace fs = std::filesystem;
@@ -560,4 +560,4 @@ Status SynthesizeModel(const SynthOptions& o, const SynthProgress& progress) {
   return WriteText(o.out_dir / "config.json", cfg.dump(2) + "\n");
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::model

@@ -22,7 +22,7 @@
 #include "engine/model/safetensors_file.h"
 #include "util/status.h"
 
-namespace agentkv {
+namespace agentkv::model {
 
 struct SynthOptions {
   // "llama", "qwen2", "qwen3", "mistral", "gemma3", or the mixtures of
@@ -87,4 +87,4 @@ Result<int> TokenizerVocabSize(const std::filesystem::path& tokenizer_json);
 void SynthFill(uint64_t seed, const std::string& name, TensorDtype dtype, double mean,
                double stddev, uint64_t first, uint64_t count, void* out);
 
-}  // namespace agentkv
+}  // namespace agentkv::model

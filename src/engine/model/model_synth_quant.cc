@@ -4,7 +4,7 @@
 
 #include "engine/model/quant_pack.h"
 
-namespace agentkv {
+namespace agentkv::model {
 namespace {
 
 constexpr int kBlock = 128;  // fp8 block size written (Qwen3-FP8, DeepSeek)
@@ -187,4 +187,4 @@ Result<uint64_t> WriteQuantized(SafetensorsWriter& writer, const std::vector<int
   return bytes + scales.size() * sizeof(float);
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::model

@@ -24,7 +24,7 @@
 #include "engine/model/weight_spec.h"
 #include "util/status.h"
 
-namespace agentkv {
+namespace agentkv::model {
 
 enum class SynthQuant { kNone, kFp8, kFp8Channel, kMxfp4 };
 
@@ -54,4 +54,4 @@ Status DeclareQuantized(SafetensorsWriter& writer, const std::string& name,
 Result<uint64_t> WriteQuantized(SafetensorsWriter& writer, const std::vector<int64_t>& shape,
                                 QuantFormat format, const SynthValues& values);
 
-}  // namespace agentkv
+}  // namespace agentkv::model

@@ -3,7 +3,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 
-namespace agentkv {
+namespace agentkv::model {
 namespace {
 
 using nlohmann::json;
@@ -170,4 +170,4 @@ Result<QuantConfig> ParseQuantConfig(const json& config, const std::string& sour
              "\"" + method + "\" is not supported (mxfp4, fp8, compressed-tensors)");
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::model

@@ -19,7 +19,7 @@
 #include "engine/model/quant_format.h"
 #include "util/status.h"
 
-namespace agentkv {
+namespace agentkv::model {
 
 enum class QuantMethod { kNone, kMxfp4, kFp8, kCompressedTensors };
 
@@ -51,4 +51,4 @@ std::string_view QuantMethodName(QuantMethod m);
 // 8-bit float weights is InvalidArgument naming `source` and the field.
 Result<QuantConfig> ParseQuantConfig(const nlohmann::json& config, const std::string& source);
 
-}  // namespace agentkv
+}  // namespace agentkv::model

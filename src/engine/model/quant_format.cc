@@ -6,7 +6,7 @@
 #include <limits>
 #include <string>
 
-namespace agentkv {
+namespace agentkv::model {
 namespace {
 
 float DecodeE4m3(uint8_t code) {
@@ -149,4 +149,4 @@ void DequantizeRows(const QuantizedWeight& w, int64_t b, int64_t r0, int64_t r1,
   }
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::model

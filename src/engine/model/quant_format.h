@@ -19,7 +19,7 @@
 
 #include "util/status.h"
 
-namespace agentkv {
+namespace agentkv::model {
 
 enum class QuantFormat { kMxfp4, kFp8Block, kFp8Channel, kFp8Tensor };
 
@@ -61,4 +61,4 @@ struct QuantizedWeight {
 // floats, row-major. Requires a valid weight and 0 <= r0 <= r1 <= rows.
 void DequantizeRows(const QuantizedWeight& w, int64_t b, int64_t r0, int64_t r1, float* out);
 
-}  // namespace agentkv
+}  // namespace agentkv::model

@@ -5,7 +5,7 @@
 
 #include "engine/model/quant_format.h"
 
-namespace agentkv {
+namespace agentkv::model {
 namespace {
 
 constexpr float kE4m3Max = 448.f;
@@ -108,4 +108,4 @@ void PackFp8Channel(const float* w, int64_t rows, int64_t cols, uint8_t* codes, 
   }
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::model

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-namespace agentkv {
+namespace agentkv::model {
 
 // fp32 to e4m3fn: round to nearest, ties to even, saturating at +-448;
 // NaN becomes 0x7F.
@@ -31,4 +31,4 @@ void PackFp8Block(const float* w, int64_t rows, int64_t cols, int block_rows, in
 // (1 for an all-zero row). `scales` receives `rows` floats.
 void PackFp8Channel(const float* w, int64_t rows, int64_t cols, uint8_t* codes, float* scales);
 
-}  // namespace agentkv
+}  // namespace agentkv::model

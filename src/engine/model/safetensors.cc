@@ -6,7 +6,7 @@
 #include <set>
 #include <sstream>
 
-namespace agentkv {
+namespace agentkv::model {
 namespace fs = std::filesystem;
 
 Status Safetensors::AddFile(const fs::path& p) {
@@ -107,4 +107,4 @@ Result<TensorView> Safetensors::Get(const std::string& name,
   return v;
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::model

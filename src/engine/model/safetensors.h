@@ -17,7 +17,7 @@
 #include "engine/model/safetensors_file.h"
 #include "util/status.h"
 
-namespace agentkv {
+namespace agentkv::model {
 
 class Safetensors {
  public:
@@ -50,4 +50,4 @@ class Safetensors {
   std::map<std::string, const SafetensorsFile*> where_;
 };
 
-}  // namespace agentkv
+}  // namespace agentkv::model

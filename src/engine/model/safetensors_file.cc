@@ -11,7 +11,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
-namespace agentkv {
+namespace agentkv::model {
 namespace {
 
 // Element sizes of every dtype the format defines, so that files holding
@@ -244,4 +244,4 @@ Result<TensorView> SafetensorsFile::Get(const std::string& name) const {
   return v;
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::model

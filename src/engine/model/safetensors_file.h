@@ -20,7 +20,7 @@
 
 #include "util/status.h"
 
-namespace agentkv {
+namespace agentkv::model {
 
 // The element types the engine reads: the float types it computes with, and
 // the stored types of quantized weights (U8: MXFP4 blocks and scales;
@@ -93,4 +93,4 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
-}  // namespace agentkv
+}  // namespace agentkv::model

@@ -4,7 +4,7 @@
 
 #include "util/bf16.h"
 
-namespace agentkv {
+namespace agentkv::model {
 
 Result<SafetensorsWeights> SafetensorsWeights::Open(const std::filesystem::path& path) {
   ASSIGN_OR_RETURN(Safetensors st, Safetensors::Open(path));
@@ -195,4 +195,4 @@ Result<QuantizedWeight> SafetensorsWeights::LoadQuantized(const std::string& nam
   return w;
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::model

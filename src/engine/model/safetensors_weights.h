@@ -11,7 +11,7 @@
 #include "engine/model/safetensors.h"
 #include "engine/model/weight_source.h"
 
-namespace agentkv {
+namespace agentkv::model {
 
 class SafetensorsWeights final : public WeightSource {
  public:
@@ -33,4 +33,4 @@ class SafetensorsWeights final : public WeightSource {
   Safetensors st_;
 };
 
-}  // namespace agentkv
+}  // namespace agentkv::model

@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-namespace agentkv {
+namespace agentkv::model {
 
 SafetensorsWriter::SafetensorsWriter(std::filesystem::path path)
     : path_(std::move(path)), tmp_(path_.string() + ".tmp") {}
@@ -108,4 +108,4 @@ Status SafetensorsWriter::WriteFile(const std::filesystem::path& path,
   return w.Finish();
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::model

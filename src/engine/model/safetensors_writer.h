@@ -19,7 +19,7 @@
 #include "engine/model/safetensors_file.h"
 #include "util/status.h"
 
-namespace agentkv {
+namespace agentkv::model {
 
 class SafetensorsWriter {
  public:
@@ -67,4 +67,4 @@ class SafetensorsWriter {
   uint64_t written_ = 0;
 };
 
-}  // namespace agentkv
+}  // namespace agentkv::model

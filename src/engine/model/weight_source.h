@@ -12,7 +12,7 @@
 #include "engine/model/quant_format.h"
 #include "util/status.h"
 
-namespace agentkv {
+namespace agentkv::model {
 
 class WeightSource {
  public:
@@ -54,4 +54,4 @@ class WeightSource {
   }
 };
 
-}  // namespace agentkv
+}  // namespace agentkv::model

@@ -1,6 +1,6 @@
 #include "engine/model/weight_spec.h"
 
-namespace agentkv {
+namespace agentkv::model {
 namespace {
 
 void AddExperts(const ModelConfig& c, const std::string& p, std::vector<WeightSpec>* w) {
@@ -103,4 +103,4 @@ Status ValidateWeights(const ModelConfig& config, const Safetensors& weights,
   return Status::Ok();
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::model

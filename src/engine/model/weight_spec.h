@@ -14,7 +14,7 @@
 #include "engine/model/safetensors.h"
 #include "util/status.h"
 
-namespace agentkv {
+namespace agentkv::model {
 
 // kExpert: a mixture-of-experts expert matrix (the tensors quantized
 // checkpoints store quantized); kRouter: the router's weight (never
@@ -64,4 +64,4 @@ std::vector<WeightSpec> ExpectedWeights(const ModelConfig& config);
 Status ValidateWeights(const ModelConfig& config, const Safetensors& weights,
                        std::optional<TensorDtype> dtype = std::nullopt);
 
-}  // namespace agentkv
+}  // namespace agentkv::model

@@ -2,7 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace agentkv {
+namespace agentkv::text {
 
 namespace {
 // transformers.js's ByteLevel pattern when use_regex is set.
@@ -158,4 +158,4 @@ Status PreTokenizer::Run(std::string_view text, int section_index, std::deque<st
   return Status::Ok();
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::text

@@ -22,7 +22,7 @@
 #include "engine/text/tokenizer_regex.h"
 #include "util/status.h"
 
-namespace agentkv {
+namespace agentkv::text {
 
 class PreTokenizer {
  public:
@@ -54,4 +54,4 @@ class PreTokenizer {
   bool byte_level_ = false;
 };
 
-}  // namespace agentkv
+}  // namespace agentkv::text

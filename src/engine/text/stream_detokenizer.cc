@@ -4,7 +4,7 @@
 
 #include "engine/text/tokenizer.h"
 
-namespace agentkv {
+namespace agentkv::text {
 
 namespace {
 
@@ -76,4 +76,4 @@ std::string StreamDetokenizer::Flush() {
   return piece;
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::text

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-namespace agentkv {
+namespace agentkv::text {
 
 class Tokenizer;
 
@@ -43,4 +43,4 @@ class StreamDetokenizer {
   size_t emitted_ = 0;           // bytes of the window's text already returned
 };
 
-}  // namespace agentkv
+}  // namespace agentkv::text

@@ -12,7 +12,7 @@
 #include "engine/text/tokenizer_normalizer.h"
 #include "engine/text/tokenizer_unicode.h"
 
-namespace agentkv {
+namespace agentkv::text {
 
 namespace tu = tokenizer_unicode;
 using nlohmann::json;
@@ -423,4 +423,4 @@ bool Tokenizer::IsAdded(int32_t id) const {
 std::optional<int32_t> Tokenizer::bos_id() const { return p_->bos; }
 std::optional<int32_t> Tokenizer::eos_id() const { return p_->eos; }
 
-}  // namespace agentkv
+}  // namespace agentkv::text

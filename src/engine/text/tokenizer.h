@@ -29,7 +29,7 @@
 
 #include "util/status.h"
 
-namespace agentkv {
+namespace agentkv::text {
 
 namespace tokenizer_internal {
 struct Pipeline;
@@ -99,4 +99,4 @@ class Tokenizer {
   std::unique_ptr<tokenizer_internal::Pipeline> p_;
 };
 
-}  // namespace agentkv
+}  // namespace agentkv::text

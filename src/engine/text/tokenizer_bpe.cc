@@ -11,7 +11,7 @@
 
 #include "engine/text/tokenizer_unicode.h"
 
-namespace agentkv {
+namespace agentkv::text {
 
 namespace tu = tokenizer_unicode;
 
@@ -402,4 +402,4 @@ void BpeModel::FuseUnknown(std::vector<int32_t>* ids, size_t from) const {
   ids->resize(w);
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::text

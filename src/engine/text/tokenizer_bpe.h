@@ -20,7 +20,7 @@
 
 #include "util/status.h"
 
-namespace agentkv {
+namespace agentkv::text {
 
 struct StringHash {
   using is_transparent = void;
@@ -83,4 +83,4 @@ class BpeModel {
   uint64_t instance_id_;
 };
 
-}  // namespace agentkv
+}  // namespace agentkv::text

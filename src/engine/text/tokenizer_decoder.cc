@@ -4,7 +4,7 @@
 
 #include "engine/text/tokenizer_unicode.h"
 
-namespace agentkv {
+namespace agentkv::text {
 
 namespace tu = tokenizer_unicode;
 
@@ -248,4 +248,4 @@ std::string TokenizerDecoder::Decode(std::vector<std::string> tokens,
   return out;
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::text

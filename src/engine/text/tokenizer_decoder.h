@@ -18,7 +18,7 @@
 #include "engine/text/tokenizer_regex.h"
 #include "util/status.h"
 
-namespace agentkv {
+namespace agentkv::text {
 
 class TokenizerDecoder {
  public:
@@ -57,4 +57,4 @@ class TokenizerDecoder {
   const StringSet* added_ = nullptr;
 };
 
-}  // namespace agentkv
+}  // namespace agentkv::text

@@ -4,7 +4,7 @@
 
 #include "engine/text/tokenizer_unicode.h"
 
-namespace agentkv {
+namespace agentkv::text {
 
 namespace tu = tokenizer_unicode;
 
@@ -110,4 +110,4 @@ std::string TokenizerNormalizer::Apply(std::string_view text) const {
   return cur;
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::text

@@ -15,7 +15,7 @@
 #include "engine/text/tokenizer_regex.h"
 #include "util/status.h"
 
-namespace agentkv {
+namespace agentkv::text {
 
 class TokenizerNormalizer {
  public:
@@ -50,4 +50,4 @@ class TokenizerNormalizer {
   std::vector<Step> steps_;
 };
 
-}  // namespace agentkv
+}  // namespace agentkv::text

@@ -8,7 +8,7 @@
 
 #include "engine/text/tokenizer_unicode.h"
 
-namespace agentkv {
+namespace agentkv::text {
 namespace {
 
 // JavaScript's \s (WhiteSpace + LineTerminator), written without \v because
@@ -240,4 +240,4 @@ Status TokenizerRegex::ForEachMatch(std::string_view text,
   return Status::Ok();
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::text

@@ -17,7 +17,7 @@
 
 #include "util/status.h"
 
-namespace agentkv {
+namespace agentkv::text {
 
 class TokenizerRegex {
  public:
@@ -49,4 +49,4 @@ class TokenizerRegex {
   bool jit_ = false;
 };
 
-}  // namespace agentkv
+}  // namespace agentkv::text

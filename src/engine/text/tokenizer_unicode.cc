@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <memory>
 
-namespace agentkv::tokenizer_unicode {
+namespace agentkv::text::tokenizer_unicode {
 
 char32_t NextCodePoint(std::string_view s, size_t* pos) {
   const auto* p = reinterpret_cast<const unsigned char*>(s.data()) + *pos;
@@ -280,4 +280,4 @@ int UnicodeToByte(char32_t cp) {
   return cp < inverse.size() ? inverse[cp] : -1;
 }
 
-}  // namespace agentkv::tokenizer_unicode
+}  // namespace agentkv::text::tokenizer_unicode

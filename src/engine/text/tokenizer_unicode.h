@@ -12,7 +12,7 @@
 
 #include "util/status.h"
 
-namespace agentkv::tokenizer_unicode {
+namespace agentkv::text::tokenizer_unicode {
 
 // Decodes one code point at `s[*pos]` and advances `*pos`. Requires valid
 // UTF-8 (as produced by SanitizeUtf8).
@@ -58,4 +58,4 @@ const std::array<char32_t, 256>& ByteToUnicode();
 // Inverse of ByteToUnicode; -1 for code points that are not in the table.
 int UnicodeToByte(char32_t cp);
 
-}  // namespace agentkv::tokenizer_unicode
+}  // namespace agentkv::text::tokenizer_unicode

@@ -7,19 +7,19 @@
 #include <filesystem>
 #include <fstream>
 
-namespace agentkv {
+namespace agentkv::backend {
 namespace {
 
 TEST(BackendFactoryTest, KvDtypeByDevice) {
   BackendOptions o;
   o.device = "cpu";
-  EXPECT_EQ(ResolveKvDtype(o).value(), KvDtype::kF32);  // the reference, unchanged
+  EXPECT_EQ(ResolveKvDtype(o).value(), cache::KvDtype::kF32);  // the reference, unchanged
   o.kv_dtype = "fp8";
-  EXPECT_EQ(ResolveKvDtype(o).value(), KvDtype::kFP8E4M3);
+  EXPECT_EQ(ResolveKvDtype(o).value(), cache::KvDtype::kFP8E4M3);
   o.device = "cuda";
-  EXPECT_EQ(ResolveKvDtype(o).value(), KvDtype::kFP8E4M3);
+  EXPECT_EQ(ResolveKvDtype(o).value(), cache::KvDtype::kFP8E4M3);
   o.kv_dtype = "bf16";
-  EXPECT_EQ(ResolveKvDtype(o).value(), KvDtype::kBF16);
+  EXPECT_EQ(ResolveKvDtype(o).value(), cache::KvDtype::kBF16);
   EXPECT_EQ(BackendOptions{}.kv_dtype, "bf16");
 }
 
@@ -100,4 +100,4 @@ TEST(BackendFactoryTest, TensorParallelRefusedAtStart) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::backend

@@ -12,13 +12,13 @@
 #include "engine/backend/row_logprobs.h"
 #include "engine/backend/sample_draw.h"
 
-namespace agentkv {
+namespace agentkv::backend {
 namespace {
 
 using namespace agentkv::testing;
 
-std::unique_ptr<CpuBackend> Make(const ModelConfig& c, const MapWeights& w) {
-  auto b = CpuBackend::Create(c, w, CpuBackendOptions{2});
+std::unique_ptr<cpu::CpuBackend> Make(const model::ModelConfig& c, const MapWeights& w) {
+  auto b = cpu::CpuBackend::Create(c, w, cpu::CpuBackendOptions{2});
   EXPECT_TRUE(b.ok()) << b.status().ToString();
   KvLayout layout;
   layout.block_size = 4;
@@ -28,8 +28,8 @@ std::unique_ptr<CpuBackend> Make(const ModelConfig& c, const MapWeights& w) {
 }
 
 TEST(BackendTest, PipelinedStepsPickAsStepByStep) {
-  for (Architecture arch : {Architecture::kQwen3, Architecture::kGemma3}) {
-    const ModelConfig c = SmallConfig(arch);
+  for (model::Architecture arch : {model::Architecture::kQwen3, model::Architecture::kGemma3}) {
+    const model::ModelConfig c = SmallConfig(arch);
     const MapWeights w = RandomWeights(c, 3);
     auto a = Make(c, w), b = Make(c, w);
     const std::vector<int32_t> want = GreedyPicks(*a, 12, /*pipelined=*/false, 5);
@@ -47,7 +47,7 @@ TEST(BackendTest, PipelinedStepsPickAsStepByStep) {
 }
 
 TEST(BackendTest, PipelinedStepsRejectMisuse) {
-  const ModelConfig c = SmallConfig(Architecture::kLlama);
+  const model::ModelConfig c = SmallConfig(model::Architecture::kLlama);
   auto b = Make(c, RandomWeights(c, 4));
   std::vector<float> logits(2 * c.vocab_size);
   std::vector<int32_t> picks(2);
@@ -80,8 +80,8 @@ TEST(BackendTest, PipelinedStepsRejectMisuse) {
 // refuse them as Unimplemented (the engine then never drafts), and prev_row
 // never combines with them.
 TEST(BackendTest, CheckStepsGatesSeveralLogitRows) {
-  const ModelConfig c = SmallConfig(Architecture::kLlama);
-  const ModelCacheSpec spec = c.CacheSpec(KvDtype::kF32);
+  const model::ModelConfig c = SmallConfig(model::Architecture::kLlama);
+  const cache::ModelCacheSpec spec = c.CacheSpec(cache::KvDtype::kF32);
   KvLayout layout;
   layout.block_size = 4;
   for (int g = 0; g < kMaxCacheGroups; ++g) layout.blocks_per_group[g] = 8;
@@ -110,7 +110,7 @@ TEST(BackendTest, CheckStepsGatesSeveralLogitRows) {
 // logits and leaves the host row's logits as Forward gives them; through
 // LaunchStep / CollectStep the same.
 TEST(BackendTest, ForwardSampledPicksEachRowAsPlanned) {
-  const ModelConfig c = SmallConfig(Architecture::kLlama);
+  const model::ModelConfig c = SmallConfig(model::Architecture::kLlama);
   const MapWeights w = RandomWeights(c, 6);
   auto ref = Make(c, w), b = Make(c, w), p = Make(c, w);
   const int64_t V = c.vocab_size;
@@ -160,7 +160,7 @@ TEST(BackendTest, ForwardSampledPicksEachRowAsPlanned) {
 // greedy one) with the pick as the chosen token, and the same picks as
 // without logprobs; through LaunchStep / CollectStep the same per step.
 TEST(BackendTest, PicksComeWithTheirLogprobs) {
-  const ModelConfig c = SmallConfig(Architecture::kLlama);
+  const model::ModelConfig c = SmallConfig(model::Architecture::kLlama);
   const MapWeights w = RandomWeights(c, 6);
   auto ref = Make(c, w), b = Make(c, w), p = Make(c, w);
   EXPECT_TRUE(b->picks_logprobs());
@@ -229,7 +229,7 @@ TEST(BackendTest, PicksComeWithTheirLogprobs) {
 // A backend without asynchronous copies writes in StartWriteBlocks itself:
 // its tickets are done at once, and errors start nothing.
 TEST(BackendTest, StartWriteBlocksWritesAtOnceByDefault) {
-  const ModelConfig c = SmallConfig(Architecture::kQwen3);
+  const model::ModelConfig c = SmallConfig(model::Architecture::kQwen3);
   auto b = Make(c, RandomWeights(c, 3));
   const size_t n = b->cache_spec().BytesPerBlock(0, 4);
   std::vector<std::byte> in(2 * n);
@@ -247,4 +247,4 @@ TEST(BackendTest, StartWriteBlocksWritesAtOnceByDefault) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::backend

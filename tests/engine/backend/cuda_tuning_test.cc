@@ -11,7 +11,7 @@
 
 #include "engine/backend/cuda/kernels/kv_route.h"
 
-namespace agentkv {
+namespace agentkv::backend {
 namespace {
 
 using Env = std::map<std::string, std::string>;
@@ -121,12 +121,13 @@ TEST(CudaTuning, MmaAttentionSwitchRoutesNarrowTiles) {
   const CudaTuning on = FromEnv({});
   const CudaTuning off = FromEnv({{"AGENTKV_CUDA_MMA_ATTENTION", "0"}});
   for (const bool wide : {false, true}) {
-    EXPECT_TRUE(cuda::RouteBf16Mma(wide, on.mma_attention, /*mma_supported=*/true)) << wide;
-    EXPECT_TRUE(cuda::RouteFp8Mma(wide, on.mma_attention, /*mma_supported=*/true)) << wide;
-    EXPECT_EQ(cuda::RouteBf16Mma(wide, off.mma_attention, true), wide);
-    EXPECT_EQ(cuda::RouteFp8Mma(wide, off.mma_attention, true), wide);
+    EXPECT_TRUE(cuda::kernels::RouteBf16Mma(wide, on.mma_attention, /*mma_supported=*/true))
+        << wide;
+    EXPECT_TRUE(cuda::kernels::RouteFp8Mma(wide, on.mma_attention, /*mma_supported=*/true)) << wide;
+    EXPECT_EQ(cuda::kernels::RouteBf16Mma(wide, off.mma_attention, true), wide);
+    EXPECT_EQ(cuda::kernels::RouteFp8Mma(wide, off.mma_attention, true), wide);
   }
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::backend

@@ -9,7 +9,7 @@
 #include <limits>
 #include <vector>
 
-namespace agentkv::kvfp8 {
+namespace agentkv::backend::kvfp8 {
 namespace {
 
 TEST(KvFp8Test, DecodeMatchesHandTable) {
@@ -129,4 +129,4 @@ TEST(KvFp8Test, SectionLayout) {
 }
 
 }  // namespace
-}  // namespace agentkv::kvfp8
+}  // namespace agentkv::backend::kvfp8

@@ -5,17 +5,17 @@
 
 #include <cmath>
 
-namespace agentkv {
+namespace agentkv::backend {
 namespace {
 
 TEST(RopeTest, Llama3ScalingKeepsHighFrequenciesAndScalesLowOnes) {
-  RopeSpec plain;
+  model::RopeSpec plain;
   plain.theta = 500000.f;
-  RopeSpec l3 = plain;
+  model::RopeSpec l3 = plain;
   l3.type = "llama3";
   l3.factor = 8.f;
   l3.original_max_position = 8192;
-  const auto a = kernels::RopeInvFreq(plain, 128), b = kernels::RopeInvFreq(l3, 128);
+  const auto a = RopeInvFreq(plain, 128), b = RopeInvFreq(l3, 128);
   EXPECT_FLOAT_EQ(a[0], b[0]);                // wavelength 2*pi: untouched
   EXPECT_FLOAT_EQ(a.back() / 8.f, b.back());  // longest wavelengths: divided by factor
 }
@@ -25,8 +25,8 @@ TEST(RopeTest, Llama3ScalingKeepsHighFrequenciesAndScalesLowOnes) {
 // low = 64 ln(4096 / (32 * 2 pi)) / (2 ln 150000) = 8.093..., high = 64
 // ln(4096 / (2 pi)) / (2 ln 150000) = 17.398...; dimensions up to low keep
 // their frequency, those from high on are divided by 32, a ramp between.
-RopeSpec GptOssRope(bool truncate) {
-  RopeSpec r;
+model::RopeSpec GptOssRope(bool truncate) {
+  model::RopeSpec r;
   r.type = "yarn";
   r.theta = 150000.f;
   r.factor = 32.f;
@@ -38,16 +38,16 @@ RopeSpec GptOssRope(bool truncate) {
 }
 
 TEST(RopeTest, YarnInvFreqAgainstItsDefinition) {
-  RopeSpec plain;
+  model::RopeSpec plain;
   plain.theta = 150000.f;
-  const auto base = kernels::RopeInvFreq(plain, 64);
+  const auto base = RopeInvFreq(plain, 64);
   const double kPi = 3.14159265358979323846;
   const double low = 64 * std::log(4096 / (32 * 2 * kPi)) / (2 * std::log(150000.0));
   const double high = 64 * std::log(4096 / (1 * 2 * kPi)) / (2 * std::log(150000.0));
   ASSERT_NEAR(low, 8.093, 1e-3);
   ASSERT_NEAR(high, 17.398, 1e-3);
   for (bool truncate : {false, true}) {
-    const auto yarn = kernels::RopeInvFreq(GptOssRope(truncate), 64);
+    const auto yarn = RopeInvFreq(GptOssRope(truncate), 64);
     ASSERT_EQ(yarn.size(), 32u);
     const double lo = truncate ? 8.0 : low, hi = truncate ? 18.0 : high;
     for (int i = 0; i < 32; ++i) {
@@ -63,21 +63,21 @@ TEST(RopeTest, YarnInvFreqAgainstItsDefinition) {
 }
 
 TEST(RopeTest, YarnAttentionFactor) {
-  EXPECT_NEAR(kernels::RopeAttentionFactor(GptOssRope(false)), 0.1 * std::log(32.0) + 1, 1e-6);
-  RopeSpec r = GptOssRope(false);
+  EXPECT_NEAR(RopeAttentionFactor(GptOssRope(false)), 0.1 * std::log(32.0) + 1, 1e-6);
+  model::RopeSpec r = GptOssRope(false);
   r.attention_factor = 1.5f;  // given explicitly
-  EXPECT_FLOAT_EQ(kernels::RopeAttentionFactor(r), 1.5f);
+  EXPECT_FLOAT_EQ(RopeAttentionFactor(r), 1.5f);
   r = GptOssRope(false);
   r.mscale = 1.f;
   r.mscale_all_dim = 0.5f;  // DeepSeek style: the ratio of the two mscales
-  EXPECT_NEAR(kernels::RopeAttentionFactor(r),
-              (0.1 * std::log(32.0) + 1) / (0.05 * std::log(32.0) + 1), 1e-6);
+  EXPECT_NEAR(RopeAttentionFactor(r), (0.1 * std::log(32.0) + 1) / (0.05 * std::log(32.0) + 1),
+              1e-6);
   r = GptOssRope(false);
   r.factor = 1.f;  // no scaling: no factor
-  EXPECT_FLOAT_EQ(kernels::RopeAttentionFactor(r), 1.f);
-  RopeSpec plain;
-  EXPECT_FLOAT_EQ(kernels::RopeAttentionFactor(plain), 1.f);
+  EXPECT_FLOAT_EQ(RopeAttentionFactor(r), 1.f);
+  model::RopeSpec plain;
+  EXPECT_FLOAT_EQ(RopeAttentionFactor(plain), 1.f);
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::backend

@@ -14,7 +14,7 @@
 
 #include "engine/sampler.h"
 
-namespace agentkv {
+namespace agentkv::backend {
 namespace {
 
 constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
@@ -53,15 +53,15 @@ TEST(RowLogprobsTest, AgreesWithTheSampler) {
   std::normal_distribution<float> nd(0.f, 2.f);
   const int vocab = 5000;
   for (float t : {0.0f, 0.6f, 1.3f}) {
-    SamplingParams p;
+    engine::SamplingParams p;
     p.temperature = t;
     p.seed = 4;
     p.logprobs = 20;
-    Sampler s(p, vocab);
+    engine::Sampler s(p, vocab);
     std::vector<float> l(vocab);
     for (float& x : l) x = nd(rng);
     std::vector<float> row = l;
-    const SampledToken tok = s.Sample(row);
+    const engine::SampledToken tok = s.Sample(row);
     const RowLogprobs r = ComputeRowLogprobs(l.data(), vocab, t > 0 ? 1.0 / t : 1.0, 20, tok.token);
     ASSERT_EQ(r.count, static_cast<int32_t>(tok.top_logprobs.size()));
     for (int k = 0; k < r.count; ++k) {
@@ -104,4 +104,4 @@ TEST(RowLogprobsTest, EdgeRows) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::backend

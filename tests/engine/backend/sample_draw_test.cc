@@ -9,7 +9,7 @@
 
 #include <gtest/gtest.h>
 
-namespace agentkv {
+namespace agentkv::backend {
 namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
@@ -148,4 +148,4 @@ TEST(SampleDrawTest, WeightsThenDrawIsSampleDraw) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::backend

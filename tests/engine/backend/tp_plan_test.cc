@@ -19,7 +19,7 @@
 #include "engine/model/quant_pack.h"
 #include "engine/model/weight_spec.h"
 
-namespace agentkv {
+namespace agentkv::backend {
 namespace {
 
 using testing::MapWeights;
@@ -31,18 +31,19 @@ bool Contains(const std::string& s, const char* part) { return s.find(part) != s
 
 // SmallConfig with sizes that split over 2 and 4 ranks into slices of a
 // multiple of kTpAlign.
-ModelConfig TpConfig(Architecture arch) {
-  ModelConfig c = SmallConfig(arch);
+model::ModelConfig TpConfig(model::Architecture arch) {
+  model::ModelConfig c = SmallConfig(arch);
   c.intermediate_size = 64;
   if (c.IsMoe()) c.moe.expert_intermediate = 32;
   return c;
 }
 
-const Architecture kArchs[] = {Architecture::kLlama,   Architecture::kQwen2,  Architecture::kQwen3,
-                               Architecture::kMistral, Architecture::kGemma3, Architecture::kGptOss,
-                               Architecture::kQwen3Moe};
+const model::Architecture kArchs[] = {model::Architecture::kLlama,   model::Architecture::kQwen2,
+                                      model::Architecture::kQwen3,   model::Architecture::kMistral,
+                                      model::Architecture::kGemma3,  model::Architecture::kGptOss,
+                                      model::Architecture::kQwen3Moe};
 
-Vec Load(const WeightSource& w, const std::string& name, std::vector<int64_t> shape) {
+Vec Load(const model::WeightSource& w, const std::string& name, std::vector<int64_t> shape) {
   auto r = w.LoadF32(name, shape);
   EXPECT_TRUE(r.ok()) << name << ": " << r.status().ToString();
   return r.ok() ? std::move(r).value() : Vec();
@@ -59,7 +60,7 @@ Vec MatVec(const Vec& w, const Vec& x, int64_t n, int64_t k, const Vec* b = null
   return y;
 }
 
-Vec RmsNorm(const Vec& x, const Vec& w, const ModelConfig& c) {
+Vec RmsNorm(const Vec& x, const Vec& w, const model::ModelConfig& c) {
   double ss = 0;
   for (float v : x) ss += static_cast<double>(v) * v;
   const float inv = 1.f / std::sqrt(static_cast<float>(ss / x.size()) + c.rms_norm_eps);
@@ -68,8 +69,8 @@ Vec RmsNorm(const Vec& x, const Vec& w, const ModelConfig& c) {
   return y;
 }
 
-float Act(float g, const ModelConfig& c) {
-  if (c.activation == Activation::kGeluTanh)
+float Act(float g, const model::ModelConfig& c) {
+  if (c.activation == model::Activation::kGeluTanh)
     return 0.5f * g * (1.f + std::tanh(0.7978845608f * (g + 0.044715f * g * g * g)));
   return g / (1.f + std::exp(-g));
 }
@@ -77,7 +78,7 @@ float Act(float g, const ModelConfig& c) {
 // The attention block's output o for T tokens (causal, positions 0..T-1;
 // the rotary is per head and so left out) with `c`'s heads and `w`'s
 // weights: the full o, or for a rank its partial sum.
-std::vector<Vec> Attention(const ModelConfig& c, const WeightSource& w, int layer,
+std::vector<Vec> Attention(const model::ModelConfig& c, const model::WeightSource& w, int layer,
                            const std::vector<Vec>& h) {
   const std::string p = "model.layers." + std::to_string(layer) + ".self_attn.";
   const int64_t H = c.hidden_size, D = c.head_dim, nh = c.num_heads, nkv = c.num_kv_heads;
@@ -140,7 +141,7 @@ std::vector<Vec> Attention(const ModelConfig& c, const WeightSource& w, int laye
 
 // The MLP's output for one token (normed input h, residual x for the
 // router): the full output, or a rank's partial sum.
-Vec Mlp(const ModelConfig& c, const WeightSource& w, int layer, const Vec& h) {
+Vec Mlp(const model::ModelConfig& c, const model::WeightSource& w, int layer, const Vec& h) {
   const std::string p = "model.layers." + std::to_string(layer) + ".mlp.";
   const int64_t H = c.hidden_size;
   if (!c.IsMoeLayer(layer)) {
@@ -152,7 +153,7 @@ Vec Mlp(const ModelConfig& c, const WeightSource& w, int layer, const Vec& h) {
     return MatVec(Load(w, p + "down_proj.weight", {H, I}), a, H, I);
   }
   const int64_t E = c.moe.num_experts, K = c.moe.experts_per_token, I = c.moe.expert_intermediate;
-  const bool oss = c.arch == Architecture::kGptOss;
+  const bool oss = c.arch == model::Architecture::kGptOss;
   Vec rb;
   if (c.moe.router_bias) rb = Load(w, p + "router.bias", {E});
   const Vec logits = MatVec(Load(w, p + (oss ? "router.weight" : "gate.weight"), {E, H}), h, E, H,
@@ -165,7 +166,7 @@ Vec Mlp(const ModelConfig& c, const WeightSource& w, int layer, const Vec& h) {
   Vec wt(K);
   double z = 0;
   const double top = logits[order[0]];
-  const int64_t over = c.moe.routing == MoeRouting::kTopKThenSoftmax ? K : E;
+  const int64_t over = c.moe.routing == model::MoeRouting::kTopKThenSoftmax ? K : E;
   for (int64_t i = 0; i < over; ++i) z += std::exp(logits[order[i]] - top);
   for (int64_t i = 0; i < K; ++i) wt[i] = static_cast<float>(std::exp(logits[order[i]] - top) / z);
   if (c.moe.norm_topk_prob) {
@@ -219,10 +220,11 @@ void Add(Vec& a, const Vec& b) {
 // One decoder layer over x (T tokens). `parts`: the rank configs and
 // weights whose outputs are summed after o_proj and after the MLP, as the
 // all-reduces do; the norms and residual adds run once on the sums.
-std::vector<Vec> Layer(const ModelConfig& full, int layer, std::vector<Vec> x,
-                       const std::vector<std::pair<ModelConfig, const WeightSource*>>& parts) {
+std::vector<Vec> Layer(
+    const model::ModelConfig& full, int layer, std::vector<Vec> x,
+    const std::vector<std::pair<model::ModelConfig, const model::WeightSource*>>& parts) {
   const std::string p = "model.layers." + std::to_string(layer) + ".";
-  const WeightSource& w0 = *parts[0].second;  // replicated tensors: any rank's
+  const model::WeightSource& w0 = *parts[0].second;  // replicated tensors: any rank's
   const int64_t H = full.hidden_size;
   const Vec in_norm = Load(w0, p + "input_layernorm.weight", {H});
   const Vec post = Load(w0, p + "post_attention_layernorm.weight", {H});
@@ -266,8 +268,8 @@ float MaxDiff(const std::vector<Vec>& a, const std::vector<Vec>& b) {
 }
 
 TEST(TpPlanTest, ShardedLayerEqualsFullLayerForEveryArchitecture) {
-  for (Architecture arch : kArchs) {
-    const ModelConfig c = TpConfig(arch);
+  for (model::Architecture arch : kArchs) {
+    const model::ModelConfig c = TpConfig(arch);
     const MapWeights w = RandomWeights(c, 7);
     const std::vector<Vec> x = RandomRows(5, c.hidden_size, 11);
     for (int degree : {2, 4}) {
@@ -275,7 +277,7 @@ TEST(TpPlanTest, ShardedLayerEqualsFullLayerForEveryArchitecture) {
       ASSERT_TRUE(plan.ok()) << c.model_type << " " << degree << ": " << plan.status().ToString();
       std::vector<TpWeightSource> shards;
       for (int r = 0; r < degree; ++r) shards.emplace_back(w, c, *plan, r);
-      std::vector<std::pair<ModelConfig, const WeightSource*>> parts;
+      std::vector<std::pair<model::ModelConfig, const model::WeightSource*>> parts;
       for (int r = 0; r < degree; ++r) parts.emplace_back(plan->RankConfig(c, r), &shards[r]);
       // Every layer: Qwen3-MoE's layer 1 is dense, Gemma's and GPT-OSS's
       // alternate sliding and full (the window is wider than 5 tokens).
@@ -285,7 +287,8 @@ TEST(TpPlanTest, ShardedLayerEqualsFullLayerForEveryArchitecture) {
         EXPECT_LT(MaxDiff(want, got), 2e-4f)
             << "arch " << static_cast<int>(arch) << " degree " << degree << " layer " << layer;
         // A wrong cut (rank 0's shards twice) is caught.
-        std::vector<std::pair<ModelConfig, const WeightSource*>> wrong(degree, parts[0]);
+        std::vector<std::pair<model::ModelConfig, const model::WeightSource*>> wrong(degree,
+                                                                                     parts[0]);
         EXPECT_GT(MaxDiff(want, Layer(c, layer, x, wrong)), 1e-2f);
       }
     }
@@ -302,12 +305,13 @@ bool EndsWith(const std::string& s, const char* suffix) {
 // ([E, out, in], as `name`_blocks / _scales), every other model's linear
 // projections (attention, dense MLP, experts) in config.quant's fp8
 // format; the rest as floats.
-class QuantWeights : public WeightSource {
+class QuantWeights : public model::WeightSource {
  public:
-  QuantWeights(const MapWeights& floats, const ModelConfig& config) : f_(floats), c_(config) {}
+  QuantWeights(const MapWeights& floats, const model::ModelConfig& config)
+      : f_(floats), c_(config) {}
   bool Has(const std::string& name) const override { return f_.Has(name); }
   bool IsQuantized(const std::string& name) const override {
-    if (c_.arch == Architecture::kGptOss)
+    if (c_.arch == model::Architecture::kGptOss)
       return EndsWith(name, "experts.gate_up_proj") || EndsWith(name, "experts.down_proj");
     for (const char* s : {"q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight",
                           "gate_proj.weight", "up_proj.weight", "down_proj.weight"})
@@ -319,10 +323,11 @@ class QuantWeights : public WeightSource {
     if (IsQuantized(name)) return InvalidArgument(name + " is stored quantized");
     return f_.LoadF32(name, shape);
   }
-  Result<QuantizedWeight> LoadQuantized(const std::string& name, std::span<const int64_t> shape,
-                                        const QuantConfig& quant) const override {
+  Result<model::QuantizedWeight> LoadQuantized(const std::string& name,
+                                               std::span<const int64_t> shape,
+                                               const model::QuantConfig& quant) const override {
     if (!IsQuantized(name)) return InvalidArgument(name + " is not quantized");
-    QuantizedWeight w;
+    model::QuantizedWeight w;
     w.shape.assign(shape.begin(), shape.end());
     w.rows = shape[shape.size() - 2];
     w.cols = shape.back();
@@ -330,7 +335,7 @@ class QuantWeights : public WeightSource {
     const int64_t n = w.rows * w.cols;
     Vec v = f_.t.at(name);
     if (static_cast<int64_t>(v.size()) != w.batch * n) return InvalidArgument(name + ": shape");
-    if (c_.arch == Architecture::kGptOss) {  // [E, in, out] floats
+    if (c_.arch == model::Architecture::kGptOss) {  // [E, in, out] floats
       Vec t(v.size());
       for (int64_t b = 0; b < w.batch; ++b)
         for (int64_t k = 0; k < w.cols; ++k)
@@ -338,26 +343,27 @@ class QuantWeights : public WeightSource {
             t[(b * w.rows + r) * w.cols + k] = v[(b * w.cols + k) * w.rows + r];
       v = std::move(t);
     }
-    w.format = c_.arch == Architecture::kGptOss ? QuantFormat::kMxfp4 : quant.format;
-    w.codes.resize(
-        static_cast<size_t>(w.format == QuantFormat::kMxfp4 ? w.batch * n / 2 : w.batch * n));
+    w.format = c_.arch == model::Architecture::kGptOss ? model::QuantFormat::kMxfp4 : quant.format;
+    w.codes.resize(static_cast<size_t>(w.format == model::QuantFormat::kMxfp4 ? w.batch * n / 2
+                                                                              : w.batch * n));
     for (int64_t b = 0; b < w.batch; ++b) {
       const float* m = v.data() + b * n;
-      if (w.format == QuantFormat::kMxfp4) {
-        w.exponents.resize(static_cast<size_t>(w.batch * n / kMxfp4Block));
-        PackMxfp4(m, w.rows, w.cols, w.codes.data() + b * n / 2,
-                  w.exponents.data() + b * n / kMxfp4Block);
-      } else if (w.format == QuantFormat::kFp8Block) {
+      if (w.format == model::QuantFormat::kMxfp4) {
+        w.exponents.resize(static_cast<size_t>(w.batch * n / model::kMxfp4Block));
+        model::PackMxfp4(m, w.rows, w.cols, w.codes.data() + b * n / 2,
+                         w.exponents.data() + b * n / model::kMxfp4Block);
+      } else if (w.format == model::QuantFormat::kFp8Block) {
         w.block_rows = quant.block_rows;
         w.block_cols = quant.block_cols;
         const int64_t g = ((w.rows + w.block_rows - 1) / w.block_rows) *
                           ((w.cols + w.block_cols - 1) / w.block_cols);
         w.scales.resize(static_cast<size_t>(w.batch * g));
-        PackFp8Block(m, w.rows, w.cols, w.block_rows, w.block_cols, w.codes.data() + b * n,
-                     w.scales.data() + b * g);
+        model::PackFp8Block(m, w.rows, w.cols, w.block_rows, w.block_cols, w.codes.data() + b * n,
+                            w.scales.data() + b * g);
       } else {
         w.scales.resize(static_cast<size_t>(w.batch * w.rows));
-        PackFp8Channel(m, w.rows, w.cols, w.codes.data() + b * n, w.scales.data() + b * w.rows);
+        model::PackFp8Channel(m, w.rows, w.cols, w.codes.data() + b * n,
+                              w.scales.data() + b * w.rows);
       }
     }
     RETURN_IF_ERROR(w.Validate());
@@ -366,26 +372,27 @@ class QuantWeights : public WeightSource {
 
  private:
   const MapWeights& f_;
-  ModelConfig c_;
+  model::ModelConfig c_;
 };
 
 // A source's quantized weights served dequantized (LoadQuantized, then
 // the CPU's DequantizeRows; GPT-OSS's experts transposed back to their
 // float layout), so that the layer above runs on what a rank holds.
-class Dequantizing : public WeightSource {
+class Dequantizing : public model::WeightSource {
  public:
-  Dequantizing(const WeightSource& base, const ModelConfig& config) : b_(base), c_(config) {}
+  Dequantizing(const model::WeightSource& base, const model::ModelConfig& config)
+      : b_(base), c_(config) {}
   bool Has(const std::string& name) const override { return b_.Has(name); }
   Result<std::vector<float>> LoadF32(const std::string& name,
                                      std::span<const int64_t> shape) const override {
     if (!b_.IsQuantized(name)) return b_.LoadF32(name, shape);
     std::vector<int64_t> logical(shape.begin(), shape.end());
-    const bool oss = c_.arch == Architecture::kGptOss;
+    const bool oss = c_.arch == model::Architecture::kGptOss;
     if (oss) std::swap(logical[1], logical[2]);
-    ASSIGN_OR_RETURN(QuantizedWeight q, b_.LoadQuantized(name, logical, c_.quant));
+    ASSIGN_OR_RETURN(model::QuantizedWeight q, b_.LoadQuantized(name, logical, c_.quant));
     Vec out(static_cast<size_t>(q.batch * q.rows * q.cols));
     for (int64_t b = 0; b < q.batch; ++b)
-      DequantizeRows(q, b, 0, q.rows, out.data() + b * q.rows * q.cols);
+      model::DequantizeRows(q, b, 0, q.rows, out.data() + b * q.rows * q.cols);
     if (!oss) return out;
     Vec t(out.size());
     for (int64_t b = 0; b < q.batch; ++b)
@@ -396,8 +403,8 @@ class Dequantizing : public WeightSource {
   }
 
  private:
-  const WeightSource& b_;
-  ModelConfig c_;
+  const model::WeightSource& b_;
+  model::ModelConfig c_;
 };
 
 // Quantized checkpoints: each rank's cut of the codes and scales
@@ -408,41 +415,46 @@ class Dequantizing : public WeightSource {
 // GPT-OSS's MXFP4 experts.
 TEST(TpPlanTest, ShardedQuantizedLayerEqualsFullDequantizedLayer) {
   struct Case {
-    Architecture arch;
-    QuantMethod method;
-    QuantFormat format;
+    model::Architecture arch;
+    model::QuantMethod method;
+    model::QuantFormat format;
     int br, bc;
   };
   const Case cases[] = {
-      {Architecture::kQwen3, QuantMethod::kFp8, QuantFormat::kFp8Block, 128, 128},
-      {Architecture::kQwen3, QuantMethod::kFp8, QuantFormat::kFp8Block, 24, 32},
-      {Architecture::kLlama, QuantMethod::kCompressedTensors, QuantFormat::kFp8Channel, 0, 0},
-      {Architecture::kQwen3Moe, QuantMethod::kFp8, QuantFormat::kFp8Block, 24, 32},
-      {Architecture::kGemma3, QuantMethod::kFp8, QuantFormat::kFp8Block, 16, 16},
-      {Architecture::kGptOss, QuantMethod::kMxfp4, QuantFormat::kMxfp4, 0, 0},
+      {model::Architecture::kQwen3, model::QuantMethod::kFp8, model::QuantFormat::kFp8Block, 128,
+       128},
+      {model::Architecture::kQwen3, model::QuantMethod::kFp8, model::QuantFormat::kFp8Block, 24,
+       32},
+      {model::Architecture::kLlama, model::QuantMethod::kCompressedTensors,
+       model::QuantFormat::kFp8Channel, 0, 0},
+      {model::Architecture::kQwen3Moe, model::QuantMethod::kFp8, model::QuantFormat::kFp8Block, 24,
+       32},
+      {model::Architecture::kGemma3, model::QuantMethod::kFp8, model::QuantFormat::kFp8Block, 16,
+       16},
+      {model::Architecture::kGptOss, model::QuantMethod::kMxfp4, model::QuantFormat::kMxfp4, 0, 0},
       // MXFP4 slices off the blocks (96: 48 a rank at 2, 24 at 4): padded.
-      {Architecture::kGptOss, QuantMethod::kMxfp4, QuantFormat::kMxfp4, 0, 96},
+      {model::Architecture::kGptOss, model::QuantMethod::kMxfp4, model::QuantFormat::kMxfp4, 0, 96},
   };
   for (const Case& k : cases) {
-    ModelConfig c = TpConfig(k.arch);
-    if (k.arch == Architecture::kGptOss) {
+    model::ModelConfig c = TpConfig(k.arch);
+    if (k.arch == model::Architecture::kGptOss) {
       c.hidden_size = 64;  // whole MXFP4 blocks of gate_up's input
       // 64 and 32 a rank: whole blocks of down's input; or (bc) not.
       c.moe.expert_intermediate = k.bc > 0 ? k.bc : 128;
     }
-    if (c.IsMoe() && k.arch != Architecture::kGptOss) c.moe.expert_intermediate = 64;
+    if (c.IsMoe() && k.arch != model::Architecture::kGptOss) c.moe.expert_intermediate = 64;
     const MapWeights floats = RandomWeights(c, 23);
     c.quant.method = k.method;
     c.quant.format = k.format;
-    if (k.format == QuantFormat::kFp8Block) {
+    if (k.format == model::QuantFormat::kFp8Block) {
       c.quant.block_rows = k.br;
       c.quant.block_cols = k.bc;
     }
     const QuantWeights stored(floats, c);
     const Dequantizing full(stored, c);
     const std::vector<Vec> x = RandomRows(3, c.hidden_size, 5);
-    const std::string name = c.model_type + " " + std::string(QuantFormatName(k.format)) + " " +
-                             std::to_string(k.br) + "x" + std::to_string(k.bc);
+    const std::string name = c.model_type + " " + std::string(model::QuantFormatName(k.format)) +
+                             " " + std::to_string(k.br) + "x" + std::to_string(k.bc);
     for (int degree : {2, 4}) {
       auto plan = TpPlan::Make(c, degree, degree);
       ASSERT_TRUE(plan.ok()) << name << " " << degree << ": " << plan.status().ToString();
@@ -450,7 +462,7 @@ TEST(TpPlanTest, ShardedQuantizedLayerEqualsFullDequantizedLayer) {
       for (int r = 0; r < degree; ++r) cut.emplace_back(stored, c, *plan, r);
       std::vector<Dequantizing> shards;
       for (int r = 0; r < degree; ++r) shards.emplace_back(cut[r], plan->RankConfig(c, r));
-      std::vector<std::pair<ModelConfig, const WeightSource*>> parts;
+      std::vector<std::pair<model::ModelConfig, const model::WeightSource*>> parts;
       for (int r = 0; r < degree; ++r) parts.emplace_back(plan->RankConfig(c, r), &shards[r]);
       for (int layer = 0; layer < c.num_layers; ++layer) {
         const std::vector<Vec> want = Layer(c, layer, x, {{c, &full}});
@@ -471,14 +483,14 @@ TEST(TpPlanTest, ShardedQuantizedLayerEqualsFullDequantizedLayer) {
 // The window of a rank's all-reduced buffers: the residual stream, and a
 // sandwich-norm model's o output after it, on NCCL's 4096-byte alignment.
 TEST(TpPlanTest, ReduceArenaHoldsTheSummedBuffersAligned) {
-  ModelConfig c = TpConfig(Architecture::kQwen3);  // hidden 48
-  TpReduceArena a = TpReduceArenaFor(c, 64);       // 12,288 bytes
+  model::ModelConfig c = TpConfig(model::Architecture::kQwen3);  // hidden 48
+  TpReduceArena a = TpReduceArenaFor(c, 64);                     // 12,288 bytes
   EXPECT_EQ(a.residual_bytes, 64u * 48 * 4);
   EXPECT_EQ(a.attn_out, 0u);
   EXPECT_EQ(a.bytes, 12288u);
   a = TpReduceArenaFor(c, 65);  // 12,480: a fourth page
   EXPECT_EQ(a.bytes, 16384u);
-  const ModelConfig g = TpConfig(Architecture::kGemma3);  // sandwich norms
+  const model::ModelConfig g = TpConfig(model::Architecture::kGemma3);  // sandwich norms
   a = TpReduceArenaFor(g, 65);
   EXPECT_EQ(a.attn_out, 16384u);
   EXPECT_EQ(a.bytes, 32768u);
@@ -490,7 +502,7 @@ TEST(TpPlanTest, ReduceArenaHoldsTheSummedBuffersAligned) {
 // the same for every weight stored as [out, in], transposed for GPT-OSS's
 // fused experts (floats [E, in, out]).
 TEST(TpPlanTest, QuantCutsAreCutOfInTheLogicalShape) {
-  const ModelConfig oss = TpConfig(Architecture::kGptOss);
+  const model::ModelConfig oss = TpConfig(model::Architecture::kGptOss);
   auto plan = TpPlan::Make(oss, 2, -1);
   ASSERT_TRUE(plan.ok());
   const TpRange e = plan->ranks[1].expert_intermediate;
@@ -501,10 +513,10 @@ TEST(TpPlanTest, QuantCutsAreCutOfInTheLogicalShape) {
             (TensorCut{TensorCut::Kind::kSlice, 1, 2 * e.begin, 2 * e.size, 1}));
   EXPECT_EQ(plan->QuantCutOf(oss, p + "down_proj", 1),
             (TensorCut{TensorCut::Kind::kSlice, 2, e.begin, e.size, 1}));
-  const ModelConfig q = TpConfig(Architecture::kQwen3Moe);
+  const model::ModelConfig q = TpConfig(model::Architecture::kQwen3Moe);
   auto qp = TpPlan::Make(q, 4, -1);
   ASSERT_TRUE(qp.ok());
-  for (const WeightSpec& s : ExpectedWeights(q))
+  for (const model::WeightSpec& s : model::ExpectedWeights(q))
     for (int r = 0; r < 4; ++r) EXPECT_EQ(qp->QuantCutOf(q, s.name, r), qp->CutOf(q, s.name, r));
   for (const auto& [name, shape] : TpFusedExpertShapes(q))
     EXPECT_EQ(qp->QuantCutOf(q, name, 3), qp->CutOf(q, name, 3)) << name;
@@ -515,9 +527,9 @@ TEST(TpPlanTest, QuantCutsAreCutOfInTheLogicalShape) {
 // past the last column, and zeroes the columns it does not own in its down
 // projection (GPT-OSS's 2,880 at 4: 720 a rank, 23 blocks held).
 TEST(TpPlanTest, Mxfp4SlicesOffTheBlocksHoldWholeBlocks) {
-  ModelConfig c = TpConfig(Architecture::kGptOss);
-  c.quant.method = QuantMethod::kMxfp4;
-  c.quant.format = QuantFormat::kMxfp4;
+  model::ModelConfig c = TpConfig(model::Architecture::kGptOss);
+  c.quant.method = model::QuantMethod::kMxfp4;
+  c.quant.format = model::QuantFormat::kMxfp4;
   c.moe.expert_intermediate = 2880;
   auto plan = TpPlan::Make(c, 4, -1);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
@@ -549,22 +561,22 @@ TEST(TpPlanTest, Mxfp4SlicesOffTheBlocksHoldWholeBlocks) {
 }
 
 TEST(TpPlanTest, DegreeOneIsTheWholeModel) {
-  const ModelConfig c = TpConfig(Architecture::kQwen3);
+  const model::ModelConfig c = TpConfig(model::Architecture::kQwen3);
   auto plan = TpPlan::Make(c, 1, 1);
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ(plan->ranks.size(), 1u);
   EXPECT_EQ(plan->RankConfig(c, 0), c);
-  for (const WeightSpec& s : ExpectedWeights(c))
+  for (const model::WeightSpec& s : model::ExpectedWeights(c))
     EXPECT_EQ(plan->CutOf(c, s.name, 0), TensorCut{}) << s.name;
 }
 
 TEST(TpPlanTest, SlicesOfEveryTensorTileTheFullTensor) {
-  for (Architecture arch : kArchs) {
-    const ModelConfig c = TpConfig(arch);
+  for (model::Architecture arch : kArchs) {
+    const model::ModelConfig c = TpConfig(arch);
     for (int degree : {2, 4}) {
       auto plan = TpPlan::Make(c, degree, -1);
       ASSERT_TRUE(plan.ok());
-      for (const WeightSpec& s : ExpectedWeights(c)) {
+      for (const model::WeightSpec& s : model::ExpectedWeights(c)) {
         std::vector<TensorCut> cuts;
         for (int r = 0; r < degree; ++r) cuts.push_back(plan->CutOf(c, s.name, r));
         if (cuts[0].kind != TensorCut::Kind::kSlice) {
@@ -594,7 +606,7 @@ TEST(TpPlanTest, SlicesOfEveryTensorTileTheFullTensor) {
 }
 
 TEST(TpPlanTest, ReplicatesKvHeadsWhenFewerThanRanks) {
-  const ModelConfig c = TpConfig(Architecture::kLlama);  // 4 heads, 2 KV heads
+  const model::ModelConfig c = TpConfig(model::Architecture::kLlama);  // 4 heads, 2 KV heads
   auto plan = TpPlan::Make(c, 4, 4);
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ(plan->kv_replicas, 2);
@@ -608,7 +620,7 @@ TEST(TpPlanTest, ReplicatesKvHeadsWhenFewerThanRanks) {
 }
 
 TEST(TpPlanTest, RefusesWhatDoesNotSplit) {
-  const ModelConfig c = TpConfig(Architecture::kQwen3);
+  const model::ModelConfig c = TpConfig(model::Architecture::kQwen3);
   auto msg = [](const Result<TpPlan>& r) { return r.ok() ? std::string() : r.status().message(); };
   EXPECT_NE(msg(TpPlan::Make(c, 0, 8)).find("at least 1"), std::string::npos);
   // More ranks than GPUs, including none.
@@ -616,21 +628,21 @@ TEST(TpPlanTest, RefusesWhatDoesNotSplit) {
             std::string::npos);
   EXPECT_NE(msg(TpPlan::Make(c, 2, 0)).find("sees 0 GPUs"), std::string::npos);
   EXPECT_NE(msg(TpPlan::Make(c, 3, 8)).find("attention heads 4"), std::string::npos);
-  ModelConfig kv = c;
+  model::ModelConfig kv = c;
   kv.num_heads = 12;
   kv.num_kv_heads = 6;
   EXPECT_NE(msg(TpPlan::Make(kv, 4, 8)).find("KV heads 6"), std::string::npos);
-  ModelConfig inter = c;
+  model::ModelConfig inter = c;
   inter.intermediate_size = 80;  // 20 a rank at 4
   EXPECT_NE(msg(TpPlan::Make(inter, 4, 8)).find("intermediate size 80"), std::string::npos);
-  ModelConfig moe = TpConfig(Architecture::kQwen3Moe);
+  model::ModelConfig moe = TpConfig(model::Architecture::kQwen3Moe);
   moe.moe.expert_intermediate = 24;
   EXPECT_NE(msg(TpPlan::Make(moe, 2, 8)).find("expert intermediate size 24"), std::string::npos);
   // fp8 block columns of o_proj (32 a rank), down_proj (16 a rank at 4)
   // and the experts' down_proj: blocks left narrower than 16 columns.
-  ModelConfig fp8 = c;
-  fp8.quant.method = QuantMethod::kFp8;
-  fp8.quant.format = QuantFormat::kFp8Block;
+  model::ModelConfig fp8 = c;
+  fp8.quant.method = model::QuantMethod::kFp8;
+  fp8.quant.format = model::QuantFormat::kFp8Block;
   EXPECT_TRUE(TpPlan::Make(fp8, 4, 8).ok());  // 128-column blocks: refined to 32 and 16
   fp8.quant.block_cols = 40;                  // blocks of 8 columns at a rank's boundary
   EXPECT_NE(msg(TpPlan::Make(fp8, 2, 8)).find("self_attn.o_proj.weight: fp8 blocks of 40 columns"),
@@ -642,7 +654,7 @@ TEST(TpPlanTest, RefusesWhatDoesNotSplit) {
   EXPECT_NE(msg(TpPlan::Make(fp8, 2, 8)).find("o_proj"), std::string::npos);
   fp8.quant.not_converted = {"o_proj"};  // o_proj stays bf16: down_proj is cut next
   EXPECT_NE(msg(TpPlan::Make(fp8, 2, 8)).find("mlp.down_proj.weight"), std::string::npos);
-  ModelConfig fp8moe = TpConfig(Architecture::kQwen3Moe);
+  model::ModelConfig fp8moe = TpConfig(model::Architecture::kQwen3Moe);
   fp8moe.quant = fp8.quant;
   fp8moe.quant.block_cols = 32;
   fp8moe.moe.expert_intermediate = 32;  // 8 a rank at 4
@@ -650,9 +662,9 @@ TEST(TpPlanTest, RefusesWhatDoesNotSplit) {
             std::string::npos)
       << msg(TpPlan::Make(fp8moe, 4, 8));
   // Per-channel fp8: whole 16-column loads of a rank's columns.
-  ModelConfig channel = c;
-  channel.quant.method = QuantMethod::kCompressedTensors;
-  channel.quant.format = QuantFormat::kFp8Channel;
+  model::ModelConfig channel = c;
+  channel.quant.method = model::QuantMethod::kCompressedTensors;
+  channel.quant.format = model::QuantFormat::kFp8Channel;
   channel.intermediate_size = 96;  // 24 a rank at 4
   EXPECT_TRUE(TpPlan::Make(channel, 2, 8).ok());
   EXPECT_NE(msg(TpPlan::Make(channel, 4, 8))
@@ -661,24 +673,24 @@ TEST(TpPlanTest, RefusesWhatDoesNotSplit) {
       << msg(TpPlan::Make(channel, 4, 8));
   // MXFP4 experts: slices off the 32-value blocks hold whole blocks
   // (padded); an intermediate size of no whole blocks is refused.
-  ModelConfig mx = TpConfig(Architecture::kGptOss);
-  mx.quant.method = QuantMethod::kMxfp4;
-  mx.quant.format = QuantFormat::kMxfp4;
+  model::ModelConfig mx = TpConfig(model::Architecture::kGptOss);
+  mx.quant.method = model::QuantMethod::kMxfp4;
+  mx.quant.format = model::QuantFormat::kMxfp4;
   mx.moe.expert_intermediate = 96;  // 48 a rank
   EXPECT_TRUE(TpPlan::Make(mx, 2, 8).ok());
   mx.moe.expert_intermediate = 80;
   EXPECT_NE(msg(TpPlan::Make(mx, 2, 8)).find("is not whole MXFP4 blocks of 32"), std::string::npos)
       << msg(TpPlan::Make(mx, 2, 8));
-  ModelConfig vocab = c;
+  model::ModelConfig vocab = c;
   vocab.vocab_size = 1;
   EXPECT_NE(msg(TpPlan::Make(vocab, 2, 8)).find("vocabulary 1"), std::string::npos);
-  ModelConfig small_vocab = c;
+  model::ModelConfig small_vocab = c;
   small_vocab.vocab_size = 9;  // ceil(9 / 4) = 3: ranks of 3, 3, 3, 0
   EXPECT_NE(msg(TpPlan::Make(small_vocab, 4, 8)).find("leaves the last rank"), std::string::npos);
 }
 
 TEST(TpPlanTest, VocabularySplitCombinesEmbeddingArgmaxAndLogSumExp) {
-  ModelConfig c = TpConfig(Architecture::kQwen2);  // untied LM head, vocabulary 97
+  model::ModelConfig c = TpConfig(model::Architecture::kQwen2);  // untied LM head, vocabulary 97
   const MapWeights w = RandomWeights(c, 3);
   const int64_t H = c.hidden_size, V = c.vocab_size;
   for (int degree : {2, 4}) {
@@ -739,10 +751,10 @@ TEST(TpPlanTest, ArgmaxKeysOrderAsNumbers) {
 }
 
 TEST(TpPlanTest, KvBlocksMoveBetweenLayoutsWithoutLoss) {
-  for (KvDtype dt : {KvDtype::kBF16, KvDtype::kFP8E4M3}) {
-    for (Architecture arch : {Architecture::kLlama, Architecture::kGemma3}) {
-      const ModelConfig c = TpConfig(arch);
-      const ModelCacheSpec spec = c.CacheSpec(dt);
+  for (cache::KvDtype dt : {cache::KvDtype::kBF16, cache::KvDtype::kFP8E4M3}) {
+    for (model::Architecture arch : {model::Architecture::kLlama, model::Architecture::kGemma3}) {
+      const model::ModelConfig c = TpConfig(arch);
+      const cache::ModelCacheSpec spec = c.CacheSpec(dt);
       const int bs = 4;
       for (int degree : {2, 4}) {  // 4: KV heads replicated
         auto plan = TpPlan::Make(c, degree, -1);
@@ -755,7 +767,7 @@ TEST(TpPlanTest, KvBlocksMoveBetweenLayoutsWithoutLoss) {
           std::vector<std::byte> merged(global.size(), std::byte{0});
           std::vector<std::vector<std::byte>> ranks;
           for (int r = 0; r < degree; ++r) {
-            const ModelCacheSpec rs = plan->RankConfig(c, r).CacheSpec(dt);
+            const cache::ModelCacheSpec rs = plan->RankConfig(c, r).CacheSpec(dt);
             std::vector<std::byte> rank(rs.BytesPerBlock(gi, bs), std::byte{0xee});
             const std::vector<TpKvRun> runs = TpKvRuns(spec, *plan, r, gi, bs);
             size_t bytes = 0;
@@ -773,7 +785,8 @@ TEST(TpPlanTest, KvBlocksMoveBetweenLayoutsWithoutLoss) {
           if (degree == 2) {
             EXPECT_NE(ranks[0], ranks[1]);
           }
-          EXPECT_EQ(merged, global) << KvDtypeName(dt) << " degree " << degree << " group " << g;
+          EXPECT_EQ(merged, global)
+              << cache::KvDtypeName(dt) << " degree " << degree << " group " << g;
         }
       }
     }
@@ -781,7 +794,7 @@ TEST(TpPlanTest, KvBlocksMoveBetweenLayoutsWithoutLoss) {
 }
 
 TEST(TpPlanTest, WeightSourceChecksShapesAndNames) {
-  const ModelConfig c = TpConfig(Architecture::kLlama);
+  const model::ModelConfig c = TpConfig(model::Architecture::kLlama);
   const MapWeights w = RandomWeights(c, 1);
   auto plan = TpPlan::Make(c, 2, -1);
   ASSERT_TRUE(plan.ok());
@@ -799,7 +812,7 @@ TEST(TpPlanTest, WeightSourceChecksShapesAndNames) {
   EXPECT_EQ(*q, Vec(all.begin() + 2 * D * H, all.end()));
   // A quantized load asks for the rank's shape too.
   auto qw = s.LoadQuantized("model.layers.0.self_attn.q_proj.weight", std::vector<int64_t>{1},
-                            QuantConfig{});
+                            model::QuantConfig{});
   EXPECT_EQ(qw.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(qw.status().message().find("its slice is [32, 48]"), std::string::npos);
 }
@@ -807,7 +820,7 @@ TEST(TpPlanTest, WeightSourceChecksShapesAndNames) {
 // Qwen3-MoE's fused expert tensors (transformers 5's) cut to the same
 // values as the per-expert tensors they hold.
 TEST(TpPlanTest, FusedQwen3MoeExpertsCutAsPerExpertOnes) {
-  const ModelConfig c = TpConfig(Architecture::kQwen3Moe);
+  const model::ModelConfig c = TpConfig(model::Architecture::kQwen3Moe);
   MapWeights w = RandomWeights(c, 9);
   const int64_t E = c.moe.num_experts, I = c.moe.expert_intermediate, H = c.hidden_size;
   const std::string p = "model.layers.0.mlp.experts.";
@@ -846,4 +859,4 @@ TEST(TpPlanTest, FusedQwen3MoeExpertsCutAsPerExpertOnes) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::backend

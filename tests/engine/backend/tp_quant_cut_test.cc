@@ -13,7 +13,7 @@
 
 #include "engine/model/quant_pack.h"
 
-namespace agentkv {
+namespace agentkv::backend {
 namespace {
 
 using Vec = std::vector<float>;
@@ -31,42 +31,44 @@ Vec RandomValues(int64_t n, uint32_t seed) {
 
 // `batch` random matrices of rows x cols, stored in `format` (fp8 block
 // tiles of br x bc).
-QuantizedWeight Pack(QuantFormat format, int64_t batch, int64_t rows, int64_t cols, int br = 0,
-                     int bc = 0, uint32_t seed = 1) {
+model::QuantizedWeight Pack(model::QuantFormat format, int64_t batch, int64_t rows, int64_t cols,
+                            int br = 0, int bc = 0, uint32_t seed = 1) {
   const Vec v = RandomValues(batch * rows * cols, seed);
-  QuantizedWeight w;
+  model::QuantizedWeight w;
   w.format = format;
   w.shape = batch > 1 ? std::vector<int64_t>{batch, rows, cols} : std::vector<int64_t>{rows, cols};
   w.batch = batch;
   w.rows = rows;
   w.cols = cols;
   const int64_t n = rows * cols;
-  w.codes.resize(static_cast<size_t>(format == QuantFormat::kMxfp4 ? batch * n / 2 : batch * n));
+  w.codes.resize(
+      static_cast<size_t>(format == model::QuantFormat::kMxfp4 ? batch * n / 2 : batch * n));
   for (int64_t b = 0; b < batch; ++b) {
     const float* m = v.data() + b * n;
     switch (format) {
-      case QuantFormat::kMxfp4:
-        w.exponents.resize(static_cast<size_t>(batch * n / kMxfp4Block));
-        PackMxfp4(m, rows, cols, w.codes.data() + b * n / 2,
-                  w.exponents.data() + b * n / kMxfp4Block);
+      case model::QuantFormat::kMxfp4:
+        w.exponents.resize(static_cast<size_t>(batch * n / model::kMxfp4Block));
+        model::PackMxfp4(m, rows, cols, w.codes.data() + b * n / 2,
+                         w.exponents.data() + b * n / model::kMxfp4Block);
         break;
-      case QuantFormat::kFp8Block: {
+      case model::QuantFormat::kFp8Block: {
         w.block_rows = br;
         w.block_cols = bc;
         const int64_t g = ((rows + br - 1) / br) * ((cols + bc - 1) / bc);
         w.scales.resize(static_cast<size_t>(batch * g));
-        PackFp8Block(m, rows, cols, br, bc, w.codes.data() + b * n, w.scales.data() + b * g);
+        model::PackFp8Block(m, rows, cols, br, bc, w.codes.data() + b * n, w.scales.data() + b * g);
         break;
       }
-      case QuantFormat::kFp8Channel:
+      case model::QuantFormat::kFp8Channel:
         w.scales.resize(static_cast<size_t>(batch * rows));
-        PackFp8Channel(m, rows, cols, w.codes.data() + b * n, w.scales.data() + b * rows);
+        model::PackFp8Channel(m, rows, cols, w.codes.data() + b * n, w.scales.data() + b * rows);
         break;
-      case QuantFormat::kFp8Tensor: {
+      case model::QuantFormat::kFp8Tensor: {
         float amax = 0;
         for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(m[i]));
         w.scales.push_back(amax / 448.f);
-        for (int64_t i = 0; i < n; ++i) w.codes[b * n + i] = F32ToE4m3(m[i] / w.scales.back());
+        for (int64_t i = 0; i < n; ++i)
+          w.codes[b * n + i] = model::F32ToE4m3(m[i] / w.scales.back());
         break;
       }
     }
@@ -75,10 +77,10 @@ QuantizedWeight Pack(QuantFormat format, int64_t batch, int64_t rows, int64_t co
   return w;
 }
 
-Vec Dequantized(const QuantizedWeight& w) {
+Vec Dequantized(const model::QuantizedWeight& w) {
   Vec out(static_cast<size_t>(w.batch * w.rows * w.cols));
   for (int64_t b = 0; b < w.batch; ++b)
-    DequantizeRows(w, b, 0, w.rows, out.data() + b * w.rows * w.cols);
+    model::DequantizeRows(w, b, 0, w.rows, out.data() + b * w.rows * w.cols);
   return out;
 }
 
@@ -87,7 +89,7 @@ TensorCut Cut(int dim, int64_t begin, int64_t size, int parts = 1) {
 }
 
 // The cut's values are exactly the full weight's slice.
-void ExpectCutIsTheSlice(const QuantizedWeight& w, const TensorCut& cut, const char* what) {
+void ExpectCutIsTheSlice(const model::QuantizedWeight& w, const TensorCut& cut, const char* what) {
   auto got = TpCutQuantized(w, cut, "w");
   ASSERT_TRUE(got.ok()) << what << ": " << got.status().ToString();
   EXPECT_TRUE(got->Validate().ok()) << what;
@@ -112,7 +114,7 @@ TEST(TpQuantCutTest, Fp8BlockCutsOnAndOffTheGrid) {
   // 2 experts of 320 x 288 in tiles of 128 x 96 (ragged last row of
   // tiles), and 24 x 32 tiles (ragged both ways).
   for (auto [br, bc] : {std::pair{128, 96}, std::pair{24, 32}}) {
-    const QuantizedWeight w = Pack(QuantFormat::kFp8Block, 2, 320, 288, br, bc);
+    const model::QuantizedWeight w = Pack(model::QuantFormat::kFp8Block, 2, 320, 288, br, bc);
     for (const TensorCut& c : {Cut(1, 0, 160), Cut(1, 160, 160), Cut(1, 128, 128), Cut(1, 80, 80),
                                Cut(1, 240, 80), Cut(1, 32, 96, /*parts=*/2), Cut(2, 0, 144),
                                Cut(2, 144, 144), Cut(2, 96, 96), Cut(2, 48, 48)})
@@ -129,26 +131,26 @@ TEST(TpQuantCutTest, Fp8BlockCutsOnAndOffTheGrid) {
     EXPECT_EQ(off->block_cols, TpCutBlock(bc, 144, 144, 0, 1));
   }
   // A dense [out, in] weight (no batch dimension).
-  const QuantizedWeight d = Pack(QuantFormat::kFp8Block, 1, 192, 160, 128, 128);
+  const model::QuantizedWeight d = Pack(model::QuantFormat::kFp8Block, 1, 192, 160, 128, 128);
   for (const TensorCut& c : {Cut(0, 96, 96), Cut(0, 64, 64), Cut(1, 80, 80), Cut(1, 0, 32)})
     ExpectCutIsTheSlice(d, c, "fp8 block dense");
 }
 
 TEST(TpQuantCutTest, Fp8ChannelAndTensorScalesFollowTheirRows) {
-  for (QuantFormat f : {QuantFormat::kFp8Channel, QuantFormat::kFp8Tensor}) {
-    const QuantizedWeight w = Pack(f, 3, 96, 64);
+  for (model::QuantFormat f : {model::QuantFormat::kFp8Channel, model::QuantFormat::kFp8Tensor}) {
+    const model::QuantizedWeight w = Pack(f, 3, 96, 64);
     for (const TensorCut& c :
          {Cut(1, 0, 48), Cut(1, 48, 48), Cut(1, 8, 24, 2), Cut(2, 16, 16), Cut(2, 32, 32)})
-      ExpectCutIsTheSlice(w, c, f == QuantFormat::kFp8Channel ? "channel" : "tensor");
+      ExpectCutIsTheSlice(w, c, f == model::QuantFormat::kFp8Channel ? "channel" : "tensor");
   }
 }
 
 TEST(TpQuantCutTest, Mxfp4RowsAnywhereColumnsInWholeBlocks) {
   // GPT-OSS-like: 3 experts, gate_up [E, 2I, H] and down [E, H, I].
-  const QuantizedWeight gu = Pack(QuantFormat::kMxfp4, 3, 256, 64);
+  const model::QuantizedWeight gu = Pack(model::QuantFormat::kMxfp4, 3, 256, 64);
   for (const TensorCut& c : {Cut(1, 0, 128), Cut(1, 128, 128), Cut(1, 64, 64), Cut(1, 2, 6)})
     ExpectCutIsTheSlice(gu, c, "mxfp4 rows");
-  const QuantizedWeight down = Pack(QuantFormat::kMxfp4, 3, 64, 128);
+  const model::QuantizedWeight down = Pack(model::QuantFormat::kMxfp4, 3, 64, 128);
   for (const TensorCut& c : {Cut(2, 0, 64), Cut(2, 64, 64), Cut(2, 96, 32)})
     ExpectCutIsTheSlice(down, c, "mxfp4 columns");
   // Half a block to each of two ranks (GPT-OSS's 2880 at 4 would be 720).
@@ -166,8 +168,8 @@ TEST(TpQuantCutTest, Mxfp4RowsAnywhereColumnsInWholeBlocks) {
 // padded expert split): the columns another rank owns and the padding past
 // the tensor are zeros, everything else the full weight's.
 TEST(TpQuantCutTest, Mxfp4PaddedCutsZeroWhatTheRankDoesNotOwn) {
-  const QuantizedWeight down = Pack(QuantFormat::kMxfp4, 3, 64, 96);
-  const QuantizedWeight gu = Pack(QuantFormat::kMxfp4, 3, 192, 64);
+  const model::QuantizedWeight down = Pack(model::QuantFormat::kMxfp4, 3, 64, 96);
+  const model::QuantizedWeight gu = Pack(model::QuantFormat::kMxfp4, 3, 192, 64);
   auto keep = [](TensorCut c, int64_t b, int64_t e) {
     c.keep_begin = b;
     c.keep_end = e;
@@ -184,14 +186,14 @@ TEST(TpQuantCutTest, Mxfp4PaddedCutsZeroWhatTheRankDoesNotOwn) {
   ASSERT_TRUE(padded.ok());
   EXPECT_EQ(padded->rows, 128);
   // fp8 weights are never padded or masked.
-  const QuantizedWeight f = Pack(QuantFormat::kFp8Block, 1, 64, 64, 32, 32);
+  const model::QuantizedWeight f = Pack(model::QuantFormat::kFp8Block, 1, 64, 64, 32, 32);
   auto r = TpCutQuantized(f, keep(Cut(1, 0, 32), 8, 32), "model.x.weight");
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("only MXFP4"), std::string::npos) << r.status().ToString();
 }
 
 TEST(TpQuantCutTest, WholeIsACopyAndBadCutsAreRefused) {
-  const QuantizedWeight w = Pack(QuantFormat::kFp8Block, 2, 64, 64, 32, 32);
+  const model::QuantizedWeight w = Pack(model::QuantFormat::kFp8Block, 2, 64, 64, 32, 32);
   auto whole = TpCutQuantized(w, TensorCut{}, "w");
   ASSERT_TRUE(whole.ok());
   EXPECT_EQ(whole->codes, w.codes);
@@ -209,4 +211,4 @@ TEST(TpQuantCutTest, WholeIsACopyAndBadCutsAreRefused) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::backend

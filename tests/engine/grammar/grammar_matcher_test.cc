@@ -11,7 +11,7 @@
 
 #include "engine/grammar/json_schema.h"
 
-namespace agentkv {
+namespace agentkv::grammar {
 namespace {
 
 // A small vocabulary with the shapes that matter: structure, partial and
@@ -201,4 +201,4 @@ TEST(GrammarMatcherTest, TokenEdgesAndSplicedGrammars) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::grammar

@@ -10,7 +10,7 @@
 #include "engine/grammar/grammar_matcher.h"
 #include "engine/grammar_constraint.h"
 
-namespace agentkv {
+namespace agentkv::grammar {
 namespace {
 
 using Json = nlohmann::ordered_json;
@@ -21,7 +21,7 @@ class HarmonyGrammarTest : public ::testing::Test {
     const auto path =
         std::filesystem::path(AGENTKV_DATA_DIR) / "tokenizers" / "gptoss" / "tokenizer.json";
     if (!std::filesystem::exists(path)) GTEST_SKIP() << "no " << path;
-    auto tok = Tokenizer::Load(path);
+    auto tok = text::Tokenizer::Load(path);
     ASSERT_TRUE(tok.ok()) << tok.status().ToString();
     tok_ = std::move(*tok);
     vocab_ = TokenVocabulary::Build(*tok_, tok_->vocab_size());
@@ -73,7 +73,7 @@ class HarmonyGrammarTest : public ::testing::Test {
     return Status::Ok();
   }
 
-  std::unique_ptr<Tokenizer> tok_;
+  std::unique_ptr<text::Tokenizer> tok_;
   std::shared_ptr<const TokenVocabulary> vocab_;
   HarmonyTokens t_;
   int32_t ret_ = -1;
@@ -130,7 +130,7 @@ TEST_F(HarmonyGrammarTest, AllowedNextTokens) {
   EXPECT_FALSE(Has(mask, ret_));
   EXPECT_FALSE(Has(mask, t_.end));
   // The sampler's view: end tokens other than <|call|> stay masked.
-  GrammarConstraint c(g, {ret_, t_.call});
+  engine::GrammarConstraint c(g, {ret_, t_.call});
   for (int32_t id : tok_->Encode(
            "<|channel|>commentary to=functions.get_time <|constrain|>json<|message|>{\"zone\":1}",
            false))
@@ -287,10 +287,10 @@ TEST_F(HarmonyGrammarTest, NotAHarmonyTokenizer) {
   const auto path =
       std::filesystem::path(AGENTKV_DATA_DIR) / "tokenizers" / "qwen3" / "tokenizer.json";
   if (!std::filesystem::exists(path)) GTEST_SKIP() << "no " << path;
-  auto tok = Tokenizer::Load(path);
+  auto tok = text::Tokenizer::Load(path);
   ASSERT_TRUE(tok.ok());
   EXPECT_FALSE(HarmonyTokens::Find(**tok).ok());
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::grammar

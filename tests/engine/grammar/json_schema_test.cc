@@ -7,7 +7,7 @@
 
 #include "engine/grammar/grammar_matcher.h"
 
-namespace agentkv {
+namespace agentkv::grammar {
 namespace {
 
 using nlohmann::json;
@@ -265,4 +265,4 @@ TEST(JsonSchemaTest, BoundsOnSize) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::grammar

@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <string>
 
-namespace agentkv {
+namespace agentkv::grammar {
 namespace {
 
 TEST(TokenVocabularyTest, PlainCharsAndTries) {
@@ -30,7 +30,7 @@ TEST(TokenVocabularyTest, QwenTokenizerSkipsSpecialTokens) {
   const auto path =
       std::filesystem::path(AGENTKV_DATA_DIR) / "tokenizers" / "qwen3" / "tokenizer.json";
   if (!std::filesystem::exists(path)) GTEST_SKIP() << "no " << path;
-  auto tok = Tokenizer::Load(path);
+  auto tok = text::Tokenizer::Load(path);
   ASSERT_TRUE(tok.ok());
   auto v = TokenVocabulary::Build(**tok, (*tok)->vocab_size());
   const auto eos = (*tok)->eos_id();
@@ -46,4 +46,4 @@ TEST(TokenVocabularyTest, QwenTokenizerSkipsSpecialTokens) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::grammar

@@ -9,7 +9,7 @@
 
 #include "engine/model/model_config.h"
 
-namespace agentkv {
+namespace agentkv::model {
 namespace {
 
 using ::testing::ElementsAre;
@@ -109,7 +109,8 @@ TEST(ModelConfigMoeTest, GptOss20b) {
   EXPECT_FLOAT_EQ(c->moe.swiglu_limit, 7.0f);
   for (int l = 0; l < 24; ++l) {
     EXPECT_TRUE(c->IsMoeLayer(l)) << l;
-    EXPECT_EQ(c->layer_kinds[l], l % 2 == 0 ? AttentionKind::kSliding : AttentionKind::kFull);
+    EXPECT_EQ(c->layer_kinds[l],
+              l % 2 == 0 ? cache::AttentionKind::kSliding : cache::AttentionKind::kFull);
     EXPECT_EQ(c->layer_windows[l], l % 2 == 0 ? 128 : 0);
   }
   EXPECT_EQ(c->rope.type, "yarn");
@@ -126,11 +127,11 @@ TEST(ModelConfigMoeTest, GptOss20b) {
 TEST(ModelConfigMoeTest, GptOssCacheSpecHasSlidingAndFullGroups) {
   auto c = Parse(GptOss20b());
   ASSERT_TRUE(c.ok());
-  const ModelCacheSpec s = c->CacheSpec(KvDtype::kBF16);
+  const cache::ModelCacheSpec s = c->CacheSpec(cache::KvDtype::kBF16);
   ASSERT_EQ(s.groups.size(), 2u);
-  EXPECT_EQ(s.groups[0].kind, AttentionKind::kSliding);  // layer 0 slides
+  EXPECT_EQ(s.groups[0].kind, cache::AttentionKind::kSliding);  // layer 0 slides
   EXPECT_EQ(s.groups[0].window, 128);
-  EXPECT_EQ(s.groups[1].kind, AttentionKind::kFull);
+  EXPECT_EQ(s.groups[1].kind, cache::AttentionKind::kFull);
   ASSERT_EQ(s.groups[0].layers.size(), 12u);
   ASSERT_EQ(s.groups[1].layers.size(), 12u);
   for (int i = 0; i < 12; ++i) {
@@ -155,7 +156,7 @@ TEST(ModelConfigMoeTest, GptOss120b) {
   EXPECT_EQ(c->num_layers, 36);
   EXPECT_EQ(c->moe.num_experts, 128);
   EXPECT_EQ(c->moe.experts_per_token, 4);
-  const ModelCacheSpec s = c->CacheSpec(KvDtype::kBF16);
+  const cache::ModelCacheSpec s = c->CacheSpec(cache::KvDtype::kBF16);
   ASSERT_EQ(s.groups.size(), 2u);
   EXPECT_EQ(s.groups[0].layers.size(), 18u);
   EXPECT_EQ(s.groups[1].layers.size(), 18u);
@@ -182,8 +183,8 @@ TEST(ModelConfigMoeTest, GptOssDefaultsWithoutOptionalFields) {
   auto c = Parse(j);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   // GptOssConfig's defaults.
-  EXPECT_EQ(c->layer_kinds[0], AttentionKind::kSliding);
-  EXPECT_EQ(c->layer_kinds[1], AttentionKind::kFull);
+  EXPECT_EQ(c->layer_kinds[0], cache::AttentionKind::kSliding);
+  EXPECT_EQ(c->layer_kinds[1], cache::AttentionKind::kFull);
   EXPECT_EQ(c->layer_windows[0], 128);
   EXPECT_EQ(c->rope.type, "yarn");
   EXPECT_FLOAT_EQ(c->rope.theta, 150000.f);
@@ -242,9 +243,9 @@ TEST(ModelConfigMoeTest, Qwen3Moe30bA3b) {
   for (int l = 0; l < 48; ++l) EXPECT_TRUE(c->IsMoeLayer(l));
   EXPECT_EQ(c->rope.type, "default");
   EXPECT_FLOAT_EQ(c->rope.theta, 1e6f);
-  const ModelCacheSpec s = c->CacheSpec(KvDtype::kBF16);
+  const cache::ModelCacheSpec s = c->CacheSpec(cache::KvDtype::kBF16);
   ASSERT_EQ(s.groups.size(), 1u);
-  EXPECT_EQ(s.groups[0].kind, AttentionKind::kFull);
+  EXPECT_EQ(s.groups[0].kind, cache::AttentionKind::kFull);
   EXPECT_EQ(s.groups[0].layers.size(), 48u);
 }
 
@@ -338,4 +339,4 @@ TEST(ModelConfigMoeTest, DenseModelsHaveNoExperts) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::model

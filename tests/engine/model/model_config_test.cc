@@ -8,7 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-namespace agentkv {
+namespace agentkv::model {
 namespace {
 
 namespace fs = std::filesystem;
@@ -89,11 +89,11 @@ TEST(ModelConfigTest, LlamaWithLlama3RopeScaling) {
   EXPECT_EQ(c->torch_dtype, "bfloat16");
   ASSERT_EQ(c->layer_kinds.size(), 16u);
   for (int l = 0; l < 16; ++l) {
-    EXPECT_EQ(c->layer_kinds[l], AttentionKind::kFull);
+    EXPECT_EQ(c->layer_kinds[l], cache::AttentionKind::kFull);
     EXPECT_EQ(c->layer_windows[l], 0);
   }
   EXPECT_FLOAT_EQ(c->AttentionScale(), 0.125f);
-  ModelCacheSpec spec = c->CacheSpec(KvDtype::kBF16);
+  cache::ModelCacheSpec spec = c->CacheSpec(cache::KvDtype::kBF16);
   EXPECT_EQ(spec.groups.size(), 1u);
   EXPECT_EQ(spec.BytesPerTokenPerLayer(), 2u * 8 * 64 * 2);
 }
@@ -172,17 +172,19 @@ TEST(ModelConfigTest, Qwen2HasBiasAndSlidingOnlyWhenEnabled) {
   EXPECT_TRUE(c->attention_bias);
   EXPECT_FALSE(c->qk_norm);
   EXPECT_EQ(c->head_dim, 64);
-  for (auto k : c->layer_kinds) EXPECT_EQ(k, AttentionKind::kFull);
+  for (auto k : c->layer_kinds) EXPECT_EQ(k, cache::AttentionKind::kFull);
 
   j["use_sliding_window"] = true;
   j["sliding_window"] = 4096;
   c = Parse(j);
   ASSERT_TRUE(c.ok());
   for (int l = 0; l < 24; ++l) {
-    EXPECT_EQ(c->layer_kinds[l], l >= 21 ? AttentionKind::kSliding : AttentionKind::kFull) << l;
+    EXPECT_EQ(c->layer_kinds[l],
+              l >= 21 ? cache::AttentionKind::kSliding : cache::AttentionKind::kFull)
+        << l;
     EXPECT_EQ(c->layer_windows[l], l >= 21 ? 4096 : 0);
   }
-  EXPECT_EQ(c->CacheSpec(KvDtype::kF32).groups.size(), 2u);
+  EXPECT_EQ(c->CacheSpec(cache::KvDtype::kF32).groups.size(), 2u);
 
   j["sliding_window"] = nullptr;
   c = Parse(j);
@@ -227,17 +229,17 @@ TEST(ModelConfigTest, MistralSlidingWindowNullOrInt) {
   auto c = Parse(j);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_FALSE(c->tie_word_embeddings);
-  for (auto k : c->layer_kinds) EXPECT_EQ(k, AttentionKind::kFull);
+  for (auto k : c->layer_kinds) EXPECT_EQ(k, cache::AttentionKind::kFull);
   j["sliding_window"] = 4096;
   c = Parse(j);
   ASSERT_TRUE(c.ok());
   for (int l = 0; l < 32; ++l) {
-    EXPECT_EQ(c->layer_kinds[l], AttentionKind::kSliding);
+    EXPECT_EQ(c->layer_kinds[l], cache::AttentionKind::kSliding);
     EXPECT_EQ(c->layer_windows[l], 4096);
   }
-  ModelCacheSpec spec = c->CacheSpec(KvDtype::kF16);
+  cache::ModelCacheSpec spec = c->CacheSpec(cache::KvDtype::kF16);
   ASSERT_EQ(spec.groups.size(), 1u);
-  EXPECT_EQ(spec.groups[0].kind, AttentionKind::kSliding);
+  EXPECT_EQ(spec.groups[0].kind, cache::AttentionKind::kSliding);
   EXPECT_EQ(spec.groups[0].window, 4096);
   EXPECT_EQ(spec.RingBlocks(0, 16), 4096 / 16 + 1);
 }
@@ -262,12 +264,14 @@ TEST(ModelConfigTest, Gemma3TextConfig) {
   EXPECT_EQ(c->rope_local.type, "default");
   for (int l = 0; l < 26; ++l) {
     bool full = (l + 1) % 6 == 0;  // layers 5, 11, 17, 23
-    EXPECT_EQ(c->layer_kinds[l], full ? AttentionKind::kFull : AttentionKind::kSliding) << l;
+    EXPECT_EQ(c->layer_kinds[l],
+              full ? cache::AttentionKind::kFull : cache::AttentionKind::kSliding)
+        << l;
     EXPECT_EQ(c->layer_windows[l], full ? 0 : 512) << l;
   }
-  ModelCacheSpec spec = c->CacheSpec(KvDtype::kBF16);
+  cache::ModelCacheSpec spec = c->CacheSpec(cache::KvDtype::kBF16);
   ASSERT_EQ(spec.groups.size(), 2u);
-  EXPECT_EQ(spec.groups[0].kind, AttentionKind::kSliding);
+  EXPECT_EQ(spec.groups[0].kind, cache::AttentionKind::kSliding);
   EXPECT_EQ(spec.groups[0].layers.size(), 22u);
   EXPECT_THAT(spec.groups[1].layers, ElementsAre(5, 11, 17, 23));
 }
@@ -282,8 +286,8 @@ TEST(ModelConfigTest, Gemma3SoftcapsAndPatternDefault) {
   ASSERT_TRUE(c.ok());
   EXPECT_FLOAT_EQ(c->final_logit_softcap, 30.0f);
   EXPECT_FLOAT_EQ(c->attn_logit_softcap, 50.0f);
-  EXPECT_EQ(c->layer_kinds[5], AttentionKind::kFull);
-  EXPECT_EQ(c->layer_kinds[4], AttentionKind::kSliding);
+  EXPECT_EQ(c->layer_kinds[5], cache::AttentionKind::kFull);
+  EXPECT_EQ(c->layer_kinds[4], cache::AttentionKind::kSliding);
 }
 
 TEST(ModelConfigTest, Gemma3LayerTypesAndPerTypeRopeParametersLoadEqual) {
@@ -436,4 +440,4 @@ TEST_F(ModelConfigDirTest, BadGenerationConfigNamesFile) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::model

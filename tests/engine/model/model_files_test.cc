@@ -8,7 +8,7 @@
 
 #include "engine/model/safetensors_writer.h"
 
-namespace agentkv {
+namespace agentkv::model {
 namespace {
 
 namespace fs = std::filesystem;
@@ -178,4 +178,4 @@ TEST_F(ModelFilesTest, FingerprintErrors) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::model

@@ -23,7 +23,7 @@
 #include "engine/model/weight_spec.h"
 #include "util/bf16.h"
 
-namespace agentkv {
+namespace agentkv::model {
 namespace {
 
 namespace fs = std::filesystem;
@@ -98,7 +98,8 @@ TEST_F(ModelSynthMoeTest, GptOssConfigAndWeights) {
   EXPECT_FLOAT_EQ(c->rope.factor, 32.f);
   EXPECT_FALSE(c->rope.truncate);
   for (int l = 0; l < 4; ++l) {
-    EXPECT_EQ(c->layer_kinds[l], l % 2 == 0 ? AttentionKind::kSliding : AttentionKind::kFull);
+    EXPECT_EQ(c->layer_kinds[l],
+              l % 2 == 0 ? cache::AttentionKind::kSliding : cache::AttentionKind::kFull);
     EXPECT_EQ(c->layer_windows[l], l % 2 == 0 ? 8 : 0);
   }
   auto w = Safetensors::Open(o.out_dir);
@@ -342,15 +343,15 @@ std::vector<int32_t> Prompt(int n) {
 // Logits after prefilling `prompt` in chunks of `chunk` on the backend.
 std::vector<float> PrefillLogits(const fs::path& dir, const std::vector<int32_t>& prompt,
                                  int chunk) {
-  BackendOptions bo;
+  backend::BackendOptions bo;
   bo.threads = 2;
-  auto b = CreateBackend(dir, bo);
+  auto b = backend::CreateBackend(dir, bo);
   EXPECT_TRUE(b.ok()) << b.status().ToString();
-  Backend& be = **b;
-  const ModelCacheSpec& spec = be.cache_spec();
-  KvLayout layout;
+  backend::Backend& be = **b;
+  const cache::ModelCacheSpec& spec = be.cache_spec();
+  backend::KvLayout layout;
   layout.block_size = 4;
-  for (int g = 0; g < kMaxCacheGroups; ++g) layout.blocks_per_group[g] = 64;
+  for (int g = 0; g < backend::kMaxCacheGroups; ++g) layout.blocks_per_group[g] = 64;
   EXPECT_TRUE(be.AllocateKv(layout).ok());
   std::vector<std::vector<int32_t>> tables(spec.groups.size());
   for (size_t g = 0; g < tables.size(); ++g)
@@ -358,7 +359,7 @@ std::vector<float> PrefillLogits(const fs::path& dir, const std::vector<int32_t>
   std::vector<float> logits(be.config().vocab_size);
   for (size_t pos = 0; pos < prompt.size(); pos += chunk) {
     const size_t n = std::min<size_t>(chunk, prompt.size() - pos);
-    SeqStep st;
+    backend::SeqStep st;
     st.tokens = std::span(prompt).subspan(pos, n);
     st.start_pos = static_cast<int32_t>(pos);
     st.want_logits = pos + n == prompt.size();
@@ -373,17 +374,17 @@ std::vector<float> PrefillLogits(const fs::path& dir, const std::vector<int32_t>
 // `step_tokens` at a time.
 std::vector<int32_t> EngineGreedy(const fs::path& dir, const std::vector<int32_t>& prompt,
                                   int step_tokens, int max_tokens) {
-  BackendOptions bo;
+  backend::BackendOptions bo;
   bo.threads = 2;
-  auto b = CreateBackend(dir, bo);
+  auto b = backend::CreateBackend(dir, bo);
   EXPECT_TRUE(b.ok()) << b.status().ToString();
-  EngineOptions o;
+  engine::EngineOptions o;
   o.block_size = 4;
   o.scheduler.max_step_tokens = step_tokens;
   o.blocks_per_group.assign((*b)->cache_spec().groups.size(), 128);
-  auto e = Engine::Create(std::move(b).value(), nullptr, o);
+  auto e = engine::Engine::Create(std::move(b).value(), nullptr, o);
   EXPECT_TRUE(e.ok()) << e.status().ToString();
-  EngineRequest r;
+  engine::EngineRequest r;
   r.prompt = prompt;
   r.params.temperature = 0;
   r.params.ignore_eos = true;
@@ -392,8 +393,8 @@ std::vector<int32_t> EngineGreedy(const fs::path& dir, const std::vector<int32_t
   EXPECT_TRUE(h.ok());
   std::vector<int32_t> out;
   while (true) {
-    RequestOutput ev = h->stream->Pop();
-    if (ev.kind != RequestOutput::Kind::kDelta) break;
+    engine::RequestOutput ev = h->stream->Pop();
+    if (ev.kind != engine::RequestOutput::Kind::kDelta) break;
     out.insert(out.end(), ev.tokens.begin(), ev.tokens.end());
   }
   return out;
@@ -428,4 +429,4 @@ TEST_P(ModelSynthMoeRunTest, PrefillAndDecodeThroughTheEngineChunkedOrWhole) {
 INSTANTIATE_TEST_SUITE_P(Archs, ModelSynthMoeRunTest, ::testing::Values("gpt_oss", "qwen3_moe"));
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::model

@@ -16,7 +16,7 @@
 #include "quant_test_util.h"
 #include "util/bf16.h"
 
-namespace agentkv {
+namespace agentkv::model {
 namespace {
 
 namespace fs = std::filesystem;
@@ -222,4 +222,4 @@ TEST_F(ModelSynthQuantTest, Mxfp4OnADenseArchIsAClearError) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::model

@@ -15,7 +15,7 @@
 #include "engine/model/weight_spec.h"
 #include "util/bf16.h"
 
-namespace agentkv {
+namespace agentkv::model {
 namespace {
 
 namespace fs = std::filesystem;
@@ -342,7 +342,7 @@ TEST_F(ModelSynthTest, MistralSlidingWindowAndRopeTheta) {
   EXPECT_FALSE(c->tie_word_embeddings);  // Mistral default
   EXPECT_FLOAT_EQ(c->rope.theta, 12345.0f);
   for (int l = 0; l < 2; ++l) {
-    EXPECT_EQ(c->layer_kinds[l], AttentionKind::kSliding);
+    EXPECT_EQ(c->layer_kinds[l], cache::AttentionKind::kSliding);
     EXPECT_EQ(c->layer_windows[l], 128);
   }
   EXPECT_TRUE(ValidateWeights(*c, *Safetensors::Open(o.out_dir)).ok());
@@ -362,7 +362,8 @@ TEST_F(ModelSynthTest, Gemma3) {
   EXPECT_FLOAT_EQ(c->query_scale, 1.0f / std::sqrt(4.0f));  // query_pre_attn_scalar = head_dim
   EXPECT_FLOAT_EQ(c->rope_local.theta, 10000.0f);
   for (int l = 0; l < 7; ++l) {
-    EXPECT_EQ(c->layer_kinds[l], l == 5 ? AttentionKind::kFull : AttentionKind::kSliding);
+    EXPECT_EQ(c->layer_kinds[l],
+              l == 5 ? cache::AttentionKind::kFull : cache::AttentionKind::kSliding);
     EXPECT_EQ(c->layer_windows[l], l == 5 ? 0 : 512);
   }
   auto ids = AddedTokens(o.tokenizer_dir / "tokenizer.json");
@@ -509,4 +510,4 @@ TEST_F(ModelSynthTest, CliRejectsBadFlags) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::model

@@ -7,7 +7,7 @@
 
 #include "engine/model/model_config.h"
 
-namespace agentkv {
+namespace agentkv::model {
 namespace {
 
 using ::testing::ElementsAre;
@@ -162,4 +162,4 @@ TEST(QuantConfigTest, ModelConfigCarriesIt) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::model

@@ -8,7 +8,7 @@
 
 #include "quant_test_util.h"
 
-namespace agentkv {
+namespace agentkv::model {
 namespace {
 
 using ::testing::HasSubstr;
@@ -199,4 +199,4 @@ TEST(QuantFormatTest, ValidateNamesTheBadPart) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::model

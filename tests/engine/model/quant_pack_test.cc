@@ -10,7 +10,7 @@
 #include "engine/model/quant_format.h"
 #include "quant_test_util.h"
 
-namespace agentkv {
+namespace agentkv::model {
 namespace {
 
 using testing::RefE4m3;
@@ -174,4 +174,4 @@ TEST(QuantPackTest, Fp8ChannelScalesPerRow) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::model

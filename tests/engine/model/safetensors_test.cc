@@ -11,7 +11,7 @@
 #include "engine/model/safetensors_file.h"
 #include "engine/model/safetensors_writer.h"
 
-namespace agentkv {
+namespace agentkv::model {
 namespace {
 
 namespace fs = std::filesystem;
@@ -371,4 +371,4 @@ TEST(TensorDtypeTest, NamesAndSizes) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::model

@@ -13,7 +13,7 @@
 #include "engine/model/safetensors_writer.h"
 #include "util/bf16.h"
 
-namespace agentkv {
+namespace agentkv::model {
 namespace {
 
 namespace fs = std::filesystem;
@@ -201,4 +201,4 @@ TEST_F(SafetensorsWeightsTest, Mxfp4AsStored) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::model

@@ -9,7 +9,7 @@
 
 #include "engine/model/safetensors_writer.h"
 
-namespace agentkv {
+namespace agentkv::model {
 namespace {
 
 namespace fs = std::filesystem;
@@ -307,4 +307,4 @@ TEST_F(ValidateWeightsTest, WrongDtypeIsNamed) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::model

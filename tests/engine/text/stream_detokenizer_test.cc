@@ -11,7 +11,7 @@
 #include "engine/text/tokenizer.h"
 #include "engine/text/tokenizer_unicode.h"
 
-namespace agentkv {
+namespace agentkv::text {
 namespace {
 
 namespace fs = std::filesystem;
@@ -144,4 +144,4 @@ TEST(StreamDetokenizerTest, MetaspaceFirstTokenAfterSkippedSpecial) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::text

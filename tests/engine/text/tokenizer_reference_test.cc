@@ -11,7 +11,7 @@
 
 #include "engine/text/tokenizer.h"
 
-namespace agentkv {
+namespace agentkv::text {
 namespace {
 
 namespace fs = std::filesystem;
@@ -116,4 +116,4 @@ INSTANTIATE_TEST_SUITE_P(AllTokenizers, TokenizerReferenceTest,
                          [](const auto& info) { return info.param; });
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::text

@@ -18,7 +18,7 @@
 #include "engine/text/tokenizer_regex.h"
 #include "engine/text/tokenizer_unicode.h"
 
-namespace agentkv {
+namespace agentkv::text {
 namespace {
 
 namespace fs = std::filesystem;
@@ -514,4 +514,4 @@ TEST(TokenizeCliTest, TokenizeAndDetokenize) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::text

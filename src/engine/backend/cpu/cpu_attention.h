@@ -18,7 +18,7 @@
 #include <cmath>
 #include <cstdint>
 
-namespace agentkv::kernels {
+namespace agentkv::backend::cpu::kernels {
 
 inline constexpr int kKeyTile = 16;
 
@@ -203,4 +203,4 @@ void AttendRows(AttnRow* rows, int nrows, int head_dim, float scale, float softc
   }
 }
 
-}  // namespace agentkv::kernels
+}  // namespace agentkv::backend::cpu::kernels

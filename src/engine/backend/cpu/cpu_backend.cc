@@ -12,7 +12,7 @@
 #include "engine/backend/kv_fp8.h"
 #include "engine/backend/rope.h"
 
-namespace agentkv {
+namespace agentkv::backend::cpu {
 
 struct CpuBackend::Layer {
   std::vector<float> in_norm, post_attn_norm, pre_ff_norm, post_ff_norm;
@@ -27,7 +27,7 @@ struct CpuBackend::Layer {
   QuantMatrix q_wqkv, q_wo, q_w_gate_up, q_w_down;
   bool moe = false;
   MoeLayerWeights experts;
-  AttentionKind kind = AttentionKind::kFull;
+  cache::AttentionKind kind = cache::AttentionKind::kFull;
   int window = 0;
   int group = 0;
   int index_in_group = 0;
@@ -35,7 +35,7 @@ struct CpuBackend::Layer {
 
 namespace {
 
-Status Append(std::vector<float>& dst, const WeightSource& w, const std::string& name,
+Status Append(std::vector<float>& dst, const model::WeightSource& w, const std::string& name,
               std::initializer_list<int64_t> shape) {
   std::vector<int64_t> s(shape);
   ASSIGN_OR_RETURN(std::vector<float> t, w.LoadF32(name, s));
@@ -46,11 +46,12 @@ Status Append(std::vector<float>& dst, const WeightSource& w, const std::string&
 // A linear weight [out, in], appended to a stacked matrix: kept quantized
 // when the checkpoint stores it so (then `q` holds the whole stack, earlier
 // fp32 parts moved into it), else fp32 rows in `dst`.
-Status AppendLinear(std::vector<float>& dst, QuantMatrix& q, const WeightSource& w,
-                    const QuantConfig& quant, const std::string& name, int64_t out, int64_t in) {
+Status AppendLinear(std::vector<float>& dst, QuantMatrix& q, const model::WeightSource& w,
+                    const model::QuantConfig& quant, const std::string& name, int64_t out,
+                    int64_t in) {
   const std::vector<int64_t> shape = {out, in};
   if (w.IsQuantized(name)) {
-    ASSIGN_OR_RETURN(QuantizedWeight qw, w.LoadQuantized(name, shape, quant));
+    ASSIGN_OR_RETURN(model::QuantizedWeight qw, w.LoadQuantized(name, shape, quant));
     if (q.empty() && !dst.empty()) {
       const int64_t rows = static_cast<int64_t>(dst.size()) / in;
       RETURN_IF_ERROR(q.AppendF32(std::move(dst), rows, in));
@@ -67,13 +68,13 @@ Status AppendLinear(std::vector<float>& dst, QuantMatrix& q, const WeightSource&
 
 }  // namespace
 
-CpuBackend::CpuBackend(const ModelConfig& config, const CpuBackendOptions& options)
+CpuBackend::CpuBackend(const model::ModelConfig& config, const CpuBackendOptions& options)
     : config_(config), options_(options) {}
 
 CpuBackend::~CpuBackend() = default;
 
-Result<std::unique_ptr<CpuBackend>> CpuBackend::Create(const ModelConfig& config,
-                                                       const WeightSource& weights,
+Result<std::unique_ptr<CpuBackend>> CpuBackend::Create(const model::ModelConfig& config,
+                                                       const model::WeightSource& weights,
                                                        const CpuBackendOptions& options) {
   if (config.num_layers <= 0 || config.hidden_size <= 0 || config.num_heads <= 0 ||
       config.num_kv_heads <= 0 || config.head_dim <= 0 || config.vocab_size <= 0 ||
@@ -88,17 +89,18 @@ Result<std::unique_ptr<CpuBackend>> CpuBackend::Create(const ModelConfig& config
     return InvalidArgument(
         "cpu backend: unsupported mixture-of-experts shape (at most 1024 "
         "experts, 1 <= experts per token <= experts)");
-  if (options.kv_dtype != KvDtype::kF32 && options.kv_dtype != KvDtype::kFP8E4M3)
-    return InvalidArgument(std::string("cpu backend: KV dtype ") + KvDtypeName(options.kv_dtype) +
+  if (options.kv_dtype != cache::KvDtype::kF32 && options.kv_dtype != cache::KvDtype::kFP8E4M3)
+    return InvalidArgument(std::string("cpu backend: KV dtype ") +
+                           cache::KvDtypeName(options.kv_dtype) +
                            " is not supported (f32 or fp8_e4m3)");
   std::unique_ptr<CpuBackend> b(new CpuBackend(config, options));
   b->spec_ = config.CacheSpec(options.kv_dtype);
   if (static_cast<int>(b->spec_.groups.size()) > kMaxCacheGroups)
     return InvalidArgument("cpu backend: too many cache groups");
   RETURN_IF_ERROR(b->LoadWeights(weights));
-  b->inv_freq_global_ = kernels::RopeInvFreq(config.rope, config.head_dim);
-  b->inv_freq_local_ = kernels::RopeInvFreq(config.rope_local, config.head_dim);
-  b->rope_scale_ = kernels::RopeAttentionFactor(config.rope);
+  b->inv_freq_global_ = RopeInvFreq(config.rope, config.head_dim);
+  b->inv_freq_local_ = RopeInvFreq(config.rope_local, config.head_dim);
+  b->rope_scale_ = RopeAttentionFactor(config.rope);
   const int threads = options.threads > 0
                           ? options.threads
                           : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
@@ -111,8 +113,8 @@ Result<std::unique_ptr<CpuBackend>> CpuBackend::Create(const ModelConfig& config
   return b;
 }
 
-Status CpuBackend::LoadWeights(const WeightSource& w) {
-  const ModelConfig& c = config_;
+Status CpuBackend::LoadWeights(const model::WeightSource& w) {
+  const model::ModelConfig& c = config_;
   const int64_t H = c.hidden_size, I = c.intermediate_size, D = c.head_dim;
   const int64_t nq = c.num_heads * D, nkv = c.num_kv_heads * D;
   const std::vector<int64_t> vh = {c.vocab_size, H};
@@ -238,8 +240,8 @@ void CpuBackend::QuantizeStepKv(int64_t t) {
   }
 }
 
-Status CpuBackend::CopyBlocks(std::span<const KvBlockCopy> copies) {
-  for (const KvBlockCopy& c : copies) {
+Status CpuBackend::CopyBlocks(std::span<const cache::KvBlockCopy> copies) {
+  for (const cache::KvBlockCopy& c : copies) {
     if (c.group < 0 || c.group >= static_cast<int>(kv_.size()) || c.src < 0 || c.dst < 0 ||
         c.src >= layout_.blocks_per_group[c.group] || c.dst >= layout_.blocks_per_group[c.group])
       return InvalidArgument("CopyBlocks: block out of range");
@@ -276,7 +278,7 @@ Status CpuBackend::CheckBatch(std::span<const SeqStep> batch) const {
 }
 
 void CpuBackend::EnsureScratch(int64_t tokens, int64_t max_keys) {
-  const ModelConfig& c = config_;
+  const model::ModelConfig& c = config_;
   if (tokens > cap_tokens_) {
     cap_tokens_ = std::max<int64_t>(tokens, 64);
     const int64_t T = cap_tokens_, H = c.hidden_size, D = c.head_dim;
@@ -305,7 +307,7 @@ void CpuBackend::EnsureScratch(int64_t tokens, int64_t max_keys) {
 }
 
 void CpuBackend::Attention(int layer, std::span<const SeqStep> batch) {
-  const ModelConfig& c = config_;
+  const model::ModelConfig& c = config_;
   const Layer& L = layers_[layer];
   const int D = c.head_dim, nh = c.num_heads, nkv = c.num_kv_heads;
   const int group_size = nh / nkv;
@@ -381,7 +383,7 @@ void CpuBackend::Attention(int layer, std::span<const SeqStep> batch) {
 }
 
 void CpuBackend::WriteKv(int layer, std::span<const SeqStep> batch) {
-  const ModelConfig& c = config_;
+  const model::ModelConfig& c = config_;
   const Layer& L = layers_[layer];
   const int D = c.head_dim, nh = c.num_heads, nkv = c.num_kv_heads;
   const int64_t qkv_row = static_cast<int64_t>(nh + 2 * nkv) * D;
@@ -414,7 +416,7 @@ void CpuBackend::WriteKv(int layer, std::span<const SeqStep> batch) {
 
 Status CpuBackend::Forward(std::span<const SeqStep> batch, std::span<float> logits) {
   RETURN_IF_ERROR(CheckBatch(batch));
-  const ModelConfig& c = config_;
+  const model::ModelConfig& c = config_;
   const int64_t H = c.hidden_size, I = c.intermediate_size, D = c.head_dim;
   const int nh = c.num_heads, nkv = c.num_kv_heads;
   const int64_t qkv_row = static_cast<int64_t>(nh + 2 * nkv) * D;
@@ -460,9 +462,10 @@ Status CpuBackend::Forward(std::span<const SeqStep> batch, std::span<float> logi
     DenseLinear(h_.data(), L.wqkv, L.q_wqkv, L.bqkv.empty() ? nullptr : L.bqkv.data(), qkv_.data(),
                 T, qkv_row, H, pool_.get(), qscratch_);
     // Only Gemma 3 gives sliding layers their own rotary base.
-    const float* inv_freq = L.kind == AttentionKind::kSliding && c.arch == Architecture::kGemma3
-                                ? inv_freq_local_.data()
-                                : inv_freq_global_.data();
+    const float* inv_freq =
+        L.kind == cache::AttentionKind::kSliding && c.arch == model::Architecture::kGemma3
+            ? inv_freq_local_.data()
+            : inv_freq_global_.data();
     pool_->ParallelFor(T, 8, [&](int64_t i, int) {
       float* q = qkv_.data() + i * qkv_row;
       float* k = q + static_cast<int64_t>(nh) * D;
@@ -529,4 +532,4 @@ Status CpuBackend::Forward(std::span<const SeqStep> batch, std::span<float> logi
   return Status::Ok();
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::backend::cpu

@@ -24,32 +24,32 @@
 #include "util/thread_pool.h"
 #include "util/zeroed_buffer.h"
 
-namespace agentkv {
+namespace agentkv::backend::cpu {
 
 struct CpuBackendOptions {
   int threads = 0;  // 0: all cores
   // kF32 (the reference) or kFP8E4M3; anything else is InvalidArgument.
-  KvDtype kv_dtype = KvDtype::kF32;
+  cache::KvDtype kv_dtype = cache::KvDtype::kF32;
 };
 
 class CpuBackend final : public Backend {
  public:
-  static Result<std::unique_ptr<CpuBackend>> Create(const ModelConfig& config,
-                                                    const WeightSource& weights,
+  static Result<std::unique_ptr<CpuBackend>> Create(const model::ModelConfig& config,
+                                                    const model::WeightSource& weights,
                                                     const CpuBackendOptions& options);
   ~CpuBackend() override;
 
-  const ModelConfig& config() const override { return config_; }
-  const ModelCacheSpec& cache_spec() const override { return spec_; }
+  const model::ModelConfig& config() const override { return config_; }
+  const cache::ModelCacheSpec& cache_spec() const override { return spec_; }
   std::string name() const override { return "cpu"; }
-  std::string kv_format() const override { return KvDtypeName(spec_.kv_dtype); }
+  std::string kv_format() const override { return cache::KvDtypeName(spec_.kv_dtype); }
   uint32_t kv_element_size() const override {
-    return static_cast<uint32_t>(KvDtypeBytes(spec_.kv_dtype));
+    return static_cast<uint32_t>(cache::KvDtypeBytes(spec_.kv_dtype));
   }
 
   Status AllocateKv(const KvLayout& layout) override;
   const KvLayout& kv_layout() const override { return layout_; }
-  Status CopyBlocks(std::span<const KvBlockCopy> copies) override;
+  Status CopyBlocks(std::span<const cache::KvBlockCopy> copies) override;
   Status Forward(std::span<const SeqStep> batch, std::span<float> logits) override;
   // The default ForwardSampled / LaunchStep / CollectStep compute them.
   bool picks_logprobs() const override { return true; }
@@ -62,8 +62,8 @@ class CpuBackend final : public Backend {
 
  private:
   struct Layer;
-  CpuBackend(const ModelConfig& config, const CpuBackendOptions& options);
-  Status LoadWeights(const WeightSource& weights);
+  CpuBackend(const model::ModelConfig& config, const CpuBackendOptions& options);
+  Status LoadWeights(const model::WeightSource& weights);
   Status CheckBatch(std::span<const SeqStep> batch) const;
   void EnsureScratch(int64_t tokens, int64_t max_keys);
   // fp32 cache: K (which 0) or V (1) of row `offset` of a block's layer.
@@ -72,15 +72,15 @@ class CpuBackend final : public Backend {
   std::byte* BlockBytes(int group, int32_t block) const;
   // fp8 cache: the K or V section of a block's layer (engine/backend/kv_fp8.h).
   uint8_t* Fp8Section(int group, int32_t block, int layer_in_group, int which) const;
-  bool fp8() const { return spec_.kv_dtype == KvDtype::kFP8E4M3; }
+  bool fp8() const { return spec_.kv_dtype == cache::KvDtype::kFP8E4M3; }
   // fp8: quantizes the step's K and V rows (of qkv_) into kv8_ / kv8_scale_
   // and replaces them in qkv_ by their dequantized values.
   void QuantizeStepKv(int64_t t);
   void Attention(int layer, std::span<const SeqStep> batch);
   void WriteKv(int layer, std::span<const SeqStep> batch);
 
-  ModelConfig config_;
-  ModelCacheSpec spec_;
+  model::ModelConfig config_;
+  cache::ModelCacheSpec spec_;
   CpuBackendOptions options_;
   KvLayout layout_;
   // Per group (for fp8 the block bytes); mapped zero pages, so a pool sized from a share of the
@@ -122,4 +122,4 @@ class CpuBackend final : public Backend {
   std::unique_ptr<ThreadPool> pool_;
 };
 
-}  // namespace agentkv
+}  // namespace agentkv::backend::cpu

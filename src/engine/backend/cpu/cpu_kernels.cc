@@ -8,7 +8,7 @@
 #include <cmath>
 #include <cstring>
 
-namespace agentkv::kernels {
+namespace agentkv::backend::cpu::kernels {
 
 void RmsNorm(const float* x, const float* w, float* y, int64_t rows, int dim, float eps,
              bool plus_one) {
@@ -44,12 +44,12 @@ void ApplyRope(float* x, int heads, int head_dim, int32_t pos, const float* inv_
   }
 }
 
-void GatedActivation(const float* gate_up, float* out, int64_t rows, int n, Activation act) {
+void GatedActivation(const float* gate_up, float* out, int64_t rows, int n, model::Activation act) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* g = gate_up + r * 2 * n;
     const float* u = g + n;
     float* o = out + r * n;
-    if (act == Activation::kSilu) {
+    if (act == model::Activation::kSilu) {
       for (int i = 0; i < n; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
     } else {
       // gelu, tanh approximation
@@ -206,4 +206,4 @@ void Linear(const float* x, const float* w, const float* bias, float* y, int64_t
   }
 }
 
-}  // namespace agentkv::kernels
+}  // namespace agentkv::backend::cpu::kernels

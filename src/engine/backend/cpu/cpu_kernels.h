@@ -12,7 +12,7 @@
 #include "engine/model/model_config.h"
 #include "util/thread_pool.h"
 
-namespace agentkv::kernels {
+namespace agentkv::backend::cpu::kernels {
 
 // y[r] = x[r] / rms(x[r]) * w (or * (1 + w) for Gemma), per row of `dim`.
 // x and y may alias.
@@ -26,7 +26,7 @@ void ApplyRope(float* x, int heads, int head_dim, int32_t pos, const float* inv_
                float scale = 1.0f);
 
 // x = act(gate) * up over n elements; gate_up holds [gate | up] rows of 2n.
-void GatedActivation(const float* gate_up, float* out, int64_t rows, int n, Activation act);
+void GatedActivation(const float* gate_up, float* out, int64_t rows, int n, model::Activation act);
 
 // q . k over n floats; AVX2 when n is a multiple of 8.
 inline float Dot(const float* a, const float* b, int n) {
@@ -94,4 +94,4 @@ void LinearBf16(const float* x, const uint16_t* w, float* y, int64_t m, int64_t 
 // Rows up to which Linear streams weights instead of calling sgemm.
 inline constexpr int64_t kSmallM = 16;
 
-}  // namespace agentkv::kernels
+}  // namespace agentkv::backend::cpu::kernels

@@ -7,15 +7,15 @@
 
 #include "engine/backend/cpu/cpu_kernels.h"
 
-namespace agentkv {
+namespace agentkv::backend::cpu {
 namespace kernels {
 
-void RouteTopK(const float* logits, int num_experts, int k, MoeRouting routing, bool renormalize,
-               int32_t* experts, float* weights) {
+void RouteTopK(const float* logits, int num_experts, int k, model::MoeRouting routing,
+               bool renormalize, int32_t* experts, float* weights) {
   // Softmax first when routing asks for it; selection then runs on `v`.
   float probs[1024];
   const float* v = logits;
-  if (routing == MoeRouting::kSoftmaxThenTopK) {
+  if (routing == model::MoeRouting::kSoftmaxThenTopK) {
     float mx = logits[0];
     for (int e = 1; e < num_experts; ++e) mx = std::max(mx, logits[e]);
     float sum = 0.f;
@@ -36,7 +36,7 @@ void RouteTopK(const float* logits, int num_experts, int k, MoeRouting routing, 
     experts[j] = best;
     weights[j] = v[best];
   }
-  if (routing == MoeRouting::kTopKThenSoftmax) {
+  if (routing == model::MoeRouting::kTopKThenSoftmax) {
     const float mx = weights[0];  // the largest, taken first
     float sum = 0.f;
     for (int j = 0; j < k; ++j) sum += weights[j] = std::exp(weights[j] - mx);
@@ -66,7 +66,7 @@ void ClampedSwiglu(const float* gate_up, float* out, int64_t rows, int n, float 
 
 namespace {
 
-Result<std::vector<float>> Load(const WeightSource& w, const std::string& name,
+Result<std::vector<float>> Load(const model::WeightSource& w, const std::string& name,
                                 std::initializer_list<int64_t> shape) {
   const std::vector<int64_t> s(shape);
   return w.LoadF32(name, s);
@@ -88,19 +88,20 @@ namespace {
 
 // One expert's linear weight [out, in] appended to its stacked matrix:
 // quantized as stored, or fp32 rows for a part a checkpoint leaves as float.
-Status AppendExpertPart(QuantMatrix& q, const WeightSource& w, const QuantConfig& quant,
-                        const std::string& name, int64_t out, int64_t in) {
+Status AppendExpertPart(QuantMatrix& q, const model::WeightSource& w,
+                        const model::QuantConfig& quant, const std::string& name, int64_t out,
+                        int64_t in) {
   const std::vector<int64_t> shape = {out, in};
   if (w.IsQuantized(name)) {
-    ASSIGN_OR_RETURN(QuantizedWeight qw, w.LoadQuantized(name, shape, quant));
+    ASSIGN_OR_RETURN(model::QuantizedWeight qw, w.LoadQuantized(name, shape, quant));
     return q.Append(std::move(qw)).WithContext(name);
   }
   ASSIGN_OR_RETURN(std::vector<float> f, w.LoadF32(name, shape));
   return q.AppendF32(std::move(f), out, in).WithContext(name);
 }
 
-Status LoadGptOssExperts(const ModelConfig& c, const WeightSource& w, const std::string& p,
-                         MoeLayerWeights& m) {
+Status LoadGptOssExperts(const model::ModelConfig& c, const model::WeightSource& w,
+                         const std::string& p, MoeLayerWeights& m) {
   const int64_t E = c.moe.num_experts, H = c.hidden_size, I = c.moe.expert_intermediate;
   const std::string gu_name = p + "experts.gate_up_proj", dn_name = p + "experts.down_proj";
   if (w.IsQuantized(gu_name) || w.IsQuantized(dn_name)) {
@@ -142,7 +143,8 @@ Status LoadGptOssExperts(const ModelConfig& c, const WeightSource& w, const std:
 
 }  // namespace
 
-Status LoadMoeLayer(const ModelConfig& c, const WeightSource& w, int layer, MoeLayerWeights* out) {
+Status LoadMoeLayer(const model::ModelConfig& c, const model::WeightSource& w, int layer,
+                    MoeLayerWeights* out) {
   const int64_t E = c.moe.num_experts, H = c.hidden_size, I = c.moe.expert_intermediate;
   const std::string p = "model.layers." + std::to_string(layer) + ".mlp.";
   MoeLayerWeights& m = *out;
@@ -150,7 +152,7 @@ Status LoadMoeLayer(const ModelConfig& c, const WeightSource& w, int layer, MoeL
   m.num_experts = static_cast<int>(E);
   m.hidden = static_cast<int>(H);
   m.inter = static_cast<int>(I);
-  if (c.arch == Architecture::kGptOss) {
+  if (c.arch == model::Architecture::kGptOss) {
     ASSIGN_OR_RETURN(m.router, Load(w, p + "router.weight", {E, H}));
     if (c.moe.router_bias) {
       ASSIGN_OR_RETURN(m.router_bias, Load(w, p + "router.bias", {E}));
@@ -195,8 +197,8 @@ Status LoadMoeLayer(const ModelConfig& c, const WeightSource& w, int layer, MoeL
   return Status::Ok();
 }
 
-void CpuMoe::Forward(const ModelConfig& c, const MoeLayerWeights& w, const float* h, float* out,
-                     int64_t T, ThreadPool* pool) {
+void CpuMoe::Forward(const model::ModelConfig& c, const MoeLayerWeights& w, const float* h,
+                     float* out, int64_t T, ThreadPool* pool) {
   const int E = w.num_experts, K = c.moe.experts_per_token;
   const int64_t H = w.hidden, I = w.inter;
   logits_.resize(T * E);
@@ -276,4 +278,4 @@ void CpuMoe::Forward(const ModelConfig& c, const MoeLayerWeights& w, const float
   }
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::backend::cpu

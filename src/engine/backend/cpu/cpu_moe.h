@@ -21,7 +21,7 @@
 #include "util/status.h"
 #include "util/thread_pool.h"
 
-namespace agentkv {
+namespace agentkv::backend::cpu {
 
 namespace kernels {
 
@@ -31,8 +31,8 @@ namespace kernels {
 //   kTopKThenSoftmax: top k logits, softmax over those k values.
 //   kSoftmaxThenTopK: softmax over all logits, top k probabilities, divided
 //                     by their sum when `renormalize`.
-void RouteTopK(const float* logits, int num_experts, int k, MoeRouting routing, bool renormalize,
-               int32_t* experts, float* weights);
+void RouteTopK(const float* logits, int num_experts, int k, model::MoeRouting routing,
+               bool renormalize, int32_t* experts, float* weights);
 
 // GPT-OSS's expert activation on rows of [gate (n) | up (n)]:
 //   gate = min(gate, limit), up = clamp(up, -limit, limit),
@@ -54,7 +54,7 @@ struct MoeLayerWeights {
   std::vector<float> down_bias;     // [E][H], or empty
   // GPT-OSS's MXFP4 experts as stored: [E][2I][H] with gate and up rows
   // interleaved (gate 0, up 0, gate 1, ...) and [E][H][I].
-  QuantizedWeight q_gate_up, q_down;
+  model::QuantizedWeight q_gate_up, q_down;
   // Qwen3-MoE's quantized experts: per expert gate rows then up rows
   // ([2I][H]), and down ([H][I]); a part a checkpoint leaves unquantized is
   // held as fp32 rows inside its matrix.
@@ -73,15 +73,15 @@ struct MoeLayerWeights {
 // (kept quantized when any of them is stored FP8), or the fused [E, 2I, H] /
 // [E, H, I] mlp.experts.{gate_up,down}_proj when a checkpoint stores those
 // instead. Quantized experts are read as config.quant says.
-Status LoadMoeLayer(const ModelConfig& config, const WeightSource& weights, int layer,
+Status LoadMoeLayer(const model::ModelConfig& config, const model::WeightSource& weights, int layer,
                     MoeLayerWeights* out);
 
 class CpuMoe {
  public:
   // out[t] = sum over token t's chosen experts of weight x expert(h[t]), for
   // T rows of hidden_size floats. `out` must not alias `h`.
-  void Forward(const ModelConfig& config, const MoeLayerWeights& w, const float* h, float* out,
-               int64_t tokens, ThreadPool* pool);
+  void Forward(const model::ModelConfig& config, const MoeLayerWeights& w, const float* h,
+               float* out, int64_t tokens, ThreadPool* pool);
 
  private:
   std::vector<float> logits_, weights_, xs_, gu_, raw_, act_, ys_;
@@ -89,4 +89,4 @@ class CpuMoe {
   QuantScratch qscratch_;
 };
 
-}  // namespace agentkv
+}  // namespace agentkv::backend::cpu

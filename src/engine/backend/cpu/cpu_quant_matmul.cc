@@ -8,7 +8,7 @@
 
 #include "engine/backend/cpu/cpu_kernels.h"
 
-namespace agentkv {
+namespace agentkv::backend::cpu {
 namespace {
 
 // Weight rows per task on the streaming path: 64 rows of a 4k-wide layer
@@ -75,7 +75,7 @@ void TiledLinear(const float* x, int64_t n, int64_t k, const Deq& deq, const flo
 uint64_t QuantMatrix::bytes() const {
   uint64_t total = 0;
   for (const auto& p : parts_) {
-    if (const auto* q = std::get_if<QuantizedWeight>(&p)) {
+    if (const auto* q = std::get_if<model::QuantizedWeight>(&p)) {
       total += q->bytes();
     } else {
       total += std::get<F32Part>(p).w.size() * sizeof(float);
@@ -84,7 +84,7 @@ uint64_t QuantMatrix::bytes() const {
   return total;
 }
 
-Status QuantMatrix::Append(QuantizedWeight w) {
+Status QuantMatrix::Append(model::QuantizedWeight w) {
   RETURN_IF_ERROR(w.Validate());
   if (w.batch != 1) return InvalidArgument("a dense layer's quantized weight must be one matrix");
   if (!parts_.empty() && w.cols != cols_)
@@ -116,8 +116,8 @@ void QuantMatrix::DequantizeRows(int64_t r0, int64_t r1, float* out) const {
     const int64_t end = i + 1 < parts_.size() ? first_row_[i + 1] : rows_;
     if (r0 >= end) continue;
     const int64_t a = r0 - first, b = std::min(r1, end) - first;
-    if (const auto* q = std::get_if<QuantizedWeight>(&parts_[i])) {
-      agentkv::DequantizeRows(*q, 0, a, b, out);
+    if (const auto* q = std::get_if<model::QuantizedWeight>(&parts_[i])) {
+      model::DequantizeRows(*q, 0, a, b, out);
     } else {
       std::memcpy(out, std::get<F32Part>(parts_[i]).w.data() + a * cols_,
                   (b - a) * cols_ * sizeof(float));
@@ -135,12 +135,12 @@ void QuantLinear(const float* x, const QuantMatrix& w, const float* bias, float*
       scratch);
 }
 
-void QuantLinear(const float* x, const QuantizedWeight& w, int64_t b, const float* bias, float* y,
-                 int64_t m, ThreadPool* pool, QuantScratch& scratch) {
+void QuantLinear(const float* x, const model::QuantizedWeight& w, int64_t b, const float* bias,
+                 float* y, int64_t m, ThreadPool* pool, QuantScratch& scratch) {
   TiledLinear(
       x, w.rows, w.cols,
-      [&](int64_t r0, int64_t r1, float* out) { DequantizeRows(w, b, r0, r1, out); }, bias, y, m,
-      pool, scratch);
+      [&](int64_t r0, int64_t r1, float* out) { model::DequantizeRows(w, b, r0, r1, out); }, bias,
+      y, m, pool, scratch);
 }
 
 void DenseLinear(const float* x, const std::vector<float>& w, const QuantMatrix& q,
@@ -153,4 +153,4 @@ void DenseLinear(const float* x, const std::vector<float>& w, const QuantMatrix&
   }
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::backend::cpu

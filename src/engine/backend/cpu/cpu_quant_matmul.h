@@ -17,7 +17,7 @@
 #include "util/status.h"
 #include "util/thread_pool.h"
 
-namespace agentkv {
+namespace agentkv::backend::cpu {
 
 // A dense layer's weight as parts stacked along the output dimension (q | k |
 // v, gate | up): each quantized as stored, or fp32 rows where a part is not
@@ -32,7 +32,7 @@ class QuantMatrix {
 
   // Appends a part of batch 1; InvalidArgument on a batched weight, an
   // invalid one, or one whose input width differs from the parts before it.
-  Status Append(QuantizedWeight w);
+  Status Append(model::QuantizedWeight w);
   // Appends fp32 rows (`rows` x cols(), or the width of the first part).
   Status AppendF32(std::vector<float> w, int64_t rows, int64_t cols);
 
@@ -43,7 +43,7 @@ class QuantMatrix {
   struct F32Part {
     std::vector<float> w;
   };
-  std::vector<std::variant<QuantizedWeight, F32Part>> parts_;
+  std::vector<std::variant<model::QuantizedWeight, F32Part>> parts_;
   std::vector<int64_t> first_row_;  // per part
   int64_t rows_ = 0, cols_ = 0;
 };
@@ -58,8 +58,8 @@ struct QuantScratch {
 void QuantLinear(const float* x, const QuantMatrix& w, const float* bias, float* y, int64_t m,
                  ThreadPool* pool, QuantScratch& scratch);
 // The same for matrix `b` of a batched (per-expert) weight.
-void QuantLinear(const float* x, const QuantizedWeight& w, int64_t b, const float* bias, float* y,
-                 int64_t m, ThreadPool* pool, QuantScratch& scratch);
+void QuantLinear(const float* x, const model::QuantizedWeight& w, int64_t b, const float* bias,
+                 float* y, int64_t m, ThreadPool* pool, QuantScratch& scratch);
 
 // A dense layer in either form: fp32 rows `w` ([n][k]) when `q` is empty,
 // else the quantized matrix (n x k).
@@ -67,4 +67,4 @@ void DenseLinear(const float* x, const std::vector<float>& w, const QuantMatrix&
                  const float* bias, float* y, int64_t m, int64_t n, int64_t k, ThreadPool* pool,
                  QuantScratch& scratch);
 
-}  // namespace agentkv
+}  // namespace agentkv::backend::cpu

@@ -17,7 +17,7 @@
 #include "engine/backend/rope.h"
 #include "engine/backend/tp_plan.h"
 
-namespace agentkv {
+namespace agentkv::backend::cuda {
 namespace {
 
 uint16_t F32ToBf16Bits(float f) {
@@ -34,26 +34,9 @@ int64_t Elements(const std::vector<int64_t>& shape) {
   return n;
 }
 
-// Row counts from which Gemm's cuBLAS path takes GemmTuner's choice (the
-// prompt steps'; decode steps and their graphs keep cuBLAS's default).
-constexpr int kTuneMinRows = 512;
-
-// Rows from which the LM head runs on the prompt GEMM (measured from 8:
-// 184 against 190 us for the warpgroup GEMM; fewer not measured).
-constexpr int kPromptArgmaxMinRows = 8;
-
-// The row count cuBLAS runs a GEMM of m rows on (CudaBackend::Gemm): a
-// multiple of 8 up to 64 rows, of 16 up to 256 (the decode graph buckets
-// stay as they are), of 64 beyond: at most 63 rows more, under 4% of the
-// work of a full 2,048-token step.
-int GemmRows(int m) {
-  const int g = m <= 64 ? 8 : m <= 256 ? 16 : 64;
-  return (m + g - 1) / g * g;
-}
-
 }  // namespace
 
-CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& options)
+CudaBackend::CudaBackend(const model::ModelConfig& config, const CudaBackendOptions& options)
     : config_(config), options_(options) {}
 
 CudaBackend::~CudaBackend() {
@@ -81,35 +64,37 @@ CudaBackend::~CudaBackend() {
   if (stream_) cudaStreamDestroy(stream_);
 }
 
-Result<std::unique_ptr<CudaBackend>> CudaBackend::Create(const ModelConfig& config,
-                                                         const WeightSource& weights,
+Result<std::unique_ptr<CudaBackend>> CudaBackend::Create(const model::ModelConfig& config,
+                                                         const model::WeightSource& weights,
                                                          const CudaBackendOptions& options) {
   RETURN_IF_ERROR(cuda::DeviceAvailable());
   if (config.num_layers <= 0 || config.hidden_size <= 0 || config.num_heads <= 0 ||
       config.num_kv_heads <= 0 || config.head_dim <= 0 || config.vocab_size <= 0 ||
       config.num_heads % config.num_kv_heads != 0)
     return InvalidArgument("cuda backend: unsupported model shape");
-  if (config.head_dim % 16 != 0 || config.head_dim > cuda::kMaxAttentionHeadDim)
+  if (config.head_dim % 16 != 0 || config.head_dim > kernels::kMaxAttentionHeadDim)
     return Unimplemented("cuda backend: head_dim must be a multiple of 16 up to " +
-                         std::to_string(cuda::kMaxAttentionHeadDim) + ", not " +
+                         std::to_string(kernels::kMaxAttentionHeadDim) + ", not " +
                          std::to_string(config.head_dim));
   if (config.num_heads / config.num_kv_heads > 16)
     return Unimplemented("cuda backend: more than 16 query heads per KV head");
   if (config.IsMoe() &&
-      (config.moe.num_experts > cuda::kMaxMoeExperts ||
-       config.moe.experts_per_token > cuda::kMaxMoeTopK || config.moe.experts_per_token <= 0 ||
+      (config.moe.num_experts > kernels::kMaxMoeExperts ||
+       config.moe.experts_per_token > kernels::kMaxMoeTopK || config.moe.experts_per_token <= 0 ||
        config.moe.experts_per_token > config.moe.num_experts))
     return InvalidArgument("cuda backend: " + std::to_string(config.moe.num_experts) +
                            " experts, " + std::to_string(config.moe.experts_per_token) +
                            " per token: more than the MoE kernels take");
-  if (config.IsMoe() && config.hidden_size > cuda::kMaxMoeRouterHidden)
+  if (config.IsMoe() && config.hidden_size > kernels::kMaxMoeRouterHidden)
     return InvalidArgument("cuda backend: hidden size " + std::to_string(config.hidden_size) +
                            " is past the MoE router kernel's " +
-                           std::to_string(cuda::kMaxMoeRouterHidden));
-  if (config.IsMoe() && config.moe.swiglu_limit <= 0.f && config.activation != Activation::kSilu)
+                           std::to_string(kernels::kMaxMoeRouterHidden));
+  if (config.IsMoe() && config.moe.swiglu_limit <= 0.f &&
+      config.activation != model::Activation::kSilu)
     return InvalidArgument("cuda backend: experts take SwiGLU or GPT-OSS's clamped SwiGLU only");
-  if (options.kv_dtype != KvDtype::kBF16 && options.kv_dtype != KvDtype::kFP8E4M3)
-    return InvalidArgument(std::string("cuda backend: KV dtype ") + KvDtypeName(options.kv_dtype) +
+  if (options.kv_dtype != cache::KvDtype::kBF16 && options.kv_dtype != cache::KvDtype::kFP8E4M3)
+    return InvalidArgument(std::string("cuda backend: KV dtype ") +
+                           cache::KvDtypeName(options.kv_dtype) +
                            " is not supported (bf16 or fp8_e4m3)");
   if (options.tp_comm.active() &&
       (options.tp_vocab_total < config.vocab_size || options.tp_vocab_begin < 0 ||
@@ -130,19 +115,20 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::Create(const ModelConfig& conf
   CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, b->options_.device));
   b->wgmma_min_rows_ =
       cuda::WgmmaMinRows(t, config.hidden_size, /*sm90=*/prop.major == 9 && prop.minor == 0);
-  if (b->wgmma_min_rows_ <= cuda::kMaxWgmmaRows) {
-    RETURN_IF_ERROR(b->wgmma_ws_.Allocate(cuda::WgmmaGemmWorkspaceBytes(b->num_sms_)));
+  b->gemm_ = b->MakeGemmModel();
+  if (b->wgmma_min_rows_ <= kernels::kMaxWgmmaRows) {
+    RETURN_IF_ERROR(b->wgmma_ws_.Allocate(kernels::WgmmaGemmWorkspaceBytes(b->num_sms_)));
     CUDA_RETURN_IF_ERROR(cudaMemset(b->wgmma_ws_.get(), 0, b->wgmma_ws_.bytes()));
     const int64_t qkv_n = (config.num_heads + 2 * config.num_kv_heads) * config.head_dim;
-    RETURN_IF_ERROR(
-        b->wgmma_planes_.Allocate(static_cast<size_t>(cuda::kMaxWgmmaSplits) * cuda::kMaxWgmmaRows *
-                                  std::max<int64_t>(config.hidden_size, qkv_n) * 4));
+    RETURN_IF_ERROR(b->wgmma_planes_.Allocate(static_cast<size_t>(kernels::kMaxWgmmaSplits) *
+                                              kernels::kMaxWgmmaRows *
+                                              std::max<int64_t>(config.hidden_size, qkv_n) * 4));
   }
   return b;
 }
 
-Status CudaBackend::Init(const WeightSource& w) {
-  const ModelConfig& c = config_;
+Status CudaBackend::Init(const model::WeightSource& w) {
+  const model::ModelConfig& c = config_;
   spec_ = c.CacheSpec(options_.kv_dtype);
   if (static_cast<int>(spec_.groups.size()) > kMaxCacheGroups)
     return InvalidArgument("cuda backend: too many cache groups");
@@ -152,7 +138,7 @@ Status CudaBackend::Init(const WeightSource& w) {
       cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, options_.device));
   CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   // Every kernel of the steps launches so (CudaTuning::pdl off: plainly).
-  launch_ = cuda::LaunchConfig(stream_, options_.tuning.pdl);
+  launch_ = kernels::LaunchConfig(stream_, options_.tuning.pdl);
   CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&up_stream_, cudaStreamNonBlocking));
   CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&down_stream_, cudaStreamNonBlocking));
   CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&read_stream_, cudaStreamNonBlocking));
@@ -218,10 +204,10 @@ Status CudaBackend::Init(const WeightSource& w) {
     L.group = spec_.GroupOf(l);
     L.index_in_group = spec_.IndexInGroup(l);
   }
-  rope_factor_ = kernels::RopeAttentionFactor(c.rope);
+  rope_factor_ = RopeAttentionFactor(c.rope);
   for (auto [rope, out] :
        {std::pair{&c.rope, &inv_freq_global_}, std::pair{&c.rope_local, &inv_freq_local_}}) {
-    const std::vector<float> f = kernels::RopeInvFreq(*rope, c.head_dim);
+    const std::vector<float> f = RopeInvFreq(*rope, c.head_dim);
     cuda::DeviceBuffer buf;
     RETURN_IF_ERROR(buf.Allocate(f.size() * sizeof(float)));
     CUDA_RETURN_IF_ERROR(
@@ -232,9 +218,9 @@ Status CudaBackend::Init(const WeightSource& w) {
   return Status::Ok();
 }
 
-Status CudaBackend::UploadBf16(const WeightSource& w, const std::vector<std::string>& names,
-                               const std::vector<std::vector<int64_t>>& shapes, cuda::bf16_t** out,
-                               bool interleave_rows, QuantDense* quant) {
+Status CudaBackend::UploadBf16(const model::WeightSource& w, const std::vector<std::string>& names,
+                               const std::vector<std::vector<int64_t>>& shapes,
+                               kernels::bf16_t** out, bool interleave_rows, QuantDense* quant) {
   if (quant != nullptr && w.IsQuantized(names[0])) {
     *out = nullptr;
     return LoadQuantDense(w, names, shapes, interleave_rows, quant);
@@ -277,12 +263,12 @@ Status CudaBackend::UploadBf16(const WeightSource& w, const std::vector<std::str
     CUDA_RETURN_IF_ERROR(
         cudaMemcpy(buf.get<uint16_t>(), mixed.data(), mixed.size() * 2, cudaMemcpyHostToDevice));
   }
-  *out = buf.get<cuda::bf16_t>();
+  *out = buf.get<kernels::bf16_t>();
   weight_mem_.push_back(std::move(buf));
   return Status::Ok();
 }
 
-Status CudaBackend::UploadF32(const WeightSource& w, const std::vector<std::string>& names,
+Status CudaBackend::UploadF32(const model::WeightSource& w, const std::vector<std::string>& names,
                               const std::vector<std::vector<int64_t>>& shapes, float** out) {
   int64_t total = 0;
   for (const auto& s : shapes) total += Elements(s);
@@ -333,14 +319,14 @@ Status CudaBackend::AllocateKv(const KvLayout& layout) {
   // a sliding ring's slots may be overwritten within the step).
   kv_map_ok_.fill(false);
   const size_t nmaps = spec_.groups.size();
-  RETURN_IF_ERROR(kv_maps_.Allocate(nmaps * cuda::kKvTensorMapBytes));
+  RETURN_IF_ERROR(kv_maps_.Allocate(nmaps * kernels::kKvTensorMapBytes));
   for (size_t g = 0; g < nmaps; ++g) {
-    alignas(64) unsigned char map[cuda::kKvTensorMapBytes];
+    alignas(64) unsigned char map[kernels::kKvTensorMapBytes];
     const int gi = static_cast<int>(g);
     if (fp8() || !options_.tuning.wgmma_attention || spec_.RingBlocks(gi, layout.block_size) != 0 ||
         layout.blocks_per_group[g] <= 0 ||
-        !cuda::EncodeKvTensorMap(
-            kv_[g].get<cuda::bf16_t>(), layout.blocks_per_group[g],
+        !kernels::EncodeKvTensorMap(
+            kv_[g].get<kernels::bf16_t>(), layout.blocks_per_group[g],
             static_cast<int64_t>(spec_.BytesPerBlock(gi, layout.block_size) / 2),
             static_cast<int>(spec_.groups[g].layers.size()), layout.block_size,
             config_.num_kv_heads, config_.head_dim, map))
@@ -356,7 +342,7 @@ Status CudaBackend::AllocateKv(const KvLayout& layout) {
 }
 
 Status CudaBackend::WarmUpGemms() {
-  const ModelConfig& c = config_;
+  const model::ModelConfig& c = config_;
   const int H = c.hidden_size, I = c.intermediate_size, A = c.num_heads * c.head_dim;
   const int qkv_n = (c.num_heads + 2 * c.num_kv_heads) * c.head_dim;
   const Layer& L = layers_[0];
@@ -371,7 +357,7 @@ Status CudaBackend::WarmUpGemms() {
   if (cap_tokens_ <= gemms_warm_tokens_) return Status::Ok();
   // Every row count Gemm hands cuBLAS up to the capacity (GemmRows).
   std::vector<int> rows;
-  for (int m = 1; m < cap_tokens_; m = GemmRows(m) + 1) rows.push_back(GemmRows(m));
+  for (int m = 1; m < cap_tokens_; m = cuda::GemmRows(m) + 1) rows.push_back(cuda::GemmRows(m));
   rows.push_back(static_cast<int>(cap_tokens_));
   // The LM head runs on up to B rows in graph and one-row steps (cuBLAS
   // rounds within B, as before), on up to R in drafted steps.
@@ -384,43 +370,46 @@ Status CudaBackend::WarmUpGemms() {
     // steps with prompt chunks (QkvPost).
     // (Quantized projections run no cuBLAS GEMM: nothing to warm.)
     if (L.wqkv != nullptr) {
-      RETURN_IF_ERROR(Gemm(h_.get<cuda::bf16_t>(), L.wqkv, qkv_.get(), true, m, qkv_n, H, 0.f, T));
-      RETURN_IF_ERROR(Gemm(h_.get<cuda::bf16_t>(), L.wqkv, qkv_.get(), false, m, qkv_n, H, 0.f, T));
+      RETURN_IF_ERROR(
+          Gemm(h_.get<kernels::bf16_t>(), L.wqkv, qkv_.get(), true, m, qkv_n, H, 0.f, T));
+      RETURN_IF_ERROR(
+          Gemm(h_.get<kernels::bf16_t>(), L.wqkv, qkv_.get(), false, m, qkv_n, H, 0.f, T));
     }
     // As Enqueue calls them: sandwich-norm models write o, the others add
     // into the residual stream x (another cuBLAS kernel family).
     void* res = c.sandwich_norm ? o_.get() : x_.get();
     const float beta = c.sandwich_norm ? 0.f : 1.f;
     if (L.wo != nullptr)
-      RETURN_IF_ERROR(Gemm(attn_.get<cuda::bf16_t>(), L.wo, res, true, m, H, A, beta, T));
+      RETURN_IF_ERROR(Gemm(attn_.get<kernels::bf16_t>(), L.wo, res, true, m, H, A, beta, T));
     if (dense == nullptr) {
-    } else if (UsePromptGemm(m, 2 * I, H)) {
-      CUDA_RETURN_IF_ERROR(cuda::LaunchPromptGemm(
-          h_.get<cuda::bf16_t>(), dense->w_gate_up, act_.get<cuda::bf16_t>(), m, 2 * I, H,
-          c.activation == Activation::kSilu ? 0 : 1, num_sms_, launch_));
+    } else if (cuda::UsePromptGemm(gemm_, m, 2 * I, H)) {
+      CUDA_RETURN_IF_ERROR(kernels::LaunchPromptGemm(
+          h_.get<kernels::bf16_t>(), dense->w_gate_up, act_.get<kernels::bf16_t>(), m, 2 * I, H,
+          c.activation == model::Activation::kSilu ? 0 : 1, num_sms_, launch_));
     } else {
       RETURN_IF_ERROR(
-          Gemm(h_.get<cuda::bf16_t>(), dense->w_gate_up, gu_.get(), false, m, 2 * I, H, 0.f, T));
+          Gemm(h_.get<kernels::bf16_t>(), dense->w_gate_up, gu_.get(), false, m, 2 * I, H, 0.f, T));
     }
     if (dense != nullptr)
-      RETURN_IF_ERROR(Gemm(act_.get<cuda::bf16_t>(), dense->w_down, res, true, m, H, I, beta, T));
-    if (m <= R && UsePromptArgmax(m)) {
+      RETURN_IF_ERROR(
+          Gemm(act_.get<kernels::bf16_t>(), dense->w_down, res, true, m, H, I, beta, T));
+    if (m <= R && cuda::PlanLmHead(gemm_, m) == cuda::LmHeadPath::kPromptArgmax) {
       // (Its first launch sets the kernel's attributes: not inside a graph
       // capture.)
-      CUDA_RETURN_IF_ERROR(cuda::LaunchPromptGemmArgmax(
-          h_.get<cuda::bf16_t>(), lm_head_, logits_.get<float>(), nullptr, m, c.vocab_size, H,
+      CUDA_RETURN_IF_ERROR(kernels::LaunchPromptGemmArgmax(
+          h_.get<kernels::bf16_t>(), lm_head_, logits_.get<float>(), nullptr, m, c.vocab_size, H,
           argmax_scratch_.get(), argmax_[0].get<int32_t>(), num_sms_, launch_));
     } else if (m <= R) {
-      RETURN_IF_ERROR(Gemm(h_.get<cuda::bf16_t>(), lm_head_, logits_.get(), true, m, c.vocab_size,
-                           H, 0.f, m <= B ? B : R));
+      RETURN_IF_ERROR(Gemm(h_.get<kernels::bf16_t>(), lm_head_, logits_.get(), true, m,
+                           c.vocab_size, H, 0.f, m <= B ? B : R));
     }
   }
   for (const int64_t last : {B, R}) {
     if (last >= T || (last == R && R == B)) continue;
-    RETURN_IF_ERROR(Gemm(h_.get<cuda::bf16_t>(), lm_head_, logits_.get(), true,
+    RETURN_IF_ERROR(Gemm(h_.get<kernels::bf16_t>(), lm_head_, logits_.get(), true,
                          static_cast<int>(last), c.vocab_size, H, 0.f, last));
   }
-  if (options_.tuning.gemm_tune && T >= kTuneMinRows) {
+  if (options_.tuning.gemm_tune && T >= cuda::kTuneMinRows) {
     // The prompt steps' GEMMs, timed at anchors of 512, 1,024, ... rows and
     // the capacity (GemmTuner::Run takes the smallest anchor that covers a
     // step). The tensor cores draw power by the data they see and these
@@ -433,12 +422,12 @@ Status CudaBackend::WarmUpGemms() {
     // Only the bf16 projections (QKV, gate_up): the o and down GEMMs'
     // tuned choice (fp32 added into the residual) timed faster here but ran
     // slower inside prompt steps (bench/RESULTS.md item 68).
-    auto* h = h_.get<cuda::bf16_t>();
-    for (int64_t a = kTuneMinRows;; a *= 2) {
+    auto* h = h_.get<kernels::bf16_t>();
+    for (int64_t a = cuda::kTuneMinRows;; a *= 2) {
       const int m = static_cast<int>(std::min(a, T));
       if (L.wqkv != nullptr)
         RETURN_IF_ERROR(tuner_.Tune(cublas_, h, L.wqkv, qkv_.get(), false, m, qkv_n, H, 0.f));
-      if (dense != nullptr && !UsePromptGemm(m, 2 * I, H))
+      if (dense != nullptr && !cuda::UsePromptGemm(gemm_, m, 2 * I, H))
         RETURN_IF_ERROR(
             tuner_.Tune(cublas_, h, dense->w_gate_up, gu_.get(), false, m, 2 * I, H, 0.f));
       if (m == T) break;
@@ -463,7 +452,7 @@ Status CudaBackend::EnsureCapacity(int64_t tokens, int64_t seqs,
   cap_rows_ = std::max({cap_rows_, rows, cap_seqs_, std::min<int64_t>(cap_tokens_, kMinLogitRows)});
   for (int g = 0; g < kMaxCacheGroups; ++g) cap_width_[g] = std::max(cap_width_[g], width[g]);
   cap_parts_ = std::max<int64_t>(4096, cap_seqs_);
-  const ModelConfig& c = config_;
+  const model::ModelConfig& c = config_;
   const int64_t T = cap_tokens_, B = cap_seqs_, R = cap_rows_, H = c.hidden_size, D = c.head_dim;
   const int64_t nh = c.num_heads, nkv = c.num_kv_heads;
   // The dense MLP's workspaces only where some layer has one (GPT-OSS's
@@ -488,21 +477,22 @@ Status CudaBackend::EnsureCapacity(int64_t tokens, int64_t seqs,
       {&v_, T * nkv * D * 2},
       {&attn_, T * nh * D * 2},
       // (Not past kMaxWgmmaRows rows where the prompt GEMM takes those.)
-      {&gu_, (UsePromptGemm(static_cast<int>(T), static_cast<int>(2 * I), static_cast<int>(H))
-                  ? std::min<int64_t>(T, cuda::kMaxWgmmaRows)
+      {&gu_, (cuda::UsePromptGemm(gemm_, static_cast<int>(T), static_cast<int>(2 * I),
+                                  static_cast<int>(H))
+                  ? std::min<int64_t>(T, kernels::kMaxWgmmaRows)
                   : T) *
                  2 * I * 2},
       {&act_, T * I * 2},
       {&logits_, R * c.vocab_size * 4},
       {&argmax_[0], R * 4},
       {&argmax_[1], R * 4},
-      {&argmax_scratch_,
-       static_cast<int64_t>(std::max(
-           {cuda::ArgmaxScratchBytes(static_cast<int>(R)),
-            cuda::WgmmaArgmaxScratchBytes(
-                static_cast<int>(std::min<int64_t>(R, cuda::kMaxWgmmaRows)),
-                static_cast<int>(c.vocab_size)),
-            cuda::PromptArgmaxScratchBytes(static_cast<int>(R), static_cast<int>(c.vocab_size))}))},
+      {&argmax_scratch_, static_cast<int64_t>(std::max(
+                             {kernels::ArgmaxScratchBytes(static_cast<int>(R)),
+                              kernels::WgmmaArgmaxScratchBytes(
+                                  static_cast<int>(std::min<int64_t>(R, kernels::kMaxWgmmaRows)),
+                                  static_cast<int>(c.vocab_size)),
+                              kernels::PromptArgmaxScratchBytes(static_cast<int>(R),
+                                                                static_cast<int>(c.vocab_size))}))},
       {&part_o_, cap_parts_ * nh * D * 4},
       {&part_ml_, cap_parts_ * nh * 2 * 4},
       {&meta_[0], meta * 4},
@@ -527,7 +517,7 @@ Status CudaBackend::EnsureCapacity(int64_t tokens, int64_t seqs,
     CUDA_RETURN_IF_ERROR(cudaMemsetAsync(wt.buf->get(), 0, wt.bytes, stream_));
   }
   if (fp8()) {
-    const size_t bytes = cuda::Fp8KvRowsBytes(T, static_cast<int>(nkv), static_cast<int>(D));
+    const size_t bytes = kernels::Fp8KvRowsBytes(T, static_cast<int>(nkv), static_cast<int>(D));
     RETURN_IF_ERROR(kv8_.Allocate(bytes));
     CUDA_RETURN_IF_ERROR(cudaMemsetAsync(kv8_.get(), 0, bytes, stream_));
   }
@@ -545,7 +535,7 @@ Status CudaBackend::EnsureCapacity(int64_t tokens, int64_t seqs,
 }
 
 Status CudaBackend::PlaceReduceBuffers() {
-  const ModelConfig& c = config_;
+  const model::ModelConfig& c = config_;
   const size_t bytes = static_cast<size_t>(cap_tokens_) * c.hidden_size * 4;
   const TpReduceArena a = TpReduceArenaFor(c, cap_tokens_);
   if (arena_ != nullptr && a.bytes <= arena_bytes_) {
@@ -582,8 +572,8 @@ void CudaBackend::ClearGraphs() {
   graphs_.clear();
 }
 
-Status CudaBackend::CopyBlocks(std::span<const KvBlockCopy> copies) {
-  for (const KvBlockCopy& c : copies) {
+Status CudaBackend::CopyBlocks(std::span<const cache::KvBlockCopy> copies) {
+  for (const cache::KvBlockCopy& c : copies) {
     if (c.group < 0 || c.group >= static_cast<int>(kv_.size()) || c.src < 0 || c.dst < 0 ||
         c.src >= layout_.blocks_per_group[c.group] || c.dst >= layout_.blocks_per_group[c.group])
       return InvalidArgument("CopyBlocks: block out of range");
@@ -794,94 +784,86 @@ Status CudaBackend::CheckBatch(std::span<const SeqStep> batch) const {
                     /*allow_prev_row=*/true, /*allow_multi_rows=*/true);
 }
 
-bool CudaBackend::UseWgmma(int m, int n, int k) const {
-  // Not the LM head either: its 2,000 tiles leave the early weight loads
-  // nothing to overlap, and cuBLAS was as fast.
-  return m >= wgmma_min_rows_ && n <= 32768 && cuda::WgmmaGemmSupported(m, n, k) &&
-         cuda::WgmmaGemmPlanFor(n, k, num_sms_).splits == 1;
-}
-
-bool CudaBackend::UseWgmmaArgmax(int rows) const {
-  const ModelConfig& c = config_;
-  return options_.tuning.lm_argmax && rows >= wgmma_min_rows_ && rows > kGemvMaxRows &&
-         !(c.final_logit_softcap > 0.f) &&
-         cuda::WgmmaGemmSupported(rows, c.vocab_size, c.hidden_size);
-}
-
-bool CudaBackend::UsePromptGemm(int m, int n, int k) const {
-  return options_.tuning.prompt_gemm && m > cuda::kMaxWgmmaRows &&
-         cuda::PromptGemmSupported(m, n, k);
-}
-
-bool CudaBackend::UsePromptArgmax(int rows) const {
-  const ModelConfig& c = config_;
+cuda::GemmModel CudaBackend::MakeGemmModel() const {
+  const model::ModelConfig& c = config_;
   const CudaTuning& t = options_.tuning;
-  return t.lm_argmax && t.prompt_gemm && t.prompt_argmax && rows >= kPromptArgmaxMinRows &&
-         !(c.final_logit_softcap > 0.f) &&
-         cuda::PromptGemmSupported(rows, c.vocab_size, c.hidden_size);
+  cuda::GemmModel g;
+  g.hidden = c.hidden_size;
+  g.qkv_n = (c.num_heads + 2 * c.num_kv_heads) * c.head_dim;
+  g.attn_n = c.num_heads * c.head_dim;
+  g.inter = c.intermediate_size;
+  g.vocab = c.vocab_size;
+  g.num_sms = num_sms_;
+  g.wgmma_min_rows = wgmma_min_rows_;
+  g.prompt_gemm = t.prompt_gemm && kernels::PromptGemmDeviceSupported();
+  g.lm_argmax = t.lm_argmax;
+  g.prompt_argmax = t.prompt_argmax;
+  g.gemv_pipe = t.gemv_pipe;
+  g.softcap = c.final_logit_softcap > 0.f;
+  g.sandwich_norm = c.sandwich_norm;
+  g.tp = tp();
+  return g;
 }
 
-int CudaBackend::PlanesFor(int m, int n, int k) const {
-  // (Above kGemvMaxRows: fewer rows take the GEMVs, some with the norm
-  // fused, which add no planes.)
-  if (m < wgmma_min_rows_ || m <= kGemvMaxRows || !cuda::WgmmaGemmSupported(m, n, k)) return 0;
-  const int splits = cuda::WgmmaGemmPlanFor(n, k, num_sms_).splits;
-  return splits > 1 && cuda::AddPartsRmsNormSupported(n, splits) ? splits : 0;
-}
-
-Status CudaBackend::ResidualGemm(const cuda::bf16_t* a, const cuda::bf16_t* w, int m, int n,
-                                 int k) {
-  // Tensor parallelism: a partial sum, all-reduced next (TpReduce), so no
-  // planes for the norm to add; rank 0 adds the residual, the others start
-  // from zero.
-  if (tp())
-    return Gemm(a, w, x_.get<float>(), true, m, n, k, options_.tp_comm.rank() == 0 ? 1.f : 0.f,
-                cap_tokens_);
-  const int splits = pending_planes_ == 0 ? PlanesFor(m, n, k) : 0;
-  if (splits > 0) {
-    CUDA_RETURN_IF_ERROR(cuda::LaunchWgmmaGemm(a, w, wgmma_planes_.get(), true, m, n, k, 0.f,
-                                               {wgmma_ws_.get(), num_sms_}, launch_, -1, true));
-    pending_planes_ = splits;
-    plane_floats_ = static_cast<int64_t>(m) * n;
-    return Status::Ok();
+Status CudaBackend::ResidualGemm(const kernels::bf16_t* a, const kernels::bf16_t* w, int m, int n,
+                                 int k, cuda::ResidualPath path, int planes) {
+  switch (path) {
+    case cuda::ResidualPath::kPlanes:
+      // The plan counts on the norm before this projection having added
+      // the last planes (one buffer holds one projection's).
+      if (pending_planes_ != 0) return Internal("cuda: split-K planes still pending");
+      CUDA_RETURN_IF_ERROR(kernels::LaunchWgmmaGemm(a, w, wgmma_planes_.get(), true, m, n, k, 0.f,
+                                                    {wgmma_ws_.get(), num_sms_}, launch_, -1,
+                                                    true));
+      pending_planes_ = planes;
+      plane_floats_ = static_cast<int64_t>(m) * n;
+      return Status::Ok();
+    case cuda::ResidualPath::kGemmPartial:
+      // A partial sum, all-reduced next (TpReduce): rank 0 adds the
+      // residual, the others start from zero.
+      return Gemm(a, w, x_.get<float>(), true, m, n, k, options_.tp_comm.rank() == 0 ? 1.f : 0.f,
+                  cap_tokens_);
+    case cuda::ResidualPath::kGemmOut:
+      return Gemm(a, w, o_.get<float>(), true, m, n, k, 0.f, cap_tokens_);
+    case cuda::ResidualPath::kGemmAdd:
+      break;
   }
   return Gemm(a, w, x_.get<float>(), true, m, n, k, 1.f, cap_tokens_);
 }
 
 Status CudaBackend::Norm(const int32_t* rows, const float* norm_w, int m) {
-  const ModelConfig& c = config_;
-  auto* h = h_.get<cuda::bf16_t>();
+  const model::ModelConfig& c = config_;
+  auto* h = h_.get<kernels::bf16_t>();
   float* x = x_.get<float>();
   if (pending_planes_ > 0) {
-    CUDA_RETURN_IF_ERROR(cuda::LaunchAddPartsRmsNorm(
+    CUDA_RETURN_IF_ERROR(kernels::LaunchAddPartsRmsNorm(
         x, wgmma_planes_.get<float>(), pending_planes_, plane_floats_, rows, norm_w, h, m,
         c.hidden_size, c.rms_norm_eps, c.gemma_norm, launch_));
     pending_planes_ = 0;
     return Status::Ok();
   }
-  CUDA_RETURN_IF_ERROR(cuda::LaunchRmsNorm(x, rows, norm_w, h, m, c.hidden_size, c.rms_norm_eps,
-                                           c.gemma_norm, launch_));
+  CUDA_RETURN_IF_ERROR(kernels::LaunchRmsNorm(x, rows, norm_w, h, m, c.hidden_size, c.rms_norm_eps,
+                                              c.gemma_norm, launch_));
   return Status::Ok();
 }
 
-Status CudaBackend::Gemm(const cuda::bf16_t* x, const cuda::bf16_t* w, void* y, bool y_f32, int m,
-                         int n, int k, float beta, int64_t max_rows) {
+Status CudaBackend::Gemm(const kernels::bf16_t* x, const kernels::bf16_t* w, void* y, bool y_f32,
+                         int m, int n, int k, float beta, int64_t max_rows) {
   if (m <= 0) return Status::Ok();
-  // The weight-streaming GEMV beat cuBLAS at 1 row (c1 655 -> 683 tok/s) but
-  // lost at 8 (c8 3833 -> 3210: its x reads from shared memory grow with the
-  // rows): used up to 2 rows.
-  if (m <= kGemvMaxRows && cuda::GemvSupported(m, k)) {
-    CUDA_RETURN_IF_ERROR(cuda::LaunchGemv(x, w, y, y_f32, m, n, k, beta, num_sms_, launch_,
-                                          options_.tuning.gemv_pipe));
-    return Status::Ok();
+  switch (cuda::ChooseGemm(gemm_, m, n, k)) {
+    case cuda::GemmKernel::kGemv:
+      CUDA_RETURN_IF_ERROR(kernels::LaunchGemv(x, w, y, y_f32, m, n, k, beta, num_sms_, launch_,
+                                               options_.tuning.gemv_pipe));
+      return Status::Ok();
+    case cuda::GemmKernel::kWgmma:
+      CUDA_RETURN_IF_ERROR(kernels::LaunchWgmmaGemm(x, w, y, y_f32, m, n, k, beta,
+                                                    {wgmma_ws_.get(), num_sms_}, launch_));
+      return Status::Ok();
+    case cuda::GemmKernel::kCublas:
+      break;
   }
-  if (UseWgmma(m, n, k)) {
-    CUDA_RETURN_IF_ERROR(
-        cuda::LaunchWgmmaGemm(x, w, y, y_f32, m, n, k, beta, {wgmma_ws_.get(), num_sms_}, launch_));
-    return Status::Ok();
-  }
-  const int rows = static_cast<int>(std::min<int64_t>(GemmRows(m), std::max<int64_t>(max_rows, m)));
-  if (rows >= kTuneMinRows) {
+  const int rows = cuda::CublasRows(m, max_rows);
+  if (rows >= cuda::kTuneMinRows) {
     bool ran = false;
     RETURN_IF_ERROR(tuner_.Run(x, w, y, y_f32, rows, n, k, beta, &ran));
     if (ran) return Status::Ok();
@@ -890,4 +872,4 @@ Status CudaBackend::Gemm(const cuda::bf16_t* x, const cuda::bf16_t* w, void* y, 
   return Status::Ok();
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::backend::cuda

@@ -10,27 +10,14 @@
 // rows interleaved, so that a block holds both halves of its outputs and the gated activation can
 // sit in a GEMM's epilogue); the residual stream is fp32, GEMM inputs bf16, accumulation fp32.
 //
-// GEMMs, by the step's rows (Gemm, NormGemm, ResidualGemm, Enqueue):
-// - 1 and 2 rows (kGemvMaxRows): weight-streaming GEMVs (kernels/gemv.h),
-//   pipelined from k 8,192; the QKV projection with the RMSNorm fused in
-//   (hidden size and outputs up to 4,096); gate_up with the gated
-//   activation in its epilogue, and the MLP's norm fused in too where
-//   CudaTuning::gemv_pipe is on and no sandwich norm came before.
-// - 3 to 64 rows, compute capability 9.0 and hidden sizes up to 2,048
-//   (cuda::WgmmaMinRows): the warpgroup GEMM (kernels/wgmma_gemm.h) where
-//   its plan needs no split K, gate_up with the activation in its epilogue;
-//   the o and down projections, and the decode QKV projection, with K split
-//   into fp32 planes that the next norm (AddPartsRmsNorm) or the decode
-//   attention adds; the LM head of 3 to 7 rows with the argmax in its
-//   epilogue.
-// - more than 64 rows: gate_up on the persistent TMA warpgroup GEMM
-//   (kernels/wgmma_prompt_gemm.h) with the activation in its epilogue.
-// - the LM head of 8 or more rows on the persistent GEMM with the argmax in
-//   its epilogue (logits stored only when some row samples).
-// - the rest on cuBLAS, at row counts rounded up to ones WarmUpGemms ran;
-//   from 512 rows the QKV and gate_up projections on the cuBLASLt algorithm
-//   GemmTuner timed fastest. Then the activation kernel, softcap and the
-//   two-pass argmax where no epilogue did it.
+// GEMMs: which kernel runs each product, by the step's rows, is the GEMM
+// plan's choice (gemm_plan.h says it in full: GEMVs for 1 and 2 rows with
+// the norm or the activation fused where they fit, the warpgroup GEMM to 64
+// rows with split-K planes for the residual projections, the persistent
+// prompt GEMM beyond, the argmax in the LM head's epilogue, cuBLAS for the
+// rest); Enqueue and Gemm launch it. From 512 rows the QKV and gate_up
+// projections on cuBLAS take the cuBLASLt algorithm GemmTuner timed
+// fastest, at row counts rounded up to ones WarmUpGemms ran.
 //
 // The KV cache is bf16, or e4m3 with per-row scales
 // (CudaBackendOptions::kv_dtype, docs/kv-fp8.md), paged, one allocation per
@@ -111,6 +98,7 @@
 #include "engine/backend/backend.h"
 #include "engine/backend/cuda/block_runs.h"
 #include "engine/backend/cuda/device_buffer.h"
+#include "engine/backend/cuda/gemm_plan.h"
 #include "engine/backend/cuda/gemm_tuner.h"
 #include "engine/backend/cuda/kernels/launch.h"
 #include "engine/backend/cuda/kv_read_hazards.h"
@@ -120,7 +108,7 @@
 #include "engine/backend/cuda_tuning.h"
 #include "engine/model/weight_source.h"
 
-namespace agentkv {
+namespace agentkv::backend::cuda {
 
 struct CudaBackendOptions {
   int device = 0;
@@ -131,7 +119,7 @@ struct CudaBackendOptions {
   CudaTuning tuning;
   // kBF16, or kFP8E4M3 (docs/kv-fp8.md: its own attention kernel over
   // narrow tiles, no fused rotary, no wide or TMA paths; kv_route.h).
-  KvDtype kv_dtype = KvDtype::kBF16;
+  cache::KvDtype kv_dtype = cache::KvDtype::kBF16;
   // Tensor parallelism (docs/tensor-parallel.md; TpBackend makes these):
   // this backend is one rank, built for TpPlan::RankConfig with its cut of
   // the weights (TpWeightSource). Inactive (the default): the single-GPU
@@ -151,17 +139,17 @@ struct CudaBackendOptions {
 
 class CudaBackend final : public Backend {
  public:
-  static Result<std::unique_ptr<CudaBackend>> Create(const ModelConfig& config,
-                                                     const WeightSource& weights,
+  static Result<std::unique_ptr<CudaBackend>> Create(const model::ModelConfig& config,
+                                                     const model::WeightSource& weights,
                                                      const CudaBackendOptions& options);
   ~CudaBackend() override;
 
-  const ModelConfig& config() const override { return config_; }
-  const ModelCacheSpec& cache_spec() const override { return spec_; }
+  const model::ModelConfig& config() const override { return config_; }
+  const cache::ModelCacheSpec& cache_spec() const override { return spec_; }
   std::string name() const override { return "cuda"; }
-  std::string kv_format() const override { return KvDtypeName(spec_.kv_dtype); }
+  std::string kv_format() const override { return cache::KvDtypeName(spec_.kv_dtype); }
   uint32_t kv_element_size() const override {
-    return static_cast<uint32_t>(KvDtypeBytes(spec_.kv_dtype));
+    return static_cast<uint32_t>(cache::KvDtypeBytes(spec_.kv_dtype));
   }
 
   // cudaMemGetInfo's free bytes of this backend's device.
@@ -195,7 +183,7 @@ class CudaBackend final : public Backend {
   // Whether the residual stream lives in the window now.
   bool residual_in_window() const { return x_.is_view(); }
   const KvLayout& kv_layout() const override { return layout_; }
-  Status CopyBlocks(std::span<const KvBlockCopy> copies) override;
+  Status CopyBlocks(std::span<const cache::KvBlockCopy> copies) override;
   // Several logits rows per sequence (speculative verification): the LM
   // head, its argmax, the device draws and the logprobs run over every row
   // (a sequence's rows in token order), as for one row per sequence. Such
@@ -264,36 +252,36 @@ class CudaBackend final : public Backend {
 
  private:
   struct Layer;
-  CudaBackend(const ModelConfig& config, const CudaBackendOptions& options);
-  Status Init(const WeightSource& weights);
+  CudaBackend(const model::ModelConfig& config, const CudaBackendOptions& options);
+  Status Init(const model::WeightSource& weights);
   // Quantized dense weights (backend_layer.h; dense_quant.cc).
   struct QuantDense;
   // names' bf16 rows stacked (interleaved for gate and up), into one
   // allocation at *out. Where `quant` is given and the checkpoint stores
   // the names quantized: loaded so into *quant instead (LoadQuantDense),
   // *out null.
-  Status UploadBf16(const WeightSource& w, const std::vector<std::string>& names,
-                    const std::vector<std::vector<int64_t>>& shapes, cuda::bf16_t** out,
+  Status UploadBf16(const model::WeightSource& w, const std::vector<std::string>& names,
+                    const std::vector<std::vector<int64_t>>& shapes, kernels::bf16_t** out,
                     bool interleave_rows = false, QuantDense* quant = nullptr);
   // fp8 dense weights (block, channel or tensor scales) as stored, parts
   // stacked or interleaved as UploadBf16 does, with a scale per row and
   // block of columns (dense_quant.cc).
-  Status LoadQuantDense(const WeightSource& w, const std::vector<std::string>& names,
+  Status LoadQuantDense(const model::WeightSource& w, const std::vector<std::string>& names,
                         const std::vector<std::vector<int64_t>>& shapes, bool interleave_rows,
                         QuantDense* out);
   // y = x[m] . w^T for quantized w on the MoE kernels' one-group form (the
   // GEMV for decode-sized m, the tensor cores' tiles otherwise): y fp32
   // (added into it with accumulate) or bf16; `gated`: SwiGLU of the
   // interleaved gate and up rows into bf16 y [m][n / 2].
-  Status QuantGemm(const cuda::bf16_t* x, const QuantDense& w, void* y, bool y_f32, bool accumulate,
-                   int m, bool gated = false);
-  Status UploadF32(const WeightSource& w, const std::vector<std::string>& names,
+  Status QuantGemm(const kernels::bf16_t* x, const QuantDense& w, void* y, bool y_f32,
+                   bool accumulate, int m, bool gated = false);
+  Status UploadF32(const model::WeightSource& w, const std::vector<std::string>& names,
                    const std::vector<std::vector<int64_t>>& shapes, float** out);
   // `bytes` of host memory into a new weight allocation (moe_layer.cc).
   Status UploadHost(const void* data, size_t bytes, void** out);
   // Layer `layer`'s router and experts in the device layout
   // (backend_layer.h), bf16 (moe_layer.cc).
-  Status LoadMoeLayer(const WeightSource& w, int layer, Layer* L);
+  Status LoadMoeLayer(const model::WeightSource& w, int layer, Layer* L);
   // The MLP of a mixture-of-experts layer for T tokens: the norm, the
   // router, routing and grouping, the experts, and their weighted sum added
   // into x_ (kernels/moe.h; moe_layer.cc).
@@ -362,35 +350,27 @@ class CudaBackend final : public Backend {
   // sees is one WarmUpGemms ran. Its first call at an unseen row count took
   // 5-15 ms (kernel selection and loading): prefill chunks of arbitrary
   // length met it again and again.
-  Status Gemm(const cuda::bf16_t* x, const cuda::bf16_t* w, void* y, bool y_f32, int m, int n,
+  Status Gemm(const kernels::bf16_t* x, const kernels::bf16_t* w, void* y, bool y_f32, int m, int n,
               int k, float beta, int64_t max_rows);
-  // Whether Gemm runs an m-row [n][k] GEMM on the warpgroup kernel (plans
-  // without split K: with it the last block's reduction made the o, QKV
-  // and down projections slower than cuBLAS; bench/RESULTS.md item 44).
-  bool UseWgmma(int m, int n, int k) const;
-  // Whether the LM head of `rows` rows runs on the warpgroup GEMM with the
-  // argmax in its epilogue (no softcap; CudaTuning::lm_argmax off: never).
-  bool UseWgmmaArgmax(int rows) const;
-  // Whether gate_up (n = 2 * intermediate) of m rows runs on the prompt
-  // GEMM with the activation in its epilogue (CudaTuning::prompt_gemm; more than
-  // kMaxWgmmaRows rows). Where it does, gu_ holds only kMaxWgmmaRows rows.
-  bool UsePromptGemm(int m, int n, int k) const;
-  // Whether the LM head of `rows` rows (8 or more) runs on the prompt GEMM
-  // with the argmax in its epilogue (CudaTuning's lm_argmax, prompt_gemm and
-  // prompt_argmax; no softcap).
-  bool UsePromptArgmax(int rows) const;
-  // The residual-adding projections (o, down; y = x += a . w^T): on the
-  // warpgroup kernel with K split into planes where it applies, the next
-  // norm adding them (pending_planes_); else Gemm with beta 1.
-  Status ResidualGemm(const cuda::bf16_t* a, const cuda::bf16_t* w, int m, int n, int k);
-  // The plan with which an m-row [n][k] GEMM leaves split-K planes in
-  // wgmma_planes_ for the next kernel to add (its splits; 0: it does not).
-  int PlanesFor(int m, int n, int k) const;
+  // The facts the GEMM choices follow (gemm_plan.h), once wgmma_min_rows_
+  // and the tuning are final.
+  cuda::GemmModel MakeGemmModel() const;
+  // The residual-adding projections (o, down; x += a . w^T) as the plan
+  // says: the warpgroup kernel's split-K planes (`planes` of them), which
+  // the next norm adds (pending_planes_); Gemm with beta 1; a tensor-
+  // parallel partial sum; or, with sandwich norms, into o_.
+  Status ResidualGemm(const kernels::bf16_t* a, const kernels::bf16_t* w, int m, int n, int k,
+                      cuda::ResidualPath path, int planes);
+  // gate_up of layer L and its gated activation into act_, as the plan
+  // says (h_ holds the normed rows unless the path normalises x_ itself).
+  Status GateUp(const Layer& L, cuda::GateUpPath path, int T);
   // h = RMSNorm(x[rows]) (rows null: all m), adding the pending planes first.
   Status Norm(const int32_t* rows, const float* norm_w, int m);
-  // y = RMSNorm(x[rows]) . w^T, through h_ (y fp32, or bf16).
-  Status NormGemm(const float* x, const int32_t* rows, const float* norm_w, const cuda::bf16_t* w,
-                  void* y, int m, int n, int64_t max_rows, bool y_f32 = true);
+  // y = RMSNorm(x[rows]) . w^T (y fp32, or bf16): in one GEMV where the
+  // plan fuses the norm (rows null, no planes pending), else through h_.
+  Status NormGemm(const float* x, const int32_t* rows, const float* norm_w,
+                  const kernels::bf16_t* w, void* y, int m, int n, int64_t max_rows, bool y_f32,
+                  bool fused);
   // The shape of a graph step of `bucket` sequences (width-independent;
   // cuda::GraphShape at the current capacity).
   cuda::StepShape GraphShape(int bucket) const;
@@ -404,8 +384,8 @@ class CudaBackend final : public Backend {
   int64_t gemms_warm_tokens_ = 0;  // row counts up to this are warm
   void ClearGraphs();
 
-  ModelConfig config_;
-  ModelCacheSpec spec_;
+  model::ModelConfig config_;
+  cache::ModelCacheSpec spec_;
   CudaBackendOptions options_;
   KvLayout layout_;
   int num_sms_ = 0;
@@ -413,7 +393,7 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   // The kernels' launches: on stream_, with programmatic dependent launch
   // unless CudaTuning::pdl is off.
-  cuda::LaunchConfig launch_;
+  kernels::LaunchConfig launch_;
   // Per-step copies off the compute stream, one stream each way: a pick's
   // download waits for its step to end, and the next step's metadata must
   // not queue behind that wait.
@@ -465,8 +445,8 @@ class CudaBackend final : public Backend {
   cuda::GemmTuner tuner_;
 
   std::vector<cuda::DeviceBuffer> weight_mem_;  // every weight allocation
-  cuda::bf16_t* embed_ = nullptr;
-  cuda::bf16_t* lm_head_ = nullptr;  // == embed_ when tied
+  kernels::bf16_t* embed_ = nullptr;
+  kernels::bf16_t* lm_head_ = nullptr;  // == embed_ when tied
   float* final_norm_ = nullptr;
   float* inv_freq_global_ = nullptr;
   float* inv_freq_local_ = nullptr;
@@ -512,18 +492,16 @@ class CudaBackend final : public Backend {
   // Tensor parallelism: the config steps are checked against (the full
   // vocabulary: token ids are global), and one argmax key per logits row
   // (cap_seqs_).
-  ModelConfig tp_check_config_;
+  model::ModelConfig tp_check_config_;
   cuda::DeviceBuffer tp_keys_;
   // fp8 cache: the step's quantized K/V rows (cuda::Fp8KvRowsAt, cap_tokens_).
   cuda::DeviceBuffer kv8_;
-  bool fp8() const { return spec_.kv_dtype == KvDtype::kFP8E4M3; }
-  // Up to this many rows the GEMMs run on the weight-streaming GEMVs
-  // (kernels/gemv.h); more rows take the warpgroup GEMM or cuBLAS.
-  static constexpr int kGemvMaxRows = 2;
+  bool fp8() const { return spec_.kv_dtype == cache::KvDtype::kFP8E4M3; }
   // Rows from which Gemm uses the warpgroup GEMM (up to kMaxWgmmaRows;
   // cuda::WgmmaMinRows: kNeverRows off compute capability 9.0), and its
   // split-K scratch (wgmma_ws_).
   int wgmma_min_rows_ = cuda::kNeverRows;
+  cuda::GemmModel gemm_;
   // Split-K planes of the last ResidualGemm not yet added to x_ (their
   // count; 0: none), each plane_floats_ apart in wgmma_planes_ (which the
   // QKV projection's planes reuse: each user runs after the last reader).
@@ -554,4 +532,4 @@ class CudaBackend final : public Backend {
   int profile_seen_ = 0;
 };
 
-}  // namespace agentkv
+}  // namespace agentkv::backend::cuda

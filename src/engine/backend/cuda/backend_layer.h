@@ -6,7 +6,7 @@
 #include "engine/backend/cuda/backend.h"
 #include "engine/backend/cuda/kernels/moe_plan.h"
 
-namespace agentkv {
+namespace agentkv::backend::cuda {
 
 // A dense projection stored fp8 (codes null: not quantized): codes
 // [n][k] (parts stacked, or gate and up rows interleaved) and a scale per
@@ -24,30 +24,30 @@ struct CudaBackend::Layer {
   float* post_attn_norm = nullptr;
   float* pre_ff_norm = nullptr;
   float* post_ff_norm = nullptr;
-  cuda::bf16_t* wqkv = nullptr;  // [q | k | v] rows
+  kernels::bf16_t* wqkv = nullptr;  // [q | k | v] rows
   float* bqkv = nullptr;
   float* q_norm = nullptr;
   float* k_norm = nullptr;
   float* sinks = nullptr;  // [num_heads] attention sink logits (GPT-OSS)
-  cuda::bf16_t* wo = nullptr;
-  float* bo = nullptr;                // o_proj bias (GPT-OSS)
-  cuda::bf16_t* w_gate_up = nullptr;  // gate and up rows interleaved
-  cuda::bf16_t* w_down = nullptr;
+  kernels::bf16_t* wo = nullptr;
+  float* bo = nullptr;                   // o_proj bias (GPT-OSS)
+  kernels::bf16_t* w_gate_up = nullptr;  // gate and up rows interleaved
+  kernels::bf16_t* w_down = nullptr;
   // fp8 checkpoints: the dense projections quantized (their bf16 pointers
   // above null).
   QuantDense q_qkv, q_o, q_gate_up, q_down;
   // Mixture-of-experts layers (router set; w_gate_up and w_down null).
-  cuda::bf16_t* router = nullptr;           // [E][H]
-  float* router_bias = nullptr;             // [E] (GPT-OSS)
-  cuda::bf16_t* experts_gate_up = nullptr;  // [E][2I][H], gate and up rows interleaved
-  float* experts_gate_up_bias = nullptr;    // [E][2I], interleaved (GPT-OSS)
-  cuda::bf16_t* experts_down = nullptr;     // [E][H][I]
-  float* experts_down_bias = nullptr;       // [E][H] (GPT-OSS)
+  kernels::bf16_t* router = nullptr;           // [E][H]
+  float* router_bias = nullptr;                // [E] (GPT-OSS)
+  kernels::bf16_t* experts_gate_up = nullptr;  // [E][2I][H], gate and up rows interleaved
+  float* experts_gate_up_bias = nullptr;       // [E][2I], interleaved (GPT-OSS)
+  kernels::bf16_t* experts_down = nullptr;     // [E][H][I]
+  float* experts_down_bias = nullptr;          // [E][H] (GPT-OSS)
   // Quantized experts (experts_format not kBf16; experts_gate_up and
   // experts_down null), as cuda::MoeGemmParams reads them: codes, and fp8
   // block scales (gate_up's paired: gate's and up's blocks apart) or mxfp4
   // exponents.
-  cuda::MoeWeightFormat experts_format = cuda::MoeWeightFormat::kBf16;
+  kernels::MoeWeightFormat experts_format = kernels::MoeWeightFormat::kBf16;
   const uint8_t* experts_gate_up_q = nullptr;
   const uint8_t* experts_down_q = nullptr;
   const float* experts_gate_up_scales = nullptr;
@@ -56,10 +56,10 @@ struct CudaBackend::Layer {
   const uint8_t* experts_gate_up_exps = nullptr;
   const uint8_t* experts_down_exps = nullptr;
   int experts_block_rows = 128, experts_block_cols = 128;
-  AttentionKind kind = AttentionKind::kFull;
+  cache::AttentionKind kind = cache::AttentionKind::kFull;
   int window = 0;
   int group = 0;
   int index_in_group = 0;
 };
 
-}  // namespace agentkv
+}  // namespace agentkv::backend::cuda

@@ -7,7 +7,7 @@
 #include <span>
 #include <vector>
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda {
 
 struct BlockRun {
   int32_t first_block = 0;  // pool id of the run's first block
@@ -31,4 +31,4 @@ inline void BlockRuns(std::span<const int32_t> blocks, std::vector<BlockRun>* ou
   }
 }
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda

@@ -13,30 +13,31 @@
 #include "engine/backend/cuda/kernels/moe.h"
 #include "engine/backend/cuda/status.h"
 
-namespace agentkv {
+namespace agentkv::backend::cuda {
 
-Status CudaBackend::LoadQuantDense(const WeightSource& w, const std::vector<std::string>& names,
+Status CudaBackend::LoadQuantDense(const model::WeightSource& w,
+                                   const std::vector<std::string>& names,
                                    const std::vector<std::vector<int64_t>>& shapes,
                                    bool interleave_rows, QuantDense* out) {
   if (names.empty() || names.size() != shapes.size())
     return InvalidArgument("LoadQuantDense: a shape per name");
   if (interleave_rows && (names.size() != 2 || shapes[0] != shapes[1]))
     return InvalidArgument("LoadQuantDense: rows interleave two matrices of one shape");
-  if (interleave_rows && config_.activation != Activation::kSilu)
+  if (interleave_rows && config_.activation != model::Activation::kSilu)
     return Unimplemented("cuda backend: " + names[0] +
                          " is quantized and the MLP's activation is not SiLU: the quantized "
                          "gate_up runs SwiGLU only");
-  std::vector<QuantizedWeight> parts;
+  std::vector<model::QuantizedWeight> parts;
   int64_t rows = 0;
   const int64_t cols = shapes[0].back();
   for (size_t i = 0; i < names.size(); ++i) {
     if (!w.IsQuantized(names[i]))
       return Unimplemented("cuda backend: " + names[i] + " is not quantized while " + names[0] +
                            " is: the parts of a projection must be stored alike");
-    ASSIGN_OR_RETURN(QuantizedWeight q, w.LoadQuantized(names[i], shapes[i], config_.quant));
-    if (q.format == QuantFormat::kMxfp4 || q.batch != 1 || q.cols != cols)
+    ASSIGN_OR_RETURN(model::QuantizedWeight q, w.LoadQuantized(names[i], shapes[i], config_.quant));
+    if (q.format == model::QuantFormat::kMxfp4 || q.batch != 1 || q.cols != cols)
       return Unimplemented("cuda backend: " + names[i] + " is " +
-                           std::string(QuantFormatName(q.format)) +
+                           std::string(model::QuantFormatName(q.format)) +
                            "; dense projections read fp8 (block, channel or tensor scales)");
     rows += q.rows;
     parts.push_back(std::move(q));
@@ -45,16 +46,17 @@ Status CudaBackend::LoadQuantDense(const WeightSource& w, const std::vector<std:
   // multiple of 16 so that no 16-byte load straddles two blocks), else one
   // block of the whole row rounded up to 16 (channel and tensor scales).
   int bc = 0;
-  for (const QuantizedWeight& q : parts) {
-    if (q.format != QuantFormat::kFp8Block) continue;
+  for (const model::QuantizedWeight& q : parts) {
+    if (q.format != model::QuantFormat::kFp8Block) continue;
     if (q.block_cols % 16 != 0 || (bc != 0 && bc != q.block_cols))
       return Unimplemented("cuda backend: " + names[0] +
                            ": fp8 blocks of whole 16 columns, alike in every part");
     bc = q.block_cols;
   }
   if (bc == 0) bc = static_cast<int>((cols + 15) / 16 * 16);
-  if (cuda::ChooseMoeGemmPath(1, 1, 1, static_cast<int>(rows), static_cast<int>(cols),
-                              cuda::MoeWeightFormat::kFp8Block) == cuda::MoeGemmPath::kUnsupported)
+  if (kernels::ChooseMoeGemmPath(1, 1, 1, static_cast<int>(rows), static_cast<int>(cols),
+                                 kernels::MoeWeightFormat::kFp8Block) ==
+      kernels::MoeGemmPath::kUnsupported)
     return Unimplemented("cuda backend: " + names[0] + ": quantized inputs of " +
                          std::to_string(cols) + " are not whole 16-value loads");
   const int64_t nkb = (cols + bc - 1) / bc;
@@ -62,7 +64,7 @@ Status CudaBackend::LoadQuantDense(const WeightSource& w, const std::vector<std:
   std::vector<float> scales(static_cast<size_t>(rows * nkb));
   int64_t first = 0;  // the part's first row in the stacked matrix
   for (size_t i = 0; i < parts.size(); ++i) {
-    const QuantizedWeight& q = parts[i];
+    const model::QuantizedWeight& q = parts[i];
     for (int64_t r = 0; r < q.rows; ++r) {
       // Where row r of part i goes: stacked after the earlier parts, or
       // interleaved (gate r at 2r, up r at 2r + 1).
@@ -71,10 +73,10 @@ Status CudaBackend::LoadQuantDense(const WeightSource& w, const std::vector<std:
       for (int64_t kb = 0; kb < nkb; ++kb) {
         float s;
         switch (q.format) {
-          case QuantFormat::kFp8Block:
+          case model::QuantFormat::kFp8Block:
             s = q.scales[(r / q.block_rows) * ((cols + q.block_cols - 1) / q.block_cols) + kb];
             break;
-          case QuantFormat::kFp8Channel:
+          case model::QuantFormat::kFp8Channel:
             s = q.scales[r];
             break;
           default:  // per tensor
@@ -97,12 +99,12 @@ Status CudaBackend::LoadQuantDense(const WeightSource& w, const std::vector<std:
   return Status::Ok();
 }
 
-Status CudaBackend::QuantGemm(const cuda::bf16_t* x, const QuantDense& w, void* y, bool y_f32,
+Status CudaBackend::QuantGemm(const kernels::bf16_t* x, const QuantDense& w, void* y, bool y_f32,
                               bool accumulate, int m, bool gated) {
   if (m <= 0) return Status::Ok();
-  cuda::MoeGemmParams g;
+  kernels::MoeGemmParams g;
   g.x = x;
-  g.format = cuda::MoeWeightFormat::kFp8Block;
+  g.format = kernels::MoeWeightFormat::kFp8Block;
   g.wq = w.codes;
   g.scales = w.scales;
   g.block_rows = 1;  // (a scale per row)
@@ -112,20 +114,20 @@ Status CudaBackend::QuantGemm(const cuda::bf16_t* x, const QuantDense& w, void* 
   g.rows = m;
   g.max_group_rows = m;
   if (gated) {
-    g.epilogue = cuda::MoeEpilogue::kSwiglu;
-    g.act = static_cast<cuda::bf16_t*>(y);
+    g.epilogue = kernels::MoeEpilogue::kSwiglu;
+    g.act = static_cast<kernels::bf16_t*>(y);
   } else if (y_f32) {
-    g.epilogue = cuda::MoeEpilogue::kStore;
+    g.epilogue = kernels::MoeEpilogue::kStore;
     g.y = static_cast<float*>(y);
     g.accumulate = accumulate;
   } else {
-    g.epilogue = cuda::MoeEpilogue::kStoreBf16;
-    g.act = static_cast<cuda::bf16_t*>(y);
+    g.epilogue = kernels::MoeEpilogue::kStoreBf16;
+    g.act = static_cast<kernels::bf16_t*>(y);
   }
   // One group of m rows: the GEMV for decode-sized steps, the tiles else.
-  g.path = cuda::ChooseMoeGemmPath(m, 1, 1, g.N, g.K, g.format, options_.tuning.moe_gemv);
-  CUDA_RETURN_IF_ERROR(cuda::LaunchMoeGemm(g, launch_));
+  g.path = kernels::ChooseMoeGemmPath(m, 1, 1, g.N, g.K, g.format, options_.tuning.moe_gemv);
+  CUDA_RETURN_IF_ERROR(kernels::LaunchMoeGemm(g, launch_));
   return Status::Ok();
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::backend::cuda

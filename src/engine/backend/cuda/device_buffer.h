@@ -10,7 +10,7 @@
 
 #include "engine/backend/cuda/status.h"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda {
 
 template <bool kPinned>
 class BasicBuffer {
@@ -70,4 +70,4 @@ class BasicBuffer {
 using DeviceBuffer = BasicBuffer<false>;
 using PinnedBuffer = BasicBuffer<true>;
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda

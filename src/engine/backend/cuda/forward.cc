@@ -23,16 +23,16 @@
 #include "engine/backend/cuda/step_plan.h"
 #include "engine/backend/kv_fp8.h"
 
-namespace agentkv {
+namespace agentkv::backend::cuda {
 
 cuda::StepModel CudaBackend::PlanModel() const {
   const CudaTuning& tuning = options_.tuning;
   cuda::StepModel m;
   m.num_kv_heads = config_.num_kv_heads;
-  m.narrow_tile_tokens = cuda::TokensPerTile(group_size_, false);
-  m.wide_tile_tokens = cuda::TokensPerTile(group_size_, true);
-  m.wide_supported = cuda::WideAttentionSupported(config_.head_dim);
-  m.fused_rotary_supported = cuda::FusedRotarySupported(config_.head_dim);
+  m.narrow_tile_tokens = kernels::TokensPerTile(group_size_, false);
+  m.wide_tile_tokens = kernels::TokensPerTile(group_size_, true);
+  m.wide_supported = kernels::WideAttentionSupported(config_.head_dim);
+  m.fused_rotary_supported = kernels::FusedRotarySupported(config_.head_dim);
   m.fp8 = fp8();
   m.graphs = tuning.graphs;
   m.fused_rotary = tuning.fused_rotary;
@@ -287,12 +287,12 @@ Status CudaBackend::LaunchStep(std::span<const SeqStep> batch, std::span<const R
   // Drawn rows overwrite their argmax in the picks buffer (outside the
   // graphs: they hold the greedy step's kernels only).
   if (z.any_draw)
-    CUDA_RETURN_IF_ERROR(cuda::LaunchSampleRows(logits_.get<float>(), W, config_.vocab_size,
-                                                row_picks_[slot].get<RowPick>(),
-                                                argmax_[slot].get<int32_t>(), launch_));
+    CUDA_RETURN_IF_ERROR(kernels::LaunchSampleRows(logits_.get<float>(), W, config_.vocab_size,
+                                                   row_picks_[slot].get<RowPick>(),
+                                                   argmax_[slot].get<int32_t>(), launch_));
   // Logprobs after the picks they name (the chosen tokens).
   if (z.any_logprobs)
-    CUDA_RETURN_IF_ERROR(cuda::LaunchRowLogprobs(
+    CUDA_RETURN_IF_ERROR(kernels::LaunchRowLogprobs(
         logits_.get<float>(), W, config_.vocab_size, row_picks_[slot].get<RowPick>(),
         argmax_[slot].get<int32_t>(), row_lp_[slot].get<RowLogprobs>(), launch_));
   CUDA_RETURN_IF_ERROR(cudaEventRecord(ev[1], stream_));
@@ -338,26 +338,58 @@ Status CudaBackend::LaunchStep(std::span<const SeqStep> batch, std::span<const R
 }
 
 Status CudaBackend::NormGemm(const float* x, const int32_t* rows, const float* norm_w,
-                             const cuda::bf16_t* w, void* y, int m, int n, int64_t max_rows,
-                             bool y_f32) {
-  const ModelConfig& c = config_;
+                             const kernels::bf16_t* w, void* y, int m, int n, int64_t max_rows,
+                             bool y_f32, bool fused) {
+  const model::ModelConfig& c = config_;
   const int H = c.hidden_size;
-  // One or two rows and a grid of about one wave (the QKV projection): the
-  // GEMV normalises x itself while its first weight loads are in flight.
-  // With more blocks (the MLP, the LM head) every block re-reads x and the
-  // norm weights and the later waves cannot hide it: measured slower than a
-  // separate norm kernel (bench/RESULTS.md, CUDA log).
-  if (rows == nullptr && n <= 4096 && pending_planes_ == 0 && cuda::NormGemvSupported(m, H)) {
-    CUDA_RETURN_IF_ERROR(cuda::LaunchNormGemv(x, norm_w, c.rms_norm_eps, c.gemma_norm, w, y, y_f32,
-                                              m, n, H, 0.f, launch_));
+  if (fused) {
+    // (The GEMV reads x as it is: no planes may be pending, nor rows picked.)
+    if (rows != nullptr || pending_planes_ != 0)
+      return Internal("cuda: the fused norm GEMV needs all rows and no pending planes");
+    CUDA_RETURN_IF_ERROR(kernels::LaunchNormGemv(x, norm_w, c.rms_norm_eps, c.gemma_norm, w, y,
+                                                 y_f32, m, n, H, 0.f, launch_));
     return Status::Ok();
   }
   RETURN_IF_ERROR(Norm(rows, norm_w, m));
-  return Gemm(h_.get<cuda::bf16_t>(), w, y, y_f32, m, n, H, 0.f, max_rows);
+  return Gemm(h_.get<kernels::bf16_t>(), w, y, y_f32, m, n, H, 0.f, max_rows);
+}
+
+Status CudaBackend::GateUp(const Layer& L, cuda::GateUpPath path, int T) {
+  const model::ModelConfig& c = config_;
+  const int H = c.hidden_size, I = c.intermediate_size;
+  const int act_kind = c.activation == model::Activation::kSilu ? 0 : 1;
+  auto* h = h_.get<kernels::bf16_t>();
+  auto* act = act_.get<kernels::bf16_t>();
+  switch (path) {
+    case cuda::GateUpPath::kNormGemvAct:
+      CUDA_RETURN_IF_ERROR(kernels::LaunchNormGemvGatedAct(
+          x_.get<float>(), L.post_attn_norm, c.rms_norm_eps, c.gemma_norm, L.w_gate_up, act, T,
+          2 * I, H, act_kind, launch_));
+      return Status::Ok();
+    case cuda::GateUpPath::kGemvAct:
+      CUDA_RETURN_IF_ERROR(
+          kernels::LaunchGemvGatedAct(h, L.w_gate_up, act, T, 2 * I, H, act_kind, launch_));
+      return Status::Ok();
+    case cuda::GateUpPath::kWgmmaAct:
+      CUDA_RETURN_IF_ERROR(kernels::LaunchWgmmaGemm(h, L.w_gate_up, act, false, T, 2 * I, H, 0.f,
+                                                    {wgmma_ws_.get(), num_sms_}, launch_,
+                                                    act_kind));
+      return Status::Ok();
+    case cuda::GateUpPath::kPromptAct:
+      CUDA_RETURN_IF_ERROR(
+          kernels::LaunchPromptGemm(h, L.w_gate_up, act, T, 2 * I, H, act_kind, num_sms_, launch_));
+      return Status::Ok();
+    case cuda::GateUpPath::kGemmThenAct:
+      break;
+  }
+  auto* gu = gu_.get<kernels::bf16_t>();
+  RETURN_IF_ERROR(Gemm(h, L.w_gate_up, gu, false, T, 2 * I, H, 0.f, cap_tokens_));
+  CUDA_RETURN_IF_ERROR(kernels::LaunchGatedAct(gu, act, T, I, act_kind, launch_));
+  return Status::Ok();
 }
 
 Status CudaBackend::Enqueue(const cuda::StepShape& s, int slot) {
-  const ModelConfig& c = config_;
+  const model::ModelConfig& c = config_;
   const int T = s.tokens, H = c.hidden_size, I = c.intermediate_size, D = c.head_dim;
   const int nh = c.num_heads, nkv = c.num_kv_heads;
   const int qkv_n = (nh + 2 * nkv) * D;
@@ -374,34 +406,37 @@ Status CudaBackend::Enqueue(const cuda::StepShape& s, int slot) {
   const int32_t* tok_seq = meta + ml.tok_seq;
   float* x = x_.get<float>();
   float* o = o_.get<float>();
-  auto* h = h_.get<cuda::bf16_t>();
-  auto* q = q_.get<cuda::bf16_t>();
-  auto* k = k_.get<cuda::bf16_t>();
-  auto* v = v_.get<cuda::bf16_t>();
-  auto* attn = attn_.get<cuda::bf16_t>();
-  auto* gu = gu_.get<cuda::bf16_t>();
-  auto* act = act_.get<cuda::bf16_t>();
+  auto* h = h_.get<kernels::bf16_t>();
+  auto* q = q_.get<kernels::bf16_t>();
+  auto* k = k_.get<kernels::bf16_t>();
+  auto* v = v_.get<kernels::bf16_t>();
+  auto* attn = attn_.get<kernels::bf16_t>();
+  auto* act = act_.get<kernels::bf16_t>();
 
   pending_planes_ = 0;
   if (tp()) {
     RETURN_IF_ERROR(TpEmbed(meta + ml.tokens, prev_picks, T));
   } else {
-    CUDA_RETURN_IF_ERROR(
-        cuda::LaunchEmbed(embed_, meta + ml.tokens, prev_picks, T, H, c.embed_scale, x, launch_));
+    CUDA_RETURN_IF_ERROR(kernels::LaunchEmbed(embed_, meta + ml.tokens, prev_picks, T, H,
+                                              c.embed_scale, x, launch_));
   }
   const CudaTuning& tuning = options_.tuning;
+  // Which kernel runs each projection of a dense layer (gemm_plan.h);
+  // quantized projections take QuantGemm whatever the plan says.
+  const cuda::DenseLayerPlan gemms =
+      cuda::PlanDenseLayer(gemm_, T, routes.fused_rotary, kernels::kMaxQkvPlanes);
   for (int l = 0; l < c.num_layers; ++l) {
     const Layer& L = layers_[l];
     const cuda::AttentionRoute& route = routes.groups[L.group];
     const bool fused_rotary = route.fused_rotary;
-    // Which adds the QKV projection's split-K planes itself, where it has them.
-    int qkv_planes = fused_rotary ? PlanesFor(T, qkv_n, H) : 0;
-    if (qkv_planes > cuda::kMaxQkvPlanes || L.q_qkv.codes != nullptr) qkv_planes = 0;
+    // The decode attention adds the QKV projection's split-K planes itself.
+    const int qkv_planes =
+        gemms.qkv == cuda::QkvPath::kWgmmaPlanes && L.q_qkv.codes == nullptr ? gemms.qkv_planes : 0;
     if (qkv_planes > 0) {
       RETURN_IF_ERROR(Norm(nullptr, L.in_norm, T));
-      CUDA_RETURN_IF_ERROR(cuda::LaunchWgmmaGemm(h, L.wqkv, wgmma_planes_.get(), true, T, qkv_n, H,
-                                                 0.f, {wgmma_ws_.get(), num_sms_}, launch_, -1,
-                                                 true));
+      CUDA_RETURN_IF_ERROR(kernels::LaunchWgmmaGemm(h, L.wqkv, wgmma_planes_.get(), true, T, qkv_n,
+                                                    H, 0.f, {wgmma_ws_.get(), num_sms_}, launch_,
+                                                    -1, true));
     } else if (L.q_qkv.codes != nullptr) {  // fp8 (dense_quant.cc), as below
       RETURN_IF_ERROR(Norm(nullptr, L.in_norm, T));
       RETURN_IF_ERROR(QuantGemm(h, L.q_qkv, qkv_.get(), /*y_f32=*/fused_rotary, false, T));
@@ -410,13 +445,15 @@ Status CudaBackend::Enqueue(const cuda::StepShape& s, int slot) {
       // the bytes of fp32 through memory); decode steps keep fp32 for the
       // fused-rotary attention.
       RETURN_IF_ERROR(NormGemm(x, nullptr, L.in_norm, L.wqkv, qkv_.get(), T, qkv_n, cap_tokens_,
-                               /*y_f32=*/fused_rotary));
+                               /*y_f32=*/fused_rotary,
+                               /*fused=*/gemms.qkv == cuda::QkvPath::kNormGemv));
     }
-    const float* inv_freq = L.kind == AttentionKind::kSliding && c.arch == Architecture::kGemma3
-                                ? inv_freq_local_
-                                : inv_freq_global_;
-    cuda::KvCacheView view;
-    view.base = kv_[L.group].get<cuda::bf16_t>();
+    const float* inv_freq =
+        L.kind == cache::AttentionKind::kSliding && c.arch == model::Architecture::kGemma3
+            ? inv_freq_local_
+            : inv_freq_global_;
+    kernels::KvCacheView view;
+    view.base = kv_[L.group].get<kernels::bf16_t>();
     view.block_stride = static_cast<int64_t>(spec_.BytesPerBlock(L.group, bs) / 2);
     view.layer_offset = static_cast<int64_t>(L.index_in_group) * 2 * bs * nkv * D;
     view.block_size = bs;
@@ -425,7 +462,7 @@ Status CudaBackend::Enqueue(const cuda::StepShape& s, int slot) {
     view.table_stride = meta + ml.strides + L.group;
     if (fp8()) {  // byte offsets (kv_fp8.h)
       view.fp8 = true;
-      view.base = reinterpret_cast<cuda::bf16_t*>(kv_[L.group].get<unsigned char>());
+      view.base = reinterpret_cast<kernels::bf16_t*>(kv_[L.group].get<unsigned char>());
       view.block_stride = static_cast<int64_t>(spec_.BytesPerBlock(L.group, bs));
       view.layer_offset =
           static_cast<int64_t>(L.index_in_group) * 2 * kvfp8::SectionBytes(bs, nkv, D);
@@ -433,7 +470,7 @@ Status CudaBackend::Enqueue(const cuda::StepShape& s, int slot) {
     const bool fused_store = route.store_before;
     // Prompt steps whose attention copies the cache's pages (every key in
     // it once QkvPost has stored the step's): no k / v rows to write.
-    cuda::AttentionParams ap;
+    kernels::AttentionParams ap;
     ap.mma = tuning.mma_attention;
     ap.wgmma = tuning.wgmma_attention;
     ap.wide = s.wide;
@@ -443,30 +480,30 @@ Status CudaBackend::Enqueue(const cuda::StepShape& s, int slot) {
     ap.window = L.window;
     ap.cache = view;
     if (route.kv_map) {
-      ap.kv_map = kv_maps_.get<unsigned char>() + L.group * cuda::kKvTensorMapBytes;
+      ap.kv_map = kv_maps_.get<unsigned char>() + L.group * kernels::kKvTensorMapBytes;
       ap.kv_map_layer = 2 * L.index_in_group;
     }
-    const bool cache_only = !fused_rotary && fused_store && cuda::AttentionReadsCacheOnly(ap);
+    const bool cache_only = !fused_rotary && fused_store && kernels::AttentionReadsCacheOnly(ap);
     // fp8: the step's K and V quantized once, read by attention from there
     // and stored into the cache after it.
-    const cuda::Fp8KvRows rows8 =
-        fp8() ? cuda::Fp8KvRowsAt(kv8_.get(), cap_tokens_, nkv, D) : cuda::Fp8KvRows{};
+    const kernels::Fp8KvRows rows8 =
+        fp8() ? kernels::Fp8KvRowsAt(kv8_.get(), cap_tokens_, nkv, D) : kernels::Fp8KvRows{};
     using Qkv = cuda::AttentionRoute::Qkv;
     if (route.qkv == Qkv::kPostQuantize8) {
-      CUDA_RETURN_IF_ERROR(cuda::LaunchQkvPost(qkv_.get<cuda::bf16_t>(), L.bqkv, L.q_norm, L.k_norm,
-                                               inv_freq, rope_factor_, pos, T, nh, nkv, D, eps,
-                                               plus_one, q, k, v, launch_));
-      CUDA_RETURN_IF_ERROR(cuda::LaunchKvQuantizeFp8(k, v, pos, T, nkv, D, rows8, launch_));
+      CUDA_RETURN_IF_ERROR(kernels::LaunchQkvPost(qkv_.get<kernels::bf16_t>(), L.bqkv, L.q_norm,
+                                                  L.k_norm, inv_freq, rope_factor_, pos, T, nh, nkv,
+                                                  D, eps, plus_one, q, k, v, launch_));
+      CUDA_RETURN_IF_ERROR(kernels::LaunchKvQuantizeFp8(k, v, pos, T, nkv, D, rows8, launch_));
       ap.fp8_new = rows8;
     } else if (route.qkv == Qkv::kPostStore) {
-      CUDA_RETURN_IF_ERROR(cuda::LaunchQkvPostStore(
-          qkv_.get<cuda::bf16_t>(), L.bqkv, L.q_norm, L.k_norm, inv_freq, rope_factor_, pos,
+      CUDA_RETURN_IF_ERROR(kernels::LaunchQkvPostStore(
+          qkv_.get<kernels::bf16_t>(), L.bqkv, L.q_norm, L.k_norm, inv_freq, rope_factor_, pos,
           tok_seq, T, nh, nkv, D, eps, plus_one, q, cache_only ? nullptr : k,
           cache_only ? nullptr : v, view, launch_));
     } else if (route.qkv == Qkv::kPost) {
-      CUDA_RETURN_IF_ERROR(cuda::LaunchQkvPost(qkv_.get<cuda::bf16_t>(), L.bqkv, L.q_norm, L.k_norm,
-                                               inv_freq, rope_factor_, pos, T, nh, nkv, D, eps,
-                                               plus_one, q, k, v, launch_));
+      CUDA_RETURN_IF_ERROR(kernels::LaunchQkvPost(qkv_.get<kernels::bf16_t>(), L.bqkv, L.q_norm,
+                                                  L.k_norm, inv_freq, rope_factor_, pos, T, nh, nkv,
+                                                  D, eps, plus_one, q, k, v, launch_));
     }
     ap.q = q;
     ap.k_new = cache_only ? nullptr : k;
@@ -499,111 +536,90 @@ Status CudaBackend::Enqueue(const cuda::StepShape& s, int slot) {
       ap.eps = eps;
       ap.plus_one = plus_one;
     }
-    CUDA_RETURN_IF_ERROR(cuda::LaunchAttention(ap, launch_));
+    CUDA_RETURN_IF_ERROR(kernels::LaunchAttention(ap, launch_));
     using StoreAfter = cuda::AttentionRoute::StoreAfter;
     if (route.store_after == StoreAfter::kFp8) {
-      CUDA_RETURN_IF_ERROR(cuda::LaunchKvStoreFp8(rows8, pos, tok_seq, meta + ml.seq_start,
-                                                  meta + ml.seq_first, T, nkv, D, view, launch_));
+      CUDA_RETURN_IF_ERROR(kernels::LaunchKvStoreFp8(
+          rows8, pos, tok_seq, meta + ml.seq_start, meta + ml.seq_first, T, nkv, D, view, launch_));
     } else if (route.store_after == StoreAfter::kBf16) {
-      CUDA_RETURN_IF_ERROR(cuda::LaunchKvStore(k, v, pos, tok_seq, meta + ml.seq_start,
-                                               meta + ml.seq_first, T, nkv, D, view, launch_));
+      CUDA_RETURN_IF_ERROR(kernels::LaunchKvStore(k, v, pos, tok_seq, meta + ml.seq_start,
+                                                  meta + ml.seq_first, T, nkv, D, view, launch_));
     }
-    if (c.sandwich_norm) {
-      RETURN_IF_ERROR(L.q_o.codes != nullptr
-                          ? QuantGemm(attn, L.q_o, o, true, false, T)
-                          : Gemm(attn, L.wo, o, true, T, H, nh * D, 0.f, cap_tokens_));
+    if (L.q_o.codes != nullptr) {
+      RETURN_IF_ERROR(QuantGemm(attn, L.q_o, c.sandwich_norm ? o : x, true, !c.sandwich_norm, T));
     } else {
-      RETURN_IF_ERROR(L.q_o.codes != nullptr ? QuantGemm(attn, L.q_o, x, true, true, T)
-                                             : ResidualGemm(attn, L.wo, T, H, nh * D));
-      if (L.bo != nullptr) CUDA_RETURN_IF_ERROR(cuda::LaunchAddRowBias(x, L.bo, T, H, launch_));
+      RETURN_IF_ERROR(ResidualGemm(attn, L.wo, T, H, nh * D, gemms.o, gemms.o_planes));
     }
+    if (!c.sandwich_norm && L.bo != nullptr)
+      CUDA_RETURN_IF_ERROR(kernels::LaunchAddRowBias(x, L.bo, T, H, launch_));
     if (tp()) RETURN_IF_ERROR(TpReduce(c.sandwich_norm ? o : x, T));
     if (c.sandwich_norm)
-      CUDA_RETURN_IF_ERROR(cuda::LaunchAddNormed(o, L.post_attn_norm, x, L.pre_ff_norm, h, T, H,
-                                                 eps, plus_one, launch_));
+      CUDA_RETURN_IF_ERROR(kernels::LaunchAddNormed(o, L.post_attn_norm, x, L.pre_ff_norm, h, T, H,
+                                                    eps, plus_one, launch_));
     if (L.router != nullptr) {  // a mixture-of-experts layer
       RETURN_IF_ERROR(MoeMlp(L, T));
       continue;
     }
-    const int act_kind = c.activation == Activation::kSilu ? 0 : 1;
-    // One or two rows: the MLP norm, the gate_up GEMV and the activation in
-    // one kernel. (Sandwich norms: AddNormed above already wrote h.)
+    // kNormGemvAct: the MLP norm, the gate_up GEMV and the activation in one
+    // kernel; the others read h. (Sandwich norms: AddNormed above wrote h.)
     const bool quant_mlp = L.q_gate_up.codes != nullptr;
-    const bool norm_gemv_act = !quant_mlp && !c.sandwich_norm && T <= kGemvMaxRows &&
-                               pending_planes_ == 0 && tuning.gemv_pipe &&
-                               cuda::NormGemvGatedActSupported(T, 2 * I, H);
-    if (!c.sandwich_norm && !norm_gemv_act) RETURN_IF_ERROR(Norm(nullptr, L.post_attn_norm, T));
+    const cuda::GateUpPath gate_up = quant_mlp ? cuda::GateUpPath::kGemmThenAct : gemms.gate_up;
+    if (!c.sandwich_norm && gate_up != cuda::GateUpPath::kNormGemvAct)
+      RETURN_IF_ERROR(Norm(nullptr, L.post_attn_norm, T));
     if (quant_mlp) {  // fp8: SwiGLU in the epilogue (dense_quant.cc)
       RETURN_IF_ERROR(QuantGemm(h, L.q_gate_up, act, false, false, T, /*gated=*/true));
-    } else if (norm_gemv_act) {
-      CUDA_RETURN_IF_ERROR(cuda::LaunchNormGemvGatedAct(
-          x, L.post_attn_norm, eps, plus_one, L.w_gate_up, act, T, 2 * I, H, act_kind, launch_));
-    } else if (T <= kGemvMaxRows && cuda::GemvGatedActSupported(T, 2 * I, H)) {
-      // One or two rows: the activation in the GEMV's epilogue.
-      CUDA_RETURN_IF_ERROR(
-          cuda::LaunchGemvGatedAct(h, L.w_gate_up, act, T, 2 * I, H, act_kind, launch_));
-    } else if (UseWgmma(T, 2 * I, H)) {
-      // The activation in the warpgroup GEMM's epilogue.
-      CUDA_RETURN_IF_ERROR(cuda::LaunchWgmmaGemm(h, L.w_gate_up, act, false, T, 2 * I, H, 0.f,
-                                                 {wgmma_ws_.get(), num_sms_}, launch_, act_kind));
-    } else if (UsePromptGemm(T, 2 * I, H)) {
-      // Prompt steps: the activation in the persistent GEMM's epilogue (gate_up
-      // never crosses memory; bench/RESULTS.md item 96).
-      CUDA_RETURN_IF_ERROR(
-          cuda::LaunchPromptGemm(h, L.w_gate_up, act, T, 2 * I, H, act_kind, num_sms_, launch_));
     } else {
-      RETURN_IF_ERROR(Gemm(h, L.w_gate_up, gu, false, T, 2 * I, H, 0.f, cap_tokens_));
-      CUDA_RETURN_IF_ERROR(cuda::LaunchGatedAct(gu, act, T, I, act_kind, launch_));
+      RETURN_IF_ERROR(GateUp(L, gate_up, T));
     }
-    if (c.sandwich_norm) {
-      RETURN_IF_ERROR(L.q_down.codes != nullptr
-                          ? QuantGemm(act, L.q_down, o, true, false, T)
-                          : Gemm(act, L.w_down, o, true, T, H, I, 0.f, cap_tokens_));
-      if (tp()) RETURN_IF_ERROR(TpReduce(o, T));
-      CUDA_RETURN_IF_ERROR(cuda::LaunchAddNormed(o, L.post_ff_norm, x, nullptr, nullptr, T, H, eps,
-                                                 plus_one, launch_));
+    float* down_out = c.sandwich_norm ? o : x;
+    if (L.q_down.codes != nullptr) {
+      RETURN_IF_ERROR(QuantGemm(act, L.q_down, down_out, true, !c.sandwich_norm, T));
     } else {
-      RETURN_IF_ERROR(L.q_down.codes != nullptr ? QuantGemm(act, L.q_down, x, true, true, T)
-                                                : ResidualGemm(act, L.w_down, T, H, I));
-      if (tp()) RETURN_IF_ERROR(TpReduce(x, T));
+      RETURN_IF_ERROR(ResidualGemm(act, L.w_down, T, H, I, gemms.down, gemms.down_planes));
     }
+    if (tp()) RETURN_IF_ERROR(TpReduce(down_out, T));
+    if (c.sandwich_norm)
+      CUDA_RETURN_IF_ERROR(kernels::LaunchAddNormed(o, L.post_ff_norm, x, nullptr, nullptr, T, H,
+                                                    eps, plus_one, launch_));
   }
   if (s.rows == 0) {
     pending_planes_ = 0;  // x after the last layer is read by nothing
     return Status::Ok();
   }
   float* logits = logits_.get<float>();
-  if (UsePromptArgmax(s.rows)) {
+  const cuda::LmHeadPath lm_head = cuda::PlanLmHead(gemm_, s.rows);
+  if (lm_head == cuda::LmHeadPath::kPromptArgmax) {
     // The persistent prompt GEMM streams the LM head's weights at ~3 TB/s
     // (178 us at 64 rows against 207 for the warpgroup GEMM; bench/RESULTS.md
     // item 98), with the argmax in its epilogue as below.
     RETURN_IF_ERROR(Norm(meta + ml.logit_rows, final_norm_, s.rows));
-    CUDA_RETURN_IF_ERROR(cuda::LaunchPromptGemmArgmax(
+    CUDA_RETURN_IF_ERROR(kernels::LaunchPromptGemmArgmax(
         h, lm_head_, logits, meta + ml.store_logits, s.rows, c.vocab_size, H, argmax_scratch_.get(),
         picks, num_sms_, launch_));
     return Status::Ok();
   }
-  if (UseWgmmaArgmax(s.rows)) {
+  if (lm_head == cuda::LmHeadPath::kWgmmaArgmax) {
     // The argmax in the GEMM's epilogue; logits stored only for steps that
     // sample a row.
     RETURN_IF_ERROR(Norm(meta + ml.logit_rows, final_norm_, s.rows));
-    CUDA_RETURN_IF_ERROR(cuda::LaunchWgmmaGemmArgmax(h, lm_head_, logits, meta + ml.store_logits,
-                                                     s.rows, c.vocab_size, H, argmax_scratch_.get(),
-                                                     picks, num_sms_, launch_));
+    CUDA_RETURN_IF_ERROR(kernels::LaunchWgmmaGemmArgmax(
+        h, lm_head_, logits, meta + ml.store_logits, s.rows, c.vocab_size, H, argmax_scratch_.get(),
+        picks, num_sms_, launch_));
     return Status::Ok();
   }
   // (cuBLAS rounds the rows up within what logits_ holds: for rows up to
   // the sequence capacity as for one-row steps, beyond it, drafted steps,
   // within the rows capacity; WarmUpGemms ran both.)
   RETURN_IF_ERROR(NormGemm(x, meta + ml.logit_rows, final_norm_, lm_head_, logits, s.rows,
-                           c.vocab_size, s.rows <= cap_seqs_ ? cap_seqs_ : cap_rows_));
+                           c.vocab_size, s.rows <= cap_seqs_ ? cap_seqs_ : cap_rows_,
+                           /*y_f32=*/true, /*fused=*/false));
   if (c.final_logit_softcap > 0.f)
-    CUDA_RETURN_IF_ERROR(cuda::LaunchSoftcap(logits, static_cast<int64_t>(s.rows) * c.vocab_size,
-                                             c.final_logit_softcap, launch_));
+    CUDA_RETURN_IF_ERROR(kernels::LaunchSoftcap(logits, static_cast<int64_t>(s.rows) * c.vocab_size,
+                                                c.final_logit_softcap, launch_));
   CUDA_RETURN_IF_ERROR(
-      cuda::LaunchArgmax(logits, s.rows, c.vocab_size, picks, argmax_scratch_.get(), launch_));
+      kernels::LaunchArgmax(logits, s.rows, c.vocab_size, picks, argmax_scratch_.get(), launch_));
   if (tp()) RETURN_IF_ERROR(TpCombinePicks(logits, s.rows, picks));
   return Status::Ok();
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::backend::cuda

@@ -4,14 +4,14 @@
 #include "engine/backend/cuda/backend.h"
 #include "engine/backend/cuda/kernels/tp.h"
 
-namespace agentkv {
+namespace agentkv::backend::cuda {
 
 Status CudaBackend::TpEmbed(const int32_t* tokens, const int32_t* prev_picks, int T) {
-  const ModelConfig& c = config_;
+  const model::ModelConfig& c = config_;
   float* x = x_.get<float>();
-  CUDA_RETURN_IF_ERROR(cuda::LaunchEmbedShard(embed_, tokens, prev_picks, T, c.hidden_size,
-                                              c.embed_scale, options_.tp_vocab_begin, c.vocab_size,
-                                              x, launch_));
+  CUDA_RETURN_IF_ERROR(kernels::LaunchEmbedShard(embed_, tokens, prev_picks, T, c.hidden_size,
+                                                 c.embed_scale, options_.tp_vocab_begin,
+                                                 c.vocab_size, x, launch_));
   return TpReduce(x, T);
 }
 
@@ -23,11 +23,11 @@ Status CudaBackend::TpReduce(float* buf, int T) {
 
 Status CudaBackend::TpCombinePicks(const float* logits, int rows, int32_t* picks) {
   uint64_t* keys = tp_keys_.get<uint64_t>();
-  CUDA_RETURN_IF_ERROR(cuda::LaunchArgmaxKeys(logits, config_.vocab_size, picks, rows,
-                                              options_.tp_vocab_begin, keys, launch_));
+  CUDA_RETURN_IF_ERROR(kernels::LaunchArgmaxKeys(logits, config_.vocab_size, picks, rows,
+                                                 options_.tp_vocab_begin, keys, launch_));
   RETURN_IF_ERROR(options_.tp_comm.MaxU64(keys, rows, stream_));
-  CUDA_RETURN_IF_ERROR(cuda::LaunchKeysToPicks(keys, rows, picks, launch_));
+  CUDA_RETURN_IF_ERROR(kernels::LaunchKeysToPicks(keys, rows, picks, launch_));
   return Status::Ok();
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::backend::cuda

@@ -5,7 +5,7 @@
 
 #include "engine/backend/cuda/status.h"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda {
 namespace {
 
 constexpr int kCandidates = 16;  // asked of the heuristic (it offered 8 for these shapes)
@@ -14,8 +14,9 @@ constexpr float kMustBeat = 0.98f;  // of the default's time
 
 }  // namespace
 
-cublasStatus_t GemmTuner::Default(cublasHandle_t cublas, const bf16_t* x, const bf16_t* w, void* y,
-                                  bool y_f32, int m, int n, int k, float beta) {
+cublasStatus_t GemmTuner::Default(cublasHandle_t cublas, const kernels::bf16_t* x,
+                                  const kernels::bf16_t* w, void* y, bool y_f32, int m, int n,
+                                  int k, float beta) {
   // Row-major y[m][n] = x[m][k] . w[n][k]^T is column-major y^T = w^T(op T) x^T.
   const float alpha = 1.f;
   return cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w, CUDA_R_16BF, k, x,
@@ -50,8 +51,8 @@ Status GemmTuner::Init(cudaStream_t stream, void* ws, size_t ws_bytes, bool log)
   return Status::Ok();
 }
 
-Status GemmTuner::Tune(cublasHandle_t cublas, const bf16_t* x, const bf16_t* w, void* y, bool y_f32,
-                       int m, int n, int k, float beta) {
+Status GemmTuner::Tune(cublasHandle_t cublas, const kernels::bf16_t* x, const kernels::bf16_t* w,
+                       void* y, bool y_f32, int m, int n, int k, float beta) {
   if (lt_ == nullptr) return Internal("GemmTuner: Tune before Init");
   if (m <= 0 || n <= 0 || k <= 0) return InvalidArgument("GemmTuner: empty GEMM");
   const Key key{n, k, y_f32, beta != 0.f, m};
@@ -121,8 +122,8 @@ Status GemmTuner::Tune(cublasHandle_t cublas, const bf16_t* x, const bf16_t* w, 
   return Status::Ok();
 }
 
-Status GemmTuner::Run(const bf16_t* x, const bf16_t* w, void* y, bool y_f32, int m, int n, int k,
-                      float beta, bool* ran) {
+Status GemmTuner::Run(const kernels::bf16_t* x, const kernels::bf16_t* w, void* y, bool y_f32,
+                      int m, int n, int k, float beta, bool* ran) {
   *ran = false;
   if (lt_ == nullptr) return Status::Ok();
   const bool acc = beta != 0.f;
@@ -154,4 +155,4 @@ int GemmTuner::tuned_non_default() const {
                                         [](const auto& kv) { return !kv.second.use_default; }));
 }
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda

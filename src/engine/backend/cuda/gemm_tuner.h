@@ -26,7 +26,7 @@
 #include "engine/backend/cuda/kernels/launch.h"
 #include "util/status.h"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda {
 
 class GemmTuner {
  public:
@@ -47,21 +47,22 @@ class GemmTuner {
   // the anchor m; a candidate must beat the default by 2% (the run-to-run
   // spread) to replace it. `cublas` must be on the same stream and
   // workspace. Synchronises the stream. Tuning an anchor again is a no-op.
-  Status Tune(cublasHandle_t cublas, const bf16_t* x, const bf16_t* w, void* y, bool y_f32, int m,
-              int n, int k, float beta);
+  Status Tune(cublasHandle_t cublas, const kernels::bf16_t* x, const kernels::bf16_t* w, void* y,
+              bool y_f32, int m, int n, int k, float beta);
 
   // Enqueues the GEMM with the algorithm tuned at the smallest anchor of at
   // least m rows and sets *ran; *ran false (nothing enqueued): no anchor
   // covers m, the default won there, or the algorithm does not take m rows,
   // and the caller runs cublasGemmEx.
-  Status Run(const bf16_t* x, const bf16_t* w, void* y, bool y_f32, int m, int n, int k, float beta,
-             bool* ran);
+  Status Run(const kernels::bf16_t* x, const kernels::bf16_t* w, void* y, bool y_f32, int m, int n,
+             int k, float beta, bool* ran);
 
   // cuBLAS's own choice for the same GEMM (cublasGemmEx), on `cublas`'s
   // stream and workspace: what Tune measures against and callers run when
   // Run declines.
-  static cublasStatus_t Default(cublasHandle_t cublas, const bf16_t* x, const bf16_t* w, void* y,
-                                bool y_f32, int m, int n, int k, float beta);
+  static cublasStatus_t Default(cublasHandle_t cublas, const kernels::bf16_t* x,
+                                const kernels::bf16_t* w, void* y, bool y_f32, int m, int n, int k,
+                                float beta);
 
   // Anchors tuned so far whose choice is not the default (for logs, tests).
   int tuned_non_default() const;
@@ -85,4 +86,4 @@ class GemmTuner {
   std::map<Key, Entry> entries_;
 };
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda

@@ -20,7 +20,7 @@
 #include <span>
 #include <vector>
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda {
 
 class KvReadHazards {
  public:
@@ -69,4 +69,4 @@ class KvReadHazards {
   std::vector<std::vector<uint64_t>> last_read_;
 };
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda

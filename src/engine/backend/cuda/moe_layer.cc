@@ -15,7 +15,7 @@
 #include "engine/backend/cuda/kernels/moe.h"
 #include "engine/backend/cuda/status.h"
 
-namespace agentkv {
+namespace agentkv::backend::cuda {
 namespace {
 
 uint16_t Bf16Bits(float f) {
@@ -27,7 +27,7 @@ uint16_t Bf16Bits(float f) {
 }
 
 // A tensor's bf16 bits: as stored, or rounded from whatever dtype it has.
-Result<std::vector<uint16_t>> LoadBits(const WeightSource& w, const std::string& name,
+Result<std::vector<uint16_t>> LoadBits(const model::WeightSource& w, const std::string& name,
                                        const std::vector<int64_t>& shape) {
   if (auto e = w.LoadBf16IfStored(name, shape); e.ok()) return std::move(e).value();
   ASSIGN_OR_RETURN(std::vector<float> f, w.LoadF32(name, shape));
@@ -36,7 +36,7 @@ Result<std::vector<uint16_t>> LoadBits(const WeightSource& w, const std::string&
   return bits;
 }
 
-Result<std::vector<float>> LoadFloats(const WeightSource& w, const std::string& name,
+Result<std::vector<float>> LoadFloats(const model::WeightSource& w, const std::string& name,
                                       const std::vector<int64_t>& shape) {
   return w.LoadF32(name, shape);
 }
@@ -74,7 +74,7 @@ void InterleaveInto(const uint16_t* gate, const uint16_t* up, int64_t I, int64_t
 // (cuda::MoeGemmParams): codes [E][N][row bytes], and fp8 block scales or
 // mxfp4 exponents.
 struct QuantExperts {
-  cuda::MoeWeightFormat format = cuda::MoeWeightFormat::kBf16;
+  kernels::MoeWeightFormat format = kernels::MoeWeightFormat::kBf16;
   std::vector<uint8_t> codes;
   std::vector<float> scales;
   std::vector<uint8_t> exps;
@@ -84,12 +84,14 @@ struct QuantExperts {
 
 // The kernels' format of a stored weight: fp8 with block scales whose
 // columns hold whole 16-byte loads, or mxfp4; Unimplemented otherwise.
-Result<cuda::MoeWeightFormat> KernelFormat(const QuantizedWeight& q, const std::string& name) {
-  if (q.format == QuantFormat::kMxfp4) return cuda::MoeWeightFormat::kMxfp4;
-  if (q.format == QuantFormat::kFp8Block && q.block_cols % 16 == 0)
-    return cuda::MoeWeightFormat::kFp8Block;
-  return Unimplemented("cuda backend: " + name + " is " + std::string(QuantFormatName(q.format)) +
-                       (q.format == QuantFormat::kFp8Block
+Result<kernels::MoeWeightFormat> KernelFormat(const model::QuantizedWeight& q,
+                                              const std::string& name) {
+  if (q.format == model::QuantFormat::kMxfp4) return kernels::MoeWeightFormat::kMxfp4;
+  if (q.format == model::QuantFormat::kFp8Block && q.block_cols % 16 == 0)
+    return kernels::MoeWeightFormat::kFp8Block;
+  return Unimplemented("cuda backend: " + name + " is " +
+                       std::string(model::QuantFormatName(q.format)) +
+                       (q.format == model::QuantFormat::kFp8Block
                             ? " with blocks of " + std::to_string(q.block_cols) + " columns"
                             : std::string()) +
                        "; the MoE kernels read fp8 with block scales (blocks of whole 16 "
@@ -97,13 +99,13 @@ Result<cuda::MoeWeightFormat> KernelFormat(const QuantizedWeight& q, const std::
 }
 
 // Bytes of one row's codes (fp8: a byte a value; mxfp4: two values a byte).
-int64_t RowBytes(cuda::MoeWeightFormat f, int64_t cols) {
-  return f == cuda::MoeWeightFormat::kMxfp4 ? cols / 2 : cols;
+int64_t RowBytes(kernels::MoeWeightFormat f, int64_t cols) {
+  return f == kernels::MoeWeightFormat::kMxfp4 ? cols / 2 : cols;
 }
 
 // GPT-OSS's experts as released: all experts in one weight, [out, in],
 // gate and up rows already interleaved.
-Result<QuantExperts> FromBatched(QuantizedWeight q, const std::string& name) {
+Result<QuantExperts> FromBatched(model::QuantizedWeight q, const std::string& name) {
   QuantExperts x;
   ASSIGN_OR_RETURN(x.format, KernelFormat(q, name));
   x.codes = std::move(q.codes);
@@ -118,17 +120,18 @@ Result<QuantExperts> FromBatched(QuantizedWeight q, const std::string& name) {
 // two (gate and up) with their rows interleaved and their scales paired
 // (each part keeps its own blocks). Every part of one format and block
 // shape; `names(e)` the expert's parts, each rows x cols.
-Result<QuantExperts> Stacked(const WeightSource& w, const QuantConfig& quant, int64_t E,
+Result<QuantExperts> Stacked(const model::WeightSource& w, const model::QuantConfig& quant,
+                             int64_t E,
                              const std::function<std::vector<std::string>(int64_t)>& names,
                              int64_t rows, int64_t cols) {
   QuantExperts x;
   for (int64_t e = 0; e < E; ++e) {
     const std::vector<std::string> parts = names(e);
-    std::vector<QuantizedWeight> q;
+    std::vector<model::QuantizedWeight> q;
     for (const std::string& n : parts) {
-      ASSIGN_OR_RETURN(QuantizedWeight one,
+      ASSIGN_OR_RETURN(model::QuantizedWeight one,
                        w.LoadQuantized(n, std::vector<int64_t>{rows, cols}, quant));
-      ASSIGN_OR_RETURN(const cuda::MoeWeightFormat f, KernelFormat(one, n));
+      ASSIGN_OR_RETURN(const kernels::MoeWeightFormat f, KernelFormat(one, n));
       if (e == 0 && q.empty()) {
         x.format = f;
         x.block_rows = one.block_rows;
@@ -140,18 +143,18 @@ Result<QuantExperts> Stacked(const WeightSource& w, const QuantConfig& quant, in
       }
       q.push_back(std::move(one));
     }
-    const int64_t rb = RowBytes(x.format, cols), re = cols / kMxfp4Block;
+    const int64_t rb = RowBytes(x.format, cols), re = cols / model::kMxfp4Block;
     for (int64_t r = 0; r < rows; ++r)
-      for (const QuantizedWeight& part : q) {
+      for (const model::QuantizedWeight& part : q) {
         x.codes.insert(x.codes.end(), part.codes.begin() + r * rb,
                        part.codes.begin() + (r + 1) * rb);
-        if (x.format == cuda::MoeWeightFormat::kMxfp4)
+        if (x.format == kernels::MoeWeightFormat::kMxfp4)
           x.exps.insert(x.exps.end(), part.exponents.begin() + r * re,
                         part.exponents.begin() + (r + 1) * re);
       }
-    for (const QuantizedWeight& part : q)
+    for (const model::QuantizedWeight& part : q)
       x.scales.insert(x.scales.end(), part.scales.begin(), part.scales.end());
-    x.scale_pairs = q.size() == 2 && x.format == cuda::MoeWeightFormat::kFp8Block;
+    x.scale_pairs = q.size() == 2 && x.format == kernels::MoeWeightFormat::kFp8Block;
   }
   return x;
 }
@@ -173,8 +176,8 @@ Status CudaBackend::UploadHost(const void* data, size_t bytes, void** out) {
   return Status::Ok();
 }
 
-Status CudaBackend::LoadMoeLayer(const WeightSource& w, int layer, Layer* L) {
-  const ModelConfig& c = config_;
+Status CudaBackend::LoadMoeLayer(const model::WeightSource& w, int layer, Layer* L) {
+  const model::ModelConfig& c = config_;
   const int64_t E = c.moe.num_experts, H = c.hidden_size, I = c.moe.expert_intermediate;
   // (Create refused the expert shapes the kernels do not take.)
   const std::string p = "model.layers." + std::to_string(layer) + ".mlp.";
@@ -185,7 +188,7 @@ Status CudaBackend::LoadMoeLayer(const WeightSource& w, int layer, Layer* L) {
   const std::string gu_fused = p + "experts.gate_up_proj", dn_fused = p + "experts.down_proj";
   auto expert = [&](int64_t e) { return p + "experts." + std::to_string(e) + "."; };
   bool quantized = false;
-  if (c.arch == Architecture::kGptOss) {
+  if (c.arch == model::Architecture::kGptOss) {
     quantized = w.IsQuantized(gu_fused) || w.IsQuantized(dn_fused);
   } else if (!w.Has(gu_fused)) {
     int parts = 0;
@@ -200,15 +203,15 @@ Status CudaBackend::LoadMoeLayer(const WeightSource& w, int layer, Layer* L) {
     return Unimplemented("cuda backend: " + gu_fused + " is quantized in the fused layout");
   }
   if (!quantized) gate_up.resize(static_cast<size_t>(E * 2 * I * H));
-  if (quantized && c.arch == Architecture::kGptOss) {
+  if (quantized && c.arch == model::Architecture::kGptOss) {
     ASSIGN_OR_RETURN(router, LoadBits(w, p + "router.weight", {E, H}));
     if (c.moe.router_bias) {
       ASSIGN_OR_RETURN(router_bias, LoadFloats(w, p + "router.bias", {E}));
     }
-    ASSIGN_OR_RETURN(QuantizedWeight gu,
+    ASSIGN_OR_RETURN(model::QuantizedWeight gu,
                      w.LoadQuantized(gu_fused, std::vector<int64_t>{E, 2 * I, H}, c.quant));
     ASSIGN_OR_RETURN(q_gate_up, FromBatched(std::move(gu), gu_fused));
-    ASSIGN_OR_RETURN(QuantizedWeight dn,
+    ASSIGN_OR_RETURN(model::QuantizedWeight dn,
                      w.LoadQuantized(dn_fused, std::vector<int64_t>{E, H, I}, c.quant));
     ASSIGN_OR_RETURN(q_down, FromBatched(std::move(dn), dn_fused));
     if (c.moe.expert_bias) {
@@ -231,7 +234,7 @@ Status CudaBackend::LoadMoeLayer(const WeightSource& w, int layer, Layer* L) {
                                    return std::vector<std::string>{expert(e) + "down_proj.weight"};
                                  },
                                  H, I));
-  } else if (c.arch == Architecture::kGptOss) {
+  } else if (c.arch == model::Architecture::kGptOss) {
     ASSIGN_OR_RETURN(router, LoadBits(w, p + "router.weight", {E, H}));
     if (c.moe.router_bias) {
       ASSIGN_OR_RETURN(router_bias, LoadFloats(w, p + "router.bias", {E}));
@@ -272,22 +275,22 @@ Status CudaBackend::LoadMoeLayer(const WeightSource& w, int layer, Layer* L) {
   }
   void* ptr = nullptr;
   RETURN_IF_ERROR(UploadHost(router.data(), router.size() * 2, &ptr));
-  L->router = static_cast<cuda::bf16_t*>(ptr);
+  L->router = static_cast<kernels::bf16_t*>(ptr);
   if (quantized) {
     if (q_gate_up.format != q_down.format ||
-        (q_gate_up.format == cuda::MoeWeightFormat::kFp8Block &&
+        (q_gate_up.format == kernels::MoeWeightFormat::kFp8Block &&
          (q_gate_up.block_rows != q_down.block_rows || q_gate_up.block_cols != q_down.block_cols)))
       return Unimplemented("cuda backend: layer " + std::to_string(layer) +
                            "'s gate_up and down experts are stored in different formats or "
                            "blocks");
     // The kernels read quantized rows in whole 16-byte loads.
     for (auto [n, k] : {std::pair{2 * I, H}, std::pair{H, I}})
-      if (cuda::ChooseMoeGemmPath(1, c.moe.experts_per_token, static_cast<int>(E),
-                                  static_cast<int>(n), static_cast<int>(k),
-                                  q_gate_up.format) == cuda::MoeGemmPath::kUnsupported)
+      if (kernels::ChooseMoeGemmPath(1, c.moe.experts_per_token, static_cast<int>(E),
+                                     static_cast<int>(n), static_cast<int>(k),
+                                     q_gate_up.format) == kernels::MoeGemmPath::kUnsupported)
         return Unimplemented("cuda backend: quantized experts of " + std::to_string(n) + " x " +
                              std::to_string(k) + ": the MoE kernels need inputs in whole " +
-                             std::to_string(cuda::MoeWeightVecElems(q_gate_up.format)) +
+                             std::to_string(kernels::MoeWeightVecElems(q_gate_up.format)) +
                              "-value loads");
     L->experts_format = q_gate_up.format;
     L->experts_block_rows = q_gate_up.block_rows;
@@ -311,9 +314,9 @@ Status CudaBackend::LoadMoeLayer(const WeightSource& w, int layer, Layer* L) {
     }
   } else {
     RETURN_IF_ERROR(UploadHost(gate_up.data(), gate_up.size() * 2, &ptr));
-    L->experts_gate_up = static_cast<cuda::bf16_t*>(ptr);
+    L->experts_gate_up = static_cast<kernels::bf16_t*>(ptr);
     RETURN_IF_ERROR(UploadHost(down.data(), down.size() * 2, &ptr));
-    L->experts_down = static_cast<cuda::bf16_t*>(ptr);
+    L->experts_down = static_cast<kernels::bf16_t*>(ptr);
   }
   for (auto [v, out] : {std::pair{&router_bias, &L->router_bias},
                         std::pair{&gate_up_bias, &L->experts_gate_up_bias},
@@ -326,29 +329,30 @@ Status CudaBackend::LoadMoeLayer(const WeightSource& w, int layer, Layer* L) {
 }
 
 Status CudaBackend::MoeMlp(const Layer& L, int T) {
-  const ModelConfig& c = config_;
+  const model::ModelConfig& c = config_;
   const int E = c.moe.num_experts, K = c.moe.experts_per_token, H = c.hidden_size;
   const int I = c.moe.expert_intermediate, A = T * K;
   if (T <= 0) return Status::Ok();
   // h = RMSNorm(x) (adding the attention's pending split-K planes into x).
   RETURN_IF_ERROR(Norm(nullptr, L.post_attn_norm, T));
-  const auto* h = h_.get<cuda::bf16_t>();
+  const auto* h = h_.get<kernels::bf16_t>();
   // The router from x in fp32 (the norm again, unrounded).
-  CUDA_RETURN_IF_ERROR(cuda::LaunchMoeRouterLogits(
+  CUDA_RETURN_IF_ERROR(kernels::LaunchMoeRouterLogits(
       x_.get<float>(), L.post_attn_norm, c.rms_norm_eps, c.gemma_norm, L.router, L.router_bias, T,
       H, E, moe_logits_.get<float>(), launch_));
-  const bool softmax_first = c.moe.routing == MoeRouting::kSoftmaxThenTopK;
+  const bool softmax_first = c.moe.routing == model::MoeRouting::kSoftmaxThenTopK;
   int32_t* experts = moe_experts_.get<int32_t>();
   float* weights = moe_weights_.get<float>();
-  CUDA_RETURN_IF_ERROR(cuda::LaunchMoeRoute(moe_logits_.get<float>(), T, E, K, softmax_first,
-                                            softmax_first && c.moe.norm_topk_prob, experts, weights,
-                                            launch_));
+  CUDA_RETURN_IF_ERROR(kernels::LaunchMoeRoute(moe_logits_.get<float>(), T, E, K, softmax_first,
+                                               softmax_first && c.moe.norm_topk_prob, experts,
+                                               weights, launch_));
   int32_t* offsets = moe_plan_.get<int32_t>();
   int32_t* tiles = offsets + (E + 1);
   int32_t* order = tiles + (E + 1);
   int32_t* slot_of = order + cap_tokens_ * K;
-  CUDA_RETURN_IF_ERROR(cuda::LaunchMoePlan(experts, A, E, offsets, tiles, order, slot_of, launch_));
-  cuda::MoeGemmParams g;
+  CUDA_RETURN_IF_ERROR(
+      kernels::LaunchMoePlan(experts, A, E, offsets, tiles, order, slot_of, launch_));
+  kernels::MoeGemmParams g;
   g.x = h;
   g.order = order;
   g.div = K;
@@ -366,17 +370,17 @@ Status CudaBackend::MoeMlp(const Layer& L, int T) {
   g.offsets = offsets;
   g.tiles = tiles;
   g.num_experts = E;
-  g.max_tiles = cuda::MoeMaxTiles(A, E);
-  g.epilogue =
-      c.moe.swiglu_limit > 0.f ? cuda::MoeEpilogue::kClampedSwiglu : cuda::MoeEpilogue::kSwiglu;
+  g.max_tiles = kernels::MoeMaxTiles(A, E);
+  g.epilogue = c.moe.swiglu_limit > 0.f ? kernels::MoeEpilogue::kClampedSwiglu
+                                        : kernels::MoeEpilogue::kSwiglu;
   g.limit = c.moe.swiglu_limit;
-  g.act = moe_act_.get<cuda::bf16_t>();
+  g.act = moe_act_.get<kernels::bf16_t>();
   // Each GEMM on the kernel the step's shape calls for (a token takes an
   // expert once: no group has more than T rows).
   g.max_group_rows = T;
-  g.path = cuda::ChooseMoeGemmPath(T, K, E, g.N, g.K, g.format, options_.tuning.moe_gemv);
-  CUDA_RETURN_IF_ERROR(cuda::LaunchMoeGemm(g, launch_));
-  cuda::MoeGemmParams d = g;
+  g.path = kernels::ChooseMoeGemmPath(T, K, E, g.N, g.K, g.format, options_.tuning.moe_gemv);
+  CUDA_RETURN_IF_ERROR(kernels::LaunchMoeGemm(g, launch_));
+  kernels::MoeGemmParams d = g;
   d.x = g.act;
   d.order = nullptr;
   d.div = 1;
@@ -388,20 +392,20 @@ Status CudaBackend::MoeMlp(const Layer& L, int T) {
   d.bias = L.experts_down_bias;
   d.N = H;
   d.K = I;
-  d.epilogue = cuda::MoeEpilogue::kStore;
+  d.epilogue = kernels::MoeEpilogue::kStore;
   d.act = nullptr;
   d.y = moe_y_.get<float>();
-  d.path = cuda::ChooseMoeGemmPath(T, K, E, d.N, d.K, d.format, options_.tuning.moe_gemv);
-  CUDA_RETURN_IF_ERROR(cuda::LaunchMoeGemm(d, launch_));
+  d.path = kernels::ChooseMoeGemmPath(T, K, E, d.N, d.K, d.format, options_.tuning.moe_gemv);
+  CUDA_RETURN_IF_ERROR(kernels::LaunchMoeGemm(d, launch_));
   // Tensor parallelism: each rank's experts hold a slice of every expert's
   // columns, so its weighted sum is a partial one; rank 0 adds it to the
   // residual, the others to zero (the router above read the residual).
   if (tp() && options_.tp_comm.rank() != 0)
     CUDA_RETURN_IF_ERROR(cudaMemsetAsync(x_.get(), 0, static_cast<size_t>(T) * H * 4, stream_));
   CUDA_RETURN_IF_ERROR(
-      cuda::LaunchMoeCombine(d.y, slot_of, weights, T, K, H, x_.get<float>(), launch_));
+      kernels::LaunchMoeCombine(d.y, slot_of, weights, T, K, H, x_.get<float>(), launch_));
   if (tp()) RETURN_IF_ERROR(TpReduce(x_.get<float>(), T));
   return Status::Ok();
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::backend::cuda

@@ -7,15 +7,15 @@
 #if AGENTKV_HAVE_NCCL
 #include <nccl.h>
 
-#define NCCL_RETURN_IF_ERROR(expr)                                                    \
-  do {                                                                                \
-    const ncclResult_t agentkv_nccl_r_ = (expr);                                      \
-    if (agentkv_nccl_r_ != ncclSuccess)                                               \
-      return ::agentkv::cuda::NcclStatus(agentkv_nccl_r_, #expr, __FILE__, __LINE__); \
+#define NCCL_RETURN_IF_ERROR(expr)                                                             \
+  do {                                                                                         \
+    const ncclResult_t agentkv_nccl_r_ = (expr);                                               \
+    if (agentkv_nccl_r_ != ncclSuccess)                                                        \
+      return ::agentkv::backend::cuda::NcclStatus(agentkv_nccl_r_, #expr, __FILE__, __LINE__); \
   } while (0)
 #endif
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda {
 
 #if AGENTKV_HAVE_NCCL
 namespace {
@@ -113,4 +113,4 @@ NcclComms::~NcclComms() {
 #endif
 }
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda

@@ -29,7 +29,7 @@
 
 #include "util/status.h"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda {
 
 struct NcclOptions {
   // NCCL_NVLS_ENABLE as the process environment holds it (see above).
@@ -95,4 +95,4 @@ class NcclComms {
   std::vector<void*> comms_;  // ncclComm_t each
 };
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda

@@ -18,7 +18,7 @@
 #endif
 #endif
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda {
 namespace {
 
 #if AGENTKV_NCCL_WINDOWS
@@ -148,4 +148,4 @@ void NcclWindows::Release() {
 
 NcclWindows::~NcclWindows() { Release(); }
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda

@@ -28,7 +28,7 @@
 #include "engine/backend/cuda/nccl_comms.h"
 #include "util/status.h"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda {
 
 // NCCL's alignment of a window's size and of offsets into it that stay
 // symmetric (NCCL_WIN_REQUIRED_ALIGNMENT).
@@ -62,4 +62,4 @@ class NcclWindows {
   size_t bytes_ = 0;
 };
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda

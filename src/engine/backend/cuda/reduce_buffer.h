@@ -13,7 +13,7 @@
 
 #include "engine/backend/cuda/device_buffer.h"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda {
 
 class ReduceBuffer {
  public:
@@ -42,4 +42,4 @@ class ReduceBuffer {
   size_t view_bytes_ = 0;
 };
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda

@@ -3,7 +3,7 @@
 #include <string>
 #include <utility>
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda {
 
 Status CudaStatus(cudaError_t e, const char* expr, const char* file, int line) {
   std::string m = std::string("CUDA error ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) +
@@ -32,4 +32,4 @@ Status DeviceAvailable() {
   return Status::Ok();
 }
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda

@@ -9,7 +9,7 @@
 
 #include "util/status.h"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda {
 
 Status CudaStatus(cudaError_t e, const char* expr, const char* file, int line);
 Status CublasStatus(cublasStatus_t e, const char* expr, const char* file, int line);
@@ -19,18 +19,18 @@ Status CublasStatus(cublasStatus_t e, const char* expr, const char* file, int li
 // `--device cuda` to report.
 Status DeviceAvailable();
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda
 
-#define CUDA_RETURN_IF_ERROR(expr)                                                    \
-  do {                                                                                \
-    const cudaError_t agentkv_cuda_e_ = (expr);                                       \
-    if (agentkv_cuda_e_ != cudaSuccess)                                               \
-      return ::agentkv::cuda::CudaStatus(agentkv_cuda_e_, #expr, __FILE__, __LINE__); \
+#define CUDA_RETURN_IF_ERROR(expr)                                                             \
+  do {                                                                                         \
+    const cudaError_t agentkv_cuda_e_ = (expr);                                                \
+    if (agentkv_cuda_e_ != cudaSuccess)                                                        \
+      return ::agentkv::backend::cuda::CudaStatus(agentkv_cuda_e_, #expr, __FILE__, __LINE__); \
   } while (0)
 
-#define CUBLAS_RETURN_IF_ERROR(expr)                                                      \
-  do {                                                                                    \
-    const cublasStatus_t agentkv_cublas_e_ = (expr);                                      \
-    if (agentkv_cublas_e_ != CUBLAS_STATUS_SUCCESS)                                       \
-      return ::agentkv::cuda::CublasStatus(agentkv_cublas_e_, #expr, __FILE__, __LINE__); \
+#define CUBLAS_RETURN_IF_ERROR(expr)                                                               \
+  do {                                                                                             \
+    const cublasStatus_t agentkv_cublas_e_ = (expr);                                               \
+    if (agentkv_cublas_e_ != CUBLAS_STATUS_SUCCESS)                                                \
+      return ::agentkv::backend::cuda::CublasStatus(agentkv_cublas_e_, #expr, __FILE__, __LINE__); \
   } while (0)

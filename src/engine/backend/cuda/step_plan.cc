@@ -4,7 +4,7 @@
 
 #include "engine/backend/cuda/kernels/kv_route.h"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda {
 
 int DecodeBucket(int b) {
   static constexpr int kBuckets[] = {1,  2,  4,  8,   16,  24,  32,  40,  48, 56,
@@ -25,7 +25,7 @@ PickMode RowMode(std::span<const RowPick> rows, int r) {
 }
 
 StepSizes SizeStep(std::span<const SeqStep> batch, std::span<const RowPick> rows,
-                   const ModelCacheSpec& spec, int block_size, const StepModel& model) {
+                   const cache::ModelCacheSpec& spec, int block_size, const StepModel& model) {
   StepSizes z;
   const int bs = block_size;
   z.seqs = static_cast<int>(batch.size());
@@ -52,7 +52,7 @@ StepSizes SizeStep(std::span<const SeqStep> batch, std::span<const RowPick> rows
     z.any_draw = z.any_draw || pm == PickMode::kDevice;
     z.any_logprobs = z.any_logprobs || (pm != PickMode::kHost && rows[r].logprobs >= 0);
   }
-  z.wide = RouteWideTiles(z.decode, model.wide_supported);
+  z.wide = kernels::RouteWideTiles(z.decode, model.wide_supported);
   z.tokens_per_tile = z.wide ? model.wide_tile_tokens : model.narrow_tile_tokens;
   for (const SeqStep& st : batch)
     z.tiles += (static_cast<int>(st.tokens.size()) + z.tokens_per_tile - 1) / z.tokens_per_tile;
@@ -117,15 +117,16 @@ StepShape GraphShape(int bucket, int groups, const StepModel& model, const StepC
   return sh;
 }
 
-StepRoutes RouteStep(const StepShape& s, const ModelCacheSpec& spec, int block_size,
+StepRoutes RouteStep(const StepShape& s, const cache::ModelCacheSpec& spec, int block_size,
                      const StepModel& model) {
   StepRoutes r;
   const bool one_token_per_seq = s.tokens == s.seqs;
   // Decode steps: the attention kernel applies the rotary itself and
   // stores the token's K and V (one kernel less per layer; the mma.sync
   // kernel's, so not with it turned off).
-  r.fused_rotary = RouteFusedRotary(model.fp8, model.fused_rotary, one_token_per_seq, s.wide,
-                                    model.mma_attention && model.fused_rotary_supported);
+  r.fused_rotary =
+      kernels::RouteFusedRotary(model.fp8, model.fused_rotary, one_token_per_seq, s.wide,
+                                model.mma_attention && model.fused_rotary_supported);
   for (size_t g = 0; g < spec.groups.size() && g < r.groups.size(); ++g) {
     AttentionRoute& a = r.groups[g];
     const bool ring = spec.RingBlocks(static_cast<int>(g), block_size) != 0;
@@ -133,8 +134,8 @@ StepRoutes RouteStep(const StepShape& s, const ModelCacheSpec& spec, int block_s
     // K and V go to the cache straight from the rotary kernel unless a ring
     // slot they overwrite may still be read by another query of this step
     // (fp8: always after attention, from the quantized rows it read).
-    a.store_before = RouteStoreBeforeAttention(model.fp8, ring, one_token_per_seq);
-    a.kv_map = RouteKvMap(model.fp8, s.wide, a.store_before, ring, model.kv_map_ok[g]);
+    a.store_before = kernels::RouteStoreBeforeAttention(model.fp8, ring, one_token_per_seq);
+    a.kv_map = kernels::RouteKvMap(model.fp8, s.wide, a.store_before, ring, model.kv_map_ok[g]);
     if (model.fp8) {
       a.qkv = AttentionRoute::Qkv::kPostQuantize8;
     } else if (a.fused_rotary) {
@@ -149,7 +150,7 @@ StepRoutes RouteStep(const StepShape& s, const ModelCacheSpec& spec, int block_s
   return r;
 }
 
-StepPlan BuildStepPlan(const StepSizes& sizes, const ModelCacheSpec& spec, int block_size,
+StepPlan BuildStepPlan(const StepSizes& sizes, const cache::ModelCacheSpec& spec, int block_size,
                        const StepModel& model, const StepCapacity& cap) {
   StepPlan p;
   p.sizes = sizes;
@@ -245,4 +246,4 @@ void WriteStepMeta(std::span<const SeqStep> batch, const StepPlan& plan, int num
   m[ml.seq_first + z.padded] = t;
 }
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda

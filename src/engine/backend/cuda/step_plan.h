@@ -25,7 +25,7 @@
 #include "engine/backend/backend.h"
 #include "engine/backend/row_pick.h"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda {
 
 // Decode batch sizes graphs are captured for; a batch runs in the smallest
 // bucket that holds it, padded (multiples of 64 beyond 256).
@@ -100,7 +100,7 @@ struct StepSizes {
   int workspace_tokens() const { return graph ? padded : tokens; }
 };
 StepSizes SizeStep(std::span<const SeqStep> batch, std::span<const RowPick> rows,
-                   const ModelCacheSpec& spec, int block_size, const StepModel& model);
+                   const cache::ModelCacheSpec& spec, int block_size, const StepModel& model);
 
 // The sizes one enqueued forward pass is built for; a graph is valid for
 // exactly one shape.
@@ -174,7 +174,7 @@ struct StepRoutes {
   bool fused_rotary = false;  // the same for every group
   std::array<AttentionRoute, kMaxCacheGroups> groups{};
 };
-StepRoutes RouteStep(const StepShape& s, const ModelCacheSpec& spec, int block_size,
+StepRoutes RouteStep(const StepShape& s, const cache::ModelCacheSpec& spec, int block_size,
                      const StepModel& model);
 
 // Everything the executor needs to launch a step.
@@ -189,7 +189,7 @@ struct StepPlan {
 };
 // Requires the workspaces grown for sizes (cap.width >= sizes.stride per
 // group, parts for the splits).
-StepPlan BuildStepPlan(const StepSizes& sizes, const ModelCacheSpec& spec, int block_size,
+StepPlan BuildStepPlan(const StepSizes& sizes, const cache::ModelCacheSpec& spec, int block_size,
                        const StepModel& model, const StepCapacity& cap);
 
 // The previous step's picks, for the tokens of steps with prev_row >= 0:
@@ -213,4 +213,4 @@ void WriteStepMeta(std::span<const SeqStep> batch, const StepPlan& plan, int num
                    PrevPicks prev, std::span<int32_t> meta,
                    std::vector<std::array<int, 4>>* scratch);
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda

@@ -13,7 +13,7 @@
 #include "engine/backend/sample_draw.h"
 #include "engine/backend/tp_weight_source.h"
 
-namespace agentkv {
+namespace agentkv::backend::cuda {
 
 // One thread per rank, its device current; Run hands every thread the same
 // job and waits for all of them.
@@ -96,7 +96,7 @@ struct TpBackend::Transfer {
   std::vector<HostBuffer> staging;     // per rank
 };
 
-TpBackend::TpBackend(const ModelConfig& config, const TpBackendOptions& options, TpPlan plan)
+TpBackend::TpBackend(const model::ModelConfig& config, const TpBackendOptions& options, TpPlan plan)
     : config_(config), options_(options), plan_(std::move(plan)) {}
 
 TpBackend::~TpBackend() {
@@ -116,8 +116,8 @@ TpBackend::~TpBackend() {
 
 Status TpBackend::RunAll(const std::function<Status(int)>& fn) const { return workers_->Run(fn); }
 
-Result<std::unique_ptr<TpBackend>> TpBackend::Create(const ModelConfig& config,
-                                                     const WeightSource& weights,
+Result<std::unique_ptr<TpBackend>> TpBackend::Create(const model::ModelConfig& config,
+                                                     const model::WeightSource& weights,
                                                      const TpBackendOptions& options) {
   if (options.degree < 2)
     return InvalidArgument("tensor parallel: degree " + std::to_string(options.degree) +
@@ -233,7 +233,7 @@ Status TpBackend::Reserve(int max_step_tokens, int max_batch) {
   return RunAll([&](int r) { return ranks_[r]->Reserve(max_step_tokens, max_batch); });
 }
 
-Status TpBackend::CopyBlocks(std::span<const KvBlockCopy> copies) {
+Status TpBackend::CopyBlocks(std::span<const cache::KvBlockCopy> copies) {
   return RunAll([&](int r) { return ranks_[r]->CopyBlocks(copies); });
 }
 
@@ -562,4 +562,4 @@ Result<HostBuffer> TpBackend::AllocateHostBuffer(size_t bytes) {
   return ranks_[0]->AllocateHostBuffer(bytes);
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::backend::cuda

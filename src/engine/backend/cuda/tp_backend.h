@@ -53,7 +53,7 @@
 #include "engine/backend/cuda/nccl_windows.h"
 #include "engine/backend/tp_plan.h"
 
-namespace agentkv {
+namespace agentkv::backend::cuda {
 
 struct TpBackendOptions {
   int degree = 2;           // GPUs 0 .. degree - 1
@@ -65,17 +65,17 @@ class TpBackend final : public Backend {
  public:
   // Checks the split (TpPlan::Make against the visible GPUs) before
   // loading anything, then builds the ranks in parallel.
-  static Result<std::unique_ptr<TpBackend>> Create(const ModelConfig& config,
-                                                   const WeightSource& weights,
+  static Result<std::unique_ptr<TpBackend>> Create(const model::ModelConfig& config,
+                                                   const model::WeightSource& weights,
                                                    const TpBackendOptions& options);
   ~TpBackend() override;
 
-  const ModelConfig& config() const override { return config_; }
-  const ModelCacheSpec& cache_spec() const override { return spec_; }
+  const model::ModelConfig& config() const override { return config_; }
+  const cache::ModelCacheSpec& cache_spec() const override { return spec_; }
   std::string name() const override { return "cuda"; }
-  std::string kv_format() const override { return KvDtypeName(spec_.kv_dtype); }
+  std::string kv_format() const override { return cache::KvDtypeName(spec_.kv_dtype); }
   uint32_t kv_element_size() const override {
-    return static_cast<uint32_t>(KvDtypeBytes(spec_.kv_dtype));
+    return static_cast<uint32_t>(cache::KvDtypeBytes(spec_.kv_dtype));
   }
   const TpPlan& plan() const { return plan_; }
   // Whether the ranks' residual streams live in symmetric windows now, and
@@ -92,7 +92,7 @@ class TpBackend final : public Backend {
   Status AllocateKv(const KvLayout& layout) override;
   Status Reserve(int max_step_tokens, int max_batch) override;
   const KvLayout& kv_layout() const override { return layout_; }
-  Status CopyBlocks(std::span<const KvBlockCopy> copies) override;
+  Status CopyBlocks(std::span<const cache::KvBlockCopy> copies) override;
   Status Forward(std::span<const SeqStep> batch, std::span<float> logits) override;
   using Backend::ForwardSampled;
   using Backend::LaunchStep;
@@ -128,7 +128,7 @@ class TpBackend final : public Backend {
   class Workers;
   struct Step;
   struct Transfer;
-  TpBackend(const ModelConfig& config, const TpBackendOptions& options, TpPlan plan);
+  TpBackend(const model::ModelConfig& config, const TpBackendOptions& options, TpPlan plan);
   // Runs fn(rank) on every rank's thread at once; the first error.
   Status RunAll(const std::function<Status(int)>& fn) const;
   // Settles the steps in flight up to and including `step` (oldest first):
@@ -146,12 +146,12 @@ class TpBackend final : public Backend {
   Result<HostBuffer> TakeStaging(int r, size_t bytes);
   void ReturnStaging(int r, HostBuffer b);
 
-  ModelConfig config_;
-  ModelCacheSpec spec_;
+  model::ModelConfig config_;
+  cache::ModelCacheSpec spec_;
   TpBackendOptions options_;
   TpPlan plan_;
   KvLayout layout_;
-  std::vector<ModelCacheSpec> rank_specs_;
+  std::vector<cache::ModelCacheSpec> rank_specs_;
   // Per rank and cache group: the runs between the two block layouts.
   std::vector<std::vector<std::vector<TpKvRun>>> runs_;
   std::unique_ptr<Workers> workers_;
@@ -170,4 +170,4 @@ class TpBackend final : public Backend {
   uint64_t next_read_ticket_ = 1, next_write_ticket_ = 1;
 };
 
-}  // namespace agentkv
+}  // namespace agentkv::backend::cuda

@@ -4,7 +4,7 @@
 #include <fstream>
 #include <sstream>
 
-namespace agentkv {
+namespace agentkv::text::chat {
 namespace {
 
 Result<std::string> ReadFile(const std::filesystem::path& path) {
@@ -131,4 +131,4 @@ Result<std::string> ChatTemplate::Render(const Input& input,
   return t->Render(jinja::Value::MakeDict(std::move(ctx)), options);
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::text::chat

@@ -11,7 +11,7 @@
 #include "engine/text/chat/jinja/template.h"
 #include "util/status.h"
 
-namespace agentkv {
+namespace agentkv::text::chat {
 
 class ChatTemplate {
  public:
@@ -57,4 +57,4 @@ class ChatTemplate {
   nlohmann::ordered_json special_tokens_ = nlohmann::ordered_json::object();
 };
 
-}  // namespace agentkv
+}  // namespace agentkv::text::chat

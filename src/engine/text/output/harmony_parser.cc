@@ -8,7 +8,7 @@
 
 #include "engine/text/output/partial_match.h"
 
-namespace agentkv {
+namespace agentkv::text::output {
 namespace {
 
 using Kind = OutputEvent::Kind;
@@ -374,4 +374,4 @@ void HarmonyParser::EndMessage(std::vector<OutputEvent>* out) {
   begun_ = false;
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::text::output

@@ -40,7 +40,7 @@
 #include "engine/text/output/output_event.h"
 #include "engine/text/output/tool_call_parser.h"
 
-namespace agentkv {
+namespace agentkv::text::output {
 
 class HarmonyParser {
  public:
@@ -103,4 +103,4 @@ class HarmonyParser {
   int32_t num_calls_ = 0;
 };
 
-}  // namespace agentkv
+}  // namespace agentkv::text::output

@@ -2,7 +2,7 @@
 
 #include "engine/text/output/partial_match.h"
 
-namespace agentkv {
+namespace agentkv::text::output {
 namespace {
 
 bool IsDigit(char c) { return c >= '0' && c <= '9'; }
@@ -229,4 +229,4 @@ bool JsonStreamScanner::Step(char c) {
   return Fail();
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::text::output

@@ -13,7 +13,7 @@
 #include <span>
 #include <vector>
 
-namespace agentkv {
+namespace agentkv::text::output {
 
 class JsonStreamScanner {
  public:
@@ -82,4 +82,4 @@ class JsonStreamScanner {
   size_t num_marks_ = 0;
 };
 
-}  // namespace agentkv
+}  // namespace agentkv::text::output

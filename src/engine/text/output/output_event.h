@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-namespace agentkv {
+namespace agentkv::text::output {
 
 struct OutputEvent {
   enum class Kind : uint8_t {
@@ -50,4 +50,4 @@ inline void AppendMerged(std::vector<OutputEvent>* out, OutputEvent e) {
   out->push_back(std::move(e));
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::text::output

@@ -2,7 +2,7 @@
 
 #include <utility>
 
-namespace agentkv {
+namespace agentkv::text::output {
 
 OutputParserOptions OutputParserOptions::ForModelType(std::string_view model_type, bool tools,
                                                       bool starts_in_reasoning) {
@@ -73,4 +73,4 @@ void OutputParser::Finish(std::vector<OutputEvent>* out) {
   tools_.Finish(out);
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::text::output

@@ -21,7 +21,7 @@
 #include "engine/text/stream_detokenizer.h"
 #include "engine/text/tokenizer.h"
 
-namespace agentkv {
+namespace agentkv::text::output {
 
 struct OutputParserOptions {
   ReasoningParserOptions reasoning;
@@ -71,4 +71,4 @@ class OutputParser {
   std::vector<OutputEvent> scratch_;
 };
 
-}  // namespace agentkv
+}  // namespace agentkv::text::output

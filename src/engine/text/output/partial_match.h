@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <string_view>
 
-namespace agentkv {
+namespace agentkv::text::output {
 
 // Length of the longest suffix of `text` that is a proper, non-empty prefix
 // of `pattern`: the bytes that must be held back because `pattern` might
@@ -21,4 +21,4 @@ inline size_t PartialSuffixLength(std::string_view text, std::string_view patter
 
 inline bool IsJsonSpace(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
-}  // namespace agentkv
+}  // namespace agentkv::text::output

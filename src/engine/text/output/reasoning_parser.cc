@@ -4,7 +4,7 @@
 
 #include "engine/text/output/partial_match.h"
 
-namespace agentkv {
+namespace agentkv::text::output {
 
 ReasoningParser::ReasoningParser(ReasoningParserOptions options)
     : opts_(std::move(options)), mode_(opts_.enabled ? Mode::kStart : Mode::kAnswer) {}
@@ -86,4 +86,4 @@ void ReasoningParser::Run(bool final, std::vector<OutputEvent>* out) {
   buf_.erase(0, buf_.size() - s.size());
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::text::output

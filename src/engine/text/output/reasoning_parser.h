@@ -17,7 +17,7 @@
 
 #include "engine/text/output/output_event.h"
 
-namespace agentkv {
+namespace agentkv::text::output {
 
 struct ReasoningParserOptions {
   bool enabled = false;  // off: everything is text
@@ -48,4 +48,4 @@ class ReasoningParser {
   bool strip_leading_ = false;  // of the current reasoning/answer segment
 };
 
-}  // namespace agentkv
+}  // namespace agentkv::text::output

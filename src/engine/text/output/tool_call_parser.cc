@@ -7,7 +7,7 @@
 
 #include "engine/text/output/partial_match.h"
 
-namespace agentkv {
+namespace agentkv::text::output {
 namespace {
 
 using Kind = OutputEvent::Kind;
@@ -412,4 +412,4 @@ void ToolCallParser::FailCall(size_t search_from, std::vector<OutputEvent>* out)
   mode_ = Mode::kPassThrough;
 }
 
-}  // namespace agentkv
+}  // namespace agentkv::text::output

@@ -34,7 +34,7 @@
 #include "engine/text/output/json_stream_scanner.h"
 #include "engine/text/output/output_event.h"
 
-namespace agentkv {
+namespace agentkv::text::output {
 
 enum class ToolCallFormat { kNone, kHermes, kLlama31Json, kGemmaFenced, kHarmony };
 
@@ -122,4 +122,4 @@ class ToolCallParser {
   bool strip_leading_ = false;
 };
 
-}  // namespace agentkv
+}  // namespace agentkv::text::output

@@ -13,7 +13,7 @@
 
 #include "engine/backend/cpu/cpu_kernels.h"
 
-namespace agentkv::kernels {
+namespace agentkv::backend::cpu::kernels {
 namespace {
 
 TEST(CpuAttentionTest, Exp8MatchesStdExp) {
@@ -131,4 +131,4 @@ TEST(AttendOneTest, SinkJoinsTheDenominatorWithoutAValue) {
 }
 
 }  // namespace
-}  // namespace agentkv::kernels
+}  // namespace agentkv::backend::cpu::kernels

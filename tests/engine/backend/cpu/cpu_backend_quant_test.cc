@@ -24,7 +24,7 @@
 
 #include "quant_steps.h"
 
-namespace agentkv {
+namespace agentkv::backend::cpu {
 namespace {
 
 using testing::ExpectSameLogits;
@@ -38,29 +38,29 @@ const fs::path kTokenizers = fs::path(AGENTKV_DATA_DIR) / "tokenizers";
 
 // Every expected tensor of `config` as fp32, read from the checkpoint by hand:
 // bf16 converted, F8_E4M3 decoded and multiplied by its scale.
-MapWeights Dequantized(const ModelConfig& config, const Safetensors& st) {
+MapWeights Dequantized(const model::ModelConfig& config, const model::Safetensors& st) {
   MapWeights out;
-  for (const WeightSpec& spec : ExpectedWeights(config)) {
+  for (const model::WeightSpec& spec : model::ExpectedWeights(config)) {
     auto t = st.Get(spec.name, spec.shape);
     EXPECT_TRUE(t.ok()) << t.status().ToString();
     std::vector<float>& v = out.t[spec.name];
     v.resize(t->numel());
     const auto* bytes = static_cast<const uint8_t*>(t->data);
-    if (t->dtype == TensorDtype::kBF16) {
+    if (t->dtype == model::TensorDtype::kBF16) {
       for (int64_t i = 0; i < t->numel(); ++i)
         v[i] = Bf16ToF32(static_cast<uint16_t>(bytes[2 * i] | (bytes[2 * i + 1] << 8)));
       continue;
     }
-    if (t->dtype == TensorDtype::kF32) {
+    if (t->dtype == model::TensorDtype::kF32) {
       std::memcpy(v.data(), t->data, t->nbytes);
       continue;
     }
-    EXPECT_EQ(t->dtype, TensorDtype::kF8E4M3) << spec.name;
+    EXPECT_EQ(t->dtype, model::TensorDtype::kF8E4M3) << spec.name;
     const int64_t rows = spec.shape[0], cols = spec.shape[1];
     const bool block = st.Has(spec.name + "_scale_inv");
     auto s = st.Get(spec.name + (block ? "_scale_inv" : "_scale"));
     EXPECT_TRUE(s.ok()) << spec.name;
-    EXPECT_EQ(s->dtype, TensorDtype::kF32);
+    EXPECT_EQ(s->dtype, model::TensorDtype::kF32);
     const auto* scale = static_cast<const float*>(s->data);
     const int64_t tiles = (cols + 127) / 128;
     for (int64_t r = 0; r < rows; ++r)
@@ -73,11 +73,11 @@ MapWeights Dequantized(const ModelConfig& config, const Safetensors& st) {
 
 // Bytes the backend should hold: F8 codes and F32 scales as stored, the
 // tied bf16 embedding as bf16, every other tensor as fp32.
-uint64_t ExpectedBytes(const Safetensors& st) {
+uint64_t ExpectedBytes(const model::Safetensors& st) {
   uint64_t n = 0;
   for (const std::string& name : st.Names()) {
     auto t = st.Get(name);
-    if (t->dtype == TensorDtype::kF8E4M3 || t->dtype == TensorDtype::kF32) {
+    if (t->dtype == model::TensorDtype::kF8E4M3 || t->dtype == model::TensorDtype::kF32) {
       n += t->nbytes;
     } else if (name == "model.embed_tokens.weight") {
       n += t->numel() * 2;
@@ -91,20 +91,20 @@ uint64_t ExpectedBytes(const Safetensors& st) {
 // The checkpoint in `dir` on the CPU backend against the same model with its
 // weights dequantized by this test, and its weight memory.
 void ExpectMatchesDequantized(const fs::path& dir) {
-  auto config = ModelConfig::Load(dir);
+  auto config = model::ModelConfig::Load(dir);
   ASSERT_TRUE(config.ok()) << config.status().ToString();
   ASSERT_TRUE(config->quant.quantized());
-  auto weights = SafetensorsWeights::Open(dir);
+  auto weights = model::SafetensorsWeights::Open(dir);
   ASSERT_TRUE(weights.ok()) << weights.status().ToString();
   ASSERT_TRUE(weights->IsQuantized("model.layers.1.mlp.down_proj.weight"));
   ASSERT_FALSE(weights->IsQuantized("model.embed_tokens.weight"));
-  auto quant = CpuBackend::Create(*config, *weights, CpuBackendOptions{2, KvDtype::kF32});
+  auto quant = CpuBackend::Create(*config, *weights, CpuBackendOptions{2, cache::KvDtype::kF32});
   ASSERT_TRUE(quant.ok()) << quant.status().ToString();
 
-  ModelConfig plain = *config;
-  plain.quant = QuantConfig{};
+  model::ModelConfig plain = *config;
+  plain.quant = model::QuantConfig{};
   const MapWeights deq = Dequantized(plain, weights->safetensors());
-  auto ref = CpuBackend::Create(plain, deq, CpuBackendOptions{2, KvDtype::kF32});
+  auto ref = CpuBackend::Create(plain, deq, CpuBackendOptions{2, cache::KvDtype::kF32});
   ASSERT_TRUE(ref.ok()) << ref.status().ToString();
 
   const auto got = GreedySteps(**quant, 3);
@@ -115,7 +115,7 @@ void ExpectMatchesDequantized(const fs::path& dir) {
   EXPECT_LT((*quant)->weight_bytes(), (*ref)->weight_bytes());
 }
 
-class CpuBackendQuantTest : public ::testing::TestWithParam<SynthQuant> {};
+class CpuBackendQuantTest : public ::testing::TestWithParam<model::SynthQuant> {};
 
 TEST_P(CpuBackendQuantTest, LogitsEqualTheDequantizedModel) {
   if (!fs::exists(kTokenizers / "qwen3" / "tokenizer.json"))
@@ -123,7 +123,7 @@ TEST_P(CpuBackendQuantTest, LogitsEqualTheDequantizedModel) {
   const fs::path dir =
       fs::path(::testing::TempDir()) / ("cpu_quant_" + std::to_string(::getpid()) + "_" +
                                         std::to_string(static_cast<int>(GetParam())));
-  SynthOptions o;
+  model::SynthOptions o;
   o.arch = "qwen3";
   o.tokenizer_dir = kTokenizers / "qwen3";
   o.out_dir = dir;
@@ -135,14 +135,15 @@ TEST_P(CpuBackendQuantTest, LogitsEqualTheDequantizedModel) {
   o.intermediate = 200;  // ragged both ways in gate/up and down
   o.seed = 5;
   o.quant = GetParam();
-  ASSERT_TRUE(SynthesizeModel(o).ok());
+  ASSERT_TRUE(model::SynthesizeModel(o).ok());
 
   ExpectMatchesDequantized(dir);
   fs::remove_all(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, CpuBackendQuantTest,
-                         ::testing::Values(SynthQuant::kFp8, SynthQuant::kFp8Channel));
+                         ::testing::Values(model::SynthQuant::kFp8,
+                                           model::SynthQuant::kFp8Channel));
 
 // Modules a checkpoint leaves unconverted load as float beside quantized
 // ones, also inside a fused stack: layer 0's q_proj (first of q | k | v) and
@@ -152,7 +153,7 @@ TEST(CpuBackendQuantMixedTest, UnconvertedModulesInsideAQuantizedStack) {
     GTEST_SKIP() << "qwen3 tokenizer not set up (scripts/setup.sh)";
   const fs::path root =
       fs::path(::testing::TempDir()) / ("cpu_quant_mixed_" + std::to_string(::getpid()));
-  SynthOptions o;
+  model::SynthOptions o;
   o.arch = "qwen3";
   o.tokenizer_dir = kTokenizers / "qwen3";
   o.out_dir = root / "fp8";
@@ -163,25 +164,25 @@ TEST(CpuBackendQuantMixedTest, UnconvertedModulesInsideAQuantizedStack) {
   o.head_dim = 32;
   o.intermediate = 200;
   o.seed = 8;
-  o.quant = SynthQuant::kFp8;
-  ASSERT_TRUE(SynthesizeModel(o).ok());
-  auto config = ModelConfig::Load(o.out_dir);
+  o.quant = model::SynthQuant::kFp8;
+  ASSERT_TRUE(model::SynthesizeModel(o).ok());
+  auto config = model::ModelConfig::Load(o.out_dir);
   ASSERT_TRUE(config.ok());
-  auto st = Safetensors::Open(o.out_dir);
+  auto st = model::Safetensors::Open(o.out_dir);
   ASSERT_TRUE(st.ok());
-  ModelConfig plain = *config;
-  plain.quant = QuantConfig{};
+  model::ModelConfig plain = *config;
+  plain.quant = model::QuantConfig{};
   const MapWeights deq = Dequantized(plain, *st);
   const std::set<std::string> as_f32 = {"model.layers.0.self_attn.q_proj.weight",
                                         "model.layers.1.self_attn.v_proj.weight"};
-  std::vector<SafetensorsWriter::Tensor> tensors;
+  std::vector<model::SafetensorsWriter::Tensor> tensors;
   for (const std::string& name : st->Names()) {
     if (as_f32.count(name.substr(0, name.size() - 10)) && name.ends_with("_scale_inv")) continue;
     auto t = st->Get(name);
-    SafetensorsWriter::Tensor w{name, t->dtype, t->shape, {}};
+    model::SafetensorsWriter::Tensor w{name, t->dtype, t->shape, {}};
     if (as_f32.count(name)) {
       const std::vector<float>& v = deq.t.at(name);
-      w.dtype = TensorDtype::kF32;
+      w.dtype = model::TensorDtype::kF32;
       w.bytes.assign(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
     } else {
       w.bytes.assign(static_cast<const char*>(t->data), t->nbytes);
@@ -192,8 +193,8 @@ TEST(CpuBackendQuantMixedTest, UnconvertedModulesInsideAQuantizedStack) {
   fs::create_directories(mixed);
   for (const auto& e : fs::directory_iterator(o.out_dir))
     if (e.path().extension() == ".json") fs::copy_file(e.path(), mixed / e.path().filename());
-  ASSERT_TRUE(SafetensorsWriter::WriteFile(mixed / "model.safetensors", tensors).ok());
-  auto w = SafetensorsWeights::Open(mixed);
+  ASSERT_TRUE(model::SafetensorsWriter::WriteFile(mixed / "model.safetensors", tensors).ok());
+  auto w = model::SafetensorsWeights::Open(mixed);
   ASSERT_TRUE(w.ok());
   EXPECT_FALSE(w->IsQuantized("model.layers.0.self_attn.q_proj.weight"));
   EXPECT_TRUE(w->IsQuantized("model.layers.0.self_attn.k_proj.weight"));
@@ -208,24 +209,24 @@ TEST(CpuBackendQuantErrorTest, Fp8WeightsWithoutAQuantizationConfig) {
     GTEST_SKIP() << "qwen3 tokenizer not set up (scripts/setup.sh)";
   const fs::path dir =
       fs::path(::testing::TempDir()) / ("cpu_quant_noconfig_" + std::to_string(::getpid()));
-  SynthOptions o;
+  model::SynthOptions o;
   o.arch = "qwen3";
   o.tokenizer_dir = kTokenizers / "qwen3";
   o.out_dir = dir;
   o.layers = 1;
   o.hidden = 64;
-  o.quant = SynthQuant::kFp8;
-  ASSERT_TRUE(SynthesizeModel(o).ok());
-  auto config = ModelConfig::Load(dir);
+  o.quant = model::SynthQuant::kFp8;
+  ASSERT_TRUE(model::SynthesizeModel(o).ok());
+  auto config = model::ModelConfig::Load(dir);
   ASSERT_TRUE(config.ok());
-  config->quant = QuantConfig{};
-  auto weights = SafetensorsWeights::Open(dir);
+  config->quant = model::QuantConfig{};
+  auto weights = model::SafetensorsWeights::Open(dir);
   ASSERT_TRUE(weights.ok());
-  auto b = CpuBackend::Create(*config, *weights, CpuBackendOptions{1, KvDtype::kF32});
+  auto b = CpuBackend::Create(*config, *weights, CpuBackendOptions{1, cache::KvDtype::kF32});
   ASSERT_FALSE(b.ok());
   EXPECT_NE(b.status().message().find("q_proj.weight"), std::string::npos) << b.status().ToString();
   fs::remove_all(dir);
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::backend::cpu

@@ -18,7 +18,7 @@
 
 #include "../../test_model.h"
 
-namespace agentkv {
+namespace agentkv::backend::cpu {
 namespace {
 
 using testing::MapWeights;
@@ -29,7 +29,7 @@ using testing::SmallConfig;
 struct Tables {
   std::vector<std::vector<std::vector<int32_t>>> t;  // [seq][group] -> blocks
   std::array<int32_t, kMaxCacheGroups> next{};
-  void Ensure(const ModelCacheSpec& spec, int seq, int64_t tokens, int bs) {
+  void Ensure(const cache::ModelCacheSpec& spec, int seq, int64_t tokens, int bs) {
     if (static_cast<int>(t.size()) <= seq) t.resize(seq + 1);
     t[seq].resize(spec.groups.size());
     for (size_t g = 0; g < spec.groups.size(); ++g) {
@@ -63,8 +63,8 @@ double RelErr(std::span<const float> a, std::span<const float> b) {
   return std::sqrt(num / std::max(den, 1e-30));
 }
 
-std::unique_ptr<CpuBackend> Make(const ModelConfig& c, const MapWeights& w, int bs, int blocks,
-                                 KvDtype kv = KvDtype::kF32) {
+std::unique_ptr<CpuBackend> Make(const model::ModelConfig& c, const MapWeights& w, int bs,
+                                 int blocks, cache::KvDtype kv = cache::KvDtype::kF32) {
   auto b = CpuBackend::Create(c, w, CpuBackendOptions{2, kv});
   EXPECT_TRUE(b.ok()) << b.status().ToString();
   KvLayout layout;
@@ -76,9 +76,9 @@ std::unique_ptr<CpuBackend> Make(const ModelConfig& c, const MapWeights& w, int 
 
 // Prefill `prompt` in chunks of `chunk` then decode `decode` greedy tokens;
 // returns the logits after prefill and after every decode step.
-std::vector<std::vector<float>> RunAlone(const ModelConfig& c, const MapWeights& w,
+std::vector<std::vector<float>> RunAlone(const model::ModelConfig& c, const MapWeights& w,
                                          const std::vector<int32_t>& prompt, int chunk, int decode,
-                                         int bs, KvDtype kv = KvDtype::kF32) {
+                                         int bs, cache::KvDtype kv = cache::KvDtype::kF32) {
   auto b = Make(c, w, bs, 4096 / bs + 64, kv);
   Tables tab;
   std::vector<std::vector<float>> out;
@@ -106,10 +106,10 @@ std::vector<std::vector<float>> RunAlone(const ModelConfig& c, const MapWeights&
   return out;
 }
 
-class CpuBackendArchTest : public ::testing::TestWithParam<Architecture> {};
+class CpuBackendArchTest : public ::testing::TestWithParam<model::Architecture> {};
 
 TEST_P(CpuBackendArchTest, ChunkedAndBlockLayoutInvariant) {
-  const ModelConfig c = SmallConfig(GetParam());
+  const model::ModelConfig c = SmallConfig(GetParam());
   const MapWeights w = RandomWeights(c, 7);
   const auto prompt = Prompt(45, 3, c.vocab_size);
   const auto ref = RunAlone(c, w, prompt, 1000, 5, 64);  // one large block, one chunk
@@ -122,7 +122,7 @@ TEST_P(CpuBackendArchTest, ChunkedAndBlockLayoutInvariant) {
 }
 
 TEST_P(CpuBackendArchTest, BatchOfEightMatchesAlone) {
-  const ModelConfig c = SmallConfig(GetParam());
+  const model::ModelConfig c = SmallConfig(GetParam());
   const MapWeights w = RandomWeights(c, 11);
   const int bs = 4;
   std::vector<std::vector<int32_t>> prompts;
@@ -181,9 +181,9 @@ int Argmax(std::span<const float> v) {
 // Logits after prefilling seq[0, prompt) in chunks of 16 and after each
 // later token of seq, decoded one at a time (the same tokens whatever the
 // logits say, so that two caches are compared on the same inputs).
-std::vector<std::vector<float>> RunForced(const ModelConfig& c, const MapWeights& w,
+std::vector<std::vector<float>> RunForced(const model::ModelConfig& c, const MapWeights& w,
                                           const std::vector<int32_t>& seq, int prompt, int bs,
-                                          KvDtype kv) {
+                                          cache::KvDtype kv) {
   auto b = Make(c, w, bs, 4096 / bs + 64, kv);
   Tables tab;
   std::vector<std::vector<float>> out;
@@ -204,7 +204,7 @@ std::vector<std::vector<float>> RunForced(const ModelConfig& c, const MapWeights
 // hidden 256) with weights of standard deviation 1 / sqrt(fan-in), as
 // trained models have them roughly: SmallConfig's 0.2 on a hidden size of
 // 48 makes every layer amplify its input, and any rounding of K/V with it.
-MapWeights Proportioned(ModelConfig& c, uint32_t seed) {
+MapWeights Proportioned(model::ModelConfig& c, uint32_t seed) {
   c.hidden_size = 256;
   c.intermediate_size = 512;
   c.num_heads = 4;
@@ -243,11 +243,11 @@ double TopTwoGap(std::span<const float> l) {
 // is 0.1, and the greedy pick must agree except on near ties (top-two gap
 // under 0.2 standard deviations of the row).
 TEST_P(CpuBackendArchTest, Fp8KvMatchesF32WithinTolerance) {
-  ModelConfig c = SmallConfig(GetParam());
+  model::ModelConfig c = SmallConfig(GetParam());
   const MapWeights w = Proportioned(c, 23);
   const auto seq = Prompt(70, 5, c.vocab_size);
-  const auto ref = RunForced(c, w, seq, 61, 4, KvDtype::kF32);
-  const auto got = RunForced(c, w, seq, 61, 4, KvDtype::kFP8E4M3);
+  const auto ref = RunForced(c, w, seq, 61, 4, cache::KvDtype::kF32);
+  const auto got = RunForced(c, w, seq, 61, 4, cache::KvDtype::kFP8E4M3);
   ASSERT_EQ(got.size(), ref.size());
   double worst = 0;
   int same = 0;
@@ -271,27 +271,27 @@ TEST_P(CpuBackendArchTest, Fp8KvMatchesF32WithinTolerance) {
 // sharpens every score (1.35 squared) and whose router picks 4 of only 5
 // experts, so that a rounding can swap an expert.
 TEST_P(CpuBackendArchTest, Fp8KvOnSmallModelsStaysBounded) {
-  const ModelConfig c = SmallConfig(GetParam());
+  const model::ModelConfig c = SmallConfig(GetParam());
   const MapWeights w = RandomWeights(c, 23);
   const auto seq = Prompt(70, 5, c.vocab_size);
-  const auto ref = RunForced(c, w, seq, 61, 4, KvDtype::kF32);
-  const auto got = RunForced(c, w, seq, 61, 4, KvDtype::kFP8E4M3);
+  const auto ref = RunForced(c, w, seq, 61, 4, cache::KvDtype::kF32);
+  const auto got = RunForced(c, w, seq, 61, 4, cache::KvDtype::kFP8E4M3);
   ASSERT_EQ(got.size(), ref.size());
   double worst = 0;
   for (size_t i = 0; i < ref.size(); ++i) worst = std::max(worst, RelErr(got[i], ref[i]));
   std::printf("fp8 KV against fp32 (small model): worst relative error %.4f\n", worst);
-  EXPECT_LT(worst, GetParam() == Architecture::kGptOss ? 0.4 : 0.25);
+  EXPECT_LT(worst, GetParam() == model::Architecture::kGptOss ? 0.4 : 0.25);
 }
 
 // With fp8 the step's own keys are read as the cache holds them, so the
 // logits do not depend on how the prompt is chunked or on the block size.
 TEST_P(CpuBackendArchTest, Fp8KvChunkedAndBlockLayoutInvariant) {
-  const ModelConfig c = SmallConfig(GetParam());
+  const model::ModelConfig c = SmallConfig(GetParam());
   const MapWeights w = RandomWeights(c, 7);
   const auto prompt = Prompt(45, 3, c.vocab_size);
-  const auto ref = RunAlone(c, w, prompt, 1000, 5, 64, KvDtype::kFP8E4M3);
+  const auto ref = RunAlone(c, w, prompt, 1000, 5, 64, cache::KvDtype::kFP8E4M3);
   for (auto [chunk, bs] : {std::pair{1000, 1}, {7, 4}, {3, 16}, {16, 2}}) {
-    const auto got = RunAlone(c, w, prompt, chunk, 5, bs, KvDtype::kFP8E4M3);
+    const auto got = RunAlone(c, w, prompt, chunk, 5, bs, cache::KvDtype::kFP8E4M3);
     ASSERT_EQ(got.size(), ref.size());
     for (size_t i = 0; i < ref.size(); ++i)
       EXPECT_LT(RelErr(got[i], ref[i]), 1e-4) << "chunk " << chunk << " bs " << bs << " step " << i;
@@ -303,11 +303,11 @@ TEST_P(CpuBackendArchTest, Fp8KvChunkedAndBlockLayoutInvariant) {
 // gives at those positions; a second sequence in the batch with one row
 // keeps its own; the greedy picks of the default LaunchStep are per row.
 TEST_P(CpuBackendArchTest, SeveralLogitRowsMatchTokenByToken) {
-  const ModelConfig c = SmallConfig(GetParam());
+  const model::ModelConfig c = SmallConfig(GetParam());
   const MapWeights w = RandomWeights(c, 13);
   const int bs = 4, prompt = 21, k = 4;
   const auto seq = Prompt(prompt + k, 17, c.vocab_size);
-  const auto ref = RunForced(c, w, seq, prompt, bs, KvDtype::kF32);  // k + 1 rows
+  const auto ref = RunForced(c, w, seq, prompt, bs, cache::KvDtype::kF32);  // k + 1 rows
   ASSERT_EQ(ref.size(), static_cast<size_t>(k + 1));
   const auto other = Prompt(9, 18, c.vocab_size);
   const auto other_ref = RunAlone(c, w, other, 1000, 0, bs);
@@ -350,24 +350,26 @@ TEST_P(CpuBackendArchTest, SeveralLogitRowsMatchTokenByToken) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, CpuBackendArchTest,
-                         ::testing::Values(Architecture::kLlama, Architecture::kQwen2,
-                                           Architecture::kQwen3, Architecture::kGemma3,
-                                           Architecture::kGptOss, Architecture::kQwen3Moe));
+                         ::testing::Values(model::Architecture::kLlama, model::Architecture::kQwen2,
+                                           model::Architecture::kQwen3,
+                                           model::Architecture::kGemma3,
+                                           model::Architecture::kGptOss,
+                                           model::Architecture::kQwen3Moe));
 
 TEST(CpuBackendTest, SlidingWindowRingMatchesDirectAttention) {
   // With a window of 7 and blocks of 2, the ring holds ceil(7/2)+1 = 5 blocks;
   // a 40-token context must give the same logits as with one huge block.
-  const ModelConfig c = SmallConfig(Architecture::kGemma3);
+  const model::ModelConfig c = SmallConfig(model::Architecture::kGemma3);
   const MapWeights w = RandomWeights(c, 5);
   const auto prompt = Prompt(40, 9, c.vocab_size);
   const auto ref = RunAlone(c, w, prompt, 1000, 3, 64);
   const auto got = RunAlone(c, w, prompt, 3, 3, 2);
   for (size_t i = 0; i < ref.size(); ++i) EXPECT_LT(RelErr(got[i], ref[i]), 1e-4);
-  EXPECT_EQ(c.CacheSpec(KvDtype::kF32).BlocksFor(0, 40, 2), 5);
+  EXPECT_EQ(c.CacheSpec(cache::KvDtype::kF32).BlocksFor(0, 40, 2), 5);
 }
 
 TEST(CpuBackendTest, RejectsBadBatches) {
-  const ModelConfig c = SmallConfig(Architecture::kQwen3);
+  const model::ModelConfig c = SmallConfig(model::Architecture::kQwen3);
   const MapWeights w = RandomWeights(c, 1);
   auto b = Make(c, w, 4, 8);
   std::vector<float> logits(c.vocab_size);
@@ -400,33 +402,33 @@ TEST(CpuBackendTest, RejectsBadBatches) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::backend::cpu
 
-namespace agentkv {
+namespace agentkv::backend::cpu {
 namespace {
 
 // Two sequences with a common 3-block prefix: the second attaches the first's
 // prefix-cached blocks (same physical blocks) and computes only its suffix;
 // its logits equal those of an unshared run.
 TEST(CpuBackendTest, SharedPrefixBlocksGiveSameLogitsAsUnshared) {
-  const ModelConfig c = SmallConfig(Architecture::kQwen3);
+  const model::ModelConfig c = SmallConfig(model::Architecture::kQwen3);
   const MapWeights w = RandomWeights(c, 17);
-  const ModelCacheSpec spec = c.CacheSpec(KvDtype::kF32);
+  const cache::ModelCacheSpec spec = c.CacheSpec(cache::KvDtype::kF32);
   const int bs = 4;
-  KvCacheConfig kc;
+  cache::KvCacheConfig kc;
   kc.block_size = bs;
   kc.blocks_per_group = {64};
-  auto kv = std::move(KvCacheManager::Create(spec, kc).value());
+  auto kv = std::move(cache::KvCacheManager::Create(spec, kc).value());
   auto b = Make(c, w, bs, 64);
   const std::vector<int32_t> prefix = Prompt(12, 40, c.vocab_size);
   std::vector<int32_t> a = prefix, bseq = prefix;
   for (int32_t t : Prompt(3, 41, c.vocab_size)) a.push_back(t);
   for (int32_t t : Prompt(5, 42, c.vocab_size)) bseq.push_back(t);
   std::vector<float> logits(c.vocab_size);
-  auto run = [&](KvCacheManager::SeqId id, const std::vector<int32_t>& toks) {
+  auto run = [&](cache::KvCacheManager::SeqId id, const std::vector<int32_t>& toks) {
     EXPECT_TRUE(kv->AddSequence(id).ok());
     const int64_t cached = kv->AttachCachedPrefix(id, toks).value();
-    std::vector<KvBlockCopy> copies;
+    std::vector<cache::KvBlockCopy> copies;
     EXPECT_TRUE(kv->EnsureCapacity(id, toks.size(), &copies).ok());
     EXPECT_TRUE(b->CopyBlocks(copies).ok());
     kv->CopiesDone();
@@ -448,16 +450,16 @@ TEST(CpuBackendTest, SharedPrefixBlocksGiveSameLogitsAsUnshared) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::backend::cpu
 
-namespace agentkv {
+namespace agentkv::backend::cpu {
 namespace {
 
 TEST(CpuBackendFp8Test, FormatAndBlockBytes) {
-  const ModelConfig c = SmallConfig(Architecture::kQwen3);
+  const model::ModelConfig c = SmallConfig(model::Architecture::kQwen3);
   const MapWeights w = RandomWeights(c, 3);
   auto f32 = Make(c, w, 4, 8);
-  auto fp8 = Make(c, w, 4, 8, KvDtype::kFP8E4M3);
+  auto fp8 = Make(c, w, 4, 8, cache::KvDtype::kFP8E4M3);
   EXPECT_EQ(f32->kv_format(), "f32");
   EXPECT_EQ(f32->kv_element_size(), 4u);
   EXPECT_EQ(fp8->kv_format(), "fp8_e4m3");
@@ -469,9 +471,9 @@ TEST(CpuBackendFp8Test, FormatAndBlockBytes) {
 }
 
 TEST(CpuBackendFp8Test, RejectsOtherKvDtypes) {
-  const ModelConfig c = SmallConfig(Architecture::kLlama);
+  const model::ModelConfig c = SmallConfig(model::Architecture::kLlama);
   const MapWeights w = RandomWeights(c, 3);
-  for (KvDtype d : {KvDtype::kBF16, KvDtype::kF16}) {
+  for (cache::KvDtype d : {cache::KvDtype::kBF16, cache::KvDtype::kF16}) {
     auto r = CpuBackend::Create(c, w, CpuBackendOptions{1, d});
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
@@ -481,11 +483,11 @@ TEST(CpuBackendFp8Test, RejectsOtherKvDtypes) {
 // The cache holds, for layer 0 (whose K and V do not depend on attention),
 // exactly QuantizeRow of the fp32 backend's rows, in the documented layout.
 TEST(CpuBackendFp8Test, BlockHoldsQuantizedRowsOfTheF32Cache) {
-  const ModelConfig c = SmallConfig(Architecture::kQwen2);
+  const model::ModelConfig c = SmallConfig(model::Architecture::kQwen2);
   const MapWeights w = RandomWeights(c, 31);
   const int bs = 4, D = c.head_dim, nkv = c.num_kv_heads;
   auto f32 = Make(c, w, bs, 8);
-  auto fp8 = Make(c, w, bs, 8, KvDtype::kFP8E4M3);
+  auto fp8 = Make(c, w, bs, 8, cache::KvDtype::kFP8E4M3);
   const auto toks = Prompt(bs, 8, c.vocab_size);
   std::vector<int32_t> table = {2};
   std::vector<float> logits(c.vocab_size);
@@ -527,11 +529,11 @@ TEST(CpuBackendFp8Test, BlockHoldsQuantizedRowsOfTheF32Cache) {
 // another backend (WriteBlock) continues it with the same logits as the
 // backend that computed them; CopyBlocks moves fp8 blocks whole.
 TEST(CpuBackendFp8Test, RestoredAndCopiedBlocksGiveSameLogits) {
-  const ModelConfig c = SmallConfig(Architecture::kGemma3);
+  const model::ModelConfig c = SmallConfig(model::Architecture::kGemma3);
   const MapWeights w = RandomWeights(c, 9);
   const int bs = 4;
-  auto src = Make(c, w, bs, 32, KvDtype::kFP8E4M3);
-  auto dst = Make(c, w, bs, 32, KvDtype::kFP8E4M3);
+  auto src = Make(c, w, bs, 32, cache::KvDtype::kFP8E4M3);
+  auto dst = Make(c, w, bs, 32, cache::KvDtype::kFP8E4M3);
   auto prompt = Prompt(23, 4, c.vocab_size);
   Tables tab;
   tab.Ensure(src->cache_spec(), 0, prompt.size() + 1, bs);
@@ -551,13 +553,13 @@ TEST(CpuBackendFp8Test, RestoredAndCopiedBlocksGiveSameLogits) {
   ASSERT_TRUE(dst->Forward({&next, 1}, got).ok());
   EXPECT_EQ(got, want);
   // The same through CopyBlocks into fresh blocks of a third table.
-  auto cp = Make(c, w, bs, 64, KvDtype::kFP8E4M3);
+  auto cp = Make(c, w, bs, 64, cache::KvDtype::kFP8E4M3);
   for (size_t g = 0; g < spec.groups.size(); ++g) {
     const int gi = static_cast<int>(g);
     std::vector<std::byte> buf(spec.BytesPerBlock(gi, bs) * tab.t[0][g].size());
     ASSERT_TRUE(src->ReadBlocks(gi, tab.t[0][g], buf).ok());
     ASSERT_TRUE(cp->WriteBlocks(gi, tab.t[0][g], buf).ok());
-    std::vector<KvBlockCopy> copies;
+    std::vector<cache::KvBlockCopy> copies;
     for (int32_t b : tab.t[0][g]) copies.push_back({gi, b, b + 32});
     ASSERT_TRUE(cp->CopyBlocks(copies).ok());
     for (int32_t& b : tab.t[0][g]) b += 32;
@@ -570,26 +572,26 @@ TEST(CpuBackendFp8Test, RestoredAndCopiedBlocksGiveSameLogits) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::backend::cpu
 
-namespace agentkv {
+namespace agentkv::backend::cpu {
 namespace {
 
 TEST(CpuBackendMoeTest, RejectsUnsupportedExpertShapesAndMissingExperts) {
-  ModelConfig c = testing::SmallConfig(Architecture::kGptOss);
+  model::ModelConfig c = testing::SmallConfig(model::Architecture::kGptOss);
   const testing::MapWeights w = testing::RandomWeights(c, 3);
-  EXPECT_TRUE(CpuBackend::Create(c, w, CpuBackendOptions{1, KvDtype::kF32}).ok());
-  ModelConfig bad = c;
+  EXPECT_TRUE(CpuBackend::Create(c, w, CpuBackendOptions{1, cache::KvDtype::kF32}).ok());
+  model::ModelConfig bad = c;
   bad.moe.experts_per_token = 6;  // more than the 5 experts
-  auto b = CpuBackend::Create(bad, w, CpuBackendOptions{1, KvDtype::kF32});
+  auto b = CpuBackend::Create(bad, w, CpuBackendOptions{1, cache::KvDtype::kF32});
   EXPECT_EQ(b.status().code(), StatusCode::kInvalidArgument);
   bad = c;
   bad.moe.num_experts = 2000;
-  EXPECT_EQ(CpuBackend::Create(bad, w, CpuBackendOptions{1, KvDtype::kF32}).status().code(),
+  EXPECT_EQ(CpuBackend::Create(bad, w, CpuBackendOptions{1, cache::KvDtype::kF32}).status().code(),
             StatusCode::kInvalidArgument);
   testing::MapWeights missing = w;
   missing.t.erase("model.layers.1.self_attn.sinks");
-  b = CpuBackend::Create(c, missing, CpuBackendOptions{1, KvDtype::kF32});
+  b = CpuBackend::Create(c, missing, CpuBackendOptions{1, cache::KvDtype::kF32});
   ASSERT_FALSE(b.ok());
   EXPECT_NE(b.status().ToString().find("self_attn.sinks"), std::string::npos);
 }
@@ -597,7 +599,7 @@ TEST(CpuBackendMoeTest, RejectsUnsupportedExpertShapesAndMissingExperts) {
 // The sinks and YaRN's attention factor reach the logits: zeroing either
 // changes them (a forward pass that ignored them would not).
 TEST(CpuBackendMoeTest, SinksAndYarnFactorAreApplied) {
-  const ModelConfig c = testing::SmallConfig(Architecture::kGptOss);
+  const model::ModelConfig c = testing::SmallConfig(model::Architecture::kGptOss);
   const testing::MapWeights w = testing::RandomWeights(c, 3);
   const auto prompt = Prompt(20, 9, c.vocab_size);
   const auto ref = RunAlone(c, w, prompt, 1000, 0, 16);
@@ -605,11 +607,11 @@ TEST(CpuBackendMoeTest, SinksAndYarnFactorAreApplied) {
   for (int l = 0; l < c.num_layers; ++l)
     for (float& s : big_sinks.t["model.layers." + std::to_string(l) + ".self_attn.sinks"]) s = 5.f;
   EXPECT_GT(RelErr(RunAlone(c, big_sinks, prompt, 1000, 0, 16)[0], ref[0]), 1e-2);
-  ModelConfig plain = c;
+  model::ModelConfig plain = c;
   plain.rope.attention_factor = 1.0f;  // YaRN frequencies, no factor
   plain.rope_local = plain.rope;
   EXPECT_GT(RelErr(RunAlone(plain, w, prompt, 1000, 0, 16)[0], ref[0]), 1e-2);
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::backend::cpu

@@ -11,7 +11,7 @@
 
 #include "util/bf16.h"
 
-namespace agentkv {
+namespace agentkv::backend::cpu {
 namespace {
 
 void Reference(const std::vector<float>& x, const std::vector<float>& w,
@@ -89,4 +89,4 @@ TEST(ApplyRopeTest, ScaleMultipliesCosAndSin) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::backend::cpu

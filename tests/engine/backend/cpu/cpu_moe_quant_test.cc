@@ -27,7 +27,7 @@
 
 #include "quant_steps.h"
 
-namespace agentkv {
+namespace agentkv::backend::cpu {
 namespace {
 
 using testing::ExpectSameLogits;
@@ -41,13 +41,13 @@ using testing::RefFp4;
 
 const fs::path kTokenizers = fs::path(AGENTKV_DATA_DIR) / "tokenizers";
 
-std::vector<float> FloatTensor(const TensorView& t) {
+std::vector<float> FloatTensor(const model::TensorView& t) {
   std::vector<float> v(t.numel());
   const auto* b = static_cast<const uint8_t*>(t.data);
-  if (t.dtype == TensorDtype::kF32) {
+  if (t.dtype == model::TensorDtype::kF32) {
     std::memcpy(v.data(), t.data, t.nbytes);
   } else {
-    EXPECT_EQ(t.dtype, TensorDtype::kBF16) << t.name;
+    EXPECT_EQ(t.dtype, model::TensorDtype::kBF16) << t.name;
     for (int64_t i = 0; i < t.numel(); ++i)
       v[i] = Bf16ToF32(static_cast<uint16_t>(b[2 * i] | (b[2 * i + 1] << 8)));
   }
@@ -59,9 +59,9 @@ std::vector<float> FloatTensor(const TensorView& t) {
 // MXFP4 expert matrix [E, out, in] decoded nibble by nibble and written
 // back transposed to the float layout [E, in, out]; an F8_E4M3 weight
 // decoded and multiplied by its tile's scale_inv.
-MapWeights Dequantized(const ModelConfig& plain, const Safetensors& st) {
+MapWeights Dequantized(const model::ModelConfig& plain, const model::Safetensors& st) {
   MapWeights out;
-  for (const WeightSpec& spec : ExpectedWeights(plain)) {
+  for (const model::WeightSpec& spec : model::ExpectedWeights(plain)) {
     std::vector<float>& v = out.t[spec.name];
     if (st.Has(spec.name + "_blocks")) {
       const int64_t E = spec.shape[0], in = spec.shape[1], rows = spec.shape[2];
@@ -84,7 +84,7 @@ MapWeights Dequantized(const ModelConfig& plain, const Safetensors& st) {
     }
     auto t = st.Get(spec.name, spec.shape);
     EXPECT_TRUE(t.ok()) << t.status().ToString();
-    if (t->dtype != TensorDtype::kF8E4M3) {
+    if (t->dtype != model::TensorDtype::kF8E4M3) {
       v = FloatTensor(*t);
       continue;
     }
@@ -103,12 +103,12 @@ MapWeights Dequantized(const ModelConfig& plain, const Safetensors& st) {
 
 // Bytes the backend should hold: quantized codes and their scales as
 // stored, the bf16 embedding and LM head as bf16, every other tensor fp32.
-uint64_t ExpectedBytes(const Safetensors& st) {
+uint64_t ExpectedBytes(const model::Safetensors& st) {
   uint64_t n = 0;
   for (const std::string& name : st.Names()) {
     auto t = st.Get(name);
-    const bool stored = t->dtype == TensorDtype::kF8E4M3 || t->dtype == TensorDtype::kU8 ||
-                        name.ends_with("_scale_inv");
+    const bool stored = t->dtype == model::TensorDtype::kF8E4M3 ||
+                        t->dtype == model::TensorDtype::kU8 || name.ends_with("_scale_inv");
     if (stored) {
       n += t->nbytes;
     } else if (name == "model.embed_tokens.weight" || name == "lm_head.weight") {
@@ -121,18 +121,18 @@ uint64_t ExpectedBytes(const Safetensors& st) {
 }
 
 void ExpectMatchesDequantized(const fs::path& dir) {
-  auto config = ModelConfig::Load(dir);
+  auto config = model::ModelConfig::Load(dir);
   ASSERT_TRUE(config.ok()) << config.status().ToString();
   ASSERT_TRUE(config->quant.quantized());
-  auto weights = SafetensorsWeights::Open(dir);
+  auto weights = model::SafetensorsWeights::Open(dir);
   ASSERT_TRUE(weights.ok()) << weights.status().ToString();
-  auto quant = CpuBackend::Create(*config, *weights, CpuBackendOptions{2, KvDtype::kF32});
+  auto quant = CpuBackend::Create(*config, *weights, CpuBackendOptions{2, cache::KvDtype::kF32});
   ASSERT_TRUE(quant.ok()) << quant.status().ToString();
 
-  ModelConfig plain = *config;
-  plain.quant = QuantConfig{};
+  model::ModelConfig plain = *config;
+  plain.quant = model::QuantConfig{};
   const MapWeights deq = Dequantized(plain, weights->safetensors());
-  auto ref = CpuBackend::Create(plain, deq, CpuBackendOptions{2, KvDtype::kF32});
+  auto ref = CpuBackend::Create(plain, deq, CpuBackendOptions{2, cache::KvDtype::kF32});
   ASSERT_TRUE(ref.ok()) << ref.status().ToString();
 
   const auto got = GreedySteps(**quant, 3);
@@ -156,8 +156,8 @@ class CpuMoeQuantTest : public ::testing::Test {
     if (!dir_.empty()) fs::remove_all(dir_);
   }
 
-  SynthOptions GptOss() const {
-    SynthOptions o;
+  model::SynthOptions GptOss() const {
+    model::SynthOptions o;
     o.arch = "gpt_oss";
     o.tokenizer_dir = kTokenizers / "qwen3";
     o.out_dir = dir_;
@@ -172,7 +172,7 @@ class CpuMoeQuantTest : public ::testing::Test {
     o.sliding_window = 8;
     o.lm_head_std = 0.5;
     o.seed = 11;
-    o.quant = SynthQuant::kMxfp4;
+    o.quant = model::SynthQuant::kMxfp4;
     return o;
   }
 
@@ -180,10 +180,10 @@ class CpuMoeQuantTest : public ::testing::Test {
 };
 
 TEST_F(CpuMoeQuantTest, GptOssMxfp4LogitsEqualTheDequantizedModel) {
-  SynthOptions o = GptOss();
-  Status st = SynthesizeModel(o);
+  model::SynthOptions o = GptOss();
+  Status st = model::SynthesizeModel(o);
   ASSERT_TRUE(st.ok()) << st.ToString();
-  auto w = SafetensorsWeights::Open(dir_);
+  auto w = model::SafetensorsWeights::Open(dir_);
   ASSERT_TRUE(w.ok());
   EXPECT_TRUE(w->IsQuantized("model.layers.0.mlp.experts.gate_up_proj"));
   EXPECT_TRUE(w->IsQuantized("model.layers.1.mlp.experts.down_proj"));
@@ -193,7 +193,7 @@ TEST_F(CpuMoeQuantTest, GptOssMxfp4LogitsEqualTheDequantizedModel) {
 }
 
 TEST_F(CpuMoeQuantTest, Qwen3MoeFp8LogitsEqualTheDequantizedModel) {
-  SynthOptions o;
+  model::SynthOptions o;
   o.arch = "qwen3_moe";
   o.tokenizer_dir = kTokenizers / "qwen3";
   o.out_dir = dir_;
@@ -207,9 +207,9 @@ TEST_F(CpuMoeQuantTest, Qwen3MoeFp8LogitsEqualTheDequantizedModel) {
   o.moe_intermediate = 136;  // ragged both ways
   o.seed = 12;
   o.lm_head_std = 0.5;
-  o.quant = SynthQuant::kFp8;
-  ASSERT_TRUE(SynthesizeModel(o).ok());
-  auto w = SafetensorsWeights::Open(dir_);
+  o.quant = model::SynthQuant::kFp8;
+  ASSERT_TRUE(model::SynthesizeModel(o).ok());
+  auto w = model::SafetensorsWeights::Open(dir_);
   ASSERT_TRUE(w.ok());
   for (const char* part : {"gate_proj", "up_proj", "down_proj"})
     EXPECT_TRUE(w->IsQuantized(std::string("model.layers.1.mlp.experts.3.") + part + ".weight"))
@@ -217,35 +217,36 @@ TEST_F(CpuMoeQuantTest, Qwen3MoeFp8LogitsEqualTheDequantizedModel) {
   EXPECT_TRUE(w->IsQuantized("model.layers.0.self_attn.o_proj.weight"));
   // The router stays float.
   EXPECT_FALSE(w->IsQuantized("model.layers.0.mlp.gate.weight"));
-  EXPECT_EQ(w->safetensors().Get("model.layers.0.mlp.gate.weight")->dtype, TensorDtype::kBF16);
+  EXPECT_EQ(w->safetensors().Get("model.layers.0.mlp.gate.weight")->dtype,
+            model::TensorDtype::kBF16);
   ExpectMatchesDequantized(dir_);
 }
 
 // MXFP4 blocks under a config that does not say so (its quantization_config
 // lost) fail to load, naming the tensor.
 TEST_F(CpuMoeQuantTest, Mxfp4BlocksWithoutAQuantizationConfig) {
-  ASSERT_TRUE(SynthesizeModel(GptOss()).ok());
-  auto config = ModelConfig::Load(dir_);
+  ASSERT_TRUE(model::SynthesizeModel(GptOss()).ok());
+  auto config = model::ModelConfig::Load(dir_);
   ASSERT_TRUE(config.ok());
-  config->quant = QuantConfig{};
-  auto w = SafetensorsWeights::Open(dir_);
+  config->quant = model::QuantConfig{};
+  auto w = model::SafetensorsWeights::Open(dir_);
   ASSERT_TRUE(w.ok());
-  auto b = CpuBackend::Create(*config, *w, CpuBackendOptions{1, KvDtype::kF32});
+  auto b = CpuBackend::Create(*config, *w, CpuBackendOptions{1, cache::KvDtype::kF32});
   ASSERT_FALSE(b.ok());
   EXPECT_THAT(b.status().message(), HasSubstr("gate_up_proj_blocks"));
 }
 
 // A scales tensor of the wrong shape is an error naming it.
 TEST_F(CpuMoeQuantTest, Mxfp4ScalesOfTheWrongShape) {
-  ASSERT_TRUE(SynthesizeModel(GptOss()).ok());
-  auto config = ModelConfig::Load(dir_);
+  ASSERT_TRUE(model::SynthesizeModel(GptOss()).ok());
+  auto config = model::ModelConfig::Load(dir_);
   ASSERT_TRUE(config.ok());
-  auto st = Safetensors::Open(dir_);
+  auto st = model::Safetensors::Open(dir_);
   ASSERT_TRUE(st.ok());
-  std::vector<SafetensorsWriter::Tensor> tensors;
+  std::vector<model::SafetensorsWriter::Tensor> tensors;
   for (const std::string& name : st->Names()) {
     auto t = st->Get(name);
-    SafetensorsWriter::Tensor x{name, t->dtype, t->shape, {}};
+    model::SafetensorsWriter::Tensor x{name, t->dtype, t->shape, {}};
     x.bytes.assign(static_cast<const char*>(t->data), t->nbytes);
     if (name == "model.layers.1.mlp.experts.down_proj_scales") {
       x.shape = {5, 32, 6};  // [E, H, I/32] is [5, 64, 3]
@@ -254,13 +255,13 @@ TEST_F(CpuMoeQuantTest, Mxfp4ScalesOfTheWrongShape) {
   }
   const fs::path bad = dir_ / "bad";
   fs::create_directories(bad);
-  ASSERT_TRUE(SafetensorsWriter::WriteFile(bad / "model.safetensors", tensors).ok());
-  auto w = SafetensorsWeights::Open(bad);
+  ASSERT_TRUE(model::SafetensorsWriter::WriteFile(bad / "model.safetensors", tensors).ok());
+  auto w = model::SafetensorsWeights::Open(bad);
   ASSERT_TRUE(w.ok());
-  auto b = CpuBackend::Create(*config, *w, CpuBackendOptions{1, KvDtype::kF32});
+  auto b = CpuBackend::Create(*config, *w, CpuBackendOptions{1, cache::KvDtype::kF32});
   ASSERT_FALSE(b.ok());
   EXPECT_THAT(b.status().message(), HasSubstr("down_proj_scales"));
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::backend::cpu

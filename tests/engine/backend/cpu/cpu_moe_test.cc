@@ -14,7 +14,7 @@
 
 #include "../../test_model.h"
 
-namespace agentkv {
+namespace agentkv::backend::cpu {
 namespace {
 
 using testing::MapWeights;
@@ -25,12 +25,12 @@ TEST(RouteTopKTest, TopKThenSoftmaxWithTies) {
   const float logits[5] = {1.f, 3.f, 2.f, 3.f, 0.f};
   int32_t ex[3];
   float wt[3];
-  kernels::RouteTopK(logits, 5, 2, MoeRouting::kTopKThenSoftmax, false, ex, wt);
+  kernels::RouteTopK(logits, 5, 2, model::MoeRouting::kTopKThenSoftmax, false, ex, wt);
   EXPECT_EQ(ex[0], 1);  // the tie 3 / 3 goes to the lower id first
   EXPECT_EQ(ex[1], 3);
   EXPECT_FLOAT_EQ(wt[0], 0.5f);
   EXPECT_FLOAT_EQ(wt[1], 0.5f);
-  kernels::RouteTopK(logits, 5, 3, MoeRouting::kTopKThenSoftmax, false, ex, wt);
+  kernels::RouteTopK(logits, 5, 3, model::MoeRouting::kTopKThenSoftmax, false, ex, wt);
   EXPECT_EQ(ex[2], 2);
   const double den = 2 + std::exp(-1.0);
   EXPECT_NEAR(wt[0], 1 / den, 1e-7);
@@ -38,7 +38,7 @@ TEST(RouteTopKTest, TopKThenSoftmaxWithTies) {
   EXPECT_NEAR(wt[2], std::exp(-1.0) / den, 1e-7);
   // Equal logits everywhere: ids 0..k-1, uniform weights.
   const float flat[4] = {0.5f, 0.5f, 0.5f, 0.5f};
-  kernels::RouteTopK(flat, 4, 3, MoeRouting::kTopKThenSoftmax, false, ex, wt);
+  kernels::RouteTopK(flat, 4, 3, model::MoeRouting::kTopKThenSoftmax, false, ex, wt);
   EXPECT_EQ(ex[0], 0);
   EXPECT_EQ(ex[1], 1);
   EXPECT_EQ(ex[2], 2);
@@ -51,16 +51,16 @@ TEST(RouteTopKTest, SoftmaxThenTopKWithAndWithoutRenormalising) {
   for (float l : logits) den += std::exp(l);
   int32_t ex[2];
   float wt[2];
-  kernels::RouteTopK(logits, 4, 2, MoeRouting::kSoftmaxThenTopK, false, ex, wt);
+  kernels::RouteTopK(logits, 4, 2, model::MoeRouting::kSoftmaxThenTopK, false, ex, wt);
   EXPECT_EQ(ex[0], 1);
   EXPECT_EQ(ex[1], 3);
   EXPECT_NEAR(wt[0], std::exp(2.0) / den, 1e-7);
   EXPECT_NEAR(wt[1], std::exp(1.0) / den, 1e-7);
-  kernels::RouteTopK(logits, 4, 2, MoeRouting::kSoftmaxThenTopK, true, ex, wt);
+  kernels::RouteTopK(logits, 4, 2, model::MoeRouting::kSoftmaxThenTopK, true, ex, wt);
   EXPECT_NEAR(wt[0], std::exp(2.0) / (std::exp(2.0) + std::exp(1.0)), 1e-7);
   EXPECT_NEAR(wt[1], std::exp(1.0) / (std::exp(2.0) + std::exp(1.0)), 1e-7);
   const float tie[3] = {1.f, 4.f, 4.f};
-  kernels::RouteTopK(tie, 3, 1, MoeRouting::kSoftmaxThenTopK, false, ex, wt);
+  kernels::RouteTopK(tie, 3, 1, model::MoeRouting::kSoftmaxThenTopK, false, ex, wt);
   EXPECT_EQ(ex[0], 1);
 }
 
@@ -79,7 +79,7 @@ TEST(ClampedSwigluTest, HandComputed) {
 }
 
 // Naive GPT-OSS MLP for one token from the checkpoint's tensors.
-std::vector<double> GptOssRef(const ModelConfig& c, const MapWeights& w, int layer,
+std::vector<double> GptOssRef(const model::ModelConfig& c, const MapWeights& w, int layer,
                               const float* x) {
   const int E = c.moe.num_experts, H = c.hidden_size, I = c.moe.expert_intermediate;
   const int K = c.moe.experts_per_token;
@@ -125,7 +125,7 @@ std::vector<double> GptOssRef(const ModelConfig& c, const MapWeights& w, int lay
 }
 
 // Naive Qwen3-MoE MLP for one token from the per-expert tensors.
-std::vector<double> Qwen3MoeRef(const ModelConfig& c, const MapWeights& w, int layer,
+std::vector<double> Qwen3MoeRef(const model::ModelConfig& c, const MapWeights& w, int layer,
                                 const float* x) {
   const int E = c.moe.num_experts, H = c.hidden_size, I = c.moe.expert_intermediate;
   const int K = c.moe.experts_per_token;
@@ -171,10 +171,10 @@ std::vector<double> Qwen3MoeRef(const ModelConfig& c, const MapWeights& w, int l
   return out;
 }
 
-class CpuMoeTest : public ::testing::TestWithParam<Architecture> {};
+class CpuMoeTest : public ::testing::TestWithParam<model::Architecture> {};
 
 TEST_P(CpuMoeTest, MatchesNaiveReferenceFromCheckpointLayout) {
-  const ModelConfig c = SmallConfig(GetParam());
+  const model::ModelConfig c = SmallConfig(GetParam());
   const MapWeights w = RandomWeights(c, 5);
   const int H = c.hidden_size;
   MoeLayerWeights lw;
@@ -189,8 +189,8 @@ TEST_P(CpuMoeTest, MatchesNaiveReferenceFromCheckpointLayout) {
     CpuMoe moe;
     moe.Forward(c, lw, x.data(), out.data(), T, &pool);
     for (int t = 0; t < T; ++t) {
-      const auto ref = GetParam() == Architecture::kGptOss ? GptOssRef(c, w, 2, &x[t * H])
-                                                           : Qwen3MoeRef(c, w, 2, &x[t * H]);
+      const auto ref = GetParam() == model::Architecture::kGptOss ? GptOssRef(c, w, 2, &x[t * H])
+                                                                  : Qwen3MoeRef(c, w, 2, &x[t * H]);
       double num = 0, den = 0;
       for (int h = 0; h < H; ++h) {
         num += (out[t * H + h] - ref[h]) * (out[t * H + h] - ref[h]);
@@ -202,10 +202,11 @@ TEST_P(CpuMoeTest, MatchesNaiveReferenceFromCheckpointLayout) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, CpuMoeTest,
-                         ::testing::Values(Architecture::kGptOss, Architecture::kQwen3Moe));
+                         ::testing::Values(model::Architecture::kGptOss,
+                                           model::Architecture::kQwen3Moe));
 
 TEST(CpuMoeLoadTest, Qwen3MoeFusedLayoutLoadsLikePerExpert) {
-  const ModelConfig c = SmallConfig(Architecture::kQwen3Moe);
+  const model::ModelConfig c = SmallConfig(model::Architecture::kQwen3Moe);
   const MapWeights w = RandomWeights(c, 9);
   const int64_t E = c.moe.num_experts, H = c.hidden_size, I = c.moe.expert_intermediate;
   MapWeights fused;
@@ -231,7 +232,7 @@ TEST(CpuMoeLoadTest, Qwen3MoeFusedLayoutLoadsLikePerExpert) {
 }
 
 TEST(CpuMoeLoadTest, MissingOrMisshapenTensorsAreErrors) {
-  const ModelConfig c = SmallConfig(Architecture::kGptOss);
+  const model::ModelConfig c = SmallConfig(model::Architecture::kGptOss);
   MapWeights w = RandomWeights(c, 1);
   MoeLayerWeights lw;
   w.t.erase("model.layers.0.mlp.experts.down_proj_bias");
@@ -241,7 +242,7 @@ TEST(CpuMoeLoadTest, MissingOrMisshapenTensorsAreErrors) {
   w = RandomWeights(c, 1);
   w.t["model.layers.0.mlp.experts.gate_up_proj"].pop_back();
   EXPECT_FALSE(LoadMoeLayer(c, w, 0, &lw).ok());
-  const ModelConfig q = SmallConfig(Architecture::kQwen3Moe);
+  const model::ModelConfig q = SmallConfig(model::Architecture::kQwen3Moe);
   MapWeights wq = RandomWeights(q, 1);
   wq.t.erase("model.layers.0.mlp.experts.5.up_proj.weight");
   st = LoadMoeLayer(q, wq, 0, &lw);
@@ -249,4 +250,4 @@ TEST(CpuMoeLoadTest, MissingOrMisshapenTensorsAreErrors) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::backend::cpu

@@ -9,7 +9,7 @@
 #include "../../model/quant_test_util.h"
 #include "engine/model/quant_pack.h"
 
-namespace agentkv {
+namespace agentkv::backend::cpu {
 namespace {
 
 using ::testing::HasSubstr;
@@ -24,47 +24,47 @@ std::vector<float> Randn(int64_t n, uint32_t seed, float sd = 1.f) {
   return v;
 }
 
-QuantizedWeight Fp8Block(int64_t rows, int64_t cols, uint32_t seed) {
+model::QuantizedWeight Fp8Block(int64_t rows, int64_t cols, uint32_t seed) {
   std::vector<float> w = Randn(rows * cols, seed, 0.05f);
-  QuantizedWeight q;
-  q.format = QuantFormat::kFp8Block;
+  model::QuantizedWeight q;
+  q.format = model::QuantFormat::kFp8Block;
   q.rows = rows;
   q.cols = cols;
   q.block_rows = 128;
   q.block_cols = 128;
   q.codes.resize(rows * cols);
   q.scales.resize(((rows + 127) / 128) * ((cols + 127) / 128));
-  PackFp8Block(w.data(), rows, cols, 128, 128, q.codes.data(), q.scales.data());
+  model::PackFp8Block(w.data(), rows, cols, 128, 128, q.codes.data(), q.scales.data());
   return q;
 }
 
-QuantizedWeight Fp8Channel(int64_t rows, int64_t cols, uint32_t seed) {
+model::QuantizedWeight Fp8Channel(int64_t rows, int64_t cols, uint32_t seed) {
   std::vector<float> w = Randn(rows * cols, seed, 0.05f);
-  QuantizedWeight q;
-  q.format = QuantFormat::kFp8Channel;
+  model::QuantizedWeight q;
+  q.format = model::QuantFormat::kFp8Channel;
   q.rows = rows;
   q.cols = cols;
   q.codes.resize(rows * cols);
   q.scales.resize(rows);
-  PackFp8Channel(w.data(), rows, cols, q.codes.data(), q.scales.data());
+  model::PackFp8Channel(w.data(), rows, cols, q.codes.data(), q.scales.data());
   return q;
 }
 
 // The test's own dequantization, element by element from the definitions.
-float RefElement(const QuantizedWeight& q, int64_t b, int64_t r, int64_t c) {
+float RefElement(const model::QuantizedWeight& q, int64_t b, int64_t r, int64_t c) {
   const int64_t row = b * q.rows + r;
   switch (q.format) {
-    case QuantFormat::kFp8Block: {
+    case model::QuantFormat::kFp8Block: {
       const int64_t tc = (q.cols + q.block_cols - 1) / q.block_cols;
       const int64_t tr = (q.rows + q.block_rows - 1) / q.block_rows;
       return RefE4m3(q.codes[row * q.cols + c]) *
              q.scales[(b * tr + r / q.block_rows) * tc + c / q.block_cols];
     }
-    case QuantFormat::kFp8Channel:
+    case model::QuantFormat::kFp8Channel:
       return RefE4m3(q.codes[row * q.cols + c]) * q.scales[row];
-    case QuantFormat::kFp8Tensor:
+    case model::QuantFormat::kFp8Tensor:
       return RefE4m3(q.codes[row * q.cols + c]) * q.scales[b];
-    case QuantFormat::kMxfp4: {
+    case model::QuantFormat::kMxfp4: {
       const uint8_t byte = q.codes[(row * q.cols + c) / 2];
       const int e = q.exponents[row * (q.cols / 32) + c / 32];
       return RefFp4(c % 2 ? byte >> 4 : byte & 15) * std::ldexp(1.f, e - 127);
@@ -83,7 +83,7 @@ void ExpectClose(const std::vector<float>& got, const std::vector<double>& want)
 TEST(CpuQuantMatmulTest, StackedPartsMatchTheDequantizedProduct) {
   const int64_t K = 200;  // two 128-wide tiles, the second ragged
   QuantMatrix m;
-  QuantizedWeight a = Fp8Block(300, K, 1), b = Fp8Channel(20, K, 2);
+  model::QuantizedWeight a = Fp8Block(300, K, 1), b = Fp8Channel(20, K, 2);
   std::vector<float> f = Randn(7 * K, 3, 0.05f);
   ASSERT_TRUE(m.Append(a).ok());
   ASSERT_TRUE(m.Append(b).ok());
@@ -124,14 +124,14 @@ TEST(CpuQuantMatmulTest, StackedPartsMatchTheDequantizedProduct) {
 TEST(CpuQuantMatmulTest, OneExpertOfABatchedMxfp4Weight) {
   const int64_t E = 3, N = 40, K = 96;
   std::vector<float> w = Randn(E * N * K, 5, 0.05f);
-  QuantizedWeight q;
-  q.format = QuantFormat::kMxfp4;
+  model::QuantizedWeight q;
+  q.format = model::QuantFormat::kMxfp4;
   q.batch = E;
   q.rows = N;
   q.cols = K;
   q.codes.resize(E * N * K / 2);
   q.exponents.resize(E * N * K / 32);
-  PackMxfp4(w.data(), E * N, K, q.codes.data(), q.exponents.data());
+  model::PackMxfp4(w.data(), E * N, K, q.codes.data(), q.exponents.data());
   ASSERT_TRUE(q.Validate().ok());
   ThreadPool pool(2);
   for (int64_t rows : {2, 33}) {
@@ -153,21 +153,21 @@ TEST(CpuQuantMatmulTest, OneExpertOfABatchedMxfp4Weight) {
 
 TEST(CpuQuantMatmulTest, AppendErrors) {
   QuantMatrix m;
-  QuantizedWeight a = Fp8Channel(4, 64, 1);
+  model::QuantizedWeight a = Fp8Channel(4, 64, 1);
   ASSERT_TRUE(m.Append(a).ok());
   EXPECT_THAT(m.Append(Fp8Channel(4, 32, 2)).message(), HasSubstr("input width"));
   EXPECT_THAT(m.AppendF32(std::vector<float>(4 * 32), 4, 32).message(), HasSubstr("input width"));
   EXPECT_THAT(m.AppendF32(std::vector<float>(5), 4, 64).message(), HasSubstr("size"));
-  QuantizedWeight batched = Fp8Channel(4, 64, 3);
+  model::QuantizedWeight batched = Fp8Channel(4, 64, 3);
   batched.batch = 2;
   batched.codes.resize(2 * 4 * 64);
   batched.scales.resize(8);
   EXPECT_THAT(m.Append(batched).message(), HasSubstr("one matrix"));
-  QuantizedWeight broken = Fp8Channel(4, 64, 4);
+  model::QuantizedWeight broken = Fp8Channel(4, 64, 4);
   broken.scales.pop_back();
   EXPECT_FALSE(m.Append(broken).ok());
   EXPECT_EQ(m.rows(), 4);
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::backend::cpu

@@ -19,10 +19,10 @@ namespace agentkv::testing {
 // Logits of a 21-token prefill (the sgemm path of the quantized matmul),
 // then `decode_steps` single-token steps (its streaming path), greedy, on
 // freshly allocated KV (8 blocks of 16 per group).
-inline std::vector<std::vector<float>> GreedySteps(Backend& b, int decode_steps) {
-  KvLayout layout;
+inline std::vector<std::vector<float>> GreedySteps(backend::Backend& b, int decode_steps) {
+  backend::KvLayout layout;
   layout.block_size = 16;
-  for (int g = 0; g < kMaxCacheGroups; ++g) layout.blocks_per_group[g] = 8;
+  for (int g = 0; g < backend::kMaxCacheGroups; ++g) layout.blocks_per_group[g] = 8;
   EXPECT_TRUE(b.AllocateKv(layout).ok());
   const std::vector<int32_t> table = {0, 1, 2, 3, 4, 5, 6, 7};
   std::vector<int32_t> seq;
@@ -31,7 +31,7 @@ inline std::vector<std::vector<float>> GreedySteps(Backend& b, int decode_steps)
   std::vector<std::vector<float>> out;
   int pos = 0;
   for (int step = 0; step <= decode_steps; ++step) {
-    SeqStep st;
+    backend::SeqStep st;
     st.tokens = std::span(seq).subspan(pos);
     st.start_pos = pos;
     st.want_logits = true;

@@ -19,7 +19,7 @@
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/backend/cuda/backend.h"
 
-namespace agentkv {
+namespace agentkv::backend::cuda {
 namespace {
 
 using namespace agentkv::testing;
@@ -29,10 +29,10 @@ class CudaFp8VsCpuFp8 : public ::testing::TestWithParam<ArchCase> {};
 TEST_P(CudaFp8VsCpuFp8, LogitsMatch) {
   AGENTKV_REQUIRE_GPU();
   const ArchCase ac = GetParam();
-  ModelConfig c = ac.wide ? WideConfig(ac.arch) : SmallConfig(ac.arch);
+  model::ModelConfig c = ac.wide ? WideConfig(ac.arch) : SmallConfig(ac.arch);
   const MapWeights w = Bf16Weights(c, 11);
-  auto cpu = MakeCpu(c, w, ac.block_size, KvDtype::kFP8E4M3);
-  auto gpu = MakeCuda(c, w, ac.block_size, true, KvDtype::kFP8E4M3);
+  auto cpu = MakeCpu(c, w, ac.block_size, cache::KvDtype::kFP8E4M3);
+  auto gpu = MakeCuda(c, w, ac.block_size, true, cache::KvDtype::kFP8E4M3);
   ASSERT_TRUE(gpu);
   EXPECT_EQ(gpu->kv_format(), "fp8_e4m3");
   EXPECT_EQ(gpu->kv_element_size(), 1u);
@@ -64,12 +64,12 @@ TEST_P(CudaFp8VsCpuFp8, LogitsMatch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, CudaFp8VsCpuFp8,
-                         ::testing::Values(ArchCase{Architecture::kLlama, 16, 16},
-                                           ArchCase{Architecture::kQwen2, 7, 4},
-                                           ArchCase{Architecture::kGemma3, 6, 4},
-                                           ArchCase{Architecture::kGemma3, 64, 2},
-                                           ArchCase{Architecture::kQwen3, 16, 16, true},
-                                           ArchCase{Architecture::kGptOss, 7, 4}),
+                         ::testing::Values(ArchCase{model::Architecture::kLlama, 16, 16},
+                                           ArchCase{model::Architecture::kQwen2, 7, 4},
+                                           ArchCase{model::Architecture::kGemma3, 6, 4},
+                                           ArchCase{model::Architecture::kGemma3, 64, 2},
+                                           ArchCase{model::Architecture::kQwen3, 16, 16, true},
+                                           ArchCase{model::Architecture::kGptOss, 7, 4}),
                          [](const auto& info) { return CaseName(info.param); });
 
 // fp8 blocks saved (ReadBlock) and restored (WriteBlock) continue exactly as
@@ -77,11 +77,11 @@ INSTANTIATE_TEST_SUITE_P(Archs, CudaFp8VsCpuFp8,
 // GPU within the tolerance above.
 TEST(CudaBackend, Fp8RestoredBlocksContinueTheSame) {
   AGENTKV_REQUIRE_GPU();
-  ModelConfig c = SmallConfig(Architecture::kLlama);
+  model::ModelConfig c = SmallConfig(model::Architecture::kLlama);
   const MapWeights w = Bf16Weights(c, 15);
-  auto a = MakeCuda(c, w, 16, true, KvDtype::kFP8E4M3);
-  auto b = MakeCuda(c, w, 16, true, KvDtype::kFP8E4M3);
-  auto cpu = MakeCpu(c, w, 16, KvDtype::kFP8E4M3);
+  auto a = MakeCuda(c, w, 16, true, cache::KvDtype::kFP8E4M3);
+  auto b = MakeCuda(c, w, 16, true, cache::KvDtype::kFP8E4M3);
+  auto cpu = MakeCpu(c, w, 16, cache::KvDtype::kFP8E4M3);
   ASSERT_TRUE(a && b);
   Seq s;
   for (int j = 0; j < 40; ++j) s.tokens.push_back((13 * j + 5) % c.vocab_size);
@@ -104,7 +104,7 @@ TEST(CudaBackend, Fp8RestoredBlocksContinueTheSame) {
   ASSERT_TRUE(b->Forward(std::span<const SeqStep>(&next, 1), lb).ok());
   EXPECT_EQ(la, lb);
   // The CPU's blocks on a fresh GPU backend.
-  auto d = MakeCuda(c, w, 16, true, KvDtype::kFP8E4M3);
+  auto d = MakeCuda(c, w, 16, true, cache::KvDtype::kFP8E4M3);
   ASSERT_TRUE(d);
   for (int32_t blk : s.tables[0]) {
     ASSERT_TRUE(cpu->ReadBlock(0, blk, buf).ok());
@@ -114,8 +114,8 @@ TEST(CudaBackend, Fp8RestoredBlocksContinueTheSame) {
   ASSERT_TRUE(d->Forward(std::span<const SeqStep>(&next, 1), lb).ok());
   EXPECT_LT(RelErr(lb, lc), 1e-1);
   // CopyBlocks moves fp8 blocks whole.
-  const KvBlockCopy cp{0, s.tables[0][0], kBlocks - 1};
-  ASSERT_TRUE(a->CopyBlocks(std::span<const KvBlockCopy>(&cp, 1)).ok());
+  const cache::KvBlockCopy cp{0, s.tables[0][0], kBlocks - 1};
+  ASSERT_TRUE(a->CopyBlocks(std::span<const cache::KvBlockCopy>(&cp, 1)).ok());
   std::vector<std::byte> x(n), y(n);
   ASSERT_TRUE(a->ReadBlock(0, s.tables[0][0], x).ok());
   ASSERT_TRUE(a->ReadBlock(0, kBlocks - 1, y).ok());
@@ -128,10 +128,10 @@ TEST(CudaBackend, Fp8RestoredBlocksContinueTheSame) {
 // reduction noise) logits.
 TEST(CudaBackend, Fp8GraphsAndPipelinedStepsMatch) {
   AGENTKV_REQUIRE_GPU();
-  ModelConfig c = SmallConfig(Architecture::kQwen3);
+  model::ModelConfig c = SmallConfig(model::Architecture::kQwen3);
   const MapWeights w = Bf16Weights(c, 12);
-  auto a = MakeCuda(c, w, 4, true, KvDtype::kFP8E4M3);
-  auto b = MakeCuda(c, w, 4, false, KvDtype::kFP8E4M3);
+  auto a = MakeCuda(c, w, 4, true, cache::KvDtype::kFP8E4M3);
+  auto b = MakeCuda(c, w, 4, false, cache::KvDtype::kFP8E4M3);
   ASSERT_TRUE(a && b);
   const auto ga = Drive(*a, 64, 24, 8);
   const auto gb = Drive(*b, 64, 24, 8);
@@ -139,8 +139,8 @@ TEST(CudaBackend, Fp8GraphsAndPipelinedStepsMatch) {
   ASSERT_EQ(ga.size(), gb.size());
   for (size_t i = 0; i < ga.size(); ++i) EXPECT_LT(RelErr(ga[i], gb[i]), 1e-2) << "row " << i;
   for (bool graphs : {true, false}) {
-    auto x = MakeCuda(c, w, 4, graphs, KvDtype::kFP8E4M3);
-    auto y = MakeCuda(c, w, 4, graphs, KvDtype::kFP8E4M3);
+    auto x = MakeCuda(c, w, 4, graphs, cache::KvDtype::kFP8E4M3);
+    auto y = MakeCuda(c, w, 4, graphs, cache::KvDtype::kFP8E4M3);
     ASSERT_TRUE(x && y);
     const std::vector<int32_t> want = GreedyPicks(*x, 24, /*pipelined=*/false, 8);
     EXPECT_EQ(GreedyPicks(*y, 24, /*pipelined=*/true, 8), want) << "graphs " << graphs;
@@ -149,21 +149,21 @@ TEST(CudaBackend, Fp8GraphsAndPipelinedStepsMatch) {
 
 TEST(CudaBackend, Fp8RefusesMisalignedBlocks) {
   AGENTKV_REQUIRE_GPU();
-  ModelConfig c = SmallConfig(Architecture::kLlama);  // 2 KV heads
+  model::ModelConfig c = SmallConfig(model::Architecture::kLlama);  // 2 KV heads
   const MapWeights w = Bf16Weights(c, 15);
   CudaBackendOptions o;
-  o.kv_dtype = KvDtype::kFP8E4M3;
+  o.kv_dtype = cache::KvDtype::kFP8E4M3;
   auto b = CudaBackend::Create(c, w, o);
   ASSERT_TRUE(b.ok()) << b.status().ToString();
   KvLayout layout;
   layout.block_size = 1;  // 1 x 2 heads: sections not 16-byte aligned
   layout.blocks_per_group[0] = 8;
   EXPECT_EQ((*b)->AllocateKv(layout).code(), StatusCode::kInvalidArgument);
-  o.kv_dtype = KvDtype::kF32;
+  o.kv_dtype = cache::KvDtype::kF32;
   EXPECT_EQ(CudaBackend::Create(c, w, o).status().code(), StatusCode::kInvalidArgument);
 }
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::backend::cuda
 
 #else
 

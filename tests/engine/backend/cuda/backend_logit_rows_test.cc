@@ -24,7 +24,7 @@
 #include "engine/backend/row_logprobs.h"
 #include "engine/backend/sample_draw.h"
 
-namespace agentkv {
+namespace agentkv::backend::cuda {
 namespace {
 
 using namespace agentkv::testing;
@@ -44,8 +44,8 @@ int32_t Argmax(std::span<const float> row) {
 struct Tolerance {
   double row = 6e-2, mean = 2e-2, gap = 0.3, decisive = 1.0 / 3;
 };
-Tolerance ToleranceFor(KvDtype kv, const ModelConfig&) {
-  if (kv == KvDtype::kFP8E4M3) return Tolerance{0.3, 0.1, 0.5, 1.0 / 6};
+Tolerance ToleranceFor(cache::KvDtype kv, const model::ModelConfig&) {
+  if (kv == cache::KvDtype::kFP8E4M3) return Tolerance{0.3, 0.1, 0.5, 1.0 / 6};
   return Tolerance{};
 }
 
@@ -77,7 +77,7 @@ int ExpectRowsMatch(const Rows& got, const Rows& ref, const std::string& what, T
 
 // The sequences of a drafted run: prompts of 45, 20 and 3 tokens (as many
 // as `drafts` has entries, cycling), random in the vocabulary.
-std::vector<Seq> Prompts(const ModelConfig& c, size_t n, std::mt19937& rng) {
+std::vector<Seq> Prompts(const model::ModelConfig& c, size_t n, std::mt19937& rng) {
   const int lens[] = {45, 20, 3};
   std::vector<Seq> seqs(n);
   for (size_t i = 0; i < n; ++i)
@@ -106,7 +106,7 @@ void Prefill(Backend& b, std::vector<Seq>& seqs, Pager& pager) {
 // (round + i) % (drafts[i] + 1) of the draft: the rest is dropped and its
 // K/V overwritten by the next step. Returns every logits row in order.
 Rows DriveDrafts(Backend& b, const std::vector<int>& drafts, int rounds, uint32_t seed) {
-  const ModelConfig& c = b.config();
+  const model::ModelConfig& c = b.config();
   std::mt19937 rng(seed);
   std::vector<Seq> seqs = Prompts(c, drafts.size(), rng);
   Pager pager(b.cache_spec(), b.kv_layout().block_size);
@@ -146,20 +146,20 @@ Rows DriveDrafts(Backend& b, const std::vector<int>& drafts, int rounds, uint32_
 }
 
 struct DraftCase {
-  Architecture arch;
+  model::Architecture arch;
   int block_size;
   bool wide;
   // Draft tokens per sequence (0: a plain decode row). Rows per step: 9
   // (the LM head of 8+ rows), 5 (3 to 7 rows) and 2 (the GEMVs).
   std::vector<int> drafts;
-  KvDtype kv = KvDtype::kBF16;
+  cache::KvDtype kv = cache::KvDtype::kBF16;
 };
 
 std::string DraftCaseName(const ::testing::TestParamInfo<DraftCase>& info) {
   const DraftCase& d = info.param;
   std::string s = CaseName({d.arch, 0, d.block_size, d.wide});
   for (int k : d.drafts) s += "_d" + std::to_string(k);
-  if (d.kv == KvDtype::kFP8E4M3) s += "_fp8";
+  if (d.kv == cache::KvDtype::kFP8E4M3) s += "_fp8";
   return s;
 }
 
@@ -168,12 +168,13 @@ class CudaDraftedRows : public ::testing::TestWithParam<DraftCase> {};
 TEST_P(CudaDraftedRows, LogitsMatchTheCpu) {
   AGENTKV_REQUIRE_GPU();
   const DraftCase dc = GetParam();
-  const ModelConfig c = dc.wide ? WideConfig(dc.arch) : SmallConfig(dc.arch);
+  const model::ModelConfig c = dc.wide ? WideConfig(dc.arch) : SmallConfig(dc.arch);
   MapWeights w = Bf16Weights(c, 31);
   if (c.IsMoe()) FixRouting(c, &w);  // the dense bar (backend_test_util.h)
   // (The CPU reference keeps the same cache format: f32, or e4m3.)
   auto cpu =
-      MakeCpu(c, w, dc.block_size, dc.kv == KvDtype::kFP8E4M3 ? KvDtype::kFP8E4M3 : KvDtype::kF32);
+      MakeCpu(c, w, dc.block_size,
+              dc.kv == cache::KvDtype::kFP8E4M3 ? cache::KvDtype::kFP8E4M3 : cache::KvDtype::kF32);
   auto gpu = MakeCuda(c, w, dc.block_size, true, dc.kv);
   ASSERT_TRUE(gpu);
   EXPECT_TRUE(gpu->multi_logit_rows());
@@ -189,21 +190,22 @@ TEST_P(CudaDraftedRows, LogitsMatchTheCpu) {
 
 INSTANTIATE_TEST_SUITE_P(
     Archs, CudaDraftedRows,
-    ::testing::Values(DraftCase{Architecture::kLlama, 16, false, {4, 0, 2}},
-                      DraftCase{Architecture::kLlama, 16, false, {1}},
-                      DraftCase{Architecture::kQwen3, 8, false, {2, 1}},
-                      DraftCase{Architecture::kQwen3, 16, true, {4, 0, 2}},
-                      DraftCase{Architecture::kQwen3, 16, true, {2, 1}},
-                      DraftCase{Architecture::kQwen3, 16, true, {1}},
-                      // Sliding-window rings (drafts below the block size,
-                      // as the engine clamps them).
-                      DraftCase{Architecture::kGemma3, 4, false, {3, 0, 2}},
-                      DraftCase{Architecture::kGemma3, 8, true, {4, 0, 2}},
-                      DraftCase{Architecture::kGptOss, 8, false, {4, 0, 2}},
-                      DraftCase{Architecture::kQwen3Moe, 16, false, {4, 0, 2}},
-                      // The fp8 KV cache (its own attention and K/V store).
-                      DraftCase{Architecture::kLlama, 16, false, {4, 0, 2}, KvDtype::kFP8E4M3},
-                      DraftCase{Architecture::kGemma3, 8, false, {4, 0, 2}, KvDtype::kFP8E4M3}),
+    ::testing::Values(
+        DraftCase{model::Architecture::kLlama, 16, false, {4, 0, 2}},
+        DraftCase{model::Architecture::kLlama, 16, false, {1}},
+        DraftCase{model::Architecture::kQwen3, 8, false, {2, 1}},
+        DraftCase{model::Architecture::kQwen3, 16, true, {4, 0, 2}},
+        DraftCase{model::Architecture::kQwen3, 16, true, {2, 1}},
+        DraftCase{model::Architecture::kQwen3, 16, true, {1}},
+        // Sliding-window rings (drafts below the block size,
+        // as the engine clamps them).
+        DraftCase{model::Architecture::kGemma3, 4, false, {3, 0, 2}},
+        DraftCase{model::Architecture::kGemma3, 8, true, {4, 0, 2}},
+        DraftCase{model::Architecture::kGptOss, 8, false, {4, 0, 2}},
+        DraftCase{model::Architecture::kQwen3Moe, 16, false, {4, 0, 2}},
+        // The fp8 KV cache (its own attention and K/V store).
+        DraftCase{model::Architecture::kLlama, 16, false, {4, 0, 2}, cache::KvDtype::kFP8E4M3},
+        DraftCase{model::Architecture::kGemma3, 8, false, {4, 0, 2}, cache::KvDtype::kFP8E4M3}),
     DraftCaseName);
 
 // The picks of a drafted step on the GPU: kGreedy rows are the argmax of
@@ -215,8 +217,8 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(CudaBackend, DraftedStepsPickEachRowAsPlanned) {
   AGENTKV_REQUIRE_GPU();
   for (const bool wide : {false, true}) {
-    const ModelConfig c =
-        wide ? WideConfig(Architecture::kQwen3) : SmallConfig(Architecture::kLlama);
+    const model::ModelConfig c =
+        wide ? WideConfig(model::Architecture::kQwen3) : SmallConfig(model::Architecture::kLlama);
     const int V = c.vocab_size;
     const MapWeights w = Bf16Weights(c, 37);
     auto b = MakeCuda(c, w, 16);
@@ -316,7 +318,7 @@ TEST(CudaBackend, DraftedStepsPickEachRowAsPlanned) {
 // it run as graphs again and still match.
 TEST(CudaBackend, RowsBeyondTheReserveGrowTheWorkspaces) {
   AGENTKV_REQUIRE_GPU();
-  const ModelConfig c = SmallConfig(Architecture::kQwen3);
+  const model::ModelConfig c = SmallConfig(model::Architecture::kQwen3);
   const MapWeights w = Bf16Weights(c, 41);
   auto cpu = MakeCpu(c, w, 16);
   auto gpu = MakeCuda(c, w, 16);
@@ -363,7 +365,7 @@ TEST(CudaBackend, RowsBeyondTheReserveGrowTheWorkspaces) {
 // given.
 TEST(CudaBackend, PrevRowNamesARowOfADraftedStep) {
   AGENTKV_REQUIRE_GPU();
-  const ModelConfig c = SmallConfig(Architecture::kLlama);
+  const model::ModelConfig c = SmallConfig(model::Architecture::kLlama);
   const MapWeights w = Bf16Weights(c, 43);
   auto run = [&](bool pipelined) {
     auto b = MakeCuda(c, w, 16);
@@ -416,7 +418,7 @@ TEST(CudaBackend, PrevRowNamesARowOfADraftedStep) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::backend::cuda
 
 #else
 

@@ -32,7 +32,7 @@
 #include "engine/model/quant_format.h"
 #include "engine/model/safetensors_weights.h"
 
-namespace agentkv {
+namespace agentkv::backend::cuda {
 namespace {
 
 using namespace agentkv::testing;
@@ -51,9 +51,10 @@ fs::path Tokenizers() {
 // A checkpoint's weights with only some of its quantized tensors served
 // quantized (`keep` true for the name); the others dequantized to fp32 (by
 // the CPU's DequantizeRows), as if the checkpoint stored them so.
-class PartlyQuantized : public WeightSource {
+class PartlyQuantized : public model::WeightSource {
  public:
-  PartlyQuantized(const WeightSource& base, QuantConfig quant, bool (*keep)(const std::string&))
+  PartlyQuantized(const model::WeightSource& base, model::QuantConfig quant,
+                  bool (*keep)(const std::string&))
       : base_(base), quant_(std::move(quant)), keep_(keep) {}
   bool Has(const std::string& name) const override {
     return base_.Has(name) || (base_.IsQuantized(name) && !keep_(name));
@@ -70,7 +71,7 @@ class PartlyQuantized : public WeightSource {
     const bool gpt_oss_experts = shape.size() == 3;
     std::vector<int64_t> qshape(shape.begin(), shape.end());
     if (gpt_oss_experts) std::swap(qshape[1], qshape[2]);
-    ASSIGN_OR_RETURN(QuantizedWeight q, base_.LoadQuantized(name, qshape, quant_));
+    ASSIGN_OR_RETURN(model::QuantizedWeight q, base_.LoadQuantized(name, qshape, quant_));
     std::vector<float> out(static_cast<size_t>(q.batch * q.rows * q.cols));
     for (int64_t b = 0; b < q.batch; ++b)
       DequantizeRows(q, b, 0, q.rows, out.data() + b * q.rows * q.cols);
@@ -86,15 +87,16 @@ class PartlyQuantized : public WeightSource {
                                                  std::span<const int64_t> shape) const override {
     return base_.LoadBf16IfStored(name, shape);
   }
-  Result<QuantizedWeight> LoadQuantized(const std::string& name, std::span<const int64_t> shape,
-                                        const QuantConfig& quant) const override {
+  Result<model::QuantizedWeight> LoadQuantized(const std::string& name,
+                                               std::span<const int64_t> shape,
+                                               const model::QuantConfig& quant) const override {
     if (!keep_(name)) return InvalidArgument(name + " is served dequantized");
     return base_.LoadQuantized(name, shape, quant);
   }
 
  private:
-  const WeightSource& base_;
-  QuantConfig quant_;
+  const model::WeightSource& base_;
+  model::QuantConfig quant_;
   bool (*keep_)(const std::string&);
 };
 
@@ -119,8 +121,8 @@ class CudaBackendQuant : public ::testing::Test {
     if (!dir_.empty()) fs::remove_all(dir_);
   }
 
-  SynthOptions Base(const std::string& arch, SynthQuant quant) const {
-    SynthOptions o;
+  model::SynthOptions Base(const std::string& arch, model::SynthQuant quant) const {
+    model::SynthOptions o;
     o.arch = arch;
     o.tokenizer_dir = Tokenizers() / "qwen3";
     o.out_dir = dir_;
@@ -135,8 +137,8 @@ class CudaBackendQuant : public ::testing::Test {
 
   // The CPU and CUDA backends on `w`, driven as backend_test.cc does;
   // returns the CUDA backend's weight bytes.
-  uint64_t ExpectCudaMatchesCpu(const ModelConfig& c, const WeightSource& w) {
-    auto cpu = CpuBackend::Create(c, w, CpuBackendOptions{2, KvDtype::kF32});
+  uint64_t ExpectCudaMatchesCpu(const model::ModelConfig& c, const model::WeightSource& w) {
+    auto cpu = cpu::CpuBackend::Create(c, w, cpu::CpuBackendOptions{2, cache::KvDtype::kF32});
     EXPECT_TRUE(cpu.ok()) << cpu.status().ToString();
     if (!cpu.ok()) return 0;
     CudaBackendOptions o;
@@ -172,7 +174,7 @@ class CudaBackendQuant : public ::testing::Test {
 };
 
 // The bytes a layer's experts take as bf16 and as stored.
-uint64_t ExpertBf16Bytes(const ModelConfig& c) {
+uint64_t ExpertBf16Bytes(const model::ModelConfig& c) {
   return static_cast<uint64_t>(c.moe.num_experts) * 3 * c.hidden_size * c.moe.expert_intermediate *
          2;
 }
@@ -180,7 +182,7 @@ uint64_t ExpertBf16Bytes(const ModelConfig& c) {
 // The bytes a layer's fp8 dense projections save against bf16 (attention,
 // and the MLP where `mlp`): a byte a value and an fp32 scale per row and
 // block of 128 columns (`block`), or per row.
-uint64_t DenseBytesSaved(const ModelConfig& c, bool block, bool mlp) {
+uint64_t DenseBytesSaved(const model::ModelConfig& c, bool block, bool mlp) {
   const int64_t H = c.hidden_size, nq = c.num_heads * c.head_dim;
   const int64_t nkv = c.num_kv_heads * c.head_dim, I = mlp ? c.intermediate_size : 0;
   auto fp8 = [&](int64_t rows, int64_t cols) {
@@ -193,17 +195,17 @@ uint64_t DenseBytesSaved(const ModelConfig& c, bool block, bool mlp) {
 
 TEST_F(CudaBackendQuant, GptOssMxfp4ExpertsMatchTheCpu) {
   AGENTKV_REQUIRE_GPU();
-  SynthOptions o = Base("gpt_oss", SynthQuant::kMxfp4);
+  model::SynthOptions o = Base("gpt_oss", model::SynthQuant::kMxfp4);
   o.hidden = 64;
   o.head_dim = 16;
   o.intermediate = 96;  // 3 blocks of 32 into down_proj
   o.experts = 5;
   o.experts_per_token = 2;
   o.sliding_window = 8;
-  ASSERT_TRUE(SynthesizeModel(o).ok());
-  auto c = ModelConfig::Load(dir_);
+  ASSERT_TRUE(model::SynthesizeModel(o).ok());
+  auto c = model::ModelConfig::Load(dir_);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
-  auto w = SafetensorsWeights::Open(dir_);
+  auto w = model::SafetensorsWeights::Open(dir_);
   ASSERT_TRUE(w.ok());
   ASSERT_TRUE(w->IsQuantized("model.layers.0.mlp.experts.gate_up_proj"));
   const uint64_t quant = ExpectCudaMatchesCpu(*c, *w);
@@ -215,21 +217,21 @@ TEST_F(CudaBackendQuant, GptOssMxfp4ExpertsMatchTheCpu) {
   // mxfp4: half a byte a value and a byte per 32.
   const uint64_t values = ExpertBf16Bytes(*c) / 2;
   EXPECT_EQ((*ref)->weight_bytes() - quant,
-            (2 * values - values / 2 - values / kMxfp4Block) * c->num_layers);
+            (2 * values - values / 2 - values / model::kMxfp4Block) * c->num_layers);
 }
 
 TEST_F(CudaBackendQuant, Qwen3MoeFp8ExpertsMatchTheCpu) {
   AGENTKV_REQUIRE_GPU();
-  SynthOptions o = Base("qwen3_moe", SynthQuant::kFp8);
+  model::SynthOptions o = Base("qwen3_moe", model::SynthQuant::kFp8);
   o.hidden = 160;  // two 128-wide blocks, the second ragged
   o.head_dim = 32;
   o.experts = 4;
   o.experts_per_token = 2;
   o.moe_intermediate = 144;  // ragged both ways, whole 16-value loads
-  ASSERT_TRUE(SynthesizeModel(o).ok());
-  auto c = ModelConfig::Load(dir_);
+  ASSERT_TRUE(model::SynthesizeModel(o).ok());
+  auto c = model::ModelConfig::Load(dir_);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
-  auto w = SafetensorsWeights::Open(dir_);
+  auto w = model::SafetensorsWeights::Open(dir_);
   ASSERT_TRUE(w.ok());
   ASSERT_TRUE(w->IsQuantized("model.layers.1.mlp.experts.3.up_proj.weight"));
   // The checkpoint as it is (its attention fp8 too), then its experts
@@ -253,16 +255,16 @@ TEST_F(CudaBackendQuant, Qwen3MoeFp8ExpertsMatchTheCpu) {
 // the 128-blocks.
 TEST_F(CudaBackendQuant, Qwen3Fp8DenseMatchesTheCpu) {
   AGENTKV_REQUIRE_GPU();
-  for (const SynthQuant q : {SynthQuant::kFp8, SynthQuant::kFp8Channel}) {
+  for (const model::SynthQuant q : {model::SynthQuant::kFp8, model::SynthQuant::kFp8Channel}) {
     fs::remove_all(dir_);
-    SynthOptions o = Base("qwen3", q);
+    model::SynthOptions o = Base("qwen3", q);
     o.hidden = 160;
     o.head_dim = 32;
     o.intermediate = 272;
-    ASSERT_TRUE(SynthesizeModel(o).ok());
-    auto c = ModelConfig::Load(dir_);
+    ASSERT_TRUE(model::SynthesizeModel(o).ok());
+    auto c = model::ModelConfig::Load(dir_);
     ASSERT_TRUE(c.ok()) << c.status().ToString();
-    auto w = SafetensorsWeights::Open(dir_);
+    auto w = model::SafetensorsWeights::Open(dir_);
     ASSERT_TRUE(w.ok());
     ASSERT_TRUE(w->IsQuantized("model.layers.1.mlp.down_proj.weight"));
     const uint64_t quant = ExpectCudaMatchesCpu(*c, *w);
@@ -270,7 +272,7 @@ TEST_F(CudaBackendQuant, Qwen3Fp8DenseMatchesTheCpu) {
     auto ref = CudaBackend::Create(*c, plain, CudaBackendOptions{});
     ASSERT_TRUE(ref.ok()) << ref.status().ToString();
     EXPECT_EQ((*ref)->weight_bytes() - quant,
-              DenseBytesSaved(*c, q == SynthQuant::kFp8, true) * c->num_layers)
+              DenseBytesSaved(*c, q == model::SynthQuant::kFp8, true) * c->num_layers)
         << "quant " << static_cast<int>(q);
   }
 }
@@ -280,15 +282,15 @@ TEST_F(CudaBackendQuant, Qwen3Fp8DenseMatchesTheCpu) {
 // experts are quantized in part.
 TEST_F(CudaBackendQuant, RefusesExpertsTheKernelsCannotRead) {
   AGENTKV_REQUIRE_GPU();
-  SynthOptions o = Base("qwen3_moe", SynthQuant::kFp8Channel);
+  model::SynthOptions o = Base("qwen3_moe", model::SynthQuant::kFp8Channel);
   o.hidden = 64;
   o.experts = 4;
   o.experts_per_token = 2;
   o.moe_intermediate = 32;
-  ASSERT_TRUE(SynthesizeModel(o).ok());
-  auto c = ModelConfig::Load(dir_);
+  ASSERT_TRUE(model::SynthesizeModel(o).ok());
+  auto c = model::ModelConfig::Load(dir_);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
-  auto w = SafetensorsWeights::Open(dir_);
+  auto w = model::SafetensorsWeights::Open(dir_);
   ASSERT_TRUE(w.ok());
   const PartlyQuantized channel(*w, c->quant, Experts);
   auto b = CudaBackend::Create(*c, channel, CudaBackendOptions{});
@@ -304,7 +306,7 @@ TEST_F(CudaBackendQuant, RefusesExpertsTheKernelsCannotRead) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::backend::cuda
 
 #else
 

@@ -26,7 +26,7 @@
 #include "engine/backend/row_logprobs.h"
 #include "engine/backend/sample_draw.h"
 
-namespace agentkv {
+namespace agentkv::backend::cuda {
 namespace {
 
 using namespace agentkv::testing;
@@ -36,7 +36,7 @@ class CudaBackendVsCpu : public ::testing::TestWithParam<ArchCase> {};
 TEST_P(CudaBackendVsCpu, LogitsAndGreedyMatch) {
   AGENTKV_REQUIRE_GPU();
   const ArchCase ac = GetParam();
-  ModelConfig c = ac.wide ? WideConfig(ac.arch) : SmallConfig(ac.arch);
+  model::ModelConfig c = ac.wide ? WideConfig(ac.arch) : SmallConfig(ac.arch);
   MapWeights w = Bf16Weights(c, 11);
   if (ac.fixed_routing) FixRouting(c, &w);
   // Random routers (see FixRouting): rows may take other experts, so only
@@ -102,23 +102,28 @@ TEST_P(CudaBackendVsCpu, LogitsAndGreedyMatch) {
 
 INSTANTIATE_TEST_SUITE_P(
     Archs, CudaBackendVsCpu,
-    ::testing::Values(
-        ArchCase{Architecture::kLlama, 16, 16}, ArchCase{Architecture::kQwen2, 7, 4},
-        ArchCase{Architecture::kQwen3, 64, 16}, ArchCase{Architecture::kMistral, 5, 8},
-        ArchCase{Architecture::kGemma3, 6, 4}, ArchCase{Architecture::kGemma3, 64, 2},
-        ArchCase{Architecture::kQwen3, 16, 16, true}, ArchCase{Architecture::kGemma3, 7, 4, true},
-        // Experts, attention sinks, o_proj bias, YaRN,
-        // sliding window 7 (GPT-OSS); experts beside a
-        // dense layer, q/k norms (Qwen3-MoE). The wide
-        // form runs head_dim 64: the tensor-core
-        // attention kernels with sinks.
-        ArchCase{Architecture::kGptOss, 7, 4}, ArchCase{Architecture::kGptOss, 64, 16},
-        ArchCase{Architecture::kGptOss, 64, 16, true}, ArchCase{Architecture::kQwen3Moe, 16, 16},
-        ArchCase{Architecture::kQwen3Moe, 5, 8, true},
-        ArchCase{Architecture::kGptOss, 7, 4, false, true},
-        ArchCase{Architecture::kGptOss, 64, 16, true, true},
-        ArchCase{Architecture::kQwen3Moe, 16, 16, false, true},
-        ArchCase{Architecture::kQwen3Moe, 5, 8, true, true}),
+    ::testing::Values(ArchCase{model::Architecture::kLlama, 16, 16},
+                      ArchCase{model::Architecture::kQwen2, 7, 4},
+                      ArchCase{model::Architecture::kQwen3, 64, 16},
+                      ArchCase{model::Architecture::kMistral, 5, 8},
+                      ArchCase{model::Architecture::kGemma3, 6, 4},
+                      ArchCase{model::Architecture::kGemma3, 64, 2},
+                      ArchCase{model::Architecture::kQwen3, 16, 16, true},
+                      ArchCase{model::Architecture::kGemma3, 7, 4, true},
+                      // Experts, attention sinks, o_proj bias, YaRN,
+                      // sliding window 7 (GPT-OSS); experts beside a
+                      // dense layer, q/k norms (Qwen3-MoE). The wide
+                      // form runs head_dim 64: the tensor-core
+                      // attention kernels with sinks.
+                      ArchCase{model::Architecture::kGptOss, 7, 4},
+                      ArchCase{model::Architecture::kGptOss, 64, 16},
+                      ArchCase{model::Architecture::kGptOss, 64, 16, true},
+                      ArchCase{model::Architecture::kQwen3Moe, 16, 16},
+                      ArchCase{model::Architecture::kQwen3Moe, 5, 8, true},
+                      ArchCase{model::Architecture::kGptOss, 7, 4, false, true},
+                      ArchCase{model::Architecture::kGptOss, 64, 16, true, true},
+                      ArchCase{model::Architecture::kQwen3Moe, 16, 16, false, true},
+                      ArchCase{model::Architecture::kQwen3Moe, 5, 8, true, true}),
     [](const auto& info) { return CaseName(info.param); });
 
 // The kernels CudaTuning's switches fall back on, each switch away from its
@@ -128,11 +133,11 @@ INSTANTIATE_TEST_SUITE_P(
 // the reason, not run wrong (quantized checkpoints: backend_quant_test.cc).
 TEST(CudaBackend, RefusesExpertShapesTheKernelsLack) {
   AGENTKV_REQUIRE_GPU();
-  ModelConfig many = SmallConfig(Architecture::kGptOss);
+  model::ModelConfig many = SmallConfig(model::Architecture::kGptOss);
   many.moe.num_experts = 1025;  // past kMaxMoeExperts
-  ModelConfig gelu = SmallConfig(Architecture::kQwen3Moe);
-  gelu.activation = Activation::kGeluTanh;  // experts take (clamped) SwiGLU only
-  for (const ModelConfig& c : {many, gelu}) {
+  model::ModelConfig gelu = SmallConfig(model::Architecture::kQwen3Moe);
+  gelu.activation = model::Activation::kGeluTanh;  // experts take (clamped) SwiGLU only
+  for (const model::ModelConfig& c : {many, gelu}) {
     const MapWeights w = Bf16Weights(c, 3);
     auto b = CudaBackend::Create(c, w, CudaBackendOptions{});
     ASSERT_FALSE(b.ok());
@@ -159,7 +164,8 @@ TEST(CudaBackend, TuningSwitchesKeepTheCpusLogits) {
   CudaTuning more;  // the opt-in settings
   more.decode_blocks_per_sm = 16;
   for (const bool wide : {false, true}) {
-    ModelConfig c = wide ? WideConfig(Architecture::kQwen3) : SmallConfig(Architecture::kLlama);
+    model::ModelConfig c =
+        wide ? WideConfig(model::Architecture::kQwen3) : SmallConfig(model::Architecture::kLlama);
     const MapWeights w = Bf16Weights(c, 11);
     auto cpu = MakeCpu(c, w, 16);
     std::vector<int32_t> cpu_picks;
@@ -192,7 +198,7 @@ TEST(CudaBackend, TuningSwitchesKeepTheCpusLogits) {
 
 TEST(CudaBackend, GraphsMatchDirectLaunches) {
   AGENTKV_REQUIRE_GPU();
-  ModelConfig c = SmallConfig(Architecture::kQwen3);
+  model::ModelConfig c = SmallConfig(model::Architecture::kQwen3);
   const MapWeights w = Bf16Weights(c, 12);
   // Blocks of 4 tokens: the first run's longest sequence reaches 18 blocks,
   // so the block tables widen from 16 to 32 entries during its decode (the
@@ -216,7 +222,7 @@ TEST(CudaBackend, GraphsMatchDirectLaunches) {
 
 TEST(CudaBackend, ReserveCapturesGraphsBeforeTheFirstStep) {
   AGENTKV_REQUIRE_GPU();
-  ModelConfig c = SmallConfig(Architecture::kLlama);
+  model::ModelConfig c = SmallConfig(model::Architecture::kLlama);
   const MapWeights w = Bf16Weights(c, 14);
   auto bare = CudaBackend::Create(c, w, CudaBackendOptions{});
   ASSERT_TRUE(bare.ok());
@@ -244,7 +250,8 @@ TEST(CudaBackend, ReserveCapturesGraphsBeforeTheFirstStep) {
 TEST(CudaBackend, ForwardSampledPicksTheArgmaxOnTheGpu) {
   AGENTKV_REQUIRE_GPU();
   for (const bool wide : {false, true}) {
-    ModelConfig c = wide ? WideConfig(Architecture::kLlama) : SmallConfig(Architecture::kLlama);
+    model::ModelConfig c =
+        wide ? WideConfig(model::Architecture::kLlama) : SmallConfig(model::Architecture::kLlama);
     const MapWeights w = Bf16Weights(c, 13);
     auto b = MakeCuda(c, w, 16);
     ASSERT_TRUE(b);
@@ -289,7 +296,7 @@ TEST(CudaBackend, ForwardSampledPicksTheArgmaxOnTheGpu) {
 // and without graphs.
 TEST(CudaBackend, PipelinedStepsPickAsStepByStep) {
   AGENTKV_REQUIRE_GPU();
-  ModelConfig c = SmallConfig(Architecture::kQwen3);
+  model::ModelConfig c = SmallConfig(model::Architecture::kQwen3);
   const MapWeights w = Bf16Weights(c, 15);
   for (bool graphs : {true, false}) {
     auto a = MakeCuda(c, w, 4, graphs);
@@ -312,7 +319,8 @@ TEST(CudaBackend, PipelinedStepsPickAsStepByStep) {
 TEST(CudaBackend, PipelinedStepsWithSampledRowsPickAsStepByStep) {
   AGENTKV_REQUIRE_GPU();
   for (const bool wide : {false, true}) {
-    ModelConfig c = wide ? WideConfig(Architecture::kLlama) : SmallConfig(Architecture::kLlama);
+    model::ModelConfig c =
+        wide ? WideConfig(model::Architecture::kLlama) : SmallConfig(model::Architecture::kLlama);
     const MapWeights w = Bf16Weights(c, 16);
     auto a = MakeCuda(c, w, 4);
     auto b = MakeCuda(c, w, 4);
@@ -331,7 +339,8 @@ TEST(CudaBackend, PipelinedStepsWithSampledRowsPickAsStepByStep) {
 TEST(CudaBackend, PipelinedStepsWithDrawnRowsPickAsStepByStep) {
   AGENTKV_REQUIRE_GPU();
   for (const bool wide : {false, true}) {
-    ModelConfig c = wide ? WideConfig(Architecture::kLlama) : SmallConfig(Architecture::kLlama);
+    model::ModelConfig c =
+        wide ? WideConfig(model::Architecture::kLlama) : SmallConfig(model::Architecture::kLlama);
     const MapWeights w = Bf16Weights(c, 17);
     for (bool graphs : {true, false}) {
       auto a = MakeCuda(c, w, 4, graphs);
@@ -356,7 +365,8 @@ TEST(CudaBackend, PipelinedStepsWithDrawnRowsPickAsStepByStep) {
 TEST(CudaBackend, ForwardSampledDrawsAsTheCpuReference) {
   AGENTKV_REQUIRE_GPU();
   for (const bool wide : {false, true}) {
-    ModelConfig c = wide ? WideConfig(Architecture::kLlama) : SmallConfig(Architecture::kLlama);
+    model::ModelConfig c =
+        wide ? WideConfig(model::Architecture::kLlama) : SmallConfig(model::Architecture::kLlama);
     const MapWeights w = Bf16Weights(c, 18);
     auto b = MakeCuda(c, w, 16);
     ASSERT_TRUE(b);
@@ -433,7 +443,7 @@ TEST(CudaBackend, ForwardSampledDrawsAsTheCpuReference) {
 // count -1, and the picks are those of a plan without logprobs.
 TEST(CudaBackend, PicksComeWithTheirLogprobs) {
   AGENTKV_REQUIRE_GPU();
-  ModelConfig c = SmallConfig(Architecture::kLlama);
+  model::ModelConfig c = SmallConfig(model::Architecture::kLlama);
   const MapWeights w = Bf16Weights(c, 23);
   auto b = MakeCuda(c, w, 16);
   ASSERT_TRUE(b);
@@ -503,7 +513,7 @@ TEST(CudaBackend, PicksComeWithTheirLogprobs) {
 
 TEST(CudaBackend, PipelinedStepsRejectMisuse) {
   AGENTKV_REQUIRE_GPU();
-  ModelConfig c = SmallConfig(Architecture::kLlama);
+  model::ModelConfig c = SmallConfig(model::Architecture::kLlama);
   const MapWeights w = Bf16Weights(c, 16);
   auto b = MakeCuda(c, w, 16);
   ASSERT_TRUE(b);
@@ -537,7 +547,7 @@ TEST(CudaBackend, PipelinedStepsRejectMisuse) {
 
 TEST(CudaBackend, BlocksRoundTripAndCopy) {
   AGENTKV_REQUIRE_GPU();
-  ModelConfig c = SmallConfig(Architecture::kGemma3);
+  model::ModelConfig c = SmallConfig(model::Architecture::kGemma3);
   const MapWeights w = Bf16Weights(c, 14);
   auto b = MakeCuda(c, w, 4);
   ASSERT_TRUE(b);
@@ -551,8 +561,8 @@ TEST(CudaBackend, BlocksRoundTripAndCopy) {
     ASSERT_TRUE(b->WriteBlock(g, 7, in).ok());
     ASSERT_TRUE(b->ReadBlock(g, 7, out).ok());
     EXPECT_EQ(in, out);
-    const KvBlockCopy cp{g, 7, 9};
-    ASSERT_TRUE(b->CopyBlocks(std::span<const KvBlockCopy>(&cp, 1)).ok());
+    const cache::KvBlockCopy cp{g, 7, 9};
+    ASSERT_TRUE(b->CopyBlocks(std::span<const cache::KvBlockCopy>(&cp, 1)).ok());
     ASSERT_TRUE(b->ReadBlock(g, 9, copied).ok());
     EXPECT_EQ(in, copied);
     // Batched: the same bytes as block by block, in the order asked.
@@ -621,8 +631,8 @@ TEST(CudaBackend, BlocksRoundTripAndCopy) {
     const std::vector<int32_t> fives(kReads, 5);
     auto t3 = b->StartReadBlocks(g, fives, big->span());
     ASSERT_TRUE(t3.ok());
-    const KvBlockCopy overwrite{g, 3, 5};
-    ASSERT_TRUE(b->CopyBlocks(std::span<const KvBlockCopy>(&overwrite, 1)).ok());
+    const cache::KvBlockCopy overwrite{g, 3, 5};
+    ASSERT_TRUE(b->CopyBlocks(std::span<const cache::KvBlockCopy>(&overwrite, 1)).ok());
     auto d3 = b->ReadDone(*t3, true);
     ASSERT_TRUE(d3.ok() && *d3);
     for (int r = 0; r < kReads; ++r)
@@ -636,7 +646,7 @@ TEST(CudaBackend, BlocksRoundTripAndCopy) {
 // the store does) continues exactly as one computed in place.
 TEST(CudaBackend, RestoredBlocksContinueTheSame) {
   AGENTKV_REQUIRE_GPU();
-  ModelConfig c = SmallConfig(Architecture::kLlama);
+  model::ModelConfig c = SmallConfig(model::Architecture::kLlama);
   const MapWeights w = Bf16Weights(c, 15);
   auto a = MakeCuda(c, w, 16);
   auto b = MakeCuda(c, w, 16);
@@ -667,7 +677,7 @@ TEST(CudaBackend, RestoredBlocksContinueTheSame) {
 // a read started before them still delivers the old ones.
 TEST(CudaBackend, AsyncWritesAreSeenByLaterStepsAndReads) {
   AGENTKV_REQUIRE_GPU();
-  ModelConfig c = SmallConfig(Architecture::kLlama);
+  model::ModelConfig c = SmallConfig(model::Architecture::kLlama);
   const MapWeights w = Bf16Weights(c, 15);
   auto a = MakeCuda(c, w, 16);
   auto b = MakeCuda(c, w, 16);
@@ -736,7 +746,7 @@ TEST(CudaBackend, AsyncWritesAreSeenByLaterStepsAndReads) {
 // llama and qwen2. A wrong scale or layout gives errors near 1.) Prefill and decode (graphs) both
 // read the cache through the fp8 kernel; Gemma 3 has sliding rings, the wide case head_dim 64.
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::backend::cuda
 
 #else
 

@@ -25,7 +25,8 @@ using Seq = TestSeq;
 // Hands each sequence shuffled blocks (the same ids on both backends).
 class Pager {
  public:
-  Pager(const ModelCacheSpec& spec, int bs) : spec_(spec), bs_(bs), free_(spec.groups.size()) {
+  Pager(const cache::ModelCacheSpec& spec, int bs)
+      : spec_(spec), bs_(bs), free_(spec.groups.size()) {
     std::mt19937 rng(99);
     for (auto& f : free_) {
       f.resize(kBlocks);
@@ -45,7 +46,7 @@ class Pager {
   }
 
  private:
-  const ModelCacheSpec& spec_;
+  const cache::ModelCacheSpec& spec_;
   int bs_;
   std::vector<std::vector<int32_t>> free_;
 };
@@ -54,10 +55,11 @@ class Pager {
 // prefilled in chunks of up to `chunk` tokens interleaved with the others'
 // steps, then `decode` greedy tokens each, all batched. Returns every
 // logits row produced, in order.
-inline std::vector<std::vector<float>> Drive(Backend& b, int chunk, int decode, uint32_t seed,
+inline std::vector<std::vector<float>> Drive(backend::Backend& b, int chunk, int decode,
+                                             uint32_t seed,
                                              const std::vector<int32_t>* forced = nullptr,
                                              std::vector<int32_t>* picked = nullptr) {
-  const ModelConfig& c = b.config();
+  const model::ModelConfig& c = b.config();
   const int bs = b.kv_layout().block_size;
   std::mt19937 rng(seed);
   std::vector<Seq> seqs(3);
@@ -70,7 +72,7 @@ inline std::vector<std::vector<float>> Drive(Backend& b, int chunk, int decode, 
   std::vector<float> logits(3 * c.vocab_size);
   int produced = 0;
   while (produced < decode) {
-    std::vector<SeqStep> steps;
+    std::vector<backend::SeqStep> steps;
     std::vector<Seq*> order;
     for (Seq& s : seqs) {
       const int left = static_cast<int>(s.tokens.size()) - s.computed;
@@ -105,47 +107,48 @@ inline std::vector<std::vector<float>> Drive(Backend& b, int chunk, int decode, 
 
 // kBlocks blocks of `bs` tokens in every cache group: whether they were
 // allocated.
-inline bool AllocateTestKv(Backend& b, int bs) {
-  KvLayout layout;
+inline bool AllocateTestKv(backend::Backend& b, int bs) {
+  backend::KvLayout layout;
   layout.block_size = bs;
-  for (int g = 0; g < kMaxCacheGroups; ++g) layout.blocks_per_group[g] = kBlocks;
+  for (int g = 0; g < backend::kMaxCacheGroups; ++g) layout.blocks_per_group[g] = kBlocks;
   const Status st = b.AllocateKv(layout);
   EXPECT_TRUE(st.ok()) << st.ToString();
   return st.ok();
 }
 
-inline std::unique_ptr<Backend> MakeCpu(const ModelConfig& c, const MapWeights& w, int bs,
-                                        KvDtype kv = KvDtype::kF32) {
-  auto b = CpuBackend::Create(c, w, CpuBackendOptions{2, kv});
+inline std::unique_ptr<backend::Backend> MakeCpu(const model::ModelConfig& c, const MapWeights& w,
+                                                 int bs, cache::KvDtype kv = cache::KvDtype::kF32) {
+  auto b = backend::cpu::CpuBackend::Create(c, w, backend::cpu::CpuBackendOptions{2, kv});
   EXPECT_TRUE(b.ok()) << b.status().ToString();
   AllocateTestKv(**b, bs);
   return std::move(b).value();
 }
 
-inline std::unique_ptr<CudaBackend> MakeCuda(const ModelConfig& c, const MapWeights& w, int bs,
-                                             const CudaTuning& tuning,
-                                             KvDtype kv = KvDtype::kBF16) {
-  CudaBackendOptions o;
+inline std::unique_ptr<backend::cuda::CudaBackend> MakeCuda(
+    const model::ModelConfig& c, const MapWeights& w, int bs, const backend::CudaTuning& tuning,
+    cache::KvDtype kv = cache::KvDtype::kBF16) {
+  backend::cuda::CudaBackendOptions o;
   o.tuning = tuning;
   o.kv_dtype = kv;
   o.max_step_tokens = 64;  // small, so that steps must grow it
   o.max_batch = 2;
-  auto b = CudaBackend::Create(c, w, o);
+  auto b = backend::cuda::CudaBackend::Create(c, w, o);
   EXPECT_TRUE(b.ok()) << b.status().ToString();
   if (!b.ok()) return nullptr;
   AllocateTestKv(**b, bs);
   return std::move(b).value();
 }
 
-inline std::unique_ptr<CudaBackend> MakeCuda(const ModelConfig& c, const MapWeights& w, int bs,
-                                             bool graphs = true, KvDtype kv = KvDtype::kBF16) {
-  CudaTuning t;
+inline std::unique_ptr<backend::cuda::CudaBackend> MakeCuda(
+    const model::ModelConfig& c, const MapWeights& w, int bs, bool graphs = true,
+    cache::KvDtype kv = cache::KvDtype::kBF16) {
+  backend::CudaTuning t;
   t.graphs = graphs;
   return MakeCuda(c, w, bs, t, kv);
 }
 
 // Weights rounded to bf16, so both backends run exactly the same model.
-inline MapWeights Bf16Weights(const ModelConfig& c, uint32_t seed) {
+inline MapWeights Bf16Weights(const model::ModelConfig& c, uint32_t seed) {
   MapWeights w = RandomWeights(c, seed);
   for (auto& [name, v] : w.t)
     for (auto& x : v) x = RoundBf16(x);
@@ -158,8 +161,8 @@ inline MapWeights Bf16Weights(const ModelConfig& c, uint32_t seed) {
 // the hidden size of 48 never reaches. (Used with q/k norms: without them
 // these random heads' attention is so sharp that bf16 rounding alone moved
 // some Llama rows past the tolerances, with or without the warpgroup GEMM.)
-inline ModelConfig WideConfig(Architecture arch) {
-  ModelConfig c = SmallConfig(arch);
+inline model::ModelConfig WideConfig(model::Architecture arch) {
+  model::ModelConfig c = SmallConfig(arch);
   c.hidden_size = 128;
   c.intermediate_size = 192;
   c.num_heads = 2;
@@ -168,12 +171,12 @@ inline ModelConfig WideConfig(Architecture arch) {
   c.vocab_size = 192;
   // GPT-OSS has no q/k norms: given them here for the reason above (its
   // sinks, biases, YaRN and experts all still run).
-  if (arch == Architecture::kGptOss) c.qk_norm = true;
+  if (arch == model::Architecture::kGptOss) c.qk_norm = true;
   return c;
 }
 
 struct ArchCase {
-  Architecture arch;
+  model::Architecture arch;
   int chunk;
   int block_size;
   bool wide = false;           // WideConfig
@@ -188,7 +191,7 @@ struct ArchCase {
 // tokens whose k-th and (k+1)-th router logits lie within bf16 noise of
 // each other take other experts on the GPU than on the CPU, and that row's
 // logits move by a whole expert's share.
-inline void FixRouting(const ModelConfig& c, MapWeights* w) {
+inline void FixRouting(const model::ModelConfig& c, MapWeights* w) {
   for (int l = 0; l < c.num_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".mlp.";
     for (const char* n : {"router.weight", "gate.weight"}) {

@@ -4,7 +4,7 @@
 
 #include <vector>
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda {
 namespace {
 
 bool Same(const BlockRun& r, int32_t block, int32_t index, int32_t count) {
@@ -31,4 +31,4 @@ TEST(BlockRunsTest, ConsecutiveIdsMakeOneRun) {
 }
 
 }  // namespace
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda

@@ -22,20 +22,20 @@
 #include "backend_test_util.h"
 #include "engine/engine.h"
 
-namespace agentkv {
+namespace agentkv::backend::cuda {
 namespace {
 
 using namespace agentkv::testing;
 
-std::vector<int32_t> Collect(const RequestHandle& h) {
+std::vector<int32_t> Collect(const engine::RequestHandle& h) {
   std::vector<int32_t> out;
   while (true) {
-    RequestOutput ev = h.stream->Pop();
-    if (ev.kind == RequestOutput::Kind::kDelta) {
+    engine::RequestOutput ev = h.stream->Pop();
+    if (ev.kind == engine::RequestOutput::Kind::kDelta) {
       out.insert(out.end(), ev.tokens.begin(), ev.tokens.end());
       continue;
     }
-    EXPECT_EQ(ev.kind, RequestOutput::Kind::kFinished) << ev.error.ToString();
+    EXPECT_EQ(ev.kind, engine::RequestOutput::Kind::kFinished) << ev.error.ToString();
     return out;
   }
 }
@@ -53,12 +53,13 @@ std::vector<int32_t> Repetitive(int from, int n, int vocab) {
 
 struct Workload {
   std::vector<std::vector<int32_t>> prompts, outputs;
-  EngineStats stats;
+  engine::EngineStats stats;
 };
 
 // Six greedy requests at once (prompts of 12 to 42 tokens, 20 to 55
 // output tokens), then one alone, on an engine over a fresh CudaBackend.
-Workload RunWorkload(const ModelConfig& c, const MapWeights& w, bool speculative, int max_batch) {
+Workload RunWorkload(const model::ModelConfig& c, const MapWeights& w, bool speculative,
+                     int max_batch) {
   Workload wl;
   CudaBackendOptions bo;
   bo.max_step_tokens = 64;
@@ -66,31 +67,31 @@ Workload RunWorkload(const ModelConfig& c, const MapWeights& w, bool speculative
   auto backend = CudaBackend::Create(c, w, bo);
   EXPECT_TRUE(backend.ok()) << backend.status().ToString();
   if (!backend.ok()) return wl;
-  EngineOptions o;
+  engine::EngineOptions o;
   o.block_size = 8;
   o.scheduler.max_batch = max_batch;
   o.scheduler.max_step_tokens = 64;
-  o.blocks_per_group.assign(c.CacheSpec(KvDtype::kBF16).groups.size(), 256);
-  if (speculative) o.speculative.mode = SpeculativeMode::kNgram;
-  auto e = Engine::Create(std::move(backend).value(), nullptr, o);
+  o.blocks_per_group.assign(c.CacheSpec(cache::KvDtype::kBF16).groups.size(), 256);
+  if (speculative) o.speculative.mode = engine::SpeculativeMode::kNgram;
+  auto e = engine::Engine::Create(std::move(backend).value(), nullptr, o);
   EXPECT_TRUE(e.ok()) << e.status().ToString();
   if (!e.ok()) return wl;
   auto request = [&](std::vector<int32_t> prompt, int max_tokens) {
-    EngineRequest r;
+    engine::EngineRequest r;
     r.prompt = std::move(prompt);
     r.params.temperature = 0;
     r.params.ignore_eos = true;
     r.params.max_tokens = max_tokens;
     return r;
   };
-  std::vector<RequestHandle> hs;
+  std::vector<engine::RequestHandle> hs;
   for (int i = 0; i < 6; ++i) {
-    EngineRequest r = request(Repetitive(10 + i, 8 + 4 * i, c.vocab_size), 20 + 7 * i);
+    engine::EngineRequest r = request(Repetitive(10 + i, 8 + 4 * i, c.vocab_size), 20 + 7 * i);
     wl.prompts.push_back(r.prompt);
     hs.push_back((*e)->Submit(r).value());
   }
   for (auto& h : hs) wl.outputs.push_back(Collect(h));
-  EngineRequest alone = request(Repetitive(3, 24, c.vocab_size), 60);
+  engine::EngineRequest alone = request(Repetitive(3, 24, c.vocab_size), 60);
   wl.prompts.push_back(alone.prompt);
   wl.outputs.push_back(Collect((*e)->Submit(alone).value()));
   wl.stats = (*e)->Stats();
@@ -100,7 +101,7 @@ Workload RunWorkload(const ModelConfig& c, const MapWeights& w, bool speculative
 // How far below the best logit the CPU backend puts token `t` after
 // `tokens`, over the logits' RMS (0 for the argmax).
 double GapOverRms(Backend& cpu, const std::vector<int32_t>& tokens, int32_t t) {
-  const ModelConfig& c = cpu.config();
+  const model::ModelConfig& c = cpu.config();
   const int bs = cpu.kv_layout().block_size;
   Seq s;
   s.tokens = tokens;
@@ -115,7 +116,7 @@ double GapOverRms(Backend& cpu, const std::vector<int32_t>& tokens, int32_t t) {
   return (best - logits[static_cast<size_t>(t)]) / std::sqrt(ms / logits.size());
 }
 
-void ExpectSameUpToNearTies(const ModelConfig& c, const MapWeights& w, const Workload& plain,
+void ExpectSameUpToNearTies(const model::ModelConfig& c, const MapWeights& w, const Workload& plain,
                             const Workload& spec, const std::string& what) {
   ASSERT_EQ(plain.outputs.size(), spec.outputs.size()) << what;
   int64_t compared = 0, total = 0;
@@ -149,8 +150,8 @@ void ExpectSameUpToNearTies(const ModelConfig& c, const MapWeights& w, const Wor
 TEST(CudaEngineSpeculative, GreedyOutputIsTheSameWithDrafts) {
   AGENTKV_REQUIRE_GPU();
   for (const bool wide : {false, true}) {
-    const ModelConfig c =
-        wide ? WideConfig(Architecture::kQwen3) : SmallConfig(Architecture::kLlama);
+    const model::ModelConfig c =
+        wide ? WideConfig(model::Architecture::kQwen3) : SmallConfig(model::Architecture::kLlama);
     const MapWeights w = Bf16Weights(c, 51);
     for (const int max_batch : {8, 1}) {
       const std::string what =
@@ -179,7 +180,7 @@ TEST(CudaEngineSpeculative, GreedyOutputIsTheSameWithDrafts) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::backend::cuda
 
 #else
 

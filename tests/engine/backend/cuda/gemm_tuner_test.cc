@@ -14,7 +14,7 @@
 
 #include "engine/backend/cuda/gemm_tuner.h"
 
-namespace agentkv {
+namespace agentkv::backend::cuda {
 namespace {
 
 using namespace agentkv::testing;
@@ -84,8 +84,8 @@ class GemmTunerTest : public ::testing::Test {
       EXPECT_EQ(cudaMemcpy(g.dy.get(), init.data(), count * 2, cudaMemcpyHostToDevice),
                 cudaSuccess);
     }
-    const auto* x = g.dx.get<cuda::bf16_t>();
-    const auto* w = g.dw.get<cuda::bf16_t>();
+    const auto* x = g.dx.get<kernels::bf16_t>();
+    const auto* w = g.dw.get<kernels::bf16_t>();
     EXPECT_TRUE(tuner_.Run(x, w, g.dy.get(), f32, m, g.n, g.k, beta, ran).ok());
     if (!*ran) {
       EXPECT_EQ(cuda::GemmTuner::Default(cublas_, x, w, g.dy.get(), f32, m, g.n, g.k, beta),
@@ -116,8 +116,8 @@ TEST_F(GemmTunerTest, TunedAlgorithmsMatchTheReferenceAtAndBetweenAnchors) {
     for (int anchor : {512, 1024}) {
       // Tuning writes y: it is re-initialised by RunRows before each check.
       ASSERT_TRUE(tuner_
-                      .Tune(cublas_, g.dx.get<cuda::bf16_t>(), g.dw.get<cuda::bf16_t>(), g.dy.get(),
-                            f32, anchor, g.n, g.k, beta)
+                      .Tune(cublas_, g.dx.get<kernels::bf16_t>(), g.dw.get<kernels::bf16_t>(),
+                            g.dy.get(), f32, anchor, g.n, g.k, beta)
                       .ok());
     }
     for (int m : {512, 520, 1024, 704}) {
@@ -134,26 +134,26 @@ TEST_F(GemmTunerTest, TunedAlgorithmsMatchTheReferenceAtAndBetweenAnchors) {
 TEST_F(GemmTunerTest, DeclinesRowsNoAnchorCovers) {
   Gemm g;
   ASSERT_TRUE(tuner_
-                  .Tune(cublas_, g.dx.get<cuda::bf16_t>(), g.dw.get<cuda::bf16_t>(), g.dy.get(),
-                        false, 512, g.n, g.k, 0.f)
+                  .Tune(cublas_, g.dx.get<kernels::bf16_t>(), g.dw.get<kernels::bf16_t>(),
+                        g.dy.get(), false, 512, g.n, g.k, 0.f)
                   .ok());
   bool ran = true;
   // More rows than the largest anchor, another shape, another output type.
   ASSERT_TRUE(tuner_
-                  .Run(g.dx.get<cuda::bf16_t>(), g.dw.get<cuda::bf16_t>(), g.dy.get(), false, 513,
-                       g.n, g.k, 0.f, &ran)
+                  .Run(g.dx.get<kernels::bf16_t>(), g.dw.get<kernels::bf16_t>(), g.dy.get(), false,
+                       513, g.n, g.k, 0.f, &ran)
                   .ok());
   EXPECT_FALSE(ran);
   ran = true;
   ASSERT_TRUE(tuner_
-                  .Run(g.dx.get<cuda::bf16_t>(), g.dw.get<cuda::bf16_t>(), g.dy.get(), false, 256,
-                       g.n / 2, g.k, 0.f, &ran)
+                  .Run(g.dx.get<kernels::bf16_t>(), g.dw.get<kernels::bf16_t>(), g.dy.get(), false,
+                       256, g.n / 2, g.k, 0.f, &ran)
                   .ok());
   EXPECT_FALSE(ran);
   ran = true;
   ASSERT_TRUE(tuner_
-                  .Run(g.dx.get<cuda::bf16_t>(), g.dw.get<cuda::bf16_t>(), g.dy.get(), true, 256,
-                       g.n, g.k, 0.f, &ran)
+                  .Run(g.dx.get<kernels::bf16_t>(), g.dw.get<kernels::bf16_t>(), g.dy.get(), true,
+                       256, g.n, g.k, 0.f, &ran)
                   .ok());
   EXPECT_FALSE(ran);
 }
@@ -168,7 +168,7 @@ TEST(GemmTunerNoInit, RunDeclinesAndTuneFails) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::backend::cuda
 
 #else
 

@@ -4,7 +4,7 @@
 
 #include <vector>
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda {
 namespace {
 
 TEST(KvReadHazardsTest, AWriteWaitsForTheLatestPendingReadOfItsBlocks) {
@@ -52,4 +52,4 @@ TEST(KvReadHazardsTest, WrittenBlocksCoverTheStepsPositions) {
 }
 
 }  // namespace
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda

@@ -12,7 +12,7 @@
 #include "engine/backend/cuda/nccl_comms.h"
 #include "engine/backend/tp_combine.h"
 
-namespace agentkv {
+namespace agentkv::backend::cuda {
 namespace {
 
 using cuda::NcclComms;
@@ -116,7 +116,7 @@ TEST(NcclComms, AllReducesOnEveryVisibleGpu) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::backend::cuda
 
 #else
 TEST(NcclComms, Skipped) { GTEST_SKIP() << "built without CUDA (no toolkit found)"; }

@@ -12,7 +12,7 @@
 
 #include "engine/backend/cuda/nccl_windows.h"
 
-namespace agentkv {
+namespace agentkv::backend::cuda {
 namespace {
 
 using cuda::NcclComms;
@@ -101,7 +101,7 @@ TEST(NcclWindows, SumsInTheWindowAsInPlainBuffers) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::backend::cuda
 
 #else
 TEST(NcclWindows, Skipped) { GTEST_SKIP() << "built without CUDA (no toolkit found)"; }

@@ -4,7 +4,7 @@
 
 #ifdef AGENTKV_HAVE_CUDA
 
-namespace agentkv {
+namespace agentkv::backend::cuda {
 namespace {
 
 TEST(CudaStatus, OutOfMemoryIsResourceExhausted) {
@@ -21,7 +21,7 @@ TEST(CudaStatus, OtherErrorsAreInternal) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::backend::cuda
 
 #else
 TEST(CudaStatus, Skipped) { GTEST_SKIP() << "built without CUDA (no toolkit found)"; }

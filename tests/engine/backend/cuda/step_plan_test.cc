@@ -7,21 +7,21 @@
 
 #include <vector>
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda {
 namespace {
 
 // One full-attention layer, and with `sliding` a second layer of a
 // 32-token window (its own group, a ring).
-ModelCacheSpec Spec(bool sliding) {
-  ModelCacheSpec s;
+cache::ModelCacheSpec Spec(bool sliding) {
+  cache::ModelCacheSpec s;
   s.num_layers = sliding ? 2 : 1;
   s.num_kv_heads = 2;
   s.head_dim = 64;
-  s.kv_dtype = KvDtype::kBF16;
-  s.layer_kinds = {AttentionKind::kFull};
+  s.kv_dtype = cache::KvDtype::kBF16;
+  s.layer_kinds = {cache::AttentionKind::kFull};
   s.layer_windows = {0};
   if (sliding) {
-    s.layer_kinds.push_back(AttentionKind::kSliding);
+    s.layer_kinds.push_back(cache::AttentionKind::kSliding);
     s.layer_windows.push_back(32);
   }
   s.BuildGroups();
@@ -82,7 +82,7 @@ TEST(StepPlan, BucketsAndStrides) {
 TEST(StepPlan, PureDecodeRunsAsAPaddedGraph) {
   Batch b;
   for (int s = 0; s < 3; ++s) b.Add(1, 40 + s, true);
-  const ModelCacheSpec spec = Spec(false);
+  const cache::ModelCacheSpec spec = Spec(false);
   const StepSizes z = SizeStep(b.Done(), {}, spec, 16, Model());
   EXPECT_TRUE(z.decode);
   EXPECT_TRUE(z.graph);
@@ -111,7 +111,7 @@ TEST(StepPlan, MixedPrefillAndDecodeTakeWideTiles) {
   b.Add(37, 0, true);    // a prompt chunk: 3 wide tiles of 16
   b.Add(1, 90, true);    // a decoding sequence
   b.Add(16, 16, false);  // a chunk that samples nothing
-  const ModelCacheSpec spec = Spec(false);
+  const cache::ModelCacheSpec spec = Spec(false);
   const StepSizes z = SizeStep(b.Done(), {}, spec, 16, Model());
   EXPECT_FALSE(z.decode);
   EXPECT_FALSE(z.graph);
@@ -139,7 +139,7 @@ TEST(StepPlan, MixedPrefillAndDecodeTakeWideTiles) {
 TEST(StepPlan, PickModesOfTheRows) {
   Batch b;
   for (int s = 0; s < 3; ++s) b.Add(1, 3, true);
-  const ModelCacheSpec spec = Spec(false);
+  const cache::ModelCacheSpec spec = Spec(false);
   std::vector<RowPick> rows(2);
   rows[0].mode = PickMode::kGreedy;
   rows[1].mode = PickMode::kGreedy;
@@ -174,7 +174,7 @@ TEST(StepPlan, PickModesOfTheRows) {
 TEST(StepPlan, LogprobRowsStoreTheLogits) {
   Batch b;
   for (int s = 0; s < 3; ++s) b.Add(1, 5, true);
-  const ModelCacheSpec spec = Spec(false);
+  const cache::ModelCacheSpec spec = Spec(false);
   std::vector<RowPick> rows(3);
   for (RowPick& r : rows) r.mode = PickMode::kGreedy;
   rows[2].logprobs = 5;
@@ -194,7 +194,7 @@ TEST(StepPlan, SlidingRingsDoNotWidenTheTables) {
   // (window 32) needs at most 3, so the full group sets the stride.
   Batch b;
   b.Add(1, 299, true);
-  const ModelCacheSpec spec = Spec(true);
+  const cache::ModelCacheSpec spec = Spec(true);
   ASSERT_EQ(spec.groups.size(), 2u);
   ASSERT_GT(spec.RingBlocks(1, 16), 0);
   const StepSizes z = SizeStep(b.Done(2), {}, spec, 16, Model());
@@ -215,7 +215,7 @@ TEST(StepPlan, SplitsFillTheGpuAndRespectThePartials) {
 }
 
 TEST(StepPlan, GraphShapesComeFromTheBucketAndTheCapacity) {
-  const ModelCacheSpec spec = Spec(true);
+  const cache::ModelCacheSpec spec = Spec(true);
   StepCapacity cap;
   cap.parts = 4096;
   cap.width = {64, 16, 0, 0};  // (at least the stride: EnsureCapacity)
@@ -247,7 +247,7 @@ TEST(StepPlan, GraphShapesComeFromTheBucketAndTheCapacity) {
 }
 
 TEST(StepPlan, AttentionRoutesPerGroup) {
-  const ModelCacheSpec spec = Spec(true);
+  const cache::ModelCacheSpec spec = Spec(true);
   StepShape decode;
   decode.tokens = decode.seqs = decode.tiles = decode.rows = 4;
   StepRoutes r = RouteStep(decode, spec, 16, Model());
@@ -304,7 +304,7 @@ TEST(StepPlan, MetadataOfAMixedStep) {
   b.Add(20, 0, true);  // prompt: tiles of 16 (wide)
   b.Add(1, 33, true, /*prev_row=*/1);
   b.Add(3, 7, false);
-  const ModelCacheSpec spec = Spec(false);
+  const cache::ModelCacheSpec spec = Spec(false);
   const StepSizes z = SizeStep(b.Done(), {}, spec, 16, Model());
   StepCapacity cap;
   cap.parts = 4096;
@@ -357,7 +357,7 @@ TEST(StepPlan, MetadataOfAMixedStep) {
 TEST(StepPlan, GraphPaddingSequencesAreEmpty) {
   Batch b;
   for (int s = 0; s < 3; ++s) b.Add(1, 5, true);
-  const ModelCacheSpec spec = Spec(false);
+  const cache::ModelCacheSpec spec = Spec(false);
   std::vector<RowPick> rows(3);
   for (RowPick& r : rows) r.mode = PickMode::kGreedy;
   const StepSizes z = SizeStep(b.Done(), rows, spec, 16, Model());
@@ -402,7 +402,7 @@ TEST(StepPlan, DraftedSequencesGetARowPerVerifiedToken) {
   b.Add(2, 9, true);   // a draft of one
   b.steps[1].logit_rows = 5;
   b.steps[3].logit_rows = 2;
-  const ModelCacheSpec spec = Spec(false);
+  const cache::ModelCacheSpec spec = Spec(false);
   std::vector<RowPick> rows(8);
   for (RowPick& r : rows) r.mode = PickMode::kGreedy;
   const StepSizes z = SizeStep(b.Done(), rows, spec, 16, Model());
@@ -446,4 +446,4 @@ TEST(StepPlan, DraftedSequencesGetARowPerVerifiedToken) {
 }
 
 }  // namespace
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda

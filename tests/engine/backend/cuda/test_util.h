@@ -16,10 +16,10 @@
 #endif
 
 #ifdef AGENTKV_HAVE_CUDA
-#define AGENTKV_REQUIRE_GPU()                                                      \
-  do {                                                                             \
-    const ::agentkv::Status agentkv_gpu_ = ::agentkv::cuda::DeviceAvailable();     \
-    if (!agentkv_gpu_.ok()) GTEST_SKIP() << "no GPU: " << agentkv_gpu_.ToString(); \
+#define AGENTKV_REQUIRE_GPU()                                                         \
+  do {                                                                                \
+    const ::agentkv::Status agentkv_gpu_ = agentkv::backend::cuda::DeviceAvailable(); \
+    if (!agentkv_gpu_.ok()) GTEST_SKIP() << "no GPU: " << agentkv_gpu_.ToString();    \
   } while (0)
 #else
 #define AGENTKV_REQUIRE_GPU() GTEST_SKIP() << "built without CUDA (no toolkit found)"
@@ -54,8 +54,8 @@ inline double RelErr(std::span<const float> a, std::span<const float> b) {
 
 #ifdef AGENTKV_HAVE_CUDA
 template <typename T>
-cuda::DeviceBuffer Upload(const std::vector<T>& v) {
-  cuda::DeviceBuffer b;
+backend::cuda::DeviceBuffer Upload(const std::vector<T>& v) {
+  backend::cuda::DeviceBuffer b;
   EXPECT_TRUE(b.Allocate(v.size() * sizeof(T)).ok());
   EXPECT_EQ(cudaMemcpy(b.get(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice),
             cudaSuccess);
@@ -63,20 +63,20 @@ cuda::DeviceBuffer Upload(const std::vector<T>& v) {
 }
 // A buffer of n T's filled with 0xff bytes: NaN as float and as bf16, -1 as int.
 template <typename T>
-cuda::DeviceBuffer Poisoned(size_t n) {
-  cuda::DeviceBuffer b;
+backend::cuda::DeviceBuffer Poisoned(size_t n) {
+  backend::cuda::DeviceBuffer b;
   EXPECT_TRUE(b.Allocate(n * sizeof(T)).ok());
   EXPECT_EQ(cudaMemset(b.get(), 0xff, n * sizeof(T)), cudaSuccess);
   return b;
 }
 template <typename T>
-std::vector<T> Download(const cuda::DeviceBuffer& b, size_t n) {
+std::vector<T> Download(const backend::cuda::DeviceBuffer& b, size_t n) {
   std::vector<T> v(n);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_EQ(cudaMemcpy(v.data(), b.get(), n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
   return v;
 }
-inline std::vector<float> DownloadBf16(const cuda::DeviceBuffer& b, size_t n) {
+inline std::vector<float> DownloadBf16(const backend::cuda::DeviceBuffer& b, size_t n) {
   std::vector<uint16_t> raw = Download<uint16_t>(b, n);
   std::vector<float> f(n);
   for (size_t i = 0; i < n; ++i) f[i] = FromBf16(raw[i]);

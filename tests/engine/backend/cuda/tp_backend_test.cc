@@ -25,7 +25,7 @@
 #include "engine/model/model_synth.h"
 #include "engine/model/safetensors_weights.h"
 
-namespace agentkv {
+namespace agentkv::backend::cuda {
 namespace {
 
 using namespace agentkv::testing;
@@ -38,15 +38,15 @@ using namespace agentkv::testing;
   } while (0)
 
 // SmallConfig with MLP and expert sizes that split over 2 and 4 ranks.
-ModelConfig TpSmallConfig(Architecture arch) {
-  ModelConfig c = SmallConfig(arch);
+model::ModelConfig TpSmallConfig(model::Architecture arch) {
+  model::ModelConfig c = SmallConfig(arch);
   c.intermediate_size = 64;
   if (c.IsMoe()) c.moe.expert_intermediate = 32;
   return c;
 }
 
-std::unique_ptr<TpBackend> MakeTp(const ModelConfig& c, const WeightSource& w, int bs, int degree,
-                                  bool graphs = true, bool windows = true) {
+std::unique_ptr<TpBackend> MakeTp(const model::ModelConfig& c, const model::WeightSource& w, int bs,
+                                  int degree, bool graphs = true, bool windows = true) {
   setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);  // as main() does
   TpBackendOptions o;
   o.degree = degree;
@@ -62,16 +62,17 @@ std::unique_ptr<TpBackend> MakeTp(const ModelConfig& c, const WeightSource& w, i
   return std::move(b).value();
 }
 
-const Architecture kArchs[] = {Architecture::kLlama,   Architecture::kQwen2,  Architecture::kQwen3,
-                               Architecture::kMistral, Architecture::kGemma3, Architecture::kGptOss,
-                               Architecture::kQwen3Moe};
+const model::Architecture kArchs[] = {model::Architecture::kLlama,   model::Architecture::kQwen2,
+                                      model::Architecture::kQwen3,   model::Architecture::kMistral,
+                                      model::Architecture::kGemma3,  model::Architecture::kGptOss,
+                                      model::Architecture::kQwen3Moe};
 
 TEST(TpBackend, LogitsAsOneGpuAndDevicePicksAsTheGatheredArgmax) {
   AGENTKV_REQUIRE_GPUS(2);
   for (int degree : {2, 4}) {
     if (cuda::VisibleGpus() < degree) continue;
-    for (Architecture arch : kArchs) {
-      const ModelConfig c = TpSmallConfig(arch);
+    for (model::Architecture arch : kArchs) {
+      const model::ModelConfig c = TpSmallConfig(arch);
       const MapWeights w = Bf16Weights(c, 21);
       auto one = MakeCuda(c, w, 4);
       auto tp = MakeTp(c, w, 4, degree);
@@ -133,18 +134,19 @@ TEST(TpBackend, QuantizedCheckpointsAsOneGpu) {
     GTEST_SKIP() << "qwen3 tokenizer not set up (scripts/setup.sh)";
   struct Case {
     const char* arch;
-    SynthQuant quant;
+    model::SynthQuant quant;
     int intermediate;
   };
-  for (const Case& k :
-       {Case{"qwen3", SynthQuant::kFp8, 320}, Case{"qwen3", SynthQuant::kFp8Channel, 320},
-        Case{"gpt_oss", SynthQuant::kMxfp4, 128}, Case{"gpt_oss", SynthQuant::kMxfp4, 96}}) {
+  for (const Case& k : {Case{"qwen3", model::SynthQuant::kFp8, 320},
+                        Case{"qwen3", model::SynthQuant::kFp8Channel, 320},
+                        Case{"gpt_oss", model::SynthQuant::kMxfp4, 128},
+                        Case{"gpt_oss", model::SynthQuant::kMxfp4, 96}}) {
     const fs::path dir =
         fs::path(::testing::TempDir()) /
         ("tp_quant_" + std::to_string(::getpid()) + "_" + k.arch + "_" +
          std::to_string(static_cast<int>(k.quant)) + "_" + std::to_string(k.intermediate));
     fs::remove_all(dir);
-    SynthOptions o;
+    model::SynthOptions o;
     o.arch = k.arch;
     o.tokenizer_dir = Tokenizers() / "qwen3";
     o.out_dir = dir;
@@ -167,10 +169,10 @@ TEST(TpBackend, QuantizedCheckpointsAsOneGpu) {
       o.head_dim = 32;
       o.intermediate = k.intermediate;
     }
-    ASSERT_TRUE(SynthesizeModel(o).ok());
-    auto c = ModelConfig::Load(dir);
+    ASSERT_TRUE(model::SynthesizeModel(o).ok());
+    auto c = model::ModelConfig::Load(dir);
     ASSERT_TRUE(c.ok()) << c.status().ToString();
-    auto w = SafetensorsWeights::Open(dir);
+    auto w = model::SafetensorsWeights::Open(dir);
     ASSERT_TRUE(w.ok()) << w.status().ToString();
     ASSERT_TRUE(c->quant.quantized());
     CudaBackendOptions one_opts;
@@ -227,8 +229,8 @@ TEST(TpBackend, SymmetricWindowsAsPlainBuffers) {
   AGENTKV_REQUIRE_GPUS(2);
   std::string why;
   const bool supported = cuda::NcclWindows::Supported(&why);
-  for (Architecture arch : {Architecture::kQwen3, Architecture::kGemma3}) {
-    const ModelConfig c = TpSmallConfig(arch);
+  for (model::Architecture arch : {model::Architecture::kQwen3, model::Architecture::kGemma3}) {
+    const model::ModelConfig c = TpSmallConfig(arch);
     const MapWeights w = Bf16Weights(c, 19);
     auto on = MakeTp(c, w, 4, 2);
     auto off = MakeTp(c, w, 4, 2, /*graphs=*/true, /*windows=*/false);
@@ -267,7 +269,7 @@ TEST(TpBackend, SymmetricWindowsAsPlainBuffers) {
 // the drawn token, as step by step.
 TEST(TpBackend, DrawnRowsPipelinedAsStepByStep) {
   AGENTKV_REQUIRE_GPUS(2);
-  const ModelConfig c = TpSmallConfig(Architecture::kLlama);
+  const model::ModelConfig c = TpSmallConfig(model::Architecture::kLlama);
   const MapWeights w = Bf16Weights(c, 17);
   auto a = MakeTp(c, w, 4, 2);
   auto b = MakeTp(c, w, 4, 2);
@@ -279,7 +281,7 @@ TEST(TpBackend, DrawnRowsPipelinedAsStepByStep) {
 
 TEST(TpBackend, PrevRowMustNameAPickedRow) {
   AGENTKV_REQUIRE_GPUS(2);
-  const ModelConfig c = TpSmallConfig(Architecture::kQwen3);
+  const model::ModelConfig c = TpSmallConfig(model::Architecture::kQwen3);
   const MapWeights w = Bf16Weights(c, 5);
   auto tp = MakeTp(c, w, 4, 2);
   ASSERT_TRUE(tp);
@@ -309,9 +311,9 @@ TEST(TpBackend, PrevRowMustNameAPickedRow) {
 // all-reduce's rounding, and a read after a write gives the same bytes.
 TEST(TpBackend, BlocksMoveBetweenDegrees) {
   AGENTKV_REQUIRE_GPUS(2);
-  for (Architecture arch : {Architecture::kLlama, Architecture::kGemma3}) {
-    for (KvDtype kv : {KvDtype::kBF16, KvDtype::kFP8E4M3}) {
-      const ModelConfig c = TpSmallConfig(arch);
+  for (model::Architecture arch : {model::Architecture::kLlama, model::Architecture::kGemma3}) {
+    for (cache::KvDtype kv : {cache::KvDtype::kBF16, cache::KvDtype::kFP8E4M3}) {
+      const model::ModelConfig c = TpSmallConfig(arch);
       const MapWeights w = Bf16Weights(c, 15);
       auto one = MakeCuda(c, w, 4, true, kv);
       auto fresh = MakeCuda(c, w, 4, true, kv);
@@ -359,7 +361,7 @@ TEST(TpBackend, BlocksMoveBetweenDegrees) {
       ASSERT_TRUE(one->Forward(std::span<const SeqStep>(&next, 1), lo).ok());
       ASSERT_TRUE(fresh->Forward(std::span<const SeqStep>(&next, 1), lf).ok());
       ASSERT_TRUE(tp->Forward(std::span<const SeqStep>(&next, 1), lt).ok());
-      const double tol = kv == KvDtype::kBF16 ? 1e-2 : 3e-2;
+      const double tol = kv == cache::KvDtype::kBF16 ? 1e-2 : 3e-2;
       EXPECT_LT(RelErr(lf, lo), tol) << "saved under 2, resumed under 1";
       EXPECT_LT(RelErr(lt, lo), tol) << "saved under 1, resumed under 2";
     }
@@ -368,7 +370,7 @@ TEST(TpBackend, BlocksMoveBetweenDegrees) {
 
 TEST(TpBackend, RefusesWithoutTheMulticastSetting) {
   AGENTKV_REQUIRE_GPUS(2);
-  const ModelConfig c = TpSmallConfig(Architecture::kQwen3);
+  const model::ModelConfig c = TpSmallConfig(model::Architecture::kQwen3);
   const MapWeights w = Bf16Weights(c, 5);
   TpBackendOptions o;
   o.degree = 2;
@@ -378,7 +380,7 @@ TEST(TpBackend, RefusesWithoutTheMulticastSetting) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::backend::cuda
 
 #else
 TEST(TpBackend, Skipped) { GTEST_SKIP() << "built without CUDA (no toolkit found)"; }

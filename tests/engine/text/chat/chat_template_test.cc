@@ -14,7 +14,7 @@
 
 #include "jinja/reference_util.h"
 
-namespace agentkv {
+namespace agentkv::text::chat {
 namespace {
 
 namespace jt = jinja::testing;
@@ -297,4 +297,4 @@ TEST(ChatTemplateTest, BrokenTemplateReportsLine) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::text::chat

@@ -7,7 +7,7 @@
 
 #include "parser_events.h"
 
-namespace agentkv {
+namespace agentkv::text::output {
 namespace {
 
 using testing::Events;
@@ -206,4 +206,4 @@ TEST(HarmonyParserTest, SpecialCharactersInBodiesAreContent) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::text::output

@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-namespace agentkv {
+namespace agentkv::text::output {
 namespace {
 
 bool ScanAll(const std::string& s) {
@@ -99,4 +99,4 @@ TEST(JsonStreamScannerTest, DepthLimit) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::text::output

@@ -9,7 +9,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-namespace agentkv {
+namespace agentkv::text::output {
 namespace {
 
 using Events = std::vector<OutputEvent>;
@@ -382,9 +382,9 @@ TEST(OutputParserTest, GeneratedLlamaMessagesAreSplitInvariant) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::text::output
 
-namespace agentkv {
+namespace agentkv::text::output {
 namespace {
 
 TEST(OutputParserTest, GeneratedHarmonyMessagesAreSplitInvariant) {
@@ -438,4 +438,4 @@ TEST(OutputParserTest, HarmonyReadsTokenIdsWithItsMarkers) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::text::output

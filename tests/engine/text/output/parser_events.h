@@ -11,13 +11,13 @@
 
 namespace agentkv::testing {
 
-using Events = std::vector<OutputEvent>;
+using Events = std::vector<text::output::OutputEvent>;
 
 // Feeds `pieces` in order to a fresh `Parser` built from `o`, then finishes
 // it; the events, with the number of tool calls in *calls when given.
 template <class Parser>
-Events RunParser(const ToolCallParserOptions& o, const std::vector<std::string>& pieces,
-                 int32_t* calls = nullptr) {
+Events RunParser(const text::output::ToolCallParserOptions& o,
+                 const std::vector<std::string>& pieces, int32_t* calls = nullptr) {
   Parser p(o);
   Events out;
   for (const std::string& s : pieces) p.Feed(s, &out);
@@ -30,24 +30,24 @@ Events RunParser(const ToolCallParserOptions& o, const std::vector<std::string>&
 // E(end) X(abort).
 inline std::string Describe(const Events& events) {
   std::string s;
-  for (const OutputEvent& e : events) {
+  for (const text::output::OutputEvent& e : events) {
     switch (e.kind) {
-      case OutputEvent::Kind::kText:
+      case text::output::OutputEvent::Kind::kText:
         s += "T(" + e.text + ")";
         break;
-      case OutputEvent::Kind::kReasoning:
+      case text::output::OutputEvent::Kind::kReasoning:
         s += "R(" + e.text + ")";
         break;
-      case OutputEvent::Kind::kToolCallBegin:
+      case text::output::OutputEvent::Kind::kToolCallBegin:
         s += "B" + std::to_string(e.tool_index) + "(" + e.name + ")";
         break;
-      case OutputEvent::Kind::kToolCallArgs:
+      case text::output::OutputEvent::Kind::kToolCallArgs:
         s += "A(" + e.text + ")";
         break;
-      case OutputEvent::Kind::kToolCallEnd:
+      case text::output::OutputEvent::Kind::kToolCallEnd:
         s += "E";
         break;
-      case OutputEvent::Kind::kToolCallAbort:
+      case text::output::OutputEvent::Kind::kToolCallAbort:
         s += "X";
         break;
     }

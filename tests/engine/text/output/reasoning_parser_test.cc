@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-namespace agentkv {
+namespace agentkv::text::output {
 namespace {
 
 using Events = std::vector<OutputEvent>;
@@ -73,4 +73,4 @@ TEST(ReasoningParserTest, HoldsOnlyWhatMightBeATag) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::text::output

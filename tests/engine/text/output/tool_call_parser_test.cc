@@ -8,7 +8,7 @@
 
 #include "parser_events.h"
 
-namespace agentkv {
+namespace agentkv::text::output {
 namespace {
 
 using testing::Events;
@@ -194,4 +194,4 @@ TEST(ToolCallParserTest, NoneFormatPassesTextThrough) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::text::output

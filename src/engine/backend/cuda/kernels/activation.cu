@@ -8,10 +8,10 @@
 #include "engine/backend/cuda/kernels/block_reduce.cuh"
 #include "engine/backend/cuda/kernels/pdl.cuh"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda::kernels {
 namespace {
 
-using namespace reduce;
+using namespace agentkv::backend::cuda::kernels::reduce;
 
 // Rows of gate_up hold gate and up interleaved: [g0, u0, g1, u1, ...].
 __global__ void GatedActKernel(const bf16_t* gu, bf16_t* out, int n, int act) {
@@ -76,4 +76,4 @@ cudaError_t LaunchGatedAct(const bf16_t* gate_up, bf16_t* out, int rows, int n, 
   return LaunchPdl(GatedActKernel, dim3(bx, rows), dim3(256), 0, launch, gate_up, out, n, act);
 }
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda::kernels

@@ -2,7 +2,7 @@
 // activation kernel and the GEMV that fuses it into its epilogue).
 #pragma once
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda::kernels {
 
 // act 0: SiLU; 1: GELU, tanh approximation.
 __device__ __forceinline__ float Activate(float x, int act) {
@@ -11,4 +11,4 @@ __device__ __forceinline__ float Activate(float x, int act) {
   return 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
 }
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda::kernels

@@ -8,7 +8,7 @@
 
 #include "engine/backend/cuda/kernels/launch.h"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda::kernels {
 
 // out[r][i] = act(gate_up[r][2i]) * gate_up[r][2i + 1]: rows of 2n with
 // gate and up interleaved, as the backend uploads the two weights' rows
@@ -17,4 +17,4 @@ namespace agentkv::cuda {
 cudaError_t LaunchGatedAct(const bf16_t* gate_up, bf16_t* out, int rows, int n, int act,
                            LaunchConfig launch);
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda::kernels

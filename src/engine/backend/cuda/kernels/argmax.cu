@@ -6,7 +6,7 @@
 #include "engine/backend/cuda/kernels/argmax.h"
 #include "engine/backend/cuda/kernels/pdl.cuh"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda::kernels {
 namespace {
 
 // The best (value, index) of a block's threads, in lane 0 of warp 0.
@@ -99,4 +99,4 @@ cudaError_t LaunchArgmaxOfParts(const void* parts, int rows, int chunks, int32_t
                    static_cast<const float2*>(parts), chunks, out);
 }
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda::kernels

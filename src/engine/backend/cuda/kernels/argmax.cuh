@@ -3,7 +3,7 @@
 // index from the same values.
 #pragma once
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda::kernels {
 
 // (v, i) replaces (bv, bi) if it is better: NaN never wins (comparisons are
 // false); lowest index on ties. The best of a set is independent of the
@@ -15,4 +15,4 @@ __device__ __forceinline__ void Better(float& bv, int& bi, float v, int i) {
   }
 }
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda::kernels

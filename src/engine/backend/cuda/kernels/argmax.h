@@ -8,7 +8,7 @@
 
 #include "engine/backend/cuda/kernels/launch.h"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda::kernels {
 
 // out[r] = argmax of row r (cols floats): lowest index on ties, NaN never wins,
 // 0 when nothing beats -inf.
@@ -25,4 +25,4 @@ cudaError_t LaunchArgmax(const float* x, int rows, int cols, int32_t* out, void*
 cudaError_t LaunchArgmaxOfParts(const void* parts, int rows, int chunks, int32_t* out,
                                 LaunchConfig launch);
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda::kernels

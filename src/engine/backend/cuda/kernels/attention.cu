@@ -15,7 +15,7 @@
 #include "engine/backend/cuda/kernels/pdl.cuh"
 #include "engine/backend/cuda/kernels/per_device_once.h"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda::kernels {
 namespace {
 
 using namespace nvcuda;
@@ -265,4 +265,4 @@ cudaError_t LaunchAttention(const AttentionParams& p, LaunchConfig launch) {
                    p);
 }
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda::kernels

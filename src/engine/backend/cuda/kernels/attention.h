@@ -11,7 +11,7 @@
 #include "engine/backend/cuda/kernels/fp8_kv.h"
 #include "engine/backend/cuda/kernels/qkv_post.h"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda::kernels {
 
 // Attention of one layer over paged KV, flash-style (online softmax, tensor
 // cores, no score matrix in memory). Work comes in tiles: tile i covers
@@ -116,4 +116,4 @@ cudaError_t LaunchAttention(const AttentionParams& p, LaunchConfig launch);
 // this head_dim (the mma.sync kernel's; AttentionParams::mma must be set).
 bool FusedRotarySupported(int head_dim);
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda::kernels

@@ -7,7 +7,7 @@
 #include "engine/backend/cuda/kernels/attention.h"
 #include "engine/backend/cuda/kernels/qkv_post.h"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda::kernels {
 
 using bf16 = __nv_bfloat16;
 
@@ -254,4 +254,4 @@ cudaError_t LaunchWgmmaWideAttention(const AttentionParams& p, LaunchConfig laun
 // of the step from p.fp8_new; writes out / part_o / part_ml as above.
 cudaError_t LaunchFp8Attention(const AttentionParams& p, LaunchConfig launch);
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda::kernels

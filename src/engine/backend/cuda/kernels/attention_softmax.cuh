@@ -12,7 +12,7 @@
 #include "engine/backend/cuda/kernels/attention.h"
 #include "engine/backend/cuda/kernels/attention_common.cuh"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda::kernels {
 
 constexpr float kLog2e = 1.4426950408889634f;
 
@@ -230,4 +230,4 @@ __device__ __forceinline__ void StoreRows(const AttentionParams& p, const QueryR
   }
 }
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda::kernels

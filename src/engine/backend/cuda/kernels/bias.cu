@@ -2,7 +2,7 @@
 #include "engine/backend/cuda/kernels/bias.h"
 #include "engine/backend/cuda/kernels/pdl.cuh"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda::kernels {
 namespace {
 
 __global__ void AddRowBiasKernel(float* x, const float* bias, int64_t n, int cols) {
@@ -25,4 +25,4 @@ cudaError_t LaunchAddRowBias(float* x, const float* bias, int64_t rows, int cols
                    dim3(256), 0, launch, x, bias, n, cols);
 }
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda::kernels

@@ -9,7 +9,7 @@
 
 #include "engine/backend/cuda/kernels/launch.h"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda::kernels {
 
 // x[r][c] += bias[c] for `rows` rows of `cols` floats. The residual's
 // split-K planes (if any are pending) may be added before or after: the
@@ -17,4 +17,4 @@ namespace agentkv::cuda {
 cudaError_t LaunchAddRowBias(float* x, const float* bias, int64_t rows, int cols,
                              LaunchConfig launch);
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda::kernels

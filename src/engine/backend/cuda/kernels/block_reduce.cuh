@@ -8,7 +8,7 @@
 
 #include "engine/backend/cuda/kernels/launch.h"
 
-namespace agentkv::cuda::reduce {
+namespace agentkv::backend::cuda::kernels::reduce {
 
 __device__ __forceinline__ float Bf(bf16_t v) {
   return __uint_as_float(static_cast<uint32_t>(v) << 16);
@@ -41,4 +41,4 @@ __device__ inline float BlockSum(float v, float* red) {
 // several vectors (prefill steps); decode-sized steps keep more blocks.
 constexpr int kManyRows = 256;
 
-}  // namespace agentkv::cuda::reduce
+}  // namespace agentkv::backend::cuda::kernels::reduce

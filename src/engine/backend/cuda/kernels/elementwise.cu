@@ -5,10 +5,10 @@
 #include "engine/backend/cuda/kernels/elementwise.h"
 #include "engine/backend/cuda/kernels/pdl.cuh"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda::kernels {
 namespace {
 
-using namespace reduce;
+using namespace agentkv::backend::cuda::kernels::reduce;
 
 __global__ void SoftcapKernel(float* x, int64_t n, float cap) {
   PdlLaunchDependents();
@@ -69,4 +69,4 @@ cudaError_t LaunchFill(float* x, int64_t n, float value, LaunchConfig launch) {
   return LaunchPdl(FillKernel, dim3(GridFor(n, 256)), dim3(256), 0, launch, x, n, value);
 }
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda::kernels

@@ -8,7 +8,7 @@
 
 #include "engine/backend/cuda/kernels/launch.h"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda::kernels {
 
 // x = cap * tanh(x / cap) over n floats.
 cudaError_t LaunchSoftcap(float* x, int64_t n, float cap, LaunchConfig launch);
@@ -20,4 +20,4 @@ cudaError_t LaunchBf16ToF32(const bf16_t* in, float* out, int64_t n, LaunchConfi
 // Fills n floats with `value` (tests poison outputs with NaN).
 cudaError_t LaunchFill(float* x, int64_t n, float value, LaunchConfig launch);
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda::kernels

@@ -33,7 +33,7 @@
 #include "engine/backend/cuda/kernels/pdl.cuh"
 #include "engine/backend/cuda/kernels/per_device_once.h"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda::kernels {
 namespace {
 
 constexpr int kThreads = kMmaThreads;
@@ -399,4 +399,4 @@ cudaError_t LaunchMmaAttention(const AttentionParams& p, LaunchConfig launch) {
   return cudaErrorInvalidValue;
 }
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda::kernels

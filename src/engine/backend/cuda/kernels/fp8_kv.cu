@@ -26,7 +26,7 @@
 #include "engine/backend/cuda/kernels/per_device_once.h"
 #include "engine/backend/cuda/kernels/qkv_post.h"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda::kernels {
 namespace {
 
 using namespace nvcuda;
@@ -341,4 +341,4 @@ cudaError_t LaunchFp8Attention(const AttentionParams& p, LaunchConfig launch) {
                    launch, p);
 }
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda::kernels

@@ -10,7 +10,7 @@
 
 #include "engine/backend/cuda/kernels/qkv_post.h"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda::kernels {
 
 // The fp8 cache's path. A step's K and V rows quantized as the cache holds
 // them ([T][nkv][head_dim] e4m3 bytes and [T][nkv] f32 scales each),
@@ -48,4 +48,4 @@ cudaError_t LaunchKvStoreFp8(Fp8KvRows rows, const int32_t* pos, const int32_t* 
                              const int32_t* seq_start, const int32_t* seq_first, int tokens,
                              int nkv, int head_dim, const KvCacheView& cache, LaunchConfig launch);
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda::kernels

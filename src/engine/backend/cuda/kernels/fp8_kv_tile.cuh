@@ -23,7 +23,7 @@
 #include "engine/backend/cuda/kernels/mma_attention_layout.h"
 #include "engine/backend/cuda/kernels/qkv_post.h"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda::kernels {
 
 // Eight e4m3 bytes (a uint2) -> eight bf16 in a uint4, exactly (e4m3 ->
 // f16 in hardware, f16 -> f32 -> bf16 without rounding: every e4m3 value
@@ -216,4 +216,4 @@ struct Fp8KvLoader {
   }
 };
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda::kernels

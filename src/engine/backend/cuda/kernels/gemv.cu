@@ -18,12 +18,13 @@
 #include "engine/backend/cuda/kernels/launch.h"
 #include "engine/backend/cuda/kernels/pdl.cuh"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda::kernels {
 namespace {
 
 constexpr int kWarps = 8;
 constexpr int kUnroll = 8;    // 16-byte weight loads in flight per lane
 constexpr int kNormVecs = 4;  // norm variant: float4s of x per thread, K <= 4096
+static_assert(kNormVecs * kWarps * 32 * 4 == kMaxNormGemvK);
 
 struct GemvArgs {
   const void* x;        // bf16 [M][K], or fp32 [M][K] for the norm variant
@@ -451,14 +452,6 @@ cudaError_t Launch(const GemvArgs& a, bool pipe, LaunchConfig launch) {
 
 // x lives in shared memory: at most 32 KiB of it, so that several blocks
 // share an SM and keep enough weight loads in flight.
-bool GemvSupported(int m, int k) {
-  return m >= 1 && m <= kMaxGemvRows && k % 8 == 0 && static_cast<int64_t>(m) * k * 2 <= 32768;
-}
-
-bool NormGemvSupported(int m, int k) {
-  return m <= kMaxNormGemvRows && k <= kNormVecs * kWarps * 32 * 4 && GemvSupported(m, k);
-}
-
 cudaError_t LaunchGemv(const bf16_t* x, const bf16_t* w, void* y, bool y_f32, int m, int n, int k,
                        float beta, int num_sms, LaunchConfig launch, bool pipe) {
   (void)num_sms;
@@ -493,20 +486,12 @@ cudaError_t LaunchNormGemv(const float* x, const float* norm_w, float eps, bool 
   return m == 1 ? Launch<1, true>(a, true, launch) : Launch<2, true>(a, true, launch);
 }
 
-bool GemvGatedActSupported(int m, int n, int k) {
-  return m <= kMaxGemvActRows && n % 2 == 0 && GemvSupported(m, k);
-}
-
 cudaError_t LaunchGemvGatedAct(const bf16_t* x, const bf16_t* w, bf16_t* out, int m, int n, int k,
                                int act, LaunchConfig launch) {
   if (!GemvGatedActSupported(m, n, k)) return cudaErrorInvalidValue;
   const GemvArgs a{x, nullptr, 0.f, false, w, out, n, k, 0.f, false, act};
   // (Launch has no pipelined form of this shape: `pipe` changes nothing.)
   return m == 1 ? Launch<1, false, true>(a, true, launch) : Launch<2, false, true>(a, true, launch);
-}
-
-bool NormGemvGatedActSupported(int m, int n, int k) {
-  return m <= kMaxNormGemvRows && n % 2 == 0 && NormGemvSupported(m, k);
 }
 
 cudaError_t LaunchNormGemvGatedAct(const float* x, const float* norm_w, float eps, bool plus_one,
@@ -517,4 +502,4 @@ cudaError_t LaunchNormGemvGatedAct(const float* x, const float* norm_w, float ep
   return m == 1 ? LaunchPipe<1, true, true>(a, launch) : LaunchPipe<2, true, true>(a, launch);
 }
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda::kernels

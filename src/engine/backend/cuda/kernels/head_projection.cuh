@@ -11,7 +11,7 @@
 
 #include "engine/backend/cuda/kernels/attention.h"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda::kernels {
 
 template <int D>
 struct HeadRegs {
@@ -153,4 +153,4 @@ __device__ __forceinline__ void FinishHead(HeadRegs<D>& r, const float* nw, floa
   }
 }
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda::kernels

@@ -11,7 +11,7 @@
 
 #include "engine/backend/cuda/kernels/qkv_post.h"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda::kernels {
 
 // Token t's K row in the paged cache (its V row follows block_size * nkv *
 // D elements on), or null: no cache (tok_seq null) or a padding token
@@ -49,4 +49,4 @@ __host__ __device__ inline HeadRoute RouteHead(int hh, int t, int nh, int nkv, i
   return {v + (static_cast<int64_t>(t) * nkv + kv) * D, cache, nullptr, false};
 }
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda::kernels

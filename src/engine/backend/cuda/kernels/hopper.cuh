@@ -10,7 +10,7 @@
 
 #include <cstdint>
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda::kernels {
 
 // A K-major operand of 64 rows x 16 k at `saddr` (inside a 1024-byte
 // aligned tile of 128-byte rows, 128-byte swizzle, as TMA or the GEMMs'
@@ -62,4 +62,4 @@ inline TensorMapEncoder TensorMapEncode() {
   return encode;
 }
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda::kernels

@@ -10,7 +10,7 @@
 // device), tested without a GPU.
 #pragma once
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda::kernels {
 
 // Wide (64-row) attention tiles: steps with prompt chunks, where the
 // head_dim has them (WideAttentionSupported: the mma.sync kernel's, which
@@ -55,4 +55,4 @@ inline bool RouteStoreBeforeAttention(bool fp8, bool ring, bool one_token_per_se
   return !fp8 && (!ring || one_token_per_seq);
 }
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda::kernels

@@ -15,7 +15,7 @@
 
 #include <cstdint>
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda::kernels {
 
 using bf16_t = uint16_t;
 
@@ -32,4 +32,4 @@ struct LaunchConfig {
   bool pdl;
 };
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda::kernels

@@ -17,7 +17,7 @@
 #include "engine/backend/cuda/kernels/logprob_kernel.h"
 #include "engine/backend/cuda/kernels/pdl.cuh"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda::kernels {
 namespace {
 
 constexpr int kThreads = 256;
@@ -152,4 +152,4 @@ cudaError_t LaunchRowLogprobs(const float* logits, int rows, int vocab, const Ro
                    chosen, out);
 }
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda::kernels

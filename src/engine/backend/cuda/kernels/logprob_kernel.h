@@ -10,7 +10,7 @@
 #include "engine/backend/row_logprobs.h"
 #include "engine/backend/row_pick.h"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda::kernels {
 
 // For each row r < rows whose picks[r] is kGreedy or kDevice with
 // picks[r].logprobs >= 0: out[r] = ComputeRowLogprobs (row_logprobs.h) of
@@ -25,4 +25,4 @@ namespace agentkv::cuda {
 cudaError_t LaunchRowLogprobs(const float* logits, int rows, int vocab, const RowPick* picks,
                               const int32_t* chosen, RowLogprobs* out, LaunchConfig launch);
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda::kernels

@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda::kernels {
 
 // Operands of the tensor-core GEMM kernels: y = x . w^T + beta * y.
 struct GemmArgs {
@@ -51,4 +51,4 @@ __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda::kernels

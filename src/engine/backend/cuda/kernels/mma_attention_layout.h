@@ -13,7 +13,7 @@
 
 #include <cstddef>
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda::kernels {
 
 inline constexpr int kMmaThreads = 128;  // four warps
 inline constexpr int kMmaWarps = kMmaThreads / 32;
@@ -96,4 +96,4 @@ constexpr bool MmaLayoutInstantiated(int D, int rw) {
   return (D == 64 || D == 128) && (rw == 1 || rw == 4);
 }
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda::kernels

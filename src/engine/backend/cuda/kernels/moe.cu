@@ -9,10 +9,10 @@
 #include "engine/backend/cuda/kernels/pdl.cuh"
 #include "engine/backend/cuda/kernels/per_device_once.h"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda::kernels {
 namespace {
 
-using namespace reduce;
+using namespace agentkv::backend::cuda::kernels::reduce;
 using namespace nvcuda;
 using bf16 = __nv_bfloat16;
 
@@ -736,4 +736,4 @@ cudaError_t LaunchMoeCombine(const float* y, const int32_t* slot_of, const float
                    slot_of, weights, k, H, x);
 }
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda::kernels

@@ -24,7 +24,7 @@
 #include "engine/backend/cuda/kernels/launch.h"
 #include "engine/backend/cuda/kernels/moe_plan.h"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda::kernels {
 
 // The router's logits from the fp32 residual stream: logits[t][e] =
 // RMSNorm(x[t]) . w[e] (+ bias[e]), the norm as LaunchRmsNorm's (weights
@@ -134,4 +134,4 @@ cudaError_t LaunchMoeGemv(const MoeGemmParams& p, LaunchConfig launch);
 cudaError_t LaunchMoeCombine(const float* y, const int32_t* slot_of, const float* weights,
                              int tokens, int k, int H, float* x, LaunchConfig launch);
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda::kernels

@@ -29,11 +29,11 @@
 #include "engine/backend/cuda/kernels/moe_quant.cuh"
 #include "engine/backend/cuda/kernels/pdl.cuh"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda::kernels {
 namespace {
 
-using namespace reduce;
-using namespace moeq;
+using namespace agentkv::backend::cuda::kernels::reduce;
+using namespace agentkv::backend::cuda::kernels::moeq;
 
 constexpr int kGemvWarps = 8;
 constexpr int kPairRows = 2;  // weight rows per warp
@@ -329,4 +329,4 @@ cudaError_t LaunchMoeGemv(const MoeGemmParams& p, LaunchConfig launch) {
   }
 }
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda::kernels

@@ -20,7 +20,7 @@
 #define AGENTKV_MOE_HD
 #endif
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda::kernels {
 
 // Largest expert count and experts per token the kernels take (a block's
 // threads cover the experts; a token's choices sit in registers).
@@ -228,4 +228,4 @@ AGENTKV_MOE_HD inline MoeGemmPath ChooseMoeGemmPath(int tokens, int k, int num_e
                                                                         : tiles;
 }
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda::kernels

@@ -12,7 +12,7 @@
 
 #include "engine/backend/cuda/kernels/moe.h"
 
-namespace agentkv::cuda::moeq {
+namespace agentkv::backend::cuda::kernels::moeq {
 
 // Eight bf16 values (a 16-byte load) as floats.
 __device__ __forceinline__ void Bf16x8(const uint4& v, float (&f)[8]) {
@@ -78,4 +78,4 @@ __device__ __forceinline__ float Fp8Scale(const MoeGemmParams& p, int e, int n, 
   return __ldg(p.scales + rb * nkb + kb);
 }
 
-}  // namespace agentkv::cuda::moeq
+}  // namespace agentkv::backend::cuda::kernels::moeq

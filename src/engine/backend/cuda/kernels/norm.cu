@@ -8,10 +8,10 @@
 #include "engine/backend/cuda/kernels/pdl.cuh"
 #include "engine/backend/cuda/kernels/wgmma_gemm.h"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda::kernels {
 namespace {
 
-using namespace reduce;
+using namespace agentkv::backend::cuda::kernels::reduce;
 
 __global__ void EmbedKernel(const bf16_t* embed, const int32_t* tokens, const int32_t* picks,
                             int dim, float scale, float* x, bool vec) {
@@ -238,10 +238,6 @@ cudaError_t LaunchRmsNorm(const float* x, const int32_t* rows_idx, const float* 
                    eps, plus_one);
 }
 
-bool AddPartsRmsNormSupported(int dim, int nparts) {
-  return dim % 4 == 0 && nparts >= 1 && nparts <= kMaxParts;
-}
-
 cudaError_t LaunchAddPartsRmsNorm(float* x, const float* parts, int nparts, int64_t plane,
                                   const int32_t* rows_idx, const float* w, bf16_t* out, int rows,
                                   int dim, float eps, bool plus_one, LaunchConfig launch) {
@@ -262,4 +258,4 @@ cudaError_t LaunchAddNormed(const float* o, const float* w_post, float* x, const
                    w_pre, h, dim, eps, plus_one);
 }
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda::kernels

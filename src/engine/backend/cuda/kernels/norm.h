@@ -6,9 +6,10 @@
 
 #include <cstdint>
 
+#include "engine/backend/cuda/kernels/gemm_route.h"
 #include "engine/backend/cuda/kernels/launch.h"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda::kernels {
 
 // x[t] = embed[tokens[t]] * scale (fp32 out), rows of `dim`. A negative
 // tokens[t] stands for picks[-1 - tokens[t]] (the previous step's greedy
@@ -26,7 +27,6 @@ cudaError_t LaunchRmsNorm(const float* x, const int32_t* rows_idx, const float* 
 // it (src = rows_idx ? rows_idx[r] : r). The planes are a split-K GEMM's
 // partial outputs (LaunchWgmmaGemm with planes). Requires
 // AddPartsRmsNormSupported(dim, nparts).
-bool AddPartsRmsNormSupported(int dim, int nparts);
 cudaError_t LaunchAddPartsRmsNorm(float* x, const float* parts, int nparts, int64_t plane,
                                   const int32_t* rows_idx, const float* w, bf16_t* out, int rows,
                                   int dim, float eps, bool plus_one, LaunchConfig launch);
@@ -37,4 +37,4 @@ cudaError_t LaunchAddNormed(const float* o, const float* w_post, float* x, const
                             bf16_t* h, int rows, int dim, float eps, bool plus_one,
                             LaunchConfig launch);
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda::kernels

@@ -1,7 +1,7 @@
 // Whether the device has programmatic dependent launch (pdl.cuh).
 #include "engine/backend/cuda/kernels/pdl.cuh"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda::kernels {
 
 bool PdlSupported() {
   // The device's compute capability, asked once.
@@ -15,4 +15,4 @@ bool PdlSupported() {
   return supported;
 }
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda::kernels

@@ -22,7 +22,7 @@
 
 #include "engine/backend/cuda/kernels/launch.h"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda::kernels {
 
 __device__ __forceinline__ void PdlWait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -84,4 +84,4 @@ template <typename... KernelArgs, typename... Args>
 cudaError_t LaunchPdl(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem,
                       cudaStream_t stream, Args&&... args) = delete;
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda::kernels

@@ -13,7 +13,7 @@
 #include <atomic>
 #include <cstdint>
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda::kernels {
 
 class PerDeviceOnce {
  public:
@@ -34,4 +34,4 @@ class PerDeviceOnce {
   std::atomic<uint64_t> done_{0};
 };
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda::kernels

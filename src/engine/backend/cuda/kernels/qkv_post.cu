@@ -11,10 +11,10 @@
 #include "engine/backend/cuda/kernels/pdl.cuh"
 #include "engine/backend/cuda/kernels/qkv_post.h"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda::kernels {
 namespace {
 
-using namespace reduce;
+using namespace agentkv::backend::cuda::kernels::reduce;
 
 // Blocks of (token, a group of heads), one warp per head at a time. The
 // groups per token follow the token count: a decode step's 64 tokens need
@@ -357,4 +357,4 @@ cudaError_t LaunchKvStore(const bf16_t* k, const bf16_t* v, const int32_t* pos,
                    seq_first, nkv, head_dim, cache);
 }
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda::kernels

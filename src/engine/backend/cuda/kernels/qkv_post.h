@@ -10,7 +10,7 @@
 
 #include "engine/backend/cuda/kernels/launch.h"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda::kernels {
 
 // Per token: qkv rows [q heads | k heads | v heads] * head_dim (fp32, the
 // GEMM output) plus `bias` (or null); per-head RMSNorm of q and k by q_norm /
@@ -68,4 +68,4 @@ cudaError_t LaunchKvStore(const bf16_t* k, const bf16_t* v, const int32_t* pos,
                           const int32_t* seq_first, int tokens, int nkv, int head_dim,
                           const KvCacheView& cache, LaunchConfig launch);
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda::kernels

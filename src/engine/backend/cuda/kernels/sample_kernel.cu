@@ -22,7 +22,7 @@
 #include "engine/backend/cuda/kernels/sample_kernel.h"
 #include "engine/backend/row_pick.h"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda::kernels {
 namespace {
 
 constexpr int kThreads = 512;
@@ -352,4 +352,4 @@ cudaError_t LaunchSampleRows(const float* logits, int rows, int vocab, const Row
   return cudaGetLastError();
 }
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda::kernels

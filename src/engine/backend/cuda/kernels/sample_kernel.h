@@ -9,7 +9,7 @@
 #include "engine/backend/cuda/kernels/launch.h"
 #include "engine/backend/row_pick.h"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda::kernels {
 
 // For each row r < rows with picks[r].mode == kDevice: out[r] = the token
 // SampleDraw (engine/backend/sample_draw.h) draws from logits row r (vocab floats,
@@ -22,4 +22,4 @@ namespace agentkv::cuda {
 cudaError_t LaunchSampleRows(const float* logits, int rows, int vocab, const RowPick* picks,
                              int32_t* out, LaunchConfig launch);
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda::kernels

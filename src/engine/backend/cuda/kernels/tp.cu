@@ -4,10 +4,10 @@
 #include "engine/backend/cuda/kernels/tp.h"
 #include "engine/backend/tp_combine.h"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda::kernels {
 namespace {
 
-using namespace reduce;
+using namespace agentkv::backend::cuda::kernels::reduce;
 
 __global__ void EmbedShardKernel(const bf16_t* embed, const int32_t* tokens, const int32_t* picks,
                                  int dim, float scale, int64_t vocab_begin, int64_t vocab_count,
@@ -63,4 +63,4 @@ cudaError_t LaunchKeysToPicks(const uint64_t* keys, int rows, int32_t* picks, La
                    picks);
 }
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda::kernels

@@ -10,7 +10,7 @@
 
 #include "engine/backend/cuda/kernels/launch.h"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda::kernels {
 
 // LaunchEmbed over a vocabulary slice: x[t] = embed[tok - vocab_begin] *
 // scale where tok (tokens[t], or for a negative one picks[-1 - tok], a
@@ -29,4 +29,4 @@ cudaError_t LaunchArgmaxKeys(const float* logits, int64_t vocab, const int32_t* 
 // picks[r] = tp::ArgmaxKeyId(keys[r]) (global ids).
 cudaError_t LaunchKeysToPicks(const uint64_t* keys, int rows, int32_t* picks, LaunchConfig launch);
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda::kernels

@@ -27,7 +27,7 @@
 #include "engine/backend/cuda/kernels/mma.cuh"
 #include "engine/backend/cuda/kernels/pdl.cuh"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda::kernels {
 namespace {
 
 constexpr int kThreads = 128;  // one warpgroup
@@ -352,4 +352,4 @@ cudaError_t LaunchWgmmaWideAttention(const AttentionParams& p, LaunchConfig laun
   return LaunchPdl(WgmmaWideAttentionKernel<false>, grid, dim3(kThreads), kSmem, launch, p);
 }
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda::kernels

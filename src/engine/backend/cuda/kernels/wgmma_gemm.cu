@@ -40,12 +40,12 @@
 #include "engine/backend/cuda/kernels/per_device_once.h"
 #include "engine/backend/cuda/kernels/wgmma_gemm.h"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda::kernels {
 namespace {
 
 constexpr int kThreads = 128;               // one warpgroup
 constexpr int kRows = 64;                   // wgmma N: x rows, zero-filled from m on
-constexpr int kAtomK = 64;                  // k of one 128-byte swizzled row
+constexpr int kAtomK = kWgmmaAtomK;         // k of one 128-byte swizzled row
 constexpr int kSubBytes = 64 * kAtomK * 2;  // one m64 operand tile, 8 KiB
 constexpr int kMaxSplits = kMaxWgmmaSplits;
 constexpr int kPartStride = 4;  // floats of padding per row of the output tile
@@ -347,26 +347,6 @@ size_t WgmmaGemmWorkspaceBytes(int num_sms) {
   return tiles * kSubFloats * sizeof(float) + tiles * sizeof(unsigned);
 }
 
-bool WgmmaGemmSupported(int m, int n, int k) {
-  return m >= 1 && m <= kMaxWgmmaRows && n >= 64 && n % 64 == 0 && k >= kAtomK && k % kAtomK == 0;
-}
-
-WgmmaGemmPlan WgmmaGemmPlanFor(int n, int k, int num_sms) {
-  // Tiles of 64 features; K split while the blocks stay within two per SM
-  // (96 KiB of shared memory each) and each split keeps two stages. Stages
-  // of 128 k where K allows (2-10% faster than 64 in the benchmark).
-  // Measured at 64 rows (bench/RESULTS.md item 44): the most splits that
-  // fit were the fastest for the o (8), QKV (4) and down (8) projections.
-  WgmmaGemmPlan p;
-  p.tile = 64;
-  p.k128 = k % 128 == 0;
-  const int tiles = n / p.tile, stages = k / (p.k128 ? 128 : 64);
-  while (p.splits * 2 <= kMaxSplits && tiles * p.splits * 2 <= 2 * num_sms &&
-         stages / (p.splits * 2) >= 2)
-    p.splits *= 2;
-  return p;
-}
-
 cudaError_t LaunchWgmmaGemm(const bf16_t* x, const bf16_t* w, void* y, bool y_f32, int m, int n,
                             int k, float beta, WgmmaGemmWorkspace ws, LaunchConfig launch, int act,
                             bool planes, WgmmaGemmPlan plan) {
@@ -419,4 +399,4 @@ cudaError_t LaunchWgmmaGemmArgmax(const bf16_t* x, const bf16_t* w, float* y,
   return LaunchArgmaxOfParts(scratch, m, n / plan.tile, argmax, launch);
 }
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda::kernels

@@ -8,9 +8,10 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "engine/backend/cuda/kernels/gemm_route.h"
 #include "engine/backend/cuda/kernels/launch.h"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda::kernels {
 
 // y[m][n] = x[m] . w[n] + beta * y[m][n] with Hopper warpgroup MMAs, for
 // decode steps of up to kMaxWgmmaRows rows (x [m][k], w [n][k] bf16; y fp32
@@ -19,12 +20,8 @@ namespace agentkv::cuda {
 // it requests its first weight stages before waiting on the kernel before
 // it. K may be split over several blocks, whose partials are added in a
 // fixed order: the result is deterministic.
-inline constexpr int kMaxWgmmaRows = 64;
-struct WgmmaGemmPlan {
-  int tile = 0;  // features per block, 64 or 128; 0: WgmmaGemmPlanFor's
-  int splits = 1;
-  bool k128 = false;  // stages of 128 k (k a multiple of 128)
-};
+// (kMaxWgmmaRows, WgmmaGemmSupported, WgmmaGemmPlan and WgmmaGemmPlanFor:
+// gemm_route.h.)
 // Device scratch of a split K: the blocks' partial tiles and a counter per
 // tile. WgmmaGemmWorkspaceBytes(num_sms) of device memory, zeroed once
 // before the first launch (each launch leaves the counters at zero). The
@@ -34,8 +31,6 @@ struct WgmmaGemmWorkspace {
   int num_sms = 0;
 };
 size_t WgmmaGemmWorkspaceBytes(int num_sms);
-bool WgmmaGemmSupported(int m, int n, int k);
-WgmmaGemmPlan WgmmaGemmPlanFor(int n, int k, int num_sms);
 // act < 0: y as above. act >= 0 (Activate's codes: 0 SiLU, 1 GELU-tanh):
 // y bf16 [m][n / 2] = act(x . w[2i]) * (x . w[2i + 1]), the gated MLP's
 // activation on weights whose gate and up rows are interleaved (beta 0).
@@ -43,7 +38,6 @@ WgmmaGemmPlan WgmmaGemmPlanFor(int n, int k, int num_sms);
 // plane s, not added up (beta 0; the workspace is not used): for
 // LaunchAddPartsRmsNorm. Plans whose partial tiles exceed the workspace are
 // refused (cudaErrorInvalidValue), as are other invalid arguments.
-inline constexpr int kMaxWgmmaSplits = 16;
 cudaError_t LaunchWgmmaGemm(const bf16_t* x, const bf16_t* w, void* y, bool y_f32, int m, int n,
                             int k, float beta, WgmmaGemmWorkspace ws, LaunchConfig launch,
                             int act = -1, bool planes = false, WgmmaGemmPlan plan = {});
@@ -62,4 +56,4 @@ cudaError_t LaunchWgmmaGemmArgmax(const bf16_t* x, const bf16_t* w, float* y,
                                   int32_t* argmax, int num_sms, LaunchConfig launch,
                                   WgmmaGemmPlan plan = {});
 
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda::kernels

@@ -9,7 +9,7 @@
 
 #include "engine/text/chat/jinja/value.h"
 
-namespace agentkv::jinja {
+namespace agentkv::text::chat::jinja {
 
 struct Node;
 using NodePtr = std::unique_ptr<Node>;
@@ -66,4 +66,4 @@ struct Node {
   Node(Kind k, int l) : kind(k), line(l) {}
 };
 
-}  // namespace agentkv::jinja
+}  // namespace agentkv::text::chat::jinja

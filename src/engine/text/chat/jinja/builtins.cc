@@ -11,7 +11,7 @@
 #include "engine/text/chat/jinja/interpreter.h"
 #include "engine/text/chat/jinja/strings.h"
 
-namespace agentkv::jinja {
+namespace agentkv::text::chat::jinja {
 namespace {
 
 using FilterFn = Value (*)(Interpreter&, const Value&, CallArgs&);
@@ -773,4 +773,4 @@ void AddGlobals(DictObj& g) {
       }));
 }
 
-}  // namespace agentkv::jinja
+}  // namespace agentkv::text::chat::jinja

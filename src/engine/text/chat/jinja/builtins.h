@@ -6,7 +6,7 @@
 
 #include "engine/text/chat/jinja/value.h"
 
-namespace agentkv::jinja {
+namespace agentkv::text::chat::jinja {
 
 // Applies filter `name`; throws TemplateError for an unknown filter.
 Value ApplyFilter(Interpreter& in, const std::string& name, const Value& input, CallArgs& args);
@@ -29,4 +29,4 @@ Value BinaryOp(const std::string& op, const Value& a, const Value& b);
 bool LessThan(const Value& a, const Value& b);
 bool Contains(const Value& container, const Value& item);
 
-}  // namespace agentkv::jinja
+}  // namespace agentkv::text::chat::jinja

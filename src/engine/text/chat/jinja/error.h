@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <string>
 
-namespace agentkv::jinja {
+namespace agentkv::text::chat::jinja {
 
 class TemplateError : public std::runtime_error {
  public:
@@ -28,4 +28,4 @@ class TemplateError : public std::runtime_error {
   throw TemplateError(TemplateError::Kind::kRuntime, std::move(message));
 }
 
-}  // namespace agentkv::jinja
+}  // namespace agentkv::text::chat::jinja

@@ -8,7 +8,7 @@
 #include "engine/text/chat/jinja/error.h"
 #include "engine/text/chat/jinja/strings.h"
 
-namespace agentkv::jinja {
+namespace agentkv::text::chat::jinja {
 namespace {
 
 [[noreturn]] void ThrowUndefined(const Value& v) {
@@ -623,4 +623,4 @@ Value Interpreter::Eval(const Node& n) {
   }
 }
 
-}  // namespace agentkv::jinja
+}  // namespace agentkv::text::chat::jinja

@@ -14,7 +14,7 @@
 #include "engine/text/chat/jinja/ast.h"
 #include "engine/text/chat/jinja/value.h"
 
-namespace agentkv::jinja {
+namespace agentkv::text::chat::jinja {
 
 // Bounds that stop a runaway template; exceeding one is an error, never a crash.
 struct RenderLimits {
@@ -97,4 +97,4 @@ class Interpreter {
   int call_depth_ = 0;
 };
 
-}  // namespace agentkv::jinja
+}  // namespace agentkv::text::chat::jinja

@@ -4,7 +4,7 @@
 
 #include "engine/text/chat/jinja/error.h"
 
-namespace agentkv::jinja {
+namespace agentkv::text::chat::jinja {
 namespace {
 
 [[noreturn]] void SyntaxError(const std::string& msg, int line) {
@@ -375,4 +375,4 @@ std::vector<Token> Tokenize(std::string_view source, const LexerOptions& options
   return Lexer(Normalize(source, options.keep_trailing_newline), options).Run();
 }
 
-}  // namespace agentkv::jinja
+}  // namespace agentkv::text::chat::jinja

@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-namespace agentkv::jinja {
+namespace agentkv::text::chat::jinja {
 
 struct LexerOptions {
   bool trim_blocks = true;    // drop the first newline after a block tag
@@ -38,4 +38,4 @@ struct Token {
 
 std::vector<Token> Tokenize(std::string_view source, const LexerOptions& options);
 
-}  // namespace agentkv::jinja
+}  // namespace agentkv::text::chat::jinja

@@ -6,7 +6,7 @@
 #include "engine/text/chat/jinja/interpreter.h"
 #include "engine/text/chat/jinja/strings.h"
 
-namespace agentkv::jinja {
+namespace agentkv::text::chat::jinja {
 namespace {
 
 std::optional<std::string> OptStr(const Value& v) {
@@ -285,4 +285,4 @@ Value GetMethod(const Value& obj, const std::string& name) {
   }
 }
 
-}  // namespace agentkv::jinja
+}  // namespace agentkv::text::chat::jinja

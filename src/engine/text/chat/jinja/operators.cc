@@ -8,7 +8,7 @@
 #include "engine/text/chat/jinja/interpreter.h"
 #include "engine/text/chat/jinja/strings.h"
 
-namespace agentkv::jinja {
+namespace agentkv::text::chat::jinja {
 namespace {
 
 std::string Quoted(const Value& v) { return "'" + std::string(v.TypeName()) + "'"; }
@@ -410,4 +410,4 @@ void DumpJson(const Value& v, const Value& indent, const std::string& item_sep,
   w.Write(v, 0);
 }
 
-}  // namespace agentkv::jinja
+}  // namespace agentkv::text::chat::jinja

@@ -7,7 +7,7 @@
 #include "engine/text/chat/jinja/builtins.h"
 #include "engine/text/chat/jinja/error.h"
 
-namespace agentkv::jinja {
+namespace agentkv::text::chat::jinja {
 namespace {
 
 constexpr int kMaxDepth = 200;  // bounds native recursion on hostile input
@@ -677,4 +677,4 @@ class Parser {
 
 NodeList Parse(const std::vector<Token>& tokens) { return Parser(tokens).ParseTemplate(); }
 
-}  // namespace agentkv::jinja
+}  // namespace agentkv::text::chat::jinja

@@ -7,8 +7,8 @@
 #include "engine/text/chat/jinja/ast.h"
 #include "engine/text/chat/jinja/lexer.h"
 
-namespace agentkv::jinja {
+namespace agentkv::text::chat::jinja {
 
 NodeList Parse(const std::vector<Token>& tokens);
 
-}  // namespace agentkv::jinja
+}  // namespace agentkv::text::chat::jinja

@@ -2,7 +2,7 @@
 
 #include <utf8proc.h>
 
-namespace agentkv::jinja {
+namespace agentkv::text::chat::jinja {
 namespace {
 
 // Decodes one code point at s[i]; invalid bytes decode as themselves.
@@ -258,4 +258,4 @@ std::string PyReplace(std::string_view s, std::string_view old, std::string_view
   return out;
 }
 
-}  // namespace agentkv::jinja
+}  // namespace agentkv::text::chat::jinja

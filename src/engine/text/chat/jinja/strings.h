@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-namespace agentkv::jinja {
+namespace agentkv::text::chat::jinja {
 
 std::vector<std::string> SplitCodepoints(std::string_view s);
 size_t CodepointCount(std::string_view s);
@@ -62,4 +62,4 @@ std::vector<T> PySlice(const std::vector<T>& v, std::optional<int64_t> start,
   return out;
 }
 
-}  // namespace agentkv::jinja
+}  // namespace agentkv::text::chat::jinja

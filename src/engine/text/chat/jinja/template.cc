@@ -3,7 +3,7 @@
 #include "engine/text/chat/jinja/error.h"
 #include "engine/text/chat/jinja/parser.h"
 
-namespace agentkv::jinja {
+namespace agentkv::text::chat::jinja {
 namespace {
 
 Status ToStatus(const TemplateError& e) {
@@ -60,4 +60,4 @@ Result<std::string> Template::Render(const nlohmann::ordered_json& context,
   return Render(Value::FromJson(context), options);
 }
 
-}  // namespace agentkv::jinja
+}  // namespace agentkv::text::chat::jinja

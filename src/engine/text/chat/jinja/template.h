@@ -18,7 +18,7 @@
 #include "engine/text/chat/jinja/value.h"
 #include "util/status.h"
 
-namespace agentkv::jinja {
+namespace agentkv::text::chat::jinja {
 
 struct RenderOptions {
   RenderLimits limits;
@@ -43,4 +43,4 @@ class Template {
   std::shared_ptr<const NodeList> body_;
 };
 
-}  // namespace agentkv::jinja
+}  // namespace agentkv::text::chat::jinja

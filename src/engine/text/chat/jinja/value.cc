@@ -8,7 +8,7 @@
 
 #include "engine/text/chat/jinja/error.h"
 
-namespace agentkv::jinja {
+namespace agentkv::text::chat::jinja {
 
 Value Value::Undefined(std::string hint) {
   Value v(Kind::kUndefined);
@@ -459,4 +459,4 @@ Value CallArgs::Get(size_t pos, std::string_view name, Value dflt) const {
   return dflt;
 }
 
-}  // namespace agentkv::jinja
+}  // namespace agentkv::text::chat::jinja

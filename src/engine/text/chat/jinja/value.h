@@ -19,7 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace agentkv::jinja {
+namespace agentkv::text::chat::jinja {
 
 class Value;
 struct DictObj;
@@ -157,4 +157,4 @@ void AppendPyFloat(double f, std::string& out);
 // Python repr of a string, with its quote choice and escapes.
 void AppendPyStrRepr(std::string_view s, std::string& out);
 
-}  // namespace agentkv::jinja
+}  // namespace agentkv::text::chat::jinja

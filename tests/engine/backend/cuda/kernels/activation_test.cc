@@ -16,7 +16,7 @@
 #include "engine/backend/rope.h"
 #include "kernel_test_util.h"
 
-namespace agentkv {
+namespace agentkv::backend::cuda::kernels {
 namespace {
 
 using namespace agentkv::testing;
@@ -28,21 +28,21 @@ TEST(CudaKernels, GatedActivation) {
   // rows (prefill).
   for (int rows : {3, 260})
     for (int n : {1000, 1001, 8192})
-      for (Activation a : {Activation::kSilu, Activation::kGeluTanh}) {
+      for (model::Activation a : {model::Activation::kSilu, model::Activation::kGeluTanh}) {
         auto gu = Rounded(Random(rows * 2 * n, rng, 2.f));
         auto d = Upload(Bf16Of(Interleaved(gu, rows, n)));
         auto out = Poisoned<uint16_t>(rows * n);
-        ASSERT_EQ(cuda::LaunchGatedAct(d.get<cuda::bf16_t>(), out.get<cuda::bf16_t>(), rows, n,
-                                       a == Activation::kSilu ? 0 : 1, nullptr),
+        ASSERT_EQ(LaunchGatedAct(d.get<bf16_t>(), out.get<bf16_t>(), rows, n,
+                                 a == model::Activation::kSilu ? 0 : 1, nullptr),
                   cudaSuccess);
         std::vector<float> ref(rows * n);
-        kernels::GatedActivation(gu.data(), ref.data(), rows, n, a);
+        cpu::kernels::GatedActivation(gu.data(), ref.data(), rows, n, a);
         EXPECT_LT(RelErr(DownloadBf16(out, rows * n), ref), 1e-2) << n << " " << rows;
       }
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::backend::cuda::kernels
 
 #else
 

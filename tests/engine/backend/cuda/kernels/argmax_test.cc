@@ -16,7 +16,7 @@
 #include "engine/backend/rope.h"
 #include "kernel_test_util.h"
 
-namespace agentkv {
+namespace agentkv::backend::cuda::kernels {
 namespace {
 
 using namespace agentkv::testing;
@@ -34,8 +34,8 @@ TEST(CudaKernels, ArgmaxTiesAndNaN) {
   auto d = Upload(x);
   auto out = Poisoned<int32_t>(4);
   cuda::DeviceBuffer scratch;
-  ASSERT_TRUE(scratch.Allocate(cuda::ArgmaxScratchBytes(4)).ok());
-  ASSERT_EQ(cuda::LaunchArgmax(d.get<float>(), 4, cols, out.get<int32_t>(), scratch.get(), nullptr),
+  ASSERT_TRUE(scratch.Allocate(ArgmaxScratchBytes(4)).ok());
+  ASSERT_EQ(LaunchArgmax(d.get<float>(), 4, cols, out.get<int32_t>(), scratch.get(), nullptr),
             cudaSuccess);
   auto got = Download<int32_t>(out, 4);
   int32_t best3 = 0;
@@ -48,7 +48,7 @@ TEST(CudaKernels, ArgmaxTiesAndNaN) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::backend::cuda::kernels
 
 #else
 

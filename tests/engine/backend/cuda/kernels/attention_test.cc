@@ -18,7 +18,7 @@
 #include "engine/backend/rope.h"
 #include "kernel_test_util.h"
 
-namespace agentkv {
+namespace agentkv::backend::cuda::kernels {
 namespace {
 
 using namespace agentkv::testing;
@@ -78,7 +78,7 @@ TEST_P(CudaAttention, MatchesCpuReference) {
   std::vector<float> q = Rounded(Random(static_cast<size_t>(T) * nh * D, rng));
   std::vector<uint16_t> knew(T * row), vnew(T * row);
   std::vector<int32_t> pos(T), seq_start(B), seq_first(B), tile_seq, tile_t0, tile_n;
-  const int tpt = cuda::TokensPerTile(G, pc.wide);
+  const int tpt = TokensPerTile(G, pc.wide);
   int t = 0;
   for (int s = 0; s < B; ++s) {
     seq_start[s] = seqs[s].start;
@@ -108,11 +108,11 @@ TEST_P(CudaAttention, MatchesCpuReference) {
   auto part_o = Poisoned<float>(static_cast<size_t>(T) * nh * pc.splits * D);
   auto part_ml = Poisoned<float>(static_cast<size_t>(T) * nh * pc.splits * 2);
   auto out = Poisoned<uint16_t>(static_cast<size_t>(T) * nh * D);
-  cuda::AttentionParams p;
-  p.q = dq.get<cuda::bf16_t>();
-  p.k_new = dk.get<cuda::bf16_t>();
-  p.v_new = dv.get<cuda::bf16_t>();
-  p.cache.base = dc.get<cuda::bf16_t>();
+  AttentionParams p;
+  p.q = dq.get<bf16_t>();
+  p.k_new = dk.get<bf16_t>();
+  p.v_new = dv.get<bf16_t>();
+  p.cache.base = dc.get<bf16_t>();
   p.cache.block_stride = block_stride;
   p.cache.layer_offset = 0;
   p.cache.block_size = bs;
@@ -128,8 +128,8 @@ TEST_P(CudaAttention, MatchesCpuReference) {
   p.sinks = pc.sinks ? dsinks.get<float>() : nullptr;
   p.part_o = part_o.get<float>();
   p.part_ml = part_ml.get<float>();
-  p.out = out.get<cuda::bf16_t>();
-  ASSERT_EQ(cuda::LaunchAttention(p, nullptr), cudaSuccess);
+  p.out = out.get<bf16_t>();
+  ASSERT_EQ(LaunchAttention(p, nullptr), cudaSuccess);
   std::vector<float> got = DownloadBf16(out, static_cast<size_t>(T) * nh * D);
 
   std::vector<float> ref(static_cast<size_t>(T) * nh * D), scores(4096);
@@ -140,7 +140,7 @@ TEST_P(CudaAttention, MatchesCpuReference) {
       const int lo = pc.window > 0 ? std::max(0, ps - pc.window + 1) : 0;
       for (int h = 0; h < nh; ++h) {
         const int kvh = h / G;
-        kernels::AttendOne(
+        cpu::kernels::AttendOne(
             q.data() + (static_cast<int64_t>(t) * nh + h) * D, ps - lo + 1, D, p.scale, p.softcap,
             [&](int j) { return keys[s].data() + (lo + j) * row + kvh * D; },
             [&](int j) { return vals[s].data() + (lo + j) * row + kvh * D; }, scores.data(),
@@ -153,11 +153,11 @@ TEST_P(CudaAttention, MatchesCpuReference) {
   // wgmma off): narrow tiles on the portable kernel, wide ones on the
   // mma.sync kernel.
   {
-    cuda::AttentionParams plain = p;
+    AttentionParams plain = p;
     plain.mma = plain.wgmma = false;
     auto out_plain = Poisoned<uint16_t>(static_cast<size_t>(T) * nh * D);
-    plain.out = out_plain.get<cuda::bf16_t>();
-    ASSERT_EQ(cuda::LaunchAttention(plain, nullptr), cudaSuccess);
+    plain.out = out_plain.get<bf16_t>();
+    ASSERT_EQ(LaunchAttention(plain, nullptr), cudaSuccess);
     EXPECT_LT(RelErr(DownloadBf16(out_plain, static_cast<size_t>(T) * nh * D), ref), 2e-2)
         << "mma and wgmma off";
   }
@@ -165,10 +165,9 @@ TEST_P(CudaAttention, MatchesCpuReference) {
   // step with its own keys in the cache as well, as LaunchQkvPostStore
   // leaves a prompt step's. The rows past each sequence stay NaN: the
   // kernel must not let them into the output.
-  alignas(64) unsigned char map[cuda::kKvTensorMapBytes];
-  if (pc.wide && pc.window == 0 && cuda::WgmmaAttentionSupported(D)) {
-    ASSERT_TRUE(cuda::EncodeKvTensorMap(dc.get<cuda::bf16_t>(), num_blocks, block_stride, 1, bs,
-                                        nkv, D, map));
+  alignas(64) unsigned char map[kKvTensorMapBytes];
+  if (pc.wide && pc.window == 0 && WgmmaAttentionSupported(D)) {
+    ASSERT_TRUE(EncodeKvTensorMap(dc.get<bf16_t>(), num_blocks, block_stride, 1, bs, nkv, D, map));
     for (int s = 0; s < B; ++s)
       for (int ps = seqs[s].start; ps < seqs[s].start + seqs[s].n; ++ps) {
         const int blk = ids[s * width + ps / bs];
@@ -184,8 +183,8 @@ TEST_P(CudaAttention, MatchesCpuReference) {
     ASSERT_EQ(cudaMemcpy(dc.get(), dc2.get(), cache.size() * 2, cudaMemcpyDeviceToDevice),
               cudaSuccess);
     p.kv_map = dmap.get();
-    p.out = out2.get<cuda::bf16_t>();
-    ASSERT_EQ(cuda::LaunchAttention(p, nullptr), cudaSuccess);
+    p.out = out2.get<bf16_t>();
+    ASSERT_EQ(LaunchAttention(p, nullptr), cudaSuccess);
     EXPECT_LT(RelErr(DownloadBf16(out2, static_cast<size_t>(T) * nh * D), ref), 2e-2)
         << "with kv_map";
   }
@@ -233,7 +232,7 @@ std::vector<AttnCase> AttnCases() {
   std::vector<AttnCase> all;
   for (bool wide : {false, true})
     for (AttnCase c : shapes) {
-      if (wide && !cuda::WideAttentionSupported(c.head_dim)) continue;
+      if (wide && !WideAttentionSupported(c.head_dim)) continue;
       c.wide = wide;
       all.push_back(c);
     }
@@ -266,12 +265,12 @@ TEST(CudaKernels, FusedRotaryAttentionMatchesQkvPostThenAttention) {
        {Case{64, 32, 8, 1, false, false}, Case{64, 32, 8, 4, true, false},
         Case{128, 16, 8, 3, false, true}, Case{128, 8, 4, 1, true, true},
         Case{64, 64, 8, 1, true, false, true, true}, Case{64, 64, 8, 4, true, false, true, true}}) {
-    if (!cuda::FusedRotarySupported(cs.D)) continue;
+    if (!FusedRotarySupported(cs.D)) continue;
     const int D = cs.D, nh = cs.nh, nkv = cs.nkv, heads = nh + 2 * nkv, G = nh / nkv;
     const int bs = 16, width = 8, nblocks = 40, row = nkv * D;
     const std::vector<int> starts = {5, 40, 100, 0};  // one decode token each
     const int B = static_cast<int>(starts.size()), T = B;
-    RopeSpec rope;
+    model::RopeSpec rope;
     rope.theta = 10000.f;
     if (cs.yarn) {
       rope.theta = 150000.f;
@@ -280,8 +279,8 @@ TEST(CudaKernels, FusedRotaryAttentionMatchesQkvPostThenAttention) {
       rope.original_max_position = 4096;
       rope.truncate = false;
     }
-    const auto inv = kernels::RopeInvFreq(rope, D);
-    const float factor = kernels::RopeAttentionFactor(rope);
+    const auto inv = RopeInvFreq(rope, D);
+    const float factor = RopeAttentionFactor(rope);
     const auto sinks = Random(nh, rng, 1.f, 1.f);
     const auto qkv = Random(static_cast<size_t>(T) * heads * D, rng);
     const auto bias = Random(static_cast<size_t>(heads) * D, rng, 0.5f);
@@ -319,8 +318,8 @@ TEST(CudaKernels, FusedRotaryAttentionMatchesQkvPostThenAttention) {
     for (int mode = 0; mode < 3; ++mode) {
       const bool fused = mode > 0;
       auto dc = Upload(cache0);
-      cuda::KvCacheView view;
-      view.base = dc.get<cuda::bf16_t>();
+      KvCacheView view;
+      view.base = dc.get<bf16_t>();
       view.block_stride = block_stride;
       view.block_size = bs;
       view.tables = dtab.get<int32_t>();
@@ -328,17 +327,16 @@ TEST(CudaKernels, FusedRotaryAttentionMatchesQkvPostThenAttention) {
       const float* b = cs.bias ? dbias.get<float>() : nullptr;
       const float* qnp = cs.norm ? dqn.get<float>() : nullptr;
       const float* knp = cs.norm ? dkn.get<float>() : nullptr;
-      cuda::AttentionParams p;
+      AttentionParams p;
       if (!fused) {
-        ASSERT_EQ(
-            cuda::LaunchQkvPostStore(dqkv.get<float>(), b, qnp, knp, dinv.get<float>(), factor,
+        ASSERT_EQ(LaunchQkvPostStore(dqkv.get<float>(), b, qnp, knp, dinv.get<float>(), factor,
                                      dpos.get<int32_t>(), dtok.get<int32_t>(), T, nh, nkv, D, 1e-6f,
-                                     false, q.get<cuda::bf16_t>(), k.get<cuda::bf16_t>(),
-                                     v.get<cuda::bf16_t>(), view, nullptr),
-            cudaSuccess);
-        p.q = q.get<cuda::bf16_t>();
-        p.k_new = k.get<cuda::bf16_t>();
-        p.v_new = v.get<cuda::bf16_t>();
+                                     false, q.get<bf16_t>(), k.get<bf16_t>(), v.get<bf16_t>(), view,
+                                     nullptr),
+                  cudaSuccess);
+        p.q = q.get<bf16_t>();
+        p.k_new = k.get<bf16_t>();
+        p.v_new = v.get<bf16_t>();
       } else {
         p.qkv = mode == 1 ? dqkv.get<float>() : dplanes.get<float>();
         p.qkv_planes = mode == 1 ? 1 : 3;
@@ -358,8 +356,8 @@ TEST(CudaKernels, FusedRotaryAttentionMatchesQkvPostThenAttention) {
       p.part_o = part_o.get<float>();
       p.part_ml = part_ml.get<float>();
       auto out = Poisoned<uint16_t>(static_cast<size_t>(T) * nh * D);
-      p.out = out.get<cuda::bf16_t>();
-      ASSERT_EQ(cuda::LaunchAttention(p, nullptr), cudaSuccess);
+      p.out = out.get<bf16_t>();
+      ASSERT_EQ(LaunchAttention(p, nullptr), cudaSuccess);
       outs.push_back(DownloadBf16(out, static_cast<size_t>(T) * nh * D));
       caches.push_back(DownloadBf16(dc, cache0.size()));
     }
@@ -371,22 +369,22 @@ TEST(CudaKernels, FusedRotaryAttentionMatchesQkvPostThenAttention) {
     EXPECT_EQ(outs[2], outs[1]) << what;
     EXPECT_EQ(caches[2], caches[1]) << what;
   }
-  cuda::AttentionParams wide;  // the projection is for narrow (decode) tiles only
+  AttentionParams wide;  // the projection is for narrow (decode) tiles only
   wide.qkv = reinterpret_cast<const float*>(&wide);
   wide.num_tiles = 1;
   wide.nh = wide.nkv = 1;
   wide.head_dim = 64;
   wide.wide = true;
-  EXPECT_EQ(cuda::LaunchAttention(wide, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(LaunchAttention(wide, nullptr), cudaErrorInvalidValue);
   // Nor without the mma.sync kernel (the portable one has no such path).
-  cuda::AttentionParams plain = wide;
+  AttentionParams plain = wide;
   plain.wide = false;
   plain.mma = false;
-  EXPECT_EQ(cuda::LaunchAttention(plain, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(LaunchAttention(plain, nullptr), cudaErrorInvalidValue);
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::backend::cuda::kernels
 
 #else
 

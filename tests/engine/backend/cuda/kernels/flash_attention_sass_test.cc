@@ -24,7 +24,7 @@
 
 #include "engine/backend/cuda/kernels/attention.h"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda {
 namespace {
 
 struct AsyncCopy {
@@ -85,7 +85,7 @@ std::vector<AsyncCopy> AsyncCopies(const std::vector<uint8_t>& exe, int* cubins)
 
 TEST(CudaFlashAttentionSass, EveryAsyncCopyTakesTheUsualForm) {
   // (Links the attention kernels into this executable.)
-  ASSERT_TRUE(WideAttentionSupported(128));
+  ASSERT_TRUE(kernels::WideAttentionSupported(128));
   std::ifstream f("/proc/self/exe", std::ios::binary);
   ASSERT_TRUE(f.good());
   const std::vector<uint8_t> exe((std::istreambuf_iterator<char>(f)),
@@ -104,7 +104,7 @@ TEST(CudaFlashAttentionSass, EveryAsyncCopyTakesTheUsualForm) {
 }
 
 }  // namespace
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda
 
 #else
 

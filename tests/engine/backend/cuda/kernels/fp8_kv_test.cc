@@ -20,7 +20,7 @@
 #include "engine/backend/cuda/kernels/qkv_post.h"
 #include "engine/backend/kv_fp8.h"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda {
 namespace {
 
 using agentkv::testing::Download;
@@ -60,13 +60,13 @@ TEST(CudaFp8Kv, QuantizeMatchesTheCpuBitForBit) {
   for (int d = 0; d < D; ++d) k[static_cast<size_t>(nkv) * D + d] = 0.f;  // a zero row
   const std::vector<int32_t> pos = {0, 1, -1, 3, 4};                      // token 2: padding
   auto dk = Upload(ToBf16s(k)), dv = Upload(ToBf16s(v)), dpos = Upload(pos);
-  auto buf = Poisoned<uint8_t>(Fp8KvRowsBytes(T, nkv, D));
-  const Fp8KvRows rows = Fp8KvRowsAt(buf.get(), T, nkv, D);
-  ASSERT_EQ(LaunchKvQuantizeFp8(dk.get<bf16_t>(), dv.get<bf16_t>(), dpos.get<int32_t>(), T, nkv, D,
-                                rows, nullptr),
+  auto buf = Poisoned<uint8_t>(kernels::Fp8KvRowsBytes(T, nkv, D));
+  const kernels::Fp8KvRows rows = kernels::Fp8KvRowsAt(buf.get(), T, nkv, D);
+  ASSERT_EQ(kernels::LaunchKvQuantizeFp8(dk.get<kernels::bf16_t>(), dv.get<kernels::bf16_t>(),
+                                         dpos.get<int32_t>(), T, nkv, D, rows, nullptr),
             cudaSuccess);
-  const auto got = Download<uint8_t>(buf, Fp8KvRowsBytes(T, nkv, D));
-  const Fp8KvRows host = Fp8KvRowsAt(const_cast<uint8_t*>(got.data()), T, nkv, D);
+  const auto got = Download<uint8_t>(buf, kernels::Fp8KvRowsBytes(T, nkv, D));
+  const kernels::Fp8KvRows host = kernels::Fp8KvRowsAt(const_cast<uint8_t*>(got.data()), T, nkv, D);
   for (int which = 0; which < 2; ++which) {
     const std::vector<float>& src = which == 0 ? k : v;
     const uint8_t* bytes = which == 0 ? host.k : host.v;
@@ -112,9 +112,9 @@ TEST_P(CudaFp8KvStore, StoresRowsIntoTheirSlots) {
   const int T = static_cast<int>(pos.size());
   const std::vector<int32_t> tables = {2, 0, 5, 1, 3, 4, 0, 0, 0, 0, 0, 0};  // [3][width]
   std::mt19937 rng(7);
-  std::vector<uint8_t> rows_host(Fp8KvRowsBytes(T, nkv, D));
+  std::vector<uint8_t> rows_host(kernels::Fp8KvRowsBytes(T, nkv, D));
   for (auto& b : rows_host) b = static_cast<uint8_t>(rng());
-  Fp8KvRows hr = Fp8KvRowsAt(rows_host.data(), T, nkv, D);
+  kernels::Fp8KvRows hr = kernels::Fp8KvRowsAt(rows_host.data(), T, nkv, D);
   for (int i = 0; i < T * nkv; ++i) {  // finite scales
     hr.k_scale[i] = 0.5f + i;
     hr.v_scale[i] = 100.f + i;
@@ -123,19 +123,20 @@ TEST_P(CudaFp8KvStore, StoresRowsIntoTheirSlots) {
   auto cache = Poisoned<uint8_t>(blocks * block_bytes);
   auto dpos = Upload(pos), dseq = Upload(tok_seq), dstart = Upload(seq_start),
        dfirst = Upload(seq_first), dtab = Upload(tables), dw = Upload(std::vector<int32_t>{width});
-  KvCacheView view;
+  kernels::KvCacheView view;
   view.fp8 = true;
-  view.base = cache.get<bf16_t>();
+  view.base = cache.get<kernels::bf16_t>();
   view.block_stride = block_bytes;
   view.layer_offset = 2 * section;  // layer 1
   view.block_size = bs;
   view.ring = sc.ring;
   view.tables = dtab.get<int32_t>();
   view.table_stride = dw.get<int32_t>();
-  ASSERT_EQ(LaunchKvStoreFp8(Fp8KvRowsAt(drows.get(), T, nkv, D), dpos.get<int32_t>(),
-                             dseq.get<int32_t>(), dstart.get<int32_t>(), dfirst.get<int32_t>(), T,
-                             nkv, D, view, nullptr),
-            cudaSuccess);
+  ASSERT_EQ(
+      kernels::LaunchKvStoreFp8(kernels::Fp8KvRowsAt(drows.get(), T, nkv, D), dpos.get<int32_t>(),
+                                dseq.get<int32_t>(), dstart.get<int32_t>(), dfirst.get<int32_t>(),
+                                T, nkv, D, view, nullptr),
+      cudaSuccess);
   const auto got = Download<uint8_t>(cache, blocks * block_bytes);
   std::vector<uint8_t> want(blocks * block_bytes, 0xff);
   for (int t = 0; t < T; ++t) {
@@ -185,8 +186,8 @@ TEST_P(CudaFp8Attention, MatchesTheDequantizedReference) {
   const int len[2] = {43, 101};
   std::vector<std::vector<float>> K(2), V(2);
   std::vector<uint8_t> cache_host(blocks * block_bytes, 0);
-  std::vector<uint8_t> rows_host(Fp8KvRowsBytes(T, nkv, D), 0);
-  Fp8KvRows hr = Fp8KvRowsAt(rows_host.data(), T, nkv, D);
+  std::vector<uint8_t> rows_host(kernels::Fp8KvRowsBytes(T, nkv, D), 0);
+  kernels::Fp8KvRows hr = kernels::Fp8KvRowsAt(rows_host.data(), T, nkv, D);
   // Dequantized K / V per sequence [pos][nkv][D] (what the kernel must see).
   std::vector<std::vector<double>> Kd(2), Vd(2);
   for (int s = 0; s < 2; ++s) {
@@ -255,23 +256,23 @@ TEST_P(CudaFp8Attention, MatchesTheDequantizedReference) {
   auto dcache = Upload(cache_host), drows = Upload(rows_host), dq = Upload(ToBf16s(q));
   auto dpos = Upload(pos), dstart = Upload(seq_start), dfirst = Upload(seq_first),
        dtab = Upload(tables), dw = Upload(std::vector<int32_t>{width}), dsinks = Upload(sinks);
-  const int tpt = TokensPerTile(G, false);
+  const int tpt = kernels::TokensPerTile(G, false);
   ASSERT_GE(tpt, 3);
   auto tseq = Upload(std::vector<int32_t>{0, 1}), tt0 = Upload(std::vector<int32_t>{0, 3}),
        tn = Upload(std::vector<int32_t>{3, 1});
   auto out = Poisoned<uint16_t>(static_cast<size_t>(T) * nh * D);
   auto part_o = Poisoned<float>(static_cast<size_t>(T) * nh * ac.splits * D);
   auto part_ml = Poisoned<float>(static_cast<size_t>(T) * nh * ac.splits * 2);
-  AttentionParams p;
-  p.q = dq.get<bf16_t>();
+  kernels::AttentionParams p;
+  p.q = dq.get<kernels::bf16_t>();
   p.cache.fp8 = true;
-  p.cache.base = dcache.get<bf16_t>();
+  p.cache.base = dcache.get<kernels::bf16_t>();
   p.cache.block_stride = block_bytes;
   p.cache.layer_offset = 0;
   p.cache.block_size = bs;
   p.cache.tables = dtab.get<int32_t>();
   p.cache.table_stride = dw.get<int32_t>();
-  p.fp8_new = Fp8KvRowsAt(drows.get(), T, nkv, D);
+  p.fp8_new = kernels::Fp8KvRowsAt(drows.get(), T, nkv, D);
   p.pos = dpos.get<int32_t>();
   p.seq_start = dstart.get<int32_t>();
   p.seq_first = dfirst.get<int32_t>();
@@ -289,8 +290,8 @@ TEST_P(CudaFp8Attention, MatchesTheDequantizedReference) {
   p.sinks = ac.sinks ? dsinks.get<float>() : nullptr;
   p.part_o = part_o.get<float>();
   p.part_ml = part_ml.get<float>();
-  p.out = out.get<bf16_t>();
-  ASSERT_EQ(LaunchAttention(p, nullptr), cudaSuccess);
+  p.out = out.get<kernels::bf16_t>();
+  ASSERT_EQ(kernels::LaunchAttention(p, nullptr), cudaSuccess);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const std::vector<float> got = DownloadBf16(out, want.size());
   const double e = RelErr(got, want);
@@ -301,14 +302,14 @@ TEST_P(CudaFp8Attention, MatchesTheDequantizedReference) {
   // Paths the fp8 cache does not have are refused, not run on bf16 kernels:
   // wide tiles where the mma.sync kernel lacks the head_dim (where it has
   // it, fp8_kv_tile_test.cc runs them).
-  if (!WideAttentionSupported(D)) {
-    AttentionParams wide = p;
+  if (!kernels::WideAttentionSupported(D)) {
+    kernels::AttentionParams wide = p;
     wide.wide = true;
-    EXPECT_EQ(LaunchAttention(wide, nullptr), cudaErrorInvalidValue);
+    EXPECT_EQ(kernels::LaunchAttention(wide, nullptr), cudaErrorInvalidValue);
   }
-  AttentionParams no_rows = p;
-  no_rows.fp8_new = Fp8KvRows{};
-  EXPECT_EQ(LaunchAttention(no_rows, nullptr), cudaErrorInvalidValue);
+  kernels::AttentionParams no_rows = p;
+  no_rows.fp8_new = kernels::Fp8KvRows{};
+  EXPECT_EQ(kernels::LaunchAttention(no_rows, nullptr), cudaErrorInvalidValue);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaFp8Attention,
@@ -319,7 +320,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaFp8Attention,
                                            AttnCase{128, 0, 1, true}));
 
 }  // namespace
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda
 
 #else
 

@@ -32,7 +32,7 @@
 #include "engine/backend/cuda/kernels/fp8_kv.h"
 #include "engine/backend/kv_fp8.h"
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda {
 namespace {
 
 using agentkv::testing::DownloadBf16;
@@ -115,8 +115,8 @@ TEST_P(CudaFp8MmaAttention, MatchesTheDequantizedReference) {
   // Every position's K and V: older ones quantized into the cache, the
   // step's into the rows; the dequantized values for the reference.
   std::vector<uint8_t> cache_host(static_cast<size_t>(blocks) * block_bytes, 0xff);
-  std::vector<uint8_t> rows_host(Fp8KvRowsBytes(T, nkv, D), 0xff);
-  Fp8KvRows hr = Fp8KvRowsAt(rows_host.data(), T, nkv, D);
+  std::vector<uint8_t> rows_host(kernels::Fp8KvRowsBytes(T, nkv, D), 0xff);
+  kernels::Fp8KvRows hr = kernels::Fp8KvRowsAt(rows_host.data(), T, nkv, D);
   std::vector<std::vector<double>> Kd(B), Vd(B);
   std::vector<uint8_t> bytes(D);
   for (int s = 0; s < B; ++s) {
@@ -187,7 +187,7 @@ TEST_P(CudaFp8MmaAttention, MatchesTheDequantizedReference) {
   }
 
   // Tiles as the backend cuts them.
-  const int tpt = TokensPerTile(G, tc.wide);
+  const int tpt = kernels::TokensPerTile(G, tc.wide);
   std::vector<int32_t> tile_seq, tile_t0, tile_n;
   for (int s = 0; s < B; ++s)
     for (int i = 0; i < tc.seqs[s].n; i += tpt) {
@@ -205,16 +205,16 @@ TEST_P(CudaFp8MmaAttention, MatchesTheDequantizedReference) {
   auto out = Poisoned<uint16_t>(static_cast<size_t>(T) * nh * D);
   auto part_o = Poisoned<float>(static_cast<size_t>(T) * nh * tc.splits * D);
   auto part_ml = Poisoned<float>(static_cast<size_t>(T) * nh * tc.splits * 2);
-  AttentionParams p;
-  p.q = dq.get<bf16_t>();
+  kernels::AttentionParams p;
+  p.q = dq.get<kernels::bf16_t>();
   p.cache.fp8 = true;
-  p.cache.base = dcache.get<bf16_t>();
+  p.cache.base = dcache.get<kernels::bf16_t>();
   p.cache.block_stride = block_bytes;
   p.cache.layer_offset = layer_offset;
   p.cache.block_size = bs;
   p.cache.tables = dtab.get<int32_t>();
   p.cache.table_stride = dw.get<int32_t>();
-  p.fp8_new = Fp8KvRowsAt(drows.get(), T, nkv, D);
+  p.fp8_new = kernels::Fp8KvRowsAt(drows.get(), T, nkv, D);
   p.pos = dpos.get<int32_t>();
   p.seq_start = dstart.get<int32_t>();
   p.seq_first = dfirst.get<int32_t>();
@@ -232,8 +232,8 @@ TEST_P(CudaFp8MmaAttention, MatchesTheDequantizedReference) {
   p.wide = tc.wide;
   p.part_o = part_o.get<float>();
   p.part_ml = part_ml.get<float>();
-  p.out = out.get<bf16_t>();
-  ASSERT_EQ(LaunchAttention(p, nullptr), cudaSuccess);
+  p.out = out.get<kernels::bf16_t>();
+  ASSERT_EQ(kernels::LaunchAttention(p, nullptr), cudaSuccess);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const std::vector<float> got = DownloadBf16(out, want.size());
   const double e = RelErr(got, want);
@@ -249,12 +249,12 @@ TEST_P(CudaFp8MmaAttention, MatchesTheDequantizedReference) {
   std::printf("%s: rel err %.2e, worst row %.2e\n", tc.name.c_str(), e, worst);
 
   // What the fp8 loader has no form for is refused, not run on bf16 rows.
-  AttentionParams no_rows = p;
-  no_rows.fp8_new = Fp8KvRows{};
-  EXPECT_EQ(LaunchAttention(no_rows, nullptr), cudaErrorInvalidValue);
-  AttentionParams mapped = p;
+  kernels::AttentionParams no_rows = p;
+  no_rows.fp8_new = kernels::Fp8KvRows{};
+  EXPECT_EQ(kernels::LaunchAttention(no_rows, nullptr), cudaErrorInvalidValue);
+  kernels::AttentionParams mapped = p;
   mapped.kv_map = dcache.get();
-  EXPECT_EQ(LaunchAttention(mapped, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(kernels::LaunchAttention(mapped, nullptr), cudaErrorInvalidValue);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -283,7 +283,7 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<TileCase>& info) { return info.param.name; });
 
 }  // namespace
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda
 
 #else
 

@@ -17,7 +17,7 @@
 #include "engine/backend/rope.h"
 #include "kernel_test_util.h"
 
-namespace agentkv {
+namespace agentkv::backend::cuda::kernels {
 namespace {
 
 using namespace agentkv::testing;
@@ -27,33 +27,32 @@ using namespace agentkv::testing;
 TEST(CudaKernels, GemvGatedActMatchesLinearThenActivation) {
   AGENTKV_REQUIRE_GPU();
   std::mt19937 rng(12);
-  for (int m = 1; m <= cuda::kMaxGemvActRows; ++m)
+  for (int m = 1; m <= kMaxGemvActRows; ++m)
     for (auto [n, k] : {std::pair{16384, 2048}, std::pair{1000, 4096}, std::pair{74, 264}})
-      for (Activation a : {Activation::kSilu, Activation::kGeluTanh}) {
-        ASSERT_TRUE(cuda::GemvGatedActSupported(m, 2 * n, k));
+      for (model::Activation a : {model::Activation::kSilu, model::Activation::kGeluTanh}) {
+        ASSERT_TRUE(GemvGatedActSupported(m, 2 * n, k));
         const auto x = Rounded(Random(m * k, rng));
         // [gate rows | up rows], the layout of the CPU reference.
         const auto w = Rounded(Random(static_cast<size_t>(2 * n) * k, rng, 0.05f));
         auto dx = Upload(Bf16Of(x)), dw = Upload(Bf16Of(InterleaveGateUp(w, n, k)));
         auto out = Poisoned<uint16_t>(static_cast<size_t>(m) * n);
-        ASSERT_EQ(cuda::LaunchGemvGatedAct(dx.get<cuda::bf16_t>(), dw.get<cuda::bf16_t>(),
-                                           out.get<cuda::bf16_t>(), m, 2 * n, k,
-                                           a == Activation::kSilu ? 0 : 1, nullptr),
+        ASSERT_EQ(LaunchGemvGatedAct(dx.get<bf16_t>(), dw.get<bf16_t>(), out.get<bf16_t>(), m,
+                                     2 * n, k, a == model::Activation::kSilu ? 0 : 1, nullptr),
                   cudaSuccess);
         ExpectLinearThenGated(out, x, w, m, n, k, a);
       }
-  EXPECT_FALSE(cuda::GemvGatedActSupported(cuda::kMaxGemvActRows + 1, 16384, 2048));
-  EXPECT_FALSE(cuda::GemvGatedActSupported(1, 1001, 2048));  // odd: not whole pairs
+  EXPECT_FALSE(GemvGatedActSupported(kMaxGemvActRows + 1, 16384, 2048));
+  EXPECT_FALSE(GemvGatedActSupported(1, 1001, 2048));  // odd: not whole pairs
 }
 
 TEST(CudaKernels, GemvMatchesLinear) {
   AGENTKV_REQUIRE_GPU();
   std::mt19937 rng(8);
-  for (int m = 1; m <= cuda::kMaxGemvRows; ++m) {
+  for (int m = 1; m <= kMaxGemvRows; ++m) {
     // (k >= 8192: the pipelined kernel, 8,456 ending in a partial stage.)
     for (auto [n, k] :
          {std::pair{3072, 2048}, std::pair{2048, 8192}, std::pair{37, 264}, std::pair{300, 8456}}) {
-      if (!cuda::GemvSupported(m, k)) continue;
+      if (!GemvSupported(m, k)) continue;
       // pipe false: every shape on the plain kernel (CudaTuning::gemv_pipe).
       for (bool f32 : {true, false})
         for (bool pipe : {true, false}) {
@@ -63,11 +62,11 @@ TEST(CudaKernels, GemvMatchesLinear) {
           auto dx = Upload(Bf16Of(x)), dw = Upload(Bf16Of(w));
           cuda::DeviceBuffer dy = f32 ? Upload(y0) : Upload(Bf16Of(y0));
           const float beta = f32 ? 1.f : 0.f;
-          ASSERT_EQ(cuda::LaunchGemv(dx.get<cuda::bf16_t>(), dw.get<cuda::bf16_t>(), dy.get(), f32,
-                                     m, n, k, beta, 132, nullptr, pipe),
+          ASSERT_EQ(LaunchGemv(dx.get<bf16_t>(), dw.get<bf16_t>(), dy.get(), f32, m, n, k, beta,
+                               132, nullptr, pipe),
                     cudaSuccess);
           std::vector<float> ref(m * n);
-          kernels::Linear(x.data(), w.data(), nullptr, ref.data(), m, n, k);
+          cpu::kernels::Linear(x.data(), w.data(), nullptr, ref.data(), m, n, k);
           for (int i = 0; i < m * n; ++i) ref[i] += beta * y0[i];
           const auto got = f32 ? Download<float>(dy, m * n) : DownloadBf16(dy, m * n);
           EXPECT_LT(RelErr(got, ref), f32 ? 1e-5 : 1e-2)
@@ -83,28 +82,29 @@ TEST(CudaKernels, GemvMatchesLinear) {
 TEST(CudaKernels, NormGemvGatedActMatchesNormLinearActivation) {
   AGENTKV_REQUIRE_GPU();
   std::mt19937 rng(13);
-  for (int m = 1; m <= cuda::kMaxNormGemvRows; ++m)
+  for (int m = 1; m <= kMaxNormGemvRows; ++m)
     for (auto [n, k] : {std::pair{8192, 2048}, std::pair{1000, 4096}, std::pair{74, 2312}})
       for (bool plus_one : {false, true}) {
-        const Activation a = plus_one ? Activation::kGeluTanh : Activation::kSilu;
-        ASSERT_TRUE(cuda::NormGemvGatedActSupported(m, 2 * n, k));
+        const model::Activation a =
+            plus_one ? model::Activation::kGeluTanh : model::Activation::kSilu;
+        ASSERT_TRUE(NormGemvGatedActSupported(m, 2 * n, k));
         const auto x = Random(m * k, rng, 2.f);
         const auto nw = Random(k, rng, 0.2f, plus_one ? 0.f : 1.f);
         const auto w = Rounded(Random(static_cast<size_t>(2 * n) * k, rng, 0.05f));
         auto dx = Upload(x), dnw = Upload(nw), dw = Upload(Bf16Of(InterleaveGateUp(w, n, k)));
         auto out = Poisoned<uint16_t>(static_cast<size_t>(m) * n);
-        ASSERT_EQ(cuda::LaunchNormGemvGatedAct(dx.get<float>(), dnw.get<float>(), 1e-6f, plus_one,
-                                               dw.get<cuda::bf16_t>(), out.get<cuda::bf16_t>(), m,
-                                               2 * n, k, a == Activation::kSilu ? 0 : 1, nullptr),
+        ASSERT_EQ(LaunchNormGemvGatedAct(dx.get<float>(), dnw.get<float>(), 1e-6f, plus_one,
+                                         dw.get<bf16_t>(), out.get<bf16_t>(), m, 2 * n, k,
+                                         a == model::Activation::kSilu ? 0 : 1, nullptr),
                   cudaSuccess);
         std::vector<float> h(m * k);
-        kernels::RmsNorm(x.data(), nw.data(), h.data(), m, k, 1e-6f, plus_one);
+        cpu::kernels::RmsNorm(x.data(), nw.data(), h.data(), m, k, 1e-6f, plus_one);
         h = Rounded(h);  // the GEMV reads the normalised rows as bf16
         ExpectLinearThenGated(out, h, w, m, n, k, a);
       }
-  EXPECT_FALSE(cuda::NormGemvGatedActSupported(cuda::kMaxNormGemvRows + 1, 16384, 2048));
-  EXPECT_FALSE(cuda::NormGemvGatedActSupported(1, 1001, 2048));   // odd: not whole pairs
-  EXPECT_FALSE(cuda::NormGemvGatedActSupported(1, 16384, 8192));  // x in registers: k <= 4096
+  EXPECT_FALSE(NormGemvGatedActSupported(kMaxNormGemvRows + 1, 16384, 2048));
+  EXPECT_FALSE(NormGemvGatedActSupported(1, 1001, 2048));   // odd: not whole pairs
+  EXPECT_FALSE(NormGemvGatedActSupported(1, 16384, 8192));  // x in registers: k <= 4096
 }
 
 // RMSNorm of fp32 rows fused into the GEMV: the same as RmsNorm (bf16
@@ -112,7 +112,7 @@ TEST(CudaKernels, NormGemvGatedActMatchesNormLinearActivation) {
 TEST(CudaKernels, NormGemvMatchesNormThenLinear) {
   AGENTKV_REQUIRE_GPU();
   std::mt19937 rng(9);
-  for (int m = 1; m <= cuda::kMaxNormGemvRows; ++m) {
+  for (int m = 1; m <= kMaxNormGemvRows; ++m) {
     for (auto [n, k] :
          {std::pair{3072, 2048}, std::pair{1000, 4096}, std::pair{512, 2560}, std::pair{37, 264}}) {
       for (bool plus_one : {false, true}) {
@@ -121,24 +121,23 @@ TEST(CudaKernels, NormGemvMatchesNormThenLinear) {
         const auto w = Rounded(Random(static_cast<size_t>(n) * k, rng, 0.05f));
         auto dx = Upload(x), dnw = Upload(nw), dw = Upload(Bf16Of(w));
         auto dy = Poisoned<float>(m * n);
-        ASSERT_EQ(
-            cuda::LaunchNormGemv(dx.get<float>(), dnw.get<float>(), 1e-6f, plus_one,
-                                 dw.get<cuda::bf16_t>(), dy.get(), true, m, n, k, 0.f, nullptr),
-            cudaSuccess);
+        ASSERT_EQ(LaunchNormGemv(dx.get<float>(), dnw.get<float>(), 1e-6f, plus_one,
+                                 dw.get<bf16_t>(), dy.get(), true, m, n, k, 0.f, nullptr),
+                  cudaSuccess);
         std::vector<float> h(m * k), ref(m * n);
-        kernels::RmsNorm(x.data(), nw.data(), h.data(), m, k, 1e-6f, plus_one);
+        cpu::kernels::RmsNorm(x.data(), nw.data(), h.data(), m, k, 1e-6f, plus_one);
         h = Rounded(h);  // the GEMV reads the normalised rows as bf16
-        kernels::Linear(h.data(), w.data(), nullptr, ref.data(), m, n, k);
+        cpu::kernels::Linear(h.data(), w.data(), nullptr, ref.data(), m, n, k);
         EXPECT_LT(RelErr(Download<float>(dy, m * n), ref), 5e-3) << m << " " << n << " " << k;
       }
     }
   }
-  EXPECT_FALSE(cuda::NormGemvSupported(cuda::kMaxNormGemvRows + 1, 2048));
-  EXPECT_FALSE(cuda::NormGemvSupported(1, 8192));  // x is held in registers: K <= 4096
+  EXPECT_FALSE(NormGemvSupported(kMaxNormGemvRows + 1, 2048));
+  EXPECT_FALSE(NormGemvSupported(1, 8192));  // x is held in registers: K <= 4096
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::backend::cuda::kernels
 
 #else
 

@@ -52,10 +52,12 @@ inline std::vector<float> Interleaved(const std::vector<float>& gu, int rows, in
 
 // Points p at a step's metadata on the device (positions, sequence starts
 // and first tokens, tiles as {seq, t0, n}) and sets its shape.
-inline void SetStep(cuda::AttentionParams& p, const cuda::DeviceBuffer& pos,
-                    const cuda::DeviceBuffer& seq_start, const cuda::DeviceBuffer& seq_first,
-                    std::array<const cuda::DeviceBuffer*, 3> tiles, int num_tiles, int tokens,
-                    int nh, int nkv, int head_dim) {
+inline void SetStep(backend::cuda::kernels::AttentionParams& p,
+                    const backend::cuda::DeviceBuffer& pos,
+                    const backend::cuda::DeviceBuffer& seq_start,
+                    const backend::cuda::DeviceBuffer& seq_first,
+                    std::array<const backend::cuda::DeviceBuffer*, 3> tiles, int num_tiles,
+                    int tokens, int nh, int nkv, int head_dim) {
   p.pos = pos.get<int32_t>();
   p.seq_start = seq_start.get<int32_t>();
   p.seq_first = seq_first.get<int32_t>();
@@ -84,11 +86,12 @@ inline std::vector<float> InterleaveGateUp(const std::vector<float>& w, int n, i
 
 // A gate_up GEMV's bf16 output [m][n] against the CPU reference: Linear of
 // x on [gate rows | up rows] w, then GatedActivation.
-inline void ExpectLinearThenGated(const cuda::DeviceBuffer& out, const std::vector<float>& x,
-                                  const std::vector<float>& w, int m, int n, int k, Activation a) {
+inline void ExpectLinearThenGated(const backend::cuda::DeviceBuffer& out,
+                                  const std::vector<float>& x, const std::vector<float>& w, int m,
+                                  int n, int k, model::Activation a) {
   std::vector<float> gu(static_cast<size_t>(m) * 2 * n), ref(static_cast<size_t>(m) * n);
-  kernels::Linear(x.data(), w.data(), nullptr, gu.data(), m, 2 * n, k);
-  kernels::GatedActivation(gu.data(), ref.data(), m, n, a);
+  backend::cpu::kernels::Linear(x.data(), w.data(), nullptr, gu.data(), m, 2 * n, k);
+  backend::cpu::kernels::GatedActivation(gu.data(), ref.data(), m, n, a);
   EXPECT_LT(RelErr(DownloadBf16(out, ref.size()), ref), 1e-2) << m << " " << n << " " << k;
 }
 
@@ -104,12 +107,14 @@ inline void CheckGemmAgainstLinear(int m, int n, int k, bool f32, std::mt19937& 
   auto dx = Upload(Bf16Of(x)), dw = Upload(Bf16Of(w));
   const float beta = f32 ? 1.f : 0.f;
   std::vector<float> ref(m * n);
-  kernels::Linear(x.data(), w.data(), nullptr, ref.data(), m, n, k);
+  backend::cpu::kernels::Linear(x.data(), w.data(), nullptr, ref.data(), m, n, k);
   for (int i = 0; i < m * n; ++i) ref[i] += beta * y0[i];
   std::vector<float> first;
   for (int rep = 0; rep < 2; ++rep) {
-    cuda::DeviceBuffer dy = f32 ? Upload(y0) : Poisoned<uint16_t>(m * n);
-    ASSERT_EQ(launch(dx.get<cuda::bf16_t>(), dw.get<cuda::bf16_t>(), dy.get(), beta), cudaSuccess)
+    backend::cuda::DeviceBuffer dy = f32 ? Upload(y0) : Poisoned<uint16_t>(m * n);
+    ASSERT_EQ(launch(dx.get<backend::cuda::kernels::bf16_t>(),
+                     dw.get<backend::cuda::kernels::bf16_t>(), dy.get(), beta),
+              cudaSuccess)
         << what;
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
     const auto got = f32 ? Download<float>(dy, m * n) : DownloadBf16(dy, m * n);

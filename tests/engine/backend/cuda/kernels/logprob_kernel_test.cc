@@ -22,7 +22,7 @@
 #include "engine/backend/cuda/kernels/logprob_kernel.h"
 #include "engine/backend/row_logprobs.h"
 
-namespace agentkv {
+namespace agentkv::backend::cuda::kernels {
 namespace {
 
 using namespace agentkv::testing;
@@ -84,8 +84,8 @@ TEST(LogprobKernel, MatchesTheCpuReference) {
       auto dp = Upload(picks);
       auto dc = Upload(chosen);
       auto out = Poisoned<RowLogprobs>(static_cast<size_t>(batch));
-      ASSERT_EQ(cuda::LaunchRowLogprobs(dl.get<float>(), batch, vocab, dp.get<RowPick>(),
-                                        dc.get<int32_t>(), out.get<RowLogprobs>(), nullptr),
+      ASSERT_EQ(LaunchRowLogprobs(dl.get<float>(), batch, vocab, dp.get<RowPick>(),
+                                  dc.get<int32_t>(), out.get<RowLogprobs>(), nullptr),
                 cudaSuccess);
       const std::vector<RowLogprobs> got = Download<RowLogprobs>(out, static_cast<size_t>(batch));
       for (int r = 0; r < batch; ++r) {
@@ -128,7 +128,7 @@ TEST(LogprobKernel, MatchesTheCpuReference) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::backend::cuda::kernels
 
 #else
 

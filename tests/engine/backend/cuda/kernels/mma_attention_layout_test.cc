@@ -11,7 +11,7 @@
 
 #include <string>
 
-namespace agentkv::cuda {
+namespace agentkv::backend::cuda {
 namespace {
 
 struct Config {
@@ -30,15 +30,15 @@ bool Aligned16(size_t x) { return x % 16 == 0; }
 TEST(MmaAttentionLayout, EveryRegionIsAlignedAndInBounds) {
   for (const Config& c : kConfigs) {
     SCOPED_TRACE(Name(c));
-    ASSERT_TRUE(MmaLayoutInstantiated(c.D, c.rw));
-    const MmaAttentionLayout l = MmaLayout(c.D, c.rw, c.fp8);
+    ASSERT_TRUE(kernels::MmaLayoutInstantiated(c.D, c.rw));
+    const kernels::MmaAttentionLayout l = kernels::MmaLayout(c.D, c.rw, c.fp8);
     const size_t bf = 2;
     // Rows of every bf16 tile: 16-byte cp.async / uint4 / ldmatrix rows.
     EXPECT_TRUE(Aligned16(static_cast<size_t>(l.dp) * bf));
     EXPECT_GE(l.dp, c.D);
     // Regions in order, each starting 16-byte aligned where the last ends.
     const size_t q_end = l.q_at + static_cast<size_t>(l.rows) * l.dp * bf;
-    const size_t tile = static_cast<size_t>(kMmaStage) * l.dp * bf;
+    const size_t tile = static_cast<size_t>(kernels::kMmaStage) * l.dp * bf;
     const size_t k_end = l.k_at + l.kv_stages * tile;
     const size_t v_end = l.v_at + l.kv_stages * tile;
     for (size_t at : {l.q_at, l.k_at, l.v_at, l.own_at, l.staging_at}) EXPECT_TRUE(Aligned16(at));
@@ -50,14 +50,14 @@ TEST(MmaAttentionLayout, EveryRegionIsAlignedAndInBounds) {
     EXPECT_LE(staging_end, l.main_bytes);
     EXPECT_LE(l.main_bytes, l.bytes);
     EXPECT_LE(l.merge_bytes, l.bytes);
-    EXPECT_LE(l.bytes, kMmaMaxSmemBytes);
+    EXPECT_LE(l.bytes, kernels::kMmaMaxSmemBytes);
     // The query tile holds a block's rows; each stage's tiles its keys.
     EXPECT_EQ(l.rows, 16 * c.rw);
-    EXPECT_EQ(l.key_warps * (kMmaStage / l.key_warps), kMmaStage);
-    EXPECT_EQ(l.key_warps * c.rw, kMmaWarps);
+    EXPECT_EQ(l.key_warps * (kernels::kMmaStage / l.key_warps), kernels::kMmaStage);
+    EXPECT_EQ(l.key_warps * c.rw, kernels::kMmaWarps);
     if (c.rw == 1) {
       // The narrow merge: each warp's 16 rows of D outputs and (m, l).
-      EXPECT_GE(l.merge_bytes, static_cast<size_t>(kMmaWarps) * 16 * (c.D + 2) * 4);
+      EXPECT_GE(l.merge_bytes, static_cast<size_t>(kernels::kMmaWarps) * 16 * (c.D + 2) * 4);
       EXPECT_EQ(l.own_bytes, c.fp8 ? 0u : 2u * c.D * bf);  // bf16's own K and V row
     } else {
       EXPECT_EQ(l.merge_bytes, 0u);
@@ -73,16 +73,17 @@ TEST(MmaAttentionLayout, Fp8StagesAreAlignedAndInBounds) {
   for (const Config& c : kConfigs) {
     if (!c.fp8) continue;
     SCOPED_TRACE(Name(c));
-    const MmaAttentionLayout l = MmaLayout(c.D, c.rw, true);
+    const kernels::MmaAttentionLayout l = kernels::MmaLayout(c.D, c.rw, true);
     EXPECT_EQ(l.kv_stages, 1);
-    EXPECT_EQ(l.stage_bytes, Fp8StageBytes(c.D, kMmaStage));
+    EXPECT_EQ(l.stage_bytes, kernels::Fp8StageBytes(c.D, kernels::kMmaStage));
     EXPECT_TRUE(Aligned16(l.stage_bytes));
-    const size_t ks = Fp8KeyScalesAt(c.D, kMmaStage), vs = Fp8ValueScalesAt(c.D, kMmaStage);
+    const size_t ks = kernels::Fp8KeyScalesAt(c.D, kernels::kMmaStage),
+                 vs = kernels::Fp8ValueScalesAt(c.D, kernels::kMmaStage);
     EXPECT_TRUE(Aligned16(ks));
     EXPECT_TRUE(Aligned16(vs));
-    EXPECT_EQ(ks, 2u * kMmaStage * c.D);  // after K [keys][D] and V [keys][D] bytes
-    EXPECT_EQ(vs - ks, 4u * kMmaStage);
-    EXPECT_EQ(vs + 4u * kMmaStage, l.stage_bytes);
+    EXPECT_EQ(ks, 2u * kernels::kMmaStage * c.D);  // after K [keys][D] and V [keys][D] bytes
+    EXPECT_EQ(vs - ks, 4u * kernels::kMmaStage);
+    EXPECT_EQ(vs + 4u * kernels::kMmaStage, l.stage_bytes);
     EXPECT_GE(l.fp8_stages, 2);  // one being widened, at least one in flight
     for (int b = 0; b < l.fp8_stages; ++b) {
       const size_t at = l.staging_at + b * l.stage_bytes;
@@ -92,7 +93,7 @@ TEST(MmaAttentionLayout, Fp8StagesAreAlignedAndInBounds) {
     // A warp's share of a narrow stage (16 keys from row kw * 16): its rows'
     // 16-byte chunks and its scales' float2 pairs stay aligned.
     if (c.rw == 1) {
-      const int kpw = kMmaStage / l.key_warps;
+      const int kpw = kernels::kMmaStage / l.key_warps;
       for (int kw = 0; kw < l.key_warps; ++kw) {
         EXPECT_TRUE(Aligned16(static_cast<size_t>(kw) * kpw * c.D)) << kw;
         EXPECT_EQ((ks + 4u * kw * kpw) % 8, 0u) << kw;
@@ -108,15 +109,15 @@ TEST(MmaAttentionLayout, Fp8StagesAreAlignedAndInBounds) {
 TEST(MmaAttentionLayout, BytesAboveTheDefaultNeedTheAttribute) {
   int above = 0;
   for (const Config& c : kConfigs) {
-    const MmaAttentionLayout l = MmaLayout(c.D, c.rw, c.fp8);
-    if (l.bytes > kDefaultSmemBytes) ++above;
+    const kernels::MmaAttentionLayout l = kernels::MmaLayout(c.D, c.rw, c.fp8);
+    if (l.bytes > kernels::kDefaultSmemBytes) ++above;
     // Bigger heads never take fewer bytes.
     if (c.D == 64) {
-      EXPECT_LT(l.bytes, MmaLayout(128, c.rw, c.fp8).bytes) << Name(c);
+      EXPECT_LT(l.bytes, kernels::MmaLayout(128, c.rw, c.fp8).bytes) << Name(c);
     }
   }
   EXPECT_GT(above, 0);  // head_dim 128 tiles do not fit the default
-  EXPECT_GT(MmaLayout(128, 1, true).bytes, kDefaultSmemBytes);
+  EXPECT_GT(kernels::MmaLayout(128, 1, true).bytes, kernels::kDefaultSmemBytes);
 }
 
 // Deeper fp8 decode staging must not cost a block per SM: an sm_90 SM has
@@ -125,15 +126,15 @@ TEST(MmaAttentionLayout, BytesAboveTheDefaultNeedTheAttribute) {
 // 132 SMs at two blocks each.
 TEST(MmaAttentionLayout, Fp8DecodeStagingKeepsBlocksPerSm) {
   auto per_sm = [](size_t bytes) { return static_cast<int>((228 * 1024) / (bytes + 1024)); };
-  EXPECT_GE(per_sm(MmaLayout(64, 1, true).bytes), 3);
-  EXPECT_GE(per_sm(MmaLayout(128, 1, true).bytes), 2);
+  EXPECT_GE(per_sm(kernels::MmaLayout(64, 1, true).bytes), 3);
+  EXPECT_GE(per_sm(kernels::MmaLayout(128, 1, true).bytes), 2);
   // As many as three stages (the prompt tiles' depth) would allow.
   for (int D : {64, 128}) {
-    const MmaAttentionLayout l = MmaLayout(D, 1, true);
+    const kernels::MmaAttentionLayout l = kernels::MmaLayout(D, 1, true);
     const size_t three = l.bytes - (l.fp8_stages - 3) * l.stage_bytes;
     EXPECT_EQ(per_sm(l.bytes), per_sm(three)) << D;
   }
-  EXPECT_GT(MmaLayout(64, 1, true).fp8_stages, MmaLayout(64, 4, true).fp8_stages);
+  EXPECT_GT(kernels::MmaLayout(64, 1, true).fp8_stages, kernels::MmaLayout(64, 4, true).fp8_stages);
 }
 
 // The fp8 loaders' thread coverage: the block over a whole stage (wide
@@ -143,17 +144,17 @@ TEST(MmaAttentionLayout, Fp8DecodeStagingKeepsBlocksPerSm) {
 TEST(MmaAttentionLayout, Fp8LoadersCoverTheirRows) {
   for (int D : {64, 128}) {
     SCOPED_TRACE(D);
-    EXPECT_TRUE(Fp8IssueCovers(D, kMmaStage, kMmaThreads));
-    EXPECT_TRUE(Fp8ConvertCovers(D, kMmaStage, kMmaThreads));
-    const int kpw = kMmaStage / kMmaWarps;
-    EXPECT_TRUE(Fp8IssueCovers(D, kpw, 32));
-    EXPECT_TRUE(Fp8ConvertCovers(D, kpw, 32));
+    EXPECT_TRUE(kernels::Fp8IssueCovers(D, kernels::kMmaStage, kernels::kMmaThreads));
+    EXPECT_TRUE(kernels::Fp8ConvertCovers(D, kernels::kMmaStage, kernels::kMmaThreads));
+    const int kpw = kernels::kMmaStage / kernels::kMmaWarps;
+    EXPECT_TRUE(kernels::Fp8IssueCovers(D, kpw, 32));
+    EXPECT_TRUE(kernels::Fp8ConvertCovers(D, kpw, 32));
   }
-  EXPECT_FALSE(Fp8IssueCovers(72, 16, 32));    // 4.5 chunks a row
-  EXPECT_FALSE(Fp8IssueCovers(64, 12, 32));    // 8 rows a pass into 12
-  EXPECT_FALSE(Fp8IssueCovers(1024, 16, 32));  // 64 chunks a row, 32 lanes
-  EXPECT_FALSE(Fp8ConvertCovers(64, 3, 32));   // 24 groups for 32 lanes
+  EXPECT_FALSE(kernels::Fp8IssueCovers(72, 16, 32));    // 4.5 chunks a row
+  EXPECT_FALSE(kernels::Fp8IssueCovers(64, 12, 32));    // 8 rows a pass into 12
+  EXPECT_FALSE(kernels::Fp8IssueCovers(1024, 16, 32));  // 64 chunks a row, 32 lanes
+  EXPECT_FALSE(kernels::Fp8ConvertCovers(64, 3, 32));   // 24 groups for 32 lanes
 }
 
 }  // namespace
-}  // namespace agentkv::cuda
+}  // namespace agentkv::backend::cuda

@@ -26,18 +26,16 @@
 #include "engine/model/quant_format.h"
 #include "kernel_test_util.h"
 
-namespace agentkv {
+namespace agentkv::backend::cuda::kernels {
 namespace {
 
 using namespace agentkv::testing;
-using cuda::MoeEpilogue;
-using cuda::MoeWeightFormat;
 
 // Random fp8 block weights of `batch` matrices rows x cols (codes that are
 // not NaN, scales around 2^-6).
-QuantizedWeight RandomFp8(int batch, int rows, int cols, int br, int bc, std::mt19937& rng) {
-  QuantizedWeight w;
-  w.format = QuantFormat::kFp8Block;
+model::QuantizedWeight RandomFp8(int batch, int rows, int cols, int br, int bc, std::mt19937& rng) {
+  model::QuantizedWeight w;
+  w.format = model::QuantFormat::kFp8Block;
   w.shape = {batch, rows, cols};
   w.batch = batch;
   w.rows = rows;
@@ -57,22 +55,22 @@ QuantizedWeight RandomFp8(int batch, int rows, int cols, int br, int bc, std::mt
 }
 
 // Random MXFP4 weights (exponents around 2^-3).
-QuantizedWeight RandomMxfp4(int batch, int rows, int cols, std::mt19937& rng) {
-  QuantizedWeight w;
-  w.format = QuantFormat::kMxfp4;
+model::QuantizedWeight RandomMxfp4(int batch, int rows, int cols, std::mt19937& rng) {
+  model::QuantizedWeight w;
+  w.format = model::QuantFormat::kMxfp4;
   w.shape = {batch, rows, cols};
   w.batch = batch;
   w.rows = rows;
   w.cols = cols;
   w.codes.resize(static_cast<size_t>(batch) * rows * cols / 2);
   for (auto& c : w.codes) c = static_cast<uint8_t>(rng() & 0xff);
-  w.exponents.resize(static_cast<size_t>(batch) * rows * cols / kMxfp4Block);
+  w.exponents.resize(static_cast<size_t>(batch) * rows * cols / model::kMxfp4Block);
   for (auto& e : w.exponents) e = static_cast<uint8_t>(120 + rng() % 8);
   EXPECT_TRUE(w.Validate().ok());
   return w;
 }
 
-std::vector<float> Dequantized(const QuantizedWeight& w) {
+std::vector<float> Dequantized(const model::QuantizedWeight& w) {
   std::vector<float> out(static_cast<size_t>(w.batch) * w.rows * w.cols);
   for (int64_t b = 0; b < w.batch; ++b)
     DequantizeRows(w, b, 0, w.rows, out.data() + static_cast<size_t>(b) * w.rows * w.cols);
@@ -102,18 +100,19 @@ Weights MakeWeights(MoeWeightFormat f, int E, int N, int K, bool gated, int br, 
     w.ref = Rounded(Random(static_cast<size_t>(E) * N * K, rng, 0.1f));
     w.w = Upload(Bf16Of(w.ref));
   } else if (f == MoeWeightFormat::kMxfp4) {
-    const QuantizedWeight q = RandomMxfp4(E, N, K, rng);
+    const model::QuantizedWeight q = RandomMxfp4(E, N, K, rng);
     w.ref = Dequantized(q);
     w.wq = Upload(q.codes);
     w.exps = Upload(q.exponents);
   } else if (!gated) {
-    const QuantizedWeight q = RandomFp8(E, N, K, br, bc, rng);
+    const model::QuantizedWeight q = RandomFp8(E, N, K, br, bc, rng);
     w.ref = Dequantized(q);
     w.wq = Upload(q.codes);
     w.scales = Upload(q.scales);
   } else {
     const int I = N / 2;
-    const QuantizedWeight g = RandomFp8(E, I, K, br, bc, rng), u = RandomFp8(E, I, K, br, bc, rng);
+    const model::QuantizedWeight g = RandomFp8(E, I, K, br, bc, rng),
+                                 u = RandomFp8(E, I, K, br, bc, rng);
     const std::vector<float> gf = Dequantized(g), uf = Dequantized(u);
     w.ref.resize(static_cast<size_t>(E) * N * K);
     std::vector<uint8_t> codes(w.ref.size());
@@ -128,7 +127,7 @@ Weights MakeWeights(MoeWeightFormat f, int E, int N, int K, bool gated, int br, 
     const size_t per = g.scales.size() / E;
     std::vector<float> scales;
     for (int e = 0; e < E; ++e)
-      for (const QuantizedWeight* m : {&g, &u})
+      for (const model::QuantizedWeight* m : {&g, &u})
         scales.insert(scales.end(), m->scales.begin() + e * per, m->scales.begin() + (e + 1) * per);
     w.wq = Upload(codes);
     w.scales = Upload(scales);
@@ -137,9 +136,9 @@ Weights MakeWeights(MoeWeightFormat f, int E, int N, int K, bool gated, int br, 
   return w;
 }
 
-void Point(cuda::MoeGemmParams& p, const Weights& w) {
+void Point(MoeGemmParams& p, const Weights& w) {
   p.format = w.format;
-  if (w.format == MoeWeightFormat::kBf16) p.w = w.w.get<cuda::bf16_t>();
+  if (w.format == MoeWeightFormat::kBf16) p.w = w.w.get<bf16_t>();
   if (w.format != MoeWeightFormat::kBf16) p.wq = w.wq.get<uint8_t>();
   if (w.format == MoeWeightFormat::kFp8Block) p.scales = w.scales.get<float>();
   if (w.format == MoeWeightFormat::kMxfp4) p.exps = w.exps.get<uint8_t>();
@@ -185,10 +184,10 @@ TEST_P(CudaMoeGemv, MatchesTheGroupedProduct) {
     std::copy_n(ids.begin(), k, experts.begin() + static_cast<size_t>(t) * k);
   }
   std::vector<int32_t> off(E + 1), tiles(E + 1), order(A), slot(A);
-  cuda::MoePlanOffsets(experts.data(), A, E, off.data());
+  MoePlanOffsets(experts.data(), A, E, off.data());
   for (int e = 0; e < E; ++e)
-    cuda::MoePlanExpert(e, experts.data(), A, off.data(), order.data(), slot.data());
-  cuda::MoePlanTiles(off.data(), E, tiles.data());
+    MoePlanExpert(e, experts.data(), A, off.data(), order.data(), slot.data());
+  MoePlanTiles(off.data(), E, tiles.data());
 
   const Weights w = MakeWeights(c.format, E, N, K, gated, c.br, c.bc, rng);
   const auto x = Rounded(Random(static_cast<size_t>(T) * K, rng, 1.f));
@@ -230,14 +229,14 @@ TEST_P(CudaMoeGemv, MatchesTheGroupedProduct) {
   // token count, as the backend passes it; one row at a time, many passes;
   // unknown), then the tensor cores' tiles (fp8 weights rounded to bf16
   // there: 5e-3 for the fp32 store).
-  const cuda::MoeGemmPath kGemv = cuda::MoeGemmPath::kGemv;
+  const MoeGemmPath kGemv = MoeGemmPath::kGemv;
   for (const auto& [path, max_rows] :
        {std::pair{kGemv, T}, std::pair{kGemv, 1}, std::pair{kGemv, 0},
-        std::pair{cuda::MoeGemmPath::kTensorCores, T}}) {
+        std::pair{MoeGemmPath::kTensorCores, T}}) {
     auto out = gated ? Poisoned<uint16_t>(want.size()) : Poisoned<float>(want.size());
-    cuda::MoeGemmParams p;
+    MoeGemmParams p;
     p.path = path;
-    p.x = dx.get<cuda::bf16_t>();
+    p.x = dx.get<bf16_t>();
     p.order = dorder.get<int32_t>();
     p.div = k;
     Point(p, w);
@@ -247,15 +246,15 @@ TEST_P(CudaMoeGemv, MatchesTheGroupedProduct) {
     p.offsets = doff.get<int32_t>();
     p.tiles = dtiles.get<int32_t>();
     p.num_experts = E;
-    p.max_tiles = cuda::MoeMaxTiles(A, E);
+    p.max_tiles = MoeMaxTiles(A, E);
     p.max_group_rows = max_rows;
     p.epilogue = c.epilogue;
     p.limit = 7.f;
     if (gated)
-      p.act = out.get<cuda::bf16_t>();
+      p.act = out.get<bf16_t>();
     else
       p.y = out.get<float>();
-    ASSERT_EQ(cuda::LaunchMoeGemm(p, nullptr), cudaSuccess);
+    ASSERT_EQ(LaunchMoeGemm(p, nullptr), cudaSuccess);
     const auto got = gated ? DownloadBf16(out, want.size()) : Download<float>(out, want.size());
     const double tol = gated                                                     ? 1e-2
                        : path == kGemv || c.format != MoeWeightFormat::kFp8Block ? 1e-5
@@ -266,15 +265,15 @@ TEST_P(CudaMoeGemv, MatchesTheGroupedProduct) {
   // The one-group form (offsets null: `rows` rows of x in order, expert 0).
   if (!gated) {
     auto out = Poisoned<float>(static_cast<size_t>(T) * N);
-    cuda::MoeGemmParams p;
-    p.path = cuda::MoeGemmPath::kGemv;
-    p.x = dx.get<cuda::bf16_t>();
+    MoeGemmParams p;
+    p.path = MoeGemmPath::kGemv;
+    p.x = dx.get<bf16_t>();
     Point(p, w);
     p.N = N;
     p.K = K;
     p.rows = T;
     p.y = out.get<float>();
-    ASSERT_EQ(cuda::LaunchMoeGemm(p, nullptr), cudaSuccess);
+    ASSERT_EQ(LaunchMoeGemm(p, nullptr), cudaSuccess);
     std::vector<float> one(static_cast<size_t>(T) * N);
     for (int t = 0; t < T; ++t)
       for (int n = 0; n < N; ++n) {
@@ -339,16 +338,15 @@ TEST(CudaMoeGemv, OneGroupAccumulatesAndStoresBf16) {
       std::vector<float> sum(prod.size());
       for (size_t i = 0; i < sum.size(); ++i) sum[i] = y0[i] + prod[i];
       auto dx = Upload(Bf16Of(x)), dbias = Upload(bias);
-      std::vector<cuda::MoeGemmPath> paths = {cuda::MoeGemmPath::kGemv,
-                                              cuda::MoeGemmPath::kTensorCores};
-      if (f == kBf16) paths.push_back(cuda::MoeGemmPath::kCudaCores);
-      for (const cuda::MoeGemmPath path : paths) {
+      std::vector<MoeGemmPath> paths = {MoeGemmPath::kGemv, MoeGemmPath::kTensorCores};
+      if (f == kBf16) paths.push_back(MoeGemmPath::kCudaCores);
+      for (const MoeGemmPath path : paths) {
         const std::string what = "format " + std::to_string(static_cast<int>(f)) + " T " +
                                  std::to_string(T) + " path " +
                                  std::to_string(static_cast<int>(path));
-        cuda::MoeGemmParams p;
+        MoeGemmParams p;
         p.path = path;
-        p.x = dx.get<cuda::bf16_t>();
+        p.x = dx.get<bf16_t>();
         Point(p, w);
         p.bias = dbias.get<float>();
         p.N = N;
@@ -358,16 +356,16 @@ TEST(CudaMoeGemv, OneGroupAccumulatesAndStoresBf16) {
         auto dy = Upload(y0);
         p.y = dy.get<float>();
         p.accumulate = true;
-        ASSERT_EQ(cuda::LaunchMoeGemm(p, nullptr), cudaSuccess) << what;
+        ASSERT_EQ(LaunchMoeGemm(p, nullptr), cudaSuccess) << what;
         // (fp8 on the tiles: weights rounded to bf16.)
-        const bool rounded = f == kFp8 && path == cuda::MoeGemmPath::kTensorCores;
+        const bool rounded = f == kFp8 && path == MoeGemmPath::kTensorCores;
         EXPECT_LT(RelErr(Download<float>(dy, sum.size()), sum), rounded ? 5e-3 : 1e-5) << what;
         auto db = Poisoned<uint16_t>(prod.size());
         p.accumulate = false;
         p.y = nullptr;
         p.epilogue = MoeEpilogue::kStoreBf16;
-        p.act = db.get<cuda::bf16_t>();
-        ASSERT_EQ(cuda::LaunchMoeGemm(p, nullptr), cudaSuccess) << what;
+        p.act = db.get<bf16_t>();
+        ASSERT_EQ(LaunchMoeGemm(p, nullptr), cudaSuccess) << what;
         EXPECT_LT(RelErr(DownloadBf16(db, prod.size()), prod), 1e-2) << what;
       }
     }
@@ -375,8 +373,8 @@ TEST(CudaMoeGemv, OneGroupAccumulatesAndStoresBf16) {
 
 TEST(CudaMoeGemv, RefusesWhatItCannotRead) {
   AGENTKV_REQUIRE_GPU();
-  cuda::MoeGemmParams p;
-  p.path = cuda::MoeGemmPath::kGemv;
+  MoeGemmParams p;
+  p.path = MoeGemmPath::kGemv;
   float sink = 0.f;
   uint8_t bytes = 0;
   p.y = &sink;
@@ -385,35 +383,35 @@ TEST(CudaMoeGemv, RefusesWhatItCannotRead) {
   p.K = 48;  // fp8 needs whole 16-value loads: fine; mxfp4 needs 32
   p.format = MoeWeightFormat::kMxfp4;
   p.wq = p.exps = &bytes;
-  EXPECT_EQ(cuda::LaunchMoeGemm(p, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(LaunchMoeGemm(p, nullptr), cudaErrorInvalidValue);
   p.format = MoeWeightFormat::kFp8Block;
   p.scales = &sink;
   p.block_cols = 24;  // a load would straddle two blocks
-  EXPECT_EQ(cuda::LaunchMoeGemm(p, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(LaunchMoeGemm(p, nullptr), cudaErrorInvalidValue);
   p.block_cols = 128;
   p.scales = nullptr;  // no scales
-  EXPECT_EQ(cuda::LaunchMoeGemm(p, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(LaunchMoeGemm(p, nullptr), cudaErrorInvalidValue);
   p.format = MoeWeightFormat::kBf16;  // no bf16 weights
-  EXPECT_EQ(cuda::LaunchMoeGemm(p, nullptr), cudaErrorInvalidValue);
-  p.K = cuda::kMaxMoeGemvK + 8;  // x past shared memory
-  p.w = reinterpret_cast<const cuda::bf16_t*>(&sink);
-  EXPECT_EQ(cuda::LaunchMoeGemm(p, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(LaunchMoeGemm(p, nullptr), cudaErrorInvalidValue);
+  p.K = kMaxMoeGemvK + 8;  // x past shared memory
+  p.w = reinterpret_cast<const bf16_t*>(&sink);
+  EXPECT_EQ(LaunchMoeGemm(p, nullptr), cudaErrorInvalidValue);
   // Quantized weights on the CUDA cores' tiles, or on the tensor cores'
   // in partial loads.
   p.K = 64;
   p.format = MoeWeightFormat::kMxfp4;
-  p.path = cuda::MoeGemmPath::kCudaCores;
-  EXPECT_EQ(cuda::LaunchMoeGemm(p, nullptr), cudaErrorInvalidValue);
-  p.path = cuda::MoeGemmPath::kTensorCores;
+  p.path = MoeGemmPath::kCudaCores;
+  EXPECT_EQ(LaunchMoeGemm(p, nullptr), cudaErrorInvalidValue);
+  p.path = MoeGemmPath::kTensorCores;
   p.K = 48;
-  EXPECT_EQ(cuda::LaunchMoeGemm(p, nullptr), cudaErrorInvalidValue);
-  p.path = cuda::MoeGemmPath::kUnsupported;
+  EXPECT_EQ(LaunchMoeGemm(p, nullptr), cudaErrorInvalidValue);
+  p.path = MoeGemmPath::kUnsupported;
   p.format = MoeWeightFormat::kBf16;
-  EXPECT_EQ(cuda::LaunchMoeGemm(p, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(LaunchMoeGemm(p, nullptr), cudaErrorInvalidValue);
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::backend::cuda::kernels
 
 #else
 

@@ -22,7 +22,7 @@
 #include "engine/backend/cuda/kernels/moe.h"
 #include "kernel_test_util.h"
 
-namespace agentkv {
+namespace agentkv::backend::cuda::kernels {
 namespace {
 
 using namespace agentkv::testing;
@@ -38,7 +38,7 @@ TEST(CudaMoe, RouteAndPlanMatchThePureFunctions) {
                          {300, 128, 8},
                          {1000, 8, 2},
                          {9, 100, 3},
-                         {5, cuda::kMaxMoeExperts, cuda::kMaxMoeTopK},
+                         {5, kMaxMoeExperts, kMaxMoeTopK},
                          {6, 32, 32}}) {
     for (bool softmax_first : {false, true}) {
       auto logits = Random(static_cast<size_t>(T) * E, rng, 2.f);
@@ -48,14 +48,14 @@ TEST(CudaMoe, RouteAndPlanMatchThePureFunctions) {
       auto dl = Upload(logits);
       auto de = Poisoned<int32_t>(T * k);
       auto dw = Poisoned<float>(T * k);
-      ASSERT_EQ(cuda::LaunchMoeRoute(dl.get<float>(), T, E, k, softmax_first, softmax_first,
-                                     de.get<int32_t>(), dw.get<float>(), nullptr),
+      ASSERT_EQ(LaunchMoeRoute(dl.get<float>(), T, E, k, softmax_first, softmax_first,
+                               de.get<int32_t>(), dw.get<float>(), nullptr),
                 cudaSuccess);
       std::vector<int32_t> want_e(T * k);
       std::vector<float> want_w(T * k);
       for (int t = 0; t < T; ++t)
-        cuda::MoeRouteToken(&logits[static_cast<size_t>(t) * E], E, k, softmax_first, softmax_first,
-                            &want_e[t * k], &want_w[t * k]);
+        MoeRouteToken(&logits[static_cast<size_t>(t) * E], E, k, softmax_first, softmax_first,
+                      &want_e[t * k], &want_w[t * k]);
       const auto got_e = Download<int32_t>(de, T * k);
       const auto got_w = Download<float>(dw, T * k);
       const std::string what = "T " + std::to_string(T) + " E " + std::to_string(E);
@@ -65,15 +65,14 @@ TEST(CudaMoe, RouteAndPlanMatchThePureFunctions) {
       const int A = T * k;
       auto doff = Poisoned<int32_t>(E + 1), dtiles = Poisoned<int32_t>(E + 1),
            dorder = Poisoned<int32_t>(A), dslot = Poisoned<int32_t>(A);
-      ASSERT_EQ(
-          cuda::LaunchMoePlan(de.get<int32_t>(), A, E, doff.get<int32_t>(), dtiles.get<int32_t>(),
+      ASSERT_EQ(LaunchMoePlan(de.get<int32_t>(), A, E, doff.get<int32_t>(), dtiles.get<int32_t>(),
                               dorder.get<int32_t>(), dslot.get<int32_t>(), nullptr),
-          cudaSuccess);
+                cudaSuccess);
       std::vector<int32_t> off(E + 1), tiles(E + 1), order(A), slot(A);
-      cuda::MoePlanOffsets(want_e.data(), A, E, off.data());
+      MoePlanOffsets(want_e.data(), A, E, off.data());
       for (int e = 0; e < E; ++e)
-        cuda::MoePlanExpert(e, want_e.data(), A, off.data(), order.data(), slot.data());
-      cuda::MoePlanTiles(off.data(), E, tiles.data());
+        MoePlanExpert(e, want_e.data(), A, off.data(), order.data(), slot.data());
+      MoePlanTiles(off.data(), E, tiles.data());
       EXPECT_EQ(Download<int32_t>(doff, E + 1), off) << what;
       EXPECT_EQ(Download<int32_t>(dtiles, E + 1), tiles) << what;
       EXPECT_EQ(Download<int32_t>(dorder, A), order) << what;
@@ -81,33 +80,33 @@ TEST(CudaMoe, RouteAndPlanMatchThePureFunctions) {
     }
   }
   // Refused shapes.
-  EXPECT_EQ(cuda::LaunchMoeRoute(nullptr, 1, 4, 5, false, false, nullptr, nullptr, nullptr),
+  EXPECT_EQ(LaunchMoeRoute(nullptr, 1, 4, 5, false, false, nullptr, nullptr, nullptr),
             cudaErrorInvalidValue);
-  EXPECT_EQ(cuda::LaunchMoeRoute(nullptr, 1, cuda::kMaxMoeExperts + 1, 2, false, false, nullptr,
-                                 nullptr, nullptr),
+  EXPECT_EQ(
+      LaunchMoeRoute(nullptr, 1, kMaxMoeExperts + 1, 2, false, false, nullptr, nullptr, nullptr),
+      cudaErrorInvalidValue);
+  EXPECT_EQ(LaunchMoePlan(nullptr, 4, 0, nullptr, nullptr, nullptr, nullptr, nullptr),
             cudaErrorInvalidValue);
-  EXPECT_EQ(cuda::LaunchMoePlan(nullptr, 4, 0, nullptr, nullptr, nullptr, nullptr, nullptr),
-            cudaErrorInvalidValue);
-  cuda::MoeGemmParams odd;
+  MoeGemmParams odd;
   odd.N = 7;
   odd.K = 16;
-  odd.epilogue = cuda::MoeEpilogue::kSwiglu;
-  odd.act = reinterpret_cast<cuda::bf16_t*>(&odd);
-  EXPECT_EQ(cuda::LaunchMoeGemm(odd, nullptr), cudaErrorInvalidValue);
-  EXPECT_EQ(cuda::LaunchMoeRouterLogits(nullptr, nullptr, 1e-5f, false, nullptr, nullptr, 1,
-                                        cuda::kMaxMoeRouterHidden + 1, 4, nullptr, nullptr),
+  odd.epilogue = MoeEpilogue::kSwiglu;
+  odd.act = reinterpret_cast<bf16_t*>(&odd);
+  EXPECT_EQ(LaunchMoeGemm(odd, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(LaunchMoeRouterLogits(nullptr, nullptr, 1e-5f, false, nullptr, nullptr, 1,
+                                  kMaxMoeRouterHidden + 1, 4, nullptr, nullptr),
             cudaErrorInvalidValue);
-  cuda::MoeGemmParams tall;  // more row tiles than a grid holds
+  MoeGemmParams tall;  // more row tiles than a grid holds
   tall.N = 8;
   tall.K = 16;
-  tall.rows = 65536 * cuda::kMoeTileRows;
+  tall.rows = 65536 * kMoeTileRows;
   tall.y = reinterpret_cast<float*>(&tall);
-  EXPECT_EQ(cuda::LaunchMoeGemm(tall, nullptr), cudaErrorInvalidValue);
-  cuda::MoeGemmParams no_tiles = tall;  // groups without their tiles
+  EXPECT_EQ(LaunchMoeGemm(tall, nullptr), cudaErrorInvalidValue);
+  MoeGemmParams no_tiles = tall;  // groups without their tiles
   no_tiles.rows = 0;
   no_tiles.offsets = reinterpret_cast<const int32_t*>(&tall);
   no_tiles.max_tiles = 1;
-  EXPECT_EQ(cuda::LaunchMoeGemm(no_tiles, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(LaunchMoeGemm(no_tiles, nullptr), cudaErrorInvalidValue);
 }
 
 // The router's logits alone against the CPU's fp32 norm and product, for
@@ -125,14 +124,14 @@ TEST(CudaMoe, RouterLogitsMatchTheCpu) {
       const auto w = Rounded(Random(static_cast<size_t>(E) * H, rng, 0.3f));
       const auto bias = Random(E, rng, 0.5f);
       std::vector<float> h(x.size()), want(static_cast<size_t>(T) * E);
-      kernels::RmsNorm(x.data(), nw.data(), h.data(), T, H, 1e-5f, gemma);
-      kernels::Linear(h.data(), w.data(), bias.data(), want.data(), T, E, H);
+      cpu::kernels::RmsNorm(x.data(), nw.data(), h.data(), T, H, 1e-5f, gemma);
+      cpu::kernels::Linear(h.data(), w.data(), bias.data(), want.data(), T, E, H);
       auto dx = Upload(x), dnw = Upload(nw), dw = Upload(Bf16Of(w)), db = Upload(bias);
       auto out = Poisoned<float>(want.size());
-      ASSERT_EQ(cuda::LaunchMoeRouterLogits(dx.get<float>(), dnw.get<float>(), 1e-5f, gemma,
-                                            dw.get<cuda::bf16_t>(), db.get<float>(), T, H, E,
-                                            out.get<float>(), nullptr),
-                cudaSuccess);
+      ASSERT_EQ(
+          LaunchMoeRouterLogits(dx.get<float>(), dnw.get<float>(), 1e-5f, gemma, dw.get<bf16_t>(),
+                                db.get<float>(), T, H, E, out.get<float>(), nullptr),
+          cudaSuccess);
       EXPECT_LT(RelErr(Download<float>(out, want.size()), want), 1e-5)
           << "T " << T << " H " << H << " E " << E << " gemma " << gemma;
     }
@@ -151,17 +150,18 @@ TEST_P(CudaMoeLayer, MatchesCpuMoe) {
   const LayerCase lc = GetParam();
   const int T = lc.T, E = lc.E, K = lc.k, H = lc.H, I = lc.I, A = T * K;
   std::mt19937 rng(17 + T + E);
-  ModelConfig c;
+  model::ModelConfig c;
   c.hidden_size = H;
-  c.activation = Activation::kSilu;
+  c.activation = model::Activation::kSilu;
   c.moe.num_experts = E;
   c.moe.experts_per_token = K;
   c.moe.expert_intermediate = I;
-  c.moe.routing = lc.gpt_oss ? MoeRouting::kTopKThenSoftmax : MoeRouting::kSoftmaxThenTopK;
+  c.moe.routing =
+      lc.gpt_oss ? model::MoeRouting::kTopKThenSoftmax : model::MoeRouting::kSoftmaxThenTopK;
   c.moe.router_bias = c.moe.expert_bias = lc.gpt_oss;
   c.moe.norm_topk_prob = !lc.gpt_oss;
   c.moe.swiglu_limit = lc.gpt_oss ? 7.f : 0.f;
-  MoeLayerWeights w;
+  cpu::MoeLayerWeights w;
   w.num_experts = E;
   w.hidden = H;
   w.inter = I;
@@ -180,9 +180,9 @@ TEST_P(CudaMoeLayer, MatchesCpuMoe) {
   const auto x0 = Random(static_cast<size_t>(T) * H, rng, 2.f);
   const auto nw = Random(H, rng, 0.2f, 1.f);
   std::vector<float> h(x0.size());
-  kernels::RmsNorm(x0.data(), nw.data(), h.data(), T, H, 1e-5f, false);
+  cpu::kernels::RmsNorm(x0.data(), nw.data(), h.data(), T, H, 1e-5f, false);
   std::vector<float> want(static_cast<size_t>(T) * H);
-  CpuMoe cpu;
+  cpu::CpuMoe cpu;
   cpu.Forward(c, w, h.data(), want.data(), T, nullptr);
   for (size_t i = 0; i < want.size(); ++i) want[i] += x0[i];
 
@@ -207,61 +207,59 @@ TEST_P(CudaMoeLayer, MatchesCpuMoe) {
   auto off = Poisoned<int32_t>(E + 1), tiles = Poisoned<int32_t>(E + 1),
        order = Poisoned<int32_t>(A), slot = Poisoned<int32_t>(A);
 
-  ASSERT_EQ(cuda::LaunchMoeRouterLogits(
-                dx0.get<float>(), dnw.get<float>(), 1e-5f, false, drouter.get<cuda::bf16_t>(),
-                lc.gpt_oss ? drb.get<float>() : nullptr, T, H, E, logits.get<float>(), nullptr),
+  ASSERT_EQ(LaunchMoeRouterLogits(dx0.get<float>(), dnw.get<float>(), 1e-5f, false,
+                                  drouter.get<bf16_t>(), lc.gpt_oss ? drb.get<float>() : nullptr, T,
+                                  H, E, logits.get<float>(), nullptr),
             cudaSuccess);
-  ASSERT_EQ(cuda::LaunchMoeRoute(logits.get<float>(), T, E, K, !lc.gpt_oss, !lc.gpt_oss,
-                                 experts.get<int32_t>(), weights.get<float>(), nullptr),
+  ASSERT_EQ(LaunchMoeRoute(logits.get<float>(), T, E, K, !lc.gpt_oss, !lc.gpt_oss,
+                           experts.get<int32_t>(), weights.get<float>(), nullptr),
             cudaSuccess);
-  ASSERT_EQ(
-      cuda::LaunchMoePlan(experts.get<int32_t>(), A, E, off.get<int32_t>(), tiles.get<int32_t>(),
+  ASSERT_EQ(LaunchMoePlan(experts.get<int32_t>(), A, E, off.get<int32_t>(), tiles.get<int32_t>(),
                           order.get<int32_t>(), slot.get<int32_t>(), nullptr),
-      cudaSuccess);
+            cudaSuccess);
   // The expert GEMMs on each path (the tensor cores', the CUDA cores', the
   // GEMV's), each from a fresh x and poisoned intermediates.
-  for (const cuda::MoeGemmPath path :
-       {cuda::MoeGemmPath::kTensorCores, cuda::MoeGemmPath::kCudaCores, cuda::MoeGemmPath::kGemv}) {
+  for (const MoeGemmPath path :
+       {MoeGemmPath::kTensorCores, MoeGemmPath::kCudaCores, MoeGemmPath::kGemv}) {
     // (The GEMV takes whole 16-byte rows only.)
-    if (path == cuda::MoeGemmPath::kGemv &&
-        !(cuda::MoeGemvTakes(2 * I, H, cuda::MoeWeightFormat::kBf16) &&
-          cuda::MoeGemvTakes(H, I, cuda::MoeWeightFormat::kBf16)))
+    if (path == MoeGemmPath::kGemv && !(MoeGemvTakes(2 * I, H, MoeWeightFormat::kBf16) &&
+                                        MoeGemvTakes(H, I, MoeWeightFormat::kBf16)))
       continue;
     auto act = Poisoned<uint16_t>(static_cast<size_t>(A) * I);
     auto y = Poisoned<float>(static_cast<size_t>(A) * H);
     auto dx = Upload(x0);
-    cuda::MoeGemmParams g;
-    g.x = dh.get<cuda::bf16_t>();
+    MoeGemmParams g;
+    g.x = dh.get<bf16_t>();
     g.order = order.get<int32_t>();
     g.div = K;
-    g.w = dgu.get<cuda::bf16_t>();
+    g.w = dgu.get<bf16_t>();
     g.bias = lc.gpt_oss ? dgub.get<float>() : nullptr;
     g.N = 2 * I;
     g.K = H;
     g.offsets = off.get<int32_t>();
     g.tiles = tiles.get<int32_t>();
     g.num_experts = E;
-    g.max_tiles = cuda::MoeMaxTiles(A, E);
-    g.epilogue = lc.gpt_oss ? cuda::MoeEpilogue::kClampedSwiglu : cuda::MoeEpilogue::kSwiglu;
+    g.max_tiles = MoeMaxTiles(A, E);
+    g.epilogue = lc.gpt_oss ? MoeEpilogue::kClampedSwiglu : MoeEpilogue::kSwiglu;
     g.limit = 7.f;
-    g.act = act.get<cuda::bf16_t>();
+    g.act = act.get<bf16_t>();
     g.path = path;
     g.max_group_rows = T;
-    ASSERT_EQ(cuda::LaunchMoeGemm(g, nullptr), cudaSuccess);
-    cuda::MoeGemmParams d = g;
-    d.x = act.get<cuda::bf16_t>();
+    ASSERT_EQ(LaunchMoeGemm(g, nullptr), cudaSuccess);
+    MoeGemmParams d = g;
+    d.x = act.get<bf16_t>();
     d.order = nullptr;
     d.div = 1;
-    d.w = ddown.get<cuda::bf16_t>();
+    d.w = ddown.get<bf16_t>();
     d.bias = lc.gpt_oss ? ddb.get<float>() : nullptr;
     d.N = H;
     d.K = I;
-    d.epilogue = cuda::MoeEpilogue::kStore;
+    d.epilogue = MoeEpilogue::kStore;
     d.act = nullptr;
     d.y = y.get<float>();
-    ASSERT_EQ(cuda::LaunchMoeGemm(d, nullptr), cudaSuccess);
-    ASSERT_EQ(cuda::LaunchMoeCombine(y.get<float>(), slot.get<int32_t>(), weights.get<float>(), T,
-                                     K, H, dx.get<float>(), nullptr),
+    ASSERT_EQ(LaunchMoeGemm(d, nullptr), cudaSuccess);
+    ASSERT_EQ(LaunchMoeCombine(y.get<float>(), slot.get<int32_t>(), weights.get<float>(), T, K, H,
+                               dx.get<float>(), nullptr),
               cudaSuccess);
     const auto got = Download<float>(dx, static_cast<size_t>(T) * H);
     // Compare the MoE part (x0 added to both would hide errors).
@@ -274,27 +272,27 @@ TEST_P(CudaMoeLayer, MatchesCpuMoe) {
   }
   // The router logits in fp32, as the CPU's (another summation order).
   std::vector<float> want_logits(static_cast<size_t>(T) * E);
-  kernels::Linear(h.data(), w.router.data(), lc.gpt_oss ? w.router_bias.data() : nullptr,
-                  want_logits.data(), T, E, H);
+  cpu::kernels::Linear(h.data(), w.router.data(), lc.gpt_oss ? w.router_bias.data() : nullptr,
+                       want_logits.data(), T, E, H);
   EXPECT_LT(RelErr(Download<float>(logits, want_logits.size()), want_logits), 1e-5);
   // The GEMM's one-group form (rows given, no grouping) on both kinds of
   // core: the same product from the bf16 norm.
   std::vector<float> hb = Rounded(h), want_one(static_cast<size_t>(T) * E);
-  kernels::Linear(hb.data(), w.router.data(), lc.gpt_oss ? w.router_bias.data() : nullptr,
-                  want_one.data(), T, E, H);
-  for (const cuda::MoeGemmPath path :
-       {cuda::MoeGemmPath::kTensorCores, cuda::MoeGemmPath::kCudaCores, cuda::MoeGemmPath::kGemv}) {
+  cpu::kernels::Linear(hb.data(), w.router.data(), lc.gpt_oss ? w.router_bias.data() : nullptr,
+                       want_one.data(), T, E, H);
+  for (const MoeGemmPath path :
+       {MoeGemmPath::kTensorCores, MoeGemmPath::kCudaCores, MoeGemmPath::kGemv}) {
     auto one = Poisoned<float>(static_cast<size_t>(T) * E);
-    cuda::MoeGemmParams g;
-    g.x = dh.get<cuda::bf16_t>();
-    g.w = drouter.get<cuda::bf16_t>();
+    MoeGemmParams g;
+    g.x = dh.get<bf16_t>();
+    g.w = drouter.get<bf16_t>();
     g.bias = lc.gpt_oss ? drb.get<float>() : nullptr;
     g.N = E;
     g.K = H;
     g.rows = T;
     g.y = one.get<float>();
     g.path = path;
-    ASSERT_EQ(cuda::LaunchMoeGemm(g, nullptr), cudaSuccess);
+    ASSERT_EQ(LaunchMoeGemm(g, nullptr), cudaSuccess);
     EXPECT_LT(RelErr(Download<float>(one, want_one.size()), want_one), 1e-5)
         << "path " << static_cast<int>(path);
   }
@@ -317,7 +315,7 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::backend::cuda::kernels
 
 #else
 

@@ -19,7 +19,7 @@
 #include "engine/backend/rope.h"
 #include "kernel_test_util.h"
 
-namespace agentkv {
+namespace agentkv::backend::cuda::kernels {
 namespace {
 
 using namespace agentkv::testing;
@@ -37,16 +37,16 @@ TEST(CudaKernels, RmsNorm) {
         std::vector<int32_t> idx = {3, 0, 6};
         auto dx = Upload(x), dw = Upload(w), di = Upload(idx);
         auto out = Poisoned<uint16_t>(rows * dim);
-        ASSERT_EQ(cuda::LaunchRmsNorm(dx.get<float>(), nullptr, dw.get<float>(),
-                                      out.get<cuda::bf16_t>(), rows, dim, 1e-6f, plus_one, nullptr),
+        ASSERT_EQ(LaunchRmsNorm(dx.get<float>(), nullptr, dw.get<float>(), out.get<bf16_t>(), rows,
+                                dim, 1e-6f, plus_one, nullptr),
                   cudaSuccess);
         std::vector<float> ref(rows * dim);
-        kernels::RmsNorm(x.data(), w.data(), ref.data(), rows, dim, 1e-6f, plus_one);
+        cpu::kernels::RmsNorm(x.data(), w.data(), ref.data(), rows, dim, 1e-6f, plus_one);
         EXPECT_LT(RelErr(DownloadBf16(out, rows * dim), ref), 1e-2) << dim << " " << plus_one;
         // Gathered rows (the final norm of the logits rows).
         auto out2 = Poisoned<uint16_t>(3 * dim);
-        ASSERT_EQ(cuda::LaunchRmsNorm(dx.get<float>(), di.get<int32_t>(), dw.get<float>(),
-                                      out2.get<cuda::bf16_t>(), 3, dim, 1e-6f, plus_one, nullptr),
+        ASSERT_EQ(LaunchRmsNorm(dx.get<float>(), di.get<int32_t>(), dw.get<float>(),
+                                out2.get<bf16_t>(), 3, dim, 1e-6f, plus_one, nullptr),
                   cudaSuccess);
         std::vector<float> ref2;
         for (int r : idx)
@@ -64,14 +64,13 @@ TEST(CudaKernels, AddNormed) {
   auto w1 = Random(dim, rng, 0.2f), w2 = Random(dim, rng, 0.2f);
   auto d_o = Upload(o), dx = Upload(x), dw1 = Upload(w1), dw2 = Upload(w2);
   auto h = Poisoned<uint16_t>(rows * dim);
-  ASSERT_EQ(
-      cuda::LaunchAddNormed(d_o.get<float>(), dw1.get<float>(), dx.get<float>(), dw2.get<float>(),
-                            h.get<cuda::bf16_t>(), rows, dim, 1e-6f, true, nullptr),
-      cudaSuccess);
+  ASSERT_EQ(LaunchAddNormed(d_o.get<float>(), dw1.get<float>(), dx.get<float>(), dw2.get<float>(),
+                            h.get<bf16_t>(), rows, dim, 1e-6f, true, nullptr),
+            cudaSuccess);
   std::vector<float> on(rows * dim), hr(rows * dim), xr = x;
-  kernels::RmsNorm(o.data(), w1.data(), on.data(), rows, dim, 1e-6f, true);
+  cpu::kernels::RmsNorm(o.data(), w1.data(), on.data(), rows, dim, 1e-6f, true);
   for (size_t i = 0; i < xr.size(); ++i) xr[i] += on[i];
-  kernels::RmsNorm(xr.data(), w2.data(), hr.data(), rows, dim, 1e-6f, true);
+  cpu::kernels::RmsNorm(xr.data(), w2.data(), hr.data(), rows, dim, 1e-6f, true);
   EXPECT_LT(RelErr(Download<float>(dx, rows * dim), xr), 1e-5);
   EXPECT_LT(RelErr(DownloadBf16(h, rows * dim), hr), 1e-2);
 }
@@ -85,22 +84,22 @@ TEST(CudaKernels, WgmmaPlanesAddedByNormMatchLinearThenRmsNorm) {
   const int sms = Cc90Sms();
   if (sms == 0) GTEST_SKIP() << "needs compute capability 9.0";
   std::mt19937 rng(14);
-  const cuda::WgmmaGemmWorkspace none{nullptr, sms};  // planes need no workspace
+  const WgmmaGemmWorkspace none{nullptr, sms};  // planes need no workspace
   // (Rows of up to one float4 per thread stay in registers; 4,096 takes the
   // other path.)
   for (auto [m, n, k, splits] :
        {std::array{40, 2048, 8192, 0}, std::array{64, 2048, 2048, 0}, std::array{9, 512, 1024, 3},
         std::array{17, 1024, 4096, 16}, std::array{5, 4096, 1024, 4}}) {
-    cuda::WgmmaGemmPlan plan = cuda::WgmmaGemmPlanFor(n, k, sms);
+    WgmmaGemmPlan plan = WgmmaGemmPlanFor(n, k, sms);
     if (splits > 0) plan.splits = splits;
-    ASSERT_TRUE(cuda::AddPartsRmsNormSupported(n, plan.splits));
+    ASSERT_TRUE(AddPartsRmsNormSupported(n, plan.splits));
     const auto x = Rounded(Random(m * k, rng)),
                w = Rounded(Random(static_cast<size_t>(n) * k, rng, 0.05f));
     const auto res = Random(m * n, rng), nw = Random(n, rng, 0.2f, 1.f);
     std::vector<float> sum(m * n), normed(m * n);
-    kernels::Linear(x.data(), w.data(), nullptr, sum.data(), m, n, k);
+    cpu::kernels::Linear(x.data(), w.data(), nullptr, sum.data(), m, n, k);
     for (int i = 0; i < m * n; ++i) sum[i] += res[i];
-    kernels::RmsNorm(sum.data(), nw.data(), normed.data(), m, n, 1e-6f, false);
+    cpu::kernels::RmsNorm(sum.data(), nw.data(), normed.data(), m, n, 1e-6f, false);
     auto dx = Upload(Bf16Of(x)), dw = Upload(Bf16Of(w)), dnw = Upload(nw);
     auto planes = Poisoned<float>(static_cast<size_t>(plan.splits) * m * n);
     const std::string what = std::to_string(m) + " " + std::to_string(n) + " " + std::to_string(k) +
@@ -109,13 +108,13 @@ TEST(CudaKernels, WgmmaPlanesAddedByNormMatchLinearThenRmsNorm) {
     for (int rep = 0; rep < 2; ++rep) {
       auto dres = Upload(res);
       auto out = Poisoned<uint16_t>(static_cast<size_t>(m) * n);
-      ASSERT_EQ(cuda::LaunchWgmmaGemm(dx.get<cuda::bf16_t>(), dw.get<cuda::bf16_t>(), planes.get(),
-                                      true, m, n, k, 0.f, none, nullptr, -1, true, plan),
+      ASSERT_EQ(LaunchWgmmaGemm(dx.get<bf16_t>(), dw.get<bf16_t>(), planes.get(), true, m, n, k,
+                                0.f, none, nullptr, -1, true, plan),
                 cudaSuccess)
           << what;
-      ASSERT_EQ(cuda::LaunchAddPartsRmsNorm(dres.get<float>(), planes.get<float>(), plan.splits,
-                                            static_cast<int64_t>(m) * n, nullptr, dnw.get<float>(),
-                                            out.get<cuda::bf16_t>(), m, n, 1e-6f, false, nullptr),
+      ASSERT_EQ(LaunchAddPartsRmsNorm(dres.get<float>(), planes.get<float>(), plan.splits,
+                                      static_cast<int64_t>(m) * n, nullptr, dnw.get<float>(),
+                                      out.get<bf16_t>(), m, n, 1e-6f, false, nullptr),
                 cudaSuccess)
           << what;
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
@@ -132,17 +131,17 @@ TEST(CudaKernels, WgmmaPlanesAddedByNormMatchLinearThenRmsNorm) {
     auto dres = Upload(res);
     auto rows = Upload(std::vector<int32_t>{m - 1, 0});
     auto out = Poisoned<uint16_t>(2 * static_cast<size_t>(n));
-    ASSERT_EQ(cuda::LaunchAddPartsRmsNorm(dres.get<float>(), planes.get<float>(), plan.splits,
-                                          static_cast<int64_t>(m) * n, rows.get<int32_t>(),
-                                          dnw.get<float>(), out.get<cuda::bf16_t>(), 2, n, 1e-6f,
-                                          false, nullptr),
-              cudaSuccess);
+    ASSERT_EQ(
+        LaunchAddPartsRmsNorm(dres.get<float>(), planes.get<float>(), plan.splits,
+                              static_cast<int64_t>(m) * n, rows.get<int32_t>(), dnw.get<float>(),
+                              out.get<bf16_t>(), 2, n, 1e-6f, false, nullptr),
+        cudaSuccess);
     std::vector<float> want(normed.end() - n, normed.end());
     want.insert(want.end(), normed.begin(), normed.begin() + n);
     EXPECT_LT(RelErr(DownloadBf16(out, 2 * n), want), 1e-2) << what;
   }
-  EXPECT_FALSE(cuda::AddPartsRmsNormSupported(2048, cuda::kMaxWgmmaSplits + 1));
-  EXPECT_FALSE(cuda::AddPartsRmsNormSupported(2050, 2));
+  EXPECT_FALSE(AddPartsRmsNormSupported(2048, kMaxWgmmaSplits + 1));
+  EXPECT_FALSE(AddPartsRmsNormSupported(2050, 2));
 }
 
 // H 96 and 2,064 take the vector path (more chunks than threads at 2,064),
@@ -160,10 +159,10 @@ TEST(CudaKernels, EmbedAndSoftcap) {
     for (int32_t& t : toks)
       if (t < 0) t = picks[-1 - t];
     auto x = Poisoned<float>(toks.size() * H);
-    ASSERT_EQ(cuda::LaunchEmbed(dt.get<cuda::bf16_t>(), dk.get<int32_t>(), dp.get<int32_t>(), 4, H,
-                                2.5f, x.get<float>(), nullptr),
+    ASSERT_EQ(LaunchEmbed(dt.get<bf16_t>(), dk.get<int32_t>(), dp.get<int32_t>(), 4, H, 2.5f,
+                          x.get<float>(), nullptr),
               cudaSuccess);
-    ASSERT_EQ(cuda::LaunchSoftcap(x.get<float>(), 4 * H, 3.f, nullptr), cudaSuccess);
+    ASSERT_EQ(LaunchSoftcap(x.get<float>(), 4 * H, 3.f, nullptr), cudaSuccess);
     auto got = Download<float>(x, 4 * H);
     for (int t = 0; t < 4; ++t)
       for (int d = 0; d < H; ++d)
@@ -172,7 +171,7 @@ TEST(CudaKernels, EmbedAndSoftcap) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::backend::cuda::kernels
 
 #else
 

@@ -17,7 +17,7 @@
 #include "engine/backend/rope.h"
 #include "kernel_test_util.h"
 
-namespace agentkv {
+namespace agentkv::backend::cuda::kernels {
 namespace {
 
 using namespace agentkv::testing;
@@ -35,7 +35,7 @@ TEST(CudaKernels, QkvPostMatchesNormAndRope) {
     for (const bool bf16_in : {false, true})
       for (auto [D, T] : {std::pair{16, 6}, {64, 6}, {128, 6}, {256, 6}, {64, 600}, {128, 600}}) {
         const int nh = 8, nkv = 2, heads = nh + 2 * nkv;
-        RopeSpec rope;
+        model::RopeSpec rope;
         rope.theta = 500000.f;
         rope.type = "llama3";
         rope.factor = 8.f;
@@ -49,8 +49,8 @@ TEST(CudaKernels, QkvPostMatchesNormAndRope) {
           rope.original_max_position = 4096;
           rope.truncate = false;
         }
-        const auto inv = kernels::RopeInvFreq(rope, D);
-        const float factor = kernels::RopeAttentionFactor(rope);
+        const auto inv = RopeInvFreq(rope, D);
+        const float factor = RopeAttentionFactor(rope);
         if (yarn) {
           ASSERT_GT(factor, 1.1f);  // (so the test sees it)
         }
@@ -65,15 +65,14 @@ TEST(CudaKernels, QkvPostMatchesNormAndRope) {
         auto q = Poisoned<uint16_t>(T * nh * D), k = Poisoned<uint16_t>(T * nkv * D),
              v = Poisoned<uint16_t>(T * nkv * D);
         const cudaError_t e =
-            bf16_in
-                ? cuda::LaunchQkvPost(
-                      dqkv.get<cuda::bf16_t>(), db.get<float>(), dqn.get<float>(), dkn.get<float>(),
-                      dinv.get<float>(), factor, dpos.get<int32_t>(), T, nh, nkv, D, 1e-6f, false,
-                      q.get<cuda::bf16_t>(), k.get<cuda::bf16_t>(), v.get<cuda::bf16_t>(), nullptr)
-                : cuda::LaunchQkvPost(
-                      dqkv.get<float>(), db.get<float>(), dqn.get<float>(), dkn.get<float>(),
-                      dinv.get<float>(), factor, dpos.get<int32_t>(), T, nh, nkv, D, 1e-6f, false,
-                      q.get<cuda::bf16_t>(), k.get<cuda::bf16_t>(), v.get<cuda::bf16_t>(), nullptr);
+            bf16_in ? LaunchQkvPost(dqkv.get<bf16_t>(), db.get<float>(), dqn.get<float>(),
+                                    dkn.get<float>(), dinv.get<float>(), factor,
+                                    dpos.get<int32_t>(), T, nh, nkv, D, 1e-6f, false,
+                                    q.get<bf16_t>(), k.get<bf16_t>(), v.get<bf16_t>(), nullptr)
+                    : LaunchQkvPost(dqkv.get<float>(), db.get<float>(), dqn.get<float>(),
+                                    dkn.get<float>(), dinv.get<float>(), factor,
+                                    dpos.get<int32_t>(), T, nh, nkv, D, 1e-6f, false,
+                                    q.get<bf16_t>(), k.get<bf16_t>(), v.get<bf16_t>(), nullptr);
         ASSERT_EQ(e, cudaSuccess);
         std::vector<float> rq, rk, rv;
         for (int t = 0; t < T; ++t) {
@@ -81,10 +80,10 @@ TEST(CudaKernels, QkvPostMatchesNormAndRope) {
           for (int i = 0; i < heads * D; ++i) row[i] += bias[i];
           float* qp = row.data();
           float* kp = qp + nh * D;
-          kernels::RmsNorm(qp, qn.data(), qp, nh, D, 1e-6f, false);
-          kernels::RmsNorm(kp, kn.data(), kp, nkv, D, 1e-6f, false);
-          kernels::ApplyRope(qp, nh, D, pos[t], inv.data(), factor);
-          kernels::ApplyRope(kp, nkv, D, pos[t], inv.data(), factor);
+          cpu::kernels::RmsNorm(qp, qn.data(), qp, nh, D, 1e-6f, false);
+          cpu::kernels::RmsNorm(kp, kn.data(), kp, nkv, D, 1e-6f, false);
+          cpu::kernels::ApplyRope(qp, nh, D, pos[t], inv.data(), factor);
+          cpu::kernels::ApplyRope(kp, nkv, D, pos[t], inv.data(), factor);
           rq.insert(rq.end(), qp, qp + nh * D);
           rk.insert(rk.end(), kp, kp + nkv * D);
           rv.insert(rv.end(), kp + nkv * D, kp + 2 * nkv * D);
@@ -109,17 +108,16 @@ TEST(CudaKernels, QkvPostMatchesNormAndRope) {
         auto dtab = Upload(tables), dts = Upload(tok_seq), dw = Upload(std::vector<int32_t>{width});
         auto cache = Poisoned<uint16_t>(static_cast<size_t>(T) * 2 * bs * row);
         auto q2 = Poisoned<uint16_t>(T * nh * D);
-        cuda::KvCacheView view;
-        view.base = cache.get<cuda::bf16_t>();
+        KvCacheView view;
+        view.base = cache.get<bf16_t>();
         view.block_stride = 2 * bs * row;
         view.block_size = bs;
         view.tables = dtab.get<int32_t>();
         view.table_stride = dw.get<int32_t>();
-        ASSERT_EQ(cuda::LaunchQkvPostStore(dqkv.get<cuda::bf16_t>(), db.get<float>(),
-                                           dqn.get<float>(), dkn.get<float>(), dinv.get<float>(),
-                                           factor, dpos.get<int32_t>(), dts.get<int32_t>(), T, nh,
-                                           nkv, D, 1e-6f, false, q2.get<cuda::bf16_t>(), nullptr,
-                                           nullptr, view, nullptr),
+        ASSERT_EQ(LaunchQkvPostStore(dqkv.get<bf16_t>(), db.get<float>(), dqn.get<float>(),
+                                     dkn.get<float>(), dinv.get<float>(), factor,
+                                     dpos.get<int32_t>(), dts.get<int32_t>(), T, nh, nkv, D, 1e-6f,
+                                     false, q2.get<bf16_t>(), nullptr, nullptr, view, nullptr),
                   cudaSuccess);
         EXPECT_EQ(DownloadBf16(q2, rq.size()), DownloadBf16(q, rq.size())) << T;
         const std::vector<float> all = DownloadBf16(cache, static_cast<size_t>(T) * 2 * bs * row);
@@ -135,7 +133,7 @@ TEST(CudaKernels, QkvPostMatchesNormAndRope) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::backend::cuda::kernels
 
 #else
 

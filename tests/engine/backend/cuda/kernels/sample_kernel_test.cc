@@ -24,7 +24,7 @@
 #include "engine/backend/cuda/kernels/sample_kernel.h"
 #include "engine/backend/sample_draw.h"
 
-namespace agentkv {
+namespace agentkv::backend::cuda::kernels {
 namespace {
 
 using namespace agentkv::testing;
@@ -136,8 +136,8 @@ TEST(SampleKernel, MatchesTheCpuDraw) {
         auto dl = Upload(logits);
         auto dp = Upload(picks);
         auto out = Poisoned<int32_t>(static_cast<size_t>(batch));
-        ASSERT_EQ(cuda::LaunchSampleRows(dl.get<float>(), batch, vocab, dp.get<RowPick>(),
-                                         out.get<int32_t>(), nullptr),
+        ASSERT_EQ(LaunchSampleRows(dl.get<float>(), batch, vocab, dp.get<RowPick>(),
+                                   out.get<int32_t>(), nullptr),
                   cudaSuccess);
         const std::vector<int32_t> got = Download<int32_t>(out, static_cast<size_t>(batch));
         for (int r = 0; r < batch; ++r) {
@@ -200,9 +200,9 @@ TEST(SampleKernel, SweepOfUMatchesTheCpuExactly) {
   std::vector<int32_t> first;
   for (int launch = 0; launch < 2; ++launch) {
     auto out = Poisoned<int32_t>(n);
-    ASSERT_EQ(cuda::LaunchSampleRows(dl.get<float>(), n, vocab, dp.get<RowPick>(),
-                                     out.get<int32_t>(), nullptr),
-              cudaSuccess);
+    ASSERT_EQ(
+        LaunchSampleRows(dl.get<float>(), n, vocab, dp.get<RowPick>(), out.get<int32_t>(), nullptr),
+        cudaSuccess);
     const std::vector<int32_t> got = Download<int32_t>(out, n);
     int ambiguous = 0;
     for (int r = 0; r < n; ++r) {
@@ -219,7 +219,7 @@ TEST(SampleKernel, SweepOfUMatchesTheCpuExactly) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::backend::cuda::kernels
 
 #else
 

@@ -18,7 +18,7 @@
 #include "engine/backend/rope.h"
 #include "kernel_test_util.h"
 
-namespace agentkv {
+namespace agentkv::backend::cuda::kernels {
 namespace {
 
 using namespace agentkv::testing;
@@ -33,12 +33,12 @@ TEST(CudaKernels, WgmmaGemmMatchesLinear) {
   const int sms = Cc90Sms();
   if (sms == 0) GTEST_SKIP() << "needs compute capability 9.0";
   std::mt19937 rng(12);
-  auto ws = Poisoned<float>(cuda::WgmmaGemmWorkspaceBytes(sms) / 4);
+  auto ws = Poisoned<float>(WgmmaGemmWorkspaceBytes(sms) / 4);
   ASSERT_EQ(cudaMemset(ws.get(), 0, ws.bytes()), cudaSuccess);
-  const cuda::WgmmaGemmWorkspace wws{ws.get(), sms};
+  const WgmmaGemmWorkspace wws{ws.get(), sms};
   struct Case {
     int m, n, k;
-    cuda::WgmmaGemmPlan plan;
+    WgmmaGemmPlan plan;
   };
   const std::vector<Case> cases = {{64, 3072, 2048, {}},
                                    {40, 2048, 8192, {}},
@@ -55,50 +55,48 @@ TEST(CudaKernels, WgmmaGemmMatchesLinear) {
                                    {1, 128, 64, {64, 1}}};
   for (const Case& c : cases) {
     const int m = c.m, n = c.n, k = c.k;
-    ASSERT_TRUE(cuda::WgmmaGemmSupported(m, n, k));
+    ASSERT_TRUE(WgmmaGemmSupported(m, n, k));
     for (const bool f32 : {true, false})
       CheckGemmAgainstLinear(
           m, n, k, f32, rng,
           std::to_string(m) + " " + std::to_string(n) + " " + std::to_string(k) + " tile " +
               std::to_string(c.plan.tile) + " splits " + std::to_string(c.plan.splits),
-          [&](const cuda::bf16_t* x, const cuda::bf16_t* w, void* y, float beta) {
-            return cuda::LaunchWgmmaGemm(x, w, y, f32, m, n, k, beta, wws, nullptr, -1, false,
-                                         c.plan);
+          [&](const bf16_t* x, const bf16_t* w, void* y, float beta) {
+            return LaunchWgmmaGemm(x, w, y, f32, m, n, k, beta, wws, nullptr, -1, false, c.plan);
           });
   }
   // The gated activation in the epilogue, with and without split K: against
   // Linear then the CPU GatedActivation.
   for (auto [m, n, k, splits] : {std::array{64, 8192, 2048, 1}, std::array{9, 8192, 2048, 1},
                                  std::array{33, 512, 1024, 4}, std::array{64, 96, 2048, 3}})
-    for (Activation act : {Activation::kSilu, Activation::kGeluTanh}) {
+    for (model::Activation act : {model::Activation::kSilu, model::Activation::kGeluTanh}) {
       const auto x = Rounded(Random(m * k, rng));
       const auto w = Rounded(Random(static_cast<size_t>(2 * n) * k, rng, 0.05f));
       auto dx = Upload(Bf16Of(x)), dw = Upload(Bf16Of(InterleaveGateUp(w, n, k)));
       auto out = Poisoned<uint16_t>(static_cast<size_t>(m) * n);
-      ASSERT_EQ(cuda::LaunchWgmmaGemm(dx.get<cuda::bf16_t>(), dw.get<cuda::bf16_t>(), out.get(),
-                                      false, m, 2 * n, k, 0.f, wws, nullptr,
-                                      act == Activation::kSilu ? 0 : 1, false, {64, splits, true}),
+      ASSERT_EQ(LaunchWgmmaGemm(dx.get<bf16_t>(), dw.get<bf16_t>(), out.get(), false, m, 2 * n, k,
+                                0.f, wws, nullptr, act == model::Activation::kSilu ? 0 : 1, false,
+                                {64, splits, true}),
                 cudaSuccess);
       ExpectLinearThenGated(out, x, w, m, n, k, act);
     }
-  EXPECT_EQ(
-      cuda::LaunchWgmmaGemm(nullptr, nullptr, nullptr, true, 64, 128, 128, 0.f, wws, nullptr, 0),
-      cudaErrorInvalidValue);  // the activation writes bf16
-  const cuda::WgmmaGemmPlan o = cuda::WgmmaGemmPlanFor(2048, 2048, 132);
+  EXPECT_EQ(LaunchWgmmaGemm(nullptr, nullptr, nullptr, true, 64, 128, 128, 0.f, wws, nullptr, 0),
+            cudaErrorInvalidValue);  // the activation writes bf16
+  const WgmmaGemmPlan o = WgmmaGemmPlanFor(2048, 2048, 132);
   EXPECT_EQ(o.tile, 64);
   EXPECT_GT(o.splits, 1);
-  EXPECT_EQ(cuda::WgmmaGemmPlanFor(128256, 2048, 132).splits, 1);
-  EXPECT_FALSE(cuda::WgmmaGemmSupported(cuda::kMaxWgmmaRows + 1, 2048, 2048));
-  EXPECT_FALSE(cuda::WgmmaGemmSupported(64, 2048, 2080));
-  EXPECT_FALSE(cuda::WgmmaGemmSupported(64, 200, 2048));
-  EXPECT_EQ(cuda::LaunchWgmmaGemm(nullptr, nullptr, nullptr, true, 64, 192, 320, 0.f, wws, nullptr,
-                                  -1, false, {128, 1}),
+  EXPECT_EQ(WgmmaGemmPlanFor(128256, 2048, 132).splits, 1);
+  EXPECT_FALSE(WgmmaGemmSupported(kMaxWgmmaRows + 1, 2048, 2048));
+  EXPECT_FALSE(WgmmaGemmSupported(64, 2048, 2080));
+  EXPECT_FALSE(WgmmaGemmSupported(64, 200, 2048));
+  EXPECT_EQ(LaunchWgmmaGemm(nullptr, nullptr, nullptr, true, 64, 192, 320, 0.f, wws, nullptr, -1,
+                            false, {128, 1}),
             cudaErrorInvalidValue);  // 192 features are not whole 128-wide tiles
-  EXPECT_EQ(cuda::LaunchWgmmaGemm(nullptr, nullptr, nullptr, true, 64, 16384, 2048, 0.f, wws,
-                                  nullptr, -1, false, {64, 16}),
+  EXPECT_EQ(LaunchWgmmaGemm(nullptr, nullptr, nullptr, true, 64, 16384, 2048, 0.f, wws, nullptr, -1,
+                            false, {64, 16}),
             cudaErrorInvalidValue);  // 4,096 partial tiles: more than the workspace holds
-  EXPECT_EQ(cuda::LaunchWgmmaGemm(nullptr, nullptr, nullptr, false, 64, 2048, 2048, 0.f, wws,
-                                  nullptr, -1, true),
+  EXPECT_EQ(LaunchWgmmaGemm(nullptr, nullptr, nullptr, false, 64, 2048, 2048, 0.f, wws, nullptr, -1,
+                            true),
             cudaErrorInvalidValue);  // planes are fp32
 }
 
@@ -112,11 +110,11 @@ TEST(CudaKernels, WgmmaGemmArgmaxMatchesArgmaxOfLogits) {
   const int sms = Cc90Sms();
   if (sms == 0) GTEST_SKIP() << "needs compute capability 9.0";
   std::mt19937 rng(21);
-  auto ws = Poisoned<float>(cuda::WgmmaGemmWorkspaceBytes(sms) / 4);
+  auto ws = Poisoned<float>(WgmmaGemmWorkspaceBytes(sms) / 4);
   ASSERT_EQ(cudaMemset(ws.get(), 0, ws.bytes()), cudaSuccess);
   struct Case {
     int m, n, k;
-    cuda::WgmmaGemmPlan plan;
+    WgmmaGemmPlan plan;
   };
   for (const Case& c : {Case{64, 64 * 37, 256, {}}, Case{17, 128 * 19, 512, {128, 1, true}},
                         Case{3, 64 * 40, 128, {64, 1}}}) {
@@ -136,18 +134,17 @@ TEST(CudaKernels, WgmmaGemmArgmaxMatchesArgmaxOfLogits) {
     align(1, 40);
     auto dx = Upload(Bf16Of(x)), dw = Upload(Bf16Of(w));
     cuda::DeviceBuffer scratch, ref_scratch, flag;
-    ASSERT_TRUE(scratch.Allocate(cuda::WgmmaArgmaxScratchBytes(m, n, c.plan)).ok());
-    ASSERT_TRUE(ref_scratch.Allocate(cuda::ArgmaxScratchBytes(m)).ok());
+    ASSERT_TRUE(scratch.Allocate(WgmmaArgmaxScratchBytes(m, n, c.plan)).ok());
+    ASSERT_TRUE(ref_scratch.Allocate(ArgmaxScratchBytes(m)).ok());
     ASSERT_TRUE(flag.Allocate(4).ok());
     // The plain GEMM's logits and their two-pass argmax: the reference.
     auto plain = Poisoned<float>(static_cast<size_t>(m) * n);
     auto ref_picks = Poisoned<int32_t>(m);
-    ASSERT_EQ(
-        cuda::LaunchWgmmaGemm(dx.get<cuda::bf16_t>(), dw.get<cuda::bf16_t>(), plain.get(), true, m,
-                              n, k, 0.f, {ws.get(), sms}, nullptr, -1, false, c.plan),
-        cudaSuccess);
-    ASSERT_EQ(cuda::LaunchArgmax(plain.get<float>(), m, n, ref_picks.get<int32_t>(),
-                                 ref_scratch.get(), nullptr),
+    ASSERT_EQ(LaunchWgmmaGemm(dx.get<bf16_t>(), dw.get<bf16_t>(), plain.get(), true, m, n, k, 0.f,
+                              {ws.get(), sms}, nullptr, -1, false, c.plan),
+              cudaSuccess);
+    ASSERT_EQ(LaunchArgmax(plain.get<float>(), m, n, ref_picks.get<int32_t>(), ref_scratch.get(),
+                           nullptr),
               cudaSuccess);
     const auto want_logits = Download<float>(plain, static_cast<size_t>(m) * n);
     const auto want = Download<int32_t>(ref_picks, m);
@@ -158,10 +155,9 @@ TEST(CudaKernels, WgmmaGemmArgmaxMatchesArgmaxOfLogits) {
       ASSERT_EQ(cudaMemcpy(flag.get(), &v, 4, cudaMemcpyHostToDevice), cudaSuccess);
       auto logits = Poisoned<float>(static_cast<size_t>(m) * n);
       auto picks = Poisoned<int32_t>(m);
-      ASSERT_EQ(cuda::LaunchWgmmaGemmArgmax(
-                    dx.get<cuda::bf16_t>(), dw.get<cuda::bf16_t>(), logits.get<float>(),
-                    store < 0 ? nullptr : flag.get<int32_t>(), m, n, k, scratch.get(),
-                    picks.get<int32_t>(), sms, nullptr, c.plan),
+      ASSERT_EQ(LaunchWgmmaGemmArgmax(dx.get<bf16_t>(), dw.get<bf16_t>(), logits.get<float>(),
+                                      store < 0 ? nullptr : flag.get<int32_t>(), m, n, k,
+                                      scratch.get(), picks.get<int32_t>(), sms, nullptr, c.plan),
                 cudaSuccess)
           << what;
       EXPECT_EQ(Download<int32_t>(picks, m), want) << what << " store " << store;
@@ -176,16 +172,16 @@ TEST(CudaKernels, WgmmaGemmArgmaxMatchesArgmaxOfLogits) {
   }
   cuda::DeviceBuffer any;
   ASSERT_TRUE(any.Allocate(1 << 20).ok());
-  EXPECT_EQ(cuda::LaunchWgmmaGemmArgmax(nullptr, nullptr, nullptr, nullptr, 64, 2048, 2048,
-                                        any.get(), any.get<int32_t>(), sms, nullptr, {64, 2}),
+  EXPECT_EQ(LaunchWgmmaGemmArgmax(nullptr, nullptr, nullptr, nullptr, 64, 2048, 2048, any.get(),
+                                  any.get<int32_t>(), sms, nullptr, {64, 2}),
             cudaErrorInvalidValue);  // no split K
-  EXPECT_EQ(cuda::LaunchWgmmaGemmArgmax(nullptr, nullptr, nullptr, nullptr, 64, 2048, 2048, nullptr,
-                                        any.get<int32_t>(), sms, nullptr),
+  EXPECT_EQ(LaunchWgmmaGemmArgmax(nullptr, nullptr, nullptr, nullptr, 64, 2048, 2048, nullptr,
+                                  any.get<int32_t>(), sms, nullptr),
             cudaErrorInvalidValue);  // no scratch
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::backend::cuda::kernels
 
 #else
 

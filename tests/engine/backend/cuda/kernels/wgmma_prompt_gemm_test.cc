@@ -18,7 +18,7 @@
 #include "engine/backend/rope.h"
 #include "kernel_test_util.h"
 
-namespace agentkv {
+namespace agentkv::backend::cuda::kernels {
 namespace {
 
 using namespace agentkv::testing;
@@ -44,7 +44,7 @@ TEST(CudaKernels, PromptGemmMatchesLinear) {
     const int m = c.m, n = c.n, k = c.k;
     const std::string what = std::to_string(m) + " " + std::to_string(n) + " " + std::to_string(k) +
                              " grid " + std::to_string(c.grid) + " act " + std::to_string(c.act);
-    ASSERT_TRUE(cuda::PromptGemmSupported(m, n, k)) << what;
+    ASSERT_TRUE(PromptGemmSupported(m, n, k)) << what;
     const auto x = Rounded(Random(static_cast<size_t>(m) * k, rng));
     const auto w = Rounded(Random(static_cast<size_t>(n) * k, rng, 0.05f));
     const int out_n = c.act >= 0 ? n / 2 : n;
@@ -52,20 +52,21 @@ TEST(CudaKernels, PromptGemmMatchesLinear) {
     std::vector<uint16_t> wdev;
     if (c.act >= 0) {
       std::vector<float> gu(static_cast<size_t>(m) * n);
-      kernels::Linear(x.data(), w.data(), nullptr, gu.data(), m, n, k);  // [gate | up] rows
-      kernels::GatedActivation(gu.data(), ref.data(), m, n / 2,
-                               c.act == 0 ? Activation::kSilu : Activation::kGeluTanh);
+      cpu::kernels::Linear(x.data(), w.data(), nullptr, gu.data(), m, n, k);  // [gate | up] rows
+      cpu::kernels::GatedActivation(
+          gu.data(), ref.data(), m, n / 2,
+          c.act == 0 ? model::Activation::kSilu : model::Activation::kGeluTanh);
       wdev = Bf16Of(InterleaveGateUp(w, n / 2, k));
     } else {
-      kernels::Linear(x.data(), w.data(), nullptr, ref.data(), m, n, k);
+      cpu::kernels::Linear(x.data(), w.data(), nullptr, ref.data(), m, n, k);
       wdev = Bf16Of(w);
     }
     auto dx = Upload(Bf16Of(x)), dw = Upload(wdev);
     std::vector<uint16_t> first;
     for (int rep = 0; rep < 2; ++rep) {
       auto out = Poisoned<uint16_t>(static_cast<size_t>(m + 1) * out_n);
-      ASSERT_EQ(cuda::LaunchPromptGemm(dx.get<cuda::bf16_t>(), dw.get<cuda::bf16_t>(),
-                                       out.get<cuda::bf16_t>(), m, n, k, c.act, c.grid, nullptr),
+      ASSERT_EQ(LaunchPromptGemm(dx.get<bf16_t>(), dw.get<bf16_t>(), out.get<bf16_t>(), m, n, k,
+                                 c.act, c.grid, nullptr),
                 cudaSuccess)
           << what;
       const auto raw = Download<uint16_t>(out, static_cast<size_t>(m + 1) * out_n);
@@ -81,9 +82,9 @@ TEST(CudaKernels, PromptGemmMatchesLinear) {
       }
     }
   }
-  EXPECT_FALSE(cuda::PromptGemmSupported(128, 384, 2048));  // not whole 256-feature tiles
-  EXPECT_FALSE(cuda::PromptGemmSupported(128, 2048, 2080));
-  EXPECT_EQ(cuda::LaunchPromptGemm(nullptr, nullptr, nullptr, 128, 384, 2048, -1, sms, nullptr),
+  EXPECT_FALSE(PromptGemmSupported(128, 384, 2048));  // not whole 256-feature tiles
+  EXPECT_FALSE(PromptGemmSupported(128, 2048, 2080));
+  EXPECT_EQ(LaunchPromptGemm(nullptr, nullptr, nullptr, 128, 384, 2048, -1, sms, nullptr),
             cudaErrorInvalidValue);
 }
 
@@ -105,22 +106,20 @@ TEST(CudaKernels, PromptGemmArgmaxMatchesArgmaxOfLogits) {
       std::copy_n(w.begin() + static_cast<size_t>(src) * k, k,
                   w.begin() + static_cast<size_t>(dst) * k);
     std::vector<float> ref(static_cast<size_t>(m) * n);
-    kernels::Linear(x.data(), w.data(), nullptr, ref.data(), m, n, k);
+    cpu::kernels::Linear(x.data(), w.data(), nullptr, ref.data(), m, n, k);
     auto dx = Upload(Bf16Of(x)), dw = Upload(Bf16Of(w));
     cuda::DeviceBuffer scratch, scratch2;
-    ASSERT_TRUE(scratch.Allocate(cuda::PromptArgmaxScratchBytes(m, n)).ok());
-    ASSERT_TRUE(scratch2.Allocate(cuda::ArgmaxScratchBytes(m)).ok());
+    ASSERT_TRUE(scratch.Allocate(PromptArgmaxScratchBytes(m, n)).ok());
+    ASSERT_TRUE(scratch2.Allocate(ArgmaxScratchBytes(m)).ok());
     auto picks = Poisoned<int32_t>(m), plain = Poisoned<int32_t>(m);
     auto y = Poisoned<float>(static_cast<size_t>(m) * n);
-    ASSERT_EQ(cuda::LaunchPromptGemmArgmax(dx.get<cuda::bf16_t>(), dw.get<cuda::bf16_t>(),
-                                           y.get<float>(), nullptr, m, n, k, scratch.get(),
-                                           picks.get<int32_t>(), grid, nullptr),
+    ASSERT_EQ(LaunchPromptGemmArgmax(dx.get<bf16_t>(), dw.get<bf16_t>(), y.get<float>(), nullptr, m,
+                                     n, k, scratch.get(), picks.get<int32_t>(), grid, nullptr),
               cudaSuccess)
         << what;
     EXPECT_LT(RelErr(Download<float>(y, ref.size()), ref), 1e-5) << what;
-    ASSERT_EQ(
-        cuda::LaunchArgmax(y.get<float>(), m, n, plain.get<int32_t>(), scratch2.get(), nullptr),
-        cudaSuccess);
+    ASSERT_EQ(LaunchArgmax(y.get<float>(), m, n, plain.get<int32_t>(), scratch2.get(), nullptr),
+              cudaSuccess);
     const auto got = Download<int32_t>(picks, m);
     EXPECT_EQ(got, Download<int32_t>(plain, m)) << what;
     // A row whose best is a tied pair picks the lower index.
@@ -132,9 +131,9 @@ TEST(CudaKernels, PromptGemmArgmaxMatchesArgmaxOfLogits) {
     auto flag = Upload(std::vector<int32_t>{0});
     auto y2 = Poisoned<float>(static_cast<size_t>(m) * n);
     auto picks2 = Poisoned<int32_t>(m);
-    ASSERT_EQ(cuda::LaunchPromptGemmArgmax(dx.get<cuda::bf16_t>(), dw.get<cuda::bf16_t>(),
-                                           y2.get<float>(), flag.get<int32_t>(), m, n, k,
-                                           scratch.get(), picks2.get<int32_t>(), grid, nullptr),
+    ASSERT_EQ(LaunchPromptGemmArgmax(dx.get<bf16_t>(), dw.get<bf16_t>(), y2.get<float>(),
+                                     flag.get<int32_t>(), m, n, k, scratch.get(),
+                                     picks2.get<int32_t>(), grid, nullptr),
               cudaSuccess)
         << what;
     EXPECT_EQ(Download<int32_t>(picks2, m), got) << what;
@@ -145,7 +144,7 @@ TEST(CudaKernels, PromptGemmArgmaxMatchesArgmaxOfLogits) {
 }
 
 }  // namespace
-}  // namespace agentkv
+}  // namespace agentkv::backend::cuda::kernels
 
 #else
 

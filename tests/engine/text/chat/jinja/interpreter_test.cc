@@ -14,7 +14,7 @@
 
 #include "engine/text/chat/jinja/template.h"
 
-namespace agentkv::jinja {
+namespace agentkv::text::chat::jinja {
 namespace {
 
 struct Outcome {
@@ -98,4 +98,4 @@ TEST(InterpreterTest, ManyMacroDefinitionsRender) {
 }
 
 }  // namespace
-}  // namespace agentkv::jinja
+}  // namespace agentkv::text::chat::jinja

@@ -8,7 +8,7 @@
 
 #include "engine/text/chat/jinja/template.h"
 
-namespace agentkv::jinja {
+namespace agentkv::text::chat::jinja {
 namespace {
 
 Result<std::string> Render(const std::string& source) {
@@ -47,4 +47,4 @@ TEST(OperatorsTest, HugeExponentsOfSmallBasesEnd) {
 }
 
 }  // namespace
-}  // namespace agentkv::jinja
+}  // namespace agentkv::text::chat::jinja

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <string>
 
-namespace agentkv::jinja::testing {
+namespace agentkv::text::chat::jinja::testing {
 
 inline constexpr const char* kPython = "/usr/bin/python3";
 
@@ -51,4 +51,4 @@ inline std::string FirstDiff(const std::string& want, const std::string& got) {
          " bytes)\n  python: ..." + show(want) + "\n  C++:    ..." + show(got);
 }
 
-}  // namespace agentkv::jinja::testing
+}  // namespace agentkv::text::chat::jinja::testing

@@ -6,7 +6,7 @@
 
 #include "reference_util.h"
 
-namespace agentkv::jinja {
+namespace agentkv::text::chat::jinja {
 namespace {
 
 constexpr int64_t kFixedTimestamp = 1722001506;  // hf_env.FIXED_TIMESTAMP
@@ -129,4 +129,4 @@ TEST(TemplateTest, ParseOnceRenderMany) {
 }
 
 }  // namespace
-}  // namespace agentkv::jinja
+}  // namespace agentkv::text::chat::jinja

@@ -1,0 +1,136 @@
+// Which kernel runs each matrix product of a CUDA step, decided from the
+// step's row count and a few facts about the model, the device and the
+// tuning: plain data, so the choices are tested without a GPU
+// (tests/engine/backend/cuda/gemm_plan_test.cc). CudaBackend::Enqueue
+// launches what PlanDenseLayer and PlanLmHead say; CudaBackend::Gemm (every
+// other product: MoE, fp8, tensor parallelism, warm-up) what ChooseGemm
+// says. The kernels' own shape rules come from kernels/gemm_route.h.
+//
+// By rows (the defaults; GemmModel carries the switches):
+// - 1 and 2 rows (kGemvMaxRows): the weight-streaming GEMVs, the QKV
+//   projection with the RMSNorm fused in (hidden size and outputs up to
+//   4,096), gate_up with the gated activation in its epilogue and the
+//   MLP's norm fused in too where CudaTuning::gemv_pipe is on and no
+//   sandwich norm came before.
+// - from GemmModel::wgmma_min_rows to 64 rows: the warpgroup GEMM where its
+//   plan needs no split K, gate_up with the activation in its epilogue; the
+//   o and down projections, and the decode QKV projection, with K split
+//   into fp32 planes that the next norm or the decode attention adds; the
+//   LM head from 3 rows with the argmax in its epilogue.
+// - more than 64 rows: gate_up on the persistent prompt GEMM with the
+//   activation in its epilogue; the LM head from 8 rows on it with the
+//   argmax in its epilogue.
+// - the rest on cuBLAS (tuned per shape from kTuneMinRows rows).
+//
+// Pure functions; thread-compatible. No CUDA headers.
+#pragma once
+
+#include <cstdint>
+
+namespace agentkv::backend::cuda {
+
+// Up to this many rows the GEMMs run on the weight-streaming GEMVs: the
+// GEMV beat cuBLAS at 1 row (c1 655 -> 683 tok/s) but lost at 8 (c8 3833
+// -> 3210: its x reads from shared memory grow with the rows).
+inline constexpr int kGemvMaxRows = 2;
+// Rows from which the LM head runs on the prompt GEMM (measured from 8:
+// 184 against 190 us for the warpgroup GEMM; fewer not measured).
+inline constexpr int kPromptArgmaxMinRows = 8;
+// Row counts from which cuBLAS takes GemmTuner's choice (the prompt
+// steps'; decode steps and their graphs keep cuBLAS's default).
+inline constexpr int kTuneMinRows = 512;
+
+// Facts the choices follow; constant for a backend once created.
+struct GemmModel {
+  int hidden = 0;  // H
+  int qkv_n = 0;   // (heads + 2 * kv_heads) * head_dim
+  int attn_n = 0;  // heads * head_dim: the o projection's k
+  int inter = 0;   // I: gate_up is 2I x H, down H x I
+  int vocab = 0;
+  int num_sms = 1;
+  // Rows from which the warpgroup GEMM runs (cuda::WgmmaMinRows; kNeverRows
+  // off compute capability 9.0).
+  int wgmma_min_rows = 1 << 30;
+  // The persistent prompt GEMM: CudaTuning::prompt_gemm and a device that
+  // has it (PromptGemmDeviceSupported).
+  bool prompt_gemm = false;
+  // CudaTuning's switches.
+  bool lm_argmax = true;
+  bool prompt_argmax = true;
+  bool gemv_pipe = true;
+  bool softcap = false;        // the LM head's logits are soft-capped
+  bool sandwich_norm = false;  // norms after attention and the MLP (Gemma 3)
+  bool tp = false;             // tensor parallelism: partial sums, all-reduced
+};
+
+// What CudaBackend::Gemm runs an m-row [n][k] product on.
+enum class GemmKernel : uint8_t {
+  kGemv,    // kernels::LaunchGemv
+  kWgmma,   // kernels::LaunchWgmmaGemm, one split
+  kCublas,  // cuBLAS at CublasRows(m), GemmTuner's choice from kTuneMinRows
+};
+GemmKernel ChooseGemm(const GemmModel& g, int m, int n, int k);
+// The warpgroup GEMM for m rows of [n][k] (plans without split K: with it
+// the last block's reduction made the o, QKV and down projections slower
+// than cuBLAS; bench/RESULTS.md item 44).
+bool UseWgmma(const GemmModel& g, int m, int n, int k);
+// The row count cuBLAS runs a GEMM of m rows on: a multiple of 8 up to 64
+// rows, of 16 up to 256 (the decode graph buckets stay as they are), of 64
+// beyond (at most 63 rows more, under 4% of the work of a full 2,048-token
+// step), and at most max_rows (what x and y hold) unless m is more.
+int GemmRows(int m);
+int CublasRows(int m, int64_t max_rows);
+// The split-K planes an m-row [n][k] product leaves for the next kernel to
+// add (AddPartsRmsNorm, or the decode attention for QKV); 0: none.
+int PlanesFor(const GemmModel& g, int m, int n, int k);
+// gate_up (n = 2 * inter) of m rows on the prompt GEMM with the activation
+// in its epilogue (more than kMaxWgmmaRows rows).
+bool UsePromptGemm(const GemmModel& g, int m, int n, int k);
+
+// The QKV projection of a dense bf16 layer.
+enum class QkvPath : uint8_t {
+  kWgmmaPlanes,   // Norm, then the warpgroup GEMM's planes for the attention
+  kNormGemv,      // the RMSNorm fused in the GEMV
+  kNormThenGemm,  // Norm, then Gemm (ChooseGemm)
+};
+// The residual-adding projections (o, down: x += a . w^T).
+enum class ResidualPath : uint8_t {
+  kPlanes,       // the warpgroup GEMM's split-K planes, added by the next norm
+  kGemmAdd,      // Gemm with beta 1
+  kGemmPartial,  // tensor parallelism: Gemm with beta 1 on rank 0, 0 on others
+  kGemmOut,      // sandwich norm: Gemm into o_, the norm adds it
+};
+// gate_up and its gated activation.
+enum class GateUpPath : uint8_t {
+  kNormGemvAct,  // the MLP's norm, the GEMV and the activation in one kernel
+  kGemvAct,      // Norm, then the GEMV with the activation in its epilogue
+  kWgmmaAct,     // Norm, then the warpgroup GEMM with it in its epilogue
+  kPromptAct,    // Norm, then the prompt GEMM with it in its epilogue
+  kGemmThenAct,  // Norm, Gemm into gu_, then LaunchGatedAct
+};
+// What a dense layer of a step of `tokens` rows runs. Layers whose
+// projection is quantized (fp8) take the quantized kernel instead, and
+// mixture-of-experts layers their own MLP; the plan holds for the rest.
+struct DenseLayerPlan {
+  QkvPath qkv = QkvPath::kNormThenGemm;
+  int qkv_planes = 0;  // kWgmmaPlanes: the planes the attention adds
+  ResidualPath o = ResidualPath::kGemmAdd;
+  GateUpPath gate_up = GateUpPath::kGemmThenAct;
+  ResidualPath down = ResidualPath::kGemmAdd;
+  int o_planes = 0, down_planes = 0;  // kPlanes: the split
+};
+// fused_rotary: the step's decode attention applies the rotary (RouteStep),
+// so QKV stays fp32 and may leave planes; max_qkv_planes: what the
+// attention adds (kernels::kMaxQkvPlanes).
+DenseLayerPlan PlanDenseLayer(const GemmModel& g, int tokens, bool fused_rotary,
+                              int max_qkv_planes);
+
+// The LM head of a step with `rows` logits rows.
+enum class LmHeadPath : uint8_t {
+  kPromptArgmax,  // Norm, then the prompt GEMM with the argmax in its epilogue
+  kWgmmaArgmax,   // Norm, then the warpgroup GEMM with the argmax in its epilogue
+  kGemmArgmax,    // NormGemm, softcap, then LaunchArgmax
+};
+LmHeadPath PlanLmHead(const GemmModel& g, int rows);
+
+}  // namespace agentkv::backend::cuda

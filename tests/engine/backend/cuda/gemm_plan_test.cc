@@ -1,0 +1,152 @@
+// The CUDA backend's GEMM plan (gemm_plan.h): which kernel runs each
+// projection of a step, on the host (no GPU, no CUDA toolkit needed). The
+// expected splits are the ones the warpgroup GEMM was measured fastest with.
+#include "engine/backend/cuda/gemm_plan.h"
+
+#include <gtest/gtest.h>
+
+namespace agentkv::backend::cuda {
+namespace {
+
+constexpr int kQkvPlanesMax = 8;  // kernels::kMaxQkvPlanes
+
+// Llama-3.2-1B on an H100 (132 SMs): hidden 2,048 takes the warpgroup GEMM
+// from 3 rows.
+GemmModel Llama1B() {
+  GemmModel g;
+  g.hidden = 2048;
+  g.qkv_n = (32 + 2 * 8) * 64;
+  g.attn_n = 32 * 64;
+  g.inter = 8192;
+  g.vocab = 128256;
+  g.num_sms = 132;
+  g.wgmma_min_rows = 3;
+  g.prompt_gemm = true;
+  return g;
+}
+
+// Qwen3-8B: hidden 4,096, the warpgroup GEMM off (slower than cuBLAS there).
+GemmModel Qwen8B() {
+  GemmModel g;
+  g.hidden = 4096;
+  g.qkv_n = (32 + 2 * 8) * 128;
+  g.attn_n = 32 * 128;
+  g.inter = 12288;
+  g.vocab = 151936;
+  g.num_sms = 132;
+  g.prompt_gemm = true;
+  return g;
+}
+
+TEST(GemmPlanTest, OneRowFusesTheNormsIntoTheGemvs) {
+  const GemmModel g = Llama1B();
+  const DenseLayerPlan p = PlanDenseLayer(g, 1, /*fused_rotary=*/true, kQkvPlanesMax);
+  EXPECT_EQ(p.qkv, QkvPath::kNormGemv);
+  EXPECT_EQ(p.gate_up, GateUpPath::kNormGemvAct);
+  EXPECT_EQ(p.o, ResidualPath::kGemmAdd);
+  EXPECT_EQ(p.down, ResidualPath::kGemmAdd);
+  EXPECT_EQ(p.o_planes, 0);
+  EXPECT_EQ(ChooseGemm(g, 1, g.hidden, g.attn_n), GemmKernel::kGemv);
+  EXPECT_EQ(ChooseGemm(g, 2, g.hidden, g.inter), GemmKernel::kGemv);
+  EXPECT_EQ(PlanLmHead(g, 1), LmHeadPath::kGemmArgmax);
+}
+
+TEST(GemmPlanTest, SwitchesAndSandwichNormsKeepTheNormOutOfTheActivationGemv) {
+  GemmModel g = Llama1B();
+  g.gemv_pipe = false;
+  EXPECT_EQ(PlanDenseLayer(g, 1, true, kQkvPlanesMax).gate_up, GateUpPath::kGemvAct);
+  g = Llama1B();
+  g.sandwich_norm = true;
+  const DenseLayerPlan p = PlanDenseLayer(g, 2, true, kQkvPlanesMax);
+  EXPECT_EQ(p.gate_up, GateUpPath::kGemvAct);
+  EXPECT_EQ(p.o, ResidualPath::kGemmOut);
+  EXPECT_EQ(p.down, ResidualPath::kGemmOut);
+}
+
+TEST(GemmPlanTest, DecodeBatchesSplitTheResidualProjectionsIntoPlanes) {
+  const GemmModel g = Llama1B();
+  const DenseLayerPlan p = PlanDenseLayer(g, 16, /*fused_rotary=*/true, kQkvPlanesMax);
+  EXPECT_EQ(p.qkv, QkvPath::kWgmmaPlanes);
+  EXPECT_EQ(p.qkv_planes, 4);
+  EXPECT_EQ(p.o, ResidualPath::kPlanes);
+  EXPECT_EQ(p.o_planes, 8);
+  EXPECT_EQ(p.down, ResidualPath::kPlanes);
+  EXPECT_EQ(p.down_planes, 8);
+  EXPECT_EQ(p.gate_up, GateUpPath::kWgmmaAct);  // 256 tiles: no split needed
+  // More planes than the attention adds: the QKV projection goes unsplit.
+  EXPECT_EQ(PlanDenseLayer(g, 16, true, 2).qkv, QkvPath::kNormThenGemm);
+  // Without the fused rotary the QKV projection leaves no planes, and its
+  // split plan keeps it off the warpgroup GEMM.
+  const DenseLayerPlan q = PlanDenseLayer(g, 16, /*fused_rotary=*/false, kQkvPlanesMax);
+  EXPECT_EQ(q.qkv, QkvPath::kNormThenGemm);
+  EXPECT_EQ(ChooseGemm(g, 16, g.qkv_n, g.hidden), GemmKernel::kCublas);
+  EXPECT_EQ(PlanLmHead(g, 4), LmHeadPath::kWgmmaArgmax);
+  EXPECT_EQ(PlanLmHead(g, 16), LmHeadPath::kPromptArgmax);
+}
+
+TEST(GemmPlanTest, PromptStepsTakeThePersistentGemm) {
+  GemmModel g = Llama1B();
+  DenseLayerPlan p = PlanDenseLayer(g, 512, false, kQkvPlanesMax);
+  EXPECT_EQ(p.gate_up, GateUpPath::kPromptAct);
+  EXPECT_EQ(p.o, ResidualPath::kGemmAdd);  // past the warpgroup GEMM's 64 rows
+  EXPECT_TRUE(UsePromptGemm(g, 65, 2 * g.inter, g.hidden));
+  EXPECT_FALSE(UsePromptGemm(g, 64, 2 * g.inter, g.hidden));
+  EXPECT_FALSE(UsePromptGemm(g, 512, 2 * g.inter + 128, g.hidden));  // not whole 256-wide tiles
+  EXPECT_EQ(PlanLmHead(g, 512), LmHeadPath::kPromptArgmax);
+  g.prompt_gemm = false;  // off, or a device without it
+  p = PlanDenseLayer(g, 512, false, kQkvPlanesMax);
+  EXPECT_EQ(p.gate_up, GateUpPath::kGemmThenAct);
+  EXPECT_EQ(PlanLmHead(g, 512), LmHeadPath::kGemmArgmax);  // 512 rows: past the warpgroup GEMM
+  EXPECT_EQ(PlanLmHead(g, 16), LmHeadPath::kWgmmaArgmax);
+}
+
+TEST(GemmPlanTest, TheLmHeadArgmaxNeedsItsSwitchAndNoSoftcap) {
+  GemmModel g = Llama1B();
+  g.softcap = true;
+  EXPECT_EQ(PlanLmHead(g, 16), LmHeadPath::kGemmArgmax);
+  g = Llama1B();
+  g.lm_argmax = false;  // also what tensor-parallel ranks run with
+  EXPECT_EQ(PlanLmHead(g, 16), LmHeadPath::kGemmArgmax);
+  g = Llama1B();
+  g.prompt_argmax = false;
+  EXPECT_EQ(PlanLmHead(g, 16), LmHeadPath::kWgmmaArgmax);
+  EXPECT_EQ(PlanLmHead(g, 100), LmHeadPath::kGemmArgmax);
+}
+
+TEST(GemmPlanTest, WideModelsKeepCublasWhereTheWarpgroupGemmIsOff) {
+  const GemmModel g = Qwen8B();
+  const DenseLayerPlan one = PlanDenseLayer(g, 1, true, kQkvPlanesMax);
+  EXPECT_EQ(one.qkv, QkvPath::kNormThenGemm);  // 6,144 outputs: past the fused norm's
+  EXPECT_EQ(ChooseGemm(g, 1, g.qkv_n, g.hidden), GemmKernel::kGemv);
+  EXPECT_EQ(one.gate_up, GateUpPath::kNormGemvAct);
+  const DenseLayerPlan p = PlanDenseLayer(g, 16, true, kQkvPlanesMax);
+  EXPECT_EQ(p.qkv, QkvPath::kNormThenGemm);
+  EXPECT_EQ(p.o, ResidualPath::kGemmAdd);
+  EXPECT_EQ(p.gate_up, GateUpPath::kGemmThenAct);
+  EXPECT_EQ(ChooseGemm(g, 16, g.hidden, g.attn_n), GemmKernel::kCublas);
+  EXPECT_EQ(PlanLmHead(g, 4), LmHeadPath::kGemmArgmax);
+  // 151,936 is not a whole number of the prompt GEMM's 256-wide tiles.
+  EXPECT_EQ(PlanLmHead(g, 8), LmHeadPath::kGemmArgmax);
+}
+
+TEST(GemmPlanTest, TensorParallelRanksLeavePartialSums) {
+  GemmModel g = Llama1B();
+  g.tp = true;
+  const DenseLayerPlan p = PlanDenseLayer(g, 16, true, kQkvPlanesMax);
+  EXPECT_EQ(p.o, ResidualPath::kGemmPartial);
+  EXPECT_EQ(p.down, ResidualPath::kGemmPartial);
+  EXPECT_EQ(p.o_planes + p.down_planes, 0);
+}
+
+TEST(GemmPlanTest, CublasRowCountsAreTheOnesTheWarmUpRan) {
+  EXPECT_EQ(GemmRows(1), 8);
+  EXPECT_EQ(GemmRows(64), 64);
+  EXPECT_EQ(GemmRows(65), 80);
+  EXPECT_EQ(GemmRows(257), 320);
+  EXPECT_EQ(CublasRows(5, 64), 8);
+  EXPECT_EQ(CublasRows(5, 4), 5);  // never past what the buffers hold, but all of m
+  EXPECT_EQ(CublasRows(300, 310), 310);
+}
+
+}  // namespace
+}  // namespace agentkv::backend::cuda
