@@ -10,33 +10,28 @@ namespace {
 
 constexpr int kQkvPlanesMax = 8;  // kernels::kMaxQkvPlanes
 
-// Llama-3.2-1B on an H100 (132 SMs): hidden 2,048 takes the warpgroup GEMM
-// from 3 rows.
-GemmModel Llama1B() {
+// A dense model's shapes on an H100 (132 SMs), the prompt GEMM on.
+GemmModel Shape(int hidden, int heads, int kv_heads, int head_dim, int inter, int vocab) {
   GemmModel g;
-  g.hidden = 2048;
-  g.qkv_n = (32 + 2 * 8) * 64;
-  g.attn_n = 32 * 64;
-  g.inter = 8192;
-  g.vocab = 128256;
+  g.hidden = hidden;
+  g.qkv_n = (heads + 2 * kv_heads) * head_dim;
+  g.attn_n = heads * head_dim;
+  g.inter = inter;
+  g.vocab = vocab;
   g.num_sms = 132;
-  g.wgmma_min_rows = 3;
   g.prompt_gemm = true;
   return g;
 }
 
-// Qwen3-8B: hidden 4,096, the warpgroup GEMM off (slower than cuBLAS there).
-GemmModel Qwen8B() {
-  GemmModel g;
-  g.hidden = 4096;
-  g.qkv_n = (32 + 2 * 8) * 128;
-  g.attn_n = 32 * 128;
-  g.inter = 12288;
-  g.vocab = 151936;
-  g.num_sms = 132;
-  g.prompt_gemm = true;
+// Llama-3.2-1B: hidden 2,048 takes the warpgroup GEMM from 3 rows.
+GemmModel Llama1B() {
+  GemmModel g = Shape(2048, 32, 8, 64, 8192, 128256);
+  g.wgmma_min_rows = 3;
   return g;
 }
+
+// Qwen3-8B: hidden 4,096, the warpgroup GEMM off (slower than cuBLAS there).
+GemmModel Qwen8B() { return Shape(4096, 32, 8, 128, 12288, 151936); }
 
 TEST(GemmPlanTest, OneRowFusesTheNormsIntoTheGemvs) {
   const GemmModel g = Llama1B();
