@@ -51,8 +51,9 @@ Result<std::shared_ptr<const grammar::Grammar>> BenchGrammar(const BenchArgs& a,
   if (a.response_format.empty()) return std::shared_ptr<const grammar::Grammar>();
   if (a.response_format != "json_object")
     return InvalidArgument("--response-format: only json_object is supported");
-  ASSIGN_OR_RETURN(std::unique_ptr<text::Tokenizer> tok,
-                   text::Tokenizer::Load(std::filesystem::path(a.model.model_dir) / "tokenizer.json"));
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<text::Tokenizer> tok,
+      text::Tokenizer::Load(std::filesystem::path(a.model.model_dir) / "tokenizer.json"));
   return grammar::CompileJsonObjectStream(grammar::TokenVocabulary::Build(*tok, vocab));
 }
 
@@ -65,7 +66,8 @@ int RunBench(const BenchArgs& a) {
     return 2;
   }
   if (a.logprobs < -1 || a.logprobs > engine::SamplingParams::kMaxLogprobs) {
-    std::cerr << "error: --logprobs must be in [0, " << engine::SamplingParams::kMaxLogprobs << "]\n";
+    std::cerr << "error: --logprobs must be in [0, " << engine::SamplingParams::kMaxLogprobs
+              << "]\n";
     return 2;
   }
   if (a.engine.prompt <= 0 || a.engine.output <= 0 || a.shared_prefix < 0 ||

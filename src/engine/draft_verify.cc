@@ -15,7 +15,8 @@ DraftVerdict VerifyGreedyDraft(std::span<const int32_t> draft, std::span<const i
 }
 
 void PlanSampledDraft(std::span<const int32_t> draft,
-                      const std::function<backend::SampleSettings()>& next_draw, std::vector<backend::RowPick>* out) {
+                      const std::function<backend::SampleSettings()>& next_draw,
+                      std::vector<backend::RowPick>* out) {
   for (int32_t d : draft) {
     backend::RowPick pick;
     pick.mode = backend::PickMode::kDevice;

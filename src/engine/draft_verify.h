@@ -52,7 +52,8 @@ DraftVerdict VerifyGreedyDraft(std::span<const int32_t> draft, std::span<const i
 // appended to `out`: `next_draw` (a Sampler's NextDraw) is called exactly
 // 2 * draft.size() + 1 times, in the order described above.
 void PlanSampledDraft(std::span<const int32_t> draft,
-                      const std::function<backend::SampleSettings()>& next_draw, std::vector<backend::RowPick>* out);
+                      const std::function<backend::SampleSettings()>& next_draw,
+                      std::vector<backend::RowPick>* out);
 
 // The CPU reference of the whole sampled verification: PlanSampledDraft
 // with `settings` and `uniform` (called exactly 2 * draft.size() + 1 times)
