@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "api/api_service.h"
+#include "drive_reply.h"
 
 namespace agentkv::api {
 namespace {
@@ -21,17 +22,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-std::pair<int, std::string> Drive(Reply reply) {
-  if (auto* r = std::get_if<HttpResponse>(&reply)) return {r->status, r->body};
-  auto& b = std::get<std::unique_ptr<AsyncBody>>(reply);
-  b->Start([] {});
-  std::string out;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (!b->Poll(&out) && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return {b->status(), out};
-}
+std::pair<int, std::string> Drive(Reply reply) { return testing::DriveReply(std::move(reply)); }
 
 HttpRequest Req(const std::string& method, const std::string& path, const std::string& body = "") {
   HttpRequest r;

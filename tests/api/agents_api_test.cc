@@ -17,6 +17,8 @@
 #include "engine/model/model_synth.h"
 #include "util/task_pool.h"
 
+#include "drive_reply.h"
+
 namespace agentkv::api {
 namespace {
 
@@ -72,15 +74,7 @@ class AgentsApiTest : public ::testing::Test {
     r.body = body;
     if (method == "POST") r.headers["content-type"] = "application/json";
     Reply reply = service_->Handle(r);
-    if (auto* resp = std::get_if<HttpResponse>(&reply)) return {resp->status, resp->body};
-    auto& b = std::get<std::unique_ptr<AsyncBody>>(reply);
-    b->Start([] {});
-    std::string out;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (!b->Poll(&out) && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    return {b->status(), out};
+    return testing::DriveReply(std::move(reply));
   }
 
   std::string tmp_;

@@ -3,6 +3,8 @@
 // streamed generations driven through the AsyncBody interface.
 #include "api/api_service.h"
 
+#include "drive_reply.h"
+
 #include <chrono>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -52,15 +54,7 @@ class ApiServiceTest : public ::testing::Test {
 
   // Runs a reply to the end; returns {status, body}.
   static std::pair<int, std::string> Drive(Reply reply) {
-    if (auto* r = std::get_if<HttpResponse>(&reply)) return {r->status, r->body};
-    auto& body = std::get<std::unique_ptr<AsyncBody>>(reply);
-    body->Start([] {});
-    std::string out;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (!body->Poll(&out) && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-    return {body->status(), out};
+    return testing::DriveReply(std::move(reply));
   }
 
   static ModelHost* host_;

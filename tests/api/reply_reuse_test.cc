@@ -21,6 +21,8 @@
 #include "engine/model/model_synth.h"
 #include "store/agent_store.h"
 
+#include "drive_reply.h"
+
 namespace agentkv::api {
 namespace {
 
@@ -89,14 +91,8 @@ class ReplyReuseTest : public ::testing::Test {
       ADD_FAILURE() << path << " -> " << resp->status << " " << resp->body;
       return json();
     }
-    auto& b = std::get<std::unique_ptr<AsyncBody>>(reply);
-    b->Start([] {});
-    std::string out;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-    while (!b->Poll(&out) && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    EXPECT_EQ(b->status(), 200) << out;
+    auto [status, out] = testing::DriveReply(std::move(reply));
+    EXPECT_EQ(status, 200) << out;
     return json::parse(out, nullptr, false);
   }
 
