@@ -11,4 +11,14 @@ __device__ __forceinline__ float Activate(float x, int act) {
   return 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
 }
 
+// The experts' gated product of gate and up: SwiGLU, or with `clamped` the
+// GPT-OSS form (gate clamped above, up to +-limit, sigmoid of 1.702 gate,
+// up + 1), as the CPU backend's MoE reference computes it.
+__device__ __forceinline__ float GatedExpert(float gate, float up, bool clamped, float limit) {
+  if (!clamped) return gate / (1.f + expf(-gate)) * up;
+  gate = fminf(gate, limit);
+  up = fminf(fmaxf(up, -limit), limit);
+  return (up + 1.f) * gate / (1.f + expf(-1.702f * gate));
+}
+
 }  // namespace agentkv::backend::cuda::kernels

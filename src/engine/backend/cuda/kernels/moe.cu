@@ -2,6 +2,7 @@
 #include <cuda_bf16.h>
 #include <mma.h>
 
+#include "engine/backend/cuda/kernels/activation.cuh"
 #include "engine/backend/cuda/kernels/block_reduce.cuh"
 #include "engine/backend/cuda/kernels/moe.h"
 #include "engine/backend/cuda/kernels/moe_plan.h"
@@ -390,14 +391,7 @@ __device__ __forceinline__ void Epilogue(const MoeGemmParams& p, int e, int row0
     const float v = acc(r) + b;
     const float up = __shfl_xor_sync(0xffffffffu, v, 1);
     if ((threadIdx.x & 1) != 0 || n >= p.N) continue;
-    float gate = v, u = up, out;
-    if (p.epilogue == MoeEpilogue::kClampedSwiglu) {
-      gate = fminf(gate, p.limit);
-      u = fminf(fmaxf(u, -p.limit), p.limit);
-      out = (u + 1.f) * gate / (1.f + expf(-1.702f * gate));
-    } else {
-      out = gate / (1.f + expf(-gate)) * u;
-    }
+    const float out = GatedExpert(v, up, p.epilogue == MoeEpilogue::kClampedSwiglu, p.limit);
     p.act[static_cast<int64_t>(row0 + r) * half + n / 2] = ToBf(out);
   }
 }

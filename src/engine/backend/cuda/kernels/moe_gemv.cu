@@ -17,6 +17,7 @@
 // pass. Lanes read x at a stride of one load's elements.
 #include <cuda_bf16.h>
 
+#include "engine/backend/cuda/kernels/activation.cuh"
 #include "engine/backend/cuda/kernels/block_reduce.cuh"
 #include "engine/backend/cuda/kernels/moe.h"
 #include "engine/backend/cuda/kernels/moe_gemv_mma.h"
@@ -183,14 +184,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32) MoeGemvKernel(const MoeGemmPa
         continue;
       }
       // (N is even and n0 too: the pair is whole.) As moe.cu's Epilogue.
-      float gate = acc[0][r] + bias[0], u = acc[1][r] + bias[1], out;
-      if (p.epilogue == MoeEpilogue::kClampedSwiglu) {
-        gate = fminf(gate, p.limit);
-        u = fminf(fmaxf(u, -p.limit), p.limit);
-        out = (u + 1.f) * gate / (1.f + expf(-1.702f * gate));
-      } else {
-        out = gate / (1.f + expf(-gate)) * u;
-      }
+      const float out = GatedExpert(acc[0][r] + bias[0], acc[1][r] + bias[1],
+                                    p.epilogue == MoeEpilogue::kClampedSwiglu, p.limit);
       p.act[g * (p.N / 2) + n0 / 2] = ToBf(out);
     }
   }

@@ -38,6 +38,7 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include "engine/backend/cuda/kernels/activation.cuh"
 #include "engine/backend/cuda/kernels/block_reduce.cuh"
 #include "engine/backend/cuda/kernels/moe.h"
 #include "engine/backend/cuda/kernels/moe_gemv_layout.h"
@@ -353,14 +354,7 @@ __device__ __forceinline__ void Store(const MoeGemmParams& p, int n, int64_t gr,
   if (gated) {
     const float u = __shfl_down_sync(kFull, v, 4);
     if (!ok || !gate_lane) return;
-    float gate = v, up = u, out;
-    if (p.epilogue == MoeEpilogue::kClampedSwiglu) {
-      gate = fminf(gate, p.limit);
-      up = fminf(fmaxf(up, -p.limit), p.limit);
-      out = (up + 1.f) * gate / (1.f + expf(-1.702f * gate));
-    } else {
-      out = gate / (1.f + expf(-gate)) * up;
-    }
+    const float out = GatedExpert(v, u, p.epilogue == MoeEpilogue::kClampedSwiglu, p.limit);
     p.act[gr * (p.N / 2) + n / 2] = ToBf(out);
     return;
   }
