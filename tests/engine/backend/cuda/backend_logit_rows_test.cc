@@ -102,6 +102,23 @@ void Prefill(Backend& b, std::vector<Seq>& seqs, Pager& pager) {
   for (Seq& s : seqs) s.computed = std::max(0, static_cast<int>(s.tokens.size()) - 1);
 }
 
+// Appends drafts[i] random tokens to each prefilled sequence of `seqs`,
+// maps their blocks, and returns the step that runs each sequence's next
+// token and its draft with a logits row each (logit_rows = drafts[i] + 1).
+std::vector<SeqStep> DraftedStep(std::vector<Seq>& seqs, Pager& pager,
+                                 const std::vector<int>& drafts, int vocab, std::mt19937& rng) {
+  std::vector<SeqStep> steps;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    for (int j = 0; j < drafts[i]; ++j)
+      seqs[i].tokens.push_back(static_cast<int32_t>(rng() % vocab));
+    pager.Ensure(seqs[i], static_cast<int64_t>(seqs[i].tokens.size()));
+    SeqStep st = StepOf(seqs[i], drafts[i] + 1, true);
+    st.logit_rows = drafts[i] + 1;
+    steps.push_back(st);
+  }
+  return steps;
+}
+
 // Appends, for `rounds` steps, sequence i's next token and a draft of
 // drafts[i] tokens (random: both backends get the same), runs them with a
 // logits row each (logit_rows = drafts[i] + 1), then keeps the token and
@@ -230,16 +247,7 @@ TEST(CudaBackend, DraftedStepsPickEachRowAsPlanned) {
     Pager pager(b->cache_spec(), 16);
     Prefill(*b, seqs, pager);
     const std::vector<int> drafts = {4, 0, 3};
-    for (size_t i = 0; i < seqs.size(); ++i) {
-      for (int j = 0; j < drafts[i]; ++j) seqs[i].tokens.push_back(static_cast<int32_t>(rng() % V));
-      pager.Ensure(seqs[i], static_cast<int64_t>(seqs[i].tokens.size()));
-    }
-    std::vector<SeqStep> steps;
-    for (size_t i = 0; i < seqs.size(); ++i) {
-      SeqStep st = StepOf(seqs[i], drafts[i] + 1, true);
-      st.logit_rows = drafts[i] + 1;
-      steps.push_back(st);
-    }
+    const std::vector<SeqStep> steps = DraftedStep(seqs, pager, drafts, V, rng);
     const int n = 5 + 1 + 4;
     std::vector<float> logits(static_cast<size_t>(n) * V, NAN);
     ASSERT_TRUE(b->Forward(steps, logits).ok());
@@ -335,15 +343,7 @@ TEST(CudaBackend, SampledDraftRowsAreVerifiedOnTheGpu) {
     Pager pager(b->cache_spec(), 16);
     Prefill(*b, seqs, pager);
     const std::vector<int> drafts = {4, 0, 3};
-    for (int j = 0; j < drafts[0]; ++j) seqs[0].tokens.push_back(static_cast<int32_t>(rng() % V));
-    for (int j = 0; j < drafts[2]; ++j) seqs[2].tokens.push_back(static_cast<int32_t>(rng() % V));
-    for (Seq& s : seqs) pager.Ensure(s, static_cast<int64_t>(s.tokens.size()));
-    std::vector<SeqStep> steps;
-    for (size_t i = 0; i < seqs.size(); ++i) {
-      SeqStep st = StepOf(seqs[i], drafts[i] + 1, true);
-      st.logit_rows = drafts[i] + 1;
-      steps.push_back(st);
-    }
+    const std::vector<SeqStep> steps = DraftedStep(seqs, pager, drafts, V, rng);
     const int n = 5 + 1 + 4;
     std::vector<float> logits(static_cast<size_t>(n) * V, NAN);
     ASSERT_TRUE(b->Forward(steps, logits).ok());

@@ -23,6 +23,7 @@
 #include "engine/backend/cuda/kernels/moe_gemv_mma.h"
 #include "engine/backend/cuda/kernels/moe_plan.h"
 #include "engine/backend/cuda/kernels/moe_quant.cuh"
+#include "engine/backend/cuda/kernels/moe_tile.cuh"
 #include "engine/backend/cuda/kernels/pdl.cuh"
 
 namespace agentkv::backend::cuda::kernels {
@@ -37,9 +38,7 @@ constexpr int kLoads = 4;     // 16-byte loads per lane per weight row per round
 constexpr int kRowsPerBlock = kGemvWarps * kPairRows;
 constexpr int kRound = 32 * kLoads;  // loads of a weight row per warp round
 
-struct Tile {
-  int e, row0, rows;
-};
+using Tile = MoeTile;
 
 // The weight loads of one round for the warp's rows: load j = round *
 // kRound + u * 32 + lane of each row (zeros past the row or past N).
@@ -106,21 +105,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32) MoeGemvKernel(const MoeGemmPa
   bf16_t* xs = reinterpret_cast<bf16_t*>(smem + (2 * (E + 1) * 4 + 15) / 16 * 16);
   // The tile: the grouping in shared memory (one round of loads), then the
   // search there, as MoeTileExpert does.
-  Tile t{0, 0, 0};
-  if (E > 0) {
-    for (int i = threadIdx.x; i <= E; i += blockDim.x) {
-      tiles_s[i] = p.tiles[i];
-      offsets_s[i] = p.offsets[i];
-    }
-    __syncthreads();
-    t.e = MoeTileExpert(blockIdx.y, tiles_s, offsets_s, E, &t.row0);
-    if (t.e < 0) return;  // (the whole block)
-    t.rows = min(kMoeTileRows, offsets_s[t.e + 1] - t.row0);
-  } else {
-    t.row0 = blockIdx.y * kMoeTileRows;
-    if (t.row0 >= p.rows) return;
-    t.rows = min(kMoeTileRows, p.rows - t.row0);
-  }
+  Tile t;
+  if (!FindMoeTile(p, E, blockIdx.y, tiles_s, offsets_s, &t)) return;  // (the whole block)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int n0 = blockIdx.x * kRowsPerBlock + warp * kPairRows;
   const int kv = p.K / 8;

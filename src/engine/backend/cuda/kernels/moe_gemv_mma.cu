@@ -45,6 +45,7 @@
 #include "engine/backend/cuda/kernels/moe_gemv_mma.h"
 #include "engine/backend/cuda/kernels/moe_plan.h"
 #include "engine/backend/cuda/kernels/moe_quant.cuh"
+#include "engine/backend/cuda/kernels/moe_tile.cuh"
 #include "engine/backend/cuda/kernels/pdl.cuh"
 
 namespace agentkv::backend::cuda::kernels {
@@ -121,9 +122,7 @@ __device__ __forceinline__ void Transpose4(uint32_t (&w)[4], int t) {
   }
 }
 
-struct Tile {
-  int e, row0, rows;
-};
+using Tile = MoeTile;
 
 // a / b for 0 <= a < 2^20, b > 0, from inv_b = 1 / b (rounded): the
 // float quotient is within one of the true one; the integer checks fix it.
@@ -387,22 +386,11 @@ __global__ void __launch_bounds__(kThreads)
   const int chunks = (row_bytes + kChunkBytes - 1) / kChunkBytes;
   const int mine = chunks > part ? (chunks - part + split - 1) / split : 0;
 
-  Tile t{0, 0, 0};
-  if (E == 0) {  // one group: nothing to wait for before the weights
-    t.row0 = blockIdx.y * kMoeTileRows;
-    if (t.row0 >= p.rows) return;
-    t.rows = min(kMoeTileRows, p.rows - t.row0);
-  } else {  // the grouping is the plan kernel's output
-    PdlWait();
-    for (int i = threadIdx.x; i <= E; i += blockDim.x) {
-      tiles_s[i] = p.tiles[i];
-      offsets_s[i] = p.offsets[i];
-    }
-    __syncthreads();
-    t.e = MoeTileExpert(blockIdx.y, tiles_s, offsets_s, E, &t.row0);
-    if (t.e < 0) return;  // (the whole block)
-    t.rows = min(kMoeTileRows, offsets_s[t.e + 1] - t.row0);
-  }
+  // One group: nothing to wait for before the weights; with experts the
+  // grouping is the plan kernel's output.
+  if (E > 0) PdlWait();
+  Tile t;
+  if (!FindMoeTile(p, E, blockIdx.y, tiles_s, offsets_s, &t)) return;  // (the whole block)
 
   Lane l;
   l.lane = lane;
