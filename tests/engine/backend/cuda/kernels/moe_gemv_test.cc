@@ -138,6 +138,22 @@ Weights MakeWeights(MoeWeightFormat f, int E, int N, int K, bool gated, int br, 
   return w;
 }
 
+// x (T x K) times ref (N x K) transposed, in double: the CPU reference of
+// one group's product.
+std::vector<float> Product(const std::vector<float>& x, const std::vector<float>& ref, int T, int N,
+                           int K) {
+  std::vector<float> y(static_cast<size_t>(T) * N);
+  for (int t = 0; t < T; ++t)
+    for (int n = 0; n < N; ++n) {
+      double s = 0;
+      for (int i = 0; i < K; ++i)
+        s += static_cast<double>(x[static_cast<size_t>(t) * K + i]) *
+             ref[static_cast<size_t>(n) * K + i];
+      y[static_cast<size_t>(t) * N + n] = static_cast<float>(s);
+    }
+  return y;
+}
+
 void Point(MoeGemmParams& p, const Weights& w) {
   p.format = w.format;
   if (w.format == MoeWeightFormat::kBf16) p.w = w.w.get<bf16_t>();
@@ -276,15 +292,7 @@ TEST_P(CudaMoeGemv, MatchesTheGroupedProduct) {
     p.rows = T;
     p.y = out.get<float>();
     ASSERT_EQ(LaunchMoeGemm(p, nullptr), cudaSuccess);
-    std::vector<float> one(static_cast<size_t>(T) * N);
-    for (int t = 0; t < T; ++t)
-      for (int n = 0; n < N; ++n) {
-        double s = 0;
-        for (int i = 0; i < K; ++i)
-          s += static_cast<double>(x[static_cast<size_t>(t) * K + i]) *
-               w.ref[static_cast<size_t>(n) * K + i];
-        one[static_cast<size_t>(t) * N + n] = static_cast<float>(s);
-      }
+    const std::vector<float> one = Product(x, w.ref, T, N, K);
     EXPECT_LT(RelErr(Download<float>(out, one.size()), one), 1e-5) << "one group";
   }
 }
@@ -416,15 +424,7 @@ TEST(CudaMoeGemv, QuantizedRowsOfAnyMagnitude) {
         }
       }
       x = Rounded(x);
-      std::vector<float> want(static_cast<size_t>(T) * N);
-      for (int t = 0; t < T; ++t)
-        for (int n = 0; n < N; ++n) {
-          double s = 0;
-          for (int i = 0; i < K; ++i)
-            s += static_cast<double>(x[static_cast<size_t>(t) * K + i]) *
-                 w.ref[static_cast<size_t>(n) * K + i];
-          want[static_cast<size_t>(t) * N + n] = static_cast<float>(s);
-        }
+      const std::vector<float> want = Product(x, w.ref, T, N, K);
       auto dx = Upload(Bf16Of(x));
       auto out = Poisoned<float>(want.size());
       MoeGemmParams p;

@@ -106,6 +106,21 @@ bool Ambiguous(const std::vector<float>& logits, const SampleSettings& s, int32_
   return false;
 }
 
+// The kernel's picks for `rows` rows of `logits` under `picks` (into a
+// poisoned output; cluster 0 lets the launcher choose), or an empty vector
+// when the launch fails (a test failure).
+std::vector<int32_t> Picks(const std::vector<float>& logits, const std::vector<RowPick>& picks,
+                           int rows, int vocab, int cluster = 0) {
+  auto dl = Upload(logits);
+  auto dp = Upload(picks);
+  auto out = Poisoned<int32_t>(static_cast<size_t>(rows));
+  const cudaError_t e = LaunchSampleRows(dl.get<float>(), rows, vocab, dp.get<RowPick>(),
+                                         out.get<int32_t>(), nullptr, cluster);
+  EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
+  if (e != cudaSuccess) return {};
+  return Download<int32_t>(out, static_cast<size_t>(rows));
+}
+
 TEST(SampleKernel, MatchesTheCpuDraw) {
   AGENTKV_REQUIRE_GPU();
   std::mt19937 rng(29);
@@ -137,13 +152,8 @@ TEST(SampleKernel, MatchesTheCpuDraw) {
           for (int r : {7, 8})
             std::copy(rows[r].begin(), rows[r].end(), logits.begin() + int64_t{r} * vocab);
         }
-        auto dl = Upload(logits);
-        auto dp = Upload(picks);
-        auto out = Poisoned<int32_t>(static_cast<size_t>(batch));
-        ASSERT_EQ(LaunchSampleRows(dl.get<float>(), batch, vocab, dp.get<RowPick>(),
-                                   out.get<int32_t>(), nullptr),
-                  cudaSuccess);
-        const std::vector<int32_t> got = Download<int32_t>(out, static_cast<size_t>(batch));
+        const std::vector<int32_t> got = Picks(logits, picks, batch, vocab);
+        ASSERT_EQ(got.size(), static_cast<size_t>(batch));
         for (int r = 0; r < batch; ++r) {
           if (picks[r].mode != PickMode::kDevice) {
             EXPECT_EQ(got[r], -1) << "row " << r << " is not the kernel's";
@@ -417,13 +427,8 @@ TEST(SampleKernel, DraftVerificationMatchesTheCpu) {
       picks[6].u_accept = std::nextafter(1.0, 0.0);  // rejected unless p(d) = 1
       picks[7].sample.top_k = 1;                     // a single kept token
       picks[9].mode = PickMode::kHost;               // not the kernel's row
-      auto dl = Upload(logits);
-      auto dp = Upload(picks);
-      auto out = Poisoned<int32_t>(static_cast<size_t>(batch));
-      ASSERT_EQ(LaunchSampleRows(dl.get<float>(), batch, vocab, dp.get<RowPick>(),
-                                 out.get<int32_t>(), nullptr),
-                cudaSuccess);
-      const std::vector<int32_t> got = Download<int32_t>(out, static_cast<size_t>(batch));
+      const std::vector<int32_t> got = Picks(logits, picks, batch, vocab);
+      ASSERT_EQ(got.size(), static_cast<size_t>(batch));
       for (int r = 0; r < batch; ++r) {
         const RowPick& p = picks[static_cast<size_t>(r)];
         if (p.mode != PickMode::kDevice) {
