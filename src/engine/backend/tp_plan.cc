@@ -249,18 +249,6 @@ TensorCut TpPlan::QuantCutOf(const model::ModelConfig& c, const std::string& nam
   return CutOf(c, name, rank);
 }
 
-TpReduceArena TpReduceArenaFor(const model::ModelConfig& c, int64_t tokens) {
-  auto align = [](size_t n) { return (n + kTpWindowAlign - 1) / kTpWindowAlign * kTpWindowAlign; };
-  TpReduceArena a;
-  a.residual_bytes = static_cast<size_t>(std::max<int64_t>(tokens, 1)) * c.hidden_size * 4;
-  a.bytes = align(a.residual_bytes);
-  if (c.sandwich_norm) {
-    a.attn_out = a.bytes;
-    a.bytes += align(a.residual_bytes);
-  }
-  return a;
-}
-
 std::vector<int64_t> CutShape(std::span<const int64_t> shape, const TensorCut& cut) {
   std::vector<int64_t> s(shape.begin(), shape.end());
   if (cut.kind == TensorCut::Kind::kSlice) s.at(cut.dim) = cut.size * cut.parts;

@@ -167,21 +167,6 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> TpFusedExpertShapes(
 // bf16: the kernels' vector loads).
 inline constexpr int64_t kTpAlign = 8;
 
-// A rank's all-reduced buffers in one symmetric NCCL window (NcclWindows;
-// docs/tensor-parallel.md, "All-reduce buffers"): the residual stream
-// (tokens x hidden fp32) at offset 0 and, for sandwich-norm models (whose
-// o projection's output is summed before its norm), that output at
-// `attn_out`, each on a kTpWindowAlign boundary (NCCL's window alignment:
-// the offsets are the same on every rank). `bytes`: the window's size for
-// steps of up to `tokens` tokens.
-inline constexpr size_t kTpWindowAlign = 4096;
-struct TpReduceArena {
-  size_t residual_bytes = 0;
-  size_t attn_out = 0;  // offset; 0 when the model sums no o output apart
-  size_t bytes = 0;
-};
-TpReduceArena TpReduceArenaFor(const model::ModelConfig& config, int64_t tokens);
-
 // The shape of a cut of a tensor of `shape`.
 std::vector<int64_t> CutShape(std::span<const int64_t> shape, const TensorCut& cut);
 

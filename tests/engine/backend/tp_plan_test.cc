@@ -480,24 +480,6 @@ TEST(TpPlanTest, ShardedQuantizedLayerEqualsFullDequantizedLayer) {
   }
 }
 
-// The window of a rank's all-reduced buffers: the residual stream, and a
-// sandwich-norm model's o output after it, on NCCL's 4096-byte alignment.
-TEST(TpPlanTest, ReduceArenaHoldsTheSummedBuffersAligned) {
-  model::ModelConfig c = TpConfig(model::Architecture::kQwen3);  // hidden 48
-  TpReduceArena a = TpReduceArenaFor(c, 64);                     // 12,288 bytes
-  EXPECT_EQ(a.residual_bytes, 64u * 48 * 4);
-  EXPECT_EQ(a.attn_out, 0u);
-  EXPECT_EQ(a.bytes, 12288u);
-  a = TpReduceArenaFor(c, 65);  // 12,480: a fourth page
-  EXPECT_EQ(a.bytes, 16384u);
-  const model::ModelConfig g = TpConfig(model::Architecture::kGemma3);  // sandwich norms
-  a = TpReduceArenaFor(g, 65);
-  EXPECT_EQ(a.attn_out, 16384u);
-  EXPECT_EQ(a.bytes, 32768u);
-  EXPECT_EQ(a.attn_out % kTpWindowAlign, 0u);
-  EXPECT_GE(TpReduceArenaFor(c, 0).bytes, kTpWindowAlign);  // never empty
-}
-
 // A quantized weight's cut is CutOf's in its logical [.., out, in] shape:
 // the same for every weight stored as [out, in], transposed for GPT-OSS's
 // fused experts (floats [E, in, out]).

@@ -15,7 +15,7 @@
 #include "engine/backend/cuda/kernels/wgmma_gemm.h"
 #include "engine/backend/cuda/kernels/wgmma_prompt_gemm.h"
 #include "engine/backend/rope.h"
-#include "engine/backend/tp_plan.h"
+#include "engine/backend/tp_reduce_plan.h"
 
 namespace agentkv::backend::cuda {
 namespace {
@@ -535,32 +535,32 @@ Status CudaBackend::EnsureCapacity(int64_t tokens, int64_t seqs,
 }
 
 Status CudaBackend::PlaceReduceBuffers() {
-  const model::ModelConfig& c = config_;
-  const size_t bytes = static_cast<size_t>(cap_tokens_) * c.hidden_size * 4;
-  const TpReduceArena a = TpReduceArenaFor(c, cap_tokens_);
-  if (arena_ != nullptr && a.bytes <= arena_bytes_) {
-    x_.View(arena_, bytes);
-    if (c.sandwich_norm) {
-      o_.View(static_cast<char*>(arena_) + a.attn_out, bytes);
-    } else {
-      RETURN_IF_ERROR(o_.Allocate(bytes));
-    }
+  const TpReducePlacement p =
+      PlaceTpReduce(config_, cap_tokens_, arena_ != nullptr ? arena_bytes_ : 0);
+  char* base = static_cast<char*>(arena_);
+  if (p.x_in_window) {
+    x_.View(base + p.x_offset, p.buffer_bytes);
   } else {
-    RETURN_IF_ERROR(x_.Allocate(bytes));
-    RETURN_IF_ERROR(o_.Allocate(bytes));
+    RETURN_IF_ERROR(x_.Allocate(p.buffer_bytes));
+  }
+  if (p.o_in_window) {
+    o_.View(base + p.o_offset, p.buffer_bytes);
+  } else {
+    RETURN_IF_ERROR(o_.Allocate(p.buffer_bytes));
   }
   // Padding rows of graph steps read what is there: never leave it undefined.
   for (cuda::ReduceBuffer* b : {&x_, &o_})
-    CUDA_RETURN_IF_ERROR(cudaMemsetAsync(b->get(), 0, bytes, stream_));
+    CUDA_RETURN_IF_ERROR(cudaMemsetAsync(b->get(), 0, p.buffer_bytes, stream_));
   return Status::Ok();
 }
 
-Status CudaBackend::SetReduceArena(void* base, size_t bytes) {
+Status CudaBackend::SetReduceArena(void* base, size_t bytes, bool fence) {
   ClearGraphs();
   for (cudaStream_t s : {up_stream_, down_stream_, stream_})
     if (s != nullptr) CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
   arena_ = bytes > 0 ? base : nullptr;
   arena_bytes_ = arena_ != nullptr ? bytes : 0;
+  reduce_fence_ = arena_ != nullptr && fence;
   if (cap_tokens_ == 0) return Status::Ok();  // placed when the workspaces are made
   RETURN_IF_ERROR(PlaceReduceBuffers());
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));

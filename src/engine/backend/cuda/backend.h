@@ -172,16 +172,20 @@ class CudaBackend final : public Backend {
   // Tensor-parallel ranks (TpBackend): the rank's symmetric NCCL window
   // (`bytes` at `base`, NcclWindows; null or 0: none), in which the
   // residual stream (and a sandwich-norm model's o output) live whenever
-  // TpReduceArenaFor(config, the token capacity) fits, so that their
-  // all-reduces run NCCL's symmetric kernels; otherwise they are
-  // allocations of their own. Every rank must get a window of the same
+  // PlaceTpReduce(config, the token capacity, bytes) says they fit, so
+  // that their all-reduces run NCCL's symmetric kernels; otherwise they
+  // are allocations of their own. Every rank must get a window of the same
   // size, so that the placement (and NCCL's choice of kernel) is the same
-  // on every rank. Drops the captured graphs and places the buffers anew
-  // (their contents are lost: call between steps). The window must
+  // on every rank. `fence`: every all-reduce of a buffer in the window is
+  // preceded by kernels::LaunchStreamFence (TpWindowReduceNeedsFence for
+  // the NCCL loaded). Drops the captured graphs and places the buffers
+  // anew (their contents are lost: call between steps). The window must
   // outlive this backend or the next call.
-  Status SetReduceArena(void* base, size_t bytes);
-  // Whether the residual stream lives in the window now.
+  Status SetReduceArena(void* base, size_t bytes, bool fence);
+  // Whether the residual stream lives in the window now, and whether its
+  // all-reduces are fenced (SetReduceArena).
   bool residual_in_window() const { return x_.is_view(); }
+  bool reduce_fenced() const { return x_.is_view() && reduce_fence_; }
   const KvLayout& kv_layout() const override { return layout_; }
   Status CopyBlocks(std::span<const cache::KvBlockCopy> copies) override;
   // Several logits rows per sequence (speculative verification): the LM
@@ -299,8 +303,8 @@ class CudaBackend final : public Backend {
   // buffer of exactly blocks.size() blocks); returns the bytes per block.
   Result<size_t> CheckBlockBatch(const char* what, int group, std::span<const int32_t> blocks,
                                  size_t buffer_bytes) const;
-  // (Re)places x_ and o_ for cap_tokens_ tokens: in the window when it
-  // holds them, else allocated; zeroed.
+  // (Re)places x_ and o_ for cap_tokens_ tokens as PlaceTpReduce says: in
+  // the window when it holds them, else allocated; zeroed.
   Status PlaceReduceBuffers();
   // Grows the workspaces to hold `tokens` tokens, `seqs` sequences, block
   // tables `width` wide and `rows` logits rows (0: as many as sequences).
@@ -483,6 +487,7 @@ class CudaBackend final : public Backend {
   cuda::ReduceBuffer x_, o_;
   void* arena_ = nullptr;
   size_t arena_bytes_ = 0;
+  bool reduce_fence_ = false;  // SetReduceArena's `fence`
   // Mixture-of-experts workspaces (empty for dense models), for cap_tokens_
   // tokens of k experts each (A = cap_tokens_ * k assignments): router
   // logits [T][E] fp32, experts and weights [A], the grouping (offsets and

@@ -46,6 +46,10 @@ struct NcclOptions {
 // build without it runs one GPU as usual and refuses NcclComms::Create.
 bool NcclBuilt();
 
+// The version code of the NCCL library loaded (ncclGetVersion: 22809 for
+// 2.28.9); 0 in a build without NCCL or where it cannot say.
+int NcclLoadedVersion();
+
 // The CUDA devices this process sees (0 without a driver or device).
 int VisibleGpus();
 

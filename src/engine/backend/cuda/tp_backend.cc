@@ -198,16 +198,29 @@ Status TpBackend::EnsureWindows(int64_t tokens) {
     std::fprintf(stderr, "agentkv: tensor parallel: all-reduces from plain buffers (%s)\n",
                  windows_refused_.c_str());
     if (!windows_) return Status::Ok();
-    RETURN_IF_ERROR(RunAll([&](int r) { return ranks_[r]->SetReduceArena(nullptr, 0); }));
+    RETURN_IF_ERROR(RunAll([&](int r) { return ranks_[r]->SetReduceArena(nullptr, 0, false); }));
     windows_.reset();
     return Status::Ok();
   }
+  if (!windows_) {
+    // Once, with the first window: the NCCL loaded and the ranks' devices
+    // decide (alike for every rank: one library, one kind of GPU).
+    int major = 0;
+    CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+    const int version = cuda::NcclLoadedVersion();
+    reduce_fence_ = TpWindowReduceNeedsFence(version, major);
+    if (reduce_fence_)
+      std::fprintf(stderr,
+                   "agentkv: tensor parallel: NCCL %d.%d.%d starts its symmetric all-reduces "
+                   "without waiting for the kernel before them: a fence kernel precedes each\n",
+                   version / 10000, version / 100 % 100, version % 100);
+  }
   std::unique_ptr<cuda::NcclWindows> next = std::move(made).value();
-  const Status placed =
-      RunAll([&](int r) { return ranks_[r]->SetReduceArena(next->ptr(r), next->bytes()); });
+  const Status placed = RunAll(
+      [&](int r) { return ranks_[r]->SetReduceArena(next->ptr(r), next->bytes(), reduce_fence_); });
   if (!placed.ok()) {
     // No rank may keep a view of `next`, freed on return.
-    (void)RunAll([&](int r) { return ranks_[r]->SetReduceArena(nullptr, 0); });
+    (void)RunAll([&](int r) { return ranks_[r]->SetReduceArena(nullptr, 0, false); });
     windows_.reset();
     return placed;
   }

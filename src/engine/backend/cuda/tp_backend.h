@@ -33,7 +33,11 @@
 // kernels. If windows cannot be made (NCCL before 2.27, no CUDA VMM, a
 // registration error), every rank keeps plain buffers, once said on
 // stderr; a step larger than the window (beyond Reserve's limits) moves
-// every rank's buffers out of it alike until the next Reserve.
+// every rank's buffers out of it alike until the next Reserve. Where the
+// NCCL loaded starts its symmetric kernels without waiting for the kernel
+// before them (TpWindowReduceNeedsFence: 2.28.0 to 2.30.6 on Hopper), each
+// all-reduce from a window is preceded by a fence kernel, said once on
+// stderr.
 //
 // Errors: an error from a rank mid-step may leave the others waiting in a
 // collective; the backend then refuses every later step (the first error
@@ -52,6 +56,7 @@
 #include "engine/backend/cuda/nccl_comms.h"
 #include "engine/backend/cuda/nccl_windows.h"
 #include "engine/backend/tp_plan.h"
+#include "engine/backend/tp_reduce_plan.h"
 
 namespace agentkv::backend::cuda {
 
@@ -82,6 +87,9 @@ class TpBackend final : public Backend {
   // if windows were asked for and could not be made, why.
   bool residual_in_window() const { return ranks_[0]->residual_in_window(); }
   const std::string& windows_refused() const { return windows_refused_; }
+  // Whether the all-reduces from the windows are preceded by a fence
+  // kernel now (TpWindowReduceNeedsFence for the NCCL loaded).
+  bool reduce_fenced() const { return ranks_[0]->reduce_fenced(); }
 
   // The smallest free memory of the ranks, in bytes of the single-GPU
   // layout (scaled by all heads over a rank's heads), so that the engine's
@@ -159,6 +167,7 @@ class TpBackend final : public Backend {
   std::unique_ptr<cuda::NcclWindows> windows_;  // (after comms_: destroyed before it)
   int64_t window_tokens_ = 0;
   std::string windows_refused_;
+  bool reduce_fence_ = false;  // decided with the first window
   std::vector<std::unique_ptr<CudaBackend>> ranks_;
   mutable Status failed_;  // the first error a step left the ranks in
 
