@@ -30,8 +30,9 @@
 #            once per TP_WINDOWS value (default "1 0": the all-reduced
 #            buffers in NCCL symmetric windows, then plain; --tp-windows)
 # allreduce: cuda_allreduce_bench (fp32 all-reduce from graphs on GPUs 0-1,
-#            plain buffers vs symmetric windows, 8 KB .. 1 MB: us per
-#            all-reduce), then the TP 2 bench runs under nsys for each
+#            plain buffers vs symmetric windows as the backend runs them
+#            (fenced where the NCCL loaded needs it) and without the fence,
+#            8 KB .. 1 MB: us per all-reduce), then the TP 2 bench runs under nsys for each
 #            TP_WINDOWS value: NCCL kernel time per decode step (the
 #            all-reduces of 2 x layers + 2 per step), where nsys exists
 # Default: smoke quant tests hf resume bench allreduce. Logs and JSON go to $OUT (or
@@ -166,6 +167,8 @@ PY
       if timeout 900 "$t" --gtest_brief=1 >"$OUT/$(basename "$t").log" 2>&1; then r=pass; else r=FAIL; fi
       note "$(basename "$t"): $r ($(grep -E -o '^\[  (PASSED|SKIPPED|FAILED)  \] [0-9]+ tests?' "$OUT/$(basename "$t").log" | tr '\n' ' '))"
       grep -E "FAILED|Failure|error|Skipped" "$OUT/$(basename "$t").log" | head -20
+      # Windows on / off apart, the fence, and the unfenced race's outcome.
+      grep -E "windows o(n|ff)|stale|all-reduces from windows" "$OUT/$(basename "$t").log" | head -60
     done ;;
   hf)
     for n in ${HF_TP:-2 4}; do
@@ -251,12 +254,14 @@ for b in json.load(open(sys.argv[1]))["benchmarks"]:
         continue
     parts = dict(p.split(":") for p in b["name"].split("/")[1:] if ":" in p)
     res[(int(parts["bytes"]), int(parts["window"]))] = b["us_per_allreduce"]
-print("| fp32 all-reduce, 2 GPUs, from graphs | plain us | symmetric window us | plain / window |")
-print("| --- | --- | --- | --- |")
+# window 1: as the backend runs it (behind the fence where this NCCL needs
+# one); window 2: the window without the fence (the fence's cost).
+print("| fp32 all-reduce, 2 GPUs, from graphs | plain us | window us (as run) | plain / window | window without fence us |")
+print("| --- | --- | --- | --- | --- |")
 for size in sorted({k[0] for k in res}):
-    p, w = res.get((size, 0)), res.get((size, 1))
+    p, w, u = res.get((size, 0)), res.get((size, 1)), res.get((size, 2))
     ratio = f"{p / w:.2f}x" if p and w else "-"
-    print(f"| {size // 1024} KB | {p and f'{p:.1f}'} | {w and f'{w:.1f}'} | {ratio} |")
+    print(f"| {size // 1024} KB | {p and f'{p:.1f}'} | {w and f'{w:.1f}'} | {ratio} | {u and f'{u:.1f}'} |")
 PY
     else
       note "allreduce: .devcarry/bin/cuda_allreduce_bench missing (pack_cuda.sh packs cuda_*_bench)"

@@ -14,14 +14,17 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <string>
 
 #include "../../step_driver.h"
 #include "backend_test_util.h"
 #include "engine/backend/cuda/nccl_comms.h"
 #include "engine/backend/cuda/nccl_windows.h"
 #include "engine/backend/cuda/tp_backend.h"
+#include "engine/backend/tp_reduce_plan.h"
 #include "engine/model/model_synth.h"
 #include "engine/model/safetensors_weights.h"
 
@@ -67,6 +70,23 @@ const model::Architecture kArchs[] = {model::Architecture::kLlama,   model::Arch
                                       model::Architecture::kGemma3,  model::Architecture::kGptOss,
                                       model::Architecture::kQwen3Moe};
 
+// What a TP backend's all-reduces ran from, for failure messages: windows
+// (fenced or not, or why none), or plain buffers.
+std::string WindowsName(const TpBackend& tp, bool asked) {
+  if (!asked) return "windows off";
+  if (!tp.residual_in_window())
+    return "windows on (none made: " +
+           (tp.windows_refused().empty() ? std::string("step past the window")
+                                         : tp.windows_refused()) +
+           ")";
+  return tp.reduce_fenced() ? "windows on (fenced)" : "windows on";
+}
+
+// Teacher-forced logits at TP 2 (and 4) against one GPU, with the summed
+// buffers in symmetric windows and in plain buffers, each compared apart
+// (the MoE layers' combine kernel, launched early behind the expert GEMM,
+// is where an all-reduce that starts before its producer finishes shows
+// first); then device picks against the gathered argmax.
 TEST(TpBackend, LogitsAsOneGpuAndDevicePicksAsTheGatheredArgmax) {
   AGENTKV_REQUIRE_GPUS(2);
   for (int degree : {2, 4}) {
@@ -75,21 +95,27 @@ TEST(TpBackend, LogitsAsOneGpuAndDevicePicksAsTheGatheredArgmax) {
       const model::ModelConfig c = TpSmallConfig(arch);
       const MapWeights w = Bf16Weights(c, 21);
       auto one = MakeCuda(c, w, 4);
-      auto tp = MakeTp(c, w, 4, degree);
-      ASSERT_TRUE(one && tp);
-      // What the KV records' fingerprint and layout see: as on one GPU.
-      EXPECT_EQ(tp->kv_format(), one->kv_format());
-      ASSERT_EQ(tp->cache_spec().groups.size(), one->cache_spec().groups.size());
-      for (size_t g = 0; g < one->cache_spec().groups.size(); ++g)
-        EXPECT_EQ(tp->cache_spec().BytesPerBlock(static_cast<int>(g), 4),
-                  one->cache_spec().BytesPerBlock(static_cast<int>(g), 4));
+      ASSERT_TRUE(one);
       std::vector<int32_t> picks;
       const auto want = Drive(*one, 7, 10, 3, nullptr, &picks);
-      const auto got = Drive(*tp, 7, 10, 3, &picks);  // teacher-forced
-      ASSERT_EQ(want.size(), got.size());
-      double worst = 0;
-      for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, RelErr(got[i], want[i]));
-      EXPECT_LT(worst, 1e-2) << CaseName({arch, 7, 4}) << " degree " << degree;
+      for (bool windows : {true, false}) {
+        auto tp = MakeTp(c, w, 4, degree, /*graphs=*/true, windows);
+        ASSERT_TRUE(tp);
+        const std::string name = CaseName({arch, 7, 4}) + " degree " + std::to_string(degree) +
+                                 " " + WindowsName(*tp, windows);
+        // What the KV records' fingerprint and layout see: as on one GPU.
+        EXPECT_EQ(tp->kv_format(), one->kv_format());
+        ASSERT_EQ(tp->cache_spec().groups.size(), one->cache_spec().groups.size());
+        for (size_t g = 0; g < one->cache_spec().groups.size(); ++g)
+          EXPECT_EQ(tp->cache_spec().BytesPerBlock(static_cast<int>(g), 4),
+                    one->cache_spec().BytesPerBlock(static_cast<int>(g), 4));
+        const auto got = Drive(*tp, 7, 10, 3, &picks);  // teacher-forced
+        ASSERT_EQ(want.size(), got.size());
+        double worst = 0;
+        for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, RelErr(got[i], want[i]));
+        std::printf("%s: worst row rel err %.2e\n", name.c_str(), worst);
+        EXPECT_LT(worst, 1e-2) << name;
+      }
       // Picks made on the GPUs (pipelined, graphs) equal the argmax of the
       // logits gathered to the host (every third step samples row 1).
       auto a = MakeTp(c, w, 4, degree);
@@ -97,7 +123,7 @@ TEST(TpBackend, LogitsAsOneGpuAndDevicePicksAsTheGatheredArgmax) {
       ASSERT_TRUE(a && b);
       EXPECT_EQ(GreedyPicks(*a, 16, /*pipelined=*/true, 9),
                 GreedyPicks(*b, 16, /*pipelined=*/false, 9, /*sample_every=*/3))
-          << CaseName({arch, 7, 4}) << " degree " << degree;
+          << CaseName({arch, 7, 4}) << " degree " << degree << " " << WindowsName(*a, true);
       EXPECT_GT(a->graphs_captured(), 0);
     }
   }
@@ -188,25 +214,29 @@ TEST(TpBackend, QuantizedCheckpointsAsOneGpu) {
       const std::string name = std::string(k.arch) + " " +
                                std::to_string(static_cast<int>(k.quant)) + " intermediate " +
                                std::to_string(k.intermediate) + " degree " + std::to_string(degree);
-      auto tp = MakeTp(*c, *w, 4, degree);
-      ASSERT_TRUE(tp) << name;
-      const auto got = Drive(*tp, 7, 10, 3, &picks);  // teacher-forced
-      ASSERT_EQ(want.size(), got.size());
-      double worst = 0, sum = 0;
-      int over = 0;
-      for (size_t i = 0; i < want.size(); ++i) {
-        const double e = RelErr(got[i], want[i]);
-        worst = std::max(worst, e);
-        sum += e;
-        over += e >= 3e-2;
-      }
-      std::printf("%s: worst row rel err %.2e, mean %.2e\n", name.c_str(), worst,
-                  sum / want.size());
-      if (moe) {
-        EXPECT_LT(sum / want.size(), 1e-2) << name;
-        EXPECT_LE(over * 5, static_cast<int>(want.size())) << name << ": rows past 3e-2";
-      } else {
-        EXPECT_LT(worst, 1e-2) << name;
+      // Windows on and off apart: a failure names which.
+      for (bool windows : {true, false}) {
+        auto tp = MakeTp(*c, *w, 4, degree, /*graphs=*/true, windows);
+        ASSERT_TRUE(tp) << name;
+        const std::string run = name + " " + WindowsName(*tp, windows);
+        const auto got = Drive(*tp, 7, 10, 3, &picks);  // teacher-forced
+        ASSERT_EQ(want.size(), got.size());
+        double worst = 0, sum = 0;
+        int over = 0;
+        for (size_t i = 0; i < want.size(); ++i) {
+          const double e = RelErr(got[i], want[i]);
+          worst = std::max(worst, e);
+          sum += e;
+          over += e >= 3e-2;
+        }
+        std::printf("%s: worst row rel err %.2e, mean %.2e\n", run.c_str(), worst,
+                    sum / want.size());
+        if (moe) {
+          EXPECT_LT(sum / want.size(), 1e-2) << run;
+          EXPECT_LE(over * 5, static_cast<int>(want.size())) << run << ": rows past 3e-2";
+        } else {
+          EXPECT_LT(worst, 1e-2) << run;
+        }
       }
       auto a = MakeTp(*c, *w, 4, degree);
       auto b = MakeTp(*c, *w, 4, degree, /*graphs=*/false);
@@ -223,7 +253,8 @@ TEST(TpBackend, QuantizedCheckpointsAsOneGpu) {
 // (symmetric_windows false): the same logits up to the all-reduce's
 // rounding (1e-5: fp32 sums on both paths), the same greedy picks; where
 // windows exist the residual lives in one, also after Reserve grows the
-// workspaces past the first window (a new one, every rank moved to it).
+// workspaces past the first window (a new one, every rank moved to it),
+// and its all-reduces are fenced where the NCCL loaded needs it.
 // Gemma 3 sums its o output apart (sandwich norms): in the window too.
 TEST(TpBackend, SymmetricWindowsAsPlainBuffers) {
   AGENTKV_REQUIRE_GPUS(2);
@@ -236,9 +267,18 @@ TEST(TpBackend, SymmetricWindowsAsPlainBuffers) {
     auto off = MakeTp(c, w, 4, 2, /*graphs=*/true, /*windows=*/false);
     ASSERT_TRUE(on && off);
     EXPECT_FALSE(off->residual_in_window());
+    EXPECT_FALSE(off->reduce_fenced());
     EXPECT_TRUE(off->windows_refused().empty());
     if (supported) {
       EXPECT_TRUE(on->residual_in_window()) << on->windows_refused();
+      // Fenced exactly where the NCCL loaded starts its symmetric kernels
+      // without waiting (TpWindowReduceNeedsFence).
+      int major = 0;
+      ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+      const int version = cuda::NcclLoadedVersion();
+      EXPECT_EQ(on->reduce_fenced(), TpWindowReduceNeedsFence(version, major));
+      std::printf("NCCL %d, compute capability %d: all-reduces from windows %s\n", version, major,
+                  on->reduce_fenced() ? "fenced" : "unfenced");
     } else {
       EXPECT_FALSE(on->residual_in_window());
       EXPECT_FALSE(on->windows_refused().empty());
