@@ -31,8 +31,8 @@
 #            buffers in NCCL symmetric windows, then plain; --tp-windows)
 # allreduce: cuda_allreduce_bench (fp32 all-reduce from graphs on GPUs 0-1,
 #            plain buffers vs symmetric windows as the backend runs them
-#            (fenced where the NCCL loaded needs it) and without the fence,
-#            8 KB .. 1 MB: us per all-reduce), then the TP 2 bench runs under nsys for each
+#            (fenced where the NCCL loaded needs it), and plain behind the
+#            fence (its cost), 8 KB .. 1 MB: us per all-reduce), then the TP 2 bench runs under nsys for each
 #            TP_WINDOWS value: NCCL kernel time per decode step (the
 #            all-reduces of 2 x layers + 2 per step), where nsys exists
 # Default: smoke quant tests hf resume bench allreduce. Logs and JSON go to $OUT (or
@@ -255,8 +255,8 @@ for b in json.load(open(sys.argv[1]))["benchmarks"]:
     parts = dict(p.split(":") for p in b["name"].split("/")[1:] if ":" in p)
     res[(int(parts["bytes"]), int(parts["window"]))] = b["us_per_allreduce"]
 # window 1: as the backend runs it (behind the fence where this NCCL needs
-# one); window 2: the window without the fence (the fence's cost).
-print("| fp32 all-reduce, 2 GPUs, from graphs | plain us | window us (as run) | plain / window | window without fence us |")
+# one); window 2: plain buffers behind the fence (the fence's cost).
+print("| fp32 all-reduce, 2 GPUs, from graphs | plain us | window us (as run) | plain / window | plain behind the fence us |")
 print("| --- | --- | --- | --- | --- |")
 for size in sorted({k[0] for k in res}):
     p, w, u = res.get((size, 0)), res.get((size, 1)), res.get((size, 2))

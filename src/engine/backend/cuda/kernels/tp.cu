@@ -91,7 +91,9 @@ cudaError_t LaunchStreamFence(cudaStream_t stream) {
 cudaError_t LaunchLateFill(float* x, int64_t n, float value, uint32_t delay_ns,
                            LaunchConfig launch) {
   if (n <= 0) return cudaSuccess;
-  const int blocks = static_cast<int>(std::min<int64_t>((n + 255) / 256, 1024));
+  // Few blocks (a grid-stride loop): the dependent's blocks fit beside
+  // them while they sleep.
+  const int blocks = static_cast<int>(std::min<int64_t>((n + 255) / 256, 64));
   return LaunchPdl(LateFillKernel, dim3(blocks), dim3(256), 0, launch, x, n, value, delay_ns);
 }
 
