@@ -50,7 +50,8 @@ __global__ void LateFillKernel(float* x, int64_t n, float value, uint32_t delay_
   PdlWait();
   // __nanosleep sleeps at most ~1 ms per call and may wake early: count
   // the clock instead.
-  const long long until = clock64() + static_cast<long long>(delay_ns) * 2;  // >= 2 GHz
+  // (Two cycles a nanosecond: at least delay_ns at clocks up to 2 GHz.)
+  const long long until = clock64() + static_cast<long long>(delay_ns) * 2;
   while (clock64() < until) __nanosleep(1000);
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
