@@ -26,6 +26,11 @@ void ModelOptions::Add(CLI::App& app, bool model_required) {
       ->envname("AGENTKV_TENSOR_PARALLEL")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  app.add_option("--tp-windows", backend.tp_symmetric_windows,
+                 "Tensor parallelism: all-reduce from NCCL symmetric windows (true) or plain "
+                 "buffers (false)")
+      ->envname("AGENTKV_TP_WINDOWS")
+      ->capture_default_str();
   // main() settled it before anything else ran (NVLink multicast off unless
   // the user set it); the backend refuses to start NCCL without it.
   if (const char* nvls = std::getenv("NCCL_NVLS_ENABLE")) backend.nccl_nvls_enable = nvls;

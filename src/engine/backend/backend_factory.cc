@@ -59,6 +59,7 @@ Result<std::unique_ptr<Backend>> CreateBackend(const std::filesystem::path& mode
       to.degree = tp;
       to.rank = co;
       to.nccl.nvls_enable = options.nccl_nvls_enable;
+      to.nccl.symmetric_windows = options.tp_symmetric_windows;
       ASSIGN_OR_RETURN(std::unique_ptr<cuda::TpBackend> b,
                        cuda::TpBackend::Create(config, weights, to));
       return std::unique_ptr<Backend>(std::move(b));

@@ -28,6 +28,10 @@ struct BackendOptions {
   // NCCL_NVLS_ENABLE as the command line settled it at start (it sets "0"
   // unless the user set it); tensor parallelism refuses an empty value.
   std::string nccl_nvls_enable;
+  // Tensor parallelism: the all-reduced buffers in NCCL symmetric windows
+  // (lower-latency all-reduce kernels; cuda::NcclOptions::symmetric_windows).
+  // Plain buffers serve where windows cannot be made.
+  bool tp_symmetric_windows = true;
 };
 
 // The KV dtype `options` asks of its device (see BackendOptions::kv_dtype);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "engine/backend/tp_quant_cut.h"
 #include "engine/model/quant_format.h"
 
 namespace agentkv::backend {
@@ -72,33 +73,75 @@ Result<TpPlan> TpPlan::Make(const model::ModelConfig& c, int degree, int visible
     return InvalidArgument(tp + "vocabulary " + std::to_string(c.vocab_size) +
                            " is smaller than the degree");
   if (c.quant.quantized() && degree > 1) {
-    // A slice must not cut a quantization block: MXFP4 blocks of 32 inputs
-    // (the experts' down projection takes its input split); fp8 blocks of
-    // block_rows x block_cols (every split dimension). Per-channel and
-    // per-tensor fp8 scales cut with their rows or not at all.
+    // Scales follow their weights' cuts (TpCutQuantized). MXFP4 (GPT-OSS's
+    // experts) holds one power-of-two scale per 32 inputs: the experts'
+    // down projection takes its input split, and a slice must hold whole
+    // blocks (a block's 32 values cannot be shared by two ranks without
+    // the kernels reading blocks from an offset). fp8 block scales: a row
+    // slice off the grid refines the rank's grid (any row count works); a
+    // column slice must leave blocks of whole 16-column loads.
+    // Per-channel and per-tensor fp8 scales cut with their rows or not at
+    // all.
     const int64_t qrows = static_cast<int64_t>(c.num_heads / degree) * c.head_dim;
-    const int64_t kvrows = static_cast<int64_t>(std::max(1, c.num_kv_heads / degree)) * c.head_dim;
+    auto covered = [&](const std::string& module) {
+      for (int l = 0; l < c.num_layers; ++l)
+        if (c.quant.Covers("model.layers." + std::to_string(l) + "." + module)) return true;
+      return false;
+    };
     if (c.quant.format == model::QuantFormat::kMxfp4) {
-      if (c.IsMoe())
-        RETURN_IF_ERROR(CheckSplit("expert intermediate size (MXFP4 blocks of 32)",
-                                   c.moe.expert_intermediate, degree, model::kMxfp4Block));
-    } else if (c.quant.format == model::QuantFormat::kFp8Block) {
-      const int64_t b = std::max(c.quant.block_rows, c.quant.block_cols);
-      RETURN_IF_ERROR(CheckSplit("query rows (fp8 blocks)", qrows * degree, degree, b));
-      if (p.kv_replicas == 1)
-        RETURN_IF_ERROR(CheckSplit("KV rows (fp8 blocks)", kvrows * degree, degree, b));
-      if (dense_mlp)
+      // (Slices off the 32-value blocks hold whole blocks: padded below.)
+      if (c.IsMoe() && c.moe.expert_intermediate % model::kMxfp4Block != 0)
+        return InvalidArgument(tp + "expert intermediate size " +
+                               std::to_string(c.moe.expert_intermediate) +
+                               " (the input of mlp.experts.down_proj) is not whole MXFP4 blocks "
+                               "of 32");
+    } else {
+      // fp8: the kernels read a rank's columns (and, for block scales,
+      // each scale block's) in whole 16-byte loads.
+      const bool block = c.quant.format == model::QuantFormat::kFp8Block;
+      auto columns = [&](const std::string& tensor, int64_t slice) -> Status {
+        const int64_t b = block ? TpCutBlock(c.quant.block_cols, 0, slice, 0, 1) : slice;
+        if (b % kTpQuantColumns == 0) return Status::Ok();
+        const std::string what =
+            block ? "fp8 blocks of " + std::to_string(c.quant.block_cols) +
+                        " columns cut into slices of " + std::to_string(slice) +
+                        " columns leave scale blocks of " + std::to_string(b) + " columns"
+                  : "fp8 columns cut into slices of " + std::to_string(slice);
+        return InvalidArgument(tp + tensor + ": " + what + ", not a multiple of " +
+                               std::to_string(kTpQuantColumns) +
+                               " (the quantized kernels' 16-byte loads)");
+      };
+      if (covered("self_attn.o_proj"))
+        RETURN_IF_ERROR(columns("model.layers.*.self_attn.o_proj.weight", qrows));
+      if (dense_mlp && covered("mlp.down_proj"))
         RETURN_IF_ERROR(
-            CheckSplit("intermediate size (fp8 blocks)", c.intermediate_size, degree, b));
-      if (c.IsMoe())
-        RETURN_IF_ERROR(CheckSplit("expert intermediate size (fp8 blocks)",
-                                   c.moe.expert_intermediate, degree, b));
+            columns("model.layers.*.mlp.down_proj.weight", c.intermediate_size / degree));
+      if (c.IsMoe() && covered("mlp.experts"))
+        RETURN_IF_ERROR(columns("model.layers.*.mlp.experts.*.down_proj.weight",
+                                c.moe.expert_intermediate / degree));
     }
   }
   const int64_t qh = c.num_heads / degree;
   const int64_t kvh = p.kv_replicas > 1 ? 1 : c.num_kv_heads / degree;
   const int64_t inter = dense_mlp ? c.intermediate_size / degree : 0;
   const int64_t einter = c.IsMoe() ? c.moe.expert_intermediate / degree : 0;
+  // MXFP4 experts whose slices cut a 32-value block: each rank holds the
+  // whole blocks around its slice, as many on every rank (the widest),
+  // zero-padded past the last column; the columns it does not own are
+  // zeroed in its down projection, so the sum over ranks is exact.
+  const bool mx_pad = c.IsMoe() && c.quant.quantized() &&
+                      c.quant.format == model::QuantFormat::kMxfp4 &&
+                      einter % model::kMxfp4Block != 0;
+  int64_t held = einter;
+  if (mx_pad) {
+    held = 0;
+    for (int r = 0; r < degree; ++r) {
+      const int64_t b = r * einter / model::kMxfp4Block * model::kMxfp4Block;
+      const int64_t e =
+          ((r + 1) * einter + model::kMxfp4Block - 1) / model::kMxfp4Block * model::kMxfp4Block;
+      held = std::max(held, e - b);
+    }
+  }
   const int64_t vper = (c.vocab_size + degree - 1) / degree;
   for (int r = 0; r < degree; ++r) {
     TpRank k;
@@ -108,6 +151,8 @@ Result<TpPlan> TpPlan::Make(const model::ModelConfig& c, int degree, int visible
     k.primary_kv = r % p.kv_replicas == 0;
     k.intermediate = {r * inter, inter};
     k.expert_intermediate = {r * einter, einter};
+    k.expert_held = k.expert_intermediate;
+    if (mx_pad) k.expert_held = {r * einter / model::kMxfp4Block * model::kMxfp4Block, held};
     const int64_t vb = std::min<int64_t>(r * vper, c.vocab_size);
     k.vocab = {vb, std::min<int64_t>(vper, c.vocab_size - vb)};
     k.adds_row_biases = r == 0;
@@ -125,7 +170,7 @@ model::ModelConfig TpPlan::RankConfig(const model::ModelConfig& config, int rank
   c.num_heads = static_cast<int>(k.q_heads.size);
   c.num_kv_heads = static_cast<int>(k.kv_heads.size);
   if (k.intermediate.size > 0) c.intermediate_size = static_cast<int>(k.intermediate.size);
-  if (c.IsMoe()) c.moe.expert_intermediate = static_cast<int>(k.expert_intermediate.size);
+  if (c.IsMoe()) c.moe.expert_intermediate = static_cast<int>(k.expert_held.size);
   c.vocab_size = static_cast<int>(k.vocab.size);
   return c;
 }
@@ -149,7 +194,16 @@ TensorCut TpPlan::CutOf(const model::ModelConfig& c, const std::string& name, in
     return {};  // q_norm, k_norm
   }
   if (!Contains(name, ".mlp.")) return {};  // norms
-  const TpRange& e = k.expert_intermediate;
+  // The held columns, and (padded MXFP4) the owned ones the down
+  // projection keeps.
+  const TpRange& e = k.expert_held;
+  const TpRange& own = k.expert_intermediate;
+  auto keep = [&](TensorCut t, int64_t scale) {
+    if (e == own) return t;
+    t.keep_begin = scale * own.begin;
+    t.keep_end = scale * own.end();
+    return t;
+  };
   if (Contains(name, ".mlp.experts.")) {
     // GPT-OSS's fused tensors: gate_up [E, H, 2I] with gate and up
     // interleaved along the last dimension (a pair per intermediate
@@ -165,7 +219,7 @@ TensorCut TpPlan::CutOf(const model::ModelConfig& c, const std::string& name, in
         EndsWith(name, "experts.gate_up_proj_scales") ||
         EndsWith(name, "experts.gate_up_proj_bias"))
       return Slice(1, 2 * e.begin, 2 * e.size);
-    if (EndsWith(name, "experts.down_proj")) return Slice(oss ? 1 : 2, e.begin, e.size);
+    if (EndsWith(name, "experts.down_proj")) return keep(Slice(oss ? 1 : 2, e.begin, e.size), 1);
     if (EndsWith(name, "experts.down_proj_blocks") || EndsWith(name, "experts.down_proj_scales"))
       return Slice(2, e.begin / model::kMxfp4Block, e.size / model::kMxfp4Block);
     if (EndsWith(name, "experts.down_proj_bias"))
@@ -181,6 +235,18 @@ TensorCut TpPlan::CutOf(const model::ModelConfig& c, const std::string& name, in
     return Slice(0, i.begin, i.size);
   if (EndsWith(name, "mlp.down_proj.weight")) return Slice(1, i.begin, i.size);
   return {};  // routers
+}
+
+TensorCut TpPlan::QuantCutOf(const model::ModelConfig& c, const std::string& name, int rank) const {
+  if (degree > 1 && c.arch == model::Architecture::kGptOss && Contains(name, ".mlp.experts.")) {
+    // [E, 2I, H] with gate and up rows interleaved (a pair per
+    // intermediate column), and [E, H, I].
+    TensorCut t = CutOf(c, name, rank);
+    if (EndsWith(name, "experts.gate_up_proj") || EndsWith(name, "experts.down_proj"))
+      t.dim = t.dim == 2 ? 1 : 2;  // [E, in, out] -> [E, out, in]
+    return t;
+  }
+  return CutOf(c, name, rank);
 }
 
 std::vector<int64_t> CutShape(std::span<const int64_t> shape, const TensorCut& cut) {

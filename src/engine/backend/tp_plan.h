@@ -24,7 +24,10 @@
 //   the popular experts), the grouped GEMMs run unchanged at a smaller I,
 //   and the layer ends in one all-reduce as a dense one. Splitting experts
 //   across ranks instead would leave a decode step's k experts on a few
-//   ranks while the others idle.
+//   ranks while the others idle. MXFP4 experts whose slices would cut a
+//   32-value block hold the whole blocks around them (TpRank::expert_held,
+//   padded alike on every rank; the columns a rank does not own zeroed in
+//   its down projection).
 // - embedding and LM head by vocabulary: contiguous ranges of ceil(V / N)
 //   rows (the last rank's shorter). A rank embeds the tokens in its range
 //   and zeros for the others (summed: the full embedding); its logits are
@@ -37,6 +40,7 @@
 // Thread-safety: immutable after Make; pure functions.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -64,7 +68,13 @@ struct TpRank {
   TpRange kv_heads;
   TpRange intermediate;         // dense MLP columns (gate/up rows, down columns)
   TpRange expert_intermediate;  // every expert's columns (MoE models; else empty)
-  TpRange vocab;                // embedding rows and LM head rows
+  // The expert columns the rank holds and computes: expert_intermediate,
+  // except for MXFP4 experts whose slices would cut a 32-value block: then
+  // the whole blocks around it, as many on every rank (past the last
+  // column: zero padding), the columns it does not own zeroed in its down
+  // projection (docs/tensor-parallel.md, "MXFP4").
+  TpRange expert_held;
+  TpRange vocab;  // embedding rows and LM head rows
   // Whether this rank holds the biases of row-split outputs (rank 0).
   bool adds_row_biases = false;
   // Whether this rank is the first holder of its KV heads (the one whose
@@ -87,7 +97,17 @@ struct TensorCut {
   int64_t begin = 0;
   int64_t size = 0;
   int parts = 1;
+  // kSlice: indices of a part past its end are zeros (padding), and so are
+  // those outside [keep_begin, keep_end) (columns another rank owns).
+  int64_t keep_begin = 0;
+  int64_t keep_end = INT64_MAX;
   bool operator==(const TensorCut&) const = default;
+  // Whether the cut pads or zeroes any index of a dimension of `n`.
+  bool Masks(int64_t n) const {
+    const int64_t part = n / parts;
+    return kind == Kind::kSlice &&
+           (begin + size > part || keep_begin > begin || keep_end < begin + size);
+  }
 };
 
 struct TpPlan {
@@ -103,8 +123,15 @@ struct TpPlan {
   // above visible_gpus; num_heads not divisible by the degree; num_kv_heads
   // neither divisible by it nor dividing it; intermediate sizes (dense and
   // expert) not divisible into slices of a multiple of kTpAlign; a
-  // vocabulary smaller than the degree; quantized weights whose blocks a
-  // slice would cut.
+  // vocabulary smaller than the degree; quantized weights a slice would
+  // cut where their scales cannot follow: MXFP4 experts whose intermediate
+  // size is not whole 32-value blocks (slices off the blocks are held as
+  // whole blocks: TpRank::expert_held), fp8 block
+  // scales whose column slices (o_proj, down_proj, experts' down_proj)
+  // leave blocks narrower than kTpQuantColumns (TpCutBlock), each naming
+  // the tensor. fp8 row slices off the block grid are allowed: the rank's
+  // grid is refined so that its blocks share the full grid's boundary
+  // block's scale (TpCutQuantized).
   static Result<TpPlan> Make(const model::ModelConfig& config, int degree, int visible_gpus);
 
   // The config rank `rank`'s backend runs: num_heads, num_kv_heads,
@@ -116,7 +143,18 @@ struct TpPlan {
   // ExpectedWeights names and shapes it, or Qwen3-MoE's fused expert
   // tensors, TpFusedExpertShapes) is cut. Unknown names are kWhole.
   TensorCut CutOf(const model::ModelConfig& config, const std::string& name, int rank) const;
+  // The same cut for the weight stored quantized, in its logical [.., out,
+  // in] dimensions (WeightSource::LoadQuantized's shape; TpCutQuantized
+  // applies it): CutOf's, except for GPT-OSS's fused experts, whose float
+  // tensors are [E, in, out] (CutOf's dimensions) and quantized ones
+  // [E, out, in].
+  TensorCut QuantCutOf(const model::ModelConfig& config, const std::string& name, int rank) const;
 };
+
+// Quantized columns per rank must come in multiples of this many (the
+// quantized kernels' 16-byte loads of fp8 codes never straddle a scale
+// block).
+inline constexpr int64_t kTpQuantColumns = 16;
 
 // Qwen3-MoE checkpoints may store each sparse layer's experts fused (as
 // transformers 5 saves them): mlp.experts.gate_up_proj [E, 2I, H] (gate
@@ -142,11 +180,16 @@ std::vector<T> CutTensor(std::span<const T> full, std::span<const int64_t> shape
   for (int d = 0; d < cut.dim; ++d) outer *= shape[d];
   for (size_t d = cut.dim + 1; d < shape.size(); ++d) inner *= shape[d];
   const int64_t n = shape[cut.dim], block = n / cut.parts, taken = cut.size * cut.parts;
-  std::vector<T> out(static_cast<size_t>(outer * taken * inner));
+  // The indices [lo, hi) of each part's slice that hold values.
+  const int64_t lo = std::max(cut.begin, cut.keep_begin);
+  const int64_t hi = std::min({cut.begin + cut.size, block, cut.keep_end});
+  std::vector<T> out(static_cast<size_t>(outer * taken * inner), T{});
+  if (hi <= lo) return out;
   for (int64_t o = 0; o < outer; ++o)
     for (int p = 0; p < cut.parts; ++p) {
-      const T* src = full.data() + (o * n + p * block + cut.begin) * inner;
-      std::copy(src, src + cut.size * inner, out.data() + (o * taken + p * cut.size) * inner);
+      const T* src = full.data() + (o * n + p * block + lo) * inner;
+      std::copy(src, src + (hi - lo) * inner,
+                out.data() + (o * taken + p * cut.size + lo - cut.begin) * inner);
     }
   return out;
 }

@@ -1,5 +1,6 @@
 #include "engine/backend/tp_weight_source.h"
 
+#include "engine/backend/tp_quant_cut.h"
 #include "engine/model/weight_spec.h"
 
 namespace agentkv::backend {
@@ -16,7 +17,19 @@ std::string ShapeText(std::span<const int64_t> s) {
 TpWeightSource::TpWeightSource(const model::WeightSource& full, const model::ModelConfig& config,
                                const TpPlan& plan, int rank)
     : full_(full), config_(config), plan_(plan), rank_(rank) {
-  for (const model::WeightSpec& w : model::ExpectedWeights(config)) shapes_[w.name] = w.shape;
+  for (const model::WeightSpec& w : model::ExpectedWeights(config)) {
+    shapes_[w.name] = w.shape;
+    const std::string blocks = "_blocks";
+    if (w.role == model::WeightRole::kExpertBlocks && w.shape.size() == 4 &&
+        w.name.size() > blocks.size()) {
+      // [E, out, in / 32, 16] blocks: the weight [E, out, in].
+      quant_shapes_[w.name.substr(0, w.name.size() - blocks.size())] = {
+          w.shape[0], w.shape[1], w.shape[2] * model::kMxfp4Block};
+    } else if (config.arch == model::Architecture::kGptOss &&
+               w.role == model::WeightRole::kExpert && w.shape.size() == 3) {
+      quant_shapes_[w.name] = {w.shape[0], w.shape[2], w.shape[1]};
+    }
+  }
   for (auto& [name, shape] : TpFusedExpertShapes(config)) shapes_[name] = shape;
 }
 
@@ -53,8 +66,23 @@ Result<model::QuantizedWeight> TpWeightSource::LoadQuantized(
     const std::string& name, std::span<const int64_t> shape,
     const model::QuantConfig& quant) const {
   if (plan_.degree == 1) return full_.LoadQuantized(name, shape, quant);
-  return Unimplemented("tensor parallel: quantized weights (" + name +
-                       ") are not split across GPUs yet");
+  const std::vector<int64_t>* found = nullptr;
+  if (auto q = quant_shapes_.find(name); q != quant_shapes_.end()) {
+    found = &q->second;
+  } else if (auto f = shapes_.find(name); f != shapes_.end()) {
+    found = &f->second;
+  } else {
+    return InvalidArgument("tensor parallel: " + name + " is not a tensor of this model");
+  }
+  const std::vector<int64_t>& full = *found;
+  const TensorCut cut = plan_.QuantCutOf(config_, name, rank_);
+  const std::vector<int64_t> want = CutShape(full, cut);
+  if (!std::equal(want.begin(), want.end(), shape.begin(), shape.end()))
+    return InvalidArgument("tensor parallel: rank " + std::to_string(rank_) + " asked for " + name +
+                           " (quantized) as " + ShapeText(shape) + ", its slice is " +
+                           ShapeText(want));
+  ASSIGN_OR_RETURN(model::QuantizedWeight w, full_.LoadQuantized(name, full, quant));
+  return TpCutQuantized(w, cut, name);
 }
 
 }  // namespace agentkv::backend

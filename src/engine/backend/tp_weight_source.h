@@ -4,8 +4,9 @@
 // from the checkpoint and returns the rank's cut (TpPlan::CutOf), so the
 // backend's loading code runs unchanged.
 //
-// Quantized weights are not served under a degree above 1 (Unimplemented):
-// their scale tensors would need cutting too.
+// Quantized weights (LoadQuantized) are cut likewise, their scales with
+// them (TpPlan::QuantCutOf, TpCutQuantized): the full weight is loaded as
+// stored and the rank keeps its slice of the codes and of the scales.
 //
 // Thread-safety: as the wrapped source (const calls only). Does not own
 // `full`, which must outlive it.
@@ -35,6 +36,10 @@ class TpWeightSource final : public model::WeightSource {
   Result<std::vector<uint16_t>> LoadBf16IfStored(const std::string& name,
                                                  std::span<const int64_t> shape) const override;
   bool IsQuantized(const std::string& name) const override;
+  // `shape`: the rank's logical [.., out, in] shape of `name` (the cut of
+  // the full logical shape); InvalidArgument otherwise, for a name the
+  // model does not have, or for a cut its scales cannot follow
+  // (TpCutQuantized).
   Result<model::QuantizedWeight> LoadQuantized(const std::string& name,
                                                std::span<const int64_t> shape,
                                                const model::QuantConfig& quant) const override;
@@ -47,7 +52,11 @@ class TpWeightSource final : public model::WeightSource {
   model::ModelConfig config_;
   TpPlan plan_;
   int rank_;
-  std::map<std::string, std::vector<int64_t>> shapes_;  // ExpectedWeights of the full model
+  std::map<std::string, std::vector<int64_t>> shapes_;  // model::ExpectedWeights of the full model
+  // Logical [.., out, in] shapes of the full model's weights as
+  // LoadQuantized names them, where they differ from shapes_ (GPT-OSS's
+  // experts: [E, in, out] as floats; as MXFP4, `name`_blocks and _scales).
+  std::map<std::string, std::vector<int64_t>> quant_shapes_;
 };
 
 }  // namespace agentkv::backend

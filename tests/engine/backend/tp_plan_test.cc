@@ -16,6 +16,7 @@
 #include "../test_model.h"
 #include "engine/backend/tp_combine.h"
 #include "engine/backend/tp_weight_source.h"
+#include "engine/model/quant_pack.h"
 #include "engine/model/weight_spec.h"
 
 namespace agentkv::backend {
@@ -294,6 +295,253 @@ TEST(TpPlanTest, ShardedLayerEqualsFullLayerForEveryArchitecture) {
   }
 }
 
+bool EndsWith(const std::string& s, const char* suffix) {
+  const std::string x(suffix);
+  return s.size() >= x.size() && s.compare(s.size() - x.size(), x.size(), x) == 0;
+}
+
+// `floats` stored as a quantized checkpoint of `config` stores them,
+// packed by the synthesizer's packers: GPT-OSS's fused experts as MXFP4
+// ([E, out, in], as `name`_blocks / _scales), every other model's linear
+// projections (attention, dense MLP, experts) in config.quant's fp8
+// format; the rest as floats.
+class QuantWeights : public model::WeightSource {
+ public:
+  QuantWeights(const MapWeights& floats, const model::ModelConfig& config)
+      : f_(floats), c_(config) {}
+  bool Has(const std::string& name) const override { return f_.Has(name); }
+  bool IsQuantized(const std::string& name) const override {
+    if (c_.arch == model::Architecture::kGptOss)
+      return EndsWith(name, "experts.gate_up_proj") || EndsWith(name, "experts.down_proj");
+    for (const char* s : {"q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight",
+                          "gate_proj.weight", "up_proj.weight", "down_proj.weight"})
+      if (EndsWith(name, s)) return true;
+    return false;
+  }
+  Result<std::vector<float>> LoadF32(const std::string& name,
+                                     std::span<const int64_t> shape) const override {
+    if (IsQuantized(name)) return InvalidArgument(name + " is stored quantized");
+    return f_.LoadF32(name, shape);
+  }
+  Result<model::QuantizedWeight> LoadQuantized(const std::string& name,
+                                               std::span<const int64_t> shape,
+                                               const model::QuantConfig& quant) const override {
+    if (!IsQuantized(name)) return InvalidArgument(name + " is not quantized");
+    model::QuantizedWeight w;
+    w.shape.assign(shape.begin(), shape.end());
+    w.rows = shape[shape.size() - 2];
+    w.cols = shape.back();
+    w.batch = shape.size() == 3 ? shape[0] : 1;
+    const int64_t n = w.rows * w.cols;
+    Vec v = f_.t.at(name);
+    if (static_cast<int64_t>(v.size()) != w.batch * n) return InvalidArgument(name + ": shape");
+    if (c_.arch == model::Architecture::kGptOss) {  // [E, in, out] floats
+      Vec t(v.size());
+      for (int64_t b = 0; b < w.batch; ++b)
+        for (int64_t k = 0; k < w.cols; ++k)
+          for (int64_t r = 0; r < w.rows; ++r)
+            t[(b * w.rows + r) * w.cols + k] = v[(b * w.cols + k) * w.rows + r];
+      v = std::move(t);
+    }
+    w.format = c_.arch == model::Architecture::kGptOss ? model::QuantFormat::kMxfp4 : quant.format;
+    w.codes.resize(static_cast<size_t>(w.format == model::QuantFormat::kMxfp4 ? w.batch * n / 2
+                                                                              : w.batch * n));
+    for (int64_t b = 0; b < w.batch; ++b) {
+      const float* m = v.data() + b * n;
+      if (w.format == model::QuantFormat::kMxfp4) {
+        w.exponents.resize(static_cast<size_t>(w.batch * n / model::kMxfp4Block));
+        model::PackMxfp4(m, w.rows, w.cols, w.codes.data() + b * n / 2,
+                         w.exponents.data() + b * n / model::kMxfp4Block);
+      } else if (w.format == model::QuantFormat::kFp8Block) {
+        w.block_rows = quant.block_rows;
+        w.block_cols = quant.block_cols;
+        const int64_t g = ((w.rows + w.block_rows - 1) / w.block_rows) *
+                          ((w.cols + w.block_cols - 1) / w.block_cols);
+        w.scales.resize(static_cast<size_t>(w.batch * g));
+        model::PackFp8Block(m, w.rows, w.cols, w.block_rows, w.block_cols, w.codes.data() + b * n,
+                            w.scales.data() + b * g);
+      } else {
+        w.scales.resize(static_cast<size_t>(w.batch * w.rows));
+        model::PackFp8Channel(m, w.rows, w.cols, w.codes.data() + b * n,
+                              w.scales.data() + b * w.rows);
+      }
+    }
+    RETURN_IF_ERROR(w.Validate());
+    return w;
+  }
+
+ private:
+  const MapWeights& f_;
+  model::ModelConfig c_;
+};
+
+// A source's quantized weights served dequantized (LoadQuantized, then
+// the CPU's DequantizeRows; GPT-OSS's experts transposed back to their
+// float layout), so that the layer above runs on what a rank holds.
+class Dequantizing : public model::WeightSource {
+ public:
+  Dequantizing(const model::WeightSource& base, const model::ModelConfig& config)
+      : b_(base), c_(config) {}
+  bool Has(const std::string& name) const override { return b_.Has(name); }
+  Result<std::vector<float>> LoadF32(const std::string& name,
+                                     std::span<const int64_t> shape) const override {
+    if (!b_.IsQuantized(name)) return b_.LoadF32(name, shape);
+    std::vector<int64_t> logical(shape.begin(), shape.end());
+    const bool oss = c_.arch == model::Architecture::kGptOss;
+    if (oss) std::swap(logical[1], logical[2]);
+    ASSIGN_OR_RETURN(model::QuantizedWeight q, b_.LoadQuantized(name, logical, c_.quant));
+    Vec out(static_cast<size_t>(q.batch * q.rows * q.cols));
+    for (int64_t b = 0; b < q.batch; ++b)
+      model::DequantizeRows(q, b, 0, q.rows, out.data() + b * q.rows * q.cols);
+    if (!oss) return out;
+    Vec t(out.size());
+    for (int64_t b = 0; b < q.batch; ++b)
+      for (int64_t r = 0; r < q.rows; ++r)
+        for (int64_t k = 0; k < q.cols; ++k)
+          t[(b * q.cols + k) * q.rows + r] = out[(b * q.rows + r) * q.cols + k];
+    return t;
+  }
+
+ private:
+  const model::WeightSource& b_;
+  model::ModelConfig c_;
+};
+
+// Quantized checkpoints: each rank's cut of the codes and scales
+// (TpWeightSource::LoadQuantized) dequantizes to its slice of the full
+// weights, so the sharded layer equals the full dequantized one: fp8 block
+// scales on and off the rank boundaries (128 x 128 tiles larger than every
+// tensor; 24 x 32 tiles, ragged, cut inside a tile), per-channel fp8, and
+// GPT-OSS's MXFP4 experts.
+TEST(TpPlanTest, ShardedQuantizedLayerEqualsFullDequantizedLayer) {
+  struct Case {
+    model::Architecture arch;
+    model::QuantMethod method;
+    model::QuantFormat format;
+    int br, bc;
+  };
+  const Case cases[] = {
+      {model::Architecture::kQwen3, model::QuantMethod::kFp8, model::QuantFormat::kFp8Block, 128,
+       128},
+      {model::Architecture::kQwen3, model::QuantMethod::kFp8, model::QuantFormat::kFp8Block, 24,
+       32},
+      {model::Architecture::kLlama, model::QuantMethod::kCompressedTensors,
+       model::QuantFormat::kFp8Channel, 0, 0},
+      {model::Architecture::kQwen3Moe, model::QuantMethod::kFp8, model::QuantFormat::kFp8Block, 24,
+       32},
+      {model::Architecture::kGemma3, model::QuantMethod::kFp8, model::QuantFormat::kFp8Block, 16,
+       16},
+      {model::Architecture::kGptOss, model::QuantMethod::kMxfp4, model::QuantFormat::kMxfp4, 0, 0},
+      // MXFP4 slices off the blocks (96: 48 a rank at 2, 24 at 4): padded.
+      {model::Architecture::kGptOss, model::QuantMethod::kMxfp4, model::QuantFormat::kMxfp4, 0, 96},
+  };
+  for (const Case& k : cases) {
+    model::ModelConfig c = TpConfig(k.arch);
+    if (k.arch == model::Architecture::kGptOss) {
+      c.hidden_size = 64;  // whole MXFP4 blocks of gate_up's input
+      // 64 and 32 a rank: whole blocks of down's input; or (bc) not.
+      c.moe.expert_intermediate = k.bc > 0 ? k.bc : 128;
+    }
+    if (c.IsMoe() && k.arch != model::Architecture::kGptOss) c.moe.expert_intermediate = 64;
+    const MapWeights floats = RandomWeights(c, 23);
+    c.quant.method = k.method;
+    c.quant.format = k.format;
+    if (k.format == model::QuantFormat::kFp8Block) {
+      c.quant.block_rows = k.br;
+      c.quant.block_cols = k.bc;
+    }
+    const QuantWeights stored(floats, c);
+    const Dequantizing full(stored, c);
+    const std::vector<Vec> x = RandomRows(3, c.hidden_size, 5);
+    const std::string name = c.model_type + " " + std::string(model::QuantFormatName(k.format)) +
+                             " " + std::to_string(k.br) + "x" + std::to_string(k.bc);
+    for (int degree : {2, 4}) {
+      auto plan = TpPlan::Make(c, degree, degree);
+      ASSERT_TRUE(plan.ok()) << name << " " << degree << ": " << plan.status().ToString();
+      std::vector<TpWeightSource> cut;
+      for (int r = 0; r < degree; ++r) cut.emplace_back(stored, c, *plan, r);
+      std::vector<Dequantizing> shards;
+      for (int r = 0; r < degree; ++r) shards.emplace_back(cut[r], plan->RankConfig(c, r));
+      std::vector<std::pair<model::ModelConfig, const model::WeightSource*>> parts;
+      for (int r = 0; r < degree; ++r) parts.emplace_back(plan->RankConfig(c, r), &shards[r]);
+      for (int layer = 0; layer < c.num_layers; ++layer) {
+        const std::vector<Vec> want = Layer(c, layer, x, {{c, &full}});
+        EXPECT_LT(MaxDiff(want, Layer(c, layer, x, parts)), 2e-4f)
+            << name << " degree " << degree << " layer " << layer;
+      }
+      // The rank asks for its logical shape only.
+      const std::string q = "model.layers.0.self_attn.q_proj.weight";
+      if (stored.IsQuantized(q)) {
+        auto bad =
+            cut[1].LoadQuantized(q, std::vector<int64_t>{c.num_heads * c.head_dim, 48}, c.quant);
+        EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument) << name;
+      }
+    }
+  }
+}
+
+// A quantized weight's cut is CutOf's in its logical [.., out, in] shape:
+// the same for every weight stored as [out, in], transposed for GPT-OSS's
+// fused experts (floats [E, in, out]).
+TEST(TpPlanTest, QuantCutsAreCutOfInTheLogicalShape) {
+  const model::ModelConfig oss = TpConfig(model::Architecture::kGptOss);
+  auto plan = TpPlan::Make(oss, 2, -1);
+  ASSERT_TRUE(plan.ok());
+  const TpRange e = plan->ranks[1].expert_intermediate;
+  const std::string p = "model.layers.0.mlp.experts.";
+  EXPECT_EQ(plan->CutOf(oss, p + "gate_up_proj", 1),
+            (TensorCut{TensorCut::Kind::kSlice, 2, 2 * e.begin, 2 * e.size, 1}));
+  EXPECT_EQ(plan->QuantCutOf(oss, p + "gate_up_proj", 1),
+            (TensorCut{TensorCut::Kind::kSlice, 1, 2 * e.begin, 2 * e.size, 1}));
+  EXPECT_EQ(plan->QuantCutOf(oss, p + "down_proj", 1),
+            (TensorCut{TensorCut::Kind::kSlice, 2, e.begin, e.size, 1}));
+  const model::ModelConfig q = TpConfig(model::Architecture::kQwen3Moe);
+  auto qp = TpPlan::Make(q, 4, -1);
+  ASSERT_TRUE(qp.ok());
+  for (const model::WeightSpec& s : model::ExpectedWeights(q))
+    for (int r = 0; r < 4; ++r) EXPECT_EQ(qp->QuantCutOf(q, s.name, r), qp->CutOf(q, s.name, r));
+  for (const auto& [name, shape] : TpFusedExpertShapes(q))
+    EXPECT_EQ(qp->QuantCutOf(q, name, 3), qp->CutOf(q, name, 3)) << name;
+}
+
+// MXFP4 experts whose slices would cut a 32-value block: every rank holds
+// the whole blocks around its slice, as many on every rank, zero-padded
+// past the last column, and zeroes the columns it does not own in its down
+// projection (GPT-OSS's 2,880 at 4: 720 a rank, 23 blocks held).
+TEST(TpPlanTest, Mxfp4SlicesOffTheBlocksHoldWholeBlocks) {
+  model::ModelConfig c = TpConfig(model::Architecture::kGptOss);
+  c.quant.method = model::QuantMethod::kMxfp4;
+  c.quant.format = model::QuantFormat::kMxfp4;
+  c.moe.expert_intermediate = 2880;
+  auto plan = TpPlan::Make(c, 4, -1);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  const int64_t begins[] = {0, 704, 1440, 2144};
+  for (int r = 0; r < 4; ++r) {
+    const TpRank& k = plan->ranks[r];
+    EXPECT_EQ(k.expert_intermediate, (TpRange{720 * r, 720}));
+    EXPECT_EQ(k.expert_held, (TpRange{begins[r], 736})) << r;
+    EXPECT_EQ(plan->RankConfig(c, r).moe.expert_intermediate, 736);
+    const TensorCut down = plan->QuantCutOf(c, "model.layers.0.mlp.experts.down_proj", r);
+    EXPECT_EQ(down.dim, 2);
+    EXPECT_EQ(down.begin, begins[r]);
+    EXPECT_EQ(down.size, 736);
+    EXPECT_EQ(down.keep_begin, 720 * r);
+    EXPECT_EQ(down.keep_end, 720 * (r + 1));
+    const TensorCut gu = plan->QuantCutOf(c, "model.layers.0.mlp.experts.gate_up_proj", r);
+    EXPECT_EQ(gu, (TensorCut{TensorCut::Kind::kSlice, 1, 2 * begins[r], 2 * 736, 1}));
+  }
+  // Whole blocks a rank (1,440 at 2): no padding, no zeroed columns.
+  auto two = TpPlan::Make(c, 2, -1);
+  ASSERT_TRUE(two.ok());
+  for (const TpRank& k : two->ranks) EXPECT_EQ(k.expert_held, k.expert_intermediate);
+  // 96 at 4: the last rank's window runs past the experts.
+  c.moe.expert_intermediate = 96;
+  auto pad = TpPlan::Make(c, 4, -1);
+  ASSERT_TRUE(pad.ok());
+  EXPECT_EQ(pad->ranks[3].expert_held, (TpRange{64, 64}));
+  EXPECT_TRUE(pad->QuantCutOf(c, "model.layers.0.mlp.experts.gate_up_proj", 3).Masks(2 * 96));
+}
+
 TEST(TpPlanTest, DegreeOneIsTheWholeModel) {
   const model::ModelConfig c = TpConfig(model::Architecture::kQwen3);
   auto plan = TpPlan::Make(c, 1, 1);
@@ -372,10 +620,49 @@ TEST(TpPlanTest, RefusesWhatDoesNotSplit) {
   model::ModelConfig moe = TpConfig(model::Architecture::kQwen3Moe);
   moe.moe.expert_intermediate = 24;
   EXPECT_NE(msg(TpPlan::Make(moe, 2, 8)).find("expert intermediate size 24"), std::string::npos);
+  // fp8 block columns of o_proj (32 a rank), down_proj (16 a rank at 4)
+  // and the experts' down_proj: blocks left narrower than 16 columns.
   model::ModelConfig fp8 = c;
   fp8.quant.method = model::QuantMethod::kFp8;
   fp8.quant.format = model::QuantFormat::kFp8Block;
-  EXPECT_NE(msg(TpPlan::Make(fp8, 2, 8)).find("fp8 blocks"), std::string::npos);
+  EXPECT_TRUE(TpPlan::Make(fp8, 4, 8).ok());  // 128-column blocks: refined to 32 and 16
+  fp8.quant.block_cols = 40;                  // blocks of 8 columns at a rank's boundary
+  EXPECT_NE(msg(TpPlan::Make(fp8, 2, 8)).find("self_attn.o_proj.weight: fp8 blocks of 40 columns"),
+            std::string::npos)
+      << msg(TpPlan::Make(fp8, 2, 8));
+  fp8.quant.block_cols = 96;  // o_proj: 32 columns; down_proj at 4: 16
+  EXPECT_TRUE(TpPlan::Make(fp8, 4, 8).ok());
+  fp8.quant.block_cols = 24;  // o_proj at 2: 8-column blocks
+  EXPECT_NE(msg(TpPlan::Make(fp8, 2, 8)).find("o_proj"), std::string::npos);
+  fp8.quant.not_converted = {"o_proj"};  // o_proj stays bf16: down_proj is cut next
+  EXPECT_NE(msg(TpPlan::Make(fp8, 2, 8)).find("mlp.down_proj.weight"), std::string::npos);
+  model::ModelConfig fp8moe = TpConfig(model::Architecture::kQwen3Moe);
+  fp8moe.quant = fp8.quant;
+  fp8moe.quant.block_cols = 32;
+  fp8moe.moe.expert_intermediate = 32;  // 8 a rank at 4
+  EXPECT_NE(msg(TpPlan::Make(fp8moe, 4, 8)).find("mlp.experts.*.down_proj.weight"),
+            std::string::npos)
+      << msg(TpPlan::Make(fp8moe, 4, 8));
+  // Per-channel fp8: whole 16-column loads of a rank's columns.
+  model::ModelConfig channel = c;
+  channel.quant.method = model::QuantMethod::kCompressedTensors;
+  channel.quant.format = model::QuantFormat::kFp8Channel;
+  channel.intermediate_size = 96;  // 24 a rank at 4
+  EXPECT_TRUE(TpPlan::Make(channel, 2, 8).ok());
+  EXPECT_NE(msg(TpPlan::Make(channel, 4, 8))
+                .find("mlp.down_proj.weight: fp8 columns cut into slices of 24"),
+            std::string::npos)
+      << msg(TpPlan::Make(channel, 4, 8));
+  // MXFP4 experts: slices off the 32-value blocks hold whole blocks
+  // (padded); an intermediate size of no whole blocks is refused.
+  model::ModelConfig mx = TpConfig(model::Architecture::kGptOss);
+  mx.quant.method = model::QuantMethod::kMxfp4;
+  mx.quant.format = model::QuantFormat::kMxfp4;
+  mx.moe.expert_intermediate = 96;  // 48 a rank
+  EXPECT_TRUE(TpPlan::Make(mx, 2, 8).ok());
+  mx.moe.expert_intermediate = 80;
+  EXPECT_NE(msg(TpPlan::Make(mx, 2, 8)).find("is not whole MXFP4 blocks of 32"), std::string::npos)
+      << msg(TpPlan::Make(mx, 2, 8));
   model::ModelConfig vocab = c;
   vocab.vocab_size = 1;
   EXPECT_NE(msg(TpPlan::Make(vocab, 2, 8)).find("vocabulary 1"), std::string::npos);
@@ -505,9 +792,11 @@ TEST(TpPlanTest, WeightSourceChecksShapesAndNames) {
   ASSERT_TRUE(q.ok());
   const Vec& all = w.t.at("model.layers.0.self_attn.q_proj.weight");
   EXPECT_EQ(*q, Vec(all.begin() + 2 * D * H, all.end()));
+  // A quantized load asks for the rank's shape too.
   auto qw = s.LoadQuantized("model.layers.0.self_attn.q_proj.weight", std::vector<int64_t>{1},
                             model::QuantConfig{});
-  EXPECT_EQ(qw.status().code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(qw.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(qw.status().message().find("its slice is [32, 48]"), std::string::npos);
 }
 
 // Qwen3-MoE's fused expert tensors (transformers 5's) cut to the same

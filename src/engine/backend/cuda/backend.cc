@@ -15,6 +15,7 @@
 #include "engine/backend/cuda/kernels/wgmma_gemm.h"
 #include "engine/backend/cuda/kernels/wgmma_prompt_gemm.h"
 #include "engine/backend/rope.h"
+#include "engine/backend/tp_reduce_plan.h"
 
 namespace agentkv::backend::cuda {
 namespace {
@@ -469,14 +470,12 @@ Status CudaBackend::EnsureCapacity(int64_t tokens, int64_t seqs,
   int64_t meta = kMaxCacheGroups + 1 + 7 * T + 2 * B + 1;
   for (int g = 0; g < kMaxCacheGroups; ++g) meta += B * cap_width_[g];
   const Want wants[] = {
-      {&x_, T * H * 4},
       {&h_, T * H * 2},
       {&qkv_, T * (nh + 2 * nkv) * D * 4},
       {&q_, T * nh * D * 2},
       {&k_, T * nkv * D * 2},
       {&v_, T * nkv * D * 2},
       {&attn_, T * nh * D * 2},
-      {&o_, T * H * 4},
       // (Not past kMaxWgmmaRows rows where the prompt GEMM takes those.)
       {&gu_, (cuda::UsePromptGemm(gemm_, static_cast<int>(T), static_cast<int>(2 * I),
                                   static_cast<int>(H))
@@ -522,6 +521,7 @@ Status CudaBackend::EnsureCapacity(int64_t tokens, int64_t seqs,
     RETURN_IF_ERROR(kv8_.Allocate(bytes));
     CUDA_RETURN_IF_ERROR(cudaMemsetAsync(kv8_.get(), 0, bytes, stream_));
   }
+  RETURN_IF_ERROR(PlaceReduceBuffers());
   // Tensor parallelism: one argmax key per logits row (forward_tp.cc).
   if (tp()) RETURN_IF_ERROR(tp_keys_.Allocate(static_cast<size_t>(B) * 8));
   for (int i = 0; i < kSlots; ++i) {
@@ -530,6 +530,39 @@ Status CudaBackend::EnsureCapacity(int64_t tokens, int64_t seqs,
     RETURN_IF_ERROR(host_row_picks_[i].Allocate(static_cast<size_t>(R) * sizeof(RowPick)));
     RETURN_IF_ERROR(host_row_lp_[i].Allocate(static_cast<size_t>(R) * sizeof(RowLogprobs)));
   }
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  return Status::Ok();
+}
+
+Status CudaBackend::PlaceReduceBuffers() {
+  const TpReducePlacement p =
+      PlaceTpReduce(config_, cap_tokens_, arena_ != nullptr ? arena_bytes_ : 0);
+  char* base = static_cast<char*>(arena_);
+  if (p.x_in_window) {
+    x_.View(base + p.x_offset, p.buffer_bytes);
+  } else {
+    RETURN_IF_ERROR(x_.Allocate(p.buffer_bytes));
+  }
+  if (p.o_in_window) {
+    o_.View(base + p.o_offset, p.buffer_bytes);
+  } else {
+    RETURN_IF_ERROR(o_.Allocate(p.buffer_bytes));
+  }
+  // Padding rows of graph steps read what is there: never leave it undefined.
+  for (cuda::ReduceBuffer* b : {&x_, &o_})
+    CUDA_RETURN_IF_ERROR(cudaMemsetAsync(b->get(), 0, p.buffer_bytes, stream_));
+  return Status::Ok();
+}
+
+Status CudaBackend::SetReduceArena(void* base, size_t bytes, bool fence) {
+  ClearGraphs();
+  for (cudaStream_t s : {up_stream_, down_stream_, stream_})
+    if (s != nullptr) CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
+  arena_ = bytes > 0 ? base : nullptr;
+  arena_bytes_ = arena_ != nullptr ? bytes : 0;
+  reduce_fence_ = arena_ != nullptr && fence;
+  if (cap_tokens_ == 0) return Status::Ok();  // placed when the workspaces are made
+  RETURN_IF_ERROR(PlaceReduceBuffers());
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   return Status::Ok();
 }

@@ -103,6 +103,7 @@
 #include "engine/backend/cuda/kernels/launch.h"
 #include "engine/backend/cuda/kv_read_hazards.h"
 #include "engine/backend/cuda/nccl_comms.h"
+#include "engine/backend/cuda/reduce_buffer.h"
 #include "engine/backend/cuda/step_plan.h"
 #include "engine/backend/cuda_tuning.h"
 #include "engine/model/weight_source.h"
@@ -168,6 +169,23 @@ class CudaBackend final : public Backend {
   // context seen: reserving the model's whole context would make every
   // graph step of a multi-group model copy the widest tables.)
   Status Reserve(int max_step_tokens, int max_batch) override;
+  // Tensor-parallel ranks (TpBackend): the rank's symmetric NCCL window
+  // (`bytes` at `base`, NcclWindows; null or 0: none), in which the
+  // residual stream (and a sandwich-norm model's o output) live whenever
+  // PlaceTpReduce(config, the token capacity, bytes) says they fit, so
+  // that their all-reduces run NCCL's symmetric kernels; otherwise they
+  // are allocations of their own. Every rank must get a window of the same
+  // size, so that the placement (and NCCL's choice of kernel) is the same
+  // on every rank. `fence`: every all-reduce of a buffer in the window is
+  // preceded by kernels::LaunchStreamFence (TpWindowReduceNeedsFence for
+  // the NCCL loaded). Drops the captured graphs and places the buffers
+  // anew (their contents are lost: call between steps). The window must
+  // outlive this backend or the next call.
+  Status SetReduceArena(void* base, size_t bytes, bool fence);
+  // Whether the residual stream lives in the window now, and whether its
+  // all-reduces are fenced (SetReduceArena).
+  bool residual_in_window() const { return x_.is_view(); }
+  bool reduce_fenced() const { return x_.is_view() && reduce_fence_; }
   const KvLayout& kv_layout() const override { return layout_; }
   Status CopyBlocks(std::span<const cache::KvBlockCopy> copies) override;
   // Several logits rows per sequence (speculative verification): the LM
@@ -285,6 +303,9 @@ class CudaBackend final : public Backend {
   // buffer of exactly blocks.size() blocks); returns the bytes per block.
   Result<size_t> CheckBlockBatch(const char* what, int group, std::span<const int32_t> blocks,
                                  size_t buffer_bytes) const;
+  // (Re)places x_ and o_ for cap_tokens_ tokens as PlaceTpReduce says: in
+  // the window when it holds them, else allocated; zeroed.
+  Status PlaceReduceBuffers();
   // Grows the workspaces to hold `tokens` tokens, `seqs` sequences, block
   // tables `width` wide and `rows` logits rows (0: as many as sequences).
   Status EnsureCapacity(int64_t tokens, int64_t seqs, const std::array<int, kMaxCacheGroups>& width,
@@ -458,8 +479,15 @@ class CudaBackend final : public Backend {
   // are 39 MB.
   static constexpr int64_t kMinLogitRows = 64;
   std::array<int, kMaxCacheGroups> cap_width_{};
-  cuda::DeviceBuffer x_, h_, qkv_, q_, k_, v_, attn_, o_, gu_, act_, logits_, argmax_scratch_,
-      part_o_, part_ml_, cublas_ws_, wgmma_ws_;
+  cuda::DeviceBuffer h_, qkv_, q_, k_, v_, attn_, gu_, act_, logits_, argmax_scratch_, part_o_,
+      part_ml_, cublas_ws_, wgmma_ws_;
+  // The residual stream [T][H] fp32 and the o projection's output [T][H]
+  // fp32: what tensor parallelism all-reduces, in the rank's window where
+  // it fits (SetReduceArena; PlaceReduceBuffers).
+  cuda::ReduceBuffer x_, o_;
+  void* arena_ = nullptr;
+  size_t arena_bytes_ = 0;
+  bool reduce_fence_ = false;  // SetReduceArena's `fence`
   // Mixture-of-experts workspaces (empty for dense models), for cap_tokens_
   // tokens of k experts each (A = cap_tokens_ * k assignments): router
   // logits [T][E] fp32, experts and weights [A], the grouping (offsets and

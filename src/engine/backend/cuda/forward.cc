@@ -546,7 +546,8 @@ Status CudaBackend::Enqueue(const cuda::StepShape& s, int slot) {
                                                   meta + ml.seq_first, T, nkv, D, view, launch_));
     }
     if (L.q_o.codes != nullptr) {
-      RETURN_IF_ERROR(QuantGemm(attn, L.q_o, c.sandwich_norm ? o : x, true, !c.sandwich_norm, T));
+      RETURN_IF_ERROR(QuantGemm(attn, L.q_o, c.sandwich_norm ? o : x, true,
+                                cuda::QuantResidualAdds(gemm_, options_.tp_comm.rank()), T));
     } else {
       RETURN_IF_ERROR(ResidualGemm(attn, L.wo, T, H, nh * D, gemms.o, gemms.o_planes));
     }
@@ -573,7 +574,8 @@ Status CudaBackend::Enqueue(const cuda::StepShape& s, int slot) {
     }
     float* down_out = c.sandwich_norm ? o : x;
     if (L.q_down.codes != nullptr) {
-      RETURN_IF_ERROR(QuantGemm(act, L.q_down, down_out, true, !c.sandwich_norm, T));
+      RETURN_IF_ERROR(QuantGemm(act, L.q_down, down_out, true,
+                                cuda::QuantResidualAdds(gemm_, options_.tp_comm.rank()), T));
     } else {
       RETURN_IF_ERROR(ResidualGemm(act, L.w_down, T, H, I, gemms.down, gemms.down_planes));
     }

@@ -16,6 +16,13 @@ Status CudaBackend::TpEmbed(const int32_t* tokens, const int32_t* prev_picks, in
 }
 
 Status CudaBackend::TpReduce(float* buf, int T) {
+  // From a window, on an NCCL whose symmetric kernels start as programmatic
+  // dependents of the kernel before them without waiting for it (and every
+  // kernel here lets its dependents start early): a fence between, or the
+  // sum reads buf before it is written (TpWindowReduceNeedsFence).
+  const bool in_window =
+      (x_.is_view() && buf == x_.get<float>()) || (o_.is_view() && buf == o_.get<float>());
+  if (reduce_fence_ && in_window) CUDA_RETURN_IF_ERROR(kernels::LaunchStreamFence(stream_));
   // fp32: the residual stream's precision (a bf16 sum would round the
   // residual at every layer, which the single-GPU path never does).
   return options_.tp_comm.SumF32(buf, static_cast<size_t>(T) * config_.hidden_size, stream_);

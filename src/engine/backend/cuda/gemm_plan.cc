@@ -56,6 +56,10 @@ ResidualPath PlanResidual(const GemmModel& g, int m, int n, int k, int* planes) 
 
 }  // namespace
 
+bool QuantResidualAdds(const GemmModel& g, int tp_rank) {
+  return !g.sandwich_norm && (!g.tp || tp_rank == 0);
+}
+
 DenseLayerPlan PlanDenseLayer(const GemmModel& g, int tokens, bool fused_rotary,
                               int max_qkv_planes) {
   const int T = tokens, H = g.hidden, I = g.inter;

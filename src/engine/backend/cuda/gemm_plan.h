@@ -100,6 +100,14 @@ enum class ResidualPath : uint8_t {
   kGemmPartial,  // tensor parallelism: Gemm with beta 1 on rank 0, 0 on others
   kGemmOut,      // sandwich norm: Gemm into o_, the norm adds it
 };
+// Whether a quantized residual projection (o, down: CudaBackend::QuantGemm,
+// which no plan routes) adds its product into x rather than storing it:
+// as kGemmAdd on one GPU; as kGemmPartial under tensor parallelism (rank 0
+// adds onto the residual, every other rank stores its partial sum over x,
+// and the all-reduce adds them: were every rank to add, the sum would hold
+// the residual once per rank); never with sandwich norms (kGemmOut: o is
+// stored, the norm adds it).
+bool QuantResidualAdds(const GemmModel& g, int tp_rank);
 // gate_up and its gated activation.
 enum class GateUpPath : uint8_t {
   kNormGemvAct,  // the MLP's norm, the GEMV and the activation in one kernel

@@ -34,6 +34,16 @@ Status NcclStatus(ncclResult_t r, const char* expr, const char* file, int line) 
 
 bool NcclBuilt() { return AGENTKV_HAVE_NCCL != 0; }
 
+int NcclLoadedVersion() {
+#if AGENTKV_HAVE_NCCL
+  int version = 0;
+  if (ncclGetVersion(&version) != ncclSuccess) return 0;
+  return version;
+#else
+  return 0;
+#endif
+}
+
 int VisibleGpus() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {

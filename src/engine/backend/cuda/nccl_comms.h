@@ -34,12 +34,21 @@ namespace agentkv::backend::cuda {
 struct NcclOptions {
   // NCCL_NVLS_ENABLE as the process environment holds it (see above).
   std::string nvls_enable;
+  // Whether the buffers that tensor parallelism sums (the residual stream)
+  // live in NCCL symmetric windows (NcclWindows), so that their
+  // all-reduces run NCCL's symmetric kernels. Where windows cannot be made
+  // (NCCL before 2.27, no CUDA VMM) the plain buffers serve, as when off.
+  bool symmetric_windows = true;
 };
 
 // Whether this build has NCCL (found beside the CUDA toolkit at configure
 // time: NVIDIA ships it as its own package, so a toolkit may lack it). A
 // build without it runs one GPU as usual and refuses NcclComms::Create.
 bool NcclBuilt();
+
+// The version code of the NCCL library loaded (ncclGetVersion: 22809 for
+// 2.28.9); 0 in a build without NCCL or where it cannot say.
+int NcclLoadedVersion();
 
 // The CUDA devices this process sees (0 without a driver or device).
 int VisibleGpus();
@@ -81,6 +90,8 @@ class NcclComms {
   int size() const { return static_cast<int>(comms_.size()); }
   int device(int rank) const { return devices_.at(rank); }
   NcclRank rank(int r) const { return NcclRank(comms_.at(r), r, size()); }
+  // Rank r's ncclComm_t (opaque here; for NcclWindows).
+  void* comm(int r) const { return comms_.at(r); }
 
  private:
   NcclComms() = default;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -108,6 +109,7 @@ TpBackend::~TpBackend() {
     });
   }
   transfers_.clear();
+  windows_.reset();
   comms_.reset();
   workers_.reset();
 }
@@ -184,7 +186,51 @@ double TpBackend::device_seconds() const { return ranks_[0]->device_seconds(); }
 double TpBackend::graph_capture_seconds() const { return ranks_[0]->graph_capture_seconds(); }
 int64_t TpBackend::graphs_captured() const { return ranks_[0]->graphs_captured(); }
 
+Status TpBackend::EnsureWindows(int64_t tokens) {
+  if (!options_.nccl.symmetric_windows || !windows_refused_.empty()) return Status::Ok();
+  window_tokens_ = std::max(window_tokens_, tokens);
+  const size_t want = TpReduceArenaFor(config_, window_tokens_).bytes;
+  if (windows_ && windows_->bytes() >= want) return Status::Ok();
+  auto made = cuda::NcclWindows::Create(*comms_, want);
+  if (!made.ok()) {
+    // Alike on every rank: the group registered everywhere or nowhere.
+    windows_refused_ = made.status().message();
+    std::fprintf(stderr, "agentkv: tensor parallel: all-reduces from plain buffers (%s)\n",
+                 windows_refused_.c_str());
+    if (!windows_) return Status::Ok();
+    RETURN_IF_ERROR(RunAll([&](int r) { return ranks_[r]->SetReduceArena(nullptr, 0, false); }));
+    windows_.reset();
+    return Status::Ok();
+  }
+  if (!windows_) {
+    // Once, with the first window: the NCCL loaded and the ranks' devices
+    // decide (alike for every rank: one library, one kind of GPU).
+    int major = 0;
+    CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+    const int version = cuda::NcclLoadedVersion();
+    reduce_fence_ = TpWindowReduceNeedsFence(version, major);
+    if (reduce_fence_)
+      std::fprintf(stderr,
+                   "agentkv: tensor parallel: NCCL %d.%d.%d starts its symmetric all-reduces "
+                   "without waiting for the kernel before them: a fence kernel precedes each\n",
+                   version / 10000, version / 100 % 100, version % 100);
+  }
+  std::unique_ptr<cuda::NcclWindows> next = std::move(made).value();
+  const Status placed = RunAll(
+      [&](int r) { return ranks_[r]->SetReduceArena(next->ptr(r), next->bytes(), reduce_fence_); });
+  if (!placed.ok()) {
+    // No rank may keep a view of `next`, freed on return.
+    (void)RunAll([&](int r) { return ranks_[r]->SetReduceArena(nullptr, 0, false); });
+    windows_.reset();
+    return placed;
+  }
+  windows_ = std::move(next);  // (the old windows, which no rank uses now, go)
+  return Status::Ok();
+}
+
 Status TpBackend::AllocateKv(const KvLayout& layout) {
+  // The window first, so that the workspaces AllocateKv makes go into it.
+  RETURN_IF_ERROR(EnsureWindows(std::max(options_.rank.max_step_tokens, options_.rank.max_batch)));
   RETURN_IF_ERROR(RunAll([&](int r) { return ranks_[r]->AllocateKv(layout); }));
   layout_ = layout;
   runs_.assign(ranks_.size(), {});
@@ -196,6 +242,7 @@ Status TpBackend::AllocateKv(const KvLayout& layout) {
 }
 
 Status TpBackend::Reserve(int max_step_tokens, int max_batch) {
+  RETURN_IF_ERROR(EnsureWindows(std::max(max_step_tokens, max_batch)));
   return RunAll([&](int r) { return ranks_[r]->Reserve(max_step_tokens, max_batch); });
 }
 

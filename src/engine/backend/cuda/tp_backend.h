@@ -25,6 +25,20 @@
 // resumes at any degree; the fingerprint (config, KV format) does not
 // depend on the degree.
 //
+// All-reduce buffers: with options.nccl.symmetric_windows (the default),
+// every rank's residual stream (and a sandwich-norm model's o output)
+// lives in one NcclWindows window sized for the step capacity (AllocateKv:
+// the rank options' limits; Reserve: the engine's), registered from this
+// thread in one NCCL group, so the all-reduces run NCCL's symmetric
+// kernels. If windows cannot be made (NCCL before 2.27, no CUDA VMM, a
+// registration error), every rank keeps plain buffers, once said on
+// stderr; a step larger than the window (beyond Reserve's limits) moves
+// every rank's buffers out of it alike until the next Reserve. Where the
+// NCCL loaded starts its symmetric kernels without waiting for the kernel
+// before them (TpWindowReduceNeedsFence: 2.28.0 to 2.30.6 on Hopper), each
+// all-reduce from a window is preceded by a fence kernel, said once on
+// stderr.
+//
 // Errors: an error from a rank mid-step may leave the others waiting in a
 // collective; the backend then refuses every later step (the first error
 // is returned again).
@@ -40,7 +54,9 @@
 #include "engine/backend/backend.h"
 #include "engine/backend/cuda/backend.h"
 #include "engine/backend/cuda/nccl_comms.h"
+#include "engine/backend/cuda/nccl_windows.h"
 #include "engine/backend/tp_plan.h"
+#include "engine/backend/tp_reduce_plan.h"
 
 namespace agentkv::backend::cuda {
 
@@ -67,6 +83,13 @@ class TpBackend final : public Backend {
     return static_cast<uint32_t>(cache::KvDtypeBytes(spec_.kv_dtype));
   }
   const TpPlan& plan() const { return plan_; }
+  // Whether the ranks' residual streams live in symmetric windows now, and
+  // if windows were asked for and could not be made, why.
+  bool residual_in_window() const { return ranks_[0]->residual_in_window(); }
+  const std::string& windows_refused() const { return windows_refused_; }
+  // Whether the all-reduces from the windows are preceded by a fence
+  // kernel now (TpWindowReduceNeedsFence for the NCCL loaded).
+  bool reduce_fenced() const { return ranks_[0]->reduce_fenced(); }
 
   // The smallest free memory of the ranks, in bytes of the single-GPU
   // layout (scaled by all heads over a rank's heads), so that the engine's
@@ -123,6 +146,9 @@ class TpBackend final : public Backend {
   // Checks a batched block access; the global bytes per block.
   Result<size_t> CheckBlocks(const char* what, int group, std::span<const int32_t> blocks,
                              size_t buffer_bytes) const;
+  // Windows for steps of up to `tokens` tokens (grown, never shrunk) given
+  // to every rank; on failure, plain buffers for good (windows_refused_).
+  Status EnsureWindows(int64_t tokens);
   // Pinned staging of at least `bytes` for rank r (from its free list, or
   // new), and its return.
   Result<HostBuffer> TakeStaging(int r, size_t bytes);
@@ -138,6 +164,10 @@ class TpBackend final : public Backend {
   std::vector<std::vector<std::vector<TpKvRun>>> runs_;
   std::unique_ptr<Workers> workers_;
   std::unique_ptr<cuda::NcclComms> comms_;
+  std::unique_ptr<cuda::NcclWindows> windows_;  // (after comms_: destroyed before it)
+  int64_t window_tokens_ = 0;
+  std::string windows_refused_;
+  bool reduce_fence_ = false;  // decided with the first window
   std::vector<std::unique_ptr<CudaBackend>> ranks_;
   mutable Status failed_;  // the first error a step left the ranks in
 

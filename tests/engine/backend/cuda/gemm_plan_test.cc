@@ -133,6 +133,23 @@ TEST(GemmPlanTest, TensorParallelRanksLeavePartialSums) {
   EXPECT_EQ(p.o_planes + p.down_planes, 0);
 }
 
+// The quantized o and down projections (fp8, no plan) as the bf16 ones:
+// added into x on one GPU and on rank 0 only under tensor parallelism (the
+// others store their partial sums: the all-reduce must count the residual
+// once, not once per rank), stored into o with sandwich norms.
+TEST(GemmPlanTest, QuantizedResidualProjectionsAddTheResidualOnce) {
+  GemmModel g = Llama1B();
+  EXPECT_TRUE(QuantResidualAdds(g, 0));
+  g.tp = true;
+  EXPECT_TRUE(QuantResidualAdds(g, 0));
+  EXPECT_FALSE(QuantResidualAdds(g, 1));
+  EXPECT_FALSE(QuantResidualAdds(g, 3));
+  g.sandwich_norm = true;
+  EXPECT_FALSE(QuantResidualAdds(g, 0));
+  g.tp = false;
+  EXPECT_FALSE(QuantResidualAdds(g, 0));
+}
+
 TEST(GemmPlanTest, CublasRowCountsAreTheOnesTheWarmUpRan) {
   EXPECT_EQ(GemmRows(1), 8);
   EXPECT_EQ(GemmRows(64), 64);

@@ -1,6 +1,7 @@
 // Kernels of tensor parallelism (docs/tensor-parallel.md): a rank's
-// embedding over its vocabulary slice, and the argmax keys that one max
-// all-reduce combines into the global greedy picks (tp_combine.h).
+// embedding over its vocabulary slice, the argmax keys that one max
+// all-reduce combines into the global greedy picks (tp_combine.h), and the
+// fence before an all-reduce from a symmetric window (tp_reduce_plan.h).
 // launch.h says what all launchers share.
 #pragma once
 
@@ -28,5 +29,21 @@ cudaError_t LaunchArgmaxKeys(const float* logits, int64_t vocab, const int32_t* 
 
 // picks[r] = tp::ArgmaxKeyId(keys[r]) (global ids).
 cudaError_t LaunchKeysToPicks(const uint64_t* keys, int rows, int32_t* picks, LaunchConfig launch);
+
+// A kernel that does nothing, launched plainly whatever the backend's
+// CudaTuning::pdl (never as a programmatic dependent, and it never lets
+// its own dependents launch early): whatever follows it on `stream` starts
+// only once everything before it has finished and its writes are visible.
+// Before the all-reduces of NCCL versions whose symmetric kernels start as
+// programmatic dependents without waiting (TpWindowReduceNeedsFence).
+cudaError_t LaunchStreamFence(cudaStream_t stream);
+
+// x[i] = value for i < n, stored ~delay_ns nanoseconds after the kernel
+// starts, by a kernel that lets its dependents launch at its start and
+// waits for the kernel before it (as every kernel here does): the worst
+// case of a producer for a dependent that does not wait
+// (nccl_windows_test.cc, the fence).
+cudaError_t LaunchLateFill(float* x, int64_t n, float value, uint32_t delay_ns,
+                           LaunchConfig launch);
 
 }  // namespace agentkv::backend::cuda::kernels
