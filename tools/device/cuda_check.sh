@@ -30,7 +30,10 @@
 #           shapes (qwen3moe_bf16 qwen3moe_fp8 gptoss_mxfp4 by default; one
 #           per run call if time is short); the checkpoints stay in /tmp for
 #           the next call. MOE_COMPARE=1 adds c1/c64 with
-#           AGENTKV_CUDA_MOE_GEMV=0 (no GEMV: the tiles for every step).
+#           AGENTKV_CUDA_MOE_GEMV=0 (no GEMV: the tiles for every step;
+#           fp8 dense layers dequantized at every step). DEQUANT_COMPARE=1
+#           adds c1/c64 and the prefill line with AGENTKV_CUDA_DENSE_DEQUANT=0
+#           (fp8 dense layers of many-token steps on the quantized tiles).
 # moegemv:  dev/cuda/cuda_moe_gemv_bench (not in the default stages): the
 #           decode GEMMs of the MoE and quantized shapes at 1-16 tokens by
 #           path (GEMV, tiles), weight GB/s against the copy rate
@@ -175,6 +178,15 @@ for st in "${stages[@]}"; do
           --output 128 --concurrency 1,64 --json >"$OUT/bench_${shape}_tiles.json" \
           2>>"$OUT/bench_$shape.err"
         note "bench $shape AGENTKV_CUDA_MOE_GEMV=0 rc=$?"
+      fi
+      if [ -n "${DEQUANT_COMPARE:-}" ]; then  # fp8 dense layers on the quantized tiles
+        AGENTKV_CUDA_DENSE_DEQUANT=0 agentkv bench engine --model $M --device cuda --prompt 512 \
+          --output 128 --concurrency 1,64 --json >"$OUT/bench_${shape}_nodequant.json" \
+          2>>"$OUT/bench_$shape.err"
+        note "bench $shape AGENTKV_CUDA_DENSE_DEQUANT=0 rc=$?"
+        AGENTKV_CUDA_DENSE_DEQUANT=0 agentkv bench engine --model $M --device cuda --prompt 512 \
+          --output 1 --concurrency 64 --max-step-tokens 8192 --json \
+          >"$OUT/prefill_${shape}_nodequant.json" 2>>"$OUT/bench_$shape.err"
       fi
       tail -3 "$OUT/bench_$shape.err"
       python3 tools/device/roofline.py --model $M --peak "$OUT/peak.json" --bench "$OUT/bench_$shape.json" \
