@@ -209,8 +209,9 @@ for st in "${stages[@]}"; do
     python3 - "$OUT/moe_gemv_bench.json" <<'PY'
 import json, sys
 for b in json.load(open(sys.argv[1]))["benchmarks"]:
+    moved = f"  moved {b['moved_GBps'] / 1e9:8.1f} GB/s" if 'moved_GBps' in b else ""
     print(f"{b['name']:40s} {b['real_time']:9.2f} us  {b.get('weight_GBps', 0) / 1e9:8.1f} GB/s"
-          f"  {b.get('experts_MB', 0):7.1f} MB")
+          f"  {b.get('experts_MB', 0):7.1f} MB{moved}")
 PY
     ;;
   bench|bench8b)
