@@ -281,10 +281,12 @@ TEST_F(CudaBackendQuant, Qwen3Fp8DenseMatchesTheCpu) {
 // Dense fp8 steps of many tokens (prompt chunks of 32 beside the others':
 // 55 tokens, past the quantized GEMV's 16) run on their weights dequantized
 // to bf16: against the CPU within the tolerances above, and against the
-// quantized tiles (AGENTKV_CUDA_DENSE_DEQUANT=0) closely (the same bf16
-// weights: only the order of the sums differs; relative L2 error per row
-// under 5e-3). The scratch holds the largest projection (gate_up) in bf16;
-// none is allocated with the switch off.
+// quantized tiles (AGENTKV_CUDA_DENSE_DEQUANT=0) closely: the same bf16
+// weights, but the sums in another order and, as in bf16 layers, gate and
+// up rounded to bf16 before the activation where the tiles take them in
+// fp32 (relative L2 error per row under 1e-2, the kernel tests' bar for
+// bf16 outputs; wrong weights would be off by about 1). The scratch holds the largest projection
+// (gate_up) in bf16; none is allocated with the switch off.
 TEST_F(CudaBackendQuant, Qwen3Fp8DenseManyTokenStepsRunDequantized) {
   AGENTKV_REQUIRE_GPU();
   model::SynthOptions o = Base("qwen3", model::SynthQuant::kFp8);
@@ -324,7 +326,7 @@ TEST_F(CudaBackendQuant, Qwen3Fp8DenseManyTokenStepsRunDequantized) {
     const double e = RelErr(got[0][i], ref[i]);
     sum += e;
     over += e >= 6e-2;
-    EXPECT_LT(RelErr(got[0][i], got[1][i]), 5e-3) << "row " << i << " against the tiles";
+    EXPECT_LT(RelErr(got[0][i], got[1][i]), 1e-2) << "row " << i << " against the tiles";
   }
   EXPECT_LT(sum / ref.size(), 4e-2) << "mean logits error";
   EXPECT_LE(over * 5, static_cast<int>(ref.size())) << "rows past 6e-2: " << over;
