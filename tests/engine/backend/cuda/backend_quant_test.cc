@@ -333,6 +333,53 @@ TEST_F(CudaBackendQuant, Qwen3Fp8DenseManyTokenStepsRunDequantized) {
   std::printf("dequantized: mean logits rel err %.2e against the cpu\n", sum / ref.size());
 }
 
+// With the quantized GEMV off every step dequantizes (UseDequantGemm from
+// one row), decode steps of three sequences included, which run as CUDA
+// graphs: the graphs replay the dequantization and the bf16 GEMMs after it
+// (launched without programmatic dependent launch) and still match the
+// CPU within the tolerances above.
+TEST_F(CudaBackendQuant, Qwen3Fp8DenseDequantizedInDecodeGraphs) {
+  AGENTKV_REQUIRE_GPU();
+  model::SynthOptions o = Base("qwen3", model::SynthQuant::kFp8Channel);
+  o.hidden = 160;
+  o.head_dim = 32;
+  o.intermediate = 272;
+  ASSERT_TRUE(model::SynthesizeModel(o).ok());
+  auto c = model::ModelConfig::Load(dir_);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto w = model::SafetensorsWeights::Open(dir_);
+  ASSERT_TRUE(w.ok());
+  GemmModel g;
+  g.quant_dequant = true;
+  g.quant_gemv = false;
+  ASSERT_TRUE(UseDequantGemm(g, 3, c->hidden_size, c->intermediate_size));
+  auto cpu = cpu::CpuBackend::Create(*c, *w, cpu::CpuBackendOptions{2, cache::KvDtype::kF32});
+  ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
+  ASSERT_TRUE(AllocateTestKv(**cpu, 16));
+  std::vector<int32_t> picks;
+  const auto ref = Drive(**cpu, 16, 10, 9, nullptr, &picks);
+  CudaBackendOptions bo;
+  bo.max_step_tokens = 64;
+  bo.max_batch = 4;
+  bo.tuning.moe_gemv = false;
+  auto gpu = CudaBackend::Create(*c, *w, bo);
+  ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
+  ASSERT_GT((*gpu)->dequant_scratch_bytes(), 0u);
+  ASSERT_TRUE(AllocateTestKv(**gpu, 16));
+  const auto got = Drive(**gpu, 16, 10, 9, &picks);
+  EXPECT_GT((*gpu)->graph_steps(), 0);
+  ASSERT_EQ(got.size(), ref.size());
+  double sum = 0;
+  int over = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double e = RelErr(got[i], ref[i]);
+    sum += e;
+    over += e >= 6e-2;
+  }
+  EXPECT_LT(sum / ref.size(), 4e-2) << "mean logits error";
+  EXPECT_LE(over * 5, static_cast<int>(ref.size())) << "rows past 6e-2: " << over;
+}
+
 // Quantized experts the kernels do not read are refused at creation, with
 // the reason: per-channel fp8 (compressed-tensors), and a layer whose
 // experts are quantized in part.
