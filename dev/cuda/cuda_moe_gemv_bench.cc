@@ -13,8 +13,11 @@
 // launches of an iteration are one CUDA graph. Reported: microseconds per
 // launch and `weight_GBps`, the bytes of the experts (and scales) a launch
 // reads over its time: against the copy rate (tools/device/copy_bw.py) the
-// share of the bandwidth floor. Built with CUDA only; without a GPU every
-// case reports an error.
+// share of the bandwidth floor. Also (`<shape>/dequant`) the fp8 dense
+// projections of Qwen3-8B dequantized to bf16 (kernels::LaunchDequantFp8,
+// what many-token steps run before the bf16 GEMM), `weight_GBps` its fp8
+// reads and `moved_GBps` reads and bf16 writes together (3 bytes a value).
+// Built with CUDA only; without a GPU every case reports an error.
 #include <benchmark/benchmark.h>
 
 #ifdef AGENTKV_HAVE_CUDA
@@ -28,6 +31,7 @@
 #include <vector>
 
 #include "engine/backend/cuda/device_buffer.h"
+#include "engine/backend/cuda/kernels/dequant.h"
 #include "engine/backend/cuda/kernels/moe.h"
 
 namespace agentkv::backend::cuda {
@@ -209,7 +213,82 @@ void Run(benchmark::State& state, Shape s, int T, kernels::MoeGemmPath path) {
   if (stream != nullptr) cudaStreamDestroy(stream);
 }
 
+// One fp8 dense projection n x k (a scale per row and 128 columns)
+// dequantized to bf16, kLaunches a graph, rotating through weight copies of
+// more than 200 MiB into one output.
+void RunDequant(benchmark::State& state, int n, int k) {
+  std::mt19937 rng(9);
+  const size_t wn = static_cast<size_t>(n) * k, nkb = (k + 127) / 128;
+  const int copies = static_cast<int>((200u << 20) / wn + 1);
+  std::vector<DeviceBuffer> wq(copies);
+  std::vector<uint8_t> h(wn);
+  for (auto& v : h) {
+    v = static_cast<uint8_t>(rng());
+    if ((v & 0x7f) == 0x7f) v = 0x3f;
+  }
+  for (auto& b : wq)
+    if (!Fill(b, h)) return state.SkipWithError("alloc");
+  DeviceBuffer scales, out;
+  if (!Fill(scales, std::vector<float>(static_cast<size_t>(n) * nkb, 1.f / 64)) ||
+      !out.Allocate(wn * 2).ok())
+    return state.SkipWithError("alloc");
+  cudaStream_t stream = nullptr;
+  cudaEvent_t ev[2] = {nullptr, nullptr};
+  cudaGraphExec_t exec = nullptr;
+  cudaGraph_t graph = nullptr;
+  bool ok = cudaStreamCreate(&stream) == cudaSuccess && cudaEventCreate(&ev[0]) == cudaSuccess &&
+            cudaEventCreate(&ev[1]) == cudaSuccess;
+  auto launch = [&](int l) {
+    return kernels::LaunchDequantFp8(wq[l % copies].get<uint8_t>(), scales.get<float>(), n, k, 128,
+                                     out.get<kernels::bf16_t>(), stream) == cudaSuccess;
+  };
+  for (int l = 0; l < kLaunches && ok; ++l) ok = launch(l);
+  ok = ok && cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
+  for (int l = 0; l < kLaunches && ok; ++l) ok = launch(l);
+  ok = cudaStreamEndCapture(stream, &graph) == cudaSuccess && ok;
+  ok = ok && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+  ok = ok && cudaStreamSynchronize(stream) == cudaSuccess;
+  if (ok) {
+    for (auto _ : state) {
+      cudaEventRecord(ev[0], stream);
+      cudaGraphLaunch(exec, stream);
+      cudaEventRecord(ev[1], stream);
+      cudaEventSynchronize(ev[1]);
+      float ms = 0;
+      cudaEventElapsedTime(&ms, ev[0], ev[1]);
+      state.SetIterationTime(ms / 1e3 / kLaunches);
+    }
+    const double read = static_cast<double>(wn) + static_cast<double>(n) * nkb * 4;
+    state.counters["weight_GBps"] =
+        benchmark::Counter(read, benchmark::Counter::kIsIterationInvariantRate);
+    state.counters["moved_GBps"] =
+        benchmark::Counter(read + 2.0 * wn, benchmark::Counter::kIsIterationInvariantRate);
+    state.counters["experts_MB"] = read / 1e6;
+  } else {
+    state.SkipWithError("launch or capture failed");
+  }
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  if (exec != nullptr) cudaGraphExecDestroy(exec);
+  for (cudaEvent_t e : ev)
+    if (e != nullptr) cudaEventDestroy(e);
+  if (stream != nullptr) cudaStreamDestroy(stream);
+}
+
 int Register() {
+  struct Dense {
+    const char* name;
+    int n, k;
+  };
+  for (const Dense d :
+       {Dense{"q3_8b_qkv_fp8", 6144, 4096}, Dense{"q3_8b_o_fp8", 4096, 4096},
+        Dense{"q3_8b_gate_up_fp8", 24576, 4096}, Dense{"q3_8b_down_fp8", 4096, 12288}}) {
+    const std::string name = std::string(d.name) + "/dequant";
+    benchmark::RegisterBenchmark(name.c_str(),
+                                 [=](benchmark::State& st) { RunDequant(st, d.n, d.k); })
+        ->UseManualTime()
+        ->Iterations(20)
+        ->Unit(benchmark::kMicrosecond);
+  }
   for (const Shape& s : kShapes)
     for (const int T : {1, 2, 4, 8, 16})
       for (const auto& [name, path] : {std::pair{"gemv", kernels::MoeGemmPath::kGemv},

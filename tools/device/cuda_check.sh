@@ -30,7 +30,10 @@
 #           shapes (qwen3moe_bf16 qwen3moe_fp8 gptoss_mxfp4 by default; one
 #           per run call if time is short); the checkpoints stay in /tmp for
 #           the next call. MOE_COMPARE=1 adds c1/c64 with
-#           AGENTKV_CUDA_MOE_GEMV=0 (no GEMV: the tiles for every step).
+#           AGENTKV_CUDA_MOE_GEMV=0 (no GEMV: the tiles for every step;
+#           fp8 dense layers dequantized at every step). DEQUANT_COMPARE=1
+#           adds c1/c64 and the prefill line with AGENTKV_CUDA_DENSE_DEQUANT=0
+#           (fp8 dense layers of many-token steps on the quantized tiles).
 # moegemv:  dev/cuda/cuda_moe_gemv_bench (not in the default stages): the
 #           decode GEMMs of the MoE and quantized shapes at 1-16 tokens by
 #           path (GEMV, tiles), weight GB/s against the copy rate
@@ -176,6 +179,15 @@ for st in "${stages[@]}"; do
           2>>"$OUT/bench_$shape.err"
         note "bench $shape AGENTKV_CUDA_MOE_GEMV=0 rc=$?"
       fi
+      if [ -n "${DEQUANT_COMPARE:-}" ]; then  # fp8 dense layers on the quantized tiles
+        AGENTKV_CUDA_DENSE_DEQUANT=0 agentkv bench engine --model $M --device cuda --prompt 512 \
+          --output 128 --concurrency 1,64 --json >"$OUT/bench_${shape}_nodequant.json" \
+          2>>"$OUT/bench_$shape.err"
+        note "bench $shape AGENTKV_CUDA_DENSE_DEQUANT=0 rc=$?"
+        AGENTKV_CUDA_DENSE_DEQUANT=0 agentkv bench engine --model $M --device cuda --prompt 512 \
+          --output 1 --concurrency 64 --max-step-tokens 8192 --json \
+          >"$OUT/prefill_${shape}_nodequant.json" 2>>"$OUT/bench_$shape.err"
+      fi
       tail -3 "$OUT/bench_$shape.err"
       python3 tools/device/roofline.py --model $M --peak "$OUT/peak.json" --bench "$OUT/bench_$shape.json" \
         --prefill "$OUT/prefill_$shape.json" | tee "$OUT/roofline_$shape.md"
@@ -197,8 +209,9 @@ for st in "${stages[@]}"; do
     python3 - "$OUT/moe_gemv_bench.json" <<'PY'
 import json, sys
 for b in json.load(open(sys.argv[1]))["benchmarks"]:
+    moved = f"  moved {b['moved_GBps'] / 1e9:8.1f} GB/s" if 'moved_GBps' in b else ""
     print(f"{b['name']:40s} {b['real_time']:9.2f} us  {b.get('weight_GBps', 0) / 1e9:8.1f} GB/s"
-          f"  {b.get('experts_MB', 0):7.1f} MB")
+          f"  {b.get('experts_MB', 0):7.1f} MB{moved}")
 PY
     ;;
   bench|bench8b)

@@ -73,6 +73,12 @@ struct CudaTuning {
   // (AGENTKV_CUDA_MOE_GEMV=0: on the tensor cores' tiles wherever they take
   // the shape).
   bool moe_gemv = true;
+  // fp8 dense projections of steps past the quantized GEMV's rows
+  // (cuda::UseDequantGemm): dequantized, one projection at a time, into a
+  // bf16 scratch the size of the largest (allocated at load, so the KV pool
+  // is sized without it), then the bf16 GEMMs (AGENTKV_CUDA_DENSE_DEQUANT=0:
+  // the quantized tiles, no scratch).
+  bool dense_dequant = true;
   // Decode graphs' attention splits aim at this many blocks per SM
   // (AGENTKV_CUDA_DECODE_BLOCKS_PER_SM=<n>; not a positive number: 4).
   int decode_blocks_per_sm = 4;
@@ -116,6 +122,7 @@ inline CudaTuning CudaTuningFromEnv(const std::function<const char*(const char*)
   t.gemv_pipe = !off("AGENTKV_CUDA_GEMV_PIPE");
   t.pdl = !off("AGENTKV_CUDA_PDL");
   t.moe_gemv = !off("AGENTKV_CUDA_MOE_GEMV");
+  t.dense_dequant = !off("AGENTKV_CUDA_DENSE_DEQUANT");
   if (const int n = positive(get("AGENTKV_CUDA_DECODE_BLOCKS_PER_SM")); n > 0)
     t.decode_blocks_per_sm = n;
   if (const char* v = get("AGENTKV_CUDA_STEP_LOG"); v != nullptr) t.step_log = v;

@@ -38,6 +38,7 @@ TEST(CudaTuning, NoVariablesGiveTheDocumentedDefaults) {
   EXPECT_TRUE(t.gemv_pipe);
   EXPECT_TRUE(t.pdl);
   EXPECT_TRUE(t.moe_gemv);
+  EXPECT_TRUE(t.dense_dequant);
   EXPECT_EQ(t.decode_blocks_per_sm, 4);
   EXPECT_EQ(t.step_log, "");
   EXPECT_EQ(t.profile_batch, 0);
@@ -57,6 +58,7 @@ TEST(CudaTuning, ZeroTurnsEachSwitchOffAndNothingElse) {
       {"AGENTKV_CUDA_GEMV_PIPE", &CudaTuning::gemv_pipe},
       {"AGENTKV_CUDA_PDL", &CudaTuning::pdl},
       {"AGENTKV_CUDA_MOE_GEMV", &CudaTuning::moe_gemv},
+      {"AGENTKV_CUDA_DENSE_DEQUANT", &CudaTuning::dense_dequant},
   };
   for (const auto& [name, field] : switches) {
     const CudaTuning off = FromEnv({{name, "0"}});

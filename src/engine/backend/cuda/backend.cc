@@ -3,6 +3,7 @@
 #include "engine/backend/cuda/backend.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 #include "engine/backend/cuda/backend_layer.h"
@@ -204,6 +205,20 @@ Status CudaBackend::Init(const model::WeightSource& w) {
     L.group = spec_.GroupOf(l);
     L.index_in_group = spec_.IndexInGroup(l);
   }
+  // The dequantization scratch: allocated here, before the KV pool is sized
+  // from what memory is left (engine/kv_pool_sizing.cc), so it is counted.
+  if (options_.tuning.dense_dequant) {
+    std::vector<std::array<int64_t, 2>> shapes;
+    for (const Layer& L : layers_)
+      for (const QuantDense* q : {&L.q_qkv, &L.q_o, &L.q_gate_up, &L.q_down})
+        if (q->codes != nullptr) shapes.push_back({q->n, q->k});
+    const int64_t elems = cuda::DequantScratchElems(shapes);
+    if (elems > 0) {
+      RETURN_IF_ERROR(dequant_.Allocate(static_cast<size_t>(elems) * 2));
+      // (Zeros for the GEMM warm-ups that run on it before any step.)
+      CUDA_RETURN_IF_ERROR(cudaMemset(dequant_.get(), 0, dequant_.bytes()));
+    }
+  }
   rope_factor_ = RopeAttentionFactor(c.rope);
   for (auto [rope, out] :
        {std::pair{&c.rope, &inv_freq_global_}, std::pair{&c.rope_local, &inv_freq_local_}}) {
@@ -350,10 +365,19 @@ Status CudaBackend::WarmUpGemms() {
   // cuBLAS GEMM; a model of MoE layers only has none to warm).
   const Layer* dense = nullptr;
   for (const Layer& d : layers_)
-    if (d.w_gate_up != nullptr) {  // (quantized ones run no cuBLAS GEMM)
+    if (d.w_gate_up != nullptr || d.q_gate_up.codes != nullptr) {
       dense = &d;
       break;
     }
+  // The weights a GEMM of m rows runs on: the bf16 ones, or for quantized
+  // projections the dequantization scratch where the plan sends m rows
+  // there (whatever it holds; null: the quantized kernels, nothing to warm).
+  auto* scratch = dequant_.get<kernels::bf16_t>();
+  auto bf16 = [&](const kernels::bf16_t* w, const QuantDense& q, int m, int n,
+                  int k) -> const kernels::bf16_t* {
+    if (w != nullptr || q.codes == nullptr) return w;
+    return cuda::UseDequantGemm(gemm_, m, n, k) ? scratch : nullptr;
+  };
   if (cap_tokens_ <= gemms_warm_tokens_) return Status::Ok();
   // Every row count Gemm hands cuBLAS up to the capacity (GemmRows).
   std::vector<int> rows;
@@ -368,31 +392,32 @@ Status CudaBackend::WarmUpGemms() {
     // before it is read by a real step.
     // QKV: fp32 for decode steps (the fused-rotary attention), bf16 for
     // steps with prompt chunks (QkvPost).
-    // (Quantized projections run no cuBLAS GEMM: nothing to warm.)
-    if (L.wqkv != nullptr) {
+    if (const kernels::bf16_t* wqkv = bf16(L.wqkv, L.q_qkv, m, qkv_n, H); wqkv != nullptr) {
+      RETURN_IF_ERROR(Gemm(h_.get<kernels::bf16_t>(), wqkv, qkv_.get(), true, m, qkv_n, H, 0.f, T));
       RETURN_IF_ERROR(
-          Gemm(h_.get<kernels::bf16_t>(), L.wqkv, qkv_.get(), true, m, qkv_n, H, 0.f, T));
-      RETURN_IF_ERROR(
-          Gemm(h_.get<kernels::bf16_t>(), L.wqkv, qkv_.get(), false, m, qkv_n, H, 0.f, T));
+          Gemm(h_.get<kernels::bf16_t>(), wqkv, qkv_.get(), false, m, qkv_n, H, 0.f, T));
     }
     // As Enqueue calls them: sandwich-norm models write o, the others add
     // into the residual stream x (another cuBLAS kernel family).
     void* res = c.sandwich_norm ? o_.get() : x_.get();
     const float beta = c.sandwich_norm ? 0.f : 1.f;
-    if (L.wo != nullptr)
-      RETURN_IF_ERROR(Gemm(attn_.get<kernels::bf16_t>(), L.wo, res, true, m, H, A, beta, T));
-    if (dense == nullptr) {
+    if (const kernels::bf16_t* wo = bf16(L.wo, L.q_o, m, H, A); wo != nullptr)
+      RETURN_IF_ERROR(Gemm(attn_.get<kernels::bf16_t>(), wo, res, true, m, H, A, beta, T));
+    const kernels::bf16_t* w_gate_up =
+        dense != nullptr ? bf16(dense->w_gate_up, dense->q_gate_up, m, 2 * I, H) : nullptr;
+    const kernels::bf16_t* w_down =
+        dense != nullptr ? bf16(dense->w_down, dense->q_down, m, H, I) : nullptr;
+    if (w_gate_up == nullptr) {
     } else if (cuda::UsePromptGemm(gemm_, m, 2 * I, H)) {
       CUDA_RETURN_IF_ERROR(kernels::LaunchPromptGemm(
-          h_.get<kernels::bf16_t>(), dense->w_gate_up, act_.get<kernels::bf16_t>(), m, 2 * I, H,
+          h_.get<kernels::bf16_t>(), w_gate_up, act_.get<kernels::bf16_t>(), m, 2 * I, H,
           c.activation == model::Activation::kSilu ? 0 : 1, num_sms_, launch_));
     } else {
       RETURN_IF_ERROR(
-          Gemm(h_.get<kernels::bf16_t>(), dense->w_gate_up, gu_.get(), false, m, 2 * I, H, 0.f, T));
+          Gemm(h_.get<kernels::bf16_t>(), w_gate_up, gu_.get(), false, m, 2 * I, H, 0.f, T));
     }
-    if (dense != nullptr)
-      RETURN_IF_ERROR(
-          Gemm(act_.get<kernels::bf16_t>(), dense->w_down, res, true, m, H, I, beta, T));
+    if (w_down != nullptr)
+      RETURN_IF_ERROR(Gemm(act_.get<kernels::bf16_t>(), w_down, res, true, m, H, I, beta, T));
     if (m <= R && cuda::PlanLmHead(gemm_, m) == cuda::LmHeadPath::kPromptArgmax) {
       // (Its first launch sets the kernel's attributes: not inside a graph
       // capture.)
@@ -423,13 +448,19 @@ Status CudaBackend::WarmUpGemms() {
     // tuned choice (fp32 added into the residual) timed faster here but ran
     // slower inside prompt steps (bench/RESULTS.md item 68).
     auto* h = h_.get<kernels::bf16_t>();
+    // (Quantized projections: timed on their weights dequantized.)
     for (int64_t a = cuda::kTuneMinRows;; a *= 2) {
       const int m = static_cast<int>(std::min(a, T));
-      if (L.wqkv != nullptr)
-        RETURN_IF_ERROR(tuner_.Tune(cublas_, h, L.wqkv, qkv_.get(), false, m, qkv_n, H, 0.f));
-      if (dense != nullptr && !cuda::UsePromptGemm(gemm_, m, 2 * I, H))
-        RETURN_IF_ERROR(
-            tuner_.Tune(cublas_, h, dense->w_gate_up, gu_.get(), false, m, 2 * I, H, 0.f));
+      if (const kernels::bf16_t* wqkv = bf16(L.wqkv, L.q_qkv, m, qkv_n, H); wqkv != nullptr) {
+        if (wqkv == scratch) RETURN_IF_ERROR(Dequantize(L.q_qkv).status());
+        RETURN_IF_ERROR(tuner_.Tune(cublas_, h, wqkv, qkv_.get(), false, m, qkv_n, H, 0.f));
+      }
+      const kernels::bf16_t* w_gate_up =
+          dense != nullptr ? bf16(dense->w_gate_up, dense->q_gate_up, m, 2 * I, H) : nullptr;
+      if (w_gate_up != nullptr && !cuda::UsePromptGemm(gemm_, m, 2 * I, H)) {
+        if (w_gate_up == scratch) RETURN_IF_ERROR(Dequantize(dense->q_gate_up).status());
+        RETURN_IF_ERROR(tuner_.Tune(cublas_, h, w_gate_up, gu_.get(), false, m, 2 * I, H, 0.f));
+      }
       if (m == T) break;
     }
   }
@@ -802,6 +833,8 @@ cuda::GemmModel CudaBackend::MakeGemmModel() const {
   g.softcap = c.final_logit_softcap > 0.f;
   g.sandwich_norm = c.sandwich_norm;
   g.tp = tp();
+  g.quant_dequant = dequant_.bytes() > 0;
+  g.quant_gemv = t.moe_gemv;
   return g;
 }
 

@@ -251,6 +251,11 @@ class CudaBackend final : public Backend {
   // Bytes of GPU memory the weights hold (quantized experts at their
   // stored size; moe_layer.cc).
   uint64_t weight_bytes() const;
+  // Bytes of the bf16 scratch fp8 dense projections are dequantized into
+  // for many-token steps (CudaTuning::dense_dequant; 0: none): the largest
+  // projection's, allocated at creation, beside the weights and outside
+  // weight_bytes().
+  uint64_t dequant_scratch_bytes() const { return dequant_.bytes(); }
   double graph_capture_seconds() const override { return capture_seconds_; }
   int64_t graphs_captured() const override { return graphs_captured_; }
 
@@ -279,6 +284,11 @@ class CudaBackend final : public Backend {
   // interleaved gate and up rows into bf16 y [m][n / 2].
   Status QuantGemm(const kernels::bf16_t* x, const QuantDense& w, void* y, bool y_f32,
                    bool accumulate, int m, bool gated = false);
+  // w dequantized to bf16 into dequant_ (kernels::LaunchDequantFp8), for
+  // the bf16 GEMMs of steps cuda::UseDequantGemm sends so; the scratch
+  // holds one projection at a time: its readers are queued before the next
+  // Dequantize (stream order; the kernel waits for the one before it).
+  Result<const kernels::bf16_t*> Dequantize(const QuantDense& w);
   Status UploadF32(const model::WeightSource& w, const std::vector<std::string>& names,
                    const std::vector<std::vector<int64_t>>& shapes, float** out);
   // `bytes` of host memory into a new weight allocation (moe_layer.cc).
@@ -367,7 +377,8 @@ class CudaBackend final : public Backend {
                       cuda::ResidualPath path, int planes);
   // gate_up of layer L and its gated activation into act_, as the plan
   // says (h_ holds the normed rows unless the path normalises x_ itself).
-  Status GateUp(const Layer& L, cuda::GateUpPath path, int T);
+  // (w_gate_up: L's bf16 weights, or their dequantized copy.)
+  Status GateUp(const Layer& L, const kernels::bf16_t* w_gate_up, cuda::GateUpPath path, int T);
   // h = RMSNorm(x[rows]) (rows null: all m), adding the pending planes first.
   Status Norm(const int32_t* rows, const float* norm_w, int m);
   // y = RMSNorm(x[rows]) . w^T (y fp32, or bf16): in one GEMV where the
@@ -488,6 +499,11 @@ class CudaBackend final : public Backend {
   void* arena_ = nullptr;
   size_t arena_bytes_ = 0;
   bool reduce_fence_ = false;  // SetReduceArena's `fence`
+  // fp8 dense projections dequantized for many-token steps (Dequantize):
+  // bf16, the largest projection's n * k (cuda::DequantScratchElems);
+  // empty where no projection is quantized or CudaTuning::dense_dequant is
+  // off.
+  cuda::DeviceBuffer dequant_;
   // Mixture-of-experts workspaces (empty for dense models), for cap_tokens_
   // tokens of k experts each (A = cap_tokens_ * k assignments): router
   // logits [T][E] fp32, experts and weights [A], the grouping (offsets and

@@ -3,13 +3,15 @@
 // stored, with each part's scales expanded to one per row and block of
 // columns (so that parts stack and gate and up rows interleave whatever
 // their block grids), and run on the MoE kernels' one-group form, which
-// dequantizes as it reads (kernels/moe.h).
+// dequantizes as it reads (kernels/moe.h), or for many-token steps
+// dequantized into a bf16 scratch for the bf16 GEMMs (kernels/dequant.h).
 #include <algorithm>
 #include <string>
 #include <vector>
 
 #include "engine/backend/cuda/backend.h"
 #include "engine/backend/cuda/backend_layer.h"
+#include "engine/backend/cuda/kernels/dequant.h"
 #include "engine/backend/cuda/kernels/moe.h"
 #include "engine/backend/cuda/status.h"
 
@@ -128,6 +130,16 @@ Status CudaBackend::QuantGemm(const kernels::bf16_t* x, const QuantDense& w, voi
   g.path = kernels::ChooseMoeGemmPath(m, 1, 1, g.N, g.K, g.format, options_.tuning.moe_gemv);
   CUDA_RETURN_IF_ERROR(kernels::LaunchMoeGemm(g, launch_));
   return Status::Ok();
+}
+
+Result<const kernels::bf16_t*> CudaBackend::Dequantize(const QuantDense& w) {
+  if (static_cast<size_t>(w.n) * w.k * 2 > dequant_.bytes())
+    return Internal("cuda: a dequantized projection of " + std::to_string(w.n) + " x " +
+                    std::to_string(w.k) + " does not fit the scratch");
+  auto* out = dequant_.get<kernels::bf16_t>();
+  CUDA_RETURN_IF_ERROR(
+      kernels::LaunchDequantFp8(w.codes, w.scales, w.n, w.k, w.block_cols, out, launch_));
+  return out;
 }
 
 }  // namespace agentkv::backend::cuda

@@ -25,6 +25,29 @@
 
 namespace agentkv::backend::cuda {
 
+namespace {
+
+// Launches of the scope's kernels without programmatic dependent launch
+// (where `on`): a kernel launched with it may read its weights before it
+// waits for the kernel before it (pdl.cuh), but dequantized weights are
+// written by the step itself (CudaBackend::Dequantize), so their GEMM
+// starts once every kernel before it has finished.
+class PlainLaunches {
+ public:
+  PlainLaunches(kernels::LaunchConfig& launch, bool on) : launch_(launch), pdl_(launch.pdl) {
+    if (on) launch_.pdl = false;
+  }
+  ~PlainLaunches() { launch_.pdl = pdl_; }
+  PlainLaunches(const PlainLaunches&) = delete;
+  PlainLaunches& operator=(const PlainLaunches&) = delete;
+
+ private:
+  kernels::LaunchConfig& launch_;
+  bool pdl_;
+};
+
+}  // namespace
+
 cuda::StepModel CudaBackend::PlanModel() const {
   const CudaTuning& tuning = options_.tuning;
   cuda::StepModel m;
@@ -354,7 +377,8 @@ Status CudaBackend::NormGemm(const float* x, const int32_t* rows, const float* n
   return Gemm(h_.get<kernels::bf16_t>(), w, y, y_f32, m, n, H, 0.f, max_rows);
 }
 
-Status CudaBackend::GateUp(const Layer& L, cuda::GateUpPath path, int T) {
+Status CudaBackend::GateUp(const Layer& L, const kernels::bf16_t* w_gate_up, cuda::GateUpPath path,
+                           int T) {
   const model::ModelConfig& c = config_;
   const int H = c.hidden_size, I = c.intermediate_size;
   const int act_kind = c.activation == model::Activation::kSilu ? 0 : 1;
@@ -362,28 +386,28 @@ Status CudaBackend::GateUp(const Layer& L, cuda::GateUpPath path, int T) {
   auto* act = act_.get<kernels::bf16_t>();
   switch (path) {
     case cuda::GateUpPath::kNormGemvAct:
-      CUDA_RETURN_IF_ERROR(kernels::LaunchNormGemvGatedAct(
-          x_.get<float>(), L.post_attn_norm, c.rms_norm_eps, c.gemma_norm, L.w_gate_up, act, T,
-          2 * I, H, act_kind, launch_));
+      CUDA_RETURN_IF_ERROR(kernels::LaunchNormGemvGatedAct(x_.get<float>(), L.post_attn_norm,
+                                                           c.rms_norm_eps, c.gemma_norm, w_gate_up,
+                                                           act, T, 2 * I, H, act_kind, launch_));
       return Status::Ok();
     case cuda::GateUpPath::kGemvAct:
       CUDA_RETURN_IF_ERROR(
-          kernels::LaunchGemvGatedAct(h, L.w_gate_up, act, T, 2 * I, H, act_kind, launch_));
+          kernels::LaunchGemvGatedAct(h, w_gate_up, act, T, 2 * I, H, act_kind, launch_));
       return Status::Ok();
     case cuda::GateUpPath::kWgmmaAct:
-      CUDA_RETURN_IF_ERROR(kernels::LaunchWgmmaGemm(h, L.w_gate_up, act, false, T, 2 * I, H, 0.f,
+      CUDA_RETURN_IF_ERROR(kernels::LaunchWgmmaGemm(h, w_gate_up, act, false, T, 2 * I, H, 0.f,
                                                     {wgmma_ws_.get(), num_sms_}, launch_,
                                                     act_kind));
       return Status::Ok();
     case cuda::GateUpPath::kPromptAct:
       CUDA_RETURN_IF_ERROR(
-          kernels::LaunchPromptGemm(h, L.w_gate_up, act, T, 2 * I, H, act_kind, num_sms_, launch_));
+          kernels::LaunchPromptGemm(h, w_gate_up, act, T, 2 * I, H, act_kind, num_sms_, launch_));
       return Status::Ok();
     case cuda::GateUpPath::kGemmThenAct:
       break;
   }
   auto* gu = gu_.get<kernels::bf16_t>();
-  RETURN_IF_ERROR(Gemm(h, L.w_gate_up, gu, false, T, 2 * I, H, 0.f, cap_tokens_));
+  RETURN_IF_ERROR(Gemm(h, w_gate_up, gu, false, T, 2 * I, H, 0.f, cap_tokens_));
   CUDA_RETURN_IF_ERROR(kernels::LaunchGatedAct(gu, act, T, I, act_kind, launch_));
   return Status::Ok();
 }
@@ -422,31 +446,51 @@ Status CudaBackend::Enqueue(const cuda::StepShape& s, int slot) {
   }
   const CudaTuning& tuning = options_.tuning;
   // Which kernel runs each projection of a dense layer (gemm_plan.h);
-  // quantized projections take QuantGemm whatever the plan says.
+  // quantized projections take QuantGemm unless the plan dequantizes them
+  // for this step (UseDequantGemm), and then run as bf16 ones do.
   const cuda::DenseLayerPlan gemms =
       cuda::PlanDenseLayer(gemm_, T, routes.fused_rotary, kernels::kMaxQkvPlanes);
+  // A projection's bf16 weights for this step into *out: w where stored
+  // so, q dequantized into the scratch where the plan says, else null
+  // (QuantGemm). *plain: the GEMM reading them must launch without
+  // programmatic dependent launch (PlainLaunches).
+  auto bf16_weights = [&](const kernels::bf16_t* w, const QuantDense& q, int n, int k,
+                          const kernels::bf16_t** out, bool* plain) -> Status {
+    *out = w;
+    *plain = false;
+    if (q.codes == nullptr || !cuda::UseDequantGemm(gemm_, T, n, k)) return Status::Ok();
+    ASSIGN_OR_RETURN(*out, Dequantize(q));
+    *plain = true;
+    return Status::Ok();
+  };
   for (int l = 0; l < c.num_layers; ++l) {
     const Layer& L = layers_[l];
     const cuda::AttentionRoute& route = routes.groups[L.group];
     const bool fused_rotary = route.fused_rotary;
+    const kernels::bf16_t* wqkv = nullptr;
+    bool plain = false;
+    RETURN_IF_ERROR(bf16_weights(L.wqkv, L.q_qkv, qkv_n, H, &wqkv, &plain));
     // The decode attention adds the QKV projection's split-K planes itself.
     const int qkv_planes =
-        gemms.qkv == cuda::QkvPath::kWgmmaPlanes && L.q_qkv.codes == nullptr ? gemms.qkv_planes : 0;
-    if (qkv_planes > 0) {
-      RETURN_IF_ERROR(Norm(nullptr, L.in_norm, T));
-      CUDA_RETURN_IF_ERROR(kernels::LaunchWgmmaGemm(h, L.wqkv, wgmma_planes_.get(), true, T, qkv_n,
-                                                    H, 0.f, {wgmma_ws_.get(), num_sms_}, launch_,
-                                                    -1, true));
-    } else if (L.q_qkv.codes != nullptr) {  // fp8 (dense_quant.cc), as below
-      RETURN_IF_ERROR(Norm(nullptr, L.in_norm, T));
-      RETURN_IF_ERROR(QuantGemm(h, L.q_qkv, qkv_.get(), /*y_f32=*/fused_rotary, false, T));
-    } else {
-      // Steps with prompt chunks: the projection in bf16 for QkvPost (half
-      // the bytes of fp32 through memory); decode steps keep fp32 for the
-      // fused-rotary attention.
-      RETURN_IF_ERROR(NormGemm(x, nullptr, L.in_norm, L.wqkv, qkv_.get(), T, qkv_n, cap_tokens_,
-                               /*y_f32=*/fused_rotary,
-                               /*fused=*/gemms.qkv == cuda::QkvPath::kNormGemv));
+        gemms.qkv == cuda::QkvPath::kWgmmaPlanes && wqkv != nullptr ? gemms.qkv_planes : 0;
+    {
+      const PlainLaunches scope(launch_, plain);
+      if (qkv_planes > 0) {
+        RETURN_IF_ERROR(Norm(nullptr, L.in_norm, T));
+        CUDA_RETURN_IF_ERROR(kernels::LaunchWgmmaGemm(h, wqkv, wgmma_planes_.get(), true, T, qkv_n,
+                                                      H, 0.f, {wgmma_ws_.get(), num_sms_}, launch_,
+                                                      -1, true));
+      } else if (wqkv == nullptr) {  // fp8 (dense_quant.cc), as below
+        RETURN_IF_ERROR(Norm(nullptr, L.in_norm, T));
+        RETURN_IF_ERROR(QuantGemm(h, L.q_qkv, qkv_.get(), /*y_f32=*/fused_rotary, false, T));
+      } else {
+        // Steps with prompt chunks: the projection in bf16 for QkvPost
+        // (half the bytes of fp32 through memory); decode steps keep fp32
+        // for the fused-rotary attention.
+        RETURN_IF_ERROR(NormGemm(x, nullptr, L.in_norm, wqkv, qkv_.get(), T, qkv_n, cap_tokens_,
+                                 /*y_f32=*/fused_rotary,
+                                 /*fused=*/gemms.qkv == cuda::QkvPath::kNormGemv));
+      }
     }
     const float* inv_freq =
         L.kind == cache::AttentionKind::kSliding && c.arch == model::Architecture::kGemma3
@@ -545,11 +589,14 @@ Status CudaBackend::Enqueue(const cuda::StepShape& s, int slot) {
       CUDA_RETURN_IF_ERROR(kernels::LaunchKvStore(k, v, pos, tok_seq, meta + ml.seq_start,
                                                   meta + ml.seq_first, T, nkv, D, view, launch_));
     }
-    if (L.q_o.codes != nullptr) {
+    const kernels::bf16_t* wo = nullptr;
+    RETURN_IF_ERROR(bf16_weights(L.wo, L.q_o, H, nh * D, &wo, &plain));
+    if (wo == nullptr) {
       RETURN_IF_ERROR(QuantGemm(attn, L.q_o, c.sandwich_norm ? o : x, true,
                                 cuda::QuantResidualAdds(gemm_, options_.tp_comm.rank()), T));
     } else {
-      RETURN_IF_ERROR(ResidualGemm(attn, L.wo, T, H, nh * D, gemms.o, gemms.o_planes));
+      const PlainLaunches scope(launch_, plain);
+      RETURN_IF_ERROR(ResidualGemm(attn, wo, T, H, nh * D, gemms.o, gemms.o_planes));
     }
     if (!c.sandwich_norm && L.bo != nullptr)
       CUDA_RETURN_IF_ERROR(kernels::LaunchAddRowBias(x, L.bo, T, H, launch_));
@@ -563,21 +610,27 @@ Status CudaBackend::Enqueue(const cuda::StepShape& s, int slot) {
     }
     // kNormGemvAct: the MLP norm, the gate_up GEMV and the activation in one
     // kernel; the others read h. (Sandwich norms: AddNormed above wrote h.)
-    const bool quant_mlp = L.q_gate_up.codes != nullptr;
+    const kernels::bf16_t* w_gate_up = nullptr;
+    RETURN_IF_ERROR(bf16_weights(L.w_gate_up, L.q_gate_up, 2 * I, H, &w_gate_up, &plain));
+    const bool quant_mlp = w_gate_up == nullptr;
     const cuda::GateUpPath gate_up = quant_mlp ? cuda::GateUpPath::kGemmThenAct : gemms.gate_up;
     if (!c.sandwich_norm && gate_up != cuda::GateUpPath::kNormGemvAct)
       RETURN_IF_ERROR(Norm(nullptr, L.post_attn_norm, T));
     if (quant_mlp) {  // fp8: SwiGLU in the epilogue (dense_quant.cc)
       RETURN_IF_ERROR(QuantGemm(h, L.q_gate_up, act, false, false, T, /*gated=*/true));
     } else {
-      RETURN_IF_ERROR(GateUp(L, gate_up, T));
+      const PlainLaunches scope(launch_, plain);
+      RETURN_IF_ERROR(GateUp(L, w_gate_up, gate_up, T));
     }
     float* down_out = c.sandwich_norm ? o : x;
-    if (L.q_down.codes != nullptr) {
+    const kernels::bf16_t* w_down = nullptr;
+    RETURN_IF_ERROR(bf16_weights(L.w_down, L.q_down, H, I, &w_down, &plain));
+    if (w_down == nullptr) {
       RETURN_IF_ERROR(QuantGemm(act, L.q_down, down_out, true,
                                 cuda::QuantResidualAdds(gemm_, options_.tp_comm.rank()), T));
     } else {
-      RETURN_IF_ERROR(ResidualGemm(act, L.w_down, T, H, I, gemms.down, gemms.down_planes));
+      const PlainLaunches scope(launch_, plain);
+      RETURN_IF_ERROR(ResidualGemm(act, w_down, T, H, I, gemms.down, gemms.down_planes));
     }
     if (tp()) RETURN_IF_ERROR(TpReduce(down_out, T));
     if (c.sandwich_norm)

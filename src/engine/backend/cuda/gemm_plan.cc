@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "engine/backend/cuda/kernels/gemm_route.h"
+#include "engine/backend/cuda/kernels/moe_plan.h"
 
 namespace agentkv::backend::cuda {
 
@@ -38,6 +39,19 @@ int PlanesFor(const GemmModel& g, int m, int n, int k) {
 
 bool UsePromptGemm(const GemmModel& g, int m, int n, int k) {
   return g.prompt_gemm && m > kernels::kMaxWgmmaRows && kernels::PromptGemmShapeSupported(m, n, k);
+}
+
+bool UseDequantGemm(const GemmModel& g, int m, int n, int k) {
+  if (!g.quant_dequant || m <= 0 || n <= 0 || k <= 0) return false;
+  // (A dense projection is the MoE kernels' one group of m rows.)
+  return kernels::ChooseMoeGemmPath(m, 1, 1, n, k, kernels::MoeWeightFormat::kFp8Block,
+                                    g.quant_gemv) == kernels::MoeGemmPath::kTensorCores;
+}
+
+int64_t DequantScratchElems(std::span<const std::array<int64_t, 2>> shapes) {
+  int64_t most = 0;
+  for (const auto& s : shapes) most = std::max(most, s[0] * s[1]);
+  return most;
 }
 
 namespace {

@@ -25,7 +25,9 @@
 // Pure functions; thread-compatible. No CUDA headers.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <span>
 
 namespace agentkv::backend::cuda {
 
@@ -61,6 +63,12 @@ struct GemmModel {
   bool softcap = false;        // the LM head's logits are soft-capped
   bool sandwich_norm = false;  // norms after attention and the MLP (Gemma 3)
   bool tp = false;             // tensor parallelism: partial sums, all-reduced
+  // Quantized (fp8) dense projections: whether many-token steps may
+  // dequantize them into the backend's bf16 scratch (CudaTuning::
+  // dense_dequant and a scratch allocated), and whether decode-sized steps
+  // take the quantized GEMV (CudaTuning::moe_gemv).
+  bool quant_dequant = false;
+  bool quant_gemv = true;
 };
 
 // What CudaBackend::Gemm runs an m-row [n][k] product on.
@@ -86,6 +94,23 @@ int PlanesFor(const GemmModel& g, int m, int n, int k);
 // gate_up (n = 2 * inter) of m rows on the prompt GEMM with the activation
 // in its epilogue (more than kMaxWgmmaRows rows).
 bool UsePromptGemm(const GemmModel& g, int m, int n, int k);
+
+// Whether an m-row product with a quantized dense weight [n][k] runs as
+// "dequantize the weight to bf16 into the scratch, then the bf16 plan"
+// (ChooseGemm, PlanDenseLayer's paths) rather than on the quantized kernels
+// (CudaBackend::QuantGemm): wherever those would take the tensor cores'
+// tiles, i.e. past the quantized GEMV's rows (kernels::kMoeGemvTokens) or
+// shapes. Roofline: the dequantized path moves 5 bytes a weight (1 read, 2
+// written, 2 read back by the GEMM), ~10 ms a step for Qwen3-8B at ~3.5
+// TB/s whatever the rows up to the GEMM's compute bound, where the tiles
+// read their fp8 weights at ~75 GB/s (578 tok/s at 64 sequences on an
+// H200); the GEMV reads 1 byte a weight a pass (up to 16 rows) and stays.
+// The same rounding either way: the tiles also multiply bf16(code * scale).
+bool UseDequantGemm(const GemmModel& g, int m, int n, int k);
+// The bf16 values the scratch must hold for a model whose quantized dense
+// projections are `shapes` ({n, k} each): the largest, dequantized one
+// projection at a time; 0 for none.
+int64_t DequantScratchElems(std::span<const std::array<int64_t, 2>> shapes);
 
 // The QKV projection of a dense bf16 layer.
 enum class QkvPath : uint8_t {
@@ -117,7 +142,8 @@ enum class GateUpPath : uint8_t {
   kGemmThenAct,  // Norm, Gemm into gu_, then LaunchGatedAct
 };
 // What a dense layer of a step of `tokens` rows runs. Layers whose
-// projection is quantized (fp8) take the quantized kernel instead, and
+// projection is quantized (fp8) take the quantized kernel instead unless
+// UseDequantGemm (then the plan holds for the dequantized weight), and
 // mixture-of-experts layers their own MLP; the plan holds for the rest.
 struct DenseLayerPlan {
   QkvPath qkv = QkvPath::kNormThenGemm;

@@ -27,6 +27,7 @@
 #include "backend_test_util.h"
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/backend/cuda/backend.h"
+#include "engine/backend/cuda/gemm_plan.h"
 #include "engine/model/model_config.h"
 #include "engine/model/model_synth.h"
 #include "engine/model/quant_format.h"
@@ -275,6 +276,108 @@ TEST_F(CudaBackendQuant, Qwen3Fp8DenseMatchesTheCpu) {
               DenseBytesSaved(*c, q == model::SynthQuant::kFp8, true) * c->num_layers)
         << "quant " << static_cast<int>(q);
   }
+}
+
+// Dense fp8 steps of many tokens (prompt chunks of 32 beside the others':
+// 55 tokens, past the quantized GEMV's 16) run on their weights dequantized
+// to bf16: against the CPU within the tolerances above, and against the
+// quantized tiles (AGENTKV_CUDA_DENSE_DEQUANT=0) closely: the same bf16
+// weights, but the sums in another order and, as in bf16 layers, gate and
+// up rounded to bf16 before the activation where the tiles take them in
+// fp32 (relative L2 error per row under 1e-2, the kernel tests' bar for
+// bf16 outputs; wrong weights would be off by about 1). The scratch holds the largest projection
+// (gate_up) in bf16; none is allocated with the switch off.
+TEST_F(CudaBackendQuant, Qwen3Fp8DenseManyTokenStepsRunDequantized) {
+  AGENTKV_REQUIRE_GPU();
+  model::SynthOptions o = Base("qwen3", model::SynthQuant::kFp8);
+  o.hidden = 160;
+  o.head_dim = 32;
+  o.intermediate = 272;
+  ASSERT_TRUE(model::SynthesizeModel(o).ok());
+  auto c = model::ModelConfig::Load(dir_);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto w = model::SafetensorsWeights::Open(dir_);
+  ASSERT_TRUE(w.ok());
+  const int H = c->hidden_size, I = c->intermediate_size;
+  GemmModel g;
+  g.quant_dequant = true;
+  ASSERT_TRUE(UseDequantGemm(g, 55, 2 * I, H));  // the first step's rows
+  auto cpu = cpu::CpuBackend::Create(*c, *w, cpu::CpuBackendOptions{2, cache::KvDtype::kF32});
+  ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
+  ASSERT_TRUE(AllocateTestKv(**cpu, 16));
+  std::vector<int32_t> picks;
+  const auto ref = Drive(**cpu, 32, 6, 7, nullptr, &picks);
+  std::vector<std::vector<float>> got[2];
+  for (const bool dequant : {true, false}) {
+    CudaBackendOptions bo;
+    bo.max_step_tokens = 64;
+    bo.max_batch = 2;
+    bo.tuning.dense_dequant = dequant;
+    auto gpu = CudaBackend::Create(*c, *w, bo);
+    ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
+    EXPECT_EQ((*gpu)->dequant_scratch_bytes(), dequant ? uint64_t{2} * I * H * 2 : 0);
+    ASSERT_TRUE(AllocateTestKv(**gpu, 16));
+    got[dequant ? 0 : 1] = Drive(**gpu, 32, 6, 7, &picks);
+    ASSERT_EQ(got[dequant ? 0 : 1].size(), ref.size());
+  }
+  double sum = 0;
+  int over = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double e = RelErr(got[0][i], ref[i]);
+    sum += e;
+    over += e >= 6e-2;
+    EXPECT_LT(RelErr(got[0][i], got[1][i]), 1e-2) << "row " << i << " against the tiles";
+  }
+  EXPECT_LT(sum / ref.size(), 4e-2) << "mean logits error";
+  EXPECT_LE(over * 5, static_cast<int>(ref.size())) << "rows past 6e-2: " << over;
+  std::printf("dequantized: mean logits rel err %.2e against the cpu\n", sum / ref.size());
+}
+
+// With the quantized GEMV off every step dequantizes (UseDequantGemm from
+// one row), decode steps of three sequences included, which run as CUDA
+// graphs: the graphs replay the dequantization and the bf16 GEMMs after it
+// (launched without programmatic dependent launch) and still match the
+// CPU within the tolerances above.
+TEST_F(CudaBackendQuant, Qwen3Fp8DenseDequantizedInDecodeGraphs) {
+  AGENTKV_REQUIRE_GPU();
+  model::SynthOptions o = Base("qwen3", model::SynthQuant::kFp8Channel);
+  o.hidden = 160;
+  o.head_dim = 32;
+  o.intermediate = 272;
+  ASSERT_TRUE(model::SynthesizeModel(o).ok());
+  auto c = model::ModelConfig::Load(dir_);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto w = model::SafetensorsWeights::Open(dir_);
+  ASSERT_TRUE(w.ok());
+  GemmModel g;
+  g.quant_dequant = true;
+  g.quant_gemv = false;
+  ASSERT_TRUE(UseDequantGemm(g, 3, c->hidden_size, c->intermediate_size));
+  auto cpu = cpu::CpuBackend::Create(*c, *w, cpu::CpuBackendOptions{2, cache::KvDtype::kF32});
+  ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
+  ASSERT_TRUE(AllocateTestKv(**cpu, 16));
+  std::vector<int32_t> picks;
+  const auto ref = Drive(**cpu, 16, 10, 9, nullptr, &picks);
+  CudaBackendOptions bo;
+  bo.max_step_tokens = 64;
+  bo.max_batch = 4;
+  bo.tuning.moe_gemv = false;
+  auto gpu = CudaBackend::Create(*c, *w, bo);
+  ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
+  ASSERT_GT((*gpu)->dequant_scratch_bytes(), 0u);
+  ASSERT_TRUE(AllocateTestKv(**gpu, 16));
+  const auto got = Drive(**gpu, 16, 10, 9, &picks);
+  EXPECT_GT((*gpu)->graph_steps(), 0);
+  ASSERT_EQ(got.size(), ref.size());
+  double sum = 0;
+  int over = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double e = RelErr(got[i], ref[i]);
+    sum += e;
+    over += e >= 6e-2;
+  }
+  EXPECT_LT(sum / ref.size(), 4e-2) << "mean logits error";
+  EXPECT_LE(over * 5, static_cast<int>(ref.size())) << "rows past 6e-2: " << over;
 }
 
 // Quantized experts the kernels do not read are refused at creation, with

@@ -160,5 +160,46 @@ TEST(GemmPlanTest, CublasRowCountsAreTheOnesTheWarmUpRan) {
   EXPECT_EQ(CublasRows(300, 310), 310);
 }
 
+// fp8 dense projections: the quantized GEMV for decode-sized steps (up to
+// 16 rows), the bf16 plan on the dequantized weight beyond, for every
+// projection of Qwen3-8B; down (k 12,288) only up to 4 rows, whose x fills
+// the GEMV's shared memory there.
+TEST(GemmPlanTest, ManyRowQuantizedProjectionsRunDequantized) {
+  GemmModel g = Qwen8B();
+  g.quant_dequant = true;
+  const int shapes[3][2] = {{g.qkv_n, g.hidden}, {g.hidden, g.attn_n}, {2 * g.inter, g.hidden}};
+  for (const auto& s : shapes) {
+    for (int m : {1, 2, 8, 16}) EXPECT_FALSE(UseDequantGemm(g, m, s[0], s[1])) << m << " " << s[0];
+    for (int m : {17, 64, 512, 8192}) EXPECT_TRUE(UseDequantGemm(g, m, s[0], s[1])) << m;
+  }
+  for (int m : {1, 2, 4}) EXPECT_FALSE(UseDequantGemm(g, m, g.hidden, g.inter)) << m;
+  for (int m : {5, 8, 16, 17, 8192}) EXPECT_TRUE(UseDequantGemm(g, m, g.hidden, g.inter)) << m;
+  EXPECT_FALSE(UseDequantGemm(g, 0, g.hidden, g.inter));
+  // Off (or no scratch): the quantized kernels at every row count.
+  g.quant_dequant = false;
+  EXPECT_FALSE(UseDequantGemm(g, 8192, g.hidden, g.inter));
+}
+
+// Where the quantized GEMV is off or cannot hold a row of x in shared
+// memory, the tiles would run at any row count: the dequantized weight
+// instead.
+TEST(GemmPlanTest, DequantizedWhereTheQuantizedGemvDoesNotRun) {
+  GemmModel g = Qwen8B();
+  g.quant_dequant = true;
+  g.quant_gemv = false;
+  EXPECT_TRUE(UseDequantGemm(g, 1, g.hidden, g.inter));
+  g.quant_gemv = true;
+  EXPECT_FALSE(UseDequantGemm(g, 1, g.hidden, g.inter));
+  EXPECT_TRUE(UseDequantGemm(g, 1, 256, 65536));  // 128 KiB of bf16 x a row
+}
+
+TEST(GemmPlanTest, TheScratchHoldsTheLargestProjection) {
+  const GemmModel g = Qwen8B();
+  const std::array<int64_t, 2> shapes[] = {
+      {g.qkv_n, g.hidden}, {g.hidden, g.attn_n}, {2 * g.inter, g.hidden}, {g.hidden, g.inter}};
+  EXPECT_EQ(DequantScratchElems(shapes), int64_t{2} * 12288 * 4096);
+  EXPECT_EQ(DequantScratchElems({}), 0);
+}
+
 }  // namespace
 }  // namespace agentkv::backend::cuda
