@@ -462,7 +462,11 @@ def main():
             continue
         d = os.path.join(a.work, arch if a.quant == "none" else f"{arch}-{a.quant}")
         os.makedirs(d, exist_ok=True)
-        model, ref_note = build_model(arch, d, seed=100 + i, quant=a.quant)
+        # The seed by the arch's place in the default list: --quant's models
+        # are the bf16 run's, quantized.
+        order = (DENSE_ARCHS + "," + MOE_ARCHS).split(",")
+        seed = 100 + (order.index(arch) if a.quant != "none" and arch in order else i)
+        model, ref_note = build_model(arch, d, seed=seed, quant=a.quant)
         model = model.to(dev).eval()
         plain = None  # the dequantized checkpoint, when transformers' loader is the reference
         if a.quant != "none":
