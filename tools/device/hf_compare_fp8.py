@@ -48,7 +48,8 @@ import transformers
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from quant_pack import fp8_block, fp8_channel, quantization_config  # this folder; shared with synth_shape, hf_compare
+# This folder's packers, shared with synth_shape.py and hf_compare.py.
+from quant_pack import fp8_block, fp8_channel, quantization_config
 
 PROMPT_LENS = [1, 7, 64, 129, 300]
 VOCAB = 2048
