@@ -303,7 +303,8 @@ def quantize_checkpoint(arch, d, quant):
         raise RuntimeError(f"{d}: expected one model.safetensors, found {files}")
     path = os.path.join(d, "model.safetensors")
     with safe_open(path, "pt") as f:
-        src = {k: f.get_tensor(k) for k in f.keys()}
+        # Copies: the file is rewritten in place below.
+        src = {k: f.get_tensor(k).clone() for k in f.keys()}
     stored, deq_all, quantized = {}, {}, []
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     for k, t in src.items():
