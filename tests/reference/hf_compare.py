@@ -41,6 +41,44 @@ both programs whatever the rounding. With --device cuda, gpt_oss and
 qwen3_moe (random routers, where bf16 noise can flip a token's k-th expert)
 are held to 5e-2 with greedy reported only; gpt_oss_fixed to the dense bar.
 
+With --quant fp8|fp8-channel|mxfp4 the saved bf16 model's weights are
+stored quantized as published checkpoints store them (tools/device/
+quant_pack.py, the packers tools/device/synth_shape.py uses), the checkpoint
+agentkv loads:
+  fp8          attention and MLP / expert projections (q/k/v/o, gate/up/down)
+               as `X.weight` F8_E4M3 + `X.weight_scale_inv` F32 per 128x128
+               tile, quantization_config {quant_method: fp8, fmt: e4m3,
+               weight_block_size: [128, 128]} (Qwen3-*-FP8, DeepSeek);
+  fp8-channel  the same projections, compressed-tensors per-channel scales
+               (`X.weight_scale` [out, 1]);
+  mxfp4        GPT-OSS's experts as `*_blocks` / `*_scales` U8 ([out, in],
+               32 values a scale), quant_method mxfp4.
+Embeddings, norms, biases, routers (`mlp.gate`, `mlp.router`), sinks and the
+LM head stay bf16. fp8 and fp8-channel apply to the dense architectures and
+qwen3_moe (its per-expert projections), mxfp4 to gpt_oss and gpt_oss_fixed;
+other combinations are skipped with the reason printed, and without --archs
+the list is the format's own.
+The reference is transformers' own loader of the quantized checkpoint
+(FineGrainedFP8Config / Mxfp4Config with dequantize=True) when this
+transformers has it and it loads the checkpoint offline; its products may be
+rounded to bf16 (about 1e-3 of the logits). Otherwise (a note says why) it
+is the dequantized checkpoint: each quantized weight decoded (code x scale,
+the product rounded to float32 once; MXFP4 values are exact), checked equal
+to quant_pack's plain-Python decoding of the stored bytes, saved with the
+rest as a float32 checkpoint (`<arch>-<quant>_dequant`) and loaded in
+float32, so that it multiplies exactly the values agentkv's CPU decoding
+gives. With the loader as the reference, its distance from the dequantized
+checkpoint on the longest prompt is printed (flagged DISAGREES past 5e-3),
+and agentkv's distance from the dequantized checkpoint is logged for every
+prompt: a failing row then tells the loader's reading of the format from
+agentkv's arithmetic. The table's header names each arch's reference.
+The thresholds are those of bf16 checkpoints (2e-2, argmax, greedy, near
+ties as above): both programs multiply the same weights, so the
+quantization's own error is not in the comparison; what remains is the
+activations' rounding, as for bf16 (on the GPU agentkv decodes the weights
+to f16/bf16 operands: a rounding within the bf16 noise the cuda thresholds
+already allow).
+
 Run on a machine with PyTorch and transformers (the GPU machine):
   python3 tests/reference/hf_compare.py --agentkv build/agentkv --device cpu \
       --work /tmp/hfcmp --out results.md
@@ -48,11 +86,14 @@ Run on a machine with PyTorch and transformers (the GPU machine):
       --kv-dtype fp8 --work /tmp/hfcmp --out results_fp8.md
   python3 tests/reference/hf_compare.py --agentkv build/agentkv --device cuda \
       --tensor-parallel 2 --work /tmp/hfcmp --out results_tp2.md
+  python3 tests/reference/hf_compare.py --agentkv build/agentkv --device cuda \
+      --quant fp8 --work /tmp/hfcmpq --out results_quant_fp8.md
 Exits non-zero if any comparison fails.
 """
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -60,9 +101,17 @@ import time
 import torch
 import transformers
 
+# The quantized formats' packers, shared with tools/device/synth_shape.py.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "tools", "device"))
+import quant_pack  # noqa: E402
+
 PROMPT_LENS = [1, 5, 17, 64, 129, 300, 511, 700]
 GREEDY_TOKENS = 64
 VOCAB = 2048
+# transformers' quantized loader against the dequantized checkpoint: the same
+# weights, up to its loader rounding the products to bf16 (~1e-3 of logits).
+HF_LOADER_AGREE = 5e-3
 
 
 def make_config(arch):
@@ -137,6 +186,20 @@ def make_config(arch):
 
 
 MOE_ARCHS = "gpt_oss,gpt_oss_fixed,qwen3_moe"
+DENSE_ARCHS = "llama,qwen2,qwen3,mistral,gemma3,llama_d64,qwen3_d64"
+# --quant: the architectures each format is published for.
+QUANT_ARCHS = {"fp8": DENSE_ARCHS.split(",") + ["qwen3_moe"],
+               "fp8-channel": DENSE_ARCHS.split(",") + ["qwen3_moe"],
+               "mxfp4": ["gpt_oss", "gpt_oss_fixed"]}
+
+
+def quant_skip_reason(arch, quant):
+    """Why `arch` is not compared under `quant` (None: it is)."""
+    if quant == "none" or arch in QUANT_ARCHS[quant]:
+        return None
+    if quant == "mxfp4":
+        return "MXFP4 is GPT-OSS's expert format (published for gpt_oss only)"
+    return "GPT-OSS is published with MXFP4 experts, not fp8 (use --quant mxfp4)"
 
 
 def describe_checkpoint(out_dir):
@@ -156,7 +219,9 @@ def describe_checkpoint(out_dir):
     return " ".join(sorted(names))
 
 
-def build_model(arch, out_dir, seed):
+def build_model(arch, out_dir, seed, quant="none"):
+    """The random model saved in `out_dir` (bf16, or quantized as `quant`
+    says) and the transformers reference in float32 with a note naming it."""
     config, cls = make_config(arch)
     config._attn_implementation = "eager"
     torch.manual_seed(seed)
@@ -185,13 +250,139 @@ def build_model(arch, out_dir, seed):
                 elif name.endswith("mlp.router.bias"):
                     p.copy_(2.0 - 0.5 * torch.arange(p.numel(), dtype=p.dtype))
     model.to(torch.bfloat16).save_pretrained(out_dir, safe_serialization=True)
-    if arch in MOE_ARCHS.split(","):
+    ref_dir = out_dir
+    if quant != "none":
+        ref_dir = quantize_checkpoint(arch, out_dir, quant)
+    if arch in MOE_ARCHS.split(",") or quant != "none":
         print(f"{arch} layer 0 as saved: {describe_checkpoint(out_dir)}", flush=True)
     # The reference is the saved checkpoint loaded back in float32: casting the
     # in-memory model would also round its non-persistent buffers (rotary
     # inverse frequencies, Gemma's embedding scale) to bf16, which a loaded
-    # checkpoint never has.
-    return cls.from_pretrained(out_dir, dtype=torch.float32, attn_implementation="eager")
+    # checkpoint never has. Quantized: the dequantized checkpoint (float32).
+    ref = cls.from_pretrained(ref_dir, dtype=torch.float32, attn_implementation="eager")
+    return ref, ("bf16 weights" if quant == "none" else "dequantized weights")
+
+
+ST_DTYPES = {"F8_E4M3": torch.float8_e4m3fn, "F32": torch.float32, "U8": torch.uint8}
+
+
+def check_decoding(name, quant, stored, deq):
+    """The reference's values for quantized weight `name` (deq, float32 in the
+    bf16 layout) against quant_pack's plain-Python decoders of what is stored:
+    exactly equal, the values agentkv's CPU decoding gives (an fp8 code times
+    its float32 scale rounded to float32 once; MXFP4 exact)."""
+    if quant == "mxfp4":
+        blocks, scales = stored[name + "_blocks"], stored[name + "_scales"]
+        e, out, groups, _ = blocks.shape
+        b = blocks.reshape(e * out, groups * 16).tolist()
+        sc = scales.reshape(e * out, groups).tolist()
+        want = torch.tensor([quant_pack.mxfp4_row_dequant_py(bytes(r), bytes(x))
+                             for r, x in zip(b, sc)], dtype=torch.float32)
+        got = deq.transpose(-1, -2).reshape(e * out, groups * 32)
+    else:
+        codes = stored[name].view(torch.uint8).tolist()
+        scale = stored[name + ("_scale_inv" if quant == "fp8" else "_scale")].tolist()
+        want = torch.tensor(quant_pack.fp8_dequant_py(codes, scale, block=quant == "fp8"),
+                            dtype=torch.float32)
+        got = deq
+    if not torch.equal(got.cpu(), want):
+        bad = int((got.cpu() != want).sum())
+        raise RuntimeError(f"{name}: the dequantized reference differs from the plain decoding "
+                           f"of the stored {quant} weights at {bad} of {want.numel()} values")
+
+
+def quantize_checkpoint(arch, d, quant):
+    """Rewrites the bf16 checkpoint in `d` with its linear weights stored as
+    `quant` (quant_pack's packers, the names and config a published
+    checkpoint has), and writes the dequantized weights as a float32
+    checkpoint in `d`_dequant for the reference; returns that folder."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+    files = [f for f in os.listdir(d) if f.endswith(".safetensors")]
+    if files != ["model.safetensors"]:
+        raise RuntimeError(f"{d}: expected one model.safetensors, found {files}")
+    path = os.path.join(d, "model.safetensors")
+    with safe_open(path, "pt") as f:
+        # Copies: the file is rewritten in place below.
+        src = {k: f.get_tensor(k).clone() for k in f.keys()}
+    stored, deq_all, quantized = {}, {}, []
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    for k, t in src.items():
+        deq_all[k] = t.float()
+        if not quant_pack.quantizes(k, quant):
+            stored[k] = t
+            continue
+        w = t.float().to(dev)
+        if quant == "mxfp4":
+            blocks, scales = quant_pack.mxfp4(w.transpose(-1, -2).contiguous())  # [E, out, in]
+            parts = {k + "_blocks": blocks, k + "_scales": scales}
+            deq = quant_pack.mxfp4_dequant(blocks, scales).transpose(-1, -2)
+        else:
+            codes, scale = (quant_pack.fp8_block if quant == "fp8" else quant_pack.fp8_channel)(w)
+            parts = {k: codes, k + ("_scale_inv" if quant == "fp8" else "_scale"): scale}
+            deq = quant_pack.fp8_dequant(codes, scale)
+        parts = {n: v.cpu().contiguous() for n, v in parts.items()}
+        # Names, dtypes and shapes as the format's rules say (what agentkv's
+        # loader checks).
+        want = quant_pack.stored_tensors(k, tuple(t.shape), quant)
+        got = [(n, v.dtype, tuple(v.shape)) for n, v in parts.items()]
+        if got != [(n, ST_DTYPES[dt], sh) for n, dt, sh in want]:
+            raise RuntimeError(f"{k}: stored as {got}, the format says {want}")
+        check_decoding(k, quant, parts, deq)
+        stored.update(parts)
+        deq_all[k] = deq.cpu().contiguous()
+        quantized.append(k)
+    if not quantized:
+        raise RuntimeError(f"{arch}: no tensor of {d} is one {quant} quantizes")
+    if arch == "qwen3_moe" and not any(".mlp.experts." in k for k in quantized):
+        raise RuntimeError(f"{arch}: the experts were not saved as per-expert linear weights: "
+                           f"{describe_checkpoint(d)}")
+    print(f"{arch}: {len(quantized)} weights stored {quant}", flush=True)
+    save_file(stored, path, metadata={"format": "pt"})
+    with open(os.path.join(d, "config.json")) as f:
+        cfg = json.load(f)
+    ref_dir = d.rstrip("/") + "_dequant"
+    os.makedirs(ref_dir, exist_ok=True)
+    with open(os.path.join(ref_dir, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    cfg["quantization_config"] = quant_pack.quantization_config(quant)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    if os.path.exists(os.path.join(d, "generation_config.json")):
+        shutil.copy(os.path.join(d, "generation_config.json"), ref_dir)
+    save_file(deq_all, os.path.join(ref_dir, "model.safetensors"), metadata={"format": "pt"})
+    return ref_dir
+
+
+def hf_quant_reference(arch, d, quant, plain, probe, dev):
+    """transformers' own loader of the quantized checkpoint in `d`
+    (FineGrainedFP8Config / Mxfp4Config with dequantize=True), when this
+    transformers has it and it loads offline. Returns (model or None, note);
+    the note gives its distance from the dequantized checkpoint (`plain`) on
+    prompt `probe`, which tells a loader's reading of the format from
+    agentkv's arithmetic when a row fails."""
+    cls = make_config(arch)[1]
+    try:
+        if quant == "fp8":
+            qc = transformers.FineGrainedFP8Config(dequantize=True)
+        elif quant == "mxfp4":
+            qc = transformers.Mxfp4Config(dequantize=True)
+        else:
+            return None, "no transformers loader for compressed-tensors used here"
+        hf = cls.from_pretrained(d, quantization_config=qc, dtype=torch.float32,
+                                 attn_implementation="eager").float().to(dev).eval()
+    except Exception as e:  # this transformers lacks the loader, or it needs what is absent
+        msg = str(e).splitlines()[0][:200] if str(e) else ""
+        return None, f"transformers' {quant} loader unavailable ({type(e).__name__}: {msg})"
+    with torch.no_grad():
+        x = torch.tensor([probe], device=dev)
+        a, b = hf(x).logits[0, -1].float(), plain(x).logits[0, -1].float()
+    gap = float(torch.linalg.norm(a - b) / torch.linalg.norm(b))
+    note = (f"transformers' {quant} loader (dequantize=True), {gap:.1e} from the dequantized "
+            f"checkpoint on {len(probe)} tokens")
+    if not gap < HF_LOADER_AGREE:
+        note += " (DISAGREES: it reads other weights than the dequantization)"
+    return hf, note
 
 
 def rel_gap(l):
@@ -242,9 +433,14 @@ def main():
                     help="agentkv's KV cache dtype (fp8: threshold 5e-2, greedy reported only)")
     ap.add_argument("--tensor-parallel", type=int, default=1,
                     help="GPUs agentkv splits each model over (greedy also compared with 1)")
+    ap.add_argument("--quant", default="none", choices=["none"] + list(quant_pack.QUANTS),
+                    help="store the linear weights quantized (fp8: 128x128 blocks; fp8-channel: "
+                    "compressed-tensors; mxfp4: GPT-OSS experts); default archs: those the "
+                    "format is published for")
     a = ap.parse_args()
     if a.archs is None:
-        a.archs = "llama,qwen2,qwen3,mistral,gemma3,llama_d64,qwen3_d64," + MOE_ARCHS
+        a.archs = ",".join(QUANT_ARCHS[a.quant]) if a.quant != "none" else \
+            DENSE_ARCHS + "," + MOE_ARCHS
     fp8 = a.kv_dtype == "fp8"
     tie = a.tie_gap if a.tie_gap is not None else (
         0.1 if a.device == "cuda" or fp8 else 0.0)
@@ -259,10 +455,29 @@ def main():
     drafts = [0, 0]  # --speculative: draft tokens verified, accepted
     g = torch.Generator().manual_seed(1234)
     prompts = [torch.randint(3, VOCAB, (n,), generator=g).tolist() for n in PROMPT_LENS]
+    refs = []  # (arch, the reference's description)
     for i, arch in enumerate(a.archs.split(",")):
-        d = os.path.join(a.work, arch)
+        why = quant_skip_reason(arch, a.quant)
+        if why:
+            print(f"{arch}: skipped under --quant {a.quant}: {why}", flush=True)
+            continue
+        d = os.path.join(a.work, arch if a.quant == "none" else f"{arch}-{a.quant}")
         os.makedirs(d, exist_ok=True)
-        model = build_model(arch, d, seed=100 + i).to(dev).eval()
+        # The seed by the arch's place in the default list: --quant's models
+        # are the bf16 run's, quantized.
+        order = (DENSE_ARCHS + "," + MOE_ARCHS).split(",")
+        seed = 100 + (order.index(arch) if a.quant != "none" and arch in order else i)
+        model, ref_note = build_model(arch, d, seed=seed, quant=a.quant)
+        model = model.to(dev).eval()
+        plain = None  # the dequantized checkpoint, when transformers' loader is the reference
+        if a.quant != "none":
+            hf, note = hf_quant_reference(arch, d, a.quant, model, prompts[-1], dev)
+            print(f"{arch} --quant {a.quant} reference: {note}", flush=True)
+            if hf is not None:
+                plain, model, ref_note = model, hf, note
+            else:
+                ref_note += f" ({note})"
+        refs.append((arch, ref_note))
         for ids in prompts:
             ref, ref_greedy, gaps = ref_logits_and_greedy(model, ids, dev)
             idarg = ",".join(map(str, ids))
@@ -324,6 +539,13 @@ def main():
             limit = max(threshold, 5e-2) if flips else threshold
             ok = rel < limit and argmax_ok and (greedy_ok or fp8 or flips) and (tp_ok or flips)
             tie_note += tp_note
+            if plain is not None:
+                # Reported (log only): agentkv against the dequantized
+                # checkpoint too, beside transformers' loader.
+                with torch.no_grad():
+                    p = plain(torch.tensor([ids], device=dev)).logits[0, -1].float().cpu()
+                print(f"{arch:8s} len={len(ids):4d} vs the dequantized checkpoint: rel_err="
+                      f"{float(torch.linalg.norm(got - p) / torch.linalg.norm(p)):.2e}", flush=True)
             failures += 0 if ok else 1
             rows.append((arch, len(ids), rel, same_argmax, same_greedy, first_diff, ok, dt,
                          tie_note))
@@ -336,7 +558,9 @@ def main():
              f"logits threshold {threshold:g}" + ("; greedy reported only" if fp8 else "") +
              (f"; near ties excused below a top-two gap of {tie} x the logits' std" if tie else "") +
              ("; gpt_oss and qwen3_moe (random routers): 5e-2, greedy reported only"
-              if a.device == "cuda" else ""),
+              if a.device == "cuda" else "") +
+             (f"; weights --quant {a.quant}, references: " +
+              "; ".join(f"{arch}: {n}" for arch, n in refs) if a.quant != "none" else ""),
              "",
              "| arch | prompt tokens | logits rel. error | argmax | greedy 64 | result |",
              "| --- | --- | --- | --- | --- | --- |"]

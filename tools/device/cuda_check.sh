@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine (run tool), from the repository root, after
 # tools/device/pack_cuda.sh here and with `.devcarry` carried:
-#   bash tools/device/cuda_check.sh [tests] [sanitize] [hf] [hf8] [hfmoe] [profile] [moebench] [bench] [bench8b] [spec] [overhead]
+#   bash tools/device/cuda_check.sh [tests] [sanitize] [hf] [hf8] [hfmoe] [hfquant] [profile] [moebench] [bench] [bench8b] [spec] [overhead]
 # tests:    every CUDA test binary (kernels vs CPU references, backend vs CPU)
 # sanitize: the same under compute-sanitizer memcheck (kernel tests whole,
 #           backend tests on one architecture: the sanitizer is slow)
@@ -12,6 +12,14 @@
 #           architectures (gpt_oss, gpt_oss_fixed, qwen3_moe): the CPU backend,
 #           which the CUDA backend tests take as their reference, against
 #           transformers (not in the default stages)
+# hfquant:  tests/reference/hf_compare.py --device cuda on quantized
+#           checkpoints (not in the default stages): --quant fp8 (128x128
+#           block scales; the dense architectures and qwen3_moe) and --quant
+#           mxfp4 (gpt_oss, gpt_oss_fixed), each against transformers' own
+#           loader of the checkpoint (FineGrainedFP8Config / Mxfp4Config with
+#           dequantize=True) where it has one, else the dequantized weights
+#           in float32 (the log and the table's header say which).
+#           HFQUANT="fp8 mxfp4" (default) picks the formats (fp8-channel too)
 # bench:    copy bandwidth and bf16 matmul peak, then `agentkv bench engine
 #           --device cuda` on a Llama-3.2-1B shape (512 prompt + 128 output;
 #           concurrency 1..256; prefill) with graphs, and c1/c64 without;
@@ -125,6 +133,14 @@ for st in "${stages[@]}"; do
       --device cpu --archs gpt_oss,gpt_oss_fixed,qwen3_moe --work /tmp/hfcmpmoe --out "$OUT/hf_compare_moe.md" \
       >"$OUT/hf_compare_moe.log" 2>&1
     note "hf_compare --device cpu gpt_oss,gpt_oss_fixed,qwen3_moe: $(tail -1 "$OUT/hf_compare_moe.log")" ;;
+  hfquant)
+    for q in ${HFQUANT:-fp8 mxfp4}; do
+      PYTHONUNBUFFERED=1 python3 tests/reference/hf_compare.py --agentkv .devcarry/bin/agentkv \
+        --device cuda --quant "$q" --work /tmp/hfcmpq --out "$OUT/hf_compare_cuda_$q.md" \
+        >"$OUT/hf_compare_$q.log" 2>&1
+      note "hf_compare --device cuda --quant $q: $(tail -1 "$OUT/hf_compare_$q.log")"
+      grep -E "reference:|skipped|FAIL|Error" "$OUT/hf_compare_$q.log" | head -20
+    done ;;
   profile)
     # Kernel times of decode steps (no graphs, so each launch is one kernel)
     # through ncu: c1 and c64 on the Llama-3.2-1B shape.

@@ -8,8 +8,8 @@ dense Qwen3 models, with transformers in float32 on the dequantized weights:
   1. a random Qwen3 (3 layers, q 128 rows, k/v 64 rows, intermediate 200:
      ragged 128x128 tiles both ways) is built with transformers and saved in
      bf16; its linear layers (q/k/v/o, gate/up/down) are quantized here with
-     torch's float8_e4m3fn cast, one scale per 128x128 tile (scale_inv = amax
-     / 448), and written as a Qwen3-FP8-style checkpoint (`X.weight`
+     torch's float8_e4m3fn cast (quant_pack.py's packers), one scale per
+     128x128 tile (scale_inv = amax / 448), and written as a Qwen3-FP8-style checkpoint (`X.weight`
      F8_E4M3, `X.weight_scale_inv` F32, quantization_config {quant_method:
      fp8, fmt: e4m3, weight_block_size: [128, 128]}); with --channel also a
      compressed-tensors per-channel checkpoint (`X.weight_scale` [out, 1]);
@@ -48,6 +48,9 @@ import transformers
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+# This folder's packers, shared with synth_shape.py and hf_compare.py.
+from quant_pack import fp8_block, fp8_channel, quantization_config
+
 PROMPT_LENS = [1, 7, 64, 129, 300]
 VOCAB = 2048
 BLOCK = 128
@@ -65,29 +68,6 @@ def e4m3_decode(codes):
     v = sign * np.where(exp == 0, sub, normal)
     v = np.where((exp == 15) & (mant == 7), np.nan, v)
     return v.astype(np.float32)
-
-
-def quantize_block(w):
-    """fp32 [out, in] -> (e4m3 codes as torch.float8_e4m3fn, scale_inv [ceil/128, ceil/128])."""
-    out, inp = w.shape
-    tr, tc = -(-out // BLOCK), -(-inp // BLOCK)
-    scale = torch.ones(tr, tc, dtype=torch.float32)
-    q = torch.empty(out, inp, dtype=torch.float8_e4m3fn)
-    for i in range(tr):
-        for j in range(tc):
-            t = w[i * BLOCK:(i + 1) * BLOCK, j * BLOCK:(j + 1) * BLOCK]
-            amax = float(t.abs().max())
-            s = amax / 448.0 if amax > 0 else 1.0
-            scale[i, j] = s
-            q[i * BLOCK:(i + 1) * BLOCK, j * BLOCK:(j + 1) * BLOCK] = \
-                (t / s).clamp(-448, 448).to(torch.float8_e4m3fn)
-    return q, scale
-
-
-def quantize_channel(w):
-    amax = w.abs().amax(dim=1, keepdim=True)
-    scale = torch.where(amax > 0, amax / 448.0, torch.ones_like(amax)).float()
-    return (w / scale).clamp(-448, 448).to(torch.float8_e4m3fn), scale
 
 
 def build_bf16(d, seed):
@@ -112,24 +92,14 @@ def write_fp8(src, dst, channel):
         for k in f.keys():
             t = f.get_tensor(k)
             if k.endswith(".weight") and k.split(".")[-2] in LINEAR:
-                q, s = (quantize_channel if channel else quantize_block)(t.float())
+                q, s = (fp8_channel if channel else fp8_block)(t.float())
                 tensors[k] = q
                 tensors[k + ("_scale" if channel else "_scale_inv")] = s
             else:
                 tensors[k] = t
     save_file(tensors, os.path.join(dst, "model.safetensors"), metadata={"format": "pt"})
     cfg = json.load(open(os.path.join(src, "config.json")))
-    if channel:
-        cfg["quantization_config"] = {
-            "quant_method": "compressed-tensors", "format": "float-quantized",
-            "config_groups": {"group_0": {"targets": ["Linear"], "weights": {
-                "num_bits": 8, "type": "float", "strategy": "channel", "symmetric": True,
-                "dynamic": False}}},
-            "ignore": ["lm_head"], "quantization_status": "compressed"}
-    else:
-        cfg["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3",
-                                      "activation_scheme": "dynamic",
-                                      "weight_block_size": [BLOCK, BLOCK]}
+    cfg["quantization_config"] = quantization_config("fp8-channel" if channel else "fp8")
     json.dump(cfg, open(os.path.join(dst, "config.json"), "w"), indent=2)
     for extra in ("generation_config.json", "tokenizer.json", "tokenizer_config.json"):
         if os.path.exists(os.path.join(src, extra)):

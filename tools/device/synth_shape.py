@@ -38,6 +38,8 @@ import math
 import os
 import shutil
 
+from quant_pack import BLOCK, MX, cdiv, quantization_config  # this folder (plain Python)
+
 PRESETS = {
     "gpt-oss-20b": dict(arch="gpt_oss", layers=24, hidden=2880, intermediate=2880, heads=64,
                         kv_heads=8, head_dim=64, vocab=201088, experts=32,
@@ -49,8 +51,6 @@ PRESETS = {
                      kv_heads=8, head_dim=128, vocab=151936, tie=False, quant="fp8"),
 }
 DENSE = ("llama", "qwen2", "qwen3", "mistral", "gemma3_text")
-BLOCK = 128  # fp8 block size
-MX = 32      # MXFP4 values per scale
 
 ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 ap.add_argument("--template", help="tiny `agentkv model synth` checkpoint (not for --dry-run)")
@@ -119,10 +119,6 @@ E, K = a.experts or 0, a.experts_per_token or 0
 I = a.moe_intermediate if a.arch == "qwen3_moe" else a.intermediate
 if a.quant == "mxfp4" and (H % MX or I % MX):
     ap.error(f"--quant mxfp4 needs hidden and intermediate in multiples of {MX}")
-
-
-def cdiv(x, y):
-    return (x + y - 1) // y
 
 
 # The checkpoint as a list of (name, kind, shape): kind "bf16" (a float
@@ -223,6 +219,8 @@ if a.dry_run:
 import torch  # noqa: E402 (not needed for --dry-run)
 from safetensors.torch import save_file  # noqa: E402
 
+from quant_pack import fp8_block, mxfp4  # noqa: E402 (this folder; shared with hf_compare)
+
 os.makedirs(a.out, exist_ok=True)
 for f in os.listdir(a.template):
     if (f.endswith(".json") or f.endswith(".jinja")) and f != "config.json" and "index" not in f:
@@ -243,15 +241,11 @@ if a.arch == "qwen3_moe":
     cfg.update(num_local_experts=E, num_experts_per_tok=K, moe_intermediate_size=I,
                decoder_sparse_step=1, mlp_only_layers=[])
 if a.quant in ("fp8", "fp8-experts"):
-    cfg["quantization_config"] = {"activation_scheme": "dynamic", "fmt": "e4m3",
-                                  "quant_method": "fp8", "weight_block_size": [BLOCK, BLOCK]}
+    cfg["quantization_config"] = quantization_config("fp8")
     if a.quant == "fp8-experts":
         cfg["quantization_config"]["modules_to_not_convert"] = ["self_attn", "lm_head"]
 elif a.quant == "mxfp4":
-    cfg["quantization_config"] = {
-        "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
-                                   "model.embed_tokens", "lm_head"],
-        "quant_method": "mxfp4"}
+    cfg["quantization_config"] = quantization_config("mxfp4")
 with open(os.path.join(a.out, "config.json"), "w") as f:
     json.dump(cfg, f, indent=2)
 
@@ -261,44 +255,6 @@ g = torch.Generator(device=dev).manual_seed(a.seed)
 
 def rnd(*shape, scale=0.02):
     return torch.randn(*shape, generator=g, device=dev, dtype=torch.float32) * scale
-
-
-def fp8_block(w):
-    """w [.., out, in] fp32 -> (e4m3 codes, scale_inv [.., ceil(out/128), ceil(in/128)])."""
-    *lead, out, inn = w.shape
-    po, pi = cdiv(out, BLOCK) * BLOCK, cdiv(inn, BLOCK) * BLOCK
-    p = torch.nn.functional.pad(w, (0, pi - inn, 0, po - out))
-    t = p.reshape(*lead, po // BLOCK, BLOCK, pi // BLOCK, BLOCK)
-    amax = t.abs().amax(dim=(-3, -1))
-    s = torch.where(amax > 0, amax / 448.0, torch.ones_like(amax))
-    q = (t / s[..., :, None, :, None]).reshape(*lead, po, pi)[..., :out, :inn]
-    return q.to(torch.float8_e4m3fn).contiguous(), s.float().contiguous()
-
-
-# e2m1 magnitudes and the midpoints between neighbours; a value on a
-# midpoint goes to the even code (the tie rule of agentkv's packer).
-MIDS = [0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0]
-UP_ON_TIE = [False, True, False, True, False, True, False]
-
-
-def mxfp4(w):
-    """w [E, out, in] fp32 -> (blocks [E, out, in/32, 16], scales [E, out, in/32]) U8."""
-    e, out, inn = w.shape
-    t = w.reshape(e, out, inn // MX, MX)
-    amax = t.abs().amax(dim=-1)
-    # scale = amax / 6 rounded up to a power of two (2^0 for all-zero groups)
-    exp = torch.where(amax > 0, torch.ceil(torch.log2(amax / 6.0)), torch.zeros_like(amax))
-    exp = exp.clamp(-127, 127)
-    x = (t / torch.exp2(exp)[..., None]).abs()
-    code = torch.zeros_like(x, dtype=torch.uint8)
-    for m, up in zip(MIDS, UP_ON_TIE):
-        code += (x > m).to(torch.uint8)
-        if up:
-            code += (x == m).to(torch.uint8)
-    code |= (t < 0).to(torch.uint8) << 3
-    code = code.reshape(e, out, inn // MX, MX // 2, 2)
-    blocks = code[..., 0] | (code[..., 1] << 4)
-    return blocks.contiguous(), (exp + 127).to(torch.uint8).contiguous()
 
 
 t = {}
