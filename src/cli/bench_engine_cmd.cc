@@ -124,6 +124,9 @@ int RunBench(const BenchArgs& a) {
     lv.update(ToJson(*batched));
     std::string line = label + ": " + std::to_string(batched->output_tok_s) +
                        " output tok/s, mean TTFT " + std::to_string(batched->mean_ttft_ms) + " ms";
+    if (batched->grammar_optimistic_rows > 0)
+      line += " (grammar: " + std::to_string(batched->grammar_rejected_rows) + " of " +
+              std::to_string(batched->grammar_optimistic_rows) + " optimistic picks rejected)";
     if (a.shared_prefix > 0) {
       auto nocache = RunEngineOnce(backend, a.engine, reqs, c, false, label + " (no prefix cache)");
       if (!nocache.ok()) {

@@ -12,6 +12,9 @@ void EngineBenchOptions::Add(CLI::App& app) {
   app.add_option("--output", output, "Output tokens per request")->capture_default_str();
   app.add_flag("--no-pipeline", no_pipeline,
                "Collect every step before planning the next (EngineOptions::pipeline off)");
+  app.add_flag("--no-optimistic-grammar", no_optimistic_grammar,
+               "Mask every constrained row on the host before its pick "
+               "(EngineOptions::optimistic_grammar off)");
   app.add_option("--max-step-tokens", max_step_tokens,
                  "Token budget of one engine step (0 = the device's default)")
       ->capture_default_str();
@@ -29,6 +32,7 @@ engine::EngineOptions BenchEngineOptions(const cache::ModelCacheSpec& spec,
   eo.scheduler.max_batch = max_batch;
   eo.scheduler.max_step_tokens = o.max_step_tokens;
   eo.pipeline = !o.no_pipeline;
+  eo.optimistic_grammar = !o.no_optimistic_grammar;
   if (o.speculative) eo.speculative.mode = engine::SpeculativeMode::kNgram;
   eo.prefix_caching = prefix_caching;
   eo.max_context = o.prompt + o.output + 2;
@@ -116,6 +120,8 @@ Result<EngineRunResult> RunEngineOnce(std::unique_ptr<backend::Backend>& backend
   rr.graphs_captured = st.graphs_captured - st0.graphs_captured;
   rr.draft_tokens = st.draft_tokens - st0.draft_tokens;
   rr.draft_accepted_tokens = st.draft_accepted_tokens - st0.draft_accepted_tokens;
+  rr.grammar_optimistic_rows = st.grammar_optimistic_rows - st0.grammar_optimistic_rows;
+  rr.grammar_rejected_rows = st.grammar_rejected_rows - st0.grammar_rejected_rows;
   return rr;
 }
 
@@ -134,7 +140,9 @@ nlohmann::json ToJson(const EngineRunResult& r) {
           {"graphs_captured", r.graphs_captured},
           {"graph_capture_ms", r.capture_ms},
           {"draft_tokens", r.draft_tokens},
-          {"draft_accepted_tokens", r.draft_accepted_tokens}};
+          {"draft_accepted_tokens", r.draft_accepted_tokens},
+          {"grammar_optimistic_rows", r.grammar_optimistic_rows},
+          {"grammar_rejected_rows", r.grammar_rejected_rows}};
 }
 
 }  // namespace agentkv::cli

@@ -25,7 +25,8 @@ struct EngineBenchOptions {
   int max_step_tokens = 0;  // 0: the device's default
   int block_size = 16;
   bool no_pipeline = false;
-  bool speculative = false;  // EngineOptions::speculative ngram
+  bool no_optimistic_grammar = false;  // EngineOptions::optimistic_grammar off
+  bool speculative = false;            // EngineOptions::speculative ngram
   // --prompt, --output, --max-step-tokens, --block-size, --no-pipeline,
   // --speculative.
   void Add(CLI::App& app);
@@ -52,6 +53,8 @@ struct EngineRunResult {
           step_tokens = 0;
   // Speculative decoding (--speculative): draft tokens verified, accepted.
   int64_t draft_tokens = 0, draft_accepted_tokens = 0;
+  // Constrained rows picked optimistically, and of those rejected.
+  int64_t grammar_optimistic_rows = 0, grammar_rejected_rows = 0;
 };
 
 // Runs `reqs` all at once on a fresh engine (BenchEngineOptions) over

@@ -42,13 +42,17 @@ void GrammarConstraint::Apply(std::span<float> logits) {
   }
 }
 
-void GrammarConstraint::Accept(int32_t token) {
-  if (std::find(end_ids_.begin(), end_ids_.end(), token) != end_ids_.end()) return;
+void GrammarConstraint::Accept(int32_t token) { (void)TryAccept(token); }
+
+bool GrammarConstraint::TryAccept(int32_t token) {
+  if (std::find(end_ids_.begin(), end_ids_.end(), token) != end_ids_.end())
+    return matcher_.accepting();
   const bool reasoning = reasoning_budget_ >= 0 && matcher_.in_reasoning();
   // A disallowed token leaves the state unchanged.
-  if (!matcher_.Advance(token).ok()) return;
+  if (!matcher_.Advance(token).ok()) return false;
   if (reasoning) ++reasoning_tokens_;
   if (reasoning_budget_ >= 0 && reasoning_tokens_ >= reasoning_budget_) matcher_.CloseReasoning();
+  return true;
 }
 
 }  // namespace agentkv::engine

@@ -38,6 +38,12 @@ class GrammarConstraint {
   // Follows `token` (chosen from a masked row, or restored output). An end
   // token or one the grammar does not allow leaves the state as it is.
   void Accept(int32_t token);
+  // Follows `token` when Apply would have left it unmasked and returns
+  // true; else returns false and leaves the state as it is. An end token:
+  // true where the output so far is a complete match (the other case
+  // Apply allows one, no token allowed at all, answers false: the caller
+  // then masks the row). Costs one walk of the token's bytes, not a mask.
+  bool TryAccept(int32_t token);
 
   const grammar::GrammarMatcher& matcher() const { return matcher_; }
   // Tokens counted against the reasoning budget so far.

@@ -101,6 +101,16 @@ void Sampler::AddPrompt(std::span<const int32_t> tokens) {
 
 void Sampler::AddOutput(int32_t t) {
   if (constraint_) constraint_->Accept(t);
+  CountOutput(t);
+}
+
+bool Sampler::AcceptPick(int32_t t) {
+  if (constraint_ && !constraint_->TryAccept(t)) return false;
+  CountOutput(t);
+  return true;
+}
+
+void Sampler::CountOutput(int32_t t) {
   if (counts_.empty() || t < 0 || t >= vocab_size_) return;
   uint32_t& c = counts_[static_cast<size_t>(t)];
   if (c == 0) seen_ids_.push_back(t);
