@@ -23,6 +23,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -71,6 +72,19 @@ Vocab& Get(int which) {
   x.pool.resize(static_cast<size_t>(kRows + 7) * static_cast<size_t>(x.vocab));
   for (float& f : x.pool) f = nd(rng);
   return x;
+}
+
+// The CPU backend's greedy pick (Backend::ForwardSampled's loop).
+int32_t Argmax(std::span<const float> row) {
+  int32_t best = 0;
+  float best_v = -std::numeric_limits<float>::infinity();
+  for (size_t i = 0; i < row.size(); ++i) {
+    if (row[i] > best_v) {
+      best_v = row[i];
+      best = static_cast<int32_t>(i);
+    }
+  }
+  return best;
 }
 
 enum Mode { kMaskedGreedy, kMaskedSampled, kFillMask, kOptimistic, kArgmaxCheck };
@@ -131,7 +145,7 @@ void Run(benchmark::State& state, Mode mode) {
           if (!samplers[r]->AcceptPick(want)) tok = -1;
           break;
         case kArgmaxCheck:
-          tok = static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+          tok = Argmax(row);
           if (!samplers[r]->AcceptPick(tok)) tok = -1;
           break;
       }

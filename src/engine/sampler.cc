@@ -175,6 +175,14 @@ float Sampler::LogprobOf(float logit) const {
 
 SampledToken Sampler::Sample(std::span<float> logits) {
   assert(logits.size() == static_cast<size_t>(vocab_size_));
+  if (constraint_ && params_.greedy() && !params_.logprobs && counts_.empty()) {
+    // Greedy under a grammar alone: the argmax of the allowed entries, the
+    // token masking first gives, without writing the row.
+    SampledToken out;
+    out.token = constraint_->AllowedArgmax(logits);
+    AddOutput(out.token);
+    return out;
+  }
   // A grammar's mask first: penalties, logprobs and the draw see only
   // the tokens it allows.
   if (constraint_) constraint_->Apply(logits);

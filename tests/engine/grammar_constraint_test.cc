@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -174,6 +175,52 @@ TEST(GrammarConstraintTest, TryAcceptAgreesWithTheMask) {
       }
     }
   }
+}
+
+// AllowedArgmax is Argmax after Apply (lowest id on ties, NaN never wins),
+// over rows with ties, NaN and -inf, on a vocabulary whose length is not a
+// multiple of 64 words and one longer than a word.
+TEST(GrammarConstraintTest, AllowedArgmaxIsTheArgmaxOfTheMaskedRow) {
+  auto reference = [](const std::vector<float>& v) {
+    int32_t best = 0;
+    float best_v = -std::numeric_limits<float>::infinity();
+    for (size_t i = 0; i < v.size(); ++i)
+      if (v[i] > best_v) {
+        best_v = v[i];
+        best = static_cast<int32_t>(i);
+      }
+    return best;
+  };
+  // kTokens repeated: 147 ids (three words, the last partial), EOS last.
+  std::vector<std::string> tokens;
+  for (int k = 0; k < 7; ++k) tokens.insert(tokens.end(), kTokens.begin(), kTokens.end() - 1);
+  tokens.push_back("");
+  const int32_t eos = static_cast<int32_t>(tokens.size()) - 1;
+  auto g = grammar::CompileJsonSchema(nlohmann::ordered_json::parse(kOptimisticSchemas[1]),
+                                      grammar::TokenVocabulary::FromTokens(tokens));
+  ASSERT_TRUE(g.ok());
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.f, 2.f);
+  int distinct = 0;
+  for (int walk = 0; walk < 30; ++walk) {
+    GrammarConstraint c(*g, {eos});
+    for (int step = 0; step < 30; ++step) {
+      std::vector<float> row(tokens.size());
+      for (float& v : row) {
+        v = std::round(nd(rng));  // ties are common
+        const uint32_t r = rng() % 20;
+        if (r == 0) v = std::numeric_limits<float>::quiet_NaN();
+        if (r == 1) v = -std::numeric_limits<float>::infinity();
+      }
+      std::vector<float> masked = row;
+      c.Apply(masked);
+      const int32_t want = reference(masked);
+      ASSERT_EQ(c.AllowedArgmax(row), want) << "walk " << walk << " step " << step;
+      distinct += want != reference(row);
+      if (want == eos || !c.TryAccept(want)) break;
+    }
+  }
+  EXPECT_GT(distinct, 20);  // the mask changed the argmax often
 }
 
 // The engine's optimistic pick of a constrained row: the backend's pick
