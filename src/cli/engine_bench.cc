@@ -12,9 +12,12 @@ void EngineBenchOptions::Add(CLI::App& app) {
   app.add_option("--output", output, "Output tokens per request")->capture_default_str();
   app.add_flag("--no-pipeline", no_pipeline,
                "Collect every step before planning the next (EngineOptions::pipeline off)");
-  app.add_flag("--no-optimistic-grammar", no_optimistic_grammar,
-               "Mask every constrained row on the host before its pick "
-               "(EngineOptions::optimistic_grammar off)");
+  app.add_option("--optimistic-grammar", optimistic_grammar,
+                 "Optimistic picks of constrained rows (EngineOptions::optimistic_grammar): auto "
+                 "(on a GPU), on (the CPU backend too) or off (every constrained row masked on "
+                 "the host first)")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
   app.add_option("--max-step-tokens", max_step_tokens,
                  "Token budget of one engine step (0 = the device's default)")
       ->capture_default_str();
@@ -32,7 +35,9 @@ engine::EngineOptions BenchEngineOptions(const cache::ModelCacheSpec& spec,
   eo.scheduler.max_batch = max_batch;
   eo.scheduler.max_step_tokens = o.max_step_tokens;
   eo.pipeline = !o.no_pipeline;
-  eo.optimistic_grammar = !o.no_optimistic_grammar;
+  eo.optimistic_grammar = o.optimistic_grammar == "on"    ? engine::OptimisticGrammar::kOn
+                          : o.optimistic_grammar == "off" ? engine::OptimisticGrammar::kOff
+                                                          : engine::OptimisticGrammar::kAuto;
   if (o.speculative) eo.speculative.mode = engine::SpeculativeMode::kNgram;
   eo.prefix_caching = prefix_caching;
   eo.max_context = o.prompt + o.output + 2;

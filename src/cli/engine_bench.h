@@ -25,8 +25,9 @@ struct EngineBenchOptions {
   int max_step_tokens = 0;  // 0: the device's default
   int block_size = 16;
   bool no_pipeline = false;
-  bool no_optimistic_grammar = false;  // EngineOptions::optimistic_grammar off
-  bool speculative = false;            // EngineOptions::speculative ngram
+  // EngineOptions::optimistic_grammar: auto, on or off.
+  std::string optimistic_grammar = "auto";
+  bool speculative = false;  // EngineOptions::speculative ngram
   // --prompt, --output, --max-step-tokens, --block-size, --no-pipeline,
   // --speculative.
   void Add(CLI::App& app);

@@ -89,7 +89,9 @@ Result<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<backend::Backend>
     sample_threads = std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, 8);
   }
   if (sample_threads > 1) e->sample_pool_ = std::make_unique<ThreadPool>(sample_threads);
-  e->kept_logits_ = e->options_.optimistic_grammar && e->backend_->reads_kept_logits();
+  e->kept_logits_ =
+      UseOptimisticGrammar(e->options_.optimistic_grammar, e->backend_->reads_kept_logits(),
+                           e->backend_->picks_on_device());
   PrefillCost cost = e->options_.prefill_cost;
   if (!cost.known() && e->options_.calibrate_prefill) cost = e->CalibratePrefill();
   e->transfer_->SetPrefillCost(cost);

@@ -49,6 +49,7 @@
 #include "engine/draft_policy.h"
 #include "engine/finish_reason.h"
 #include "engine/kv_transfer.h"
+#include "engine/pick_mode.h"
 #include "engine/restore_policy.h"
 #include "engine/scheduler.h"
 #include "engine/token_stream.h"
@@ -107,10 +108,12 @@ struct EngineOptions {
   // OptimisticGrammarPick): greedy and temperature-only constrained rows
   // are picked by the backend from the unmasked row, the host checks that
   // one token against the grammar, and masks and picks the row (read back
-  // from the backend) only when the grammar rejects it. Same distribution;
-  // used where the backend keeps logits rows (reads_kept_logits). Off:
-  // every constrained row's logits come to the host and are masked there.
-  bool optimistic_grammar = true;
+  // from the backend) only when the grammar rejects it. Same distribution.
+  // kAuto: where the backend keeps logits rows and picks on a device
+  // (UseOptimisticGrammar); kOn: wherever it keeps logits rows (the CPU
+  // backend too); kOff: every constrained row's logits come to the host
+  // and are masked there.
+  OptimisticGrammar optimistic_grammar = OptimisticGrammar::kAuto;
   // Restore or recompute (engine/restore_policy.h): for a prompt the store
   // holds, recompute a head of it while the rest loads, where the rates say
   // that is faster. False: always load everything the store has.
@@ -401,7 +404,7 @@ class Engine {
   std::vector<uint8_t> host_picked_;
   std::vector<int32_t> kept_rows_;  // kept rows to read back (rejected picks)
   // Constrained rows are picked optimistically (EngineOptions::
-  // optimistic_grammar on a backend that reads_kept_logits()).
+  // UseOptimisticGrammar of optimistic_grammar and the backend).
   bool kept_logits_ = false;
   std::unique_ptr<ThreadPool> sample_pool_;  // null: sample on the engine thread
   std::vector<std::pair<std::shared_ptr<TokenStream>, RequestOutput>> outbox_;

@@ -14,6 +14,11 @@ backend::PickMode ChoosePickMode(const SamplingParams& p, bool device_logprobs) 
   return p.greedy() ? backend::PickMode::kGreedy : backend::PickMode::kDevice;
 }
 
+bool UseOptimisticGrammar(OptimisticGrammar mode, bool reads_kept_logits, bool picks_on_device) {
+  if (mode == OptimisticGrammar::kOff || !reads_kept_logits) return false;
+  return mode == OptimisticGrammar::kOn || picks_on_device;
+}
+
 bool OptimisticGrammarPick(const SamplingParams& p) {
   if (!p.grammar || p.has_penalties() || p.logprobs) return false;
   if (p.greedy()) return true;

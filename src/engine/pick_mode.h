@@ -3,6 +3,8 @@
 // Pure; thread-safe.
 #pragma once
 
+#include <cstdint>
+
 #include "engine/backend/row_pick.h"
 #include "engine/sampling_params.h"
 
@@ -36,6 +38,18 @@ backend::PickMode ChoosePickMode(const SamplingParams& params, bool device_logpr
 // tokens than truncating after it), penalties (applied after the mask) or
 // logprobs (of the masked distribution): those rows stay kHost. Pure.
 bool OptimisticGrammarPick(const SamplingParams& params);
+
+// EngineOptions::optimistic_grammar.
+enum class OptimisticGrammar : uint8_t { kAuto, kOn, kOff };
+
+// Whether the engine picks constrained rows optimistically: kOn where the
+// backend keeps logits rows (reads_kept_logits); kAuto only where, too,
+// the backend's picks run off the host (picks_on_device: a GPU's argmax or
+// draw and the kept row cost the host nothing). On the CPU backend the
+// backend's pick is a pass over the whole row on the engine thread, where
+// the masked pick reads only the allowed entries on the sampling threads:
+// no saving there (bench/RESULTS.md). Pure.
+bool UseOptimisticGrammar(OptimisticGrammar mode, bool reads_kept_logits, bool picks_on_device);
 
 // The whole plan of one row: its mode, and for a row the backend picks
 // with logprobs, RowPick::logprobs (the top entries asked). The draw's

@@ -717,7 +717,7 @@ TEST(EngineTest, OptimisticGrammarPicksGiveTheMaskedPicks) {
     o.scheduler.max_batch = 8;
     o.scheduler.max_step_tokens = 64;
     o.pipeline = pipeline;
-    o.optimistic_grammar = optimistic;
+    o.optimistic_grammar = optimistic ? OptimisticGrammar::kOn : OptimisticGrammar::kOff;
     o.blocks_per_group.assign(c.CacheSpec(cache::KvDtype::kF32).groups.size(), 256);
     auto e = Engine::Create(std::move(backend).value(), nullptr, o);
     EXPECT_TRUE(e.ok()) << e.status().ToString();

@@ -208,6 +208,9 @@ class Backend {
   // backend without it may ignore keep_logits; the engine then picks
   // constrained rows on the host (kHost).
   virtual bool reads_kept_logits() const { return false; }
+  // Whether kGreedy / kDevice rows are picked off the host (on a GPU), so
+  // that a pick costs the host's threads nothing.
+  virtual bool picks_on_device() const { return false; }
   // Writes the logits of want_logits rows `rows` (each a kGreedy / kDevice
   // row with RowPick::keep_logits) of the step CollectStep gave last into
   // `logits` (row r at r * vocab_size: where a kHost row would have gone).

@@ -199,6 +199,7 @@ class CudaBackend final : public Backend {
   // next step; ReadKeptLogits copies rows of it down (synchronously). Not
   // under tensor parallelism (each rank holds a slice of the vocabulary).
   bool reads_kept_logits() const override { return !tp(); }
+  bool picks_on_device() const override { return true; }
   Status ReadKeptLogits(std::span<const int32_t> rows, std::span<float> logits) override;
   int steps_in_flight() const override { return static_cast<int>(in_flight_.size()); }
   Status ReadBlock(int group, int32_t block, std::span<std::byte> out) override;
