@@ -10,7 +10,10 @@
 //   Optimistic:  the check of the backend's pick (Sampler::AcceptPick), what
 //                an accepted row costs the host now;
 //   ArgmaxCheck: argmax over the row plus the check (the CPU backend, whose
-//                argmax runs on the host).
+//                argmax runs on the host);
+//   HostOptimisticSampled: the same procedure made on the host for a
+//                temperature-1 row (Sampler::SampleOptimistic: a draw from
+//                the unmasked row, then the check), accepted.
 // Each step fills 64 rows (a c64 step) from a pool of random rows outside
 // the timing (manual time), so the timed passes read rows not in cache, as
 // rows copied from a GPU are; all 64 sequences follow one JSON document
@@ -87,7 +90,14 @@ int32_t Argmax(std::span<const float> row) {
   return best;
 }
 
-enum Mode { kMaskedGreedy, kMaskedSampled, kFillMask, kOptimistic, kArgmaxCheck };
+enum Mode {
+  kMaskedGreedy,
+  kMaskedSampled,
+  kFillMask,
+  kOptimistic,
+  kArgmaxCheck,
+  kHostOptimisticSampled
+};
 
 void Run(benchmark::State& state, Mode mode) {
   Vocab& v = Get(static_cast<int>(state.range(0)));
@@ -97,7 +107,7 @@ void Run(benchmark::State& state, Mode mode) {
   }
   const size_t V = static_cast<size_t>(v.vocab);
   engine::SamplingParams p;
-  p.temperature = mode == kMaskedSampled ? 1.0f : 0.0f;
+  p.temperature = mode == kMaskedSampled || mode == kHostOptimisticSampled ? 1.0f : 0.0f;
   p.seed = 1;
   p.grammar = v.grammar;
   std::vector<std::unique_ptr<engine::Sampler>> samplers;
@@ -144,6 +154,9 @@ void Run(benchmark::State& state, Mode mode) {
         case kOptimistic:
           if (!samplers[r]->AcceptPick(want)) tok = -1;
           break;
+        case kHostOptimisticSampled:
+          tok = samplers[r]->SampleOptimistic(row).token;
+          break;
         case kArgmaxCheck:
           tok = Argmax(row);
           if (!samplers[r]->AcceptPick(tok)) tok = -1;
@@ -174,11 +187,13 @@ void BM_MaskedSampled(benchmark::State& s) { Run(s, kMaskedSampled); }
 void BM_FillMask(benchmark::State& s) { Run(s, kFillMask); }
 void BM_Optimistic(benchmark::State& s) { Run(s, kOptimistic); }
 void BM_ArgmaxCheck(benchmark::State& s) { Run(s, kArgmaxCheck); }
+void BM_HostOptimisticSampled(benchmark::State& s) { Run(s, kHostOptimisticSampled); }
 
 BENCHMARK(BM_MaskedGreedy)->Arg(0)->Arg(1)->UseManualTime();
 BENCHMARK(BM_MaskedSampled)->Arg(0)->Arg(1)->UseManualTime();
 BENCHMARK(BM_FillMask)->Arg(0)->Arg(1)->UseManualTime();
 BENCHMARK(BM_Optimistic)->Arg(0)->Arg(1)->UseManualTime();
 BENCHMARK(BM_ArgmaxCheck)->Arg(0)->Arg(1)->UseManualTime();
+BENCHMARK(BM_HostOptimisticSampled)->Arg(0)->Arg(1)->UseManualTime();
 
 }  // namespace

@@ -89,6 +89,7 @@ Result<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<backend::Backend>
     sample_threads = std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, 8);
   }
   if (sample_threads > 1) e->sample_pool_ = std::make_unique<ThreadPool>(sample_threads);
+  e->optimistic_procedure_ = e->options_.optimistic_grammar != OptimisticGrammar::kOff;
   e->kept_logits_ =
       UseOptimisticGrammar(e->options_.optimistic_grammar, e->backend_->reads_kept_logits(),
                            e->backend_->picks_on_device());
@@ -754,8 +755,16 @@ void Engine::CollectOldest() {
   sample_picks_.assign(sample_rows_.size(), SampledToken{});
   auto sample = [&](int64_t i, int) {
     const auto [row, s] = sample_rows_[static_cast<size_t>(i)];
-    sample_picks_[static_cast<size_t>(i)] = s->sampler->Sample(std::span<float>(
-        logits_.data() + static_cast<int64_t>(row) * cfg.vocab_size, cfg.vocab_size));
+    const std::span<float> logits(logits_.data() + static_cast<int64_t>(row) * cfg.vocab_size,
+                                  cfg.vocab_size);
+    // A host row the backend could have picked optimistically takes the
+    // same procedure here (the same tokens for a seeded draw); a kept row
+    // the grammar rejected goes on with the masked pick.
+    const bool optimistic_here = optimistic_procedure_ &&
+                                 !std::binary_search(kept_rows_.begin(), kept_rows_.end(), row) &&
+                                 OptimisticGrammarPick(s->sampler->params());
+    sample_picks_[static_cast<size_t>(i)] =
+        optimistic_here ? s->sampler->SampleOptimistic(logits) : s->sampler->Sample(logits);
   };
   if (sample_pool_ && sample_rows_.size() > 1) {
     sample_pool_->ParallelFor(static_cast<int64_t>(sample_rows_.size()), 1, sample);

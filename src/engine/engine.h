@@ -109,10 +109,13 @@ struct EngineOptions {
   // are picked by the backend from the unmasked row, the host checks that
   // one token against the grammar, and masks and picks the row (read back
   // from the backend) only when the grammar rejects it. Same distribution.
-  // kAuto: where the backend keeps logits rows and picks on a device
-  // (UseOptimisticGrammar); kOn: wherever it keeps logits rows (the CPU
-  // backend too); kOff: every constrained row's logits come to the host
-  // and are masked there.
+  // kAuto: the backend picks such rows where it keeps logits rows and
+  // picks on a device (UseOptimisticGrammar); kOn: wherever it keeps
+  // logits rows (the CPU backend too). Elsewhere the host makes the same
+  // optimistic pick from the row (Sampler::SampleOptimistic), so kAuto and
+  // kOn give every request the same tokens on every backend. kOff: every
+  // constrained row masked first on the host (the procedure before
+  // optimistic picks: the same greedy tokens, other seeded draws).
   OptimisticGrammar optimistic_grammar = OptimisticGrammar::kAuto;
   // Restore or recompute (engine/restore_policy.h): for a prompt the store
   // holds, recompute a head of it while the rest loads, where the rates say
@@ -406,6 +409,9 @@ class Engine {
   // Constrained rows are picked optimistically (EngineOptions::
   // UseOptimisticGrammar of optimistic_grammar and the backend).
   bool kept_logits_ = false;
+  // optimistic_grammar not kOff: constrained rows picked on the host take
+  // the optimistic procedure too (Sampler::SampleOptimistic).
+  bool optimistic_procedure_ = false;
   std::unique_ptr<ThreadPool> sample_pool_;  // null: sample on the engine thread
   std::vector<std::pair<std::shared_ptr<TokenStream>, RequestOutput>> outbox_;
   EngineStats local_;

@@ -42,13 +42,15 @@ bool OptimisticGrammarPick(const SamplingParams& params);
 // EngineOptions::optimistic_grammar.
 enum class OptimisticGrammar : uint8_t { kAuto, kOn, kOff };
 
-// Whether the engine picks constrained rows optimistically: kOn where the
-// backend keeps logits rows (reads_kept_logits); kAuto only where, too,
-// the backend's picks run off the host (picks_on_device: a GPU's argmax or
-// draw and the kept row cost the host nothing). On the CPU backend the
-// backend's pick is a pass over the whole row on the engine thread, where
-// the masked pick reads only the allowed entries on the sampling threads:
-// no saving there (bench/RESULTS.md). Pure.
+// Whether the backend picks constrained rows optimistically (RowPick::
+// keep_logits): kOn where the backend keeps logits rows
+// (reads_kept_logits); kAuto only where, too, the backend's picks run off
+// the host (picks_on_device: a GPU's argmax or draw and the kept row cost
+// the host nothing). On the CPU backend the backend's pick is a pass over
+// the whole row on the engine thread, serial, where the host's picks run
+// on the sampling threads: no saving there (bench/RESULTS.md). Rows the
+// backend does not pick so take the same procedure on the host unless
+// kOff (Sampler::SampleOptimistic). Pure.
 bool UseOptimisticGrammar(OptimisticGrammar mode, bool reads_kept_logits, bool picks_on_device);
 
 // The whole plan of one row: its mode, and for a row the backend picks

@@ -213,6 +213,19 @@ SampledToken Sampler::Sample(std::span<float> logits) {
   return out;
 }
 
+SampledToken Sampler::SampleOptimistic(std::span<float> logits) {
+  assert(logits.size() == static_cast<size_t>(vocab_size_));
+  if (params_.greedy() || !constraint_) return Sample(logits);
+  Scratch& s = ThreadScratch(logits.size());
+  std::memcpy(s.raw.data(), logits.data(), logits.size() * sizeof(float));
+  const int32_t token =
+      backend::SampleDraw(std::span<float>(s.raw.data(), logits.size()), NextDraw());
+  if (!AcceptPick(token)) return Sample(logits);
+  SampledToken out;
+  out.token = token;
+  return out;
+}
+
 backend::SampleSettings Sampler::NextDraw() {
   backend::SampleSettings d;
   d.temperature = params_.temperature;

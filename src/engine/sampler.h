@@ -77,6 +77,14 @@ class Sampler {
   // Sample() from the same row (which masks it, and draws a fresh uniform
   // for a sampled row). Without a grammar: AddOutput, true.
   bool AcceptPick(int32_t token);
+  // The optimistic pick made on the host, for a row that OptimisticGrammarPick
+  // allows but the backend did not pick (a backend that keeps no logits
+  // rows, or one whose picks run on the host): a draw from a copy of the
+  // unmasked row with the next uniform, as the backend's draw, kept when
+  // AcceptPick allows it, else Sample(). So a seeded request gets the same
+  // tokens whichever way its rows are picked. Greedy: Sample() (the same
+  // token either way).
+  SampledToken SampleOptimistic(std::span<float> logits);
 
   // Picks the next token and records it as output. `logits` (vocab_size
   // long) is used as scratch and left clobbered. With params.grammar, the

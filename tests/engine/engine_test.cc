@@ -702,12 +702,13 @@ std::shared_ptr<const grammar::Grammar> SmallJsonObjectGrammar() {
 // Constrained rows picked optimistically (the backend's pick checked
 // against the grammar; the kept row masked and picked again only when
 // rejected) give greedy requests the tokens of masking every row first, in
-// a batch with unconstrained and top_p rows; seeded draws repeat; every
-// output follows the grammar; the random model makes the grammar reject
-// some picks, so both paths run.
+// a batch with unconstrained and top_p rows; seeded draws repeat, and are
+// the same when the host makes the optimistic picks (kAuto on the CPU);
+// every output follows the grammar; the random model makes the grammar
+// reject some picks, so both paths run.
 TEST(EngineTest, OptimisticGrammarPicksGiveTheMaskedPicks) {
   const auto g = SmallJsonObjectGrammar();
-  auto run = [&](bool optimistic, bool pipeline, EngineStats* stats) {
+  auto run = [&](OptimisticGrammar mode, bool pipeline, EngineStats* stats) {
     const model::ModelConfig c = SmallConfig(model::Architecture::kQwen3);
     auto backend = backend::cpu::CpuBackend::Create(c, RandomWeights(c, 21),
                                                     backend::cpu::CpuBackendOptions{2});
@@ -717,7 +718,7 @@ TEST(EngineTest, OptimisticGrammarPicksGiveTheMaskedPicks) {
     o.scheduler.max_batch = 8;
     o.scheduler.max_step_tokens = 64;
     o.pipeline = pipeline;
-    o.optimistic_grammar = optimistic ? OptimisticGrammar::kOn : OptimisticGrammar::kOff;
+    o.optimistic_grammar = mode;
     o.blocks_per_group.assign(c.CacheSpec(cache::KvDtype::kF32).groups.size(), 256);
     auto e = Engine::Create(std::move(backend).value(), nullptr, o);
     EXPECT_TRUE(e.ok()) << e.status().ToString();
@@ -742,8 +743,8 @@ TEST(EngineTest, OptimisticGrammarPicksGiveTheMaskedPicks) {
     return outs;
   };
   EngineStats masked_stats, opt_stats, again_stats;
-  const auto masked = run(false, true, &masked_stats);
-  const auto opt = run(true, true, &opt_stats);
+  const auto masked = run(OptimisticGrammar::kOff, true, &masked_stats);
+  const auto opt = run(OptimisticGrammar::kOn, true, &opt_stats);
   EXPECT_EQ(masked_stats.grammar_optimistic_rows, 0);
   EXPECT_GT(opt_stats.grammar_optimistic_rows, 0);
   EXPECT_GT(opt_stats.grammar_rejected_rows, 0);
@@ -751,8 +752,12 @@ TEST(EngineTest, OptimisticGrammarPicksGiveTheMaskedPicks) {
   for (int i = 0; i < 4; ++i) EXPECT_EQ(opt[i], masked[i]) << "greedy request " << i;
   EXPECT_EQ(opt[6], masked[6]) << "top_p: masked first either way";
   EXPECT_EQ(opt[7], masked[7]) << "unconstrained";
-  EXPECT_EQ(run(true, true, &again_stats), opt) << "seeded draws repeat";
-  EXPECT_EQ(run(true, false, &again_stats), opt) << "pipelining changes nothing";
+  EXPECT_EQ(run(OptimisticGrammar::kOn, true, &again_stats), opt) << "seeded draws repeat";
+  EXPECT_EQ(run(OptimisticGrammar::kOn, false, &again_stats), opt) << "pipelining changes nothing";
+  // The CPU backend's default: its rows picked on the host, by the same
+  // procedure: the same tokens, seeded draws included.
+  EXPECT_EQ(run(OptimisticGrammar::kAuto, true, &again_stats), opt) << "host optimistic picks";
+  EXPECT_EQ(again_stats.grammar_optimistic_rows, 0);
   for (int i = 0; i < 7; ++i) {
     grammar::GrammarMatcher m(g);
     for (int32_t t : opt[i]) EXPECT_TRUE(m.Advance(t).ok()) << "request " << i;

@@ -375,6 +375,33 @@ TEST(GrammarConstraintTest, OptimisticDrawsRepeatAndFollowTheMaskedDistribution)
   }
 }
 
+// The host's optimistic pick (a row the backend did not pick) is the
+// backend's, seeded draws included; greedy, the masked pick.
+TEST(GrammarConstraintTest, HostOptimisticPicksAreTheBackends) {
+  for (const char* schema : kOptimisticSchemas) {
+    auto g = Compile(schema);
+    for (float temperature : {0.0f, 1.0f, 0.6f}) {
+      for (uint32_t seed = 0; seed < 10; ++seed) {
+        SamplingParams p;
+        p.temperature = temperature;
+        p.seed = seed;
+        p.grammar = g;
+        Sampler backend_side(p, static_cast<int32_t>(kTokens.size()), std::vector<int32_t>{kEos});
+        Sampler host_side(p, static_cast<int32_t>(kTokens.size()), std::vector<int32_t>{kEos});
+        std::mt19937 rng(seed);
+        for (int i = 0; i < 48; ++i) {
+          const std::vector<float> row = RandomRow(rng);
+          std::vector<float> scratch = row;
+          const int32_t want = OptimisticPick(backend_side, row);
+          ASSERT_EQ(host_side.SampleOptimistic(scratch).token, want)
+              << schema << " t " << temperature << " seed " << seed << " step " << i;
+          if (want == kEos) break;
+        }
+      }
+    }
+  }
+}
+
 // Which rows take the optimistic pick: greedy and temperature-only
 // constrained rows; top_k / top_p / min_p, penalties and logprobs keep the
 // exact (masked-first) path on the host.
