@@ -764,5 +764,47 @@ TEST(EngineTest, OptimisticGrammarPicksGiveTheMaskedPicks) {
   }
 }
 
+// A rejected optimistic pick whose kept row cannot be read back fails its
+// request with the backend's error; the engine goes on, and the next
+// request gets the masked-first tokens.
+TEST(EngineTest, UnreadableKeptLogitsFailTheRejectedRequest) {
+  const auto g = SmallJsonObjectGrammar();
+  const model::ModelConfig c = SmallConfig(model::Architecture::kQwen3);
+  auto cpu =
+      backend::cpu::CpuBackend::Create(c, RandomWeights(c, 21), backend::cpu::CpuBackendOptions{2});
+  ASSERT_TRUE(cpu.ok());
+  auto wrapped = std::make_unique<testing::DeferredWriteBackend>(std::move(cpu).value(), 1);
+  testing::DeferredWriteBackend* backend = wrapped.get();
+  EngineOptions o;
+  o.block_size = 4;
+  o.scheduler.max_batch = 8;
+  o.scheduler.max_step_tokens = 64;
+  o.optimistic_grammar = OptimisticGrammar::kOn;
+  o.blocks_per_group.assign(c.CacheSpec(cache::KvDtype::kF32).groups.size(), 256);
+  auto e = Engine::Create(std::move(wrapped), nullptr, o);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  auto request = [&] {
+    EngineRequest r = Greedy(Range(3, 6), 12);
+    r.params.grammar = g;
+    r.params.ignore_eos = false;
+    r.params.stop_token_ids = {96};
+    return r;
+  };
+  // The first token must be "{": the random model's favourite is not, so
+  // the first pick is rejected and its row read back.
+  backend->FailNextReadKeptLogits();
+  RequestHandle h = (*e)->Submit(request()).value();
+  RequestOutput ev = h.stream->Pop();
+  while (ev.kind == RequestOutput::Kind::kDelta) ev = h.stream->Pop();
+  ASSERT_EQ(ev.kind, RequestOutput::Kind::kError);
+  EXPECT_EQ(ev.error.code(), StatusCode::kIoError) << ev.error.ToString();
+  EXPECT_GT((*e)->Stats().grammar_rejected_rows, 0);
+  const Done ok = Collect((*e)->Submit(request()).value());
+  EXPECT_FALSE(ok.tokens.empty());
+  auto masked = MakeEngine(model::Architecture::kQwen3, 256);
+  EngineRequest r = request();
+  EXPECT_EQ(Collect(masked->Submit(std::move(r)).value()).tokens, ok.tokens);
+}
+
 }  // namespace
 }  // namespace agentkv::engine
