@@ -13,9 +13,11 @@
 //                        (OpenAI logprobs + top_logprobs = N; 0..20).
 //   --response-format json_object
 //                        constrained to JSON objects (the json_object mask
-//                        of the model's tokenizer, masked on the host) one
-//                        after another without end (CompileJsonObjectStream),
-//                        so each request still writes --output tokens.
+//                        of the model's tokenizer; --optimistic-grammar
+//                        says how constrained rows are picked) one after
+//                        another without end (CompileJsonObjectStream), so
+//                        each request still writes --output tokens.
+//   --temperature T      sampled rather than greedy (seeded per request).
 #include <unistd.h>
 
 #include <chrono>
@@ -178,6 +180,11 @@ Registrar reg(
       app.add_option("--response-format", a->response_format,
                      "json_object: every request constrained to JSON objects (one after "
                      "another, so each still writes --output tokens)");
+      app.add_option("--temperature", a->engine.temperature,
+                     "Temperature of every request (0 = greedy; > 0: plain sampling, seeded "
+                     "per request)")
+          ->check(CLI::Range(0.0f, 2.0f))
+          ->capture_default_str();
       return [a] { return RunBench(*a); };
     });
 

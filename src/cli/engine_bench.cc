@@ -52,11 +52,14 @@ std::vector<engine::EngineRequest> BenchRequests(std::mt19937_64& rng, int n,
                                                  const std::vector<int32_t>& shared_prefix,
                                                  const EngineBenchOptions& o, int32_t vocab) {
   std::vector<engine::EngineRequest> reqs(n);
+  uint64_t index = 0;
   for (auto& r : reqs) {
     r.prompt = shared_prefix;
     while (static_cast<int>(r.prompt.size()) < o.prompt)
       r.prompt.push_back(static_cast<int32_t>(rng() % vocab));
-    r.params.temperature = 0.0f;
+    r.params.temperature = o.temperature;
+    if (o.temperature > 0) r.params.seed = index;
+    ++index;
     r.params.ignore_eos = true;
     r.params.max_tokens = o.output;
   }

@@ -28,8 +28,11 @@ struct EngineBenchOptions {
   // EngineOptions::optimistic_grammar: auto, on or off.
   std::string optimistic_grammar = "auto";
   bool speculative = false;  // EngineOptions::speculative ngram
+  // The requests' temperature (0: greedy); sampled requests are seeded
+  // (seed = their index), so runs repeat. bench engine's --temperature.
+  float temperature = 0.0f;
   // --prompt, --output, --max-step-tokens, --block-size, --no-pipeline,
-  // --speculative.
+  // --optimistic-grammar, --speculative.
   void Add(CLI::App& app);
 };
 
