@@ -326,6 +326,9 @@ class Backend {
   // with (keep_logits rows drawn from a copy): checks the requirements and
   // copies nothing.
   Status KeptLogitsInPlace(std::span<const int32_t> rows, std::span<float> logits) const;
+  // For such a backend's Forward: the rows of the last step launched are
+  // no longer the ones in place.
+  void ForgetKeptLogits() { last_launch_rows_ = -1; }
 };
 
 }  // namespace agentkv::backend
