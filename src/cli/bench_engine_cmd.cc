@@ -13,9 +13,11 @@
 //                        (OpenAI logprobs + top_logprobs = N; 0..20).
 //   --response-format json_object
 //                        constrained to JSON objects (the json_object mask
-//                        of the model's tokenizer, masked on the host) one
-//                        after another without end (CompileJsonObjectStream),
-//                        so each request still writes --output tokens.
+//                        of the model's tokenizer; --optimistic-grammar
+//                        says how constrained rows are picked) one after
+//                        another without end (CompileJsonObjectStream), so
+//                        each request still writes --output tokens.
+//   --temperature T      sampled rather than greedy (seeded per request).
 #include <unistd.h>
 
 #include <chrono>
@@ -124,6 +126,9 @@ int RunBench(const BenchArgs& a) {
     lv.update(ToJson(*batched));
     std::string line = label + ": " + std::to_string(batched->output_tok_s) +
                        " output tok/s, mean TTFT " + std::to_string(batched->mean_ttft_ms) + " ms";
+    if (batched->grammar_optimistic_rows > 0)
+      line += " (grammar: " + std::to_string(batched->grammar_rejected_rows) + " of " +
+              std::to_string(batched->grammar_optimistic_rows) + " optimistic picks rejected)";
     if (a.shared_prefix > 0) {
       auto nocache = RunEngineOnce(backend, a.engine, reqs, c, false, label + " (no prefix cache)");
       if (!nocache.ok()) {
@@ -175,6 +180,11 @@ Registrar reg(
       app.add_option("--response-format", a->response_format,
                      "json_object: every request constrained to JSON objects (one after "
                      "another, so each still writes --output tokens)");
+      app.add_option("--temperature", a->engine.temperature,
+                     "Temperature of every request (0 = greedy; > 0: plain sampling, seeded "
+                     "per request)")
+          ->check(CLI::Range(0.0f, 2.0f))
+          ->capture_default_str();
       return [a] { return RunBench(*a); };
     });
 

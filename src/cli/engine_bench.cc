@@ -12,6 +12,12 @@ void EngineBenchOptions::Add(CLI::App& app) {
   app.add_option("--output", output, "Output tokens per request")->capture_default_str();
   app.add_flag("--no-pipeline", no_pipeline,
                "Collect every step before planning the next (EngineOptions::pipeline off)");
+  app.add_option("--optimistic-grammar", optimistic_grammar,
+                 "Optimistic picks of constrained rows (EngineOptions::optimistic_grammar): auto "
+                 "(on a GPU), on (the CPU backend too) or off (every constrained row masked on "
+                 "the host first)")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
   app.add_option("--max-step-tokens", max_step_tokens,
                  "Token budget of one engine step (0 = the device's default)")
       ->capture_default_str();
@@ -29,6 +35,9 @@ engine::EngineOptions BenchEngineOptions(const cache::ModelCacheSpec& spec,
   eo.scheduler.max_batch = max_batch;
   eo.scheduler.max_step_tokens = o.max_step_tokens;
   eo.pipeline = !o.no_pipeline;
+  eo.optimistic_grammar = o.optimistic_grammar == "on"    ? engine::OptimisticGrammar::kOn
+                          : o.optimistic_grammar == "off" ? engine::OptimisticGrammar::kOff
+                                                          : engine::OptimisticGrammar::kAuto;
   if (o.speculative) eo.speculative.mode = engine::SpeculativeMode::kNgram;
   eo.prefix_caching = prefix_caching;
   eo.max_context = o.prompt + o.output + 2;
@@ -43,11 +52,14 @@ std::vector<engine::EngineRequest> BenchRequests(std::mt19937_64& rng, int n,
                                                  const std::vector<int32_t>& shared_prefix,
                                                  const EngineBenchOptions& o, int32_t vocab) {
   std::vector<engine::EngineRequest> reqs(n);
+  uint64_t index = 0;
   for (auto& r : reqs) {
     r.prompt = shared_prefix;
     while (static_cast<int>(r.prompt.size()) < o.prompt)
       r.prompt.push_back(static_cast<int32_t>(rng() % vocab));
-    r.params.temperature = 0.0f;
+    r.params.temperature = o.temperature;
+    if (o.temperature > 0) r.params.seed = index;
+    ++index;
     r.params.ignore_eos = true;
     r.params.max_tokens = o.output;
   }
@@ -116,6 +128,8 @@ Result<EngineRunResult> RunEngineOnce(std::unique_ptr<backend::Backend>& backend
   rr.graphs_captured = st.graphs_captured - st0.graphs_captured;
   rr.draft_tokens = st.draft_tokens - st0.draft_tokens;
   rr.draft_accepted_tokens = st.draft_accepted_tokens - st0.draft_accepted_tokens;
+  rr.grammar_optimistic_rows = st.grammar_optimistic_rows - st0.grammar_optimistic_rows;
+  rr.grammar_rejected_rows = st.grammar_rejected_rows - st0.grammar_rejected_rows;
   return rr;
 }
 
@@ -134,7 +148,9 @@ nlohmann::json ToJson(const EngineRunResult& r) {
           {"graphs_captured", r.graphs_captured},
           {"graph_capture_ms", r.capture_ms},
           {"draft_tokens", r.draft_tokens},
-          {"draft_accepted_tokens", r.draft_accepted_tokens}};
+          {"draft_accepted_tokens", r.draft_accepted_tokens},
+          {"grammar_optimistic_rows", r.grammar_optimistic_rows},
+          {"grammar_rejected_rows", r.grammar_rejected_rows}};
 }
 
 }  // namespace agentkv::cli

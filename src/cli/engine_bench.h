@@ -25,9 +25,14 @@ struct EngineBenchOptions {
   int max_step_tokens = 0;  // 0: the device's default
   int block_size = 16;
   bool no_pipeline = false;
+  // EngineOptions::optimistic_grammar: auto, on or off.
+  std::string optimistic_grammar = "auto";
   bool speculative = false;  // EngineOptions::speculative ngram
+  // The requests' temperature (0: greedy); sampled requests are seeded
+  // (seed = their index), so runs repeat. bench engine's --temperature.
+  float temperature = 0.0f;
   // --prompt, --output, --max-step-tokens, --block-size, --no-pipeline,
-  // --speculative.
+  // --optimistic-grammar, --speculative.
   void Add(CLI::App& app);
 };
 
@@ -52,6 +57,8 @@ struct EngineRunResult {
           step_tokens = 0;
   // Speculative decoding (--speculative): draft tokens verified, accepted.
   int64_t draft_tokens = 0, draft_accepted_tokens = 0;
+  // Constrained rows picked optimistically, and of those rejected.
+  int64_t grammar_optimistic_rows = 0, grammar_rejected_rows = 0;
 };
 
 // Runs `reqs` all at once on a fresh engine (BenchEngineOptions) over

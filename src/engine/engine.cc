@@ -89,6 +89,10 @@ Result<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<backend::Backend>
     sample_threads = std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, 8);
   }
   if (sample_threads > 1) e->sample_pool_ = std::make_unique<ThreadPool>(sample_threads);
+  e->optimistic_procedure_ = e->options_.optimistic_grammar != OptimisticGrammar::kOff;
+  e->kept_logits_ =
+      UseOptimisticGrammar(e->options_.optimistic_grammar, e->backend_->reads_kept_logits(),
+                           e->backend_->picks_on_device());
   PrefillCost cost = e->options_.prefill_cost;
   if (!cost.known() && e->options_.calibrate_prefill) cost = e->CalibratePrefill();
   e->transfer_->SetPrefillCost(cost);
@@ -591,10 +595,16 @@ void Engine::Step() {
       // as Sample() would draw it.
       // Rows asking for logprobs stay with the backend where it computes
       // them next to its picks.
-      backend::RowPick pick = PlanRowPick(s->sampler->params(), backend_->picks_logprobs());
+      // Constrained rows picked optimistically keep their logits on the
+      // backend until the grammar has checked the pick: the step is
+      // collected before the next launches (which would overwrite them,
+      // and would take a pick the grammar may reject as its token).
+      backend::RowPick pick =
+          PlanRowPick(s->sampler->params(), backend_->picks_logprobs(), kept_logits_);
       if (pick.mode == backend::PickMode::kDevice) pick.sample = s->sampler->NextDraw();
       row.backend_pick = pick.mode != backend::PickMode::kHost;
-      all_on_backend = all_on_backend && row.backend_pick;
+      row.kept = pick.keep_logits != 0;
+      all_on_backend = all_on_backend && row.backend_pick && !row.kept;
       pick_buf_.push_back(pick);
       ++launched.picks;
     }
@@ -697,15 +707,47 @@ void Engine::CollectOldest() {
   local_.max_batch_size = std::max(local_.max_batch_size, local_.last_batch_size);
   // Sampled rows first, in parallel: each has its own sampler (its own
   // random stream), so the picks do not depend on the threads.
+  // Optimistic picks of constrained rows are checked against their
+  // grammar here (accepted ones recorded); the rejected ones join the host
+  // rows, their logits read back from the backend first.
   sample_rows_.clear();
+  kept_rows_.clear();
+  host_picked_.assign(step.rows.size(), 0);
   {
     int row = 0;
-    for (const LaunchedRow& r : step.rows) {
+    for (size_t i = 0; i < step.rows.size(); ++i) {
+      const LaunchedRow& r = step.rows[i];
       if (!r.want_logits) continue;
       const int first = row;
       row += 1 + r.draft;
-      if (r.backend_pick || r.draft > 0) continue;
-      if (Sequence* s = scheduler_->Find(r.id)) sample_rows_.emplace_back(first, s);
+      if (r.draft > 0) continue;
+      Sequence* s = scheduler_->Find(r.id);
+      if (s == nullptr) continue;
+      if (r.kept) {
+        ++local_.grammar_optimistic_rows;
+        if (s->sampler->AcceptPick(picks_buf_[static_cast<size_t>(first)])) continue;
+        ++local_.grammar_rejected_rows;
+        kept_rows_.push_back(first);
+      } else if (r.backend_pick) {
+        continue;
+      }
+      host_picked_[i] = 1;
+      sample_rows_.emplace_back(first, s);
+    }
+  }
+  if (!kept_rows_.empty()) {
+    if (Status rd = backend_->ReadKeptLogits(kept_rows_, logits_); !rd.ok()) {
+      // Without their logits the rejected picks have no replacement: those
+      // sequences fail.
+      auto rejected = [&](int row) {
+        return std::find(kept_rows_.begin(), kept_rows_.end(), row) != kept_rows_.end();
+      };
+      for (const auto& [row, s] : sample_rows_) {
+        if (!rejected(row)) continue;
+        std::unique_ptr<Sequence> gone = scheduler_->Remove(s->id);
+        Fail(gone.get(), rd);
+      }
+      std::erase_if(sample_rows_, [&](const auto& e) { return rejected(e.first); });
     }
   }
   // Each SampledToken's top logprobs point into its own Sampler, which
@@ -713,8 +755,16 @@ void Engine::CollectOldest() {
   sample_picks_.assign(sample_rows_.size(), SampledToken{});
   auto sample = [&](int64_t i, int) {
     const auto [row, s] = sample_rows_[static_cast<size_t>(i)];
-    sample_picks_[static_cast<size_t>(i)] = s->sampler->Sample(std::span<float>(
-        logits_.data() + static_cast<int64_t>(row) * cfg.vocab_size, cfg.vocab_size));
+    const std::span<float> logits(logits_.data() + static_cast<int64_t>(row) * cfg.vocab_size,
+                                  cfg.vocab_size);
+    // A host row the backend could have picked optimistically takes the
+    // same procedure here (the same tokens for a seeded draw); a kept row
+    // the grammar rejected goes on with the masked pick.
+    const bool optimistic_here = optimistic_procedure_ &&
+                                 !std::binary_search(kept_rows_.begin(), kept_rows_.end(), row) &&
+                                 OptimisticGrammarPick(s->sampler->params());
+    sample_picks_[static_cast<size_t>(i)] =
+        optimistic_here ? s->sampler->SampleOptimistic(logits) : s->sampler->Sample(logits);
   };
   if (sample_pool_ && sample_rows_.size() > 1) {
     sample_pool_->ParallelFor(static_cast<int64_t>(sample_rows_.size()), 1, sample);
@@ -724,7 +774,8 @@ void Engine::CollectOldest() {
   int next_row = 0;
   size_t sampled = 0;
   std::vector<RequestId> done;
-  for (const LaunchedRow& r : step.rows) {
+  for (size_t i = 0; i < step.rows.size(); ++i) {
+    const LaunchedRow& r = step.rows[i];
     if (!r.want_logits) continue;
     const int row = next_row;
     next_row += 1 + r.draft;
@@ -737,9 +788,9 @@ void Engine::CollectOldest() {
     int32_t tok;
     const SampledToken* picked = nullptr;
     const backend::RowLogprobs* row_lp = nullptr;
-    if (r.backend_pick) {
+    if (!host_picked_[i]) {
       tok = picks_buf_[row];
-      s->sampler->AddOutput(tok);
+      if (!r.kept) s->sampler->AddOutput(tok);  // (a kept pick: AcceptPick recorded it)
       const std::span<const backend::RowLogprobs> lps = backend_->collected_logprobs();
       if (s->request.params.logprobs && static_cast<size_t>(row) < lps.size() &&
           lps[static_cast<size_t>(row)].count >= 0)

@@ -49,6 +49,7 @@
 #include "engine/draft_policy.h"
 #include "engine/finish_reason.h"
 #include "engine/kv_transfer.h"
+#include "engine/pick_mode.h"
 #include "engine/restore_policy.h"
 #include "engine/scheduler.h"
 #include "engine/token_stream.h"
@@ -103,6 +104,19 @@ struct EngineOptions {
   // on the engine thread took ~90 ms a step on an H200 host). 0: up to 8,
   // as the machine has cores; 1: on the engine thread.
   int sample_threads = 0;
+  // Optimistic picks of grammar-constrained rows (engine/pick_mode.h,
+  // OptimisticGrammarPick): greedy and temperature-only constrained rows
+  // are picked by the backend from the unmasked row, the host checks that
+  // one token against the grammar, and masks and picks the row (read back
+  // from the backend) only when the grammar rejects it. Same distribution.
+  // kAuto: the backend picks such rows where it keeps logits rows and
+  // picks on a device (UseOptimisticGrammar); kOn: wherever it keeps
+  // logits rows (the CPU backend too). Elsewhere the host makes the same
+  // optimistic pick from the row (Sampler::SampleOptimistic), so kAuto and
+  // kOn give every request the same tokens on every backend. kOff: every
+  // constrained row masked first on the host (the procedure before
+  // optimistic picks: the same greedy tokens, other seeded draws).
+  OptimisticGrammar optimistic_grammar = OptimisticGrammar::kAuto;
   // Restore or recompute (engine/restore_policy.h): for a prompt the store
   // holds, recompute a head of it while the rest loads, where the rates say
   // that is faster. False: always load everything the store has.
@@ -187,7 +201,12 @@ struct EngineStats {
   // (each accepted one is an output token that cost no step of its own).
   int64_t draft_tokens = 0;
   int64_t draft_accepted_tokens = 0;
-  int64_t draft_steps = 0;                   // sequence-steps that carried a draft
+  int64_t draft_steps = 0;  // sequence-steps that carried a draft
+  // Optimistic picks of constrained rows (EngineOptions::optimistic_grammar):
+  // rows picked so, and of those the ones the grammar rejected (masked and
+  // picked again on the host).
+  int64_t grammar_optimistic_rows = 0;
+  int64_t grammar_rejected_rows = 0;
   std::vector<cache::BlockPoolStats> pools;  // per cache group
 };
 
@@ -297,7 +316,11 @@ class Engine {
     int32_t num_tokens = 0;
     bool want_logits = false;
     bool backend_pick = false;  // kGreedy or kDevice: the backend picks
-    int64_t pick_at = 0;        // index of the pick's placeholder in tokens
+    // An optimistic pick of a constrained row (RowPick::keep_logits): the
+    // grammar checks the backend's pick; a rejected one is picked again on
+    // the host from the kept logits.
+    bool kept = false;
+    int64_t pick_at = 0;  // index of the pick's placeholder in tokens
     // Draft tokens after the first (tokens[first + 1, first + 1 + draft)),
     // each with its own logits row after the first's: committed to the KV
     // cache only once verified.
@@ -379,6 +402,16 @@ class Engine {
   // kHost rows of the step being collected: their sequences and picks.
   std::vector<std::pair<int, Sequence*>> sample_rows_;
   std::vector<SampledToken> sample_picks_;
+  // Per want_logits row of the step being collected: picked on the host
+  // (kHost, or a kept row the grammar rejected).
+  std::vector<uint8_t> host_picked_;
+  std::vector<int32_t> kept_rows_;  // kept rows to read back (rejected picks)
+  // Constrained rows are picked optimistically (EngineOptions::
+  // UseOptimisticGrammar of optimistic_grammar and the backend).
+  bool kept_logits_ = false;
+  // optimistic_grammar not kOff: constrained rows picked on the host take
+  // the optimistic procedure too (Sampler::SampleOptimistic).
+  bool optimistic_procedure_ = false;
   std::unique_ptr<ThreadPool> sample_pool_;  // null: sample on the engine thread
   std::vector<std::pair<std::shared_ptr<TokenStream>, RequestOutput>> outbox_;
   EngineStats local_;

@@ -1,6 +1,7 @@
 #include "engine/grammar_constraint.h"
 
 #include <algorithm>
+#include <bit>
 #include <limits>
 
 namespace agentkv::engine {
@@ -13,9 +14,7 @@ GrammarConstraint::GrammarConstraint(std::shared_ptr<const grammar::Grammar> gra
   if (reasoning_budget_ == 0) matcher_.CloseReasoning();
 }
 
-void GrammarConstraint::Apply(std::span<float> logits) {
-  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  const size_t n = logits.size();
+const std::vector<uint64_t>& GrammarConstraint::Mask(size_t n) {
   // Per thread: the engine's sampling threads each mask one row at a time.
   thread_local std::vector<uint64_t> mask;
   mask.assign((n + 63) / 64, 0);
@@ -28,6 +27,15 @@ void GrammarConstraint::Apply(std::span<float> logits) {
   for (int32_t id : end_ids_)
     if (id >= 0 && static_cast<size_t>(id) < n && end_ok)
       mask[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64);
+  // (Bits at or past n, a grammar over a longer vocabulary's, are ignored
+  // by the callers.)
+  return mask;
+}
+
+void GrammarConstraint::Apply(std::span<float> logits) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  const size_t n = logits.size();
+  const std::vector<uint64_t>& mask = Mask(n);
   for (size_t w = 0; w < mask.size(); ++w) {
     const uint64_t bits = mask[w];
     if (bits == ~uint64_t{0}) continue;
@@ -42,13 +50,50 @@ void GrammarConstraint::Apply(std::span<float> logits) {
   }
 }
 
-void GrammarConstraint::Accept(int32_t token) {
-  if (std::find(end_ids_.begin(), end_ids_.end(), token) != end_ids_.end()) return;
+int32_t GrammarConstraint::AllowedArgmax(std::span<const float> logits) {
+  const size_t n = logits.size();
+  const std::vector<uint64_t>& mask = Mask(n);
+  // Ids ascending with a strict comparison, as Argmax over the masked row:
+  // the masked entries (-inf there) never win, so skipping them changes
+  // nothing.
+  int32_t best = 0;
+  float best_v = -std::numeric_limits<float>::infinity();
+  for (size_t w = 0; w < mask.size(); ++w) {
+    uint64_t bits = mask[w];
+    const size_t base = w * 64;
+    if (bits == ~uint64_t{0} && base + 64 <= n) {
+      for (size_t i = base; i < base + 64; ++i) {
+        if (logits[i] > best_v) {
+          best_v = logits[i];
+          best = static_cast<int32_t>(i);
+        }
+      }
+      continue;
+    }
+    while (bits != 0) {
+      const size_t i = base + static_cast<size_t>(std::countr_zero(bits));
+      bits &= bits - 1;
+      if (i >= n) break;
+      if (logits[i] > best_v) {
+        best_v = logits[i];
+        best = static_cast<int32_t>(i);
+      }
+    }
+  }
+  return best;
+}
+
+void GrammarConstraint::Accept(int32_t token) { (void)TryAccept(token); }
+
+bool GrammarConstraint::TryAccept(int32_t token) {
+  if (std::find(end_ids_.begin(), end_ids_.end(), token) != end_ids_.end())
+    return matcher_.accepting();
   const bool reasoning = reasoning_budget_ >= 0 && matcher_.in_reasoning();
   // A disallowed token leaves the state unchanged.
-  if (!matcher_.Advance(token).ok()) return;
+  if (!matcher_.Advance(token).ok()) return false;
   if (reasoning) ++reasoning_tokens_;
   if (reasoning_budget_ >= 0 && reasoning_tokens_ >= reasoning_budget_) matcher_.CloseReasoning();
+  return true;
 }
 
 }  // namespace agentkv::engine

@@ -35,15 +35,30 @@ class GrammarConstraint {
 
   // Sets every disallowed entry of `logits` to -inf.
   void Apply(std::span<float> logits);
+  // What Argmax after Apply gives (the lowest id on ties, NaN never wins;
+  // 0 when nothing is allowed or every allowed entry is -inf or NaN),
+  // reading only the allowed entries and writing nothing.
+  int32_t AllowedArgmax(std::span<const float> logits);
   // Follows `token` (chosen from a masked row, or restored output). An end
   // token or one the grammar does not allow leaves the state as it is.
   void Accept(int32_t token);
+  // Follows `token` when Apply would have left it unmasked and returns
+  // true; else returns false and leaves the state as it is. An end token:
+  // true where the output so far is a complete match (the other case
+  // Apply allows one, no token allowed at all, answers false: the caller
+  // then masks the row). Costs one walk of the token's bytes, not a mask.
+  bool TryAccept(int32_t token);
 
   const grammar::GrammarMatcher& matcher() const { return matcher_; }
   // Tokens counted against the reasoning budget so far.
   int32_t reasoning_tokens() const { return reasoning_tokens_; }
 
  private:
+  // The allowed tokens of the next position, `n` bits (end tokens
+  // included as Apply allows them); per thread, valid until the next call
+  // on this thread.
+  const std::vector<uint64_t>& Mask(size_t n);
+
   grammar::GrammarMatcher matcher_;
   std::vector<int32_t> end_ids_;
   int32_t reasoning_budget_;

@@ -3,6 +3,8 @@
 // Pure; thread-safe.
 #pragma once
 
+#include <cstdint>
+
 #include "engine/backend/row_pick.h"
 #include "engine/sampling_params.h"
 
@@ -18,10 +20,46 @@ namespace agentkv::engine {
 // Pure.
 backend::PickMode ChoosePickMode(const SamplingParams& params, bool device_logprobs = false);
 
+// Whether a grammar-constrained row may be picked optimistically: the
+// backend picks from the unmasked row as for an unconstrained one
+// (kGreedy / kDevice, RowPick::keep_logits), the host checks only that
+// token against the grammar (Sampler::AcceptPick), and only when the
+// grammar rejects it is the kept row masked and picked on the host
+// (Sampler::Sample, with a fresh uniform for a draw). The same
+// distribution as masking first:
+//   greedy: the argmax of the row, when allowed, is the argmax of the
+//     allowed tokens (ties: the lowest id either way); else the masked pick;
+//   temperature only: x ~ p kept when allowed, else a draw from p restricted
+//     to the allowed set A, gives p(x) + (1 - p(A)) p(x) / p(A) = p(x) / p(A)
+//     for x in A: exactly the masked distribution (a seeded request draws
+//     one or two uniforms a token, so its tokens differ from the
+//     masked-first draw's but repeat run to run).
+// Not for top_k / top_p / min_p (truncating before the mask keeps other
+// tokens than truncating after it), penalties (applied after the mask) or
+// logprobs (of the masked distribution): those rows stay kHost. Pure.
+bool OptimisticGrammarPick(const SamplingParams& params);
+
+// EngineOptions::optimistic_grammar.
+enum class OptimisticGrammar : uint8_t { kAuto, kOn, kOff };
+
+// Whether the backend picks constrained rows optimistically (RowPick::
+// keep_logits): kOn where the backend keeps logits rows
+// (reads_kept_logits); kAuto only where, too, the backend's picks run off
+// the host (picks_on_device: a GPU's argmax or draw and the kept row cost
+// the host nothing). On the CPU backend the backend's pick is a pass over
+// the whole row on the engine thread, serial, where the host's picks run
+// on the sampling threads: no saving there (bench/RESULTS.md). Rows the
+// backend does not pick so take the same procedure on the host unless
+// kOff (Sampler::SampleOptimistic). Pure.
+bool UseOptimisticGrammar(OptimisticGrammar mode, bool reads_kept_logits, bool picks_on_device);
+
 // The whole plan of one row: its mode, and for a row the backend picks
 // with logprobs, RowPick::logprobs (the top entries asked). The draw's
-// settings (RowPick::sample) come from the Sampler at launch. Pure.
-backend::RowPick PlanRowPick(const SamplingParams& params, bool device_logprobs = false);
+// settings (RowPick::sample) come from the Sampler at launch. With
+// `kept_logits` (the backend honours RowPick::keep_logits), a row that
+// OptimisticGrammarPick allows is kGreedy / kDevice with keep_logits. Pure.
+backend::RowPick PlanRowPick(const SamplingParams& params, bool device_logprobs = false,
+                             bool kept_logits = false);
 inline bool DeviceSamplable(const SamplingParams& params) {
   return ChoosePickMode(params) == backend::PickMode::kDevice;
 }

@@ -101,6 +101,16 @@ void Sampler::AddPrompt(std::span<const int32_t> tokens) {
 
 void Sampler::AddOutput(int32_t t) {
   if (constraint_) constraint_->Accept(t);
+  CountOutput(t);
+}
+
+bool Sampler::AcceptPick(int32_t t) {
+  if (constraint_ && !constraint_->TryAccept(t)) return false;
+  CountOutput(t);
+  return true;
+}
+
+void Sampler::CountOutput(int32_t t) {
   if (counts_.empty() || t < 0 || t >= vocab_size_) return;
   uint32_t& c = counts_[static_cast<size_t>(t)];
   if (c == 0) seen_ids_.push_back(t);
@@ -165,6 +175,14 @@ float Sampler::LogprobOf(float logit) const {
 
 SampledToken Sampler::Sample(std::span<float> logits) {
   assert(logits.size() == static_cast<size_t>(vocab_size_));
+  if (constraint_ && params_.greedy() && !params_.logprobs && counts_.empty()) {
+    // Greedy under a grammar alone: the argmax of the allowed entries, the
+    // token masking first gives, without writing the row.
+    SampledToken out;
+    out.token = constraint_->AllowedArgmax(logits);
+    AddOutput(out.token);
+    return out;
+  }
   // A grammar's mask first: penalties, logprobs and the draw see only
   // the tokens it allows.
   if (constraint_) constraint_->Apply(logits);
@@ -192,6 +210,19 @@ SampledToken Sampler::Sample(std::span<float> logits) {
     out.logprob = LogprobOf(chosen_logit);
     out.top_logprobs = std::span<const TokenLogprob>(top_.data(), static_cast<size_t>(num_top_));
   }
+  return out;
+}
+
+SampledToken Sampler::SampleOptimistic(std::span<float> logits) {
+  assert(logits.size() == static_cast<size_t>(vocab_size_));
+  if (params_.greedy() || !constraint_) return Sample(logits);
+  Scratch& s = ThreadScratch(logits.size());
+  std::memcpy(s.raw.data(), logits.data(), logits.size() * sizeof(float));
+  const int32_t token =
+      backend::SampleDraw(std::span<float>(s.raw.data(), logits.size()), NextDraw());
+  if (!AcceptPick(token)) return Sample(logits);
+  SampledToken out;
+  out.token = token;
   return out;
 }
 

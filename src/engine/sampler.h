@@ -70,6 +70,22 @@ class Sampler {
   // temperature > 0.
   backend::SampleSettings NextDraw();
 
+  // The optimistic pick of a constrained row (OptimisticGrammarPick): the
+  // backend picked `token` from the unmasked row. When the grammar allows
+  // it, records it as output (as AddOutput) and returns true: that is the
+  // pick. Else returns false and changes nothing: the caller picks with
+  // Sample() from the same row (which masks it, and draws a fresh uniform
+  // for a sampled row). Without a grammar: AddOutput, true.
+  bool AcceptPick(int32_t token);
+  // The optimistic pick made on the host, for a row that OptimisticGrammarPick
+  // allows but the backend did not pick (a backend that keeps no logits
+  // rows, or one whose picks run on the host): a draw from a copy of the
+  // unmasked row with the next uniform, as the backend's draw, kept when
+  // AcceptPick allows it, else Sample(). So a seeded request gets the same
+  // tokens whichever way its rows are picked. Greedy: Sample() (the same
+  // token either way).
+  SampledToken SampleOptimistic(std::span<float> logits);
+
   // Picks the next token and records it as output. `logits` (vocab_size
   // long) is used as scratch and left clobbered. With params.grammar, the
   // disallowed tokens are masked (-inf) first.
@@ -87,6 +103,7 @@ class Sampler {
   // Log-sum-exp and top-N of the penalized `logits` scaled by 1/temperature.
   void ComputeLogprobs(std::span<const float> logits);
   float LogprobOf(float logit) const;  // after ComputeLogprobs
+  void CountOutput(int32_t token);     // the penalties' count of an output token
   double NextUniform();                // [0, 1), 53 random bits
   uint64_t NextU64();
 

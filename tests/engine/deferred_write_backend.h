@@ -9,8 +9,9 @@
 // reported done (source_changes(); each write is checked when it lands and
 // when reported done), i.e. a source the caller let go of too early.
 //
-// Failures can be injected: the next StartWriteBlocks fails, or the next
-// ticket reported done reports an error instead.
+// Failures can be injected: the next StartWriteBlocks fails, the next
+// ticket reported done reports an error instead, or the next
+// ReadKeptLogits fails.
 //
 // Thread-safety: as Backend (one thread).
 #pragma once
@@ -36,6 +37,8 @@ class DeferredWriteBackend : public backend::Backend {
   void set_done_after_polls(int n) { done_after_polls_ = n; }
   void FailNextStart() { fail_start_ = true; }
   void FailNextDone() { fail_done_ = true; }
+  // The next ReadKeptLogits fails.
+  void FailNextReadKeptLogits() { fail_read_kept_ = true; }
 
   const model::ModelConfig& config() const override { return inner_->config(); }
   const cache::ModelCacheSpec& cache_spec() const override { return inner_->cache_spec(); }
@@ -77,6 +80,16 @@ class DeferredWriteBackend : public backend::Backend {
     return inner_->LaunchStep(batch, rows, logits);
   }
   Status CollectStep(std::span<int32_t> picks) override { return inner_->CollectStep(picks); }
+  // Kept logits rows as the wrapped backend keeps them (its picks are on
+  // the host: picks_on_device stays false).
+  bool reads_kept_logits() const override { return inner_->reads_kept_logits(); }
+  Status ReadKeptLogits(std::span<const int32_t> rows, std::span<float> logits) override {
+    if (fail_read_kept_) {
+      fail_read_kept_ = false;
+      return IoError("injected: reading kept logits failed");
+    }
+    return inner_->ReadKeptLogits(rows, logits);
+  }
   int steps_in_flight() const override { return inner_->steps_in_flight(); }
   Status ReadBlock(int group, int32_t block, std::span<std::byte> out) override {
     RETURN_IF_ERROR(Land());
@@ -189,6 +202,7 @@ class DeferredWriteBackend : public backend::Backend {
   int64_t source_changes_ = 0;
   bool fail_start_ = false;
   bool fail_done_ = false;
+  bool fail_read_kept_ = false;
 };
 
 }  // namespace agentkv::testing

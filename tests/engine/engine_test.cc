@@ -7,6 +7,8 @@
 #include "deferred_write_backend.h"
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/finish_reason.h"
+#include "engine/grammar/grammar_matcher.h"
+#include "engine/grammar/json_schema.h"
 #include "test_model.h"
 
 namespace agentkv::engine {
@@ -681,6 +683,127 @@ TEST(EngineTest, BackendLogprobsMatchTheSamplers) {
       }
     }
   }
+}
+
+// The small model's 97 ids as JSON pieces (ids past the list: letters; 96
+// none, the stop token), for a json_object grammar over its vocabulary.
+std::shared_ptr<const grammar::Grammar> SmallJsonObjectGrammar() {
+  std::vector<std::string> tokens = {"{",  "}",   "\"",    ":",    ",",   " ",   "[", "]",
+                                     "1",  "2",   "true",  "null", "\"a", "b\"", "-", ".",
+                                     "\\", "\\n", "false", "e",    "{\"", "\":", "0"};
+  for (int i = static_cast<int>(tokens.size()); i < 96; ++i)
+    tokens.push_back(std::string(1, static_cast<char>('a' + i % 26)) + (i % 3 ? "x" : ""));
+  tokens.push_back("");  // 96: the requests' stop token (no bytes)
+  auto g = grammar::CompileAnyJsonObject(grammar::TokenVocabulary::FromTokens(tokens));
+  EXPECT_TRUE(g.ok()) << g.status().ToString();
+  return *g;
+}
+
+// Constrained rows picked optimistically (the backend's pick checked
+// against the grammar; the kept row masked and picked again only when
+// rejected) give greedy requests the tokens of masking every row first, in
+// a batch with unconstrained and top_p rows; seeded draws repeat, and are
+// the same when the host makes the optimistic picks (kAuto on the CPU);
+// every output follows the grammar; the random model makes the grammar
+// reject some picks, so both paths run.
+TEST(EngineTest, OptimisticGrammarPicksGiveTheMaskedPicks) {
+  const auto g = SmallJsonObjectGrammar();
+  auto run = [&](OptimisticGrammar mode, bool pipeline, EngineStats* stats) {
+    const model::ModelConfig c = SmallConfig(model::Architecture::kQwen3);
+    auto backend = backend::cpu::CpuBackend::Create(c, RandomWeights(c, 21),
+                                                    backend::cpu::CpuBackendOptions{2});
+    EXPECT_TRUE(backend.ok());
+    EngineOptions o;
+    o.block_size = 4;
+    o.scheduler.max_batch = 8;
+    o.scheduler.max_step_tokens = 64;
+    o.pipeline = pipeline;
+    o.optimistic_grammar = mode;
+    o.blocks_per_group.assign(c.CacheSpec(cache::KvDtype::kF32).groups.size(), 256);
+    auto e = Engine::Create(std::move(backend).value(), nullptr, o);
+    EXPECT_TRUE(e.ok()) << e.status().ToString();
+    std::vector<RequestHandle> hs;
+    for (int i = 0; i < 8; ++i) {
+      EngineRequest r = Greedy(Range(3 + i, 6 + i), 24);
+      if (i != 7) {  // row 7: unconstrained
+        r.params.grammar = g;
+        r.params.ignore_eos = false;
+        r.params.stop_token_ids = {96};
+      }
+      if (i >= 4) {
+        r.params.temperature = 1.0f;
+        r.params.seed = 40 + i;
+      }
+      if (i == 6) r.params.top_p = 0.9f;  // the exact path either way
+      hs.push_back((*e)->Submit(std::move(r)).value());
+    }
+    std::vector<std::vector<int32_t>> outs;
+    for (auto& h : hs) outs.push_back(Collect(h).tokens);
+    *stats = (*e)->Stats();
+    return outs;
+  };
+  EngineStats masked_stats, opt_stats, again_stats;
+  const auto masked = run(OptimisticGrammar::kOff, true, &masked_stats);
+  const auto opt = run(OptimisticGrammar::kOn, true, &opt_stats);
+  EXPECT_EQ(masked_stats.grammar_optimistic_rows, 0);
+  EXPECT_GT(opt_stats.grammar_optimistic_rows, 0);
+  EXPECT_GT(opt_stats.grammar_rejected_rows, 0);
+  EXPECT_LT(opt_stats.grammar_rejected_rows, opt_stats.grammar_optimistic_rows);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(opt[i], masked[i]) << "greedy request " << i;
+  EXPECT_EQ(opt[6], masked[6]) << "top_p: masked first either way";
+  EXPECT_EQ(opt[7], masked[7]) << "unconstrained";
+  EXPECT_EQ(run(OptimisticGrammar::kOn, true, &again_stats), opt) << "seeded draws repeat";
+  EXPECT_EQ(run(OptimisticGrammar::kOn, false, &again_stats), opt) << "pipelining changes nothing";
+  // The CPU backend's default: its rows picked on the host, by the same
+  // procedure: the same tokens, seeded draws included.
+  EXPECT_EQ(run(OptimisticGrammar::kAuto, true, &again_stats), opt) << "host optimistic picks";
+  EXPECT_EQ(again_stats.grammar_optimistic_rows, 0);
+  for (int i = 0; i < 7; ++i) {
+    grammar::GrammarMatcher m(g);
+    for (int32_t t : opt[i]) EXPECT_TRUE(m.Advance(t).ok()) << "request " << i;
+  }
+}
+
+// A rejected optimistic pick whose kept row cannot be read back fails its
+// request with the backend's error; the engine goes on, and the next
+// request gets the masked-first tokens.
+TEST(EngineTest, UnreadableKeptLogitsFailTheRejectedRequest) {
+  const auto g = SmallJsonObjectGrammar();
+  const model::ModelConfig c = SmallConfig(model::Architecture::kQwen3);
+  auto cpu =
+      backend::cpu::CpuBackend::Create(c, RandomWeights(c, 21), backend::cpu::CpuBackendOptions{2});
+  ASSERT_TRUE(cpu.ok());
+  auto wrapped = std::make_unique<testing::DeferredWriteBackend>(std::move(cpu).value(), 1);
+  testing::DeferredWriteBackend* backend = wrapped.get();
+  EngineOptions o;
+  o.block_size = 4;
+  o.scheduler.max_batch = 8;
+  o.scheduler.max_step_tokens = 64;
+  o.optimistic_grammar = OptimisticGrammar::kOn;
+  o.blocks_per_group.assign(c.CacheSpec(cache::KvDtype::kF32).groups.size(), 256);
+  auto e = Engine::Create(std::move(wrapped), nullptr, o);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  auto request = [&] {
+    EngineRequest r = Greedy(Range(3, 6), 12);
+    r.params.grammar = g;
+    r.params.ignore_eos = false;
+    r.params.stop_token_ids = {96};
+    return r;
+  };
+  // The first token must be "{": the random model's favourite is not, so
+  // the first pick is rejected and its row read back.
+  backend->FailNextReadKeptLogits();
+  RequestHandle h = (*e)->Submit(request()).value();
+  RequestOutput ev = h.stream->Pop();
+  while (ev.kind == RequestOutput::Kind::kDelta) ev = h.stream->Pop();
+  ASSERT_EQ(ev.kind, RequestOutput::Kind::kError);
+  EXPECT_EQ(ev.error.code(), StatusCode::kIoError) << ev.error.ToString();
+  EXPECT_GT((*e)->Stats().grammar_rejected_rows, 0);
+  const Done ok = Collect((*e)->Submit(request()).value());
+  EXPECT_FALSE(ok.tokens.empty());
+  auto masked = MakeEngine(model::Architecture::kQwen3, 256);
+  EngineRequest r = request();
+  EXPECT_EQ(Collect(masked->Submit(std::move(r)).value()).tokens, ok.tokens);
 }
 
 }  // namespace

@@ -67,5 +67,17 @@ TEST(ChoosePickModeTest, DeviceLogprobsKeepLogprobRowsOnTheBackend) {
   EXPECT_EQ(r.logprobs, -1);
 }
 
+// Optimistic picks of constrained rows: never off, never without kept
+// logits rows; on a device by default, and on the host only when asked.
+TEST(UseOptimisticGrammarTest, AutoMeansWhereTheBackendPicksOnADevice) {
+  for (bool kept : {false, true}) {
+    for (bool device : {false, true}) {
+      EXPECT_FALSE(UseOptimisticGrammar(OptimisticGrammar::kOff, kept, device));
+      EXPECT_EQ(UseOptimisticGrammar(OptimisticGrammar::kOn, kept, device), kept);
+      EXPECT_EQ(UseOptimisticGrammar(OptimisticGrammar::kAuto, kept, device), kept && device);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace agentkv::engine

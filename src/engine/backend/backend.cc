@@ -52,6 +52,7 @@ Status CheckSteps(std::span<const SeqStep> batch, const model::ModelConfig& conf
 
 Status Backend::ForwardSampled(std::span<const SeqStep> batch, std::span<const RowPick> rows,
                                std::span<int32_t> tokens, std::span<float> logits) {
+  last_launch_rows_ = -1;  // LaunchStep sets it again after this step
   RETURN_IF_ERROR(Forward(batch, logits));
   const int64_t vocab = config().vocab_size;
   sampled_logprobs_.assign(tokens.size(), RowLogprobs{});
@@ -71,7 +72,7 @@ Status Backend::ForwardSampled(std::span<const SeqStep> batch, std::span<const R
         }
       }
       tokens[r] = best;
-    } else if (lp) {
+    } else if (lp || rows[r].keep_logits) {
       // The draw clobbers its row: draw from a copy, keep the logits.
       scratch.assign(row.begin(), row.end());
       tokens[r] = PickDeviceRow(scratch, rows[r]);
@@ -113,10 +114,27 @@ Status Backend::LaunchStep(std::span<const SeqStep> batch, std::span<const RowPi
   }
   std::vector<int32_t> picks(num_rows, 0);
   RETURN_IF_ERROR(ForwardSampled(steps, rows, picks, logits));
+  last_launch_rows_ = num_rows;
   last_picks_ = picks;
   launched_.push_back(std::move(picks));
   launched_logprobs_.push_back(std::move(sampled_logprobs_));
   sampled_logprobs_.clear();
+  return Status::Ok();
+}
+
+Status Backend::ReadKeptLogits(std::span<const int32_t> /*rows*/, std::span<float> /*logits*/) {
+  return Unimplemented("ReadKeptLogits: this backend does not keep logits rows");
+}
+
+Status Backend::KeptLogitsInPlace(std::span<const int32_t> rows, std::span<float> logits) const {
+  if (last_launch_rows_ < 0 || !launched_.empty())
+    return Internal("ReadKeptLogits: the last step launched is not collected");
+  const int64_t vocab = config().vocab_size;
+  for (int32_t r : rows)
+    if (r < 0 || r >= last_launch_rows_)
+      return InvalidArgument("ReadKeptLogits: row " + std::to_string(r) + " out of range");
+  if (static_cast<int64_t>(logits.size()) < last_launch_rows_ * vocab)
+    return InvalidArgument("ReadKeptLogits: logits buffer too small");
   return Status::Ok();
 }
 

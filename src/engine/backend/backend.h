@@ -204,6 +204,22 @@ class Backend {
   virtual std::span<const RowLogprobs> collected_logprobs() const { return collected_logprobs_; }
   // Steps launched and not collected yet.
   virtual int steps_in_flight() const { return static_cast<int>(launched_.size()); }
+  // Whether ReadKeptLogits works (RowPick::keep_logits is honoured). A
+  // backend without it may ignore keep_logits; the engine then picks
+  // constrained rows on the host (kHost).
+  virtual bool reads_kept_logits() const { return false; }
+  // Whether kGreedy / kDevice rows are picked off the host (on a GPU), so
+  // that a pick costs the host's threads nothing.
+  virtual bool picks_on_device() const { return false; }
+  // Writes the logits of want_logits rows `rows` (each a kGreedy / kDevice
+  // row with RowPick::keep_logits) of the step CollectStep gave last into
+  // `logits` (row r at r * vocab_size: where a kHost row would have gone).
+  // Requires: that step was the last one launched (no LaunchStep, Forward or
+  // ForwardSampled since; the device's logits buffer is reused by every
+  // step) and has been collected. Internal otherwise;
+  // InvalidArgument for a row out of range or `logits` too small. The
+  // default: Unimplemented.
+  virtual Status ReadKeptLogits(std::span<const int32_t> rows, std::span<float> logits);
 
   // Raw access to one whole block of group `group` (every layer of the group,
   // ModelCacheSpec::BytesPerBlock bytes) for persistence and swapping. The
@@ -298,10 +314,21 @@ class Backend {
   // and not collected (parallel to launched_).
   std::vector<RowLogprobs> sampled_logprobs_;
   std::deque<std::vector<RowLogprobs>> launched_logprobs_;
+  // Logits rows of the last step the default LaunchStep ran (-1: none, or a
+  // Forward / ForwardSampled came after it).
+  int64_t last_launch_rows_ = -1;
 
  protected:
   // What collected_logprobs() returns by default.
   std::vector<RowLogprobs> collected_logprobs_;
+  // ReadKeptLogits for a backend on the default LaunchStep / ForwardSampled,
+  // which leave every row's logits in the `logits` the step was launched
+  // with (keep_logits rows drawn from a copy): checks the requirements and
+  // copies nothing.
+  Status KeptLogitsInPlace(std::span<const int32_t> rows, std::span<float> logits) const;
+  // For such a backend's Forward: the rows of the last step launched are
+  // no longer the ones in place.
+  void ForgetKeptLogits() { last_launch_rows_ = -1; }
 };
 
 }  // namespace agentkv::backend

@@ -11,6 +11,12 @@
 //            speculative test of that draft token against the distribution
 //            instead (VerifyDraftRow, same header): the draft token if
 //            accepted, else a draw from the residual.
+//
+// A kGreedy / kDevice row with keep_logits also keeps its logits where the
+// backend computed them, so that the engine may still read the row back
+// (Backend::ReadKeptLogits) once the step is collected: the optimistic pick
+// of a grammar-constrained row (engine/pick_mode.h), which needs the row
+// only when the grammar rejects the backend's pick.
 #pragma once
 
 #include <cstdint>
@@ -44,6 +50,9 @@ struct RowPick {
   // sample.u is the residual draw's. -1: a plain draw.
   int32_t draft = -1;
   double u_accept = 0.0;
+  // kGreedy / kDevice only: 1 = the row's logits stay readable through
+  // Backend::ReadKeptLogits after CollectStep (a draw works on a copy).
+  uint8_t keep_logits = 0;
 };
 
 }  // namespace agentkv::backend

@@ -90,6 +90,12 @@ int32_t KeepWeights(std::span<float> logits, const SampleSettings& s, double* ke
   // best token's is exactly 1. Orders below are by (weight desc, id asc).
   double total = 0.0;
   for (float& v : logits) {
+    // A masked entry (a grammar's -inf) weighs exactly 0, as its exp would:
+    // skipping the exp changes no weight and no sum.
+    if (v == -std::numeric_limits<float>::infinity()) {
+      v = 0.0f;
+      continue;
+    }
     // Float exp: about 3x cheaper than double over a 150k vocabulary, and
     // exact enough for drawing.
     float w = std::exp((v - m) * inv_t);

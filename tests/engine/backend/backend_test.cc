@@ -155,6 +155,55 @@ TEST(BackendTest, ForwardSampledPicksEachRowAsPlanned) {
   EXPECT_EQ(std::vector<float>(got2.begin() + 2 * V, got2.end()), row2);
 }
 
+// Kept rows on the default LaunchStep (the CPU backend): once the step is
+// collected, ReadKeptLogits finds every kept row in place, a drawn one
+// unclobbered by its draw, with the same picks; refused while the step is
+// in flight, for a row out of range, for a buffer too small, and after a
+// Forward; a backend without kept rows says Unimplemented.
+TEST(BackendTest, KeptRowsStayReadableAfterTheStep) {
+  const model::ModelConfig c = SmallConfig(model::Architecture::kLlama);
+  const MapWeights w = RandomWeights(c, 6);
+  auto ref = Make(c, w), b = Make(c, w);
+  EXPECT_TRUE(b->reads_kept_logits());
+  EXPECT_FALSE(b->picks_on_device());
+  const int64_t V = c.vocab_size;
+  std::vector<std::vector<int32_t>> toks = {{5, 6, 7}, {9, 10}};
+  std::vector<std::vector<int32_t>> tables = {{0}, {1}};
+  std::vector<SeqStep> steps(2);
+  for (int s = 0; s < 2; ++s) {
+    steps[s].tokens = toks[s];
+    steps[s].block_tables[0] = tables[s];
+    steps[s].want_logits = true;
+  }
+  std::vector<float> logits(2 * V);
+  ASSERT_TRUE(ref->Forward(steps, logits).ok());
+  std::vector<RowPick> rows(2);
+  rows[0].mode = PickMode::kGreedy;
+  rows[0].keep_logits = 1;
+  rows[1].mode = PickMode::kDevice;
+  rows[1].keep_logits = 1;
+  rows[1].sample.temperature = 1.0f;
+  rows[1].sample.u = 0.37;
+  std::vector<float> row1(logits.begin() + V, logits.end());
+  const int32_t drawn = SampleDraw(row1, rows[1].sample);
+  std::vector<float> got(2 * V, -1.0f);
+  std::vector<int32_t> picks(2, -1);
+  const std::vector<int32_t> kept = {0, 1};
+  ASSERT_TRUE(b->LaunchStep(steps, rows, got).ok());
+  EXPECT_EQ(b->ReadKeptLogits(kept, got).code(), StatusCode::kInternal);  // in flight
+  ASSERT_TRUE(b->CollectStep(picks).ok());
+  ASSERT_TRUE(b->ReadKeptLogits(kept, got).ok());
+  EXPECT_EQ(got, logits);
+  EXPECT_EQ(picks[1], drawn);
+  const std::vector<int32_t> past = {2};
+  EXPECT_EQ(b->ReadKeptLogits(past, got).code(), StatusCode::kInvalidArgument);
+  std::vector<float> small(V);
+  EXPECT_EQ(b->ReadKeptLogits(kept, small).code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(b->Forward(steps, got).ok());
+  EXPECT_EQ(b->ReadKeptLogits(kept, got).code(), StatusCode::kInternal);
+  EXPECT_EQ(b->Backend::ReadKeptLogits(kept, got).code(), StatusCode::kUnimplemented);
+}
+
 // Rows asking for logprobs: the default ForwardSampled gives ComputeRowLogprobs
 // of Forward's logits (scale 1 / temperature for the drawn row, 1 for the
 // greedy one) with the pick as the chosen token, and the same picks as

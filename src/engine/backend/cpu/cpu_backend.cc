@@ -415,6 +415,7 @@ void CpuBackend::WriteKv(int layer, std::span<const SeqStep> batch) {
 }
 
 Status CpuBackend::Forward(std::span<const SeqStep> batch, std::span<float> logits) {
+  ForgetKeptLogits();  // a step's logits rows go where this one's go
   RETURN_IF_ERROR(CheckBatch(batch));
   const model::ModelConfig& c = config_;
   const int64_t H = c.hidden_size, I = c.intermediate_size, D = c.head_dim;

@@ -54,6 +54,11 @@ class CpuBackend final : public Backend {
   // The default ForwardSampled / LaunchStep / CollectStep compute them.
   bool picks_logprobs() const override { return true; }
   bool multi_logit_rows() const override { return true; }
+  // The default LaunchStep leaves every row's logits in place.
+  bool reads_kept_logits() const override { return true; }
+  Status ReadKeptLogits(std::span<const int32_t> rows, std::span<float> logits) override {
+    return KeptLogitsInPlace(rows, logits);
+  }
   Status ReadBlock(int group, int32_t block, std::span<std::byte> out) override;
   // Bytes the weights take in memory: quantized linear layers (FP8, MXFP4)
   // count their stored size, not an fp32 copy (none exists).

@@ -213,6 +213,12 @@ class CudaBackend final : public Backend {
   // Rows asking for logprobs are picked on the device too: LaunchRowLogprobs
   // runs after the picks and only RowLogprobs come down (not the logits).
   bool picks_logprobs() const override { return true; }
+  // keep_logits rows' logits stay in the device's logits buffer until the
+  // next step; ReadKeptLogits copies rows of it down (synchronously). Not
+  // under tensor parallelism (each rank holds a slice of the vocabulary).
+  bool reads_kept_logits() const override { return !tp(); }
+  bool picks_on_device() const override { return true; }
+  Status ReadKeptLogits(std::span<const int32_t> rows, std::span<float> logits) override;
   int steps_in_flight() const override { return static_cast<int>(in_flight_.size()); }
   Status ReadBlock(int group, int32_t block, std::span<std::byte> out) override;
   Status WriteBlock(int group, int32_t block, std::span<const std::byte> in) override;
@@ -349,6 +355,9 @@ class CudaBackend final : public Backend {
   // (kGreedy or kDevice: what prev_row may name) and, once collected, its
   // picks.
   std::vector<uint8_t> last_greedy_;
+  // Logits rows of the last step launched when some row of it kept its
+  // logits (RowPick::keep_logits); -1 otherwise.
+  int64_t last_kept_rows_ = -1;
   std::vector<int32_t> last_picks_;
   // The executor: the forward pass of shape `s` on the stream, each cache
   // group's attention as cuda::RouteStep says, reading the metadata of

@@ -213,6 +213,8 @@ Status CudaBackend::LaunchStep(std::span<const SeqStep> batch, std::span<const R
   const int padded = z.padded, stride = z.stride;
   if (z.any_logits && static_cast<int64_t>(logits.size()) < W * V)
     return InvalidArgument("Forward: logits buffer too small");
+  // This step overwrites the device's logits buffer.
+  last_kept_rows_ = -1;
   if (T == 0) {  // nothing to run: collected as a step without picks
     InFlight f;
     f.settled = true;
@@ -357,6 +359,25 @@ Status CudaBackend::LaunchStep(std::span<const SeqStep> batch, std::span<const R
   ++launches_;
   last_greedy_.assign(W, 0);
   for (int r = 0; r < W; ++r) last_greedy_[r] = cuda::RowMode(rows, r) != PickMode::kHost ? 1 : 0;
+  if (z.any_keep) last_kept_rows_ = W;
+  return Status::Ok();
+}
+
+Status CudaBackend::ReadKeptLogits(std::span<const int32_t> rows, std::span<float> logits) {
+  if (tp()) return Unimplemented("ReadKeptLogits: not under tensor parallelism");
+  if (!in_flight_.empty() || last_kept_rows_ < 0)
+    return Internal("ReadKeptLogits: the last step launched kept no logits or is not collected");
+  const int64_t V = config_.vocab_size;
+  for (int32_t r : rows)
+    if (r < 0 || r >= last_kept_rows_)
+      return InvalidArgument("ReadKeptLogits: row " + std::to_string(r) + " out of range");
+  if (static_cast<int64_t>(logits.size()) < last_kept_rows_ * V)
+    return InvalidArgument("ReadKeptLogits: logits buffer too small");
+  // On the step's stream: after everything the step wrote.
+  for (int32_t r : rows)
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logits.data() + r * V, logits_.get<float>() + r * V, V * 4,
+                                         cudaMemcpyDeviceToHost, stream_));
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   return Status::Ok();
 }
 

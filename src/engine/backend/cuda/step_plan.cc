@@ -51,6 +51,7 @@ StepSizes SizeStep(std::span<const SeqStep> batch, std::span<const RowPick> rows
     z.any_logits = z.any_logits || pm == PickMode::kHost;
     z.any_draw = z.any_draw || pm == PickMode::kDevice;
     z.any_logprobs = z.any_logprobs || (pm != PickMode::kHost && rows[r].logprobs >= 0);
+    z.any_keep = z.any_keep || (pm != PickMode::kHost && rows[r].keep_logits != 0);
   }
   z.wide = kernels::RouteWideTiles(z.decode, model.wide_supported);
   z.tokens_per_tile = z.wide ? model.wide_tile_tokens : model.narrow_tile_tokens;
@@ -185,7 +186,7 @@ void WriteStepMeta(std::span<const SeqStep> batch, const StepPlan& plan, int num
   int32_t* m = meta.data();
   int t = 0, tile = 0, row = 0;
   for (int g = 0; g < kMaxCacheGroups; ++g) m[ml.strides + g] = stride;
-  m[ml.store_logits] = z.any_logits || z.any_draw || z.any_logprobs ? 1 : 0;
+  m[ml.store_logits] = z.any_logits || z.any_draw || z.any_logprobs || z.any_keep ? 1 : 0;
   for (int s = 0; s < B; ++s) {
     const SeqStep& st = batch[s];
     const int n = static_cast<int>(st.tokens.size());

@@ -75,6 +75,9 @@ struct StepSizes {
   // Some device-picked row asks for logprobs (RowPick::logprobs >= 0:
   // LaunchRowLogprobs reads the stored logits).
   bool any_logprobs = false;
+  // Some device-picked row keeps its logits (RowPick::keep_logits: the
+  // engine may read it back once the step is collected).
+  bool any_keep = false;
   // Steps with prompt chunks take wide attention tiles where the head_dim
   // has them (a prefill re-reads the prefix once per tile); decode narrow.
   bool wide = false;
@@ -120,8 +123,8 @@ struct StepShape {
 // metadata buffers; a function of the StepShape alone, so a graph's
 // addresses stay valid.
 struct MetaLayout {
-  // store_logits: 1 if some row of the step samples (the LM head then
-  // stores its logits; greedy rows need only the argmax).
+  // store_logits: 1 if some row of the step samples or keeps its logits
+  // (the LM head then stores its logits; greedy rows need only the argmax).
   size_t strides, store_logits, tokens, pos, tok_seq, tile_seq, tile_t0, tile_n, logit_rows,
       seq_start, seq_first;
   std::array<size_t, kMaxCacheGroups> tables;

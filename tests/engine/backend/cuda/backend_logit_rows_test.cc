@@ -322,6 +322,60 @@ TEST(CudaBackend, DraftedStepsPickEachRowAsPlanned) {
   }
 }
 
+// Device-picked rows that keep their logits (RowPick::keep_logits: an
+// optimistic pick of a grammar-constrained row) are read back once the
+// step is collected (ReadKeptLogits): the logits Forward gives for the
+// same step, greedy rows (a decode step: a CUDA graph, the argmax in the
+// LM head's epilogue, which stores the logits only for such steps) and a
+// drawn one alike; the greedy picks are those rows' argmaxes. Refused for a
+// row out of range, and once a step that kept nothing has run.
+TEST(CudaBackend, KeptRowsAreReadBackAfterTheStep) {
+  AGENTKV_REQUIRE_GPU();
+  const model::ModelConfig c = SmallConfig(model::Architecture::kLlama);
+  const int V = c.vocab_size;
+  const MapWeights w = Bf16Weights(c, 41);
+  auto b = MakeCuda(c, w, 16);
+  ASSERT_TRUE(b);
+  EXPECT_TRUE(b->reads_kept_logits());
+  EXPECT_TRUE(b->picks_on_device());
+  std::mt19937 rng(9);
+  std::vector<Seq> seqs = Prompts(c, 4, rng);
+  Pager pager(b->cache_spec(), 16);
+  Prefill(*b, seqs, pager);
+  std::vector<SeqStep> steps;
+  for (Seq& s : seqs) {
+    pager.Ensure(s, static_cast<int64_t>(s.tokens.size()));
+    steps.push_back(StepOf(s, 1, true));
+  }
+  const int n = 4;
+  std::vector<float> ref(static_cast<size_t>(n) * V, NAN);
+  ASSERT_TRUE(b->Forward(steps, ref).ok());
+  std::vector<RowPick> plan(n);
+  for (RowPick& p : plan) p.mode = PickMode::kGreedy;
+  plan[0].keep_logits = 1;
+  plan[2].mode = PickMode::kDevice;
+  plan[2].keep_logits = 1;
+  plan[2].sample.temperature = 0.8f;
+  plan[2].sample.u = 0.4;
+  plan[3].keep_logits = 1;
+  std::vector<int32_t> toks(n, -1);
+  std::vector<float> got(static_cast<size_t>(n) * V, NAN);
+  ASSERT_TRUE(b->ForwardSampled(steps, plan, toks, got).ok());
+  const std::vector<int32_t> kept = {0, 2, 3};
+  ASSERT_TRUE(b->ReadKeptLogits(kept, got).ok());
+  for (int32_t r : kept) {
+    const std::span<const float> row(got.data() + r * V, V);
+    EXPECT_LT(RelErr(row, std::span<const float>(ref.data() + r * V, V)), 1e-6) << "row " << r;
+    if (plan[r].mode == PickMode::kGreedy) EXPECT_EQ(toks[r], Argmax(row)) << "row " << r;
+  }
+  EXPECT_TRUE(std::isnan(got[static_cast<size_t>(V)])) << "row 1 kept nothing: not written";
+  const std::vector<int32_t> past = {n};
+  EXPECT_FALSE(b->ReadKeptLogits(past, got).ok());
+  for (RowPick& p : plan) p = RowPick{PickMode::kGreedy};
+  ASSERT_TRUE(b->ForwardSampled(steps, plan, toks, got).ok());
+  EXPECT_FALSE(b->ReadKeptLogits(kept, got).ok()) << "the last step kept no logits";
+}
+
 // Sampled drafted rows as the engine plans them (PlanSampledDraft: each
 // drafted row tests the token that follows it in the step): the GPU's
 // picks are VerifyDraftRow's on the logits Forward gives for the same step

@@ -189,6 +189,37 @@ TEST(StepPlan, LogprobRowsStoreTheLogits) {
   EXPECT_EQ(meta[p.layout.store_logits], 1);
 }
 
+// Device-picked rows that keep their logits (an optimistic pick of a
+// constrained row, read back when the grammar rejects it) need them stored
+// too; a host row's keep_logits is no device row's.
+TEST(StepPlan, KeptRowsStoreTheLogits) {
+  Batch b;
+  for (int s = 0; s < 3; ++s) b.Add(1, 5, true);
+  const cache::ModelCacheSpec spec = Spec(false);
+  std::vector<RowPick> rows(3);
+  for (RowPick& r : rows) r.mode = PickMode::kGreedy;
+  StepSizes z = SizeStep(b.Done(), rows, spec, 16, Model());
+  EXPECT_FALSE(z.any_keep);
+  rows[1].keep_logits = 1;
+  z = SizeStep(b.Done(), rows, spec, 16, Model());
+  EXPECT_TRUE(z.any_keep);
+  EXPECT_FALSE(z.any_logits || z.any_draw || z.any_logprobs);
+  ASSERT_TRUE(z.graph);  // still a graph step: the flag is in the metadata
+  StepCapacity cap;
+  cap.parts = 4096;
+  cap.width = {32, 0, 0, 0};
+  const StepPlan p = BuildStepPlan(z, spec, 16, Model(), cap);
+  std::vector<int32_t> meta(p.layout.total, -7);
+  std::vector<std::array<int, 4>> scratch;
+  WriteStepMeta(b.steps, p, 1, {}, meta, &scratch);
+  EXPECT_EQ(meta[p.layout.store_logits], 1);
+  rows[1].mode = PickMode::kHost;
+  rows[0].mode = PickMode::kHost;
+  rows[2].mode = PickMode::kHost;
+  z = SizeStep(b.Done(), rows, spec, 16, Model());
+  EXPECT_FALSE(z.any_keep);
+}
+
 TEST(StepPlan, SlidingRingsDoNotWidenTheTables) {
   // Full group: 300 tokens need 19 blocks; the ring of the sliding group
   // (window 32) needs at most 3, so the full group sets the stride.
