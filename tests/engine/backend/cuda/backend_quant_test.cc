@@ -108,6 +108,26 @@ bool ExpertZero(const std::string& name) {
 }
 bool Nothing(const std::string&) { return false; }
 
+// The tolerance of a quantized backend against the CPU's logits rows: a
+// mean relative error under 4e-2 with at most a fifth of the rows past
+// 6e-2 (random routers and fp8 activations move a few rows further).
+// Returns the mean.
+double ExpectNearOnAverage(const std::vector<std::vector<float>>& got,
+                           const std::vector<std::vector<float>>& ref) {
+  EXPECT_EQ(got.size(), ref.size());
+  double sum = 0;
+  int over = 0;
+  for (size_t i = 0; i < ref.size() && i < got.size(); ++i) {
+    const double e = RelErr(got[i], ref[i]);
+    sum += e;
+    over += e >= 6e-2;
+  }
+  const double mean = ref.empty() ? 0 : sum / ref.size();
+  EXPECT_LT(mean, 4e-2) << "mean logits error";
+  EXPECT_LE(over * 5, static_cast<int>(ref.size())) << "rows past 6e-2: " << over;
+  return mean;
+}
+
 class CudaBackendQuant : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -156,17 +176,7 @@ class CudaBackendQuant : public ::testing::Test {
     std::vector<int32_t> picks;
     const auto ref = Drive(**cpu, 16, 10, 5, nullptr, &picks);
     const auto got = Drive(**gpu, 16, 10, 5, &picks);
-    EXPECT_EQ(got.size(), ref.size());
-    double sum = 0;
-    int over = 0;
-    for (size_t i = 0; i < ref.size() && i < got.size(); ++i) {
-      const double e = RelErr(got[i], ref[i]);
-      sum += e;
-      over += e >= 6e-2;
-    }
-    EXPECT_LT(sum / ref.size(), 4e-2) << "mean logits error";
-    EXPECT_LE(over * 5, static_cast<int>(ref.size())) << "rows past 6e-2: " << over;
-    std::printf("mean logits rel err %.2e, %d/%zu rows past 6e-2\n", sum / ref.size(), over,
+    std::printf("mean logits rel err %.2e over %zu rows\n", ExpectNearOnAverage(got, ref),
                 ref.size());
     return (*gpu)->weight_bytes();
   }
@@ -320,17 +330,10 @@ TEST_F(CudaBackendQuant, Qwen3Fp8DenseManyTokenStepsRunDequantized) {
     got[dequant ? 0 : 1] = Drive(**gpu, 32, 6, 7, &picks);
     ASSERT_EQ(got[dequant ? 0 : 1].size(), ref.size());
   }
-  double sum = 0;
-  int over = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    const double e = RelErr(got[0][i], ref[i]);
-    sum += e;
-    over += e >= 6e-2;
+  for (size_t i = 0; i < ref.size(); ++i)
     EXPECT_LT(RelErr(got[0][i], got[1][i]), 1e-2) << "row " << i << " against the tiles";
-  }
-  EXPECT_LT(sum / ref.size(), 4e-2) << "mean logits error";
-  EXPECT_LE(over * 5, static_cast<int>(ref.size())) << "rows past 6e-2: " << over;
-  std::printf("dequantized: mean logits rel err %.2e against the cpu\n", sum / ref.size());
+  std::printf("dequantized: mean logits rel err %.2e against the cpu\n",
+              ExpectNearOnAverage(got[0], ref));
 }
 
 // With the quantized GEMV off every step dequantizes (UseDequantGemm from
@@ -368,16 +371,7 @@ TEST_F(CudaBackendQuant, Qwen3Fp8DenseDequantizedInDecodeGraphs) {
   ASSERT_TRUE(AllocateTestKv(**gpu, 16));
   const auto got = Drive(**gpu, 16, 10, 9, &picks);
   EXPECT_GT((*gpu)->graph_steps(), 0);
-  ASSERT_EQ(got.size(), ref.size());
-  double sum = 0;
-  int over = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    const double e = RelErr(got[i], ref[i]);
-    sum += e;
-    over += e >= 6e-2;
-  }
-  EXPECT_LT(sum / ref.size(), 4e-2) << "mean logits error";
-  EXPECT_LE(over * 5, static_cast<int>(ref.size())) << "rows past 6e-2: " << over;
+  ExpectNearOnAverage(got, ref);
 }
 
 // Quantized experts the kernels do not read are refused at creation, with
