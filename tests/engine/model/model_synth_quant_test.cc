@@ -96,7 +96,8 @@ TEST(SynthQuantTest, ConfigsParseAsPublishedOnesDo) {
     // Qwen3-FP8 lists no modules; the others name the LM head.
     EXPECT_EQ(c->Covers("lm_head"), q == SynthQuant::kFp8);
   }
-  EXPECT_EQ(SynthQuantConfig(SynthQuant::kFp8)["weight_block_size"], json({128, 128}));
+  EXPECT_EQ(SynthQuantConfig(SynthQuant::kFp8)["weight_block_size"],
+            nlohmann::ordered_json({128, 128}));
   EXPECT_EQ(SynthQuantConfig(SynthQuant::kFp8)["fmt"], "e4m3");
   EXPECT_EQ(SynthQuantConfig(SynthQuant::kFp8Channel)["quant_method"], "compressed-tensors");
 }
