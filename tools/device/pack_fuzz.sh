@@ -19,7 +19,7 @@ for b in "$FUZZ"/fuzz/*_fuzz "$AGENTKV"; do
   ldd "$b" | awk '/=> \//{print $3}' | while read -r lib; do
     case "$(basename "$lib")" in
       libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*) ;;
-      libcublas*|libcuda.so*|libcudart*) ;;  # from the GPU machine's toolkit
+      libcublas*|libcuda.so*|libcudart*|libnccl*) ;;  # from the GPU machine's toolkit
       *) [ -e "$D/lib/$(basename "$lib")" ] || cp -L "$lib" $D/lib/ ;;
     esac
   done
