@@ -366,12 +366,17 @@ TEST(CudaBackend, KeptRowsAreReadBackAfterTheStep) {
   for (int32_t r : kept) {
     const std::span<const float> row(got.data() + r * V, V);
     EXPECT_LT(RelErr(row, std::span<const float>(ref.data() + r * V, V)), 1e-6) << "row " << r;
-    if (plan[r].mode == PickMode::kGreedy) EXPECT_EQ(toks[r], Argmax(row)) << "row " << r;
+    if (plan[r].mode == PickMode::kGreedy) {
+      EXPECT_EQ(toks[r], Argmax(row)) << "row " << r;
+    }
   }
   EXPECT_TRUE(std::isnan(got[static_cast<size_t>(V)])) << "row 1 kept nothing: not written";
   const std::vector<int32_t> past = {n};
   EXPECT_FALSE(b->ReadKeptLogits(past, got).ok());
-  for (RowPick& p : plan) p = RowPick{PickMode::kGreedy};
+  for (RowPick& p : plan) {
+    p = RowPick{};
+    p.mode = PickMode::kGreedy;
+  }
   ASSERT_TRUE(b->ForwardSampled(steps, plan, toks, got).ok());
   EXPECT_FALSE(b->ReadKeptLogits(kept, got).ok()) << "the last step kept no logits";
 }

@@ -80,7 +80,7 @@ TEST(CudaDequant, Fp8MatchesTheCpuBitForBit) {
 TEST(CudaDequant, Mxfp4MatchesTheCpuBitForBit) {
   AGENTKV_REQUIRE_GPU();
   std::mt19937 rng(6);
-  for (const auto [n, k] : {std::pair{64, 256}, std::pair{7, 32}, std::pair{130, 2880}}) {
+  for (const auto& [n, k] : {std::pair{64, 256}, std::pair{7, 32}, std::pair{130, 2880}}) {
     model::QuantizedWeight w;
     w.format = model::QuantFormat::kMxfp4;
     w.shape = {n, k};
