@@ -60,6 +60,14 @@ int64_t AgentManager::NowMs() const {
       .count();
 }
 
+engine::CacheSource ResumeSourceOf(int64_t cached_tokens, int64_t prompt_tokens,
+                                   int64_t previous_tokens, engine::CacheSource source) {
+  const int64_t reusable =
+      previous_tokens > 0 ? std::min(previous_tokens, prompt_tokens) : prompt_tokens;
+  if (cached_tokens <= 0 || 2 * cached_tokens < reusable) return engine::CacheSource::kNone;
+  return source;
+}
+
 std::shared_ptr<AgentTurn> AgentManager::NewTurn(std::string agent_id, PrepareFn prepare) {
   return std::make_shared<AgentTurn>(this, std::move(agent_id), std::move(prepare));
 }
@@ -95,9 +103,10 @@ void AgentManager::NoteFinished(const std::string& agent, const std::vector<int3
   if (src == engine::CacheSource::kNone && finished.cached_tokens > 0)
     src = engine::CacheSource::kResident;
   info.last_cache_source = src;
+  const int64_t previous = info.resident_tokens;
   info.resident_tokens = total;
   if (info.turns > 1) {  // a resume: where did the agent's context come from?
-    switch (finished.cached_tokens > 0 ? src : engine::CacheSource::kNone) {
+    switch (ResumeSourceOf(finished.cached_tokens, finished.prompt_tokens, previous, src)) {
       case engine::CacheSource::kResident:
         ++counts_.resident;
         break;

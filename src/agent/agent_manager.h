@@ -57,11 +57,22 @@ struct AgentInfo {
 };
 
 struct ResumeCounts {
-  int64_t resident = 0;   // cached prompt tokens came from the pool
+  int64_t resident = 0;   // the agent's context came from the pool
   int64_t host = 0;       // ... from host memory
   int64_t disk = 0;       // ... from the store
-  int64_t recompute = 0;  // nothing cached: prefilled from the history
+  int64_t recompute = 0;  // little or nothing cached: prefilled from the history
 };
+
+// Where a resumed agent's context came from, for ResumeCounts: `source`
+// (the tier that served the cached tokens) when they cover at least half
+// of what the agent could have reused, the shorter of its previous context
+// (`previous_tokens`, prompt + reply of its last turn; 0 when unknown) and
+// this prompt; otherwise kNone (recomputed). A prompt that found only a
+// prefix it shares with other agents, such as a common system prompt, was
+// recomputed: counting it by that prefix's tier would report an agent
+// re-prefilled after a restart as resident. Pure.
+engine::CacheSource ResumeSourceOf(int64_t cached_tokens, int64_t prompt_tokens,
+                                   int64_t previous_tokens, engine::CacheSource source);
 
 // Bounds on what the manager keeps in memory (each least recently used
 // first out past its bound).

@@ -546,6 +546,24 @@ TEST_P(AgentManagerOnBothStores, InfoBoundKeepsStoreAgentsListedAndPagesByIdAfte
   EXPECT_FALSE(page->has_more);
 }
 
+// A resume counts by its tier only when the agent's own context was served:
+// a shared system prompt found in the pool is not the agent coming back.
+TEST(ResumeSourceOfTest, CountsTheTierOnlyWhenMostOfTheAgentsContextWasCached) {
+  using engine::CacheSource;
+  // Turn 2 of an agent that held 640 tokens: 620 of 704 cached from the pool.
+  EXPECT_EQ(ResumeSourceOf(620, 704, 640, CacheSource::kResident), CacheSource::kResident);
+  // After a restart the same first prompt again: 32 shared tokens of 512.
+  EXPECT_EQ(ResumeSourceOf(32, 512, 1044, CacheSource::kResident), CacheSource::kNone);
+  // Half of the reusable part is enough; just under it is not.
+  EXPECT_EQ(ResumeSourceOf(256, 512, 1044, CacheSource::kDisk), CacheSource::kDisk);
+  EXPECT_EQ(ResumeSourceOf(255, 512, 1044, CacheSource::kDisk), CacheSource::kNone);
+  // A shorter previous context bounds what could be reused.
+  EXPECT_EQ(ResumeSourceOf(60, 2000, 100, CacheSource::kHost), CacheSource::kHost);
+  // Unknown previous context (its info was forgotten): the prompt bounds it.
+  EXPECT_EQ(ResumeSourceOf(300, 512, 0, CacheSource::kHost), CacheSource::kHost);
+  EXPECT_EQ(ResumeSourceOf(0, 512, 0, CacheSource::kResident), CacheSource::kNone);
+}
+
 INSTANTIATE_TEST_SUITE_P(Stores, AgentManagerOnBothStores,
                          ::testing::Values(Kind::kLmdb, Kind::kMemory),
                          [](const ::testing::TestParamInfo<Kind>& info) {
