@@ -17,6 +17,7 @@
 #include "engine/backend/cuda/kernels/tp.h"
 #include "engine/backend/cuda/nccl_windows.h"
 #include "engine/backend/tp_reduce_plan.h"
+#include "late_fill.h"
 
 namespace agentkv::backend::cuda {
 namespace {
@@ -149,7 +150,7 @@ TEST(NcclWindows, SumsWhatAnEarlyLaunchingKernelWroteBehindTheFence) {
             // (A first sum outside the timing, so NCCL has connected.)
             RETURN_IF_ERROR((*comms)->rank(r).SumF32(buf, count, s));
             CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
-            CUDA_RETURN_IF_ERROR(kernels::LaunchLateFill(buf, static_cast<int64_t>(count),
+            CUDA_RETURN_IF_ERROR(testing::LaunchLateFill(buf, static_cast<int64_t>(count),
                                                          static_cast<float>(r + 1), 200'000,
                                                          kernels::LaunchConfig(s, true)));
             if (fence) CUDA_RETURN_IF_ERROR(kernels::LaunchStreamFence(s));
