@@ -29,18 +29,12 @@
 #include "engine/backend/tp_reduce_plan.h"
 #include "engine/model/model_synth.h"
 #include "engine/model/safetensors_weights.h"
+#include "nccl_test_util.h"
 
 namespace agentkv::backend::cuda {
 namespace {
 
 using namespace agentkv::testing;
-
-#define AGENTKV_REQUIRE_GPUS(n)                                                          \
-  do {                                                                                   \
-    AGENTKV_REQUIRE_GPU();                                                               \
-    if (cuda::VisibleGpus() < (n))                                                       \
-      GTEST_SKIP() << "needs " << (n) << " GPUs, " << cuda::VisibleGpus() << " visible"; \
-  } while (0)
 
 // SmallConfig with MLP and expert sizes that split over 2 and 4 ranks.
 model::ModelConfig TpSmallConfig(model::Architecture arch) {
