@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -135,6 +136,13 @@ class CudaBackendQuant : public ::testing::Test {
   model::SynthOptions Base(const std::string& arch, model::SynthQuant quant) const {
     return SynthBase(arch, quant, dir_, 21);
   }
+  // Writes the checkpoint `o` describes (into dir_) and opens it: config()
+  // and weights() until the next call.
+  ::testing::AssertionResult Synthesize(const model::SynthOptions& o) {
+    return WriteAndOpen(o, &ck_);
+  }
+  const model::ModelConfig& config() const { return ck_.config; }
+  const model::SafetensorsWeights& weights() const { return *ck_.weights; }
 
   // The CPU and CUDA backends on `w`, driven as backend_test.cc does;
   // returns the CUDA backend's weight bytes.
@@ -150,7 +158,22 @@ class CudaBackendQuant : public ::testing::Test {
     return gpu->weight_bytes();
   }
 
+  // The weight bytes of a CUDA backend on `w` with every quantized tensor
+  // served dequantized (bf16 on the GPU): what the quantized forms save
+  // against. None (the reason added as a failure) if it cannot be made.
+  static std::optional<uint64_t> DequantizedWeightBytes(const model::ModelConfig& c,
+                                                        const model::WeightSource& w) {
+    const PartlyQuantized plain(w, c.quant, Nothing);
+    auto ref = CudaBackend::Create(c, plain, CudaBackendOptions{});
+    if (!ref.ok()) {
+      ADD_FAILURE() << ref.status().ToString();
+      return std::nullopt;
+    }
+    return (*ref)->weight_bytes();
+  }
+
   fs::path dir_;
+  SynthCheckpoint ck_;
 };
 
 // The bytes a layer's experts take as bf16 and as stored.
@@ -177,21 +200,17 @@ TEST_F(CudaBackendQuant, GptOssMxfp4ExpertsMatchTheCpu) {
   AGENTKV_REQUIRE_GPU();
   model::SynthOptions o = Base("gpt_oss", model::SynthQuant::kMxfp4);
   SmallGptOssShape(&o, 96);  // 3 blocks of 32 into down_proj
-  SynthCheckpoint ck;
-  ASSERT_TRUE(WriteAndOpen(o, &ck));
-  const model::ModelConfig& c = ck.config;
-  const model::SafetensorsWeights& w = *ck.weights;
+  ASSERT_TRUE(Synthesize(o));
+  const model::ModelConfig& c = config();
+  const model::SafetensorsWeights& w = weights();
   ASSERT_TRUE(w.IsQuantized("model.layers.0.mlp.experts.gate_up_proj"));
   const uint64_t quant = ExpectCudaMatchesCpu(c, w);
   // The same model with its experts dequantized takes bf16 experts.
-  const PartlyQuantized plain(w, c.quant, Nothing);
-  CudaBackendOptions opts;
-  auto ref = CudaBackend::Create(c, plain, opts);
-  ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+  const std::optional<uint64_t> ref = DequantizedWeightBytes(c, w);
+  ASSERT_TRUE(ref);
   // mxfp4: half a byte a value and a byte per 32.
   const uint64_t values = ExpertBf16Bytes(c) / 2;
-  EXPECT_EQ((*ref)->weight_bytes() - quant,
-            (2 * values - values / 2 - values / model::kMxfp4Block) * c.num_layers);
+  EXPECT_EQ(*ref - quant, (2 * values - values / 2 - values / model::kMxfp4Block) * c.num_layers);
 }
 
 TEST_F(CudaBackendQuant, Qwen3MoeFp8ExpertsMatchTheCpu) {
@@ -202,24 +221,22 @@ TEST_F(CudaBackendQuant, Qwen3MoeFp8ExpertsMatchTheCpu) {
   o.experts = 4;
   o.experts_per_token = 2;
   o.moe_intermediate = 144;  // ragged both ways, whole 16-value loads
-  SynthCheckpoint ck;
-  ASSERT_TRUE(WriteAndOpen(o, &ck));
-  const model::ModelConfig& c = ck.config;
-  const model::SafetensorsWeights& w = *ck.weights;
+  ASSERT_TRUE(Synthesize(o));
+  const model::ModelConfig& c = config();
+  const model::SafetensorsWeights& w = weights();
   ASSERT_TRUE(w.IsQuantized("model.layers.1.mlp.experts.3.up_proj.weight"));
   // The checkpoint as it is (its attention fp8 too), then its experts
   // alone quantized.
   const uint64_t all = ExpectCudaMatchesCpu(c, w);
   const PartlyQuantized experts(w, c.quant, Experts);
   const uint64_t quant = ExpectCudaMatchesCpu(c, experts);
-  const PartlyQuantized plain(w, c.quant, Nothing);
-  auto ref = CudaBackend::Create(c, plain, CudaBackendOptions{});
-  ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+  const std::optional<uint64_t> ref = DequantizedWeightBytes(c, w);
+  ASSERT_TRUE(ref);
   // fp8: a byte a value, and per expert fp32 scales of 2 x 2 blocks
   // (gate, up: 144 rows x 160 columns) and 2 x 2 (down: 160 x 144).
   const int64_t E = c.moe.num_experts;
   const uint64_t stored = ExpertBf16Bytes(c) / 2 + static_cast<uint64_t>(E) * (2 * 4 + 4) * 4;
-  EXPECT_EQ((*ref)->weight_bytes() - quant, (ExpertBf16Bytes(c) - stored) * c.num_layers);
+  EXPECT_EQ(*ref - quant, (ExpertBf16Bytes(c) - stored) * c.num_layers);
   EXPECT_EQ(quant - all, DenseBytesSaved(c, true, false) * c.num_layers);
 }
 
@@ -232,17 +249,14 @@ TEST_F(CudaBackendQuant, Qwen3Fp8DenseMatchesTheCpu) {
     fs::remove_all(dir_);
     model::SynthOptions o = Base("qwen3", q);
     SmallDenseShape(&o, 272);
-    SynthCheckpoint ck;
-    ASSERT_TRUE(WriteAndOpen(o, &ck));
-    const model::ModelConfig& c = ck.config;
-    const model::SafetensorsWeights& w = *ck.weights;
+    ASSERT_TRUE(Synthesize(o));
+    const model::ModelConfig& c = config();
+    const model::SafetensorsWeights& w = weights();
     ASSERT_TRUE(w.IsQuantized("model.layers.1.mlp.down_proj.weight"));
     const uint64_t quant = ExpectCudaMatchesCpu(c, w);
-    const PartlyQuantized plain(w, c.quant, Nothing);
-    auto ref = CudaBackend::Create(c, plain, CudaBackendOptions{});
-    ASSERT_TRUE(ref.ok()) << ref.status().ToString();
-    EXPECT_EQ((*ref)->weight_bytes() - quant,
-              DenseBytesSaved(c, q == model::SynthQuant::kFp8, true) * c.num_layers)
+    const std::optional<uint64_t> ref = DequantizedWeightBytes(c, w);
+    ASSERT_TRUE(ref);
+    EXPECT_EQ(*ref - quant, DenseBytesSaved(c, q == model::SynthQuant::kFp8, true) * c.num_layers)
         << "quant " << static_cast<int>(q);
   }
 }
@@ -260,10 +274,9 @@ TEST_F(CudaBackendQuant, Qwen3Fp8DenseManyTokenStepsRunDequantized) {
   AGENTKV_REQUIRE_GPU();
   model::SynthOptions o = Base("qwen3", model::SynthQuant::kFp8);
   SmallDenseShape(&o, 272);
-  SynthCheckpoint ck;
-  ASSERT_TRUE(WriteAndOpen(o, &ck));
-  const model::ModelConfig& c = ck.config;
-  const model::SafetensorsWeights& w = *ck.weights;
+  ASSERT_TRUE(Synthesize(o));
+  const model::ModelConfig& c = config();
+  const model::SafetensorsWeights& w = weights();
   const int H = c.hidden_size, I = c.intermediate_size;
   GemmModel g;
   g.quant_dequant = true;
@@ -297,10 +310,9 @@ TEST_F(CudaBackendQuant, Qwen3Fp8DenseDequantizedInDecodeGraphs) {
   AGENTKV_REQUIRE_GPU();
   model::SynthOptions o = Base("qwen3", model::SynthQuant::kFp8Channel);
   SmallDenseShape(&o, 272);
-  SynthCheckpoint ck;
-  ASSERT_TRUE(WriteAndOpen(o, &ck));
-  const model::ModelConfig& c = ck.config;
-  const model::SafetensorsWeights& w = *ck.weights;
+  ASSERT_TRUE(Synthesize(o));
+  const model::ModelConfig& c = config();
+  const model::SafetensorsWeights& w = weights();
   GemmModel g;
   g.quant_dequant = true;
   g.quant_gemv = false;
@@ -332,10 +344,9 @@ TEST_F(CudaBackendQuant, RefusesExpertsTheKernelsCannotRead) {
   o.experts = 4;
   o.experts_per_token = 2;
   o.moe_intermediate = 32;
-  SynthCheckpoint ck;
-  ASSERT_TRUE(WriteAndOpen(o, &ck));
-  const model::ModelConfig& c = ck.config;
-  const model::SafetensorsWeights& w = *ck.weights;
+  ASSERT_TRUE(Synthesize(o));
+  const model::ModelConfig& c = config();
+  const model::SafetensorsWeights& w = weights();
   const PartlyQuantized channel(w, c.quant, Experts);
   auto b = CudaBackend::Create(c, channel, CudaBackendOptions{});
   ASSERT_FALSE(b.ok());
