@@ -232,7 +232,8 @@ Status TpBackend::EnsureWindows(int64_t tokens) {
 }
 
 Status TpBackend::AllocateKv(const KvLayout& layout) {
-  // The window first, so that the workspaces AllocateKv makes go into it.
+  // The window first, so that the workspaces AllocateKv makes have their
+  // views in it.
   RETURN_IF_ERROR(EnsureWindows(std::max(options_.rank.max_step_tokens, options_.rank.max_batch)));
   RETURN_IF_ERROR(RunAll([&](int r) { return ranks_[r]->AllocateKv(layout); }));
   layout_ = layout;
