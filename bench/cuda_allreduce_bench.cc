@@ -4,9 +4,12 @@
 // TpBackend runs them: each measurement captures 64 all-reduces into one
 // CUDA graph per rank (decode steps hold theirs in graphs), launches it
 // 20 times after a warm-up launch, and reports the slowest rank's
-// microseconds per all-reduce (manual time). Sizes 8 KB .. 1 MB: a decode
-// step's residual is rows x hidden x 4 bytes (8 KB: one row at hidden
-// 2,048; 1 MB: 64 rows at 4,096). window: 0 plain buffers; 1 the window as
+// microseconds per all-reduce (manual time). Sizes 8 KiB .. 1 MiB: a
+// decode step's residual is rows x hidden x 4 bytes (8 KiB: one row at
+// hidden 2,048; 16 KiB: one at 4,096; 1 MiB: 64 rows at 4,096), with 16
+// to 48 KiB in 8 KiB steps around where the window stops winning: they
+// place kTpWindowReduceMaxBytes (tp_reduce_plan.h), the largest sum the
+// backend runs from the window. window: 0 plain buffers; 1 the window as
 // CudaBackend::TpReduce runs it (each all-reduce behind
 // kernels::LaunchStreamFence where TpWindowReduceNeedsFence says so for
 // the NCCL loaded: counter `fenced`); 2 plain buffers, each all-reduce
@@ -242,8 +245,8 @@ void AllReduce(benchmark::State& state) {
 
 BENCHMARK(AllReduce)
     ->ArgNames({"bytes", "window"})
-    ->ArgsProduct({{8 << 10, 16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10, 512 << 10,
-                    1 << 20},
+    ->ArgsProduct({{8 << 10, 16 << 10, 24 << 10, 32 << 10, 40 << 10, 48 << 10, 64 << 10, 128 << 10,
+                    256 << 10, 512 << 10, 1 << 20},
                    {0, 1, 2}})
     ->UseManualTime()
     ->Iterations(3)

@@ -27,12 +27,14 @@
 # bench:     `agentkv bench engine` on the Qwen3-8B shape (512 + 128, c1 and
 #            c64) at TP 1 and TP 2 on the same machine in one run: tok/s and
 #            the TP 2 / TP 1 ratio (the issue asks >= 1.6x at both). TP 2 runs
-#            once per TP_WINDOWS value (default "1 0": the all-reduced
-#            buffers in NCCL symmetric windows, then plain; --tp-windows)
+#            once per TP_WINDOWS value (default "1 0": steps of small
+#            all-reduces from NCCL symmetric windows, the rest from plain
+#            buffers (TpReduceFromWindow), then plain only; --tp-windows)
 # allreduce: cuda_allreduce_bench (fp32 all-reduce from graphs on GPUs 0-1,
 #            plain buffers vs symmetric windows as the backend runs them
 #            (fenced where the NCCL loaded needs it), and plain behind the
-#            fence (its cost), 8 KB .. 1 MB: us per all-reduce), then the TP 2 bench runs under nsys for each
+#            fence (its cost), 8 KiB .. 1 MiB, 16-48 KiB in 8 KiB steps
+#            around kTpWindowReduceMaxBytes: us per all-reduce), then the TP 2 bench runs under nsys for each
 #            TP_WINDOWS value: NCCL kernel time per decode step (the
 #            all-reduces of 2 x layers + 2 per step), where nsys exists
 # Default: smoke quant tests hf resume bench allreduce. Logs and JSON go to $OUT (or

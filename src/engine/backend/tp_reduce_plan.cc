@@ -9,6 +9,18 @@ size_t AlignWindow(size_t n) { return (n + kTpWindowAlign - 1) / kTpWindowAlign 
 
 }  // namespace
 
+bool TpReduceFromWindow(size_t bytes) { return bytes > 0 && bytes <= kTpWindowReduceMaxBytes; }
+
+int64_t TpWindowTokens(const model::ModelConfig& c) {
+  const size_t row = static_cast<size_t>(std::max(c.hidden_size, 1)) * 4;
+  return static_cast<int64_t>(kTpWindowReduceMaxBytes / row);
+}
+
+bool TpStepFromWindow(const model::ModelConfig& c, int64_t tokens, int64_t window_rows) {
+  const size_t bytes = static_cast<size_t>(std::max<int64_t>(tokens, 0)) * c.hidden_size * 4;
+  return tokens > 0 && tokens <= window_rows && TpReduceFromWindow(bytes);
+}
+
 TpReduceArena TpReduceArenaFor(const model::ModelConfig& c, int64_t tokens) {
   TpReduceArena a;
   a.residual_bytes = static_cast<size_t>(std::max<int64_t>(tokens, 1)) * c.hidden_size * 4;

@@ -4,9 +4,13 @@
 // (tests/engine/backend/tp_reduce_plan_test.cc); cuda::CudaBackend and
 // cuda::TpBackend act on it.
 //
+// - TpReduceFromWindow: whether an all-reduce of a given size runs from the
+//   window or from a plain buffer (TpWindowTokens: the most tokens a step
+//   may have for its all-reduces to run from the window; TpStepFromWindow:
+//   a step's choice).
 // - TpReduceArenaFor: the layout of a rank's NCCL symmetric window.
-// - PlaceTpReduce: for a token capacity and the window a rank was given,
-//   which buffers are views of the window and at which offsets.
+// - PlaceTpReduce: for the rows a window is to hold and the window a rank
+//   was given, which buffers have views in the window and at which offsets.
 // - TpWindowReduceNeedsFence: whether an all-reduce from the window must be
 //   preceded by a kernel launched without programmatic dependent launch.
 //
@@ -19,6 +23,44 @@
 #include "engine/model/model_config.h"
 
 namespace agentkv::backend {
+
+// The largest all-reduce, in bytes, that runs from the symmetric window;
+// larger ones run from plain buffers. Measured on 2 x H200, NCCL 2.28.9
+// (cuda_allreduce_bench, graph-replayed fp32 sums; bench/RESULTS.md,
+// "Tensor parallelism: the tpquant failure found and fixed"), µs per
+// all-reduce, plain / window behind the fence:
+//   8 KiB 6.34 / 4.63, 64 KiB 6.82 / 8.17, 128 KiB 7.06 / 10.2,
+//   512 KiB 9.47 / 12.3, 1 MiB 12.8 / 14.5.
+// The window (NCCL's symmetric kernels) leads by 1.7 µs at 8 KiB and
+// trails by 1.4 µs at 64 KiB and by 1.5-3 µs beyond: its time grows about
+// seven times faster with the size than the plain path's. Straight lines
+// through the two points that bracket the change cross at about 39 KiB;
+// 32 KiB is the largest power of two below it, where the lines still give
+// the window ~0.4 µs. (The bench also times 16, 24, 32, 40 and 48 KiB, to
+// place the crossover exactly.) An NCCL whose symmetric kernels need no
+// fence (TpWindowReduceNeedsFence false) saves the window its ~0.7 µs,
+// which would move the crossover up; that is unmeasured, so the same bound
+// holds there (the window is chosen only where it won with the fence).
+// A residual row is hidden x 4 bytes (fp32): 16 KiB at hidden 4,096, so a
+// decode step of 1 or 2 sequences of an 8B model sums from the window;
+// 32 KiB at hidden 8,192 (one sequence).
+inline constexpr size_t kTpWindowReduceMaxBytes = size_t{32} << 10;
+
+// Whether an all-reduce of `bytes` runs from the rank's symmetric window
+// (where the rank has one) rather than from a plain buffer: from 1 byte up
+// to kTpWindowReduceMaxBytes.
+bool TpReduceFromWindow(size_t bytes);
+
+// The most tokens a step may have and still all-reduce from the window
+// (its buffers are tokens x hidden x 4 bytes; TpReduceFromWindow); 0 where
+// one token's row is already larger.
+int64_t TpWindowTokens(const model::ModelConfig& config);
+
+// Whether a step of `tokens` tokens sums from views of `window_rows` rows
+// in the window (0: none): TpReduceFromWindow for its all-reduces (tokens x
+// hidden x 4 bytes each) and room for its rows. Every rank asks with the
+// same step and the same views, so all sum from a window or none.
+bool TpStepFromWindow(const model::ModelConfig& config, int64_t tokens, int64_t window_rows);
 
 // A rank's all-reduced buffers in one symmetric NCCL window (NcclWindows):
 // the residual stream (tokens x hidden fp32) at offset 0 and, for
@@ -35,16 +77,17 @@ struct TpReduceArena {
 };
 TpReduceArena TpReduceArenaFor(const model::ModelConfig& config, int64_t tokens);
 
-// Where the residual stream x and the o output live for a capacity of
-// `tokens` tokens (at least one) given a window of `window_bytes` (0: no
-// window): in the window at TpReduceArenaFor's offsets when its layout
-// fits, x always and o only for sandwich-norm models (the others never sum
-// o: it stays an allocation of its own); otherwise both are allocations of
-// their own. Every rank gets a window of the same size and the same
-// capacity, so the placement (and NCCL's choice of kernel) is the same on
+// Where views of the residual stream x and the o output of `tokens` rows
+// (at least one) lie in a window of `window_bytes` (0: no window): at
+// TpReduceArenaFor's offsets when its layout fits, x always and o only for
+// sandwich-norm models (the others never sum o); otherwise no view at all.
+// A rank keeps allocations of its own for whole steps beside them and runs
+// a step from the views when TpReduceFromWindow says so for the step's
+// size (CudaBackend). Every rank gets a window of the same size and the
+// same rows, so the placement (and NCCL's choice of kernel) is the same on
 // every rank.
 struct TpReducePlacement {
-  size_t buffer_bytes = 0;  // each buffer's size: tokens x hidden x 4
+  size_t buffer_bytes = 0;  // each view's size: tokens x hidden x 4
   bool x_in_window = false;
   size_t x_offset = 0;
   bool o_in_window = false;

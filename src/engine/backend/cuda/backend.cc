@@ -398,7 +398,9 @@ Status CudaBackend::WarmUpGemms() {
           Gemm(h_.get<kernels::bf16_t>(), wqkv, qkv_.get(), false, m, qkv_n, H, 0.f, T));
     }
     // As Enqueue calls them: sandwich-norm models write o, the others add
-    // into the residual stream x (another cuBLAS kernel family).
+    // into the residual stream x (another cuBLAS kernel family), in the
+    // own allocations (m rows up to the capacity).
+    SelectReduceBuffers(0);
     void* res = c.sandwich_norm ? o_.get() : x_.get();
     const float beta = c.sandwich_norm ? 0.f : 1.f;
     if (const kernels::bf16_t* wo = bf16(L.wo, L.q_o, m, H, A); wo != nullptr)
@@ -552,7 +554,7 @@ Status CudaBackend::EnsureCapacity(int64_t tokens, int64_t seqs,
     RETURN_IF_ERROR(kv8_.Allocate(bytes));
     CUDA_RETURN_IF_ERROR(cudaMemsetAsync(kv8_.get(), 0, bytes, stream_));
   }
-  RETURN_IF_ERROR(PlaceReduceBuffers());
+  RETURN_IF_ERROR(PlaceReduceBuffers(/*allocate=*/true));
   // Tensor parallelism: one argmax key per logits row (forward_tp.cc).
   if (tp()) RETURN_IF_ERROR(tp_keys_.Allocate(static_cast<size_t>(B) * 8));
   for (int i = 0; i < kSlots; ++i) {
@@ -565,24 +567,48 @@ Status CudaBackend::EnsureCapacity(int64_t tokens, int64_t seqs,
   return Status::Ok();
 }
 
-Status CudaBackend::PlaceReduceBuffers() {
-  const TpReducePlacement p =
-      PlaceTpReduce(config_, cap_tokens_, arena_ != nullptr ? arena_bytes_ : 0);
+int64_t CudaBackend::ReduceWindowRows(int64_t tokens) const {
+  const int64_t most = TpWindowTokens(config_);
+  if (most <= 0 || tokens <= 0) return 0;
+  // A GEMM of m rows may write GemmRows(m) (CublasRows at the buffer's
+  // rows): room for those keeps every step's kernels as with the own
+  // allocations.
+  return std::min<int64_t>(tokens, cuda::GemmRows(static_cast<int>(most)));
+}
+
+size_t CudaBackend::ReduceWindowBytes(int64_t tokens) const {
+  const int64_t rows = ReduceWindowRows(tokens);
+  return rows > 0 ? TpReduceArenaFor(config_, rows).bytes : 0;
+}
+
+Status CudaBackend::PlaceReduceBuffers(bool allocate) {
+  const size_t bytes = static_cast<size_t>(cap_tokens_) * config_.hidden_size * 4;
+  if (allocate)
+    for (cuda::ReduceBuffer* b : {&x_, &o_}) RETURN_IF_ERROR(b->Allocate(bytes));
+  const int64_t rows = ReduceWindowRows(cap_tokens_);
+  const TpReducePlacement p = PlaceTpReduce(config_, std::max<int64_t>(rows, 1),
+                                            arena_ != nullptr && rows > 0 ? arena_bytes_ : 0);
   char* base = static_cast<char*>(arena_);
-  if (p.x_in_window) {
-    x_.View(base + p.x_offset, p.buffer_bytes);
-  } else {
-    RETURN_IF_ERROR(x_.Allocate(p.buffer_bytes));
-  }
-  if (p.o_in_window) {
-    o_.View(base + p.o_offset, p.buffer_bytes);
-  } else {
-    RETURN_IF_ERROR(o_.Allocate(p.buffer_bytes));
-  }
+  x_.SetWindow(p.x_in_window ? base + p.x_offset : nullptr, p.buffer_bytes);
+  o_.SetWindow(p.o_in_window ? base + p.o_offset : nullptr, p.buffer_bytes);
   // Padding rows of graph steps read what is there: never leave it undefined.
-  for (cuda::ReduceBuffer* b : {&x_, &o_})
-    CUDA_RETURN_IF_ERROR(cudaMemsetAsync(b->get(), 0, p.buffer_bytes, stream_));
+  for (cuda::ReduceBuffer* b : {&x_, &o_}) {
+    CUDA_RETURN_IF_ERROR(cudaMemsetAsync(b->get(), 0, b->bytes(), stream_));
+    if (b->has_window())
+      CUDA_RETURN_IF_ERROR(cudaMemsetAsync(b->window(), 0, b->window_bytes(), stream_));
+  }
   return Status::Ok();
+}
+
+bool CudaBackend::ReduceInWindow(int T) const {
+  const size_t row = static_cast<size_t>(config_.hidden_size) * 4;
+  return TpStepFromWindow(config_, T, static_cast<int64_t>(x_.window_bytes() / row));
+}
+
+void CudaBackend::SelectReduceBuffers(int T) {
+  const bool window = ReduceInWindow(T);
+  x_.UseWindow(window);
+  o_.UseWindow(window);  // (no view: a model that never sums o apart)
 }
 
 Status CudaBackend::SetReduceArena(void* base, size_t bytes, bool fence) {
@@ -593,7 +619,7 @@ Status CudaBackend::SetReduceArena(void* base, size_t bytes, bool fence) {
   arena_bytes_ = arena_ != nullptr ? bytes : 0;
   reduce_fence_ = arena_ != nullptr && fence;
   if (cap_tokens_ == 0) return Status::Ok();  // placed when the workspaces are made
-  RETURN_IF_ERROR(PlaceReduceBuffers());
+  RETURN_IF_ERROR(PlaceReduceBuffers(/*allocate=*/false));
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   return Status::Ok();
 }

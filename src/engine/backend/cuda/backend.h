@@ -170,22 +170,37 @@ class CudaBackend final : public Backend {
   // graph step of a multi-group model copy the widest tables.)
   Status Reserve(int max_step_tokens, int max_batch) override;
   // Tensor-parallel ranks (TpBackend): the rank's symmetric NCCL window
-  // (`bytes` at `base`, NcclWindows; null or 0: none), in which the
-  // residual stream (and a sandwich-norm model's o output) live whenever
-  // PlaceTpReduce(config, the token capacity, bytes) says they fit, so
-  // that their all-reduces run NCCL's symmetric kernels; otherwise they
-  // are allocations of their own. Every rank must get a window of the same
-  // size, so that the placement (and NCCL's choice of kernel) is the same
-  // on every rank. `fence`: every all-reduce of a buffer in the window is
+  // (`bytes` at `base`, NcclWindows; null or 0: none). The residual stream
+  // (and a sandwich-norm model's o output) are allocations of their own for
+  // whole steps and, where PlaceTpReduce(config, ReduceWindowRows(the token
+  // capacity), bytes) says they fit, also views in the window; a step runs
+  // from the views (NCCL's symmetric kernels) when TpReduceFromWindow says
+  // so for its all-reduces' size (tokens x hidden x 4 bytes), from its own
+  // allocations otherwise, graph steps included (a graph's size is its
+  // bucket's). Every rank must get a window of the same size, so that the
+  // placement and each step's choice (and NCCL's choice of kernel) are the
+  // same on every rank. `fence`: every all-reduce from the window is
   // preceded by kernels::LaunchStreamFence (TpWindowReduceNeedsFence for
   // the NCCL loaded). Drops the captured graphs and places the buffers
   // anew (their contents are lost: call between steps). The window must
   // outlive this backend or the next call.
   Status SetReduceArena(void* base, size_t bytes, bool fence);
-  // Whether the residual stream lives in the window now, and whether its
-  // all-reduces are fenced (SetReduceArena).
-  bool residual_in_window() const { return x_.is_view(); }
-  bool reduce_fenced() const { return x_.is_view() && reduce_fence_; }
+  // The rows the window views hold for a capacity of `tokens` tokens:
+  // every step TpReduceFromWindow sends there (TpWindowTokens), with room
+  // for the row count a GEMM of those rows writes (cuda::GemmRows, as the
+  // own allocations have), at most `tokens`; 0 where no step would sum
+  // from a window. ReduceWindowBytes: the window that holds them (0: none
+  // needed).
+  int64_t ReduceWindowRows(int64_t tokens) const;
+  size_t ReduceWindowBytes(int64_t tokens) const;
+  // Whether steps of few tokens sum from the window now (the views exist),
+  // whether those sums are fenced (SetReduceArena), and how many steps have
+  // run (launched: graph replays included) from the window and from the
+  // own allocations under tensor parallelism.
+  bool residual_in_window() const { return x_.has_window(); }
+  bool reduce_fenced() const { return x_.has_window() && reduce_fence_; }
+  int64_t window_reduce_steps() const { return window_reduce_steps_; }
+  int64_t plain_reduce_steps() const { return plain_reduce_steps_; }
   const KvLayout& kv_layout() const override { return layout_; }
   Status CopyBlocks(std::span<const cache::KvBlockCopy> copies) override;
   // Several logits rows per sequence (speculative verification): the LM
@@ -319,9 +334,17 @@ class CudaBackend final : public Backend {
   // buffer of exactly blocks.size() blocks); returns the bytes per block.
   Result<size_t> CheckBlockBatch(const char* what, int group, std::span<const int32_t> blocks,
                                  size_t buffer_bytes) const;
-  // (Re)places x_ and o_ for cap_tokens_ tokens as PlaceTpReduce says: in
-  // the window when it holds them, else allocated; zeroed.
-  Status PlaceReduceBuffers();
+  // x_ and o_ for cap_tokens_ tokens (allocated anew with `allocate`),
+  // their views in the window for ReduceWindowRows(cap_tokens_) rows where
+  // PlaceTpReduce says they fit (none otherwise); all zeroed, the own
+  // allocations in use.
+  Status PlaceReduceBuffers(bool allocate);
+  // Whether a step of T tokens (padded, for graphs) sums from the window
+  // views: TpReduceFromWindow for its all-reduces, rows for it in the views.
+  bool ReduceInWindow(int T) const;
+  // x_ and o_ as a step of T tokens uses them (ReduceInWindow); called
+  // before anything of the step reads their addresses.
+  void SelectReduceBuffers(int T);
   // Grows the workspaces to hold `tokens` tokens, `seqs` sequences, block
   // tables `width` wide and `rows` logits rows (0: as many as sequences).
   Status EnsureCapacity(int64_t tokens, int64_t seqs, const std::array<int, kMaxCacheGroups>& width,
@@ -502,12 +525,14 @@ class CudaBackend final : public Backend {
   cuda::DeviceBuffer h_, qkv_, q_, k_, v_, attn_, gu_, act_, logits_, argmax_scratch_, part_o_,
       part_ml_, cublas_ws_, wgmma_ws_;
   // The residual stream [T][H] fp32 and the o projection's output [T][H]
-  // fp32: what tensor parallelism all-reduces, in the rank's window where
-  // it fits (SetReduceArena; PlaceReduceBuffers).
+  // fp32: what tensor parallelism all-reduces, summed from the rank's
+  // window in steps of few tokens (SetReduceArena; PlaceReduceBuffers,
+  // SelectReduceBuffers).
   cuda::ReduceBuffer x_, o_;
   void* arena_ = nullptr;
   size_t arena_bytes_ = 0;
   bool reduce_fence_ = false;  // SetReduceArena's `fence`
+  int64_t window_reduce_steps_ = 0, plain_reduce_steps_ = 0;
   // fp8 dense projections dequantized for many-token steps (Dequantize):
   // bf16, the largest projection's n * k (cuda::DequantScratchElems);
   // empty where no projection is quantized or CudaTuning::dense_dequant is

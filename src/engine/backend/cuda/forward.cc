@@ -295,6 +295,11 @@ Status CudaBackend::LaunchStep(std::span<const SeqStep> batch, std::span<const R
   CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, ev[3], 0));
   CUDA_RETURN_IF_ERROR(cudaEventRecord(ev[0], stream_));
 
+  if (tp()) {
+    int64_t& count = ReduceInWindow(graph ? padded : plan.shape.tokens) ? window_reduce_steps_
+                                                                        : plain_reduce_steps_;
+    ++count;
+  }
   if (graph) {
     auto it = graphs_.find(GraphKey(padded, slot));
     if (it == graphs_.end()) {
@@ -449,6 +454,9 @@ Status CudaBackend::Enqueue(const cuda::StepShape& s, int slot) {
   const int32_t* prev_picks = argmax_[(slot + kSlots - 1) % kSlots].get<int32_t>();
   const int32_t* pos = meta + ml.pos;
   const int32_t* tok_seq = meta + ml.tok_seq;
+  // The summed buffers for this size: every all-reduce of the step is of
+  // T rows (a graph's T is its bucket's, so its replays keep the choice).
+  SelectReduceBuffers(T);
   float* x = x_.get<float>();
   float* o = o_.get<float>();
   auto* h = h_.get<kernels::bf16_t>();

@@ -21,7 +21,7 @@ Status CudaBackend::TpReduce(float* buf, int T) {
   // kernel here lets its dependents start early): a fence between, or the
   // sum reads buf before it is written (TpWindowReduceNeedsFence).
   const bool in_window =
-      (x_.is_view() && buf == x_.get<float>()) || (o_.is_view() && buf == o_.get<float>());
+      (x_.in_window() && buf == x_.get<float>()) || (o_.in_window() && buf == o_.get<float>());
   if (reduce_fence_ && in_window) CUDA_RETURN_IF_ERROR(kernels::LaunchStreamFence(stream_));
   // fp32: the residual stream's precision (a bf16 sum would round the
   // residual at every layer, which the single-GPU path never does).

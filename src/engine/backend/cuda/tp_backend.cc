@@ -189,7 +189,10 @@ int64_t TpBackend::graphs_captured() const { return ranks_[0]->graphs_captured()
 Status TpBackend::EnsureWindows(int64_t tokens) {
   if (!options_.nccl.symmetric_windows || !windows_refused_.empty()) return Status::Ok();
   window_tokens_ = std::max(window_tokens_, tokens);
-  const size_t want = TpReduceArenaFor(config_, window_tokens_).bytes;
+  // Room for the steps that sum from the window (TpReduceFromWindow: few
+  // tokens), not the whole capacity; the ranks' hidden size is the model's.
+  const size_t want = ranks_[0]->ReduceWindowBytes(window_tokens_);
+  if (want == 0) return Status::Ok();  // every step's sums are too large for it
   if (windows_ && windows_->bytes() >= want) return Status::Ok();
   auto made = cuda::NcclWindows::Create(*comms_, want);
   if (!made.ok()) {
@@ -229,7 +232,8 @@ Status TpBackend::EnsureWindows(int64_t tokens) {
 }
 
 Status TpBackend::AllocateKv(const KvLayout& layout) {
-  // The window first, so that the workspaces AllocateKv makes go into it.
+  // The window first, so that the workspaces AllocateKv makes have their
+  // views in it.
   RETURN_IF_ERROR(EnsureWindows(std::max(options_.rank.max_step_tokens, options_.rank.max_batch)));
   RETURN_IF_ERROR(RunAll([&](int r) { return ranks_[r]->AllocateKv(layout); }));
   layout_ = layout;

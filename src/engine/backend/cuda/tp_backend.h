@@ -26,14 +26,18 @@
 // depend on the degree.
 //
 // All-reduce buffers: with options.nccl.symmetric_windows (the default),
-// every rank's residual stream (and a sandwich-norm model's o output)
-// lives in one NcclWindows window sized for the step capacity (AllocateKv:
-// the rank options' limits; Reserve: the engine's), registered from this
-// thread in one NCCL group, so the all-reduces run NCCL's symmetric
-// kernels. If windows cannot be made (NCCL before 2.27, no CUDA VMM, a
-// registration error), every rank keeps plain buffers, once said on
-// stderr; a step larger than the window (beyond Reserve's limits) moves
-// every rank's buffers out of it alike until the next Reserve. Where the
+// every rank has one NcclWindows window, registered from this thread in
+// one NCCL group, holding views of its residual stream (and a
+// sandwich-norm model's o output) for the steps whose all-reduces are
+// small enough to run faster from it (TpReduceFromWindow: decode steps of
+// few sequences); larger steps sum from each rank's own buffers
+// (CudaBackend::SetReduceArena). The window is sized for those steps
+// (CudaBackend::ReduceWindowBytes, for the step capacity: AllocateKv the
+// rank options' limits, Reserve the engine's; none where even one token's
+// sum is larger). If windows cannot be made (NCCL before 2.27, no CUDA
+// VMM, a registration error), every rank keeps plain buffers, once said
+// on stderr; a step that grows a rank's capacity past what the window
+// holds drops every rank's views alike until the next Reserve. Where the
 // NCCL loaded starts its symmetric kernels without waiting for the kernel
 // before them (TpWindowReduceNeedsFence: 2.28.0 to 2.30.6 on Hopper), each
 // all-reduce from a window is preceded by a fence kernel, said once on
@@ -83,13 +87,17 @@ class TpBackend final : public Backend {
     return static_cast<uint32_t>(cache::KvDtypeBytes(spec_.kv_dtype));
   }
   const TpPlan& plan() const { return plan_; }
-  // Whether the ranks' residual streams live in symmetric windows now, and
-  // if windows were asked for and could not be made, why.
+  // Whether the ranks' steps of few tokens sum from symmetric windows now,
+  // and if windows were asked for and could not be made, why.
   bool residual_in_window() const { return ranks_[0]->residual_in_window(); }
   const std::string& windows_refused() const { return windows_refused_; }
   // Whether the all-reduces from the windows are preceded by a fence
   // kernel now (TpWindowReduceNeedsFence for the NCCL loaded).
   bool reduce_fenced() const { return ranks_[0]->reduce_fenced(); }
+  // Steps launched so far whose all-reduces ran from the windows, and from
+  // plain buffers (rank 0's; every rank runs the same steps).
+  int64_t window_reduce_steps() const { return ranks_[0]->window_reduce_steps(); }
+  int64_t plain_reduce_steps() const { return ranks_[0]->plain_reduce_steps(); }
 
   // The smallest free memory of the ranks, in bytes of the single-GPU
   // layout (scaled by all heads over a rank's heads), so that the engine's
@@ -146,8 +154,9 @@ class TpBackend final : public Backend {
   // Checks a batched block access; the global bytes per block.
   Result<size_t> CheckBlocks(const char* what, int group, std::span<const int32_t> blocks,
                              size_t buffer_bytes) const;
-  // Windows for steps of up to `tokens` tokens (grown, never shrunk) given
-  // to every rank; on failure, plain buffers for good (windows_refused_).
+  // Windows for a step capacity of `tokens` tokens (grown, never shrunk:
+  // room for the steps that sum from them) given to every rank; on
+  // failure, plain buffers for good (windows_refused_).
   Status EnsureWindows(int64_t tokens);
   // Pinned staging of at least `bytes` for rank r (from its free list, or
   // new), and its return.

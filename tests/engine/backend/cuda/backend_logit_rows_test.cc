@@ -19,6 +19,8 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <random>
 
 #include "backend_test_util.h"
@@ -117,6 +119,52 @@ std::vector<SeqStep> DraftedStep(std::vector<Seq>& seqs, Pager& pager,
     steps.push_back(st);
   }
   return steps;
+}
+
+// What the tests of single steps start from: a CUDA backend (MakeCuda,
+// blocks of 16) on a small random model (Bf16Weights from weight_seed),
+// and prompts (Prompts, drawn from `rng` seeded with `seed`) prefilled but
+// for their last tokens, their blocks from `pager`.
+struct Prefilled {
+  model::ModelConfig c;
+  MapWeights w;
+  std::unique_ptr<CudaBackend> b;
+  std::mt19937 rng;
+  std::vector<Seq> seqs;
+  std::optional<Pager> pager;
+};
+// Fills *p as above with n prompts of `c`; a failure stops the test
+// (ASSERT_NO_FATAL_FAILURE).
+void StartPrefilled(const model::ModelConfig& c, uint32_t weight_seed, uint32_t seed, size_t n,
+                    Prefilled* p) {
+  p->c = c;
+  p->w = Bf16Weights(c, weight_seed);
+  p->b = MakeCuda(p->c, p->w, 16);
+  ASSERT_TRUE(p->b);
+  p->rng.seed(seed);
+  p->seqs = Prompts(p->c, n, p->rng);
+  p->pager.emplace(p->b->cache_spec(), 16);
+  Prefill(*p->b, p->seqs, *p->pager);
+}
+
+// A drafted step of three prefilled prompts (StartPrefilled; Llama, or the
+// wide Qwen3 shape, WideConfig, with its fused-argmax LM head on CC 9.0):
+// the first sequence's next token and a draft of 4, the second's token
+// alone, the third's and a draft of 3 (DraftedStep: 10 rows), and the
+// logits Forward gives for it.
+struct DraftedRun : Prefilled {
+  std::vector<int> drafts = {4, 0, 3};
+  std::vector<SeqStep> steps;
+  int rows = 5 + 1 + 4;
+  std::vector<float> logits;
+};
+void StartDrafted(bool wide, uint32_t weight_seed, uint32_t seed, DraftedRun* d) {
+  const model::ModelConfig c =
+      wide ? WideConfig(model::Architecture::kQwen3) : SmallConfig(model::Architecture::kLlama);
+  ASSERT_NO_FATAL_FAILURE(StartPrefilled(c, weight_seed, seed, 3, d));
+  d->steps = DraftedStep(d->seqs, *d->pager, d->drafts, c.vocab_size, d->rng);
+  d->logits.assign(static_cast<size_t>(d->rows) * c.vocab_size, NAN);
+  ASSERT_TRUE(d->b->Forward(d->steps, d->logits).ok());
 }
 
 // Appends, for `rounds` steps, sequence i's next token and a draft of
@@ -236,29 +284,17 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(CudaBackend, DraftedStepsPickEachRowAsPlanned) {
   AGENTKV_REQUIRE_GPU();
   for (const bool wide : {false, true}) {
-    const model::ModelConfig c =
-        wide ? WideConfig(model::Architecture::kQwen3) : SmallConfig(model::Architecture::kLlama);
-    const int V = c.vocab_size;
-    const MapWeights w = Bf16Weights(c, 37);
-    auto b = MakeCuda(c, w, 16);
-    ASSERT_TRUE(b);
-    std::mt19937 rng(5);
-    std::vector<Seq> seqs = Prompts(c, 3, rng);
-    Pager pager(b->cache_spec(), 16);
-    Prefill(*b, seqs, pager);
-    const std::vector<int> drafts = {4, 0, 3};
-    const std::vector<SeqStep> steps = DraftedStep(seqs, pager, drafts, V, rng);
-    const int n = 5 + 1 + 4;
-    std::vector<float> logits(static_cast<size_t>(n) * V, NAN);
-    ASSERT_TRUE(b->Forward(steps, logits).ok());
-    auto row = [&](int r) { return std::span<const float>(logits.data() + r * V, V); };
+    DraftedRun d;
+    ASSERT_NO_FATAL_FAILURE(StartDrafted(wide, 37, 5, &d));
+    const int V = d.c.vocab_size, n = d.rows;
+    auto row = [&](int r) { return std::span<const float>(d.logits.data() + r * V, V); };
     // All greedy (the engine's greedy verification): the picks only.
     {
       std::vector<RowPick> plan(n);
       for (RowPick& p : plan) p.mode = PickMode::kGreedy;
       std::vector<int32_t> toks(n, -1);
       std::vector<float> scratch(static_cast<size_t>(n) * V);
-      ASSERT_TRUE(b->ForwardSampled(steps, plan, toks, scratch).ok());
+      ASSERT_TRUE(d.b->ForwardSampled(d.steps, plan, toks, scratch).ok());
       for (int r = 0; r < n; ++r) EXPECT_EQ(toks[r], Argmax(row(r))) << "wide " << wide << " " << r;
     }
     // Mixed: the first sequence's rows host, greedy with logprobs, drawn
@@ -281,8 +317,8 @@ TEST(CudaBackend, DraftedStepsPickEachRowAsPlanned) {
     plan[6].logprobs = 0;
     std::vector<int32_t> toks(n, -1);
     std::vector<float> got(static_cast<size_t>(n) * V, NAN);
-    ASSERT_TRUE(b->ForwardSampled(steps, plan, toks, got).ok());
-    const std::span<const RowLogprobs> lps = b->collected_logprobs();
+    ASSERT_TRUE(d.b->ForwardSampled(d.steps, plan, toks, got).ok());
+    const std::span<const RowLogprobs> lps = d.b->collected_logprobs();
     ASSERT_EQ(lps.size(), static_cast<size_t>(n));
     for (int r = 0; r < n; ++r) {
       const std::string what = "wide " + std::to_string(wide) + " row " + std::to_string(r);
@@ -311,7 +347,7 @@ TEST(CudaBackend, DraftedStepsPickEachRowAsPlanned) {
       const double scale =
           plan[r].mode == PickMode::kDevice ? 1.0 / plan[r].sample.temperature : 1.0;
       const RowLogprobs ref =
-          ComputeRowLogprobs(logits.data() + r * V, V, scale, plan[r].logprobs, toks[r]);
+          ComputeRowLogprobs(d.logits.data() + r * V, V, scale, plan[r].logprobs, toks[r]);
       ASSERT_EQ(lps[r].count, ref.count) << what;
       for (int k = 0; k < ref.count; ++k) {
         EXPECT_EQ(lps[r].ids[k], ref.ids[k]) << what << " k " << k;
@@ -331,20 +367,15 @@ TEST(CudaBackend, DraftedStepsPickEachRowAsPlanned) {
 // row out of range, and once a step that kept nothing has run.
 TEST(CudaBackend, KeptRowsAreReadBackAfterTheStep) {
   AGENTKV_REQUIRE_GPU();
-  const model::ModelConfig c = SmallConfig(model::Architecture::kLlama);
-  const int V = c.vocab_size;
-  const MapWeights w = Bf16Weights(c, 41);
-  auto b = MakeCuda(c, w, 16);
-  ASSERT_TRUE(b);
+  Prefilled p;
+  ASSERT_NO_FATAL_FAILURE(StartPrefilled(SmallConfig(model::Architecture::kLlama), 41, 9, 4, &p));
+  const int V = p.c.vocab_size;
+  CudaBackend* b = p.b.get();
   EXPECT_TRUE(b->reads_kept_logits());
   EXPECT_TRUE(b->picks_on_device());
-  std::mt19937 rng(9);
-  std::vector<Seq> seqs = Prompts(c, 4, rng);
-  Pager pager(b->cache_spec(), 16);
-  Prefill(*b, seqs, pager);
   std::vector<SeqStep> steps;
-  for (Seq& s : seqs) {
-    pager.Ensure(s, static_cast<int64_t>(s.tokens.size()));
+  for (Seq& s : p.seqs) {
+    p.pager->Ensure(s, static_cast<int64_t>(s.tokens.size()));
     steps.push_back(StepOf(s, 1, true));
   }
   const int n = 4;
@@ -391,27 +422,15 @@ TEST(CudaBackend, KeptRowsAreReadBackAfterTheStep) {
 TEST(CudaBackend, SampledDraftRowsAreVerifiedOnTheGpu) {
   AGENTKV_REQUIRE_GPU();
   for (const bool wide : {false, true}) {
-    const model::ModelConfig c =
-        wide ? WideConfig(model::Architecture::kQwen3) : SmallConfig(model::Architecture::kLlama);
-    const int V = c.vocab_size;
-    const MapWeights w = Bf16Weights(c, 41);
-    auto b = MakeCuda(c, w, 16);
-    ASSERT_TRUE(b);
-    std::mt19937 rng(9);
-    std::vector<Seq> seqs = Prompts(c, 3, rng);
-    Pager pager(b->cache_spec(), 16);
-    Prefill(*b, seqs, pager);
-    const std::vector<int> drafts = {4, 0, 3};
-    const std::vector<SeqStep> steps = DraftedStep(seqs, pager, drafts, V, rng);
-    const int n = 5 + 1 + 4;
-    std::vector<float> logits(static_cast<size_t>(n) * V, NAN);
-    ASSERT_TRUE(b->Forward(steps, logits).ok());
+    DraftedRun d;
+    ASSERT_NO_FATAL_FAILURE(StartDrafted(wide, 41, 9, &d));
+    const int V = d.c.vocab_size, n = d.rows;
     std::uniform_real_distribution<double> un(0.0, 1.0);
     std::vector<RowPick> plan;
-    for (size_t i = 0; i < seqs.size(); ++i) {
-      const std::vector<int32_t>& t = seqs[i].tokens;
-      const std::span<const int32_t> draft(t.data() + t.size() - drafts[i],
-                                           static_cast<size_t>(drafts[i]));
+    for (size_t i = 0; i < d.seqs.size(); ++i) {
+      const std::vector<int32_t>& t = d.seqs[i].tokens;
+      const std::span<const int32_t> draft(t.data() + t.size() - d.drafts[i],
+                                           static_cast<size_t>(d.drafts[i]));
       engine::PlanSampledDraft(
           draft,
           [&] {
@@ -419,24 +438,24 @@ TEST(CudaBackend, SampledDraftRowsAreVerifiedOnTheGpu) {
             s.temperature = 0.7f;
             s.top_k = i == 0 ? 0 : 40;
             s.top_p = i == 0 ? 1.0f : 0.95f;
-            s.u = un(rng);
+            s.u = un(d.rng);
             return s;
           },
           &plan);
     }
     // The first sequence: nothing truncated and u_accept 0, so each draft
     // token (any token of positive weight) is accepted.
-    for (int r = 0; r < drafts[0]; ++r) plan[static_cast<size_t>(r)].u_accept = 0.0;
+    for (int r = 0; r < d.drafts[0]; ++r) plan[static_cast<size_t>(r)].u_accept = 0.0;
     ASSERT_EQ(plan.size(), static_cast<size_t>(n));
     std::vector<int32_t> toks(n, -1);
     std::vector<float> unused(static_cast<size_t>(n) * V, NAN);
-    ASSERT_TRUE(b->ForwardSampled(steps, plan, toks, unused).ok());
+    ASSERT_TRUE(d.b->ForwardSampled(d.steps, plan, toks, unused).ok());
     int accepted = 0;
     for (int r = 0; r < n; ++r) {
       const std::string what = "wide " + std::to_string(wide) + " row " + std::to_string(r);
       auto cpu = [&](const RowPick& p) {
-        std::vector<float> buf(logits.begin() + static_cast<int64_t>(r) * V,
-                               logits.begin() + static_cast<int64_t>(r + 1) * V);
+        std::vector<float> buf(d.logits.begin() + static_cast<int64_t>(r) * V,
+                               d.logits.begin() + static_cast<int64_t>(r + 1) * V);
         return PickDeviceRow(buf, p);
       };
       const int32_t want = cpu(plan[r]);
@@ -455,7 +474,7 @@ TEST(CudaBackend, SampledDraftRowsAreVerifiedOnTheGpu) {
     }
     // No logits were asked for: the rows' buffer is left as it was.
     EXPECT_TRUE(std::isnan(unused[0]));
-    EXPECT_GE(accepted, drafts[0]) << "wide " << wide;
+    EXPECT_GE(accepted, d.drafts[0]) << "wide " << wide;
     std::printf("wide %d: %d of 7 draft tokens accepted\n", wide, accepted);
   }
 }

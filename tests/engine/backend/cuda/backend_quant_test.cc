@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -32,22 +33,13 @@
 #include "engine/model/model_synth.h"
 #include "engine/model/quant_format.h"
 #include "engine/model/safetensors_weights.h"
+#include "synth_checkpoint.h"
 
 namespace agentkv::backend::cuda {
 namespace {
 
 using namespace agentkv::testing;
 namespace fs = std::filesystem;
-
-// The tokenizers (synth copies one into each checkpoint): the source
-// tree's, or on the GPU machine, where the tests run from the repository
-// root without it, the device pack's (tools/device/pack_cuda.sh).
-fs::path Tokenizers() {
-  for (const fs::path& p :
-       {fs::path(AGENTKV_DATA_DIR) / "tokenizers", fs::path(".devcarry") / "tokenizers"})
-    if (fs::exists(p / "qwen3" / "tokenizer.json")) return p;
-  return fs::path(AGENTKV_DATA_DIR) / "tokenizers";
-}
 
 // A checkpoint's weights with only some of its quantized tensors served
 // quantized (`keep` true for the name); the others dequantized to fp32 (by
@@ -131,8 +123,7 @@ double ExpectNearOnAverage(const std::vector<std::vector<float>>& got,
 class CudaBackendQuant : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!fs::exists(Tokenizers() / "qwen3" / "tokenizer.json"))
-      GTEST_SKIP() << "qwen3 tokenizer not set up (scripts/setup.sh)";
+    if (!HaveSynthTokenizer()) GTEST_SKIP() << "qwen3 tokenizer not set up (scripts/setup.sh)";
     dir_ = fs::path(::testing::TempDir()) /
            ("cuda_quant_" + std::to_string(::getpid()) + "_" +
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
@@ -143,45 +134,46 @@ class CudaBackendQuant : public ::testing::Test {
   }
 
   model::SynthOptions Base(const std::string& arch, model::SynthQuant quant) const {
-    model::SynthOptions o;
-    o.arch = arch;
-    o.tokenizer_dir = Tokenizers() / "qwen3";
-    o.out_dir = dir_;
-    o.layers = 2;
-    o.heads = 4;
-    o.kv_heads = 2;
-    o.seed = 21;
-    o.lm_head_std = 0.5;
-    o.quant = quant;
-    return o;
+    return SynthBase(arch, quant, dir_, 21);
   }
+  // Writes the checkpoint `o` describes (into dir_) and opens it: config()
+  // and weights() until the next call.
+  ::testing::AssertionResult Synthesize(const model::SynthOptions& o) {
+    return WriteAndOpen(o, &ck_);
+  }
+  const model::ModelConfig& config() const { return ck_.config; }
+  const model::SafetensorsWeights& weights() const { return *ck_.weights; }
 
   // The CPU and CUDA backends on `w`, driven as backend_test.cc does;
   // returns the CUDA backend's weight bytes.
   uint64_t ExpectCudaMatchesCpu(const model::ModelConfig& c, const model::WeightSource& w) {
-    auto cpu = cpu::CpuBackend::Create(c, w, cpu::CpuBackendOptions{2, cache::KvDtype::kF32});
-    EXPECT_TRUE(cpu.ok()) << cpu.status().ToString();
-    if (!cpu.ok()) return 0;
-    CudaBackendOptions o;
-    o.max_step_tokens = 64;
-    o.max_batch = 2;
-    auto gpu = CudaBackend::Create(c, w, o);
-    EXPECT_TRUE(gpu.ok()) << gpu.status().ToString();
-    if (!gpu.ok()) return 0;
-    KvLayout layout;
-    layout.block_size = 16;
-    for (int g = 0; g < kMaxCacheGroups; ++g) layout.blocks_per_group[g] = kBlocks;
-    EXPECT_TRUE((*cpu)->AllocateKv(layout).ok());
-    EXPECT_TRUE((*gpu)->AllocateKv(layout).ok());
+    auto cpu = MakeCpu(c, w, 16);
+    auto gpu = MakeCuda(c, w, 16);
+    if (!cpu || !gpu) return 0;
     std::vector<int32_t> picks;
-    const auto ref = Drive(**cpu, 16, 10, 5, nullptr, &picks);
-    const auto got = Drive(**gpu, 16, 10, 5, &picks);
+    const auto ref = Drive(*cpu, 16, 10, 5, nullptr, &picks);
+    const auto got = Drive(*gpu, 16, 10, 5, &picks);
     std::printf("mean logits rel err %.2e over %zu rows\n", ExpectNearOnAverage(got, ref),
                 ref.size());
-    return (*gpu)->weight_bytes();
+    return gpu->weight_bytes();
+  }
+
+  // The weight bytes of a CUDA backend on `w` with every quantized tensor
+  // served dequantized (bf16 on the GPU): what the quantized forms save
+  // against. None (the reason added as a failure) if it cannot be made.
+  static std::optional<uint64_t> DequantizedWeightBytes(const model::ModelConfig& c,
+                                                        const model::WeightSource& w) {
+    const PartlyQuantized plain(w, c.quant, Nothing);
+    auto ref = CudaBackend::Create(c, plain, CudaBackendOptions{});
+    if (!ref.ok()) {
+      ADD_FAILURE() << ref.status().ToString();
+      return std::nullopt;
+    }
+    return (*ref)->weight_bytes();
   }
 
   fs::path dir_;
+  SynthCheckpoint ck_;
 };
 
 // The bytes a layer's experts take as bf16 and as stored.
@@ -207,28 +199,18 @@ uint64_t DenseBytesSaved(const model::ModelConfig& c, bool block, bool mlp) {
 TEST_F(CudaBackendQuant, GptOssMxfp4ExpertsMatchTheCpu) {
   AGENTKV_REQUIRE_GPU();
   model::SynthOptions o = Base("gpt_oss", model::SynthQuant::kMxfp4);
-  o.hidden = 64;
-  o.head_dim = 16;
-  o.intermediate = 96;  // 3 blocks of 32 into down_proj
-  o.experts = 5;
-  o.experts_per_token = 2;
-  o.sliding_window = 8;
-  ASSERT_TRUE(model::SynthesizeModel(o).ok());
-  auto c = model::ModelConfig::Load(dir_);
-  ASSERT_TRUE(c.ok()) << c.status().ToString();
-  auto w = model::SafetensorsWeights::Open(dir_);
-  ASSERT_TRUE(w.ok());
-  ASSERT_TRUE(w->IsQuantized("model.layers.0.mlp.experts.gate_up_proj"));
-  const uint64_t quant = ExpectCudaMatchesCpu(*c, *w);
+  SmallGptOssShape(&o, 96);  // 3 blocks of 32 into down_proj
+  ASSERT_TRUE(Synthesize(o));
+  const model::ModelConfig& c = config();
+  const model::SafetensorsWeights& w = weights();
+  ASSERT_TRUE(w.IsQuantized("model.layers.0.mlp.experts.gate_up_proj"));
+  const uint64_t quant = ExpectCudaMatchesCpu(c, w);
   // The same model with its experts dequantized takes bf16 experts.
-  const PartlyQuantized plain(*w, c->quant, Nothing);
-  CudaBackendOptions opts;
-  auto ref = CudaBackend::Create(*c, plain, opts);
-  ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+  const std::optional<uint64_t> ref = DequantizedWeightBytes(c, w);
+  ASSERT_TRUE(ref);
   // mxfp4: half a byte a value and a byte per 32.
-  const uint64_t values = ExpertBf16Bytes(*c) / 2;
-  EXPECT_EQ((*ref)->weight_bytes() - quant,
-            (2 * values - values / 2 - values / model::kMxfp4Block) * c->num_layers);
+  const uint64_t values = ExpertBf16Bytes(c) / 2;
+  EXPECT_EQ(*ref - quant, (2 * values - values / 2 - values / model::kMxfp4Block) * c.num_layers);
 }
 
 TEST_F(CudaBackendQuant, Qwen3MoeFp8ExpertsMatchTheCpu) {
@@ -239,26 +221,23 @@ TEST_F(CudaBackendQuant, Qwen3MoeFp8ExpertsMatchTheCpu) {
   o.experts = 4;
   o.experts_per_token = 2;
   o.moe_intermediate = 144;  // ragged both ways, whole 16-value loads
-  ASSERT_TRUE(model::SynthesizeModel(o).ok());
-  auto c = model::ModelConfig::Load(dir_);
-  ASSERT_TRUE(c.ok()) << c.status().ToString();
-  auto w = model::SafetensorsWeights::Open(dir_);
-  ASSERT_TRUE(w.ok());
-  ASSERT_TRUE(w->IsQuantized("model.layers.1.mlp.experts.3.up_proj.weight"));
+  ASSERT_TRUE(Synthesize(o));
+  const model::ModelConfig& c = config();
+  const model::SafetensorsWeights& w = weights();
+  ASSERT_TRUE(w.IsQuantized("model.layers.1.mlp.experts.3.up_proj.weight"));
   // The checkpoint as it is (its attention fp8 too), then its experts
   // alone quantized.
-  const uint64_t all = ExpectCudaMatchesCpu(*c, *w);
-  const PartlyQuantized experts(*w, c->quant, Experts);
-  const uint64_t quant = ExpectCudaMatchesCpu(*c, experts);
-  const PartlyQuantized plain(*w, c->quant, Nothing);
-  auto ref = CudaBackend::Create(*c, plain, CudaBackendOptions{});
-  ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+  const uint64_t all = ExpectCudaMatchesCpu(c, w);
+  const PartlyQuantized experts(w, c.quant, Experts);
+  const uint64_t quant = ExpectCudaMatchesCpu(c, experts);
+  const std::optional<uint64_t> ref = DequantizedWeightBytes(c, w);
+  ASSERT_TRUE(ref);
   // fp8: a byte a value, and per expert fp32 scales of 2 x 2 blocks
   // (gate, up: 144 rows x 160 columns) and 2 x 2 (down: 160 x 144).
-  const int64_t E = c->moe.num_experts;
-  const uint64_t stored = ExpertBf16Bytes(*c) / 2 + static_cast<uint64_t>(E) * (2 * 4 + 4) * 4;
-  EXPECT_EQ((*ref)->weight_bytes() - quant, (ExpertBf16Bytes(*c) - stored) * c->num_layers);
-  EXPECT_EQ(quant - all, DenseBytesSaved(*c, true, false) * c->num_layers);
+  const int64_t E = c.moe.num_experts;
+  const uint64_t stored = ExpertBf16Bytes(c) / 2 + static_cast<uint64_t>(E) * (2 * 4 + 4) * 4;
+  EXPECT_EQ(*ref - quant, (ExpertBf16Bytes(c) - stored) * c.num_layers);
+  EXPECT_EQ(quant - all, DenseBytesSaved(c, true, false) * c.num_layers);
 }
 
 // Dense fp8 checkpoints (Qwen3-*-FP8's block scales; compressed-tensors'
@@ -269,21 +248,15 @@ TEST_F(CudaBackendQuant, Qwen3Fp8DenseMatchesTheCpu) {
   for (const model::SynthQuant q : {model::SynthQuant::kFp8, model::SynthQuant::kFp8Channel}) {
     fs::remove_all(dir_);
     model::SynthOptions o = Base("qwen3", q);
-    o.hidden = 160;
-    o.head_dim = 32;
-    o.intermediate = 272;
-    ASSERT_TRUE(model::SynthesizeModel(o).ok());
-    auto c = model::ModelConfig::Load(dir_);
-    ASSERT_TRUE(c.ok()) << c.status().ToString();
-    auto w = model::SafetensorsWeights::Open(dir_);
-    ASSERT_TRUE(w.ok());
-    ASSERT_TRUE(w->IsQuantized("model.layers.1.mlp.down_proj.weight"));
-    const uint64_t quant = ExpectCudaMatchesCpu(*c, *w);
-    const PartlyQuantized plain(*w, c->quant, Nothing);
-    auto ref = CudaBackend::Create(*c, plain, CudaBackendOptions{});
-    ASSERT_TRUE(ref.ok()) << ref.status().ToString();
-    EXPECT_EQ((*ref)->weight_bytes() - quant,
-              DenseBytesSaved(*c, q == model::SynthQuant::kFp8, true) * c->num_layers)
+    SmallDenseShape(&o, 272);
+    ASSERT_TRUE(Synthesize(o));
+    const model::ModelConfig& c = config();
+    const model::SafetensorsWeights& w = weights();
+    ASSERT_TRUE(w.IsQuantized("model.layers.1.mlp.down_proj.weight"));
+    const uint64_t quant = ExpectCudaMatchesCpu(c, w);
+    const std::optional<uint64_t> ref = DequantizedWeightBytes(c, w);
+    ASSERT_TRUE(ref);
+    EXPECT_EQ(*ref - quant, DenseBytesSaved(c, q == model::SynthQuant::kFp8, true) * c.num_layers)
         << "quant " << static_cast<int>(q);
   }
 }
@@ -300,34 +273,26 @@ TEST_F(CudaBackendQuant, Qwen3Fp8DenseMatchesTheCpu) {
 TEST_F(CudaBackendQuant, Qwen3Fp8DenseManyTokenStepsRunDequantized) {
   AGENTKV_REQUIRE_GPU();
   model::SynthOptions o = Base("qwen3", model::SynthQuant::kFp8);
-  o.hidden = 160;
-  o.head_dim = 32;
-  o.intermediate = 272;
-  ASSERT_TRUE(model::SynthesizeModel(o).ok());
-  auto c = model::ModelConfig::Load(dir_);
-  ASSERT_TRUE(c.ok()) << c.status().ToString();
-  auto w = model::SafetensorsWeights::Open(dir_);
-  ASSERT_TRUE(w.ok());
-  const int H = c->hidden_size, I = c->intermediate_size;
+  SmallDenseShape(&o, 272);
+  ASSERT_TRUE(Synthesize(o));
+  const model::ModelConfig& c = config();
+  const model::SafetensorsWeights& w = weights();
+  const int H = c.hidden_size, I = c.intermediate_size;
   GemmModel g;
   g.quant_dequant = true;
   ASSERT_TRUE(UseDequantGemm(g, 55, 2 * I, H));  // the first step's rows
-  auto cpu = cpu::CpuBackend::Create(*c, *w, cpu::CpuBackendOptions{2, cache::KvDtype::kF32});
-  ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
-  ASSERT_TRUE(AllocateTestKv(**cpu, 16));
+  auto cpu = MakeCpu(c, w, 16);
+  ASSERT_TRUE(cpu);
   std::vector<int32_t> picks;
-  const auto ref = Drive(**cpu, 32, 6, 7, nullptr, &picks);
+  const auto ref = Drive(*cpu, 32, 6, 7, nullptr, &picks);
   std::vector<std::vector<float>> got[2];
   for (const bool dequant : {true, false}) {
-    CudaBackendOptions bo;
-    bo.max_step_tokens = 64;
-    bo.max_batch = 2;
-    bo.tuning.dense_dequant = dequant;
-    auto gpu = CudaBackend::Create(*c, *w, bo);
-    ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
-    EXPECT_EQ((*gpu)->dequant_scratch_bytes(), dequant ? uint64_t{2} * I * H * 2 : 0);
-    ASSERT_TRUE(AllocateTestKv(**gpu, 16));
-    got[dequant ? 0 : 1] = Drive(**gpu, 32, 6, 7, &picks);
+    CudaTuning tuning;
+    tuning.dense_dequant = dequant;
+    auto gpu = MakeCuda(c, w, 16, tuning);
+    ASSERT_TRUE(gpu);
+    EXPECT_EQ(gpu->dequant_scratch_bytes(), dequant ? uint64_t{2} * I * H * 2 : 0);
+    got[dequant ? 0 : 1] = Drive(*gpu, 32, 6, 7, &picks);
     ASSERT_EQ(got[dequant ? 0 : 1].size(), ref.size());
   }
   for (size_t i = 0; i < ref.size(); ++i)
@@ -344,28 +309,23 @@ TEST_F(CudaBackendQuant, Qwen3Fp8DenseManyTokenStepsRunDequantized) {
 TEST_F(CudaBackendQuant, Qwen3Fp8DenseDequantizedInDecodeGraphs) {
   AGENTKV_REQUIRE_GPU();
   model::SynthOptions o = Base("qwen3", model::SynthQuant::kFp8Channel);
-  o.hidden = 160;
-  o.head_dim = 32;
-  o.intermediate = 272;
-  ASSERT_TRUE(model::SynthesizeModel(o).ok());
-  auto c = model::ModelConfig::Load(dir_);
-  ASSERT_TRUE(c.ok()) << c.status().ToString();
-  auto w = model::SafetensorsWeights::Open(dir_);
-  ASSERT_TRUE(w.ok());
+  SmallDenseShape(&o, 272);
+  ASSERT_TRUE(Synthesize(o));
+  const model::ModelConfig& c = config();
+  const model::SafetensorsWeights& w = weights();
   GemmModel g;
   g.quant_dequant = true;
   g.quant_gemv = false;
-  ASSERT_TRUE(UseDequantGemm(g, 3, c->hidden_size, c->intermediate_size));
-  auto cpu = cpu::CpuBackend::Create(*c, *w, cpu::CpuBackendOptions{2, cache::KvDtype::kF32});
-  ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
-  ASSERT_TRUE(AllocateTestKv(**cpu, 16));
+  ASSERT_TRUE(UseDequantGemm(g, 3, c.hidden_size, c.intermediate_size));
+  auto cpu = MakeCpu(c, w, 16);
+  ASSERT_TRUE(cpu);
   std::vector<int32_t> picks;
-  const auto ref = Drive(**cpu, 16, 10, 9, nullptr, &picks);
+  const auto ref = Drive(*cpu, 16, 10, 9, nullptr, &picks);
   CudaBackendOptions bo;
   bo.max_step_tokens = 64;
   bo.max_batch = 4;
   bo.tuning.moe_gemv = false;
-  auto gpu = CudaBackend::Create(*c, *w, bo);
+  auto gpu = CudaBackend::Create(c, w, bo);
   ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
   ASSERT_GT((*gpu)->dequant_scratch_bytes(), 0u);
   ASSERT_TRUE(AllocateTestKv(**gpu, 16));
@@ -384,18 +344,16 @@ TEST_F(CudaBackendQuant, RefusesExpertsTheKernelsCannotRead) {
   o.experts = 4;
   o.experts_per_token = 2;
   o.moe_intermediate = 32;
-  ASSERT_TRUE(model::SynthesizeModel(o).ok());
-  auto c = model::ModelConfig::Load(dir_);
-  ASSERT_TRUE(c.ok()) << c.status().ToString();
-  auto w = model::SafetensorsWeights::Open(dir_);
-  ASSERT_TRUE(w.ok());
-  const PartlyQuantized channel(*w, c->quant, Experts);
-  auto b = CudaBackend::Create(*c, channel, CudaBackendOptions{});
+  ASSERT_TRUE(Synthesize(o));
+  const model::ModelConfig& c = config();
+  const model::SafetensorsWeights& w = weights();
+  const PartlyQuantized channel(w, c.quant, Experts);
+  auto b = CudaBackend::Create(c, channel, CudaBackendOptions{});
   ASSERT_FALSE(b.ok());
   EXPECT_EQ(b.status().code(), StatusCode::kUnimplemented);
   EXPECT_NE(b.status().message().find("fp8-channel"), std::string::npos) << b.status().ToString();
-  const PartlyQuantized some(*w, c->quant, ExpertZero);
-  b = CudaBackend::Create(*c, some, CudaBackendOptions{});
+  const PartlyQuantized some(w, c.quant, ExpertZero);
+  b = CudaBackend::Create(c, some, CudaBackendOptions{});
   ASSERT_FALSE(b.ok());
   EXPECT_EQ(b.status().code(), StatusCode::kUnimplemented);
   EXPECT_NE(b.status().message().find("some experts quantized"), std::string::npos)

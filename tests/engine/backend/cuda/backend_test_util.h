@@ -116,17 +116,22 @@ inline bool AllocateTestKv(backend::Backend& b, int bs) {
   return st.ok();
 }
 
-inline std::unique_ptr<backend::Backend> MakeCpu(const model::ModelConfig& c, const MapWeights& w,
-                                                 int bs, cache::KvDtype kv = cache::KvDtype::kF32) {
+// The backends on `w` (random weights, or a checkpoint's), each with
+// kBlocks blocks of `bs` tokens; null (a test failure said) if creation
+// fails.
+inline std::unique_ptr<backend::Backend> MakeCpu(const model::ModelConfig& c,
+                                                 const model::WeightSource& w, int bs,
+                                                 cache::KvDtype kv = cache::KvDtype::kF32) {
   auto b = backend::cpu::CpuBackend::Create(c, w, backend::cpu::CpuBackendOptions{2, kv});
   EXPECT_TRUE(b.ok()) << b.status().ToString();
+  if (!b.ok()) return nullptr;
   AllocateTestKv(**b, bs);
   return std::move(b).value();
 }
 
 inline std::unique_ptr<backend::cuda::CudaBackend> MakeCuda(
-    const model::ModelConfig& c, const MapWeights& w, int bs, const backend::CudaTuning& tuning,
-    cache::KvDtype kv = cache::KvDtype::kBF16) {
+    const model::ModelConfig& c, const model::WeightSource& w, int bs,
+    const backend::CudaTuning& tuning, cache::KvDtype kv = cache::KvDtype::kBF16) {
   backend::cuda::CudaBackendOptions o;
   o.tuning = tuning;
   o.kv_dtype = kv;
@@ -140,7 +145,7 @@ inline std::unique_ptr<backend::cuda::CudaBackend> MakeCuda(
 }
 
 inline std::unique_ptr<backend::cuda::CudaBackend> MakeCuda(
-    const model::ModelConfig& c, const MapWeights& w, int bs, bool graphs = true,
+    const model::ModelConfig& c, const model::WeightSource& w, int bs, bool graphs = true,
     cache::KvDtype kv = cache::KvDtype::kBF16) {
   backend::CudaTuning t;
   t.graphs = graphs;

@@ -6,11 +6,11 @@
 
 #ifdef AGENTKV_HAVE_CUDA
 
-#include <cstdlib>
-#include <thread>
+#include <vector>
 
 #include "engine/backend/cuda/nccl_comms.h"
 #include "engine/backend/tp_combine.h"
+#include "nccl_test_util.h"
 
 namespace agentkv::backend::cuda {
 namespace {
@@ -34,36 +34,17 @@ TEST(NcclComms, RefusesUnsettledMulticastSettingAndBadDevices) {
   EXPECT_NE(b.status().message().find("not one of the"), std::string::npos);
 }
 
-// Runs `fn(rank)` on one thread per rank and returns the first failure.
-template <typename Fn>
-Status OnEveryRank(int n, Fn fn) {
-  std::vector<Status> st(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) threads.emplace_back([&, r] { st[r] = fn(r); });
-  for (std::thread& t : threads) t.join();
-  for (const Status& s : st)
-    if (!s.ok()) return s;
-  return Status::Ok();
-}
-
 TEST(NcclComms, AllReducesOnEveryVisibleGpu) {
-  AGENTKV_REQUIRE_GPU();
+  AGENTKV_REQUIRE_GPUS(2);
   const int n = cuda::VisibleGpus();
-  if (n < 2) GTEST_SKIP() << "needs 2 GPUs, " << n << " visible";
-  setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);  // before the first communicator
-  std::vector<int> devices(n);
-  for (int i = 0; i < n; ++i) devices[i] = i;
-  auto comms = NcclComms::Create(devices, NcclOptions{"0"});
+  auto comms = testing::CommsOnEveryGpu();
   ASSERT_TRUE(comms.ok()) << comms.status().ToString();
   // Sizes of a decode step's residual and a prompt chunk's, and an odd one.
   for (size_t count : {size_t{4096}, size_t{1} << 20, size_t{1000003}}) {
     std::vector<std::vector<float>> f32(n);
     std::vector<std::vector<uint16_t>> b16(n);
     std::vector<std::vector<uint64_t>> keys(n);
-    const Status st = OnEveryRank(n, [&](int r) -> Status {
-      CUDA_RETURN_IF_ERROR(cudaSetDevice(r));
-      cudaStream_t s = nullptr;
-      CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    const Status st = testing::OnEveryRank(n, [&](int r, cudaStream_t s) -> Status {
       std::vector<float> x(count);
       std::vector<uint16_t> y(count);
       std::vector<uint64_t> k(64);
@@ -79,22 +60,11 @@ TEST(NcclComms, AllReducesOnEveryVisibleGpu) {
       RETURN_IF_ERROR(rank.SumBf16(dy.get(), count, s));
       // The keys' max from a captured graph, launched twice (max is
       // idempotent: the same result).
-      cudaGraph_t g = nullptr;
-      CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-      const Status cap = rank.MaxU64(dk.get<uint64_t>(), k.size(), s);
-      CUDA_RETURN_IF_ERROR(cudaStreamEndCapture(s, &g));
-      RETURN_IF_ERROR(cap);
-      cudaGraphExec_t exec = nullptr;
-      CUDA_RETURN_IF_ERROR(cudaGraphInstantiate(&exec, g, 0));
-      CUDA_RETURN_IF_ERROR(cudaGraphLaunch(exec, s));
-      CUDA_RETURN_IF_ERROR(cudaGraphLaunch(exec, s));
-      CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
-      cudaGraphExecDestroy(exec);
-      cudaGraphDestroy(g);
+      RETURN_IF_ERROR(
+          testing::RunCaptured(s, 2, [&] { return rank.MaxU64(dk.get<uint64_t>(), k.size(), s); }));
       f32[r] = testing::Download<float>(dx, count);
       b16[r] = testing::Download<uint16_t>(dy, count);
       keys[r] = testing::Download<uint64_t>(dk, k.size());
-      CUDA_RETURN_IF_ERROR(cudaStreamDestroy(s));
       return Status::Ok();
     });
     ASSERT_TRUE(st.ok()) << st.ToString();

@@ -9,19 +9,18 @@
 #ifdef AGENTKV_HAVE_CUDA
 
 #include <cstdio>
-#include <cstdlib>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "engine/backend/cuda/kernels/tp.h"
 #include "engine/backend/cuda/nccl_windows.h"
 #include "engine/backend/tp_reduce_plan.h"
+#include "late_fill.h"
+#include "nccl_test_util.h"
 
 namespace agentkv::backend::cuda {
 namespace {
 
-using cuda::NcclComms;
 using cuda::NcclWindows;
 
 TEST(NcclWindows, SupportedOrSaysWhy) {
@@ -34,13 +33,9 @@ TEST(NcclWindows, SupportedOrSaysWhy) {
 }
 
 TEST(NcclWindows, SumsInTheWindowAsInPlainBuffers) {
-  AGENTKV_REQUIRE_GPU();
+  AGENTKV_REQUIRE_GPUS(2);
   const int n = cuda::VisibleGpus();
-  if (n < 2) GTEST_SKIP() << "needs 2 GPUs, " << n << " visible";
-  setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);  // before the first communicator
-  std::vector<int> devices(n);
-  for (int i = 0; i < n; ++i) devices[i] = i;
-  auto comms = NcclComms::Create(devices, cuda::NcclOptions{"0"});
+  auto comms = testing::CommsOnEveryGpu();
   ASSERT_TRUE(comms.ok()) << comms.status().ToString();
   std::string why;
   if (!NcclWindows::Supported(&why)) {
@@ -62,41 +57,20 @@ TEST(NcclWindows, SumsInTheWindowAsInPlainBuffers) {
   };
   for (const Case& k : {Case{2048, 0}, Case{64 * 4096, 0}, Case{100003, size_t{1} << 20}}) {
     std::vector<std::vector<float>> got(n);
-    std::vector<Status> st(n);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < n; ++r)
-      threads.emplace_back([&, r] {
-        st[r] = [&]() -> Status {
-          CUDA_RETURN_IF_ERROR(cudaSetDevice(r));
-          cudaStream_t s = nullptr;
-          CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-          std::vector<float> x(k.count);
-          for (size_t i = 0; i < k.count; ++i) x[i] = static_cast<float>((i % 31) * (r + 1));
-          float* buf = reinterpret_cast<float*>(static_cast<char*>(w.ptr(r)) + k.offset);
-          CUDA_RETURN_IF_ERROR(cudaMemcpy(buf, x.data(), k.count * 4, cudaMemcpyHostToDevice));
-          const cuda::NcclRank rank = (*comms)->rank(r);
-          RETURN_IF_ERROR(rank.SumF32(buf, k.count, s));
-          // Then twice more from a captured graph: x (n (n + 1) / 2)^3.
-          cudaGraph_t g = nullptr;
-          CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-          const Status cap = rank.SumF32(buf, k.count, s);
-          CUDA_RETURN_IF_ERROR(cudaStreamEndCapture(s, &g));
-          RETURN_IF_ERROR(cap);
-          cudaGraphExec_t exec = nullptr;
-          CUDA_RETURN_IF_ERROR(cudaGraphInstantiate(&exec, g, 0));
-          CUDA_RETURN_IF_ERROR(cudaGraphLaunch(exec, s));
-          CUDA_RETURN_IF_ERROR(cudaGraphLaunch(exec, s));
-          CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
-          cudaGraphExecDestroy(exec);
-          cudaGraphDestroy(g);
-          got[r].resize(k.count);
-          CUDA_RETURN_IF_ERROR(cudaMemcpy(got[r].data(), buf, k.count * 4, cudaMemcpyDeviceToHost));
-          CUDA_RETURN_IF_ERROR(cudaStreamDestroy(s));
-          return Status::Ok();
-        }();
-      });
-    for (std::thread& t : threads) t.join();
-    for (const Status& s : st) ASSERT_TRUE(s.ok()) << s.ToString();
+    const Status st = testing::OnEveryRank(n, [&](int r, cudaStream_t s) -> Status {
+      std::vector<float> x(k.count);
+      for (size_t i = 0; i < k.count; ++i) x[i] = static_cast<float>((i % 31) * (r + 1));
+      float* buf = reinterpret_cast<float*>(static_cast<char*>(w.ptr(r)) + k.offset);
+      CUDA_RETURN_IF_ERROR(cudaMemcpy(buf, x.data(), k.count * 4, cudaMemcpyHostToDevice));
+      const cuda::NcclRank rank = (*comms)->rank(r);
+      RETURN_IF_ERROR(rank.SumF32(buf, k.count, s));
+      // Then twice more from a captured graph: x (n (n + 1) / 2)^3.
+      RETURN_IF_ERROR(testing::RunCaptured(s, 2, [&] { return rank.SumF32(buf, k.count, s); }));
+      got[r].resize(k.count);
+      CUDA_RETURN_IF_ERROR(cudaMemcpy(got[r].data(), buf, k.count * 4, cudaMemcpyDeviceToHost));
+      return Status::Ok();
+    });
+    ASSERT_TRUE(st.ok()) << st.ToString();
     // Small integers: exact in fp32 whatever the order of the sums.
     const double f = n * (n + 1) / 2.0;
     for (int r = 0; r < n; ++r)
@@ -115,15 +89,11 @@ TEST(NcclWindows, SumsInTheWindowAsInPlainBuffers) {
 // printed (how many elements came out stale), not asserted (a race);
 // where it does not, the unfenced sum must be exact too.
 TEST(NcclWindows, SumsWhatAnEarlyLaunchingKernelWroteBehindTheFence) {
-  AGENTKV_REQUIRE_GPU();
+  AGENTKV_REQUIRE_GPUS(2);
   const int n = cuda::VisibleGpus();
-  if (n < 2) GTEST_SKIP() << "needs 2 GPUs, " << n << " visible";
-  setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
   std::string why;
   if (!NcclWindows::Supported(&why)) GTEST_SKIP() << why;
-  std::vector<int> devices(n);
-  for (int i = 0; i < n; ++i) devices[i] = i;
-  auto comms = NcclComms::Create(devices, cuda::NcclOptions{"0"});
+  auto comms = testing::CommsOnEveryGpu();
   ASSERT_TRUE(comms.ok()) << comms.status().ToString();
   auto made = NcclWindows::Create(**comms, size_t{1} << 20);
   ASSERT_TRUE(made.ok()) << made.status().ToString();
@@ -136,34 +106,24 @@ TEST(NcclWindows, SumsWhatAnEarlyLaunchingKernelWroteBehindTheFence) {
   for (size_t count : {size_t{2048}, size_t{64} * 4096}) {
     for (bool fence : {true, false}) {
       std::vector<std::vector<float>> got(n);
-      std::vector<Status> st(n);
-      std::vector<std::thread> threads;
-      for (int r = 0; r < n; ++r)
-        threads.emplace_back([&, r] {
-          st[r] = [&]() -> Status {
-            CUDA_RETURN_IF_ERROR(cudaSetDevice(r));
-            cudaStream_t s = nullptr;
-            CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-            float* buf = static_cast<float*>((*made)->ptr(r));
-            CUDA_RETURN_IF_ERROR(cudaMemsetAsync(buf, 0, count * 4, s));
-            // (A first sum outside the timing, so NCCL has connected.)
-            RETURN_IF_ERROR((*comms)->rank(r).SumF32(buf, count, s));
-            CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
-            CUDA_RETURN_IF_ERROR(kernels::LaunchLateFill(buf, static_cast<int64_t>(count),
-                                                         static_cast<float>(r + 1), 200'000,
-                                                         kernels::LaunchConfig(s, true)));
-            if (fence) CUDA_RETURN_IF_ERROR(kernels::LaunchStreamFence(s));
-            RETURN_IF_ERROR((*comms)->rank(r).SumF32(buf, count, s));
-            got[r].resize(count);
-            CUDA_RETURN_IF_ERROR(
-                cudaMemcpyAsync(got[r].data(), buf, count * 4, cudaMemcpyDeviceToHost, s));
-            CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
-            CUDA_RETURN_IF_ERROR(cudaStreamDestroy(s));
-            return Status::Ok();
-          }();
-        });
-      for (std::thread& t : threads) t.join();
-      for (const Status& x : st) ASSERT_TRUE(x.ok()) << x.ToString();
+      const Status st = testing::OnEveryRank(n, [&](int r, cudaStream_t s) -> Status {
+        float* buf = static_cast<float*>((*made)->ptr(r));
+        CUDA_RETURN_IF_ERROR(cudaMemsetAsync(buf, 0, count * 4, s));
+        // (A first sum outside the timing, so NCCL has connected.)
+        RETURN_IF_ERROR((*comms)->rank(r).SumF32(buf, count, s));
+        CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
+        CUDA_RETURN_IF_ERROR(testing::LaunchLateFill(buf, static_cast<int64_t>(count),
+                                                     static_cast<float>(r + 1), 200'000,
+                                                     kernels::LaunchConfig(s, true)));
+        if (fence) CUDA_RETURN_IF_ERROR(kernels::LaunchStreamFence(s));
+        RETURN_IF_ERROR((*comms)->rank(r).SumF32(buf, count, s));
+        got[r].resize(count);
+        CUDA_RETURN_IF_ERROR(
+            cudaMemcpyAsync(got[r].data(), buf, count * 4, cudaMemcpyDeviceToHost, s));
+        CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
+        return Status::Ok();
+      });
+      ASSERT_TRUE(st.ok()) << st.ToString();
       const float want = n * (n + 1) / 2.0f;  // exact in fp32
       size_t stale = 0;
       for (int r = 0; r < n; ++r)

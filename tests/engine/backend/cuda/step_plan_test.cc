@@ -67,6 +67,41 @@ struct Batch {
   }
 };
 
+// `seqs` sequences decoding one token each at position `start`, each
+// wanting logits.
+Batch Decoding(int seqs, int start) {
+  Batch b;
+  for (int s = 0; s < seqs; ++s) b.Add(1, start, true);
+  return b;
+}
+
+// n rows, every one picked greedily on the device.
+std::vector<RowPick> Greedy(int n) {
+  std::vector<RowPick> rows(n);
+  for (RowPick& r : rows) r.mode = PickMode::kGreedy;
+  return rows;
+}
+
+// A plan of one cache group built for partials of 4,096 rows and block
+// tables `width` ints wide, and the metadata it writes (WriteStepMeta over
+// ints first set to -7) for the batch it was sized from.
+struct Written {
+  StepPlan plan;
+  std::vector<int32_t> meta;
+};
+Written Write(const Batch& b, const StepSizes& z, const cache::ModelCacheSpec& spec, int width,
+              PrevPicks prev = {}) {
+  StepCapacity cap;
+  cap.parts = 4096;
+  cap.width = {width, 0, 0, 0};
+  Written w;
+  w.plan = BuildStepPlan(z, spec, 16, Model(), cap);
+  w.meta.assign(w.plan.layout.total, -7);
+  std::vector<std::array<int, 4>> scratch;
+  WriteStepMeta(b.steps, w.plan, 1, prev, w.meta, &scratch);
+  return w;
+}
+
 TEST(StepPlan, BucketsAndStrides) {
   EXPECT_EQ(DecodeBucket(1), 1);
   EXPECT_EQ(DecodeBucket(3), 4);
@@ -137,12 +172,9 @@ TEST(StepPlan, MixedPrefillAndDecodeTakeWideTiles) {
 }
 
 TEST(StepPlan, PickModesOfTheRows) {
-  Batch b;
-  for (int s = 0; s < 3; ++s) b.Add(1, 3, true);
+  Batch b = Decoding(3, 3);
   const cache::ModelCacheSpec spec = Spec(false);
-  std::vector<RowPick> rows(2);
-  rows[0].mode = PickMode::kGreedy;
-  rows[1].mode = PickMode::kGreedy;
+  std::vector<RowPick> rows = Greedy(2);
   // Row 2 is past `rows`: kHost.
   EXPECT_EQ(RowMode(rows, 2), PickMode::kHost);
   StepSizes z = SizeStep(b.Done(), rows, spec, 16, Model());
@@ -172,32 +204,22 @@ TEST(StepPlan, PickModesOfTheRows) {
 // Greedy rows asking for logprobs need the logits stored (the argmax in
 // the LM head's epilogue stores none otherwise).
 TEST(StepPlan, LogprobRowsStoreTheLogits) {
-  Batch b;
-  for (int s = 0; s < 3; ++s) b.Add(1, 5, true);
+  Batch b = Decoding(3, 5);
   const cache::ModelCacheSpec spec = Spec(false);
-  std::vector<RowPick> rows(3);
-  for (RowPick& r : rows) r.mode = PickMode::kGreedy;
+  std::vector<RowPick> rows = Greedy(3);
   rows[2].logprobs = 5;
   const StepSizes z = SizeStep(b.Done(), rows, spec, 16, Model());
-  StepCapacity cap;
-  cap.parts = 4096;
-  cap.width = {32, 0, 0, 0};
-  const StepPlan p = BuildStepPlan(z, spec, 16, Model(), cap);
-  std::vector<int32_t> meta(p.layout.total, -7);
-  std::vector<std::array<int, 4>> scratch;
-  WriteStepMeta(b.steps, p, 1, {}, meta, &scratch);
-  EXPECT_EQ(meta[p.layout.store_logits], 1);
+  const Written w = Write(b, z, spec, 32);
+  EXPECT_EQ(w.meta[w.plan.layout.store_logits], 1);
 }
 
 // Device-picked rows that keep their logits (an optimistic pick of a
 // constrained row, read back when the grammar rejects it) need them stored
 // too; a host row's keep_logits is no device row's.
 TEST(StepPlan, KeptRowsStoreTheLogits) {
-  Batch b;
-  for (int s = 0; s < 3; ++s) b.Add(1, 5, true);
+  Batch b = Decoding(3, 5);
   const cache::ModelCacheSpec spec = Spec(false);
-  std::vector<RowPick> rows(3);
-  for (RowPick& r : rows) r.mode = PickMode::kGreedy;
+  std::vector<RowPick> rows = Greedy(3);
   StepSizes z = SizeStep(b.Done(), rows, spec, 16, Model());
   EXPECT_FALSE(z.any_keep);
   rows[1].keep_logits = 1;
@@ -205,14 +227,8 @@ TEST(StepPlan, KeptRowsStoreTheLogits) {
   EXPECT_TRUE(z.any_keep);
   EXPECT_FALSE(z.any_logits || z.any_draw || z.any_logprobs);
   ASSERT_TRUE(z.graph);  // still a graph step: the flag is in the metadata
-  StepCapacity cap;
-  cap.parts = 4096;
-  cap.width = {32, 0, 0, 0};
-  const StepPlan p = BuildStepPlan(z, spec, 16, Model(), cap);
-  std::vector<int32_t> meta(p.layout.total, -7);
-  std::vector<std::array<int, 4>> scratch;
-  WriteStepMeta(b.steps, p, 1, {}, meta, &scratch);
-  EXPECT_EQ(meta[p.layout.store_logits], 1);
+  const Written w = Write(b, z, spec, 32);
+  EXPECT_EQ(w.meta[w.plan.layout.store_logits], 1);
   rows[1].mode = PickMode::kHost;
   rows[0].mode = PickMode::kHost;
   rows[2].mode = PickMode::kHost;
@@ -337,18 +353,14 @@ TEST(StepPlan, MetadataOfAMixedStep) {
   b.Add(3, 7, false);
   const cache::ModelCacheSpec spec = Spec(false);
   const StepSizes z = SizeStep(b.Done(), {}, spec, 16, Model());
-  StepCapacity cap;
-  cap.parts = 4096;
-  cap.width = {16, 0, 0, 0};
-  const StepPlan p = BuildStepPlan(z, spec, 16, Model(), cap);
+  const std::vector<int32_t> host_picks = {11, 22};
+  const Written w = Write(b, z, spec, 16, {false, host_picks});
+  const StepPlan& p = w.plan;
+  const std::vector<int32_t>& meta = w.meta;
   ASSERT_EQ(p.shape.tokens, 24);
   ASSERT_EQ(p.shape.tiles, 4);
-  std::vector<int32_t> meta(p.layout.total, -7);
-  std::vector<std::array<int, 4>> scratch;
-  const std::vector<int32_t> host_picks = {11, 22};
   const MetaLayout& ml = p.layout;
 
-  WriteStepMeta(b.steps, p, 1, {false, host_picks}, meta, &scratch);
   EXPECT_EQ(meta[ml.strides], z.stride);
   EXPECT_EQ(meta[ml.store_logits], 1);  // rows default to kHost
   // Tokens, positions and their sequences, in batch order.
@@ -381,25 +393,17 @@ TEST(StepPlan, MetadataOfAMixedStep) {
   EXPECT_EQ(meta[ml.tables[0] + 16 * 1 + 3], 0);
 
   // The previous step still running: the embedding reads row 1's pick.
-  WriteStepMeta(b.steps, p, 1, {true, {}}, meta, &scratch);
-  EXPECT_EQ(meta[ml.tokens + 20], -1 - 1);
+  EXPECT_EQ(Write(b, z, spec, 16, {true, {}}).meta[ml.tokens + 20], -1 - 1);
 }
 
 TEST(StepPlan, GraphPaddingSequencesAreEmpty) {
-  Batch b;
-  for (int s = 0; s < 3; ++s) b.Add(1, 5, true);
+  Batch b = Decoding(3, 5);
   const cache::ModelCacheSpec spec = Spec(false);
-  std::vector<RowPick> rows(3);
-  for (RowPick& r : rows) r.mode = PickMode::kGreedy;
-  const StepSizes z = SizeStep(b.Done(), rows, spec, 16, Model());
+  const StepSizes z = SizeStep(b.Done(), Greedy(3), spec, 16, Model());
   ASSERT_TRUE(z.graph);
-  StepCapacity cap;
-  cap.parts = 4096;
-  cap.width = {32, 0, 0, 0};
-  const StepPlan p = BuildStepPlan(z, spec, 16, Model(), cap);
-  std::vector<int32_t> meta(p.layout.total, -7);
-  std::vector<std::array<int, 4>> scratch;
-  WriteStepMeta(b.steps, p, 1, {}, meta, &scratch);
+  const Written w = Write(b, z, spec, 32);
+  const StepPlan& p = w.plan;
+  const std::vector<int32_t>& meta = w.meta;
   const MetaLayout& ml = p.layout;
   EXPECT_EQ(meta[ml.store_logits], 0);  // all greedy: no logits stored
   EXPECT_EQ(meta[ml.pos + 3], -1);
@@ -434,8 +438,7 @@ TEST(StepPlan, DraftedSequencesGetARowPerVerifiedToken) {
   b.steps[1].logit_rows = 5;
   b.steps[3].logit_rows = 2;
   const cache::ModelCacheSpec spec = Spec(false);
-  std::vector<RowPick> rows(8);
-  for (RowPick& r : rows) r.mode = PickMode::kGreedy;
+  std::vector<RowPick> rows = Greedy(8);
   const StepSizes z = SizeStep(b.Done(), rows, spec, 16, Model());
   EXPECT_EQ(z.rows, 8);
   EXPECT_EQ(z.tokens, 11);
@@ -444,14 +447,10 @@ TEST(StepPlan, DraftedSequencesGetARowPerVerifiedToken) {
   EXPECT_EQ(z.padded, 4);
   EXPECT_TRUE(z.any_greedy);
   EXPECT_FALSE(z.any_logits);  // every row picked on the device
-  StepCapacity cap;
-  cap.parts = 4096;
-  cap.width = {16, 0, 0, 0};
-  const StepPlan p = BuildStepPlan(z, spec, 16, Model(), cap);
+  const Written w = Write(b, z, spec, 16);
+  const StepPlan& p = w.plan;
+  const std::vector<int32_t>& meta = w.meta;
   EXPECT_EQ(p.shape.rows, 8);
-  std::vector<int32_t> meta(p.layout.total, -7);
-  std::vector<std::array<int, 4>> scratch;
-  WriteStepMeta(b.steps, p, 1, {}, meta, &scratch);
   const MetaLayout& ml = p.layout;
   std::vector<int32_t> got(meta.begin() + ml.logit_rows, meta.begin() + ml.logit_rows + 8);
   // Tokens 0 | 1..5 | 6..8 | 9..10.

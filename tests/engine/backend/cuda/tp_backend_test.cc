@@ -3,7 +3,9 @@
 // noise of the single-GPU backend's (only the order of the all-reduced sums
 // differs); greedy picks made on the GPUs (argmax keys, pipelined, graphs)
 // equal to the argmax of the gathered logits; drawn rows (host mode) as
-// step by step; KV blocks saved under one degree continue under another;
+// step by step; small steps' sums from NCCL windows, large ones' from
+// plain buffers, as with windows off; KV blocks saved under one degree
+// continue under another;
 // quantized checkpoints (fp8 block and per-channel, MXFP4 experts) as on
 // one GPU.
 // Skips below 2 GPUs.
@@ -27,18 +29,13 @@
 #include "engine/backend/tp_reduce_plan.h"
 #include "engine/model/model_synth.h"
 #include "engine/model/safetensors_weights.h"
+#include "nccl_test_util.h"
+#include "synth_checkpoint.h"
 
 namespace agentkv::backend::cuda {
 namespace {
 
 using namespace agentkv::testing;
-
-#define AGENTKV_REQUIRE_GPUS(n)                                                          \
-  do {                                                                                   \
-    AGENTKV_REQUIRE_GPU();                                                               \
-    if (cuda::VisibleGpus() < (n))                                                       \
-      GTEST_SKIP() << "needs " << (n) << " GPUs, " << cuda::VisibleGpus() << " visible"; \
-  } while (0)
 
 // SmallConfig with MLP and expert sizes that split over 2 and 4 ranks.
 model::ModelConfig TpSmallConfig(model::Architecture arch) {
@@ -129,16 +126,6 @@ TEST(TpBackend, LogitsAsOneGpuAndDevicePicksAsTheGatheredArgmax) {
   }
 }
 
-// The tokenizers (synth copies one into each checkpoint): the source
-// tree's, or on the GPU machine the device pack's (as backend_quant_test).
-std::filesystem::path Tokenizers() {
-  namespace fs = std::filesystem;
-  for (const fs::path& p :
-       {fs::path(AGENTKV_DATA_DIR) / "tokenizers", fs::path(".devcarry") / "tokenizers"})
-    if (fs::exists(p / "qwen3" / "tokenizer.json")) return p;
-  return fs::path(AGENTKV_DATA_DIR) / "tokenizers";
-}
-
 // Quantized checkpoints written by `model synth`, each rank loading its cut
 // of the codes and scales (TpWeightSource::LoadQuantized): dense Qwen3 in
 // fp8 with 128 x 128 block scales (intermediate 320: 160 columns a rank at
@@ -156,8 +143,7 @@ std::filesystem::path Tokenizers() {
 TEST(TpBackend, QuantizedCheckpointsAsOneGpu) {
   AGENTKV_REQUIRE_GPUS(2);
   namespace fs = std::filesystem;
-  if (!fs::exists(Tokenizers() / "qwen3" / "tokenizer.json"))
-    GTEST_SKIP() << "qwen3 tokenizer not set up (scripts/setup.sh)";
+  if (!HaveSynthTokenizer()) GTEST_SKIP() << "qwen3 tokenizer not set up (scripts/setup.sh)";
   struct Case {
     const char* arch;
     model::SynthQuant quant;
@@ -172,43 +158,22 @@ TEST(TpBackend, QuantizedCheckpointsAsOneGpu) {
         ("tp_quant_" + std::to_string(::getpid()) + "_" + k.arch + "_" +
          std::to_string(static_cast<int>(k.quant)) + "_" + std::to_string(k.intermediate));
     fs::remove_all(dir);
-    model::SynthOptions o;
-    o.arch = k.arch;
-    o.tokenizer_dir = Tokenizers() / "qwen3";
-    o.out_dir = dir;
-    o.layers = 2;
-    o.heads = 4;
-    o.kv_heads = 2;
-    o.seed = 31;
-    o.lm_head_std = 0.5;
-    o.quant = k.quant;
+    model::SynthOptions o = SynthBase(k.arch, k.quant, dir, 31);
     const bool moe = std::string(k.arch) == "gpt_oss";
     if (moe) {
-      o.hidden = 64;
-      o.head_dim = 16;
-      o.intermediate = k.intermediate;
-      o.experts = 5;
-      o.experts_per_token = 2;
-      o.sliding_window = 8;
+      SmallGptOssShape(&o, k.intermediate);
     } else {
-      o.hidden = 160;
-      o.head_dim = 32;
-      o.intermediate = k.intermediate;
+      SmallDenseShape(&o, k.intermediate);
     }
-    ASSERT_TRUE(model::SynthesizeModel(o).ok());
-    auto c = model::ModelConfig::Load(dir);
-    ASSERT_TRUE(c.ok()) << c.status().ToString();
-    auto w = model::SafetensorsWeights::Open(dir);
-    ASSERT_TRUE(w.ok()) << w.status().ToString();
-    ASSERT_TRUE(c->quant.quantized());
-    CudaBackendOptions one_opts;
-    one_opts.max_step_tokens = 64;
-    one_opts.max_batch = 2;
-    auto one = CudaBackend::Create(*c, *w, one_opts);
-    ASSERT_TRUE(one.ok()) << one.status().ToString();
-    ASSERT_TRUE(AllocateTestKv(**one, 4));
+    SynthCheckpoint ck;
+    ASSERT_TRUE(WriteAndOpen(o, &ck));
+    const model::ModelConfig& c = ck.config;
+    const model::SafetensorsWeights& w = *ck.weights;
+    ASSERT_TRUE(c.quant.quantized());
+    auto one = MakeCuda(c, w, 4);
+    ASSERT_TRUE(one);
     std::vector<int32_t> picks;
-    const auto want = Drive(**one, 7, 10, 3, nullptr, &picks);
+    const auto want = Drive(*one, 7, 10, 3, nullptr, &picks);
     for (int degree : {2, 4}) {
       if (cuda::VisibleGpus() < degree) continue;
       const std::string name = std::string(k.arch) + " " +
@@ -216,7 +181,7 @@ TEST(TpBackend, QuantizedCheckpointsAsOneGpu) {
                                std::to_string(k.intermediate) + " degree " + std::to_string(degree);
       // Windows on and off apart: a failure names which.
       for (bool windows : {true, false}) {
-        auto tp = MakeTp(*c, *w, 4, degree, /*graphs=*/true, windows);
+        auto tp = MakeTp(c, w, 4, degree, /*graphs=*/true, windows);
         ASSERT_TRUE(tp) << name;
         const std::string run = name + " " + WindowsName(*tp, windows);
         const auto got = Drive(*tp, 7, 10, 3, &picks);  // teacher-forced
@@ -238,8 +203,8 @@ TEST(TpBackend, QuantizedCheckpointsAsOneGpu) {
           EXPECT_LT(worst, 1e-2) << run;
         }
       }
-      auto a = MakeTp(*c, *w, 4, degree);
-      auto b = MakeTp(*c, *w, 4, degree, /*graphs=*/false);
+      auto a = MakeTp(c, w, 4, degree);
+      auto b = MakeTp(c, w, 4, degree, /*graphs=*/false);
       ASSERT_TRUE(a && b);
       EXPECT_EQ(GreedyPicks(*a, 16, /*pipelined=*/true, 9),
                 GreedyPicks(*b, 16, /*pipelined=*/false, 9, /*sample_every=*/3))
@@ -301,6 +266,44 @@ TEST(TpBackend, SymmetricWindowsAsPlainBuffers) {
     ASSERT_TRUE(a);
     EXPECT_EQ(GreedyPicks(*a, 16, /*pipelined=*/true, 9), GreedyPicks(*off, 16, true, 9))
         << CaseName({arch, 7, 4});
+  }
+}
+
+// Each step sums from the window or from plain buffers by the size of its
+// all-reduces (TpReduceFromWindow). At hidden 512 (2 KiB a token, so up to
+// 16 tokens from the window) the 68-token prefill step sums 136 KiB from
+// plain buffers and the decode steps of 3 sequences (in graphs, padded to
+// their bucket) from the window, in one backend: the logits as with
+// windows off within 1e-5, the pipelined greedy picks equal. Gemma 3 sums
+// its o output too.
+TEST(TpBackend, SmallStepsSumFromTheWindowLargeFromPlainBuffers) {
+  AGENTKV_REQUIRE_GPUS(2);
+  std::string why;
+  if (!cuda::NcclWindows::Supported(&why)) GTEST_SKIP() << why;
+  for (model::Architecture arch : {model::Architecture::kQwen3, model::Architecture::kGemma3}) {
+    model::ModelConfig c = TpSmallConfig(arch);
+    c.hidden_size = 512;
+    ASSERT_EQ(TpWindowTokens(c), 16);
+    const MapWeights w = Bf16Weights(c, 23);
+    auto on = MakeTp(c, w, 4, 2);
+    auto off = MakeTp(c, w, 4, 2, /*graphs=*/true, /*windows=*/false);
+    ASSERT_TRUE(on && off);
+    ASSERT_TRUE(on->residual_in_window()) << on->windows_refused();
+    std::vector<int32_t> picks;
+    const auto want = Drive(*off, 64, 10, 3, nullptr, &picks);
+    const auto got = Drive(*on, 64, 10, 3, &picks);
+    ASSERT_EQ(want.size(), got.size());
+    double worst = 0;
+    for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, RelErr(got[i], want[i]));
+    EXPECT_LT(worst, 1e-5) << CaseName({arch, 64, 4});
+    EXPECT_GT(on->plain_reduce_steps(), 0);   // the prefill step
+    EXPECT_GT(on->window_reduce_steps(), 0);  // the decode steps
+    EXPECT_EQ(off->window_reduce_steps(), 0);
+    const int64_t before = on->window_reduce_steps();
+    EXPECT_EQ(GreedyPicks(*on, 16, /*pipelined=*/true, 9), GreedyPicks(*off, 16, true, 9))
+        << CaseName({arch, 64, 4});
+    EXPECT_GE(on->window_reduce_steps(), before + 16);
+    EXPECT_GT(on->graphs_captured(), 0);
   }
 }
 

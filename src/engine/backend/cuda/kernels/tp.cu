@@ -1,6 +1,4 @@
 // The tensor-parallel kernels (tp.h).
-#include <algorithm>
-
 #include "engine/backend/cuda/kernels/block_reduce.cuh"
 #include "engine/backend/cuda/kernels/pdl.cuh"
 #include "engine/backend/cuda/kernels/tp.h"
@@ -45,19 +43,6 @@ __global__ void KeysToPicksKernel(const uint64_t* keys, int rows, int32_t* picks
 // (No PdlLaunchDependents: the dependent launches when this one exits.)
 __global__ void StreamFenceKernel() {}
 
-__global__ void LateFillKernel(float* x, int64_t n, float value, uint32_t delay_ns) {
-  PdlLaunchDependents();
-  PdlWait();
-  // __nanosleep sleeps at most ~1 ms per call and may wake early: count
-  // the clock instead.
-  // (Two cycles a nanosecond: at least delay_ns at clocks up to 2 GHz.)
-  const long long until = clock64() + static_cast<long long>(delay_ns) * 2;
-  while (clock64() < until) __nanosleep(1000);
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    x[i] = value;
-}
-
 }  // namespace
 
 cudaError_t LaunchEmbedShard(const bf16_t* embed, const int32_t* tokens, const int32_t* picks,
@@ -87,15 +72,6 @@ cudaError_t LaunchStreamFence(cudaStream_t stream) {
   cfg.blockDim = dim3(32);
   cfg.stream = stream;
   return cudaLaunchKernelEx(&cfg, StreamFenceKernel);
-}
-
-cudaError_t LaunchLateFill(float* x, int64_t n, float value, uint32_t delay_ns,
-                           LaunchConfig launch) {
-  if (n <= 0) return cudaSuccess;
-  // Few blocks (a grid-stride loop): the dependent's blocks fit beside
-  // them while they sleep.
-  const int blocks = static_cast<int>(std::min<int64_t>((n + 255) / 256, 64));
-  return LaunchPdl(LateFillKernel, dim3(blocks), dim3(256), 0, launch, x, n, value, delay_ns);
 }
 
 }  // namespace agentkv::backend::cuda::kernels

@@ -38,12 +38,4 @@ cudaError_t LaunchKeysToPicks(const uint64_t* keys, int rows, int32_t* picks, La
 // programmatic dependents without waiting (TpWindowReduceNeedsFence).
 cudaError_t LaunchStreamFence(cudaStream_t stream);
 
-// x[i] = value for i < n, stored ~delay_ns nanoseconds after the kernel
-// starts, by a kernel that lets its dependents launch at its start and
-// waits for the kernel before it (as every kernel here does): the worst
-// case of a producer for a dependent that does not wait
-// (nccl_windows_test.cc, the fence).
-cudaError_t LaunchLateFill(float* x, int64_t n, float value, uint32_t delay_ns,
-                           LaunchConfig launch);
-
 }  // namespace agentkv::backend::cuda::kernels
