@@ -253,7 +253,7 @@ class CudaBackend final : public Backend {
 
   double device_seconds() const override { return device_seconds_; }
   // Steps run through a captured graph so far (for tests and benchmarks).
-  int64_t graph_steps() const { return graph_steps_; }
+  int64_t graph_steps() const override { return graph_steps_; }
   // Bytes of GPU memory the weights hold (quantized experts at their
   // stored size; moe_layer.cc).
   uint64_t weight_bytes() const;
