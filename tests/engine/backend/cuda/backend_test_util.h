@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <filesystem>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -19,6 +20,17 @@
 namespace agentkv::testing {
 
 inline constexpr int kBlocks = 512;
+
+// The tokenizers `model synth` copies into each checkpoint: the source
+// tree's, or on the GPU machine, where the tests run from the repository
+// root without it, the device pack's (tools/device/pack_cuda.sh).
+inline std::filesystem::path SynthTokenizers() {
+  namespace fs = std::filesystem;
+  for (const fs::path& p :
+       {fs::path(AGENTKV_DATA_DIR) / "tokenizers", fs::path(".devcarry") / "tokenizers"})
+    if (fs::exists(p / "qwen3" / "tokenizer.json")) return p;
+  return fs::path(AGENTKV_DATA_DIR) / "tokenizers";
+}
 
 using Seq = TestSeq;
 
