@@ -50,6 +50,10 @@ bool UseDequantGemm(const GemmModel& g, int m, int n, int k) {
   return path == kernels::MoeGemmPath::kGemv && m > kDenseQuantGemvMaxRows;
 }
 
+kernels::GatedForm DenseGatedForm(const GemmModel& g) {
+  return g.gelu_mlp ? kernels::GatedForm::kGeluTanh : kernels::GatedForm::kSwiglu;
+}
+
 int64_t DequantScratchElems(std::span<const std::array<int64_t, 2>> shapes) {
   int64_t most = 0;
   for (const auto& s : shapes) most = std::max(most, s[0] * s[1]);

@@ -29,6 +29,8 @@
 #include <cstdint>
 #include <span>
 
+#include "engine/backend/cuda/kernels/gated_act.h"
+
 namespace agentkv::backend::cuda {
 
 // Up to this many rows the GEMMs run on the weight-streaming GEMVs: the
@@ -69,7 +71,15 @@ struct GemmModel {
   // take the quantized GEMV (CudaTuning::moe_gemv).
   bool quant_dequant = false;
   bool quant_gemv = true;
+  // The dense MLP's activation is GELU, tanh form (Gemma 3), not SiLU.
+  bool gelu_mlp = false;
 };
+
+// The gated product of a dense layer's gate_up, which every path applies
+// alike: the bf16 kernels' activation (0 SiLU, 1 GELU) and the quantized
+// kernels' gated epilogue (CudaBackend::QuantGemm) compute it with
+// kernels/gated_act.h.
+kernels::GatedForm DenseGatedForm(const GemmModel& g);
 
 // What CudaBackend::Gemm runs an m-row [n][k] product on.
 enum class GemmKernel : uint8_t {

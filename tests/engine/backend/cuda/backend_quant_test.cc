@@ -39,15 +39,7 @@ namespace {
 using namespace agentkv::testing;
 namespace fs = std::filesystem;
 
-// The tokenizers (synth copies one into each checkpoint): the source
-// tree's, or on the GPU machine, where the tests run from the repository
-// root without it, the device pack's (tools/device/pack_cuda.sh).
-fs::path Tokenizers() {
-  for (const fs::path& p :
-       {fs::path(AGENTKV_DATA_DIR) / "tokenizers", fs::path(".devcarry") / "tokenizers"})
-    if (fs::exists(p / "qwen3" / "tokenizer.json")) return p;
-  return fs::path(AGENTKV_DATA_DIR) / "tokenizers";
-}
+fs::path Tokenizers() { return SynthTokenizers(); }
 
 // A checkpoint's weights with only some of its quantized tensors served
 // quantized (`keep` true for the name); the others dequantized to fp32 (by
@@ -158,11 +150,13 @@ class CudaBackendQuant : public ::testing::Test {
 
   // The CPU and CUDA backends on `w`, driven as backend_test.cc does;
   // returns the CUDA backend's weight bytes.
-  uint64_t ExpectCudaMatchesCpu(const model::ModelConfig& c, const model::WeightSource& w) {
+  uint64_t ExpectCudaMatchesCpu(const model::ModelConfig& c, const model::WeightSource& w,
+                                const CudaTuning& tuning = CudaTuning{}) {
     auto cpu = cpu::CpuBackend::Create(c, w, cpu::CpuBackendOptions{2, cache::KvDtype::kF32});
     EXPECT_TRUE(cpu.ok()) << cpu.status().ToString();
     if (!cpu.ok()) return 0;
     CudaBackendOptions o;
+    o.tuning = tuning;
     o.max_step_tokens = 64;
     o.max_batch = 2;
     auto gpu = CudaBackend::Create(c, w, o);
@@ -285,6 +279,41 @@ TEST_F(CudaBackendQuant, Qwen3Fp8DenseMatchesTheCpu) {
     EXPECT_EQ((*ref)->weight_bytes() - quant,
               DenseBytesSaved(*c, q == model::SynthQuant::kFp8, true) * c->num_layers)
         << "quant " << static_cast<int>(q);
+  }
+}
+
+// Gemma 3 stored fp8 (block scales, and compressed-tensors' per-channel
+// ones): its MLP is gelu_tanh(gate) * up, which every quantized gate_up
+// path applies as the bf16 layers do. Against the CPU on each path: by
+// default the GEMV's epilogue for decode steps (3 rows) and the weights
+// dequantized for the bf16 GEMMs and the activation kernel for prompt
+// steps (35 rows); with the dequantization off the quantized tiles'
+// epilogue for prompt steps; with the GEMV off too, the tiles for every
+// step. (Sandwich norms: o and down are stored, never added.)
+TEST_F(CudaBackendQuant, Gemma3Fp8GeluMlpMatchesTheCpu) {
+  AGENTKV_REQUIRE_GPU();
+  for (const model::SynthQuant q : {model::SynthQuant::kFp8, model::SynthQuant::kFp8Channel}) {
+    fs::remove_all(dir_);
+    model::SynthOptions o = Base("gemma3", q);
+    o.hidden = 160;
+    o.head_dim = 32;
+    o.intermediate = 272;
+    ASSERT_TRUE(model::SynthesizeModel(o).ok());
+    auto c = model::ModelConfig::Load(dir_);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    ASSERT_EQ(c->activation, model::Activation::kGeluTanh);
+    auto w = model::SafetensorsWeights::Open(dir_);
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE(w->IsQuantized("model.layers.1.mlp.gate_proj.weight"));
+    CudaTuning t;
+    std::printf("quant %d, default paths: ", static_cast<int>(q));
+    ExpectCudaMatchesCpu(*c, *w, t);
+    t.dense_dequant = false;
+    std::printf("quant %d, quantized tiles for prompt steps: ", static_cast<int>(q));
+    ExpectCudaMatchesCpu(*c, *w, t);
+    t.moe_gemv = false;
+    std::printf("quant %d, quantized tiles for every step: ", static_cast<int>(q));
+    ExpectCudaMatchesCpu(*c, *w, t);
   }
 }
 

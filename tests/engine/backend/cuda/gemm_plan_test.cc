@@ -214,6 +214,16 @@ TEST(GemmPlanTest, DecodeBucketsPastEightSequencesRunDequantized) {
   for (int seqs : {1, 9, 64}) EXPECT_FALSE(UseDequantGemm(g, DecodeBucket(seqs), g.hidden, 4096));
 }
 
+// A dense layer's gated form, whichever kernel runs gate_up (the bf16
+// kernels' activation, the quantized kernels' epilogue): GELU (tanh) for
+// Gemma 3's MLP, SwiGLU for the others.
+TEST(GemmPlanTest, DenseGatedFormFollowsTheActivation) {
+  GemmModel g = Qwen8B();
+  EXPECT_EQ(DenseGatedForm(g), kernels::GatedForm::kSwiglu);
+  g.gelu_mlp = true;
+  EXPECT_EQ(DenseGatedForm(g), kernels::GatedForm::kGeluTanh);
+}
+
 TEST(GemmPlanTest, TheScratchHoldsTheLargestProjection) {
   const GemmModel g = Qwen8B();
   const std::array<int64_t, 2> shapes[] = {
