@@ -1,12 +1,13 @@
 // Decode steps of quantized checkpoints run as CUDA graphs, as those of
 // bf16 ones do: every kernel such a step launches (the quantized GEMV with
-// its gated or residual epilogue, the dequantization into the bf16 scratch
+// its gated or residual epilogue, its shared-memory limit set on its first
+// launch inside the capture, the dequantization into the bf16 scratch
 // and the GEMMs after it, the MoE router, routing, grouping and expert
 // kernels) is captured. For each checkpoint `model synth` writes (dense
-// Qwen3 fp8 with block scales; the same with per-channel scales and the
-// quantized GEMV off, so that its decode graphs replay the
-// dequantization; Gemma 3 fp8, its GELU MLP; Qwen3-MoE fp8; GPT-OSS with
-// MXFP4 experts), two backends as the engine makes them (AllocateKv, then
+// Qwen3 fp8 with block scales, also with an MLP 8,192 wide; the same with
+// per-channel scales and the quantized GEMV off, so that its decode graphs
+// replay the dequantization; Gemma 3 fp8, its GELU MLP; Qwen3-MoE fp8;
+// GPT-OSS with MXFP4 experts), two backends as the engine makes them (AllocateKv, then
 // Reserve for its step budget and batch), graphs on and off, driven alike
 // (backend_test_util.h's three sequences, the same tokens forced on both):
 // - Reserve captured the graphs before any step, and the steps captured
@@ -49,6 +50,7 @@ struct QuantCase {
   std::string arch;
   model::SynthQuant quant;
   bool quant_gemv = true;  // CudaTuning::moe_gemv
+  int intermediate = 272;  // dense models' MLP width
 };
 
 class CudaBackendQuantGraphs : public ::testing::TestWithParam<QuantCase> {
@@ -92,7 +94,7 @@ class CudaBackendQuantGraphs : public ::testing::TestWithParam<QuantCase> {
     } else {
       o.hidden = 160;
       o.head_dim = 32;
-      o.intermediate = 272;
+      o.intermediate = q.intermediate;
     }
     const Status st = model::SynthesizeModel(o);
     ASSERT_TRUE(st.ok()) << st.ToString();
@@ -174,6 +176,12 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(QuantCase{"qwen3_fp8", "qwen3", model::SynthQuant::kFp8},
                       QuantCase{"qwen3_fp8_channel_dequant", "qwen3",
                                 model::SynthQuant::kFp8Channel, /*quant_gemv=*/false},
+                      // down's rows of 8,192: the quantized GEMV stages more
+                      // than 48 KiB of x and sets its kernel's shared-memory
+                      // limit on its first launch, inside the capture (as
+                      // Qwen3-8B's projections do).
+                      QuantCase{"qwen3_fp8_long_rows", "qwen3", model::SynthQuant::kFp8, true,
+                                8192},
                       QuantCase{"gemma3_fp8", "gemma3", model::SynthQuant::kFp8},
                       QuantCase{"qwen3_moe_fp8", "qwen3_moe", model::SynthQuant::kFp8},
                       QuantCase{"gpt_oss_mxfp4", "gpt_oss", model::SynthQuant::kMxfp4}),
