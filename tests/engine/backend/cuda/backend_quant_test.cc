@@ -318,7 +318,7 @@ TEST_F(CudaBackendQuant, Gemma3Fp8GeluMlpMatchesTheCpu) {
 }
 
 // Dense fp8 steps of many tokens (prompt chunks of 32 beside the others':
-// 55 tokens, past the quantized GEMV's 16) run on their weights dequantized
+// 55 tokens, past kDenseQuantGemvMaxRows) run on their weights dequantized
 // to bf16: against the CPU within the tolerances above, and against the
 // quantized tiles (AGENTKV_CUDA_DENSE_DEQUANT=0) closely: the same bf16
 // weights, but the sums in another order and, as in bf16 layers, gate and
