@@ -126,6 +126,7 @@ Result<EngineRunResult> RunEngineOnce(std::unique_ptr<backend::Backend>& backend
   rr.step_tokens = engine->max_step_tokens();
   rr.capture_ms = 1000 * (st.graph_capture_seconds - st0.graph_capture_seconds);
   rr.graphs_captured = st.graphs_captured - st0.graphs_captured;
+  rr.graph_steps = st.graph_steps - st0.graph_steps;
   rr.draft_tokens = st.draft_tokens - st0.draft_tokens;
   rr.draft_accepted_tokens = st.draft_accepted_tokens - st0.draft_accepted_tokens;
   rr.grammar_optimistic_rows = st.grammar_optimistic_rows - st0.grammar_optimistic_rows;
@@ -147,6 +148,7 @@ nlohmann::json ToJson(const EngineRunResult& r) {
           {"mean_device_ms", r.device_ms},
           {"graphs_captured", r.graphs_captured},
           {"graph_capture_ms", r.capture_ms},
+          {"graph_steps", r.graph_steps},
           {"draft_tokens", r.draft_tokens},
           {"draft_accepted_tokens", r.draft_accepted_tokens},
           {"grammar_optimistic_rows", r.grammar_optimistic_rows},

@@ -55,6 +55,10 @@ struct EngineRunResult {
          device_ms = 0, capture_ms = 0;
   int64_t graphs_captured = 0, output_tokens = 0, steps = 0, max_batch = 0, cached_tokens = 0,
           step_tokens = 0;
+  // Steps of the run replayed from captured graphs (graphs_captured counts
+  // only captures inside the run: those of Reserve and the warm-up are not
+  // in it, so 0 there does not mean the steps ran without graphs).
+  int64_t graph_steps = 0;
   // Speculative decoding (--speculative): draft tokens verified, accepted.
   int64_t draft_tokens = 0, draft_accepted_tokens = 0;
   // Constrained rows picked optimistically, and of those rejected.

@@ -240,6 +240,7 @@ void Engine::PublishStats() {
   local_.device_seconds = backend_->device_seconds();
   local_.graph_capture_seconds = backend_->graph_capture_seconds();
   local_.graphs_captured = backend_->graphs_captured();
+  local_.graph_steps = backend_->graph_steps();
   local_.host_write_seconds = t.host_write_seconds;
   local_.host_write_done_seconds = t.host_write_done_seconds;
   local_.split_restores = t.split_restores;

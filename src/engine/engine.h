@@ -170,6 +170,7 @@ struct EngineStats {
   double device_seconds = 0;         // Backend::device_seconds()
   double graph_capture_seconds = 0;  // Backend::graph_capture_seconds()
   int64_t graphs_captured = 0;       // Backend::graphs_captured()
+  int64_t graph_steps = 0;           // Backend::graph_steps()
   int64_t save_dropped_blocks = 0;   // not saved: evicted while waiting for staging
   // The host-memory tier (all 0 without one).
   int64_t host_restored_tokens = 0;  // tokens written back from it (admissions, preemptions)

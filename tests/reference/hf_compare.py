@@ -480,8 +480,8 @@ def main():
                 ref_note += f" ({note})"
         refs.append((arch, ref_note))
         # A checkpoint agentkv refuses with an Unimplemented status (a
-        # combination it says at load it does not run, e.g. an fp8 MLP whose
-        # activation is not SiLU on CUDA) is listed as refused, not failed:
+        # combination it says at load it does not run, e.g. fp8 experts in
+        # part, or per channel, on CUDA) is listed as refused, not failed:
         # the refusal is the documented behaviour. Any other error fails.
         probe = subprocess.run([a.agentkv, "logits", "--model", d, "--ids", "3", "--device", a.device]
                                + kv_args + tp_args, capture_output=True, text=True)

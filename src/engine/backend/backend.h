@@ -294,6 +294,11 @@ class Backend {
   // meanwhile, so device_seconds() includes this time.
   virtual double graph_capture_seconds() const { return 0; }
   virtual int64_t graphs_captured() const { return 0; }
+  // Steps run by replaying a captured graph so far (0 for backends without
+  // graphs). graphs_captured() counts captures, which happen once per batch
+  // bucket (at Reserve, or when a workspace grows), so a run over captured
+  // graphs adds none: this says whether its steps used them.
+  virtual int64_t graph_steps() const { return 0; }
   // `bytes` of host memory suited to WriteBlocks / ReadBlocks. Call it
   // outside hot paths: pinning memory is slow.
   virtual Result<HostBuffer> AllocateHostBuffer(size_t bytes) {

@@ -413,7 +413,7 @@ Status CudaBackend::WarmUpGemms() {
     } else if (cuda::UsePromptGemm(gemm_, m, 2 * I, H)) {
       CUDA_RETURN_IF_ERROR(kernels::LaunchPromptGemm(
           h_.get<kernels::bf16_t>(), w_gate_up, act_.get<kernels::bf16_t>(), m, 2 * I, H,
-          c.activation == model::Activation::kSilu ? 0 : 1, num_sms_, launch_));
+          cuda::DenseGatedForm(gemm_) == kernels::GatedForm::kGeluTanh ? 1 : 0, num_sms_, launch_));
     } else {
       RETURN_IF_ERROR(
           Gemm(h_.get<kernels::bf16_t>(), w_gate_up, gu_.get(), false, m, 2 * I, H, 0.f, T));
@@ -861,6 +861,7 @@ cuda::GemmModel CudaBackend::MakeGemmModel() const {
   g.tp = tp();
   g.quant_dequant = dequant_.bytes() > 0;
   g.quant_gemv = t.moe_gemv;
+  g.gelu_mlp = c.activation == model::Activation::kGeluTanh;
   return g;
 }
 

@@ -268,7 +268,7 @@ class CudaBackend final : public Backend {
 
   double device_seconds() const override { return device_seconds_; }
   // Steps run through a captured graph so far (for tests and benchmarks).
-  int64_t graph_steps() const { return graph_steps_; }
+  int64_t graph_steps() const override { return graph_steps_; }
   // Bytes of GPU memory the weights hold (quantized experts at their
   // stored size; moe_layer.cc).
   uint64_t weight_bytes() const;
@@ -301,8 +301,9 @@ class CudaBackend final : public Backend {
                         QuantDense* out);
   // y = x[m] . w^T for quantized w on the MoE kernels' one-group form (the
   // GEMV for decode-sized m, the tensor cores' tiles otherwise): y fp32
-  // (added into it with accumulate) or bf16; `gated`: SwiGLU of the
-  // interleaved gate and up rows into bf16 y [m][n / 2].
+  // (added into it with accumulate) or bf16; `gated`: the model's gated
+  // activation (cuda::DenseGatedForm: SwiGLU, or GELU-tanh for Gemma 3) of
+  // the interleaved gate and up rows into bf16 y [m][n / 2].
   Status QuantGemm(const kernels::bf16_t* x, const QuantDense& w, void* y, bool y_f32,
                    bool accumulate, int m, bool gated = false);
   // w dequantized to bf16 into dequant_ (kernels::LaunchDequantFp8), for

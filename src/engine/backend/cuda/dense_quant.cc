@@ -25,10 +25,6 @@ Status CudaBackend::LoadQuantDense(const model::WeightSource& w,
     return InvalidArgument("LoadQuantDense: a shape per name");
   if (interleave_rows && (names.size() != 2 || shapes[0] != shapes[1]))
     return InvalidArgument("LoadQuantDense: rows interleave two matrices of one shape");
-  if (interleave_rows && config_.activation != model::Activation::kSilu)
-    return Unimplemented("cuda backend: " + names[0] +
-                         " is quantized and the MLP's activation is not SiLU: the quantized "
-                         "gate_up runs SwiGLU only");
   std::vector<model::QuantizedWeight> parts;
   int64_t rows = 0;
   const int64_t cols = shapes[0].back();
@@ -116,7 +112,8 @@ Status CudaBackend::QuantGemm(const kernels::bf16_t* x, const QuantDense& w, voi
   g.rows = m;
   g.max_group_rows = m;
   if (gated) {
-    g.epilogue = kernels::MoeEpilogue::kSwiglu;
+    // (The gated form every gate_up path of the model applies.)
+    g.epilogue = kernels::MoeGatedEpilogue(cuda::DenseGatedForm(gemm_));
     g.act = static_cast<kernels::bf16_t*>(y);
   } else if (y_f32) {
     g.epilogue = kernels::MoeEpilogue::kStore;

@@ -407,7 +407,7 @@ Status CudaBackend::GateUp(const Layer& L, const kernels::bf16_t* w_gate_up, cud
                            int T) {
   const model::ModelConfig& c = config_;
   const int H = c.hidden_size, I = c.intermediate_size;
-  const int act_kind = c.activation == model::Activation::kSilu ? 0 : 1;
+  const int act_kind = cuda::DenseGatedForm(gemm_) == kernels::GatedForm::kGeluTanh ? 1 : 0;
   auto* h = h_.get<kernels::bf16_t>();
   auto* act = act_.get<kernels::bf16_t>();
   switch (path) {
@@ -645,7 +645,7 @@ Status CudaBackend::Enqueue(const cuda::StepShape& s, int slot) {
     const cuda::GateUpPath gate_up = quant_mlp ? cuda::GateUpPath::kGemmThenAct : gemms.gate_up;
     if (!c.sandwich_norm && gate_up != cuda::GateUpPath::kNormGemvAct)
       RETURN_IF_ERROR(Norm(nullptr, L.post_attn_norm, T));
-    if (quant_mlp) {  // fp8: SwiGLU in the epilogue (dense_quant.cc)
+    if (quant_mlp) {  // fp8: the gated activation in the epilogue (dense_quant.cc)
       RETURN_IF_ERROR(QuantGemm(h, L.q_gate_up, act, false, false, T, /*gated=*/true));
     } else {
       const PlainLaunches scope(launch_, plain);

@@ -44,8 +44,14 @@ bool UsePromptGemm(const GemmModel& g, int m, int n, int k) {
 bool UseDequantGemm(const GemmModel& g, int m, int n, int k) {
   if (!g.quant_dequant || m <= 0 || n <= 0 || k <= 0) return false;
   // (A dense projection is the MoE kernels' one group of m rows.)
-  return kernels::ChooseMoeGemmPath(m, 1, 1, n, k, kernels::MoeWeightFormat::kFp8Block,
-                                    g.quant_gemv) == kernels::MoeGemmPath::kTensorCores;
+  const kernels::MoeGemmPath path =
+      kernels::ChooseMoeGemmPath(m, 1, 1, n, k, kernels::MoeWeightFormat::kFp8Block, g.quant_gemv);
+  if (path == kernels::MoeGemmPath::kTensorCores) return true;
+  return path == kernels::MoeGemmPath::kGemv && m > kDenseQuantGemvMaxRows;
+}
+
+kernels::GatedForm DenseGatedForm(const GemmModel& g) {
+  return g.gelu_mlp ? kernels::GatedForm::kGeluTanh : kernels::GatedForm::kSwiglu;
 }
 
 int64_t DequantScratchElems(std::span<const std::array<int64_t, 2>> shapes) {

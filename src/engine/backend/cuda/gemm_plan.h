@@ -29,6 +29,8 @@
 #include <cstdint>
 #include <span>
 
+#include "engine/backend/cuda/kernels/gated_act.h"
+
 namespace agentkv::backend::cuda {
 
 // Up to this many rows the GEMMs run on the weight-streaming GEMVs: the
@@ -69,7 +71,15 @@ struct GemmModel {
   // take the quantized GEMV (CudaTuning::moe_gemv).
   bool quant_dequant = false;
   bool quant_gemv = true;
+  // The dense MLP's activation is GELU, tanh form (Gemma 3), not SiLU.
+  bool gelu_mlp = false;
 };
+
+// The gated product of a dense layer's gate_up, which every path applies
+// alike: the bf16 kernels' activation (0 SiLU, 1 GELU) and the quantized
+// kernels' gated epilogue (CudaBackend::QuantGemm) compute it with
+// kernels/gated_act.h.
+kernels::GatedForm DenseGatedForm(const GemmModel& g);
 
 // What CudaBackend::Gemm runs an m-row [n][k] product on.
 enum class GemmKernel : uint8_t {
@@ -95,17 +105,30 @@ int PlanesFor(const GemmModel& g, int m, int n, int k);
 // in its epilogue (more than kMaxWgmmaRows rows).
 bool UsePromptGemm(const GemmModel& g, int m, int n, int k);
 
+// Rows up to which a quantized dense projection stays on the quantized GEMV
+// where the dequantized path is available (UseDequantGemm); from one more
+// it is dequantized. Measured on an H200 (Qwen3-8B FP8, bench/RESULTS.md,
+// "FP8 dense layers of many-token steps dequantized"): a step of 17
+// sequences on the dequantized weights took 13.4 ms, one of 16 on the GEMV
+// 15.2 ms, and the GEMV's step time grows with its rows from 5.7 ms at 1,
+// so the two meet at about 12-13 rows. (The GEMV runs its rows in passes
+// of a power of two, so 9-16 rows cost about one 16-row pass; decode graphs
+// pad 9-16 sequences to the bucket of 16 and so take the dequantized path
+// from 9 sequences on either side of this value.)
+inline constexpr int kDenseQuantGemvMaxRows = 12;
+
 // Whether an m-row product with a quantized dense weight [n][k] runs as
 // "dequantize the weight to bf16 into the scratch, then the bf16 plan"
 // (ChooseGemm, PlanDenseLayer's paths) rather than on the quantized kernels
-// (CudaBackend::QuantGemm): wherever those would take the tensor cores'
-// tiles, i.e. past the quantized GEMV's rows (kernels::kMoeGemvTokens) or
-// shapes. Roofline: the dequantized path moves 5 bytes a weight (1 read, 2
-// written, 2 read back by the GEMM), ~10 ms a step for Qwen3-8B at ~3.5
-// TB/s whatever the rows up to the GEMM's compute bound, where the tiles
-// read their fp8 weights at ~75 GB/s (578 tok/s at 64 sequences on an
-// H200); the GEMV reads 1 byte a weight a pass (up to 16 rows) and stays.
-// The same rounding either way: the tiles also multiply bf16(code * scale).
+// (CudaBackend::QuantGemm): past kDenseQuantGemvMaxRows rows, and wherever
+// the quantized kernels would take the tensor cores' tiles (the quantized
+// GEMV off, or a shape whose x it cannot hold). Roofline: the dequantized
+// path moves 5 bytes a weight (1 read, 2 written, 2 read back by the GEMM),
+// ~10 ms a step for Qwen3-8B at ~3.5 TB/s whatever the rows up to the
+// GEMM's compute bound, where the tiles read their fp8 weights at ~75 GB/s
+// (578 tok/s at 64 sequences on an H200); the GEMV reads 1 byte a weight a
+// pass (up to 16 rows) and stays for few rows. The same rounding either
+// way: the tiles also multiply bf16(code * scale).
 bool UseDequantGemm(const GemmModel& g, int m, int n, int k);
 // The bf16 values the scratch must hold for a model whose quantized dense
 // projections are `shapes` ({n, k} each): the largest, dequantized one

@@ -185,6 +185,7 @@ int TpBackend::default_step_tokens() const { return ranks_[0]->default_step_toke
 double TpBackend::device_seconds() const { return ranks_[0]->device_seconds(); }
 double TpBackend::graph_capture_seconds() const { return ranks_[0]->graph_capture_seconds(); }
 int64_t TpBackend::graphs_captured() const { return ranks_[0]->graphs_captured(); }
+int64_t TpBackend::graph_steps() const { return ranks_[0]->graph_steps(); }
 
 Status TpBackend::EnsureWindows(int64_t tokens) {
   if (!options_.nccl.symmetric_windows || !windows_refused_.empty()) return Status::Ok();

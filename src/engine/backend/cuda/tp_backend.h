@@ -139,6 +139,7 @@ class TpBackend final : public Backend {
   double device_seconds() const override;
   double graph_capture_seconds() const override;
   int64_t graphs_captured() const override;
+  int64_t graph_steps() const override;
 
  private:
   class Workers;

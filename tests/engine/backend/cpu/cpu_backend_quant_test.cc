@@ -141,6 +141,35 @@ TEST_P(CpuBackendQuantTest, LogitsEqualTheDequantizedModel) {
   fs::remove_all(dir);
 }
 
+// Gemma 3 (GELU-tanh MLP, sandwich norms, embedding scale) stored fp8: its
+// quantized gate_up goes through the same GELU as the float model's.
+TEST_P(CpuBackendQuantTest, Gemma3LogitsEqualTheDequantizedModel) {
+  if (!fs::exists(kTokenizers / "qwen3" / "tokenizer.json"))
+    GTEST_SKIP() << "qwen3 tokenizer not set up (scripts/setup.sh)";
+  const fs::path dir =
+      fs::path(::testing::TempDir()) / ("cpu_quant_gemma3_" + std::to_string(::getpid()) + "_" +
+                                        std::to_string(static_cast<int>(GetParam())));
+  model::SynthOptions o;
+  o.arch = "gemma3";
+  o.tokenizer_dir = kTokenizers / "qwen3";
+  o.out_dir = dir;
+  o.layers = 2;
+  o.hidden = 160;
+  o.heads = 4;
+  o.kv_heads = 2;
+  o.head_dim = 32;
+  o.intermediate = 200;
+  o.seed = 6;
+  o.quant = GetParam();
+  ASSERT_TRUE(model::SynthesizeModel(o).ok());
+  auto config = model::ModelConfig::Load(dir);
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  ASSERT_EQ(config->activation, model::Activation::kGeluTanh);
+
+  ExpectMatchesDequantized(dir);
+  fs::remove_all(dir);
+}
+
 INSTANTIATE_TEST_SUITE_P(Formats, CpuBackendQuantTest,
                          ::testing::Values(model::SynthQuant::kFp8,
                                            model::SynthQuant::kFp8Channel));

@@ -146,9 +146,10 @@ class CudaBackendQuant : public ::testing::Test {
 
   // The CPU and CUDA backends on `w`, driven as backend_test.cc does;
   // returns the CUDA backend's weight bytes.
-  uint64_t ExpectCudaMatchesCpu(const model::ModelConfig& c, const model::WeightSource& w) {
+  uint64_t ExpectCudaMatchesCpu(const model::ModelConfig& c, const model::WeightSource& w,
+                                const CudaTuning& tuning = CudaTuning{}) {
     auto cpu = MakeCpu(c, w, 16);
-    auto gpu = MakeCuda(c, w, 16);
+    auto gpu = MakeCuda(c, w, 16, tuning);
     if (!cpu || !gpu) return 0;
     std::vector<int32_t> picks;
     const auto ref = Drive(*cpu, 16, 10, 5, nullptr, &picks);
@@ -261,8 +262,43 @@ TEST_F(CudaBackendQuant, Qwen3Fp8DenseMatchesTheCpu) {
   }
 }
 
+// Gemma 3 stored fp8 (block scales, and compressed-tensors' per-channel
+// ones): its MLP is gelu_tanh(gate) * up, which every quantized gate_up
+// path applies as the bf16 layers do. Against the CPU on each path: by
+// default the GEMV's epilogue for decode steps (3 rows) and the weights
+// dequantized for the bf16 GEMMs and the activation kernel for prompt
+// steps (35 rows); with the dequantization off the quantized tiles'
+// epilogue for prompt steps; with the GEMV off too, the tiles for every
+// step. (Sandwich norms: o and down are stored, never added.)
+TEST_F(CudaBackendQuant, Gemma3Fp8GeluMlpMatchesTheCpu) {
+  AGENTKV_REQUIRE_GPU();
+  for (const model::SynthQuant q : {model::SynthQuant::kFp8, model::SynthQuant::kFp8Channel}) {
+    fs::remove_all(dir_);
+    model::SynthOptions o = Base("gemma3", q);
+    o.hidden = 160;
+    o.head_dim = 32;
+    o.intermediate = 272;
+    ASSERT_TRUE(model::SynthesizeModel(o).ok());
+    auto c = model::ModelConfig::Load(dir_);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    ASSERT_EQ(c->activation, model::Activation::kGeluTanh);
+    auto w = model::SafetensorsWeights::Open(dir_);
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE(w->IsQuantized("model.layers.1.mlp.gate_proj.weight"));
+    CudaTuning t;
+    std::printf("quant %d, default paths: ", static_cast<int>(q));
+    ExpectCudaMatchesCpu(*c, *w, t);
+    t.dense_dequant = false;
+    std::printf("quant %d, quantized tiles for prompt steps: ", static_cast<int>(q));
+    ExpectCudaMatchesCpu(*c, *w, t);
+    t.moe_gemv = false;
+    std::printf("quant %d, quantized tiles for every step: ", static_cast<int>(q));
+    ExpectCudaMatchesCpu(*c, *w, t);
+  }
+}
+
 // Dense fp8 steps of many tokens (prompt chunks of 32 beside the others':
-// 55 tokens, past the quantized GEMV's 16) run on their weights dequantized
+// 55 tokens, past kDenseQuantGemvMaxRows) run on their weights dequantized
 // to bf16: against the CPU within the tolerances above, and against the
 // quantized tiles (AGENTKV_CUDA_DENSE_DEQUANT=0) closely: the same bf16
 // weights, but the sums in another order and, as in bf16 layers, gate and

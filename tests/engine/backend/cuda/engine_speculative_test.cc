@@ -159,6 +159,10 @@ TEST(CudaEngineSpeculative, GreedyOutputIsTheSameWithDrafts) {
           std::string(wide ? "wide qwen3" : "llama") + " max_batch " + std::to_string(max_batch);
       const Workload plain = RunWorkload(c, w, false, max_batch);
       EXPECT_EQ(plain.stats.draft_tokens, 0) << what;
+      // The engine reports its backend's graph steps: decode steps without
+      // drafts replay the graphs Reserve captured.
+      EXPECT_GT(plain.stats.graph_steps, 0) << what;
+      EXPECT_LE(plain.stats.graph_steps, plain.stats.steps) << what;
       const Workload spec = RunWorkload(c, w, true, max_batch);
       EXPECT_GT(spec.stats.draft_tokens, 0) << what;
       EXPECT_GT(spec.stats.draft_accepted_tokens, 0) << what;

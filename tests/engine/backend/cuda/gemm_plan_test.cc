@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/backend/cuda/step_plan.h"
+
 namespace agentkv::backend::cuda {
 namespace {
 
@@ -161,16 +163,17 @@ TEST(GemmPlanTest, CublasRowCountsAreTheOnesTheWarmUpRan) {
 }
 
 // fp8 dense projections: the quantized GEMV for decode-sized steps (up to
-// 16 rows), the bf16 plan on the dequantized weight beyond, for every
-// projection of Qwen3-8B; down (k 12,288) only up to 4 rows, whose x fills
-// the GEMV's shared memory there.
+// kDenseQuantGemvMaxRows, 12 rows), the bf16 plan on the dequantized weight
+// beyond, for every projection of Qwen3-8B; down (k 12,288) only up to 4
+// rows, whose x fills the GEMV's shared memory there.
 TEST(GemmPlanTest, ManyRowQuantizedProjectionsRunDequantized) {
   GemmModel g = Qwen8B();
   g.quant_dequant = true;
+  EXPECT_EQ(kDenseQuantGemvMaxRows, 12);
   const int shapes[3][2] = {{g.qkv_n, g.hidden}, {g.hidden, g.attn_n}, {2 * g.inter, g.hidden}};
   for (const auto& s : shapes) {
-    for (int m : {1, 2, 8, 16}) EXPECT_FALSE(UseDequantGemm(g, m, s[0], s[1])) << m << " " << s[0];
-    for (int m : {17, 64, 512, 8192}) EXPECT_TRUE(UseDequantGemm(g, m, s[0], s[1])) << m;
+    for (int m : {1, 2, 8, 12}) EXPECT_FALSE(UseDequantGemm(g, m, s[0], s[1])) << m << " " << s[0];
+    for (int m : {13, 16, 17, 64, 512, 8192}) EXPECT_TRUE(UseDequantGemm(g, m, s[0], s[1])) << m;
   }
   for (int m : {1, 2, 4}) EXPECT_FALSE(UseDequantGemm(g, m, g.hidden, g.inter)) << m;
   for (int m : {5, 8, 16, 17, 8192}) EXPECT_TRUE(UseDequantGemm(g, m, g.hidden, g.inter)) << m;
@@ -191,6 +194,34 @@ TEST(GemmPlanTest, DequantizedWhereTheQuantizedGemvDoesNotRun) {
   g.quant_gemv = true;
   EXPECT_FALSE(UseDequantGemm(g, 1, g.hidden, g.inter));
   EXPECT_TRUE(UseDequantGemm(g, 1, 256, 65536));  // 128 KiB of bf16 x a row
+}
+
+// Decode graphs run a bucket's row count (DecodeBucket): up to 8
+// sequences the quantized GEMV, from 9 (the bucket of 16) the dequantized
+// weights, as the steps of 17 and more sequences. With the quantized GEMV
+// off every bucket dequantizes; with the scratch off none does.
+TEST(GemmPlanTest, DecodeBucketsPastEightSequencesRunDequantized) {
+  GemmModel g = Qwen8B();
+  g.quant_dequant = true;
+  for (int seqs = 1; seqs <= 64; ++seqs) {
+    const int rows = DecodeBucket(seqs);
+    EXPECT_EQ(UseDequantGemm(g, rows, g.qkv_n, g.hidden), seqs > 8) << seqs;
+    EXPECT_EQ(UseDequantGemm(g, rows, 2 * g.inter, g.hidden), seqs > 8) << seqs;
+  }
+  g.quant_gemv = false;
+  for (int seqs : {1, 8, 9, 16}) EXPECT_TRUE(UseDequantGemm(g, DecodeBucket(seqs), g.hidden, 4096));
+  g.quant_dequant = false;
+  for (int seqs : {1, 9, 64}) EXPECT_FALSE(UseDequantGemm(g, DecodeBucket(seqs), g.hidden, 4096));
+}
+
+// A dense layer's gated form, whichever kernel runs gate_up (the bf16
+// kernels' activation, the quantized kernels' epilogue): GELU (tanh) for
+// Gemma 3's MLP, SwiGLU for the others.
+TEST(GemmPlanTest, DenseGatedFormFollowsTheActivation) {
+  GemmModel g = Qwen8B();
+  EXPECT_EQ(DenseGatedForm(g), kernels::GatedForm::kSwiglu);
+  g.gelu_mlp = true;
+  EXPECT_EQ(DenseGatedForm(g), kernels::GatedForm::kGeluTanh);
 }
 
 TEST(GemmPlanTest, TheScratchHoldsTheLargestProjection) {

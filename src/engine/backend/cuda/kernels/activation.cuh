@@ -1,24 +1,16 @@
 // The gated MLP's activation, for the kernels that apply it (the gated
-// activation kernel and the GEMV that fuses it into its epilogue).
+// activation kernel and the GEMVs and GEMMs that fuse it into their
+// epilogues). The formulas are gated_act.h's, shared with the MoE and fp8
+// kernels' gated epilogues.
 #pragma once
+
+#include "engine/backend/cuda/kernels/gated_act.h"
 
 namespace agentkv::backend::cuda::kernels {
 
 // act 0: SiLU; 1: GELU, tanh approximation.
 __device__ __forceinline__ float Activate(float x, int act) {
-  if (act == 0) return x / (1.0f + expf(-x));
-  const float c = 0.7978845608028654f;
-  return 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
-}
-
-// The experts' gated product of gate and up: SwiGLU, or with `clamped` the
-// GPT-OSS form (gate clamped above, up to +-limit, sigmoid of 1.702 gate,
-// up + 1), as the CPU backend's MoE reference computes it.
-__device__ __forceinline__ float GatedExpert(float gate, float up, bool clamped, float limit) {
-  if (!clamped) return gate / (1.f + expf(-gate)) * up;
-  gate = fminf(gate, limit);
-  up = fminf(fmaxf(up, -limit), limit);
-  return (up + 1.f) * gate / (1.f + expf(-1.702f * gate));
+  return act == 0 ? Silu(x) : GeluTanh(x);
 }
 
 }  // namespace agentkv::backend::cuda::kernels

@@ -391,7 +391,7 @@ __device__ __forceinline__ void Epilogue(const MoeGemmParams& p, int e, int row0
     const float v = acc(r) + b;
     const float up = __shfl_xor_sync(0xffffffffu, v, 1);
     if ((threadIdx.x & 1) != 0 || n >= p.N) continue;
-    const float out = GatedExpert(v, up, p.epilogue == MoeEpilogue::kClampedSwiglu, p.limit);
+    const float out = GatedProduct(v, up, MoeEpilogueForm(p.epilogue), p.limit);
     p.act[static_cast<int64_t>(row0 + r) * half + n / 2] = ToBf(out);
   }
 }

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 
+#include "engine/backend/cuda/kernels/gated_act.h"
 #include "engine/backend/cuda/kernels/launch.h"
 #include "engine/backend/cuda/kernels/moe_plan.h"
 
@@ -54,13 +55,37 @@ cudaError_t LaunchMoePlan(const int32_t* experts, int assignments, int num_exper
 
 // What the grouped GEMM's epilogue does with a row's N outputs.
 enum class MoeEpilogue {
-  kStore,         // y [rows][N] fp32 (+ bias), or added into y (accumulate)
-  kStoreBf16,     // act [rows][N] bf16 (+ bias)
-  kSwiglu,        // gate and up interleaved (even columns gate): act [rows][N / 2]
-                  // bf16 = silu(gate) * up
-  kClampedSwiglu  // GPT-OSS: gate = min(gate, limit), up = clamp(up, -limit,
-                  // limit), act = (up + 1) * gate * sigmoid(1.702 gate)
+  kStore,          // y [rows][N] fp32 (+ bias), or added into y (accumulate)
+  kStoreBf16,      // act [rows][N] bf16 (+ bias)
+  kSwiglu,         // gate and up interleaved (even columns gate): act [rows][N / 2]
+                   // bf16 = silu(gate) * up
+  kClampedSwiglu,  // GPT-OSS: gate = min(gate, limit), up = clamp(up, -limit,
+                   // limit), act = (up + 1) * gate * sigmoid(1.702 gate)
+  kGeluTanh        // as kSwiglu with act = gelu_tanh(gate) * up (Gemma 3's fp8
+                   // dense MLP)
 };
+// Whether e is one of the gated forms (act [rows][N / 2] from interleaved
+// gate and up columns), and which (gated_act.h computes it); the gated form
+// of GatedForm f.
+AGENTKV_MOE_HD inline bool MoeEpilogueGated(MoeEpilogue e) {
+  return e == MoeEpilogue::kSwiglu || e == MoeEpilogue::kClampedSwiglu ||
+         e == MoeEpilogue::kGeluTanh;
+}
+AGENTKV_MOE_HD inline GatedForm MoeEpilogueForm(MoeEpilogue e) {
+  return e == MoeEpilogue::kClampedSwiglu ? GatedForm::kClampedSwiglu
+         : e == MoeEpilogue::kGeluTanh    ? GatedForm::kGeluTanh
+                                          : GatedForm::kSwiglu;
+}
+inline MoeEpilogue MoeGatedEpilogue(GatedForm f) {
+  switch (f) {
+    case GatedForm::kClampedSwiglu:
+      return MoeEpilogue::kClampedSwiglu;
+    case GatedForm::kGeluTanh:
+      return MoeEpilogue::kGeluTanh;
+    default:
+      return MoeEpilogue::kSwiglu;
+  }
+}
 
 // Grouped GEMM: for each group e (an expert), its rows r in [offsets[e],
 // offsets[e + 1]) get out[r] = x[src(r)] . w[e]^T (+ bias[e]), w[e] N x K

@@ -116,8 +116,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) MoeGemvKernel(const MoeGemmPa
   LoadRound(p, t, n0, kv, 0, lane, wv);
   StageRows<R>(p, t, 0, xs);
   __syncthreads();
-  const bool gated =
-      p.epilogue == MoeEpilogue::kSwiglu || p.epilogue == MoeEpilogue::kClampedSwiglu;
+  const bool gated = MoeEpilogueGated(p.epilogue);
   float bias[kPairRows];
 #pragma unroll
   for (int q = 0; q < kPairRows; ++q)
@@ -170,8 +169,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32) MoeGemvKernel(const MoeGemmPa
         continue;
       }
       // (N is even and n0 too: the pair is whole.) As moe.cu's Epilogue.
-      const float out = GatedExpert(acc[0][r] + bias[0], acc[1][r] + bias[1],
-                                    p.epilogue == MoeEpilogue::kClampedSwiglu, p.limit);
+      const float out = GatedProduct(acc[0][r] + bias[0], acc[1][r] + bias[1],
+                                     MoeEpilogueForm(p.epilogue), p.limit);
       p.act[g * (p.N / 2) + n0 / 2] = ToBf(out);
     }
   }

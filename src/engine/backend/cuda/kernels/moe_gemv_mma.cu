@@ -353,7 +353,7 @@ __device__ __forceinline__ void Store(const MoeGemmParams& p, int n, int64_t gr,
   if (gated) {
     const float u = __shfl_down_sync(kFull, v, 4);
     if (!ok || !gate_lane) return;
-    const float out = GatedExpert(v, u, p.epilogue == MoeEpilogue::kClampedSwiglu, p.limit);
+    const float out = GatedProduct(v, u, MoeEpilogueForm(p.epilogue), p.limit);
     p.act[gr * (p.N / 2) + n / 2] = ToBf(out);
     return;
   }
@@ -430,8 +430,7 @@ __global__ void __launch_bounds__(kThreads)
     if (u < mine) LoadSlot<F, kStepScale>(p, l, row_bytes, part + split * u, slot[u]);
   if (E == 0) PdlWait();
 
-  const bool gated =
-      p.epilogue == MoeEpilogue::kSwiglu || p.epilogue == MoeEpilogue::kClampedSwiglu;
+  const bool gated = MoeEpilogueGated(p.epilogue);
   for (int c0 = 0; c0 < t.rows; c0 += P) {
     if (c0 > 0) {
       __syncthreads();  // every warp is done with the last pass's x and sums

@@ -6,7 +6,8 @@
 // Random groupings (tokens taking k distinct experts), the three
 // epilogues, biases, groups of one row to several passes and several
 // 64-row tiles, shapes off every block multiple; outputs poisoned before
-// each launch; the tensor cores' tiles on the same cases. The GEMV runs
+// each launch; the tensor cores' tiles on the same cases; the gated forms
+// SwiGLU, GPT-OSS's clamped SwiGLU and GELU (tanh) times up. The GEMV runs
 // bf16 on the CUDA cores and fp8 / mxfp4 on mma.sync (x staged as f16
 // scaled per row), so both forms meet the same bar. Tolerances
 // (relative L2): 1e-5 for the fp32 store (the same products in another
@@ -176,9 +177,10 @@ std::string Name(const GemvCase& c) {
   const char* f = c.format == MoeWeightFormat::kBf16       ? "bf16"
                   : c.format == MoeWeightFormat::kFp8Block ? "fp8"
                                                            : "mxfp4";
-  const char* ep = c.epilogue == MoeEpilogue::kStore    ? "store"
-                   : c.epilogue == MoeEpilogue::kSwiglu ? "swiglu"
-                                                        : "clamped";
+  const char* ep = c.epilogue == MoeEpilogue::kStore      ? "store"
+                   : c.epilogue == MoeEpilogue::kSwiglu   ? "swiglu"
+                   : c.epilogue == MoeEpilogue::kGeluTanh ? "gelu"
+                                                          : "clamped";
   return std::string(f) + "_" + ep + "_T" + std::to_string(c.T) + "_E" + std::to_string(c.E) +
          "_k" + std::to_string(c.k) + "_N" + std::to_string(c.N) + "_K" + std::to_string(c.K);
 }
@@ -233,6 +235,9 @@ TEST_P(CudaMoeGemv, MatchesTheGroupedProduct) {
             g = std::min(g, 7.0);
             u = std::clamp(u, -7.0, 7.0);
             o = static_cast<float>((u + 1) * g / (1 + std::exp(-1.702 * g)));
+          } else if (c.epilogue == MoeEpilogue::kGeluTanh) {
+            const double c0 = 0.7978845608028654;  // sqrt(2 / pi)
+            o = static_cast<float>(0.5 * g * (1 + std::tanh(c0 * (g + 0.044715 * g * g * g))) * u);
           } else {
             o = static_cast<float>(g / (1 + std::exp(-g)) * u);
           }
@@ -303,6 +308,7 @@ constexpr auto kMx = MoeWeightFormat::kMxfp4;
 constexpr auto kStore = MoeEpilogue::kStore;
 constexpr auto kSwiglu = MoeEpilogue::kSwiglu;
 constexpr auto kClamped = MoeEpilogue::kClampedSwiglu;
+constexpr auto kGelu = MoeEpilogue::kGeluTanh;
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, CudaMoeGemv,
@@ -330,11 +336,17 @@ INSTANTIATE_TEST_SUITE_P(
         GemvCase{kFp8, kStore, 12, 4, 2, 48, 4096},
         GemvCase{kFp8, kStore, 11, 4, 4, 80, 208, 16, 48},
         GemvCase{kMx, kStore, 16, 8, 4, 128, 2880}, GemvCase{kMx, kSwiglu, 7, 8, 8, 96, 96},
-        GemvCase{kMx, kClamped, 16, 32, 4, 2880, 2880}),
+        GemvCase{kMx, kClamped, 16, 32, 4, 2880, 2880},
+        // GELU (tanh) of the gate times up, Gemma 3's gated form: every
+        // format on the GEMV (one pass, and 16 tokens in one) and the tiles.
+        GemvCase{kFp8, kGelu, 2, 16, 4, 300, 272}, GemvCase{kFp8, kGelu, 16, 8, 4, 256, 2048},
+        GemvCase{kFp8, kGelu, 70, 4, 2, 100, 160, 16, 16}, GemvCase{kBf16, kGelu, 3, 8, 2, 48, 256},
+        GemvCase{kMx, kGelu, 5, 8, 4, 64, 576}),
     [](const auto& info) { return Name(info.param); });
 
 // The one-group form as a dense layer uses it: the product added into a
-// residual stream (accumulate), or stored as bf16; on the GEMV and the
+// residual stream (accumulate), stored as bf16, or through the gated
+// GELU (an fp8 Gemma 3 gate_up); on the GEMV and the
 // tensor cores (and the CUDA cores for bf16), every format.
 TEST(CudaMoeGemv, OneGroupAccumulatesAndStoresBf16) {
   AGENTKV_REQUIRE_GPU();
@@ -387,8 +399,34 @@ TEST(CudaMoeGemv, OneGroupAccumulatesAndStoresBf16) {
         p.act = db.get<bf16_t>();
         ASSERT_EQ(LaunchMoeGemm(p, nullptr), cudaSuccess) << what;
         EXPECT_LT(RelErr(DownloadBf16(db, prod.size()), prod), 1e-2) << what;
+        // Gated (columns 2j gate, 2j + 1 up): GELU (tanh) of the gate times
+        // up, as an fp8 Gemma 3 gate_up runs.
+        std::vector<float> gelu(prod.size() / 2);
+        for (size_t j = 0; j < gelu.size(); ++j) {
+          const double g = prod[2 * j], u = prod[2 * j + 1];
+          gelu[j] = static_cast<float>(
+              0.5 * g * (1 + std::tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))) * u);
+        }
+        auto dg = Poisoned<uint16_t>(gelu.size());
+        p.epilogue = MoeEpilogue::kGeluTanh;
+        p.act = dg.get<bf16_t>();
+        ASSERT_EQ(LaunchMoeGemm(p, nullptr), cudaSuccess) << what;
+        EXPECT_LT(RelErr(DownloadBf16(dg, gelu.size()), gelu), 1e-2) << what << " gelu";
       }
     }
+}
+
+// The gated epilogues and the forms they compute (gated_act.h): each
+// gated form has its epilogue and back; the stores are not gated. (No GPU
+// needed.)
+TEST(CudaMoeGemv, GatedEpiloguesNameTheirForms) {
+  for (const GatedForm f : {GatedForm::kSwiglu, GatedForm::kClampedSwiglu, GatedForm::kGeluTanh}) {
+    EXPECT_TRUE(MoeEpilogueGated(MoeGatedEpilogue(f)));
+    EXPECT_EQ(MoeEpilogueForm(MoeGatedEpilogue(f)), f);
+  }
+  EXPECT_EQ(MoeGatedEpilogue(GatedForm::kGeluTanh), MoeEpilogue::kGeluTanh);
+  EXPECT_FALSE(MoeEpilogueGated(MoeEpilogue::kStore));
+  EXPECT_FALSE(MoeEpilogueGated(MoeEpilogue::kStoreBf16));
 }
 
 // The quantized GEMV stages x as f16 scaled per row by a power of two
