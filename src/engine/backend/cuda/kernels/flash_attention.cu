@@ -51,9 +51,11 @@ __device__ __forceinline__ void ProjectHead(const float* src, const float* b, co
 }
 
 // Wide tiles at four blocks per SM (134 registers allowed three, and a
-// 2,048-token prefill step ran 3.1 waves of them).
-template <int D, int RW, class Loader>
-__global__ void __launch_bounds__(kThreads, RW == 4 && D == 64 ? 4 : 1)
+// 2,048-token prefill step ran 3.1 waves of them). kLean: the lean fp8
+// decode form (narrow fp8 tiles only; mma_attention_layout.h's
+// MmaFp8Stages and MmaMinBlocks say what it changes, and why).
+template <int D, int RW, class Loader, bool kLean = false>
+__global__ void __launch_bounds__(kThreads, MmaMinBlocks(D, RW, Loader::kFp8, kLean))
     MmaAttentionKernel(const AttentionParams p) {
   // Before PdlWait this kernel reads only what no kernel of the step writes:
   // the step metadata (copied in before the step's first kernel) and cache
@@ -73,7 +75,8 @@ __global__ void __launch_bounds__(kThreads, RW == 4 && D == 64 ? 4 : 1)
   // block barrier per stage. Wide tiles share every key, so the block
   // loads and widens each stage together.
   constexpr bool kWarpStages = F8 && RW == 1;
-  constexpr MmaAttentionLayout L = MmaLayout(D, RW, F8);
+  static_assert(!kLean || (F8 && RW == 1), "the lean form is fp8 decode's");
+  constexpr MmaAttentionLayout L = MmaLayout(D, RW, F8, kLean);
   static_assert(L.dp == DP && L.key_warps == KW, "the layout is this kernel's");
   bf16* Qs = reinterpret_cast<bf16*>(smem + L.q_at);
   bf16* Ks = reinterpret_cast<bf16*>(smem + L.k_at);  // stage b at Ks + b * kStage * DP
@@ -122,7 +125,8 @@ __global__ void __launch_bounds__(kThreads, RW == 4 && D == 64 ? 4 : 1)
   // Stage kt into buffer b (bf16: the tiles; fp8: the staging area).
   auto issue = [&](int kt, int b) {
     if constexpr (kWarpStages)
-      ld.template IssueRows<D, kStage, KPW, 32>(kt, kw * KPW, staging + b * kStageBytes, lane);
+      ld.template IssueRows<D, kStage, KPW, 32, kLean>(kt, kw * KPW, staging + b * kStageBytes,
+                                                       lane);
     else if constexpr (F8)
       ld.template IssueFixed<D, kStage, kThreads>(kt, staging + b * kStageBytes, tid);
     else
@@ -357,22 +361,29 @@ __global__ void __launch_bounds__(kThreads, RW == 4 && D == 64 ? 4 : 1)
   }
 }
 
-template <int D, int RW, class Loader = KvLoader>
+template <int D, int RW, class Loader = KvLoader, bool kLean = false>
 cudaError_t Launch(const AttentionParams& p, LaunchConfig launch) {
-  constexpr MmaAttentionLayout kLayout = MmaLayout(D, RW, Loader::kFp8);
+  constexpr MmaAttentionLayout kLayout = MmaLayout(D, RW, Loader::kFp8, kLean);
   static_assert(kLayout.bytes <= kMmaMaxSmemBytes, "the tiles must fit a block");
   const size_t smem = kLayout.bytes;
   static PerDeviceOnce raised;  // (per device: the attribute is the context's)
   if (smem > kDefaultSmemBytes) {
     const cudaError_t e = raised.Run([smem] {
-      return cudaFuncSetAttribute(MmaAttentionKernel<D, RW, Loader>,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(smem));
+      const cudaError_t r =
+          cudaFuncSetAttribute(MmaAttentionKernel<D, RW, Loader, kLean>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+      // The lean form's blocks per SM need all of the SM's shared memory
+      // (four of 55.5 KiB, three of 71 KiB), not a carveout the driver
+      // picked for fewer.
+      if (r != cudaSuccess || !kLean) return r;
+      return cudaFuncSetAttribute(MmaAttentionKernel<D, RW, Loader, kLean>,
+                                  cudaFuncAttributePreferredSharedMemoryCarveout,
+                                  cudaSharedmemCarveoutMaxShared);
     });
     if (e != cudaSuccess) return e;
   }
   if (p.num_tiles > 65535) return cudaErrorInvalidConfiguration;  // grid y
-  return LaunchPdl(MmaAttentionKernel<D, RW, Loader>, dim3(p.nkv, p.num_tiles, p.splits),
+  return LaunchPdl(MmaAttentionKernel<D, RW, Loader, kLean>, dim3(p.nkv, p.num_tiles, p.splits),
                    dim3(kThreads), smem, launch, p);
 }
 
@@ -385,11 +396,16 @@ cudaError_t LaunchMmaAttention(const AttentionParams& p, LaunchConfig launch) {
     if (p.qkv != nullptr || p.kv_map != nullptr || p.fp8_new.k == nullptr ||
         p.fp8_new.v == nullptr || p.fp8_new.k_scale == nullptr || p.fp8_new.v_scale == nullptr)
       return cudaErrorInvalidValue;
-    if (p.head_dim == 64)
-      return p.wide ? Launch<64, 4, Fp8KvLoader>(p, launch) : Launch<64, 1, Fp8KvLoader>(p, launch);
-    if (p.head_dim == 128)
-      return p.wide ? Launch<128, 4, Fp8KvLoader>(p, launch)
-                    : Launch<128, 1, Fp8KvLoader>(p, launch);
+    if (p.head_dim == 64) {
+      if (p.wide) return Launch<64, 4, Fp8KvLoader>(p, launch);
+      return p.fp8_decode_lean ? Launch<64, 1, Fp8KvLoader, true>(p, launch)
+                               : Launch<64, 1, Fp8KvLoader>(p, launch);
+    }
+    if (p.head_dim == 128) {
+      if (p.wide) return Launch<128, 4, Fp8KvLoader>(p, launch);
+      return p.fp8_decode_lean ? Launch<128, 1, Fp8KvLoader, true>(p, launch)
+                               : Launch<128, 1, Fp8KvLoader>(p, launch);
+    }
     return cudaErrorInvalidValue;
   }
   if (p.head_dim == 64 && p.wide && p.wgmma && WgmmaAttentionSupported(64))

@@ -114,8 +114,11 @@ struct Fp8KvLoader {
   }
 
   // Key kp's row (zeros from ke on) into row j of `stage` (kKeys rows): this
-  // thread's 16-byte column col, and with col 0 the two scales.
-  template <int kD, int kKeys>
+  // thread's 16-byte column col, and with col 0 the two scales, or
+  // (kSplitScales) with col 0 the key's and with col 1 the value's: one
+  // 4-byte copy a thread at most, where col 0 issued both (each scale is a
+  // 32-byte sector of its own, 4 bytes of it this head's).
+  template <int kD, int kKeys, bool kSplitScales = false>
   __device__ __forceinline__ void CopyRow(int kp, int j, int col, uint8_t* stage) const {
     uint8_t* kd = stage;
     uint8_t* vd = stage + kKeys * kD;
@@ -133,7 +136,10 @@ struct Fp8KvLoader {
     }
     CpAsync16(kd + j * kD + col * 16, kr, valid);
     CpAsync16(vd + j * kD + col * 16, vr, valid);
-    if (col == 0) {
+    if constexpr (kSplitScales) {
+      static_assert(kD / 16 >= 2, "two columns a row at least");
+      if (col < 2) CpAsync4((col == 0 ? ksd : vsd) + j, col == 0 ? ks : vs, valid);
+    } else if (col == 0) {
       CpAsync4(ksd + j, ks, valid);
       CpAsync4(vsd + j, vs, valid);
     }
@@ -145,7 +151,7 @@ struct Fp8KvLoader {
   // rows; committed as one group (empty where kt + row0 >= ke). The whole
   // block (row0 0, kRows kKeys, kLanes the block) or one warp (its own
   // rows: only that warp reads them, after its own wait and a __syncwarp).
-  template <int kD, int kKeys, int kRows, int kLanes>
+  template <int kD, int kKeys, int kRows, int kLanes, bool kSplitScales = false>
   __device__ __forceinline__ void IssueRows(int kt, int row0, uint8_t* stage, int t) const {
     static_assert(Fp8IssueCovers(kD, kRows, kLanes), "lanes must cover whole rows");
     constexpr int kVpr = kD / 16;  // 16-byte chunks per row
@@ -159,11 +165,13 @@ struct Fp8KvLoader {
         // reads overlap instead of each waiting for the one before.
 #pragma unroll
         for (int i = 0; i < kPasses; ++i)
-          CopyRow<kD, kKeys>(kt + j0 + i * kRowsPerPass, j0 + i * kRowsPerPass, col, stage);
+          CopyRow<kD, kKeys, kSplitScales>(kt + j0 + i * kRowsPerPass, j0 + i * kRowsPerPass, col,
+                                           stage);
       } else {
 #pragma unroll 1
         for (int i = 0; i < kPasses; ++i)
-          CopyRow<kD, kKeys>(kt + j0 + i * kRowsPerPass, j0 + i * kRowsPerPass, col, stage);
+          CopyRow<kD, kKeys, kSplitScales>(kt + j0 + i * kRowsPerPass, j0 + i * kRowsPerPass, col,
+                                           stage);
       }
     }
     CpAsyncCommit();
