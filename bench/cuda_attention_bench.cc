@@ -7,6 +7,13 @@
 //     layer and the K/V bytes read per second (the roofline's terms: a 32k
 //     context is 32,768 * 2 * kv_heads * head_dim * 2 bytes a layer in
 //     bf16, 32,768 * 2 * kv_heads * (head_dim + 4) in fp8).
+//   decode32k/<shape>/<dtype>/s<n>: the same at n splits, and fp8_lean:
+//     the lean fp8 decode form (AttentionParams::fp8_decode_lean, one more
+//     block per SM) at 32, 48 and 64 splits (GraphShape gives it 64 at
+//     head_dim 64 and 49 at 128 with that form on: a wave of 4 or 3 blocks
+//     an SM); bf16 at 64 for comparison (its graphs stop at 32);
+//     fp8_lean_f16k: the lean form with f16 keys (AttentionParams::
+//     fp8_f16_keys).
 //   prefill32k/<shape>/<dtype>: the last 2,048-token chunk of a 32k prompt
 //     (after 30,720 cached tokens) on wide tiles, one split. Reported:
 //     microseconds and attention TFLOP/s (4 * heads * head_dim flops per
@@ -51,7 +58,8 @@ DeviceBuffer Filled(size_t n, int byte) {
   return b;
 }
 
-void Run(benchmark::State& state, Shape s, bool fp8, bool prefill) {
+void Run(benchmark::State& state, Shape s, bool fp8, bool prefill, int decode_splits = 32,
+         bool lean = false, bool f16_keys = false) {
   if (!DeviceAvailable().ok()) {
     state.SkipWithError("no GPU");
     return;
@@ -70,7 +78,7 @@ void Run(benchmark::State& state, Shape s, bool fp8, bool prefill) {
   DeviceBuffer knew = Filled<uint16_t>(static_cast<size_t>(T) * nkv * D, 0x38);
   DeviceBuffer vnew = Filled<uint16_t>(static_cast<size_t>(T) * nkv * D, 0x38);
   DeviceBuffer rows = Filled<uint8_t>(kernels::Fp8KvRowsBytes(T, nkv, D), 0x38);
-  const int splits = prefill ? 1 : 32;
+  const int splits = prefill ? 1 : decode_splits;
   DeviceBuffer part_o = Filled<float>(static_cast<size_t>(T) * nh * splits * D, 0);
   DeviceBuffer part_ml = Filled<float>(static_cast<size_t>(T) * nh * splits * 2, 0);
   DeviceBuffer out = Filled<uint16_t>(static_cast<size_t>(T) * nh * D, 0);
@@ -122,6 +130,8 @@ void Run(benchmark::State& state, Shape s, bool fp8, bool prefill) {
   p.scale = 0.125f;
   p.splits = splits;
   p.wide = prefill;
+  p.fp8_decode_lean = lean;
+  p.fp8_f16_keys = f16_keys;
   p.part_o = part_o.get<float>();
   p.part_ml = part_ml.get<float>();
   p.out = out.get<kernels::bf16_t>();
@@ -181,6 +191,32 @@ int Register() {
             ->Iterations(10)
             ->Unit(benchmark::kMicrosecond);
       }
+  // Decode at other splits, and the lean fp8 form.
+  struct Variant {
+    const char* dtype;
+    bool fp8, lean;
+    int splits;
+    bool f16_keys = false;
+  };
+  constexpr Variant kVariants[] = {{"bf16", false, false, 64},
+                                   {"fp8", true, false, 64},
+                                   {"fp8_lean", true, true, 32},
+                                   {"fp8_lean", true, true, 48},
+                                   {"fp8_lean", true, true, 64},
+                                   {"fp8_lean_f16k", true, true, 32, true},
+                                   {"fp8_lean_f16k", true, true, 48, true},
+                                   {"fp8_lean_f16k", true, true, 64, true}};
+  for (const Shape& s : kShapes)
+    for (const Variant& v : kVariants) {
+      const std::string name =
+          std::string("decode32k/") + s.name + "/" + v.dtype + "/s" + std::to_string(v.splits);
+      benchmark::RegisterBenchmark(
+          name.c_str(),
+          [=](benchmark::State& st) { Run(st, s, v.fp8, false, v.splits, v.lean, v.f16_keys); })
+          ->UseManualTime()
+          ->Iterations(10)
+          ->Unit(benchmark::kMicrosecond);
+    }
   return 0;
 }
 const int registered = Register();

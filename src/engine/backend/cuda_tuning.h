@@ -82,6 +82,13 @@ struct CudaTuning {
   // Decode graphs' attention splits aim at this many blocks per SM
   // (AGENTKV_CUDA_DECODE_BLOCKS_PER_SM=<n>; not a positive number: 4).
   int decode_blocks_per_sm = 4;
+  // fp8 KV caches' decode attention on the lean form of the mma.sync kernel
+  // (one more block per SM: AttentionParams::fp8_decode_lean), its graphs'
+  // splits aimed at the blocks per SM that form fits (at most
+  // decode_blocks_per_sm) and up to kernels::kMaxAttentionSplits, not 32
+  // (cuda::GraphShape). Off until measured (AGENTKV_CUDA_FP8_DECODE_LEAN=1:
+  // on; any other value: off).
+  bool fp8_decode_lean = false;
   // Appends one line per step to this file: tokens, sequences, graph bucket
   // (0: none), table stride, attention splits, capture ms, device ms
   // (AGENTKV_CUDA_STEP_LOG=<path>; empty: none).
@@ -125,6 +132,8 @@ inline CudaTuning CudaTuningFromEnv(const std::function<const char*(const char*)
   t.dense_dequant = !off("AGENTKV_CUDA_DENSE_DEQUANT");
   if (const int n = positive(get("AGENTKV_CUDA_DECODE_BLOCKS_PER_SM")); n > 0)
     t.decode_blocks_per_sm = n;
+  if (const char* v = get("AGENTKV_CUDA_FP8_DECODE_LEAN"); v != nullptr)
+    t.fp8_decode_lean = std::string_view(v) == "1";
   if (const char* v = get("AGENTKV_CUDA_STEP_LOG"); v != nullptr) t.step_log = v;
   if (const char* v = get("AGENTKV_CUDA_PROFILE_BATCH"); v != nullptr && *v != '\0')
     t.profile_batch = std::atoi(v);

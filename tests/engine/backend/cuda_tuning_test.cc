@@ -40,6 +40,7 @@ TEST(CudaTuning, NoVariablesGiveTheDocumentedDefaults) {
   EXPECT_TRUE(t.moe_gemv);
   EXPECT_TRUE(t.dense_dequant);
   EXPECT_EQ(t.decode_blocks_per_sm, 4);
+  EXPECT_FALSE(t.fp8_decode_lean);
   EXPECT_EQ(t.step_log, "");
   EXPECT_EQ(t.profile_batch, 0);
 }
@@ -86,6 +87,12 @@ TEST(CudaTuning, DecodeBlocksPerSmTakesPositiveCounts) {
   EXPECT_EQ(FromEnv({{"AGENTKV_CUDA_DECODE_BLOCKS_PER_SM", "16"}}).decode_blocks_per_sm, 16);
   for (const char* v : {"0", "-1", "x", ""})
     EXPECT_EQ(FromEnv({{"AGENTKV_CUDA_DECODE_BLOCKS_PER_SM", v}}).decode_blocks_per_sm, 4) << v;
+}
+
+TEST(CudaTuning, Fp8DecodeLeanIsOnForOneOnly) {
+  EXPECT_TRUE(FromEnv({{"AGENTKV_CUDA_FP8_DECODE_LEAN", "1"}}).fp8_decode_lean);
+  for (const char* v : {"0", "", "true", "2"})
+    EXPECT_FALSE(FromEnv({{"AGENTKV_CUDA_FP8_DECODE_LEAN", v}}).fp8_decode_lean) << v;
 }
 
 TEST(CudaTuning, StepLogAndProfileBatch) {

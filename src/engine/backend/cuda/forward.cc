@@ -15,6 +15,7 @@
 #include "engine/backend/cuda/kernels/fp8_kv.h"
 #include "engine/backend/cuda/kernels/gemv.h"
 #include "engine/backend/cuda/kernels/logprob_kernel.h"
+#include "engine/backend/cuda/kernels/mma_attention_layout.h"
 #include "engine/backend/cuda/kernels/norm.h"
 #include "engine/backend/cuda/kernels/qkv_post.h"
 #include "engine/backend/cuda/kernels/sample_kernel.h"
@@ -61,6 +62,10 @@ cuda::StepModel CudaBackend::PlanModel() const {
   m.fused_rotary = tuning.fused_rotary;
   m.mma_attention = tuning.mma_attention;
   m.decode_blocks_per_sm = tuning.decode_blocks_per_sm;
+  // (The mma.sync kernel's head_dims are the wide tiles'.)
+  m.fp8_decode_lean = tuning.fp8_decode_lean && tuning.mma_attention && fp8() &&
+                      kernels::WideAttentionSupported(config_.head_dim);
+  m.fp8_lean_blocks_per_sm = kernels::MmaMinBlocks(config_.head_dim, 1, true, true);
   m.num_sms = num_sms_;
   m.kv_map_ok = kv_map_ok_;
   return m;
@@ -546,6 +551,7 @@ Status CudaBackend::Enqueue(const cuda::StepShape& s, int slot) {
     kernels::AttentionParams ap;
     ap.mma = tuning.mma_attention;
     ap.wgmma = tuning.wgmma_attention;
+    ap.fp8_decode_lean = tuning.fp8_decode_lean;
     ap.wide = s.wide;
     ap.nh = nh;
     ap.nkv = nkv;

@@ -96,7 +96,13 @@ int AttentionSplits(int tiles, int tokens, int64_t max_keys, const StepModel& mo
   const int fill = (model.num_sms + per - 1) / per;
   // (Decode only: prefill tiles are many and already fill the GPU.)
   const int len = tiles == tokens ? static_cast<int>((max_keys + 255) / 256) : 1;
-  int s = std::clamp(std::max(fill, len), 1, 32);
+  // The lean fp8 decode form: as many splits as its blocks fill the SMs
+  // (one wave), up to kMaxAttentionSplits; 32 otherwise.
+  const int most = LeanFp8Decode(model, tiles == tokens)
+                       ? std::clamp(model.fp8_lean_blocks_per_sm * model.num_sms / per, 32,
+                                    kernels::kMaxAttentionSplits)
+                       : 32;
+  int s = std::clamp(std::max(fill, len), 1, most);
   while (s > 1 && static_cast<int64_t>(tokens) * s > cap_parts) --s;
   return s;
 }
@@ -111,8 +117,14 @@ StepShape GraphShape(int bucket, int groups, const StepModel& model, const StepC
   // kernel's four warps already split each block's keys; more global splits
   // measured slower (c64 18.0k tok/s at 16 per SM, 19.5k at 4, 16.1k at 64).
   // CudaTuning::decode_blocks_per_sm overrides the 4 (for measurements).
+  // The lean fp8 form: no more blocks per SM than it fits (3 at head_dim
+  // 128: a fourth would start a second wave), up to kMaxAttentionSplits
+  // (one sequence of 8 KV heads: 64 at head_dim 64, 49 at 128).
   const int per = std::max(1, bucket * model.num_kv_heads);
-  int s = std::clamp(model.decode_blocks_per_sm * model.num_sms / per, 1, 32);
+  const bool lean = LeanFp8Decode(model, true);
+  const int blocks = lean ? std::min(model.decode_blocks_per_sm, model.fp8_lean_blocks_per_sm)
+                          : model.decode_blocks_per_sm;
+  int s = std::clamp(blocks * model.num_sms / per, 1, lean ? kernels::kMaxAttentionSplits : 32);
   while (s > 1 && static_cast<int64_t>(bucket) * s > cap.parts) --s;
   sh.splits = s;
   return sh;

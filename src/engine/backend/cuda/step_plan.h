@@ -51,11 +51,24 @@ struct StepModel {
   bool fused_rotary = true;
   bool mma_attention = true;
   int decode_blocks_per_sm = 4;
+  // fp8 decode on the lean kernel form (CudaTuning::fp8_decode_lean) and
+  // the blocks per SM it is compiled for (kernels::MmaMinBlocks: 4 at
+  // head_dim 64, 3 at 128): decode splits then aim at no more blocks per SM
+  // than fit, and go up to kernels::kMaxAttentionSplits.
+  bool fp8_decode_lean = false;
+  int fp8_lean_blocks_per_sm = 4;
   int num_sms = 1;
   // Per cache group: whether its TMA descriptor exists (the warpgroup
   // prompt attention may copy whole pages).
   std::array<bool, kMaxCacheGroups> kv_map_ok{};
 };
+
+// Whether a step's attention runs on the lean fp8 decode form with its
+// wider split range: decode steps (one token a tile) of an fp8 cache with
+// fp8_decode_lean on the mma.sync kernel.
+inline bool LeanFp8Decode(const StepModel& m, bool decode) {
+  return decode && m.fp8 && m.fp8_decode_lean && m.mma_attention;
+}
 
 // The mode of want_logits row r: rows[r].mode, kHost past the end of rows.
 PickMode RowMode(std::span<const RowPick> rows, int r);
@@ -139,8 +152,10 @@ struct StepCapacity {
 };
 
 // Key splits of a step launched kernel by kernel: a block per SM at least,
-// and (decode) no block walking more than ~256 keys; at most 32, and
-// tokens * splits within the partials' capacity.
+// and (decode) no block walking more than ~256 keys; at most 32 (the lean
+// fp8 decode form: as many as its blocks per SM fill the SMs with, from 32
+// up to kMaxAttentionSplits), and tokens * splits within the partials'
+// capacity.
 int AttentionSplits(int tiles, int tokens, int64_t max_keys, const StepModel& model,
                     int64_t cap_parts);
 

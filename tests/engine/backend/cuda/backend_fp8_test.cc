@@ -26,13 +26,12 @@ using namespace agentkv::testing;
 
 class CudaFp8VsCpuFp8 : public ::testing::TestWithParam<ArchCase> {};
 
-TEST_P(CudaFp8VsCpuFp8, LogitsMatch) {
-  AGENTKV_REQUIRE_GPU();
-  const ArchCase ac = GetParam();
+// The CUDA backend under `tuning` against the CPU's, both with fp8 caches.
+void ExpectLogitsMatch(const ArchCase& ac, const CudaTuning& tuning) {
   model::ModelConfig c = ac.wide ? WideConfig(ac.arch) : SmallConfig(ac.arch);
   const MapWeights w = Bf16Weights(c, 11);
   auto cpu = MakeCpu(c, w, ac.block_size, cache::KvDtype::kFP8E4M3);
-  auto gpu = MakeCuda(c, w, ac.block_size, true, cache::KvDtype::kFP8E4M3);
+  auto gpu = MakeCuda(c, w, ac.block_size, tuning, cache::KvDtype::kFP8E4M3);
   ASSERT_TRUE(gpu);
   EXPECT_EQ(gpu->kv_format(), "fp8_e4m3");
   EXPECT_EQ(gpu->kv_element_size(), 1u);
@@ -61,6 +60,23 @@ TEST_P(CudaFp8VsCpuFp8, LogitsMatch) {
   EXPECT_LT(sum / ref.size(), 0.1) << "mean logits error";
   std::printf("fp8: worst logits rel err %.2e, mean %.2e\n", worst, sum / ref.size());
   EXPECT_GT(gpu->graph_steps(), 0);
+}
+
+TEST_P(CudaFp8VsCpuFp8, LogitsMatch) {
+  AGENTKV_REQUIRE_GPU();
+  ExpectLogitsMatch(GetParam(), CudaTuning{});
+}
+
+// The lean fp8 decode form (CudaTuning::fp8_decode_lean) at head_dim 64:
+// its graphs' decode steps of one or two sequences take up to 64 splits
+// (most of them empty at these contexts), merged by the combine's wider
+// form.
+TEST(CudaFp8VsCpuFp8Lean, LogitsMatch) {
+  AGENTKV_REQUIRE_GPU();
+  CudaTuning t;
+  t.fp8_decode_lean = true;
+  ExpectLogitsMatch(ArchCase{model::Architecture::kQwen3, 16, 16, true}, t);
+  ExpectLogitsMatch(ArchCase{model::Architecture::kQwen3, 7, 4, true}, t);
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, CudaFp8VsCpuFp8,

@@ -3,6 +3,8 @@
 // toolkit needed).
 #include "engine/backend/cuda/step_plan.h"
 
+#include "engine/backend/cuda/kernels/kv_route.h"
+
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -291,6 +293,56 @@ TEST(StepPlan, GraphShapesComeFromTheBucketAndTheCapacity) {
   EXPECT_EQ(p.shape.table_space[0], 64);
   EXPECT_EQ(p.meta_ints, p.layout.tables[1] + 4u * z.stride);
   EXPECT_LE(p.meta_ints, p.layout.total);
+}
+
+// The lean fp8 decode form: graph splits aim at the blocks per SM it fits
+// (at most decode_blocks_per_sm) and go past 32 up to kMaxAttentionSplits;
+// off, or for a bf16 cache, or without the mma.sync kernel, the plain rule.
+TEST(StepPlan, LeanFp8DecodeSplitsFillItsBlocksPerSm) {
+  StepCapacity cap;
+  cap.parts = 4096;
+  cap.width = {64, 16, 0, 0};
+  StepModel m = Model();  // 132 SMs
+  m.num_kv_heads = 8;
+  m.fp8 = true;
+  EXPECT_EQ(GraphShape(1, 1, m, cap).splits, 32);  // off: at most 32
+  m.fp8_decode_lean = true;
+  m.fp8_lean_blocks_per_sm = 4;  // head_dim 64
+  // One sequence: 4 * 132 / 8 = 66 -> 64 (the merge's most).
+  EXPECT_EQ(GraphShape(1, 1, m, cap).splits, kernels::kMaxAttentionSplits);
+  EXPECT_EQ(GraphShape(2, 1, m, cap).splits, 33);  // 4 * 132 / 16
+  EXPECT_EQ(GraphShape(64, 1, m, cap).splits, 1);  // 528 / 512
+  m.fp8_lean_blocks_per_sm = 3;                    // head_dim 128: 3 * 132 / 8
+  EXPECT_EQ(GraphShape(1, 1, m, cap).splits, 49);
+  EXPECT_EQ(GraphShape(1, 1, m, cap).splits * 8, 392);  // one wave of 3 x 132
+  // decode_blocks_per_sm below what the form fits wins.
+  StepModel two = m;
+  two.decode_blocks_per_sm = 2;
+  EXPECT_EQ(GraphShape(1, 1, two, cap).splits, 33);
+  // The partials' capacity still bounds it.
+  cap.parts = 40;
+  EXPECT_EQ(GraphShape(1, 1, m, cap).splits, 40);
+  cap.parts = 4096;
+  // Not for bf16 caches, nor with the mma.sync kernel off.
+  StepModel bf16 = m;
+  bf16.fp8 = false;
+  EXPECT_EQ(GraphShape(1, 1, bf16, cap).splits, 32);
+  StepModel wmma = m;
+  wmma.mma_attention = false;
+  EXPECT_EQ(GraphShape(1, 1, wmma, cap).splits, 32);
+  EXPECT_FALSE(LeanFp8Decode(wmma, true));
+  EXPECT_TRUE(LeanFp8Decode(m, true));
+  EXPECT_FALSE(LeanFp8Decode(m, false));
+
+  // Launched kernel by kernel (AttentionSplits): decode of a long context
+  // goes past 32 to one wave of the form's blocks; prompts do not.
+  m.fp8_lean_blocks_per_sm = 4;
+  EXPECT_EQ(AttentionSplits(1, 1, 32768, m, 1 << 20), 64);
+  m.fp8_lean_blocks_per_sm = 3;
+  EXPECT_EQ(AttentionSplits(1, 1, 32768, m, 1 << 20), 49);
+  EXPECT_EQ(AttentionSplits(1, 1, 4096, m, 1 << 20), 17);  // 16 by length, 17 to fill
+  EXPECT_EQ(AttentionSplits(1, 1, 32768, bf16, 1 << 20), 32);
+  EXPECT_EQ(AttentionSplits(1, 100, 32768, m, 1 << 20), 17);  // a prompt: the fill only
 }
 
 TEST(StepPlan, AttentionRoutesPerGroup) {

@@ -176,14 +176,18 @@ __global__ void __launch_bounds__(kThreads) AttentionKernel(const AttentionParam
 }
 
 // One block per (token, head), a thread per output element: merges the
-// splits' partial results (splits <= 32). Each thread loads its element of
-// every split while the first warp loads the splits' (max, sum), in one
-// round trip (loading the partials after the weights made it two);
-// the first warp turns them into weights, then each thread adds its column.
+// splits' partial results (splits <= kMaxS, 32 or 64). Each thread loads its
+// element of every split while the first warp loads the splits' (max, sum),
+// in one round trip (loading the partials after the weights made it two);
+// the first warp turns them into weights (kMaxS / 32 splits a lane), then
+// each thread adds its column.
+template <int kMaxS>
 __global__ void CombineKernel(const AttentionParams p) {
+  static_assert(kMaxS % 32 == 0, "whole lanes' worth of splits");
+  constexpr int kPer = kMaxS / 32;  // splits a lane of the first warp weighs
   PdlLaunchDependents();
   PdlWait();
-  __shared__ float wts[32];
+  __shared__ float wts[kMaxS];
   __shared__ float inv_sum;
   const int t = blockIdx.x, h = blockIdx.y;
   if (p.pos[t] < 0) return;
@@ -192,28 +196,37 @@ __global__ void CombineKernel(const AttentionParams p) {
   const int d = threadIdx.x;
   // Every split wrote its part_o (zeros when it had no keys), so all S are
   // read without a branch per split: the loads are independent.
-  float po[32];
+  float po[kMaxS];
 #pragma unroll
-  for (int i = 0; i < 32; ++i) po[i] = d < D && i < S ? p.part_o[(b + i) * D + d] : 0.f;
+  for (int i = 0; i < kMaxS; ++i) po[i] = d < D && i < S ? p.part_o[(b + i) * D + d] : 0.f;
   if (threadIdx.x < 32) {
-    const int i = threadIdx.x;
-    const float mi = i < S ? p.part_ml[(b + i) * 2] : -INFINITY;
-    const float li = i < S ? p.part_ml[(b + i) * 2 + 1] : 0.f;
-    float M = mi;
+    float mi[kPer], li[kPer];
+    float M = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      const int i = threadIdx.x + 32 * k;
+      mi[k] = i < S ? p.part_ml[(b + i) * 2] : -INFINITY;
+      li[k] = i < S ? p.part_ml[(b + i) * 2 + 1] : 0.f;
+      M = fmaxf(M, mi[k]);
+    }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
-    const float wi = mi == -INFINITY ? 0.f : expf(mi - M);
-    float L = wi * li;
+    float L = 0.f;
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      const float wi = mi[k] == -INFINITY ? 0.f : expf(mi[k] - M);
+      L += wi * li[k];
+      wts[threadIdx.x + 32 * k] = wi;
+    }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) L += __shfl_xor_sync(0xffffffffu, L, o);
-    wts[i] = wi;
-    if (i == 0) inv_sum = SoftmaxNormaliser(M, L, p.sinks, h);
+    if (threadIdx.x == 0) inv_sum = SoftmaxNormaliser(M, L, p.sinks, h);
   }
   __syncthreads();
   if (d >= D) return;
   float acc = 0.f;
 #pragma unroll
-  for (int i = 0; i < 32; ++i) acc += wts[i] * po[i];
+  for (int i = 0; i < kMaxS; ++i) acc += wts[i] * po[i];
   bf16* out = reinterpret_cast<bf16*>(p.out) + (static_cast<int64_t>(t) * p.nh + h) * D;
   out[d] = __float2bfloat16_rn(acc * inv_sum);
 }
@@ -231,7 +244,7 @@ bool FusedRotarySupported(int head_dim) { return MmaAttentionSupported(head_dim)
 cudaError_t LaunchAttention(const AttentionParams& p, LaunchConfig launch) {
   if (p.num_tiles <= 0) return cudaSuccess;
   if (p.head_dim % 16 != 0 || p.head_dim > kMaxAttentionHeadDim || p.nkv <= 0 ||
-      p.nh % p.nkv != 0 || p.nh / p.nkv > kRows || p.splits < 1 || p.splits > 32)
+      p.nh % p.nkv != 0 || p.nh / p.nkv > kRows || p.splits < 1 || p.splits > kMaxAttentionSplits)
     return cudaErrorInvalidValue;
   if (p.wide && !WideAttentionSupported(p.head_dim)) return cudaErrorInvalidValue;
   if (p.qkv != nullptr && (p.wide || !p.mma || !FusedRotarySupported(p.head_dim)))
@@ -261,8 +274,11 @@ cudaError_t LaunchAttention(const AttentionParams& p, LaunchConfig launch) {
                   p);
   }
   if (e != cudaSuccess || p.splits == 1) return e;
-  return LaunchPdl(CombineKernel, dim3(p.tokens, p.nh), dim3(std::max(32, p.head_dim)), 0, launch,
-                   p);
+  // (Up to 32 splits, what every bf16 step has, on the narrower form.)
+  static_assert(kMaxAttentionSplits == 64, "the combine's forms");
+  const dim3 grid(p.tokens, p.nh), block(std::max(32, p.head_dim));
+  return p.splits <= 32 ? LaunchPdl(CombineKernel<32>, grid, block, 0, launch, p)
+                        : LaunchPdl(CombineKernel<64>, grid, block, 0, launch, p);
 }
 
 }  // namespace agentkv::backend::cuda::kernels

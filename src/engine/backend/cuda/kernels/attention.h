@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "engine/backend/cuda/kernels/fp8_kv.h"
+#include "engine/backend/cuda/kernels/kv_route.h"
 #include "engine/backend/cuda/kernels/qkv_post.h"
 
 namespace agentkv::backend::cuda::kernels {
@@ -21,8 +22,9 @@ namespace agentkv::backend::cuda::kernels {
 // each K/V tile loaded serves four times the rows; only where
 // WideAttentionSupported(head_dim)). Keys at positions >= seq_start[s] (this step's)
 // are read from k_new / v_new at token seq_first[s] + (p - seq_start[s]); older ones from the
-// cache. With splits > 1 each tile's keys are split across thread blocks (at most 32) and merged by
-// a second kernel through part_o / part_ml (tokens * nh * splits * (head_dim + 2) floats).
+// cache. With splits > 1 each tile's keys are split across thread blocks (at most
+// kMaxAttentionSplits) and merged by a second kernel through part_o / part_ml (tokens * nh *
+// splits * (head_dim + 2) floats; kv_route.h).
 struct AttentionParams {
   const bf16_t* q = nullptr;  // [T][nh][D]
   const bf16_t* k_new = nullptr;
@@ -88,6 +90,17 @@ struct AttentionParams {
   // kv_map is then ignored and AttentionReadsCacheOnly false).
   bool mma = true;
   bool wgmma = true;
+  // Narrow fp8 tiles (decode) on the lean form of the mma.sync kernel: one
+  // more block per SM (registers capped, head_dim 128 with two staging
+  // stages, not four), each scale copied by a thread of its own
+  // (mma_attention_layout.h's MmaFp8Stages). A choice for comparison until
+  // measured; it pays where splits give the SMs the extra blocks.
+  bool fp8_decode_lean = false;
+  // With fp8_decode_lean: its keys widened to f16 and Q K^T on f16 operands
+  // (the queries scaled by a power of two per tile, exactly); fewer
+  // instructions a key. For comparison until measured (no CudaTuning
+  // switch yet).
+  bool fp8_f16_keys = false;
 };
 inline constexpr int kMaxQkvPlanes = 8;
 // Writes to `map` (kKvTensorMapBytes, 64-byte aligned host memory) the TMA

@@ -40,6 +40,19 @@ __device__ __forceinline__ uint4 E4m3x8ToBf16(uint2 in) {
                     E4m3x2ToBf16x2(in.y >> 16));
 }
 
+// Eight e4m3 bytes -> eight f16 in a uint4, exactly (one conversion
+// instruction a pair: every e4m3 value is a normal f16), for the fp8 decode
+// form whose keys multiply f16 queries.
+__device__ __forceinline__ uint32_t E4m3x2ToF16x2(uint32_t two_bytes) {
+  const __half2_raw h =
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_bytes & 0xffffu), __NV_E4M3);
+  return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
+}
+__device__ __forceinline__ uint4 E4m3x8ToF16(uint2 in) {
+  return make_uint4(E4m3x2ToF16x2(in.x), E4m3x2ToF16x2(in.x >> 16), E4m3x2ToF16x2(in.y),
+                    E4m3x2ToF16x2(in.y >> 16));
+}
+
 // cp.async of 4 bytes (a scale); zero-filled when !valid.
 __device__ __forceinline__ void CpAsync4(void* smem, const void* gmem, bool valid) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
@@ -114,8 +127,11 @@ struct Fp8KvLoader {
   }
 
   // Key kp's row (zeros from ke on) into row j of `stage` (kKeys rows): this
-  // thread's 16-byte column col, and with col 0 the two scales.
-  template <int kD, int kKeys>
+  // thread's 16-byte column col, and with col 0 the two scales, or
+  // (kSplitScales) with col 0 the key's and with col 1 the value's: one
+  // 4-byte copy a thread at most, where col 0 issued both (each scale is a
+  // 32-byte sector of its own, 4 bytes of it this head's).
+  template <int kD, int kKeys, bool kSplitScales = false>
   __device__ __forceinline__ void CopyRow(int kp, int j, int col, uint8_t* stage) const {
     uint8_t* kd = stage;
     uint8_t* vd = stage + kKeys * kD;
@@ -133,7 +149,10 @@ struct Fp8KvLoader {
     }
     CpAsync16(kd + j * kD + col * 16, kr, valid);
     CpAsync16(vd + j * kD + col * 16, vr, valid);
-    if (col == 0) {
+    if constexpr (kSplitScales) {
+      static_assert(kD / 16 >= 2, "two columns a row at least");
+      if (col < 2) CpAsync4((col == 0 ? ksd : vsd) + j, col == 0 ? ks : vs, valid);
+    } else if (col == 0) {
       CpAsync4(ksd + j, ks, valid);
       CpAsync4(vsd + j, vs, valid);
     }
@@ -145,7 +164,7 @@ struct Fp8KvLoader {
   // rows; committed as one group (empty where kt + row0 >= ke). The whole
   // block (row0 0, kRows kKeys, kLanes the block) or one warp (its own
   // rows: only that warp reads them, after its own wait and a __syncwarp).
-  template <int kD, int kKeys, int kRows, int kLanes>
+  template <int kD, int kKeys, int kRows, int kLanes, bool kSplitScales = false>
   __device__ __forceinline__ void IssueRows(int kt, int row0, uint8_t* stage, int t) const {
     static_assert(Fp8IssueCovers(kD, kRows, kLanes), "lanes must cover whole rows");
     constexpr int kVpr = kD / 16;  // 16-byte chunks per row
@@ -159,11 +178,13 @@ struct Fp8KvLoader {
         // reads overlap instead of each waiting for the one before.
 #pragma unroll
         for (int i = 0; i < kPasses; ++i)
-          CopyRow<kD, kKeys>(kt + j0 + i * kRowsPerPass, j0 + i * kRowsPerPass, col, stage);
+          CopyRow<kD, kKeys, kSplitScales>(kt + j0 + i * kRowsPerPass, j0 + i * kRowsPerPass, col,
+                                           stage);
       } else {
 #pragma unroll 1
         for (int i = 0; i < kPasses; ++i)
-          CopyRow<kD, kKeys>(kt + j0 + i * kRowsPerPass, j0 + i * kRowsPerPass, col, stage);
+          CopyRow<kD, kKeys, kSplitScales>(kt + j0 + i * kRowsPerPass, j0 + i * kRowsPerPass, col,
+                                           stage);
       }
     }
     CpAsyncCommit();
@@ -190,7 +211,8 @@ struct Fp8KvLoader {
   // threads (t: this one's index), 8 bytes a thread at a time (consecutive
   // threads read consecutive bytes and write consecutive 16-byte runs: no
   // bank conflicts). The caller synchronises the threads before and after.
-  template <int kD, int kKeys, int kRows, int kLanes>
+  // kF16Keys: the K rows as f16 (the V rows bf16 still).
+  template <int kD, int kKeys, int kRows, int kLanes, bool kF16Keys = false>
   __device__ __forceinline__ static void ConvertRows(const uint8_t* stage, bf16* Kd, bf16* Vd,
                                                      int DP, int row0, int t) {
     static_assert(Fp8ConvertCovers(kD, kRows, kLanes), "threads must cover the rows evenly");
@@ -204,7 +226,8 @@ struct Fp8KvLoader {
       const int gi = t + (v ? it - kIters : it) * kLanes;
       const int j = row0 + gi / kVpr, col = gi % kVpr;
       const uint2 raw = (v ? vq : kq)[gi];
-      *reinterpret_cast<uint4*>((v ? Vd : Kd) + j * DP + col * 8) = E4m3x8ToBf16(raw);
+      *reinterpret_cast<uint4*>((v ? Vd : Kd) + j * DP + col * 8) =
+          kF16Keys && !v ? E4m3x8ToF16(raw) : E4m3x8ToBf16(raw);
     }
   }
 

@@ -12,6 +12,12 @@
 
 namespace agentkv::backend::cuda::kernels {
 
+// The most key splits LaunchAttention takes (its split merge's widest
+// form). Steps plan at most 32 but on the lean fp8 decode form
+// (step_plan.h's LeanFp8Decode), whose single-sequence grids need more
+// blocks to fill the SMs.
+inline constexpr int kMaxAttentionSplits = 64;
+
 // Wide (64-row) attention tiles: steps with prompt chunks, where the
 // head_dim has them (WideAttentionSupported: the mma.sync kernel's, which
 // reads both caches).

@@ -25,7 +25,27 @@ inline constexpr int kMmaStage = 64;  // keys per pipeline stage
 // little work per stage, so a stage costs about a memory round trip over
 // the stages ahead; four is as deep as goes without costing a block per SM
 // against three (54 KiB at head_dim 64, four an SM; 104 KiB at 128, two).
-constexpr int MmaFp8Stages(int /*D*/, int rw) { return rw == 1 ? 4 : 3; }
+//
+// Lean decode (narrow fp8 tiles, AttentionParams::fp8_decode_lean): the
+// kernel is compiled for one more block per SM (MmaMinBlocks: registers
+// capped by ptxas) and its staging shrinks to what that many blocks leave
+// (head_dim 128: two stages, one in flight; 64 keeps four). A decode grid
+// of one sequence is kv_heads x splits blocks, all resident at once: the
+// blocks' warps, not their bytes in flight, bound it (issue slots ~35% busy
+// at two blocks an SM), so more blocks an SM (and splits to fill them)
+// should cut its time.
+constexpr int MmaFp8Stages(int D, int rw, bool lean = false) {
+  if (rw != 1) return 3;
+  return lean && D == 128 ? 2 : 4;
+}
+// The blocks per SM an instantiation is compiled for (__launch_bounds__'s
+// minimum): wide head_dim 64 tiles four, lean fp8 decode four (64) or three
+// (128), the others one (ptxas's choice).
+constexpr int MmaMinBlocks(int D, int rw, bool fp8, bool lean = false) {
+  if (rw == 4) return D == 64 ? 4 : 1;
+  if (fp8 && lean) return D == 64 ? 4 : 3;
+  return 1;
+}
 // The most dynamic shared memory a block may opt into on sm_90.
 inline constexpr size_t kMmaMaxSmemBytes = 227 * 1024;
 // Launches above this need cudaFuncAttributeMaxDynamicSharedMemorySize.
@@ -69,7 +89,8 @@ struct MmaAttentionLayout {
   size_t bytes = 0;        // what a launch asks for: max(main, merge)
 };
 
-constexpr MmaAttentionLayout MmaLayout(int D, int rw, bool fp8) {
+// lean: the lean fp8 decode instantiation (MmaFp8Stages); ignored elsewhere.
+constexpr MmaAttentionLayout MmaLayout(int D, int rw, bool fp8, bool lean = false) {
   MmaAttentionLayout l;
   const size_t bf = 2;  // sizeof(bf16)
   l.dp = D + 8;
@@ -84,7 +105,7 @@ constexpr MmaAttentionLayout MmaLayout(int D, int rw, bool fp8) {
   l.own_bytes = !fp8 && rw == 1 ? 2 * static_cast<size_t>(D) * bf : 0;
   l.staging_at = l.own_at + l.own_bytes;
   l.stage_bytes = fp8 ? Fp8StageBytes(D, kMmaStage) : 0;
-  l.fp8_stages = fp8 ? MmaFp8Stages(D, rw) : 0;
+  l.fp8_stages = fp8 ? MmaFp8Stages(D, rw, lean) : 0;
   l.main_bytes = l.staging_at + static_cast<size_t>(l.fp8_stages) * l.stage_bytes;
   l.merge_bytes = rw == 1 ? static_cast<size_t>(kMmaWarps) * 16 * (D + 2) * 4 : 0;
   l.bytes = l.main_bytes > l.merge_bytes ? l.main_bytes : l.merge_bytes;

@@ -137,6 +137,51 @@ TEST(MmaAttentionLayout, Fp8DecodeStagingKeepsBlocksPerSm) {
   EXPECT_GT(kernels::MmaLayout(64, 1, true).fp8_stages, kernels::MmaLayout(64, 4, true).fp8_stages);
 }
 
+// The lean fp8 decode form (AttentionParams::fp8_decode_lean): its layout
+// keeps every rule above, and the blocks per SM it is compiled for
+// (MmaMinBlocks, its registers' cap) fit the SM's shared memory too: four
+// at head_dim 64, three at 128 (two staging stages: one widened, one in
+// flight). Elsewhere `lean` changes nothing.
+TEST(MmaAttentionLayout, LeanFp8DecodeFitsItsBlocksPerSm) {
+  auto per_sm = [](size_t bytes) { return static_cast<int>((228 * 1024) / (bytes + 1024)); };
+  for (int D : {64, 128}) {
+    SCOPED_TRACE(D);
+    const kernels::MmaAttentionLayout l = kernels::MmaLayout(D, 1, true, true);
+    const int blocks = kernels::MmaMinBlocks(D, 1, true, true);
+    EXPECT_EQ(blocks, D == 64 ? 4 : 3);
+    EXPECT_GE(per_sm(l.bytes), blocks);
+    EXPECT_GT(blocks, kernels::MmaMinBlocks(D, 1, true, false));
+    // ptxas's cap: 65,536 registers an SM over blocks x 128 threads.
+    EXPECT_GE(65536 / (blocks * kernels::kMmaThreads), 128);
+    EXPECT_GE(l.fp8_stages, 2);
+    EXPECT_EQ(l.fp8_stages, D == 64 ? 4 : 2);
+    const size_t staging_end = l.staging_at + l.fp8_stages * l.stage_bytes;
+    EXPECT_LE(staging_end, l.main_bytes);
+    EXPECT_LE(l.merge_bytes, l.bytes);
+    EXPECT_TRUE(Aligned16(l.staging_at));
+    EXPECT_TRUE(Aligned16(l.stage_bytes));
+    // Everything before the staging is the plain form's.
+    const kernels::MmaAttentionLayout plain = kernels::MmaLayout(D, 1, true);
+    EXPECT_EQ(l.staging_at, plain.staging_at);
+    EXPECT_EQ(l.stage_bytes, plain.stage_bytes);
+    EXPECT_LE(l.bytes, plain.bytes);
+  }
+  for (const Config& c : kConfigs) {
+    if (c.rw == 1 && c.fp8) continue;
+    const kernels::MmaAttentionLayout a = kernels::MmaLayout(c.D, c.rw, c.fp8, true),
+                                      b = kernels::MmaLayout(c.D, c.rw, c.fp8);
+    EXPECT_EQ(a.bytes, b.bytes) << Name(c);
+    EXPECT_EQ(a.fp8_stages, b.fp8_stages) << Name(c);
+    EXPECT_EQ(kernels::MmaMinBlocks(c.D, c.rw, c.fp8, true),
+              kernels::MmaMinBlocks(c.D, c.rw, c.fp8))
+        << Name(c);
+  }
+  // The one-sequence decode grid of 8 KV heads at the splits GraphShape
+  // gives it (64 at head_dim 64, 49 at 128) is one wave on 132 SMs.
+  EXPECT_LE(8 * 64, 132 * kernels::MmaMinBlocks(64, 1, true, true));
+  EXPECT_LE(8 * 49, 132 * kernels::MmaMinBlocks(128, 1, true, true));
+}
+
 // The fp8 loaders' thread coverage: the block over a whole stage (wide
 // tiles) and one warp over its 16 keys (narrow tiles), for the head_dims
 // the kernel has; and what it must refuse (a row not a whole number of
