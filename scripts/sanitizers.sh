@@ -3,7 +3,8 @@
 # sanitizers: ASan+UBSan for the block pool, cache manager and store
 # (randomised operations, corruption, crashes), the host KV tier, KV
 # transfer and reply splicing; TSan for the engine thread, the scheduler,
-# KV transfer's loader thread, the agents' strands and the HTTP server. Run after scripts/setup.sh (it needs the packages and data).
+# KV transfer's loader thread, the agents' strands, the HTTP server and the
+# API service (each protocol's turns through the worker pool and strands). Run after scripts/setup.sh (it needs the packages and data).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -29,7 +30,7 @@ ASAN_TESTS=(cache_block_pool_test cache_prefix_cache_test cache_kv_cache_manager
 TSAN_TESTS=(engine_engine_test store_store_kv_tier_test store_group_committer_test
             engine_staging_pool_test util_thread_pool_test engine_kv_transfer_test store_split_restore_test
             store_lmdb_env_test util_task_pool_test agent_agent_strands_test agent_agent_manager_test
-            api_http_server_test)
+            api_http_server_test api_api_service_test)
 
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DAGENTKV_SANITIZE=ON >/dev/null
 cmake --build build-asan -j"$(nproc)" --target "${ASAN_TESTS[@]}"
