@@ -445,7 +445,7 @@ Reply AnthropicApi::Messages(const HttpRequest& req) const {
   std::string text;  // the rendered prompt, for reusing the agent's own reply
   auto prompt = served->EncodeChat(c.messages, c.tools, c.extra, true, &text);
   if (!prompt.ok()) return FromStatus(prompt.status());
-  if (auto g = ToolCallGrammar(ToolProtocol::kAnthropic, c.tools, *body, *served); !g.ok()) {
+  if (auto g = ToolCallGrammar(ToolProtocol::kAnthropic, c.tools, *body, *served, &text); !g.ok()) {
     return FromStatus(g.status());
   } else {
     params.grammar = *g;

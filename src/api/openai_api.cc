@@ -435,12 +435,12 @@ Reply OpenAiApi::ChatCompletions(const HttpRequest& req) const {
   std::string text;  // the rendered prompt, for reusing the agent's own reply
   auto prompt = model->EncodeChat(messages, tools, extra, true, &text);
   if (!prompt.ok()) return FromStatus(prompt.status(), "messages");
-  if (auto g = ParseResponseFormat(req.body, body, *model, /*chat=*/true); !g.ok()) {
+  if (auto g = ParseResponseFormat(req.body, body, *model, /*chat=*/true, &text); !g.ok()) {
     return FromStatus(g.status(), "response_format");
   } else {
     c.params.grammar = *g;
   }
-  if (auto g = ToolCallGrammar(ToolProtocol::kOpenAi, tools, body, *model); !g.ok()) {
+  if (auto g = ToolCallGrammar(ToolProtocol::kOpenAi, tools, body, *model, &text); !g.ok()) {
     return FromStatus(g.status(), "tools");
   } else if (*g) {
     c.params.grammar = *g;

@@ -7,6 +7,7 @@ namespace {
 
 constexpr std::string_view kOpenTag = "<think>";
 constexpr std::string_view kCloseTag = "</think>";
+constexpr int kMaxGapWhitespace = 4;
 
 bool IsSpace(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 
@@ -31,8 +32,16 @@ Result<std::shared_ptr<const Grammar>> CompileThinkThenGrammar(
   const int32_t body = b.NewNode(), close = b.NewNode(), after = b.NewNode();
   TextWithout(b, kCloseTag, body, close, /*reasoning=*/true);
   b.AddLiteral(close, kCloseTag, after);
-  b.AddEps(after, answer);
-  for (char c : {' ', '\n', '\t', '\r'}) b.AddByte(after, static_cast<uint8_t>(c), after);
+  // Up to kMaxGapWhitespace bytes of whitespace (Qwen3 writes "\n\n"):
+  // bounded, so that a sampled reply cannot spend its tokens there.
+  int32_t gap = after;
+  for (int i = 0; i <= kMaxGapWhitespace; ++i) {
+    b.AddEps(gap, answer);
+    if (i == kMaxGapWhitespace) break;
+    const int32_t next = b.NewNode();
+    for (char c : {' ', '\n', '\t', '\r'}) b.AddByte(gap, static_cast<uint8_t>(c), next);
+    gap = next;
+  }
   if (start == ThinkStart::kOpen) {
     b.AddEps(root, body);
   } else {

@@ -4,8 +4,8 @@
 // reasoning before it, which the reasoning budget bounds.
 //
 // What the grammar allows, with TEXT any text without "</think>" (so that
-// the reasoning parser's block ends where the grammar's does), WS any
-// whitespace and ANSWER what `content` matches:
+// the reasoning parser's block ends where the grammar's does), WS up to 4
+// bytes of whitespace and ANSWER what `content` matches:
 //
 //   kMayOpen (the prompt ends at the reply's start):
 //     <think>TEXT</think>WS ANSWER   or   ANSWER
