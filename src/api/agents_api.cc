@@ -246,7 +246,7 @@ Reply AgentsApi::Generate(const HttpRequest& req, const std::string& path_id) co
   ordered_json record = ordered_json::array();
   if (!system.empty()) record.push_back({{"role", "system"}, {"content", system}});
   record.push_back({{"role", "user"}, {"content", message}});
-  auto parser = ServedModel::ParserOptions(model, false);
+  auto parser = ServedModel::ParserOptions(model, false, text);
   return std::unique_ptr<AsyncBody>(
       new AgentJob(ctx_, std::move(turn), parser, stream, std::move(record), path_id));
 }

@@ -458,7 +458,7 @@ Reply AnthropicApi::Messages(const HttpRequest& req) const {
   if (!id.ok()) return FromStatus(id.status());
   std::string model = served->name();
   if (body->contains("model") && (*body)["model"].is_string()) model = (*body)["model"];
-  auto parser = ServedModel::ParserOptions(served, !c.tools.is_null());
+  auto parser = ServedModel::ParserOptions(served, !c.tools.is_null(), text);
   auto reencode = [c](const ServedModel& m) { return m.EncodeChat(c.messages, c.tools, c.extra); };
   std::vector<std::string> stops = params.stop;
   auto turn = ctx_.agents->NewTurn(

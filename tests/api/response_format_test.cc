@@ -475,9 +475,12 @@ TEST_F(ResponseFormatTest, ThinkingBeforeAStructuredReplyStaysWithinTheBudget) {
         EXPECT_FALSE(opened) << text;
       }
     }
-    // The reasoning parser's answer follows the schema.
-    text::output::OutputParser parser(
-        text::output::OutputParserOptions::ForModelType("qwen3", false, run.open));
+    // The reasoning parser's answer (as the server parses the reply to
+    // that prompt) follows the schema.
+    const text::output::OutputParserOptions po =
+        ServedModel::ParserOptions(Model(), false, *run.text);
+    EXPECT_EQ(po.reasoning.starts_in_reasoning, run.open);
+    text::output::OutputParser parser(po);
     std::vector<text::output::OutputEvent> events;
     parser.Feed(text, &events);
     parser.Finish(&events);
