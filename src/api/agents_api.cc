@@ -210,9 +210,10 @@ Reply AgentsApi::Generate(const HttpRequest& req, const std::string& path_id) co
   // rendered again when the turn runs (earlier turns may still be queued).
   auto msgs = BuildMessages(*ctx_.agents, agent_id, system, message);
   if (!msgs.ok()) return FromStatus(msgs.status());
-  auto prompt = model->EncodeChat(*msgs, nullptr);
+  std::string text;  // the rendered prompt: whether the reply may think first
+  auto prompt = model->EncodeChat(*msgs, nullptr, ordered_json::object(), true, &text);
   if (!prompt.ok()) return FromStatus(prompt.status(), "message");
-  if (auto g = ParseResponseFormat(req.body, body, *model, /*chat=*/true); !g.ok()) {
+  if (auto g = ParseResponseFormat(req.body, body, *model, /*chat=*/true, &text); !g.ok()) {
     return FromStatus(g.status(), "response_format");
   } else {
     params.grammar = *g;
@@ -245,7 +246,7 @@ Reply AgentsApi::Generate(const HttpRequest& req, const std::string& path_id) co
   ordered_json record = ordered_json::array();
   if (!system.empty()) record.push_back({{"role", "system"}, {"content", system}});
   record.push_back({{"role", "user"}, {"content", message}});
-  auto parser = ServedModel::ParserOptions(model, false);
+  auto parser = ServedModel::ParserOptions(model, false, text);
   return std::unique_ptr<AsyncBody>(
       new AgentJob(ctx_, std::move(turn), parser, stream, std::move(record), path_id));
 }

@@ -445,7 +445,7 @@ Reply AnthropicApi::Messages(const HttpRequest& req) const {
   std::string text;  // the rendered prompt, for reusing the agent's own reply
   auto prompt = served->EncodeChat(c.messages, c.tools, c.extra, true, &text);
   if (!prompt.ok()) return FromStatus(prompt.status());
-  if (auto g = ToolCallGrammar(ToolProtocol::kAnthropic, c.tools, *body, *served); !g.ok()) {
+  if (auto g = ToolCallGrammar(ToolProtocol::kAnthropic, c.tools, *body, *served, &text); !g.ok()) {
     return FromStatus(g.status());
   } else {
     params.grammar = *g;
@@ -458,7 +458,7 @@ Reply AnthropicApi::Messages(const HttpRequest& req) const {
   if (!id.ok()) return FromStatus(id.status());
   std::string model = served->name();
   if (body->contains("model") && (*body)["model"].is_string()) model = (*body)["model"];
-  auto parser = ServedModel::ParserOptions(served, !c.tools.is_null());
+  auto parser = ServedModel::ParserOptions(served, !c.tools.is_null(), text);
   auto reencode = [c](const ServedModel& m) { return m.EncodeChat(c.messages, c.tools, c.extra); };
   std::vector<std::string> stops = params.stop;
   auto turn = ctx_.agents->NewTurn(

@@ -435,12 +435,12 @@ Reply OpenAiApi::ChatCompletions(const HttpRequest& req) const {
   std::string text;  // the rendered prompt, for reusing the agent's own reply
   auto prompt = model->EncodeChat(messages, tools, extra, true, &text);
   if (!prompt.ok()) return FromStatus(prompt.status(), "messages");
-  if (auto g = ParseResponseFormat(req.body, body, *model, /*chat=*/true); !g.ok()) {
+  if (auto g = ParseResponseFormat(req.body, body, *model, /*chat=*/true, &text); !g.ok()) {
     return FromStatus(g.status(), "response_format");
   } else {
     c.params.grammar = *g;
   }
-  if (auto g = ToolCallGrammar(ToolProtocol::kOpenAi, tools, body, *model); !g.ok()) {
+  if (auto g = ToolCallGrammar(ToolProtocol::kOpenAi, tools, body, *model, &text); !g.ok()) {
     return FromStatus(g.status(), "tools");
   } else if (*g) {
     c.params.grammar = *g;
@@ -455,12 +455,13 @@ Reply OpenAiApi::ChatCompletions(const HttpRequest& req) const {
     return m.EncodeChat(messages, tools, extra);
   };
   ChatJob::Options o = JobOptions(model, c, /*chat=*/true);
+  // (Before `text` moves into the turn.)
+  auto parser = ServedModel::ParserOptions(model, !tools.is_null(), text);
   auto turn = ctx_.agents->NewTurn(
       id->agent_id,
       WithChoices(o, AgentBinding::Prepare(ctx_.host, model, std::move(prompt).value(), c.params,
                                            c.priority, std::move(salt).value(), reencode,
                                            {ctx_.agents, id->agent_id, std::move(text)})));
-  auto parser = ServedModel::ParserOptions(model, !tools.is_null());
   return std::unique_ptr<AsyncBody>(new ChatJob(ctx_, std::move(turn), parser, c.stream,
                                                 AgentBinding::NewMessages(messages), std::move(o)));
 }

@@ -2,6 +2,7 @@
 
 #include "engine/grammar/harmony_grammar.h"
 #include "engine/grammar/json_schema.h"
+#include "engine/grammar/think_grammar.h"
 
 namespace agentkv::api {
 namespace {
@@ -19,12 +20,32 @@ Result<std::shared_ptr<const grammar::Grammar>> AsHarmonyFinal(
   return *g;
 }
 
+// A chat reply's grammar with the reasoning block where the prompt leaves
+// room for one.
+Result<std::shared_ptr<const grammar::Grammar>> ChatReply(std::shared_ptr<const grammar::Grammar> g,
+                                                          const ServedModel& model,
+                                                          const std::string* prompt_text) {
+  ASSIGN_OR_RETURN(g, AsHarmonyFinal(std::move(g), model));
+  if (prompt_text == nullptr) return g;
+  return WithThinkingBlock(std::move(g), model, *prompt_text);
+}
+
 }  // namespace
 
-Result<std::shared_ptr<const grammar::Grammar>> ParseResponseFormat(std::string_view raw_body,
-                                                                    const nlohmann::json& body,
-                                                                    const ServedModel& model,
-                                                                    bool chat) {
+Result<std::shared_ptr<const grammar::Grammar>> WithThinkingBlock(
+    std::shared_ptr<const grammar::Grammar> g, const ServedModel& model,
+    std::string_view prompt_text) {
+  if (!g || model.model_type() != "qwen3") return g;
+  const grammar::ThinkStart start = grammar::ThinkStartOf(prompt_text);
+  if (start == grammar::ThinkStart::kNone) return g;
+  auto t = grammar::CompileThinkThenGrammar(*g, start, model.grammar_vocab());
+  if (!t.ok()) return t.status().WithContext("reasoning block");
+  return *t;
+}
+
+Result<std::shared_ptr<const grammar::Grammar>> ParseResponseFormat(
+    std::string_view raw_body, const nlohmann::json& body, const ServedModel& model, bool chat,
+    const std::string* prompt_text) {
   if (!body.contains("response_format") || body["response_format"].is_null())
     return std::shared_ptr<const grammar::Grammar>();
   const nlohmann::json& rf = body["response_format"];
@@ -35,7 +56,10 @@ Result<std::shared_ptr<const grammar::Grammar>> ParseResponseFormat(std::string_
   if (type == "json_object") {
     auto g = grammar::CompileAnyJsonObject(model.grammar_vocab());
     if (!g.ok()) return g.status().WithContext("response_format");
-    return chat ? AsHarmonyFinal(*g, model) : *g;
+    if (!chat) return *g;
+    auto r = ChatReply(*g, model, prompt_text);
+    if (!r.ok()) return r.status().WithContext("response_format");
+    return r;
   }
   if (type != "json_schema")
     return InvalidArgument("'response_format.type' must be text, json_object or json_schema");
@@ -57,13 +81,17 @@ Result<std::shared_ptr<const grammar::Grammar>> ParseResponseFormat(std::string_
     schema = nlohmann::ordered_json(js["schema"]);
   auto g = grammar::CompileJsonSchema(schema, model.grammar_vocab());
   if (!g.ok()) return g.status().WithContext("response_format.json_schema.schema");
-  return chat ? AsHarmonyFinal(*g, model) : *g;
+  if (!chat) return *g;
+  auto r = ChatReply(*g, model, prompt_text);
+  if (!r.ok()) return r.status().WithContext("response_format");
+  return r;
 }
 
 Result<std::shared_ptr<const grammar::Grammar>> ToolCallGrammar(ToolProtocol protocol,
                                                                 const nlohmann::ordered_json& tools,
                                                                 const nlohmann::json& body,
-                                                                const ServedModel& model) {
+                                                                const ServedModel& model,
+                                                                const std::string* prompt_text) {
   const auto none = std::shared_ptr<const grammar::Grammar>();
   if (!tools.is_array() || tools.empty()) return none;
   bool required = false;
@@ -138,7 +166,10 @@ Result<std::shared_ptr<const grammar::Grammar>> ToolCallGrammar(ToolProtocol pro
   }
   auto g = grammar::CompileToolCallGrammar(specs, o, model.grammar_vocab());
   if (!g.ok()) return g.status().WithContext("tools");
-  return *g;
+  if (!required || prompt_text == nullptr) return *g;
+  auto t = WithThinkingBlock(*g, model, *prompt_text);
+  if (!t.ok()) return t.status().WithContext("tools");
+  return t;
 }
 
 }  // namespace agentkv::api

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <limits>
 
+#include "engine/grammar/think_grammar.h"
 #include "engine/model/model_files.h"
 #include "store/store_kv_tier.h"
 #include "util/memory_size.h"
@@ -64,9 +65,11 @@ Result<uint64_t> ParseHostKvMemory(const std::string& text, uint64_t mem_availab
 }
 
 text::output::OutputParserOptions ServedModel::ParserOptions(
-    const std::shared_ptr<const ServedModel>& model, bool tools) {
-  text::output::OutputParserOptions o =
-      text::output::OutputParserOptions::ForModelType(model->model_type(), tools, false);
+    const std::shared_ptr<const ServedModel>& model, bool tools, std::string_view prompt_text) {
+  const bool starts_in_reasoning =
+      !prompt_text.empty() && grammar::ThinkStartOf(prompt_text) == grammar::ThinkStart::kOpen;
+  text::output::OutputParserOptions o = text::output::OutputParserOptions::ForModelType(
+      model->model_type(), tools, starts_in_reasoning);
   o.tokenizer = std::shared_ptr<const text::Tokenizer>(model, model->tokenizer_.get());
   // Call ids must not repeat across replies: a conversation carries every
   // earlier turn's calls, and clients match tool results to calls by id.

@@ -88,9 +88,13 @@ class ServedModel {
 
   // The output parser for `model`'s family (OutputParserOptions::ForModelType
   // with its model_type), given the tokenizer a format that reads token ids
-  // needs (harmony); that tokenizer keeps `model` alive.
+  // needs (harmony); that tokenizer keeps `model` alive. `prompt_text`: the
+  // rendered chat prompt; where it ends inside an opened <think> block
+  // (grammar::ThinkStartOf), the reply starts in reasoning
+  // (ReasoningParserOptions::starts_in_reasoning). Empty: not known.
   static text::output::OutputParserOptions ParserOptions(
-      const std::shared_ptr<const ServedModel>& model, bool tools);
+      const std::shared_ptr<const ServedModel>& model, bool tools,
+      std::string_view prompt_text = {});
 
   // Priority from the X-Priority header, else the body's "priority", else
   // NORMAL; HIGH becomes NORMAL for a tenant not allowed it

@@ -131,6 +131,7 @@ Result<EngineRunResult> RunEngineOnce(std::unique_ptr<backend::Backend>& backend
   rr.draft_accepted_tokens = st.draft_accepted_tokens - st0.draft_accepted_tokens;
   rr.grammar_optimistic_rows = st.grammar_optimistic_rows - st0.grammar_optimistic_rows;
   rr.grammar_rejected_rows = st.grammar_rejected_rows - st0.grammar_rejected_rows;
+  rr.pipelined_steps = st.pipelined_steps - st0.pipelined_steps;
   return rr;
 }
 
@@ -152,7 +153,8 @@ nlohmann::json ToJson(const EngineRunResult& r) {
           {"draft_tokens", r.draft_tokens},
           {"draft_accepted_tokens", r.draft_accepted_tokens},
           {"grammar_optimistic_rows", r.grammar_optimistic_rows},
-          {"grammar_rejected_rows", r.grammar_rejected_rows}};
+          {"grammar_rejected_rows", r.grammar_rejected_rows},
+          {"pipelined_steps", r.pipelined_steps}};
 }
 
 }  // namespace agentkv::cli

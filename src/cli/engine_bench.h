@@ -63,6 +63,8 @@ struct EngineRunResult {
   int64_t draft_tokens = 0, draft_accepted_tokens = 0;
   // Constrained rows picked optimistically, and of those rejected.
   int64_t grammar_optimistic_rows = 0, grammar_rejected_rows = 0;
+  // Steps launched while the one before was in flight (EngineStats).
+  int64_t pipelined_steps = 0;
 };
 
 // Runs `reqs` all at once on a fresh engine (BenchEngineOptions) over

@@ -83,7 +83,10 @@ Result<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<backend::Backend>
   const int64_t logit_rows =
       e->options_.scheduler.max_batch +
       (e->speculation_on() ? e->options_.speculative.compute_bound_tokens : 0);
-  e->logits_.resize(static_cast<size_t>(logit_rows) * cfg.vocab_size);
+  const size_t logit_floats = static_cast<size_t>(logit_rows) * cfg.vocab_size;
+  ASSIGN_OR_RETURN(e->logits_buf_, e->backend_->AllocateHostBuffer(logit_floats * sizeof(float)));
+  e->logits_ =
+      std::span<float>(reinterpret_cast<float*>(e->logits_buf_.span().data()), logit_floats);
   int sample_threads = e->options_.sample_threads;
   if (sample_threads <= 0) {
     sample_threads = std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, 8);
@@ -644,7 +647,10 @@ void Engine::Step() {
   }
   launched_.push_back(std::move(launched));
   // The previous step's picks complete this one's tokens.
-  if (launched_.size() > 1) CollectOldest();
+  if (launched_.size() > 1) {
+    ++local_.pipelined_steps;
+    CollectOldest();
+  }
   CommitNewest();
   // While a sequence of the step could be drafted for next time, the step
   // is collected now: a draft is looked up in real tokens, not placeholders.

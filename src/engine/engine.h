@@ -38,6 +38,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <utility>
@@ -208,6 +209,10 @@ struct EngineStats {
   // picked again on the host).
   int64_t grammar_optimistic_rows = 0;
   int64_t grammar_rejected_rows = 0;
+  // Steps launched while the step before them was still in flight (that
+  // one collected only after this one launched): the steps that overlapped
+  // the host's work with the device's (EngineOptions::pipeline).
+  int64_t pipelined_steps = 0;
   std::vector<cache::BlockPoolStats> pools;  // per cache group
 };
 
@@ -399,7 +404,14 @@ class Engine {
   std::vector<backend::RowPick> pick_buf_;
   std::vector<int32_t> picks_buf_;
   std::deque<LaunchedStep> launched_;  // oldest first
-  std::vector<float> logits_;
+  // Logits rows of kHost rows and of kept rows read back (one per sequence
+  // and draft token), in Backend::AllocateHostBuffer memory: pinned on a
+  // GPU, so that the device-to-host copies of a step run at full speed and
+  // asynchronously (into pageable memory a copy runs through the driver's
+  // staging and the call returns only once it is done). Freed before the
+  // backend (declared after it).
+  backend::HostBuffer logits_buf_;
+  std::span<float> logits_;
   // kHost rows of the step being collected: their sequences and picks.
   std::vector<std::pair<int, Sequence*>> sample_rows_;
   std::vector<SampledToken> sample_picks_;

@@ -5,11 +5,16 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "engine/grammar/grammar_matcher.h"
+#include "engine/text/output/output_parser.h"
 
 namespace agentkv::api {
 namespace {
@@ -359,6 +364,182 @@ TEST_F(ResponseFormatTest, ForcedToolCallsFollowTheSchema) {
                           "/tests/api/validate_structured.py " + file.string();
   EXPECT_EQ(std::system(cmd.c_str()), 0) << "see the validator's output above";
   fs::remove(file);
+}
+
+// Qwen3 with thinking on: a structured reply may start with a <think>
+// block, which the reasoning budget bounds (thinking_token_budget, else
+// half of max_tokens). With the random model at temperature 1 over the
+// template's own prompts (thinking on, off, and a block the prompt opened):
+// every reply's answer (what the reasoning parser leaves as text) follows
+// the schema, the block never takes more than the budget plus the closing
+// tag's tokens, a budget of 0 allows no reasoning, and with thinking off
+// or no prompt known the grammar is the schema's alone.
+TEST_F(ResponseFormatTest, ThinkingBeforeAStructuredReplyStaysWithinTheBudget) {
+  ASSERT_EQ(Model()->model_type(), "qwen3");
+  const json schema = {{"type", "object"},
+                       {"properties",
+                        {{"n", {{"type", "integer"}, {"minimum", 3}, {"maximum", 7}}},
+                         {"ok", {{"type", "boolean"}}}}},
+                       {"required", {"n", "ok"}},
+                       {"additionalProperties", false}};
+  const json body = SchemaFormat(schema);
+  const nlohmann::ordered_json messages =
+      nlohmann::ordered_json::array({{{"role", "user"}, {"content", "Think, then reply."}}});
+  std::string on_text, off_text;
+  ASSERT_TRUE(Model()->EncodeChat(messages, nullptr, {}, true, &on_text).ok());
+  ASSERT_TRUE(
+      Model()->EncodeChat(messages, nullptr, {{"enable_thinking", false}}, true, &off_text).ok());
+  const std::string open_text = on_text + "<think>\n";
+  auto grammar_for = [&](const std::string* text) {
+    auto g = ParseResponseFormat(body.dump(), body, *Model(), /*chat=*/true, text);
+    EXPECT_TRUE(g.ok()) << g.status().ToString();
+    return g.ok() ? *g : nullptr;
+  };
+  EXPECT_FALSE(grammar_for(&off_text)->has_reasoning()) << "thinking off";
+  EXPECT_FALSE(grammar_for(nullptr)->has_reasoning()) << "no prompt known";
+  auto completion = ParseResponseFormat(body.dump(), body, *Model(), /*chat=*/false, &on_text);
+  ASSERT_TRUE(completion.ok());
+  EXPECT_FALSE((*completion)->has_reasoning()) << "a completion's raw text";
+  ASSERT_TRUE(grammar_for(&on_text)->has_reasoning());
+  ASSERT_TRUE(grammar_for(&open_text)->has_reasoning());
+
+  struct Run {
+    const std::string* text;
+    bool open;
+    std::optional<int32_t> budget;
+  };
+  const int max_tokens = 80;
+  std::vector<Run> runs;
+  for (const std::string* t : {static_cast<const std::string*>(&on_text), &open_text})
+    for (std::optional<int32_t> b :
+         {std::optional<int32_t>(), std::optional<int32_t>(0), std::optional<int32_t>(12)})
+      runs.push_back({t, t == &open_text, b});
+  runs.push_back({&off_text, false, std::nullopt});
+  struct Live {
+    size_t run;
+    engine::RequestHandle handle;
+  };
+  std::vector<Live> live;
+  int seed = 0;
+  for (size_t r = 0; r < runs.size(); ++r) {
+    auto g = grammar_for(runs[r].text);
+    ASSERT_TRUE(g);
+    const std::vector<int32_t> prompt = Model()->tokenizer().Encode(*runs[r].text, false);
+    for (int k = 0; k < 8; ++k) {
+      engine::SamplingParams p;
+      p.temperature = 1.0f;
+      p.seed = 700 + seed++;
+      p.max_tokens = max_tokens;
+      p.reasoning_budget = runs[r].budget;
+      p.grammar = g;
+      auto h = Model()->Submit(prompt, p, engine::Priority::kNormal);
+      ASSERT_TRUE(h.ok()) << h.status().ToString();
+      live.push_back({r, *h});
+    }
+  }
+  int full_blocks = 0, blocks = 0;
+  for (const Live& l : live) {
+    const Run& run = runs[l.run];
+    std::vector<int32_t> tokens;
+    std::string text;
+    engine::RequestOutput ev;
+    do {
+      ev = l.handle.stream->Pop();
+      tokens.insert(tokens.end(), ev.tokens.begin(), ev.tokens.end());
+      text += ev.text;
+    } while (ev.kind == engine::RequestOutput::Kind::kDelta);
+    ASSERT_EQ(ev.kind, engine::RequestOutput::Kind::kFinished) << ev.error.ToString();
+    EXPECT_EQ(ev.finish, engine::FinishReason::kStop) << text;
+    // The tokens up to the end of the closing tag (0: no block).
+    std::string bytes;
+    size_t through_close = 0;
+    for (size_t i = 0; i < tokens.size() && through_close == 0; ++i) {
+      bytes += Model()->tokenizer().TokenBytes(tokens[i]).value_or("");
+      if (bytes.find("</think>") != std::string::npos) through_close = i + 1;
+    }
+    const int32_t budget = run.budget.value_or(max_tokens / 2);
+    const bool opened = run.open || text.starts_with("<think>");
+    if (run.text == &off_text) {
+      EXPECT_FALSE(opened) << text;
+    }
+    if (opened) {
+      ++blocks;
+      ASSERT_GT(through_close, 0u) << "an open block must close before the answer: " << text;
+      EXPECT_LE(through_close, static_cast<size_t>(budget) + 8) << text;
+      if (through_close >= static_cast<size_t>(budget)) ++full_blocks;
+    }
+    if (budget == 0) {
+      if (run.open) {
+        EXPECT_TRUE(text.starts_with("</think>")) << "no reasoning at all: " << text;
+      } else {
+        EXPECT_FALSE(opened) << text;
+      }
+    }
+    // The reasoning parser's answer (as the server parses the reply to
+    // that prompt) follows the schema.
+    const text::output::OutputParserOptions po =
+        ServedModel::ParserOptions(Model(), false, *run.text);
+    EXPECT_EQ(po.reasoning.starts_in_reasoning, run.open);
+    text::output::OutputParser parser(po);
+    std::vector<text::output::OutputEvent> events;
+    parser.Feed(text, &events);
+    parser.Finish(&events);
+    std::string answer, reasoning;
+    for (const auto& e : events) {
+      if (e.kind == text::output::OutputEvent::Kind::kText) answer += e.text;
+      if (e.kind == text::output::OutputEvent::Kind::kReasoning) reasoning += e.text;
+    }
+    EXPECT_EQ(reasoning.find("</think>"), std::string::npos) << text;
+    const json out = json::parse(answer, nullptr, false);
+    ASSERT_TRUE(out.is_object()) << "answer: " << answer << "\nreply: " << text;
+    EXPECT_GE(out["n"].get<int>(), 3);
+    EXPECT_LE(out["n"].get<int>(), 7);
+    EXPECT_TRUE(out["ok"].is_boolean());
+    EXPECT_EQ(out.size(), 2u);
+  }
+  // Every prompt-opened reply reasons; the random model writes on until
+  // its budget closes the block.
+  EXPECT_GE(blocks, 24);
+  EXPECT_GE(full_blocks, 8);
+}
+
+// A required tool call gets the block too (thinking on); `auto`, whose
+// reply is free text around the calls, does not, nor does thinking off.
+TEST_F(ResponseFormatTest, RequiredToolCallsMayThinkFirst) {
+  auto tools = nlohmann::ordered_json::array({{{"type", "function"},
+                                               {"function",
+                                                {{"name", "ask"},
+                                                 {"strict", true},
+                                                 {"parameters",
+                                                  {{"type", "object"},
+                                                   {"properties", {{"q", {{"type", "string"}}}}},
+                                                   {"required", {"q"}},
+                                                   {"additionalProperties", false}}}}}}});
+  const nlohmann::ordered_json messages =
+      nlohmann::ordered_json::array({{{"role", "user"}, {"content", "Ask."}}});
+  std::string on_text, off_text;
+  ASSERT_TRUE(Model()->EncodeChat(messages, tools, {}, true, &on_text).ok());
+  ASSERT_TRUE(
+      Model()->EncodeChat(messages, tools, {{"enable_thinking", false}}, true, &off_text).ok());
+  const json required = {{"tool_choice", "required"}};
+  auto g = ToolCallGrammar(ToolProtocol::kOpenAi, tools, required, *Model(), &on_text);
+  ASSERT_TRUE(g.ok() && *g);
+  EXPECT_TRUE((*g)->has_reasoning());
+  grammar::GrammarMatcher m(*g);
+  ASSERT_TRUE(m.AdvanceBytes("<think>\nThe user wants a question.\n</think>\n\n<tool_call>\n"
+                             "{\"name\": \"ask\", \"arguments\": {\"q\": \"why\"}}\n</tool_call>")
+                  .ok());
+  EXPECT_TRUE(m.accepting());
+  g = ToolCallGrammar(ToolProtocol::kOpenAi, tools, required, *Model(), &off_text);
+  ASSERT_TRUE(g.ok() && *g);
+  EXPECT_FALSE((*g)->has_reasoning());
+  g = ToolCallGrammar(ToolProtocol::kOpenAi, tools, json::object(), *Model(), &on_text);
+  ASSERT_TRUE(g.ok() && *g);
+  EXPECT_FALSE((*g)->has_reasoning()) << "auto with a strict function";
+  g = ToolCallGrammar(ToolProtocol::kAnthropic, tools, {{"tool_choice", {{"type", "any"}}}},
+                      *Model(), &on_text);
+  ASSERT_TRUE(g.ok() && *g);
+  EXPECT_TRUE((*g)->has_reasoning());
 }
 
 TEST_F(ResponseFormatTest, ToolConstraintsOnlyWhenAskedAndErrorsNamed) {

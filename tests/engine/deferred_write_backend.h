@@ -10,8 +10,9 @@
 // when reported done), i.e. a source the caller let go of too early.
 //
 // Failures can be injected: the next StartWriteBlocks fails, the next
-// ticket reported done reports an error instead, or the next
-// ReadKeptLogits fails.
+// ticket reported done reports an error instead, the next
+// ReadKeptLogits fails, or host buffers of one size cannot be had. The
+// sizes of the host buffers asked for are recorded.
 //
 // Thread-safety: as Backend (one thread).
 #pragma once
@@ -19,6 +20,7 @@
 #include <cstring>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "engine/backend/backend.h"
@@ -39,6 +41,10 @@ class DeferredWriteBackend : public backend::Backend {
   void FailNextDone() { fail_done_ = true; }
   // The next ReadKeptLogits fails.
   void FailNextReadKeptLogits() { fail_read_kept_ = true; }
+  // AllocateHostBuffer of exactly `bytes` fails (ResourceExhausted).
+  void FailHostBuffersOf(size_t bytes) { fail_host_bytes_ = bytes; }
+  // Every AllocateHostBuffer size asked for, in order.
+  const std::vector<size_t>& host_buffer_requests() const { return host_requests_; }
 
   const model::ModelConfig& config() const override { return inner_->config(); }
   const cache::ModelCacheSpec& cache_spec() const override { return inner_->cache_spec(); }
@@ -165,6 +171,9 @@ class DeferredWriteBackend : public backend::Backend {
   }
   double device_seconds() const override { return inner_->device_seconds(); }
   Result<backend::HostBuffer> AllocateHostBuffer(size_t bytes) override {
+    host_requests_.push_back(bytes);
+    if (fail_host_bytes_ && *fail_host_bytes_ == bytes)
+      return ResourceExhausted("injected host buffer failure");
     return inner_->AllocateHostBuffer(bytes);
   }
 
@@ -203,6 +212,8 @@ class DeferredWriteBackend : public backend::Backend {
   bool fail_start_ = false;
   bool fail_done_ = false;
   bool fail_read_kept_ = false;
+  std::optional<size_t> fail_host_bytes_;
+  std::vector<size_t> host_requests_;
 };
 
 }  // namespace agentkv::testing

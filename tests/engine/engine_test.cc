@@ -2,6 +2,8 @@
 // prefix sharing, resident agent caches, preemption, cancellation, drain.
 #include "engine/engine.h"
 
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
 #include "deferred_write_backend.h"
@@ -360,6 +362,41 @@ TEST(EngineTest, CreateFailsCleanlyOnABadLayout) {
   EXPECT_EQ(e.status().code(), StatusCode::kInvalidArgument);
 }
 
+// The logits rows the backend copies into (host-picked rows, kept rows
+// read back) come from its host buffers (pinned on a GPU, so the copies
+// run asynchronously): one row per sequence of the batch. An engine that
+// cannot have them is not created.
+TEST(EngineTest, LogitsRowsComeFromTheBackendsHostBuffers) {
+  const model::ModelConfig c = SmallConfig(model::Architecture::kQwen3);
+  const size_t logits_bytes = 8 * static_cast<size_t>(c.vocab_size) * sizeof(float);
+  EngineOptions o;
+  o.block_size = 4;
+  o.scheduler.max_batch = 8;
+  o.scheduler.max_step_tokens = 64;
+  o.blocks_per_group = {64};
+  for (bool fail : {false, true}) {
+    auto cpu = backend::cpu::CpuBackend::Create(c, RandomWeights(c, 21),
+                                                backend::cpu::CpuBackendOptions{1});
+    ASSERT_TRUE(cpu.ok());
+    auto wrapped = std::make_unique<testing::DeferredWriteBackend>(std::move(cpu).value(), 1);
+    testing::DeferredWriteBackend* w = wrapped.get();
+    if (fail) w->FailHostBuffersOf(logits_bytes);
+    auto e = Engine::Create(std::move(wrapped), nullptr, o);
+    if (fail) {
+      ASSERT_FALSE(e.ok());
+      EXPECT_EQ(e.status().code(), StatusCode::kResourceExhausted);
+      continue;
+    }
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    const std::vector<size_t>& asked = w->host_buffer_requests();
+    EXPECT_NE(std::find(asked.begin(), asked.end(), logits_bytes), asked.end());
+    // Host rows (a penalty) run through them.
+    EngineRequest r = Greedy(Range(2, 7), 6);
+    r.params.frequency_penalty = kNoOpPenalty;
+    EXPECT_EQ(Collect((*e)->Submit(std::move(r)).value()).tokens.size(), 6u);
+  }
+}
+
 // Host-memory tier: an agent whose pool blocks were evicted gets them back
 // from host memory (source "host"), and its reply is what a full recompute
 // gives.
@@ -682,6 +719,56 @@ TEST(EngineTest, BackendLogprobsMatchTheSamplers) {
         EXPECT_NEAR(a.second[i].top[k].logprob, b.second[i].top[k].logprob, 1e-5);
       }
     }
+  }
+}
+
+// Requests asking for logprobs pipeline as those without (the backend
+// computes the logprobs next to its picks, and they come with the step's
+// picks when it is collected): every decode step after the first is
+// launched while the one before is in flight, greedy and seeded draws
+// alike, and the tokens are those of the same requests without logprobs.
+// Rows the host Sampler picks (a penalty) are collected step by step.
+TEST(EngineTest, LogprobStepsPipelineAsPlainOnes) {
+  constexpr int kTokens = 12;
+  auto run = [](std::optional<int32_t> logprobs, float temperature, bool penalty,
+                int64_t* pipelined) {
+    auto e = MakeEngine(model::Architecture::kQwen3, 256, true, 8, /*pipeline=*/true);
+    std::vector<RequestHandle> hs;
+    for (int i = 0; i < 4; ++i) {
+      EngineRequest r = Greedy(Range(3 + i, 6 + i), kTokens);
+      r.params.temperature = temperature;
+      r.params.seed = 40 + i;
+      r.params.logprobs = logprobs;
+      if (penalty) r.params.frequency_penalty = kNoOpPenalty;
+      hs.push_back(e->Submit(std::move(r)).value());
+    }
+    std::vector<std::vector<int32_t>> outs;
+    for (auto& h : hs) {
+      std::vector<int32_t> toks;
+      size_t lps = 0;
+      for (RequestOutput ev = h.stream->Pop(); ev.kind == RequestOutput::Kind::kDelta;
+           ev = h.stream->Pop()) {
+        toks.insert(toks.end(), ev.tokens.begin(), ev.tokens.end());
+        lps += ev.logprobs.size();
+      }
+      EXPECT_EQ(lps, logprobs ? toks.size() : 0u);
+      outs.push_back(std::move(toks));
+    }
+    *pipelined = e->Stats().pipelined_steps;
+    return outs;
+  };
+  for (float t : {0.0f, 0.8f}) {
+    int64_t plain_pipelined = 0, lp_pipelined = 0, host_pipelined = 0;
+    const auto plain = run(std::nullopt, t, false, &plain_pipelined);
+    const auto with_lp = run(5, t, false, &lp_pipelined);
+    const auto on_host = run(5, t, true, &host_pipelined);
+    EXPECT_EQ(with_lp, plain) << "temperature " << t;
+    EXPECT_EQ(on_host, plain) << "temperature " << t;
+    for (const auto& out : plain) EXPECT_EQ(out.size(), static_cast<size_t>(kTokens));
+    // At least the decode steps after the last request's first token.
+    EXPECT_GE(plain_pipelined, kTokens - 2) << "temperature " << t;
+    EXPECT_GE(lp_pipelined, kTokens - 2) << "temperature " << t;
+    EXPECT_EQ(host_pipelined, 0) << "temperature " << t;
   }
 }
 

@@ -41,10 +41,13 @@ inline backend::SeqStep StepOf(const TestSeq& s, int n, bool want) {
 // are collected at once, the step after them taking every token from the
 // host. With draw_row1, row 1 of every decode step is drawn by the backend
 // (PickMode::kDevice: temperature 1, top_k 40, top_p 0.9, u from a fixed
-// sequence) instead of picked greedily, in both modes.
+// sequence) instead of picked greedily, in both modes. With `logprobs`,
+// the decode steps' backend-picked rows ask for logprobs too (rows 0, 1, 2:
+// 5, 3 and 20 top entries), and each decode step's collected_logprobs() (3
+// entries, in step order) are appended to it.
 inline std::vector<int32_t> GreedyPicks(backend::Backend& b, int decode, bool pipelined,
-                                        uint32_t seed, int sample_every = 0,
-                                        bool draw_row1 = false) {
+                                        uint32_t seed, int sample_every = 0, bool draw_row1 = false,
+                                        std::vector<backend::RowLogprobs>* logprobs = nullptr) {
   using Seq = TestSeq;
   const cache::ModelCacheSpec& spec = b.cache_spec();
   const int bs = b.kv_layout().block_size;
@@ -97,6 +100,11 @@ inline std::vector<int32_t> GreedyPicks(backend::Backend& b, int decode, bool pi
   bool pending = false;  // a step launched and not collected
   auto collect = [&](bool sampled) {
     EXPECT_TRUE(b.CollectStep(picks).ok());
+    if (logprobs != nullptr) {
+      const std::span<const backend::RowLogprobs> lp = b.collected_logprobs();
+      EXPECT_EQ(lp.size(), 3u);
+      logprobs->insert(logprobs->end(), lp.begin(), lp.end());
+    }
     for (int i = 0; i < 3; ++i) {
       int32_t p = picks[i];
       if (sampled && i == 1) {  // the host picks it from the logits
@@ -116,6 +124,11 @@ inline std::vector<int32_t> GreedyPicks(backend::Backend& b, int decode, bool pi
       plan[1].sample.top_p = 0.9f;
       plan[1].sample.u = (k * 0.6180339887 + 0.1) - static_cast<int>(k * 0.6180339887 + 0.1);
     }
+    if (logprobs != nullptr) {
+      plan[0].logprobs = 5;
+      plan[1].logprobs = 3;
+      plan[2].logprobs = 20;
+    }
     std::vector<backend::SeqStep> steps;
     for (int i = 0; i < 3; ++i) {
       steps.push_back(step_of(i, 1, true));
@@ -123,6 +136,11 @@ inline std::vector<int32_t> GreedyPicks(backend::Backend& b, int decode, bool pi
     }
     if (!pipelined) {
       EXPECT_TRUE(b.ForwardSampled(steps, plan, picks, logits).ok());
+      if (logprobs != nullptr) {
+        const std::span<const backend::RowLogprobs> lp = b.collected_logprobs();
+        EXPECT_EQ(lp.size(), 3u);
+        logprobs->insert(logprobs->end(), lp.begin(), lp.end());
+      }
       for (int i = 0; i < 3; ++i) {
         seqs[i].computed += 1;
         seqs[i].tokens.push_back(picks[i]);
@@ -152,6 +170,21 @@ inline std::vector<int32_t> GreedyPicks(backend::Backend& b, int decode, bool pi
   if (pending) collect(false);
   EXPECT_EQ(b.steps_in_flight(), 0);
   return out;
+}
+
+// Two runs' logprobs (GreedyPicks) agree: the same counts and ids in the
+// same order, values within `tol` (0: equal).
+inline void ExpectSameLogprobs(const std::vector<backend::RowLogprobs>& want,
+                               const std::vector<backend::RowLogprobs>& got, float tol) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t r = 0; r < want.size(); ++r) {
+    ASSERT_EQ(got[r].count, want[r].count) << "row " << r;
+    for (int k = 0; k < want[r].count; ++k) {
+      EXPECT_EQ(got[r].ids[k], want[r].ids[k]) << "row " << r << " entry " << k;
+      EXPECT_NEAR(got[r].logprobs[k], want[r].logprobs[k], tol) << "row " << r << " entry " << k;
+    }
+    EXPECT_NEAR(got[r].chosen, want[r].chosen, tol) << "row " << r;
+  }
 }
 
 }  // namespace agentkv::testing

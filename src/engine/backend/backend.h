@@ -173,7 +173,9 @@ class Backend {
   // not yet collected and writes its picks (one per want_logits row, as
   // ForwardSampled's `tokens`; kHost rows' picks are left unspecified and
   // their logits go to `logits`, which must stay valid and untouched until
-  // the step is collected). Steps run in launch order; at most
+  // the step is collected; from AllocateHostBuffer memory a device backend
+  // copies into it asynchronously and at full speed, into other memory the
+  // copy may hold up the call). Steps run in launch order; at most
   // kMaxStepsInFlight are launched and not collected (Internal
   // beyond). `batch` and `rows` are read during the call only. A SeqStep's
   // prev_row names a kGreedy or kDevice row of the step launched just
@@ -216,9 +218,9 @@ class Backend {
   // `logits` (row r at r * vocab_size: where a kHost row would have gone).
   // Requires: that step was the last one launched (no LaunchStep, Forward or
   // ForwardSampled since; the device's logits buffer is reused by every
-  // step) and has been collected. Internal otherwise;
-  // InvalidArgument for a row out of range or `logits` too small. The
-  // default: Unimplemented.
+  // step) and has been collected. Fastest into AllocateHostBuffer memory
+  // (pinned on a GPU). Internal otherwise; InvalidArgument for a row out
+  // of range or `logits` too small. The default: Unimplemented.
   virtual Status ReadKeptLogits(std::span<const int32_t> rows, std::span<float> logits);
 
   // Raw access to one whole block of group `group` (every layer of the group,

@@ -9,6 +9,7 @@
 
 #include "engine/grammar/json_lexical.h"
 #include "engine/grammar/json_regex.h"
+#include "engine/grammar/text_without.h"
 
 namespace agentkv::grammar {
 namespace {
@@ -646,48 +647,6 @@ Result<std::shared_ptr<const Grammar>> CompileJsonObjectStream(
   b.AddCall(loop, b.Splice(*object), loop);
   return b.Finish(loop, std::move(vocab));
 }
-
-namespace {
-
-// Any text in which `marker` does not occur: a KMP automaton over bytes
-// whose state is the length of the marker prefix just read; reaching the
-// whole marker has no edge. Every state ends the text (edges to `to`).
-void TextWithout(GrammarBuilder& b, const std::string& marker, int32_t from, int32_t to) {
-  const size_t m = marker.size();
-  std::vector<size_t> fail(m + 1, 0);
-  for (size_t i = 1, k = 0; i < m; ++i) {
-    while (k > 0 && marker[i] != marker[k]) k = fail[k];
-    if (marker[i] == marker[k]) ++k;
-    fail[i + 1] = k;
-  }
-  std::vector<int32_t> st(m);
-  for (int32_t& n : st) n = b.NewNode();
-  b.AddEps(from, st[0]);
-  for (size_t j = 0; j < m; ++j) {
-    b.AddEps(st[j], to);
-    int32_t run_start = -1, run_to = -1;
-    for (int c = 0; c <= 256; ++c) {
-      int32_t target = -1;
-      if (c < 256) {
-        size_t k = j;
-        while (k > 0 && static_cast<uint8_t>(marker[k]) != c) k = fail[k];
-        if (static_cast<uint8_t>(marker[k]) == c) ++k;
-        target = k == m ? -2 : st[k];
-      }
-      if (run_start >= 0 && target != run_to) {
-        if (run_to >= 0)
-          b.AddBytes(st[j], static_cast<uint8_t>(run_start), static_cast<uint8_t>(c - 1), run_to);
-        run_start = -1;
-      }
-      if (run_start < 0 && c < 256) {
-        run_start = c;
-        run_to = target;
-      }
-    }
-  }
-}
-
-}  // namespace
 
 Result<std::shared_ptr<const Grammar>> CompileToolCallGrammar(
     const std::vector<ToolGrammarSpec>& tools, const ToolGrammarOptions& options,

@@ -46,6 +46,31 @@ TEST(BackendTest, PipelinedStepsPickAsStepByStep) {
   }
 }
 
+// Decode steps whose rows ask for logprobs pipeline as plain ones (the next
+// step launched before the last is collected): the picks of a run without
+// logprobs, and each collected step brings the logprobs a step-by-step run
+// gives for it; greedy rows and a drawn one.
+TEST(BackendTest, PipelinedStepsWithLogprobsPickAsStepByStep) {
+  const model::ModelConfig c = SmallConfig(model::Architecture::kQwen3);
+  const MapWeights w = RandomWeights(c, 7);
+  for (bool draw : {false, true}) {
+    auto a = Make(c, w), b = Make(c, w), d = Make(c, w);
+    const std::vector<int32_t> plain = GreedyPicks(*a, 10, /*pipelined=*/false, 5, 0, draw);
+    std::vector<RowLogprobs> want, got;
+    EXPECT_EQ(GreedyPicks(*b, 10, false, 5, 0, draw, &want), plain) << "draw " << draw;
+    EXPECT_EQ(GreedyPicks(*d, 10, true, 5, 0, draw, &got), plain) << "draw " << draw;
+    ASSERT_EQ(want.size(), 30u);
+    ExpectSameLogprobs(want, got, 0.0f);
+    const size_t first = plain.size() - 30;  // the decode steps' picks
+    for (size_t r = 0; r < want.size(); ++r) {
+      EXPECT_EQ(want[r].count, r % 3 == 0 ? 5 : r % 3 == 1 ? 3 : 20) << "row " << r;
+      if (!(draw && r % 3 == 1)) {
+        EXPECT_EQ(want[r].ids[0], plain[first + r]) << "greedy row " << r;
+      }
+    }
+  }
+}
+
 TEST(BackendTest, PipelinedStepsRejectMisuse) {
   const model::ModelConfig c = SmallConfig(model::Architecture::kLlama);
   auto b = Make(c, RandomWeights(c, 4));

@@ -11,6 +11,7 @@
 #include "engine/backend/cuda/kernels/attention.h"
 #include "engine/backend/cuda/kernels/fp8_kv.h"
 #include "engine/backend/cuda/kernels/gemv.h"
+#include "engine/backend/cuda/kernels/logprob_kernel.h"
 #include "engine/backend/cuda/kernels/moe.h"
 #include "engine/backend/cuda/kernels/norm.h"
 #include "engine/backend/cuda/kernels/wgmma_gemm.h"
@@ -541,6 +542,8 @@ Status CudaBackend::EnsureCapacity(int64_t tokens, int64_t seqs,
       {&moe_y_, T * moe_k * H * 4},
       {&row_lp_[0], R * static_cast<int64_t>(sizeof(RowLogprobs))},
       {&row_lp_[1], R * static_cast<int64_t>(sizeof(RowLogprobs))},
+      {&row_lp_scratch_, static_cast<int64_t>(kernels::RowLogprobsScratchBytes(
+                             static_cast<int>(R), static_cast<int>(c.vocab_size)))},
   };
   static_assert(kSlots == 2, "one entry per slot above");
   for (const Want& wt : wants) {

@@ -574,6 +574,9 @@ class CudaBackend final : public Backend {
   // Per slot: the step's RowLogprobs (LaunchRowLogprobs), one per
   // want_logits row, and their copy on the host.
   cuda::DeviceBuffer row_lp_[kSlots];
+  // LaunchRowLogprobs' per-slice partials (one buffer: the kernels of
+  // successive steps run in order on stream_).
+  cuda::DeviceBuffer row_lp_scratch_;
   cuda::PinnedBuffer host_row_lp_[kSlots];
   cuda::PinnedBuffer read_staging_;  // ReadBlocks
 

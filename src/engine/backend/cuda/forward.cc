@@ -329,7 +329,8 @@ Status CudaBackend::LaunchStep(std::span<const SeqStep> batch, std::span<const R
   if (z.any_logprobs)
     CUDA_RETURN_IF_ERROR(kernels::LaunchRowLogprobs(
         logits_.get<float>(), W, config_.vocab_size, row_picks_[slot].get<RowPick>(),
-        argmax_[slot].get<int32_t>(), row_lp_[slot].get<RowLogprobs>(), launch_));
+        argmax_[slot].get<int32_t>(), row_lp_[slot].get<RowLogprobs>(), row_lp_scratch_.get(),
+        launch_));
   CUDA_RETURN_IF_ERROR(cudaEventRecord(ev[1], stream_));
 
   // All picked on the device: the picks come down on the download stream

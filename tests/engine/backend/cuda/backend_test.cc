@@ -359,6 +359,43 @@ TEST(CudaBackend, PipelinedStepsWithDrawnRowsPickAsStepByStep) {
   }
 }
 
+// Decode steps whose rows ask for logprobs (greedy and drawn) pipeline as
+// plain ones: the RowLogprobs come down with the picks into pinned memory
+// while the next step runs, so the step after is launched before the
+// first is collected; the picks of a run without logprobs and, for each
+// collected step, the logprobs a step-by-step run gives; graphs and not,
+// both LM-head paths (the logits stored for the logprob kernels).
+TEST(CudaBackend, PipelinedStepsWithLogprobsPickAsStepByStep) {
+  AGENTKV_REQUIRE_GPU();
+  for (const bool wide : {false, true}) {
+    model::ModelConfig c =
+        wide ? WideConfig(model::Architecture::kLlama) : SmallConfig(model::Architecture::kLlama);
+    const MapWeights w = Bf16Weights(c, 19);
+    for (bool graphs : {true, false}) {
+      auto a = MakeCuda(c, w, 4, graphs);
+      auto b = MakeCuda(c, w, 4, graphs);
+      auto d = MakeCuda(c, w, 4, graphs);
+      ASSERT_TRUE(a && b && d);
+      const std::vector<int32_t> plain = GreedyPicks(*a, 16, false, 9, 0, /*draw_row1=*/true);
+      std::vector<RowLogprobs> want, got;
+      EXPECT_EQ(GreedyPicks(*b, 16, false, 9, 0, true, &want), plain) << "wide " << wide;
+      EXPECT_EQ(GreedyPicks(*d, 16, true, 9, 0, true, &got), plain) << "wide " << wide;
+      ASSERT_EQ(want.size(), 48u);
+      ExpectSameLogprobs(want, got, 1e-6f);
+      const size_t first = plain.size() - want.size();
+      for (size_t r = 0; r < want.size(); ++r) {
+        EXPECT_EQ(want[r].count, r % 3 == 0 ? 5 : r % 3 == 1 ? 3 : 20) << "row " << r;
+        if (r % 3 != 1) {
+          EXPECT_EQ(want[r].ids[0], plain[first + r]) << "greedy row " << r;
+        }
+      }
+      if (graphs) {
+        EXPECT_GT(d->graph_steps(), 10);
+      }
+    }
+  }
+}
+
 // A drawn row's token is SampleDraw's on the logits Forward returns for the
 // same step (or u, top_p or min_p moved by 1e-6 of itself changes the CPU's
 // pick: float rounding may decide there), next to greedy and host rows.

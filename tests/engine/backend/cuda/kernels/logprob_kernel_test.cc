@@ -1,5 +1,6 @@
 // LaunchRowLogprobs against ComputeRowLogprobs, its CPU reference, on random
-// logits (a 151,936 vocabulary and a small odd one; batches of 1 and 64;
+// logits (a 151,936 vocabulary and two small odd ones, split into slices
+// differently; batches of 1 and 64;
 // greedy and drawn rows with random temperatures and top counts 0..20;
 // tied, NaN and -inf rows; rows the kernel must leave alone) with the
 // output poisoned before the launch.
@@ -56,7 +57,9 @@ TEST(LogprobKernel, MatchesTheCpuReference) {
   std::mt19937 rng(41);
   std::uniform_real_distribution<double> un(0.0, 1.0);
   int checked = 0;
-  for (int vocab : {151936, 1001}) {
+  // 151,936: 32 slices of 4,748; 9,001: 3 slices, the last shorter; 1,001:
+  // one slice.
+  for (int vocab : {151936, 9001, 1001}) {
     for (int batch : {1, 64}) {
       std::vector<float> logits;
       std::vector<std::vector<float>> rows;
@@ -84,9 +87,13 @@ TEST(LogprobKernel, MatchesTheCpuReference) {
       auto dp = Upload(picks);
       auto dc = Upload(chosen);
       auto out = Poisoned<RowLogprobs>(static_cast<size_t>(batch));
-      ASSERT_EQ(LaunchRowLogprobs(dl.get<float>(), batch, vocab, dp.get<RowPick>(),
-                                  dc.get<int32_t>(), out.get<RowLogprobs>(), nullptr),
-                cudaSuccess);
+      // The slices' partials start poisoned too: the merge reads only what
+      // the slice kernel wrote.
+      auto scratch = Poisoned<std::byte>(RowLogprobsScratchBytes(batch, vocab));
+      ASSERT_EQ(
+          LaunchRowLogprobs(dl.get<float>(), batch, vocab, dp.get<RowPick>(), dc.get<int32_t>(),
+                            out.get<RowLogprobs>(), scratch.get(), nullptr),
+          cudaSuccess);
       const std::vector<RowLogprobs> got = Download<RowLogprobs>(out, static_cast<size_t>(batch));
       for (int r = 0; r < batch; ++r) {
         const RowPick& p = picks[static_cast<size_t>(r)];
@@ -125,6 +132,22 @@ TEST(LogprobKernel, MatchesTheCpuReference) {
     }
   }
   EXPECT_GT(checked, 100);
+}
+
+// A row is cut into slices of about 4,096 logits, 1 to 32 of them, and the
+// scratch holds one partial per slice of every row; a launch without
+// scratch is refused before anything runs.
+TEST(LogprobKernel, SlicesAndScratch) {
+  EXPECT_EQ(RowLogprobsSlices(1), 1);
+  EXPECT_EQ(RowLogprobsSlices(4096), 1);
+  EXPECT_EQ(RowLogprobsSlices(4097), 2);
+  EXPECT_EQ(RowLogprobsSlices(128256), 32);
+  EXPECT_EQ(RowLogprobsSlices(1 << 24), 32);
+  EXPECT_EQ(RowLogprobsScratchBytes(0, 128256), 0u);
+  EXPECT_EQ(RowLogprobsScratchBytes(64, 128256), 2 * RowLogprobsScratchBytes(32, 128256));
+  EXPECT_EQ(RowLogprobsScratchBytes(1, 128256), 32 * RowLogprobsScratchBytes(1, 1000));
+  EXPECT_EQ(LaunchRowLogprobs(nullptr, 1, 1000, nullptr, nullptr, nullptr, nullptr, nullptr),
+            cudaErrorInvalidValue);
 }
 
 }  // namespace
