@@ -165,7 +165,9 @@ TEST_P(CudaBackendQuantGraphs, DecodeStepsReplayGraphsAndMatchDirectLaunches) {
     for (size_t v = 0; v < a.size(); ++v)
       if (v != top) second = std::max(second, a[v]);
     const auto btop = static_cast<size_t>(std::max_element(b.begin(), b.end()) - b.begin());
-    if (a[top] - second > 2 * diff) EXPECT_EQ(btop, top) << "row " << i;
+    if (a[top] - second > 2 * diff) {
+      EXPECT_EQ(btop, top) << "row " << i;
+    }
   }
   std::printf("%s: %lld graph steps, %lld graphs, worst row %.2e over %zu rows\n", q.name.c_str(),
               static_cast<long long>(graphs->graph_steps()), static_cast<long long>(captured),
