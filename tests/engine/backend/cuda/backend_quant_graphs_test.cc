@@ -34,11 +34,11 @@
 #include <vector>
 
 #include "backend_test_util.h"
-#include "synth_checkpoint.h"
 #include "engine/backend/cuda/backend.h"
 #include "engine/model/model_config.h"
 #include "engine/model/model_synth.h"
 #include "engine/model/safetensors_weights.h"
+#include "synth_checkpoint.h"
 
 namespace agentkv::backend::cuda {
 namespace {
@@ -57,8 +57,7 @@ struct QuantCase {
 class CudaBackendQuantGraphs : public ::testing::TestWithParam<QuantCase> {
  protected:
   void SetUp() override {
-    if (!HaveSynthTokenizer())
-      GTEST_SKIP() << "qwen3 tokenizer not set up (scripts/setup.sh)";
+    if (!HaveSynthTokenizer()) GTEST_SKIP() << "qwen3 tokenizer not set up (scripts/setup.sh)";
     dir_ = fs::path(::testing::TempDir()) /
            ("cuda_quant_graphs_" + std::to_string(::getpid()) + "_" + GetParam().name);
     fs::remove_all(dir_);
