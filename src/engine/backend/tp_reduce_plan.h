@@ -25,26 +25,22 @@
 namespace agentkv::backend {
 
 // The largest all-reduce, in bytes, that runs from the symmetric window;
-// larger ones run from plain buffers. Measured on 2 x H200, NCCL 2.28.9
-// (cuda_allreduce_bench, graph-replayed fp32 sums; bench/RESULTS.md,
-// "Tensor parallelism: the tpquant failure found and fixed"), µs per
+// larger ones run from plain buffers. Measured on 2 x H100 80GB HBM3,
+// NCCL 2.28.9 (cuda_allreduce_bench, graph-replayed fp32 sums;
+// bench/RESULTS.md, "Tensor parallelism: windows chosen by size"), µs per
 // all-reduce, plain / window behind the fence:
-//   8 KiB 6.34 / 4.63, 64 KiB 6.82 / 8.17, 128 KiB 7.06 / 10.2,
-//   512 KiB 9.47 / 12.3, 1 MiB 12.8 / 14.5.
-// The window (NCCL's symmetric kernels) leads by 1.7 µs at 8 KiB and
-// trails by 1.4 µs at 64 KiB and by 1.5-3 µs beyond: its time grows about
-// seven times faster with the size than the plain path's. Straight lines
-// through the two points that bracket the change cross at about 39 KiB;
-// 32 KiB is the largest power of two below it, where the lines still give
-// the window ~0.4 µs. (The bench also times 16, 24, 32, 40 and 48 KiB, to
-// place the crossover exactly.) An NCCL whose symmetric kernels need no
-// fence (TpWindowReduceNeedsFence false) saves the window its ~0.7 µs,
-// which would move the crossover up; that is unmeasured, so the same bound
-// holds there (the window is chosen only where it won with the fence).
+//   8 KiB 6.43 / 4.96, 16 KiB 6.64 / 5.24, 24 KiB 6.67 / 6.70,
+//   32 KiB 6.80 / 6.94, 64 KiB 6.87 / 8.68, 1 MiB 12.6 / 15.7.
+// (2 x H200 earlier: 8 KiB 6.34 / 4.63, 64 KiB 6.82 / 8.17.) The window
+// (NCCL's symmetric kernels) leads by 1.4-1.5 µs up to 16 KiB, ties at
+// 24 KiB and trails from 32 KiB on, so it is chosen up to 16 KiB. An NCCL
+// whose symmetric kernels need no fence (TpWindowReduceNeedsFence false)
+// saves the window its ~0.7 µs and would move the crossover up; that is
+// unmeasured, so the same bound holds there.
 // A residual row is hidden x 4 bytes (fp32): 16 KiB at hidden 4,096, so a
-// decode step of 1 or 2 sequences of an 8B model sums from the window;
-// 32 KiB at hidden 8,192 (one sequence).
-inline constexpr size_t kTpWindowReduceMaxBytes = size_t{32} << 10;
+// decode step of one sequence of an 8B model sums from the window; at
+// hidden 8,192 (70B) no step does.
+inline constexpr size_t kTpWindowReduceMaxBytes = size_t{16} << 10;
 
 // Whether an all-reduce of `bytes` runs from the rank's symmetric window
 // (where the rank has one) rather than from a plain buffer: from 1 byte up

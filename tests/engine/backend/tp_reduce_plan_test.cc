@@ -21,12 +21,13 @@ model::ModelConfig Sandwich() { return SmallConfig(model::Architecture::kGemma3)
 // Small all-reduces from the window, large ones from plain buffers, the
 // bound included; nothing is an empty all-reduce.
 TEST(TpReducePlanTest, SmallReducesFromTheWindowLargeFromPlainBuffers) {
-  EXPECT_EQ(kTpWindowReduceMaxBytes, size_t{32} << 10);
+  EXPECT_EQ(kTpWindowReduceMaxBytes, size_t{16} << 10);
   EXPECT_FALSE(TpReduceFromWindow(0));
   EXPECT_TRUE(TpReduceFromWindow(4));
-  EXPECT_TRUE(TpReduceFromWindow(8 << 10));  // measured: the window leads
-  EXPECT_TRUE(TpReduceFromWindow(16 << 10));
+  EXPECT_TRUE(TpReduceFromWindow(8 << 10));   // measured: the window leads
+  EXPECT_TRUE(TpReduceFromWindow(16 << 10));  // measured: the window leads
   EXPECT_TRUE(TpReduceFromWindow(kTpWindowReduceMaxBytes));
+  EXPECT_FALSE(TpReduceFromWindow(32 << 10));  // measured: the window trails
   EXPECT_FALSE(TpReduceFromWindow(kTpWindowReduceMaxBytes + 1));
   EXPECT_FALSE(TpReduceFromWindow(64 << 10));  // measured: the window trails
   EXPECT_FALSE(TpReduceFromWindow(size_t{1} << 20));
@@ -36,18 +37,20 @@ TEST(TpReducePlanTest, SmallReducesFromTheWindowLargeFromPlainBuffers) {
 // of few sequences of real shapes, none where one row is already larger.
 TEST(TpReducePlanTest, WindowTokensFollowTheHiddenSize) {
   model::ModelConfig c = Dense();  // 192 bytes a row
-  EXPECT_EQ(TpWindowTokens(c), 170);
-  EXPECT_TRUE(TpReduceFromWindow(170 * 192));
-  EXPECT_FALSE(TpReduceFromWindow(171 * 192));
-  c.hidden_size = 4096;  // Qwen3-8B, Llama-3.1-8B: 16 KiB a token
+  EXPECT_EQ(TpWindowTokens(c), 85);
+  EXPECT_TRUE(TpReduceFromWindow(85 * 192));
+  EXPECT_FALSE(TpReduceFromWindow(86 * 192));
+  c.hidden_size = 2048;  // Llama-3.2-1B: 8 KiB a token
   EXPECT_EQ(TpWindowTokens(c), 2);
-  c.hidden_size = 8192;  // Llama-3.1-70B: 32 KiB
+  c.hidden_size = 4096;  // Qwen3-8B, Llama-3.1-8B: 16 KiB a token
   EXPECT_EQ(TpWindowTokens(c), 1);
-  c.hidden_size = 8193;
+  c.hidden_size = 4097;
+  EXPECT_EQ(TpWindowTokens(c), 0);
+  c.hidden_size = 8192;  // Llama-3.1-70B: 32 KiB, never from the window
   EXPECT_EQ(TpWindowTokens(c), 0);
   // Every step up to the bound's tokens is one TpReduceFromWindow takes,
   // and the next is not.
-  for (int hidden : {48, 1024, 2048, 2880, 4096, 5120, 8192}) {
+  for (int hidden : {48, 1024, 2048, 2880, 4096}) {
     c.hidden_size = hidden;
     const int64_t t = TpWindowTokens(c);
     const size_t row = static_cast<size_t>(hidden) * 4;
@@ -59,19 +62,18 @@ TEST(TpReducePlanTest, WindowTokensFollowTheHiddenSize) {
 // A step sums from the window when its all-reduces are small enough and
 // the views hold its rows; an empty step or no views never.
 TEST(TpReducePlanTest, StepsFromTheWindowWhenSmallAndHeld) {
-  model::ModelConfig c = Dense();  // up to 170 tokens by size
+  model::ModelConfig c = Dense();  // up to 85 tokens by size
   EXPECT_TRUE(TpStepFromWindow(c, 1, 176));
-  EXPECT_TRUE(TpStepFromWindow(c, 170, 176));
-  EXPECT_FALSE(TpStepFromWindow(c, 171, 176));  // too large a sum
-  EXPECT_FALSE(TpStepFromWindow(c, 65, 64));    // views too short
+  EXPECT_TRUE(TpStepFromWindow(c, 85, 176));
+  EXPECT_FALSE(TpStepFromWindow(c, 86, 176));  // too large a sum
+  EXPECT_FALSE(TpStepFromWindow(c, 65, 64));   // views too short
   EXPECT_TRUE(TpStepFromWindow(c, 64, 64));
   EXPECT_FALSE(TpStepFromWindow(c, 1, 0));  // no views
   EXPECT_FALSE(TpStepFromWindow(c, 0, 176));
-  c.hidden_size = 4096;  // an 8B model: decode of 1 or 2 sequences
+  c.hidden_size = 4096;  // an 8B model: decode of one sequence
   EXPECT_TRUE(TpStepFromWindow(c, 1, 8));
-  EXPECT_TRUE(TpStepFromWindow(c, 2, 8));
-  EXPECT_FALSE(TpStepFromWindow(c, 4, 8));
-  c.hidden_size = 8193;  // even one token's sum too large
+  EXPECT_FALSE(TpStepFromWindow(c, 2, 8));
+  c.hidden_size = 4097;  // even one token's sum too large
   EXPECT_FALSE(TpStepFromWindow(c, 1, 8));
 }
 

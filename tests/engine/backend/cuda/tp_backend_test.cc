@@ -283,7 +283,7 @@ TEST(TpBackend, SmallStepsSumFromTheWindowLargeFromPlainBuffers) {
   for (model::Architecture arch : {model::Architecture::kQwen3, model::Architecture::kGemma3}) {
     model::ModelConfig c = TpSmallConfig(arch);
     c.hidden_size = 512;
-    ASSERT_EQ(TpWindowTokens(c), 16);
+    ASSERT_EQ(TpWindowTokens(c), 8);  // 2 KiB a token
     const MapWeights w = Bf16Weights(c, 23);
     auto on = MakeTp(c, w, 4, 2);
     auto off = MakeTp(c, w, 4, 2, /*graphs=*/true, /*windows=*/false);
