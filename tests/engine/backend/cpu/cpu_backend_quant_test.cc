@@ -115,28 +115,42 @@ void ExpectMatchesDequantized(const fs::path& dir) {
   EXPECT_LT((*quant)->weight_bytes(), (*ref)->weight_bytes());
 }
 
-class CpuBackendQuantTest : public ::testing::TestWithParam<model::SynthQuant> {};
+class CpuBackendQuantTest : public ::testing::TestWithParam<model::SynthQuant> {
+ protected:
+  // A small `arch` checkpoint in the test's format, with shapes off the
+  // 128-wide scale blocks: hidden 160 (two tiles, the second ragged), q 128
+  // rows and k, v 64 (head_dim 32), intermediate 200 (ragged both ways).
+  // Empty if it could not be written (the failure added).
+  fs::path Synthesize(const std::string& arch, uint64_t seed) const {
+    const fs::path dir =
+        fs::path(::testing::TempDir()) / ("cpu_quant_" + arch + "_" + std::to_string(::getpid()) +
+                                          "_" + std::to_string(static_cast<int>(GetParam())));
+    model::SynthOptions o;
+    o.arch = arch;
+    o.tokenizer_dir = kTokenizers / "qwen3";
+    o.out_dir = dir;
+    o.layers = 2;
+    o.hidden = 160;
+    o.heads = 4;
+    o.kv_heads = 2;
+    o.head_dim = 32;
+    o.intermediate = 200;
+    o.seed = seed;
+    o.quant = GetParam();
+    const Status st = model::SynthesizeModel(o);
+    if (!st.ok()) {
+      ADD_FAILURE() << st.ToString();
+      return {};
+    }
+    return dir;
+  }
+};
 
 TEST_P(CpuBackendQuantTest, LogitsEqualTheDequantizedModel) {
   if (!fs::exists(kTokenizers / "qwen3" / "tokenizer.json"))
     GTEST_SKIP() << "qwen3 tokenizer not set up (scripts/setup.sh)";
-  const fs::path dir =
-      fs::path(::testing::TempDir()) / ("cpu_quant_" + std::to_string(::getpid()) + "_" +
-                                        std::to_string(static_cast<int>(GetParam())));
-  model::SynthOptions o;
-  o.arch = "qwen3";
-  o.tokenizer_dir = kTokenizers / "qwen3";
-  o.out_dir = dir;
-  o.layers = 2;
-  o.hidden = 160;  // two 128-wide tiles, the second ragged
-  o.heads = 4;
-  o.kv_heads = 2;
-  o.head_dim = 32;       // q 128 rows; k, v 64 rows: ragged tiles
-  o.intermediate = 200;  // ragged both ways in gate/up and down
-  o.seed = 5;
-  o.quant = GetParam();
-  ASSERT_TRUE(model::SynthesizeModel(o).ok());
-
+  const fs::path dir = Synthesize("qwen3", 5);
+  ASSERT_FALSE(dir.empty());
   ExpectMatchesDequantized(dir);
   fs::remove_all(dir);
 }
@@ -146,22 +160,8 @@ TEST_P(CpuBackendQuantTest, LogitsEqualTheDequantizedModel) {
 TEST_P(CpuBackendQuantTest, Gemma3LogitsEqualTheDequantizedModel) {
   if (!fs::exists(kTokenizers / "qwen3" / "tokenizer.json"))
     GTEST_SKIP() << "qwen3 tokenizer not set up (scripts/setup.sh)";
-  const fs::path dir =
-      fs::path(::testing::TempDir()) / ("cpu_quant_gemma3_" + std::to_string(::getpid()) + "_" +
-                                        std::to_string(static_cast<int>(GetParam())));
-  model::SynthOptions o;
-  o.arch = "gemma3";
-  o.tokenizer_dir = kTokenizers / "qwen3";
-  o.out_dir = dir;
-  o.layers = 2;
-  o.hidden = 160;
-  o.heads = 4;
-  o.kv_heads = 2;
-  o.head_dim = 32;
-  o.intermediate = 200;
-  o.seed = 6;
-  o.quant = GetParam();
-  ASSERT_TRUE(model::SynthesizeModel(o).ok());
+  const fs::path dir = Synthesize("gemma3", 6);
+  ASSERT_FALSE(dir.empty());
   auto config = model::ModelConfig::Load(dir);
   ASSERT_TRUE(config.ok()) << config.status().ToString();
   ASSERT_EQ(config->activation, model::Activation::kGeluTanh);
