@@ -96,11 +96,6 @@ struct AttentionParams {
   // (mma_attention_layout.h's MmaFp8Stages). A choice for comparison until
   // measured; it pays where splits give the SMs the extra blocks.
   bool fp8_decode_lean = false;
-  // With fp8_decode_lean: its keys widened to f16 and Q K^T on f16 operands
-  // (the queries scaled by a power of two per tile, exactly); fewer
-  // instructions a key. For comparison until measured (no CudaTuning
-  // switch yet).
-  bool fp8_f16_keys = false;
 };
 inline constexpr int kMaxQkvPlanes = 8;
 // Writes to `map` (kKvTensorMapBytes, 64-byte aligned host memory) the TMA
