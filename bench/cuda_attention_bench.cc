@@ -11,7 +11,9 @@
 //     the lean fp8 decode form (AttentionParams::fp8_decode_lean, one more
 //     block per SM) at 32, 48 and 64 splits (GraphShape gives it 64 at
 //     head_dim 64 and 49 at 128 with that form on: a wave of 4 or 3 blocks
-//     an SM); bf16 at 64 for comparison (its graphs stop at 32).
+//     an SM); bf16 at 48 and 64 (GraphShape gives bf16 one wave of the
+//     blocks its form fits, MmaBf16DecodeBlocksPerSm: 64 splits at 4 an
+//     SM, 49 at 3).
 //   prefill32k/<shape>/<dtype>: the last 2,048-token chunk of a 32k prompt
 //     (after 30,720 cached tokens) on wide tiles, one split. Reported:
 //     microseconds and attention TFLOP/s (4 * heads * head_dim flops per
@@ -194,11 +196,9 @@ int Register() {
     bool fp8, lean;
     int splits;
   };
-  constexpr Variant kVariants[] = {{"bf16", false, false, 64},
-                                   {"fp8", true, false, 64},
-                                   {"fp8_lean", true, true, 32},
-                                   {"fp8_lean", true, true, 48},
-                                   {"fp8_lean", true, true, 64}};
+  constexpr Variant kVariants[] = {{"bf16", false, false, 48},   {"bf16", false, false, 64},
+                                   {"fp8", true, false, 64},     {"fp8_lean", true, true, 32},
+                                   {"fp8_lean", true, true, 48}, {"fp8_lean", true, true, 64}};
   for (const Shape& s : kShapes)
     for (const Variant& v : kVariants) {
       const std::string name =

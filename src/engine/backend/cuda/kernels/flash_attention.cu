@@ -387,7 +387,28 @@ cudaError_t Launch(const AttentionParams& p, LaunchConfig launch) {
                    dim3(kThreads), smem, launch, p);
 }
 
+template <int D>
+int Bf16DecodeBlocksPerSm() {
+  constexpr MmaAttentionLayout kLayout = MmaLayout(D, 1, false);
+  const size_t smem = kLayout.bytes;
+  if (smem > kDefaultSmemBytes && cudaFuncSetAttribute(MmaAttentionKernel<D, 1, KvLoader>,
+                                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                       static_cast<int>(smem)) != cudaSuccess)
+    return 0;
+  int n = 0;
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, MmaAttentionKernel<D, 1, KvLoader>,
+                                                       kThreads, smem) == cudaSuccess
+             ? n
+             : 0;
+}
+
 }  // namespace
+
+int MmaBf16DecodeBlocksPerSm(int head_dim) {
+  if (head_dim == 64) return Bf16DecodeBlocksPerSm<64>();
+  if (head_dim == 128) return Bf16DecodeBlocksPerSm<128>();
+  return 0;
+}
 
 bool MmaAttentionSupported(int head_dim) { return head_dim == 64 || head_dim == 128; }
 

@@ -57,7 +57,9 @@ struct TileCase {
   int window;
   int block_size;
   std::vector<StepSeq> seqs;
-  bool lean = false;  // AttentionParams::fp8_decode_lean (narrow tiles)
+  // AttentionParams::fp8_decode_lean (narrow tiles): the backend's default
+  // form; false: the old one (CudaTuning::fp8_decode_lean off).
+  bool lean = false;
 };
 
 void PrintTo(const TileCase& c, std::ostream* os) { *os << c.name; }
