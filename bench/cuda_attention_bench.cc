@@ -11,9 +11,9 @@
 //     the lean fp8 decode form (AttentionParams::fp8_decode_lean, one more
 //     block per SM) at 32, 48 and 64 splits (GraphShape gives it 64 at
 //     head_dim 64 and 49 at 128 with that form on: a wave of 4 or 3 blocks
-//     an SM); bf16 at 64 for comparison (its graphs stop at 32);
-//     fp8_lean_f16k: the lean form with f16 keys (AttentionParams::
-//     fp8_f16_keys).
+//     an SM); bf16 at 48 and 64 (GraphShape gives bf16 one wave of the
+//     blocks its form fits, MmaBf16DecodeBlocksPerSm: 64 splits at 4 an
+//     SM, 49 at 3).
 //   prefill32k/<shape>/<dtype>: the last 2,048-token chunk of a 32k prompt
 //     (after 30,720 cached tokens) on wide tiles, one split. Reported:
 //     microseconds and attention TFLOP/s (4 * heads * head_dim flops per
@@ -59,7 +59,7 @@ DeviceBuffer Filled(size_t n, int byte) {
 }
 
 void Run(benchmark::State& state, Shape s, bool fp8, bool prefill, int decode_splits = 32,
-         bool lean = false, bool f16_keys = false) {
+         bool lean = false) {
   if (!DeviceAvailable().ok()) {
     state.SkipWithError("no GPU");
     return;
@@ -131,7 +131,6 @@ void Run(benchmark::State& state, Shape s, bool fp8, bool prefill, int decode_sp
   p.splits = splits;
   p.wide = prefill;
   p.fp8_decode_lean = lean;
-  p.fp8_f16_keys = f16_keys;
   p.part_o = part_o.get<float>();
   p.part_ml = part_ml.get<float>();
   p.out = out.get<kernels::bf16_t>();
@@ -196,23 +195,16 @@ int Register() {
     const char* dtype;
     bool fp8, lean;
     int splits;
-    bool f16_keys = false;
   };
-  constexpr Variant kVariants[] = {{"bf16", false, false, 64},
-                                   {"fp8", true, false, 64},
-                                   {"fp8_lean", true, true, 32},
-                                   {"fp8_lean", true, true, 48},
-                                   {"fp8_lean", true, true, 64},
-                                   {"fp8_lean_f16k", true, true, 32, true},
-                                   {"fp8_lean_f16k", true, true, 48, true},
-                                   {"fp8_lean_f16k", true, true, 64, true}};
+  constexpr Variant kVariants[] = {{"bf16", false, false, 48},   {"bf16", false, false, 64},
+                                   {"fp8", true, false, 64},     {"fp8_lean", true, true, 32},
+                                   {"fp8_lean", true, true, 48}, {"fp8_lean", true, true, 64}};
   for (const Shape& s : kShapes)
     for (const Variant& v : kVariants) {
       const std::string name =
           std::string("decode32k/") + s.name + "/" + v.dtype + "/s" + std::to_string(v.splits);
       benchmark::RegisterBenchmark(
-          name.c_str(),
-          [=](benchmark::State& st) { Run(st, s, v.fp8, false, v.splits, v.lean, v.f16_keys); })
+          name.c_str(), [=](benchmark::State& st) { Run(st, s, v.fp8, false, v.splits, v.lean); })
           ->UseManualTime()
           ->Iterations(10)
           ->Unit(benchmark::kMicrosecond);

@@ -21,8 +21,9 @@
 #           flags but --kv-dtype, at 64 agents (512 + 128 tokens), decode at a
 #           32k-token context (one agent, 32768 + 256), and the KV pool
 #           `serve` sizes with no memory flag (tokens resident at once);
-#           fp8lean: fp8 with AGENTKV_CUDA_FP8_DECODE_LEAN=1 (the lean decode
-#           form and its wider splits), benches only.
+#           fp8 runs the lean decode form (the default); fp8old: fp8 with
+#           AGENTKV_CUDA_FP8_DECODE_LEAN=0 (the old form, at most 32
+#           splits), benches only.
 # profile:  per-kernel times (ncu) of two decode steps at a 32k-token
 #           context, 1b shape, bf16 and fp8 (no graphs): the attention and
 #           combine kernels against the roofline of docs/kv-fp8.md (KV bytes
@@ -82,9 +83,9 @@ for st in "${stages[@]}"; do
   esac
   case $st in 1b) M=/tmp/llama1b ;; 8b) M=/tmp/qwen3_8b ;; *) echo "unknown stage $st"; continue ;; esac
   [ -d /tmp/llama1b ] && [ -d /tmp/qwen3_8b ] || bash tools/device/resume_tiers.sh none
-  for dt in bf16 fp8 fp8lean; do
-    kv=${dt%lean} lean=0
-    [ "$dt" = fp8lean ] && lean=1
+  for dt in bf16 fp8 fp8old; do
+    kv=${dt%old} lean=1
+    [ "$dt" = fp8old ] && lean=0
     export AGENTKV_CUDA_FP8_DECODE_LEAN=$lean
     agentkv bench engine --model $M --device cuda --kv-dtype $kv --prompt 512 --output 128 \
       --concurrency 64 --json >"$OUT/c64_${st}_$dt.json" 2>"$OUT/c64_${st}_$dt.err"
@@ -92,7 +93,7 @@ for st in "${stages[@]}"; do
     agentkv bench engine --model $M --device cuda --kv-dtype $kv --prompt 32768 --output 256 \
       --concurrency 1 --json >"$OUT/ctx32k_${st}_$dt.json" 2>"$OUT/ctx32k_${st}_$dt.err"
     echo "== $st $dt 32k rc=$?: $(python3 -c "import json; l=json.load(open('$OUT/ctx32k_${st}_$dt.json'))['levels'][0]; print('ttft %.3f s, decode %.1f tok/s at 32k' % (l['mean_ttft_ms']/1e3, l['output_tokens']/(l['seconds']-l['mean_ttft_ms']/1e3)))" 2>&1 | tail -1)"
-    [ $lean = 1 ] && continue  # (the pool is the fp8 one)
+    [ "$dt" = fp8old ] && continue  # (the pool is the fp8 one)
     agentkv serve --model $M --device cuda --kv-dtype $kv --store none --port 8181 >"$OUT/serve_${st}_$dt.out" 2>&1 &
     pid=$!
     for _ in $(seq 600); do grep -q "listening on" "$OUT/serve_${st}_$dt.out" && break; sleep 0.2; done

@@ -86,9 +86,11 @@ struct CudaTuning {
   // (one more block per SM: AttentionParams::fp8_decode_lean), its graphs'
   // splits aimed at the blocks per SM that form fits (at most
   // decode_blocks_per_sm) and up to kernels::kMaxAttentionSplits, not 32
-  // (cuda::GraphShape). Off until measured (AGENTKV_CUDA_FP8_DECODE_LEAN=1:
-  // on; any other value: off).
-  bool fp8_decode_lean = false;
+  // (cuda::GraphShape). On: one sequence at 32k keys measured 26.0 us
+  // against 34.0 (head_dim 64) and 42.6 against 49.5 (128) on an H200
+  // (docs/kv-fp8.md). AGENTKV_CUDA_FP8_DECODE_LEAN=0: the old form, 32
+  // splits at most (for comparison).
+  bool fp8_decode_lean = true;
   // Appends one line per step to this file: tokens, sequences, graph bucket
   // (0: none), table stride, attention splits, capture ms, device ms
   // (AGENTKV_CUDA_STEP_LOG=<path>; empty: none).
@@ -132,8 +134,7 @@ inline CudaTuning CudaTuningFromEnv(const std::function<const char*(const char*)
   t.dense_dequant = !off("AGENTKV_CUDA_DENSE_DEQUANT");
   if (const int n = positive(get("AGENTKV_CUDA_DECODE_BLOCKS_PER_SM")); n > 0)
     t.decode_blocks_per_sm = n;
-  if (const char* v = get("AGENTKV_CUDA_FP8_DECODE_LEAN"); v != nullptr)
-    t.fp8_decode_lean = std::string_view(v) == "1";
+  t.fp8_decode_lean = !off("AGENTKV_CUDA_FP8_DECODE_LEAN");
   if (const char* v = get("AGENTKV_CUDA_STEP_LOG"); v != nullptr) t.step_log = v;
   if (const char* v = get("AGENTKV_CUDA_PROFILE_BATCH"); v != nullptr && *v != '\0')
     t.profile_batch = std::atoi(v);

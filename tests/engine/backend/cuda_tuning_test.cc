@@ -40,7 +40,7 @@ TEST(CudaTuning, NoVariablesGiveTheDocumentedDefaults) {
   EXPECT_TRUE(t.moe_gemv);
   EXPECT_TRUE(t.dense_dequant);
   EXPECT_EQ(t.decode_blocks_per_sm, 4);
-  EXPECT_FALSE(t.fp8_decode_lean);
+  EXPECT_TRUE(t.fp8_decode_lean);
   EXPECT_EQ(t.step_log, "");
   EXPECT_EQ(t.profile_batch, 0);
 }
@@ -60,6 +60,7 @@ TEST(CudaTuning, ZeroTurnsEachSwitchOffAndNothingElse) {
       {"AGENTKV_CUDA_PDL", &CudaTuning::pdl},
       {"AGENTKV_CUDA_MOE_GEMV", &CudaTuning::moe_gemv},
       {"AGENTKV_CUDA_DENSE_DEQUANT", &CudaTuning::dense_dequant},
+      {"AGENTKV_CUDA_FP8_DECODE_LEAN", &CudaTuning::fp8_decode_lean},
   };
   for (const auto& [name, field] : switches) {
     const CudaTuning off = FromEnv({{name, "0"}});
@@ -89,10 +90,13 @@ TEST(CudaTuning, DecodeBlocksPerSmTakesPositiveCounts) {
     EXPECT_EQ(FromEnv({{"AGENTKV_CUDA_DECODE_BLOCKS_PER_SM", v}}).decode_blocks_per_sm, 4) << v;
 }
 
-TEST(CudaTuning, Fp8DecodeLeanIsOnForOneOnly) {
-  EXPECT_TRUE(FromEnv({{"AGENTKV_CUDA_FP8_DECODE_LEAN", "1"}}).fp8_decode_lean);
-  for (const char* v : {"0", "", "true", "2"})
-    EXPECT_FALSE(FromEnv({{"AGENTKV_CUDA_FP8_DECODE_LEAN", v}}).fp8_decode_lean) << v;
+// The lean fp8 decode form is the default; "0" gives the old form back
+// (for comparison), any other value keeps the lean one.
+TEST(CudaTuning, Fp8DecodeLeanIsOnUnlessZero) {
+  EXPECT_TRUE(FromEnv({}).fp8_decode_lean);
+  EXPECT_FALSE(FromEnv({{"AGENTKV_CUDA_FP8_DECODE_LEAN", "0"}}).fp8_decode_lean);
+  for (const char* v : {"1", "", "true", "2"})
+    EXPECT_TRUE(FromEnv({{"AGENTKV_CUDA_FP8_DECODE_LEAN", v}}).fp8_decode_lean) << v;
 }
 
 TEST(CudaTuning, StepLogAndProfileBatch) {

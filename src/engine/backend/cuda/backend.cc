@@ -138,6 +138,9 @@ Status CudaBackend::Init(const model::WeightSource& w) {
   CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
   CUDA_RETURN_IF_ERROR(
       cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, options_.device));
+  // (0 where the query fails: bf16 decode splits then stop at 32.)
+  bf16_decode_blocks_per_sm_ = kernels::MmaBf16DecodeBlocksPerSm(c.head_dim);
+  (void)cudaGetLastError();  // a failed query's error is not the first launch's
   CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   // Every kernel of the steps launches so (CudaTuning::pdl off: plainly).
   launch_ = kernels::LaunchConfig(stream_, options_.tuning.pdl);

@@ -437,6 +437,9 @@ class CudaBackend final : public Backend {
   CudaBackendOptions options_;
   KvLayout layout_;
   int num_sms_ = 0;
+  // kernels::MmaBf16DecodeBlocksPerSm(head_dim) on this device, asked once
+  // at Init (StepModel::bf16_decode_blocks_per_sm).
+  int bf16_decode_blocks_per_sm_ = 0;
   int group_size_ = 1;
   cudaStream_t stream_ = nullptr;
   // The kernels' launches: on stream_, with programmatic dependent launch

@@ -66,6 +66,7 @@ cuda::StepModel CudaBackend::PlanModel() const {
   m.fp8_decode_lean = tuning.fp8_decode_lean && tuning.mma_attention && fp8() &&
                       kernels::WideAttentionSupported(config_.head_dim);
   m.fp8_lean_blocks_per_sm = kernels::MmaMinBlocks(config_.head_dim, 1, true, true);
+  m.bf16_decode_blocks_per_sm = bf16_decode_blocks_per_sm_;
   m.num_sms = num_sms_;
   m.kv_map_ok = kv_map_ok_;
   return m;

@@ -96,12 +96,12 @@ int AttentionSplits(int tiles, int tokens, int64_t max_keys, const StepModel& mo
   const int fill = (model.num_sms + per - 1) / per;
   // (Decode only: prefill tiles are many and already fill the GPU.)
   const int len = tiles == tokens ? static_cast<int>((max_keys + 255) / 256) : 1;
-  // The lean fp8 decode form: as many splits as its blocks fill the SMs
-  // (one wave), up to kMaxAttentionSplits; 32 otherwise.
-  const int most = LeanFp8Decode(model, tiles == tokens)
-                       ? std::clamp(model.fp8_lean_blocks_per_sm * model.num_sms / per, 32,
-                                    kernels::kMaxAttentionSplits)
-                       : 32;
+  // Decode on a form whose fit is known (the lean fp8 one, the bf16 one):
+  // as many splits as its blocks fill the SMs with (one wave), up to
+  // kMaxAttentionSplits; 32 otherwise.
+  const int wave = DecodeWaveBlocks(model, tiles == tokens);
+  const int most =
+      wave > 0 ? std::clamp(wave * model.num_sms / per, 32, kernels::kMaxAttentionSplits) : 32;
   int s = std::clamp(std::max(fill, len), 1, most);
   while (s > 1 && static_cast<int64_t>(tokens) * s > cap_parts) --s;
   return s;
@@ -117,14 +117,18 @@ StepShape GraphShape(int bucket, int groups, const StepModel& model, const StepC
   // kernel's four warps already split each block's keys; more global splits
   // measured slower (c64 18.0k tok/s at 16 per SM, 19.5k at 4, 16.1k at 64).
   // CudaTuning::decode_blocks_per_sm overrides the 4 (for measurements).
-  // The lean fp8 form: no more blocks per SM than it fits (3 at head_dim
-  // 128: a fourth would start a second wave), up to kMaxAttentionSplits
-  // (one sequence of 8 KV heads: 64 at head_dim 64, 49 at 128).
+  // Forms whose fit is known (DecodeWaveBlocks: the lean fp8 one, the bf16
+  // one): no more blocks per SM than fit (the lean fp8 form at head_dim
+  // 128: 3, a fourth would start a second wave), up to kMaxAttentionSplits
+  // (one sequence of 8 KV heads on 132 SMs: 64 at 4 an SM, 49 at 3). bf16
+  // at head_dim 64 measured 25.1 us at 64 splits against 28.7 at 32 (one
+  // sequence, 32k keys, H200); at 128, 64 splits (two waves) 60.8 against
+  // 52.3.
   const int per = std::max(1, bucket * model.num_kv_heads);
-  const bool lean = LeanFp8Decode(model, true);
-  const int blocks = lean ? std::min(model.decode_blocks_per_sm, model.fp8_lean_blocks_per_sm)
-                          : model.decode_blocks_per_sm;
-  int s = std::clamp(blocks * model.num_sms / per, 1, lean ? kernels::kMaxAttentionSplits : 32);
+  const int wave = DecodeWaveBlocks(model, true);
+  const int blocks =
+      wave > 0 ? std::min(model.decode_blocks_per_sm, wave) : model.decode_blocks_per_sm;
+  int s = std::clamp(blocks * model.num_sms / per, 1, wave > 0 ? kernels::kMaxAttentionSplits : 32);
   while (s > 1 && static_cast<int64_t>(bucket) * s > cap.parts) --s;
   sh.splits = s;
   return sh;

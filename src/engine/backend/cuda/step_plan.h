@@ -55,8 +55,12 @@ struct StepModel {
   // the blocks per SM it is compiled for (kernels::MmaMinBlocks: 4 at
   // head_dim 64, 3 at 128): decode splits then aim at no more blocks per SM
   // than fit, and go up to kernels::kMaxAttentionSplits.
-  bool fp8_decode_lean = false;
+  bool fp8_decode_lean = true;
   int fp8_lean_blocks_per_sm = 4;
+  // The bf16 decode form's resident blocks per SM on this device
+  // (kernels::MmaBf16DecodeBlocksPerSm; 0: unknown, and bf16 decode splits
+  // stop at 32 as before).
+  int bf16_decode_blocks_per_sm = 0;
   int num_sms = 1;
   // Per cache group: whether its TMA descriptor exists (the warpgroup
   // prompt attention may copy whole pages).
@@ -68,6 +72,17 @@ struct StepModel {
 // fp8_decode_lean on the mma.sync kernel.
 inline bool LeanFp8Decode(const StepModel& m, bool decode) {
   return decode && m.fp8 && m.fp8_decode_lean && m.mma_attention;
+}
+
+// The blocks per SM whose one wave a decode step's splits may fill past 32
+// (up to kernels::kMaxAttentionSplits): the lean fp8 form's
+// (fp8_lean_blocks_per_sm), or the bf16 mma.sync form's
+// (bf16_decode_blocks_per_sm); 0 where splits stop at 32 (prompt steps, the
+// old fp8 form, the kernels without mma_attention, an unknown bf16 fit).
+inline int DecodeWaveBlocks(const StepModel& m, bool decode) {
+  if (!decode || !m.mma_attention) return 0;
+  if (m.fp8) return m.fp8_decode_lean ? m.fp8_lean_blocks_per_sm : 0;
+  return m.bf16_decode_blocks_per_sm;
 }
 
 // The mode of want_logits row r: rows[r].mode, kHost past the end of rows.
@@ -152,10 +167,10 @@ struct StepCapacity {
 };
 
 // Key splits of a step launched kernel by kernel: a block per SM at least,
-// and (decode) no block walking more than ~256 keys; at most 32 (the lean
-// fp8 decode form: as many as its blocks per SM fill the SMs with, from 32
-// up to kMaxAttentionSplits), and tokens * splits within the partials'
-// capacity.
+// and (decode) no block walking more than ~256 keys; at most 32 (decode
+// with DecodeWaveBlocks: as many as that many blocks per SM fill the SMs
+// with in one wave, from 32 up to kMaxAttentionSplits), and tokens * splits
+// within the partials' capacity.
 int AttentionSplits(int tiles, int tokens, int64_t max_keys, const StepModel& model,
                     int64_t cap_parts);
 

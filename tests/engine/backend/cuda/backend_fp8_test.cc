@@ -67,16 +67,27 @@ TEST_P(CudaFp8VsCpuFp8, LogitsMatch) {
   ExpectLogitsMatch(GetParam(), CudaTuning{});
 }
 
-// The lean fp8 decode form (CudaTuning::fp8_decode_lean) at head_dim 64:
-// its graphs' decode steps of one or two sequences take up to 64 splits
-// (most of them empty at these contexts), merged by the combine's wider
-// form.
+// The lean fp8 decode form (CudaTuning::fp8_decode_lean, the default: the
+// cases above run it too), named explicitly at head_dim 64: its graphs'
+// decode steps of one or two sequences take up to 64 splits (most of them
+// empty at these contexts), merged by the combine's wider form.
 TEST(CudaFp8VsCpuFp8Lean, LogitsMatch) {
   AGENTKV_REQUIRE_GPU();
   CudaTuning t;
   t.fp8_decode_lean = true;
   ExpectLogitsMatch(ArchCase{model::Architecture::kQwen3, 16, 16, true}, t);
   ExpectLogitsMatch(ArchCase{model::Architecture::kQwen3, 7, 4, true}, t);
+}
+
+// The old fp8 decode form (AGENTKV_CUDA_FP8_DECODE_LEAN=0, kept for
+// comparison): at most 32 splits, four staging stages at either head_dim.
+TEST(CudaFp8VsCpuFp8OldForm, LogitsMatch) {
+  AGENTKV_REQUIRE_GPU();
+  CudaTuning t;
+  t.fp8_decode_lean = false;
+  ExpectLogitsMatch(ArchCase{model::Architecture::kQwen3, 16, 16, true}, t);
+  ExpectLogitsMatch(ArchCase{model::Architecture::kLlama, 16, 16}, t);
+  ExpectLogitsMatch(ArchCase{model::Architecture::kGemma3, 6, 4}, t);
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, CudaFp8VsCpuFp8,

@@ -295,17 +295,22 @@ TEST(StepPlan, GraphShapesComeFromTheBucketAndTheCapacity) {
   EXPECT_LE(p.meta_ints, p.layout.total);
 }
 
-// The lean fp8 decode form: graph splits aim at the blocks per SM it fits
-// (at most decode_blocks_per_sm) and go past 32 up to kMaxAttentionSplits;
-// off, or for a bf16 cache, or without the mma.sync kernel, the plain rule.
+// The lean fp8 decode form (the default): graph splits aim at the blocks
+// per SM it fits (at most decode_blocks_per_sm) and go past 32 up to
+// kMaxAttentionSplits; the old form (fp8_decode_lean off), a bf16 cache of
+// unknown fit, or without the mma.sync kernel, the plain rule.
 TEST(StepPlan, LeanFp8DecodeSplitsFillItsBlocksPerSm) {
+  EXPECT_TRUE(StepModel{}.fp8_decode_lean);  // the default form
   StepCapacity cap;
   cap.parts = 4096;
   cap.width = {64, 16, 0, 0};
   StepModel m = Model();  // 132 SMs
   m.num_kv_heads = 8;
   m.fp8 = true;
-  EXPECT_EQ(GraphShape(1, 1, m, cap).splits, 32);  // off: at most 32
+  m.fp8_decode_lean = false;  // the old form: at most 32
+  EXPECT_EQ(GraphShape(1, 1, m, cap).splits, 32);
+  EXPECT_EQ(AttentionSplits(1, 1, 32768, m, 1 << 20), 32);
+  EXPECT_EQ(DecodeWaveBlocks(m, true), 0);
   m.fp8_decode_lean = true;
   m.fp8_lean_blocks_per_sm = 4;  // head_dim 64
   // One sequence: 4 * 132 / 8 = 66 -> 64 (the merge's most).
@@ -323,9 +328,11 @@ TEST(StepPlan, LeanFp8DecodeSplitsFillItsBlocksPerSm) {
   cap.parts = 40;
   EXPECT_EQ(GraphShape(1, 1, m, cap).splits, 40);
   cap.parts = 4096;
-  // Not for bf16 caches, nor with the mma.sync kernel off.
+  // Not for bf16 caches (whose fit is their own, here unknown), nor with
+  // the mma.sync kernel off.
   StepModel bf16 = m;
   bf16.fp8 = false;
+  bf16.bf16_decode_blocks_per_sm = 0;
   EXPECT_EQ(GraphShape(1, 1, bf16, cap).splits, 32);
   StepModel wmma = m;
   wmma.mma_attention = false;
@@ -343,6 +350,60 @@ TEST(StepPlan, LeanFp8DecodeSplitsFillItsBlocksPerSm) {
   EXPECT_EQ(AttentionSplits(1, 1, 4096, m, 1 << 20), 17);  // 16 by length, 17 to fill
   EXPECT_EQ(AttentionSplits(1, 1, 32768, bf16, 1 << 20), 32);
   EXPECT_EQ(AttentionSplits(1, 100, 32768, m, 1 << 20), 17);  // a prompt: the fill only
+}
+
+// bf16 decode under the same rule once its fit is known
+// (bf16_decode_blocks_per_sm, from the device): one wave of that many blocks
+// per SM, up to kMaxAttentionSplits; unknown (0), at most 32 as before.
+TEST(StepPlan, Bf16DecodeSplitsFillItsBlocksPerSm) {
+  StepCapacity cap;
+  cap.parts = 4096;
+  cap.width = {64, 16, 0, 0};
+  StepModel m = Model();  // 132 SMs, bf16
+  m.num_kv_heads = 8;
+  ASSERT_FALSE(m.fp8);
+  EXPECT_EQ(m.bf16_decode_blocks_per_sm, 0);
+  EXPECT_EQ(DecodeWaveBlocks(m, true), 0);
+  EXPECT_EQ(GraphShape(1, 1, m, cap).splits, 32);
+  EXPECT_EQ(AttentionSplits(1, 1, 32768, m, 1 << 20), 32);
+
+  m.bf16_decode_blocks_per_sm = 5;  // more than decode_blocks_per_sm (4)
+  EXPECT_EQ(DecodeWaveBlocks(m, true), 5);
+  EXPECT_EQ(DecodeWaveBlocks(m, false), 0);  // prompts: never
+  // One sequence: min(4, 5) * 132 / 8 = 66 -> 64 (the merge's most).
+  EXPECT_EQ(GraphShape(1, 1, m, cap).splits, kernels::kMaxAttentionSplits);
+  EXPECT_EQ(GraphShape(2, 1, m, cap).splits, 33);  // 4 * 132 / 16
+  EXPECT_EQ(GraphShape(64, 1, m, cap).splits, 1);
+  m.bf16_decode_blocks_per_sm = 3;  // a fourth block would start a second wave
+  EXPECT_EQ(GraphShape(1, 1, m, cap).splits, 49);
+  m.bf16_decode_blocks_per_sm = 2;
+  EXPECT_EQ(GraphShape(1, 1, m, cap).splits, 33);  // 264 blocks: one wave of 2 x 132
+  m.bf16_decode_blocks_per_sm = 4;
+  // The partials' capacity still bounds it.
+  cap.parts = 40;
+  EXPECT_EQ(GraphShape(1, 1, m, cap).splits, 40);
+  cap.parts = 4096;
+  // Without the mma.sync kernel (its fit is not the other kernel's): 32.
+  StepModel wmma = m;
+  wmma.mma_attention = false;
+  EXPECT_EQ(DecodeWaveBlocks(wmma, true), 0);
+  EXPECT_EQ(GraphShape(1, 1, wmma, cap).splits, 32);
+  // An fp8 cache follows its own form's fit, not the bf16 one.
+  StepModel f8 = m;
+  f8.fp8 = true;
+  f8.fp8_decode_lean = false;
+  EXPECT_EQ(GraphShape(1, 1, f8, cap).splits, 32);
+
+  // Kernel by kernel: a long context goes past 32 to one wave; a short one
+  // keeps the length rule; prompts only the fill.
+  m.bf16_decode_blocks_per_sm = 4;
+  EXPECT_EQ(AttentionSplits(1, 1, 32768, m, 1 << 20), 64);
+  m.bf16_decode_blocks_per_sm = 3;
+  EXPECT_EQ(AttentionSplits(1, 1, 32768, m, 1 << 20), 49);
+  EXPECT_EQ(AttentionSplits(1, 1, 4096, m, 1 << 20), 17);
+  EXPECT_EQ(AttentionSplits(1, 100, 32768, m, 1 << 20), 17);
+  // Many sequences: the lower bound of 32 stays (4 * 132 / 512 is 1).
+  EXPECT_EQ(AttentionSplits(64, 64, 32768, m, 1 << 20), 32);
 }
 
 TEST(StepPlan, AttentionRoutesPerGroup) {

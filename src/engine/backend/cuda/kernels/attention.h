@@ -93,14 +93,10 @@ struct AttentionParams {
   // Narrow fp8 tiles (decode) on the lean form of the mma.sync kernel: one
   // more block per SM (registers capped, head_dim 128 with two staging
   // stages, not four), each scale copied by a thread of its own
-  // (mma_attention_layout.h's MmaFp8Stages). A choice for comparison until
-  // measured; it pays where splits give the SMs the extra blocks.
+  // (mma_attention_layout.h's MmaFp8Stages). It pays where splits give the
+  // SMs the extra blocks (the backend's default: CudaTuning::fp8_decode_lean);
+  // false: the old form (for comparison).
   bool fp8_decode_lean = false;
-  // With fp8_decode_lean: its keys widened to f16 and Q K^T on f16 operands
-  // (the queries scaled by a power of two per tile, exactly); fewer
-  // instructions a key. For comparison until measured (no CudaTuning
-  // switch yet).
-  bool fp8_f16_keys = false;
 };
 inline constexpr int kMaxQkvPlanes = 8;
 // Writes to `map` (kKvTensorMapBytes, 64-byte aligned host memory) the TMA
@@ -128,5 +124,14 @@ cudaError_t LaunchAttention(const AttentionParams& p, LaunchConfig launch);
 // Whether LaunchAttention takes AttentionParams::qkv for decode steps at
 // this head_dim (the mma.sync kernel's; AttentionParams::mma must be set).
 bool FusedRotarySupported(int head_dim);
+// Blocks of the mma.sync kernel's bf16 decode form (narrow tiles of a bf16
+// cache) one SM of the current device holds at once at this head_dim, as
+// the driver's occupancy calculator finds them from the form's registers
+// and shared memory (ptxas picks its registers, so no constant says it);
+// 0 where the kernel has no such form or the query fails. The step plan
+// aims bf16 decode splits at one wave of them (step_plan.h's
+// DecodeWaveBlocks). Raises the form's shared-memory limit as its launch
+// would.
+int MmaBf16DecodeBlocksPerSm(int head_dim);
 
 }  // namespace agentkv::backend::cuda::kernels

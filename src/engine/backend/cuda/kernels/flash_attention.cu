@@ -53,14 +53,8 @@ __device__ __forceinline__ void ProjectHead(const float* src, const float* b, co
 // Wide tiles at four blocks per SM (134 registers allowed three, and a
 // 2,048-token prefill step ran 3.1 waves of them). kLean: the lean fp8
 // decode form (narrow fp8 tiles only; mma_attention_layout.h's
-// MmaFp8Stages and MmaMinBlocks say what it changes, and why). kF16K (with
-// kLean only): the keys widen to f16 (one conversion instruction a pair of
-// bytes where bf16 takes about five) and Q K^T runs on f16 operands: the
-// queries, multiplied by a power of two 2^e that puts the tile's largest
-// |q| in [2^14, 2^15) (exact, and no f16 overflow or precision lost to
-// subnormals on the larger ones), with 2^-e folded into the keys' scales.
-// P V stays bf16.
-template <int D, int RW, class Loader, bool kLean = false, bool kF16K = false>
+// MmaFp8Stages and MmaMinBlocks say what it changes, and why).
+template <int D, int RW, class Loader, bool kLean = false>
 __global__ void __launch_bounds__(kThreads, MmaMinBlocks(D, RW, Loader::kFp8, kLean))
     MmaAttentionKernel(const AttentionParams p) {
   // Before PdlWait this kernel reads only what no kernel of the step writes:
@@ -82,7 +76,6 @@ __global__ void __launch_bounds__(kThreads, MmaMinBlocks(D, RW, Loader::kFp8, kL
   // loads and widens each stage together.
   constexpr bool kWarpStages = F8 && RW == 1;
   static_assert(!kLean || (F8 && RW == 1), "the lean form is fp8 decode's");
-  static_assert(!kF16K || kLean, "f16 keys are a lean form's");
   constexpr MmaAttentionLayout L = MmaLayout(D, RW, F8, kLean);
   static_assert(L.dp == DP && L.key_warps == KW, "the layout is this kernel's");
   bf16* Qs = reinterpret_cast<bf16*>(smem + L.q_at);
@@ -200,34 +193,6 @@ __global__ void __launch_bounds__(kThreads, MmaMinBlocks(D, RW, Loader::kFp8, kL
 #pragma unroll
     for (int kk = 0; kk < KQ; ++kk) Ldsm4(qf[kk], base + kk * 16);
   }
-  float qinv = 1.f;  // kF16K: 2^-e, what the keys' scales take back
-  if constexpr (kF16K) {
-    // Narrow tiles: every warp holds all 16 rows, so a warp's maximum is
-    // the tile's (the same e in every warp, as the merge needs).
-    float qmax = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < KQ; ++kk)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&qf[kk][i]));
-        qmax = fmaxf(qmax, fmaxf(fabsf(f.x), fabsf(f.y)));
-      }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) qmax = fmaxf(qmax, __shfl_xor_sync(0xffffffffu, qmax, o));
-    // floor(log2(qmax)) from the exponent bits (0 or subnormal: -127).
-    const int ex = ((__float_as_int(qmax) >> 23) & 0xff) - 127;
-    const int e = min(max(14 - ex, -100), 100);
-    const float up = __int_as_float((127 + e) << 23);
-    qinv = __int_as_float((127 - e) << 23);
-#pragma unroll
-    for (int kk = 0; kk < KQ; ++kk)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&qf[kk][i]));
-        const __half2 h = __floats2half2_rn(f.x * up, f.y * up);
-        qf[kk][i] = *reinterpret_cast<const uint32_t*>(&h);
-      }
-  }
 
   float o[NO][4];
 #pragma unroll
@@ -257,8 +222,7 @@ __global__ void __launch_bounds__(kThreads, MmaMinBlocks(D, RW, Loader::kFp8, kL
       // each other's. (Its rows' last readers passed the previous stage's
       // closing __syncwarp.)
       __syncwarp();
-      if (k0 < ke)
-        Fp8KvLoader::ConvertRows<D, kStage, KPW, 32, kF16K>(stage, Ks, Vs, DP, kw * KPW, lane);
+      if (k0 < ke) Fp8KvLoader::ConvertRows<D, kStage, KPW, 32>(stage, Ks, Vs, DP, kw * KPW, lane);
       __syncwarp();
     } else if constexpr (F8) {
       __syncthreads();
@@ -282,24 +246,15 @@ __global__ void __launch_bounds__(kThreads, MmaMinBlocks(D, RW, Loader::kFp8, kL
         for (int kk = 0; kk < KQ; kk += 2) {
           uint32_t b[4];
           Ldsm4(b, kr + kk * 16);
-          if constexpr (kF16K) {
-            MmaF16(sc[j], qf[kk], b[0], b[1]);
-            MmaF16(sc[j], qf[kk + 1], b[2], b[3]);
-          } else {
-            Mma(sc[j], qf[kk], b[0], b[1]);
-            Mma(sc[j], qf[kk + 1], b[2], b[3]);
-          }
+          Mma(sc[j], qf[kk], b[0], b[1]);
+          Mma(sc[j], qf[kk + 1], b[2], b[3]);
         }
       }
       if constexpr (F8) {  // the keys' scales (0 past ke: those are masked)
         const float* ksc = Fp8KvLoader::KeyScales<D, kStage>(stage) + kw * KPW + 2 * q4;
 #pragma unroll
         for (int j = 0; j < NS; ++j) {
-          float2 f = *reinterpret_cast<const float2*>(ksc + j * 8);
-          if constexpr (kF16K) {
-            f.x *= qinv;
-            f.y *= qinv;
-          }
+          const float2 f = *reinterpret_cast<const float2*>(ksc + j * 8);
           sc[j][0] *= f.x;
           sc[j][1] *= f.y;
           sc[j][2] *= f.x;
@@ -406,7 +361,7 @@ __global__ void __launch_bounds__(kThreads, MmaMinBlocks(D, RW, Loader::kFp8, kL
   }
 }
 
-template <int D, int RW, class Loader = KvLoader, bool kLean = false, bool kF16K = false>
+template <int D, int RW, class Loader = KvLoader, bool kLean = false>
 cudaError_t Launch(const AttentionParams& p, LaunchConfig launch) {
   constexpr MmaAttentionLayout kLayout = MmaLayout(D, RW, Loader::kFp8, kLean);
   static_assert(kLayout.bytes <= kMmaMaxSmemBytes, "the tiles must fit a block");
@@ -415,24 +370,45 @@ cudaError_t Launch(const AttentionParams& p, LaunchConfig launch) {
   if (smem > kDefaultSmemBytes) {
     const cudaError_t e = raised.Run([smem] {
       const cudaError_t r =
-          cudaFuncSetAttribute(MmaAttentionKernel<D, RW, Loader, kLean, kF16K>,
+          cudaFuncSetAttribute(MmaAttentionKernel<D, RW, Loader, kLean>,
                                cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
       // The lean form's blocks per SM need all of the SM's shared memory
       // (four of 55.5 KiB, three of 71 KiB), not a carveout the driver
       // picked for fewer.
       if (r != cudaSuccess || !kLean) return r;
-      return cudaFuncSetAttribute(MmaAttentionKernel<D, RW, Loader, kLean, kF16K>,
+      return cudaFuncSetAttribute(MmaAttentionKernel<D, RW, Loader, kLean>,
                                   cudaFuncAttributePreferredSharedMemoryCarveout,
                                   cudaSharedmemCarveoutMaxShared);
     });
     if (e != cudaSuccess) return e;
   }
   if (p.num_tiles > 65535) return cudaErrorInvalidConfiguration;  // grid y
-  return LaunchPdl(MmaAttentionKernel<D, RW, Loader, kLean, kF16K>,
-                   dim3(p.nkv, p.num_tiles, p.splits), dim3(kThreads), smem, launch, p);
+  return LaunchPdl(MmaAttentionKernel<D, RW, Loader, kLean>, dim3(p.nkv, p.num_tiles, p.splits),
+                   dim3(kThreads), smem, launch, p);
+}
+
+template <int D>
+int Bf16DecodeBlocksPerSm() {
+  constexpr MmaAttentionLayout kLayout = MmaLayout(D, 1, false);
+  const size_t smem = kLayout.bytes;
+  if (smem > kDefaultSmemBytes && cudaFuncSetAttribute(MmaAttentionKernel<D, 1, KvLoader>,
+                                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                       static_cast<int>(smem)) != cudaSuccess)
+    return 0;
+  int n = 0;
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, MmaAttentionKernel<D, 1, KvLoader>,
+                                                       kThreads, smem) == cudaSuccess
+             ? n
+             : 0;
 }
 
 }  // namespace
+
+int MmaBf16DecodeBlocksPerSm(int head_dim) {
+  if (head_dim == 64) return Bf16DecodeBlocksPerSm<64>();
+  if (head_dim == 128) return Bf16DecodeBlocksPerSm<128>();
+  return 0;
+}
 
 bool MmaAttentionSupported(int head_dim) { return head_dim == 64 || head_dim == 128; }
 
@@ -443,15 +419,11 @@ cudaError_t LaunchMmaAttention(const AttentionParams& p, LaunchConfig launch) {
       return cudaErrorInvalidValue;
     if (p.head_dim == 64) {
       if (p.wide) return Launch<64, 4, Fp8KvLoader>(p, launch);
-      if (p.fp8_decode_lean && p.fp8_f16_keys)
-        return Launch<64, 1, Fp8KvLoader, true, true>(p, launch);
       return p.fp8_decode_lean ? Launch<64, 1, Fp8KvLoader, true>(p, launch)
                                : Launch<64, 1, Fp8KvLoader>(p, launch);
     }
     if (p.head_dim == 128) {
       if (p.wide) return Launch<128, 4, Fp8KvLoader>(p, launch);
-      if (p.fp8_decode_lean && p.fp8_f16_keys)
-        return Launch<128, 1, Fp8KvLoader, true, true>(p, launch);
       return p.fp8_decode_lean ? Launch<128, 1, Fp8KvLoader, true>(p, launch)
                                : Launch<128, 1, Fp8KvLoader>(p, launch);
     }

@@ -40,19 +40,6 @@ __device__ __forceinline__ uint4 E4m3x8ToBf16(uint2 in) {
                     E4m3x2ToBf16x2(in.y >> 16));
 }
 
-// Eight e4m3 bytes -> eight f16 in a uint4, exactly (one conversion
-// instruction a pair: every e4m3 value is a normal f16), for the fp8 decode
-// form whose keys multiply f16 queries.
-__device__ __forceinline__ uint32_t E4m3x2ToF16x2(uint32_t two_bytes) {
-  const __half2_raw h =
-      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_bytes & 0xffffu), __NV_E4M3);
-  return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
-}
-__device__ __forceinline__ uint4 E4m3x8ToF16(uint2 in) {
-  return make_uint4(E4m3x2ToF16x2(in.x), E4m3x2ToF16x2(in.x >> 16), E4m3x2ToF16x2(in.y),
-                    E4m3x2ToF16x2(in.y >> 16));
-}
-
 // cp.async of 4 bytes (a scale); zero-filled when !valid.
 __device__ __forceinline__ void CpAsync4(void* smem, const void* gmem, bool valid) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
@@ -211,8 +198,7 @@ struct Fp8KvLoader {
   // threads (t: this one's index), 8 bytes a thread at a time (consecutive
   // threads read consecutive bytes and write consecutive 16-byte runs: no
   // bank conflicts). The caller synchronises the threads before and after.
-  // kF16Keys: the K rows as f16 (the V rows bf16 still).
-  template <int kD, int kKeys, int kRows, int kLanes, bool kF16Keys = false>
+  template <int kD, int kKeys, int kRows, int kLanes>
   __device__ __forceinline__ static void ConvertRows(const uint8_t* stage, bf16* Kd, bf16* Vd,
                                                      int DP, int row0, int t) {
     static_assert(Fp8ConvertCovers(kD, kRows, kLanes), "threads must cover the rows evenly");
@@ -226,8 +212,7 @@ struct Fp8KvLoader {
       const int gi = t + (v ? it - kIters : it) * kLanes;
       const int j = row0 + gi / kVpr, col = gi % kVpr;
       const uint2 raw = (v ? vq : kq)[gi];
-      *reinterpret_cast<uint4*>((v ? Vd : Kd) + j * DP + col * 8) =
-          kF16Keys && !v ? E4m3x8ToF16(raw) : E4m3x8ToBf16(raw);
+      *reinterpret_cast<uint4*>((v ? Vd : Kd) + j * DP + col * 8) = E4m3x8ToBf16(raw);
     }
   }
 

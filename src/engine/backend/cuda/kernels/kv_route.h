@@ -13,9 +13,9 @@
 namespace agentkv::backend::cuda::kernels {
 
 // The most key splits LaunchAttention takes (its split merge's widest
-// form). Steps plan at most 32 but on the lean fp8 decode form
-// (step_plan.h's LeanFp8Decode), whose single-sequence grids need more
-// blocks to fill the SMs.
+// form). Steps plan at most 32 but decode on the forms whose blocks per SM
+// are known (step_plan.h's DecodeWaveBlocks: the lean fp8 form, the bf16
+// one), whose single-sequence grids need more blocks to fill the SMs.
 inline constexpr int kMaxAttentionSplits = 64;
 
 // Wide (64-row) attention tiles: steps with prompt chunks, where the

@@ -228,7 +228,15 @@ std::vector<AttnCase> AttnCases() {
                                         {64, 32, 4, 0, 5, true},
                                         {128, 16, 8, 0, 2, true},
                                         {16, 4, 2, 7, 1, true},
-                                        {32, 4, 1, 0, 2, true}};
+                                        {32, 4, 1, 0, 2, true},
+                                        // The splits bf16 decode plans for one
+                                        // sequence (one wave: 64 at four blocks an
+                                        // SM, 49 at three; most of them empty at
+                                        // these lengths) and the merge's 64-split
+                                        // form, with sinks and a window too.
+                                        {64, 32, 8, 0, 64},
+                                        {128, 32, 8, 0, 49},
+                                        {64, 16, 2, 128, 64, true}};
   std::vector<AttnCase> all;
   for (bool wide : {false, true})
     for (AttnCase c : shapes) {
@@ -264,7 +272,10 @@ TEST(CudaKernels, FusedRotaryAttentionMatchesQkvPostThenAttention) {
   for (Case cs :
        {Case{64, 32, 8, 1, false, false}, Case{64, 32, 8, 4, true, false},
         Case{128, 16, 8, 3, false, true}, Case{128, 8, 4, 1, true, true},
-        Case{64, 64, 8, 1, true, false, true, true}, Case{64, 64, 8, 4, true, false, true, true}}) {
+        Case{64, 64, 8, 1, true, false, true, true}, Case{64, 64, 8, 4, true, false, true, true},
+        // bf16 decode's wider splits (one wave of the form's blocks): the
+        // block whose keys hold the step's token still stores it.
+        Case{64, 32, 8, 64, false, false}, Case{128, 16, 8, 49, false, true}}) {
     if (!FusedRotarySupported(cs.D)) continue;
     const int D = cs.D, nh = cs.nh, nkv = cs.nkv, heads = nh + 2 * nkv, G = nh / nkv;
     const int bs = 16, width = 8, nblocks = 40, row = nkv * D;

@@ -182,6 +182,23 @@ TEST(MmaAttentionLayout, LeanFp8DecodeFitsItsBlocksPerSm) {
   EXPECT_LE(8 * 49, 132 * kernels::MmaMinBlocks(128, 1, true, true));
 }
 
+// The bf16 decode form (narrow tiles of a bf16 cache): its registers are
+// ptxas's choice (MmaMinBlocks 1), so the step plan asks the driver how
+// many blocks an SM holds (MmaBf16DecodeBlocksPerSm) before aiming its
+// splits at one wave of them; its shared memory alone allows five at
+// head_dim 64 and three at 128, so registers are what may bind.
+TEST(MmaAttentionLayout, Bf16DecodeSharedMemoryLeavesTheFitToRegisters) {
+  auto per_sm = [](size_t bytes) { return static_cast<int>((228 * 1024) / (bytes + 1024)); };
+  EXPECT_EQ(kernels::MmaMinBlocks(64, 1, false), 1);
+  EXPECT_EQ(kernels::MmaMinBlocks(128, 1, false), 1);
+  EXPECT_GE(per_sm(kernels::MmaLayout(64, 1, false).bytes), 5);
+  EXPECT_GE(per_sm(kernels::MmaLayout(128, 1, false).bytes), 3);
+  // (The one-sequence grid of 8 KV heads at 64 splits is one wave of four
+  // blocks an SM on 132 SMs, of three at 49.)
+  EXPECT_LE(8 * 64, 132 * 4);
+  EXPECT_LE(8 * 49, 132 * 3);
+}
+
 // The fp8 loaders' thread coverage: the block over a whole stage (wide
 // tiles) and one warp over its 16 keys (narrow tiles), for the head_dims
 // the kernel has; and what it must refuse (a row not a whole number of
