@@ -131,6 +131,7 @@ Result<EngineRunResult> RunEngineOnce(std::unique_ptr<backend::Backend>& backend
   rr.draft_accepted_tokens = st.draft_accepted_tokens - st0.draft_accepted_tokens;
   rr.grammar_optimistic_rows = st.grammar_optimistic_rows - st0.grammar_optimistic_rows;
   rr.grammar_rejected_rows = st.grammar_rejected_rows - st0.grammar_rejected_rows;
+  rr.grammar_rolled_back_rows = st.grammar_rolled_back_rows - st0.grammar_rolled_back_rows;
   rr.pipelined_steps = st.pipelined_steps - st0.pipelined_steps;
   return rr;
 }
@@ -154,6 +155,7 @@ nlohmann::json ToJson(const EngineRunResult& r) {
           {"draft_accepted_tokens", r.draft_accepted_tokens},
           {"grammar_optimistic_rows", r.grammar_optimistic_rows},
           {"grammar_rejected_rows", r.grammar_rejected_rows},
+          {"grammar_rolled_back_rows", r.grammar_rolled_back_rows},
           {"pipelined_steps", r.pipelined_steps}};
 }
 

@@ -63,6 +63,9 @@ struct EngineRunResult {
   int64_t draft_tokens = 0, draft_accepted_tokens = 0;
   // Constrained rows picked optimistically, and of those rejected.
   int64_t grammar_optimistic_rows = 0, grammar_rejected_rows = 0;
+  // Of the rejected, those whose sequence's next step was in flight and
+  // was discarded (pipelined constrained steps).
+  int64_t grammar_rolled_back_rows = 0;
   // Steps launched while the one before was in flight (EngineStats).
   int64_t pipelined_steps = 0;
 };

@@ -84,18 +84,26 @@ Result<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<backend::Backend>
       e->options_.scheduler.max_batch +
       (e->speculation_on() ? e->options_.speculative.compute_bound_tokens : 0);
   const size_t logit_floats = static_cast<size_t>(logit_rows) * cfg.vocab_size;
-  ASSIGN_OR_RETURN(e->logits_buf_, e->backend_->AllocateHostBuffer(logit_floats * sizeof(float)));
+  e->kept_logits_ =
+      UseOptimisticGrammar(e->options_.optimistic_grammar, e->backend_->reads_kept_logits(),
+                           e->backend_->picks_on_device());
+  e->kept_in_flight_ = e->kept_logits_ && e->options_.pipeline && e->options_.pipeline_grammar &&
+                       e->backend_->reads_kept_logits_in_flight();
+  const size_t sets = e->kept_in_flight_ ? 2 : 1;
+  ASSIGN_OR_RETURN(e->logits_buf_,
+                   e->backend_->AllocateHostBuffer(sets * logit_floats * sizeof(float)));
   e->logits_ =
       std::span<float>(reinterpret_cast<float*>(e->logits_buf_.span().data()), logit_floats);
+  e->step_logits_[0] = e->logits_;
+  e->step_logits_[1] = e->kept_in_flight_
+                           ? std::span<float>(e->logits_.data() + logit_floats, logit_floats)
+                           : e->logits_;
   int sample_threads = e->options_.sample_threads;
   if (sample_threads <= 0) {
     sample_threads = std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, 8);
   }
   if (sample_threads > 1) e->sample_pool_ = std::make_unique<ThreadPool>(sample_threads);
   e->optimistic_procedure_ = e->options_.optimistic_grammar != OptimisticGrammar::kOff;
-  e->kept_logits_ =
-      UseOptimisticGrammar(e->options_.optimistic_grammar, e->backend_->reads_kept_logits(),
-                           e->backend_->picks_on_device());
   PrefillCost cost = e->options_.prefill_cost;
   if (!cost.known() && e->options_.calibrate_prefill) cost = e->CalibratePrefill();
   e->transfer_->SetPrefillCost(cost);
@@ -600,22 +608,27 @@ void Engine::Step() {
       // Rows asking for logprobs stay with the backend where it computes
       // them next to its picks.
       // Constrained rows picked optimistically keep their logits on the
-      // backend until the grammar has checked the pick: the step is
-      // collected before the next launches (which would overwrite them,
-      // and would take a pick the grammar may reject as its token).
+      // backend until the grammar has checked the pick. Unless
+      // kept_in_flight_, the step is collected before the next launches
+      // (which would overwrite them, and would take a pick the grammar may
+      // reject as its token); with it, a rejected pick rolls its sequence
+      // back (RollBack).
       backend::RowPick pick =
           PlanRowPick(s->sampler->params(), backend_->picks_logprobs(), kept_logits_);
+      row.rng_before = s->sampler->rng_state();
       if (pick.mode == backend::PickMode::kDevice) pick.sample = s->sampler->NextDraw();
       row.backend_pick = pick.mode != backend::PickMode::kHost;
       row.kept = pick.keep_logits != 0;
-      all_on_backend = all_on_backend && row.backend_pick && !row.kept;
+      all_on_backend = all_on_backend && RowPipelines(pick, kept_in_flight_);
       pick_buf_.push_back(pick);
       ++launched.picks;
     }
     launched.rows.push_back(row);
   }
+  launched.logits = step_logits_[next_logits_];
+  if (kept_in_flight_) next_logits_ ^= 1;
   const auto f0 = std::chrono::steady_clock::now();
-  if (st.ok()) st = backend_->LaunchStep(steps_buf_, pick_buf_, logits_);
+  if (st.ok()) st = backend_->LaunchStep(steps_buf_, pick_buf_, launched.logits);
   local_.forward_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - f0).count();
   if (!st.ok()) {
@@ -664,7 +677,8 @@ void Engine::CommitNewest() {
   if (launched_.empty()) return;
   for (const LaunchedRow& r : launched_.back().rows) {
     Sequence* s = scheduler_->Find(r.id);
-    if (s == nullptr || r.draft > 0) continue;  // drafts: once verified
+    // Drafts: once verified; a discarded row's KV is overwritten later.
+    if (s == nullptr || r.draft > 0 || r.discarded) continue;
     if (Status c = kv_->CommitTokens(
             s->id, std::span<const int32_t>(s->tokens).subspan(r.first, r.num_tokens));
         !c.ok()) {
@@ -679,6 +693,27 @@ void Engine::Settle(Sequence* s, int64_t real_tokens) {
   s->in_flight = 0;
   s->hold = false;
   s->computed = std::min<int64_t>(kv_->NumTokens(s->id), real_tokens);
+}
+
+void Engine::RollBack(Sequence* s, int64_t pick_at) {
+  // The steps launched after the one being collected (one at most) hold
+  // this sequence's next row, fed the rejected pick. Its KV at pick_at is
+  // not committed (CommitNewest skips discarded rows) and is overwritten
+  // when the next step feeds the corrected token there, as a rejected
+  // draft's is.
+  for (LaunchedStep& later : launched_) {
+    for (LaunchedRow& lr : later.rows) {
+      if (lr.id != s->id || lr.discarded) continue;
+      lr.discarded = true;
+      if (lr.want_logits) s->sampler->set_rng_state(lr.rng_before);
+      break;
+    }
+  }
+  ++local_.grammar_rolled_back_rows;
+  s->tokens.resize(static_cast<size_t>(pick_at + 1));
+  s->in_flight = 1;  // the pick at pick_at, filled in by the caller
+  s->hold = false;
+  s->computed = pick_at;
 }
 
 void Engine::CollectAll() {
@@ -727,7 +762,7 @@ void Engine::CollectOldest() {
       if (!r.want_logits) continue;
       const int first = row;
       row += 1 + r.draft;
-      if (r.draft > 0) continue;
+      if (r.draft > 0 || r.discarded) continue;
       Sequence* s = scheduler_->Find(r.id);
       if (s == nullptr) continue;
       if (r.kept) {
@@ -735,6 +770,9 @@ void Engine::CollectOldest() {
         if (s->sampler->AcceptPick(picks_buf_[static_cast<size_t>(first)])) continue;
         ++local_.grammar_rejected_rows;
         kept_rows_.push_back(first);
+        // The next step ran this sequence on the rejected pick: back to
+        // before it (its draw replayed), before the host picks again.
+        if (s->in_flight > 1) RollBack(s, r.pick_at);
       } else if (r.backend_pick) {
         continue;
       }
@@ -743,7 +781,7 @@ void Engine::CollectOldest() {
     }
   }
   if (!kept_rows_.empty()) {
-    if (Status rd = backend_->ReadKeptLogits(kept_rows_, logits_); !rd.ok()) {
+    if (Status rd = backend_->ReadKeptLogits(kept_rows_, step.logits); !rd.ok()) {
       // Without their logits the rejected picks have no replacement: those
       // sequences fail.
       auto rejected = [&](int row) {
@@ -762,7 +800,7 @@ void Engine::CollectOldest() {
   sample_picks_.assign(sample_rows_.size(), SampledToken{});
   auto sample = [&](int64_t i, int) {
     const auto [row, s] = sample_rows_[static_cast<size_t>(i)];
-    const std::span<float> logits(logits_.data() + static_cast<int64_t>(row) * cfg.vocab_size,
+    const std::span<float> logits(step.logits.data() + static_cast<int64_t>(row) * cfg.vocab_size,
                                   cfg.vocab_size);
     // A host row the backend could have picked optimistically takes the
     // same procedure here (the same tokens for a seeded draw); a kept row
@@ -786,10 +824,11 @@ void Engine::CollectOldest() {
     if (!r.want_logits) continue;
     const int row = next_row;
     next_row += 1 + r.draft;
+    if (r.discarded) continue;  // rolled back: ran on a rejected pick
     Sequence* s = scheduler_->Find(r.id);
     if (s == nullptr) continue;  // cancelled, failed or finished meanwhile
     if (r.draft > 0) {
-      if (CollectDrafted(s, r, row)) done.push_back(s->id);
+      if (CollectDrafted(s, r, row, step.logits)) done.push_back(s->id);
       continue;
     }
     int32_t tok;
@@ -860,7 +899,8 @@ bool Engine::EmitToken(Sequence* s, int32_t tok, int64_t at, const SampledToken*
   return true;
 }
 
-bool Engine::CollectDrafted(Sequence* s, const LaunchedRow& r, int first_row) {
+bool Engine::CollectDrafted(Sequence* s, const LaunchedRow& r, int first_row,
+                            std::span<float> logits) {
   // tokens: [.. last real token at r.first, draft (r.draft), placeholder].
   const int32_t vocab = backend_->config().vocab_size;
   const std::vector<int32_t> draft(s->tokens.begin() + r.first + 1,
@@ -871,7 +911,7 @@ bool Engine::CollectDrafted(Sequence* s, const LaunchedRow& r, int first_row) {
     v = VerifyGreedyDraft(draft, std::span<const int32_t>(picks_buf_)
                                      .subspan(static_cast<size_t>(first_row), draft.size() + 1));
   } else {
-    const std::span<float> rows(logits_.data() + static_cast<int64_t>(first_row) * vocab,
+    const std::span<float> rows(logits.data() + static_cast<int64_t>(first_row) * vocab,
                                 (draft.size() + 1) * static_cast<size_t>(vocab));
     // The same 2k + 1 uniforms, in the same order, as a backend's picks.
     const backend::SampleSettings settings = s->sampler->NextDraw();

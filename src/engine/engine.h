@@ -14,7 +14,9 @@
 // GPU without copying logits; the draw's uniform comes from the sequence's
 // Sampler at launch), rows with penalties or logprobs by the Sampler on the
 // host from copied logits. Only steps whose rows are all picked by the
-// backend pipeline.
+// backend pipeline (RowPipelines): optimistically picked constrained rows
+// too where EngineOptions::pipeline_grammar applies, a sequence whose pick
+// the grammar rejects rolled back (RollBack).
 // Moving KV between the pool, the host tier and the store (and the agents'
 // residency) is KvTransfer's, driven from this thread.
 //
@@ -118,6 +120,16 @@ struct EngineOptions {
   // constrained row masked first on the host (the procedure before
   // optimistic picks: the same greedy tokens, other seeded draws).
   OptimisticGrammar optimistic_grammar = OptimisticGrammar::kAuto;
+  // Pipelined steps with optimistically picked constrained rows: the next
+  // step launches with the backend's picks before the grammar has checked
+  // them; a sequence whose pick the grammar rejects is rolled back (its
+  // row of the step launched meanwhile discarded, the corrected token fed
+  // by the step after). Same output. Only where the backend keeps the
+  // checked step's logits readable while the next one runs
+  // (Backend::reads_kept_logits_in_flight) and with `pipeline`; the host's
+  // logits rows are then two sets, used by alternate steps. Off: a step
+  // with such rows is collected before the next launches.
+  bool pipeline_grammar = true;
   // Restore or recompute (engine/restore_policy.h): for a prompt the store
   // holds, recompute a head of it while the rest loads, where the rates say
   // that is faster. False: always load everything the store has.
@@ -209,6 +221,9 @@ struct EngineStats {
   // picked again on the host).
   int64_t grammar_optimistic_rows = 0;
   int64_t grammar_rejected_rows = 0;
+  // Rejected picks whose sequence had a later step in flight already
+  // (EngineOptions::pipeline_grammar): that step's row was discarded.
+  int64_t grammar_rolled_back_rows = 0;
   // Steps launched while the step before them was still in flight (that
   // one collected only after this one launched): the steps that overlapped
   // the host's work with the device's (EngineOptions::pipeline).
@@ -331,11 +346,23 @@ class Engine {
     // each with its own logits row after the first's: committed to the KV
     // cache only once verified.
     int32_t draft = 0;
+    // The sequence's generator before this row's draw (a kDevice row):
+    // restored when the row is discarded, so the draw is made again.
+    Sampler::RngState rng_before{};
+    // Rolled back: the step before picked a token the grammar rejected, so
+    // this row ran on the wrong token; its output and KV are ignored.
+    bool discarded = false;
   };
   struct LaunchedStep {
     std::vector<LaunchedRow> rows;
-    int picks = 0;  // logits rows (want_logits rows' LogitRows)
+    int picks = 0;            // logits rows (want_logits rows' LogitRows)
+    std::span<float> logits;  // where its kHost and kept rows' logits go
   };
+  // A constrained row of the step being collected was rejected while the
+  // sequence's row of the next step is in flight: that row is discarded
+  // and the sequence goes back to before it (its pick at `pick_at` still
+  // to be filled in by the caller).
+  void RollBack(Sequence* s, int64_t pick_at);
   // Whether this engine drafts at all (options and backend).
   bool speculation_on() const;
   // Fills Sequence::draft of the running sequences the next step may
@@ -345,7 +372,7 @@ class Engine {
   bool AdmissionLikely() const;
   // Verifies a drafted row (logits rows from `first_row`) and emits its
   // tokens; true when the sequence finished.
-  bool CollectDrafted(Sequence* s, const LaunchedRow& r, int first_row);
+  bool CollectDrafted(Sequence* s, const LaunchedRow& r, int first_row, std::span<float> logits);
   // Emits output token `tok` at tokens[at] (already in place): detokenize,
   // stop-check, event; true when the sequence finished (settled and
   // Finish()ed).
@@ -412,6 +439,14 @@ class Engine {
   // backend (declared after it).
   backend::HostBuffer logits_buf_;
   std::span<float> logits_;
+  // With kept_in_flight_, logits_ holds two sets of rows, for alternate
+  // steps (the next launch must not overwrite rows the grammar may still
+  // need): the set the next launch uses.
+  std::span<float> step_logits_[2];
+  int next_logits_ = 0;
+  // Steps with kept rows pipeline (EngineOptions::pipeline_grammar, and
+  // the backend reads kept rows while the next step runs).
+  bool kept_in_flight_ = false;
   // kHost rows of the step being collected: their sequences and picks.
   std::vector<std::pair<int, Sequence*>> sample_rows_;
   std::vector<SampledToken> sample_picks_;

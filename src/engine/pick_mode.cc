@@ -38,4 +38,9 @@ backend::RowPick PlanRowPick(const SamplingParams& p, bool device_logprobs, bool
   return r;
 }
 
+bool RowPipelines(const backend::RowPick& pick, bool kept_rows_in_flight) {
+  if (pick.mode == backend::PickMode::kHost) return false;
+  return pick.keep_logits == 0 || kept_rows_in_flight;
+}
+
 }  // namespace agentkv::engine

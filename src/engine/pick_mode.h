@@ -60,6 +60,16 @@ bool UseOptimisticGrammar(OptimisticGrammar mode, bool reads_kept_logits, bool p
 // OptimisticGrammarPick allows is kGreedy / kDevice with keep_logits. Pure.
 backend::RowPick PlanRowPick(const SamplingParams& params, bool device_logprobs = false,
                              bool kept_logits = false);
+// Whether the next step may launch before the step holding row `pick` is
+// collected (pipelined steps; the next step's input is the backend's pick):
+// a row the backend picks (kGreedy / kDevice), and a kept row
+// (RowPick::keep_logits) only with `kept_rows_in_flight`: the backend
+// keeps its logits readable while the next step runs
+// (Backend::reads_kept_logits_in_flight) and the engine rolls the
+// sequence back if the grammar rejects the pick. A kHost row never (the
+// host's pick is the next step's input). Pure.
+bool RowPipelines(const backend::RowPick& pick, bool kept_rows_in_flight);
+
 inline bool DeviceSamplable(const SamplingParams& params) {
   return ChoosePickMode(params) == backend::PickMode::kDevice;
 }

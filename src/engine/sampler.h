@@ -94,6 +94,12 @@ class Sampler {
   // The penalty step of Sample(), in place. O(distinct tokens seen).
   void ApplyPenalties(std::span<float> logits) const;
 
+  // The generator's state, to replay draws: a pipelined step's uniform
+  // drawn for a token that was rolled back is drawn again
+  // (Engine, a rejected optimistic pick).
+  using RngState = std::array<uint64_t, 4>;
+  RngState rng_state() const { return rng_; }
+  void set_rng_state(const RngState& state) { rng_ = state; }
   const SamplingParams& params() const { return params_; }
   int32_t vocab_size() const { return vocab_size_; }
   // The seed in use: params.seed, or the one drawn when it was unset.

@@ -89,6 +89,9 @@ class DeferredWriteBackend : public backend::Backend {
   // Kept logits rows as the wrapped backend keeps them (its picks are on
   // the host: picks_on_device stays false).
   bool reads_kept_logits() const override { return inner_->reads_kept_logits(); }
+  bool reads_kept_logits_in_flight() const override {
+    return inner_->reads_kept_logits_in_flight();
+  }
   Status ReadKeptLogits(std::span<const int32_t> rows, std::span<float> logits) override {
     if (fail_read_kept_) {
       fail_read_kept_ = false;

@@ -851,6 +851,107 @@ TEST(EngineTest, OptimisticGrammarPicksGiveTheMaskedPicks) {
   }
 }
 
+// Pipelined steps with optimistically picked constrained rows: the next
+// step launches on the backend's picks before the grammar checks them; a
+// rejected pick rolls its sequence back (its row of the step in flight
+// discarded). A batch of constrained (greedy and seeded temperature 1) and
+// plain requests, with max_tokens from 2 up (so some rejected picks are a
+// request's last token, and grammar completion ends some), gives the tokens
+// of step-by-step collection; the random model makes the grammar reject
+// picks while the next step is in flight, so the roll-back runs. A second
+// turn of each agent then reuses the first turn's KV (no position or KV
+// drift from the discarded rows): its tokens are those of an engine that
+// recomputes everything step by step.
+TEST(EngineTest, PipelinedConstrainedStepsRollBackRejectedPicks) {
+  const auto g = SmallJsonObjectGrammar();
+  auto make = [&](bool pipeline, bool pipeline_grammar, bool prefix) {
+    const model::ModelConfig c = SmallConfig(model::Architecture::kQwen3);
+    auto backend = backend::cpu::CpuBackend::Create(c, RandomWeights(c, 21),
+                                                    backend::cpu::CpuBackendOptions{2});
+    EXPECT_TRUE(backend.ok());
+    EngineOptions o;
+    o.block_size = 4;
+    o.scheduler.max_batch = 8;
+    o.scheduler.max_step_tokens = 64;
+    o.prefix_caching = prefix;
+    o.pipeline = pipeline;
+    o.pipeline_grammar = pipeline_grammar;
+    o.optimistic_grammar = OptimisticGrammar::kOn;
+    o.blocks_per_group.assign(c.CacheSpec(cache::KvDtype::kF32).groups.size(), 256);
+    auto e = Engine::Create(std::move(backend).value(), nullptr, o);
+    EXPECT_TRUE(e.ok()) << e.status().ToString();
+    return std::move(e).value();
+  };
+  auto request = [&](int i, std::vector<int32_t> prompt, const std::string& agent) {
+    EngineRequest r = Greedy(std::move(prompt), 2 + 3 * i, agent);
+    if (i % 4 != 3) {  // every fourth: unconstrained
+      r.params.grammar = g;
+      r.params.ignore_eos = false;
+      r.params.stop_token_ids = {96};
+    }
+    if (i % 2 == 1) {
+      r.params.temperature = 1.0f;
+      r.params.seed = 70 + i;
+    }
+    return r;
+  };
+  constexpr int kRequests = 8;
+  struct Turns {
+    std::vector<std::vector<int32_t>> first, second;
+    std::vector<int64_t> cached;
+    EngineStats stats;
+  };
+  auto run = [&](bool pipeline, bool pipeline_grammar, bool prefix) {
+    auto e = make(pipeline, pipeline_grammar, prefix);
+    Turns t;
+    std::vector<RequestHandle> hs;
+    for (int i = 0; i < kRequests; ++i)
+      hs.push_back(e->Submit(request(i, Range(3 + i, 6 + i), "agent" + std::to_string(i))).value());
+    for (auto& h : hs) t.first.push_back(Collect(h).tokens);
+    t.stats = e->Stats();
+    hs.clear();
+    for (int i = 0; i < kRequests; ++i) {
+      std::vector<int32_t> prompt = Range(3 + i, 6 + i);
+      prompt.insert(prompt.end(), t.first[i].begin(), t.first[i].end());
+      prompt.insert(prompt.end(), {11, 12, 13});
+      hs.push_back(e->Submit(request(i, prompt, "agent" + std::to_string(i))).value());
+    }
+    for (auto& h : hs) {
+      Done d = Collect(h);
+      t.second.push_back(std::move(d.tokens));
+      t.cached.push_back(d.finished.cached_tokens);
+    }
+    return t;
+  };
+  const Turns stepwise = run(/*pipeline=*/false, false, /*prefix=*/false);
+  const Turns held = run(/*pipeline=*/true, /*pipeline_grammar=*/false, true);
+  const Turns piped = run(/*pipeline=*/true, /*pipeline_grammar=*/true, true);
+  EXPECT_EQ(stepwise.stats.pipelined_steps, 0);
+  EXPECT_GT(piped.stats.pipelined_steps, held.stats.pipelined_steps);
+  EXPECT_GT(piped.stats.grammar_rejected_rows, 0);
+  EXPECT_GT(piped.stats.grammar_rolled_back_rows, 0);
+  EXPECT_LE(piped.stats.grammar_rolled_back_rows, piped.stats.grammar_rejected_rows);
+  EXPECT_EQ(held.stats.grammar_rolled_back_rows, 0);
+  for (int i = 0; i < kRequests; ++i) {
+    EXPECT_EQ(piped.first[i], stepwise.first[i]) << "request " << i;
+    EXPECT_EQ(held.first[i], stepwise.first[i]) << "request " << i;
+    EXPECT_EQ(piped.second[i], stepwise.second[i]) << "second turn of request " << i;
+    // The first turn's KV came from the agent (whole blocks of what it
+    // computed: its prompt and all its output but the last token), as
+    // without the roll-backs.
+    const int64_t computed = 6 + i + static_cast<int64_t>(piped.first[i].size()) - 1;
+    EXPECT_GE(piped.cached[i], computed / 4 * 4) << "second turn of request " << i;
+    EXPECT_GT(piped.cached[i], 0) << "second turn of request " << i;
+    EXPECT_EQ(piped.cached[i], held.cached[i]) << "second turn of request " << i;
+    EXPECT_EQ(stepwise.cached[i], 0);
+  }
+  for (int i = 0; i < kRequests; ++i) {
+    if (i % 4 == 3) continue;
+    grammar::GrammarMatcher m(g);
+    for (int32_t t : piped.first[i]) EXPECT_TRUE(m.Advance(t).ok()) << "request " << i;
+  }
+}
+
 // A rejected optimistic pick whose kept row cannot be read back fails its
 // request with the backend's error; the engine goes on, and the next
 // request gets the masked-first tokens.

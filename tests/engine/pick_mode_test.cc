@@ -79,5 +79,23 @@ TEST(UseOptimisticGrammarTest, AutoMeansWhereTheBackendPicksOnADevice) {
   }
 }
 
+// Which rows let the next step launch before their step is collected:
+// backend picks; kept (optimistic grammar) rows only where the backend
+// keeps their logits while the next step runs; host picks never.
+TEST(RowPipelinesTest, KeptRowsPipelineOnlyWhereReadableInFlight) {
+  for (bool in_flight : {false, true}) {
+    for (backend::PickMode mode : {backend::PickMode::kGreedy, backend::PickMode::kDevice}) {
+      backend::RowPick r;
+      r.mode = mode;
+      EXPECT_TRUE(RowPipelines(r, in_flight));
+      r.keep_logits = 1;
+      EXPECT_EQ(RowPipelines(r, in_flight), in_flight);
+    }
+    backend::RowPick host;
+    host.mode = backend::PickMode::kHost;
+    EXPECT_FALSE(RowPipelines(host, in_flight));
+  }
+}
+
 }  // namespace
 }  // namespace agentkv::engine

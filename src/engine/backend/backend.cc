@@ -52,7 +52,7 @@ Status CheckSteps(std::span<const SeqStep> batch, const model::ModelConfig& conf
 
 Status Backend::ForwardSampled(std::span<const SeqStep> batch, std::span<const RowPick> rows,
                                std::span<int32_t> tokens, std::span<float> logits) {
-  last_launch_rows_ = -1;  // LaunchStep sets it again after this step
+  collected_rows_ = -1;  // its logits may go anywhere (LaunchStep restores it)
   RETURN_IF_ERROR(Forward(batch, logits));
   const int64_t vocab = config().vocab_size;
   sampled_logprobs_.assign(tokens.size(), RowLogprobs{});
@@ -113,10 +113,14 @@ Status Backend::LaunchStep(std::span<const SeqStep> batch, std::span<const RowPi
     st.prev_row = -1;
   }
   std::vector<int32_t> picks(num_rows, 0);
+  // This step's logits go to `logits`: the kept rows of the step collected
+  // last stay where they are unless the spans overlap (KeptLogitsInPlace).
+  const int64_t collected_rows = collected_rows_;
   RETURN_IF_ERROR(ForwardSampled(steps, rows, picks, logits));
-  last_launch_rows_ = num_rows;
+  collected_rows_ = collected_rows;
   last_picks_ = picks;
   launched_.push_back(std::move(picks));
+  launched_logits_.push_back(logits);
   launched_logprobs_.push_back(std::move(sampled_logprobs_));
   sampled_logprobs_.clear();
   return Status::Ok();
@@ -127,13 +131,27 @@ Status Backend::ReadKeptLogits(std::span<const int32_t> /*rows*/, std::span<floa
 }
 
 Status Backend::KeptLogitsInPlace(std::span<const int32_t> rows, std::span<float> logits) const {
-  if (last_launch_rows_ < 0 || !launched_.empty())
-    return Internal("ReadKeptLogits: the last step launched is not collected");
+  if (collected_rows_ < 0 || launched_.size() > 1)
+    return Internal(
+        "ReadKeptLogits: the step collected last is not the last launched or the one before it");
   const int64_t vocab = config().vocab_size;
+  if (launched_.size() == 1) {
+    // One later step in flight: its logits must not have gone where the
+    // collected step's are, and the caller reads them where they are.
+    const std::span<float> later = launched_logits_.front();
+    const float* a = collected_logits_.data();
+    const float* a_end = a + collected_rows_ * vocab;
+    const float* b = later.data();
+    const float* b_end = b + later.size();
+    if (a < b_end && b < a_end)
+      return Internal("ReadKeptLogits: the step in flight reused the collected step's logits");
+    if (logits.data() != collected_logits_.data())
+      return InvalidArgument("ReadKeptLogits: not the collected step's logits span");
+  }
   for (int32_t r : rows)
-    if (r < 0 || r >= last_launch_rows_)
+    if (r < 0 || r >= collected_rows_)
       return InvalidArgument("ReadKeptLogits: row " + std::to_string(r) + " out of range");
-  if (static_cast<int64_t>(logits.size()) < last_launch_rows_ * vocab)
+  if (static_cast<int64_t>(logits.size()) < collected_rows_ * vocab)
     return InvalidArgument("ReadKeptLogits: logits buffer too small");
   return Status::Ok();
 }
@@ -143,7 +161,10 @@ Status Backend::CollectStep(std::span<int32_t> picks) {
   if (picks.size() < launched_.front().size())
     return InvalidArgument("CollectStep: picks buffer too small");
   std::copy(launched_.front().begin(), launched_.front().end(), picks.begin());
+  collected_rows_ = static_cast<int64_t>(launched_.front().size());
+  collected_logits_ = launched_logits_.front();
   launched_.pop_front();
+  launched_logits_.pop_front();
   collected_logprobs_ = std::move(launched_logprobs_.front());
   launched_logprobs_.pop_front();
   return Status::Ok();

@@ -218,10 +218,18 @@ class Backend {
   // `logits` (row r at r * vocab_size: where a kHost row would have gone).
   // Requires: that step was the last one launched (no LaunchStep, Forward or
   // ForwardSampled since; the device's logits buffer is reused by every
-  // step) and has been collected. Fastest into AllocateHostBuffer memory
+  // step) and has been collected, or, where reads_kept_logits_in_flight,
+  // the one before the last launched (see there). Fastest into AllocateHostBuffer memory
   // (pinned on a GPU). Internal otherwise; InvalidArgument for a row out
   // of range or `logits` too small. The default: Unimplemented.
   virtual Status ReadKeptLogits(std::span<const int32_t> rows, std::span<float> logits);
+  // Whether ReadKeptLogits also reads the kept rows of the step CollectStep
+  // gave last while the one step launched after it is still in flight
+  // (pipelined steps with optimistically picked constrained rows), provided
+  // that later step was launched with a `logits` span that does not overlap
+  // the collected step's, and `logits` is the collected step's span. False
+  // by default: the later launch reuses the buffer the kept rows are in.
+  virtual bool reads_kept_logits_in_flight() const { return false; }
 
   // Raw access to one whole block of group `group` (every layer of the group,
   // ModelCacheSpec::BytesPerBlock bytes) for persistence and swapping. The
@@ -321,9 +329,13 @@ class Backend {
   // and not collected (parallel to launched_).
   std::vector<RowLogprobs> sampled_logprobs_;
   std::deque<std::vector<RowLogprobs>> launched_logprobs_;
-  // Logits rows of the last step the default LaunchStep ran (-1: none, or a
-  // Forward / ForwardSampled came after it).
-  int64_t last_launch_rows_ = -1;
+  // The logits span of each step the default LaunchStep ran and that is not
+  // collected (parallel to launched_), and the rows and span of the step
+  // CollectStep gave last (rows -1: none, or a Forward / ForwardSampled
+  // outside LaunchStep came after it), for KeptLogitsInPlace.
+  std::deque<std::span<float>> launched_logits_;
+  int64_t collected_rows_ = -1;
+  std::span<float> collected_logits_;
 
  protected:
   // What collected_logprobs() returns by default.
@@ -335,7 +347,7 @@ class Backend {
   Status KeptLogitsInPlace(std::span<const int32_t> rows, std::span<float> logits) const;
   // For such a backend's Forward: the rows of the last step launched are
   // no longer the ones in place.
-  void ForgetKeptLogits() { last_launch_rows_ = -1; }
+  void ForgetKeptLogits() { collected_rows_ = -1; }
 };
 
 }  // namespace agentkv::backend

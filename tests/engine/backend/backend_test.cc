@@ -229,6 +229,59 @@ TEST(BackendTest, KeptRowsStayReadableAfterTheStep) {
   EXPECT_EQ(b->Backend::ReadKeptLogits(kept, got).code(), StatusCode::kUnimplemented);
 }
 
+// Kept rows while the next step is in flight (pipelined constrained
+// steps): on the default LaunchStep, the kept rows of the step collected
+// last stay readable while one later step runs, if that step's logits went
+// to another span; refused when it reused the span, when the wrong span is
+// named, and when two steps were launched after it.
+TEST(BackendTest, KeptRowsStayReadableWhileTheNextStepRuns) {
+  const model::ModelConfig c = SmallConfig(model::Architecture::kLlama);
+  const MapWeights w = RandomWeights(c, 6);
+  auto ref = Make(c, w), b = Make(c, w);
+  EXPECT_TRUE(b->reads_kept_logits_in_flight());
+  const int64_t V = c.vocab_size;
+  std::vector<int32_t> toks = {5, 6, 7};
+  std::vector<int32_t> table = {0};
+  SeqStep step;
+  step.tokens = toks;
+  step.block_tables[0] = table;
+  step.want_logits = true;
+  std::vector<float> expect(V);
+  ASSERT_TRUE(ref->Forward(std::span<const SeqStep>(&step, 1), expect).ok());
+  std::vector<RowPick> rows(1);
+  rows[0].mode = PickMode::kGreedy;
+  rows[0].keep_logits = 1;
+  std::vector<float> a(V, -1.0f), other(V, -1.0f);
+  std::vector<int32_t> picks(1, -1);
+  const std::vector<int32_t> kept = {0};
+  ASSERT_TRUE(b->LaunchStep(std::span<const SeqStep>(&step, 1), rows, a).ok());
+  // The next step (a decode of the pick, in another span) launches first.
+  std::vector<int32_t> next_toks = {0};
+  SeqStep next = step;
+  next.tokens = next_toks;
+  next.start_pos = 3;
+  next.prev_row = 0;
+  ASSERT_TRUE(b->LaunchStep(std::span<const SeqStep>(&next, 1), rows, other).ok());
+  ASSERT_TRUE(b->CollectStep(picks).ok());
+  ASSERT_TRUE(b->ReadKeptLogits(kept, a).ok());
+  EXPECT_EQ(a, expect);
+  EXPECT_EQ(b->ReadKeptLogits(kept, other).code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(b->CollectStep(picks).ok());
+  ASSERT_TRUE(b->ReadKeptLogits(kept, other).ok());
+  // The next step reusing the collected step's span: refused.
+  ASSERT_TRUE(b->LaunchStep(std::span<const SeqStep>(&step, 1), rows, a).ok());
+  ASSERT_TRUE(b->LaunchStep(std::span<const SeqStep>(&step, 1), rows, a).ok());
+  ASSERT_TRUE(b->CollectStep(picks).ok());
+  EXPECT_EQ(b->ReadKeptLogits(kept, a).code(), StatusCode::kInternal);
+  ASSERT_TRUE(b->CollectStep(picks).ok());
+  // Two steps launched after the collected one: refused.
+  ASSERT_TRUE(b->LaunchStep(std::span<const SeqStep>(&step, 1), rows, a).ok());
+  ASSERT_TRUE(b->LaunchStep(std::span<const SeqStep>(&step, 1), rows, other).ok());
+  ASSERT_TRUE(b->CollectStep(picks).ok());
+  ASSERT_TRUE(b->LaunchStep(std::span<const SeqStep>(&step, 1), rows, a).ok());
+  EXPECT_EQ(b->ReadKeptLogits(kept, a).code(), StatusCode::kInternal);
+}
+
 // Rows asking for logprobs: the default ForwardSampled gives ComputeRowLogprobs
 // of Forward's logits (scale 1 / temperature for the drawn row, 1 for the
 // greedy one) with the pick as the chosen token, and the same picks as

@@ -59,6 +59,8 @@ class CpuBackend final : public Backend {
   Status ReadKeptLogits(std::span<const int32_t> rows, std::span<float> logits) override {
     return KeptLogitsInPlace(rows, logits);
   }
+  // Each step's rows stay in the span it was launched with.
+  bool reads_kept_logits_in_flight() const override { return true; }
   Status ReadBlock(int group, int32_t block, std::span<std::byte> out) override;
   // Bytes the weights take in memory: quantized linear layers (FP8, MXFP4)
   // count their stored size, not an fp32 copy (none exists).
