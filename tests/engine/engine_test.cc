@@ -42,29 +42,46 @@ Done Collect(const RequestHandle& h) {
   }
 }
 
+// The options the engines of these tests start from: 4-token blocks, 8
+// sequences of 64-token steps, `blocks` blocks in each cache group of `c`.
+EngineOptions SmallOptions(const model::ModelConfig& c, int blocks) {
+  EngineOptions o;
+  o.block_size = 4;
+  o.scheduler.max_batch = 8;
+  o.scheduler.max_step_tokens = 64;
+  o.blocks_per_group.assign(c.CacheSpec(cache::KvDtype::kF32).groups.size(), blocks);
+  return o;
+}
+
+// An engine with options `o` on the CPU backend over the small model `c`
+// (weights of seed 21). With deferred_write_polls > 0, restore copies are
+// reported done only after that many polls.
+std::unique_ptr<Engine> CpuEngine(const model::ModelConfig& c, const EngineOptions& o,
+                                  int deferred_write_polls = 0) {
+  auto cpu =
+      backend::cpu::CpuBackend::Create(c, RandomWeights(c, 21), backend::cpu::CpuBackendOptions{2});
+  EXPECT_TRUE(cpu.ok());
+  if (!cpu.ok()) return nullptr;
+  std::unique_ptr<backend::Backend> backend = std::move(cpu).value();
+  if (deferred_write_polls > 0)
+    backend =
+        std::make_unique<testing::DeferredWriteBackend>(std::move(backend), deferred_write_polls);
+  auto e = Engine::Create(std::move(backend), nullptr, o);
+  EXPECT_TRUE(e.ok()) << e.status().ToString();
+  if (!e.ok()) return nullptr;
+  return std::move(e).value();
+}
+
 std::unique_ptr<Engine> MakeEngine(model::Architecture arch, int blocks, bool prefix = true,
                                    int max_batch = 8, bool pipeline = true,
                                    uint64_t host_kv_bytes = 0, int deferred_write_polls = 0) {
   const model::ModelConfig c = SmallConfig(arch);
-  const MapWeights w = RandomWeights(c, 21);
-  auto cpu = backend::cpu::CpuBackend::Create(c, w, backend::cpu::CpuBackendOptions{2});
-  EXPECT_TRUE(cpu.ok());
-  std::unique_ptr<backend::Backend> backend = std::move(cpu).value();
-  // > 0: restore copies are reported done only after that many polls.
-  if (deferred_write_polls > 0)
-    backend =
-        std::make_unique<testing::DeferredWriteBackend>(std::move(backend), deferred_write_polls);
-  EngineOptions o;
-  o.block_size = 4;
+  EngineOptions o = SmallOptions(c, blocks);
   o.scheduler.max_batch = max_batch;
-  o.scheduler.max_step_tokens = 64;
   o.prefix_caching = prefix;
   o.pipeline = pipeline;
   o.host_kv_memory_bytes = host_kv_bytes;
-  o.blocks_per_group.assign(c.CacheSpec(cache::KvDtype::kF32).groups.size(), blocks);
-  auto e = Engine::Create(std::move(backend), nullptr, o);
-  EXPECT_TRUE(e.ok()) << e.status().ToString();
-  return std::move(e).value();
+  return CpuEngine(c, o, deferred_write_polls);
 }
 
 EngineRequest Greedy(std::vector<int32_t> prompt, int max_tokens, std::string agent = "") {
@@ -797,18 +814,10 @@ TEST(EngineTest, OptimisticGrammarPicksGiveTheMaskedPicks) {
   const auto g = SmallJsonObjectGrammar();
   auto run = [&](OptimisticGrammar mode, bool pipeline, EngineStats* stats) {
     const model::ModelConfig c = SmallConfig(model::Architecture::kQwen3);
-    auto backend = backend::cpu::CpuBackend::Create(c, RandomWeights(c, 21),
-                                                    backend::cpu::CpuBackendOptions{2});
-    EXPECT_TRUE(backend.ok());
-    EngineOptions o;
-    o.block_size = 4;
-    o.scheduler.max_batch = 8;
-    o.scheduler.max_step_tokens = 64;
+    EngineOptions o = SmallOptions(c, 256);
     o.pipeline = pipeline;
     o.optimistic_grammar = mode;
-    o.blocks_per_group.assign(c.CacheSpec(cache::KvDtype::kF32).groups.size(), 256);
-    auto e = Engine::Create(std::move(backend).value(), nullptr, o);
-    EXPECT_TRUE(e.ok()) << e.status().ToString();
+    auto e = CpuEngine(c, o);
     std::vector<RequestHandle> hs;
     for (int i = 0; i < 8; ++i) {
       EngineRequest r = Greedy(Range(3 + i, 6 + i), 24);
@@ -822,11 +831,11 @@ TEST(EngineTest, OptimisticGrammarPicksGiveTheMaskedPicks) {
         r.params.seed = 40 + i;
       }
       if (i == 6) r.params.top_p = 0.9f;  // the exact path either way
-      hs.push_back((*e)->Submit(std::move(r)).value());
+      hs.push_back(e->Submit(std::move(r)).value());
     }
     std::vector<std::vector<int32_t>> outs;
     for (auto& h : hs) outs.push_back(Collect(h).tokens);
-    *stats = (*e)->Stats();
+    *stats = e->Stats();
     return outs;
   };
   EngineStats masked_stats, opt_stats, again_stats;
@@ -866,21 +875,12 @@ TEST(EngineTest, PipelinedConstrainedStepsRollBackRejectedPicks) {
   const auto g = SmallJsonObjectGrammar();
   auto make = [&](bool pipeline, bool pipeline_grammar, bool prefix) {
     const model::ModelConfig c = SmallConfig(model::Architecture::kQwen3);
-    auto backend = backend::cpu::CpuBackend::Create(c, RandomWeights(c, 21),
-                                                    backend::cpu::CpuBackendOptions{2});
-    EXPECT_TRUE(backend.ok());
-    EngineOptions o;
-    o.block_size = 4;
-    o.scheduler.max_batch = 8;
-    o.scheduler.max_step_tokens = 64;
+    EngineOptions o = SmallOptions(c, 256);
     o.prefix_caching = prefix;
     o.pipeline = pipeline;
     o.pipeline_grammar = pipeline_grammar;
     o.optimistic_grammar = OptimisticGrammar::kOn;
-    o.blocks_per_group.assign(c.CacheSpec(cache::KvDtype::kF32).groups.size(), 256);
-    auto e = Engine::Create(std::move(backend).value(), nullptr, o);
-    EXPECT_TRUE(e.ok()) << e.status().ToString();
-    return std::move(e).value();
+    return CpuEngine(c, o);
   };
   auto request = [&](int i, std::vector<int32_t> prompt, const std::string& agent) {
     EngineRequest r = Greedy(std::move(prompt), 2 + 3 * i, agent);
